@@ -1,0 +1,1 @@
+//! Procedural macros for fxtrace. The `#[traced]` attribute lands here (issue: front ends).

@@ -1,0 +1,1 @@
+//! TSC clock: `rdtscp` ticks and ticks per second.

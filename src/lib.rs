@@ -1,0 +1,15 @@
+//! fxtrace: the Fuchsia tracing system on Linux.
+//!
+//! Providers write Fuchsia Trace Format (FXT) records into a shared buffer; a trace manager
+//! collects them into one archive; hardware signals (TSC, context switches, LBR) come from the
+//! CPU and the kernel through `rdtscp` and `perf_event_open`. See `shared/DESIGN.md` for the
+//! architecture and `AGENTS.md` for the map of this repository.
+
+pub mod capture;
+pub mod clock;
+pub mod convert;
+pub mod engine;
+pub mod format;
+pub mod manager;
+pub mod protocol;
+pub mod provider;

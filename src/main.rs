@@ -1,0 +1,2 @@
+//! The `fxtrace` command line.
+fn main() {}

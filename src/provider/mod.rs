@@ -1,0 +1,1 @@
+//! (module under construction: see shared/DESIGN.md for what `provider` owns)
