@@ -1,1 +1,1048 @@
-//! (under construction)
+//! Control messages carried on the provider ↔ manager Unix stream socket.
+//!
+//! They mirror Fuchsia's `fuchsia.tracing.provider` calls (`shared/spec/fuchsia-notes.md`
+//! §6.3) plus what `fxtrace status` needs: a provider sends [`Message::Register`]; the
+//! manager answers [`Message::Initialize`] (with the buffer memfd and the FIFO socket as
+//! `SCM_RIGHTS`, see [`Message::fd_count`]), later [`Message::Start`], [`Message::Stop`] and
+//! [`Message::Terminate`]. A status client sends [`Message::StatusRequest`] and gets a
+//! [`Message::StatusReply`].
+//!
+//! # Encoding
+//!
+//! Every message is one *frame*; all integers are little-endian:
+//!
+//! | Offset | Size | Field |
+//! |---:|---:|---|
+//! | 0 | 4 | `u32` body length *n* (bytes after this field), `4 ≤ n ≤` [`MAX_BODY_LEN`] |
+//! | 4 | 2 | `u16` protocol version, [`CONTROL_PROTOCOL_VERSION`] |
+//! | 6 | 2 | `u16` tag (below) |
+//! | 8 | n − 4 | payload, exactly as long as the tag's fields |
+//!
+//! Field types: `u8`, `u32`; `str` = `u16` byte length + UTF-8 bytes (no NUL terminator);
+//! `list<T>` = `u32` count + that many `T`.
+//!
+//! | Tag | Message | Direction | Payload |
+//! |---:|---|---|---|
+//! | 1 | Register | provider → manager | `pid: u32`, `name: str` (≤ 100 bytes) |
+//! | 2 | Initialize | manager → provider | `buffering_mode: u8` (FIDL numbering 1/2/3), `provider_id: u32`, `categories: list<str>` (≤ 5000, each ≤ 100 bytes); carries 2 fds: memfd, FIFO |
+//! | 3 | Start | manager → provider | `disposition: u8` (1 clear entire, 2 clear non-durable, 3 retain) |
+//! | 4 | Stop | manager → provider | — |
+//! | 5 | Terminate | manager → provider | — |
+//! | 6 | StatusRequest | client → manager | — |
+//! | 7 | StatusReply | manager → client | `state: u8` (FIDL SessionState 1..7), `providers: list<{id: u32, pid: u32, name: str}>` (≤ [`MAX_STATUS_PROVIDERS`]), `categories: list<str>` |
+//!
+//! Limits are those of `fuchsia.tracing` (§6.1): provider names and category names at most
+//! 100 bytes, at most 5000 categories. Decoding is total: any byte string yields a message
+//! or a [`ControlError`], never a panic, and both encoding and decoding enforce the limits.
+
+use std::fmt;
+use std::str::FromStr;
+use thiserror::Error;
+
+/// Version carried in every frame; a frame with another version is rejected.
+pub const CONTROL_PROTOCOL_VERSION: u16 = 1;
+
+/// Size of the length prefix that starts every frame.
+pub const FRAME_PREFIX_LEN: usize = 4;
+
+/// Size of the version and tag fields that start every body.
+pub const BODY_HEADER_LEN: usize = 4;
+
+/// `MAX_PROVIDER_NAME_LENGTH` (bytes).
+pub const MAX_PROVIDER_NAME_LEN: usize = 100;
+
+/// `MAX_CATEGORY_NAME_LENGTH` (bytes).
+pub const MAX_CATEGORY_NAME_LEN: usize = 100;
+
+/// `MAX_NUM_ENABLED_CATEGORIES` / `MAX_NUM_KNOWN_CATEGORIES`.
+pub const MAX_CATEGORIES: usize = 5000;
+
+/// Most providers a [`Message::StatusReply`] lists. Fuchsia's `MAX_NUM_PROVIDERS` is 100;
+/// system-wide tracing on Linux (every process with the preload object) can exceed that.
+pub const MAX_STATUS_PROVIDERS: usize = 4096;
+
+/// Encoded size of a `str` of at most `max` bytes.
+const fn str_max(max: usize) -> usize {
+    2 + max
+}
+
+/// Encoded size of the largest category list.
+const CATEGORIES_MAX: usize = 4 + MAX_CATEGORIES * str_max(MAX_CATEGORY_NAME_LEN);
+
+/// Largest body of any message (the largest StatusReply).
+pub const MAX_BODY_LEN: usize = BODY_HEADER_LEN
+    + 1
+    + 4
+    + MAX_STATUS_PROVIDERS * (4 + 4 + str_max(MAX_PROVIDER_NAME_LEN))
+    + CATEGORIES_MAX;
+
+const _: () = assert!(MAX_BODY_LEN <= u32::MAX as usize);
+const _: () = assert!(BODY_HEADER_LEN + 1 + 4 + CATEGORIES_MAX <= MAX_BODY_LEN);
+
+const TAG_REGISTER: u16 = 1;
+const TAG_INITIALIZE: u16 = 2;
+const TAG_START: u16 = 3;
+const TAG_STOP: u16 = 4;
+const TAG_TERMINATE: u16 = 5;
+const TAG_STATUS_REQUEST: u16 = 6;
+const TAG_STATUS_REPLY: u16 = 7;
+
+/// A control frame that cannot be encoded or decoded.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ControlError {
+    /// The length prefix is outside `BODY_HEADER_LEN..=MAX_BODY_LEN`.
+    #[error("control frame body length {len} is outside {BODY_HEADER_LEN}..={MAX_BODY_LEN}")]
+    BadLength {
+        /// The declared body length.
+        len: u64,
+    },
+    /// The length prefix disagrees with the bytes given to [`Message::decode`].
+    #[error("control frame declares {declared} body bytes but {actual} follow")]
+    LengthMismatch {
+        /// Body length from the prefix.
+        declared: usize,
+        /// Bytes actually present after the prefix.
+        actual: usize,
+    },
+    /// A frame of another protocol version.
+    #[error(
+        "unsupported control protocol version {version} (expected {CONTROL_PROTOCOL_VERSION})"
+    )]
+    UnsupportedVersion {
+        /// Version found in the frame.
+        version: u16,
+    },
+    /// A tag no message has.
+    #[error("unknown control message tag {tag}")]
+    UnknownTag {
+        /// Tag found in the frame.
+        tag: u16,
+    },
+    /// The body ends inside a field.
+    #[error("control message truncated in {field}")]
+    Truncated {
+        /// The field being read.
+        field: &'static str,
+    },
+    /// Bytes left over after the last field.
+    #[error("{count} unexpected bytes after a {message} message")]
+    TrailingBytes {
+        /// Message name.
+        message: &'static str,
+        /// Bytes left.
+        count: usize,
+    },
+    /// A string field that is not UTF-8.
+    #[error("{field} is not valid UTF-8")]
+    InvalidUtf8 {
+        /// The field.
+        field: &'static str,
+    },
+    /// A string longer than its limit.
+    #[error("{field} is {len} bytes, longer than {max}")]
+    TooLong {
+        /// The field.
+        field: &'static str,
+        /// Its length in bytes.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// A list longer than its limit.
+    #[error("{field} has {count} entries, more than {max}")]
+    TooMany {
+        /// The field.
+        field: &'static str,
+        /// Its number of entries.
+        count: usize,
+        /// The limit.
+        max: usize,
+    },
+    /// An enumeration field with a value outside its enumeration.
+    #[error("{field} has invalid value {value}")]
+    InvalidValue {
+        /// The field.
+        field: &'static str,
+        /// The value found.
+        value: u64,
+    },
+}
+
+// === impl BufferingMode ===
+
+/// How a provider's buffer is used. Two numberings exist and must not be mixed: the buffer
+/// header and engine use 0/1/2 ([`BufferingMode::to_engine`]); FIDL and this protocol's
+/// wire use 1/2/3 ([`BufferingMode::to_fidl`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BufferingMode {
+    /// Write until full, then drop.
+    Oneshot,
+    /// Alternate two rolling buffers, keeping the newest data.
+    Circular,
+    /// Hand each full rolling buffer to the manager to save.
+    Streaming,
+}
+
+impl BufferingMode {
+    /// All modes, in numbering order.
+    pub const ALL: [BufferingMode; 3] = [
+        BufferingMode::Oneshot,
+        BufferingMode::Circular,
+        BufferingMode::Streaming,
+    ];
+
+    /// Engine/header numbering (`trace_buffering_mode_t`): ONESHOT=0, CIRCULAR=1, STREAMING=2.
+    pub const fn to_engine(self) -> u8 {
+        match self {
+            BufferingMode::Oneshot => 0,
+            BufferingMode::Circular => 1,
+            BufferingMode::Streaming => 2,
+        }
+    }
+
+    /// From the engine/header numbering.
+    pub fn from_engine(value: u8) -> Result<Self, ControlError> {
+        match value {
+            0 => Ok(BufferingMode::Oneshot),
+            1 => Ok(BufferingMode::Circular),
+            2 => Ok(BufferingMode::Streaming),
+            _ => Err(ControlError::InvalidValue {
+                field: "buffering mode (engine numbering)",
+                value: u64::from(value),
+            }),
+        }
+    }
+
+    /// FIDL `fuchsia.tracing.BufferingMode` numbering: ONESHOT=1, CIRCULAR=2, STREAMING=3.
+    pub const fn to_fidl(self) -> u8 {
+        self.to_engine() + 1
+    }
+
+    /// From the FIDL numbering.
+    pub fn from_fidl(value: u8) -> Result<Self, ControlError> {
+        match value {
+            1 => Ok(BufferingMode::Oneshot),
+            2 => Ok(BufferingMode::Circular),
+            3 => Ok(BufferingMode::Streaming),
+            _ => Err(ControlError::InvalidValue {
+                field: "buffering mode (FIDL numbering)",
+                value: u64::from(value),
+            }),
+        }
+    }
+
+    /// Lower-case name: `oneshot`, `circular` or `streaming`.
+    pub const fn as_str(self) -> &'static str {
+        match self {
+            BufferingMode::Oneshot => "oneshot",
+            BufferingMode::Circular => "circular",
+            BufferingMode::Streaming => "streaming",
+        }
+    }
+}
+
+impl fmt::Display for BufferingMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A string that names no buffering mode.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+#[error("unknown buffering mode {0:?} (expected oneshot, circular or streaming)")]
+pub struct UnknownBufferingMode(pub String);
+
+impl FromStr for BufferingMode {
+    type Err = UnknownBufferingMode;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        BufferingMode::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| UnknownBufferingMode(s.to_owned()))
+    }
+}
+
+// === impl BufferDisposition ===
+
+/// What to do with the buffer's contents at Start (FIDL `BufferDisposition`, equal to the
+/// engine's `trace_start_mode_t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum BufferDisposition {
+    /// Clear the whole buffer (1).
+    ClearEntire,
+    /// Clear the rolling buffers, keep durable data (2).
+    ClearNonDurable,
+    /// Keep everything (3).
+    Retain,
+}
+
+impl BufferDisposition {
+    /// The wire value: 1, 2 or 3.
+    pub const fn to_u8(self) -> u8 {
+        match self {
+            BufferDisposition::ClearEntire => 1,
+            BufferDisposition::ClearNonDurable => 2,
+            BufferDisposition::Retain => 3,
+        }
+    }
+
+    /// From the wire value.
+    pub fn from_u8(value: u8) -> Result<Self, ControlError> {
+        match value {
+            1 => Ok(BufferDisposition::ClearEntire),
+            2 => Ok(BufferDisposition::ClearNonDurable),
+            3 => Ok(BufferDisposition::Retain),
+            _ => Err(ControlError::InvalidValue {
+                field: "buffer disposition",
+                value: u64::from(value),
+            }),
+        }
+    }
+}
+
+// === impl SessionState ===
+
+/// State of a tracing session, FIDL `fuchsia.tracing.controller.SessionState` numbering.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SessionState {
+    /// No session configured (1).
+    Ready,
+    /// Providers initialized, not started (2).
+    Initialized,
+    /// Waiting for providers to report STARTED (3).
+    Starting,
+    /// Tracing (4).
+    Started,
+    /// Waiting for providers to report STOPPED (5).
+    Stopping,
+    /// Stopped; can be started again (6).
+    Stopped,
+    /// Shutting down (7).
+    Terminating,
+}
+
+impl SessionState {
+    /// The wire value, 1..=7.
+    pub const fn to_u8(self) -> u8 {
+        match self {
+            SessionState::Ready => 1,
+            SessionState::Initialized => 2,
+            SessionState::Starting => 3,
+            SessionState::Started => 4,
+            SessionState::Stopping => 5,
+            SessionState::Stopped => 6,
+            SessionState::Terminating => 7,
+        }
+    }
+
+    /// From the wire value.
+    pub fn from_u8(value: u8) -> Result<Self, ControlError> {
+        Ok(match value {
+            1 => SessionState::Ready,
+            2 => SessionState::Initialized,
+            3 => SessionState::Starting,
+            4 => SessionState::Started,
+            5 => SessionState::Stopping,
+            6 => SessionState::Stopped,
+            7 => SessionState::Terminating,
+            _ => {
+                return Err(ControlError::InvalidValue {
+                    field: "session state",
+                    value: u64::from(value),
+                })
+            }
+        })
+    }
+}
+
+/// One provider in a [`Message::StatusReply`].
+#[derive(Debug, Clone, PartialEq, Eq, Hash)]
+pub struct ProviderEntry {
+    /// Provider id assigned by the manager.
+    pub id: u32,
+    /// Process id of the provider.
+    pub pid: u32,
+    /// Name the provider registered with (≤ 100 bytes).
+    pub name: String,
+}
+
+// === impl Message ===
+
+/// One control message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Message {
+    /// Provider → manager: a provider announces itself.
+    Register {
+        /// Process id of the provider.
+        pid: u32,
+        /// Provider name (≤ 100 bytes).
+        name: String,
+    },
+    /// Manager → provider: the trace configuration; comes with two fds, the buffer memfd
+    /// then the FIFO socket.
+    Initialize {
+        /// Buffering mode of the session.
+        buffering_mode: BufferingMode,
+        /// Enabled categories (empty: all enabled; `prefix*` matches a prefix).
+        categories: Vec<String>,
+        /// Id the manager gave this provider.
+        provider_id: u32,
+    },
+    /// Manager → provider: start tracing, then send STARTED on the FIFO.
+    Start {
+        /// What to do with the buffer's current contents.
+        disposition: BufferDisposition,
+    },
+    /// Manager → provider: stop tracing, then send STOPPED on the FIFO.
+    Stop,
+    /// Manager → provider: stop if needed, then close the buffer and the FIFO.
+    Terminate,
+    /// Status client → manager: ask for the session's state.
+    StatusRequest,
+    /// Manager → status client: the session's state.
+    StatusReply {
+        /// Session state.
+        state: SessionState,
+        /// Registered providers.
+        providers: Vec<ProviderEntry>,
+        /// Known categories.
+        categories: Vec<String>,
+    },
+}
+
+impl Message {
+    /// The message's tag on the wire.
+    pub fn tag(&self) -> u16 {
+        match self {
+            Message::Register { .. } => TAG_REGISTER,
+            Message::Initialize { .. } => TAG_INITIALIZE,
+            Message::Start { .. } => TAG_START,
+            Message::Stop => TAG_STOP,
+            Message::Terminate => TAG_TERMINATE,
+            Message::StatusRequest => TAG_STATUS_REQUEST,
+            Message::StatusReply { .. } => TAG_STATUS_REPLY,
+        }
+    }
+
+    /// The message's name, for errors and logs.
+    pub fn name(&self) -> &'static str {
+        tag_name(self.tag())
+    }
+
+    /// How many file descriptors travel with this message: 2 for Initialize (memfd, FIFO),
+    /// 0 for every other message.
+    pub fn fd_count(&self) -> usize {
+        match self {
+            Message::Initialize { .. } => 2,
+            _ => 0,
+        }
+    }
+
+    /// Encodes the whole frame (length prefix included), checking every limit.
+    pub fn encode(&self) -> Result<Vec<u8>, ControlError> {
+        let mut w = Vec::with_capacity(64);
+        w.extend_from_slice(&[0u8; FRAME_PREFIX_LEN]);
+        w.extend_from_slice(&CONTROL_PROTOCOL_VERSION.to_le_bytes());
+        w.extend_from_slice(&self.tag().to_le_bytes());
+        match self {
+            Message::Register { pid, name } => {
+                put_u32(&mut w, *pid);
+                put_str(&mut w, "provider name", name, MAX_PROVIDER_NAME_LEN)?;
+            }
+            Message::Initialize {
+                buffering_mode,
+                categories,
+                provider_id,
+            } => {
+                w.push(buffering_mode.to_fidl());
+                put_u32(&mut w, *provider_id);
+                put_categories(&mut w, categories)?;
+            }
+            Message::Start { disposition } => w.push(disposition.to_u8()),
+            Message::Stop | Message::Terminate | Message::StatusRequest => {}
+            Message::StatusReply {
+                state,
+                providers,
+                categories,
+            } => {
+                w.push(state.to_u8());
+                put_count(&mut w, "providers", providers.len(), MAX_STATUS_PROVIDERS)?;
+                for p in providers {
+                    put_u32(&mut w, p.id);
+                    put_u32(&mut w, p.pid);
+                    put_str(&mut w, "provider name", &p.name, MAX_PROVIDER_NAME_LEN)?;
+                }
+                put_categories(&mut w, categories)?;
+            }
+        }
+        let body_len = w.len() - FRAME_PREFIX_LEN;
+        // Every field is bounded, so this holds; checked so a future field cannot break it.
+        if body_len > MAX_BODY_LEN {
+            return Err(ControlError::BadLength {
+                len: body_len as u64,
+            });
+        }
+        w[..FRAME_PREFIX_LEN].copy_from_slice(&(body_len as u32).to_le_bytes());
+        Ok(w)
+    }
+
+    /// Decodes one whole frame: the length prefix must match the bytes that follow exactly.
+    pub fn decode(frame: &[u8]) -> Result<Message, ControlError> {
+        let Some((prefix, body)) = frame.split_first_chunk::<FRAME_PREFIX_LEN>() else {
+            return Err(ControlError::Truncated {
+                field: "length prefix",
+            });
+        };
+        let declared = body_len_from_prefix(*prefix)?;
+        if declared != body.len() {
+            return Err(ControlError::LengthMismatch {
+                declared,
+                actual: body.len(),
+            });
+        }
+        Message::decode_body(body)
+    }
+
+    /// Decodes a frame body (the bytes after the length prefix).
+    pub fn decode_body(body: &[u8]) -> Result<Message, ControlError> {
+        if body.len() > MAX_BODY_LEN {
+            return Err(ControlError::BadLength {
+                len: body.len() as u64,
+            });
+        }
+        let mut r = Reader { buf: body, pos: 0 };
+        let version = r.u16("version")?;
+        if version != CONTROL_PROTOCOL_VERSION {
+            return Err(ControlError::UnsupportedVersion { version });
+        }
+        let tag = r.u16("tag")?;
+        let msg = match tag {
+            TAG_REGISTER => Message::Register {
+                pid: r.u32("pid")?,
+                name: r.str("provider name", MAX_PROVIDER_NAME_LEN)?,
+            },
+            TAG_INITIALIZE => {
+                let buffering_mode = BufferingMode::from_fidl(r.u8("buffering mode")?)?;
+                let provider_id = r.u32("provider id")?;
+                Message::Initialize {
+                    buffering_mode,
+                    categories: r.categories()?,
+                    provider_id,
+                }
+            }
+            TAG_START => Message::Start {
+                disposition: BufferDisposition::from_u8(r.u8("buffer disposition")?)?,
+            },
+            TAG_STOP => Message::Stop,
+            TAG_TERMINATE => Message::Terminate,
+            TAG_STATUS_REQUEST => Message::StatusRequest,
+            TAG_STATUS_REPLY => {
+                let state = SessionState::from_u8(r.u8("session state")?)?;
+                let count = r.count("providers", MAX_STATUS_PROVIDERS)?;
+                let mut providers = Vec::with_capacity(count);
+                for _ in 0..count {
+                    providers.push(ProviderEntry {
+                        id: r.u32("provider id")?,
+                        pid: r.u32("provider pid")?,
+                        name: r.str("provider name", MAX_PROVIDER_NAME_LEN)?,
+                    });
+                }
+                Message::StatusReply {
+                    state,
+                    providers,
+                    categories: r.categories()?,
+                }
+            }
+            tag => return Err(ControlError::UnknownTag { tag }),
+        };
+        let count = body.len() - r.pos;
+        if count != 0 {
+            return Err(ControlError::TrailingBytes {
+                message: msg.name(),
+                count,
+            });
+        }
+        Ok(msg)
+    }
+}
+
+/// Reads and checks a frame's length prefix, giving the body length to read next.
+pub fn body_len_from_prefix(prefix: [u8; FRAME_PREFIX_LEN]) -> Result<usize, ControlError> {
+    let len = u32::from_le_bytes(prefix);
+    let len_usize = len as usize;
+    if !(BODY_HEADER_LEN..=MAX_BODY_LEN).contains(&len_usize) {
+        return Err(ControlError::BadLength {
+            len: u64::from(len),
+        });
+    }
+    Ok(len_usize)
+}
+
+fn tag_name(tag: u16) -> &'static str {
+    match tag {
+        TAG_REGISTER => "Register",
+        TAG_INITIALIZE => "Initialize",
+        TAG_START => "Start",
+        TAG_STOP => "Stop",
+        TAG_TERMINATE => "Terminate",
+        TAG_STATUS_REQUEST => "StatusRequest",
+        TAG_STATUS_REPLY => "StatusReply",
+        _ => "unknown",
+    }
+}
+
+// === encoding helpers ===
+
+fn put_u32(w: &mut Vec<u8>, v: u32) {
+    w.extend_from_slice(&v.to_le_bytes());
+}
+
+fn put_str(w: &mut Vec<u8>, field: &'static str, s: &str, max: usize) -> Result<(), ControlError> {
+    if s.len() > max {
+        return Err(ControlError::TooLong {
+            field,
+            len: s.len(),
+            max,
+        });
+    }
+    // max ≤ 100 < u16::MAX.
+    w.extend_from_slice(&(s.len() as u16).to_le_bytes());
+    w.extend_from_slice(s.as_bytes());
+    Ok(())
+}
+
+fn put_count(
+    w: &mut Vec<u8>,
+    field: &'static str,
+    count: usize,
+    max: usize,
+) -> Result<(), ControlError> {
+    if count > max {
+        return Err(ControlError::TooMany { field, count, max });
+    }
+    // max ≤ MAX_STATUS_PROVIDERS/MAX_CATEGORIES < u32::MAX.
+    put_u32(w, count as u32);
+    Ok(())
+}
+
+fn put_categories(w: &mut Vec<u8>, categories: &[String]) -> Result<(), ControlError> {
+    put_count(w, "categories", categories.len(), MAX_CATEGORIES)?;
+    for c in categories {
+        put_str(w, "category name", c, MAX_CATEGORY_NAME_LEN)?;
+    }
+    Ok(())
+}
+
+// === decoding helpers ===
+
+/// Bounds-checked cursor over a frame body.
+struct Reader<'a> {
+    buf: &'a [u8],
+    pos: usize,
+}
+
+impl<'a> Reader<'a> {
+    fn take(&mut self, n: usize, field: &'static str) -> Result<&'a [u8], ControlError> {
+        let end = self
+            .pos
+            .checked_add(n)
+            .filter(|&e| e <= self.buf.len())
+            .ok_or(ControlError::Truncated { field })?;
+        let s = &self.buf[self.pos..end];
+        self.pos = end;
+        Ok(s)
+    }
+
+    fn array<const N: usize>(&mut self, field: &'static str) -> Result<[u8; N], ControlError> {
+        let mut a = [0u8; N];
+        a.copy_from_slice(self.take(N, field)?);
+        Ok(a)
+    }
+
+    fn u8(&mut self, field: &'static str) -> Result<u8, ControlError> {
+        Ok(self.array::<1>(field)?[0])
+    }
+
+    fn u16(&mut self, field: &'static str) -> Result<u16, ControlError> {
+        Ok(u16::from_le_bytes(self.array(field)?))
+    }
+
+    fn u32(&mut self, field: &'static str) -> Result<u32, ControlError> {
+        Ok(u32::from_le_bytes(self.array(field)?))
+    }
+
+    fn str(&mut self, field: &'static str, max: usize) -> Result<String, ControlError> {
+        let len = usize::from(self.u16(field)?);
+        if len > max {
+            return Err(ControlError::TooLong { field, len, max });
+        }
+        let bytes = self.take(len, field)?;
+        std::str::from_utf8(bytes)
+            .map(str::to_owned)
+            .map_err(|_| ControlError::InvalidUtf8 { field })
+    }
+
+    fn count(&mut self, field: &'static str, max: usize) -> Result<usize, ControlError> {
+        let count = self.u32(field)? as usize;
+        if count > max {
+            return Err(ControlError::TooMany { field, count, max });
+        }
+        Ok(count)
+    }
+
+    fn categories(&mut self) -> Result<Vec<String>, ControlError> {
+        let count = self.count("categories", MAX_CATEGORIES)?;
+        let mut v = Vec::with_capacity(count);
+        for _ in 0..count {
+            v.push(self.str("category name", MAX_CATEGORY_NAME_LEN)?);
+        }
+        Ok(v)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    #[test]
+    fn buffering_mode_numberings() {
+        use BufferingMode::*;
+        assert_eq!(
+            [
+                Oneshot.to_engine(),
+                Circular.to_engine(),
+                Streaming.to_engine()
+            ],
+            [0, 1, 2]
+        );
+        assert_eq!(
+            [Oneshot.to_fidl(), Circular.to_fidl(), Streaming.to_fidl()],
+            [1, 2, 3]
+        );
+        for m in BufferingMode::ALL {
+            assert_eq!(BufferingMode::from_engine(m.to_engine()), Ok(m));
+            assert_eq!(BufferingMode::from_fidl(m.to_fidl()), Ok(m));
+            assert_eq!(m.as_str().parse::<BufferingMode>(), Ok(m));
+        }
+        assert!(BufferingMode::from_engine(3).is_err());
+        assert!(BufferingMode::from_fidl(0).is_err());
+        assert!(BufferingMode::from_fidl(4).is_err());
+        assert!("ring".parse::<BufferingMode>().is_err());
+    }
+
+    #[test]
+    fn disposition_and_state_values() {
+        assert_eq!(BufferDisposition::ClearEntire.to_u8(), 1);
+        assert_eq!(BufferDisposition::ClearNonDurable.to_u8(), 2);
+        assert_eq!(BufferDisposition::Retain.to_u8(), 3);
+        for v in 0..=255u8 {
+            match BufferDisposition::from_u8(v) {
+                Ok(d) => assert_eq!(d.to_u8(), v),
+                Err(_) => assert!(v == 0 || v > 3),
+            }
+            match SessionState::from_u8(v) {
+                Ok(s) => assert_eq!(s.to_u8(), v),
+                Err(_) => assert!(v == 0 || v > 7),
+            }
+        }
+        assert_eq!(SessionState::Ready.to_u8(), 1);
+        assert_eq!(SessionState::Terminating.to_u8(), 7);
+    }
+
+    #[test]
+    fn register_wire_bytes() {
+        let m = Message::Register {
+            pid: 0x0102_0304,
+            name: "ab".into(),
+        };
+        let bytes = m.encode().expect("encodes");
+        assert_eq!(
+            bytes,
+            [
+                12, 0, 0, 0, // body length
+                1, 0, // version
+                1, 0, // tag Register
+                4, 3, 2, 1, // pid
+                2, 0, b'a', b'b', // name
+            ]
+        );
+        assert_eq!(Message::decode(&bytes), Ok(m));
+    }
+
+    #[test]
+    fn initialize_and_start_wire_bytes() {
+        let m = Message::Initialize {
+            buffering_mode: BufferingMode::Streaming,
+            categories: vec!["gfx".into()],
+            provider_id: 7,
+        };
+        let bytes = m.encode().expect("encodes");
+        assert_eq!(
+            bytes,
+            [
+                18, 0, 0, 0, 1, 0, 2, 0, // prefix, version, tag Initialize
+                3, // FIDL STREAMING
+                7, 0, 0, 0, // provider id
+                1, 0, 0, 0, 3, 0, b'g', b'f', b'x', // categories
+            ]
+        );
+        assert_eq!(m.fd_count(), 2);
+        let start = Message::Start {
+            disposition: BufferDisposition::ClearNonDurable,
+        };
+        assert_eq!(
+            start.encode().expect("encodes"),
+            [5, 0, 0, 0, 1, 0, 3, 0, 2]
+        );
+        assert_eq!(start.fd_count(), 0);
+        assert_eq!(
+            Message::Stop.encode().expect("encodes"),
+            [4, 0, 0, 0, 1, 0, 4, 0]
+        );
+    }
+
+    #[test]
+    fn largest_status_reply_is_exactly_max_body_len() {
+        let name = "n".repeat(MAX_PROVIDER_NAME_LEN);
+        let cat = "c".repeat(MAX_CATEGORY_NAME_LEN);
+        let m = Message::StatusReply {
+            state: SessionState::Started,
+            providers: (0..MAX_STATUS_PROVIDERS as u32)
+                .map(|i| ProviderEntry {
+                    id: i,
+                    pid: i + 100,
+                    name: name.clone(),
+                })
+                .collect(),
+            categories: vec![cat; MAX_CATEGORIES],
+        };
+        let bytes = m.encode().expect("largest reply encodes");
+        assert_eq!(bytes.len(), FRAME_PREFIX_LEN + MAX_BODY_LEN);
+        assert_eq!(Message::decode(&bytes), Ok(m));
+    }
+
+    #[test]
+    fn limits_are_enforced_on_encode_and_decode() {
+        let long = "x".repeat(MAX_PROVIDER_NAME_LEN + 1);
+        let too_long = Message::Register {
+            pid: 1,
+            name: long.clone(),
+        };
+        assert_eq!(
+            too_long.encode(),
+            Err(ControlError::TooLong {
+                field: "provider name",
+                len: 101,
+                max: 100
+            })
+        );
+        let too_many = Message::Initialize {
+            buffering_mode: BufferingMode::Oneshot,
+            categories: vec!["a".into(); MAX_CATEGORIES + 1],
+            provider_id: 1,
+        };
+        assert_eq!(
+            too_many.encode(),
+            Err(ControlError::TooMany {
+                field: "categories",
+                count: 5001,
+                max: 5000
+            })
+        );
+        let long_cat = Message::Initialize {
+            buffering_mode: BufferingMode::Oneshot,
+            categories: vec!["a".repeat(101)],
+            provider_id: 1,
+        };
+        assert!(matches!(
+            long_cat.encode(),
+            Err(ControlError::TooLong {
+                field: "category name",
+                ..
+            })
+        ));
+
+        // Hand-built oversize name: 101 bytes declared and present.
+        let mut body = vec![1, 0, 1, 0, 1, 0, 0, 0];
+        body.extend_from_slice(&101u16.to_le_bytes());
+        body.extend_from_slice(long.as_bytes());
+        assert!(matches!(
+            Message::decode_body(&body),
+            Err(ControlError::TooLong { len: 101, .. })
+        ));
+        // Hand-built category count over the limit.
+        let mut body = vec![1, 0, 2, 0, 1, 0, 0, 0, 0];
+        body.extend_from_slice(&5001u32.to_le_bytes());
+        assert!(matches!(
+            Message::decode_body(&body),
+            Err(ControlError::TooMany { count: 5001, .. })
+        ));
+    }
+
+    #[test]
+    fn hostile_frames_give_typed_errors() {
+        let good = Message::Register {
+            pid: 5,
+            name: "p".into(),
+        }
+        .encode()
+        .expect("encodes");
+        // Every truncation is an error, never a panic.
+        for cut in 0..good.len() {
+            assert!(Message::decode(&good[..cut]).is_err(), "cut at {cut}");
+        }
+        // Prefix disagreeing with the bytes.
+        let mut extra = good.clone();
+        extra.push(0);
+        assert!(matches!(
+            Message::decode(&extra),
+            Err(ControlError::LengthMismatch { .. })
+        ));
+        // Prefix agreeing, but a byte past the last field.
+        let mut trailing = good.clone();
+        trailing.push(0);
+        trailing[0] += 1;
+        assert_eq!(
+            Message::decode(&trailing),
+            Err(ControlError::TrailingBytes {
+                message: "Register",
+                count: 1
+            })
+        );
+        // Bad lengths.
+        assert!(matches!(
+            body_len_from_prefix([3, 0, 0, 0]),
+            Err(ControlError::BadLength { len: 3 })
+        ));
+        assert!(matches!(
+            body_len_from_prefix(u32::MAX.to_le_bytes()),
+            Err(ControlError::BadLength { .. })
+        ));
+        // Version, tag, enum values, UTF-8.
+        assert_eq!(
+            Message::decode_body(&[2, 0, 4, 0]),
+            Err(ControlError::UnsupportedVersion { version: 2 })
+        );
+        assert_eq!(
+            Message::decode_body(&[1, 0, 99, 0]),
+            Err(ControlError::UnknownTag { tag: 99 })
+        );
+        assert!(matches!(
+            Message::decode_body(&[1, 0, 3, 0, 9]),
+            Err(ControlError::InvalidValue { value: 9, .. })
+        ));
+        assert!(matches!(
+            Message::decode_body(&[1, 0, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0]),
+            Err(ControlError::InvalidValue { value: 0, .. })
+        ));
+        assert!(matches!(
+            Message::decode_body(&[1, 0, 7, 0, 8, 0, 0, 0, 0, 0, 0, 0, 0]),
+            Err(ControlError::InvalidValue { value: 8, .. })
+        ));
+        assert_eq!(
+            Message::decode_body(&[1, 0, 1, 0, 1, 0, 0, 0, 2, 0, 0xc3, 0x28]),
+            Err(ControlError::InvalidUtf8 {
+                field: "provider name"
+            })
+        );
+    }
+
+    fn name_strategy(max: usize) -> impl Strategy<Value = String> {
+        // Mixed ASCII and multi-byte characters, cut to the byte limit on a char boundary.
+        proptest::string::string_regex("[a-z0-9:_é€-]{0,60}")
+            .expect("valid regex")
+            .prop_map(move |s| {
+                let mut end = s.len().min(max);
+                while !s.is_char_boundary(end) {
+                    end -= 1;
+                }
+                s[..end].to_owned()
+            })
+    }
+
+    fn message_strategy() -> impl Strategy<Value = Message> {
+        let mode = prop_oneof![
+            Just(BufferingMode::Oneshot),
+            Just(BufferingMode::Circular),
+            Just(BufferingMode::Streaming)
+        ];
+        let disp = (1u8..=3).prop_map(|v| BufferDisposition::from_u8(v).expect("1..=3"));
+        let state = (1u8..=7).prop_map(|v| SessionState::from_u8(v).expect("1..=7"));
+        let cats = || proptest::collection::vec(name_strategy(MAX_CATEGORY_NAME_LEN), 0..20);
+        let entry = (
+            any::<u32>(),
+            any::<u32>(),
+            name_strategy(MAX_PROVIDER_NAME_LEN),
+        )
+            .prop_map(|(id, pid, name)| ProviderEntry { id, pid, name });
+        prop_oneof![
+            (any::<u32>(), name_strategy(MAX_PROVIDER_NAME_LEN))
+                .prop_map(|(pid, name)| Message::Register { pid, name }),
+            (mode, cats(), any::<u32>()).prop_map(|(buffering_mode, categories, provider_id)| {
+                Message::Initialize {
+                    buffering_mode,
+                    categories,
+                    provider_id,
+                }
+            }),
+            disp.prop_map(|disposition| Message::Start { disposition }),
+            Just(Message::Stop),
+            Just(Message::Terminate),
+            Just(Message::StatusRequest),
+            (state, proptest::collection::vec(entry, 0..10), cats()).prop_map(
+                |(state, providers, categories)| Message::StatusReply {
+                    state,
+                    providers,
+                    categories,
+                }
+            ),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn messages_round_trip(m in message_strategy()) {
+            let bytes = m.encode().expect("generated messages respect the limits");
+            let len = body_len_from_prefix(bytes[..4].try_into().expect("4 bytes")).expect("valid prefix");
+            prop_assert_eq!(len + FRAME_PREFIX_LEN, bytes.len());
+            prop_assert_eq!(Message::decode(&bytes), Ok(m));
+        }
+
+        #[test]
+        fn random_bodies_never_panic(body in proptest::collection::vec(any::<u8>(), 0..200)) {
+            let _ = Message::decode_body(&body);
+            let _ = Message::decode(&body);
+        }
+
+        #[test]
+        fn random_payloads_behind_a_valid_header_never_panic(
+            tag in 0u16..9,
+            payload in proptest::collection::vec(any::<u8>(), 0..300),
+        ) {
+            let mut body = vec![1, 0];
+            body.extend_from_slice(&tag.to_le_bytes());
+            body.extend_from_slice(&payload);
+            if let Ok(m) = Message::decode_body(&body) {
+                prop_assert_eq!(&m.encode().expect("decoded messages respect the limits")[4..], &body[..]);
+            }
+        }
+
+        #[test]
+        fn mutated_frames_never_panic(
+            m in message_strategy(),
+            flips in proptest::collection::vec((any::<usize>(), any::<u8>()), 1..8),
+        ) {
+            let mut bytes = m.encode().expect("encodes");
+            for (at, v) in flips {
+                let i = at % bytes.len();
+                bytes[i] = v;
+            }
+            if let Ok(decoded) = Message::decode(&bytes) {
+                // Whatever decodes re-encodes to the same bytes.
+                prop_assert_eq!(decoded.encode().expect("decoded messages respect the limits"), bytes);
+            }
+        }
+    }
+}
