@@ -137,6 +137,14 @@ pub enum TransportError {
         /// Bytes expected.
         expected: usize,
     },
+    /// The receive timeout expired in the middle of a frame; the stream is out of step.
+    #[error("receive timed out after {got} of {expected} bytes of a frame")]
+    StalledMidFrame {
+        /// Bytes received of the frame part being read.
+        got: usize,
+        /// Bytes expected.
+        expected: usize,
+    },
     /// A frame that does not decode.
     #[error("bad control frame: {0}")]
     Control(#[from] ControlError),
@@ -572,8 +580,8 @@ impl ControlConn {
     /// [`Message::fd_count`], else an error and all of them are closed).
     ///
     /// After an error the stream position is unknown, so the connection should be
-    /// dropped; the one exception is [`TransportError::TimedOut`] before any byte of a
-    /// frame arrived (the usual case of a receive timeout), after which it stays usable.
+    /// dropped; the one exception is [`TransportError::TimedOut`], returned only when no
+    /// byte of a frame had arrived, after which the connection stays usable.
     pub fn recv_msg(&mut self) -> Result<(Message, Vec<OwnedFd>), TransportError> {
         let mut fds = Vec::new();
         let mut prefix = [0u8; FRAME_PREFIX_LEN];
@@ -602,7 +610,15 @@ impl ControlConn {
     ) -> Result<(), TransportError> {
         let mut got = 0;
         while got < buf.len() {
-            let n = recv_with_fds(self.fd.as_fd(), &mut buf[got..], fds)?;
+            let n = match recv_with_fds(self.fd.as_fd(), &mut buf[got..], fds) {
+                Err(TransportError::TimedOut { .. }) if !(frame_start && got == 0) => {
+                    return Err(TransportError::StalledMidFrame {
+                        got,
+                        expected: buf.len(),
+                    })
+                }
+                r => r?,
+            };
             if n == 0 {
                 return Err(if frame_start && got == 0 {
                     TransportError::PeerClosed
@@ -1143,6 +1159,34 @@ mod tests {
             Err(TransportError::TimedOut { .. })
         ));
         assert!(start.elapsed() >= Duration::from_millis(15));
+    }
+
+    #[test]
+    fn stalled_frame_is_not_a_clean_timeout() {
+        let dir = tempdir();
+        let path = dir.path().join("m.sock");
+        let listener = ControlListener::bind(&path).expect("bind");
+        let mut raw = UnixStream::connect(&path).expect("std connect");
+        let mut conn = listener.accept().expect("accept");
+        conn.set_recv_timeout(Some(Duration::from_millis(20)))
+            .expect("SO_RCVTIMEO");
+        // A clean timeout leaves the connection usable.
+        assert!(matches!(
+            conn.recv_msg(),
+            Err(TransportError::TimedOut { .. })
+        ));
+        let frame = Message::Terminate.encode().expect("encode");
+        raw.write_all(&frame).expect("write");
+        assert_eq!(conn.recv_msg().expect("recv").0, Message::Terminate);
+        // Half a prefix, then silence.
+        raw.write_all(&frame[..2]).expect("write");
+        assert!(matches!(
+            conn.recv_msg(),
+            Err(TransportError::StalledMidFrame {
+                got: 2,
+                expected: 4
+            })
+        ));
     }
 
     #[test]
