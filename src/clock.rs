@@ -36,6 +36,21 @@
 //! and takes the median of the rest, which also rejects a window spoiled by a TSC that is
 //! not synchronized between CPUs. The narrowest bracket width is the cost of reading both
 //! clocks and is reported as [`Calibration::read_overhead_ns`].
+//!
+//! # Example
+//!
+//! ```
+//! use fxtrace::clock;
+//!
+//! let info = clock::info();
+//! if let Some(w) = info.warning() {
+//!     eprintln!("{w}");
+//! }
+//! let t0 = clock::ticks();
+//! let t1 = clock::ticks();
+//! assert!(info.ticks_to_ns(t1 - t0) < 1_000_000_000);
+//! assert_eq!(clock::ticks_to_ns(3_000, 3_000_000_000), 1_000);
+//! ```
 
 use std::fmt;
 use std::sync::OnceLock;

@@ -34,6 +34,19 @@
 //! Limits are those of `fuchsia.tracing` (§6.1): provider names and category names at most
 //! 100 bytes, at most 5000 categories. Decoding is total: any byte string yields a message
 //! or a [`ControlError`], never a panic, and both encoding and decoding enforce the limits.
+//!
+//! # Example
+//!
+//! ```
+//! use fxtrace::protocol::control::{Message, ControlError};
+//!
+//! let msg = Message::Register { pid: 7, name: "app".into() };
+//! let frame = msg.encode()?;
+//! assert_eq!(&frame[..8], &[13, 0, 0, 0, 1, 0, 1, 0]); // body length 13, version 1, tag 1
+//! assert_eq!(Message::decode(&frame)?, msg);
+//! assert!(Message::decode(&frame[..6]).is_err());
+//! # Ok::<(), ControlError>(())
+//! ```
 
 use std::fmt;
 use std::str::FromStr;

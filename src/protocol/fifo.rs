@@ -23,6 +23,20 @@
 //! provider's FIFO and ignores its data; a provider terminates its engine). Rules that need
 //! session state — SAVE_BUFFER only in streaming mode, one outstanding at a time, the
 //! wrapped count sequence — belong to the manager, not to packet parsing.
+//!
+//! # Example
+//!
+//! ```
+//! use fxtrace::protocol::fifo::{AlertName, FifoPacket, ProviderPacket, PacketError};
+//!
+//! let alert = ProviderPacket::Alert { name: AlertName::new("oom").unwrap() };
+//! let wire = alert.to_packet().to_bytes();
+//! assert_eq!(&wire[..5], &[4, 0, b'o', b'o', b'm']);
+//! assert_eq!(ProviderPacket::parse(&FifoPacket::from_bytes(&wire)), Ok(alert));
+//!
+//! let bad = FifoPacket::new(fxtrace::protocol::fifo::STARTED, 0, 2, 0);
+//! assert_eq!(ProviderPacket::parse(&bad), Err(PacketError::UnsupportedVersion { version: 2 }));
+//! ```
 
 use thiserror::Error;
 

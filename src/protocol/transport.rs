@@ -19,6 +19,29 @@
 //! [`fifo_pair`] makes the two ends. [`send_packet`] / [`recv_packet`] move one packet;
 //! a datagram of any other length than 16 is an error, and a closed peer is its own error
 //! ([`TransportError::PeerClosed`]), which a provider takes as "the manager died: stop".
+//!
+//! # Example
+//!
+//! ```
+//! use fxtrace::protocol::control::Message;
+//! use fxtrace::protocol::fifo::ProviderPacket;
+//! use fxtrace::protocol::transport::{self, ControlConn, ControlListener, TransportError};
+//! use std::os::fd::AsFd;
+//! use std::time::Duration;
+//!
+//! let dir = tempfile::tempdir().unwrap();
+//! let listener = ControlListener::bind(&dir.path().join("fxtrace.sock"))?;
+//! let mut provider = ControlConn::connect(listener.path(), Duration::from_secs(1))?;
+//! let mut manager = listener.accept()?;
+//! provider.send_msg(&Message::Register { pid: std::process::id(), name: "demo".into() }, &[])?;
+//! let (msg, fds) = manager.recv_msg()?;
+//! assert!(matches!(msg, Message::Register { .. }) && fds.is_empty());
+//!
+//! let (m_end, p_end) = transport::fifo_pair()?;
+//! transport::send_packet(p_end.as_fd(), &ProviderPacket::STARTED.to_packet())?;
+//! assert_eq!(transport::try_recv_packet(m_end.as_fd())?, Some(ProviderPacket::STARTED.to_packet()));
+//! # Ok::<(), TransportError>(())
+//! ```
 
 use super::control::{body_len_from_prefix, ControlError, Message, FRAME_PREFIX_LEN};
 use super::fifo::{FifoPacket, PACKET_SIZE};
