@@ -1,1 +1,3 @@
-//! (module under construction: see shared/DESIGN.md for what `manager` owns)
+//! The trace manager: sessions, the provider registry, buffer draining and the archive writer.
+
+pub mod session;

@@ -349,6 +349,19 @@ impl SessionState {
         }
     }
 
+    /// The upper-case name used by the FIDL definition (`STARTED`, …).
+    pub const fn name(self) -> &'static str {
+        match self {
+            SessionState::Ready => "READY",
+            SessionState::Initialized => "INITIALIZED",
+            SessionState::Starting => "STARTING",
+            SessionState::Started => "STARTED",
+            SessionState::Stopping => "STOPPING",
+            SessionState::Stopped => "STOPPED",
+            SessionState::Terminating => "TERMINATING",
+        }
+    }
+
     /// From the wire value.
     pub fn from_u8(value: u8) -> Result<Self, ControlError> {
         Ok(match value {
@@ -366,6 +379,12 @@ impl SessionState {
                 })
             }
         })
+    }
+}
+
+impl std::fmt::Display for SessionState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
     }
 }
 
