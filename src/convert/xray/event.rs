@@ -171,9 +171,13 @@ pub(crate) fn insert_cpu_migrations(events: &mut Vec<XrayEvent>) -> u64 {
     for e in events.drain(..) {
         if let Some(from) = prev {
             if from != e.cpu && !matches!(e.kind, XrayEventKind::CpuMigration { .. }) {
+                let kind = XrayEventKind::CpuMigration { from, to: e.cpu };
                 out.push(XrayEvent {
-                    kind: XrayEventKind::CpuMigration { from, to: e.cpu },
-                    ..e.clone()
+                    tsc: e.tsc,
+                    cpu: e.cpu,
+                    pid: e.pid,
+                    tid: e.tid,
+                    kind,
                 });
                 inserted += 1;
             }

@@ -120,3 +120,112 @@ fn assemble_blocks(blocks: Vec<fdr::Block>) -> Vec<ThreadStream> {
         })
         .collect()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::fdr_records::encode::{fields, function, metadata};
+    use super::*;
+
+    fn fdr_header(version: u16) -> Vec<u8> {
+        let mut h = fields(&[
+            &version.to_le_bytes(),
+            &1u16.to_le_bytes(),
+            &3u32.to_le_bytes(),
+        ]);
+        h.extend_from_slice(&2_000_000_000u64.to_le_bytes());
+        h.extend_from_slice(&[0; 16]);
+        h
+    }
+
+    /// A version-5 buffer of thread `tid` in process 9 with wall time `seconds`.
+    fn buffer(tid: u32, seconds: i64, body: &[Vec<u8>]) -> Vec<u8> {
+        let records = [
+            vec![
+                metadata(0, &tid.to_le_bytes()),
+                metadata(4, &fields(&[&seconds.to_le_bytes(), &0u32.to_le_bytes()])),
+                metadata(9, &9u32.to_le_bytes()),
+            ],
+            body.to_vec(),
+        ]
+        .concat()
+        .concat();
+        [metadata(7, &(records.len() as u64).to_le_bytes()), records].concat()
+    }
+
+    fn new_cpu(cpu: u16, tsc: u64) -> Vec<u8> {
+        metadata(2, &fields(&[&cpu.to_le_bytes(), &tsc.to_le_bytes()]))
+    }
+
+    #[test]
+    fn thread_buffers_are_ordered_by_wall_time_and_migrations_synthesized() {
+        // Thread 5's second buffer (wall time 20 s) comes first in the file, as a
+        // recycled buffer can; thread 6 sits between them.
+        let data = [
+            fdr_header(5),
+            buffer(5, 20, &[new_cpu(1, 5_000), function(1, 2, 10)]),
+            buffer(6, 15, &[new_cpu(0, 3_000), function(0, 3, 1)]),
+            buffer(
+                5,
+                10,
+                &[
+                    new_cpu(0, 1_000),
+                    function(0, 2, 5),
+                    new_cpu(1, 1_100),
+                    function(0, 4, 0),
+                ],
+            ),
+        ]
+        .concat();
+        let log = read_log(&data).unwrap();
+        assert!(log.is_complete(), "{:?}", log.error);
+        assert_eq!(
+            log.threads.iter().map(|t| t.tid).collect::<Vec<_>>(),
+            vec![5, 6]
+        );
+        let t5 = log.thread(5).unwrap();
+        assert_eq!((t5.pid, t5.buffers), (Some(9), 2));
+        let got: Vec<_> = t5
+            .events
+            .iter()
+            .map(|e| (e.tsc, e.cpu, e.kind.clone()))
+            .collect();
+        assert_eq!(
+            got,
+            vec![
+                (1_005, 0, XrayEventKind::Enter { func_id: 2 }),
+                (1_100, 1, XrayEventKind::CpuMigration { from: 0, to: 1 }),
+                (1_100, 1, XrayEventKind::Enter { func_id: 4 }),
+                (5_010, 1, XrayEventKind::Exit { func_id: 2 }),
+            ]
+        );
+        let anchors: Vec<_> = t5.wall_times.iter().map(|w| (w.seconds, w.tsc)).collect();
+        assert_eq!(anchors, vec![(10, Some(1_000)), (20, Some(5_000))]);
+        assert_eq!(log.stats.cpu_migrations, 1);
+        assert_eq!(log.stats.buffers, 3);
+        assert_eq!(log.event_count(), 5);
+        assert_eq!(log.header.cycle_frequency, 2_000_000_000);
+    }
+
+    #[test]
+    fn header_errors_are_fatal_later_errors_are_not() {
+        assert_eq!(
+            read_log(&[0; 8]).unwrap_err().kind,
+            XrayErrorKind::TooShortForHeader { len: 8 }
+        );
+        let data = [
+            fdr_header(5),
+            buffer(5, 1, &[new_cpu(0, 1), function(0, 1, 1), vec![0xff; 3]]),
+        ]
+        .concat();
+        // The extents include the 3 stray bytes, which start a truncated metadata record.
+        let log = read_log(&data).unwrap();
+        let err = log.error.clone().unwrap();
+        assert_eq!(err.offset as usize, data.len() - 3);
+        assert_eq!(log.event_count(), 1);
+        assert!(
+            err.to_string()
+                .contains(&format!("byte offset {}", data.len() - 3)),
+            "{err}"
+        );
+    }
+}
