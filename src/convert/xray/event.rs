@@ -165,7 +165,11 @@ impl XrayLog {
 /// Inserts a [`XrayEventKind::CpuMigration`] before every event whose CPU differs from
 /// the previous event's; returns how many were inserted.
 pub(crate) fn insert_cpu_migrations(events: &mut Vec<XrayEvent>) -> u64 {
-    let mut out = Vec::with_capacity(events.len());
+    let changes = events.windows(2).filter(|w| w[0].cpu != w[1].cpu).count();
+    if changes == 0 {
+        return 0; // the common case: leave the (possibly huge) vector alone
+    }
+    let mut out = Vec::with_capacity(events.len() + changes);
     let mut inserted = 0;
     let mut prev: Option<u16> = None;
     for e in events.drain(..) {

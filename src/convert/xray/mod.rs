@@ -111,10 +111,20 @@ fn assemble_blocks(blocks: Vec<fdr::Block>) -> Vec<ThreadStream> {
                 wall_times: Vec::new(),
                 buffers: 0,
             };
+            let single = group.len() == 1;
+            if !single {
+                stream
+                    .events
+                    .reserve_exact(group.iter().map(|b| b.events.len()).sum());
+            }
             for b in group {
                 stream.buffers += 1;
                 stream.wall_times.extend(b.wall);
-                stream.events.extend(b.events);
+                if single {
+                    stream.events = b.events; // moved, not copied
+                } else {
+                    stream.events.extend(b.events);
+                }
             }
             stream
         })
