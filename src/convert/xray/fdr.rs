@@ -15,6 +15,14 @@
 //! this grammar (as LLVM's BlockVerifier does) and reports the first violation with
 //! its offset, keeping every event decoded before it.
 //!
+//! Differences from LLVM's reader, all deliberate: EndOfBuffer is accepted in any
+//! version (it ends the block; the rest of the buffer is skipped and counted); a
+//! NewBuffer inside a body starts a new block; bytes between a buffer's extent and the
+//! next BufferExtents are an error here (LLVM scans forward for the next BufferExtents
+//! byte; compiler-rt never writes such bytes); a CallArgument after an exit record is
+//! dropped and counted in `ReadStats::orphan_call_args` instead of turning the exit
+//! into an entry.
+//!
 //! Timestamps: NewCPUId and TSCWrap set an absolute base; each function record (and,
 //! from version 5, each custom/typed event marker) adds its delta to the running TSC,
 //! which becomes that record's timestamp. Version 1..=4 custom events carry an
