@@ -127,27 +127,15 @@ impl FakeRing {
         true
     }
 
-    /// Appends one record (`header.size = 8 + body.len()`, body padded to 8 bytes) and
-    /// publishes it. Returns false, writing nothing, when the ring lacks room — the real
-    /// kernel would count it for a later `PERF_RECORD_LOST`.
-    pub fn write_record(&self, kind: u32, misc: u16, body: &[u8]) -> bool {
-        let padded = body.len().div_ceil(8) * 8;
-        let size = 8 + padded;
-        let Ok(size16) = u16::try_from(size) else {
-            return false;
-        };
+    /// Appends raw bytes (a length multiple of 8 is up to the caller) and publishes them:
+    /// tests use it to craft corrupt headers. Returns false when the ring lacks room.
+    pub fn write_bytes(&self, bytes: &[u8]) -> bool {
         let head = self.head();
         let tail = self.tail();
         let data_size = self.data_size();
-        if head.wrapping_sub(tail) + size as u64 > data_size {
+        if head.wrapping_sub(tail) + bytes.len() as u64 > data_size {
             return false;
         }
-        let mut bytes = Vec::with_capacity(size);
-        bytes.extend_from_slice(&kind.to_ne_bytes());
-        bytes.extend_from_slice(&misc.to_ne_bytes());
-        bytes.extend_from_slice(&size16.to_ne_bytes());
-        bytes.extend_from_slice(body);
-        bytes.resize(size, 0);
         let start = (head % data_size) as usize;
         let first = bytes.len().min(data_size as usize - start);
         // SAFETY: both destination ranges lie in the data area of the live allocation
@@ -158,9 +146,29 @@ impl FakeRing {
             std::ptr::copy_nonoverlapping(bytes.as_ptr(), data.add(start), first);
             std::ptr::copy_nonoverlapping(bytes.as_ptr().add(first), data, bytes.len() - first);
         }
-        // ATOMICS: Release publishes the record bytes before the new head, as the kernel does.
-        self.mem.head().store(head + size as u64, Ordering::Release);
+        // ATOMICS: Release publishes the bytes before the new head, as the kernel does.
+        self.mem
+            .head()
+            .store(head + bytes.len() as u64, Ordering::Release);
         true
+    }
+
+    /// Appends one record (`header.size = 8 + body.len()`, body padded to 8 bytes) and
+    /// publishes it. Returns false, writing nothing, when the ring lacks room — the real
+    /// kernel would count it for a later `PERF_RECORD_LOST`.
+    pub fn write_record(&self, kind: u32, misc: u16, body: &[u8]) -> bool {
+        let padded = body.len().div_ceil(8) * 8;
+        let size = 8 + padded;
+        let Ok(size16) = u16::try_from(size) else {
+            return false;
+        };
+        let mut bytes = Vec::with_capacity(size);
+        bytes.extend_from_slice(&kind.to_ne_bytes());
+        bytes.extend_from_slice(&misc.to_ne_bytes());
+        bytes.extend_from_slice(&size16.to_ne_bytes());
+        bytes.extend_from_slice(body);
+        bytes.resize(size, 0);
+        self.write_bytes(&bytes)
     }
 
     /// Wakes a `poll` on the event, as the kernel does at the wakeup watermark.
