@@ -943,6 +943,7 @@ impl Worker {
     }
 
     fn drain_all(&mut self) {
+        self.conv.refresh(Duration::from_millis(100));
         if let PerfTimeConverter::MmapPage(_) = self.conv {
             // The kernel may update the parameters (e.g. TSC recalibration): follow it.
             if let Some(Ok(Some(c))) = self.slots.first().map(|s| s.ring.tsc_conversion()) {

@@ -94,11 +94,18 @@ impl TscConversion {
 
 // === impl MeasuredMapping ===
 
-/// A measured linear mapping between `CLOCK_MONOTONIC_RAW` nanoseconds and TSC ticks.
+/// A measured, piecewise-linear mapping between `CLOCK_MONOTONIC_RAW` nanoseconds and TSC ticks.
+///
+/// One segment is current: from a start anchor with the rate measured between the start and
+/// end anchors. [`MeasuredMapping::advance`] starts the next segment at the current end anchor,
+/// so the mapping stays continuous and its error stays within the anchors' jitter instead of
+/// growing with the rate error over a long trace.
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub struct MeasuredMapping {
-    anchor_ns: u64,
-    anchor_tsc: u64,
+    start_ns: u64,
+    start_tsc: u64,
+    end_ns: u64,
+    end_tsc: u64,
     ticks_per_ns: f64,
 }
 
@@ -106,8 +113,10 @@ impl MeasuredMapping {
     /// From one anchor point and a rate.
     pub fn new(anchor_ns: u64, anchor_tsc: u64, ticks_per_ns: f64) -> Self {
         Self {
-            anchor_ns,
-            anchor_tsc,
+            start_ns: anchor_ns,
+            start_tsc: anchor_tsc,
+            end_ns: anchor_ns,
+            end_tsc: anchor_tsc,
             ticks_per_ns,
         }
     }
@@ -118,21 +127,47 @@ impl MeasuredMapping {
         let (ns0, tsc0) = anchor();
         std::thread::sleep(span);
         let (ns1, tsc1) = anchor();
-        let ticks = tsc1.wrapping_sub(tsc0) as f64;
-        let nanos = ns1.saturating_sub(ns0).max(1) as f64;
-        Self::new(ns0, tsc0, ticks / nanos)
+        let mut m = Self::new(ns0, tsc0, 1.0);
+        m.advance_to(ns1, tsc1);
+        m.start_ns = ns0;
+        m.start_tsc = tsc0;
+        m
     }
 
-    /// The measured rate.
+    /// Starts a new segment from the current end anchor to `(ns, tsc)`. Ignored unless `ns`
+    /// is later than the end anchor.
+    pub fn advance_to(&mut self, ns: u64, tsc: u64) {
+        if ns <= self.end_ns {
+            return;
+        }
+        self.start_ns = self.end_ns;
+        self.start_tsc = self.end_tsc;
+        self.ticks_per_ns = tsc.wrapping_sub(self.end_tsc) as f64 / (ns - self.end_ns) as f64;
+        self.end_ns = ns;
+        self.end_tsc = tsc;
+    }
+
+    /// Takes a new anchor now if the end anchor is older than `min_interval`; returns whether
+    /// it did.
+    pub fn advance(&mut self, min_interval: Duration) -> bool {
+        if monotonic_raw_ns().saturating_sub(self.end_ns) < min_interval.as_nanos() as u64 {
+            return false;
+        }
+        let (ns, tsc) = anchor();
+        self.advance_to(ns, tsc);
+        true
+    }
+
+    /// The rate of the current segment.
     pub fn ticks_per_ns(&self) -> f64 {
         self.ticks_per_ns
     }
 
     /// `CLOCK_MONOTONIC_RAW` nanoseconds → TSC ticks.
     pub fn ns_to_tsc(&self, ns: u64) -> u64 {
-        let delta = ns as i128 - self.anchor_ns as i128;
+        let delta = ns as i128 - self.start_ns as i128;
         let ticks = (delta as f64 * self.ticks_per_ns) as i128;
-        (self.anchor_tsc as i128 + ticks).clamp(0, u64::MAX as i128) as u64
+        (self.start_tsc as i128 + ticks).clamp(0, u64::MAX as i128) as u64
     }
 }
 
@@ -176,6 +211,14 @@ impl PerfTimeConverter {
         match self {
             Self::MmapPage(c) => c.perf_to_tsc(time),
             Self::Measured(m) => m.ns_to_tsc(time),
+        }
+    }
+
+    /// Keeps a measured mapping accurate: a new anchor every `min_interval` at most (no-op for
+    /// the mmap-page conversion, which the kernel keeps exact).
+    pub fn refresh(&mut self, min_interval: Duration) {
+        if let Self::Measured(m) = self {
+            m.advance(min_interval);
         }
     }
 
@@ -254,9 +297,10 @@ mod tests {
 
     proptest! {
         #[test]
-        fn inverse_round_trips(cyc in 1u64..(1u64 << 60), mult in 1u32.., shift in 0u16..=32) {
-            // The kernel's shift is at most 32 (so `rem * mult` cannot overflow) and perf time
-            // stays far below 2^63 ns.
+        fn inverse_round_trips(cyc in 1u64..(1u64 << 50), shift in 8u16..=32, ns_per_tick in 0.05f64..20.0) {
+            // Kernel-like parameters: shift at most 32 (so `rem * mult` cannot overflow), a
+            // rate between 50 GHz and 50 MHz, perf time far below 2^63 ns.
+            let mult = ((1u64 << shift) as f64 * ns_per_tick).clamp(1.0, u32::MAX as f64) as u32;
             let exact = (u128::from(cyc) * u128::from(mult)) >> shift;
             prop_assume!(exact < (1u128 << 63));
             let c = TscConversion::new(0x1234_5678_9abc, mult, shift).unwrap();
@@ -276,6 +320,24 @@ mod tests {
         assert_eq!(m.ns_to_tsc(1_000), 10_000);
         assert_eq!(m.ns_to_tsc(2_000), 12_500);
         assert_eq!(m.ns_to_tsc(0), 7_500);
+    }
+
+    #[test]
+    fn advancing_keeps_the_mapping_continuous() {
+        let mut m = MeasuredMapping::new(1_000, 10_000, 2.5);
+        m.advance_to(2_000, 12_600); // 2.6 ticks/ns over this segment
+        assert_eq!(m.ns_to_tsc(1_000), 10_000);
+        assert_eq!(m.ns_to_tsc(2_000), 12_600);
+        let at_joint = m.ns_to_tsc(2_000);
+        m.advance_to(3_000, 15_000); // 2.4 ticks/ns
+        assert_eq!(
+            m.ns_to_tsc(2_000),
+            at_joint,
+            "continuous at the shared anchor"
+        );
+        assert_eq!(m.ns_to_tsc(3_000), 15_000);
+        m.advance_to(2_500, 1); // not later: ignored
+        assert_eq!(m.ns_to_tsc(3_000), 15_000);
     }
 
     #[test]
