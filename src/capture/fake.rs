@@ -121,7 +121,8 @@ impl FakeRing {
         if self.head() != self.tail() {
             return false;
         }
-        // ATOMICS: the reader is idle (nothing unread); Release keeps the order simple.
+        // ATOMICS: the ring is empty, so the reader reads no bytes; Release on both keeps any
+        // earlier producer writes ordered before the new positions.
         self.mem.tail().store(pos, Ordering::Release);
         self.mem.head().store(pos, Ordering::Release);
         true

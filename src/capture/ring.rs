@@ -324,6 +324,8 @@ impl PerfRing {
 
     /// Bytes written by the kernel and not yet consumed.
     pub fn pending_bytes(&self) -> u64 {
+        // ATOMICS: Acquire on the head as everywhere (pairs with the kernel's release); the
+        // tail is only written by this process's reader, so Relaxed reads our own value.
         let head = self.head().load(Ordering::Acquire);
         let tail = self.tail().load(Ordering::Relaxed);
         head.wrapping_sub(tail)
@@ -370,6 +372,8 @@ impl PerfRing {
 
     /// Starts reading the records the kernel has published so far.
     pub fn reader(&mut self) -> RingReader<'_> {
+        // ATOMICS: Acquire pairs with the kernel's release store of data_head: every record
+        // byte below `head` is visible to the reads that follow.
         let head = self.head().load(Ordering::Acquire);
         // ATOMICS: only this reader writes data_tail, so Relaxed reads back our own value.
         let tail = self.tail().load(Ordering::Relaxed);

@@ -248,6 +248,7 @@ struct Counters {
 }
 
 fn bump(counter: &AtomicU64, by: u64) {
+    // ATOMICS: a statistic (see `Counters`): Relaxed.
     counter.fetch_add(by, Ordering::Relaxed);
 }
 
@@ -286,6 +287,7 @@ pub struct CaptureStats {
 
 impl Counters {
     fn snapshot(&self) -> CaptureStats {
+        // ATOMICS: statistics (see `Counters`): Relaxed.
         let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
         CaptureStats {
             lost_records: g(&self.lost_records),
@@ -502,7 +504,9 @@ pub struct Capture {
 }
 
 impl Capture {
-    /// Starts a session on the kernel; `sink` receives every event on the capture thread.
+    /// Starts a session on the kernel; `sink` receives every event on the capture thread, in
+    /// timestamp order. The sink should not block for long: while it runs, no ring is drained
+    /// (the kernel counts what it has to drop, and the session reports it as lost).
     pub fn start(
         config: CaptureConfig,
         sink: impl FnMut(CaptureEvent) + Send + 'static,
@@ -680,7 +684,10 @@ impl Capture {
             conv: clock,
             merger: Merger::new(streams),
             slack: config.merge_slack.as_nanos() as u64,
-            poll_ms: i32::try_from(config.poll_interval.as_millis()).unwrap_or(i32::MAX),
+            // At least 1 ms: a zero timeout would turn the capture thread into a busy loop.
+            poll_ms: i32::try_from(config.poll_interval.as_millis())
+                .unwrap_or(i32::MAX)
+                .max(1),
             delivery: Delivery {
                 registry,
                 announced: HashSet::new(),

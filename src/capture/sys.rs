@@ -4,7 +4,7 @@
 //! [`RealSys`] calls the kernel; [`FakeSys`](super::fake::FakeSys) serves synthetic perf events
 //! and ring buffers from memory, so ring, record and session logic is tested on machines without
 //! perf access or a PMU (this project's CI VM has none). Anything failing here comes back as an
-//! [`io::Error`] made by the one errno helper, [`check_errno`]; the layers above wrap it in a
+//! [`io::Error`] made by the one errno helper, `check_errno`; the layers above wrap it in a
 //! typed error naming the event, pid, cpu and remedy.
 
 use std::fmt;
