@@ -961,6 +961,7 @@ impl Worker {
         for (stream, slot) in self.slots.iter_mut().enumerate() {
             let now = self.conv.perf_now();
             let mut reader = slot.ring.reader();
+            let mut since_release = 0u32;
             while let Some(next) = reader.next_record() {
                 let raw = match next {
                     Ok(raw) => raw,
@@ -990,6 +991,13 @@ impl Worker {
                     }
                     Ok(Decoded::Skipped(Skip::SwitchInPair)) => {}
                     Err(_) => bump(&counters.parse_errors, 1),
+                }
+                // Hand consumed space back to the kernel during long batches, not only at the
+                // end, so a burst keeps flowing while it is decoded.
+                since_release += 1;
+                if since_release == 256 {
+                    reader.release_consumed();
+                    since_release = 0;
                 }
             }
             reader.commit();
