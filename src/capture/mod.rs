@@ -1,1 +1,83 @@
-//! (module under construction: see shared/DESIGN.md for what `capture` owns)
+//! Kernel and hardware capture through `perf_event_open`: context switches (system-wide from
+//! `sched:sched_switch`, or one process's own), thread lifecycle and names, and LBR branch
+//! stacks, delivered as typed, timestamp-ordered events in TSC ticks.
+//!
+//! Layers, bottom up (one file per concept):
+//!
+//! | module | concept |
+//! |---|---|
+//! | [`sys`] | the syscall seam ([`Sys`]): kernel ([`RealSys`]) or memory ([`FakeSys`]) |
+//! | [`attr`] | `perf_event_attr` builder for each event fxtrace opens |
+//! | [`ring`] | the mmap'd ring: atomic head/tail, zero-copy (possibly split) record views |
+//! | [`records`] | record layouts → typed records ([`PerfRecord`]) |
+//! | [`lbr`] | branch stacks (`perf_branch_entry`) |
+//! | [`tracepoint`], [`switch`] | tracepoint format files; `sched_switch` raw data by its offsets |
+//! | [`state`] | Linux `prev_state` / priorities → FXT thread states / priorities (table) |
+//! | [`time`] | perf timestamps → TSC ticks |
+//! | [`merge`] | k-way timestamp merge of per-CPU streams, with its release rule |
+//! | [`procfs`] | tid → pid and names, cached, from records and `/proc` |
+//! | [`permissions`], [`tracefs`] | what we may do, remedy text; finding/mounting tracefs |
+//! | [`session`] | [`Capture`]: open, drain on a thread, merge, deliver [`CaptureEvent`]s |
+//! | [`fake`] | test support: an in-memory perf behind [`Sys`] |
+//!
+//! The bindgen types of `perf-event-open-sys` never appear in this API.
+//!
+//! ```no_run
+//! use fxtrace::capture::{Capture, CaptureConfig, CaptureEvent};
+//! # fn main() -> Result<(), fxtrace::capture::CaptureError> {
+//! let capture = Capture::start(CaptureConfig::system_wide(), |event| {
+//!     if let CaptureEvent::ContextSwitch(cs) = event {
+//!         println!("cpu {}: {} -> {}", cs.cpu, cs.prev_tid, cs.next_tid);
+//!     }
+//! })?;
+//! std::thread::sleep(std::time::Duration::from_millis(100));
+//! let stats = capture.stop()?;
+//! println!("{} switches, {} lost", stats.switches, stats.lost_records);
+//! # Ok(())
+//! # }
+//! ```
+
+// perf-event-open-sys asks for bindgen structs to be built with `Default` and then assigned
+// field by field, never with a struct literal, so that regenerated bindings with new fields keep
+// compiling. That is exactly what this clippy lint objects to.
+#![allow(clippy::field_reassign_with_default)]
+
+pub mod attr;
+mod decode;
+pub mod events;
+pub mod fake;
+pub mod lbr;
+pub mod merge;
+pub mod permissions;
+pub mod procfs;
+pub mod records;
+pub mod ring;
+pub mod session;
+pub mod state;
+pub mod switch;
+pub mod sys;
+pub mod time;
+pub mod tracefs;
+pub mod tracepoint;
+
+pub use attr::{BranchSampleFormat, BranchSampling, EventAttr, EventKind, SampleFormat};
+pub use events::{
+    BranchSample, CaptureEvent, ContextSwitch, Lost, LostKind, SwitchSides, TaskComm, TaskExit,
+    TaskFork, ThreadInfo, Unsupported,
+};
+pub use fake::{FakeRing, FakeSys, RecordBytes};
+pub use lbr::{BranchEntry, BranchStack};
+pub use merge::Merger;
+pub use permissions::{Need, PerfPermissions};
+pub use records::{ParseError, PerfRecord, RecordLayout, TaskName};
+pub use ring::{PerfRing, RawData, RawRecord, RingError, RingReader};
+pub use session::{
+    Capture, CaptureConfig, CaptureError, CaptureReport, CaptureStats, CaptureTarget, SwitchSource,
+    TracefsChoice,
+};
+pub use state::{TaskStateBits, ThreadState};
+pub use switch::{SchedSwitchFields, SchedSwitchFormat};
+pub use sys::{PerfIoctl, RealSys, Sys};
+pub use time::{ClockSource, MeasuredMapping, PerfTimeConverter, TscConversion};
+pub use tracefs::Tracefs;
+pub use tracepoint::TracepointFormat;

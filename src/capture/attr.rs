@@ -1,0 +1,543 @@
+//! A builder over the kernel's `perf_event_attr`, one constructor per event fxtrace opens.
+//!
+//! The bindgen struct from `perf-event-open-sys` stays private: it is built with `Default` and
+//! then assigned field by field (never a struct literal, so regenerated bindings with new fields
+//! still compile), and callers see only [`EventAttr`], [`SampleFormat`] and
+//! [`BranchSampleFormat`].
+//!
+//! | constructor | type / config | records it produces |
+//! |---|---|---|
+//! | [`EventAttr::process_switches`] | software `DUMMY`, `context_switch`, `inherit` | `SWITCH` for the target's threads, `FORK`/`EXIT`/`COMM` |
+//! | [`EventAttr::sched_switch_tracepoint`] | tracepoint `sched:sched_switch`, period 1 | one `SAMPLE` (raw data) per switch on the CPU, `FORK`/`EXIT`/`COMM` |
+//! | [`EventAttr::cpu_wide_switches`] | software `DUMMY`, `context_switch` | `SWITCH_CPU_WIDE` for every switch on the CPU, `FORK`/`EXIT`/`COMM` |
+//! | [`EventAttr::branch_sampling`] | hardware `CPU_CYCLES`, period N | `SAMPLE` with IP and the LBR branch stack |
+//! | [`EventAttr::clock_probe`] | software `DUMMY` | none: only its mmap page is read (clock parameters) |
+//!
+//! Every event is opened disabled and enabled once its ring is mapped; every event carries
+//! `sample_id_all` with `TID | TIME | CPU` so side-band records are timestamped too.
+//!
+//! Clock: by default events keep perf's own clock (`perf_clock()`, i.e. `sched_clock`, derived
+//! from the TSC on x86), converted to TSC ticks with the mmap page's `time_zero/time_mult/
+//! time_shift` ([`super::time`]). Only when the page does not offer that conversion are events
+//! opened with `use_clockid = 1, clockid = CLOCK_MONOTONIC_RAW`, so the measured
+//! `CLOCK_MONOTONIC_RAW` ↔ TSC mapping applies ([`ClockSource`]).
+
+use std::fmt;
+use std::mem::size_of;
+use std::ops::BitOr;
+
+use perf_event_open_sys::bindings as b;
+
+use super::time::ClockSource;
+
+// === impl SampleFormat ===
+
+/// A set of `PERF_SAMPLE_*` bits (`perf_event_attr.sample_type`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct SampleFormat(u64);
+
+impl SampleFormat {
+    /// `PERF_SAMPLE_IP`.
+    pub const IP: Self = Self(b::PERF_SAMPLE_IP as u64);
+    /// `PERF_SAMPLE_TID` (u32 pid, u32 tid).
+    pub const TID: Self = Self(b::PERF_SAMPLE_TID as u64);
+    /// `PERF_SAMPLE_TIME`.
+    pub const TIME: Self = Self(b::PERF_SAMPLE_TIME as u64);
+    /// `PERF_SAMPLE_ADDR`.
+    pub const ADDR: Self = Self(b::PERF_SAMPLE_ADDR as u64);
+    /// `PERF_SAMPLE_ID`.
+    pub const ID: Self = Self(b::PERF_SAMPLE_ID as u64);
+    /// `PERF_SAMPLE_STREAM_ID`.
+    pub const STREAM_ID: Self = Self(b::PERF_SAMPLE_STREAM_ID as u64);
+    /// `PERF_SAMPLE_CPU` (u32 cpu, u32 reserved).
+    pub const CPU: Self = Self(b::PERF_SAMPLE_CPU as u64);
+    /// `PERF_SAMPLE_PERIOD`.
+    pub const PERIOD: Self = Self(b::PERF_SAMPLE_PERIOD as u64);
+    /// `PERF_SAMPLE_CALLCHAIN`.
+    pub const CALLCHAIN: Self = Self(b::PERF_SAMPLE_CALLCHAIN as u64);
+    /// `PERF_SAMPLE_RAW` (u32 size, then tracepoint data).
+    pub const RAW: Self = Self(b::PERF_SAMPLE_RAW as u64);
+    /// `PERF_SAMPLE_BRANCH_STACK`.
+    pub const BRANCH_STACK: Self = Self(b::PERF_SAMPLE_BRANCH_STACK as u64);
+    /// `PERF_SAMPLE_IDENTIFIER`.
+    pub const IDENTIFIER: Self = Self(b::PERF_SAMPLE_IDENTIFIER as u64);
+
+    /// The empty set.
+    pub const fn empty() -> Self {
+        Self(0)
+    }
+
+    /// From raw `PERF_SAMPLE_*` bits.
+    pub const fn from_bits(bits: u64) -> Self {
+        Self(bits)
+    }
+
+    /// The raw bits.
+    pub const fn bits(self) -> u64 {
+        self.0
+    }
+
+    /// Whether every bit of `other` is set in `self`.
+    pub const fn contains(self, other: Self) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl BitOr for SampleFormat {
+    type Output = Self;
+    fn bitor(self, rhs: Self) -> Self {
+        Self(self.0 | rhs.0)
+    }
+}
+
+impl fmt::Debug for SampleFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const NAMES: [(SampleFormat, &str); 12] = [
+            (SampleFormat::IDENTIFIER, "IDENTIFIER"),
+            (SampleFormat::IP, "IP"),
+            (SampleFormat::TID, "TID"),
+            (SampleFormat::TIME, "TIME"),
+            (SampleFormat::ADDR, "ADDR"),
+            (SampleFormat::ID, "ID"),
+            (SampleFormat::STREAM_ID, "STREAM_ID"),
+            (SampleFormat::CPU, "CPU"),
+            (SampleFormat::PERIOD, "PERIOD"),
+            (SampleFormat::CALLCHAIN, "CALLCHAIN"),
+            (SampleFormat::RAW, "RAW"),
+            (SampleFormat::BRANCH_STACK, "BRANCH_STACK"),
+        ];
+        write_flag_names(f, self.0, &NAMES.map(|(flag, name)| (flag.0, name)))
+    }
+}
+
+// === impl BranchSampleFormat ===
+
+/// A set of `PERF_SAMPLE_BRANCH_*` bits (`perf_event_attr.branch_sample_type`).
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct BranchSampleFormat(u64);
+
+impl BranchSampleFormat {
+    /// `PERF_SAMPLE_BRANCH_USER`: branches ending in user space.
+    pub const USER: Self = Self(b::PERF_SAMPLE_BRANCH_USER as u64);
+    /// `PERF_SAMPLE_BRANCH_KERNEL`: branches ending in the kernel.
+    pub const KERNEL: Self = Self(b::PERF_SAMPLE_BRANCH_KERNEL as u64);
+    /// `PERF_SAMPLE_BRANCH_ANY`: every branch type.
+    pub const ANY: Self = Self(b::PERF_SAMPLE_BRANCH_ANY as u64);
+    /// `PERF_SAMPLE_BRANCH_HW_INDEX`: a `u64 hw_idx` precedes the entries.
+    pub const HW_INDEX: Self = Self(b::PERF_SAMPLE_BRANCH_HW_INDEX as u64);
+    /// `PERF_SAMPLE_BRANCH_COUNTERS`: `u64 counters[nr]` follow the entries.
+    pub const COUNTERS: Self = Self(b::PERF_SAMPLE_BRANCH_COUNTERS as u64);
+
+    /// The empty set.
+    pub const fn empty() -> Self {
+        Self(0)
+    }
+
+    /// From raw `PERF_SAMPLE_BRANCH_*` bits.
+    pub const fn from_bits(bits: u64) -> Self {
+        Self(bits)
+    }
+
+    /// The raw bits.
+    pub const fn bits(self) -> u64 {
+        self.0
+    }
+
+    /// Whether every bit of `other` is set in `self`.
+    pub const fn contains(self, other: Self) -> bool {
+        self.0 & other.0 == other.0
+    }
+}
+
+impl BitOr for BranchSampleFormat {
+    type Output = Self;
+    fn bitor(self, rhs: Self) -> Self {
+        Self(self.0 | rhs.0)
+    }
+}
+
+impl fmt::Debug for BranchSampleFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const NAMES: [(BranchSampleFormat, &str); 5] = [
+            (BranchSampleFormat::USER, "USER"),
+            (BranchSampleFormat::KERNEL, "KERNEL"),
+            (BranchSampleFormat::ANY, "ANY"),
+            (BranchSampleFormat::HW_INDEX, "HW_INDEX"),
+            (BranchSampleFormat::COUNTERS, "COUNTERS"),
+        ];
+        write_flag_names(f, self.0, &NAMES.map(|(flag, name)| (flag.0, name)))
+    }
+}
+
+fn write_flag_names(f: &mut fmt::Formatter<'_>, bits: u64, names: &[(u64, &str)]) -> fmt::Result {
+    let mut rest = bits;
+    let mut first = true;
+    for &(flag, name) in names {
+        if bits & flag != 0 {
+            f.write_str(if first { "" } else { "|" })?;
+            f.write_str(name)?;
+            rest &= !flag;
+            first = false;
+        }
+    }
+    if rest != 0 || first {
+        write!(f, "{}{rest:#x}", if first { "" } else { "|" })?;
+    }
+    Ok(())
+}
+
+// === impl EventAttr ===
+
+/// Which of fxtrace's events an [`EventAttr`] describes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum EventKind {
+    /// Per-process context switches (`PERF_RECORD_SWITCH`), inherited by new threads.
+    ProcessSwitches,
+    /// System-wide `sched:sched_switch` tracepoint samples, one event per CPU.
+    SchedSwitchTracepoint,
+    /// System-wide `PERF_RECORD_SWITCH_CPU_WIDE` on a dummy event, one event per CPU.
+    CpuWideSwitches,
+    /// Sampling hardware event with the LBR branch stack.
+    BranchSampling,
+    /// A dummy event whose mmap page is only read for the clock parameters.
+    ClockProbe,
+}
+
+/// Which branches an LBR sampling event records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BranchSampling {
+    /// Sample every `period` CPU cycles.
+    pub period: u64,
+    /// Also record branches that end in the kernel (needs root, `CAP_PERFMON`, or
+    /// `perf_event_paranoid <= 1`).
+    pub include_kernel: bool,
+}
+
+impl Default for BranchSampling {
+    /// A sample every 1 000 003 cycles (a prime, so samples do not lock step with loops), user
+    /// branches only.
+    fn default() -> Self {
+        Self {
+            period: 1_000_003,
+            include_kernel: false,
+        }
+    }
+}
+
+/// A `perf_event_attr` for one of fxtrace's events (see the module table).
+#[derive(Clone)]
+pub struct EventAttr {
+    raw: b::perf_event_attr,
+    kind: EventKind,
+}
+
+impl EventAttr {
+    fn base(kind: EventKind, clock: ClockSource) -> Self {
+        let mut raw = b::perf_event_attr::default();
+        raw.size = size_of::<b::perf_event_attr>() as u32;
+        raw.set_disabled(1);
+        if clock == ClockSource::MonotonicRaw {
+            raw.set_use_clockid(1);
+            raw.clockid = libc::CLOCK_MONOTONIC_RAW;
+        }
+        Self { raw, kind }
+    }
+
+    fn with_side_band(mut self) -> Self {
+        self.raw.set_sample_id_all(1);
+        self.raw.set_task(1);
+        self.raw.set_comm(1);
+        self.raw.set_comm_exec(1);
+        self
+    }
+
+    fn dummy(kind: EventKind, clock: ClockSource) -> Self {
+        let mut attr = Self::base(kind, clock);
+        attr.raw.type_ = b::PERF_TYPE_SOFTWARE;
+        attr.raw.config = u64::from(b::PERF_COUNT_SW_DUMMY);
+        attr
+    }
+
+    /// Context switches of one process's threads: a software dummy event with
+    /// `context_switch = 1`, `inherit = 1` (threads created later are followed), FORK/EXIT/COMM
+    /// side-band records, and `sample_id_all` with `TID | TIME | CPU`. Open it per (thread, CPU);
+    /// the kernel refuses to mmap inherited events opened with `cpu = -1`.
+    pub fn process_switches(clock: ClockSource) -> Self {
+        let mut attr = Self::dummy(EventKind::ProcessSwitches, clock).with_side_band();
+        attr.raw.set_context_switch(1);
+        attr.raw.set_inherit(1);
+        attr.raw.set_exclude_kernel(1);
+        attr.raw.set_exclude_hv(1);
+        attr.raw.sample_type = (SampleFormat::TID | SampleFormat::TIME | SampleFormat::CPU).bits();
+        attr
+    }
+
+    /// Every context switch on one CPU from the `sched:sched_switch` tracepoint (`id` read from
+    /// tracefs `events/sched/sched_switch/id`): a sample per switch (`sample_period = 1`) with
+    /// `RAW | TID | TIME | CPU`, plus FORK/EXIT/COMM side-band records. Open with `pid = -1`.
+    pub fn sched_switch_tracepoint(id: u64, clock: ClockSource) -> Self {
+        let mut attr = Self::base(EventKind::SchedSwitchTracepoint, clock).with_side_band();
+        attr.raw.type_ = b::PERF_TYPE_TRACEPOINT;
+        attr.raw.config = id;
+        attr.raw.sample_period = 1;
+        attr.raw.sample_type =
+            (SampleFormat::RAW | SampleFormat::TID | SampleFormat::TIME | SampleFormat::CPU).bits();
+        attr
+    }
+
+    /// The tracepoint fallback: `PERF_RECORD_SWITCH_CPU_WIDE` for every switch on one CPU, from
+    /// a software dummy event with `context_switch = 1`. Open with `pid = -1`.
+    pub fn cpu_wide_switches(clock: ClockSource) -> Self {
+        let mut attr = Self::dummy(EventKind::CpuWideSwitches, clock).with_side_band();
+        attr.raw.set_context_switch(1);
+        attr.raw.sample_type = (SampleFormat::TID | SampleFormat::TIME | SampleFormat::CPU).bits();
+        attr
+    }
+
+    /// LBR sampling: hardware `CPU_CYCLES` every `cfg.period` cycles, each sample carrying
+    /// `IP | TID | TIME | CPU | BRANCH_STACK` with `branch_sample_type = ANY | USER`
+    /// (`| KERNEL` when `cfg.include_kernel`).
+    pub fn branch_sampling(cfg: BranchSampling, clock: ClockSource) -> Self {
+        let mut attr = Self::base(EventKind::BranchSampling, clock);
+        attr.raw.type_ = b::PERF_TYPE_HARDWARE;
+        attr.raw.config = u64::from(b::PERF_COUNT_HW_CPU_CYCLES);
+        attr.raw.sample_period = cfg.period.max(1);
+        attr.raw.sample_type = (SampleFormat::IP
+            | SampleFormat::TID
+            | SampleFormat::TIME
+            | SampleFormat::CPU
+            | SampleFormat::BRANCH_STACK)
+            .bits();
+        attr.raw.set_sample_id_all(1);
+        let mut branches = BranchSampleFormat::ANY | BranchSampleFormat::USER;
+        if cfg.include_kernel {
+            branches = branches | BranchSampleFormat::KERNEL;
+        } else {
+            attr.raw.set_exclude_kernel(1);
+        }
+        attr.raw.set_exclude_hv(1);
+        attr.raw.branch_sample_type = branches.bits();
+        attr
+    }
+
+    /// A dummy event opened only to read the clock parameters of its mmap page.
+    pub fn clock_probe() -> Self {
+        Self::dummy(EventKind::ClockProbe, ClockSource::PerfDefault)
+    }
+
+    /// Follow threads created later (`inherit = 1`).
+    pub fn with_inherit(mut self, inherit: bool) -> Self {
+        self.raw.set_inherit(u64::from(inherit));
+        self
+    }
+
+    /// Wake `poll()` when at least `bytes` of records are waiting (`watermark = 1`).
+    pub fn with_wakeup_watermark(mut self, bytes: u32) -> Self {
+        self.raw.set_watermark(1);
+        self.raw.wakeup_watermark = bytes;
+        self
+    }
+
+    /// Override the sample format (tests and tools; fxtrace's events use the constructors').
+    pub fn with_sample_format(mut self, format: SampleFormat) -> Self {
+        self.raw.sample_type = format.bits();
+        self
+    }
+
+    /// Override the branch sample format (tests and tools).
+    pub fn with_branch_format(mut self, format: BranchSampleFormat) -> Self {
+        self.raw.branch_sample_type = format.bits();
+        self
+    }
+
+    /// Which event this is.
+    pub fn kind(&self) -> EventKind {
+        self.kind
+    }
+
+    /// `type` (`PERF_TYPE_*`).
+    pub fn event_type(&self) -> u32 {
+        self.raw.type_
+    }
+
+    /// `config`.
+    pub fn config(&self) -> u64 {
+        self.raw.config
+    }
+
+    /// `sample_period`.
+    pub fn sample_period(&self) -> u64 {
+        self.raw.sample_period
+    }
+
+    /// `sample_type`.
+    pub fn sample_format(&self) -> SampleFormat {
+        SampleFormat(self.raw.sample_type)
+    }
+
+    /// `branch_sample_type`.
+    pub fn branch_format(&self) -> BranchSampleFormat {
+        BranchSampleFormat(self.raw.branch_sample_type)
+    }
+
+    /// `sample_id_all`: side-band records end with a `sample_id` trailer.
+    pub fn sample_id_all(&self) -> bool {
+        self.raw.sample_id_all() != 0
+    }
+
+    /// `context_switch`.
+    pub fn context_switch(&self) -> bool {
+        self.raw.context_switch() != 0
+    }
+
+    /// `inherit`.
+    pub fn inherit(&self) -> bool {
+        self.raw.inherit() != 0
+    }
+
+    /// `task` (FORK/EXIT records).
+    pub fn task(&self) -> bool {
+        self.raw.task() != 0
+    }
+
+    /// `comm` (COMM records).
+    pub fn comm(&self) -> bool {
+        self.raw.comm() != 0
+    }
+
+    /// `disabled`.
+    pub fn disabled(&self) -> bool {
+        self.raw.disabled() != 0
+    }
+
+    /// `exclude_kernel`.
+    pub fn exclude_kernel(&self) -> bool {
+        self.raw.exclude_kernel() != 0
+    }
+
+    /// The clock the event's timestamps come from.
+    pub fn clock(&self) -> ClockSource {
+        if self.raw.use_clockid() != 0 && self.raw.clockid == libc::CLOCK_MONOTONIC_RAW {
+            ClockSource::MonotonicRaw
+        } else {
+            ClockSource::PerfDefault
+        }
+    }
+
+    /// `wakeup_watermark` when `watermark` is set.
+    pub fn wakeup_watermark(&self) -> Option<u32> {
+        (self.raw.watermark() != 0).then_some(self.raw.wakeup_watermark)
+    }
+
+    /// A copy of the kernel struct, for the syscall.
+    pub(crate) fn to_raw(&self) -> b::perf_event_attr {
+        self.raw
+    }
+}
+
+impl fmt::Debug for EventAttr {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("EventAttr")
+            .field("kind", &self.kind)
+            .field("type", &self.raw.type_)
+            .field("config", &self.raw.config)
+            .field("sample_period", &self.raw.sample_period)
+            .field("sample_type", &self.sample_format())
+            .field("branch_sample_type", &self.branch_format())
+            .field("sample_id_all", &self.sample_id_all())
+            .field("inherit", &self.inherit())
+            .field("clock", &self.clock())
+            .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sample_bits_match_the_uapi_numbers() {
+        // include/uapi/linux/perf_event.h: enum perf_event_sample_format.
+        assert_eq!(SampleFormat::IP.bits(), 1 << 0);
+        assert_eq!(SampleFormat::TID.bits(), 1 << 1);
+        assert_eq!(SampleFormat::TIME.bits(), 1 << 2);
+        assert_eq!(SampleFormat::CPU.bits(), 1 << 7);
+        assert_eq!(SampleFormat::RAW.bits(), 1 << 10);
+        assert_eq!(SampleFormat::BRANCH_STACK.bits(), 1 << 11);
+        assert_eq!(SampleFormat::IDENTIFIER.bits(), 1 << 16);
+        assert_eq!(BranchSampleFormat::USER.bits(), 1 << 0);
+        assert_eq!(BranchSampleFormat::KERNEL.bits(), 1 << 1);
+        assert_eq!(BranchSampleFormat::ANY.bits(), 1 << 3);
+        assert_eq!(BranchSampleFormat::HW_INDEX.bits(), 1 << 17);
+        assert_eq!(BranchSampleFormat::COUNTERS.bits(), 1 << 19);
+    }
+
+    #[test]
+    fn process_switch_attr() {
+        let a = EventAttr::process_switches(ClockSource::PerfDefault);
+        assert_eq!(a.kind(), EventKind::ProcessSwitches);
+        assert_eq!(a.event_type(), b::PERF_TYPE_SOFTWARE);
+        assert_eq!(a.config(), u64::from(b::PERF_COUNT_SW_DUMMY));
+        assert!(a.context_switch() && a.inherit() && a.sample_id_all());
+        assert!(a.task() && a.comm() && a.disabled());
+        assert_eq!(
+            a.sample_format(),
+            SampleFormat::TID | SampleFormat::TIME | SampleFormat::CPU
+        );
+        assert_eq!(a.clock(), ClockSource::PerfDefault);
+        assert_eq!(a.to_raw().size as usize, size_of::<b::perf_event_attr>());
+    }
+
+    #[test]
+    fn tracepoint_attr() {
+        let a = EventAttr::sched_switch_tracepoint(372, ClockSource::MonotonicRaw)
+            .with_wakeup_watermark(4096);
+        assert_eq!(a.event_type(), b::PERF_TYPE_TRACEPOINT);
+        assert_eq!(a.config(), 372);
+        assert_eq!(a.sample_period(), 1);
+        assert!(a.sample_format().contains(SampleFormat::RAW));
+        assert!(!a.context_switch());
+        assert_eq!(a.clock(), ClockSource::MonotonicRaw);
+        assert_eq!(a.wakeup_watermark(), Some(4096));
+        assert_eq!(a.to_raw().clockid, libc::CLOCK_MONOTONIC_RAW);
+    }
+
+    #[test]
+    fn cpu_wide_attr_is_not_inherited() {
+        let a = EventAttr::cpu_wide_switches(ClockSource::PerfDefault);
+        assert!(a.context_switch() && !a.inherit() && a.task());
+    }
+
+    #[test]
+    fn branch_attr_user_only_and_with_kernel() {
+        let user = EventAttr::branch_sampling(BranchSampling::default(), ClockSource::PerfDefault);
+        assert_eq!(user.event_type(), b::PERF_TYPE_HARDWARE);
+        assert_eq!(user.config(), u64::from(b::PERF_COUNT_HW_CPU_CYCLES));
+        assert_eq!(user.sample_period(), 1_000_003);
+        assert!(user
+            .sample_format()
+            .contains(SampleFormat::BRANCH_STACK | SampleFormat::IP));
+        assert_eq!(
+            user.branch_format(),
+            BranchSampleFormat::ANY | BranchSampleFormat::USER
+        );
+        assert!(user.exclude_kernel());
+        let kernel = EventAttr::branch_sampling(
+            BranchSampling {
+                period: 5000,
+                include_kernel: true,
+            },
+            ClockSource::PerfDefault,
+        );
+        assert!(kernel.branch_format().contains(BranchSampleFormat::KERNEL));
+        assert!(!kernel.exclude_kernel());
+        assert_eq!(kernel.sample_period(), 5000);
+    }
+
+    #[test]
+    fn flag_names() {
+        let f = SampleFormat::TID | SampleFormat::TIME | SampleFormat::from_bits(1 << 40);
+        assert_eq!(format!("{f:?}"), "TID|TIME|0x10000000000");
+        assert_eq!(format!("{:?}", SampleFormat::empty()), "0x0");
+    }
+}

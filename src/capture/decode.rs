@@ -1,0 +1,246 @@
+//! One ring's records → typed [`CaptureEvent`]s (before merging and thread naming).
+
+use std::sync::Arc;
+
+use super::attr::EventKind;
+use super::events::{
+    BranchSample, CaptureEvent, ContextSwitch, Lost, LostKind, SwitchSides, TaskComm, TaskExit,
+    TaskFork,
+};
+use super::records::{ParseError, PerfRecord, RecordLayout, TaskName};
+use super::ring::RawRecord;
+use super::state::{fxt_priority, state_after_switch_out, ThreadState, PRIORITY_UNKNOWN};
+use super::switch::SchedSwitchFormat;
+use super::time::PerfTimeConverter;
+
+/// A decoded event waiting to be merged, with the task names a switch carried.
+#[derive(Debug, Clone)]
+pub(crate) struct Pending {
+    pub(crate) event: CaptureEvent,
+    /// `(prev, next)` names from `sched_switch`.
+    pub(crate) names: Option<(TaskName, TaskName)>,
+}
+
+/// What a record became.
+#[derive(Debug)]
+pub(crate) enum Decoded {
+    /// An event, keyed by its perf timestamp.
+    Event { perf_time: u64, pending: Pending },
+    /// Nothing to deliver; the reason is counted by the caller.
+    Skipped(Skip),
+}
+
+/// Why a record produced no event.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Skip {
+    /// A record type fxtrace does not request.
+    Unknown,
+    /// THROTTLE / UNTHROTTLE.
+    Throttle,
+    /// The switch-in half of a CPU-wide switch (its switch-out record describes it).
+    SwitchInPair,
+    /// A sample on an event that produces none.
+    UnexpectedSample,
+}
+
+/// Decodes the records of one ring.
+#[derive(Debug)]
+pub(crate) struct StreamDecoder {
+    kind: EventKind,
+    cpu: u32,
+    layout: RecordLayout,
+    sched: Option<Arc<SchedSwitchFormat>>,
+    last_time: u64,
+}
+
+impl StreamDecoder {
+    pub(crate) fn new(
+        kind: EventKind,
+        cpu: u32,
+        layout: RecordLayout,
+        sched: Option<Arc<SchedSwitchFormat>>,
+    ) -> Self {
+        Self {
+            kind,
+            cpu,
+            layout,
+            sched,
+            last_time: 0,
+        }
+    }
+
+    /// The perf timestamp of a record: its own, else the previous one of this ring.
+    fn stamp(&mut self, time: Option<u64>) -> u64 {
+        if let Some(t) = time {
+            self.last_time = t;
+        }
+        self.last_time
+    }
+
+    pub(crate) fn decode(
+        &mut self,
+        rec: &RawRecord<'_>,
+        conv: &PerfTimeConverter,
+    ) -> Result<Decoded, ParseError> {
+        let record = self.layout.parse(rec)?;
+        let (perf_time, event, names) = match record {
+            PerfRecord::Sample(s) => {
+                let perf_time = self.stamp(s.time);
+                let time = conv.perf_to_tsc(perf_time);
+                let cpu = s.cpu.unwrap_or(self.cpu);
+                match (self.kind, &self.sched, s.raw, s.branch_stack) {
+                    (EventKind::SchedSwitchTracepoint, Some(fmt), Some(raw), _) => {
+                        let f = fmt.decode(&raw)?;
+                        let idle = |tid: u32| (tid == 0).then_some(0);
+                        let cs = ContextSwitch {
+                            time,
+                            cpu,
+                            prev_tid: f.prev_tid,
+                            prev_pid: idle(f.prev_tid),
+                            next_tid: f.next_tid,
+                            next_pid: idle(f.next_tid),
+                            prev_state: fmt.state_bits().thread_state(f.prev_state),
+                            prev_prio: fxt_priority(f.prev_prio),
+                            next_prio: fxt_priority(f.next_prio),
+                            sides: SwitchSides::Both,
+                        };
+                        (
+                            perf_time,
+                            CaptureEvent::ContextSwitch(cs),
+                            Some((f.prev_comm, f.next_comm)),
+                        )
+                    }
+                    (EventKind::BranchSampling, _, _, Some(stack)) => {
+                        let b = BranchSample {
+                            time,
+                            cpu,
+                            pid: s.pid.unwrap_or(0),
+                            tid: s.tid.unwrap_or(0),
+                            ip: s.ip.unwrap_or(0),
+                            hw_idx: stack.hw_idx,
+                            entries: stack.entries,
+                        };
+                        (perf_time, CaptureEvent::Branch(b), None)
+                    }
+                    (EventKind::SchedSwitchTracepoint, _, None, _) => {
+                        return Err(ParseError::Truncated {
+                            record: "sched_switch sample",
+                            field: "raw",
+                        })
+                    }
+                    _ => return Ok(Decoded::Skipped(Skip::UnexpectedSample)),
+                }
+            }
+            PerfRecord::Switch(sw) => {
+                let perf_time = self.stamp(sw.sample_id.time);
+                let time = conv.perf_to_tsc(perf_time);
+                let cpu = sw.sample_id.cpu.unwrap_or(self.cpu);
+                let tid = sw.sample_id.tid.unwrap_or(0);
+                let pid = sw.sample_id.pid;
+                let cs = match (sw.next_prev, sw.out) {
+                    (Some(_), false) => return Ok(Decoded::Skipped(Skip::SwitchInPair)),
+                    (Some((next_pid, next_tid)), true) => ContextSwitch {
+                        time,
+                        cpu,
+                        prev_tid: tid,
+                        prev_pid: pid,
+                        next_tid,
+                        next_pid: Some(next_pid),
+                        prev_state: state_after_switch_out(sw.preempt),
+                        prev_prio: PRIORITY_UNKNOWN,
+                        next_prio: PRIORITY_UNKNOWN,
+                        sides: SwitchSides::Both,
+                    },
+                    (None, true) => ContextSwitch {
+                        time,
+                        cpu,
+                        prev_tid: tid,
+                        prev_pid: pid,
+                        next_tid: 0,
+                        next_pid: Some(0),
+                        prev_state: state_after_switch_out(sw.preempt),
+                        prev_prio: PRIORITY_UNKNOWN,
+                        next_prio: PRIORITY_UNKNOWN,
+                        sides: SwitchSides::OutgoingOnly,
+                    },
+                    (None, false) => ContextSwitch {
+                        time,
+                        cpu,
+                        prev_tid: 0,
+                        prev_pid: Some(0),
+                        next_tid: tid,
+                        next_pid: pid,
+                        prev_state: ThreadState::Suspended,
+                        prev_prio: PRIORITY_UNKNOWN,
+                        next_prio: PRIORITY_UNKNOWN,
+                        sides: SwitchSides::IncomingOnly,
+                    },
+                };
+                (perf_time, CaptureEvent::ContextSwitch(cs), None)
+            }
+            PerfRecord::Comm(c) => {
+                let perf_time = self.stamp(c.sample_id.time);
+                let e = TaskComm {
+                    time: conv.perf_to_tsc(perf_time),
+                    pid: c.pid,
+                    tid: c.tid,
+                    name: c.name.to_string_lossy(),
+                    exec: c.exec,
+                };
+                (perf_time, CaptureEvent::Comm(e), None)
+            }
+            PerfRecord::Fork(t) => {
+                let perf_time = self.stamp(Some(t.sample_id.time.unwrap_or(t.time)));
+                let e = TaskFork {
+                    time: conv.perf_to_tsc(perf_time),
+                    pid: t.pid,
+                    ppid: t.ppid,
+                    tid: t.tid,
+                    ptid: t.ptid,
+                };
+                (perf_time, CaptureEvent::Fork(e), None)
+            }
+            PerfRecord::Exit(t) => {
+                let perf_time = self.stamp(Some(t.sample_id.time.unwrap_or(t.time)));
+                let e = TaskExit {
+                    time: conv.perf_to_tsc(perf_time),
+                    pid: t.pid,
+                    ppid: t.ppid,
+                    tid: t.tid,
+                    ptid: t.ptid,
+                };
+                (perf_time, CaptureEvent::Exit(e), None)
+            }
+            PerfRecord::Lost {
+                lost, sample_id, ..
+            } => self.lost(LostKind::Records, lost, sample_id.time, sample_id.cpu, conv),
+            PerfRecord::LostSamples { lost, sample_id } => {
+                self.lost(LostKind::Samples, lost, sample_id.time, sample_id.cpu, conv)
+            }
+            PerfRecord::Throttle { .. } => return Ok(Decoded::Skipped(Skip::Throttle)),
+            PerfRecord::Unknown { .. } => return Ok(Decoded::Skipped(Skip::Unknown)),
+        };
+        Ok(Decoded::Event {
+            perf_time,
+            pending: Pending { event, names },
+        })
+    }
+
+    fn lost(
+        &mut self,
+        kind: LostKind,
+        count: u64,
+        time: Option<u64>,
+        cpu: Option<u32>,
+        conv: &PerfTimeConverter,
+    ) -> (u64, CaptureEvent, Option<(TaskName, TaskName)>) {
+        let perf_time = self.stamp(time);
+        let e = Lost {
+            time: conv.perf_to_tsc(perf_time),
+            cpu: cpu.unwrap_or(self.cpu),
+            kind,
+            count,
+        };
+        (perf_time, CaptureEvent::Lost(e), None)
+    }
+}

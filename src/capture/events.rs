@@ -1,0 +1,195 @@
+//! The typed events a capture session delivers, in timestamp order. Every `time` is in TSC
+//! ticks (the trace's clock). A later step turns them into FXT records: [`ContextSwitch`] →
+//! Context Switch (type 8), [`BranchSample`] → LAST_BRANCH blob, [`ThreadInfo`] → Thread +
+//! Kernel Object records, [`Lost`] / [`Unsupported`] → trace metadata and the summary.
+
+use super::lbr::BranchEntry;
+use super::state::ThreadState;
+
+/// Which sides of a [`ContextSwitch`] are known.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum SwitchSides {
+    /// Both (system-wide sources).
+    Both,
+    /// Only the outgoing thread (per-process capture: the incoming task is outside the traced
+    /// process; `next_tid` / `next_pid` are 0).
+    OutgoingOnly,
+    /// Only the incoming thread (per-process capture: `prev_tid` / `prev_pid` are 0 and
+    /// `prev_state` says nothing).
+    IncomingOnly,
+}
+
+/// A CPU switched from one thread to another.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ContextSwitch {
+    /// TSC ticks.
+    pub time: u64,
+    /// The CPU.
+    pub cpu: u32,
+    /// Outgoing thread id (0: the idle task, or unknown per [`SwitchSides`]).
+    pub prev_tid: u32,
+    /// Outgoing process id; `None` if it could not be resolved (thread gone before lookup).
+    pub prev_pid: Option<u32>,
+    /// Incoming thread id.
+    pub next_tid: u32,
+    /// Incoming process id.
+    pub next_pid: Option<u32>,
+    /// Outgoing thread's new state (see [`super::state`]).
+    pub prev_state: ThreadState,
+    /// Outgoing priority, FXT encoding ([`super::state::fxt_priority`]; 255 unknown).
+    pub prev_prio: u8,
+    /// Incoming priority, FXT encoding.
+    pub next_prio: u8,
+    /// Which sides are known.
+    pub sides: SwitchSides,
+}
+
+/// A thread got a new name (`PERF_RECORD_COMM`: `prctl(PR_SET_NAME)`, `exec`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskComm {
+    /// TSC ticks.
+    pub time: u64,
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// The new name.
+    pub name: String,
+    /// The rename came from `exec`.
+    pub exec: bool,
+}
+
+/// A task was created (`PERF_RECORD_FORK`: a new process or thread).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskFork {
+    /// TSC ticks.
+    pub time: u64,
+    /// New task's process id.
+    pub pid: u32,
+    /// Parent's process id.
+    pub ppid: u32,
+    /// New task's thread id.
+    pub tid: u32,
+    /// Parent's thread id.
+    pub ptid: u32,
+}
+
+/// A task exited (`PERF_RECORD_EXIT`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskExit {
+    /// TSC ticks.
+    pub time: u64,
+    /// Process id.
+    pub pid: u32,
+    /// Parent's process id.
+    pub ppid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Parent's thread id.
+    pub ptid: u32,
+}
+
+/// What the kernel dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum LostKind {
+    /// `PERF_RECORD_LOST`: records dropped because the ring was full.
+    Records,
+    /// `PERF_RECORD_LOST_SAMPLES`: samples dropped before reaching the ring.
+    Samples,
+}
+
+/// The kernel reported dropped data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lost {
+    /// TSC ticks of the report.
+    pub time: u64,
+    /// The CPU whose ring reported it.
+    pub cpu: u32,
+    /// What was dropped.
+    pub kind: LostKind,
+    /// How many.
+    pub count: u64,
+}
+
+/// One LBR sample: the last branches a thread took before the sampling interrupt.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BranchSample {
+    /// TSC ticks.
+    pub time: u64,
+    /// The CPU.
+    pub cpu: u32,
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Instruction pointer at the interrupt.
+    pub ip: u64,
+    /// The hardware LBR index (`PERF_SAMPLE_BRANCH_HW_INDEX` only).
+    pub hw_idx: Option<u64>,
+    /// Branches, newest first.
+    pub entries: Vec<BranchEntry>,
+}
+
+/// A thread seen for the first time in this session, announced before the first event that
+/// names it, so it can be registered (FXT Thread record) and named (Kernel Object records).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ThreadInfo {
+    /// TSC ticks of the event that first named it.
+    pub time: u64,
+    /// Thread id.
+    pub tid: u32,
+    /// Process id, if known.
+    pub pid: Option<u32>,
+    /// Thread name.
+    pub name: Option<String>,
+    /// Process name (the main thread's name).
+    pub process_name: Option<String>,
+}
+
+/// A capture source that could not be used; reported once, capture of everything else goes on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Unsupported {
+    /// What is missing ("LBR branch-stack sampling (cpu-cycles)").
+    pub what: String,
+    /// The errno that said so, if a syscall did.
+    pub errno: Option<i32>,
+    /// Why, and what to do about it.
+    pub hint: String,
+}
+
+/// One event of a capture session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CaptureEvent {
+    /// A context switch.
+    ContextSwitch(ContextSwitch),
+    /// A thread rename.
+    Comm(TaskComm),
+    /// A task creation.
+    Fork(TaskFork),
+    /// A task exit.
+    Exit(TaskExit),
+    /// Data dropped by the kernel.
+    Lost(Lost),
+    /// An LBR sample.
+    Branch(BranchSample),
+    /// A thread seen for the first time.
+    Thread(ThreadInfo),
+    /// A source that is not available (delivered once, before any other event).
+    Unsupported(Unsupported),
+}
+
+impl CaptureEvent {
+    /// The event's time in TSC ticks (`None` for [`CaptureEvent::Unsupported`]).
+    pub fn time(&self) -> Option<u64> {
+        Some(match self {
+            Self::ContextSwitch(e) => e.time,
+            Self::Comm(e) => e.time,
+            Self::Fork(e) => e.time,
+            Self::Exit(e) => e.time,
+            Self::Lost(e) => e.time,
+            Self::Branch(e) => e.time,
+            Self::Thread(e) => e.time,
+            Self::Unsupported(_) => return None,
+        })
+    }
+}

@@ -1,0 +1,225 @@
+//! Thread and process names and thread → process ids, from perf records and `/proc`.
+//!
+//! `sched_switch` carries thread ids and names but no process ids. [`TaskRegistry`] fills the
+//! gaps: it learns from FORK/COMM records and switch names as they pass, and on a miss reads
+//! `/proc/<tid>/status` (`Tgid:`) and `/proc/<pid>/task/<tid>/comm` once per task, caching the
+//! answer — including "not found" for tasks that are already gone, so a vanished thread costs
+//! one failed lookup, not one per switch. The `/proc` root is a parameter so tests can use a
+//! synthetic tree; `/sys/devices/system/cpu/online` parsing is here too.
+
+use std::collections::HashMap;
+use std::fs;
+use std::io;
+use std::path::{Path, PathBuf};
+
+#[derive(Debug, Clone, Default)]
+struct ThreadEntry {
+    /// `None`: not looked up yet; `Some(None)`: looked up, unknown.
+    pid: Option<Option<u32>>,
+    name: Option<String>,
+}
+
+/// Cached tid → (pid, name) and pid → process name.
+#[derive(Debug)]
+pub struct TaskRegistry {
+    proc_root: PathBuf,
+    threads: HashMap<u32, ThreadEntry>,
+    processes: HashMap<u32, Option<String>>,
+    proc_reads: u64,
+}
+
+impl Default for TaskRegistry {
+    fn default() -> Self {
+        Self::new("/proc")
+    }
+}
+
+impl TaskRegistry {
+    /// A registry reading `proc_root` (normally `/proc`).
+    pub fn new(proc_root: impl Into<PathBuf>) -> Self {
+        Self {
+            proc_root: proc_root.into(),
+            threads: HashMap::new(),
+            processes: HashMap::new(),
+            proc_reads: 0,
+        }
+    }
+
+    /// Records that `tid` belongs to `pid`.
+    pub fn note_thread(&mut self, pid: u32, tid: u32) {
+        self.threads.entry(tid).or_default().pid = Some(Some(pid));
+    }
+
+    /// Records `tid`'s current name (and the process name, for a main thread).
+    pub fn note_name(&mut self, tid: u32, name: &str) {
+        let entry = self.threads.entry(tid).or_default();
+        if entry.name.as_deref() != Some(name) {
+            entry.name = Some(name.to_owned());
+        }
+        if entry.pid == Some(Some(tid)) {
+            self.processes.insert(tid, Some(name.to_owned()));
+        }
+    }
+
+    /// The process id of `tid` (cached; one `/proc` read on a miss). The idle task (0) is in
+    /// process 0.
+    pub fn pid_of(&mut self, tid: u32) -> Option<u32> {
+        if tid == 0 {
+            return Some(0);
+        }
+        if let Some(Some(pid)) = self.threads.get(&tid).map(|e| e.pid) {
+            return pid;
+        }
+        self.proc_reads += 1;
+        let pid = read_tgid(&self.proc_root.join(tid.to_string()).join("status"));
+        self.threads.entry(tid).or_default().pid = Some(pid);
+        pid
+    }
+
+    /// The name of `tid` (cached; one `/proc` read on a miss).
+    pub fn thread_name(&mut self, tid: u32) -> Option<String> {
+        if let Some(name) = self.threads.get(&tid).and_then(|e| e.name.clone()) {
+            return Some(name);
+        }
+        let pid = self.pid_of(tid)?;
+        self.proc_reads += 1;
+        let path = self
+            .proc_root
+            .join(pid.to_string())
+            .join("task")
+            .join(tid.to_string())
+            .join("comm");
+        let name = read_line(&path)?;
+        self.threads.entry(tid).or_default().name = Some(name.clone());
+        Some(name)
+    }
+
+    /// The name of process `pid` (its main thread's name; cached).
+    pub fn process_name(&mut self, pid: u32) -> Option<String> {
+        if let Some(name) = self.processes.get(&pid) {
+            return name.clone();
+        }
+        let name = self
+            .threads
+            .get(&pid)
+            .and_then(|e| e.name.clone())
+            .or_else(|| {
+                self.proc_reads += 1;
+                read_line(&self.proc_root.join(pid.to_string()).join("comm"))
+            });
+        self.processes.insert(pid, name.clone());
+        name
+    }
+
+    /// `/proc` files read so far (for tests of the cache).
+    pub fn proc_reads(&self) -> u64 {
+        self.proc_reads
+    }
+
+    /// The thread ids of process `pid` right now (`/proc/<pid>/task`).
+    pub fn list_threads(&self, pid: u32) -> io::Result<Vec<u32>> {
+        let mut tids: Vec<u32> = fs::read_dir(self.proc_root.join(pid.to_string()).join("task"))?
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        tids.sort_unstable();
+        Ok(tids)
+    }
+}
+
+fn read_line(path: &Path) -> Option<String> {
+    let text = fs::read_to_string(path).ok()?;
+    Some(text.trim_end_matches('\n').to_owned())
+}
+
+fn read_tgid(status: &Path) -> Option<u32> {
+    fs::read_to_string(status)
+        .ok()?
+        .lines()
+        .find_map(|l| l.strip_prefix("Tgid:"))?
+        .trim()
+        .parse()
+        .ok()
+}
+
+/// Parses a kernel CPU list (`0-3,5,7-8`).
+pub fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
+    let mut cpus = Vec::new();
+    for part in text.trim().split(',').filter(|p| !p.is_empty()) {
+        match part.split_once('-') {
+            Some((a, b)) => {
+                let (a, b): (u32, u32) = (a.trim().parse().ok()?, b.trim().parse().ok()?);
+                if a > b {
+                    return None;
+                }
+                cpus.extend(a..=b);
+            }
+            None => cpus.push(part.trim().parse().ok()?),
+        }
+    }
+    Some(cpus)
+}
+
+/// The online CPUs (`/sys/devices/system/cpu/online`).
+pub fn online_cpus() -> io::Result<Vec<u32>> {
+    let path = "/sys/devices/system/cpu/online";
+    let text = fs::read_to_string(path)?;
+    parse_cpu_list(&text).ok_or_else(|| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("{path}: cannot parse {text:?}"),
+        )
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn cpu_lists() {
+        assert_eq!(parse_cpu_list("0-1\n"), Some(vec![0, 1]));
+        assert_eq!(parse_cpu_list("0-2,4,6-7"), Some(vec![0, 1, 2, 4, 6, 7]));
+        assert_eq!(parse_cpu_list("3"), Some(vec![3]));
+        assert_eq!(parse_cpu_list("2-1"), None);
+        assert_eq!(parse_cpu_list("x"), None);
+    }
+
+    #[test]
+    fn synthetic_proc_tree_is_read_once_per_task() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        fs::create_dir_all(root.join("100/task/101")).unwrap();
+        fs::create_dir_all(root.join("101")).unwrap();
+        fs::write(root.join("101/status"), "Name:\tw\nTgid:\t100\nPid:\t101\n").unwrap();
+        fs::write(root.join("100/task/101/comm"), "worker\n").unwrap();
+        fs::write(root.join("100/comm"), "server\n").unwrap();
+        let mut r = TaskRegistry::new(root);
+        assert_eq!(r.pid_of(101), Some(100));
+        assert_eq!(r.thread_name(101).as_deref(), Some("worker"));
+        assert_eq!(r.process_name(100).as_deref(), Some("server"));
+        let reads = r.proc_reads();
+        assert_eq!(r.pid_of(101), Some(100));
+        assert_eq!(r.thread_name(101).as_deref(), Some("worker"));
+        assert_eq!(r.process_name(100).as_deref(), Some("server"));
+        assert_eq!(r.proc_reads(), reads, "cached");
+        // A vanished task: one failed read, then cached.
+        assert_eq!(r.pid_of(999), None);
+        assert_eq!(r.pid_of(999), None);
+        assert_eq!(r.proc_reads(), reads + 1);
+        assert_eq!(r.pid_of(0), Some(0));
+        assert_eq!(r.list_threads(100).unwrap(), vec![101]);
+    }
+
+    #[test]
+    fn records_teach_the_registry() {
+        let mut r = TaskRegistry::new("/nonexistent");
+        r.note_thread(50, 50);
+        r.note_thread(50, 51);
+        r.note_name(50, "main");
+        r.note_name(51, "helper");
+        assert_eq!(r.pid_of(51), Some(50));
+        assert_eq!(r.thread_name(51).as_deref(), Some("helper"));
+        assert_eq!(r.process_name(50).as_deref(), Some("main"));
+        assert_eq!(r.proc_reads(), 0);
+    }
+}

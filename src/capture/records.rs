@@ -1,0 +1,640 @@
+//! Parsing perf ring records into typed values, per the `sample_type` of the event they came from.
+//!
+//! Layouts (uapi `enum perf_event_type`); `sample_id` is the trailer every side-band record
+//! carries when `sample_id_all` is set:
+//!
+//! | record | body after the header |
+//! |---|---|
+//! | `SAMPLE` (9) | `IDENTIFIER, IP, TID(pid,tid), TIME, ADDR, ID, STREAM_ID, CPU(cpu,res), PERIOD, CALLCHAIN(nr, ips), RAW(u32 size, data), BRANCH_STACK` — each present per its `sample_type` bit, in this order |
+//! | `SWITCH` (14) | `sample_id` |
+//! | `SWITCH_CPU_WIDE` (15) | `u32 next_prev_pid, u32 next_prev_tid, sample_id` |
+//! | `COMM` (3) | `u32 pid, u32 tid, char comm[] (NUL-padded to 8), sample_id` |
+//! | `FORK` (7) / `EXIT` (4) | `u32 pid, ppid, tid, ptid; u64 time; sample_id` |
+//! | `LOST` (2) | `u64 id, u64 lost, sample_id` |
+//! | `LOST_SAMPLES` (13) | `u64 lost, sample_id` |
+//! | `THROTTLE` (5) / `UNTHROTTLE` (6) | `u64 time, u64 id, u64 stream_id, sample_id` |
+//!
+//! `sample_id` is `TID(pid,tid), TIME, ID, STREAM_ID, CPU(cpu,res), IDENTIFIER`, each per its
+//! `sample_type` bit. Any other record type is returned as [`PerfRecord::Unknown`] (the caller
+//! skips and counts it). A record shorter than its layout is a [`ParseError::Truncated`], never a
+//! panic.
+
+use std::fmt;
+
+use perf_event_open_sys::bindings as b;
+use thiserror::Error;
+
+use super::attr::{BranchSampleFormat, EventAttr, SampleFormat};
+use super::lbr::{read_branch_stack, BranchStack};
+use super::ring::{RawCursor, RawData, RawRecord};
+
+/// `PERF_RECORD_LOST`.
+pub const RECORD_LOST: u32 = b::PERF_RECORD_LOST;
+/// `PERF_RECORD_COMM`.
+pub const RECORD_COMM: u32 = b::PERF_RECORD_COMM;
+/// `PERF_RECORD_EXIT`.
+pub const RECORD_EXIT: u32 = b::PERF_RECORD_EXIT;
+/// `PERF_RECORD_THROTTLE`.
+pub const RECORD_THROTTLE: u32 = b::PERF_RECORD_THROTTLE;
+/// `PERF_RECORD_UNTHROTTLE`.
+pub const RECORD_UNTHROTTLE: u32 = b::PERF_RECORD_UNTHROTTLE;
+/// `PERF_RECORD_FORK`.
+pub const RECORD_FORK: u32 = b::PERF_RECORD_FORK;
+/// `PERF_RECORD_SAMPLE`.
+pub const RECORD_SAMPLE: u32 = b::PERF_RECORD_SAMPLE;
+/// `PERF_RECORD_LOST_SAMPLES`.
+pub const RECORD_LOST_SAMPLES: u32 = b::PERF_RECORD_LOST_SAMPLES;
+/// `PERF_RECORD_SWITCH`.
+pub const RECORD_SWITCH: u32 = b::PERF_RECORD_SWITCH;
+/// `PERF_RECORD_SWITCH_CPU_WIDE`.
+pub const RECORD_SWITCH_CPU_WIDE: u32 = b::PERF_RECORD_SWITCH_CPU_WIDE;
+
+/// `PERF_RECORD_MISC_SWITCH_OUT`: a switch record describes a switch out (else in).
+pub const MISC_SWITCH_OUT: u16 = b::PERF_RECORD_MISC_SWITCH_OUT as u16;
+/// `PERF_RECORD_MISC_SWITCH_OUT_PREEMPT`: switched out while still runnable (preempted).
+pub const MISC_SWITCH_OUT_PREEMPT: u16 = b::PERF_RECORD_MISC_SWITCH_OUT_PREEMPT as u16;
+/// `PERF_RECORD_MISC_COMM_EXEC`: the COMM record comes from an `exec`.
+pub const MISC_COMM_EXEC: u16 = b::PERF_RECORD_MISC_COMM_EXEC as u16;
+
+/// Errors decoding a record.
+#[derive(Debug, Clone, PartialEq, Eq, Error)]
+pub enum ParseError {
+    /// The record ended before a field.
+    #[error("truncated {record} record: missing {field}")]
+    Truncated {
+        /// Which record.
+        record: &'static str,
+        /// The first missing field.
+        field: &'static str,
+    },
+    /// A branch stack claims more entries than the record holds.
+    #[error("branch stack claims {nr} entries but only {room} bytes remain")]
+    BranchCount {
+        /// The claimed count.
+        nr: u64,
+        /// Bytes left in the record.
+        room: usize,
+    },
+    /// The event's `sample_type` has bits this parser does not lay out.
+    #[error("unsupported sample_type bits {0:?}")]
+    UnsupportedSampleFormat(SampleFormat),
+    /// Tracepoint raw data does not match the parsed format.
+    #[error("tracepoint raw data: {0}")]
+    Tracepoint(String),
+}
+
+/// The sample formats this parser lays out.
+const SUPPORTED: SampleFormat = SampleFormat::from_bits(
+    SampleFormat::IDENTIFIER.bits()
+        | SampleFormat::IP.bits()
+        | SampleFormat::TID.bits()
+        | SampleFormat::TIME.bits()
+        | SampleFormat::ADDR.bits()
+        | SampleFormat::ID.bits()
+        | SampleFormat::STREAM_ID.bits()
+        | SampleFormat::CPU.bits()
+        | SampleFormat::PERIOD.bits()
+        | SampleFormat::CALLCHAIN.bits()
+        | SampleFormat::RAW.bits()
+        | SampleFormat::BRANCH_STACK.bits(),
+);
+
+// === impl RecordLayout ===
+
+/// What the records of one event look like (from its attr).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordLayout {
+    sample: SampleFormat,
+    branch: BranchSampleFormat,
+    sample_id_all: bool,
+}
+
+impl RecordLayout {
+    /// The layout of `attr`'s records.
+    pub fn new(attr: &EventAttr) -> Result<Self, ParseError> {
+        Self::from_formats(
+            attr.sample_format(),
+            attr.branch_format(),
+            attr.sample_id_all(),
+        )
+    }
+
+    /// The layout for explicit formats; fails on `sample_type` bits it cannot lay out.
+    pub fn from_formats(
+        sample: SampleFormat,
+        branch: BranchSampleFormat,
+        sample_id_all: bool,
+    ) -> Result<Self, ParseError> {
+        let unsupported = sample.bits() & !SUPPORTED.bits();
+        if unsupported != 0 {
+            return Err(ParseError::UnsupportedSampleFormat(
+                SampleFormat::from_bits(unsupported),
+            ));
+        }
+        Ok(Self {
+            sample,
+            branch,
+            sample_id_all,
+        })
+    }
+
+    /// Bytes of the `sample_id` trailer on side-band records.
+    pub fn sample_id_len(&self) -> usize {
+        if !self.sample_id_all {
+            return 0;
+        }
+        let s = self.sample;
+        [
+            (SampleFormat::TID, 8),
+            (SampleFormat::TIME, 8),
+            (SampleFormat::ID, 8),
+            (SampleFormat::STREAM_ID, 8),
+            (SampleFormat::CPU, 8),
+            (SampleFormat::IDENTIFIER, 8),
+        ]
+        .iter()
+        .filter(|(f, _)| s.contains(*f))
+        .map(|(_, n)| n)
+        .sum()
+    }
+
+    /// Parses one record.
+    pub fn parse<'a>(&self, rec: &RawRecord<'a>) -> Result<PerfRecord<'a>, ParseError> {
+        let body = rec.body;
+        match rec.kind {
+            RECORD_SAMPLE => self.parse_sample(body).map(PerfRecord::Sample),
+            RECORD_SWITCH | RECORD_SWITCH_CPU_WIDE => {
+                let cpu_wide = rec.kind == RECORD_SWITCH_CPU_WIDE;
+                let (fixed, sample_id) = self.split_trailer(body, "switch")?;
+                let next_prev = if cpu_wide {
+                    let mut c = RawCursor::new(fixed);
+                    let t = |field| ParseError::Truncated {
+                        record: "switch_cpu_wide",
+                        field,
+                    };
+                    Some((
+                        c.u32().ok_or(t("next_prev_pid"))?,
+                        c.u32().ok_or(t("next_prev_tid"))?,
+                    ))
+                } else {
+                    None
+                };
+                let out = rec.misc & MISC_SWITCH_OUT != 0;
+                Ok(PerfRecord::Switch(SwitchRecord {
+                    out,
+                    preempt: out && rec.misc & MISC_SWITCH_OUT_PREEMPT != 0,
+                    next_prev,
+                    sample_id,
+                }))
+            }
+            RECORD_COMM => {
+                let (fixed, sample_id) = self.split_trailer(body, "comm")?;
+                let mut c = RawCursor::new(fixed);
+                let t = |field| ParseError::Truncated {
+                    record: "comm",
+                    field,
+                };
+                let pid = c.u32().ok_or(t("pid"))?;
+                let tid = c.u32().ok_or(t("tid"))?;
+                let name_bytes = c.take(c.remaining()).ok_or(t("comm"))?;
+                Ok(PerfRecord::Comm(CommRecord {
+                    pid,
+                    tid,
+                    exec: rec.misc & MISC_COMM_EXEC != 0,
+                    name: TaskName::from_raw(&name_bytes),
+                    sample_id,
+                }))
+            }
+            RECORD_FORK | RECORD_EXIT => {
+                let what = if rec.kind == RECORD_FORK {
+                    "fork"
+                } else {
+                    "exit"
+                };
+                let (fixed, sample_id) = self.split_trailer(body, what)?;
+                let mut c = RawCursor::new(fixed);
+                let t = |field| ParseError::Truncated {
+                    record: what,
+                    field,
+                };
+                let task = TaskRecord {
+                    pid: c.u32().ok_or(t("pid"))?,
+                    ppid: c.u32().ok_or(t("ppid"))?,
+                    tid: c.u32().ok_or(t("tid"))?,
+                    ptid: c.u32().ok_or(t("ptid"))?,
+                    time: c.u64().ok_or(t("time"))?,
+                    sample_id,
+                };
+                Ok(if rec.kind == RECORD_FORK {
+                    PerfRecord::Fork(task)
+                } else {
+                    PerfRecord::Exit(task)
+                })
+            }
+            RECORD_LOST => {
+                let (fixed, sample_id) = self.split_trailer(body, "lost")?;
+                let mut c = RawCursor::new(fixed);
+                let t = |field| ParseError::Truncated {
+                    record: "lost",
+                    field,
+                };
+                let id = c.u64().ok_or(t("id"))?;
+                let lost = c.u64().ok_or(t("lost"))?;
+                Ok(PerfRecord::Lost {
+                    id,
+                    lost,
+                    sample_id,
+                })
+            }
+            RECORD_LOST_SAMPLES => {
+                let (fixed, sample_id) = self.split_trailer(body, "lost_samples")?;
+                let lost = RawCursor::new(fixed).u64().ok_or(ParseError::Truncated {
+                    record: "lost_samples",
+                    field: "lost",
+                })?;
+                Ok(PerfRecord::LostSamples { lost, sample_id })
+            }
+            RECORD_THROTTLE | RECORD_UNTHROTTLE => {
+                let (fixed, sample_id) = self.split_trailer(body, "throttle")?;
+                let time = RawCursor::new(fixed).u64().ok_or(ParseError::Truncated {
+                    record: "throttle",
+                    field: "time",
+                })?;
+                Ok(PerfRecord::Throttle {
+                    unthrottle: rec.kind == RECORD_UNTHROTTLE,
+                    time,
+                    sample_id,
+                })
+            }
+            kind => Ok(PerfRecord::Unknown {
+                kind,
+                len: body.len(),
+            }),
+        }
+    }
+
+    /// Splits a side-band body into its fixed part and its parsed `sample_id` trailer.
+    fn split_trailer<'a>(
+        &self,
+        body: RawData<'a>,
+        record: &'static str,
+    ) -> Result<(RawData<'a>, SampleId), ParseError> {
+        let trailer = self.sample_id_len();
+        let fixed_len = body
+            .len()
+            .checked_sub(trailer)
+            .ok_or(ParseError::Truncated {
+                record,
+                field: "sample_id",
+            })?;
+        let fixed = body.get(0, fixed_len).ok_or(ParseError::Truncated {
+            record,
+            field: "body",
+        })?;
+        let mut id = SampleId::default();
+        if self.sample_id_all {
+            let mut c =
+                RawCursor::new(body.get(fixed_len, trailer).ok_or(ParseError::Truncated {
+                    record,
+                    field: "sample_id",
+                })?);
+            // The trailer length was computed from the same bits, so these reads cannot fail;
+            // `Option` chaining keeps that a non-panicking fact.
+            let s = self.sample;
+            if s.contains(SampleFormat::TID) {
+                id.pid = c.u32();
+                id.tid = c.u32();
+            }
+            if s.contains(SampleFormat::TIME) {
+                id.time = c.u64();
+            }
+            if s.contains(SampleFormat::ID) {
+                id.id = c.u64();
+            }
+            if s.contains(SampleFormat::STREAM_ID) {
+                id.stream_id = c.u64();
+            }
+            if s.contains(SampleFormat::CPU) {
+                id.cpu = c.u32();
+                c.u32();
+            }
+            if s.contains(SampleFormat::IDENTIFIER) {
+                id.id = c.u64();
+            }
+        }
+        Ok((fixed, id))
+    }
+
+    fn parse_sample<'a>(&self, body: RawData<'a>) -> Result<Sample<'a>, ParseError> {
+        let s = self.sample;
+        let mut c = RawCursor::new(body);
+        let t = |field| ParseError::Truncated {
+            record: "sample",
+            field,
+        };
+        let mut out = Sample::default();
+        if s.contains(SampleFormat::IDENTIFIER) {
+            out.id = Some(c.u64().ok_or(t("identifier"))?);
+        }
+        if s.contains(SampleFormat::IP) {
+            out.ip = Some(c.u64().ok_or(t("ip"))?);
+        }
+        if s.contains(SampleFormat::TID) {
+            out.pid = Some(c.u32().ok_or(t("pid"))?);
+            out.tid = Some(c.u32().ok_or(t("tid"))?);
+        }
+        if s.contains(SampleFormat::TIME) {
+            out.time = Some(c.u64().ok_or(t("time"))?);
+        }
+        if s.contains(SampleFormat::ADDR) {
+            out.addr = Some(c.u64().ok_or(t("addr"))?);
+        }
+        if s.contains(SampleFormat::ID) {
+            out.id = Some(c.u64().ok_or(t("id"))?);
+        }
+        if s.contains(SampleFormat::STREAM_ID) {
+            out.stream_id = Some(c.u64().ok_or(t("stream_id"))?);
+        }
+        if s.contains(SampleFormat::CPU) {
+            out.cpu = Some(c.u32().ok_or(t("cpu"))?);
+            c.u32().ok_or(t("cpu reserved"))?;
+        }
+        if s.contains(SampleFormat::PERIOD) {
+            out.period = Some(c.u64().ok_or(t("period"))?);
+        }
+        if s.contains(SampleFormat::CALLCHAIN) {
+            let nr = c.u64().ok_or(t("callchain nr"))?;
+            let len = usize::try_from(nr)
+                .ok()
+                .and_then(|n| n.checked_mul(8))
+                .ok_or(t("callchain"))?;
+            out.callchain = Some(c.take(len).ok_or(t("callchain"))?);
+        }
+        if s.contains(SampleFormat::RAW) {
+            let size = c.u32().ok_or(t("raw size"))?;
+            out.raw = Some(c.take(size as usize).ok_or(t("raw data"))?);
+        }
+        if s.contains(SampleFormat::BRANCH_STACK) {
+            out.branch_stack = Some(read_branch_stack(&mut c, self.branch)?);
+        }
+        Ok(out)
+    }
+}
+
+// === records ===
+
+/// The `sample_id` trailer of a side-band record (fields per the event's `sample_type`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SampleId {
+    /// Process id.
+    pub pid: Option<u32>,
+    /// Thread id.
+    pub tid: Option<u32>,
+    /// perf timestamp.
+    pub time: Option<u64>,
+    /// Event id (`ID` or `IDENTIFIER`).
+    pub id: Option<u64>,
+    /// Stream id.
+    pub stream_id: Option<u64>,
+    /// CPU.
+    pub cpu: Option<u32>,
+}
+
+/// A `PERF_RECORD_SAMPLE`.
+#[derive(Debug, Clone, Default)]
+pub struct Sample<'a> {
+    /// `IDENTIFIER` or `ID`.
+    pub id: Option<u64>,
+    /// Instruction pointer.
+    pub ip: Option<u64>,
+    /// Process id.
+    pub pid: Option<u32>,
+    /// Thread id.
+    pub tid: Option<u32>,
+    /// perf timestamp.
+    pub time: Option<u64>,
+    /// Data address.
+    pub addr: Option<u64>,
+    /// Stream id.
+    pub stream_id: Option<u64>,
+    /// CPU.
+    pub cpu: Option<u32>,
+    /// Sample period.
+    pub period: Option<u64>,
+    /// Call chain instruction pointers (`nr` u64s), unparsed.
+    pub callchain: Option<RawData<'a>>,
+    /// Tracepoint raw data (zero-copy; includes the kernel's alignment padding).
+    pub raw: Option<RawData<'a>>,
+    /// LBR branch stack.
+    pub branch_stack: Option<BranchStack>,
+}
+
+/// A `PERF_RECORD_SWITCH` or `PERF_RECORD_SWITCH_CPU_WIDE`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct SwitchRecord {
+    /// Switch out (else in) of the task in `sample_id`.
+    pub out: bool,
+    /// Switched out while still runnable (`PERF_RECORD_MISC_SWITCH_OUT_PREEMPT`).
+    pub preempt: bool,
+    /// CPU-wide records: `(pid, tid)` of the next task (switch out) or previous task (switch in).
+    pub next_prev: Option<(u32, u32)>,
+    /// The task switched in or out, time and CPU.
+    pub sample_id: SampleId,
+}
+
+/// A `PERF_RECORD_COMM`.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CommRecord {
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// The name changed because of an `exec`.
+    pub exec: bool,
+    /// The new name.
+    pub name: TaskName,
+    /// Trailer.
+    pub sample_id: SampleId,
+}
+
+/// A `PERF_RECORD_FORK` or `PERF_RECORD_EXIT`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TaskRecord {
+    /// Process id.
+    pub pid: u32,
+    /// Parent process id.
+    pub ppid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// Parent thread id.
+    pub ptid: u32,
+    /// perf timestamp.
+    pub time: u64,
+    /// Trailer.
+    pub sample_id: SampleId,
+}
+
+/// One parsed ring record.
+#[derive(Debug, Clone)]
+pub enum PerfRecord<'a> {
+    /// A sample.
+    Sample(Sample<'a>),
+    /// A context switch.
+    Switch(SwitchRecord),
+    /// A task name change.
+    Comm(CommRecord),
+    /// A new task.
+    Fork(TaskRecord),
+    /// A task exited.
+    Exit(TaskRecord),
+    /// The kernel dropped `lost` records: the ring was full.
+    Lost {
+        /// The event whose records were lost.
+        id: u64,
+        /// How many.
+        lost: u64,
+        /// Trailer.
+        sample_id: SampleId,
+    },
+    /// The kernel dropped `lost` samples before they reached the ring.
+    LostSamples {
+        /// How many.
+        lost: u64,
+        /// Trailer.
+        sample_id: SampleId,
+    },
+    /// Sampling was throttled (too many interrupts) or resumed.
+    Throttle {
+        /// Resumed (else throttled).
+        unthrottle: bool,
+        /// perf timestamp.
+        time: u64,
+        /// Trailer.
+        sample_id: SampleId,
+    },
+    /// A record type fxtrace does not request; skipped.
+    Unknown {
+        /// `header.type`.
+        kind: u32,
+        /// Body bytes.
+        len: usize,
+    },
+}
+
+// === impl TaskName ===
+
+/// A task name (`comm`) as the kernel stores it: at most 15 bytes, not necessarily UTF-8.
+#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub struct TaskName {
+    bytes: [u8; TaskName::CAPACITY],
+    len: u8,
+}
+
+impl TaskName {
+    /// Bytes kept (the kernel's `TASK_COMM_LEN` is 16 including the NUL; longer names from
+    /// future kernels are cut here).
+    pub const CAPACITY: usize = 32;
+
+    /// From bytes up to the first NUL (or the end), cut at [`Self::CAPACITY`].
+    pub fn from_bytes(raw: &[u8]) -> Self {
+        let end = raw.iter().position(|&c| c == 0).unwrap_or(raw.len());
+        let len = end.min(Self::CAPACITY);
+        let mut bytes = [0u8; Self::CAPACITY];
+        bytes[..len].copy_from_slice(&raw[..len]);
+        Self {
+            bytes,
+            len: len as u8,
+        }
+    }
+
+    /// From a view in the ring.
+    pub fn from_raw(raw: &RawData<'_>) -> Self {
+        let mut buf = [0u8; Self::CAPACITY];
+        let len = raw.len().min(Self::CAPACITY);
+        // In range by construction.
+        let _ = raw.copy_to(0, &mut buf[..len]);
+        Self::from_bytes(&buf[..len])
+    }
+
+    /// The name's bytes.
+    pub fn as_bytes(&self) -> &[u8] {
+        &self.bytes[..usize::from(self.len)]
+    }
+
+    /// The name as text, invalid UTF-8 replaced.
+    pub fn to_string_lossy(&self) -> String {
+        String::from_utf8_lossy(self.as_bytes()).into_owned()
+    }
+}
+
+impl fmt::Debug for TaskName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:?}", String::from_utf8_lossy(self.as_bytes()))
+    }
+}
+
+impl fmt::Display for TaskName {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&String::from_utf8_lossy(self.as_bytes()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn record_type_numbers_match_the_uapi() {
+        assert_eq!(
+            (
+                RECORD_LOST,
+                RECORD_COMM,
+                RECORD_EXIT,
+                RECORD_FORK,
+                RECORD_SAMPLE
+            ),
+            (2, 3, 4, 7, 9)
+        );
+        assert_eq!(
+            (RECORD_LOST_SAMPLES, RECORD_SWITCH, RECORD_SWITCH_CPU_WIDE),
+            (13, 14, 15)
+        );
+        assert_eq!(
+            (MISC_SWITCH_OUT, MISC_SWITCH_OUT_PREEMPT),
+            (1 << 13, 1 << 14)
+        );
+        assert_eq!(MISC_COMM_EXEC, 1 << 13);
+    }
+
+    #[test]
+    fn sample_id_len_counts_each_field() {
+        let tid_time_cpu = SampleFormat::TID | SampleFormat::TIME | SampleFormat::CPU;
+        let l =
+            RecordLayout::from_formats(tid_time_cpu, BranchSampleFormat::empty(), true).unwrap();
+        assert_eq!(l.sample_id_len(), 24);
+        let l =
+            RecordLayout::from_formats(tid_time_cpu, BranchSampleFormat::empty(), false).unwrap();
+        assert_eq!(l.sample_id_len(), 0);
+    }
+
+    #[test]
+    fn unsupported_sample_bits_are_rejected() {
+        let regs_user = SampleFormat::from_bits(1 << 12);
+        let err = RecordLayout::from_formats(
+            SampleFormat::TID | regs_user,
+            BranchSampleFormat::empty(),
+            true,
+        )
+        .unwrap_err();
+        assert_eq!(err, ParseError::UnsupportedSampleFormat(regs_user));
+    }
+
+    #[test]
+    fn task_name_stops_at_nul() {
+        let n = TaskName::from_bytes(b"worker-1\0\0\0garbage");
+        assert_eq!(n.as_bytes(), b"worker-1");
+        assert_eq!(n.to_string(), "worker-1");
+        let long = TaskName::from_bytes(&[b'a'; 40]);
+        assert_eq!(long.as_bytes().len(), TaskName::CAPACITY);
+    }
+}

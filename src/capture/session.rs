@@ -1,0 +1,1008 @@
+//! A capture session: opens the perf events, drains their rings on a capture thread, and
+//! delivers merged, typed events to a sink.
+//!
+//! # What is opened
+//!
+//! - [`CaptureTarget::SystemWide`]: per online CPU, the `sched:sched_switch` tracepoint (id and
+//!   format read from tracefs, mounted if needed and allowed). If that fails, per CPU a dummy
+//!   event with `PERF_RECORD_SWITCH_CPU_WIDE`; the tracepoint failure is reported as an
+//!   [`Unsupported`] note. Needs root or `CAP_PERFMON` (the error says what is missing).
+//! - [`CaptureTarget::Process`]: per (thread, CPU) a dummy event with `context_switch` and
+//!   `inherit` (threads created later are followed by the kernel), all events of one CPU
+//!   redirected with `SET_OUTPUT` into one ring per CPU. The thread list is re-read until no
+//!   thread appeared meanwhile.
+//! - LBR, when asked: per CPU (and per thread for a process) a cycles sampling event with the
+//!   branch stack, in rings of its own. If the PMU refuses (no PMU in a VM: `ENOENT`; no LBR:
+//!   `EOPNOTSUPP`/`EINVAL`; not permitted), that is one [`Unsupported`] outcome and the rest of
+//!   the capture goes on.
+//!
+//! Events are opened disabled, their rings mapped, then all enabled.
+//!
+//! # The capture thread
+//!
+//! It sleeps in `poll()` on every ring descriptor plus an eventfd that [`Capture::stop`]
+//! signals: no busy loop. Rings wake it at a quarter full, and `poll`'s timeout
+//! ([`CaptureConfig::poll_interval`]) bounds the delivery delay when traffic is light. Each round
+//! drains every ring (publishing the consumed space as it goes), decodes records into typed
+//! events, and feeds the [`Merger`], which releases them in timestamp order (see its release
+//! rule; each drained ring is complete up to "now − [`CaptureConfig::merge_slack`]"). On stop,
+//! events are disabled, rings drained a last time and everything left is flushed.
+//!
+//! Before the first event naming a thread, a [`CaptureEvent::Thread`] announces it with its
+//! process id and names (from switch names, COMM/FORK records and `/proc`, cached). Unsupported
+//! sources are delivered first, once. Every drop, skip and error is counted in
+//! [`CaptureStats`].
+
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use thiserror::Error;
+
+use super::attr::{BranchSampling, EventAttr, EventKind};
+use super::decode::{Decoded, Pending, Skip, StreamDecoder};
+use super::events::{CaptureEvent, LostKind, SwitchSides, ThreadInfo, Unsupported};
+use super::merge::Merger;
+use super::permissions::{is_permission_error, is_unsupported_error, Need, PerfPermissions};
+use super::procfs::{online_cpus, TaskRegistry};
+use super::records::{ParseError, RecordLayout, TaskName};
+use super::ring::{PerfRing, RingError};
+use super::switch::SchedSwitchFormat;
+use super::sys::{PerfIoctl, RealSys, Sys};
+use super::time::{MeasuredMapping, PerfTimeConverter};
+use super::tracefs::{Tracefs, TracefsError};
+
+/// Whose context switches to capture.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CaptureTarget {
+    /// Every CPU (root or `CAP_PERFMON`).
+    SystemWide,
+    /// One process and the threads it creates.
+    Process(u32),
+}
+
+/// Where to find tracepoint ids and formats.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum TracefsChoice {
+    /// Find tracefs; mount it at `/sys/kernel/tracing` if absent, allowed and root.
+    Auto {
+        /// Mounting is allowed.
+        may_mount: bool,
+    },
+    /// A tracefs tree at this path.
+    At(PathBuf),
+    /// Do not use the tracepoint (system-wide capture uses `SWITCH_CPU_WIDE`).
+    Skip,
+}
+
+/// What to capture and how.
+#[derive(Debug, Clone)]
+pub struct CaptureConfig {
+    /// Whose switches.
+    pub target: CaptureTarget,
+    /// Capture context switches.
+    pub switches: bool,
+    /// Capture LBR branch stacks with these settings.
+    pub lbr: Option<BranchSampling>,
+    /// Data pages per ring (a power of two).
+    pub ring_pages: usize,
+    /// CPUs to open (default: `/sys/devices/system/cpu/online`).
+    pub cpus: Option<Vec<u32>>,
+    /// Tracefs.
+    pub tracefs: TracefsChoice,
+    /// The `/proc` tree for names and process ids.
+    pub proc_root: PathBuf,
+    /// Longest sleep between drains.
+    pub poll_interval: Duration,
+    /// Merge slack: a drained ring is taken as complete up to now minus this.
+    pub merge_slack: Duration,
+    /// The perf→TSC conversion to use; `None`: probe the mmap page, else measure.
+    pub clock: Option<PerfTimeConverter>,
+}
+
+impl CaptureConfig {
+    /// System-wide switches, no LBR, 1 MiB rings (256 pages).
+    pub fn system_wide() -> Self {
+        Self {
+            target: CaptureTarget::SystemWide,
+            switches: true,
+            lbr: None,
+            ring_pages: 256,
+            cpus: None,
+            tracefs: TracefsChoice::Auto { may_mount: true },
+            proc_root: "/proc".into(),
+            poll_interval: Duration::from_millis(50),
+            merge_slack: Duration::from_millis(20),
+            clock: None,
+        }
+    }
+
+    /// One process's switches, no LBR.
+    pub fn process(pid: u32) -> Self {
+        Self {
+            target: CaptureTarget::Process(pid),
+            ..Self::system_wide()
+        }
+    }
+}
+
+/// Where the context switches come from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SwitchSource {
+    /// `sched:sched_switch` tracepoint samples.
+    SchedSwitchTracepoint,
+    /// `PERF_RECORD_SWITCH_CPU_WIDE` records.
+    CpuWideSwitchRecords,
+    /// Per-process `PERF_RECORD_SWITCH` records.
+    ProcessSwitchRecords,
+}
+
+/// What a session opened.
+#[derive(Debug, Clone, PartialEq)]
+pub struct CaptureReport {
+    /// The switch source, if switches were asked for.
+    pub switch_source: Option<SwitchSource>,
+    /// LBR sampling is running (with kernel branches or not).
+    pub lbr: Option<BranchSampling>,
+    /// Sources that could not be used.
+    pub unsupported: Vec<Unsupported>,
+    /// The perf→TSC conversion.
+    pub clock: PerfTimeConverter,
+    /// The CPUs opened.
+    pub cpus: Vec<u32>,
+    /// Rings mapped.
+    pub rings: usize,
+    /// Events opened.
+    pub events: usize,
+}
+
+/// Errors starting or running a session.
+#[derive(Debug, Error)]
+pub enum CaptureError {
+    /// `perf_event_open` failed.
+    #[error("perf_event_open({event:?}, pid {pid}, cpu {cpu}) failed: {source}{}", remedy.as_deref().map(|r| format!("; {r}")).unwrap_or_default())]
+    Open {
+        /// Which event.
+        event: EventKind,
+        /// pid argument.
+        pid: i32,
+        /// cpu argument.
+        cpu: i32,
+        /// The cause.
+        source: io::Error,
+        /// What to do about it.
+        remedy: Option<String>,
+    },
+    /// Mapping a ring failed.
+    #[error("perf ring of {event:?} on cpu {cpu}: {source}{}", remedy.as_deref().map(|r| format!("; {r}")).unwrap_or_default())]
+    Ring {
+        /// Which event.
+        event: EventKind,
+        /// The CPU.
+        cpu: i32,
+        /// The cause.
+        source: RingError,
+        /// What to do about it.
+        remedy: Option<String>,
+    },
+    /// An `ioctl` failed.
+    #[error("perf ioctl {what} failed: {source}")]
+    Ioctl {
+        /// Which request.
+        what: &'static str,
+        /// The cause.
+        source: io::Error,
+    },
+    /// Tracefs was needed and unusable, and there was no fallback.
+    #[error(transparent)]
+    Tracefs(#[from] TracefsError),
+    /// Reading `/proc` or `/sys` failed.
+    #[error("{what}: {source}")]
+    System {
+        /// What was read.
+        what: String,
+        /// The cause.
+        source: io::Error,
+    },
+    /// An event's records cannot be laid out.
+    #[error(transparent)]
+    Layout(#[from] ParseError),
+    /// Nothing was asked for, or everything asked for is unsupported.
+    #[error("nothing to capture: {0}")]
+    NothingToCapture(String),
+    /// The capture thread could not be started or stopped.
+    #[error("capture thread: {0}")]
+    Thread(String),
+    /// `poll` failed on the capture thread.
+    #[error("poll on perf rings failed: {0}")]
+    Poll(io::Error),
+}
+
+// === impl Counters ===
+
+/// Session counters. ATOMICS: every counter is a statistic written only by the capture thread
+/// with `Relaxed`; `Capture::stats` may read slightly stale values while running, and the
+/// thread's join makes the final values visible to `Capture::stop`.
+#[derive(Debug, Default)]
+struct Counters {
+    lost_records: AtomicU64,
+    lost_samples: AtomicU64,
+    lost_reports: AtomicU64,
+    unknown_records: AtomicU64,
+    unexpected_samples: AtomicU64,
+    throttles: AtomicU64,
+    parse_errors: AtomicU64,
+    corrupt_bytes: AtomicU64,
+    switches: AtomicU64,
+    branch_samples: AtomicU64,
+    threads: AtomicU64,
+    delivered: AtomicU64,
+    reordered: AtomicU64,
+    late: AtomicU64,
+}
+
+fn bump(counter: &AtomicU64, by: u64) {
+    // ATOMICS: a statistic (see `Counters`): Relaxed.
+    counter.fetch_add(by, Ordering::Relaxed);
+}
+
+/// A snapshot of a session's counters.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct CaptureStats {
+    /// Records the kernel dropped because a ring was full (sum of `PERF_RECORD_LOST`).
+    pub lost_records: u64,
+    /// Samples the kernel dropped (sum of `PERF_RECORD_LOST_SAMPLES`).
+    pub lost_samples: u64,
+    /// LOST / LOST_SAMPLES records seen.
+    pub lost_reports: u64,
+    /// Records of types fxtrace did not request, skipped.
+    pub unknown_records: u64,
+    /// Samples on events that should produce none, skipped.
+    pub unexpected_samples: u64,
+    /// THROTTLE / UNTHROTTLE records.
+    pub throttles: u64,
+    /// Records that failed to parse (truncated, corrupt ring).
+    pub parse_errors: u64,
+    /// Ring bytes skipped after a corrupt header.
+    pub corrupt_bytes: u64,
+    /// Context switches delivered.
+    pub switches: u64,
+    /// LBR samples delivered.
+    pub branch_samples: u64,
+    /// Threads announced.
+    pub threads: u64,
+    /// Events delivered in total.
+    pub delivered: u64,
+    /// Events that arrived out of order within a ring (sorted in).
+    pub reordered: u64,
+    /// Events older than already-delivered ones (delivered out of order).
+    pub late: u64,
+}
+
+impl Counters {
+    fn snapshot(&self) -> CaptureStats {
+        // ATOMICS: statistics (see `Counters`): Relaxed.
+        let g = |c: &AtomicU64| c.load(Ordering::Relaxed);
+        CaptureStats {
+            lost_records: g(&self.lost_records),
+            lost_samples: g(&self.lost_samples),
+            lost_reports: g(&self.lost_reports),
+            unknown_records: g(&self.unknown_records),
+            unexpected_samples: g(&self.unexpected_samples),
+            throttles: g(&self.throttles),
+            parse_errors: g(&self.parse_errors),
+            corrupt_bytes: g(&self.corrupt_bytes),
+            switches: g(&self.switches),
+            branch_samples: g(&self.branch_samples),
+            threads: g(&self.threads),
+            delivered: g(&self.delivered),
+            reordered: g(&self.reordered),
+            late: g(&self.late),
+        }
+    }
+}
+
+// === opening ===
+
+struct RingSlot {
+    ring: PerfRing,
+    decoder: StreamDecoder,
+}
+
+struct OpenFailure {
+    kind: EventKind,
+    pid: i32,
+    cpu: i32,
+    error: Result<io::Error, RingError>,
+}
+
+impl OpenFailure {
+    fn errno(&self) -> Option<i32> {
+        match &self.error {
+            Ok(e) => e.raw_os_error(),
+            Err(RingError::Map { source, .. }) => source.raw_os_error(),
+            Err(_) => None,
+        }
+    }
+
+    fn into_error(self, perms: &PerfPermissions, need: Need) -> CaptureError {
+        let errno = self.errno();
+        match self.error {
+            Ok(source) => CaptureError::Open {
+                event: self.kind,
+                pid: self.pid,
+                cpu: self.cpu,
+                remedy: is_permission_error(&source).then(|| perms.remedy(need, errno)),
+                source,
+            },
+            Err(source) => CaptureError::Ring {
+                event: self.kind,
+                cpu: self.cpu,
+                remedy: matches!(errno, Some(libc::EPERM) | Some(libc::ENOMEM))
+                    .then(|| perms.remedy(Need::RingMemory, errno)),
+                source,
+            },
+        }
+    }
+
+    fn describe(&self) -> String {
+        match &self.error {
+            Ok(e) => format!("perf_event_open(pid {}, cpu {}): {e}", self.pid, self.cpu),
+            Err(e) => format!("cpu {}: {e}", self.cpu),
+        }
+    }
+}
+
+/// Rings and redirected member descriptors opened for one kind of event.
+#[derive(Default)]
+struct OpenSet {
+    rings: Vec<(u32, PerfRing)>,
+    members: Vec<OwnedFd>,
+}
+
+struct Opener<'a> {
+    sys: &'a Arc<dyn Sys>,
+    pages: usize,
+}
+
+impl Opener<'_> {
+    fn open(&self, attr: &EventAttr, pid: i32, cpu: u32) -> Result<OwnedFd, OpenFailure> {
+        self.sys
+            .perf_event_open(attr, pid, cpu as i32, None)
+            .map_err(|e| OpenFailure {
+                kind: attr.kind(),
+                pid,
+                cpu: cpu as i32,
+                error: Ok(e),
+            })
+    }
+
+    fn map(&self, kind: EventKind, fd: OwnedFd, cpu: u32) -> Result<PerfRing, OpenFailure> {
+        PerfRing::map(self.sys.clone(), fd, self.pages).map_err(|e| OpenFailure {
+            kind,
+            pid: -1,
+            cpu: cpu as i32,
+            error: Err(e),
+        })
+    }
+
+    /// One event per CPU, `pid = -1`.
+    fn per_cpu(&self, attr: &EventAttr, cpus: &[u32]) -> Result<OpenSet, OpenFailure> {
+        let mut set = OpenSet::default();
+        for &cpu in cpus {
+            let fd = self.open(attr, -1, cpu)?;
+            set.rings.push((cpu, self.map(attr.kind(), fd, cpu)?));
+        }
+        Ok(set)
+    }
+
+    /// One event per (thread of `pid`, CPU), one ring per CPU, the rest `SET_OUTPUT` into it.
+    fn per_thread(
+        &self,
+        attr: &EventAttr,
+        pid: u32,
+        cpus: &[u32],
+        registry: &TaskRegistry,
+    ) -> Result<OpenSet, OpenError> {
+        let mut set = OpenSet::default();
+        let mut leader: HashMap<u32, usize> = HashMap::new();
+        let mut opened: HashSet<u32> = HashSet::new();
+        for _round in 0..16 {
+            let tids = registry.list_threads(pid).map_err(|source| {
+                OpenError::Fatal(CaptureError::System {
+                    what: format!("listing threads of process {pid}"),
+                    source,
+                })
+            })?;
+            let new: Vec<u32> = tids.into_iter().filter(|t| !opened.contains(t)).collect();
+            if new.is_empty() {
+                return Ok(set);
+            }
+            for tid in new {
+                opened.insert(tid);
+                for &cpu in cpus {
+                    let fd = match self.open(attr, tid as i32, cpu) {
+                        Ok(fd) => fd,
+                        // The thread exited between listing and opening.
+                        Err(f) if f.errno() == Some(libc::ESRCH) => break,
+                        Err(f) => return Err(OpenError::Failure(f)),
+                    };
+                    match leader.get(&cpu) {
+                        Some(&i) => {
+                            self.sys
+                                .ioctl(fd.as_fd(), PerfIoctl::SetOutput(set.rings[i].1.fd()))
+                                .map_err(|source| {
+                                    OpenError::Fatal(CaptureError::Ioctl {
+                                        what: "SET_OUTPUT",
+                                        source,
+                                    })
+                                })?;
+                            set.members.push(fd);
+                        }
+                        None => {
+                            let ring =
+                                self.map(attr.kind(), fd, cpu).map_err(OpenError::Failure)?;
+                            leader.insert(cpu, set.rings.len());
+                            set.rings.push((cpu, ring));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(set)
+    }
+}
+
+/// Why opening a set of events stopped.
+enum OpenError {
+    /// A syscall refused one event (classified by the caller: fatal or unsupported).
+    Failure(OpenFailure),
+    /// Anything else.
+    Fatal(CaptureError),
+}
+
+impl OpenError {
+    fn into_error(self, perms: &PerfPermissions, need: Need) -> CaptureError {
+        match self {
+            Self::Failure(f) => f.into_error(perms, need),
+            Self::Fatal(e) => e,
+        }
+    }
+}
+
+/// Picks the clock: the caller's, else the mmap page of a probe event, else a measured mapping.
+fn choose_clock(sys: &Arc<dyn Sys>, config: &CaptureConfig) -> PerfTimeConverter {
+    if let Some(c) = config.clock {
+        return c;
+    }
+    let probe = sys
+        .perf_event_open(&EventAttr::clock_probe(), 0, -1, None)
+        .ok()
+        .and_then(|fd| PerfRing::map(sys.clone(), fd, 0).ok())
+        .and_then(|ring| ring.tsc_conversion().ok().flatten());
+    match probe {
+        Some(c) => PerfTimeConverter::MmapPage(c),
+        None => PerfTimeConverter::Measured(MeasuredMapping::measure(Duration::from_millis(10))),
+    }
+}
+
+// === impl Capture ===
+
+/// A running capture session (see the module docs). Stops on [`Capture::stop`] or drop.
+#[derive(Debug)]
+pub struct Capture {
+    report: CaptureReport,
+    counters: Arc<Counters>,
+    stop: Arc<EventFd>,
+    thread: Option<JoinHandle<Result<(), CaptureError>>>,
+}
+
+impl Capture {
+    /// Starts a session on the kernel; `sink` receives every event on the capture thread, in
+    /// timestamp order. The sink should not block for long: while it runs, no ring is drained
+    /// (the kernel counts what it has to drop, and the session reports it as lost).
+    pub fn start(
+        config: CaptureConfig,
+        sink: impl FnMut(CaptureEvent) + Send + 'static,
+    ) -> Result<Self, CaptureError> {
+        Self::start_with(Arc::new(RealSys), PerfPermissions::read(), config, sink)
+    }
+
+    /// Starts a session through `sys` (a fake in tests) with the given permission facts.
+    pub fn start_with(
+        sys: Arc<dyn Sys>,
+        perms: PerfPermissions,
+        config: CaptureConfig,
+        sink: impl FnMut(CaptureEvent) + Send + 'static,
+    ) -> Result<Self, CaptureError> {
+        if !config.switches && config.lbr.is_none() {
+            return Err(CaptureError::NothingToCapture(
+                "neither context switches nor LBR requested".into(),
+            ));
+        }
+        let cpus = match &config.cpus {
+            Some(c) => c.clone(),
+            None => online_cpus().map_err(|source| CaptureError::System {
+                what: "reading /sys/devices/system/cpu/online".into(),
+                source,
+            })?,
+        };
+        if cpus.is_empty() {
+            return Err(CaptureError::NothingToCapture("no CPUs".into()));
+        }
+        let clock = choose_clock(&sys, &config);
+        let source = clock.clock_source();
+        let page = sys.page_size();
+        let watermark = u32::try_from(config.ring_pages * page / 4).unwrap_or(u32::MAX);
+        let opener = Opener {
+            sys: &sys,
+            pages: config.ring_pages,
+        };
+        let registry = TaskRegistry::new(config.proc_root.clone());
+        let mut unsupported = Vec::new();
+        let mut slots: Vec<RingSlot> = Vec::new();
+        let mut members: Vec<OwnedFd> = Vec::new();
+        let mut events = 0usize;
+        let mut add = |set: OpenSet, attr: &EventAttr, sched: Option<Arc<SchedSwitchFormat>>| {
+            let layout = RecordLayout::new(attr)?;
+            events += set.rings.len() + set.members.len();
+            for (cpu, ring) in set.rings {
+                let decoder = StreamDecoder::new(attr.kind(), cpu, layout, sched.clone());
+                slots.push(RingSlot { ring, decoder });
+            }
+            members.extend(set.members);
+            Ok::<(), CaptureError>(())
+        };
+
+        // Context switches.
+        let mut switch_source = None;
+        if config.switches {
+            match config.target {
+                CaptureTarget::Process(pid) => {
+                    let attr = EventAttr::process_switches(source).with_wakeup_watermark(watermark);
+                    let set = opener
+                        .per_thread(&attr, pid, &cpus, &registry)
+                        .map_err(|e| e.into_error(&perms, Need::ProcessSwitches))?;
+                    add(set, &attr, None)?;
+                    switch_source = Some(SwitchSource::ProcessSwitchRecords);
+                }
+                CaptureTarget::SystemWide => {
+                    match open_tracepoint(&opener, &config, &perms, &cpus, source, watermark) {
+                        Ok((set, attr, fmt)) => {
+                            add(set, &attr, Some(fmt))?;
+                            switch_source = Some(SwitchSource::SchedSwitchTracepoint);
+                        }
+                        Err(note) => {
+                            unsupported.push(note);
+                            let attr = EventAttr::cpu_wide_switches(source)
+                                .with_wakeup_watermark(watermark);
+                            let set = opener
+                                .per_cpu(&attr, &cpus)
+                                .map_err(|f| f.into_error(&perms, Need::CpuWide))?;
+                            add(set, &attr, None)?;
+                            switch_source = Some(SwitchSource::CpuWideSwitchRecords);
+                        }
+                    }
+                }
+            }
+        }
+
+        // LBR.
+        let mut lbr = None;
+        if let Some(cfg) = config.lbr {
+            let cfg = BranchSampling {
+                include_kernel: cfg.include_kernel
+                    && perms.allows(Need::HardwareSampling { kernel: true }),
+                ..cfg
+            };
+            let need = Need::HardwareSampling {
+                kernel: cfg.include_kernel,
+            };
+            let attr = EventAttr::branch_sampling(cfg, source).with_wakeup_watermark(watermark);
+            let opened = match config.target {
+                CaptureTarget::SystemWide => {
+                    opener.per_cpu(&attr, &cpus).map_err(OpenError::Failure)
+                }
+                CaptureTarget::Process(pid) => {
+                    opener.per_thread(&attr.clone().with_inherit(true), pid, &cpus, &registry)
+                }
+            };
+            match opened {
+                Ok(set) => {
+                    add(set, &attr, None)?;
+                    lbr = Some(cfg);
+                }
+                Err(OpenError::Failure(f)) => {
+                    let errno = f.errno();
+                    let class = match &f.error {
+                        Ok(e) if is_unsupported_error(e) => "not supported here",
+                        Ok(e) if is_permission_error(e) => "not permitted",
+                        _ => "failed",
+                    };
+                    unsupported.push(Unsupported {
+                        what: "LBR branch-stack sampling (cpu-cycles)".into(),
+                        errno,
+                        hint: format!("{class}: {}; {}", f.describe(), perms.remedy(need, errno)),
+                    });
+                }
+                Err(OpenError::Fatal(e)) => unsupported.push(Unsupported {
+                    what: "LBR branch-stack sampling (cpu-cycles)".into(),
+                    errno: None,
+                    hint: e.to_string(),
+                }),
+            }
+        }
+
+        if slots.is_empty() {
+            let why = unsupported
+                .iter()
+                .map(|u| format!("{}: {}", u.what, u.hint))
+                .collect::<Vec<_>>()
+                .join("; ");
+            return Err(CaptureError::NothingToCapture(why));
+        }
+
+        // Enable everything now that every ring exists.
+        for fd in slots
+            .iter()
+            .map(|s| s.ring.fd())
+            .chain(members.iter().map(|m| m.as_fd()))
+        {
+            sys.ioctl(fd, PerfIoctl::Enable)
+                .map_err(|source| CaptureError::Ioctl {
+                    what: "ENABLE",
+                    source,
+                })?;
+        }
+
+        let report = CaptureReport {
+            switch_source,
+            lbr,
+            unsupported: unsupported.clone(),
+            clock,
+            cpus,
+            rings: slots.len(),
+            events,
+        };
+        let counters = Arc::new(Counters::default());
+        let stop = Arc::new(
+            EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
+                .map_err(|e| CaptureError::Thread(format!("eventfd: {e}")))?,
+        );
+        let streams = slots.len();
+        let worker = Worker {
+            sys: sys.clone(),
+            slots,
+            members,
+            stop: stop.clone(),
+            conv: clock,
+            merger: Merger::new(streams),
+            slack: config.merge_slack.as_nanos() as u64,
+            // At least 1 ms: a zero timeout would turn the capture thread into a busy loop.
+            poll_ms: i32::try_from(config.poll_interval.as_millis())
+                .unwrap_or(i32::MAX)
+                .max(1),
+            delivery: Delivery {
+                registry,
+                announced: HashSet::new(),
+                counters: counters.clone(),
+                sink: Box::new(sink),
+            },
+            unsupported,
+        };
+        let thread = std::thread::Builder::new()
+            .name("fxtrace-capture".into())
+            .spawn(move || worker.run())
+            .map_err(|e| CaptureError::Thread(format!("spawn: {e}")))?;
+        Ok(Self {
+            report,
+            counters,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// What was opened, and what could not be.
+    pub fn report(&self) -> &CaptureReport {
+        &self.report
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> CaptureStats {
+        self.counters.snapshot()
+    }
+
+    /// Stops capturing: disables the events, drains every ring, delivers what is left, and
+    /// returns the final counters (or the capture thread's error).
+    pub fn stop(mut self) -> Result<CaptureStats, CaptureError> {
+        self.shutdown()?;
+        Ok(self.counters.snapshot())
+    }
+
+    fn shutdown(&mut self) -> Result<(), CaptureError> {
+        let Some(thread) = self.thread.take() else {
+            return Ok(());
+        };
+        self.stop
+            .write(1)
+            .map_err(|e| CaptureError::Thread(format!("signalling stop: {e}")))?;
+        thread.join().map_err(|_| {
+            CaptureError::Thread("the capture thread panicked (in the sink?)".into())
+        })?
+    }
+}
+
+impl Drop for Capture {
+    fn drop(&mut self) {
+        // Errors here have no one to go to; `stop` is the way to see them.
+        let _ = self.shutdown();
+    }
+}
+
+/// Opens `sched:sched_switch` on every CPU, or says why not.
+fn open_tracepoint(
+    opener: &Opener<'_>,
+    config: &CaptureConfig,
+    perms: &PerfPermissions,
+    cpus: &[u32],
+    source: super::time::ClockSource,
+    watermark: u32,
+) -> Result<(OpenSet, EventAttr, Arc<SchedSwitchFormat>), Unsupported> {
+    let what = "sched:sched_switch tracepoint".to_owned();
+    let fallback = "falling back to PERF_RECORD_SWITCH_CPU_WIDE (no priorities, states only \
+                    preempted/blocked)";
+    let tracefs = match &config.tracefs {
+        TracefsChoice::Skip => {
+            return Err(Unsupported {
+                what,
+                errno: None,
+                hint: format!("tracepoint disabled by configuration; {fallback}"),
+            })
+        }
+        TracefsChoice::At(path) => Ok(Tracefs::at(path)),
+        TracefsChoice::Auto { may_mount } => Tracefs::open(*may_mount, perms.root),
+    };
+    let read = tracefs.and_then(|t| {
+        let id = t.tracepoint_id("sched", "sched_switch")?;
+        let format = t.tracepoint_format("sched", "sched_switch")?;
+        Ok((id, format))
+        // `t` (and a mount fxtrace made) is released here: the events do not need tracefs.
+    });
+    let (id, format) = read.map_err(|e| Unsupported {
+        what: what.clone(),
+        errno: None,
+        hint: format!("{e}; {fallback}"),
+    })?;
+    let fmt = SchedSwitchFormat::from_format(&format).map_err(|e| Unsupported {
+        what: what.clone(),
+        errno: None,
+        hint: format!("{e}; {fallback}"),
+    })?;
+    let attr = EventAttr::sched_switch_tracepoint(id, source).with_wakeup_watermark(watermark);
+    let set = opener.per_cpu(&attr, cpus).map_err(|f| Unsupported {
+        what: what.clone(),
+        errno: f.errno(),
+        hint: format!(
+            "{}{}; {fallback}",
+            f.describe(),
+            if f.error.as_ref().is_ok_and(is_permission_error) {
+                format!("; {}", perms.remedy(Need::RawTracepoint, f.errno()))
+            } else {
+                String::new()
+            }
+        ),
+    })?;
+    Ok((set, attr, Arc::new(fmt)))
+}
+
+// === the capture thread ===
+
+struct Delivery {
+    registry: TaskRegistry,
+    announced: HashSet<u32>,
+    counters: Arc<Counters>,
+    sink: Box<dyn FnMut(CaptureEvent) + Send>,
+}
+
+impl Delivery {
+    fn deliver(&mut self, pending: Pending) {
+        let Pending { mut event, names } = pending;
+        match &mut event {
+            CaptureEvent::ContextSwitch(cs) => {
+                let (prev_name, next_name) = match &names {
+                    Some((p, n)) => (Some(p), Some(n)),
+                    None => (None, None),
+                };
+                if cs.sides != SwitchSides::IncomingOnly {
+                    cs.prev_pid = cs.prev_pid.or_else(|| self.registry.pid_of(cs.prev_tid));
+                    self.announce(cs.time, cs.prev_tid, cs.prev_pid, prev_name);
+                }
+                if cs.sides != SwitchSides::OutgoingOnly {
+                    cs.next_pid = cs.next_pid.or_else(|| self.registry.pid_of(cs.next_tid));
+                    self.announce(cs.time, cs.next_tid, cs.next_pid, next_name);
+                }
+                bump(&self.counters.switches, 1);
+            }
+            CaptureEvent::Comm(c) => {
+                self.registry.note_thread(c.pid, c.tid);
+                self.registry.note_name(c.tid, &c.name);
+            }
+            CaptureEvent::Fork(f) => self.registry.note_thread(f.pid, f.tid),
+            CaptureEvent::Branch(b) => {
+                self.registry.note_thread(b.pid, b.tid);
+                self.announce(b.time, b.tid, Some(b.pid), None);
+                bump(&self.counters.branch_samples, 1);
+            }
+            CaptureEvent::Exit(_)
+            | CaptureEvent::Lost(_)
+            | CaptureEvent::Thread(_)
+            | CaptureEvent::Unsupported(_) => {}
+        }
+        self.emit(event);
+    }
+
+    fn announce(&mut self, time: u64, tid: u32, pid: Option<u32>, name: Option<&TaskName>) {
+        if !self.announced.insert(tid) {
+            return;
+        }
+        if let Some(p) = pid {
+            self.registry.note_thread(p, tid);
+        }
+        if let Some(n) = name {
+            self.registry.note_name(tid, &n.to_string_lossy());
+        }
+        let pid = pid.or_else(|| self.registry.pid_of(tid));
+        let info = ThreadInfo {
+            time,
+            tid,
+            pid,
+            name: self.registry.thread_name(tid),
+            process_name: pid.and_then(|p| self.registry.process_name(p)),
+        };
+        bump(&self.counters.threads, 1);
+        self.emit(CaptureEvent::Thread(info));
+    }
+
+    fn emit(&mut self, event: CaptureEvent) {
+        bump(&self.counters.delivered, 1);
+        (self.sink)(event);
+    }
+}
+
+struct Worker {
+    sys: Arc<dyn Sys>,
+    slots: Vec<RingSlot>,
+    members: Vec<OwnedFd>,
+    stop: Arc<EventFd>,
+    conv: PerfTimeConverter,
+    merger: Merger<Pending>,
+    slack: u64,
+    poll_ms: i32,
+    delivery: Delivery,
+    unsupported: Vec<Unsupported>,
+}
+
+impl Worker {
+    fn run(mut self) -> Result<(), CaptureError> {
+        for u in std::mem::take(&mut self.unsupported) {
+            self.delivery.emit(CaptureEvent::Unsupported(u));
+        }
+        let mut fds: Vec<libc::pollfd> = self
+            .slots
+            .iter()
+            .map(|s| s.ring.fd().as_raw_fd())
+            .chain([self.stop.as_fd().as_raw_fd()])
+            .map(|fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        let stop_index = fds.len() - 1;
+        loop {
+            self.sys
+                .poll(&mut fds, self.poll_ms)
+                .map_err(CaptureError::Poll)?;
+            let stopping = fds[stop_index].revents & libc::POLLIN != 0;
+            for p in &mut fds[..stop_index] {
+                if p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+                    // The monitored task is gone: drain below, then stop polling this ring
+                    // (a hung-up descriptor would make every poll return at once).
+                    p.fd = -1;
+                }
+            }
+            if stopping {
+                for fd in self
+                    .slots
+                    .iter()
+                    .map(|s| s.ring.fd())
+                    .chain(self.members.iter().map(|m| m.as_fd()))
+                {
+                    // A failed disable only means records may still arrive; the final drain
+                    // below reads up to the head either way.
+                    let _ = self.sys.ioctl(fd, PerfIoctl::Disable);
+                }
+                self.drain_all();
+                let delivery = &mut self.delivery;
+                self.merger.flush(|_, p| delivery.deliver(p));
+                self.publish_merge_counters();
+                return Ok(());
+            }
+            self.drain_all();
+            let delivery = &mut self.delivery;
+            self.merger.release(|_, p| delivery.deliver(p));
+            self.publish_merge_counters();
+        }
+    }
+
+    fn publish_merge_counters(&self) {
+        let c = &self.delivery.counters;
+        // ATOMICS: statistics, see `Counters`.
+        c.reordered
+            .store(self.merger.reordered(), Ordering::Relaxed);
+        c.late.store(self.merger.late(), Ordering::Relaxed);
+    }
+
+    fn drain_all(&mut self) {
+        self.conv.refresh(Duration::from_millis(100));
+        if let PerfTimeConverter::MmapPage(_) = self.conv {
+            // The kernel may update the parameters (e.g. TSC recalibration): follow it.
+            if let Some(Ok(Some(c))) = self.slots.first().map(|s| s.ring.tsc_conversion()) {
+                self.conv = PerfTimeConverter::MmapPage(c);
+            }
+        }
+        let counters = self.delivery.counters.clone();
+        for (stream, slot) in self.slots.iter_mut().enumerate() {
+            let now = self.conv.perf_now();
+            let mut reader = slot.ring.reader();
+            let mut since_release = 0u32;
+            while let Some(next) = reader.next_record() {
+                let raw = match next {
+                    Ok(raw) => raw,
+                    Err(e) => {
+                        if let RingError::Corrupt { skipped, .. } = e {
+                            bump(&counters.corrupt_bytes, skipped);
+                        }
+                        bump(&counters.parse_errors, 1);
+                        continue;
+                    }
+                };
+                match slot.decoder.decode(&raw, &self.conv) {
+                    Ok(Decoded::Event { perf_time, pending }) => {
+                        if let CaptureEvent::Lost(l) = &pending.event {
+                            bump(&counters.lost_reports, 1);
+                            match l.kind {
+                                LostKind::Records => bump(&counters.lost_records, l.count),
+                                LostKind::Samples => bump(&counters.lost_samples, l.count),
+                            }
+                        }
+                        self.merger.push(stream, perf_time, pending);
+                    }
+                    Ok(Decoded::Skipped(Skip::Unknown)) => bump(&counters.unknown_records, 1),
+                    Ok(Decoded::Skipped(Skip::Throttle)) => bump(&counters.throttles, 1),
+                    Ok(Decoded::Skipped(Skip::UnexpectedSample)) => {
+                        bump(&counters.unexpected_samples, 1)
+                    }
+                    Ok(Decoded::Skipped(Skip::SwitchInPair)) => {}
+                    Err(_) => bump(&counters.parse_errors, 1),
+                }
+                // Hand consumed space back to the kernel during long batches, not only at the
+                // end, so a burst keeps flowing while it is decoded.
+                since_release += 1;
+                if since_release == 256 {
+                    reader.release_consumed();
+                    since_release = 0;
+                }
+            }
+            reader.commit();
+            self.merger
+                .mark_caught_up(stream, now.saturating_sub(self.slack));
+        }
+    }
+}

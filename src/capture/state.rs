@@ -1,0 +1,265 @@
+//! Linux task states and priorities → the FXT Context Switch record's fields.
+//!
+//! # Outgoing thread state
+//!
+//! FXT thread states (Zircon `ZX_THREAD_STATE_*`): 0 new, 1 running, 2 suspended, 3 blocked,
+//! 4 dying, 5 dead. The outgoing thread of a switch is never "running".
+//!
+//! `sched:sched_switch` reports `prev_state` as a bit set whose letters the tracepoint's
+//! `print fmt` lists (`{ 0x01, "S" }, …`); the bit just above the highest letter is the
+//! "preempted" marker (`R+`). The letters are read from the format file when it has them
+//! ([`TaskStateBits::from_print_fmt`]), else the table below (kernels ≥ 4.14) is used.
+//!
+//! | Linux `prev_state` | meaning | FXT state |
+//! |---|---|---|
+//! | preempt marker set (`R+`, 0x100) | preempted while runnable | 2 suspended |
+//! | 0 (`R`) | runnable, yielded | 2 suspended |
+//! | `S` 0x01 | interruptible sleep | 3 blocked |
+//! | `D` 0x02 | uninterruptible sleep | 3 blocked |
+//! | `T` 0x04 | stopped | 3 blocked |
+//! | `t` 0x08 | traced | 3 blocked |
+//! | `P` 0x40 | parked | 3 blocked |
+//! | `I` 0x80 | idle kernel thread | 3 blocked |
+//! | `Z` 0x20 (`EXIT_ZOMBIE`) | exited, not yet reaped | 4 dying |
+//! | `X` 0x10 (`EXIT_DEAD`) | exited and reaped | 5 dead |
+//! | any other set bits | — | 3 blocked |
+//!
+//! Precedence when several bits are set: preempt marker, then `X`, then `Z`, then blocked.
+//!
+//! `PERF_RECORD_SWITCH(_CPU_WIDE)` records carry no state, only
+//! `PERF_RECORD_MISC_SWITCH_OUT_PREEMPT` (the task was still runnable): preempted → 2
+//! suspended, otherwise → 3 blocked ([`state_after_switch_out`]).
+//!
+//! # Priorities
+//!
+//! FXT has an 8-bit priority per side of a switch. fxtrace stores the kernel's `prio` value
+//! unchanged ([`fxt_priority`]): 0–99 real-time (lower is more urgent, `prio = 99 -
+//! rt_priority`), 100–139 normal (`120 + nice`), clamped to 0–254. 255
+//! ([`PRIORITY_UNKNOWN`]) means the source gave no priority (switch records).
+
+use std::fmt::Write as _;
+
+/// An FXT thread state (`ZX_THREAD_STATE_*` numbering).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum ThreadState {
+    /// 0.
+    New = 0,
+    /// 1.
+    Running = 1,
+    /// 2: runnable but not running (preempted).
+    Suspended = 2,
+    /// 3: waiting (sleeping, stopped, parked).
+    Blocked = 3,
+    /// 4: exiting (zombie).
+    Dying = 4,
+    /// 5: gone.
+    Dead = 5,
+}
+
+impl ThreadState {
+    /// The FXT field value.
+    pub const fn fxt_value(self) -> u8 {
+        self as u8
+    }
+}
+
+/// The priority value written when the source has none.
+pub const PRIORITY_UNKNOWN: u8 = 255;
+
+/// A kernel `prio` (0–139) as FXT's 8-bit priority: the same number, clamped to 0–254.
+pub fn fxt_priority(kernel_prio: i64) -> u8 {
+    kernel_prio.clamp(0, 254) as u8
+}
+
+/// The outgoing state implied by a `PERF_RECORD_SWITCH(_CPU_WIDE)` switch-out.
+pub fn state_after_switch_out(preempted: bool) -> ThreadState {
+    if preempted {
+        ThreadState::Suspended
+    } else {
+        ThreadState::Blocked
+    }
+}
+
+/// The `prev_state` letters of a kernel and its preempt marker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TaskStateBits {
+    letters: Vec<(u64, String)>,
+    preempt: u64,
+}
+
+impl TaskStateBits {
+    /// The letters of kernels ≥ 4.14 (`include/trace/events/sched.h`).
+    pub fn kernel_default() -> Self {
+        let letters = [
+            (0x01, "S"),
+            (0x02, "D"),
+            (0x04, "T"),
+            (0x08, "t"),
+            (0x10, "X"),
+            (0x20, "Z"),
+            (0x40, "P"),
+            (0x80, "I"),
+        ];
+        Self {
+            letters: letters.iter().map(|&(b, l)| (b, l.to_owned())).collect(),
+            preempt: 0x100,
+        }
+    }
+
+    /// Reads the `{ value, "letter" }` pairs of `__print_flags` in a `print fmt`; the preempt
+    /// marker is the bit above the highest one. `None` if the format lists none.
+    pub fn from_print_fmt(print_fmt: &str) -> Option<Self> {
+        let mut letters = Vec::new();
+        let mut rest = print_fmt;
+        while let Some(open) = rest.find('{') {
+            rest = &rest[open + 1..];
+            if let Some(pair) = parse_flag_pair(rest) {
+                letters.push(pair);
+            }
+        }
+        let highest = letters.iter().map(|&(bit, _)| bit).max()?;
+        Some(Self {
+            preempt: highest.checked_shl(1).filter(|&p| p > highest)?,
+            letters,
+        })
+    }
+
+    /// The preempt marker bit.
+    pub fn preempt_bit(&self) -> u64 {
+        self.preempt
+    }
+
+    /// The bit of a letter (`"S"`).
+    pub fn bit(&self, letter: &str) -> Option<u64> {
+        self.letters
+            .iter()
+            .find(|(_, l)| l == letter)
+            .map(|&(b, _)| b)
+    }
+
+    /// The FXT state of a thread switched out with `prev_state` (see the module table).
+    pub fn thread_state(&self, prev_state: i64) -> ThreadState {
+        let state = prev_state as u64;
+        if state & self.preempt != 0 {
+            return ThreadState::Suspended;
+        }
+        let flags = state & (self.preempt - 1);
+        let has = |letter| self.bit(letter).is_some_and(|b| flags & b != 0);
+        if flags == 0 {
+            ThreadState::Suspended
+        } else if has("X") {
+            ThreadState::Dead
+        } else if has("Z") {
+            ThreadState::Dying
+        } else {
+            ThreadState::Blocked
+        }
+    }
+
+    /// `prev_state` as the kernel prints it: `R`, `R+`, `S`, `D|K`, ….
+    pub fn describe(&self, prev_state: i64) -> String {
+        let state = prev_state as u64;
+        let flags = state & (self.preempt - 1);
+        let mut out = String::new();
+        for (bit, letter) in &self.letters {
+            if flags & bit != 0 {
+                if !out.is_empty() {
+                    out.push('|');
+                }
+                out.push_str(letter);
+            }
+        }
+        let unknown = flags & !self.letters.iter().fold(0, |acc, (b, _)| acc | b);
+        if unknown != 0 {
+            let _ = write!(out, "{}{unknown:#x}", if out.is_empty() { "" } else { "|" });
+        }
+        if out.is_empty() {
+            out.push('R');
+        }
+        if state & self.preempt != 0 {
+            out.push('+');
+        }
+        out
+    }
+}
+
+/// Parses ` 0x00000001, "S" }` (hex or decimal value).
+fn parse_flag_pair(s: &str) -> Option<(u64, String)> {
+    let (value, rest) = s.split_once(',')?;
+    let value = value.trim();
+    let value = match value.strip_prefix("0x") {
+        Some(hex) => u64::from_str_radix(hex, 16).ok()?,
+        None => value.parse().ok()?,
+    };
+    let rest = rest.trim_start().strip_prefix('"')?;
+    let (letter, rest) = rest.split_once('"')?;
+    rest.trim_start()
+        .starts_with('}')
+        .then(|| (value, letter.to_owned()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The print fmt of `sched_switch` on this project's 6.18 kernel.
+    const PRINT_FMT: &str = r#""prev_comm=%s prev_pid=%d prev_prio=%d prev_state=%s%s ==> next_comm=%s next_pid=%d next_prio=%d", REC->prev_comm, REC->prev_pid, REC->prev_prio, (REC->prev_state & ((((0x00000000 | 0x00000001 | 0x00000002 | 0x00000004 | 0x00000008 | 0x00000010 | 0x00000020 | 0x00000040) + 1) << 1) - 1)) ? __print_flags(REC->prev_state & ((((0x00000000 | 0x00000001 | 0x00000002 | 0x00000004 | 0x00000008 | 0x00000010 | 0x00000020 | 0x00000040) + 1) << 1) - 1), "|", { 0x00000001, "S" }, { 0x00000002, "D" }, { 0x00000004, "T" }, { 0x00000008, "t" }, { 0x00000010, "X" }, { 0x00000020, "Z" }, { 0x00000040, "P" }, { 0x00000080, "I" }) : "R", REC->prev_state & (((0x00000000 | 0x00000001 | 0x00000002 | 0x00000004 | 0x00000008 | 0x00000010 | 0x00000020 | 0x00000040) + 1) << 1) ? "+" : "", REC->next_comm, REC->next_pid, REC->next_prio"#;
+
+    #[test]
+    fn print_fmt_letters_match_the_default_table() {
+        let parsed = TaskStateBits::from_print_fmt(PRINT_FMT).unwrap();
+        assert_eq!(parsed, TaskStateBits::kernel_default());
+        assert_eq!(parsed.preempt_bit(), 0x100);
+        assert!(TaskStateBits::from_print_fmt("\"no flags here\"").is_none());
+    }
+
+    #[test]
+    fn older_decimal_print_flags() {
+        let fmt = r#"__print_flags(REC->prev_state & (2048-1), "|", { 1, "S"} , { 2, "D" }, { 4, "T" }, { 8, "t" }, { 16, "Z" }, { 32, "X" }, { 64, "x" }, { 128, "K" }, { 256, "W" }, { 512, "P" }, { 1024, "N" }) : "R""#;
+        let bits = TaskStateBits::from_print_fmt(fmt).unwrap();
+        assert_eq!(bits.preempt_bit(), 2048);
+        assert_eq!(bits.thread_state(16), ThreadState::Dying);
+        assert_eq!(bits.thread_state(32), ThreadState::Dead);
+        assert_eq!(bits.thread_state(2048), ThreadState::Suspended);
+    }
+
+    #[test]
+    fn mapping_table() {
+        let b = TaskStateBits::kernel_default();
+        let cases: [(i64, ThreadState, &str); 12] = [
+            (0, ThreadState::Suspended, "R"),
+            (0x100, ThreadState::Suspended, "R+"),
+            (0x01, ThreadState::Blocked, "S"),
+            (0x02, ThreadState::Blocked, "D"),
+            (0x04, ThreadState::Blocked, "T"),
+            (0x08, ThreadState::Blocked, "t"),
+            (0x40, ThreadState::Blocked, "P"),
+            (0x80, ThreadState::Blocked, "I"),
+            (0x20, ThreadState::Dying, "Z"),
+            (0x10, ThreadState::Dead, "X"),
+            (0x30, ThreadState::Dead, "X|Z"),
+            (0x101, ThreadState::Suspended, "S+"),
+        ];
+        for (raw, state, text) in cases {
+            assert_eq!(b.thread_state(raw), state, "prev_state {raw:#x}");
+            assert_eq!(b.describe(raw), text);
+        }
+        assert_eq!(ThreadState::Suspended.fxt_value(), 2);
+        assert_eq!(ThreadState::Blocked.fxt_value(), 3);
+        assert_eq!(ThreadState::Dying.fxt_value(), 4);
+        assert_eq!(ThreadState::Dead.fxt_value(), 5);
+        assert_eq!(state_after_switch_out(true), ThreadState::Suspended);
+        assert_eq!(state_after_switch_out(false), ThreadState::Blocked);
+    }
+
+    #[test]
+    fn priorities() {
+        assert_eq!(fxt_priority(120), 120);
+        assert_eq!(fxt_priority(0), 0);
+        assert_eq!(fxt_priority(139), 139);
+        assert_eq!(fxt_priority(-1), 0, "deadline tasks report -1");
+        assert_eq!(fxt_priority(1000), 254);
+        assert_eq!(PRIORITY_UNKNOWN, 255);
+    }
+}

@@ -1,0 +1,358 @@
+//! perf timestamps → TSC ticks, the trace's clock.
+//!
+//! perf stamps records with `perf_clock()` (`sched_clock`, nanoseconds). On x86 with a stable
+//! TSC that clock is computed from the TSC, and the kernel publishes the parameters in every
+//! perf mmap page when `cap_user_time_zero` is set. The uapi header
+//! (`struct perf_event_mmap_page`) gives the forward formula:
+//!
+//! ```text
+//! quot      = cyc >> time_shift;
+//! rem       = cyc & (((u64)1 << time_shift) - 1);
+//! timestamp = time_zero + quot * time_mult + ((rem * time_mult) >> time_shift);
+//! ```
+//!
+//! which is `time_zero + floor(cyc * time_mult / 2^time_shift)` (mod 2^64).
+//! [`TscConversion::perf_to_tsc`] inverts it: the smallest `cyc` whose forward value reaches the
+//! timestamp, `ceil((timestamp - time_zero) * 2^time_shift / time_mult)`. Several TSC ticks map
+//! onto one nanosecond, so the inverse lands on the first tick of that nanosecond: it is exact to
+//! within one nanosecond's worth of ticks.
+//!
+//! When the page does not offer the conversion (no `cap_user_time_zero`, or a short counter with
+//! `cap_user_time_short`), events are opened on `CLOCK_MONOTONIC_RAW` instead and converted with
+//! a [`MeasuredMapping`] taken at session start: two (TSC, `CLOCK_MONOTONIC_RAW`) anchors, each
+//! the tightest of several `rdtscp` brackets.
+//!
+//! The TSC helpers here (`rdtscp`) are private stand-ins until `crate::clock` lands; they should
+//! move there.
+
+use std::time::Duration;
+
+/// The clock perf events are opened with.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ClockSource {
+    /// perf's default clock, converted with the mmap page parameters.
+    PerfDefault,
+    /// `use_clockid` with `CLOCK_MONOTONIC_RAW`, converted with a measured mapping.
+    MonotonicRaw,
+}
+
+// === impl TscConversion ===
+
+/// The mmap page's `time_zero / time_mult / time_shift`: perf time ↔ TSC ticks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct TscConversion {
+    time_zero: u64,
+    time_mult: u32,
+    time_shift: u16,
+}
+
+impl TscConversion {
+    /// From the page fields; `None` when they cannot describe a clock (`time_mult == 0` or a
+    /// shift of 64 or more).
+    pub fn new(time_zero: u64, time_mult: u32, time_shift: u16) -> Option<Self> {
+        (time_mult != 0 && time_shift < 64).then_some(Self {
+            time_zero,
+            time_mult,
+            time_shift,
+        })
+    }
+
+    /// `time_zero`.
+    pub fn time_zero(&self) -> u64 {
+        self.time_zero
+    }
+
+    /// `time_mult`.
+    pub fn time_mult(&self) -> u32 {
+        self.time_mult
+    }
+
+    /// `time_shift`.
+    pub fn time_shift(&self) -> u16 {
+        self.time_shift
+    }
+
+    /// TSC ticks → perf time, exactly the kernel's formula (wrapping u64 arithmetic).
+    pub fn tsc_to_perf(&self, cyc: u64) -> u64 {
+        let shift = u32::from(self.time_shift);
+        let mult = u64::from(self.time_mult);
+        let quot = cyc >> shift;
+        let rem = cyc & ((1u64 << shift) - 1);
+        self.time_zero
+            .wrapping_add(quot.wrapping_mul(mult))
+            .wrapping_add(rem.wrapping_mul(mult) >> shift)
+    }
+
+    /// perf time → TSC ticks: the smallest tick count whose [`Self::tsc_to_perf`] is `>= time`.
+    pub fn perf_to_tsc(&self, time: u64) -> u64 {
+        let delta = u128::from(time.wrapping_sub(self.time_zero));
+        let mult = u128::from(self.time_mult);
+        let cyc = (delta << self.time_shift).div_ceil(mult);
+        cyc as u64
+    }
+}
+
+// === impl MeasuredMapping ===
+
+/// A measured, piecewise-linear mapping between `CLOCK_MONOTONIC_RAW` nanoseconds and TSC ticks.
+///
+/// One segment is current: from a start anchor with the rate measured between the start and
+/// end anchors. [`MeasuredMapping::advance`] starts the next segment at the current end anchor,
+/// so the mapping stays continuous and its error stays within the anchors' jitter instead of
+/// growing with the rate error over a long trace.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct MeasuredMapping {
+    start_ns: u64,
+    start_tsc: u64,
+    end_ns: u64,
+    end_tsc: u64,
+    ticks_per_ns: f64,
+}
+
+impl MeasuredMapping {
+    /// From one anchor point and a rate.
+    pub fn new(anchor_ns: u64, anchor_tsc: u64, ticks_per_ns: f64) -> Self {
+        Self {
+            start_ns: anchor_ns,
+            start_tsc: anchor_tsc,
+            end_ns: anchor_ns,
+            end_tsc: anchor_tsc,
+            ticks_per_ns,
+        }
+    }
+
+    /// Measures the mapping: an anchor now, another after `span`, each the tightest of eight
+    /// `rdtscp` brackets around `clock_gettime(CLOCK_MONOTONIC_RAW)`.
+    pub fn measure(span: Duration) -> Self {
+        let (ns0, tsc0) = anchor();
+        std::thread::sleep(span);
+        let (ns1, tsc1) = anchor();
+        let mut m = Self::new(ns0, tsc0, 1.0);
+        m.advance_to(ns1, tsc1);
+        m.start_ns = ns0;
+        m.start_tsc = tsc0;
+        m
+    }
+
+    /// Starts a new segment from the current end anchor to `(ns, tsc)`. Ignored unless `ns`
+    /// is later than the end anchor.
+    pub fn advance_to(&mut self, ns: u64, tsc: u64) {
+        if ns <= self.end_ns {
+            return;
+        }
+        self.start_ns = self.end_ns;
+        self.start_tsc = self.end_tsc;
+        self.ticks_per_ns = tsc.wrapping_sub(self.end_tsc) as f64 / (ns - self.end_ns) as f64;
+        self.end_ns = ns;
+        self.end_tsc = tsc;
+    }
+
+    /// Takes a new anchor now if the end anchor is older than `min_interval`; returns whether
+    /// it did.
+    pub fn advance(&mut self, min_interval: Duration) -> bool {
+        if monotonic_raw_ns().saturating_sub(self.end_ns) < min_interval.as_nanos() as u64 {
+            return false;
+        }
+        let (ns, tsc) = anchor();
+        self.advance_to(ns, tsc);
+        true
+    }
+
+    /// The rate of the current segment.
+    pub fn ticks_per_ns(&self) -> f64 {
+        self.ticks_per_ns
+    }
+
+    /// `CLOCK_MONOTONIC_RAW` nanoseconds → TSC ticks.
+    pub fn ns_to_tsc(&self, ns: u64) -> u64 {
+        let delta = ns as i128 - self.start_ns as i128;
+        let ticks = (delta as f64 * self.ticks_per_ns) as i128;
+        (self.start_tsc as i128 + ticks).clamp(0, u64::MAX as i128) as u64
+    }
+}
+
+/// One (CLOCK_MONOTONIC_RAW ns, TSC) pair: the tightest of eight rdtscp brackets.
+fn anchor() -> (u64, u64) {
+    let mut best = (u64::MAX, 0, 0);
+    for _ in 0..8 {
+        let (before, _) = rdtscp();
+        let ns = monotonic_raw_ns();
+        let (after, _) = rdtscp();
+        let width = after.wrapping_sub(before);
+        if width < best.0 {
+            best = (width, ns, before + width / 2);
+        }
+    }
+    (best.1, best.2)
+}
+
+// === impl PerfTimeConverter ===
+
+/// Converts the timestamps of a session's events (all opened with the same [`ClockSource`]).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum PerfTimeConverter {
+    /// The mmap page's parameters (`cap_user_time_zero`), events on perf's default clock.
+    MmapPage(TscConversion),
+    /// A measured mapping, events on `CLOCK_MONOTONIC_RAW`.
+    Measured(MeasuredMapping),
+}
+
+impl PerfTimeConverter {
+    /// The clock events must be opened with for this converter to apply.
+    pub fn clock_source(&self) -> ClockSource {
+        match self {
+            Self::MmapPage(_) => ClockSource::PerfDefault,
+            Self::Measured(_) => ClockSource::MonotonicRaw,
+        }
+    }
+
+    /// perf timestamp → TSC ticks.
+    pub fn perf_to_tsc(&self, time: u64) -> u64 {
+        match self {
+            Self::MmapPage(c) => c.perf_to_tsc(time),
+            Self::Measured(m) => m.ns_to_tsc(time),
+        }
+    }
+
+    /// Keeps a measured mapping accurate: a new anchor every `min_interval` at most (no-op for
+    /// the mmap-page conversion, which the kernel keeps exact).
+    pub fn refresh(&mut self, min_interval: Duration) {
+        if let Self::Measured(m) = self {
+            m.advance(min_interval);
+        }
+    }
+
+    /// The current time on the events' perf clock.
+    pub fn perf_now(&self) -> u64 {
+        match self {
+            Self::MmapPage(c) => c.tsc_to_perf(rdtscp().0),
+            Self::Measured(_) => monotonic_raw_ns(),
+        }
+    }
+}
+
+/// `rdtscp`: (TSC ticks, IA32_TSC_AUX — the CPU number on Linux). To move to `crate::clock`.
+#[cfg(target_arch = "x86_64")]
+pub(crate) fn rdtscp() -> (u64, u32) {
+    let mut aux = 0u32;
+    // SAFETY: rdtscp only reads the TSC and TSC_AUX into registers and writes `aux`, a live
+    // local; every x86_64 CPU Linux runs fxtrace on has it (checked by `crate::clock` later).
+    let tsc = unsafe { core::arch::x86_64::__rdtscp(&mut aux) };
+    (tsc, aux)
+}
+
+/// `CLOCK_MONOTONIC_RAW` in nanoseconds.
+pub(crate) fn monotonic_raw_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC_RAW exists on every supported
+    // kernel, so the call cannot fail.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_RAW, &mut ts) };
+    (ts.tv_sec as u64)
+        .saturating_mul(1_000_000_000)
+        .saturating_add(ts.tv_nsec as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// A kernel-like parameter set: 2.1 GHz TSC, shift 31, `time_zero` "negative" (wrapped) as
+    /// on x86 when the TSC did not start at zero.
+    fn sample() -> TscConversion {
+        let mult = ((1u64 << 31) as f64 / 2.1) as u32;
+        TscConversion::new(0u64.wrapping_sub(123_456_789_000), mult, 31).unwrap()
+    }
+
+    #[test]
+    fn rejects_bad_parameters() {
+        assert!(TscConversion::new(0, 0, 10).is_none());
+        assert!(TscConversion::new(0, 1, 64).is_none());
+    }
+
+    #[test]
+    fn forward_formula_matches_the_exact_product() {
+        let c = sample();
+        for cyc in [0u64, 1, 2, 1 << 31, (1 << 31) + 7, 987_654_321_012_345] {
+            let exact = ((u128::from(cyc) * u128::from(c.time_mult())) >> 31) as u64;
+            assert_eq!(c.tsc_to_perf(cyc), c.time_zero().wrapping_add(exact));
+        }
+    }
+
+    #[test]
+    fn inverse_is_the_first_tick_of_the_nanosecond() {
+        let c = sample();
+        let cyc = 5_000_000_000_123u64;
+        let t = c.tsc_to_perf(cyc);
+        let back = c.perf_to_tsc(t);
+        assert!(back <= cyc);
+        assert_eq!(c.tsc_to_perf(back), t);
+        assert!(c.tsc_to_perf(back - 1) < t);
+        // 2.1 ticks per ns: at most 2 ticks of error.
+        assert!(cyc - back <= 2, "{cyc} vs {back}");
+    }
+
+    proptest! {
+        #[test]
+        fn inverse_round_trips(cyc in 1u64..(1u64 << 50), shift in 8u16..=32, ns_per_tick in 0.05f64..20.0) {
+            // Kernel-like parameters: shift at most 32 (so `rem * mult` cannot overflow), a
+            // rate between 50 GHz and 50 MHz, perf time far below 2^63 ns.
+            let mult = ((1u64 << shift) as f64 * ns_per_tick).clamp(1.0, u32::MAX as f64) as u32;
+            let exact = (u128::from(cyc) * u128::from(mult)) >> shift;
+            prop_assume!(exact < (1u128 << 63));
+            let c = TscConversion::new(0x1234_5678_9abc, mult, shift).unwrap();
+            let t = c.tsc_to_perf(cyc);
+            let back = c.perf_to_tsc(t);
+            prop_assert!(back <= cyc);
+            prop_assert_eq!(c.tsc_to_perf(back), t);
+            if back > 0 {
+                prop_assert!(c.tsc_to_perf(back - 1) != t);
+            }
+        }
+    }
+
+    #[test]
+    fn measured_mapping_is_linear() {
+        let m = MeasuredMapping::new(1_000, 10_000, 2.5);
+        assert_eq!(m.ns_to_tsc(1_000), 10_000);
+        assert_eq!(m.ns_to_tsc(2_000), 12_500);
+        assert_eq!(m.ns_to_tsc(0), 7_500);
+    }
+
+    #[test]
+    fn advancing_keeps_the_mapping_continuous() {
+        let mut m = MeasuredMapping::new(1_000, 10_000, 2.5);
+        m.advance_to(2_000, 12_600); // 2.6 ticks/ns over this segment
+        assert_eq!(m.ns_to_tsc(1_000), 10_000);
+        assert_eq!(m.ns_to_tsc(2_000), 12_600);
+        let at_joint = m.ns_to_tsc(2_000);
+        m.advance_to(3_000, 15_000); // 2.4 ticks/ns
+        assert_eq!(
+            m.ns_to_tsc(2_000),
+            at_joint,
+            "continuous at the shared anchor"
+        );
+        assert_eq!(m.ns_to_tsc(3_000), 15_000);
+        m.advance_to(2_500, 1); // not later: ignored
+        assert_eq!(m.ns_to_tsc(3_000), 15_000);
+    }
+
+    #[test]
+    fn measured_mapping_tracks_the_tsc() {
+        let m = MeasuredMapping::measure(Duration::from_millis(5));
+        assert!(m.ticks_per_ns() > 0.1 && m.ticks_per_ns() < 10.0);
+        let (before, _) = rdtscp();
+        let ns = monotonic_raw_ns();
+        let (after, _) = rdtscp();
+        let est = m.ns_to_tsc(ns);
+        // Within 50 µs worth of ticks (the measurement is over 5 ms only).
+        let slack = (50_000.0 * m.ticks_per_ns()) as u64;
+        assert!(
+            est + slack >= before && est <= after + slack,
+            "{before} {est} {after}"
+        );
+    }
+}

@@ -1,0 +1,446 @@
+//! Capture against the real kernel: a two-thread pipe ping-pong is captured per process and
+//! system-wide (tracepoint and `SWITCH_CPU_WIDE` fallback) with the right tids, states and
+//! names; perf timestamps converted to TSC land between `rdtscp` reads around the switch; LBR on
+//! a PMU-less machine is a clean `Unsupported` outcome. Each test prints one
+//! "skipped: <reason>" line where the kernel does not allow it.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use fxtrace::capture::tracefs;
+use fxtrace::capture::{
+    BranchSampling, Capture, CaptureConfig, CaptureError, CaptureEvent, ContextSwitch,
+    PerfPermissions, PerfTimeConverter, SwitchSides, SwitchSource, ThreadState, TracefsChoice,
+};
+
+/// Kernel tests run one at a time: they share the CPUs and the tracefs mount.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn gettid() -> u32 {
+    // SAFETY: gettid has no preconditions.
+    unsafe { libc::gettid() as u32 }
+}
+
+fn rdtscp() -> u64 {
+    let mut aux = 0;
+    // SAFETY: rdtscp reads the TSC into registers and writes `aux`, a live local.
+    unsafe { core::arch::x86_64::__rdtscp(&mut aux) }
+}
+
+fn pipe() -> (OwnedFd, OwnedFd) {
+    nix::unistd::pipe().unwrap()
+}
+
+fn read1(fd: &OwnedFd) {
+    let mut b = [0u8; 1];
+    assert_eq!(nix::unistd::read(fd.as_fd(), &mut b).unwrap(), 1);
+}
+
+fn write1(fd: &OwnedFd) {
+    assert_eq!(nix::unistd::write(fd, &[1u8]).unwrap(), 1);
+}
+
+/// Two threads, "fxt-ping" and "fxt-pong", bouncing one byte `rounds` times through two pipes.
+/// Returns their tids.
+fn ping_pong(rounds: usize) -> (u32, u32) {
+    let (r1, w1) = pipe();
+    let (r2, w2) = pipe();
+    let pong = std::thread::Builder::new()
+        .name("fxt-pong".into())
+        .spawn(move || {
+            for _ in 0..rounds {
+                read1(&r1);
+                write1(&w2);
+            }
+            gettid()
+        })
+        .unwrap();
+    let ping = std::thread::Builder::new()
+        .name("fxt-ping".into())
+        .spawn(move || {
+            for _ in 0..rounds {
+                write1(&w1);
+                read1(&r2);
+            }
+            gettid()
+        })
+        .unwrap();
+    (ping.join().unwrap(), pong.join().unwrap())
+}
+
+type Events = Arc<Mutex<Vec<CaptureEvent>>>;
+
+fn start(config: CaptureConfig) -> Option<(Capture, Events)> {
+    let events: Events = Arc::default();
+    let sink = events.clone();
+    match Capture::start(config, move |e| sink.lock().unwrap().push(e)) {
+        Ok(c) => Some((c, events)),
+        Err(CaptureError::Open { source, remedy, .. })
+            if matches!(
+                source.raw_os_error(),
+                Some(libc::EACCES) | Some(libc::EPERM)
+            ) =>
+        {
+            println!(
+                "skipped: perf_event_open not permitted: {}",
+                remedy.unwrap_or_default()
+            );
+            None
+        }
+        Err(e) => panic!("capture failed to start: {e}"),
+    }
+}
+
+fn switches(events: &[CaptureEvent]) -> Vec<ContextSwitch> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            CaptureEvent::ContextSwitch(cs) => Some(*cs),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The last name fxtrace gave `tid` (announcement or COMM).
+fn last_name(events: &[CaptureEvent], tid: u32) -> Option<String> {
+    events.iter().rev().find_map(|e| match e {
+        CaptureEvent::Comm(c) if c.tid == tid => Some(c.name.clone()),
+        CaptureEvent::Thread(t) if t.tid == tid => t.name.clone(),
+        _ => None,
+    })
+}
+
+fn require_root() -> bool {
+    let perms = PerfPermissions::read();
+    if !perms.root && !perms.perfmon {
+        println!(
+            "skipped: needs root or CAP_PERFMON (paranoid {:?})",
+            perms.paranoid
+        );
+        return false;
+    }
+    true
+}
+
+/// A ping-pong thread leaves the CPU either blocked in `read` (S → blocked) or preempted by the
+/// thread it just woke or by other load (R+ → suspended); nothing else.
+fn assert_states(outs: &[&ContextSwitch], rounds: usize) {
+    let blocked = outs
+        .iter()
+        .filter(|c| c.prev_state == ThreadState::Blocked)
+        .count();
+    let preempted = outs
+        .iter()
+        .filter(|c| c.prev_state == ThreadState::Suspended)
+        .count();
+    println!("  blocked {blocked}, preempted {preempted}");
+    assert_eq!(blocked + preempted, outs.len(), "only blocked or suspended");
+    assert!(
+        blocked >= rounds / 3,
+        "pipe reads block: {blocked} of {rounds} rounds"
+    );
+}
+
+fn assert_in_time_order(events: &[CaptureEvent]) {
+    let times: Vec<u64> = events.iter().filter_map(CaptureEvent::time).collect();
+    let late = times.windows(2).filter(|w| w[0] > w[1]).count();
+    assert_eq!(late, 0, "events out of timestamp order");
+}
+
+#[test]
+fn per_process_switches_of_a_ping_pong() {
+    let _g = serial();
+    let pid = std::process::id();
+    let Some((capture, events)) = start(CaptureConfig::process(pid)) else {
+        return;
+    };
+    assert_eq!(
+        capture.report().switch_source,
+        Some(SwitchSource::ProcessSwitchRecords)
+    );
+    let rounds = 300;
+    let (ping, pong) = ping_pong(rounds);
+    let stats = capture.stop().unwrap();
+    let events = events.lock().unwrap().clone();
+    assert_in_time_order(&events);
+    let cs = switches(&events);
+    for tid in [ping, pong] {
+        let outs: Vec<_> = cs
+            .iter()
+            .filter(|c| c.sides == SwitchSides::OutgoingOnly && c.prev_tid == tid)
+            .collect();
+        let ins = cs
+            .iter()
+            .filter(|c| c.sides == SwitchSides::IncomingOnly && c.next_tid == tid)
+            .count();
+        println!("tid {tid}: {} switch-outs, {ins} switch-ins", outs.len());
+        assert!(
+            outs.len() >= rounds / 2,
+            "tid {tid}: {} switch-outs",
+            outs.len()
+        );
+        assert!(ins >= rounds / 2, "tid {tid}: {ins} switch-ins");
+        assert!(outs.iter().all(|c| c.prev_pid == Some(pid)));
+        assert_states(&outs, rounds);
+    }
+    assert_eq!(last_name(&events, ping).as_deref(), Some("fxt-ping"));
+    assert_eq!(last_name(&events, pong).as_deref(), Some("fxt-pong"));
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, CaptureEvent::Fork(f) if f.tid == ping && f.pid == pid)));
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, CaptureEvent::Exit(x) if x.tid == ping)));
+    assert_eq!(stats.lost_records, 0);
+    assert_eq!(stats.parse_errors, 0);
+    println!("stats: {stats:?}");
+}
+
+#[test]
+fn switch_timestamps_land_between_rdtscp_reads() {
+    let _g = serial();
+    let Some((capture, events)) = start(CaptureConfig::process(std::process::id())) else {
+        return;
+    };
+    match capture.report().clock {
+        PerfTimeConverter::MmapPage(c) => println!(
+            "clock: mmap page time_zero {:#x} time_mult {} time_shift {}",
+            c.time_zero(),
+            c.time_mult(),
+            c.time_shift()
+        ),
+        PerfTimeConverter::Measured(m) => {
+            println!(
+                "clock: no cap_user_time_zero here; measured {} ticks/ns",
+                m.ticks_per_ns()
+            )
+        }
+    }
+    let (r, w) = pipe();
+    let waker = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(20));
+        write1(&w);
+    });
+    let tid = gettid();
+    let before = rdtscp();
+    read1(&r); // blocks: switch out, then in when the waker writes
+    let after = rdtscp();
+    waker.join().unwrap();
+    capture.stop().unwrap();
+    let cs = switches(&events.lock().unwrap());
+    let out = cs
+        .iter()
+        .find(|c| c.sides == SwitchSides::OutgoingOnly && c.prev_tid == tid && c.time >= before)
+        .expect("switch-out of the blocked reader");
+    let back = cs
+        .iter()
+        .find(|c| c.sides == SwitchSides::IncomingOnly && c.next_tid == tid && c.time > out.time)
+        .expect("switch-in of the woken reader");
+    println!(
+        "before {before} out +{} in +{} after +{} (ticks)",
+        out.time - before,
+        back.time - before,
+        after - before
+    );
+    assert!(before <= out.time && out.time <= back.time && back.time <= after);
+    assert_eq!(out.prev_state, ThreadState::Blocked);
+}
+
+#[test]
+fn system_wide_sched_switch_sees_the_workload() {
+    let _g = serial();
+    if !require_root() {
+        return;
+    }
+    let mounted_before = tracefs::locate().is_some();
+    let config = CaptureConfig::system_wide();
+    let Some((capture, events)) = start(config) else {
+        return;
+    };
+    let report = capture.report().clone();
+    assert_eq!(
+        report.switch_source,
+        Some(SwitchSource::SchedSwitchTracepoint),
+        "unsupported: {:?}",
+        report.unsupported
+    );
+    assert_eq!(
+        tracefs::locate().is_some(),
+        mounted_before,
+        "a tracefs mount made for the open is released once the events exist"
+    );
+    let rounds = 500;
+    let (ping, pong) = ping_pong(rounds);
+    let stats = capture.stop().unwrap();
+    let events = events.lock().unwrap().clone();
+    assert_in_time_order(&events);
+    let cs = switches(&events);
+    let pid = std::process::id();
+    for tid in [ping, pong] {
+        let outs: Vec<_> = cs.iter().filter(|c| c.prev_tid == tid).collect();
+        let ins = cs.iter().filter(|c| c.next_tid == tid).count();
+        println!("tid {tid}: {} switched out, {ins} switched in", outs.len());
+        assert!(outs.len() >= rounds / 2 && ins >= rounds / 2);
+        assert!(outs
+            .iter()
+            .all(|c| c.prev_pid == Some(pid) && c.sides == SwitchSides::Both));
+        // The tracepoint reports the exit: the thread's last switch-out is X (autoreaped
+        // thread) or Z, every earlier one blocked or preempted.
+        let (last, earlier) = outs.split_last().unwrap();
+        assert!(
+            matches!(last.prev_state, ThreadState::Dead | ThreadState::Dying),
+            "last switch-out of an exiting thread: {:?}",
+            last.prev_state
+        );
+        assert_states(earlier, rounds);
+        assert!(
+            outs.iter().all(|c| c.prev_prio == 120),
+            "nice 0 is prio 120"
+        );
+    }
+    // Both directions between our two threads and the others are consistent per CPU: every
+    // switch's next is the following switch's prev on that CPU.
+    for cpu in &report.cpus {
+        let on: Vec<_> = cs.iter().filter(|c| c.cpu == *cpu).collect();
+        let chained = on
+            .windows(2)
+            .filter(|w| w[0].next_tid == w[1].prev_tid)
+            .count();
+        assert!(
+            chained + 1 >= on.len(),
+            "cpu {cpu}: {chained} of {} chained",
+            on.len()
+        );
+    }
+    assert_eq!(last_name(&events, ping).as_deref(), Some("fxt-ping"));
+    assert_eq!(last_name(&events, pong).as_deref(), Some("fxt-pong"));
+    let thread = events.iter().find_map(|e| match e {
+        CaptureEvent::Thread(t) if t.tid == ping => Some(t.clone()),
+        _ => None,
+    });
+    assert_eq!(thread.and_then(|t| t.pid), Some(pid));
+    assert_eq!(
+        stats.lost_records, 0,
+        "default ring loses nothing on the ping-pong"
+    );
+    assert_eq!(stats.parse_errors, 0);
+    println!("stats: {stats:?}");
+}
+
+#[test]
+fn system_wide_cpu_wide_fallback_sees_the_workload() {
+    let _g = serial();
+    if !require_root() {
+        return;
+    }
+    let config = CaptureConfig {
+        tracefs: TracefsChoice::Skip,
+        ..CaptureConfig::system_wide()
+    };
+    let Some((capture, events)) = start(config) else {
+        return;
+    };
+    assert_eq!(
+        capture.report().switch_source,
+        Some(SwitchSource::CpuWideSwitchRecords)
+    );
+    let rounds = 300;
+    let (ping, pong) = ping_pong(rounds);
+    let stats = capture.stop().unwrap();
+    let events = events.lock().unwrap().clone();
+    assert_in_time_order(&events);
+    let cs = switches(&events);
+    let pid = std::process::id();
+    for tid in [ping, pong] {
+        let outs: Vec<_> = cs.iter().filter(|c| c.prev_tid == tid).collect();
+        let ins = cs.iter().filter(|c| c.next_tid == tid).count();
+        println!("tid {tid}: {} switched out, {ins} switched in", outs.len());
+        assert!(outs.len() >= rounds / 2 && ins >= rounds / 2);
+        assert!(outs.iter().all(|c| c.prev_pid == Some(pid)));
+        assert!(cs
+            .iter()
+            .filter(|c| c.next_tid == tid)
+            .all(|c| c.next_pid == Some(pid)));
+    }
+    assert_eq!(stats.lost_records, 0);
+}
+
+#[test]
+fn lbr_unsupported_is_reported_once_and_switches_go_on() {
+    let _g = serial();
+    if !require_root() {
+        return;
+    }
+    let config = CaptureConfig {
+        lbr: Some(BranchSampling::default()),
+        ..CaptureConfig::system_wide()
+    };
+    let Some((capture, events)) = start(config) else {
+        return;
+    };
+    let report = capture.report().clone();
+    let (ping, _) = ping_pong(100);
+    let burn = std::time::Instant::now();
+    let mut x = 0u64;
+    while burn.elapsed() < Duration::from_millis(50) {
+        x = x
+            .wrapping_mul(6364136223846793005)
+            .wrapping_add(std::hint::black_box(1));
+    }
+    std::hint::black_box(x);
+    let stats = capture.stop().unwrap();
+    let events = events.lock().unwrap().clone();
+    assert!(
+        switches(&events).iter().any(|c| c.prev_tid == ping),
+        "switches still captured"
+    );
+    match report.lbr {
+        None => {
+            let lbr: Vec<_> = report
+                .unsupported
+                .iter()
+                .filter(|u| u.what.contains("LBR"))
+                .collect();
+            assert_eq!(lbr.len(), 1);
+            println!(
+                "LBR unsupported here: errno {:?}: {}",
+                lbr[0].errno, lbr[0].hint
+            );
+            assert!(matches!(
+                lbr[0].errno,
+                Some(libc::ENOENT)
+                    | Some(libc::EOPNOTSUPP)
+                    | Some(libc::EINVAL)
+                    | Some(libc::ENODEV)
+            ));
+            let reported = events
+                .iter()
+                .filter(|e| matches!(e, CaptureEvent::Unsupported(u) if u.what.contains("LBR")))
+                .count();
+            assert_eq!(reported, 1, "reported once");
+            assert!(
+                matches!(events[0], CaptureEvent::Unsupported(_)),
+                "before anything else"
+            );
+            assert_eq!(stats.branch_samples, 0);
+        }
+        Some(cfg) => {
+            println!("LBR available here ({cfg:?}): checking samples decode");
+            let samples: Vec<_> = events
+                .iter()
+                .filter_map(|e| match e {
+                    CaptureEvent::Branch(b) => Some(b),
+                    _ => None,
+                })
+                .collect();
+            assert!(!samples.is_empty(), "LBR opened but no samples");
+            assert!(samples.iter().any(|s| !s.entries.is_empty()));
+            assert!(samples.iter().all(|s| s.entries.len() <= 64));
+        }
+    }
+}

@@ -1,0 +1,501 @@
+//! Capture sessions on the in-memory perf (`FakeSys`): what gets opened, merge order across CPU
+//! rings, thread announcements, LOST/unknown counting, the unsupported-LBR outcome, and
+//! permission errors with their remedy.
+
+use std::fs;
+use std::path::Path;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fxtrace::capture::records::{
+    MISC_SWITCH_OUT, MISC_SWITCH_OUT_PREEMPT, RECORD_COMM, RECORD_LOST, RECORD_SAMPLE,
+    RECORD_SWITCH,
+};
+use fxtrace::capture::{
+    BranchSampling, Capture, CaptureConfig, CaptureError, CaptureEvent, EventKind, FakeRing,
+    FakeSys, LostKind, PerfPermissions, RecordBytes, SwitchSides, SwitchSource, ThreadState,
+    TracefsChoice,
+};
+
+/// `sched_switch` format of a 6.x kernel.
+const FORMAT: &str = "name: sched_switch
+ID: 372
+format:
+\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
+\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;
+\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;
+\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;
+
+\tfield:char prev_comm[16];\toffset:8;\tsize:16;\tsigned:0;
+\tfield:pid_t prev_pid;\toffset:24;\tsize:4;\tsigned:1;
+\tfield:int prev_prio;\toffset:28;\tsize:4;\tsigned:1;
+\tfield:long prev_state;\toffset:32;\tsize:8;\tsigned:1;
+\tfield:char next_comm[16];\toffset:40;\tsize:16;\tsigned:0;
+\tfield:pid_t next_pid;\toffset:56;\tsize:4;\tsigned:1;
+\tfield:int next_prio;\toffset:60;\tsize:4;\tsigned:1;
+
+print fmt: \"x\", __print_flags(REC->prev_state & 0xff, \"|\", { 0x00000001, \"S\" }, { 0x00000002, \"D\" }, { 0x00000004, \"T\" }, { 0x00000008, \"t\" }, { 0x00000010, \"X\" }, { 0x00000020, \"Z\" }, { 0x00000040, \"P\" }, { 0x00000080, \"I\" }) : \"R\"
+";
+
+fn tracefs(dir: &Path) {
+    let ev = dir.join("events/sched/sched_switch");
+    fs::create_dir_all(&ev).unwrap();
+    fs::write(ev.join("id"), "372\n").unwrap();
+    fs::write(ev.join("format"), FORMAT).unwrap();
+}
+
+/// /proc with process 10 ("server": threads 10, 11 "worker") and 12 (a thread that exits).
+fn proc_tree(dir: &Path, tids: &[u32]) {
+    for &tid in tids {
+        fs::create_dir_all(dir.join(format!("10/task/{tid}"))).unwrap();
+        fs::create_dir_all(dir.join(tid.to_string())).unwrap();
+        fs::write(
+            dir.join(format!("{tid}/status")),
+            format!("Tgid:\t10\nPid:\t{tid}\n"),
+        )
+        .unwrap();
+    }
+    fs::write(dir.join("10/comm"), "server\n").unwrap();
+    fs::write(dir.join("10/task/10/comm"), "server\n").unwrap();
+    fs::write(dir.join("10/task/11/comm"), "worker\n").unwrap();
+}
+
+fn comm16(name: &str) -> [u8; 16] {
+    let mut b = [0u8; 16];
+    b[..name.len()].copy_from_slice(name.as_bytes());
+    b
+}
+
+/// A sched_switch tracepoint sample (TID, TIME, CPU, RAW) for FORMAT.
+fn switch_sample(time: u64, cpu: u32, prev: (&str, u32, i64), next: (&str, u32)) -> Vec<u8> {
+    let raw = RecordBytes::new()
+        .u32(372)
+        .u32(prev.1)
+        .bytes(&comm16(prev.0))
+        .u32(prev.1)
+        .u32(120)
+        .u64(prev.2 as u64)
+        .bytes(&comm16(next.0))
+        .u32(next.1)
+        .u32(100)
+        .build();
+    assert_eq!(raw.len(), 64);
+    RecordBytes::new()
+        .u32(prev.1)
+        .u32(prev.1)
+        .u64(time)
+        .u32(cpu)
+        .u32(0)
+        .u32(68)
+        .bytes(&raw)
+        .u32(0) // pad to 8
+        .build()
+}
+
+/// A perf time one second in the future: the fake clock is 1 TSC tick = 1 ns with
+/// `time_zero = 0`, so nothing here is "caught up" before the test writes it.
+fn base() -> u64 {
+    // SAFETY: rdtsc only reads the time stamp counter.
+    let now = unsafe { core::arch::x86_64::_rdtsc() };
+    now + 1_000_000_000
+}
+
+fn root_perms() -> PerfPermissions {
+    PerfPermissions {
+        paranoid: Some(2),
+        root: true,
+        perfmon: true,
+        hardware_pmu: false,
+    }
+}
+
+type Events = Arc<Mutex<Vec<CaptureEvent>>>;
+
+fn sink() -> (Events, impl FnMut(CaptureEvent) + Send + 'static) {
+    let events: Events = Arc::default();
+    let e = events.clone();
+    (events, move |ev| e.lock().unwrap().push(ev))
+}
+
+fn wait_for(events: &Events, what: impl Fn(&[CaptureEvent]) -> bool) -> bool {
+    let deadline = Instant::now() + Duration::from_secs(3);
+    while Instant::now() < deadline {
+        if what(&events.lock().unwrap()) {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    false
+}
+
+fn switches(events: &[CaptureEvent]) -> Vec<fxtrace::capture::ContextSwitch> {
+    events
+        .iter()
+        .filter_map(|e| match e {
+            CaptureEvent::ContextSwitch(cs) => Some(*cs),
+            _ => None,
+        })
+        .collect()
+}
+
+fn config(target: CaptureConfig, tracefs_dir: &Path, proc_dir: &Path) -> CaptureConfig {
+    CaptureConfig {
+        cpus: Some(vec![0, 1]),
+        tracefs: TracefsChoice::At(tracefs_dir.into()),
+        proc_root: proc_dir.into(),
+        poll_interval: Duration::from_millis(10),
+        ring_pages: 1,
+        ..target
+    }
+}
+
+#[test]
+fn system_wide_merges_cpus_names_threads_counts_losses_and_reports_lbr_once() {
+    let tfs = tempfile::tempdir().unwrap();
+    let proc = tempfile::tempdir().unwrap();
+    tracefs(tfs.path());
+    proc_tree(proc.path(), &[10, 11]);
+    let sys = FakeSys::new();
+    sys.set_clock(0, 1 << 31, 31);
+    sys.fail_when(|attr, _, _| (attr.kind() == EventKind::BranchSampling).then_some(libc::ENOENT));
+    let cfg = CaptureConfig {
+        lbr: Some(BranchSampling::default()),
+        ..config(CaptureConfig::system_wide(), tfs.path(), proc.path())
+    };
+    let (events, sink) = sink();
+    let capture = Capture::start_with(sys.clone(), root_perms(), cfg, sink).unwrap();
+
+    let report = capture.report().clone();
+    assert_eq!(
+        report.switch_source,
+        Some(SwitchSource::SchedSwitchTracepoint)
+    );
+    assert_eq!(report.lbr, None);
+    assert_eq!(report.unsupported.len(), 1);
+    let lbr = &report.unsupported[0];
+    assert!(lbr.what.contains("LBR"));
+    assert_eq!(lbr.errno, Some(libc::ENOENT));
+    assert!(
+        lbr.hint.contains("VM without a virtual PMU"),
+        "{}",
+        lbr.hint
+    );
+    assert!(
+        report.clock.perf_to_tsc(12345) == 12345,
+        "probed from the fake page"
+    );
+    let opened = sys.events();
+    let tp: Vec<_> = opened
+        .iter()
+        .filter(|e| e.attr.kind() == EventKind::SchedSwitchTracepoint)
+        .collect();
+    assert_eq!(tp.len(), 2);
+    assert!(tp
+        .iter()
+        .all(|e| e.pid == -1 && e.mapped && e.enabled && e.attr.config() == 372));
+    assert_eq!(tp.iter().map(|e| e.cpu).collect::<Vec<_>>(), vec![0, 1]);
+
+    let t = base();
+    let cpu0: FakeRing = sys.ring(EventKind::SchedSwitchTracepoint, 0).unwrap();
+    let cpu1: FakeRing = sys.ring(EventKind::SchedSwitchTracepoint, 1).unwrap();
+    // cpu0: 100 server->worker, COMM at 150, unknown record, 300 worker->idle.
+    assert!(cpu0.write_record(
+        RECORD_SAMPLE,
+        0,
+        &switch_sample(t + 100, 0, ("server", 10, 0x1), ("worker", 11))
+    ));
+    let comm = RecordBytes::new()
+        .u32(10)
+        .u32(11)
+        .bytes(b"renamed\0")
+        .sample_id(10, 11, t + 150, 0)
+        .build();
+    assert!(cpu0.write_record(RECORD_COMM, 0, &comm));
+    assert!(cpu0.write_record(200, 0, &[0u8; 8]));
+    assert!(cpu0.write_record(
+        RECORD_SAMPLE,
+        0,
+        &switch_sample(t + 300, 0, ("renamed", 11, 0x100), ("swapper/0", 0))
+    ));
+    // cpu1: 200 idle->server, LOST 5 at 250, 400 server exits (X).
+    assert!(cpu1.write_record(
+        RECORD_SAMPLE,
+        0,
+        &switch_sample(t + 200, 1, ("swapper/1", 0, 0), ("server", 10))
+    ));
+    let lost = RecordBytes::new()
+        .u64(1)
+        .u64(5)
+        .sample_id(0, 0, t + 250, 1)
+        .build();
+    assert!(cpu1.write_record(RECORD_LOST, 0, &lost));
+    assert!(cpu1.write_record(
+        RECORD_SAMPLE,
+        0,
+        &switch_sample(t + 400, 1, ("server", 10, 0x10), ("swapper/1", 0))
+    ));
+    cpu0.wake();
+    cpu1.wake();
+
+    // Released before stop: everything up to min(newest cpu0, newest cpu1) = t+300.
+    assert!(wait_for(&events, |e| switches(e)
+        .iter()
+        .any(|cs| cs.time == t + 300)));
+    assert!(
+        !switches(&events.lock().unwrap())
+            .iter()
+            .any(|cs| cs.time == t + 400),
+        "t+400 is beyond the watermark until stop"
+    );
+    let stats = capture.stop().unwrap();
+    let events = events.lock().unwrap().clone();
+
+    assert!(matches!(&events[0], CaptureEvent::Unsupported(u) if u.what.contains("LBR")));
+    let timed: Vec<u64> = events.iter().filter_map(CaptureEvent::time).collect();
+    assert!(
+        timed.windows(2).all(|w| w[0] <= w[1]),
+        "timestamp order: {timed:?}"
+    );
+
+    let cs = switches(&events);
+    assert_eq!(
+        cs.iter().map(|c| c.time - t).collect::<Vec<_>>(),
+        vec![100, 200, 300, 400]
+    );
+    assert_eq!((cs[0].prev_tid, cs[0].next_tid, cs[0].cpu), (10, 11, 0));
+    assert_eq!(
+        (cs[0].prev_pid, cs[0].next_pid),
+        (Some(10), Some(10)),
+        "pids from /proc"
+    );
+    assert_eq!(cs[0].prev_state, ThreadState::Blocked);
+    assert_eq!((cs[0].prev_prio, cs[0].next_prio), (120, 100));
+    assert_eq!(cs[0].sides, SwitchSides::Both);
+    assert_eq!((cs[1].prev_tid, cs[1].prev_pid, cs[1].cpu), (0, Some(0), 1));
+    assert_eq!(cs[2].prev_state, ThreadState::Suspended, "R+");
+    assert_eq!(cs[3].prev_state, ThreadState::Dead, "X");
+
+    // Each thread announced once, before its first switch, with names.
+    let threads: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            CaptureEvent::Thread(t) => Some(t.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        threads.iter().map(|t| t.tid).collect::<Vec<_>>(),
+        vec![10, 11, 0]
+    );
+    assert_eq!(threads[0].name.as_deref(), Some("server"));
+    assert_eq!(threads[1].name.as_deref(), Some("worker"));
+    assert_eq!(threads[1].pid, Some(10));
+    assert_eq!(threads[1].process_name.as_deref(), Some("server"));
+    let first_switch = events
+        .iter()
+        .position(|e| matches!(e, CaptureEvent::ContextSwitch(_)))
+        .unwrap();
+    let thread_11 = events
+        .iter()
+        .position(|e| matches!(e, CaptureEvent::Thread(t) if t.tid == 11))
+        .unwrap();
+    assert!(thread_11 < first_switch);
+
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, CaptureEvent::Comm(c) if c.name == "renamed" && c.tid == 11)));
+    assert!(events.iter().any(|e| matches!(e, CaptureEvent::Lost(l) if l.count == 5 && l.kind == LostKind::Records && l.cpu == 1)));
+    assert_eq!(stats.lost_records, 5);
+    assert_eq!(stats.lost_reports, 1);
+    assert_eq!(stats.unknown_records, 1);
+    assert_eq!(stats.switches, 4);
+    assert_eq!(stats.threads, 3);
+    assert_eq!((stats.parse_errors, stats.late), (0, 0));
+    assert!(sys.events().iter().all(|e| !e.enabled), "disabled at stop");
+}
+
+#[test]
+fn process_mode_opens_per_thread_and_cpu_with_one_ring_per_cpu() {
+    let proc = tempfile::tempdir().unwrap();
+    proc_tree(proc.path(), &[10, 11, 12]);
+    let sys = FakeSys::new();
+    sys.set_clock(0, 1 << 31, 31);
+    // Thread 12 exits between the listing and perf_event_open.
+    sys.fail_when(|_, pid, _| (pid == 12).then_some(libc::ESRCH));
+    let cfg = config(
+        CaptureConfig::process(10),
+        Path::new("/nonexistent"),
+        proc.path(),
+    );
+    let (events, sink) = sink();
+    let capture = Capture::start_with(sys.clone(), root_perms(), cfg, sink).unwrap();
+    assert_eq!(
+        capture.report().switch_source,
+        Some(SwitchSource::ProcessSwitchRecords)
+    );
+    let opened: Vec<_> = sys
+        .events()
+        .into_iter()
+        .filter(|e| e.attr.kind() == EventKind::ProcessSwitches)
+        .collect();
+    assert_eq!(opened.len(), 4, "threads 10 and 11 on cpus 0 and 1");
+    assert!(opened.iter().all(|e| e.attr.inherit() && e.enabled));
+    assert_eq!(
+        opened.iter().filter(|e| e.mapped).count(),
+        2,
+        "one ring per cpu"
+    );
+    assert_eq!(opened.iter().filter(|e| e.redirected).count(), 2);
+
+    let t = base();
+    let ring = sys.ring(EventKind::ProcessSwitches, 0).unwrap();
+    let out = RecordBytes::new().sample_id(10, 11, t + 10, 0).build();
+    assert!(ring.write_record(
+        RECORD_SWITCH,
+        MISC_SWITCH_OUT | MISC_SWITCH_OUT_PREEMPT,
+        &out
+    ));
+    let inbound = RecordBytes::new().sample_id(10, 10, t + 20, 0).build();
+    assert!(ring.write_record(RECORD_SWITCH, 0, &inbound));
+    ring.wake();
+    let stats = capture.stop().unwrap();
+    let events = events.lock().unwrap().clone();
+    let cs = switches(&events);
+    assert_eq!(cs.len(), 2);
+    assert_eq!(cs[0].sides, SwitchSides::OutgoingOnly);
+    assert_eq!(
+        (cs[0].prev_tid, cs[0].prev_pid, cs[0].next_tid),
+        (11, Some(10), 0)
+    );
+    assert_eq!(cs[0].prev_state, ThreadState::Suspended, "preempted");
+    assert_eq!(cs[1].sides, SwitchSides::IncomingOnly);
+    assert_eq!(
+        (cs[1].next_tid, cs[1].next_pid, cs[1].prev_tid),
+        (10, Some(10), 0)
+    );
+    assert_eq!(
+        (cs[0].prev_prio, cs[1].next_prio),
+        (255, 255),
+        "unknown priority"
+    );
+    let names: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            CaptureEvent::Thread(t) => Some((t.tid, t.name.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        names,
+        vec![(11, Some("worker".into())), (10, Some("server".into()))],
+        "the unknown side (tid 0) is not announced"
+    );
+    assert_eq!(stats.switches, 2);
+}
+
+#[test]
+fn tracepoint_unavailable_falls_back_to_cpu_wide_records() {
+    let proc = tempfile::tempdir().unwrap();
+    proc_tree(proc.path(), &[10, 11]);
+    let sys = FakeSys::new();
+    sys.set_clock(0, 1 << 31, 31);
+    let empty = tempfile::tempdir().unwrap(); // no events/ in it
+    let cfg = config(CaptureConfig::system_wide(), empty.path(), proc.path());
+    let (events, sink) = sink();
+    let capture = Capture::start_with(sys.clone(), root_perms(), cfg, sink).unwrap();
+    let report = capture.report().clone();
+    assert_eq!(
+        report.switch_source,
+        Some(SwitchSource::CpuWideSwitchRecords)
+    );
+    assert!(report.unsupported[0].what.contains("sched_switch"));
+    assert!(report.unsupported[0].hint.contains("SWITCH_CPU_WIDE"));
+
+    let t = base();
+    let ring = sys.ring(EventKind::CpuWideSwitches, 1).unwrap();
+    // One switch 10 -> 11 on cpu 1: an OUT record (next = 11) and its IN twin (prev = 10).
+    let out = RecordBytes::new()
+        .u32(10)
+        .u32(11)
+        .sample_id(10, 10, t + 5, 1)
+        .build();
+    assert!(ring.write_record(
+        fxtrace::capture::records::RECORD_SWITCH_CPU_WIDE,
+        MISC_SWITCH_OUT,
+        &out
+    ));
+    let inbound = RecordBytes::new()
+        .u32(10)
+        .u32(10)
+        .sample_id(10, 11, t + 6, 1)
+        .build();
+    assert!(ring.write_record(
+        fxtrace::capture::records::RECORD_SWITCH_CPU_WIDE,
+        0,
+        &inbound
+    ));
+    ring.wake();
+    capture.stop().unwrap();
+    let cs = switches(&events.lock().unwrap());
+    assert_eq!(cs.len(), 1, "the IN twin is not a second switch");
+    assert_eq!(
+        (cs[0].prev_tid, cs[0].next_tid, cs[0].next_pid),
+        (10, 11, Some(10))
+    );
+    assert_eq!(cs[0].prev_state, ThreadState::Blocked);
+}
+
+#[test]
+fn permission_denied_says_what_is_missing() {
+    let sys = FakeSys::new();
+    sys.fail_when(|attr, _, _| (attr.kind() != EventKind::ClockProbe).then_some(libc::EACCES));
+    let tfs = tempfile::tempdir().unwrap();
+    tracefs(tfs.path());
+    let cfg = CaptureConfig {
+        clock: Some(fxtrace::capture::PerfTimeConverter::Measured(
+            fxtrace::capture::MeasuredMapping::new(0, 0, 1.0),
+        )),
+        ..config(CaptureConfig::system_wide(), tfs.path(), Path::new("/proc"))
+    };
+    let user = PerfPermissions {
+        paranoid: Some(2),
+        root: false,
+        perfmon: false,
+        hardware_pmu: true,
+    };
+    let err = Capture::start_with(sys, user, cfg, |_| {}).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(
+            err,
+            CaptureError::Open {
+                event: EventKind::CpuWideSwitches,
+                cpu: 0,
+                ..
+            }
+        ),
+        "{text}"
+    );
+    assert!(text.contains("perf_event_paranoid = 2"), "{text}");
+    assert!(text.contains("CAP_PERFMON"), "{text}");
+}
+
+#[test]
+fn only_unsupported_lbr_is_nothing_to_capture() {
+    let sys = FakeSys::new();
+    sys.set_clock(0, 1 << 31, 31);
+    sys.fail_when(|attr, _, _| {
+        (attr.kind() == EventKind::BranchSampling).then_some(libc::EOPNOTSUPP)
+    });
+    let cfg = CaptureConfig {
+        switches: false,
+        lbr: Some(BranchSampling::default()),
+        cpus: Some(vec![0]),
+        ..CaptureConfig::system_wide()
+    };
+    let err = Capture::start_with(sys, root_perms(), cfg, |_| {}).unwrap_err();
+    assert!(
+        matches!(err, CaptureError::NothingToCapture(ref m) if m.contains("LBR")),
+        "{err}"
+    );
+}
