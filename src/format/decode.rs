@@ -802,6 +802,16 @@ impl<R: Read> StreamDecoder<R> {
         self.state.skipped
     }
 
+    /// The underlying reader.
+    pub fn get_ref(&self) -> &R {
+        &self.reader
+    }
+
+    /// Consumes the decoder, returning the underlying reader.
+    pub fn into_inner(self) -> R {
+        self.reader
+    }
+
     fn fail(&mut self, kind: DecodeErrorKind) -> Option<Result<Decoded<'static>, DecodeError>> {
         self.done = true;
         Some(Err(DecodeError {
