@@ -23,12 +23,12 @@ use fxtrace::format::{
 };
 
 /// Provider 1's thread, registered at index 1.
-pub const ALPHA_THREAD: (u64, u64) = (100, 101);
+pub(crate) const ALPHA_THREAD: (u64, u64) = (100, 101);
 /// Provider 2's thread, registered at index 1 of its own table.
-pub const BETA_THREAD: (u64, u64) = (200, 201);
+pub(crate) const BETA_THREAD: (u64, u64) = (200, 201);
 
 /// Builds the whole trace (magic number first).
-pub fn build_trace() -> Result<Vec<u8>, Box<dyn std::error::Error>> {
+pub(crate) fn build_trace() -> Result<Vec<u8>, Box<dyn std::error::Error>> {
     let mut w = RecordWriter::with_magic();
     let alpha = ThreadRef::Index(1);
     let inline_thread = ThreadRef::Inline { pid: 100, tid: 102 };

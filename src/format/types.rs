@@ -36,7 +36,7 @@ pub const PROVIDER_EVENT_BUFFER_OVERFLOW: u8 = 0;
 macro_rules! numbered {
     ($(#[$doc:meta])* $name:ident { $($(#[$vdoc:meta])* $variant:ident = $value:literal => $text:literal,)+ }) => {
         $(#[$doc])*
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
         #[repr(u8)]
         pub enum $name {
             $($(#[$vdoc])* $variant = $value,)+
@@ -214,7 +214,7 @@ pub const LARGE_RECORD_TYPE_BLOB: u8 = 0;
 pub const TRACE_INFO_TYPE_MAGIC: u8 = 0;
 
 /// Blob type of a blob record (`[48 .. 55]`): any byte, with the defined ones as constants.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct BlobType(pub u8);
 
 impl BlobType {
@@ -246,7 +246,7 @@ impl fmt::Display for BlobType {
 }
 
 /// Kernel object type (`ZX_OBJ_TYPE_*`): any byte, with the ones fxtrace uses as constants.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub struct ObjectType(pub u8);
 
 impl ObjectType {
