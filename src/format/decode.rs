@@ -69,65 +69,120 @@ impl SkipCounts {
 
 // === impl State ===
 
-/// The tables of one provider.
+/// A cheap hasher for the tables' small integer keys (multiplicative, Fibonacci hashing).
+/// Collision attacks do not matter here: keys are at most 16 bits, so a table holds at most
+/// 32768 entries.
+#[derive(Debug, Default, Clone, Copy)]
+struct IndexHasher(u64);
+
+impl std::hash::Hasher for IndexHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.write_u64(u64::from(b));
+        }
+    }
+
+    fn write_u8(&mut self, i: u8) {
+        self.write_u64(u64::from(i));
+    }
+
+    fn write_u16(&mut self, i: u16) {
+        self.write_u64(u64::from(i));
+    }
+
+    fn write_u64(&mut self, i: u64) {
+        self.0 = (self.0 ^ i).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+type IndexMap<K, V> = HashMap<K, V, std::hash::BuildHasherDefault<IndexHasher>>;
+
+/// The tables of one provider. Maps rather than arrays, so memory follows the input's size
+/// (a hostile input cannot make each provider cost a 32768-entry array).
 #[derive(Debug)]
 struct ProviderState<'a> {
-    strings: HashMap<u16, Cow<'a, str>>,
-    threads: HashMap<u8, Thread>,
+    strings: IndexMap<u16, Cow<'a, str>>,
+    threads: IndexMap<u8, Thread>,
     ticks_per_second: u64,
 }
 
 impl Default for ProviderState<'_> {
     fn default() -> Self {
         ProviderState {
-            strings: HashMap::new(),
-            threads: HashMap::new(),
+            strings: IndexMap::default(),
+            threads: IndexMap::default(),
             ticks_per_second: DEFAULT_TICKS_PER_SECOND,
         }
     }
 }
 
-impl ProviderState<'_> {
+impl<'a> ProviderState<'a> {
     fn time(&self, ticks: u64) -> Timestamp {
         Timestamp {
             ticks,
             ns: ticks_to_ns(ticks, self.ticks_per_second),
         }
     }
+
+    fn string(&self, index: u16) -> Option<&Cow<'a, str>> {
+        self.strings.get(&index)
+    }
+
+    fn thread(&self, index: u8) -> Option<Thread> {
+        self.threads.get(&index).copied()
+    }
+
+    fn set_string(&mut self, index: u16, value: Cow<'a, str>) {
+        self.strings.insert(index, value);
+    }
+
+    fn set_thread(&mut self, index: u8, thread: Thread) {
+        self.threads.insert(index, thread);
+    }
 }
 
 /// Everything the decoder remembers between records.
 #[derive(Debug, Default)]
 struct State<'a> {
-    /// State of records seen before any provider metadata.
-    unattributed: ProviderState<'a>,
-    providers: HashMap<u32, ProviderState<'a>>,
+    /// Slot 0: records before any provider metadata; then one slot per provider seen.
+    tables: Vec<ProviderState<'a>>,
+    /// Provider id → slot in `tables`.
+    slots: HashMap<u32, usize>,
+    /// The current provider id and its slot (slot 0 while `None`).
     current: Option<u32>,
+    current_slot: usize,
     skipped: SkipCounts,
 }
 
 impl<'a> State<'a> {
     fn parts(&mut self) -> (&mut ProviderState<'a>, &mut SkipCounts) {
-        let provider = match self.current {
-            None => &mut self.unattributed,
-            Some(id) => self.providers.entry(id).or_default(),
-        };
-        (provider, &mut self.skipped)
+        if self.tables.is_empty() {
+            self.tables.push(ProviderState::default());
+        }
+        (&mut self.tables[self.current_slot], &mut self.skipped)
     }
 
     fn current_ticks_per_second(&self) -> u64 {
-        match self.current {
-            None => self.unattributed.ticks_per_second,
-            Some(id) => self
-                .providers
-                .get(&id)
-                .map_or(DEFAULT_TICKS_PER_SECOND, |p| p.ticks_per_second),
-        }
+        self.tables
+            .get(self.current_slot)
+            .map_or(DEFAULT_TICKS_PER_SECOND, |p| p.ticks_per_second)
     }
 
     fn switch_to(&mut self, provider_id: u32) {
+        if self.tables.is_empty() {
+            self.tables.push(ProviderState::default());
+        }
+        let next = self.tables.len();
+        let slot = *self.slots.entry(provider_id).or_insert(next);
+        if slot == next {
+            self.tables.push(ProviderState::default());
+        }
         self.current = Some(provider_id);
-        self.providers.entry(provider_id).or_default();
+        self.current_slot = slot;
     }
 }
 
@@ -239,8 +294,7 @@ impl<'b> Reader<'b> {
             Ok(L::text(self.stream(u64::from(len))?))
         } else {
             provider
-                .strings
-                .get(&string_ref)
+                .string(string_ref)
                 .cloned()
                 .ok_or(DecodeErrorKind::UnknownStringIndex {
                     record: self.record,
@@ -262,9 +316,7 @@ impl<'b> Reader<'b> {
             })
         } else {
             provider
-                .threads
-                .get(&thread_ref)
-                .copied()
+                .thread(thread_ref)
                 .ok_or(DecodeErrorKind::UnknownThreadIndex {
                     record: self.record,
                     index: thread_ref,
@@ -356,7 +408,7 @@ fn decode_record<'a, 'b, L: Lift<'b, 'a>>(
                 skipped.reserved_index += 1;
                 return Ok(None);
             }
-            provider.strings.insert(index, value.clone());
+            provider.set_string(index, value.clone());
             DecodedRecord::String { index, value }
         }
         RecordType::Thread => {
@@ -370,7 +422,7 @@ fn decode_record<'a, 'b, L: Lift<'b, 'a>>(
                 skipped.reserved_index += 1;
                 return Ok(None);
             }
-            provider.threads.insert(index, thread);
+            provider.set_thread(index, thread);
             DecodedRecord::Thread { index, thread }
         }
         RecordType::Event => {
