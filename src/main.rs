@@ -1,2 +1,19 @@
-//! The `fxtrace` command line.
-fn main() {}
+//! The `fxtrace` command line: a thin clap layer over the library. Only `main` decides the
+//! exit status; subcommands return `Result`.
+
+mod cli;
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+fn main() -> ExitCode {
+    let args = cli::Cli::parse();
+    match cli::run(args) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("{e}");
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,1 +1,95 @@
-//! (module under construction: see shared/DESIGN.md for what `format` owns)
+//! The Fuchsia Trace Format (FXT): bit fields, typed records and arguments, an encoder into
+//! word slices, record framing, and a tolerant decoder.
+//!
+//! This module depends on nothing else in the crate and does no I/O (apart from reading an
+//! `io::Read` in [`StreamDecoder`]).
+//!
+//! # Encoding
+//!
+//! Each record type is a plain struct borrowing its strings and arguments ([`Event`],
+//! [`Blob`], [`StringRecord`], …, or any of them as a [`Record`]). [`Encode::words`] gives
+//! the exact size; [`Encode::write`] writes into a caller's `&mut [u64]` without allocating,
+//! so the engine can reserve space in shared memory and encode in place. Limits are typed
+//! errors ([`EncodeError`]), never truncation or panics.
+//!
+//! ```
+//! use fxtrace::format::{Arg, ArgValue, Encode, Event, EventKind, StringRef, ThreadRef};
+//!
+//! let args = [Arg::new("bytes", ArgValue::U32(512))];
+//! let event = Event {
+//!     ticks: 1_000,
+//!     thread: ThreadRef::Index(1),
+//!     category: StringRef::Index(1),
+//!     name: StringRef::Inline("read"),
+//!     args: &args,
+//!     kind: EventKind::DurationBegin,
+//! };
+//! let mut slot = [0u64; 8];
+//! let n = event.words()?;
+//! assert_eq!(event.write(&mut slot[..n])?, n);
+//! # Ok::<(), fxtrace::format::EncodeError>(())
+//! ```
+//!
+//! # Framing
+//!
+//! [`record_type`], [`record_words`] and [`scan_records`] find record boundaries without
+//! decoding contents: what a trace manager needs to salvage a buffer "up to the last
+//! well-formed record".
+//!
+//! # Decoding
+//!
+//! [`Decoder`] iterates a byte slice without copying; [`StreamDecoder`] reads any
+//! `io::Read`. Both resolve strings and threads with per-provider tables and convert
+//! timestamps to nanoseconds ([`Decoded`], [`DecodedRecord`]).
+//!
+//! ```
+//! use fxtrace::format::{Decoder, DecodedRecord, Initialization, RecordWriter};
+//!
+//! let mut w = RecordWriter::with_magic();
+//! w.push(&Initialization { ticks_per_second: 2_000_000_000 })?;
+//! let bytes = w.to_bytes();
+//! let records: Vec<_> = Decoder::new(&bytes).collect::<Result<_, _>>()?;
+//! assert_eq!(records[0].record, DecodedRecord::Magic);
+//! assert_eq!(records[1].ticks_per_second, 2_000_000_000);
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod args;
+mod decode;
+mod decoded;
+mod error;
+pub mod fields;
+mod framing;
+pub mod lbr;
+mod record;
+mod refs;
+mod sink;
+mod summary;
+mod types;
+mod writer;
+
+pub use args::{Arg, ArgValue};
+pub use decode::{Decoder, SkipCounts, StreamDecoder, DEFAULT_TICKS_PER_SECOND};
+pub use decoded::{
+    Decoded, DecodedArg, DecodedEvent, DecodedEventKind, DecodedRecord, DecodedValue,
+    LargeBlobEvent, Thread, Timestamp,
+};
+pub use error::{DecodeError, DecodeErrorKind, EncodeError, FramingError, FramingErrorKind};
+pub use framing::{
+    check_frame, record_type, record_words, scan_records, scan_words, Scan, ScanStop,
+};
+pub use record::{
+    Blob, ContextSwitch, Encode, Event, EventKind, Initialization, KernelObject, LargeBlob,
+    LargeBlobMetadata, Log, MagicNumber, ProviderEvent, ProviderInfo, ProviderSection, Record,
+    SchedContextSwitch, SchedThreadWakeup, StringRecord, ThreadRecord, UserspaceObject,
+};
+pub use refs::{ProcessRef, StringRef, ThreadRef, STRING_REF_INLINE_FLAG};
+pub use summary::Summary;
+pub use types::{
+    ticks_to_ns, ArgType, BlobType, EventType, LargeBlobFormat, MetadataType, ObjectType,
+    RecordType, SchedulingType, ThreadState, LARGE_RECORD_TYPE_BLOB, MAGIC_NUMBER, MAGIC_WORD,
+    MAX_ARGS, MAX_BLOB_PAYLOAD, MAX_LARGE_RECORD_WORDS, MAX_PROVIDER_EVENT, MAX_PROVIDER_NAME_LEN,
+    MAX_RECORD_WORDS, MAX_STRING_INDEX, MAX_STRING_LEN, MAX_THREAD_INDEX,
+    PROVIDER_EVENT_BUFFER_OVERFLOW, TRACE_INFO_TYPE_MAGIC,
+};
+pub use writer::{encode_to_vec, words_to_bytes, RecordWriter};

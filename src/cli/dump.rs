@@ -1,0 +1,281 @@
+//! `fxtrace dump`: one line (or one JSON object) per record.
+
+use std::io::{self, BufWriter, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+use serde_json::{json, Map, Value};
+
+use fxtrace::format::lbr::LbrSample;
+use fxtrace::format::{
+    BlobType, Decoded, DecodedArg, DecodedEventKind, DecodedRecord, DecodedValue, Thread, Timestamp,
+};
+
+use super::input::{decode_each, Source};
+use super::CliError;
+
+/// Arguments of `fxtrace dump`.
+#[derive(Debug, Args)]
+pub(crate) struct DumpArgs {
+    /// The trace to read (`-` for standard input).
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+    /// Print one JSON object per line instead of text.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Prints every record; on damage, prints the good part and returns the decode error.
+pub(crate) fn run(args: &DumpArgs) -> Result<ExitCode, CliError> {
+    let source = Source::from_arg(&args.file);
+    let mut out = BufWriter::new(io::stdout().lock());
+    let outcome = decode_each(&source, |d| {
+        if args.json {
+            writeln!(out, "{}", to_json(d))
+        } else {
+            writeln!(out, "{d}")
+        }
+    });
+    let outcome = match outcome {
+        // A closed pipe (`fxtrace dump … | head`) is the reader's choice, not a failure.
+        Err(CliError::Output(e)) if e.kind() == io::ErrorKind::BrokenPipe => {
+            return Ok(ExitCode::SUCCESS)
+        }
+        other => other?,
+    };
+    match out.flush() {
+        Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
+        other => other.map_err(CliError::Output)?,
+    }
+    let skipped = outcome.skipped;
+    if skipped.records() > 0 || skipped.unknown_arg_type > 0 {
+        eprintln!(
+            "{}: skipped {} records and {} arguments of unknown types (run `fxtrace stats` for details)",
+            source.name(),
+            skipped.records(),
+            skipped.unknown_arg_type
+        );
+    }
+    match outcome.error {
+        Some(source_error) => Err(CliError::Decode {
+            path: source.name(),
+            source: source_error,
+        }),
+        None => Ok(ExitCode::SUCCESS),
+    }
+}
+
+fn time(t: Timestamp) -> Value {
+    json!({ "ns": t.ns, "ticks": t.ticks })
+}
+
+fn thread(t: Thread) -> Value {
+    json!({ "pid": t.pid, "tid": t.tid })
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn args(args: &[DecodedArg<'_>]) -> Value {
+    Value::Array(
+        args.iter()
+            .map(|a| {
+                let value = match &a.value {
+                    DecodedValue::Null => Value::Null,
+                    DecodedValue::I32(v) => json!(v),
+                    DecodedValue::U32(v) => json!(v),
+                    DecodedValue::I64(v) => json!(v),
+                    DecodedValue::U64(v) => json!(v),
+                    DecodedValue::F64(v) => json!(v),
+                    DecodedValue::Str(v) => json!(v),
+                    DecodedValue::Pointer(v) => json!(format!("{v:#x}")),
+                    DecodedValue::Koid(v) => json!(v),
+                    DecodedValue::Bool(v) => json!(v),
+                    DecodedValue::Blob(v) => json!(hex(v)),
+                };
+                json!({ "name": a.name, "type": a.value.type_name(), "value": value })
+            })
+            .collect(),
+    )
+}
+
+/// One record as a JSON object: `offset`, `provider`, `type`, then the record's fields.
+fn to_json(d: &Decoded<'_>) -> Value {
+    let mut o = Map::new();
+    o.insert("offset".into(), json!(d.offset));
+    o.insert("provider".into(), json!(d.provider));
+    o.insert("type".into(), json!(d.record.kind_name()));
+    let mut put = |k: &str, v: Value| {
+        o.insert(k.to_string(), v);
+    };
+    match &d.record {
+        DecodedRecord::Magic => {}
+        DecodedRecord::ProviderInfo { provider_id, name } => {
+            put("provider_id", json!(provider_id));
+            put("name", json!(name));
+        }
+        DecodedRecord::ProviderSection { provider_id } => put("provider_id", json!(provider_id)),
+        DecodedRecord::ProviderEvent { provider_id, event } => {
+            put("provider_id", json!(provider_id));
+            put("event", json!(event));
+        }
+        DecodedRecord::Initialization { ticks_per_second } => {
+            put("ticks_per_second", json!(ticks_per_second));
+        }
+        DecodedRecord::String { index, value } => {
+            put("index", json!(index));
+            put("value", json!(value));
+        }
+        DecodedRecord::Thread { index, thread: t } => {
+            put("index", json!(index));
+            put("thread", thread(*t));
+        }
+        DecodedRecord::Event(e) => {
+            put("event", json!(e.kind.event_type().name()));
+            put("time", time(e.time));
+            put("thread", thread(e.thread));
+            put("category", json!(e.category));
+            put("name", json!(e.name));
+            put("args", args(&e.args));
+            match e.kind {
+                DecodedEventKind::DurationComplete { end } => put("end", time(end)),
+                kind => {
+                    if let Some(id) = kind.id() {
+                        put("id", json!(id));
+                    }
+                }
+            }
+        }
+        DecodedRecord::Blob {
+            name,
+            blob_type,
+            payload,
+        } => {
+            put("name", json!(name));
+            put("blob_type", json!(blob_type.0));
+            put("size", json!(payload.len()));
+            put("payload", json!(hex(payload)));
+            if *blob_type == BlobType::LAST_BRANCH {
+                if let Ok(sample) = LbrSample::decode(payload) {
+                    let h = sample.header;
+                    let branches: Vec<Value> = sample
+                        .branches()
+                        .map(|b| {
+                            json!({
+                                "from": format!("{:#x}", b.from),
+                                "to": format!("{:#x}", b.to),
+                                "cycles": b.cycles(),
+                                "mispredicted": b.mispredicted(),
+                            })
+                        })
+                        .collect();
+                    put(
+                        "lbr",
+                        json!({
+                            "cpu": h.cpu,
+                            "time": time(Timestamp {
+                                ticks: h.event_time,
+                                ns: fxtrace::format::ticks_to_ns(h.event_time, d.ticks_per_second),
+                            }),
+                            "aspace": format!("{:#x}", h.aspace),
+                            "branches": branches,
+                        }),
+                    );
+                }
+            }
+        }
+        DecodedRecord::UserspaceObject {
+            pointer,
+            pid,
+            name,
+            args: a,
+        } => {
+            put("pointer", json!(format!("{pointer:#x}")));
+            put("pid", json!(pid));
+            put("name", json!(name));
+            put("args", args(a));
+        }
+        DecodedRecord::KernelObject {
+            koid,
+            object_type,
+            name,
+            args: a,
+        } => {
+            put("koid", json!(koid));
+            put("object_type", json!(object_type.0));
+            put("name", json!(name));
+            put("args", args(a));
+        }
+        DecodedRecord::ContextSwitch {
+            time: t,
+            cpu,
+            outgoing_state,
+            outgoing,
+            incoming,
+            outgoing_priority,
+            incoming_priority,
+        } => {
+            put("time", time(*t));
+            put("cpu", json!(cpu));
+            put("outgoing_state", json!(outgoing_state));
+            put("outgoing", thread(*outgoing));
+            put("incoming", thread(*incoming));
+            put("outgoing_priority", json!(outgoing_priority));
+            put("incoming_priority", json!(incoming_priority));
+        }
+        DecodedRecord::SchedContextSwitch {
+            time: t,
+            cpu,
+            outgoing_state,
+            outgoing_tid,
+            incoming_tid,
+            args: a,
+        } => {
+            put("time", time(*t));
+            put("cpu", json!(cpu));
+            put("outgoing_state", json!(outgoing_state));
+            put("outgoing_tid", json!(outgoing_tid));
+            put("incoming_tid", json!(incoming_tid));
+            put("args", args(a));
+        }
+        DecodedRecord::SchedThreadWakeup {
+            time: t,
+            cpu,
+            waking_tid,
+            args: a,
+        } => {
+            put("time", time(*t));
+            put("cpu", json!(cpu));
+            put("waking_tid", json!(waking_tid));
+            put("args", args(a));
+        }
+        DecodedRecord::Log {
+            time: t,
+            thread: th,
+            message,
+        } => {
+            put("time", time(*t));
+            put("thread", thread(*th));
+            put("message", json!(message));
+        }
+        DecodedRecord::LargeBlob {
+            category,
+            name,
+            metadata,
+            payload,
+        } => {
+            put("category", json!(category));
+            put("name", json!(name));
+            if let Some(m) = metadata {
+                put("time", time(m.time));
+                put("thread", thread(m.thread));
+                put("args", args(&m.args));
+            }
+            put("size", json!(payload.len()));
+            put("payload", json!(hex(payload)));
+        }
+    }
+    Value::Object(o)
+}

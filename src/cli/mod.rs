@@ -1,0 +1,72 @@
+//! Command-line definitions (clap derives only) and dispatch to one module per subcommand.
+
+mod dump;
+mod input;
+mod stats;
+
+use std::io;
+use std::process::ExitCode;
+
+use clap::{Parser, Subcommand};
+
+use fxtrace::format::DecodeError;
+
+const EXAMPLES: &str = "\
+EXAMPLES:
+    fxtrace dump trace.fxt                one line per record
+    fxtrace dump --json trace.fxt | jq .  one JSON object per record
+    cat trace.fxt | fxtrace dump -        read standard input
+    fxtrace stats trace.fxt               counts, providers, time span, damage";
+
+/// Fuchsia tracing (FXT) on Linux.
+#[derive(Debug, Parser)]
+#[command(
+    name = "fxtrace",
+    version,
+    about = "Fuchsia tracing (FXT) on Linux: read and inspect FXT traces",
+    after_help = EXAMPLES
+)]
+pub(crate) struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+enum Command {
+    /// Print every record of a trace, one line each, strings and threads resolved, time in ns.
+    Dump(dump::DumpArgs),
+    /// Summarize a trace: records by type, providers, time span, and any damage.
+    Stats(stats::StatsArgs),
+}
+
+/// Why a subcommand failed. Each message names the file and the problem.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum CliError {
+    /// The input could not be opened or read.
+    #[error("{path}: cannot read: {source}")]
+    Read {
+        /// The input as given on the command line.
+        path: String,
+        /// The cause.
+        source: io::Error,
+    },
+    /// The input is not a trace, or decoding stopped at a damaged record.
+    #[error("{path}: {source}")]
+    Decode {
+        /// The input as given on the command line.
+        path: String,
+        /// Where and why decoding stopped.
+        source: DecodeError,
+    },
+    /// Writing the output failed.
+    #[error("cannot write output: {0}")]
+    Output(io::Error),
+}
+
+/// Runs the chosen subcommand.
+pub(crate) fn run(cli: Cli) -> Result<ExitCode, CliError> {
+    match cli.command {
+        Command::Dump(args) => dump::run(&args),
+        Command::Stats(args) => stats::run(&args),
+    }
+}

@@ -1,0 +1,110 @@
+//! `fxtrace stats`: what a trace contains, and whether it is damaged.
+
+use std::io::{self, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+
+use clap::Args;
+
+use fxtrace::format::{SkipCounts, Summary, PROVIDER_EVENT_BUFFER_OVERFLOW};
+
+use super::input::{decode_each, Outcome, Source};
+use super::CliError;
+
+/// Arguments of `fxtrace stats`.
+#[derive(Debug, Args)]
+pub(crate) struct StatsArgs {
+    /// The trace to read (`-` for standard input).
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+}
+
+/// Prints the summary of the well-formed part; returns the decode error when damaged.
+pub(crate) fn run(args: &StatsArgs) -> Result<ExitCode, CliError> {
+    let source = Source::from_arg(&args.file);
+    let mut summary = Summary::new();
+    let outcome = decode_each(&source, |d| {
+        summary.add(d);
+        Ok(())
+    })?;
+    let mut out = io::stdout().lock();
+    print(&mut out, &source, &summary, &outcome).map_err(CliError::Output)?;
+    match outcome.error {
+        Some(e) => Err(CliError::Decode {
+            path: source.name(),
+            source: e,
+        }),
+        None => Ok(ExitCode::SUCCESS),
+    }
+}
+
+fn skip_line(s: &SkipCounts) -> String {
+    let parts: Vec<String> = [
+        ("unknown record type", s.unknown_record_type),
+        ("unknown metadata type", s.unknown_metadata_type),
+        ("unknown event type", s.unknown_event_type),
+        ("unknown scheduling type", s.unknown_scheduling_type),
+        ("unknown large record type", s.unknown_large_type),
+        ("reserved index 0", s.reserved_index),
+    ]
+    .iter()
+    .filter(|(_, n)| *n > 0)
+    .map(|(what, n)| format!("{what}: {n}"))
+    .collect();
+    let mut line = format!("{} records", s.records());
+    if !parts.is_empty() {
+        line += &format!(" ({})", parts.join(", "));
+    }
+    line += &format!(", {} arguments of unknown type", s.unknown_arg_type);
+    line
+}
+
+fn print(
+    out: &mut impl Write,
+    source: &Source,
+    summary: &Summary,
+    outcome: &Outcome,
+) -> io::Result<()> {
+    writeln!(out, "file: {}", source.name())?;
+    writeln!(
+        out,
+        "bytes: {} ({} in well-formed records)",
+        outcome.bytes_read, outcome.bytes_decoded
+    )?;
+    writeln!(out, "records: {}", summary.records)?;
+    for (kind, n) in &summary.by_kind {
+        writeln!(out, "  {kind:<22} {n}")?;
+    }
+    let events: u64 = summary.by_event_type.values().sum();
+    writeln!(out, "events: {events}")?;
+    for (kind, n) in &summary.by_event_type {
+        writeln!(out, "  {kind:<22} {n}")?;
+    }
+    writeln!(out, "providers: {}", summary.providers.len())?;
+    for (id, name) in &summary.providers {
+        writeln!(out, "  {id:<6} {name:?}")?;
+    }
+    for ((id, event), n) in &summary.provider_events {
+        let what = if *event == PROVIDER_EVENT_BUFFER_OVERFLOW {
+            "buffer overflow, records likely dropped"
+        } else {
+            "unknown event"
+        };
+        writeln!(
+            out,
+            "provider event: provider {id} event {event} ({what}) x{n}"
+        )?;
+    }
+    writeln!(out, "skipped: {}", skip_line(&outcome.skipped))?;
+    match (summary.first_ns, summary.last_ns, summary.span_ns()) {
+        (Some(first), Some(last), Some(span)) => {
+            writeln!(out, "time span: {first} ns .. {last} ns ({span} ns)")?
+        }
+        _ => writeln!(out, "time span: no timestamped records")?,
+    }
+    match &outcome.error {
+        None => writeln!(out, "status: ok")?,
+        Some(e) => writeln!(out, "status: damaged: {e}")?,
+    }
+    Ok(())
+}

@@ -1,0 +1,177 @@
+//! Arguments: typed key/value pairs appended to events and object records.
+
+use super::error::EncodeError;
+use super::fields::{ArgumentHeader, BlobArgument, BoolArgument, Int32Argument, StringArgument};
+use super::refs::StringRef;
+use super::sink::{stream_words, Counter, Sink};
+use super::types::{ArgType, MAX_ARGS, MAX_RECORD_WORDS};
+
+/// One argument: a name and a typed value.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Arg<'a> {
+    /// Argument name.
+    pub name: StringRef<'a>,
+    /// Argument value.
+    pub value: ArgValue<'a>,
+}
+
+/// The value of an argument, one variant per argument type 0..=10.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum ArgValue<'a> {
+    /// Type 0: name only.
+    Null,
+    /// Type 1: 32-bit signed integer (in the header word).
+    I32(i32),
+    /// Type 2: 32-bit unsigned integer (in the header word).
+    U32(u32),
+    /// Type 3: 64-bit signed integer.
+    I64(i64),
+    /// Type 4: 64-bit unsigned integer.
+    U64(u64),
+    /// Type 5: double-precision float.
+    F64(f64),
+    /// Type 6: string.
+    Str(StringRef<'a>),
+    /// Type 7: pointer.
+    Pointer(u64),
+    /// Type 8: kernel object id.
+    Koid(u64),
+    /// Type 9 (newer writers): boolean (in the header word).
+    Bool(bool),
+    /// Type 10 (newer writers): bytes, zero-padded to 8.
+    Blob(&'a [u8]),
+}
+
+impl<'a> Arg<'a> {
+    /// An argument named `name`.
+    pub fn new(name: impl Into<StringRef<'a>>, value: ArgValue<'a>) -> Self {
+        Arg {
+            name: name.into(),
+            value,
+        }
+    }
+
+    /// Size of the encoded argument in words.
+    pub fn words(&self) -> Result<usize, EncodeError> {
+        let mut counter = Counter::default();
+        self.emit(&mut counter)?;
+        Ok(counter.pos())
+    }
+
+    /// Appends the argument.
+    pub(crate) fn emit<S: Sink>(&self, s: &mut S) -> Result<(), EncodeError> {
+        let start = s.pos();
+        let name = self.name.encode()?;
+        let (arg_type, data) = match self.value {
+            ArgValue::Null => (ArgType::Null, 0),
+            ArgValue::I32(v) => (ArgType::I32, Int32Argument::VALUE.make(u64::from(v as u32))),
+            ArgValue::U32(v) => (ArgType::U32, Int32Argument::VALUE.make(u64::from(v))),
+            ArgValue::I64(_) => (ArgType::I64, 0),
+            ArgValue::U64(_) => (ArgType::U64, 0),
+            ArgValue::F64(_) => (ArgType::F64, 0),
+            ArgValue::Str(value) => (
+                ArgType::Str,
+                StringArgument::VALUE_REF.make(u64::from(value.encode()?)),
+            ),
+            ArgValue::Pointer(_) => (ArgType::Pointer, 0),
+            ArgValue::Koid(_) => (ArgType::Koid, 0),
+            ArgValue::Bool(v) => (ArgType::Bool, BoolArgument::VALUE.make(u64::from(v))),
+            ArgValue::Blob(payload) => {
+                // Refuse before streaming anything: the payload could be huge.
+                let words = 1 + self.name.stream_words() + stream_words(payload.len());
+                if words > MAX_RECORD_WORDS {
+                    return Err(EncodeError::ArgumentTooLarge { words });
+                }
+                // words <= 4095 so the length fits the 32-bit size field.
+                (ArgType::Blob, BlobArgument::SIZE.make(payload.len() as u64))
+            }
+        };
+        s.word(
+            ArgumentHeader::TYPE.make(u64::from(arg_type.raw()))
+                | ArgumentHeader::NAME_REF.make(u64::from(name))
+                | data,
+        );
+        self.name.emit_stream(s);
+        match self.value {
+            ArgValue::I64(v) => s.word(v as u64),
+            ArgValue::U64(v) | ArgValue::Pointer(v) | ArgValue::Koid(v) => s.word(v),
+            ArgValue::F64(v) => s.word(v.to_bits()),
+            ArgValue::Str(value) => value.emit_stream(s),
+            ArgValue::Blob(payload) => s.stream(payload),
+            ArgValue::Null | ArgValue::I32(_) | ArgValue::U32(_) | ArgValue::Bool(_) => {}
+        }
+        let words = s.pos() - start;
+        if words > MAX_RECORD_WORDS {
+            return Err(EncodeError::ArgumentTooLarge { words });
+        }
+        s.patch(start, ArgumentHeader::SIZE, words as u64);
+        Ok(())
+    }
+}
+
+/// Appends `args` and returns their count, after checking there are at most 15.
+pub(crate) fn emit_args<S: Sink>(args: &[Arg<'_>], s: &mut S) -> Result<u64, EncodeError> {
+    check_arg_count(args)?;
+    for arg in args {
+        arg.emit(s)?;
+    }
+    Ok(args.len() as u64)
+}
+
+/// Checks the argument count limit.
+pub(crate) fn check_arg_count(args: &[Arg<'_>]) -> Result<u64, EncodeError> {
+    if args.len() > MAX_ARGS {
+        Err(EncodeError::TooManyArgs { count: args.len() })
+    } else {
+        Ok(args.len() as u64)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::sink::Cursor;
+
+    fn encode(arg: &Arg<'_>) -> Vec<u64> {
+        let n = arg.words().unwrap();
+        let mut out = vec![0; n];
+        let mut c = Cursor::new(&mut out);
+        arg.emit(&mut c).unwrap();
+        assert_eq!(c.finish(), Ok(n));
+        out
+    }
+
+    #[test]
+    fn spec_header_words() {
+        // i32 -2 named by index 3: type 1, size 1, name 3, value in [32..63].
+        assert_eq!(
+            encode(&Arg::new(StringRef::Index(3), ArgValue::I32(-2))),
+            [0xffff_fffe_0003_0011]
+        );
+        // u64 named inline "ab": type 4, size 3, name 0x8002, then "ab" stream, then value.
+        assert_eq!(
+            encode(&Arg::new("ab", ArgValue::U64(7))),
+            [0x8002_0034, u64::from_ne_bytes(*b"ab\0\0\0\0\0\0"), 7]
+        );
+        // bool true: type 9, size 1, bit 32.
+        assert_eq!(
+            encode(&Arg::new(StringRef::Index(1), ArgValue::Bool(true))),
+            [0x1_0001_0019]
+        );
+        // blob of 3 bytes: type 10, size 2, [32..63] = 3.
+        assert_eq!(
+            encode(&Arg::new(StringRef::Index(1), ArgValue::Blob(&[1, 2, 3]))),
+            [0x3_0001_002a, 0x0003_0201]
+        );
+    }
+
+    #[test]
+    fn oversized_blob_is_refused() {
+        let big = vec![0u8; MAX_RECORD_WORDS * 8];
+        let arg = Arg::new(StringRef::Index(1), ArgValue::Blob(&big));
+        assert_eq!(
+            arg.words(),
+            Err(EncodeError::ArgumentTooLarge { words: 4096 })
+        );
+    }
+}

@@ -1,0 +1,645 @@
+//! Decoded records: strings and threads resolved, timestamps in ticks and nanoseconds.
+//!
+//! Strings are `Cow<str>`: borrowed from the input when the zero-copy [`super::Decoder`]
+//! reads valid UTF-8, owned otherwise (invalid bytes are replaced, as kernel object names
+//! may not be UTF-8) and always owned from the streaming decoder.
+
+use std::borrow::Cow;
+use std::fmt;
+
+use super::lbr::LbrSample;
+use super::types::{BlobType, EventType, ObjectType, ThreadState, PROVIDER_EVENT_BUFFER_OVERFLOW};
+
+/// A timestamp: the raw ticks and their value in nanoseconds at the provider's ticks per
+/// second (1 tick = 1 ns when no initialization record was seen).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub struct Timestamp {
+    /// Raw ticks as written.
+    pub ticks: u64,
+    /// Nanoseconds.
+    pub ns: u64,
+}
+
+/// A thread resolved from a thread ref: process and thread koids (pid and tid on Linux).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Default)]
+pub struct Thread {
+    /// Process koid.
+    pub pid: u64,
+    /// Thread koid.
+    pub tid: u64,
+}
+
+impl fmt::Display for Thread {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "pid={} tid={}", self.pid, self.tid)
+    }
+}
+
+/// A decoded argument value.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DecodedValue<'a> {
+    /// Type 0.
+    Null,
+    /// Type 1.
+    I32(i32),
+    /// Type 2.
+    U32(u32),
+    /// Type 3.
+    I64(i64),
+    /// Type 4.
+    U64(u64),
+    /// Type 5.
+    F64(f64),
+    /// Type 6, resolved.
+    Str(Cow<'a, str>),
+    /// Type 7.
+    Pointer(u64),
+    /// Type 8.
+    Koid(u64),
+    /// Type 9.
+    Bool(bool),
+    /// Type 10.
+    Blob(Cow<'a, [u8]>),
+}
+
+impl DecodedValue<'_> {
+    /// The argument type's name (`i32`, `str`, …).
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            DecodedValue::Null => "null",
+            DecodedValue::I32(_) => "i32",
+            DecodedValue::U32(_) => "u32",
+            DecodedValue::I64(_) => "i64",
+            DecodedValue::U64(_) => "u64",
+            DecodedValue::F64(_) => "f64",
+            DecodedValue::Str(_) => "str",
+            DecodedValue::Pointer(_) => "pointer",
+            DecodedValue::Koid(_) => "koid",
+            DecodedValue::Bool(_) => "bool",
+            DecodedValue::Blob(_) => "blob",
+        }
+    }
+}
+
+impl fmt::Display for DecodedValue<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DecodedValue::Null => f.write_str("null"),
+            DecodedValue::I32(v) => write!(f, "i32({v})"),
+            DecodedValue::U32(v) => write!(f, "u32({v})"),
+            DecodedValue::I64(v) => write!(f, "i64({v})"),
+            DecodedValue::U64(v) => write!(f, "u64({v})"),
+            DecodedValue::F64(v) => write!(f, "f64({v:?})"),
+            DecodedValue::Str(v) => write!(f, "str({v:?})"),
+            DecodedValue::Pointer(v) => write!(f, "pointer({v:#x})"),
+            DecodedValue::Koid(v) => write!(f, "koid({v})"),
+            DecodedValue::Bool(v) => write!(f, "bool({v})"),
+            DecodedValue::Blob(v) => write!(f, "blob({} bytes: {})", v.len(), Hex(v)),
+        }
+    }
+}
+
+/// A decoded argument.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecodedArg<'a> {
+    /// Name, resolved.
+    pub name: Cow<'a, str>,
+    /// Value.
+    pub value: DecodedValue<'a>,
+}
+
+/// Event type with its type-specific data, end time converted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum DecodedEventKind {
+    /// Instant.
+    Instant,
+    /// Counter with its id.
+    Counter {
+        /// Counter id.
+        id: u64,
+    },
+    /// Duration begin.
+    DurationBegin,
+    /// Duration end.
+    DurationEnd,
+    /// Duration complete with its end time.
+    DurationComplete {
+        /// End time.
+        end: Timestamp,
+    },
+    /// Async begin.
+    AsyncBegin {
+        /// Correlation id.
+        id: u64,
+    },
+    /// Async instant.
+    AsyncInstant {
+        /// Correlation id.
+        id: u64,
+    },
+    /// Async end.
+    AsyncEnd {
+        /// Correlation id.
+        id: u64,
+    },
+    /// Flow begin.
+    FlowBegin {
+        /// Correlation id.
+        id: u64,
+    },
+    /// Flow step.
+    FlowStep {
+        /// Correlation id.
+        id: u64,
+    },
+    /// Flow end.
+    FlowEnd {
+        /// Correlation id.
+        id: u64,
+    },
+}
+
+impl DecodedEventKind {
+    /// The event type.
+    pub const fn event_type(&self) -> EventType {
+        match self {
+            DecodedEventKind::Instant => EventType::Instant,
+            DecodedEventKind::Counter { .. } => EventType::Counter,
+            DecodedEventKind::DurationBegin => EventType::DurationBegin,
+            DecodedEventKind::DurationEnd => EventType::DurationEnd,
+            DecodedEventKind::DurationComplete { .. } => EventType::DurationComplete,
+            DecodedEventKind::AsyncBegin { .. } => EventType::AsyncBegin,
+            DecodedEventKind::AsyncInstant { .. } => EventType::AsyncInstant,
+            DecodedEventKind::AsyncEnd { .. } => EventType::AsyncEnd,
+            DecodedEventKind::FlowBegin { .. } => EventType::FlowBegin,
+            DecodedEventKind::FlowStep { .. } => EventType::FlowStep,
+            DecodedEventKind::FlowEnd { .. } => EventType::FlowEnd,
+        }
+    }
+
+    /// The correlation or counter id, for kinds that have one.
+    pub const fn id(&self) -> Option<u64> {
+        match *self {
+            DecodedEventKind::Counter { id }
+            | DecodedEventKind::AsyncBegin { id }
+            | DecodedEventKind::AsyncInstant { id }
+            | DecodedEventKind::AsyncEnd { id }
+            | DecodedEventKind::FlowBegin { id }
+            | DecodedEventKind::FlowStep { id }
+            | DecodedEventKind::FlowEnd { id } => Some(id),
+            _ => None,
+        }
+    }
+}
+
+/// A decoded event record.
+#[derive(Debug, Clone, PartialEq)]
+pub struct DecodedEvent<'a> {
+    /// Timestamp.
+    pub time: Timestamp,
+    /// Thread.
+    pub thread: Thread,
+    /// Category.
+    pub category: Cow<'a, str>,
+    /// Name.
+    pub name: Cow<'a, str>,
+    /// Arguments (unknown argument types skipped and counted).
+    pub args: Vec<DecodedArg<'a>>,
+    /// Event type and data.
+    pub kind: DecodedEventKind,
+}
+
+/// The event part of a large blob with metadata.
+#[derive(Debug, Clone, PartialEq)]
+pub struct LargeBlobEvent<'a> {
+    /// Timestamp.
+    pub time: Timestamp,
+    /// Thread.
+    pub thread: Thread,
+    /// Arguments.
+    pub args: Vec<DecodedArg<'a>>,
+}
+
+/// One decoded record.
+#[derive(Debug, Clone, PartialEq)]
+pub enum DecodedRecord<'a> {
+    /// The magic number record.
+    Magic,
+    /// Provider info metadata.
+    ProviderInfo {
+        /// Provider id.
+        provider_id: u32,
+        /// Provider name.
+        name: Cow<'a, str>,
+    },
+    /// Provider section metadata.
+    ProviderSection {
+        /// Provider id.
+        provider_id: u32,
+    },
+    /// Provider event metadata.
+    ProviderEvent {
+        /// Provider id.
+        provider_id: u32,
+        /// Event id (0 = buffer overflow).
+        event: u8,
+    },
+    /// Initialization record.
+    Initialization {
+        /// Ticks per second from now on, for this provider.
+        ticks_per_second: u64,
+    },
+    /// String record.
+    String {
+        /// Index registered.
+        index: u16,
+        /// The string.
+        value: Cow<'a, str>,
+    },
+    /// Thread record.
+    Thread {
+        /// Index registered.
+        index: u8,
+        /// The thread.
+        thread: Thread,
+    },
+    /// Event record.
+    Event(DecodedEvent<'a>),
+    /// Blob record.
+    Blob {
+        /// Blob name.
+        name: Cow<'a, str>,
+        /// Blob type.
+        blob_type: BlobType,
+        /// Payload (exactly the declared size, padding removed).
+        payload: Cow<'a, [u8]>,
+    },
+    /// Userspace object record.
+    UserspaceObject {
+        /// Pointer value.
+        pointer: u64,
+        /// Process koid (resolved from the process thread ref).
+        pid: u64,
+        /// Name.
+        name: Cow<'a, str>,
+        /// Arguments.
+        args: Vec<DecodedArg<'a>>,
+    },
+    /// Kernel object record.
+    KernelObject {
+        /// Koid.
+        koid: u64,
+        /// Object type.
+        object_type: ObjectType,
+        /// Name.
+        name: Cow<'a, str>,
+        /// Arguments.
+        args: Vec<DecodedArg<'a>>,
+    },
+    /// Context switch, seed layout (scheduling type 0).
+    ContextSwitch {
+        /// Timestamp.
+        time: Timestamp,
+        /// CPU number.
+        cpu: u8,
+        /// Outgoing thread state (see [`ThreadState`]).
+        outgoing_state: u8,
+        /// Outgoing thread.
+        outgoing: Thread,
+        /// Incoming thread.
+        incoming: Thread,
+        /// Outgoing priority.
+        outgoing_priority: u8,
+        /// Incoming priority.
+        incoming_priority: u8,
+    },
+    /// Context switch by tid (scheduling type 1).
+    SchedContextSwitch {
+        /// Timestamp.
+        time: Timestamp,
+        /// CPU number.
+        cpu: u16,
+        /// Outgoing thread state (see [`ThreadState`]).
+        outgoing_state: u8,
+        /// Outgoing tid.
+        outgoing_tid: u64,
+        /// Incoming tid.
+        incoming_tid: u64,
+        /// Arguments.
+        args: Vec<DecodedArg<'a>>,
+    },
+    /// Thread wakeup (scheduling type 2).
+    SchedThreadWakeup {
+        /// Timestamp.
+        time: Timestamp,
+        /// CPU number.
+        cpu: u16,
+        /// Woken tid.
+        waking_tid: u64,
+        /// Arguments.
+        args: Vec<DecodedArg<'a>>,
+    },
+    /// Log record.
+    Log {
+        /// Timestamp.
+        time: Timestamp,
+        /// Thread.
+        thread: Thread,
+        /// Message.
+        message: Cow<'a, str>,
+    },
+    /// Large blob record (type 15, large type 0).
+    LargeBlob {
+        /// Category.
+        category: Cow<'a, str>,
+        /// Name.
+        name: Cow<'a, str>,
+        /// Timestamp, thread and arguments (format 0), or `None` (format 1, attachment).
+        metadata: Option<LargeBlobEvent<'a>>,
+        /// Payload.
+        payload: Cow<'a, [u8]>,
+    },
+}
+
+impl DecodedRecord<'_> {
+    /// A short name of the record kind, as `dump` and `stats` print it.
+    pub fn kind_name(&self) -> &'static str {
+        match self {
+            DecodedRecord::Magic => "magic",
+            DecodedRecord::ProviderInfo { .. } => "provider_info",
+            DecodedRecord::ProviderSection { .. } => "provider_section",
+            DecodedRecord::ProviderEvent { .. } => "provider_event",
+            DecodedRecord::Initialization { .. } => "initialization",
+            DecodedRecord::String { .. } => "string",
+            DecodedRecord::Thread { .. } => "thread",
+            DecodedRecord::Event(_) => "event",
+            DecodedRecord::Blob { .. } => "blob",
+            DecodedRecord::UserspaceObject { .. } => "userspace_object",
+            DecodedRecord::KernelObject { .. } => "kernel_object",
+            DecodedRecord::ContextSwitch { .. } => "context_switch",
+            DecodedRecord::SchedContextSwitch { .. } => "sched_context_switch",
+            DecodedRecord::SchedThreadWakeup { .. } => "thread_wakeup",
+            DecodedRecord::Log { .. } => "log",
+            DecodedRecord::LargeBlob { .. } => "large_blob",
+        }
+    }
+
+    /// The record's timestamp, for records that have one.
+    pub fn time(&self) -> Option<Timestamp> {
+        match self {
+            DecodedRecord::Event(e) => Some(e.time),
+            DecodedRecord::ContextSwitch { time, .. }
+            | DecodedRecord::SchedContextSwitch { time, .. }
+            | DecodedRecord::SchedThreadWakeup { time, .. }
+            | DecodedRecord::Log { time, .. } => Some(*time),
+            DecodedRecord::LargeBlob {
+                metadata: Some(m), ..
+            } => Some(m.time),
+            _ => None,
+        }
+    }
+
+    /// The latest time the record covers (a complete duration's end, else its timestamp).
+    pub fn end_time(&self) -> Option<Timestamp> {
+        match self {
+            DecodedRecord::Event(DecodedEvent {
+                kind: DecodedEventKind::DurationComplete { end },
+                time,
+                ..
+            }) => Some((*end).max(*time)),
+            _ => self.time(),
+        }
+    }
+}
+
+/// A decoded record with where it was and whose it is.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Decoded<'a> {
+    /// Byte offset of the record in the input.
+    pub offset: u64,
+    /// The provider whose section the record is in (`None` before any provider metadata).
+    pub provider: Option<u32>,
+    /// That provider's ticks per second when the record was read.
+    pub ticks_per_second: u64,
+    /// The record.
+    pub record: DecodedRecord<'a>,
+}
+
+/// Hex bytes, at most 64 shown, then the count of the rest.
+struct Hex<'b>(&'b [u8]);
+
+impl fmt::Display for Hex<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        const SHOWN: usize = 64;
+        for (i, b) in self.0.iter().take(SHOWN).enumerate() {
+            if i > 0 {
+                f.write_str(" ")?;
+            }
+            write!(f, "{b:02x}")?;
+        }
+        if self.0.len() > SHOWN {
+            write!(f, " …(+{} bytes)", self.0.len() - SHOWN)?;
+        }
+        Ok(())
+    }
+}
+
+/// ` args={a: i32(1), b: str("x")}`, or nothing when there are none.
+struct Args<'b, 'a>(&'b [DecodedArg<'a>]);
+
+impl fmt::Display for Args<'_, '_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.0.is_empty() {
+            return Ok(());
+        }
+        f.write_str(" args={")?;
+        for (i, a) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{:?}: {}", a.name, a.value)?;
+        }
+        f.write_str("}")
+    }
+}
+
+/// A thread state number with its name when known.
+struct State(u8);
+
+impl fmt::Display for State {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match ThreadState::from_raw(self.0) {
+            Some(s) => write!(f, "{s}"),
+            None => write!(f, "state{}", self.0),
+        }
+    }
+}
+
+/// One line per record: `@OFFSET [pPROVIDER] KIND fields…`, strings quoted and escaped so a
+/// record never spans lines.
+impl fmt::Display for Decoded<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "@{} ", self.offset)?;
+        match self.provider {
+            Some(p) => write!(f, "[p{p}] ")?,
+            None => f.write_str("[-] ")?,
+        }
+        f.write_str(self.record.kind_name())?;
+        match &self.record {
+            DecodedRecord::Magic => Ok(()),
+            DecodedRecord::ProviderInfo { provider_id, name } => {
+                write!(f, " id={provider_id} name={name:?}")
+            }
+            DecodedRecord::ProviderSection { provider_id } => write!(f, " id={provider_id}"),
+            DecodedRecord::ProviderEvent { provider_id, event } => {
+                write!(f, " id={provider_id} event={event}")?;
+                if *event == PROVIDER_EVENT_BUFFER_OVERFLOW {
+                    f.write_str(" (buffer overflow: records likely dropped)")?;
+                }
+                Ok(())
+            }
+            DecodedRecord::Initialization { ticks_per_second } => {
+                write!(f, " ticks_per_second={ticks_per_second}")
+            }
+            DecodedRecord::String { index, value } => write!(f, " index={index} value={value:?}"),
+            DecodedRecord::Thread { index, thread } => write!(f, " index={index} {thread}"),
+            DecodedRecord::Event(e) => {
+                write!(
+                    f,
+                    " {} t={}ns {} cat={:?} name={:?}",
+                    e.kind.event_type(),
+                    e.time.ns,
+                    e.thread,
+                    e.category,
+                    e.name
+                )?;
+                match e.kind {
+                    DecodedEventKind::DurationComplete { end } => write!(
+                        f,
+                        " end={}ns dur={}ns",
+                        end.ns,
+                        end.ns.saturating_sub(e.time.ns)
+                    )?,
+                    kind => {
+                        if let Some(id) = kind.id() {
+                            write!(f, " id={id}")?;
+                        }
+                    }
+                }
+                write!(f, "{}", Args(&e.args))
+            }
+            DecodedRecord::Blob {
+                name,
+                blob_type,
+                payload,
+            } => {
+                write!(f, " name={name:?} type={blob_type} size={}", payload.len())?;
+                if *blob_type == BlobType::LAST_BRANCH {
+                    match LbrSample::decode(payload) {
+                        Ok(sample) => write!(f, " {}", sample.display(self.ticks_per_second)),
+                        Err(e) => {
+                            write!(f, " lbr_error={:?} bytes={}", e.to_string(), Hex(payload))
+                        }
+                    }
+                } else {
+                    write!(f, " bytes={}", Hex(payload))
+                }
+            }
+            DecodedRecord::UserspaceObject {
+                pointer,
+                pid,
+                name,
+                args,
+            } => {
+                write!(
+                    f,
+                    " pointer={pointer:#x} pid={pid} name={name:?}{}",
+                    Args(args)
+                )
+            }
+            DecodedRecord::KernelObject {
+                koid,
+                object_type,
+                name,
+                args,
+            } => {
+                write!(
+                    f,
+                    " koid={koid} type={object_type} name={name:?}{}",
+                    Args(args)
+                )
+            }
+            DecodedRecord::ContextSwitch {
+                time,
+                cpu,
+                outgoing_state,
+                outgoing,
+                incoming,
+                outgoing_priority,
+                incoming_priority,
+            } => write!(
+                f,
+                " t={}ns cpu={cpu} out={}/{} out_state={} out_prio={outgoing_priority} \
+                 in={}/{} in_prio={incoming_priority}",
+                time.ns,
+                outgoing.pid,
+                outgoing.tid,
+                State(*outgoing_state),
+                incoming.pid,
+                incoming.tid
+            ),
+            DecodedRecord::SchedContextSwitch {
+                time,
+                cpu,
+                outgoing_state,
+                outgoing_tid,
+                incoming_tid,
+                args,
+            } => write!(
+                f,
+                " t={}ns cpu={cpu} out_tid={outgoing_tid} out_state={} in_tid={incoming_tid}{}",
+                time.ns,
+                State(*outgoing_state),
+                Args(args)
+            ),
+            DecodedRecord::SchedThreadWakeup {
+                time,
+                cpu,
+                waking_tid,
+                args,
+            } => {
+                write!(
+                    f,
+                    " t={}ns cpu={cpu} tid={waking_tid}{}",
+                    time.ns,
+                    Args(args)
+                )
+            }
+            DecodedRecord::Log {
+                time,
+                thread,
+                message,
+            } => {
+                write!(f, " t={}ns {thread} message={message:?}", time.ns)
+            }
+            DecodedRecord::LargeBlob {
+                category,
+                name,
+                metadata,
+                payload,
+            } => {
+                match metadata {
+                    Some(m) => write!(
+                        f,
+                        " event t={}ns {} cat={category:?} name={name:?}{}",
+                        m.time.ns,
+                        m.thread,
+                        Args(&m.args)
+                    )?,
+                    None => write!(f, " attachment cat={category:?} name={name:?}")?,
+                }
+                write!(f, " size={} bytes={}", payload.len(), Hex(payload))
+            }
+        }
+    }
+}

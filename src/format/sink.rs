@@ -1,0 +1,146 @@
+//! "Size, reserve once, write through a cursor" (Fuchsia's `SizeOfEncoded*` + `Payload`).
+//!
+//! Every record describes its encoding once, as a function generic over a [`Sink`]. Run
+//! against a [`Counter`] it yields the record's size in words; run against a [`Cursor`] over
+//! the caller's `&mut [u64]` it writes the words. Size fields are patched in when a record
+//! or argument is finished, so the two passes cannot drift apart.
+
+use super::fields::Field;
+
+/// Where an encoding goes: a word counter or a cursor over a word slice.
+pub(crate) trait Sink {
+    /// Appends one word.
+    fn word(&mut self, w: u64);
+    /// Appends a byte stream, zero-padded to the next 8-byte boundary.
+    fn stream(&mut self, bytes: &[u8]);
+    /// Words appended so far.
+    fn pos(&self) -> usize;
+    /// Sets `field` of the word at `at` to `value` (a no-op when only counting).
+    fn patch(&mut self, at: usize, field: Field, value: u64);
+}
+
+/// Number of words a stream of `len` bytes takes once padded.
+pub(crate) const fn stream_words(len: usize) -> usize {
+    len.div_ceil(8)
+}
+
+/// Counts words without writing anything.
+#[derive(Debug, Default)]
+pub(crate) struct Counter {
+    words: usize,
+}
+
+impl Sink for Counter {
+    #[inline]
+    fn word(&mut self, _w: u64) {
+        self.words += 1;
+    }
+
+    #[inline]
+    fn stream(&mut self, bytes: &[u8]) {
+        self.words += stream_words(bytes.len());
+    }
+
+    #[inline]
+    fn pos(&self) -> usize {
+        self.words
+    }
+
+    #[inline]
+    fn patch(&mut self, _at: usize, _field: Field, _value: u64) {}
+}
+
+/// Writes words into a caller-provided slice. Never writes out of bounds: once the slice is
+/// full it keeps counting, and [`Cursor::finish`] reports how many words were needed.
+#[derive(Debug)]
+pub(crate) struct Cursor<'o> {
+    out: &'o mut [u64],
+    pos: usize,
+}
+
+impl<'o> Cursor<'o> {
+    pub(crate) fn new(out: &'o mut [u64]) -> Self {
+        Cursor { out, pos: 0 }
+    }
+
+    /// Words written, or `Err(needed)` when the slice was too small.
+    pub(crate) fn finish(&self) -> Result<usize, usize> {
+        if self.pos <= self.out.len() {
+            Ok(self.pos)
+        } else {
+            Err(self.pos)
+        }
+    }
+}
+
+impl Sink for Cursor<'_> {
+    #[inline]
+    fn word(&mut self, w: u64) {
+        if let Some(slot) = self.out.get_mut(self.pos) {
+            *slot = w;
+        }
+        self.pos += 1;
+    }
+
+    #[inline]
+    fn stream(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self.word(u64::from_ne_bytes(word));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.word(u64::from_ne_bytes(word));
+        }
+    }
+
+    #[inline]
+    fn pos(&self) -> usize {
+        self.pos
+    }
+
+    #[inline]
+    fn patch(&mut self, at: usize, field: Field, value: u64) {
+        if let Some(slot) = self.out.get_mut(at) {
+            *slot = field.set(*slot, value);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn stream_is_zero_padded_in_byte_order() {
+        let mut out = [u64::MAX; 2];
+        let mut c = Cursor::new(&mut out);
+        c.stream(b"abcdefghi");
+        assert_eq!(c.finish(), Ok(2));
+        let bytes: Vec<u8> = out.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        assert_eq!(&bytes, b"abcdefghi\0\0\0\0\0\0\0");
+    }
+
+    #[test]
+    fn exact_multiple_is_not_padded() {
+        let mut counter = Counter::default();
+        counter.stream(b"12345678");
+        counter.stream(b"");
+        assert_eq!(counter.pos(), 1);
+    }
+
+    #[test]
+    fn overflow_is_reported_not_written() {
+        let mut out = [0u64; 1];
+        let mut c = Cursor::new(&mut out);
+        c.word(1);
+        c.word(2);
+        c.patch(5, Field::new(0, 3), 1);
+        assert_eq!(c.finish(), Err(2));
+        assert_eq!(out, [1]);
+    }
+}

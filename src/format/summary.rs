@@ -1,0 +1,70 @@
+//! Counts over decoded records, as `fxtrace stats` prints them.
+
+use std::collections::BTreeMap;
+
+use super::decoded::{Decoded, DecodedRecord};
+
+/// What a trace contains: records by kind and event type, providers, time span.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Summary {
+    /// Records decoded (skipped ones not included).
+    pub records: u64,
+    /// Records by kind name ([`DecodedRecord::kind_name`]).
+    pub by_kind: BTreeMap<&'static str, u64>,
+    /// Event records by event type name.
+    pub by_event_type: BTreeMap<&'static str, u64>,
+    /// Providers seen: id → name (empty when only a provider section named it).
+    pub providers: BTreeMap<u32, String>,
+    /// Provider event metadata records seen: (provider id, event id) → count.
+    pub provider_events: BTreeMap<(u32, u8), u64>,
+    /// Earliest timestamp seen, in ns.
+    pub first_ns: Option<u64>,
+    /// Latest timestamp seen (duration ends included), in ns.
+    pub last_ns: Option<u64>,
+}
+
+impl Summary {
+    /// An empty summary.
+    pub fn new() -> Self {
+        Summary::default()
+    }
+
+    /// Counts one record.
+    pub fn add(&mut self, decoded: &Decoded<'_>) {
+        let record = &decoded.record;
+        self.records += 1;
+        *self.by_kind.entry(record.kind_name()).or_default() += 1;
+        match record {
+            DecodedRecord::Event(e) => {
+                *self
+                    .by_event_type
+                    .entry(e.kind.event_type().name())
+                    .or_default() += 1;
+            }
+            DecodedRecord::ProviderInfo { provider_id, name } => {
+                self.providers.insert(*provider_id, name.to_string());
+            }
+            DecodedRecord::ProviderSection { provider_id } => {
+                self.providers.entry(*provider_id).or_default();
+            }
+            DecodedRecord::ProviderEvent { provider_id, event } => {
+                *self
+                    .provider_events
+                    .entry((*provider_id, *event))
+                    .or_default() += 1;
+            }
+            _ => {}
+        }
+        if let Some(t) = record.time() {
+            self.first_ns = Some(self.first_ns.map_or(t.ns, |f| f.min(t.ns)));
+        }
+        if let Some(t) = record.end_time() {
+            self.last_ns = Some(self.last_ns.map_or(t.ns, |l| l.max(t.ns)));
+        }
+    }
+
+    /// Latest minus earliest timestamp, in ns.
+    pub fn span_ns(&self) -> Option<u64> {
+        Some(self.last_ns?.saturating_sub(self.first_ns?))
+    }
+}
