@@ -17,6 +17,10 @@
 //! ELF binary's `xray_instr_map` section and symbols, or from the YAML that
 //! `llvm-xray extract --symbolize` prints.
 //!
+//! [`write_fxt`] turns a decoded log into an FXT trace: durations per thread that
+//! always nest, instant events for custom and typed events, CPU migrations and
+//! wall-clock anchors, every repair counted in [`ImportStats`].
+//!
 //! ```
 //! use fxtrace::convert::xray::{read_log, XrayEventKind};
 //! # fn main() -> Result<(), fxtrace::convert::xray::XrayError> {
@@ -43,6 +47,7 @@ pub mod fdr_records;
 pub mod header;
 pub mod instr_map;
 pub mod llvm_yaml;
+mod to_fxt;
 
 pub use error::{XrayError, XrayErrorKind};
 pub use event::{
@@ -50,6 +55,11 @@ pub use event::{
 };
 pub use header::{FileHeader, LogType};
 pub use instr_map::{FunctionInfo, InstrMap, InstrMapError, Sled, SledKind};
+pub use to_fxt::{
+    process_name_from_log_name, write_fxt, ImportError, ImportOptions, ImportStats, CATEGORY,
+    CPU_MIGRATION_NAME, CUSTOM_EVENT_NAME, FALLBACK_TICKS_PER_SECOND, MAX_TEXT_ARG, PROVIDER_ID,
+    PROVIDER_NAME_PREFIX, REPAIRS_NAME, TYPED_EVENT_NAME, UNNAMED_FUNCTION_PREFIX, WALL_TIME_NAME,
+};
 
 use std::collections::HashMap;
 
