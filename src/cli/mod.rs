@@ -1,6 +1,7 @@
 //! Command-line definitions (clap derives only) and dispatch to one module per subcommand.
 
 mod dump;
+mod import_xray;
 mod input;
 mod stats;
 
@@ -16,7 +17,8 @@ EXAMPLES:
     fxtrace dump trace.fxt                one line per record
     fxtrace dump --json trace.fxt | jq .  one JSON object per record
     cat trace.fxt | fxtrace dump -        read standard input
-    fxtrace stats trace.fxt               counts, providers, time span, damage";
+    fxtrace stats trace.fxt               counts, providers, time span, damage
+    fxtrace import-xray xray-log.app.Ab12Cd --instr-map ./app -o app.fxt";
 
 /// Fuchsia tracing (FXT) on Linux.
 #[derive(Debug, Parser)]
@@ -37,6 +39,9 @@ enum Command {
     Dump(dump::DumpArgs),
     /// Summarize a trace: records by type, providers, time span, and any damage.
     Stats(stats::StatsArgs),
+    /// Convert an LLVM XRay log (basic or FDR mode) to FXT: function durations per thread,
+    /// custom and typed events, CPU migrations, wall-clock anchors.
+    ImportXray(import_xray::ImportXrayArgs),
 }
 
 /// Why a subcommand failed. Each message names the file and the problem.
@@ -61,6 +66,9 @@ pub(crate) enum CliError {
     /// Writing the output failed.
     #[error("cannot write output: {0}")]
     Output(io::Error),
+    /// `import-xray` failed, or converted a log only up to a malformed record.
+    #[error(transparent)]
+    ImportXray(#[from] import_xray::ImportXrayError),
 }
 
 /// Runs the chosen subcommand.
@@ -68,5 +76,6 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode, CliError> {
     match cli.command {
         Command::Dump(args) => dump::run(&args),
         Command::Stats(args) => stats::run(&args),
+        Command::ImportXray(args) => import_xray::run(&args),
     }
 }
