@@ -1,1 +1,28 @@
-//! (module under construction: see shared/DESIGN.md for what `engine` owns)
+//! The in-process trace engine: the Linux counterpart of Fuchsia's trace-engine.
+//!
+//! - [`buffer`]: the sealed memfd trace buffer and its mapping.
+//! - [`context`]: the trace context (buffering modes, start/stop, hand-off); start here.
+//! - [`writer`]: writer sections and record slots, the entry point of record writers.
+//! - [`category`]: category filters and per-call-site caches.
+//! - `allocator`, `slots`: the lock-free core (chunked classic allocator; grace periods).
+//!
+//! The header layout, geometry and the reader's record framing live in
+//! [`crate::protocol::header`], shared with the manager.
+
+mod allocator;
+pub mod buffer;
+pub mod category;
+pub mod context;
+mod slots;
+mod sys;
+pub mod writer;
+
+pub use buffer::{BufferError, TraceBuffer};
+pub use category::{tracing_maybe_on, CallSite, CategoryFilter};
+pub use context::{
+    chunk_size_for, BufferHandler, Context, ContextConfig, EngineError, EngineStats, NoHandler,
+    StartMode, StopReport, TraceState, WeakContext, DEFAULT_CHUNK_SIZE, DEFAULT_MAX_WRITER_THREADS,
+};
+pub use slots::FencePolicy;
+pub use sys::SysError;
+pub use writer::{Slot, Writer};

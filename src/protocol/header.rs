@@ -1,1 +1,1055 @@
-//! (under construction)
+//! The trace buffer's 128-byte header, its geometry, and the record framing a reader checks.
+//!
+//! Provider (the engine) and manager both map the same sealed memfd. This module is what they
+//! agree on, so it depends on nothing else in the crate: the manager reads buffers with it and
+//! never imports `engine`.
+//!
+//! # Layout (Fuchsia's `trace_buffer_header`, `shared/spec/fuchsia-notes.md` §1.1)
+//!
+//! | offset | size | field                  |
+//! |-------:|-----:|------------------------|
+//! |      0 |    8 | `magic` = [`MAGIC`]    |
+//! |      8 |    2 | `version` = 0          |
+//! |     10 |    1 | `buffering_mode`       |
+//! |     11 |    1 | `reserved1`            |
+//! |     12 |    4 | `wrapped_count`        |
+//! |     16 |    8 | `total_size`           |
+//! |     24 |    8 | `durable_buffer_size`  |
+//! |     32 |    8 | `rolling_buffer_size`  |
+//! |     40 |    8 | `durable_data_end`     |
+//! |     48 |   16 | `rolling_data_end[2]`  |
+//! |     64 |    8 | `num_records_dropped`  |
+//! |     72 |   56 | `reserved[7]` (the first two are the fxtrace extension below) |
+//!
+//! After the header come the durable buffer (absent in oneshot mode) and one or two rolling
+//! buffers, with no gaps ([`BufferGeometry`]).
+//!
+//! # The fxtrace extension: chunked rolling buffers
+//!
+//! Fuchsia's engine packs rolling records densely with one shared `fetch_add` per record.
+//! fxtrace's engine hands each writer thread a *chunk* of a rolling buffer instead and lets it
+//! bump a private cursor inside (two threads sharing one atomic offset cost 150–210 ns per record
+//! each on the reference machine, against 21 ns with private cursors). Chunks leave unused tails,
+//! so a reader needs to know where chunks are. Two reserved header words describe it:
+//!
+//! - `reserved[0]` (offset 72) = [`SharedHeader::chunk_size`]: 0 means the plain Fuchsia layout
+//!   (dense records); otherwise the chunk size in bytes (a multiple of 8, at least
+//!   [`MIN_CHUNK_SIZE`], at most `rolling_buffer_size`).
+//! - `reserved[1]` (offset 80) = [`SharedHeader::fxtrace_flags`]: bit 0
+//!   ([`FLAG_DURABLE_BUFFER_FULL`]) says the durable buffer filled and the engine stopped tracing.
+//!
+//! The chunked layout of one rolling buffer, when `chunk_size` = C is not 0:
+//!
+//! - Chunk *k* covers buffer offsets `[k*C, (k+1)*C)`; the last one may be shorter when the
+//!   rolling buffer size is not a multiple of C.
+//! - A writer reserves a *run* of one or more consecutive whole chunks (more than one only for a
+//!   record larger than a chunk). The first word of a run is its *chunk tag*
+//!   ([`make_chunk_tag`]): [`CHUNK_TAG_MAGIC`] in bits 48..63, the run length in chunks in bits
+//!   32..47, and the buffer's full `wrapped_count` in bits 0..31. Records follow the tag densely.
+//! - **A record never crosses the end of its run.**
+//! - **A zero word where a record header is expected means "the rest of this run is unused".**
+//!   Writers keep that true by storing a zero *terminator* word right after each record they
+//!   reserve (unless the record ends exactly at the run end) and by storing each record's header
+//!   word *last*, with `Release`: a half-written record still reads as zero.
+//! - The tag is stored (with `Release`) after the word that follows it has been zeroed. A chunk
+//!   whose first word is not a tag carrying the magic and the buffer's current `wrapped_count` is
+//!   not part of the buffer's data: it is a chunk left over from an earlier lap of a circular or
+//!   streaming buffer, never handed out, or handed out but not yet tagged (a writer killed in
+//!   that window). Readers skip it.
+//!
+//! Because stale chunks are recognised by their tag, **rolling buffers are not zeroed when they
+//! are reused**: no one pays for a memset on a buffer switch. The whole data area is zeroed only
+//! when a trace starts with a clearing start mode, by the thread that calls start, before any
+//! writer can reserve space. The durable buffer is never reused within a trace; it stays dense,
+//! with one record after another, and a zero word marks its end.
+//!
+//! [`scan_records`] walks one buffer with these rules and yields the dense record bytes; it stops
+//! at the first malformed record and reports its offset. Its output is standard FXT with no zero
+//! header word, ready to append to an archive.
+
+use core::mem::{align_of, offset_of, size_of};
+use core::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
+
+// === layout constants ===
+
+/// Size of the header in bytes.
+pub const HEADER_SIZE: u64 = 128;
+/// `TRACE_BUFFER_HEADER_MAGIC`: "buf\xEEhead" read big-endian.
+pub const MAGIC: u64 = 0x6275_66ee_6865_6164;
+/// `TRACE_BUFFER_HEADER_V0`.
+pub const VERSION_V0: u16 = 0;
+
+/// Byte offset of `magic`.
+pub const OFFSET_MAGIC: usize = 0;
+/// Byte offset of `version` (u16).
+pub const OFFSET_VERSION: usize = 8;
+/// Byte offset of `buffering_mode` (u8).
+pub const OFFSET_BUFFERING_MODE: usize = 10;
+/// Byte offset of `reserved1` (u8).
+pub const OFFSET_RESERVED1: usize = 11;
+/// Byte offset of `wrapped_count` (u32).
+pub const OFFSET_WRAPPED_COUNT: usize = 12;
+/// Byte offset of `total_size`.
+pub const OFFSET_TOTAL_SIZE: usize = 16;
+/// Byte offset of `durable_buffer_size`.
+pub const OFFSET_DURABLE_BUFFER_SIZE: usize = 24;
+/// Byte offset of `rolling_buffer_size`.
+pub const OFFSET_ROLLING_BUFFER_SIZE: usize = 32;
+/// Byte offset of `durable_data_end`.
+pub const OFFSET_DURABLE_DATA_END: usize = 40;
+/// Byte offset of `rolling_data_end[0]` (`[1]` follows at +8).
+pub const OFFSET_ROLLING_DATA_END: usize = 48;
+/// Byte offset of `num_records_dropped`.
+pub const OFFSET_NUM_RECORDS_DROPPED: usize = 64;
+/// Byte offset of `reserved[0]`, which fxtrace uses for the chunk size.
+pub const OFFSET_CHUNK_SIZE: usize = 72;
+/// Byte offset of `reserved[1]`, which fxtrace uses for its flags.
+pub const OFFSET_FXTRACE_FLAGS: usize = 80;
+
+/// `kMinPhysicalBufferSize`: smallest buffer (header included).
+pub const MIN_BUFFER_SIZE: u64 = 4096;
+/// `kMaxPhysicalBufferSize` = `kMaxRollingBufferSize`: largest buffer (header included).
+pub const MAX_BUFFER_SIZE: u64 = 1 << 32;
+/// Buffer sizes are multiples of this.
+pub const BUFFER_SIZE_GRANULE: u64 = 4096;
+/// `kMinDurableBufferSize`: room for the initialization record.
+pub const MIN_DURABLE_BUFFER_SIZE: u64 = 16;
+/// `kMaxDurableBufferSize`.
+pub const MAX_DURABLE_BUFFER_SIZE: u64 = 1 << 20;
+
+/// fxtrace flag (in `reserved[1]`): the durable buffer filled and tracing stopped.
+pub const FLAG_DURABLE_BUFFER_FULL: u64 = 1 << 0;
+
+// === record framing ===
+
+/// Bits 0..3 of a record header word: the record type.
+pub const RECORD_TYPE_MASK: u64 = 0xf;
+/// Bits 4..15 of a record header word: the size in 64-bit words, header included.
+pub const RECORD_SIZE_SHIFT: u32 = 4;
+/// Mask of the 12-bit size field (after shifting).
+pub const RECORD_SIZE_MASK: u64 = 0xfff;
+/// Record type 15 ("large record") keeps its size in bits 4..35.
+pub const LARGE_RECORD_TYPE: u64 = 15;
+/// Mask of the 32-bit size field of a large record (after shifting).
+pub const LARGE_RECORD_SIZE_MASK: u64 = 0xffff_ffff;
+/// Largest record the engine writes, in words (the 12-bit size field's maximum).
+pub const MAX_RECORD_WORDS: u64 = RECORD_SIZE_MASK;
+/// Largest record the engine writes, in bytes (32760).
+pub const MAX_RECORD_BYTES: u64 = MAX_RECORD_WORDS * 8;
+
+/// The size in words that a record header word declares (bits 4..15, or 4..35 for type 15).
+pub const fn record_size_words(header: u64) -> u64 {
+    if header & RECORD_TYPE_MASK == LARGE_RECORD_TYPE {
+        (header >> RECORD_SIZE_SHIFT) & LARGE_RECORD_SIZE_MASK
+    } else {
+        (header >> RECORD_SIZE_SHIFT) & RECORD_SIZE_MASK
+    }
+}
+
+/// `header` with its size field replaced by `words` (which must fit the field).
+pub const fn with_record_size_words(header: u64, words: u64) -> u64 {
+    if header & RECORD_TYPE_MASK == LARGE_RECORD_TYPE {
+        (header & !(LARGE_RECORD_SIZE_MASK << RECORD_SIZE_SHIFT))
+            | ((words & LARGE_RECORD_SIZE_MASK) << RECORD_SIZE_SHIFT)
+    } else {
+        (header & !(RECORD_SIZE_MASK << RECORD_SIZE_SHIFT))
+            | ((words & RECORD_SIZE_MASK) << RECORD_SIZE_SHIFT)
+    }
+}
+
+// === chunk tags (fxtrace extension) ===
+
+/// Smallest chunk size the layout allows: a tag and at least one one-word record.
+pub const MIN_CHUNK_SIZE: u64 = 16;
+/// Bits 48..63 of every chunk tag.
+pub const CHUNK_TAG_MAGIC: u64 = 0xf7c4;
+const CHUNK_TAG_MAGIC_SHIFT: u32 = 48;
+const CHUNK_TAG_RUN_SHIFT: u32 = 32;
+const CHUNK_TAG_RUN_MASK: u64 = 0xffff;
+
+/// The first word of a run of `run_chunks` chunks written while the buffer's wrapped count is
+/// `wrapped_count`.
+pub const fn make_chunk_tag(wrapped_count: u32, run_chunks: u16) -> u64 {
+    (CHUNK_TAG_MAGIC << CHUNK_TAG_MAGIC_SHIFT)
+        | ((run_chunks as u64) << CHUNK_TAG_RUN_SHIFT)
+        | wrapped_count as u64
+}
+
+/// `(wrapped_count, run_chunks)` of a chunk tag, or `None` if `word` is not one.
+pub const fn parse_chunk_tag(word: u64) -> Option<(u32, u16)> {
+    let run = ((word >> CHUNK_TAG_RUN_SHIFT) & CHUNK_TAG_RUN_MASK) as u16;
+    if word >> CHUNK_TAG_MAGIC_SHIFT != CHUNK_TAG_MAGIC || run == 0 {
+        return None;
+    }
+    Some((word as u32, run))
+}
+
+// === buffering mode ===
+
+/// `trace_buffering_mode_t` as stored in the header (not the FIDL values).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum BufferingMode {
+    /// One buffer; when full, further records are dropped.
+    Oneshot = 0,
+    /// Two rolling buffers used alternately; the newest data is kept.
+    Circular = 1,
+    /// Two rolling buffers; a full one is saved by the manager while the other is written.
+    Streaming = 2,
+}
+
+impl BufferingMode {
+    /// The mode stored as `raw`, if valid.
+    pub const fn from_raw(raw: u8) -> Option<Self> {
+        match raw {
+            0 => Some(Self::Oneshot),
+            1 => Some(Self::Circular),
+            2 => Some(Self::Streaming),
+            _ => None,
+        }
+    }
+
+    /// Number of rolling buffers the mode uses (1 or 2).
+    pub const fn rolling_buffer_count(self) -> usize {
+        match self {
+            Self::Oneshot => 1,
+            Self::Circular | Self::Streaming => 2,
+        }
+    }
+}
+
+// === geometry ===
+
+/// A buffer size the engine cannot use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum GeometryError {
+    /// Not a multiple of 4096.
+    #[error("buffer size {0} is not a multiple of 4096")]
+    NotPageMultiple(u64),
+    /// Smaller than 4096.
+    #[error("buffer size {0} is below the minimum of 4096")]
+    TooSmall(u64),
+    /// Larger than 4 GiB.
+    #[error("buffer size {0} is above the maximum of 4 GiB")]
+    TooLarge(u64),
+}
+
+/// Where the durable and rolling buffers lie (`trace_context::ComputeBufferSizes`, §1.3).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct BufferGeometry {
+    /// The buffering mode the geometry is for.
+    pub mode: BufferingMode,
+    /// Size of the whole buffer, header included.
+    pub total_size: u64,
+    /// Size of the durable buffer (0 in oneshot mode).
+    pub durable_buffer_size: u64,
+    /// Size of each rolling buffer.
+    pub rolling_buffer_size: u64,
+}
+
+impl BufferGeometry {
+    /// `ComputeBufferSizes`: oneshot gets one rolling buffer of `total - 128`; the other modes
+    /// get `durable = min(avail / 16, 1 MiB)` (rounded so both rolling buffers are multiples of
+    /// 8) and two equal rolling buffers sharing the rest.
+    pub fn compute(mode: BufferingMode, total_size: u64) -> Result<Self, GeometryError> {
+        if total_size < MIN_BUFFER_SIZE {
+            return Err(GeometryError::TooSmall(total_size));
+        }
+        if total_size > MAX_BUFFER_SIZE {
+            return Err(GeometryError::TooLarge(total_size));
+        }
+        if total_size % BUFFER_SIZE_GRANULE != 0 {
+            return Err(GeometryError::NotPageMultiple(total_size));
+        }
+        let avail = total_size - HEADER_SIZE;
+        let (durable_buffer_size, rolling_buffer_size) = match mode {
+            BufferingMode::Oneshot => (0, avail),
+            BufferingMode::Circular | BufferingMode::Streaming => {
+                let mut durable = (avail / 16).min(MAX_DURABLE_BUFFER_SIZE);
+                // `avail - durable` must be a multiple of 16 so each half is a multiple of 8;
+                // `avail` is a multiple of 8, so the remainder is 0 or 8.
+                durable += (avail - durable) & 15;
+                (durable, (avail - durable) / 2)
+            }
+        };
+        Ok(Self {
+            mode,
+            total_size,
+            durable_buffer_size,
+            rolling_buffer_size,
+        })
+    }
+
+    /// Byte offset of the durable buffer from the start of the mapping.
+    pub const fn durable_offset(&self) -> u64 {
+        HEADER_SIZE
+    }
+
+    /// Byte offset of rolling buffer `index` (0 or 1) from the start of the mapping.
+    pub const fn rolling_offset(&self, index: usize) -> u64 {
+        HEADER_SIZE + self.durable_buffer_size + index as u64 * self.rolling_buffer_size
+    }
+}
+
+// === header fields (plain values) ===
+
+/// A header read out of a buffer (or to be written into one), field by field.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct HeaderFields {
+    /// Must be [`MAGIC`].
+    pub magic: u64,
+    /// Must be [`VERSION_V0`].
+    pub version: u16,
+    /// Raw [`BufferingMode`].
+    pub buffering_mode: u8,
+    /// Zero.
+    pub reserved1: u8,
+    /// Times writing wrapped between rolling buffers; `wrapped_count & 1` is the current one.
+    pub wrapped_count: u32,
+    /// Size of the whole buffer, header included.
+    pub total_size: u64,
+    /// Size of the durable buffer (0 in oneshot).
+    pub durable_buffer_size: u64,
+    /// Size of each rolling buffer.
+    pub rolling_buffer_size: u64,
+    /// End of durable data (bytes from the durable buffer's start).
+    pub durable_data_end: u64,
+    /// End of data in each rolling buffer (bytes from that buffer's start).
+    pub rolling_data_end: [u64; 2],
+    /// Records dropped so far.
+    pub num_records_dropped: u64,
+    /// Reserved words; `reserved[0]` is the fxtrace chunk size, `reserved[1]` fxtrace flags.
+    pub reserved: [u64; 7],
+}
+
+/// What a header says that a reader cannot accept (`BufferHeaderReader::Validate`, §3.6).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum HeaderError {
+    /// Magic is not [`MAGIC`].
+    #[error("bad header magic {0:#018x}")]
+    BadMagic(u64),
+    /// Version is not 0.
+    #[error("unsupported header version {0}")]
+    BadVersion(u16),
+    /// The mapped size is not a multiple of 8.
+    #[error("buffer size {0} is not a multiple of 8")]
+    SizeUnaligned(u64),
+    /// Buffering mode is not 0, 1 or 2.
+    #[error("bad buffering mode {0}")]
+    BadBufferingMode(u8),
+    /// `total_size` differs from the size of the buffer.
+    #[error("header total_size {header} differs from the buffer size {actual}")]
+    TotalSizeMismatch {
+        /// `total_size` in the header.
+        header: u64,
+        /// Size of the buffer actually mapped.
+        actual: u64,
+    },
+    /// The durable or rolling buffer size is not a multiple of 8.
+    #[error("{field} {value} is not a multiple of 8")]
+    FieldUnaligned {
+        /// Which field.
+        field: &'static str,
+        /// Its value.
+        value: u64,
+    },
+    /// Oneshot needs `rolling == size - 128` and `durable == 0`.
+    #[error("oneshot geometry durable={durable} rolling={rolling} does not fit size {size}")]
+    BadOneshotGeometry {
+        /// `durable_buffer_size`.
+        durable: u64,
+        /// `rolling_buffer_size`.
+        rolling: u64,
+        /// Buffer size.
+        size: u64,
+    },
+    /// Circular/streaming need `rolling < size/2`, `durable < rolling` and no gaps.
+    #[error("geometry durable={durable} rolling={rolling} does not fit size {size}")]
+    BadGeometry {
+        /// `durable_buffer_size`.
+        durable: u64,
+        /// `rolling_buffer_size`.
+        rolling: u64,
+        /// Buffer size.
+        size: u64,
+    },
+    /// `rolling_data_end[index]` is past the buffer or unaligned.
+    #[error("rolling_data_end[{index}] = {value} is out of range or unaligned")]
+    BadRollingDataEnd {
+        /// 0 or 1.
+        index: usize,
+        /// The value.
+        value: u64,
+    },
+    /// `durable_data_end` is past the durable buffer or unaligned.
+    #[error("durable_data_end = {0} is out of range or unaligned")]
+    BadDurableDataEnd(u64),
+    /// The fxtrace chunk size is not 0 and not a usable chunk size.
+    #[error("fxtrace chunk size {0} is not 0 or a multiple of 8 in 16..=rolling_buffer_size")]
+    BadChunkSize(u64),
+}
+
+impl HeaderFields {
+    /// `InitBufferHeader`: all zero but magic, version, mode and the three sizes, plus the
+    /// fxtrace chunk size (0 for the plain Fuchsia layout).
+    pub fn initial(geometry: &BufferGeometry, chunk_size: u64) -> Self {
+        let mut fields = Self {
+            magic: MAGIC,
+            version: VERSION_V0,
+            buffering_mode: geometry.mode as u8,
+            total_size: geometry.total_size,
+            durable_buffer_size: geometry.durable_buffer_size,
+            rolling_buffer_size: geometry.rolling_buffer_size,
+            ..Self::default()
+        };
+        fields.reserved[0] = chunk_size;
+        fields
+    }
+
+    /// Decode the first 128 bytes of a buffer (little-endian, as laid out in memory).
+    pub fn from_bytes(bytes: &[u8; HEADER_SIZE as usize]) -> Self {
+        let u64_at = |off: usize| {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(&bytes[off..off + 8]);
+            u64::from_le_bytes(word)
+        };
+        let mut reserved = [0u64; 7];
+        for (i, word) in reserved.iter_mut().enumerate() {
+            *word = u64_at(OFFSET_CHUNK_SIZE + 8 * i);
+        }
+        Self {
+            magic: u64_at(OFFSET_MAGIC),
+            version: u16::from_le_bytes([bytes[OFFSET_VERSION], bytes[OFFSET_VERSION + 1]]),
+            buffering_mode: bytes[OFFSET_BUFFERING_MODE],
+            reserved1: bytes[OFFSET_RESERVED1],
+            wrapped_count: u32::from_le_bytes([
+                bytes[OFFSET_WRAPPED_COUNT],
+                bytes[OFFSET_WRAPPED_COUNT + 1],
+                bytes[OFFSET_WRAPPED_COUNT + 2],
+                bytes[OFFSET_WRAPPED_COUNT + 3],
+            ]),
+            total_size: u64_at(OFFSET_TOTAL_SIZE),
+            durable_buffer_size: u64_at(OFFSET_DURABLE_BUFFER_SIZE),
+            rolling_buffer_size: u64_at(OFFSET_ROLLING_BUFFER_SIZE),
+            durable_data_end: u64_at(OFFSET_DURABLE_DATA_END),
+            rolling_data_end: [
+                u64_at(OFFSET_ROLLING_DATA_END),
+                u64_at(OFFSET_ROLLING_DATA_END + 8),
+            ],
+            num_records_dropped: u64_at(OFFSET_NUM_RECORDS_DROPPED),
+            reserved,
+        }
+    }
+
+    /// Encode as the 128 bytes of a header.
+    pub fn to_bytes(&self) -> [u8; HEADER_SIZE as usize] {
+        let mut bytes = [0u8; HEADER_SIZE as usize];
+        let mut put = |off: usize, src: &[u8]| bytes[off..off + src.len()].copy_from_slice(src);
+        put(OFFSET_MAGIC, &self.magic.to_le_bytes());
+        put(OFFSET_VERSION, &self.version.to_le_bytes());
+        put(OFFSET_BUFFERING_MODE, &[self.buffering_mode]);
+        put(OFFSET_RESERVED1, &[self.reserved1]);
+        put(OFFSET_WRAPPED_COUNT, &self.wrapped_count.to_le_bytes());
+        put(OFFSET_TOTAL_SIZE, &self.total_size.to_le_bytes());
+        put(
+            OFFSET_DURABLE_BUFFER_SIZE,
+            &self.durable_buffer_size.to_le_bytes(),
+        );
+        put(
+            OFFSET_ROLLING_BUFFER_SIZE,
+            &self.rolling_buffer_size.to_le_bytes(),
+        );
+        put(
+            OFFSET_DURABLE_DATA_END,
+            &self.durable_data_end.to_le_bytes(),
+        );
+        put(
+            OFFSET_ROLLING_DATA_END,
+            &self.rolling_data_end[0].to_le_bytes(),
+        );
+        put(
+            OFFSET_ROLLING_DATA_END + 8,
+            &self.rolling_data_end[1].to_le_bytes(),
+        );
+        put(
+            OFFSET_NUM_RECORDS_DROPPED,
+            &self.num_records_dropped.to_le_bytes(),
+        );
+        for (i, word) in self.reserved.iter().enumerate() {
+            put(OFFSET_CHUNK_SIZE + 8 * i, &word.to_le_bytes());
+        }
+        bytes
+    }
+
+    /// The fxtrace chunk size (`reserved[0]`); 0 = plain Fuchsia layout.
+    pub const fn chunk_size(&self) -> u64 {
+        self.reserved[0]
+    }
+
+    /// The fxtrace flags (`reserved[1]`).
+    pub const fn fxtrace_flags(&self) -> u64 {
+        self.reserved[1]
+    }
+
+    /// `BufferHeaderReader::Validate` exactly as §3.6, against the real buffer size. Returns the
+    /// geometry the header describes. Does not look at the fxtrace extension words (see
+    /// [`Self::validate_fxtrace_extension`]).
+    pub fn validate(&self, buffer_size: u64) -> Result<BufferGeometry, HeaderError> {
+        if self.magic != MAGIC {
+            return Err(HeaderError::BadMagic(self.magic));
+        }
+        if self.version != VERSION_V0 {
+            return Err(HeaderError::BadVersion(self.version));
+        }
+        if buffer_size % 8 != 0 {
+            return Err(HeaderError::SizeUnaligned(buffer_size));
+        }
+        let mode = BufferingMode::from_raw(self.buffering_mode)
+            .ok_or(HeaderError::BadBufferingMode(self.buffering_mode))?;
+        if self.total_size != buffer_size {
+            return Err(HeaderError::TotalSizeMismatch {
+                header: self.total_size,
+                actual: buffer_size,
+            });
+        }
+        let rolling = self.rolling_buffer_size;
+        let durable = self.durable_buffer_size;
+        if rolling % 8 != 0 {
+            return Err(HeaderError::FieldUnaligned {
+                field: "rolling_buffer_size",
+                value: rolling,
+            });
+        }
+        if durable % 8 != 0 {
+            return Err(HeaderError::FieldUnaligned {
+                field: "durable_buffer_size",
+                value: durable,
+            });
+        }
+        let size = buffer_size;
+        match mode {
+            BufferingMode::Oneshot => {
+                if Some(rolling) != size.checked_sub(HEADER_SIZE) || durable != 0 {
+                    return Err(HeaderError::BadOneshotGeometry {
+                        durable,
+                        rolling,
+                        size,
+                    });
+                }
+            }
+            BufferingMode::Circular | BufferingMode::Streaming => {
+                let sum = rolling
+                    .checked_mul(2)
+                    .and_then(|r| r.checked_add(durable))
+                    .and_then(|s| s.checked_add(HEADER_SIZE));
+                if rolling >= size / 2 || durable >= rolling || sum != Some(size) {
+                    return Err(HeaderError::BadGeometry {
+                        durable,
+                        rolling,
+                        size,
+                    });
+                }
+            }
+        }
+        for (index, &value) in self.rolling_data_end.iter().enumerate() {
+            if value > rolling || value % 8 != 0 {
+                return Err(HeaderError::BadRollingDataEnd { index, value });
+            }
+        }
+        if self.durable_data_end > durable || self.durable_data_end % 8 != 0 {
+            return Err(HeaderError::BadDurableDataEnd(self.durable_data_end));
+        }
+        Ok(BufferGeometry {
+            mode,
+            total_size: size,
+            durable_buffer_size: durable,
+            rolling_buffer_size: rolling,
+        })
+    }
+
+    /// Check the fxtrace extension: the chunk size is 0 or a multiple of 8 between
+    /// [`MIN_CHUNK_SIZE`] and `rolling_buffer_size`.
+    pub fn validate_fxtrace_extension(&self) -> Result<(), HeaderError> {
+        let chunk = self.chunk_size();
+        if chunk != 0
+            && (chunk % 8 != 0 || chunk < MIN_CHUNK_SIZE || chunk > self.rolling_buffer_size)
+        {
+            return Err(HeaderError::BadChunkSize(chunk));
+        }
+        Ok(())
+    }
+
+    /// How to frame rolling buffer `index` (0 or 1) whose data was written while the header's
+    /// wrapped count had the value `wrapped_count`.
+    pub const fn rolling_framing(&self, wrapped_count: u32) -> Framing {
+        match self.chunk_size() {
+            0 => Framing::Dense,
+            chunk_size => Framing::Chunked {
+                chunk_size,
+                wrapped_count,
+            },
+        }
+    }
+}
+
+// === shared (atomic) view ===
+
+/// The header as it lies in shared memory: every field an atomic of the field's width, so that
+/// provider and manager read and write it through atomics only (never `read_volatile`).
+///
+/// Rules (who writes what, when, and what publishes it) are given on each field. In short: only
+/// the provider's engine writes the header, under its buffer-switch mutex, with `Release`
+/// stores; the manager reads it with `Acquire` loads after a FIFO message (save request,
+/// stopped) or after the provider died, and trusts nothing without [`HeaderFields::validate`].
+#[repr(C)]
+#[derive(Debug)]
+pub struct SharedHeader {
+    /// Rules: written once by the engine when it initialises the buffer, before any record.
+    pub magic: AtomicU64,
+    /// Rules: written once at initialisation.
+    pub version: AtomicU16,
+    /// Rules: written once at initialisation.
+    pub buffering_mode: AtomicU8,
+    /// Rules: zero.
+    pub reserved1: AtomicU8,
+    /// Rules: written by the engine under its switch mutex on every rolling-buffer switch (the
+    /// new count) and at stop; `Release`. Read by the manager at stop or after a crash.
+    pub wrapped_count: AtomicU32,
+    /// Rules: written once at initialisation.
+    pub total_size: AtomicU64,
+    /// Rules: written once at initialisation.
+    pub durable_buffer_size: AtomicU64,
+    /// Rules: written once at initialisation.
+    pub rolling_buffer_size: AtomicU64,
+    /// Rules: 0 while running; written by the engine when the durable buffer fills and at stop,
+    /// after every writer that reserved durable space has finished (at stop); `Release`.
+    pub durable_data_end: AtomicU64,
+    /// Rules: `[i]` is written by the engine (under its switch mutex) when buffer `i` is
+    /// retired by a switch or fills in oneshot mode, and for the current buffer at stop; set to
+    /// 0 when the buffer becomes current again or is marked saved. 0 while a buffer is being
+    /// written: a reader that finds 0 after a crash scans the whole buffer. `Release`.
+    pub rolling_data_end: [AtomicU64; 2],
+    /// Rules: written by the engine (sum of its per-thread counters) on each switch and at
+    /// stop; exact at stop. `Release`.
+    pub num_records_dropped: AtomicU64,
+    /// Rules (fxtrace extension, `reserved[0]`): written once at initialisation; 0 = dense
+    /// Fuchsia layout, else the chunk size in bytes of the chunked layout (module docs).
+    pub chunk_size: AtomicU64,
+    /// Rules (fxtrace extension, `reserved[1]`): [`FLAG_DURABLE_BUFFER_FULL`] is set by the
+    /// engine, under its switch mutex, when the durable buffer fills. `Release`.
+    pub fxtrace_flags: AtomicU64,
+    /// Rules: zero.
+    pub reserved: [AtomicU64; 5],
+}
+
+const _: () = assert!(size_of::<SharedHeader>() == HEADER_SIZE as usize);
+const _: () = assert!(align_of::<SharedHeader>() == 8);
+const _: () = assert!(offset_of!(SharedHeader, magic) == OFFSET_MAGIC);
+const _: () = assert!(offset_of!(SharedHeader, version) == OFFSET_VERSION);
+const _: () = assert!(offset_of!(SharedHeader, buffering_mode) == OFFSET_BUFFERING_MODE);
+const _: () = assert!(offset_of!(SharedHeader, reserved1) == OFFSET_RESERVED1);
+const _: () = assert!(offset_of!(SharedHeader, wrapped_count) == OFFSET_WRAPPED_COUNT);
+const _: () = assert!(offset_of!(SharedHeader, total_size) == OFFSET_TOTAL_SIZE);
+const _: () = assert!(offset_of!(SharedHeader, durable_buffer_size) == OFFSET_DURABLE_BUFFER_SIZE);
+const _: () = assert!(offset_of!(SharedHeader, rolling_buffer_size) == OFFSET_ROLLING_BUFFER_SIZE);
+const _: () = assert!(offset_of!(SharedHeader, durable_data_end) == OFFSET_DURABLE_DATA_END);
+const _: () = assert!(offset_of!(SharedHeader, rolling_data_end) == OFFSET_ROLLING_DATA_END);
+const _: () = assert!(offset_of!(SharedHeader, num_records_dropped) == OFFSET_NUM_RECORDS_DROPPED);
+const _: () = assert!(offset_of!(SharedHeader, chunk_size) == OFFSET_CHUNK_SIZE);
+const _: () = assert!(offset_of!(SharedHeader, fxtrace_flags) == OFFSET_FXTRACE_FLAGS);
+
+impl SharedHeader {
+    /// View the first 128 bytes at `ptr` as a shared header.
+    ///
+    /// # Safety
+    ///
+    /// `ptr` must be 8-byte aligned and valid for reads and writes of 128 bytes for `'a`
+    /// (typically the start of a `MAP_SHARED` mapping that outlives `'a`), and every access to
+    /// those bytes during `'a`, from any thread or process, must go through atomics.
+    pub unsafe fn from_ptr<'a>(ptr: *mut u8) -> &'a SharedHeader {
+        // SAFETY: the caller guarantees alignment, validity and atomic-only access; all-zero
+        // and arbitrary bit patterns are valid for every atomic integer field.
+        unsafe { &*ptr.cast::<SharedHeader>() }
+    }
+
+    /// Read every field.
+    ///
+    /// ATOMICS: `Acquire` loads, so that whatever the engine wrote before its `Release` stores
+    /// of these fields (the records they describe) is visible to the reader.
+    pub fn load(&self) -> HeaderFields {
+        let a = Ordering::Acquire;
+        let mut reserved = [0u64; 7];
+        reserved[0] = self.chunk_size.load(a);
+        reserved[1] = self.fxtrace_flags.load(a);
+        for (dst, src) in reserved[2..].iter_mut().zip(&self.reserved) {
+            *dst = src.load(a);
+        }
+        HeaderFields {
+            magic: self.magic.load(a),
+            version: self.version.load(a),
+            buffering_mode: self.buffering_mode.load(a),
+            reserved1: self.reserved1.load(a),
+            wrapped_count: self.wrapped_count.load(a),
+            total_size: self.total_size.load(a),
+            durable_buffer_size: self.durable_buffer_size.load(a),
+            rolling_buffer_size: self.rolling_buffer_size.load(a),
+            durable_data_end: self.durable_data_end.load(a),
+            rolling_data_end: [
+                self.rolling_data_end[0].load(a),
+                self.rolling_data_end[1].load(a),
+            ],
+            num_records_dropped: self.num_records_dropped.load(a),
+            reserved,
+        }
+    }
+
+    /// Write every field (used for `InitBufferHeader`).
+    ///
+    /// ATOMICS: `Release` stores; `magic` goes last so that a reader that sees the magic sees
+    /// the rest.
+    pub fn store(&self, fields: &HeaderFields) {
+        let r = Ordering::Release;
+        self.version.store(fields.version, r);
+        self.buffering_mode.store(fields.buffering_mode, r);
+        self.reserved1.store(fields.reserved1, r);
+        self.wrapped_count.store(fields.wrapped_count, r);
+        self.total_size.store(fields.total_size, r);
+        self.durable_buffer_size
+            .store(fields.durable_buffer_size, r);
+        self.rolling_buffer_size
+            .store(fields.rolling_buffer_size, r);
+        self.durable_data_end.store(fields.durable_data_end, r);
+        self.rolling_data_end[0].store(fields.rolling_data_end[0], r);
+        self.rolling_data_end[1].store(fields.rolling_data_end[1], r);
+        self.num_records_dropped
+            .store(fields.num_records_dropped, r);
+        self.chunk_size.store(fields.reserved[0], r);
+        self.fxtrace_flags.store(fields.reserved[1], r);
+        for (dst, &src) in self.reserved.iter().zip(&fields.reserved[2..]) {
+            dst.store(src, r);
+        }
+        self.magic.store(fields.magic, r);
+    }
+}
+
+// === record scan ===
+
+/// How the records of one buffer are laid out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Framing {
+    /// One record after another from offset 0; a zero word ends the data. Used for the durable
+    /// buffer, and for rolling buffers when the header's chunk size is 0.
+    Dense,
+    /// The fxtrace chunked layout (module docs).
+    Chunked {
+        /// The header's chunk size in bytes.
+        chunk_size: u64,
+        /// The wrapped count under which the buffer was written (its chunk tags carry it).
+        wrapped_count: u32,
+    },
+}
+
+/// Arguments [`scan_records`] refuses.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum FramingError {
+    /// `data_end` is beyond the slice or not a multiple of 8.
+    #[error("data end {data_end} is unaligned or beyond the {len}-byte buffer")]
+    BadDataEnd {
+        /// The requested end.
+        data_end: u64,
+        /// The slice length.
+        len: usize,
+    },
+    /// The chunk size is below 16 or not a multiple of 8.
+    #[error("chunk size {0} is not a multiple of 8 of at least 16")]
+    BadChunkSize(u64),
+}
+
+/// Why a record is malformed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MalformedReason {
+    /// A non-zero header word declaring size 0.
+    ZeroSize,
+    /// The record would run past the end of its chunk run or of the data.
+    PastEnd,
+}
+
+/// Where a scan ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ScanStop {
+    /// Still scanning (the iterator has not returned `None` yet).
+    Running,
+    /// Every byte up to the data end was accounted for.
+    Complete,
+    /// A malformed record at `offset` (from the start of the buffer slice); nothing from that
+    /// offset on was yielded.
+    Malformed {
+        /// Byte offset of the bad header word.
+        offset: u64,
+        /// The header word.
+        header: u64,
+        /// What is wrong with it.
+        reason: MalformedReason,
+    },
+}
+
+/// Counters of a scan.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ScanStats {
+    /// Well-framed records yielded.
+    pub records: u64,
+    /// Bytes of those records.
+    pub record_bytes: u64,
+    /// Chunks skipped because they carried no current tag (stale, never used, or untagged).
+    pub skipped_chunks: u64,
+    /// Bytes skipped in chunk tails and tags (and after a zero word in dense framing).
+    pub skipped_bytes: u64,
+}
+
+/// Iterator over the dense record bytes of one buffer; see [`scan_records`].
+#[derive(Debug, Clone)]
+pub struct RecordScan<'a> {
+    bytes: &'a [u8],
+    framing: Framing,
+    pos: usize,
+    run_end: usize,
+    in_run: bool,
+    stop: ScanStop,
+    stats: ScanStats,
+}
+
+/// Walk one buffer's bytes `[0, data_end)` and yield its well-framed records as contiguous byte
+/// runs (each a whole number of records, never containing a zero header word), skipping chunk
+/// tags, zero tails and stale chunks. The scan stops at the first malformed record; see
+/// [`RecordScan::stop`] for where and why. A record that ends exactly at `data_end` is yielded.
+///
+/// `bytes` must not be written while it is scanned: pass a copy made with `pread`, or a mapping
+/// whose writers are known to be finished (the engine's hand-off, or a dead provider).
+pub fn scan_records(
+    bytes: &[u8],
+    data_end: u64,
+    framing: Framing,
+) -> Result<RecordScan<'_>, FramingError> {
+    if data_end % 8 != 0 || data_end > bytes.len() as u64 {
+        return Err(FramingError::BadDataEnd {
+            data_end,
+            len: bytes.len(),
+        });
+    }
+    if let Framing::Chunked { chunk_size, .. } = framing {
+        if chunk_size < MIN_CHUNK_SIZE || chunk_size % 8 != 0 {
+            return Err(FramingError::BadChunkSize(chunk_size));
+        }
+    }
+    Ok(RecordScan {
+        bytes: &bytes[..data_end as usize],
+        framing,
+        pos: 0,
+        run_end: 0,
+        in_run: false,
+        stop: ScanStop::Running,
+        stats: ScanStats::default(),
+    })
+}
+
+/// Append every record [`scan_records`] yields to `out`; returns where the scan stopped and its
+/// counters.
+pub fn copy_records(
+    bytes: &[u8],
+    data_end: u64,
+    framing: Framing,
+    out: &mut Vec<u8>,
+) -> Result<(ScanStop, ScanStats), FramingError> {
+    let mut scan = scan_records(bytes, data_end, framing)?;
+    for run in scan.by_ref() {
+        out.extend_from_slice(run);
+    }
+    Ok((scan.stop(), scan.stats()))
+}
+
+impl<'a> RecordScan<'a> {
+    /// Where the scan stopped ([`ScanStop::Running`] until the iterator returned `None`).
+    pub fn stop(&self) -> ScanStop {
+        self.stop
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> ScanStats {
+        self.stats
+    }
+
+    fn word(&self, pos: usize) -> u64 {
+        let mut word = [0u8; 8];
+        word.copy_from_slice(&self.bytes[pos..pos + 8]);
+        u64::from_le_bytes(word)
+    }
+
+    /// Position on the next run (chunked: a tagged chunk; dense: the whole data). Returns false
+    /// when the data is exhausted.
+    fn enter_run(&mut self) -> bool {
+        let end = self.bytes.len();
+        match self.framing {
+            Framing::Dense => {
+                if self.pos >= end {
+                    return false;
+                }
+                self.run_end = end;
+                self.in_run = true;
+                true
+            }
+            Framing::Chunked {
+                chunk_size,
+                wrapped_count,
+            } => {
+                let chunk = chunk_size as usize;
+                while self.pos < end {
+                    let tag = parse_chunk_tag(self.word(self.pos));
+                    match tag {
+                        Some((wc, run)) if wc == wrapped_count => {
+                            let run_bytes = (run as usize).saturating_mul(chunk);
+                            self.run_end = self.pos.saturating_add(run_bytes).min(end);
+                            self.pos += 8;
+                            self.stats.skipped_bytes += 8;
+                            self.in_run = true;
+                            return true;
+                        }
+                        _ => {
+                            let next = (self.pos + chunk).min(end);
+                            self.stats.skipped_chunks += 1;
+                            self.stats.skipped_bytes += (next - self.pos) as u64;
+                            self.pos = next;
+                        }
+                    }
+                }
+                false
+            }
+        }
+    }
+}
+
+impl<'a> Iterator for RecordScan<'a> {
+    type Item = &'a [u8];
+
+    fn next(&mut self) -> Option<&'a [u8]> {
+        loop {
+            if self.stop != ScanStop::Running {
+                return None;
+            }
+            if !self.in_run && !self.enter_run() {
+                self.stop = ScanStop::Complete;
+                return None;
+            }
+            let start = self.pos;
+            let mut end_of_records = start;
+            while self.pos < self.run_end {
+                let header = self.word(self.pos);
+                if header == 0 {
+                    // Rest of the run unused (dense: rest of the data).
+                    self.stats.skipped_bytes += (self.run_end - self.pos) as u64;
+                    self.pos = self.run_end;
+                    break;
+                }
+                let words = record_size_words(header);
+                let room = ((self.run_end - self.pos) / 8) as u64;
+                if words == 0 || words > room {
+                    self.stop = ScanStop::Malformed {
+                        offset: self.pos as u64,
+                        header,
+                        reason: if words == 0 {
+                            MalformedReason::ZeroSize
+                        } else {
+                            MalformedReason::PastEnd
+                        },
+                    };
+                    break;
+                }
+                self.pos += words as usize * 8;
+                end_of_records = self.pos;
+                self.stats.records += 1;
+                self.stats.record_bytes += words * 8;
+            }
+            if self.pos >= self.run_end {
+                self.in_run = false;
+                if self.framing == Framing::Dense {
+                    self.pos = self.bytes.len();
+                }
+            }
+            if end_of_records > start {
+                return Some(&self.bytes[start..end_of_records]);
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn magic_bytes_read_buf_ee_head() {
+        assert_eq!(
+            MAGIC.to_le_bytes(),
+            [0x64, 0x61, 0x65, 0x68, 0xee, 0x66, 0x75, 0x62]
+        );
+    }
+
+    #[test]
+    fn field_offsets_match_the_spec_table() {
+        let fields = HeaderFields {
+            magic: MAGIC,
+            version: 0x0102,
+            buffering_mode: 2,
+            reserved1: 0,
+            wrapped_count: 0x0304_0506,
+            total_size: 0x1111,
+            durable_buffer_size: 0x2222,
+            rolling_buffer_size: 0x3333,
+            durable_data_end: 0x4444,
+            rolling_data_end: [0x5555, 0x6666],
+            num_records_dropped: 0x7777,
+            reserved: [0x88, 0x99, 0, 0, 0, 0, 0xaa],
+        };
+        let b = fields.to_bytes();
+        let at = |o: usize| u64::from_le_bytes(b[o..o + 8].try_into().unwrap());
+        assert_eq!(at(0), 0x627566ee68656164);
+        assert_eq!(u16::from_le_bytes([b[8], b[9]]), 0x0102);
+        assert_eq!(b[10], 2);
+        assert_eq!(
+            u32::from_le_bytes(b[12..16].try_into().unwrap()),
+            0x0304_0506
+        );
+        assert_eq!(at(16), 0x1111);
+        assert_eq!(at(24), 0x2222);
+        assert_eq!(at(32), 0x3333);
+        assert_eq!(at(40), 0x4444);
+        assert_eq!(at(48), 0x5555);
+        assert_eq!(at(56), 0x6666);
+        assert_eq!(at(64), 0x7777);
+        assert_eq!(at(72), 0x88);
+        assert_eq!(at(80), 0x99);
+        assert_eq!(at(120), 0xaa);
+        assert_eq!(HeaderFields::from_bytes(&b), fields);
+    }
+
+    #[test]
+    fn record_size_field_and_large_records() {
+        assert_eq!(record_size_words(0x34), 3);
+        assert_eq!(record_size_words(0xfff4), 4095);
+        assert_eq!(record_size_words((5000 << 4) | 15), 5000);
+        assert_eq!(
+            with_record_size_words(0xffff_0000_0000_fff4, 3),
+            0xffff_0000_0000_0034
+        );
+        assert_eq!(MAX_RECORD_BYTES, 32760);
+    }
+
+    #[test]
+    fn chunk_tag_round_trip() {
+        let tag = make_chunk_tag(0xdead_beef, 3);
+        assert_eq!(tag >> 48, 0xf7c4);
+        assert_eq!(parse_chunk_tag(tag), Some((0xdead_beef, 3)));
+        assert_eq!(parse_chunk_tag(make_chunk_tag(1, 0)), None);
+        assert_eq!(parse_chunk_tag(0), None);
+        assert_eq!(parse_chunk_tag(0x34), None);
+    }
+}

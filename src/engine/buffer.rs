@@ -1,0 +1,216 @@
+//! The trace buffer: a sealed memfd mapped `MAP_SHARED`, with the 128-byte header at offset 0.
+//!
+//! The manager creates the memfd (`MFD_CLOEXEC | MFD_ALLOW_SEALING`), sizes it, seals it against
+//! shrinking and growing, and passes the fd to the provider, which maps it with
+//! [`TraceBuffer::from_fd`]. Standalone use and tests create one with [`TraceBuffer::create`].
+//! Because the size can never change, neither side can be made to fault by the other truncating
+//! the file under its mapping.
+
+use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+use std::ptr::NonNull;
+
+use super::sys::{self, SysError};
+use crate::protocol::header::{
+    SharedHeader, BUFFER_SIZE_GRANULE, MAX_BUFFER_SIZE, MIN_BUFFER_SIZE,
+};
+
+/// Seals every trace buffer must carry.
+pub const REQUIRED_SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
+/// Seals [`TraceBuffer::create`] adds (the required ones, and no further seals).
+pub const CREATED_SEALS: libc::c_int = REQUIRED_SEALS | libc::F_SEAL_SEAL;
+
+/// Why a trace buffer could not be created, mapped or read.
+#[derive(Debug, thiserror::Error)]
+pub enum BufferError {
+    /// A system call failed.
+    #[error(transparent)]
+    Sys(#[from] SysError),
+    /// The size is not a multiple of 4096 between 4 KiB and 4 GiB.
+    #[error("trace buffer size {size} is not a multiple of 4096 in 4096..=4 GiB")]
+    InvalidSize {
+        /// The offending size.
+        size: u64,
+    },
+    /// A received memfd lacks the shrink/grow seals.
+    #[error("trace buffer memfd has seals {have:#x}, needs at least {need:#x} (shrink and grow)")]
+    MissingSeals {
+        /// Seals found (`F_GET_SEALS`).
+        have: libc::c_int,
+        /// Seals required.
+        need: libc::c_int,
+    },
+    /// A read outside the buffer.
+    #[error("range {offset}+{len} is outside the {size}-byte trace buffer")]
+    OutOfRange {
+        /// Start of the range.
+        offset: u64,
+        /// Length of the range.
+        len: u64,
+        /// Buffer size.
+        size: u64,
+    },
+}
+
+/// Is `size` a valid trace buffer size?
+pub fn is_valid_buffer_size(size: u64) -> bool {
+    (MIN_BUFFER_SIZE..=MAX_BUFFER_SIZE).contains(&size) && size % BUFFER_SIZE_GRANULE == 0
+}
+
+/// A sealed memfd and its `MAP_SHARED` read-write mapping.
+#[derive(Debug)]
+pub struct TraceBuffer {
+    fd: OwnedFd,
+    ptr: NonNull<u8>,
+    len: usize,
+}
+
+// SAFETY: the mapping is plain shared memory owned by this value; it is unmapped only in Drop.
+// Concurrent access to its bytes is governed by the engine's protocol (atomics for the header
+// and record framing words, exclusive slots for payloads), not by this type.
+unsafe impl Send for TraceBuffer {}
+// SAFETY: as above; `&TraceBuffer` only hands out raw pointers and atomic views.
+unsafe impl Sync for TraceBuffer {}
+
+impl TraceBuffer {
+    /// Create a zero-filled memfd of `size` bytes (`MFD_CLOEXEC | MFD_ALLOW_SEALING`), seal it
+    /// against shrink, grow and further seals, and map it.
+    pub fn create(size: u64) -> Result<Self, BufferError> {
+        if !is_valid_buffer_size(size) {
+            return Err(BufferError::InvalidSize { size });
+        }
+        let fd = sys::memfd_create(
+            c"fxtrace-buffer",
+            libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
+        )?;
+        sys::ftruncate(fd.as_fd(), size)?;
+        sys::add_seals(fd.as_fd(), CREATED_SEALS)?;
+        Self::map(fd, size)
+    }
+
+    /// Map a memfd received from a manager, after checking its size (`fstat`) and its seals
+    /// (`F_GET_SEALS` must include shrink and grow).
+    pub fn from_fd(fd: OwnedFd) -> Result<Self, BufferError> {
+        let size = sys::fstat_size(fd.as_fd())?;
+        if !is_valid_buffer_size(size) {
+            return Err(BufferError::InvalidSize { size });
+        }
+        let seals = sys::get_seals(fd.as_fd())?;
+        if seals & REQUIRED_SEALS != REQUIRED_SEALS {
+            return Err(BufferError::MissingSeals {
+                have: seals,
+                need: REQUIRED_SEALS,
+            });
+        }
+        Self::map(fd, size)
+    }
+
+    fn map(fd: OwnedFd, size: u64) -> Result<Self, BufferError> {
+        let len = usize::try_from(size).map_err(|_| BufferError::InvalidSize { size })?;
+        let ptr = sys::mmap_shared(fd.as_fd(), len)?;
+        Ok(Self { fd, ptr, len })
+    }
+
+    /// Size of the buffer in bytes (header included).
+    pub fn size(&self) -> u64 {
+        self.len as u64
+    }
+
+    /// The memfd.
+    pub fn fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
+    }
+
+    /// A new fd for the same memfd (`F_DUPFD_CLOEXEC`), e.g. to map it a second time.
+    pub fn try_clone_fd(&self) -> Result<OwnedFd, BufferError> {
+        self.fd.try_clone().map_err(|source| {
+            BufferError::Sys(SysError {
+                op: "fcntl(F_DUPFD_CLOEXEC)",
+                source,
+            })
+        })
+    }
+
+    /// Start of the mapping (page-aligned).
+    pub fn as_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
+    /// The header at offset 0, as atomics.
+    pub fn header(&self) -> &SharedHeader {
+        // SAFETY: the mapping is page-aligned, at least 4096 bytes, lives as long as `self`, and
+        // the header bytes are only ever accessed through `SharedHeader`'s atomics.
+        unsafe { SharedHeader::from_ptr(self.ptr.as_ptr()) }
+    }
+
+    /// Copy `buf.len()` bytes at `offset` out of the memfd with `pread` (a kernel copy, so it
+    /// is not a data race even if a writer is active; the bytes are only meaningful for ranges
+    /// whose writers have finished).
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), BufferError> {
+        self.check_range(offset, buf.len() as u64)?;
+        sys::pread_exact(self.fd.as_fd(), buf, offset)?;
+        Ok(())
+    }
+
+    /// [`Self::read_at`] into a new vector.
+    pub fn copy_range(&self, offset: u64, len: u64) -> Result<Vec<u8>, BufferError> {
+        self.check_range(offset, len)?;
+        let mut out = vec![0u8; len as usize];
+        self.read_at(offset, &mut out)?;
+        Ok(out)
+    }
+
+    /// Make `[offset, offset + len)` read as zeros: whole pages are released with
+    /// `fallocate(PUNCH_HOLE)` (no memory is committed for them), partial pages are cleared
+    /// through the mapping.
+    ///
+    /// Must only be called while no one else accesses the range (the engine calls it while
+    /// tracing is stopped).
+    pub(crate) fn zero_range(&self, offset: u64, len: u64) -> Result<(), BufferError> {
+        self.check_range(offset, len)?;
+        let end = offset + len;
+        let page = BUFFER_SIZE_GRANULE;
+        let first_full = offset.div_ceil(page) * page;
+        let last_full = end / page * page;
+        if first_full < last_full {
+            self.clear_bytes(offset, first_full - offset);
+            sys::punch_hole(self.fd.as_fd(), first_full, last_full - first_full)?;
+            self.clear_bytes(last_full, end - last_full);
+        } else {
+            self.clear_bytes(offset, len);
+        }
+        Ok(())
+    }
+
+    fn clear_bytes(&self, offset: u64, len: u64) {
+        if len == 0 {
+            return;
+        }
+        // SAFETY: `check_range` in the caller bounds the range inside the mapping, and the
+        // caller (`zero_range`) requires that no one else accesses it meanwhile.
+        unsafe {
+            self.ptr
+                .as_ptr()
+                .add(offset as usize)
+                .write_bytes(0, len as usize)
+        };
+    }
+
+    fn check_range(&self, offset: u64, len: u64) -> Result<(), BufferError> {
+        match offset.checked_add(len) {
+            Some(end) if end <= self.len as u64 => Ok(()),
+            _ => Err(BufferError::OutOfRange {
+                offset,
+                len,
+                size: self.len as u64,
+            }),
+        }
+    }
+}
+
+impl Drop for TraceBuffer {
+    fn drop(&mut self) {
+        // SAFETY: the mapping was made by `mmap_shared` in `map` and nothing borrows it any
+        // more (borrows of `self` have ended). An error here can only leak address space.
+        let _ = unsafe { sys::munmap(self.ptr, self.len) };
+    }
+}

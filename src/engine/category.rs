@@ -1,0 +1,142 @@
+//! Category checks: which categories a trace enables, and the per-call-site cache.
+//!
+//! Algorithm: Fuchsia's call-site cache (`trace_site_t`, `engine.cc`) with the generation packed
+//! into the site word instead of a reset chain: a site caches "enabled / disabled in generation
+//! G"; a site whose generation differs from the current trace's is re-evaluated once. With no
+//! trace started anywhere in the process the check is one relaxed load of a global and a
+//! branch.
+
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+
+use super::context::Context;
+
+/// Rules: number of started contexts in the process; incremented by `start`, decremented when a
+/// stop completes. Read by every category check.
+/// ATOMICS: `Relaxed`: a hint that only decides whether to look further; a check racing with a
+/// start or stop may answer either way, as in Fuchsia.
+pub(crate) static ACTIVE_CONTEXTS: AtomicUsize = AtomicUsize::new(0);
+
+/// Is any context in this process tracing? One relaxed load.
+#[inline(always)]
+pub fn tracing_maybe_on() -> bool {
+    ACTIVE_CONTEXTS.load(Ordering::Relaxed) != 0
+}
+
+/// The categories a trace enables (`trace-provider/session.cc`): an empty list enables all; an
+/// entry ending in `*` matches by prefix; other entries match exactly.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct CategoryFilter {
+    patterns: Vec<String>,
+}
+
+impl CategoryFilter {
+    /// Every category enabled.
+    pub fn all() -> Self {
+        Self {
+            patterns: Vec::new(),
+        }
+    }
+
+    /// Exactly these categories (with `*` suffixes as prefix matches); empty means all.
+    pub fn new<I, S>(patterns: I) -> Self
+    where
+        I: IntoIterator<Item = S>,
+        S: Into<String>,
+    {
+        Self {
+            patterns: patterns.into_iter().map(Into::into).collect(),
+        }
+    }
+
+    /// Whether `category` is enabled.
+    pub fn is_enabled(&self, category: &str) -> bool {
+        self.patterns.is_empty()
+            || self.patterns.iter().any(|p| match p.strip_suffix('*') {
+                Some(prefix) => category.starts_with(prefix),
+                None => p == category,
+            })
+    }
+}
+
+const SITE_UNKNOWN: u64 = 0;
+const SITE_DISABLED: u64 = 1;
+const SITE_ENABLED: u64 = 2;
+const SITE_FLAGS: u64 = 3;
+
+/// A call site's cached category answer. Put one in a `static` per trace point.
+#[derive(Debug)]
+pub struct CallSite {
+    category: &'static str,
+    /// Rules: written by any thread that evaluates the site (generation << 2 | flag); read by
+    /// every check. ATOMICS: `Relaxed`: a cache of an answer that may be momentarily stale.
+    state: AtomicU64,
+}
+
+impl CallSite {
+    /// A site for `category`.
+    pub const fn new(category: &'static str) -> Self {
+        Self {
+            category,
+            state: AtomicU64::new(SITE_UNKNOWN),
+        }
+    }
+
+    /// The site's category.
+    pub fn category(&self) -> &'static str {
+        self.category
+    }
+}
+
+impl Context {
+    /// Whether this site's category is enabled in the current trace of this context. Off (no
+    /// context started in the process): one relaxed load and a branch. On: two more loads while
+    /// the cached answer is for the current generation.
+    #[inline]
+    pub fn category_enabled(&self, site: &CallSite) -> bool {
+        if !tracing_maybe_on() {
+            return false;
+        }
+        let (started, generation) = self.inner().gate_generation_now();
+        if !started {
+            return false;
+        }
+        let state = site.state.load(Ordering::Relaxed);
+        if state >> 2 == generation as u64 {
+            return state & SITE_FLAGS == SITE_ENABLED;
+        }
+        self.evaluate_site(site, generation)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn evaluate_site(&self, site: &CallSite, generation: u32) -> bool {
+        match self
+            .inner()
+            .category_filter_enabled(generation, site.category)
+        {
+            Some(enabled) => {
+                let flag = if enabled { SITE_ENABLED } else { SITE_DISABLED };
+                site.state
+                    .store(((generation as u64) << 2) | flag, Ordering::Relaxed);
+                enabled
+            }
+            None => false,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn filter_rules() {
+        assert!(CategoryFilter::all().is_enabled("anything"));
+        let f = CategoryFilter::new(["gfx", "kernel:*"]);
+        assert!(f.is_enabled("gfx"));
+        assert!(!f.is_enabled("gfx2"));
+        assert!(f.is_enabled("kernel:sched"));
+        assert!(f.is_enabled("kernel:"));
+        assert!(!f.is_enabled("kernel"));
+    }
+}

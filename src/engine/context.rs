@@ -1,0 +1,1017 @@
+//! The trace context: one trace buffer, its allocators, the buffering mode, and the writers.
+//!
+//! # Notes on buffering modes
+//!
+//! (After Fuchsia's `context.cc`, whose protocol this follows; what differs is marked.)
+//!
+//! Threads and strings are cached to improve performance and reduce buffer usage: a thread or a
+//! string is described once by a record in the *durable buffer* and later referred to by a
+//! small index. Each thread keeps its own cache, reset when a new trace generation starts.
+//!
+//! **Oneshot.** The buffer is one rolling buffer; durable records share it. Records are written
+//! until it is full; after that every record is dropped and counted.
+//!
+//! **Circular.** The space after the durable buffer is split into two rolling buffers. Writing
+//! starts in buffer 0; when it fills, writing continues in buffer 1, and so on, alternating.
+//! The buffer being entered loses its older data, so about half the data is dropped at each
+//! switch, but the newest data is always kept. (fxtrace: a buffer can be entered again only once
+//! every writer that was inside it when it was left has finished — see "Hand-off" below;
+//! records that find it still busy are dropped and counted. Its stale chunks are not zeroed:
+//! chunk tags tell a reader they are stale, `protocol::header` module docs.)
+//!
+//! **Streaming.** Like circular, but a buffer that fills is handed to the [`BufferHandler`]
+//! (`notify_buffer_full(wrapped_count, durable_data_end)`), which saves it and reports back with
+//! [`Context::mark_buffer_saved`]. Writing switches to the other buffer only if it has been
+//! saved; otherwise records are dropped (and counted) until it is. `wrapped_count` names the
+//! buffer to save (`wrapped_count & 1`); `durable_data_end` says how much durable data must be
+//! saved first so that string and thread references resolve.
+//!
+//! Two properties hold in circular and streaming modes: records describing threads and strings
+//! are not dropped while rolling records are (they live in the durable buffer), and thread
+//! records are never dropped at all. The durable buffer is not reused; once it fills, tracing
+//! stops for this context (every later record is dropped and counted), the header says so
+//! (`durable_data_end`, [`FLAG_DURABLE_BUFFER_FULL`]), and [`StopReport::durable_buffer_full`]
+//! reports it.
+//!
+//! # Chunks (fxtrace)
+//!
+//! A reservation through the allocator takes a chunk (default 16 KiB, at most a quarter of a
+//! rolling buffer) for the calling thread, which then bumps a thread-local cursor inside it: the
+//! shared atomic is touched once per chunk, not once per record. A chunk belongs to exactly one
+//! rolling buffer and one *gate* value (generation and wrapped count); a thread whose chunk no
+//! longer matches the gate abandons it and takes a new one. Records never straddle chunks,
+//! except a record larger than a chunk, which gets a run of consecutive chunks of its own.
+//!
+//! # Hand-off (fxtrace; closes the race Fuchsia leaves open)
+//!
+//! Fuchsia notifies the handler as soon as a buffer is full, while a writer that reserved space
+//! just before may still be filling it ("TraceManager prematurely reading the buffer"). Here a
+//! retired buffer is handed over only after a grace period ([`super::slots`]): every writer that
+//! was inside a writer section when the switch happened has left it. Since a writer re-reads the
+//! gate at the start of every section, no one enters the old buffer afterwards; idle threads
+//! holding a chunk of it do not delay anything. In streaming mode a second grace period follows
+//! the read of `durable_data_end`, so that every durable record below it is complete too. The
+//! last writer to leave runs the service routine and the handler is called from there (or from
+//! [`Context::service`], [`Context::stop`]).
+//!
+//! # Writers
+//!
+//! [`Context::acquire`] returns a [`Writer`]: the thread's writer section. With tracing on, a
+//! record costs a thread-local access, two plain stores to the thread's own slot, one load of
+//! the read-mostly gate word, a bounds check and the record's own stores. Nothing waits on the
+//! record path: full buffers drop and count.
+
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use crossbeam_utils::{Backoff, CachePadded};
+
+use super::allocator::{
+    gate_generation, make_gate, packed_offset, packed_wrapped, DurableAllocator, RollingAllocator,
+    GATE_DURABLE_FULL, GATE_STARTED, GENERATION_MASK, WRAPPED_MASK,
+};
+use super::buffer::{BufferError, TraceBuffer};
+use super::category::{CategoryFilter, ACTIVE_CONTEXTS};
+use super::slots::{FencePolicy, Fences, Grace, WriterSlots};
+use super::sys::SysError;
+use super::writer::{self, Writer};
+use crate::protocol::header::{
+    BufferGeometry, BufferingMode, GeometryError, HeaderFields, SharedHeader,
+    FLAG_DURABLE_BUFFER_FULL, HEADER_SIZE, MAX_RECORD_BYTES,
+};
+
+/// Receives streaming save requests. Called from whichever thread completes a hand-off (often
+/// the last writer leaving the retired buffer), never with an engine lock held: it may call
+/// [`Context::mark_buffer_saved`] directly. It must be quick and must not write trace records
+/// (they would be dropped as re-entrant).
+pub trait BufferHandler: Send + Sync {
+    /// Rolling buffer `wrapped_count & 1` is full and no writer is left in it: save durable
+    /// bytes up to `durable_data_end`, then the rolling buffer up to its `rolling_data_end`,
+    /// then call [`Context::mark_buffer_saved`] with the same two values.
+    fn notify_buffer_full(&self, wrapped_count: u32, durable_data_end: u64);
+}
+
+/// A handler for modes that never notify (oneshot, circular).
+#[derive(Debug, Default, Clone, Copy)]
+pub struct NoHandler;
+
+impl BufferHandler for NoHandler {
+    fn notify_buffer_full(&self, _wrapped_count: u32, _durable_data_end: u64) {}
+}
+
+/// How much of the buffer a start clears (`trace_start_mode_t`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum StartMode {
+    /// Clear durable and rolling buffers (`TRACE_START_CLEAR_ENTIRE_BUFFER` = 1).
+    ClearEntire = 1,
+    /// Clear the rolling buffers, keep the durable one (`TRACE_START_CLEAR_NONDURABLE_BUFFER`).
+    ClearNondurable = 2,
+    /// Keep everything and continue (`TRACE_START_RETAIN_BUFFER`).
+    Retain = 3,
+}
+
+/// `trace_state_t`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TraceState {
+    /// Not tracing (initial state, and after stop).
+    Stopped = 0,
+    /// Tracing.
+    Started = 1,
+    /// Stop requested; waiting for writers to leave.
+    Stopping = 2,
+}
+
+/// Settings of a context.
+#[derive(Debug, Clone, Copy)]
+pub struct ContextConfig {
+    /// Buffering mode.
+    pub mode: BufferingMode,
+    /// Requested chunk size in bytes (rounded down to a power of two, at least 64, at most a
+    /// quarter of a rolling buffer; see [`chunk_size_for`]).
+    pub chunk_size: u64,
+    /// Writer threads that can be bound at once; a thread beyond this has its records dropped
+    /// (and counted) until another thread exits.
+    pub max_writer_threads: usize,
+    /// Writer/engine fence pair.
+    pub fence: FencePolicy,
+}
+
+impl Default for ContextConfig {
+    fn default() -> Self {
+        Self {
+            mode: BufferingMode::Oneshot,
+            chunk_size: DEFAULT_CHUNK_SIZE,
+            max_writer_threads: DEFAULT_MAX_WRITER_THREADS,
+            fence: FencePolicy::Auto,
+        }
+    }
+}
+
+/// Default chunk size: 16 KiB.
+pub const DEFAULT_CHUNK_SIZE: u64 = 16 * 1024;
+/// Smallest chunk size the engine uses.
+pub const MIN_ENGINE_CHUNK_SIZE: u64 = 64;
+/// Default writer-thread capacity.
+pub const DEFAULT_MAX_WRITER_THREADS: usize = 256;
+
+/// The chunk size a context uses: `requested` rounded down to a power of two, clamped to at
+/// least 64 bytes and at most the largest power of two not above a quarter of the rolling
+/// buffer (so that even a 4 KiB buffer has several chunks per rolling buffer).
+pub fn chunk_size_for(requested: u64, rolling_buffer_size: u64) -> u64 {
+    let floor_pow2 = |v: u64| {
+        if v == 0 {
+            0
+        } else {
+            1u64 << (63 - v.leading_zeros())
+        }
+    };
+    let cap = floor_pow2(rolling_buffer_size / 4).max(MIN_ENGINE_CHUNK_SIZE);
+    floor_pow2(requested.max(MIN_ENGINE_CHUNK_SIZE)).min(cap)
+}
+
+/// Errors of context operations.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    /// The buffer could not be used.
+    #[error(transparent)]
+    Buffer(#[from] BufferError),
+    /// The buffer size does not allow a geometry.
+    #[error(transparent)]
+    Geometry(#[from] GeometryError),
+    /// A memory-fence system call failed (the hand-off cannot be proven safe).
+    #[error(transparent)]
+    Fence(#[from] SysError),
+    /// The operation is not valid in the current state.
+    #[error("{op} is not valid while the trace is {state:?}")]
+    BadState {
+        /// The operation.
+        op: &'static str,
+        /// The state it found.
+        state: TraceState,
+    },
+    /// Writers still in flight when the stop timeout expired; call `stop` again.
+    #[error("stop timed out with {writers_in_flight} writer(s) still in flight")]
+    StopTimedOut {
+        /// Writers the stop is still waiting for.
+        writers_in_flight: usize,
+    },
+    /// `stop` was called by a thread holding a [`Writer`] of this context.
+    #[error("stop called from inside a writer section of the same context")]
+    StopFromWriter,
+    /// `mark_buffer_saved` outside streaming mode.
+    #[error("mark_buffer_saved is only valid in streaming mode")]
+    NotStreaming,
+    /// `mark_buffer_saved` for a buffer that is not waiting to be saved.
+    #[error("buffer of wrapped count {wrapped_count} is not waiting to be saved")]
+    NotAwaitingSave {
+        /// The wrapped count given.
+        wrapped_count: u32,
+    },
+}
+
+/// What a stop leaves in the header.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct StopReport {
+    /// Header `wrapped_count`.
+    pub wrapped_count: u32,
+    /// Header `durable_data_end`.
+    pub durable_data_end: u64,
+    /// Header `rolling_data_end`.
+    pub rolling_data_end: [u64; 2],
+    /// Header `num_records_dropped`: records dropped during this trace.
+    pub records_dropped: u64,
+    /// Whether the durable buffer filled (and stopped tracing early).
+    pub durable_buffer_full: bool,
+}
+
+/// Counters of a running or stopped context.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct EngineStats {
+    /// Records dropped during the current (or last) trace.
+    pub records_dropped: u64,
+    /// Current wrapped count.
+    pub wrapped_count: u32,
+    /// Whether the durable buffer is full.
+    pub durable_buffer_full: bool,
+    /// Writer slots ever used.
+    pub writer_threads: usize,
+    /// Whether the membarrier fence pair is in use.
+    pub membarrier: bool,
+}
+
+// === state under the switch mutex ===
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum BufferState {
+    /// Being written.
+    Current,
+    /// Left by a switch; waiting for its writers (and, streaming, for durable writers).
+    Retiring,
+    /// Streaming: handed to the handler, not saved yet.
+    AwaitingSave { wrapped_count: u32 },
+    /// Can become current.
+    Ready,
+}
+
+#[derive(Debug, Clone, Copy)]
+enum RetireStep {
+    /// Grace period for the writers that were in the buffer.
+    Writers,
+    /// Streaming: grace period for durable records below `durable_data_end`.
+    Durable { durable_data_end: u64 },
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Retirement {
+    wrapped_count: u32,
+    buffer: usize,
+    step: RetireStep,
+}
+
+#[derive(Debug)]
+struct State {
+    phase: TraceState,
+    generation: u32,
+    /// Full wrapped count of the buffer being written.
+    wrapped_count: u32,
+    buffers: [BufferState; 2],
+    retirement: Option<Retirement>,
+    /// Grace period of the pending retirement.
+    grace: Grace,
+    /// Grace period of a stop in progress.
+    stop_grace: Grace,
+    /// Smallest durable offset whose reservation failed.
+    durable_full_at: Option<u64>,
+    oneshot_full: bool,
+    /// Raw drop total at the last clearing start.
+    dropped_base: u64,
+    /// Whether anything may have been written since the data area was last zeroed.
+    dirty: bool,
+    categories: Arc<CategoryFilter>,
+    last_fence_error: Option<String>,
+}
+
+/// A pending handler call, made after the mutex is released.
+type Notification = Option<(u32, u64)>;
+
+static NEXT_CONTEXT_ID: AtomicU64 = AtomicU64::new(1);
+static NEXT_GENERATION: AtomicU32 = AtomicU32::new(1);
+
+fn next_generation() -> u32 {
+    loop {
+        // ATOMICS: `Relaxed`: a unique counter (Fuchsia's `g_next_generation`).
+        let generation = NEXT_GENERATION
+            .fetch_add(1, Ordering::Relaxed)
+            .wrapping_add(1);
+        if generation & GENERATION_MASK != 0 {
+            return generation & GENERATION_MASK;
+        }
+    }
+}
+
+/// The shared part of a context.
+pub(crate) struct Inner {
+    /// Rules: unique per context, never reused; immutable. Thread-local writer state is keyed
+    /// by it.
+    pub(crate) id: u64,
+    /// Rules: the gate. Written only under the switch mutex (start, stop, switch, durable full);
+    /// read by every writer at the start of each section and on chunk refills.
+    /// ATOMICS: stores `Release` (after the state they describe: zeroed buffers, reset
+    /// allocators); writer loads `Acquire` after the announcement and the light fence; the
+    /// heavy fence in every grace period orders the store before the scan.
+    pub(crate) gate: CachePadded<AtomicU64>,
+    pub(crate) rolling: RollingAllocator,
+    pub(crate) durable: DurableAllocator,
+    pub(crate) fences: Fences,
+    pub(crate) slots: WriterSlots,
+    /// Rules: drops that no writer slot can take (re-entrant attempts, threads without a slot);
+    /// `fetch_add` by any thread.
+    /// ATOMICS: `Relaxed` counter; exact at stop because those attempts happen before the stop
+    /// grace period's `Acquire` scan or not at all (tracing off).
+    pub(crate) unslotted_drops: CachePadded<AtomicU64>,
+    /// Rules: `ready[i]` mirrors `buffers[i] == Ready`; written under the switch mutex, read by
+    /// writers that found their buffer full, to drop without taking the mutex.
+    /// ATOMICS: `Release` / `Acquire` (a hint only; the switch re-checks under the mutex).
+    ready: [AtomicBool; 2],
+    /// Rules: next string index (1..=0x7FFF); `fetch_add` by registering threads; reset on a
+    /// clearing start. ATOMICS: `Relaxed` unique counter.
+    string_index: AtomicU32,
+    /// Rules: next thread index (1..=0xFF); as `string_index`.
+    thread_index: AtomicU32,
+    pub(crate) mode: BufferingMode,
+    geometry: BufferGeometry,
+    state: Mutex<State>,
+    handler: Arc<dyn BufferHandler>,
+    pub(crate) buffer: TraceBuffer,
+}
+
+impl std::fmt::Debug for Inner {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Inner")
+            .field("id", &self.id)
+            .field("mode", &self.mode)
+            .field("geometry", &self.geometry)
+            .field("chunk_size", &self.rolling.chunk_size())
+            .finish_non_exhaustive()
+    }
+}
+
+/// A trace context: the buffer, the allocators and the state machine of one provider's trace.
+/// Cheap to clone (shared).
+#[derive(Debug, Clone)]
+pub struct Context {
+    inner: Arc<Inner>,
+}
+
+impl Context {
+    /// Take over `buffer`: compute the geometry for `config.mode`, zero the data area, write the
+    /// header (`InitBufferHeader` plus the fxtrace chunk size). The trace is stopped until
+    /// [`Self::start`].
+    pub fn new(
+        buffer: TraceBuffer,
+        config: ContextConfig,
+        handler: Arc<dyn BufferHandler>,
+    ) -> Result<Self, EngineError> {
+        let geometry = BufferGeometry::compute(config.mode, buffer.size())?;
+        let chunk = chunk_size_for(config.chunk_size, geometry.rolling_buffer_size);
+        buffer.zero_range(HEADER_SIZE, buffer.size() - HEADER_SIZE)?;
+        buffer
+            .header()
+            .store(&HeaderFields::initial(&geometry, chunk));
+
+        let base = buffer.as_ptr();
+        // SAFETY: the geometry's offsets lie inside the mapping (they sum to its size).
+        let at = |offset: u64| unsafe { base.add(offset as usize) };
+        let rolling_starts = match config.mode {
+            BufferingMode::Oneshot => [at(geometry.rolling_offset(0)), std::ptr::null_mut()],
+            _ => [
+                at(geometry.rolling_offset(0)),
+                at(geometry.rolling_offset(1)),
+            ],
+        };
+        let slots = config.max_writer_threads.max(1);
+        let inner = Inner {
+            id: NEXT_CONTEXT_ID.fetch_add(1, Ordering::Relaxed),
+            gate: CachePadded::new(AtomicU64::new(0)),
+            rolling: RollingAllocator::new(rolling_starts, geometry.rolling_buffer_size, chunk),
+            durable: DurableAllocator::new(
+                at(geometry.durable_offset()),
+                geometry.durable_buffer_size,
+            ),
+            fences: Fences::new(config.fence),
+            slots: WriterSlots::new(slots),
+            unslotted_drops: CachePadded::new(AtomicU64::new(0)),
+            ready: [AtomicBool::new(false), AtomicBool::new(true)],
+            string_index: AtomicU32::new(1),
+            thread_index: AtomicU32::new(1),
+            mode: config.mode,
+            geometry,
+            state: Mutex::new(State {
+                phase: TraceState::Stopped,
+                generation: 0,
+                wrapped_count: 0,
+                buffers: [BufferState::Current, BufferState::Ready],
+                retirement: None,
+                grace: Grace::with_capacity(slots),
+                stop_grace: Grace::with_capacity(slots),
+                durable_full_at: None,
+                oneshot_full: false,
+                dropped_base: 0,
+                dirty: false,
+                categories: Arc::new(CategoryFilter::all()),
+                last_fence_error: None,
+            }),
+            handler,
+            buffer,
+        };
+        Ok(Self {
+            inner: Arc::new(inner),
+        })
+    }
+
+    pub(crate) fn inner(&self) -> &Arc<Inner> {
+        &self.inner
+    }
+
+    /// A reference that does not keep the context alive (for a handler that must call
+    /// [`Self::mark_buffer_saved`] without creating a reference cycle).
+    pub fn downgrade(&self) -> WeakContext {
+        WeakContext {
+            inner: Arc::downgrade(&self.inner),
+        }
+    }
+
+    /// Enter a writer section on the calling thread, or `None` if tracing is off (not counted)
+    /// or the attempt must be dropped (counted: re-entrant call from the same thread, or no
+    /// writer slot free). Dropping the [`Writer`] leaves the section.
+    #[inline]
+    pub fn acquire(&self) -> Option<Writer<'_>> {
+        writer::acquire(&self.inner)
+    }
+
+    /// Start tracing. Valid only while stopped.
+    pub fn start(&self, mode: StartMode, categories: CategoryFilter) -> Result<(), EngineError> {
+        let inner = &*self.inner;
+        let mut st = inner.lock();
+        if st.phase != TraceState::Stopped {
+            return Err(EngineError::BadState {
+                op: "start",
+                state: st.phase,
+            });
+        }
+        let header = inner.buffer.header();
+        let raw_dropped = inner.raw_dropped();
+        match mode {
+            StartMode::ClearEntire => {
+                if st.dirty {
+                    inner
+                        .buffer
+                        .zero_range(HEADER_SIZE, inner.geometry.total_size - HEADER_SIZE)?;
+                }
+                header.store(&HeaderFields::initial(
+                    &inner.geometry,
+                    inner.rolling.chunk_size(),
+                ));
+                inner.durable.reset();
+                st.durable_full_at = None;
+                inner.string_index.store(1, Ordering::Relaxed);
+                inner.thread_index.store(1, Ordering::Relaxed);
+                inner.reset_rolling(&mut st)?;
+                st.dropped_base = raw_dropped;
+            }
+            StartMode::ClearNondurable => {
+                inner.reset_rolling(&mut st)?;
+                st.dropped_base = raw_dropped;
+            }
+            StartMode::Retain => {}
+        }
+        // While tracing, the current buffer's end and the durable end read 0 ("being
+        // written"): a reader after a crash scans them whole instead of trusting a stale end.
+        let current = (st.wrapped_count & 1) as usize;
+        header.rolling_data_end[current].store(0, Ordering::Release);
+        if st.durable_full_at.is_none() {
+            header.durable_data_end.store(0, Ordering::Release);
+        }
+        st.dirty = true;
+        st.generation = next_generation();
+        st.categories = Arc::new(categories);
+        st.phase = TraceState::Started;
+        let flags = GATE_STARTED
+            | if st.durable_full_at.is_some() {
+                GATE_DURABLE_FULL
+            } else {
+                0
+            };
+        // ATOMICS: `Relaxed`: a hint for call sites (see `category`).
+        ACTIVE_CONTEXTS.fetch_add(1, Ordering::Relaxed);
+        // ATOMICS: `Release`: zeroed buffers and reset allocators happen-before any writer
+        // that sees the started gate.
+        inner.gate.store(
+            make_gate(st.generation, st.wrapped_count, flags),
+            Ordering::Release,
+        );
+        Ok(())
+    }
+
+    /// Stop tracing: close the gate, wait (up to `timeout`) until no writer is in flight, then
+    /// write `durable_data_end`, `rolling_data_end[]`, `wrapped_count` and
+    /// `num_records_dropped` into the header. On [`EngineError::StopTimedOut`] the context stays
+    /// `Stopping`; call `stop` again to keep waiting.
+    pub fn stop(&self, timeout: Duration) -> Result<StopReport, EngineError> {
+        let inner = &*self.inner;
+        if writer::in_section_of(inner) {
+            return Err(EngineError::StopFromWriter);
+        }
+        {
+            let mut st = inner.lock();
+            match st.phase {
+                TraceState::Stopped => {
+                    return Err(EngineError::BadState {
+                        op: "stop",
+                        state: st.phase,
+                    })
+                }
+                TraceState::Started => {
+                    let gate = make_gate(st.generation, st.wrapped_count, 0);
+                    // ATOMICS: `Release`; ordered before the scan by the heavy fence.
+                    inner.gate.store(gate, Ordering::Release);
+                    st.phase = TraceState::Stopping;
+                    let State { stop_grace, .. } = &mut *st;
+                    inner.slots.begin_grace(inner.fences, stop_grace, false)?;
+                }
+                TraceState::Stopping => {}
+            }
+        }
+        let deadline = Instant::now() + timeout;
+        let backoff = Backoff::new();
+        loop {
+            let (report, notification) = {
+                let mut st = inner.lock();
+                let State { stop_grace, .. } = &mut *st;
+                if inner.slots.is_grace_complete(stop_grace) {
+                    let (report, notification) = inner.finish_stop(&mut st);
+                    (Some(report), notification)
+                } else if Instant::now() >= deadline {
+                    let writers_in_flight = inner.slots.in_flight(&st.stop_grace);
+                    return Err(EngineError::StopTimedOut { writers_in_flight });
+                } else {
+                    (None, None)
+                }
+            };
+            inner.deliver(notification);
+            if let Some(report) = report {
+                return Ok(report);
+            }
+            if backoff.is_completed() {
+                std::thread::sleep(Duration::from_micros(200));
+            } else {
+                backoff.snooze();
+            }
+        }
+    }
+
+    /// Streaming: the handler saved the buffer of `wrapped_count`; it may be written again.
+    /// (`durable_data_end` is accepted for symmetry with the protocol and not used.)
+    pub fn mark_buffer_saved(
+        &self,
+        wrapped_count: u32,
+        durable_data_end: u64,
+    ) -> Result<(), EngineError> {
+        let _ = durable_data_end;
+        let inner = &*self.inner;
+        if inner.mode != BufferingMode::Streaming {
+            return Err(EngineError::NotStreaming);
+        }
+        let mut st = inner.lock();
+        let buffer = (wrapped_count & 1) as usize;
+        match st.buffers[buffer] {
+            BufferState::AwaitingSave {
+                wrapped_count: awaited,
+            } if awaited == wrapped_count => {
+                st.buffers[buffer] = BufferState::Ready;
+                // ATOMICS: `Release` for the header (manager side) and the ready hint.
+                inner.buffer.header().rolling_data_end[buffer].store(0, Ordering::Release);
+                inner.ready[buffer].store(true, Ordering::Release);
+                Ok(())
+            }
+            _ => Err(EngineError::NotAwaitingSave { wrapped_count }),
+        }
+    }
+
+    /// Complete a pending hand-off if its writers have finished (normally done by the last
+    /// writer leaving; a provider loop may call this too). Returns whether a hand-off is still
+    /// pending.
+    pub fn service(&self) -> bool {
+        self.inner.service()
+    }
+
+    /// Current state.
+    pub fn state(&self) -> TraceState {
+        self.inner.lock().phase
+    }
+
+    /// Generation of the current (or last) trace: per-thread caches reset when it changes.
+    /// Unique within the process (never 0).
+    pub fn generation(&self) -> u32 {
+        self.inner.lock().generation
+    }
+
+    /// Buffering mode.
+    pub fn mode(&self) -> BufferingMode {
+        self.inner.mode
+    }
+
+    /// Geometry of the buffer.
+    pub fn geometry(&self) -> BufferGeometry {
+        self.inner.geometry
+    }
+
+    /// Chunk size in use (also in the header's `reserved[0]`).
+    pub fn chunk_size(&self) -> u64 {
+        self.inner.rolling.chunk_size()
+    }
+
+    /// The trace buffer (for its fd and header).
+    pub fn buffer(&self) -> &TraceBuffer {
+        &self.inner.buffer
+    }
+
+    /// Records dropped during the current (or last) trace.
+    pub fn records_dropped(&self) -> u64 {
+        let base = self.inner.lock().dropped_base;
+        self.inner.raw_dropped() - base
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> EngineStats {
+        let inner = &*self.inner;
+        let st = inner.lock();
+        EngineStats {
+            records_dropped: inner.raw_dropped() - st.dropped_base,
+            wrapped_count: st.wrapped_count,
+            durable_buffer_full: st.durable_full_at.is_some(),
+            writer_threads: inner.slots.high_water(),
+            membarrier: inner.fences.uses_membarrier(),
+        }
+    }
+
+    /// The last fence failure, if any (a failure blocks hand-offs until a later call succeeds).
+    pub fn last_fence_error(&self) -> Option<String> {
+        self.inner.lock().last_fence_error.clone()
+    }
+
+    /// Allocate a string index (1..=0x7FFF, never reused within a trace); `None` when
+    /// exhausted: write the string inline.
+    pub fn alloc_string_index(&self) -> Option<u16> {
+        // ATOMICS: `Relaxed` unique counter.
+        let index = self.inner.string_index.fetch_add(1, Ordering::Relaxed);
+        (index <= 0x7fff).then_some(index as u16)
+    }
+
+    /// Allocate a thread index (1..=0xFF); `None` when exhausted: write the thread inline.
+    pub fn alloc_thread_index(&self) -> Option<u8> {
+        // ATOMICS: `Relaxed` unique counter.
+        let index = self.inner.thread_index.fetch_add(1, Ordering::Relaxed);
+        (index <= 0xff).then_some(index as u8)
+    }
+
+    /// Whether `category` is enabled in the current trace (uncached; see
+    /// [`super::category::CallSite`] for the cached form).
+    pub fn is_category_enabled(&self, category: &str) -> bool {
+        let inner = &*self.inner;
+        // ATOMICS: `Relaxed`: a snapshot answer, like any category check.
+        if inner.gate.load(Ordering::Relaxed) & GATE_STARTED == 0 {
+            return false;
+        }
+        inner.lock().categories.is_enabled(category)
+    }
+
+    /// Largest record in bytes the engine accepts.
+    pub const MAX_RECORD_BYTES: u64 = MAX_RECORD_BYTES;
+}
+
+/// A weak reference to a [`Context`].
+#[derive(Debug, Clone)]
+pub struct WeakContext {
+    inner: std::sync::Weak<Inner>,
+}
+
+impl WeakContext {
+    /// The context, if it is still alive.
+    pub fn upgrade(&self) -> Option<Context> {
+        self.inner.upgrade().map(|inner| Context { inner })
+    }
+}
+
+// === impl Inner ===
+
+impl Inner {
+    fn lock(&self) -> MutexGuard<'_, State> {
+        // A panic while holding the lock cannot leave `State` half-updated in a way that breaks
+        // memory safety; keep going rather than propagate the poison as a panic.
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(crate) fn header(&self) -> &SharedHeader {
+        self.buffer.header()
+    }
+
+    fn raw_dropped(&self) -> u64 {
+        // ATOMICS: `Relaxed` counters; see the fields.
+        self.slots.dropped_total() + self.unslotted_drops.load(Ordering::Relaxed)
+    }
+
+    /// Count one drop that no slot can take.
+    pub(crate) fn count_unslotted_drop(&self) {
+        self.unslotted_drops.fetch_add(1, Ordering::Relaxed);
+    }
+
+    pub(crate) fn category_filter_enabled(&self, generation: u32, category: &str) -> Option<bool> {
+        let st = self.lock();
+        (st.phase == TraceState::Started && st.generation == generation)
+            .then(|| st.categories.is_enabled(category))
+    }
+
+    /// Zero the rolling buffers and restart writing in buffer 0 (while stopped).
+    fn reset_rolling(&self, st: &mut State) -> Result<(), EngineError> {
+        let g = &self.geometry;
+        if st.dirty {
+            let rolling_len = g.total_size - g.rolling_offset(0);
+            self.buffer.zero_range(g.rolling_offset(0), rolling_len)?;
+        }
+        st.wrapped_count = 0;
+        st.buffers = [BufferState::Current, BufferState::Ready];
+        st.retirement = None;
+        st.grace.clear();
+        st.oneshot_full = false;
+        self.ready[0].store(false, Ordering::Release);
+        self.ready[1].store(true, Ordering::Release);
+        let header = self.header();
+        header.wrapped_count.store(0, Ordering::Release);
+        header.rolling_data_end[0].store(0, Ordering::Release);
+        header.rolling_data_end[1].store(0, Ordering::Release);
+        self.rolling.reset(0);
+        Ok(())
+    }
+
+    /// End of durable data right now (the full mark once the buffer filled).
+    fn durable_data_end(&self, st: &State) -> u64 {
+        if self.mode == BufferingMode::Oneshot {
+            return 0;
+        }
+        let end = st
+            .durable_full_at
+            .unwrap_or_else(|| self.durable.allocated());
+        end.min(self.durable.size())
+    }
+
+    fn rolling_data_end_now(&self) -> u64 {
+        packed_offset(self.rolling.load()).min(self.rolling.rolling_size())
+    }
+
+    /// Called by a writer whose reservation found the buffer of (20-bit) wrapped count
+    /// `wrapped` full. Returns true if the caller should try again (a switch happened).
+    pub(crate) fn on_rolling_full(&self, wrapped: u32) -> bool {
+        let current = (wrapped & 1) as usize;
+        match self.mode {
+            BufferingMode::Oneshot => {
+                let mut st = self.lock();
+                if !st.oneshot_full {
+                    st.oneshot_full = true;
+                    let end = self.rolling_data_end_now();
+                    // ATOMICS: `Release`, for the manager (`MarkOneshotBufferFull`).
+                    self.header().rolling_data_end[0].store(end, Ordering::Release);
+                }
+                return false;
+            }
+            BufferingMode::Circular | BufferingMode::Streaming => {}
+        }
+        // Quick check without the mutex: the other buffer is not available yet (streaming: not
+        // saved; circular: its writers have not all left).
+        // ATOMICS: `Acquire` hint; re-checked under the mutex.
+        if !self.ready[current ^ 1].load(Ordering::Acquire) {
+            // Someone may already have switched away from `wrapped`: then retry.
+            return packed_wrapped(self.rolling.load()) != wrapped;
+        }
+        let notification;
+        {
+            let mut st = self.lock();
+            if st.phase != TraceState::Started || st.durable_full_at.is_some() {
+                return false;
+            }
+            if st.wrapped_count & WRAPPED_MASK != wrapped {
+                return true; // someone else switched while we waited for the lock
+            }
+            let current = (st.wrapped_count & 1) as usize;
+            let next = current ^ 1;
+            if st.buffers[next] != BufferState::Ready {
+                return false;
+            }
+            self.switch_locked(&mut st, current, next);
+            notification = self.service_locked(&mut st);
+        }
+        self.deliver(notification);
+        true
+    }
+
+    /// `SwitchRollingBufferLocked`, plus the header updates of the 2025 engine (wrapped count
+    /// and drop count on every switch) and the start of the retirement grace period.
+    fn switch_locked(&self, st: &mut State, current: usize, next: usize) {
+        let header = self.header();
+        let end = self.rolling_data_end_now();
+        let retired_count = st.wrapped_count;
+        st.wrapped_count = retired_count.wrapping_add(1);
+        st.buffers[current] = BufferState::Retiring;
+        st.buffers[next] = BufferState::Current;
+        // ATOMICS (all header stores): `Release`, for a manager reading after a save request,
+        // stop or crash.
+        header.rolling_data_end[current].store(end, Ordering::Release);
+        header.rolling_data_end[next].store(0, Ordering::Release);
+        header
+            .wrapped_count
+            .store(st.wrapped_count, Ordering::Release);
+        header
+            .num_records_dropped
+            .store(self.raw_dropped() - st.dropped_base, Ordering::Release);
+        self.ready[current].store(false, Ordering::Release);
+        self.ready[next].store(false, Ordering::Release);
+        // Gate first, then the allocator word (see `RollingAllocator::word`).
+        let gate = make_gate(st.generation, st.wrapped_count, GATE_STARTED);
+        // ATOMICS: `Release`: see `gate`.
+        self.gate.store(gate, Ordering::Release);
+        self.rolling.reset(st.wrapped_count);
+        st.retirement = Some(Retirement {
+            wrapped_count: retired_count,
+            buffer: current,
+            step: RetireStep::Writers,
+        });
+        let State {
+            grace,
+            last_fence_error,
+            ..
+        } = st;
+        if let Err(error) = self.slots.begin_grace(self.fences, grace, true) {
+            *last_fence_error = Some(error.to_string());
+        }
+    }
+
+    /// The durable buffer did not fit a reservation at `offset`: record the full mark, flag the
+    /// header, and stop tracing (every later reservation is dropped and counted).
+    pub(crate) fn on_durable_full(&self, offset: u64) {
+        let mut st = self.lock();
+        let mark = st.durable_full_at.map_or(offset, |m| m.min(offset));
+        st.durable_full_at = Some(mark);
+        let header = self.header();
+        // ATOMICS: `Release`, for the manager; `fetch_or` because only this bit is ours here.
+        header
+            .durable_data_end
+            .store(mark.min(self.durable.size()), Ordering::Release);
+        header
+            .fxtrace_flags
+            .fetch_or(FLAG_DURABLE_BUFFER_FULL, Ordering::Release);
+        if st.phase == TraceState::Started {
+            let gate = make_gate(
+                st.generation,
+                st.wrapped_count,
+                GATE_STARTED | GATE_DURABLE_FULL,
+            );
+            // ATOMICS: `Release`; writers see it at their next section or refill.
+            self.gate.store(gate, Ordering::Release);
+        }
+    }
+
+    /// Run the service routine: complete the pending retirement if its writers are done.
+    pub(crate) fn service(&self) -> bool {
+        let (notification, pending) = {
+            let mut st = self.lock();
+            let notification = self.service_locked(&mut st);
+            (notification, st.retirement.is_some())
+        };
+        self.deliver(notification);
+        pending
+    }
+
+    fn service_locked(&self, st: &mut State) -> Notification {
+        loop {
+            let retirement = st.retirement?;
+            if !self.slots.is_grace_complete(&mut st.grace) {
+                return None;
+            }
+            match (self.mode, retirement.step) {
+                (BufferingMode::Streaming, RetireStep::Writers) => {
+                    // Durable records below this end may still be in flight: wait for them too.
+                    let durable_data_end = self.durable_data_end(st);
+                    st.retirement = Some(Retirement {
+                        step: RetireStep::Durable { durable_data_end },
+                        ..retirement
+                    });
+                    let State {
+                        grace,
+                        last_fence_error,
+                        ..
+                    } = st;
+                    if let Err(error) = self.slots.begin_grace(self.fences, grace, true) {
+                        *last_fence_error = Some(error.to_string());
+                        // Retry the whole step later.
+                        st.retirement = Some(retirement);
+                        return None;
+                    }
+                }
+                (BufferingMode::Streaming, RetireStep::Durable { durable_data_end }) => {
+                    st.retirement = None;
+                    st.buffers[retirement.buffer] = BufferState::AwaitingSave {
+                        wrapped_count: retirement.wrapped_count,
+                    };
+                    return Some((retirement.wrapped_count, durable_data_end));
+                }
+                _ => {
+                    // Circular: the buffer may be entered again.
+                    st.retirement = None;
+                    st.buffers[retirement.buffer] = BufferState::Ready;
+                    self.ready[retirement.buffer].store(true, Ordering::Release);
+                    return None;
+                }
+            }
+        }
+    }
+
+    /// After the stop grace period: no writer is in flight. Finalise the header
+    /// (`UpdateBufferHeaderAfterStopped`) and settle a pending retirement.
+    fn finish_stop(&self, st: &mut State) -> (StopReport, Notification) {
+        let header = self.header();
+        let current = (st.wrapped_count & 1) as usize;
+        let rolling_end = self.rolling_data_end_now();
+        let durable_data_end = self.durable_data_end(st);
+        let dropped = self.raw_dropped() - st.dropped_base;
+        // ATOMICS: `Release` stores, read by the manager after the stopped message.
+        header.rolling_data_end[current].store(rolling_end, Ordering::Release);
+        header
+            .durable_data_end
+            .store(durable_data_end, Ordering::Release);
+        header
+            .wrapped_count
+            .store(st.wrapped_count, Ordering::Release);
+        header.num_records_dropped.store(dropped, Ordering::Release);
+        // Every writer has left, so a pending retirement is complete: streaming hands the
+        // buffer over now (before the caller reports stopped), circular frees it.
+        let mut notification = None;
+        if let Some(retirement) = st.retirement.take() {
+            st.grace.clear();
+            if self.mode == BufferingMode::Streaming {
+                st.buffers[retirement.buffer] = BufferState::AwaitingSave {
+                    wrapped_count: retirement.wrapped_count,
+                };
+                notification = Some((retirement.wrapped_count, durable_data_end));
+            } else {
+                st.buffers[retirement.buffer] = BufferState::Ready;
+                self.ready[retirement.buffer].store(true, Ordering::Release);
+            }
+        }
+        st.phase = TraceState::Stopped;
+        // ATOMICS: `Relaxed` hint for call sites.
+        ACTIVE_CONTEXTS.fetch_sub(1, Ordering::Relaxed);
+        let report = StopReport {
+            wrapped_count: st.wrapped_count,
+            durable_data_end,
+            rolling_data_end: [
+                header.rolling_data_end[0].load(Ordering::Relaxed),
+                header.rolling_data_end[1].load(Ordering::Relaxed),
+            ],
+            records_dropped: dropped,
+            durable_buffer_full: st.durable_full_at.is_some(),
+        };
+        (report, notification)
+    }
+
+    fn deliver(&self, notification: Notification) {
+        if let Some((wrapped_count, durable_data_end)) = notification {
+            self.handler
+                .notify_buffer_full(wrapped_count, durable_data_end);
+        }
+    }
+
+    /// Generation currently in the gate (0 if never started).
+    pub(crate) fn gate_generation_now(&self) -> (bool, u32) {
+        // ATOMICS: `Relaxed`: call-site caching tolerates a stale answer for one call.
+        let gate = self.gate.load(Ordering::Relaxed);
+        (gate & GATE_STARTED != 0, gate_generation(gate))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn chunk_size_rules() {
+        // 4 KiB circular buffer: rolling 1856 bytes, quarter 464 -> 256.
+        assert_eq!(chunk_size_for(16 * 1024, 1856), 256);
+        assert_eq!(chunk_size_for(16 * 1024, 16 << 20), 16 * 1024);
+        assert_eq!(chunk_size_for(20_000, 16 << 20), 16 * 1024);
+        assert_eq!(chunk_size_for(1, 16 << 20), 64);
+        assert_eq!(chunk_size_for(1 << 40, 1 << 30), 1 << 28);
+    }
+}

@@ -1,0 +1,488 @@
+//! The record-writing entry point: writer sections, slots, and the per-thread chunk cursor.
+//!
+//! Algorithm: a per-thread bump allocator inside chunks handed out by the lock-free allocator
+//! ([`super::allocator`]); writer sections announced through the thread's slot
+//! ([`super::slots`], quiescent-state grace periods).
+//!
+//! # Contract for record writers
+//!
+//! ```text
+//! let Some(mut writer) = context.acquire() else { return };   // tracing off or dropped
+//! let Some(mut slot) = writer.reserve(words) else { return }; // dropped (and counted)
+//! slot.payload().copy_from_slice(&body);                     // words - 1 payload words
+//! slot.commit(header_word);                                  // header stored last, Release
+//! ```
+//!
+//! - `words` counts the whole record, header word included: 1..=4095 (32760 bytes).
+//! - The payload slice holds stale bytes: write **every** word (zero the padding).
+//! - `commit` stores the header word with `Release` after the payload; the size field of the
+//!   header is forced to `words` so framing is always right. A slot dropped without `commit`
+//!   counts as one dropped record (a durable slot is then filled with an ignorable String
+//!   record of index 0, so later durable records stay reachable).
+//! - `reserve` writes rolling records (events...); `reserve_durable` writes the records that
+//!   must not be dropped while rolling data is (initialization, string, thread, process/thread
+//!   name records). In oneshot mode both go to the one buffer.
+//! - Nothing allocates, nothing blocks, except the rare slow paths: first use of a context on a
+//!   thread (slot lease), a buffer switch (takes the switch mutex), and leaving a section that a
+//!   hand-off is waiting for (runs the service routine, which may call the handler).
+//! - Per-thread caches (string and thread refs) are keyed by [`Writer::generation`]: when it
+//!   differs from the cached one, clear the cache (Fuchsia's `GetCurrentContextCache`). Indices
+//!   come from `Context::alloc_string_index` / `alloc_thread_index`.
+
+use std::cell::{Cell, RefCell};
+use std::marker::PhantomData;
+use std::ptr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Weak};
+
+use super::allocator::{gate_generation, gate_open, Taken, GATE_STARTED};
+use super::context::Inner;
+use super::slots::WriterSlot;
+use crate::protocol::header::{
+    make_chunk_tag, with_record_size_words, BufferingMode, MAX_RECORD_WORDS,
+};
+
+/// A chunk cursor: `pos` is where the next record goes (the word there is zero), `end` the end
+/// of the run, `gate` the gate value the run belongs to (0 = no chunk; never equals an open
+/// gate).
+#[derive(Clone, Copy)]
+struct Chunk {
+    pos: *mut u64,
+    end: *mut u64,
+    gate: u64,
+}
+
+const NO_CHUNK: Chunk = Chunk {
+    pos: ptr::null_mut(),
+    end: ptr::null_mut(),
+    gate: 0,
+};
+
+/// Per-thread writer state. `const`-initialised and without a destructor, so access is a plain
+/// thread-local address computation and it stays valid for the whole life of the thread.
+struct ThreadState {
+    /// Id of the context this thread's slot belongs to (0 = none).
+    context_id: Cell<u64>,
+    /// That context's slot (valid while a context with `context_id` is alive).
+    slot: Cell<*const WriterSlot>,
+    /// Local copy of the slot's `seq` (the owner is the only writer).
+    seq: Cell<u64>,
+    /// Inside a writer section (of any context): re-entrancy guard.
+    busy: Cell<bool>,
+    /// Current chunk (of `context_id`'s buffer).
+    chunk: Cell<Chunk>,
+}
+
+thread_local! {
+    static THREAD: ThreadState = const {
+        ThreadState {
+            context_id: Cell::new(0),
+            slot: Cell::new(ptr::null()),
+            seq: Cell::new(0),
+            busy: Cell::new(false),
+            chunk: Cell::new(NO_CHUNK),
+        }
+    };
+
+    /// The slot lease, whose destructor gives the slot back when the thread exits. Touched only
+    /// when binding to a context (cold).
+    static LEASE: RefCell<Option<Lease>> = const { RefCell::new(None) };
+}
+
+/// A thread's claim on a writer slot of a context.
+struct Lease {
+    context: Weak<Inner>,
+    context_id: u64,
+    index: usize,
+}
+
+impl Drop for Lease {
+    fn drop(&mut self) {
+        let _ = THREAD.try_with(|t| {
+            if t.context_id.get() == self.context_id {
+                t.context_id.set(0);
+                t.slot.set(ptr::null());
+                t.chunk.set(NO_CHUNK);
+            }
+        });
+        if let Some(inner) = self.context.upgrade() {
+            inner.slots.release(self.index);
+        }
+    }
+}
+
+fn thread_state() -> &'static ThreadState {
+    // SAFETY: `THREAD` has a const initialiser and no destructor, so its storage lives as long
+    // as the thread; every reference we hand out is used on this thread only (`Writer` and
+    // `Slot` are `!Send`) and never outlives it.
+    THREAD.with(|t| unsafe { &*(t as *const ThreadState) })
+}
+
+/// Is the calling thread inside a writer section of `inner`?
+pub(crate) fn in_section_of(inner: &Inner) -> bool {
+    THREAD
+        .try_with(|t| t.busy.get() && t.context_id.get() == inner.id)
+        .unwrap_or(false)
+}
+
+/// Lease a slot of `inner` for this thread (giving back the slot of any other context).
+#[cold]
+#[inline(never)]
+fn bind(inner: &Arc<Inner>, t: &ThreadState) -> bool {
+    LEASE
+        .try_with(|lease| {
+            let Ok(mut lease) = lease.try_borrow_mut() else {
+                return false;
+            };
+            drop(lease.take());
+            let Some(index) = inner.slots.lease() else {
+                return false;
+            };
+            let slot = inner.slots.get(index);
+            // ATOMICS: `Relaxed`: the lease's `Acquire` CAS ordered the previous owner's last
+            // store; the value is even (that owner was quiescent).
+            t.seq.set(slot.seq.load(Ordering::Relaxed));
+            t.slot.set(slot);
+            t.chunk.set(NO_CHUNK);
+            t.context_id.set(inner.id);
+            *lease = Some(Lease {
+                context: Arc::downgrade(inner),
+                context_id: inner.id,
+                index,
+            });
+            true
+        })
+        .unwrap_or(false)
+}
+
+#[inline]
+pub(crate) fn acquire(inner: &Arc<Inner>) -> Option<Writer<'_>> {
+    // ATOMICS: `Relaxed` pre-check so that "tracing off" costs one load; the authoritative load
+    // follows the announcement.
+    if inner.gate.load(Ordering::Relaxed) & GATE_STARTED == 0 {
+        return None;
+    }
+    let t = thread_state();
+    if t.busy.get() {
+        inner.count_unslotted_drop();
+        return None;
+    }
+    t.busy.set(true);
+    if t.context_id.get() != inner.id && !bind(inner, t) {
+        t.busy.set(false);
+        inner.count_unslotted_drop();
+        return None;
+    }
+    // SAFETY: `context_id` matches `inner`, which is alive (we hold `&Arc<Inner>`), so `slot`
+    // points into `inner.slots`.
+    let slot = unsafe { &*t.slot.get() };
+    let seq = t.seq.get() + 1;
+    t.seq.set(seq);
+    // ATOMICS: `Release` (see `WriterSlot::seq`), then the light fence so the gate load below
+    // cannot be ordered before this store (Dekker with the engine's heavy fence).
+    slot.seq.store(seq, Ordering::Release);
+    inner.fences.light();
+    // ATOMICS: `Acquire`: pairs with the engine's `Release` gate stores.
+    let gate = inner.gate.load(Ordering::Acquire);
+    let writer = Writer {
+        inner,
+        thread: t,
+        slot,
+        gate,
+        _not_send: PhantomData,
+    };
+    if gate & GATE_STARTED == 0 {
+        return None; // dropping `writer` leaves the section
+    }
+    Some(writer)
+}
+
+/// A writer section on the calling thread: reserve records through it; dropping it leaves the
+/// section (and may complete a buffer hand-off). Not `Send`.
+pub struct Writer<'c> {
+    inner: &'c Inner,
+    thread: &'static ThreadState,
+    slot: &'c WriterSlot,
+    /// Gate value this section runs under (refreshed on chunk refills).
+    gate: u64,
+    _not_send: PhantomData<*const ()>,
+}
+
+impl std::fmt::Debug for Writer<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Writer")
+            .field("context", &self.inner.id)
+            .field("gate", &self.gate)
+            .finish()
+    }
+}
+
+impl Drop for Writer<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        let seq = self.thread.seq.get() + 1;
+        self.thread.seq.set(seq);
+        // ATOMICS: `Release` publishes every record of the section to the grace-period scan;
+        // the light fence orders it before the `wanted` load (pairs with the heavy fence after
+        // the scan sets `wanted`).
+        self.slot.seq.store(seq, Ordering::Release);
+        self.inner.fences.light();
+        // ATOMICS: `Relaxed`: see `WriterSlot::wanted`.
+        if self.slot.wanted.load(Ordering::Relaxed) {
+            self.slot.wanted.store(false, Ordering::Relaxed);
+            self.inner.service();
+        }
+        self.thread.busy.set(false);
+    }
+}
+
+impl<'c> Writer<'c> {
+    /// Trace generation of this section (for per-thread cache resets).
+    pub fn generation(&self) -> u32 {
+        gate_generation(self.gate)
+    }
+
+    /// Unique id of the context (a per-thread cache serving several contexts keys on it too).
+    pub fn context_id(&self) -> u64 {
+        self.inner.id
+    }
+
+    /// Count one dropped record against this thread.
+    #[cold]
+    fn count_drop(&self) {
+        // ATOMICS: `Relaxed` load + store: only this thread writes its slot's counter.
+        let dropped = self.slot.dropped.load(Ordering::Relaxed);
+        self.slot.dropped.store(dropped + 1, Ordering::Relaxed);
+    }
+
+    /// Reserve a rolling record of `words` words (header included, 1..=4095). `None` means the
+    /// record is dropped (and counted).
+    #[inline]
+    pub fn reserve(&mut self, words: usize) -> Option<Slot<'_>> {
+        let chunk = self.thread.chunk.get();
+        if chunk.gate == self.gate
+            && words.wrapping_sub(1) < MAX_RECORD_WORDS as usize
+            && (chunk.end as usize - chunk.pos as usize) >= words * 8
+        {
+            // SAFETY: the chunk belongs to the live context of this section and has room.
+            return Some(unsafe { self.slot_in_chunk(chunk, words) });
+        }
+        self.reserve_slow(words)
+    }
+
+    /// Place a record at the chunk cursor.
+    ///
+    /// # Safety
+    ///
+    /// `chunk` is this thread's current chunk, of this section's context, with at least
+    /// `words` words of room.
+    #[inline]
+    unsafe fn slot_in_chunk(&mut self, chunk: Chunk, words: usize) -> Slot<'_> {
+        // SAFETY: room for `words` words, per the caller.
+        let next = unsafe { chunk.pos.add(words) };
+        if next < chunk.end {
+            // The terminator: the word after the record reads as zero until the next record's
+            // header is committed.
+            // SAFETY: `next` is inside the chunk, 8-aligned; only this thread writes it.
+            unsafe { AtomicU64::from_ptr(next) }.store(0, Ordering::Relaxed);
+        }
+        Slot {
+            record: chunk.pos,
+            words,
+            kind: SlotKind::Chunk,
+            thread: self.thread,
+            slot: self.slot,
+            _borrow: PhantomData,
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn reserve_slow(&mut self, words: usize) -> Option<Slot<'_>> {
+        const ATTEMPTS: usize = 3;
+        let chunk_bytes = self.inner.rolling.chunk_size() as usize;
+        // A run holds its tag word plus the record.
+        let needed = (words + 1) * 8;
+        if words == 0 || words > MAX_RECORD_WORDS as usize {
+            self.count_drop();
+            return None;
+        }
+        if needed as u64 > self.inner.rolling.rolling_size() {
+            self.count_drop();
+            return None;
+        }
+        for _ in 0..ATTEMPTS {
+            // ATOMICS: `Acquire`: see `Inner::gate`.
+            let gate = self.inner.gate.load(Ordering::Acquire);
+            if !gate_open(gate) {
+                break;
+            }
+            self.gate = gate;
+            let chunk = self.thread.chunk.get();
+            if chunk.gate == gate && (chunk.end as usize - chunk.pos as usize) >= words * 8 {
+                // SAFETY: a current chunk of this context with room.
+                return Some(unsafe { self.slot_in_chunk(chunk, words) });
+            }
+            let chunks = needed.div_ceil(chunk_bytes) as u64;
+            match self.inner.rolling.take_run(chunks, gate, &self.inner.gate) {
+                Taken::Run(run) if run.bytes() >= needed => {
+                    // SAFETY: the run is ours, at least two words long and 8-aligned.
+                    let first = unsafe { run.start.add(1) };
+                    // Zero the first record position, then publish the tag.
+                    // SAFETY: `first` is inside the run.
+                    unsafe { AtomicU64::from_ptr(first) }.store(0, Ordering::Relaxed);
+                    let wrapped = super::allocator::gate_wrapped(run.gate);
+                    let tag = make_chunk_tag(wrapped, chunks as u16);
+                    // ATOMICS: `Release`: a reader that sees the tag sees the zeroed word.
+                    // SAFETY: `run.start` is inside the run.
+                    unsafe { AtomicU64::from_ptr(run.start) }.store(tag, Ordering::Release);
+                    self.gate = run.gate;
+                    let fresh = Chunk {
+                        pos: first,
+                        end: run.end,
+                        gate: run.gate,
+                    };
+                    if chunks == 1 {
+                        self.thread.chunk.set(fresh);
+                        // SAFETY: the new current chunk has room (`run.bytes() >= needed`).
+                        return Some(unsafe { self.slot_in_chunk(fresh, words) });
+                    }
+                    // A record larger than a chunk: its own run; the thread keeps its chunk.
+                    // SAFETY: as above, for a run that is not the thread's chunk.
+                    let mut slot = unsafe { self.slot_in_chunk(fresh, words) };
+                    slot.kind = SlotKind::Run;
+                    return Some(slot);
+                }
+                Taken::Run(run) => {
+                    // The short run at the end of the buffer cannot hold the record: the buffer
+                    // is full. The run stays untagged, so readers skip it.
+                    let wrapped = super::allocator::gate_wrapped(run.gate);
+                    if !self
+                        .inner
+                        .on_rolling_full(wrapped & super::allocator::WRAPPED_MASK)
+                    {
+                        break;
+                    }
+                }
+                Taken::Full { wrapped } => {
+                    if !self.inner.on_rolling_full(wrapped) {
+                        break;
+                    }
+                }
+                Taken::Retry => {}
+            }
+        }
+        self.count_drop();
+        None
+    }
+
+    /// Reserve a durable record (initialization, string, thread, process/thread names) of
+    /// `words` words. In oneshot mode this is [`Self::reserve`]. When the durable buffer is
+    /// full, tracing stops for this context: this and every later reservation return `None`
+    /// (counted).
+    pub fn reserve_durable(&mut self, words: usize) -> Option<Slot<'_>> {
+        if self.inner.mode == BufferingMode::Oneshot {
+            return self.reserve(words);
+        }
+        if words == 0 || words > MAX_RECORD_WORDS as usize || !gate_open(self.gate) {
+            self.count_drop();
+            return None;
+        }
+        match self.inner.durable.reserve(words as u64 * 8) {
+            Ok(record) => Some(Slot {
+                record,
+                words,
+                kind: SlotKind::Durable,
+                thread: self.thread,
+                slot: self.slot,
+                _borrow: PhantomData,
+            }),
+            Err(offset) => {
+                self.inner.on_durable_full(offset);
+                self.count_drop();
+                None
+            }
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum SlotKind {
+    /// In the thread's current chunk: committing advances its cursor.
+    Chunk,
+    /// In a run of its own (record larger than a chunk).
+    Run,
+    /// In the durable buffer.
+    Durable,
+}
+
+/// Reserved space for one record. Write the payload, then [`Slot::commit`] the header word.
+pub struct Slot<'w> {
+    record: *mut u64,
+    words: usize,
+    kind: SlotKind,
+    thread: &'static ThreadState,
+    slot: &'w WriterSlot,
+    _borrow: PhantomData<&'w mut ()>,
+}
+
+impl std::fmt::Debug for Slot<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Slot")
+            .field("words", &self.words)
+            .field("kind", &self.kind)
+            .finish()
+    }
+}
+
+impl Slot<'_> {
+    /// Record size in words, header included.
+    pub fn words(&self) -> usize {
+        self.words
+    }
+
+    /// The payload words (everything after the header word). They hold stale bytes: write
+    /// every one.
+    #[inline]
+    pub fn payload(&mut self) -> &mut [u64] {
+        // SAFETY: the reservation gives this slot exclusive use of `words` words at `record`;
+        // no one reads them before the header is committed (readers stop at the zero header,
+        // and the engine hands buffers over only after this writer leaves its section).
+        unsafe { std::slice::from_raw_parts_mut(self.record.add(1), self.words - 1) }
+    }
+
+    /// Publish the record: store `header_word` (its size field set to [`Self::words`]) with
+    /// `Release`, after the payload.
+    #[inline]
+    pub fn commit(self, header_word: u64) {
+        let header = with_record_size_words(header_word, self.words as u64);
+        // ATOMICS: `Release`: a reader that sees the header sees the payload and the terminator.
+        // SAFETY: `record` is 8-aligned and inside our reservation.
+        unsafe { AtomicU64::from_ptr(self.record) }.store(header, Ordering::Release);
+        if self.kind == SlotKind::Chunk {
+            let mut chunk = self.thread.chunk.get();
+            // SAFETY: the record lies in the current chunk, so this stays within it.
+            chunk.pos = unsafe { self.record.add(self.words) };
+            self.thread.chunk.set(chunk);
+        }
+        std::mem::forget(self);
+    }
+}
+
+impl Drop for Slot<'_> {
+    /// Not committed: the record is dropped (and counted). A durable slot is turned into a
+    /// String record of index 0 (which readers must ignore) so the durable data stays dense.
+    fn drop(&mut self) {
+        // ATOMICS: `Relaxed` load + store: only this thread writes its counter.
+        let dropped = self.slot.dropped.load(Ordering::Relaxed);
+        self.slot.dropped.store(dropped + 1, Ordering::Relaxed);
+        if self.kind == SlotKind::Durable {
+            self.payload().fill(0);
+            const STRING_RECORD: u64 = 2;
+            let filler = with_record_size_words(STRING_RECORD, self.words as u64);
+            // ATOMICS: `Release`, as a commit.
+            // SAFETY: as in `commit`.
+            unsafe { AtomicU64::from_ptr(self.record) }.store(filler, Ordering::Release);
+        }
+    }
+}
