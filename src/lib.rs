@@ -13,3 +13,5 @@ pub mod format;
 pub mod manager;
 pub mod protocol;
 pub mod provider;
+
+pub use provider::alert;

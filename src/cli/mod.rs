@@ -3,7 +3,9 @@
 mod dump;
 mod import_xray;
 mod input;
+mod record_providers;
 mod stats;
+mod status;
 
 use std::io;
 use std::process::ExitCode;
@@ -18,14 +20,18 @@ EXAMPLES:
     fxtrace dump --json trace.fxt | jq .  one JSON object per record
     cat trace.fxt | fxtrace dump -        read standard input
     fxtrace stats trace.fxt               counts, providers, time span, damage
-    fxtrace import-xray xray-log.app.Ab12Cd --instr-map ./app -o app.fxt";
+    fxtrace import-xray xray-log.app.Ab12Cd --instr-map ./app -o app.fxt
+    fxtrace record -o trace.fxt -- ./app --flag   trace a program that links fxtrace
+    fxtrace record -m circular --stop-on-alert oom -- ./server   flight recorder
+    fxtrace record -m streaming -b 64K -- ./app   small buffers, saved while tracing
+    fxtrace status                        state and providers of running sessions";
 
 /// Fuchsia tracing (FXT) on Linux.
 #[derive(Debug, Parser)]
 #[command(
     name = "fxtrace",
     version,
-    about = "Fuchsia tracing (FXT) on Linux: read and inspect FXT traces",
+    about = "Fuchsia tracing (FXT) on Linux: record, read and inspect FXT traces",
     after_help = EXAMPLES
 )]
 pub(crate) struct Cli {
@@ -42,6 +48,11 @@ enum Command {
     /// Convert an LLVM XRay log (basic or FDR mode) to FXT: function durations per thread,
     /// custom and typed events, CPU migrations, wall-clock anchors.
     ImportXray(import_xray::ImportXrayArgs),
+    /// Run a command under a trace session (it becomes a provider through FXTRACE_SOCKET) and
+    /// write one FXT archive of every provider that joined.
+    Record(record_providers::RecordArgs),
+    /// Show the state, providers and known categories of running sessions.
+    Status(status::StatusArgs),
 }
 
 /// Why a subcommand failed. Each message names the file and the problem.
@@ -69,6 +80,12 @@ pub(crate) enum CliError {
     /// `import-xray` failed, or converted a log only up to a malformed record.
     #[error(transparent)]
     ImportXray(#[from] import_xray::ImportXrayError),
+    /// `record` failed.
+    #[error(transparent)]
+    Record(#[from] record_providers::RecordCliError),
+    /// `status` found no session, or could not print.
+    #[error(transparent)]
+    Status(#[from] status::StatusError),
 }
 
 /// Runs the chosen subcommand.
@@ -77,5 +94,7 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Dump(args) => dump::run(&args),
         Command::Stats(args) => stats::run(&args),
         Command::ImportXray(args) => import_xray::run(&args),
+        Command::Record(args) => Ok(record_providers::run(args)?),
+        Command::Status(args) => Ok(status::run(&args)?),
     }
 }
