@@ -20,8 +20,8 @@
 //! | `--exit-hook` | end with `exit(0)` without dropping the provider (the exit hook stops it) |
 //! | `--wait-ms MS` | how long to wait for tracing to start (default 5000) |
 //!
-//! Output, on standard output, one `key=value` line each: `connected=<id> mode=<mode>` (or
-//! `connected=none`), then `written=<W> dropped=<D> last_seq=<S> pid=<P>` at the end, where W
+//! Output, on standard output, one `key=value` line each: `connected=<id> mode=<mode> pid=<pid>`
+//! (or `connected=none`), then `written=<W> dropped=<D> last_seq=<S> pid=<P>` at the end, where W
 //! counts events whose reservation succeeded and D those the engine refused (full buffer).
 //! Each event has a `seq` argument: thread `t`'s i-th event has seq `t << 32 | i`.
 
@@ -266,10 +266,12 @@ fn main() -> ExitCode {
         }
     };
     println!(
-        "connected={} mode={}",
+        "connected={} mode={} pid={}",
         provider.id(),
-        provider.buffering_mode()
+        provider.buffering_mode(),
+        std::process::id()
     );
+    let _ = std::io::stdout().flush();
     if !provider.wait_started(Duration::from_millis(o.wait_ms)) {
         eprintln!(
             "provider_probe: tracing did not start within {} ms",

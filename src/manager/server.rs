@@ -254,9 +254,11 @@ struct Tracee {
 }
 
 impl Tracee {
+    /// Close the FIFO, then the control connection (a peer that sees the connection closed
+    /// finds the FIFO closed too).
     fn close(&mut self) {
-        self.conn = None;
         self.fifo = None;
+        self.conn = None;
     }
 
     fn report(&self) -> ProviderReport {
@@ -1161,6 +1163,22 @@ impl Manager {
         let Some(t) = self.tracees.get_mut(&id) else {
             return;
         };
+        // A provider the session gave up on (Stop timeout) is salvaged now: say so first.
+        if t.lost.is_none() {
+            if let Some(reason) = self
+                .session
+                .provider(id)
+                .filter(|p| p.phase == ProviderPhase::Lost)
+                .and_then(|p| p.lost_reason.as_deref())
+            {
+                let reason = format!(
+                    "{reason} ({} ms); buffer salvaged",
+                    self.config.session.stop_timeout.as_millis()
+                );
+                t.lost = Some(reason.clone());
+                self.events.push(ManagerEvent::ProviderLost { id, reason });
+            }
+        }
         if t.ignore_data {
             t.problems
                 .push("its data was ignored after the protocol violation".into());

@@ -146,9 +146,13 @@ impl Shared {
             BufferDisposition::Retain => StartMode::Retain,
         };
         let filter = CategoryFilter::new(self.categories.iter().cloned());
+        let first = self.lock().starts == 0;
         match self.context.start(mode, filter) {
             Ok(()) => {
-                if mode != StartMode::Retain {
+                // Fuchsia's engine writes it when the buffer is initialised, so that RETAIN
+                // works; here it is written at the first start whatever the disposition, and
+                // again after every clearing start.
+                if first || mode != StartMode::Retain {
                     self.write_initialization_record();
                 }
             }
