@@ -103,6 +103,8 @@ pub struct DrainStats {
     pub skipped_bytes: u64,
     /// Regions whose scan stopped at a malformed record, with where and why.
     pub problems: Vec<String>,
+    /// Time spent copying this provider's data into the archive.
+    pub copy_time: std::time::Duration,
 }
 
 /// The streaming state of one provider's buffer (`Tracee`'s `last_wrapped_count_` and
@@ -114,6 +116,8 @@ pub struct Drain {
     last_durable_data_end: u64,
     saved_any: bool,
     stats: DrainStats,
+    /// Reused for every copy out of the buffer.
+    scratch: Vec<u8>,
 }
 
 /// How much of the durable buffer a new trace keeps (the start disposition).
@@ -137,6 +141,7 @@ impl Drain {
             last_durable_data_end: 0,
             saved_any: false,
             stats: DrainStats::default(),
+            scratch: Vec::new(),
         }
     }
 
@@ -344,6 +349,8 @@ impl Drain {
             fields.rolling_framing(wrapped),
             Region::Rolling(index),
         )?;
+        // Nothing more is read until a new trace: give the copy buffer back.
+        self.scratch = Vec::new();
         Ok(())
     }
 
@@ -360,8 +367,32 @@ impl Drain {
         framing: Framing,
         region: Region,
     ) -> Result<(), DrainError> {
-        let bytes = buffer.copy_range(offset, len)?;
-        let mut scan = scan_records(&bytes, data_end, framing)?;
+        let started = std::time::Instant::now();
+        let len = usize::try_from(len).map_err(|_| BufferError::OutOfRange {
+            offset,
+            len,
+            size: buffer.size(),
+        })?;
+        let mut bytes = std::mem::take(&mut self.scratch);
+        bytes.resize(len, 0);
+        let result = buffer
+            .read_at(offset, &mut bytes)
+            .map_err(DrainError::from)
+            .and_then(|()| self.scan_into(&bytes, data_end, framing, region, archive));
+        self.scratch = bytes;
+        self.stats.copy_time += started.elapsed();
+        result
+    }
+
+    fn scan_into<W: Write>(
+        &mut self,
+        bytes: &[u8],
+        data_end: u64,
+        framing: Framing,
+        region: Region,
+        archive: &mut Archive<W>,
+    ) -> Result<(), DrainError> {
+        let mut scan = scan_records(bytes, data_end, framing)?;
         let mut copied = 0u64;
         for run in scan.by_ref() {
             self.stats.records += archive.write_records(run)?;

@@ -706,6 +706,7 @@ mod tests {
             wrapped_count: 0,
             durable_buffer_used_percent: 0,
             saves: 0,
+            copy_time: Duration::ZERO,
             lost: Some("connection closed without STOPPED (…)".into()),
             problems: vec![],
         }];

@@ -31,6 +31,8 @@ pub struct ProviderReport {
     pub durable_buffer_used_percent: u32,
     /// Streaming saves.
     pub saves: u64,
+    /// Time the manager spent copying this provider's data into the archive.
+    pub copy_time: std::time::Duration,
     /// Why the provider was lost (crashed, killed, protocol violation, timeout), if it was.
     pub lost: Option<String>,
     /// Other things worth knowing (late Start, malformed records cut, …).
@@ -92,6 +94,22 @@ impl fmt::Display for SummaryTable<'_> {
             writeln!(f, "(no provider connected)")?;
         }
         for p in self.providers {
+            let saves = match p.saves {
+                0 => String::new(),
+                n => format!(", {n} streaming saves"),
+            };
+            let micros = p.copy_time.as_micros();
+            writeln!(
+                f,
+                "provider {} ({}): {} durable + {} non-durable bytes copied in {micros} µs, \
+                 durable buffer {}% used, wrapped {} times{saves}",
+                p.id,
+                p.name,
+                p.durable_bytes,
+                p.rolling_bytes,
+                p.durable_buffer_used_percent,
+                p.wrapped_count,
+            )?;
             if let Some(reason) = &p.lost {
                 writeln!(f, "provider {} ({}) lost: {reason}", p.id, p.name)?;
             }
@@ -141,6 +159,7 @@ mod tests {
             wrapped_count: 2,
             durable_buffer_used_percent: 1,
             saves: 2,
+            copy_time: std::time::Duration::from_micros(5),
             lost: Some("killed by signal 9".into()),
             problems: vec!["did not answer Start".into()],
         };
@@ -157,6 +176,10 @@ mod tests {
         assert!(table.contains("killed by signal 9"));
         assert!(table.contains("3 records dropped"));
         assert!(table.contains("uid 65534"));
+        assert!(table.contains(
+            "provider 1 (probe): 16 durable + 64 non-durable bytes copied in 5 µs, durable \
+             buffer 1% used, wrapped 2 times, 2 streaming saves"
+        ));
         assert!(table.ends_with("trace written to /tmp/t.fxt (123 bytes)"));
         let line = table.lines().nth(1).unwrap();
         assert!(line.contains(" 80 "), "bytes column: {line}");

@@ -280,6 +280,7 @@ impl Tracee {
                 size => (stats.durable_data_end.saturating_mul(100) / size) as u32,
             },
             saves: stats.saves,
+            copy_time: stats.copy_time,
             lost: self.lost.clone(),
             problems,
         }
