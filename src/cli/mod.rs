@@ -1,5 +1,6 @@
 //! Command-line definitions (clap derives only) and dispatch to one module per subcommand.
 
+mod convert;
 mod dump;
 mod input;
 mod stats;
@@ -37,6 +38,8 @@ enum Command {
     Dump(dump::DumpArgs),
     /// Summarize a trace: records by type, providers, time span, and any damage.
     Stats(stats::StatsArgs),
+    /// Convert a trace to another format: `--to chrome-json` (chrome://tracing, Perfetto).
+    Convert(convert::ConvertArgs),
 }
 
 /// Why a subcommand failed. Each message names the file and the problem.
@@ -68,5 +71,6 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode, CliError> {
     match cli.command {
         Command::Dump(args) => dump::run(&args),
         Command::Stats(args) => stats::run(&args),
+        Command::Convert(args) => convert::run(&args),
     }
 }
