@@ -3,6 +3,7 @@
 mod convert;
 mod dump;
 mod input;
+mod report;
 mod stats;
 
 use std::io;
@@ -40,6 +41,8 @@ enum Command {
     Stats(stats::StatsArgs),
     /// Convert a trace to another format: `--to chrome-json` (chrome://tracing, Perfetto).
     Convert(convert::ConvertArgs),
+    /// Print a report of a trace: `lbr`, the hottest branch edges of its LBR samples.
+    Report(report::ReportArgs),
 }
 
 /// Why a subcommand failed. Each message names the file and the problem.
@@ -72,5 +75,6 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Dump(args) => dump::run(&args),
         Command::Stats(args) => stats::run(&args),
         Command::Convert(args) => convert::run(&args),
+        Command::Report(args) => report::run(&args),
     }
 }
