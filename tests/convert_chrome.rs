@@ -597,14 +597,12 @@ fn other_records_large_blobs_objects_and_overflow() {
     );
 }
 
-/// Checks that the `B`/`E` events of every thread nest: replaying them in file order
-/// never pops an empty stack and ends with every stack empty. Returns the number of
-/// slices.
-fn assert_nested(value: &Value) -> usize {
+/// Replays `B`/`E` events per thread and checks the stacks never underflow and end empty;
+/// returns the number of `B`s.
+fn check_stacks<'a>(events: impl Iterator<Item = &'a Value>, order: &str) -> usize {
     let mut depth: HashMap<(u64, u64), usize> = HashMap::new();
     let mut slices = 0;
-    let mut last_ts: HashMap<(u64, u64), f64> = HashMap::new();
-    for e in value["traceEvents"].as_array().unwrap() {
+    for e in events {
         let key = || (e["pid"].as_u64().unwrap(), e["tid"].as_u64().unwrap());
         match e["ph"].as_str().unwrap() {
             "B" => {
@@ -612,18 +610,34 @@ fn assert_nested(value: &Value) -> usize {
                 slices += 1;
             }
             "E" => {
-                let d = depth.get_mut(&key()).expect("E on a thread with no B");
-                assert!(*d > 0, "E without an open B: {e}");
+                let d = depth.entry(key()).or_default();
+                assert!(*d > 0, "in {order}: E without an open B: {e}");
                 *d -= 1;
             }
-            _ => continue,
+            _ => {}
         }
-        let ts = e["ts"].as_f64().unwrap();
-        let last = last_ts.entry(key()).or_insert(ts);
-        assert!(ts >= *last, "B/E time goes backwards on a thread: {e}");
-        *last = ts;
     }
-    assert!(depth.values().all(|&d| d == 0), "unclosed B: {depth:?}");
+    assert!(
+        depth.values().all(|&d| d == 0),
+        "in {order}: unclosed B: {depth:?}"
+    );
+    slices
+}
+
+/// Checks that the `B`/`E` events of every thread nest, both in file order and in time
+/// order (viewers sort events by `ts`, keeping file order for equal times). Returns the
+/// number of slices.
+fn assert_nested(value: &Value) -> usize {
+    let events = value["traceEvents"].as_array().unwrap();
+    let slices = check_stacks(events.iter(), "file order");
+    let mut by_time: Vec<&Value> = events.iter().filter(|e| e["ph"] != "M").collect();
+    by_time.sort_by(|a, b| {
+        a["ts"]
+            .as_f64()
+            .unwrap()
+            .total_cmp(&b["ts"].as_f64().unwrap())
+    });
+    assert_eq!(check_stacks(by_time.into_iter(), "time order"), slices);
     slices
 }
 
@@ -717,6 +731,27 @@ fn mismatched_durations_are_repaired_and_counted() {
         value["otherData"]["conversion"]["unclosed_begins_closed"],
         3
     );
+}
+
+#[test]
+fn an_end_before_its_begin_is_moved_to_the_begin() {
+    let bytes = trace(|w| {
+        w.push(&ev(1_000, T, "a", EventKind::DurationBegin, &[]))
+            .unwrap();
+        w.push(&ev(5_000, T, "b", EventKind::DurationBegin, &[]))
+            .unwrap();
+        w.push(&ev(3_000, T, "b", EventKind::DurationEnd, &[]))
+            .unwrap();
+        w.push(&ev(4_000, T, "a", EventKind::DurationEnd, &[]))
+            .unwrap();
+    });
+    let (events, value, done) = run(&bytes);
+    assert_eq!(events[2], r#"{"ph":"E","ts":5.000,"pid":10,"tid":11}"#);
+    assert_eq!(done.stats.negative_durations, 1);
+    // Left at 3 µs, sorting by time would put it before b's begin. Moved to 5 µs, every
+    // E still follows its own B in time order.
+    assert_eq!(events[3], r#"{"ph":"E","ts":4.000,"pid":10,"tid":11}"#);
+    assert_eq!(assert_nested(&value), 2);
 }
 
 #[test]

@@ -3,8 +3,8 @@
 //!
 //! [`convert`] streams: it reads records with [`StreamDecoder`] and writes each event as
 //! it is decoded, so a trace of any size converts in bounded memory. What is kept between
-//! records is only what pairing needs ([`Retained`]): the open-duration depth per thread,
-//! the running thread per CPU, and the names of threads and providers.
+//! records is only what pairing needs ([`Retained`]): the begin times of the open durations
+//! of each thread, the running thread per CPU, and the names of threads and providers.
 //!
 //! # Output
 //!
@@ -47,7 +47,8 @@
 //!
 //! A well-formed trace never yields a `B`/`E` mismatch: an `E` with no open `B` on its
 //! thread is dropped, a `B` still open at the end is closed at the last timestamp of the
-//! trace, and both are counted ([`ChromeStats`]). Records with no JSON form (userspace
+//! trace, an `E` timestamped before its `B` is moved to the `B`'s time (viewers sort by
+//! time, and each `E` must stay after its `B`), and all are counted ([`ChromeStats`]). Records with no JSON form (userspace
 //! objects, data blobs, large-blob attachments) are counted, as is every other drop.
 //!
 //! ```

@@ -93,12 +93,13 @@ struct LbrCounts {
 ///
 /// Call [`ChromeJsonWriter::record`] for every record in file order, then
 /// [`ChromeJsonWriter::finish`]. Memory stays bounded (see [`Retained`]): events are written
-/// immediately, and only open duration depths per thread, the running thread per CPU, and
-/// names of threads and providers are kept. The mapping is documented in [`super`].
+/// immediately, and only the begin times of open durations per thread, the running thread
+/// per CPU, and names of threads and providers are kept. The mapping is documented in [`super`].
 #[derive(Debug)]
 pub struct ChromeJsonWriter<W: Write> {
     out: W,
-    open: HashMap<Thread, u32>,
+    /// Per thread, the begin times of its open durations, innermost last (never empty).
+    open: HashMap<Thread, Vec<u64>>,
     cpus: HashMap<u16, CpuTrack>,
     threads: HashMap<u64, KnownThread>,
     providers: BTreeMap<u32, String>,
@@ -198,7 +199,7 @@ impl<W: Write> ChromeJsonWriter<W> {
     /// The state held between records (bounded; see [`Retained`]).
     pub fn retained(&self) -> Retained {
         Retained {
-            open_slices: self.open.values().map(|&d| u64::from(d)).sum(),
+            open_slices: self.open.values().map(|s| s.len() as u64).sum(),
             threads_with_open_slices: self.open.len(),
             cpus: self.cpus.len(),
             running_cpu_slices: self.cpus.values().filter(|c| c.running.is_some()).count(),
@@ -432,24 +433,27 @@ impl<W: Write> ChromeJsonWriter<W> {
                 self.out.write_all(b"}")?;
             }
             DecodedEventKind::DurationBegin => {
-                *self.open.entry(e.thread).or_default() += 1;
+                self.open.entry(e.thread).or_default().push(ts);
                 self.head_named("B", ts, pid, tid, &e.category, &e.name)?;
                 self.args(&e.args, None)?;
             }
             DecodedEventKind::DurationEnd => {
-                match self.open.get_mut(&e.thread) {
-                    Some(depth) if *depth > 1 => *depth -= 1,
-                    Some(_) => {
-                        self.open.remove(&e.thread);
-                    }
-                    None => {
-                        self.stats.unmatched_ends_dropped += 1;
-                        return Ok(());
-                    }
+                let Some(stack) = self.open.get_mut(&e.thread) else {
+                    self.stats.unmatched_ends_dropped += 1;
+                    return Ok(());
+                };
+                let begin = stack.pop().unwrap_or(ts);
+                if stack.is_empty() {
+                    self.open.remove(&e.thread);
+                }
+                // An end before its begin is moved to the begin: viewers sort events by
+                // time, and every end must still follow its own begin after sorting.
+                if ts < begin {
+                    self.stats.negative_durations += 1;
                 }
                 // No name or category: an end closes the innermost open begin of its thread
                 // (Perfetto would refuse an end whose name differs from its begin's).
-                self.head("E", ts, pid, tid)?;
+                self.head("E", ts.max(begin), pid, tid)?;
                 self.args(&e.args, None)?;
             }
             DecodedEventKind::DurationComplete { end } => {
@@ -722,10 +726,10 @@ impl<W: Write> ChromeJsonWriter<W> {
         skipped: SkipCounts,
     ) -> io::Result<(W, ChromeStats)> {
         let end = self.last_ns.unwrap_or(0);
-        let mut open: Vec<(Thread, u32)> = self.open.drain().collect();
+        let mut open: Vec<(Thread, Vec<u64>)> = self.open.drain().collect();
         open.sort();
-        for (thread, depth) in open {
-            for _ in 0..depth {
+        for (thread, stack) in open {
+            for _ in stack {
                 self.head("E", end, thread.pid, thread.tid)?;
                 self.out.write_all(b"}")?;
                 self.stats.unclosed_begins_closed += 1;
