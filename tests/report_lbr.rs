@@ -445,7 +445,23 @@ fn cli_options_and_errors() {
         &trace,
     );
     assert!(!ok);
-    assert!(err.contains("/nonexistent/prog: cannot read"), "{err}");
+    assert_eq!(
+        err.lines().next(),
+        Some("/nonexistent/prog: cannot read: No such file or directory (os error 2)")
+    );
+    let dir = tempfile::tempdir().unwrap();
+    let not_elf = dir.path().join("trace.fxt");
+    std::fs::write(&not_elf, &trace).unwrap();
+    let (ok, _, err) = fxtrace(
+        &["report", "lbr", "-", "--binary", not_elf.to_str().unwrap()],
+        &trace,
+    );
+    assert!(!ok);
+    assert!(
+        err.starts_with(&format!("{}: cannot read: ", not_elf.display()))
+            && err.contains("not a readable ELF file"),
+        "{err}"
+    );
     let (ok, _, err) = fxtrace(&["report", "lbr", "-", "--binary", "x@0xZZ"], &trace);
     assert!(!ok);
     assert!(err.contains("load base"), "{err}");

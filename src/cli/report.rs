@@ -7,7 +7,7 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 
 use fxtrace::report::{
-    write_lbr_text, BinarySpec, Breakdown, LbrReport, LbrTextOptions, Symbolizer,
+    write_lbr_text, BinarySpec, Breakdown, LbrReport, LbrTextOptions, SymbolizeError, Symbolizer,
 };
 
 use super::convert::{input_name, open_input};
@@ -59,9 +59,19 @@ pub(crate) fn run(args: &ReportArgs) -> Result<ExitCode, CliError> {
 fn lbr(args: &LbrArgs) -> Result<ExitCode, CliError> {
     let mut symbols = Symbolizer::new();
     for spec in &args.binaries {
-        symbols.add(spec).map_err(|e| CliError::Read {
-            path: spec.path.display().to_string(),
-            source: io::Error::other(e),
+        symbols.add(spec).map_err(|e| {
+            let source = match e {
+                SymbolizeError::Read { source, .. } => source,
+                SymbolizeError::Parse { source, .. } => io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!("not a readable ELF file: {source}"),
+                ),
+                other => io::Error::other(other.to_string()),
+            };
+            CliError::Read {
+                path: spec.path.display().to_string(),
+                source,
+            }
         })?;
     }
     let read = LbrReport::read(open_input(&args.file)?);
