@@ -13,3 +13,4 @@ pub mod format;
 pub mod manager;
 pub mod protocol;
 pub mod provider;
+pub mod report;

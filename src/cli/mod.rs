@@ -1,8 +1,10 @@
 //! Command-line definitions (clap derives only) and dispatch to one module per subcommand.
 
+mod convert;
 mod dump;
 mod import_xray;
 mod input;
+mod report;
 mod stats;
 
 use std::io;
@@ -42,6 +44,10 @@ enum Command {
     /// Convert an LLVM XRay log (basic or FDR mode) to FXT: function durations per thread,
     /// custom and typed events, CPU migrations, wall-clock anchors.
     ImportXray(import_xray::ImportXrayArgs),
+    /// Convert a trace to another format: `--to chrome-json` (chrome://tracing, Perfetto).
+    Convert(convert::ConvertArgs),
+    /// Print a report of a trace: `lbr`, the hottest branch edges of its LBR samples.
+    Report(report::ReportArgs),
 }
 
 /// Why a subcommand failed. Each message names the file and the problem.
@@ -77,5 +83,7 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Dump(args) => dump::run(&args),
         Command::Stats(args) => stats::run(&args),
         Command::ImportXray(args) => import_xray::run(&args),
+        Command::Convert(args) => convert::run(&args),
+        Command::Report(args) => report::run(&args),
     }
 }
