@@ -2,6 +2,7 @@
 
 mod dump;
 mod input;
+mod record;
 mod stats;
 
 use std::io;
@@ -37,6 +38,8 @@ enum Command {
     Dump(dump::DumpArgs),
     /// Summarize a trace: records by type, providers, time span, and any damage.
     Stats(stats::StatsArgs),
+    /// Record a trace: with --system-wide, the context switches (and LBR) of every CPU.
+    Record(record::RecordArgs),
 }
 
 /// Why a subcommand failed. Each message names the file and the problem.
@@ -61,6 +64,9 @@ pub(crate) enum CliError {
     /// Writing the output failed.
     #[error("cannot write output: {0}")]
     Output(io::Error),
+    /// `fxtrace record` failed.
+    #[error(transparent)]
+    Record(#[from] record::RecordCliError),
 }
 
 /// Runs the chosen subcommand.
@@ -68,5 +74,6 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode, CliError> {
     match cli.command {
         Command::Dump(args) => dump::run(&args),
         Command::Stats(args) => stats::run(&args),
+        Command::Record(args) => Ok(record::run(args)?),
     }
 }
