@@ -407,15 +407,21 @@ impl<S: RecordSink> KernelTraceWriter<S> {
 
     /// Pushes a record; counts refusals, returns only I/O errors.
     fn push(&mut self, record: &Record<'_>) -> Result<(), SinkError> {
+        self.try_push(record).map(|_| ())
+    }
+
+    /// As [`Self::push`], saying whether the record went in (registrations need to know: an
+    /// index whose record was refused must not be referred to).
+    fn try_push(&mut self, record: &Record<'_>) -> Result<bool, SinkError> {
         match self.sink.push(record) {
             Ok(words) => {
                 self.stats.records += 1;
                 self.stats.words += words as u64;
-                Ok(())
+                Ok(true)
             }
             Err(SinkError::Encode(_)) | Err(SinkError::Full) => {
                 self.stats.dropped_records += 1;
-                Ok(())
+                Ok(false)
             }
             Err(e @ SinkError::Io(_)) => Err(e),
         }
@@ -443,8 +449,11 @@ impl<S: RecordSink> KernelTraceWriter<S> {
             return Ok(StringRef::Inline(value));
         }
         let index = self.next_string;
+        if !self.try_push(&Record::String(StringRecord { index, value }))? {
+            // Not registered: refer to it inline this time, try again next time.
+            return Ok(StringRef::Inline(value));
+        }
         self.next_string += 1;
-        self.push(&Record::String(StringRecord { index, value }))?;
         self.strings.insert(value.to_owned(), index);
         Ok(StringRef::Index(index))
     }
@@ -462,13 +471,21 @@ impl<S: RecordSink> KernelTraceWriter<S> {
             };
             // The thread's name record carries its process: name it again.
             self.thread_names.remove(&tid);
+            let mut slot = slot;
             if let Some(index) = slot.index {
                 self.stats.thread_records += 1;
-                self.push(&Record::Thread(ThreadRecord {
+                let record = Record::Thread(ThreadRecord {
                     index,
                     pid: u64::from(slot.pid),
                     tid: u64::from(tid),
-                }))?;
+                });
+                if !self.try_push(&record)? {
+                    // The index still means the old (pid, tid) to a reader: go inline.
+                    self.free_indexes.push(index);
+                    self.stats.unindexed_threads += 1;
+                    slot.index = None;
+                    self.threads.insert(tid, slot);
+                }
             }
             return Ok(slot_ref(tid, slot));
         }
@@ -480,17 +497,27 @@ impl<S: RecordSink> KernelTraceWriter<S> {
                 (self.next_index - 1) as u8
             })
         });
-        match index {
+        let index = match index {
             Some(index) => {
                 self.stats.thread_records += 1;
-                self.push(&Record::Thread(ThreadRecord {
+                let record = Record::Thread(ThreadRecord {
                     index,
                     pid: u64::from(pid),
                     tid: u64::from(tid),
-                }))?;
+                });
+                if self.try_push(&record)? {
+                    Some(index)
+                } else {
+                    self.free_indexes.push(index);
+                    self.stats.unindexed_threads += 1;
+                    None
+                }
             }
-            None => self.stats.unindexed_threads += 1,
-        }
+            None => {
+                self.stats.unindexed_threads += 1;
+                None
+            }
+        };
         let slot = ThreadSlot { pid, index };
         self.threads.insert(tid, slot);
         Ok(slot_ref(tid, slot))
@@ -795,7 +822,7 @@ fn truncate(s: &str, max: usize) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::{DecodedRecord, Decoder};
+    use crate::format::{words_to_bytes, DecodedRecord, Decoder};
 
     fn config() -> KernelTraceConfig {
         KernelTraceConfig {
@@ -861,6 +888,48 @@ mod tests {
             })
             .collect();
         assert_eq!(threads, vec![(1, 10), (2, 11), (1, 12), (3, 7)]);
+    }
+
+    /// A sink whose buffer is "full" for every Thread and String record.
+    #[derive(Debug, Default)]
+    struct NoRegistrations(RecordWriter);
+
+    impl RecordSink for NoRegistrations {
+        fn push(&mut self, record: &Record<'_>) -> Result<usize, SinkError> {
+            match record {
+                Record::Thread(_) | Record::String(_) => Err(SinkError::Full),
+                r => RecordSink::push(&mut self.0, r),
+            }
+        }
+    }
+
+    #[test]
+    fn refused_registrations_are_never_referred_to() {
+        let mut w = KernelTraceWriter::new(NoRegistrations::default(), config()).unwrap();
+        w.handle(&switch(200, 10, 11, LinuxThreadState::Blocked))
+            .unwrap();
+        w.handle(&CaptureEvent::Lost(Lost {
+            time: 300,
+            cpu: 0,
+            kind: LostKind::Records,
+            count: 1,
+        }))
+        .unwrap();
+        let (sink, stats) = w.finish().unwrap();
+        assert_eq!(stats.unindexed_threads, 3, "10, 11, the recorder");
+        assert!(stats.dropped_records >= 3);
+        let mut bytes = words_to_bytes(&[MAGIC_WORD]);
+        bytes.extend(sink.0.to_bytes());
+        let records: Vec<_> = Decoder::new(&bytes).map(|d| d.unwrap().record).collect();
+        assert!(records.iter().any(|r| matches!(
+            r,
+            DecodedRecord::ContextSwitch { outgoing, incoming, .. }
+                if outgoing.tid == 10 && incoming.tid == 11
+        )));
+        assert!(records.iter().any(|r| matches!(
+            r,
+            DecodedRecord::Event(e) if e.category == "fxtrace" && e.thread.tid == 7
+        )));
     }
 
     #[test]
