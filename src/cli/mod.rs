@@ -5,6 +5,7 @@ mod dump;
 mod import_xray;
 mod input;
 mod report;
+mod record;
 mod stats;
 
 use std::io;
@@ -48,6 +49,8 @@ enum Command {
     Convert(convert::ConvertArgs),
     /// Print a report of a trace: `lbr`, the hottest branch edges of its LBR samples.
     Report(report::ReportArgs),
+    /// Record a trace: with --system-wide, the context switches (and LBR) of every CPU.
+    Record(record::RecordArgs),
 }
 
 /// Why a subcommand failed. Each message names the file and the problem.
@@ -75,6 +78,9 @@ pub(crate) enum CliError {
     /// `import-xray` failed, or converted a log only up to a malformed record.
     #[error(transparent)]
     ImportXray(#[from] import_xray::ImportXrayError),
+    /// `fxtrace record` failed.
+    #[error(transparent)]
+    Record(#[from] record::RecordCliError),
 }
 
 /// Runs the chosen subcommand.
@@ -85,5 +91,6 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::ImportXray(args) => import_xray::run(&args),
         Command::Convert(args) => convert::run(&args),
         Command::Report(args) => report::run(&args),
+        Command::Record(args) => Ok(record::run(args)?),
     }
 }
