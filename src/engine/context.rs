@@ -68,8 +68,9 @@ use std::time::{Duration, Instant};
 use crossbeam_utils::{Backoff, CachePadded};
 
 use super::allocator::{
-    gate_generation, make_gate, packed_offset, packed_wrapped, DurableAllocator, RollingAllocator,
-    GATE_DURABLE_FULL, GATE_STARTED, GENERATION_MASK, WRAPPED_MASK,
+    gate_generation, hold_region, make_gate, packed_offset, packed_wrapped, DurableAllocator,
+    RollingAllocator, GATE_DURABLE_FULL, GATE_STARTED, GENERATION_MASK, HOLD_ALLOCATING,
+    PIN_CAPACITY, WRAPPED_MASK,
 };
 use super::buffer::{BufferError, TraceBuffer};
 use super::category::{CategoryFilter, ACTIVE_CONTEXTS};
@@ -290,6 +291,31 @@ struct State {
     dirty: bool,
     categories: Arc<CategoryFilter>,
     last_fence_error: Option<String>,
+}
+
+/// Holds to pin at a circular switch (fixed capacity: no allocation on the switch path).
+#[derive(Debug, Default)]
+struct Pins {
+    holds: [u64; PIN_CAPACITY],
+    len: usize,
+}
+
+impl Pins {
+    fn push(&mut self, hold: u64) -> bool {
+        if self.holds[..self.len].contains(&hold) {
+            return true;
+        }
+        if self.len == PIN_CAPACITY {
+            return false;
+        }
+        self.holds[self.len] = hold;
+        self.len += 1;
+        true
+    }
+
+    fn as_slice(&self) -> &[u64] {
+        &self.holds[..self.len]
+    }
 }
 
 /// A pending handler call, made after the mutex is released.
@@ -747,6 +773,7 @@ impl Inner {
         st.retirement = None;
         st.grace.clear();
         st.oneshot_full = false;
+        self.rolling.clear_pins();
         self.ready[0].store(false, Ordering::Release);
         self.ready[1].store(true, Ordering::Release);
         let header = self.header();
@@ -789,10 +816,12 @@ impl Inner {
             }
             BufferingMode::Circular | BufferingMode::Streaming => {}
         }
-        // Quick check without the mutex: the other buffer is not available yet (streaming: not
-        // saved; circular: its writers have not all left).
-        // ATOMICS: `Acquire` hint; re-checked under the mutex.
-        if !self.ready[current ^ 1].load(Ordering::Acquire) {
+        // Streaming quick check without the mutex: the other buffer is not saved yet.
+        // ATOMICS: `Acquire` hint, re-checked under the mutex. A switch stores `ready[next] =
+        // false` after resetting the allocator word, so if the `false` we read is that store,
+        // the word we read next is the reset one and we retry rather than drop.
+        if self.mode == BufferingMode::Streaming && !self.ready[current ^ 1].load(Ordering::Acquire)
+        {
             // Someone may already have switched away from `wrapped`: then retry.
             return packed_wrapped(self.rolling.load()) != wrapped;
         }
@@ -807,19 +836,54 @@ impl Inner {
             }
             let current = (st.wrapped_count & 1) as usize;
             let next = current ^ 1;
-            if st.buffers[next] != BufferState::Ready {
+            let mut pins = Pins::default();
+            let reusable = match self.mode {
+                BufferingMode::Streaming => st.buffers[next] == BufferState::Ready,
+                _ => self.circular_pins(&mut st, next, &mut pins),
+            };
+            if !reusable {
                 return false;
             }
-            self.switch_locked(&mut st, current, next);
+            self.switch_locked(&mut st, current, next, pins.as_slice());
             notification = self.service_locked(&mut st);
         }
         self.deliver(notification);
         true
     }
 
+    /// Circular reuse of `next`: the holds in `next` of every writer that has been in flight
+    /// since `next` was retired, to be pinned in the new lap. False if one of them is between
+    /// its `fetch_add` and its hold store (its run is unknown) or there are too many holds.
+    fn circular_pins(&self, st: &mut State, next: usize, pins: &mut Pins) -> bool {
+        let Some(retirement) = st.retirement else {
+            return true;
+        };
+        if retirement.buffer != next || self.slots.is_grace_complete(&mut st.grace) {
+            return true;
+        }
+        for slot in self.slots.outstanding(&st.grace) {
+            // ATOMICS: `Acquire`: see `WriterSlot::chunk_hold` / `run_hold`.
+            let holds = [
+                slot.run_hold.load(Ordering::Acquire),
+                slot.chunk_hold.load(Ordering::Acquire),
+            ];
+            for hold in holds {
+                if hold == HOLD_ALLOCATING {
+                    return false;
+                }
+                if let Some((buffer, _, _)) = hold_region(hold) {
+                    if buffer == next && !pins.push(hold) {
+                        return false;
+                    }
+                }
+            }
+        }
+        true
+    }
+
     /// `SwitchRollingBufferLocked`, plus the header updates of the 2025 engine (wrapped count
     /// and drop count on every switch) and the start of the retirement grace period.
-    fn switch_locked(&self, st: &mut State, current: usize, next: usize) {
+    fn switch_locked(&self, st: &mut State, current: usize, next: usize, pins: &[u64]) {
         let header = self.header();
         let end = self.rolling_data_end_now();
         let retired_count = st.wrapped_count;
@@ -837,23 +901,30 @@ impl Inner {
             .num_records_dropped
             .store(self.raw_dropped() - st.dropped_base, Ordering::Release);
         self.ready[current].store(false, Ordering::Release);
-        self.ready[next].store(false, Ordering::Release);
-        // Gate first, then the allocator word (see `RollingAllocator::word`).
+        // Pins for the new lap, then the gate, then the allocator word (which opens the lap;
+        // see `RollingAllocator::word`).
+        self.rolling.set_pins(st.wrapped_count, pins);
         let gate = make_gate(st.generation, st.wrapped_count, GATE_STARTED);
         // ATOMICS: `Release`: see `gate`.
         self.gate.store(gate, Ordering::Release);
         self.rolling.reset(st.wrapped_count);
+        // Only now: a writer that finds `ready[next]` false with `Acquire` then also sees the
+        // reset word, so it retries in the new lap instead of dropping (see `on_rolling_full`).
+        self.ready[next].store(false, Ordering::Release);
         st.retirement = Some(Retirement {
             wrapped_count: retired_count,
             buffer: current,
             step: RetireStep::Writers,
         });
+        // Streaming waits for the retired buffer's writers (the manager needs complete data)
+        // and asks them to report; circular only keeps the snapshot for the next reuse.
+        let ask_report = self.mode == BufferingMode::Streaming;
         let State {
             grace,
             last_fence_error,
             ..
         } = st;
-        if let Err(error) = self.slots.begin_grace(self.fences, grace, true) {
+        if let Err(error) = self.slots.begin_grace(self.fences, grace, ask_report) {
             *last_fence_error = Some(error.to_string());
         }
     }

@@ -56,6 +56,20 @@ pub(crate) struct WriterSlot {
     /// ATOMICS: `Relaxed` store, then the heavy fence; the owner's light fence sits between its
     /// leaving `seq` store and its load of this flag.
     pub(crate) wanted: AtomicBool,
+    /// Rules: the chunk the owner writes records into ([`super::allocator::make_hold`]), or 0.
+    /// Written only by the owner, when it takes a new chunk (before writing into it); read by
+    /// a circular-mode switch for writers that have been in flight since the buffer being
+    /// reused was retired, to pin that chunk.
+    /// ATOMICS: `Release` store / `Acquire` load: a switch that sees a hold elsewhere also sees
+    /// the owner's writes to its previous chunk completed.
+    pub(crate) chunk_hold: AtomicU64,
+    /// Rules: `HOLD_ALLOCATING` from just before the owner's `fetch_add` on the rolling word
+    /// until it knows what it got; then the hold of a run it writes a large record into (until
+    /// that record is committed or dropped), or 0. Written only by the owner.
+    /// ATOMICS: the `HOLD_ALLOCATING` store is `Relaxed` followed by the light fence, so any
+    /// switch whose heavy fence follows the `fetch_add` sees it; other stores `Release` and
+    /// loads `Acquire`, as `chunk_hold`.
+    pub(crate) run_hold: AtomicU64,
     /// Rules: lease flag; set by the thread that claims the slot (CAS), cleared by the same
     /// thread when it exits or moves to another context.
     /// ATOMICS: `Acquire` CAS / `Release` clear, so the next owner sees the previous owner's
@@ -274,6 +288,18 @@ impl WriterSlots {
             grace.seqs.clear();
         }
         complete
+    }
+
+    /// The slots of the snapshot still in flight (after [`Self::is_grace_complete`]).
+    pub(crate) fn outstanding<'a>(
+        &'a self,
+        grace: &'a Grace,
+    ) -> impl Iterator<Item = &'a WriterSlot> + 'a {
+        self.slots
+            .iter()
+            .zip(&grace.seqs)
+            .filter(|(_, &seq)| seq != 0)
+            .map(|(slot, _)| &**slot)
     }
 
     /// Number of writers of the snapshot still in flight.
