@@ -903,3 +903,27 @@ fn an_idle_thread_holding_a_chunk_does_not_delay_the_hand_off() {
     let saved = saver.saved.lock().unwrap();
     assert!(saved.records.iter().any(|r| (r.thread, r.seq) == (5, 0)));
 }
+
+#[test]
+fn dropping_a_started_context_finalises_the_header() {
+    let buffer = TraceBuffer::create(64 * 1024).unwrap();
+    let second = TraceBuffer::from_fd(buffer.try_clone_fd().unwrap()).unwrap();
+    let config = ContextConfig {
+        mode: BufferingMode::Circular,
+        ..ContextConfig::default()
+    };
+    let ctx = Context::new(buffer, config, Arc::new(NoHandler)).unwrap();
+    ctx.start(StartMode::ClearEntire, CategoryFilter::all())
+        .unwrap();
+    for seq in 0..10 {
+        assert!(try_write(&ctx, 1, seq, 5, seq == 0));
+    }
+    drop(ctx);
+    let read = final_read(&snapshot(&second), 0, false);
+    assert_eq!(read.header.durable_data_end, 40);
+    assert_ne!(
+        read.header.rolling_data_end[0], 0,
+        "finalised, not 'being written'"
+    );
+    assert_eq!(read.durable.len() + read.rolling.len(), 10);
+}

@@ -2,7 +2,8 @@
 //!
 //! Algorithm: a per-thread bump allocator inside chunks handed out by the lock-free allocator
 //! ([`super::allocator`]); writer sections announced through the thread's slot
-//! ([`super::slots`], quiescent-state grace periods).
+//! ([`super::slots`], quiescent-state grace periods). A thread publishes the chunk (or large
+//! record run) it holds in its slot once per chunk, so that circular reuse can pin it.
 //!
 //! # Contract for record writers
 //!
