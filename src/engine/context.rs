@@ -49,7 +49,7 @@
 //!
 //! Fuchsia notifies the handler as soon as a buffer is full, while a writer that reserved space
 //! just before may still be filling it ("TraceManager prematurely reading the buffer"). Here a
-//! retired buffer is handed over only after a grace period ([`super::slots`]): every writer that
+//! retired buffer is handed over only after a grace period (`engine::slots`): every writer that
 //! was inside a writer section when the switch happened has left it. Since a writer re-reads the
 //! gate at the start of every section, no one enters the old buffer afterwards; idle threads
 //! holding a chunk of it do not delay anything. In streaming mode a second grace period follows
@@ -371,6 +371,10 @@ pub(crate) struct Inner {
     thread_index: AtomicU32,
     pub(crate) mode: BufferingMode,
     geometry: BufferGeometry,
+    /// Rules: the switch mutex (Fuchsia's `buffer_switch_mutex_`). Everything in `State`, and
+    /// every header store, happens under it: start, stop, switches, full marks, saves and the
+    /// service routine. Taken off the record path only (buffer full, hand-off report). No
+    /// handler call is made while it is held.
     state: Mutex<State>,
     handler: Arc<dyn BufferHandler>,
     pub(crate) buffer: TraceBuffer,

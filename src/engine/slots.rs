@@ -203,6 +203,10 @@ impl WriterSlots {
                     .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
             {
+                // A previous owner's holds are meaningless for the new one (and would only cause
+                // needless pins). ATOMICS: `Release`, as every hold store.
+                slot.chunk_hold.store(0, Ordering::Release);
+                slot.run_hold.store(0, Ordering::Release);
                 // ATOMICS: `Release`, see `high_water`.
                 self.high_water.fetch_max(index + 1, Ordering::Release);
                 return Some(index);

@@ -1,8 +1,8 @@
 //! The record-writing entry point: writer sections, slots, and the per-thread chunk cursor.
 //!
 //! Algorithm: a per-thread bump allocator inside chunks handed out by the lock-free allocator
-//! ([`super::allocator`]); writer sections announced through the thread's slot
-//! ([`super::slots`], quiescent-state grace periods). A thread publishes the chunk (or large
+//! (`engine::allocator`); writer sections announced through the thread's slot
+//! (`engine::slots`, quiescent-state grace periods). A thread publishes the chunk (or large
 //! record run) it holds in its slot once per chunk, so that circular reuse can pin it.
 //!
 //! # Contract for record writers
