@@ -155,6 +155,7 @@ impl PinList {
     }
 
     fn overlaps(&self, wrapped: u32, start: u64, chunks: u64) -> bool {
+        // ATOMICS: `Relaxed` loads: published by the allocator word, see the fields.
         let count = self.count.load(Ordering::Relaxed) as usize;
         if count == 0 || self.wrapped.load(Ordering::Relaxed) != wrapped as u64 {
             return false;
@@ -251,6 +252,7 @@ impl RollingAllocator {
     pub(crate) fn set_pins(&self, wrapped_count: u32, holds: &[u64]) {
         let pins = &self.pins[(wrapped_count & 1) as usize];
         let count = holds.len().min(PIN_CAPACITY);
+        // ATOMICS: `Relaxed` stores: published by the `Release` reset that opens the lap.
         for (slot, &hold) in pins.regions.iter().zip(&holds[..count]) {
             slot.store(hold, Ordering::Relaxed);
         }
@@ -261,6 +263,7 @@ impl RollingAllocator {
     /// Forget every pin (start).
     pub(crate) fn clear_pins(&self) {
         for pins in &self.pins {
+            // ATOMICS: `Relaxed`: while stopped; the start's `Release` gate store publishes it.
             pins.count.store(0, Ordering::Relaxed);
         }
     }
@@ -281,6 +284,8 @@ impl RollingAllocator {
                 wrapped: packed_wrapped(current),
             };
         }
+        // ATOMICS: `Acquire`: see `word` (pairs with the switch's `Release` reset, which
+        // follows the gate and pin stores of the lap).
         let previous = self.word.fetch_add(bytes, Ordering::Acquire);
         let offset = packed_offset(previous);
         let wrapped = packed_wrapped(previous);
@@ -357,15 +362,19 @@ impl DurableAllocator {
 
     /// Bytes handed out so far (may exceed the size once full).
     pub(crate) fn allocated(&self) -> u64 {
+        // ATOMICS: `Relaxed`: read under the switch mutex; completeness of the records below
+        // it comes from the grace period that follows (see `Inner::service_locked`).
         self.current.load(Ordering::Relaxed)
     }
 
     pub(crate) fn reset(&self) {
+        // ATOMICS: `Relaxed`: while stopped; the start's `Release` gate store publishes it.
         self.current.store(0, Ordering::Relaxed);
     }
 
     /// Reserve `bytes`; `Err(offset)` when they do not fit (the buffer is full).
     pub(crate) fn reserve(&self, bytes: u64) -> Result<*mut u64, u64> {
+        // ATOMICS: `Relaxed`: see `current`.
         let offset = self.current.fetch_add(bytes, Ordering::Relaxed);
         if offset + bytes <= self.size {
             // SAFETY: `offset + bytes <= size`, inside the durable buffer.

@@ -48,9 +48,11 @@
 //! # Hand-off (fxtrace; closes the race Fuchsia leaves open)
 //!
 //! Fuchsia notifies the handler as soon as a buffer is full, while a writer that reserved space
-//! just before may still be filling it ("TraceManager prematurely reading the buffer"). Here a
-//! retired buffer is handed over only after a grace period (`engine::slots`): every writer that
-//! was inside a writer section when the switch happened has left it. Since a writer re-reads the
+//! just before may still be filling it ("TraceManager prematurely reading the buffer"). Here, in
+//! streaming mode, a retired buffer is handed over only after a grace period (`engine::slots`):
+//! every writer that was inside a writer section when the switch happened has left it. (Stop
+//! waits for the same condition before finalising the header; circular mode does not wait, it
+//! pins, see above.) Since a writer re-reads the
 //! gate at the start of every section, no one enters the old buffer afterwards; idle threads
 //! holding a chunk of it do not delay anything. In streaming mode a second grace period follows
 //! the read of `durable_data_end`, so that every durable record below it is complete too. The
@@ -285,6 +287,8 @@ struct State {
     grace: Grace,
     /// Grace period of a stop in progress.
     stop_grace: Grace,
+    /// Whether `stop_grace` was taken after a successful heavy fence.
+    stop_grace_taken: bool,
     /// Smallest durable offset whose reservation failed.
     durable_full_at: Option<u64>,
     oneshot_full: bool,
@@ -426,6 +430,7 @@ impl Context {
         };
         let slots = config.max_writer_threads.max(1);
         let inner = Inner {
+            // ATOMICS: `Relaxed`: a unique counter.
             id: NEXT_CONTEXT_ID.fetch_add(1, Ordering::Relaxed),
             gate: CachePadded::new(AtomicU64::new(0)),
             rolling: RollingAllocator::new(rolling_starts, geometry.rolling_buffer_size, chunk),
@@ -449,6 +454,7 @@ impl Context {
                 retirement: None,
                 grace: Grace::with_capacity(slots),
                 stop_grace: Grace::with_capacity(slots),
+                stop_grace_taken: false,
                 durable_full_at: None,
                 oneshot_full: false,
                 dropped_base: 0,
@@ -509,6 +515,7 @@ impl Context {
                 ));
                 inner.durable.reset();
                 st.durable_full_at = None;
+                // ATOMICS: `Relaxed`: while stopped; published by the start's gate store.
                 inner.string_index.store(1, Ordering::Relaxed);
                 inner.thread_index.store(1, Ordering::Relaxed);
                 inner.reset_rolling(&mut st)?;
@@ -523,6 +530,7 @@ impl Context {
         // While tracing, the current buffer's end and the durable end read 0 ("being
         // written"): a reader after a crash scans them whole instead of trusting a stale end.
         let current = (st.wrapped_count & 1) as usize;
+        // ATOMICS: `Release` header stores, for the manager.
         header.rolling_data_end[current].store(0, Ordering::Release);
         if st.durable_full_at.is_none() {
             header.durable_data_end.store(0, Ordering::Release);
@@ -571,10 +579,16 @@ impl Context {
                     // ATOMICS: `Release`; ordered before the scan by the heavy fence.
                     inner.gate.store(gate, Ordering::Release);
                     st.phase = TraceState::Stopping;
-                    let State { stop_grace, .. } = &mut *st;
-                    inner.slots.begin_grace(inner.fences, stop_grace, false)?;
+                    st.stop_grace_taken = false;
                 }
                 TraceState::Stopping => {}
+            }
+            if !st.stop_grace_taken {
+                // A snapshot taken without a successful heavy fence proves nothing: retake it
+                // on the next call if the fence fails.
+                let State { stop_grace, .. } = &mut *st;
+                inner.slots.begin_grace(inner.fences, stop_grace, false)?;
+                st.stop_grace_taken = true;
             }
         }
         let deadline = Instant::now() + timeout;
@@ -773,6 +787,7 @@ impl Inner {
 
     /// Count one drop that no slot can take.
     pub(crate) fn count_unslotted_drop(&self) {
+        // ATOMICS: `Relaxed`: see `unslotted_drops`.
         self.unslotted_drops.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -795,6 +810,7 @@ impl Inner {
         st.grace.clear();
         st.oneshot_full = false;
         self.rolling.clear_pins();
+        // ATOMICS: `Release` for the ready hints and the header (manager side).
         self.ready[0].store(false, Ordering::Release);
         self.ready[1].store(true, Ordering::Release);
         let header = self.header();
@@ -921,6 +937,7 @@ impl Inner {
         header
             .num_records_dropped
             .store(self.raw_dropped() - st.dropped_base, Ordering::Release);
+        // ATOMICS: `Release`: see `ready`.
         self.ready[current].store(false, Ordering::Release);
         // Pins for the new lap, then the gate, then the allocator word (which opens the lap;
         // see `RollingAllocator::word`).
@@ -1023,6 +1040,7 @@ impl Inner {
                     // Circular: the buffer may be entered again.
                     st.retirement = None;
                     st.buffers[retirement.buffer] = BufferState::Ready;
+                    // ATOMICS: `Release`: see `ready`.
                     self.ready[retirement.buffer].store(true, Ordering::Release);
                     return None;
                 }
@@ -1059,6 +1077,7 @@ impl Inner {
                 notification = Some((retirement.wrapped_count, durable_data_end));
             } else {
                 st.buffers[retirement.buffer] = BufferState::Ready;
+                // ATOMICS: `Release`: see `ready`.
                 self.ready[retirement.buffer].store(true, Ordering::Release);
             }
         }

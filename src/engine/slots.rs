@@ -185,6 +185,7 @@ impl WriterSlots {
 
     /// Slots ever leased (one past the highest index).
     pub(crate) fn high_water(&self) -> usize {
+        // ATOMICS: `Acquire`: see `high_water`.
         self.high_water.load(Ordering::Acquire)
     }
 
@@ -218,6 +219,7 @@ impl WriterSlots {
     /// Give a slot back (its owner is quiescent: its `seq` is even).
     pub(crate) fn release(&self, index: usize) {
         if let Some(slot) = self.slots.get(index) {
+            // ATOMICS: `Relaxed`: published by the `Release` clear of `in_use` below.
             slot.wanted.store(false, Ordering::Relaxed);
             // ATOMICS: `Release`: the next owner's `Acquire` CAS sees our final `seq`.
             slot.in_use.store(false, Ordering::Release);
@@ -244,6 +246,7 @@ impl WriterSlots {
         ask_report: bool,
     ) -> Result<(), SysError> {
         fences.heavy()?;
+        // ATOMICS: `Acquire`: see `high_water`.
         let high = self.high_water.load(Ordering::Acquire);
         grace.seqs.clear();
         let mut any = false;
@@ -309,5 +312,64 @@ impl WriterSlots {
     /// Number of writers of the snapshot still in flight.
     pub(crate) fn in_flight(&self, grace: &Grace) -> usize {
         grace.seqs.iter().filter(|&&s| s != 0).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn enter(slot: &WriterSlot) {
+        slot.seq
+            .store(slot.seq.load(Ordering::Relaxed) + 1, Ordering::Release);
+    }
+
+    #[test]
+    fn grace_waits_only_for_writers_in_flight_at_the_snapshot() {
+        let slots = WriterSlots::new(4);
+        let (a, b, c) = (
+            slots.lease().unwrap(),
+            slots.lease().unwrap(),
+            slots.lease().unwrap(),
+        );
+        assert_eq!((a, b, c), (0, 1, 2));
+        assert_eq!(slots.high_water(), 3);
+        enter(slots.get(a)); // a in flight
+        enter(slots.get(c)); // c in flight
+        let fences = Fences::new(FencePolicy::SeqCstFences);
+        let mut grace = Grace::with_capacity(4);
+        slots.begin_grace(fences, &mut grace, true).unwrap();
+        assert!(
+            slots.get(a).wanted.load(Ordering::Relaxed),
+            "asked to report"
+        );
+        assert!(!slots.get(b).wanted.load(Ordering::Relaxed), "b was idle");
+        assert_eq!(slots.in_flight(&grace), 2);
+        assert!(!slots.is_grace_complete(&mut grace));
+        enter(slots.get(b)); // b starts after the snapshot: not waited for
+        enter(slots.get(a)); // a leaves
+        assert!(!slots.is_grace_complete(&mut grace));
+        assert_eq!(slots.outstanding(&grace).count(), 1);
+        enter(slots.get(c)); // c leaves...
+        enter(slots.get(c)); // ...and enters again: still counts as having moved on
+        assert!(slots.is_grace_complete(&mut grace));
+        assert_eq!(slots.in_flight(&grace), 0);
+    }
+
+    #[test]
+    fn released_slots_are_leased_again_with_their_counters() {
+        let slots = WriterSlots::new(1);
+        let a = slots.lease().unwrap();
+        assert!(slots.lease().is_none(), "capacity 1");
+        slots.get(a).dropped.store(5, Ordering::Relaxed);
+        slots.get(a).chunk_hold.store(42, Ordering::Relaxed);
+        slots.release(a);
+        assert_eq!(slots.lease(), Some(a));
+        assert_eq!(slots.dropped_total(), 5, "drop counts survive owners");
+        assert_eq!(
+            slots.get(a).chunk_hold.load(Ordering::Relaxed),
+            0,
+            "holds do not"
+        );
     }
 }

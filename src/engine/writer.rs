@@ -287,6 +287,7 @@ impl<'c> Writer<'c> {
         if next < chunk.end {
             // The terminator: the word after the record reads as zero until the next record's
             // header is committed.
+            // ATOMICS: `Relaxed`: published by the record's `Release` header store.
             // SAFETY: `next` is inside the chunk, 8-aligned; only this thread writes it.
             unsafe { AtomicU64::from_ptr(next) }.store(0, Ordering::Relaxed);
         }
