@@ -418,6 +418,57 @@ fn provider_state_follows_perfettos_rules() {
 }
 
 #[test]
+fn flows_need_an_enclosing_slice() {
+    let mut t = Trace::new();
+    let event = |t: &mut Trace, ticks, kind| {
+        t.push(&Event {
+            ticks,
+            thread: THREAD,
+            category: "c".into(),
+            name: "e".into(),
+            args: &[],
+            kind,
+        })
+    };
+    event(&mut t, 100, EventKind::DurationBegin);
+    event(&mut t, 150, EventKind::FlowBegin { id: 1 });
+    event(&mut t, 200, EventKind::DurationEnd);
+    let outside = event(&mut t, 250, EventKind::FlowStep { id: 1 });
+    event(&mut t, 300, EventKind::DurationComplete { end_ticks: 400 });
+    event(&mut t, 350, EventKind::FlowStep { id: 1 });
+    let at_end = event(&mut t, 400, EventKind::FlowEnd { id: 1 });
+    let unmatched = event(&mut t, 500, EventKind::DurationEnd);
+    let report = t.check();
+    assert_eq!(
+        flagged(&report, FindingKind::FlowWithoutEnclosingSlice, outside),
+        2
+    );
+    assert_eq!(
+        report
+            .find(FindingKind::FlowWithoutEnclosingSlice)
+            .unwrap()
+            .offsets,
+        vec![outside, at_end]
+    );
+    assert_eq!(
+        flagged(&report, FindingKind::UnmatchedDurationEnd, unmatched),
+        1
+    );
+    // The same flow on another thread's track has no slice either.
+    let mut t = Trace::new();
+    t.instant(100, "x", &[]);
+    let other = t.push(&Event {
+        ticks: 150,
+        thread: ThreadRef::Inline { pid: 10, tid: 12 },
+        category: "c".into(),
+        name: "f".into(),
+        args: &[],
+        kind: EventKind::FlowBegin { id: 2 },
+    });
+    flagged(&t.check(), FindingKind::FlowWithoutEnclosingSlice, other);
+}
+
+#[test]
 fn timestamps_perfetto_refuses() {
     let mut t = Trace::new();
     // At 2 GHz every tick count fits i64 nanoseconds; at 1 GHz the top half does not.
@@ -636,6 +687,8 @@ fn write_all_records_example_status() {
             FindingKind::MissingInitialization,
             // Threads 102, 201 and 202 are switched but never named with their process.
             FindingKind::ThreadWithoutProcess,
+            // Its flow events are outside any duration slice of their threads.
+            FindingKind::FlowWithoutEnclosingSlice,
         ]),
         "{report}"
     );

@@ -227,6 +227,13 @@ finding_kinds! {
     /// them in file order.
     SchedOutOfOrder = Warning, "sched_out_of_order",
         "fuchsia_trace_tokenizer.cc ParseRecord, kSchedulerEvent (older versions)";
+    /// A flow event with no duration slice open on its thread at its time: Perfetto binds
+    /// flow events to the enclosing slice and drops one that has none.
+    FlowWithoutEnclosingSlice = Warning, "flow_without_enclosing_slice",
+        "flow_tracker.cc FlowTracker::Begin/Step/End (flow_no_enclosing_slice)";
+    /// A duration end with no duration begin open on its thread: Perfetto drops it.
+    UnmatchedDurationEnd = Warning, "unmatched_duration_end",
+        "slice_tracker.cc SliceTracker::End; fuchsia_trace_parser.cc kDurationEnd";
     /// A provider's buffer overflow recorded only as Provider Event metadata, which Perfetto
     /// ignores, with no event reporting the drop.
     DropsOnlyInMetadata = Warning, "drops_only_in_metadata",
@@ -500,6 +507,15 @@ struct Tally {
     drop_shown: bool,
 }
 
+/// The duration slices open on one thread track.
+#[derive(Debug, Default)]
+struct ThreadSlices {
+    /// Duration begins not yet ended.
+    open_begins: u32,
+    /// Duration-complete slices not yet over: (start, end) in ns.
+    completes: Vec<(i64, i64)>,
+}
+
 /// An argument as far as the checker needs it.
 #[derive(Debug, Clone, Copy)]
 struct ArgInfo {
@@ -644,6 +660,8 @@ struct Checker {
     process_of: HashMap<u64, u64>,
     /// Threads already reported without a process.
     reported_without_process: HashSet<u64>,
+    /// Duration slices open per thread track (Perfetto's `(tid, pid)` as 32 bits).
+    slices: HashMap<(u32, u32), ThreadSlices>,
     records: u64,
     import_stops_at: Option<u64>,
 }
@@ -664,6 +682,7 @@ impl Checker {
             tallies: HashMap::new(),
             process_of: HashMap::new(),
             reported_without_process: HashSet::new(),
+            slices: HashMap::new(),
             records: 0,
             import_stops_at: None,
         }
@@ -1184,7 +1203,7 @@ impl Checker {
     fn event(&mut self, offset: u64, c: &mut Cursor<'_>) -> Result<(), Dropped> {
         let header = c.header();
         let ts = self.timestamp(offset, c, "an event's timestamp")?;
-        self.thread_ref(
+        let thread = self.thread_ref(
             offset,
             c,
             EventRecord::THREAD_REF.get(header),
@@ -1213,7 +1232,9 @@ impl Checker {
             drop,
         )?;
         let raw_type = EventRecord::EVENT_TYPE.get(header) as u8;
-        match EventType::from_raw(raw_type) {
+        let event_type = EventType::from_raw(raw_type);
+        let mut complete_end = None;
+        match event_type {
             Some(EventType::Instant | EventType::DurationBegin | EventType::DurationEnd) => {}
             Some(EventType::Counter) => {
                 if c.word().is_none() {
@@ -1244,7 +1265,7 @@ impl Checker {
                         });
                         return Err(Dropped);
                     }
-                    Some(_) => {}
+                    Some(end) => complete_end = Some(end),
                     None => {
                         self.add(FindingKind::TimestampOverflow, offset, || {
                             format!(
@@ -1274,6 +1295,9 @@ impl Checker {
                 });
             }
         }
+        if let Some(event_type) = event_type {
+            self.thread_slices(offset, thread, ts, event_type, complete_end);
+        }
         let reports_drop = name == StringTag::Drop
             || args
                 .iter()
@@ -1282,6 +1306,57 @@ impl Checker {
             self.tally().drop_shown = true;
         }
         Ok(())
+    }
+
+    /// Follows the duration slices open on each thread track, as far as flow events need
+    /// them. Perfetto sorts events by time; a thread's events are taken in file order, which
+    /// is time order for a thread written by one provider.
+    fn thread_slices(
+        &mut self,
+        offset: u64,
+        (pid, tid): (u64, u64),
+        ts: i64,
+        event_type: EventType,
+        complete_end: Option<i64>,
+    ) {
+        // Perfetto's thread track: UpdateThread(uint32 tid, uint32 pid).
+        let slices = self.slices.entry((pid as u32, tid as u32)).or_default();
+        // A complete slice is closed by the first event at or after its end.
+        slices.completes.retain(|&(_, end)| end > ts);
+        match event_type {
+            EventType::DurationBegin => slices.open_begins += 1,
+            EventType::DurationEnd => {
+                if slices.open_begins == 0 {
+                    self.add(FindingKind::UnmatchedDurationEnd, offset, || {
+                        format!(
+                            "a duration end on thread {tid} (pid {pid}) at {ts} ns with no \
+                             duration begin open: Perfetto drops it"
+                        )
+                    });
+                } else {
+                    slices.open_begins -= 1;
+                }
+            }
+            EventType::DurationComplete => {
+                if let Some(end) = complete_end.filter(|&end| end > ts) {
+                    slices.completes.push((ts, end));
+                }
+            }
+            EventType::FlowBegin | EventType::FlowStep | EventType::FlowEnd => {
+                let enclosed = slices.open_begins > 0
+                    || slices.completes.iter().any(|&(start, _)| start <= ts);
+                if !enclosed {
+                    self.add(FindingKind::FlowWithoutEnclosingSlice, offset, || {
+                        format!(
+                            "a flow event on thread {tid} (pid {pid}) at {ts} ns with no \
+                             duration slice open there: Perfetto binds flows to the enclosing \
+                             slice and drops this one (flow_no_enclosing_slice)"
+                        )
+                    });
+                }
+            }
+            _ => {}
+        }
     }
 
     fn blob(&mut self, offset: u64, header: u64) {
