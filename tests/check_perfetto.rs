@@ -802,3 +802,34 @@ fn a_system_wide_recording_has_no_error() {
         assert!(report.find(kind).is_none(), "{kind}: {report}");
     }
 }
+
+proptest::proptest! {
+    #![proptest_config(proptest::prelude::ProptestConfig::with_cases(256))]
+
+    /// Any bytes after the magic number: the checker reads them all (or stops where Perfetto
+    /// would) and never panics.
+    #[test]
+    fn arbitrary_input_never_panics(words in proptest::collection::vec(proptest::prelude::any::<u64>(), 0..64), tail in 0usize..8) {
+        let mut bytes = fxtrace::format::words_to_bytes(&[fxtrace::format::MAGIC_WORD]);
+        bytes.extend(fxtrace::format::words_to_bytes(&words));
+        bytes.extend(std::iter::repeat_n(0xa5, tail));
+        let report = check(&bytes);
+        proptest::prop_assert!(report.bytes <= bytes.len() as u64);
+        proptest::prop_assert!(report.records >= 1);
+    }
+
+    /// The example trace with one word flipped: still no panic, and what comes before the
+    /// flipped word is read.
+    #[test]
+    fn a_corrupted_example_never_panics(index in 1usize..196, value in proptest::prelude::any::<u64>()) {
+        let bytes = write_all_records::build_trace().unwrap();
+        let mut words: Vec<u64> = bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
+            .collect();
+        let index = index % words.len();
+        words[index] = value;
+        let report = check(&fxtrace::format::words_to_bytes(&words));
+        proptest::prop_assert!(report.records >= 1);
+    }
+}
