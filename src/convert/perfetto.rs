@@ -77,10 +77,6 @@ pub const DROP_WORDS: [&str; 2] = ["dropped", "lost"];
 /// How many offsets a [`Finding`] keeps (the first ones); `count` has them all.
 pub const MAX_OFFSETS: usize = 8;
 
-/// Largest record Perfetto frames correctly: its size field is bits `[4 .. 15]`, so a large
-/// record (type 15, 32-bit size) of this many words or more is misread.
-pub const PERFETTO_MAX_RECORD_WORDS: usize = 4095;
-
 /// The weight Perfetto reads as "this side of a context switch is the idle thread"
 /// (`kIdleWeight`, `INT32_MIN`), in the `incoming_weight` / `outgoing_weight` / `weight`
 /// arguments of scheduling records of types 1 and 2.
