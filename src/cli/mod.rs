@@ -1,11 +1,12 @@
 //! Command-line definitions (clap derives only) and dispatch to one module per subcommand.
 
+mod check;
 mod convert;
 mod dump;
 mod import_xray;
 mod input;
-mod report;
 mod record;
+mod report;
 mod stats;
 
 use std::io;
@@ -51,6 +52,8 @@ enum Command {
     Report(report::ReportArgs),
     /// Record a trace: with --system-wide, the context switches (and LBR) of every CPU.
     Record(record::RecordArgs),
+    /// Check a trace against Perfetto's FXT importer: what it would stop at, drop or skip.
+    Check(check::CheckArgs),
 }
 
 /// Why a subcommand failed. Each message names the file and the problem.
@@ -92,5 +95,6 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Convert(args) => convert::run(&args),
         Command::Report(args) => report::run(&args),
         Command::Record(args) => Ok(record::run(args)?),
+        Command::Check(args) => check::run(&args),
     }
 }
