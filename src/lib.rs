@@ -13,5 +13,6 @@ pub mod format;
 pub mod manager;
 pub mod protocol;
 pub mod provider;
+pub mod report;
 
 pub use provider::alert;

@@ -24,7 +24,10 @@ pub mod session;
 
 pub use archive::{Archive, ArchiveError};
 pub use drain::{Drain, DrainError, DrainStats};
-pub use recorder::{RecordConfig, RecordError, RecordReport, Recorder, StopHandle, StopReason};
-pub use report::{ProviderReport, RefusedPeer, SummaryTable};
+pub use recorder::{
+    ExternalSource, RecordConfig, RecordError, RecordReport, Recorder, SectionError, SectionSink,
+    StopHandle, StopReason,
+};
+pub use report::{ProviderReport, RefusedPeer, SectionReport, SummaryTable};
 pub use server::{Manager, ManagerConfig, ManagerError, ManagerEvent, PollOutcome, Waker};
 pub use session::{Session, SessionConfig};

@@ -8,8 +8,14 @@
 //!                              the duration ends, a stop signal, an alert named
 //!                              `stop_on_alert`, or StopHandle::request_stop
 //!                            stop with write_results (stop timeout salvages silent providers),
-//!                            terminate providers (bounded), flush the archive
+//!                            stop external sources, terminate providers (bounded), flush the
+//!                            archive; a command still running gets SIGTERM (SIGKILL after 2 s)
 //! ```
+//!
+//! Sections that do not come from a provider of the protocol (the built-in kernel provider of
+//! `--system-wide`) join the same archive through a [`SectionSink`] and an
+//! [`ExternalSource`]: the source encodes records into the sink from its own thread, the
+//! recorder copies each batch into the archive under the section's reserved provider id.
 //!
 //! The socket lives in a fresh private directory (mode 0700, under `$XDG_RUNTIME_DIR` when set,
 //! else `/tmp`) named `fxtrace-session-<pid>-XXXXXX`, so concurrent sessions never collide and
@@ -27,14 +33,16 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{self, SaFlags, SigAction, SigHandler, SigSet, Signal};
 
-use super::report::{ProviderReport, RefusedPeer, SummaryTable};
+use super::report::{ProviderReport, RefusedPeer, SectionReport, SummaryTable};
 use super::server::{Manager, ManagerConfig, ManagerError, ManagerEvent, Waker};
 use super::session::{SessionConfig, SessionState};
+use crate::format::{self, EncodeError, Record};
 use crate::protocol::control::BufferingMode;
 use crate::protocol::transport::{ListenerOptions, SOCKET_ENV, SOCKET_FILE_NAME};
 
@@ -122,6 +130,9 @@ pub enum RecordError {
     /// Signal handlers could not be installed.
     #[error("installing signal handlers: {0}")]
     Signals(String),
+    /// Waiting for the command failed.
+    #[error("waiting for the command: {0}")]
+    Wait(std::io::Error),
 }
 
 /// Why tracing stopped.
@@ -171,6 +182,8 @@ pub struct RecordReport {
     pub providers: Vec<ProviderReport>,
     /// Connections refused for their credentials.
     pub refused: Vec<RefusedPeer>,
+    /// Sections written by external sources (the kernel provider).
+    pub sections: Vec<SectionReport>,
     /// Why tracing stopped.
     pub stop_reason: StopReason,
     /// The command's pid, if one was run.
@@ -188,6 +201,7 @@ impl RecordReport {
     pub fn summary(&self) -> SummaryTable<'_> {
         SummaryTable {
             providers: &self.providers,
+            sections: &self.sections,
             refused: &self.refused,
             output: &self.output,
             output_bytes: self.output_bytes,
@@ -209,7 +223,16 @@ static SIGNAL_RECEIVED: AtomicI32 = AtomicI32::new(0);
 extern "C" fn on_stop_signal(signo: libc::c_int) {
     // SAFETY: `__errno_location` returns this thread's errno, valid for the thread's life.
     let errno = unsafe { *libc::__errno_location() };
-    SIGNAL_RECEIVED.store(signo, Ordering::SeqCst);
+    if SIGNAL_RECEIVED.swap(signo, Ordering::SeqCst) != 0 {
+        // A second signal before the first was handled: the user insists. Die of it, as if
+        // no handler were installed.
+        // SAFETY: signal() and raise() are async-signal-safe; restoring the default action and
+        // re-raising ends the process with the signal's usual status.
+        unsafe {
+            libc::signal(signo, libc::SIG_DFL);
+            libc::raise(signo);
+        }
+    }
     let fd = SIGNAL_WAKE_FD.load(Ordering::SeqCst);
     if fd >= 0 {
         let one: u64 = 1;
@@ -245,7 +268,8 @@ pub struct SignalGuard {
 }
 
 /// Make `signals` stop the recorder of `handle` cleanly (the archive is still written) instead
-/// of their default action. One guard at a time per process. Handlers are reset to the default
+/// of their default action; a second one before the recorder has reacted kills the process
+/// as usual. One guard at a time per process. Handlers are reset to the default
 /// in the command run by the recorder (exec resets caught signals).
 pub fn stop_on_signals(
     handle: &StopHandle,
@@ -317,6 +341,8 @@ pub struct Recorder {
     socket_dir: Option<SocketDir>,
     stop: StopHandle,
     started: Instant,
+    sections: Vec<SectionIn>,
+    externals: Vec<Box<dyn ExternalSource>>,
 }
 
 /// The directory session sockets go in: `$XDG_RUNTIME_DIR` when absolute, else `/tmp`.
@@ -327,6 +353,156 @@ pub fn runtime_dir() -> PathBuf {
         .unwrap_or_else(|| PathBuf::from("/tmp"))
 }
 
+/// A fresh private directory for a session socket: in [`runtime_dir`], or in `/tmp` when the
+/// runtime directory is not writable (another user's `XDG_RUNTIME_DIR` after `su`).
+fn session_dir() -> Result<PathBuf, RecordError> {
+    let name = format!("{SESSION_DIR_PREFIX}{}-XXXXXX", std::process::id());
+    let base = runtime_dir();
+    match nix::unistd::mkdtemp(&base.join(&name)) {
+        Ok(dir) => Ok(dir),
+        Err(_) if base != Path::new("/tmp") => {
+            let tmp = PathBuf::from("/tmp");
+            nix::unistd::mkdtemp(&tmp.join(&name))
+                .map_err(|source| RecordError::SocketDir { dir: tmp, source })
+        }
+        Err(source) => Err(RecordError::SocketDir { dir: base, source }),
+    }
+}
+
+// === sections from outside the protocol ===
+
+/// Something that writes a section of its own into the archive through a [`SectionSink`]
+/// (the built-in kernel provider). The recorder stops it after the providers.
+pub trait ExternalSource: Send + std::fmt::Debug {
+    /// Stop producing and push the last records into the sink (flushing it) before returning.
+    fn stop(&mut self) -> Result<(), String>;
+}
+
+/// Why a [`SectionSink`] refused a record.
+#[derive(Debug, thiserror::Error)]
+pub enum SectionError {
+    /// The record does not encode.
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+    /// The recorder is gone.
+    #[error("the recorder is gone")]
+    Closed,
+}
+
+/// Encodes records for a section of the archive and ships them to the recorder in batches of
+/// about 64 KiB (the first batch at once, so that a source started before the command opens
+/// the archive). Provider Info and Provider Section records are left out: the archive writes
+/// its own, under the section's id. Call [`SectionSink::flush`] at the end.
+#[derive(Debug)]
+pub struct SectionSink {
+    id: u32,
+    words: Vec<u64>,
+    tx: Sender<Vec<u8>>,
+    waker: Waker,
+    sent_any: bool,
+}
+
+/// Words per batch (64 KiB).
+const SECTION_BATCH_WORDS: usize = 8 * 1024;
+
+impl SectionSink {
+    /// The provider id of the section in the archive.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Encode one record into the batch; returns its size in words (0 for the provider
+    /// metadata left out).
+    pub fn push(&mut self, record: &Record<'_>) -> Result<usize, SectionError> {
+        use format::Encode;
+        if matches!(record, Record::ProviderInfo(_) | Record::ProviderSection(_)) {
+            return Ok(0);
+        }
+        let n = record.words()?;
+        let start = self.words.len();
+        self.words.resize(start + n, 0);
+        if let Err(e) = record.write(&mut self.words[start..]) {
+            self.words.truncate(start);
+            return Err(e.into());
+        }
+        if !self.sent_any || self.words.len() >= SECTION_BATCH_WORDS {
+            self.flush()?;
+        }
+        Ok(n)
+    }
+
+    /// Ship what is buffered.
+    pub fn flush(&mut self) -> Result<(), SectionError> {
+        if self.words.is_empty() {
+            return Ok(());
+        }
+        let batch = format::words_to_bytes(&self.words);
+        self.words.clear();
+        self.tx.send(batch).map_err(|_| SectionError::Closed)?;
+        self.sent_any = true;
+        self.waker.wake();
+        Ok(())
+    }
+}
+
+/// The recorder's end of a section.
+#[derive(Debug)]
+struct SectionIn {
+    report: SectionReport,
+    rx: Receiver<Vec<u8>>,
+}
+
+impl Recorder {
+    /// A sink for a section named `name` with an id of its own in this session. Take it before
+    /// [`Self::run`] (the id is then the first of the session: 1).
+    pub fn section_sink(&mut self, name: &str) -> SectionSink {
+        let id = self.manager.reserve_provider_id();
+        let (tx, rx) = mpsc::channel();
+        self.sections.push(SectionIn {
+            report: SectionReport {
+                id,
+                name: name.to_owned(),
+                records: 0,
+                bytes: 0,
+            },
+            rx,
+        });
+        SectionSink {
+            id,
+            words: Vec::new(),
+            tx,
+            waker: self.manager.waker(),
+            sent_any: false,
+        }
+    }
+
+    /// Have `source` stopped (after the providers) when the recording ends.
+    pub fn add_external(&mut self, source: Box<dyn ExternalSource>) {
+        self.externals.push(source);
+    }
+
+    /// Give up before [`Self::run`]: close everything and remove the output file.
+    pub fn discard(self) {
+        let output = self.config.output.clone();
+        drop(self);
+        let _ = std::fs::remove_file(output);
+    }
+
+    /// Copy every batch the sections have sent into the archive.
+    fn drain_sections(&mut self) -> Result<(), RecordError> {
+        for section in &mut self.sections {
+            while let Ok(batch) = section.rx.try_recv() {
+                let records =
+                    self.manager
+                        .write_section(section.report.id, &section.report.name, &batch)?;
+                section.report.records += records;
+                section.report.bytes += batch.len() as u64;
+            }
+        }
+        Ok(())
+    }
+}
+
 impl Recorder {
     /// Bind the socket, create the output, start the session (with no provider yet it is
     /// started at once; providers that connect later are started as they register).
@@ -334,14 +510,7 @@ impl Recorder {
         let (socket_path, socket_dir) = match &config.socket_path {
             Some(p) => (p.clone(), None),
             None => {
-                let base = runtime_dir();
-                let template =
-                    base.join(format!("{SESSION_DIR_PREFIX}{}-XXXXXX", std::process::id()));
-                let dir =
-                    nix::unistd::mkdtemp(&template).map_err(|source| RecordError::SocketDir {
-                        dir: base.clone(),
-                        source,
-                    })?;
+                let dir = session_dir()?;
                 (dir.join(SOCKET_FILE_NAME), Some(SocketDir(dir)))
             }
         };
@@ -374,6 +543,8 @@ impl Recorder {
             socket_dir,
             stop,
             started: Instant::now(),
+            sections: Vec::new(),
+            externals: Vec::new(),
         })
     }
 
@@ -391,6 +562,8 @@ impl Recorder {
     /// Run the command (if any) and trace until a stop condition; write the archive. `log`
     /// receives one human-readable line per notable event (provider joined, lost, alert, …).
     pub fn run(mut self, mut log: impl FnMut(&str)) -> Result<RecordReport, RecordError> {
+        // Sections started before the command open the archive.
+        self.drain_sections()?;
         let mut child = self.spawn()?;
         let pidfd = child.as_ref().and_then(|c| pidfd_open(c.id()));
         let command_pid = child.as_ref().map(Child::id);
@@ -400,6 +573,7 @@ impl Recorder {
         let mut exited_at: Option<Instant> = None;
 
         let stop_reason = loop {
+            self.drain_sections()?;
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 break StopReason::Duration;
@@ -471,20 +645,31 @@ impl Recorder {
             }
         };
         log(&format!("stopping: {stop_reason}"));
+        let elapsed = self.started.elapsed();
 
         self.stop_session(&mut log)?;
-
-        // Ctrl-C reached the command too: give it a moment to exit so its status is known.
-        if command_status.is_none() {
-            if let (Some(c), StopReason::Signal(_)) = (child.as_mut(), &stop_reason) {
-                command_status = wait_child(c, pidfd.as_ref(), self.config.exit_grace);
+        for mut source in std::mem::take(&mut self.externals) {
+            if let Err(e) = source.stop() {
+                log(&format!("stopping {source:?}: {e}"));
             }
         }
-        if let (Some(pid), None) = (command_pid, command_status) {
-            log(&format!(
-                "command (pid {pid}) is still running; it is left alone (its provider stops \
-                 tracing when the session ends)"
-            ));
+        self.drain_sections()?;
+
+        // The trace ended first: the command goes too. After Ctrl-C (which reached it as well)
+        // it gets a moment to exit on its own.
+        if let (Some(c), None) = (child.as_mut(), command_status) {
+            if let StopReason::Signal(_) = stop_reason {
+                command_status = wait_child(c, pidfd.as_ref(), self.config.exit_grace);
+            }
+            if command_status.is_none() {
+                let status = terminate_child(c, pidfd.as_ref()).map_err(RecordError::Wait)?;
+                log(&format!(
+                    "command (pid {}) was still running: sent SIGTERM; it {}",
+                    c.id(),
+                    describe_status(status)
+                ));
+                command_status = Some(status);
+            }
         }
 
         let mut providers = self.manager.reports();
@@ -493,11 +678,11 @@ impl Recorder {
         }
         let refused = self.manager.refused().to_vec();
         let socket_path = self.manager.socket_path().to_path_buf();
+        let sections = self.sections.iter().map(|s| s.report.clone()).collect();
         let Recorder {
             manager,
             socket_dir,
             config,
-            started,
             ..
         } = self;
         let output_bytes = manager.finish()?;
@@ -508,11 +693,12 @@ impl Recorder {
             socket_path,
             providers,
             refused,
+            sections,
             stop_reason,
             command_pid,
             command_status,
             alerts,
-            elapsed: started.elapsed(),
+            elapsed,
         })
     }
 
@@ -639,6 +825,24 @@ fn pidfd_open(pid: u32) -> Option<OwnedFd> {
     // SAFETY: the syscall returned a new descriptor that nothing else owns (it is CLOEXEC by
     // definition of pidfd_open).
     Some(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// How long a command gets to exit after SIGTERM before SIGKILL.
+pub const TERM_GRACE: Duration = Duration::from_secs(2);
+
+/// SIGTERM, up to [`TERM_GRACE`] to exit, then SIGKILL; returns the exit status.
+fn terminate_child(child: &mut Child, pidfd: Option<&OwnedFd>) -> std::io::Result<ExitStatus> {
+    if let Some(status) = child.try_wait()? {
+        return Ok(status);
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    // ESRCH: it exited meanwhile; the wait below collects it.
+    let _ = signal::kill(pid, Signal::SIGTERM);
+    if let Some(status) = wait_child(child, pidfd, TERM_GRACE) {
+        return Ok(status);
+    }
+    child.kill()?;
+    child.wait()
 }
 
 /// Wait up to `limit` for `child` to exit.

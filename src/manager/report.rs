@@ -46,6 +46,19 @@ impl ProviderReport {
     }
 }
 
+/// A section written by a source outside the provider protocol (the kernel provider).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SectionReport {
+    /// Its provider id in the archive.
+    pub id: u32,
+    /// Its name.
+    pub name: String,
+    /// Records written.
+    pub records: u64,
+    /// Bytes written.
+    pub bytes: u64,
+}
+
 /// A connection refused because of its peer credentials.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct RefusedPeer {
@@ -60,6 +73,8 @@ pub struct RefusedPeer {
 pub struct SummaryTable<'a> {
     /// The providers.
     pub providers: &'a [ProviderReport],
+    /// Sections from outside the protocol (the kernel provider).
+    pub sections: &'a [SectionReport],
     /// Refused peers.
     pub refused: &'a [RefusedPeer],
     /// Where the trace was written.
@@ -90,7 +105,22 @@ impl fmt::Display for SummaryTable<'_> {
                 if p.lost.is_some() { "LOST" } else { "no" },
             )?;
         }
-        if self.providers.is_empty() {
+        for s in self.sections {
+            let name = super::archive::truncate_str(&s.name, 20);
+            writeln!(
+                f,
+                "{:>4} {:>8}  {:<20} {:>10} {:>12} {:>9}  {:<9} {:<5}",
+                s.id,
+                std::process::id(),
+                name,
+                s.records,
+                s.bytes,
+                "-",
+                "built-in",
+                "no",
+            )?;
+        }
+        if self.providers.is_empty() && self.sections.is_empty() {
             writeln!(f, "(no provider connected)")?;
         }
         for p in self.providers {
@@ -165,6 +195,12 @@ mod tests {
         };
         let table = SummaryTable {
             providers: &[p],
+            sections: &[SectionReport {
+                id: 9,
+                name: "kernel".into(),
+                records: 5,
+                bytes: 40,
+            }],
             refused: &[RefusedPeer { pid: 7, uid: 65534 }],
             output: std::path::Path::new("/tmp/t.fxt"),
             output_bytes: 123,
@@ -181,6 +217,8 @@ mod tests {
              buffer 1% used, wrapped 2 times, 2 streaming saves"
         ));
         assert!(table.ends_with("trace written to /tmp/t.fxt (123 bytes)"));
+        assert!(table.contains("kernel"));
+        assert!(table.contains("built-in"));
         let line = table.lines().nth(1).unwrap();
         assert!(line.contains(" 80 "), "bytes column: {line}");
     }

@@ -518,6 +518,32 @@ impl Manager {
         Ok(outcome)
     }
 
+    /// Take a provider id for a section the manager does not get from a provider (see
+    /// [`Self::write_section`]).
+    pub fn reserve_provider_id(&mut self) -> ProviderId {
+        self.session.reserve_provider_id()
+    }
+
+    /// Append `records` (whole, well-framed FXT records; their framing is checked) to the
+    /// archive in the section of `id` (from [`Self::reserve_provider_id`]), introduced as
+    /// `name` the first time. Returns the number of records.
+    pub fn write_section(
+        &mut self,
+        id: ProviderId,
+        name: &str,
+        records: &[u8],
+    ) -> Result<u64, ManagerError> {
+        if let Some(reason) = &self.archive_failed {
+            return Err(ManagerError::Archive(ArchiveError::Io(
+                std::io::Error::other(reason.clone()),
+            )));
+        }
+        if self.archive.current_provider() != Some(id) {
+            self.archive.begin_provider(id, name)?;
+        }
+        Ok(self.archive.write_records(records)?)
+    }
+
     /// Per-provider statistics so far.
     pub fn reports(&self) -> Vec<ProviderReport> {
         self.tracees.values().map(Tracee::report).collect()

@@ -311,6 +311,14 @@ impl Session {
         (id, commands)
     }
 
+    /// Take a provider id for a source that is not a registered provider (the built-in
+    /// kernel provider writing its own section): no provider will get it.
+    pub fn reserve_provider_id(&mut self) -> ProviderId {
+        let id = self.next_provider_id;
+        self.next_provider_id = self.next_provider_id.wrapping_add(1).max(1);
+        id
+    }
+
     /// `StartTracing`. `disposition` None means RETAIN (or CLEAR_ENTIRE after a Stop that wrote
     /// results).
     pub fn start(
@@ -758,6 +766,16 @@ mod tests {
         assert!(cmds.contains(&Command::CollectProvider { id: ids[1] }));
         assert!(!cmds.contains(&Command::CollectProvider { id: ids[0] }));
         assert!(cmds.contains(&Command::AcknowledgeStop { timed_out: vec![] }));
+    }
+
+    #[test]
+    fn reserved_ids_are_never_given_to_providers() {
+        let mut s = Session::new();
+        let reserved = s.reserve_provider_id();
+        let (id, _) = s.register_provider(1, "p", vec![]);
+        assert_eq!(reserved, 1);
+        assert_eq!(id, 2);
+        assert!(s.provider(reserved).is_none());
     }
 
     #[test]
