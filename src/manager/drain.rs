@@ -354,8 +354,8 @@ impl Drain {
         Ok(())
     }
 
-    /// Copy `[offset, offset + len)` out of the buffer, scan its first `data_end` bytes with
-    /// `framing`, and append the records found.
+    /// Copy the first `data_end` bytes of the region `[offset, offset + len)` out of the
+    /// buffer, scan them with `framing`, and append the records found.
     #[allow(clippy::too_many_arguments)]
     fn forward<W: Write>(
         &mut self,
@@ -368,6 +368,9 @@ impl Drain {
         region: Region,
     ) -> Result<(), DrainError> {
         let started = std::time::Instant::now();
+        // Only `[0, data_end)` is scanned: copy no more (the end was validated against the
+        // region; a larger one is refused by the scanner below).
+        let len = data_end.min(len);
         let len = usize::try_from(len).map_err(|_| BufferError::OutOfRange {
             offset,
             len,
