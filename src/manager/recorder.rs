@@ -216,13 +216,15 @@ impl RecordReport {
 /// ATOMICS: `SeqCst` stores and loads: the handler may run on any thread at any point; the
 /// install/uninstall paths are cold.
 static SIGNAL_WAKE_FD: AtomicI32 = AtomicI32::new(-1);
-/// Rules: the last stop signal received (0: none); set by the handler, taken by the recorder.
+/// Rules: the first stop signal received (0: none); set by the handler, read by the recorder,
+/// reset when handlers are installed.
 /// ATOMICS: `SeqCst`, as above.
 static SIGNAL_RECEIVED: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn on_stop_signal(signo: libc::c_int) {
     // SAFETY: `__errno_location` returns this thread's errno, valid for the thread's life.
     let errno = unsafe { *libc::__errno_location() };
+    // ATOMICS: `SeqCst` (see the statics); `swap` tells a second signal from the first.
     if SIGNAL_RECEIVED.swap(signo, Ordering::SeqCst) != 0 {
         // A second signal before the first was handled: the user insists. Die of it, as if
         // no handler were installed.
@@ -233,6 +235,7 @@ extern "C" fn on_stop_signal(signo: libc::c_int) {
             libc::raise(signo);
         }
     }
+    // ATOMICS: `SeqCst`, see the static.
     let fd = SIGNAL_WAKE_FD.load(Ordering::SeqCst);
     if fd >= 0 {
         let one: u64 = 1;
@@ -276,6 +279,7 @@ pub fn stop_on_signals(
     signals: &[Signal],
 ) -> Result<SignalGuard, RecordError> {
     let fd = handle.waker.raw_fd();
+    // ATOMICS: `SeqCst` on a cold path: the fd is published before any handler is installed.
     if SIGNAL_WAKE_FD
         .compare_exchange(-1, fd, Ordering::SeqCst, Ordering::SeqCst)
         .is_err()
@@ -284,6 +288,8 @@ pub fn stop_on_signals(
             "another recorder's signal handlers are installed".into(),
         ));
     }
+    // ATOMICS: `SeqCst`, see the static; no handler is installed yet.
+    SIGNAL_RECEIVED.store(0, Ordering::SeqCst);
     let action = SigAction::new(
         SigHandler::Handler(on_stop_signal),
         SaFlags::SA_RESTART,
@@ -309,6 +315,7 @@ impl Drop for SignalGuard {
             // SAFETY: restoring an action returned by sigaction for the same signal.
             let _ = unsafe { signal::sigaction(sig, &old) };
         }
+        // ATOMICS: `SeqCst`, after the handlers are gone.
         SIGNAL_WAKE_FD.store(-1, Ordering::SeqCst);
     }
 }
@@ -607,7 +614,9 @@ impl Recorder {
                 }
                 match event {
                     ManagerEvent::Woken => {
-                        let signo = SIGNAL_RECEIVED.swap(0, Ordering::SeqCst);
+                        // ATOMICS: `SeqCst`, see the static; the handler stored it before
+                        // waking us. Not reset: a second signal while stopping kills.
+                        let signo = SIGNAL_RECEIVED.load(Ordering::SeqCst);
                         if signo != 0 {
                             reason = Some(StopReason::Signal(signo));
                         // ATOMICS: `Acquire`, pairs with `request_stop`.

@@ -102,6 +102,7 @@ impl BufferHandler for SaveRequester {
             Ok(()) => self.counters.save_requests.fetch_add(1, Ordering::Relaxed),
             // The buffer stays unsaved: records are dropped (and counted) until the session
             // ends; the control thread sees the closed FIFO and stops tracing.
+            // ATOMICS: `Relaxed` counter (statistics only).
             Err(_) => self.counters.packets_lost.fetch_add(1, Ordering::Relaxed),
         };
     }
