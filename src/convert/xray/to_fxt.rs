@@ -47,8 +47,9 @@
 //! (argument type 10, `"data"`), plus a `"text"` string argument when the payload is
 //! short UTF-8 text (viewers that skip blob arguments still show it). A payload too
 //! large for an argument (about 32 KiB) is written right after its event as a Blob
-//! record (type DATA) named like the event, or as a Large Blob attachment when it does
-//! not fit a Blob record either; the event then carries `"blob"` = that name.
+//! record (type DATA) named like the event, split into several same-named Blob records
+//! when it does not fit one (never a Large Blob record, which Perfetto misframes); the
+//! event then carries `"blob"` = that name.
 //!
 //! ```
 //! use fxtrace::convert::xray::{read_log, write_fxt, ImportOptions};
@@ -188,7 +189,7 @@ pub struct ImportStats {
     pub cpu_migrations: u64,
     /// Wall-clock anchor events written.
     pub wall_times: u64,
-    /// Payloads too large for an event argument, written as Blob or Large Blob records.
+    /// Payloads too large for an event argument, written as (chunked) Blob records.
     pub blob_records: u64,
     /// Repair: frames closed early because an exit matched a frame below them.
     pub unwound_frames: u64,
@@ -845,7 +846,7 @@ impl<W: Write> ThreadConverter<'_, W> {
     }
 
     /// An instant event carrying `data` (custom or typed event), with the payload as an
-    /// argument when it fits, else in a Blob (or Large Blob) record right after it.
+    /// argument when it fits, else in Blob records right after it.
     fn payload_event(
         &mut self,
         ts: u64,
