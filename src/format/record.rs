@@ -16,7 +16,7 @@ use super::fields::{
     ThreadRecord as ThreadFields, UserspaceObjectRecord,
 };
 use super::refs::{ProcessRef, StringRef, ThreadRef};
-use super::sink::{Counter, Cursor, Sink};
+use super::sink::{Counter, Cursor, Sink, SplitCursor};
 use super::types::{
     BlobType, EventType, LargeBlobFormat, MetadataType, ObjectType, RecordType, SchedulingType,
     ThreadState, LARGE_RECORD_TYPE_BLOB, MAGIC_WORD, MAX_BLOB_PAYLOAD, MAX_LARGE_RECORD_WORDS,
@@ -32,6 +32,13 @@ pub trait Encode {
     /// (equal to [`Encode::words`]). Never writes past `out`; never allocates. On error the
     /// contents of `out` are unspecified (possibly partly written).
     fn write(&self, out: &mut [u64]) -> Result<usize, EncodeError>;
+
+    /// Writes the record like [`Encode::write`], except that its first word, the header, is
+    /// returned instead of stored: `body[i]` receives word `i + 1`. Returns the header and the
+    /// number of words of the record (header included). For writers that must publish the
+    /// header after the rest of the record: the engine reserves [`Encode::words`] words,
+    /// encodes the body in place, then stores the header with `Release`.
+    fn write_body(&self, body: &mut [u64]) -> Result<(u64, usize), EncodeError>;
 }
 
 /// Implements [`Encode`] for a type with an `emit` description.
@@ -53,6 +60,18 @@ macro_rules! encode_via_emit {
                     .map_err(|needed| EncodeError::BufferTooSmall { needed, available })?;
                 debug_assert_eq!(Ok(written), self.words(), "words() and write() disagree");
                 Ok(written)
+            }
+
+            #[inline]
+            fn write_body(&self, body: &mut [u64]) -> Result<(u64, usize), EncodeError> {
+                let available = body.len() + 1;
+                let mut cursor = SplitCursor::new(body);
+                self.emit(&mut cursor)?;
+                let (header, written) = cursor
+                    .finish()
+                    .map_err(|needed| EncodeError::BufferTooSmall { needed, available })?;
+                debug_assert_eq!(Ok(written), self.words(), "words() and write_body() disagree");
+                Ok((header, written))
             }
         }
     )+};
