@@ -39,7 +39,9 @@
 use crate::clock;
 use crate::engine::category::tracing_maybe_on;
 use crate::engine::global::with_current;
-use crate::engine::record::{RecordError, TraceWriter};
+use crate::engine::record::TraceWriter;
+use crate::engine::Context;
+use crate::format::{EventKind, StringRef};
 
 pub use crate::engine::category::CallSite;
 pub use crate::engine::record::{Scope, TraceStr};
@@ -93,27 +95,60 @@ fn enabled_slow(name: &'static str, site: Option<&'static CallSite>) -> bool {
 }
 
 /// The enabled path shared by every event: find the context, check the category, enter a
-/// writer section, read the clock, write. Failures were counted by the engine.
+/// writer section, read the clock, write. Not generic, so that the whole path is compiled
+/// (and inlined) inside this crate; the call sites only hold the one-load check. Failures
+/// were counted by the engine.
 #[inline(never)]
 fn emit(
     category: &'static str,
     site: Option<&'static CallSite>,
-    write: impl FnOnce(&mut TraceWriter<'_>, u64) -> Result<(), RecordError>,
+    name: TraceStr<'_>,
+    scope: Scope,
+    kind: EventKind,
+    args: &[Arg<'_>],
 ) {
     with_current(|context| {
-        if let Some(site) = site {
-            if !context.category_enabled(site) {
-                return;
-            }
-        }
-        let Some(mut writer) = context.trace_writer() else {
+        let Some((mut writer, category)) = enter(context, category, site) else {
             return;
         };
-        if site.is_none() && !writer.category_enabled(category) {
-            return;
-        }
         let ticks = clock::ticks();
-        let _ = write(&mut writer, ticks);
+        let _ = match kind {
+            EventKind::Instant => writer.instant_with_category(ticks, category, name, scope, args),
+            kind => writer.event_with_category(ticks, category, name, kind, args),
+        };
+    });
+}
+
+/// A writer section on `context` and the category's ref, if the category is enabled.
+#[inline(always)]
+fn enter<'c>(
+    context: &'c Context,
+    category: &'static str,
+    site: Option<&'static CallSite>,
+) -> Option<(TraceWriter<'c>, StringRef<'static>)> {
+    match site {
+        Some(site) => {
+            if !context.category_enabled(site) {
+                return None;
+            }
+            let mut writer = context.trace_writer()?;
+            let category = writer.string_ref(category);
+            Some((writer, category))
+        }
+        None => {
+            let mut writer = context.trace_writer()?;
+            let category = writer.category_ref(category)?;
+            Some((writer, category))
+        }
+    }
+}
+
+#[inline(never)]
+fn emit_log(category: &'static str, site: Option<&'static CallSite>, message: &str) {
+    with_current(|context| {
+        if let Some((mut writer, _)) = enter(context, category, site) {
+            let _ = writer.log(clock::ticks(), message);
+        }
     });
 }
 
@@ -126,10 +161,15 @@ pub fn instant<'a>(
     args: &[Arg<'_>],
 ) {
     if tracing_maybe_on() {
-        let (cat, name) = (category.name(), name.into());
-        emit(cat, category.site(), |w, t| {
-            w.instant(t, cat, name, scope, args)
-        });
+        let kind = EventKind::Instant;
+        emit(
+            category.name(),
+            category.site(),
+            name.into(),
+            scope,
+            kind,
+            args,
+        );
     }
 }
 
@@ -142,10 +182,15 @@ pub fn counter<'a>(
     args: &[Arg<'_>],
 ) {
     if tracing_maybe_on() {
-        let (cat, name) = (category.name(), name.into());
-        emit(cat, category.site(), |w, t| {
-            w.counter(t, cat, name, id, args)
-        });
+        let kind = EventKind::Counter { id };
+        emit(
+            category.name(),
+            category.site(),
+            name.into(),
+            Scope::Thread,
+            kind,
+            args,
+        );
     }
 }
 
@@ -158,10 +203,15 @@ pub fn duration_begin<'a>(
     args: &[Arg<'_>],
 ) {
     if tracing_maybe_on() {
-        let (cat, name) = (category.name(), name.into());
-        emit(cat, category.site(), |w, t| {
-            w.duration_begin(t, cat, name, args)
-        });
+        let kind = EventKind::DurationBegin;
+        emit(
+            category.name(),
+            category.site(),
+            name.into(),
+            Scope::Thread,
+            kind,
+            args,
+        );
     }
 }
 
@@ -169,10 +219,15 @@ pub fn duration_begin<'a>(
 #[inline]
 pub fn duration_end<'a>(category: impl Category, name: impl Into<TraceStr<'a>>, args: &[Arg<'_>]) {
     if tracing_maybe_on() {
-        let (cat, name) = (category.name(), name.into());
-        emit(cat, category.site(), |w, t| {
-            w.duration_end(t, cat, name, args)
-        });
+        let kind = EventKind::DurationEnd;
+        emit(
+            category.name(),
+            category.site(),
+            name.into(),
+            Scope::Thread,
+            kind,
+            args,
+        );
     }
 }
 
@@ -185,10 +240,15 @@ pub fn async_begin<'a>(
     args: &[Arg<'_>],
 ) {
     if tracing_maybe_on() {
-        let (cat, name) = (category.name(), name.into());
-        emit(cat, category.site(), |w, t| {
-            w.async_begin(t, cat, name, id, args)
-        });
+        let kind = EventKind::AsyncBegin { id };
+        emit(
+            category.name(),
+            category.site(),
+            name.into(),
+            Scope::Thread,
+            kind,
+            args,
+        );
     }
 }
 
@@ -201,10 +261,15 @@ pub fn async_instant<'a>(
     args: &[Arg<'_>],
 ) {
     if tracing_maybe_on() {
-        let (cat, name) = (category.name(), name.into());
-        emit(cat, category.site(), |w, t| {
-            w.async_instant(t, cat, name, id, args)
-        });
+        let kind = EventKind::AsyncInstant { id };
+        emit(
+            category.name(),
+            category.site(),
+            name.into(),
+            Scope::Thread,
+            kind,
+            args,
+        );
     }
 }
 
@@ -217,10 +282,15 @@ pub fn async_end<'a>(
     args: &[Arg<'_>],
 ) {
     if tracing_maybe_on() {
-        let (cat, name) = (category.name(), name.into());
-        emit(cat, category.site(), |w, t| {
-            w.async_end(t, cat, name, id, args)
-        });
+        let kind = EventKind::AsyncEnd { id };
+        emit(
+            category.name(),
+            category.site(),
+            name.into(),
+            Scope::Thread,
+            kind,
+            args,
+        );
     }
 }
 
@@ -233,10 +303,15 @@ pub fn flow_begin<'a>(
     args: &[Arg<'_>],
 ) {
     if tracing_maybe_on() {
-        let (cat, name) = (category.name(), name.into());
-        emit(cat, category.site(), |w, t| {
-            w.flow_begin(t, cat, name, id, args)
-        });
+        let kind = EventKind::FlowBegin { id };
+        emit(
+            category.name(),
+            category.site(),
+            name.into(),
+            Scope::Thread,
+            kind,
+            args,
+        );
     }
 }
 
@@ -249,10 +324,15 @@ pub fn flow_step<'a>(
     args: &[Arg<'_>],
 ) {
     if tracing_maybe_on() {
-        let (cat, name) = (category.name(), name.into());
-        emit(cat, category.site(), |w, t| {
-            w.flow_step(t, cat, name, id, args)
-        });
+        let kind = EventKind::FlowStep { id };
+        emit(
+            category.name(),
+            category.site(),
+            name.into(),
+            Scope::Thread,
+            kind,
+            args,
+        );
     }
 }
 
@@ -265,10 +345,15 @@ pub fn flow_end<'a>(
     args: &[Arg<'_>],
 ) {
     if tracing_maybe_on() {
-        let (cat, name) = (category.name(), name.into());
-        emit(cat, category.site(), |w, t| {
-            w.flow_end(t, cat, name, id, args)
-        });
+        let kind = EventKind::FlowEnd { id };
+        emit(
+            category.name(),
+            category.site(),
+            name.into(),
+            Scope::Thread,
+            kind,
+            args,
+        );
     }
 }
 
@@ -277,7 +362,7 @@ pub fn flow_end<'a>(
 #[inline]
 pub fn log(category: impl Category, message: &str) {
     if tracing_maybe_on() {
-        emit(category.name(), category.site(), |w, t| w.log(t, message));
+        emit_log(category.name(), category.site(), message);
     }
 }
 

@@ -79,8 +79,9 @@ pub(crate) enum ThreadSlot {
     Inline,
 }
 
-/// The per-thread cache.
-struct ThreadCache {
+/// The per-thread cache. Reached through [`current`]; every method works on the calling
+/// thread's own instance.
+pub(crate) struct ThreadCache {
     /// Generation the cache belongs to (0 = none yet; generations are never 0).
     generation: Cell<u32>,
     /// Strings cached in this generation.
@@ -108,40 +109,13 @@ thread_local! {
     };
 }
 
+/// The calling thread's cache.
 #[inline(always)]
-fn with_cache<R>(f: impl FnOnce(&ThreadCache) -> R) -> R {
-    // `CACHE` has a const initialiser and no destructor: `with` cannot fail, even while the
-    // thread's other thread-locals are being destroyed.
-    CACHE.with(f)
-}
-
-/// Make the calling thread's cache serve `generation`: true when it does (same generation,
-/// or older and now reset), false when the thread already serves a newer generation (the
-/// caller then works uncached).
-#[inline]
-pub(crate) fn adopt(generation: u32) -> bool {
-    with_cache(|c| {
-        let current = c.generation.get();
-        if current == generation {
-            return true;
-        }
-        if current > generation {
-            return false;
-        }
-        reset(c, generation);
-        true
-    })
-}
-
-#[cold]
-#[inline(never)]
-fn reset(c: &ThreadCache, generation: u32) {
-    for entry in &c.entries {
-        entry.set(EMPTY_ENTRY);
-    }
-    c.used.set(0);
-    c.thread.set(ThreadSlot::Unknown);
-    c.generation.set(generation);
+pub(crate) fn current() -> &'static ThreadCache {
+    // SAFETY: `CACHE` has a const initialiser and no destructor, so its storage lives as long
+    // as the thread (`with` cannot fail, even while other thread-locals are destroyed), and
+    // `ThreadCache` is `!Sync` (cells), so the reference cannot reach another thread.
+    CACHE.with(|c| unsafe { &*(c as *const ThreadCache) })
 }
 
 /// Where a string is, or would go, in the table.
@@ -171,24 +145,51 @@ fn home_slot(addr: usize, len: usize) -> usize {
     (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - SLOT_BITS)) as usize
 }
 
-/// Find `s` in the calling thread's cache. The caller has adopted the generation.
-#[inline]
-pub(crate) fn lookup(s: &'static str) -> Lookup {
-    let addr = s.as_ptr() as usize;
-    let len = s.len();
-    if len == 0 || len > MAX_STRING_LEN {
-        return Lookup::Full;
+impl ThreadCache {
+    /// Make the cache serve `generation`: true when it does (same generation, or older and
+    /// now reset), false when the thread already serves a newer generation (the caller then
+    /// works uncached).
+    #[inline(always)]
+    pub(crate) fn adopt(&self, generation: u32) -> bool {
+        let current = self.generation.get();
+        if current == generation {
+            return true;
+        }
+        if current > generation {
+            return false;
+        }
+        self.reset(generation);
+        true
     }
-    with_cache(|c| {
+
+    #[cold]
+    #[inline(never)]
+    fn reset(&self, generation: u32) {
+        for entry in &self.entries {
+            entry.set(EMPTY_ENTRY);
+        }
+        self.used.set(0);
+        self.thread.set(ThreadSlot::Unknown);
+        self.generation.set(generation);
+    }
+
+    /// Find `s`. The caller has adopted the generation.
+    #[inline(always)]
+    pub(crate) fn lookup(&self, s: &'static str) -> Lookup {
+        let addr = s.as_ptr() as usize;
+        let len = s.len();
+        if len == 0 || len > MAX_STRING_LEN {
+            return Lookup::Full;
+        }
         let mut slot = home_slot(addr, len);
         // At most `MAX_STRING_ENTRIES` of the slots are used, so the probe meets an empty slot.
         loop {
-            let entry = c.entries[slot].get();
+            let entry = self.entries[slot].get();
             if entry.addr == addr && entry.len as usize == len {
                 return Lookup::Found { slot, entry };
             }
             if entry.addr == 0 {
-                return if (c.used.get() as usize) < MAX_STRING_ENTRIES {
+                return if (self.used.get() as usize) < MAX_STRING_ENTRIES {
                     Lookup::Vacant { slot }
                 } else {
                     Lookup::Full
@@ -196,17 +197,16 @@ pub(crate) fn lookup(s: &'static str) -> Lookup {
             }
             slot = (slot + 1) & (STRING_SLOTS - 1);
         }
-    })
-}
+    }
 
-/// Store what is known about `s` at `slot` (from [`lookup`], in the same generation, with no
-/// insertion in between on this thread). `index` matters when `flags` has [`FLAG_INDEX_OK`].
-#[inline]
-pub(crate) fn store(slot: usize, s: &'static str, index: u16, flags: u8) {
-    with_cache(|c| {
-        let cell = &c.entries[slot];
+    /// Store what is known about `s` at `slot` (from [`Self::lookup`], in the same
+    /// generation, with no insertion in between). `index` matters when `flags` has
+    /// [`FLAG_INDEX_OK`].
+    #[inline]
+    pub(crate) fn store(&self, slot: usize, s: &'static str, index: u16, flags: u8) {
+        let cell = &self.entries[slot];
         if cell.get().addr == 0 {
-            c.used.set(c.used.get() + 1);
+            self.used.set(self.used.get() + 1);
         }
         cell.set(Entry {
             addr: s.as_ptr() as usize,
@@ -214,24 +214,45 @@ pub(crate) fn store(slot: usize, s: &'static str, index: u16, flags: u8) {
             index,
             flags,
         });
-    })
-}
+    }
 
-/// Entries cached by the calling thread in its current generation.
-#[cfg(test)]
-pub(crate) fn strings_cached() -> usize {
-    with_cache(|c| c.used.get() as usize)
-}
+    /// Entries cached in the current generation.
+    #[cfg(test)]
+    pub(crate) fn strings_cached(&self) -> usize {
+        self.used.get() as usize
+    }
 
-/// The calling thread's registered ref in its current generation.
-#[inline]
-pub(crate) fn thread_slot() -> ThreadSlot {
-    with_cache(|c| c.thread.get())
-}
+    /// The thread's registered ref in the current generation.
+    #[inline(always)]
+    pub(crate) fn thread_slot(&self) -> ThreadSlot {
+        self.thread.get()
+    }
 
-/// Record the calling thread's ref for its current generation.
-pub(crate) fn set_thread_slot(slot: ThreadSlot) {
-    with_cache(|c| c.thread.set(slot))
+    /// Record the thread's ref for the current generation.
+    pub(crate) fn set_thread_slot(&self, slot: ThreadSlot) {
+        self.thread.set(slot)
+    }
+
+    /// The thread's id (koid on Linux), read once.
+    #[inline]
+    pub(crate) fn thread_id(&self) -> u64 {
+        let tid = self.tid.get();
+        if tid != 0 {
+            return tid;
+        }
+        let tid = read_thread_id();
+        self.tid.set(tid);
+        tid
+    }
+
+    /// The thread's inline ref (pid, tid).
+    #[inline]
+    pub(crate) fn inline_thread_ref(&self) -> ThreadRef {
+        ThreadRef::Inline {
+            pid: process_id(),
+            tid: self.thread_id(),
+        }
+    }
 }
 
 // === process and thread ids ===
@@ -252,20 +273,6 @@ pub(crate) fn process_id() -> u64 {
     u64::from(pid)
 }
 
-/// The calling thread's id (koid on Linux), cached per thread.
-#[inline]
-pub(crate) fn thread_id() -> u64 {
-    with_cache(|c| {
-        let tid = c.tid.get();
-        if tid != 0 {
-            return tid;
-        }
-        let tid = read_thread_id();
-        c.tid.set(tid);
-        tid
-    })
-}
-
 #[cold]
 fn read_thread_id() -> u64 {
     // SAFETY: `gettid` takes no arguments, cannot fail and has no memory effects.
@@ -273,29 +280,19 @@ fn read_thread_id() -> u64 {
     u64::try_from(tid).unwrap_or(0)
 }
 
-/// The calling thread's inline ref (pid, tid).
-#[inline]
-pub(crate) fn inline_thread_ref() -> ThreadRef {
-    ThreadRef::Inline {
-        pid: process_id(),
-        tid: thread_id(),
-    }
-}
-
 /// In a forked child (called from the `pthread_atfork` child handler, on the only thread):
 /// forget the parent's ids and this thread's generation, so nothing cached in the parent is
 /// reused. Only async-signal-safe operations (atomic and thread-local stores).
 pub(crate) fn forget_ids_after_fork() {
     PID.store(0, Ordering::Relaxed);
-    with_cache(|c| {
-        c.tid.set(0);
-        c.generation.set(0);
-        c.used.set(0);
-        c.thread.set(ThreadSlot::Unknown);
-        for entry in &c.entries {
-            entry.set(EMPTY_ENTRY);
-        }
-    });
+    let c = current();
+    c.tid.set(0);
+    c.generation.set(0);
+    c.used.set(0);
+    c.thread.set(ThreadSlot::Unknown);
+    for entry in &c.entries {
+        entry.set(EMPTY_ENTRY);
+    }
 }
 
 // === names ===
@@ -355,14 +352,15 @@ mod tests {
     #[test]
     fn generations_adopt_reset_and_refuse_older() {
         std::thread::spawn(|| {
-            assert!(adopt(10));
+            let c = current();
+            assert!(c.adopt(10));
             let s: &'static str = "cache-test";
-            let Lookup::Vacant { slot } = lookup(s) else {
+            let Lookup::Vacant { slot } = c.lookup(s) else {
                 panic!("fresh cache")
             };
-            store(slot, s, 7, FLAG_INDEX_ATTEMPTED | FLAG_INDEX_OK);
-            assert_eq!(strings_cached(), 1);
-            match lookup(s) {
+            c.store(slot, s, 7, FLAG_INDEX_ATTEMPTED | FLAG_INDEX_OK);
+            assert_eq!(c.strings_cached(), 1);
+            match c.lookup(s) {
                 Lookup::Found { entry, .. } => {
                     assert_eq!(entry.index, 7);
                     assert_eq!(entry.flags, FLAG_INDEX_ATTEMPTED | FLAG_INDEX_OK);
@@ -370,13 +368,13 @@ mod tests {
                 other => panic!("{other:?}"),
             }
             // A prefix shares the address but is another string.
-            assert!(matches!(lookup(&s[..5]), Lookup::Vacant { .. }));
-            assert!(!adopt(9), "older generation gets no cache");
-            assert!(matches!(lookup(s), Lookup::Found { .. }));
-            assert!(adopt(11));
-            assert_eq!(strings_cached(), 0);
-            assert!(matches!(lookup(s), Lookup::Vacant { .. }));
-            assert_eq!(thread_slot(), ThreadSlot::Unknown);
+            assert!(matches!(c.lookup(&s[..5]), Lookup::Vacant { .. }));
+            assert!(!c.adopt(9), "older generation gets no cache");
+            assert!(matches!(c.lookup(s), Lookup::Found { .. }));
+            assert!(c.adopt(11));
+            assert_eq!(c.strings_cached(), 0);
+            assert!(matches!(c.lookup(s), Lookup::Vacant { .. }));
+            assert_eq!(c.thread_slot(), ThreadSlot::Unknown);
         })
         .join()
         .unwrap();
@@ -385,26 +383,27 @@ mod tests {
     #[test]
     fn table_holds_max_entries_then_reports_full() {
         std::thread::spawn(|| {
-            assert!(adopt(5));
+            let c = current();
+            assert!(c.adopt(5));
             let text: &'static str = Box::leak("x".repeat(MAX_STRING_ENTRIES + 10).into());
             for i in 0..MAX_STRING_ENTRIES {
                 let s = &text[i..i + 1];
-                match lookup(s) {
-                    Lookup::Vacant { slot } => store(slot, s, i as u16 + 1, FLAG_INDEX_OK),
+                match c.lookup(s) {
+                    Lookup::Vacant { slot } => c.store(slot, s, i as u16 + 1, FLAG_INDEX_OK),
                     other => panic!("entry {i}: {other:?}"),
                 }
             }
             assert_eq!(
-                lookup(&text[MAX_STRING_ENTRIES..MAX_STRING_ENTRIES + 1]),
+                c.lookup(&text[MAX_STRING_ENTRIES..MAX_STRING_ENTRIES + 1]),
                 Lookup::Full
             );
             for i in 0..MAX_STRING_ENTRIES {
-                match lookup(&text[i..i + 1]) {
+                match c.lookup(&text[i..i + 1]) {
                     Lookup::Found { entry, .. } => assert_eq!(entry.index, i as u16 + 1),
                     other => panic!("entry {i}: {other:?}"),
                 }
             }
-            assert_eq!(lookup(""), Lookup::Full);
+            assert_eq!(c.lookup(""), Lookup::Full);
         })
         .join()
         .unwrap();
@@ -413,15 +412,15 @@ mod tests {
     #[test]
     fn names_and_ids() {
         assert_eq!(process_id(), u64::from(std::process::id()));
-        let tid = thread_id();
+        let tid = current().thread_id();
         assert!(tid > 0);
-        assert_eq!(thread_id(), tid);
+        assert_eq!(current().thread_id(), tid);
         std::thread::Builder::new()
             .name("cache-name-test-long".into())
             .spawn(move || {
                 let mut buf = [0u8; 16];
                 assert_eq!(thread_name(&mut buf), "cache-name-test");
-                assert_ne!(thread_id(), tid);
+                assert_ne!(current().thread_id(), tid);
             })
             .unwrap()
             .join()

@@ -278,6 +278,7 @@ fn bind(local: &Local) -> Option<&'static ReaderSlot> {
         .ok()
 }
 
+#[inline(always)]
 fn local() -> &'static Local {
     // SAFETY: `LOCAL` has a const initialiser and no destructor: its storage lives as long as
     // the thread, and the reference never leaves the thread (`Section` is `!Send`).

@@ -37,8 +37,8 @@
 //! ```
 
 use super::cache::{
-    self, Lookup, ThreadSlot, FLAG_CATEGORY_CHECKED, FLAG_CATEGORY_ENABLED, FLAG_INDEX_ATTEMPTED,
-    FLAG_INDEX_OK,
+    self, Lookup, ThreadCache, ThreadSlot, FLAG_CATEGORY_CHECKED, FLAG_CATEGORY_ENABLED,
+    FLAG_INDEX_ATTEMPTED, FLAG_INDEX_OK,
 };
 use super::category::CategoryFilter;
 use super::context::{Context, EngineError, StartMode};
@@ -150,40 +150,47 @@ fn inline_ref(s: &str) -> StringRef<'_> {
     }
 }
 
-/// Whether `category` is enabled for `context`, through the calling thread's cache when
-/// `cached` (the caller adopted the generation), else by asking the context.
-fn category_enabled_in(context: &Context, cached: bool, category: &'static str) -> bool {
-    if cached {
-        let (slot, entry) = match cache::lookup(category) {
+/// Whether `category` is enabled for `context`, through `cache` when given (the caller
+/// adopted the generation), else by asking the context.
+#[inline(always)]
+fn category_enabled_in(
+    context: &Context,
+    cache: Option<&ThreadCache>,
+    category: &'static str,
+) -> bool {
+    if let Some(cache) = cache {
+        let (slot, entry) = match cache.lookup(category) {
             Lookup::Found { slot, entry } => {
                 if entry.flags & FLAG_CATEGORY_CHECKED != 0 {
                     return entry.flags & FLAG_CATEGORY_ENABLED != 0;
                 }
-                (Some(slot), Some(entry))
+                (slot, Some(entry))
             }
-            Lookup::Vacant { slot } => (Some(slot), None),
-            Lookup::Full => (None, None),
+            Lookup::Vacant { slot } => (slot, None),
+            Lookup::Full => return context.is_category_enabled(category),
         };
-        if let Some(slot) = slot {
-            return check_and_cache(context, category, slot, entry);
-        }
+        let flags = check_category(context, cache, category, slot, entry);
+        return flags & FLAG_CATEGORY_ENABLED != 0;
     }
     context.is_category_enabled(category)
 }
 
+/// Ask the context about `category` and cache the answer at `slot`; returns the entry's new
+/// flags.
 #[cold]
 #[inline(never)]
-fn check_and_cache(
+fn check_category(
     context: &Context,
+    cache: &ThreadCache,
     category: &'static str,
     slot: usize,
     entry: Option<cache::Entry>,
-) -> bool {
+) -> u8 {
     let enabled = context.is_category_enabled(category);
     let (index, flags) = entry.map_or((0, 0), |e| (e.index, e.flags));
     let flags = flags | FLAG_CATEGORY_CHECKED | if enabled { FLAG_CATEGORY_ENABLED } else { 0 };
-    cache::store(slot, category, index, flags);
-    enabled
+    cache.store(slot, category, index, flags);
+    flags
 }
 
 // === impl Context ===
@@ -191,13 +198,15 @@ fn check_and_cache(
 impl Context {
     /// Enter a writer section and wrap it in a [`TraceWriter`]; `None` when tracing is off or
     /// the attempt is dropped (see [`Context::acquire`]).
-    #[inline]
+    #[inline(always)]
     pub fn trace_writer(&self) -> Option<TraceWriter<'_>> {
         let writer = self.acquire()?;
-        let cached = cache::adopt(writer.generation());
+        let cache = cache::current();
+        let cached = cache.adopt(writer.generation());
         Some(TraceWriter {
             context: self,
             writer,
+            cache,
             cached,
         })
     }
@@ -214,12 +223,12 @@ impl Context {
     /// False when the trace is not started. Needs no writer section.
     #[inline]
     pub fn is_category_enabled_cached(&self, category: &'static str) -> bool {
-        let (started, generation) = self.inner().gate_generation_now();
-        if !started {
+        let Some(generation) = self.started_generation() else {
             return false;
-        }
-        let cached = cache::adopt(generation);
-        category_enabled_in(self, cached, category)
+        };
+        let cache = cache::current();
+        let cached = cache.adopt(generation);
+        category_enabled_in(self, cached.then_some(cache), category)
     }
 }
 
@@ -227,12 +236,22 @@ impl Context {
 
 /// A writer section with typed record writers, string interning and thread registration.
 /// Obtained from [`Context::trace_writer`]; dropping it leaves the section. Not `Send`.
-#[derive(Debug)]
 pub struct TraceWriter<'c> {
     context: &'c Context,
     writer: Writer<'c>,
-    /// Whether the thread's cache serves this section's generation.
+    /// The calling thread's cache.
+    cache: &'static ThreadCache,
+    /// Whether `cache` serves this section's generation.
     cached: bool,
+}
+
+impl std::fmt::Debug for TraceWriter<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TraceWriter")
+            .field("writer", &self.writer)
+            .field("cached", &self.cached)
+            .finish()
+    }
 }
 
 impl<'c> TraceWriter<'c> {
@@ -252,17 +271,78 @@ impl<'c> TraceWriter<'c> {
         self.cached
     }
 
+    #[inline(always)]
+    fn cache(&self) -> Option<&'static ThreadCache> {
+        self.cached.then_some(self.cache)
+    }
+
     /// Whether `category` is enabled (cached per thread per generation).
-    #[inline]
+    #[inline(always)]
     pub fn category_enabled(&mut self, category: &'static str) -> bool {
-        category_enabled_in(self.context, self.cached, category)
+        category_enabled_in(self.context, self.cache(), category)
+    }
+
+    /// The ref to write for `category` if it is enabled, `None` if it is not: the enabled
+    /// check and the string registration in one cache lookup.
+    #[inline(always)]
+    pub fn category_ref(&mut self, category: &'static str) -> Option<StringRef<'static>> {
+        const ON: u8 = FLAG_CATEGORY_CHECKED | FLAG_CATEGORY_ENABLED;
+        const ON_INDEXED: u8 = ON | FLAG_INDEX_ATTEMPTED | FLAG_INDEX_OK;
+        if self.cached {
+            if let Lookup::Found { entry, .. } = self.cache.lookup(category) {
+                if entry.flags & ON_INDEXED == ON_INDEXED {
+                    return Some(StringRef::Index(entry.index));
+                }
+                if entry.flags & ON == FLAG_CATEGORY_CHECKED {
+                    return None;
+                }
+            }
+        }
+        self.category_ref_slow(category)
+    }
+
+    /// [`Self::category_ref`] when the answer or the index is not cached yet (or the cache
+    /// is not in use).
+    #[cold]
+    #[inline(never)]
+    fn category_ref_slow(&mut self, category: &'static str) -> Option<StringRef<'static>> {
+        let found = if self.cached {
+            self.cache.lookup(category)
+        } else {
+            Lookup::Full
+        };
+        let (slot, entry) = match found {
+            Lookup::Found { slot, entry } => (slot, Some(entry)),
+            Lookup::Vacant { slot } => (slot, None),
+            Lookup::Full => {
+                return self
+                    .context
+                    .is_category_enabled(category)
+                    .then_some(inline_ref(category))
+            }
+        };
+        let index = entry.map_or(0, |e| e.index);
+        let mut flags = entry.map_or(0, |e| e.flags);
+        if flags & FLAG_CATEGORY_CHECKED == 0 {
+            flags = check_category(self.context, self.cache, category, slot, entry);
+        }
+        if flags & FLAG_CATEGORY_ENABLED == 0 {
+            return None;
+        }
+        Some(if flags & FLAG_INDEX_ATTEMPTED == 0 {
+            self.register_string(category, slot, flags)
+        } else if flags & FLAG_INDEX_OK != 0 {
+            StringRef::Index(index)
+        } else {
+            StringRef::Inline(category)
+        })
     }
 
     // --- refs ---
 
     /// The ref to write for `s`: an index (registering the string on first use in this
     /// generation), or inline.
-    #[inline]
+    #[inline(always)]
     pub fn string_ref<'a>(&mut self, s: impl Into<TraceStr<'a>>) -> StringRef<'a> {
         match s.into() {
             TraceStr::Static(s) => self.static_string_ref(s),
@@ -270,12 +350,27 @@ impl<'c> TraceWriter<'c> {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn static_string_ref(&mut self, s: &'static str) -> StringRef<'static> {
+        const INDEXED: u8 = FLAG_INDEX_ATTEMPTED | FLAG_INDEX_OK;
+        if self.cached {
+            if let Lookup::Found { entry, .. } = self.cache.lookup(s) {
+                if entry.flags & INDEXED == INDEXED {
+                    return StringRef::Index(entry.index);
+                }
+            }
+        }
+        self.static_string_ref_slow(s)
+    }
+
+    /// [`Self::static_string_ref`] when `s` is not registered (or the cache is not in use).
+    #[cold]
+    #[inline(never)]
+    fn static_string_ref_slow(&mut self, s: &'static str) -> StringRef<'static> {
         if !self.cached {
             return inline_ref(s);
         }
-        match cache::lookup(s) {
+        match self.cache.lookup(s) {
             Lookup::Found { entry, slot } => {
                 if entry.flags & FLAG_INDEX_ATTEMPTED == 0 {
                     self.register_string(s, slot, entry.flags)
@@ -291,7 +386,8 @@ impl<'c> TraceWriter<'c> {
     }
 
     /// `RegisterString`: allocate an index and write the String record (durable); on any
-    /// failure the string stays inline for the rest of the generation.
+    /// failure the string stays inline for the rest of the generation. `flags` are the
+    /// entry's current flags (category answers are kept).
     #[cold]
     #[inline(never)]
     fn register_string(&mut self, s: &'static str, slot: usize, flags: u8) -> StringRef<'static> {
@@ -307,7 +403,7 @@ impl<'c> TraceWriter<'c> {
                 index = i;
             }
         }
-        cache::store(slot, s, index, flags);
+        self.cache.store(slot, s, index, flags);
         if flags & FLAG_INDEX_OK != 0 {
             StringRef::Index(index)
         } else {
@@ -317,14 +413,14 @@ impl<'c> TraceWriter<'c> {
 
     /// The calling thread's ref: its index (registering the thread on first use in this
     /// generation), or inline (pid, tid).
-    #[inline]
+    #[inline(always)]
     pub fn thread_ref(&mut self) -> ThreadRef {
         if !self.cached {
-            return cache::inline_thread_ref();
+            return self.cache.inline_thread_ref();
         }
-        match cache::thread_slot() {
+        match self.cache.thread_slot() {
             ThreadSlot::Index(index) => ThreadRef::Index(index),
-            ThreadSlot::Inline => cache::inline_thread_ref(),
+            ThreadSlot::Inline => self.cache.inline_thread_ref(),
             ThreadSlot::Unknown => self.register_thread(),
         }
     }
@@ -335,7 +431,7 @@ impl<'c> TraceWriter<'c> {
     #[inline(never)]
     fn register_thread(&mut self) -> ThreadRef {
         let pid = cache::process_id();
-        let tid = cache::thread_id();
+        let tid = self.cache.thread_id();
         if cache::claim_process_record(self.generation()) {
             let _ = self.write_durable(&KernelObject {
                 koid: pid,
@@ -367,7 +463,7 @@ impl<'c> TraceWriter<'c> {
             }
             _ => ThreadSlot::Inline,
         };
-        cache::set_thread_slot(slot);
+        self.cache.set_thread_slot(slot);
         match slot {
             ThreadSlot::Index(index) => ThreadRef::Index(index),
             _ => ThreadRef::Inline { pid, tid },
@@ -378,7 +474,7 @@ impl<'c> TraceWriter<'c> {
 
     /// Write any rolling record: size it, reserve once, encode in place, commit the header
     /// last. Returns its size in words.
-    #[inline]
+    #[inline(always)]
     pub fn write<R: Encode + ?Sized>(&mut self, record: &R) -> Result<usize, RecordError> {
         let words = self.size(record)?;
         match self.writer.reserve(words) {
@@ -420,17 +516,31 @@ impl<'c> TraceWriter<'c> {
 
     // --- events ---
 
-    #[inline]
-    fn event(
+    /// Event of any kind at `ticks` (for an instant with a scope, see [`Self::instant`]).
+    #[inline(always)]
+    pub fn event<'a>(
         &mut self,
         ticks: u64,
         category: &'static str,
-        name: TraceStr<'_>,
-        args: &[Arg<'_>],
+        name: impl Into<TraceStr<'a>>,
         kind: EventKind,
+        args: &[Arg<'_>],
+    ) -> Result<(), RecordError> {
+        let category = self.static_string_ref(category);
+        self.event_with_category(ticks, category, name.into(), kind, args)
+    }
+
+    /// [`Self::event`] with the category's ref already resolved (by [`Self::category_ref`]).
+    #[inline(always)]
+    pub fn event_with_category(
+        &mut self,
+        ticks: u64,
+        category: StringRef<'_>,
+        name: TraceStr<'_>,
+        kind: EventKind,
+        args: &[Arg<'_>],
     ) -> Result<(), RecordError> {
         let thread = self.thread_ref();
-        let category = self.static_string_ref(category);
         let name = self.string_ref(name);
         self.write(&Event {
             ticks,
@@ -444,7 +554,7 @@ impl<'c> TraceWriter<'c> {
     }
 
     /// Instant event at `ticks`.
-    #[inline]
+    #[inline(always)]
     pub fn instant<'a>(
         &mut self,
         ticks: u64,
@@ -453,9 +563,24 @@ impl<'c> TraceWriter<'c> {
         scope: Scope,
         args: &[Arg<'_>],
     ) -> Result<(), RecordError> {
+        let category = self.static_string_ref(category);
+        self.instant_with_category(ticks, category, name.into(), scope, args)
+    }
+
+    /// [`Self::instant`] with the category's ref already resolved (by
+    /// [`Self::category_ref`]).
+    #[inline(always)]
+    pub fn instant_with_category(
+        &mut self,
+        ticks: u64,
+        category: StringRef<'_>,
+        name: TraceStr<'_>,
+        scope: Scope,
+        args: &[Arg<'_>],
+    ) -> Result<(), RecordError> {
         match scope.arg_value() {
-            None => self.event(ticks, category, name.into(), args, EventKind::Instant),
-            Some(value) => self.scoped_instant(ticks, category, name.into(), value, args),
+            None => self.event_with_category(ticks, category, name, EventKind::Instant, args),
+            Some(value) => self.scoped_instant(ticks, category, name, value, args),
         }
     }
 
@@ -463,7 +588,7 @@ impl<'c> TraceWriter<'c> {
     fn scoped_instant(
         &mut self,
         ticks: u64,
-        category: &'static str,
+        category: StringRef<'_>,
         name: TraceStr<'_>,
         value: &'static str,
         args: &[Arg<'_>],
@@ -485,13 +610,8 @@ impl<'c> TraceWriter<'c> {
             name: key,
             value: ArgValue::Str(value),
         };
-        self.event(
-            ticks,
-            category,
-            name,
-            &all[..=args.len()],
-            EventKind::Instant,
-        )
+        let args = &all[..=args.len()];
+        self.event_with_category(ticks, category, name, EventKind::Instant, args)
     }
 
     /// Counter event: the arguments are the sampled values of counter `id`.
@@ -503,13 +623,7 @@ impl<'c> TraceWriter<'c> {
         id: u64,
         args: &[Arg<'_>],
     ) -> Result<(), RecordError> {
-        self.event(
-            ticks,
-            category,
-            name.into(),
-            args,
-            EventKind::Counter { id },
-        )
+        self.event(ticks, category, name, EventKind::Counter { id }, args)
     }
 
     /// Duration begin event.
@@ -521,7 +635,7 @@ impl<'c> TraceWriter<'c> {
         name: impl Into<TraceStr<'a>>,
         args: &[Arg<'_>],
     ) -> Result<(), RecordError> {
-        self.event(ticks, category, name.into(), args, EventKind::DurationBegin)
+        self.event(ticks, category, name, EventKind::DurationBegin, args)
     }
 
     /// Duration end event.
@@ -533,7 +647,7 @@ impl<'c> TraceWriter<'c> {
         name: impl Into<TraceStr<'a>>,
         args: &[Arg<'_>],
     ) -> Result<(), RecordError> {
-        self.event(ticks, category, name.into(), args, EventKind::DurationEnd)
+        self.event(ticks, category, name, EventKind::DurationEnd, args)
     }
 
     /// Duration complete event: one record for `[start_ticks, end_ticks]`.
@@ -547,7 +661,7 @@ impl<'c> TraceWriter<'c> {
         args: &[Arg<'_>],
     ) -> Result<(), RecordError> {
         let kind = EventKind::DurationComplete { end_ticks };
-        self.event(start_ticks, category, name.into(), args, kind)
+        self.event(start_ticks, category, name, kind, args)
     }
 
     /// Async begin event of operation `id`.
@@ -559,13 +673,7 @@ impl<'c> TraceWriter<'c> {
         id: u64,
         args: &[Arg<'_>],
     ) -> Result<(), RecordError> {
-        self.event(
-            ticks,
-            category,
-            name.into(),
-            args,
-            EventKind::AsyncBegin { id },
-        )
+        self.event(ticks, category, name, EventKind::AsyncBegin { id }, args)
     }
 
     /// Async instant event of operation `id`.
@@ -577,13 +685,7 @@ impl<'c> TraceWriter<'c> {
         id: u64,
         args: &[Arg<'_>],
     ) -> Result<(), RecordError> {
-        self.event(
-            ticks,
-            category,
-            name.into(),
-            args,
-            EventKind::AsyncInstant { id },
-        )
+        self.event(ticks, category, name, EventKind::AsyncInstant { id }, args)
     }
 
     /// Async end event of operation `id`.
@@ -595,13 +697,7 @@ impl<'c> TraceWriter<'c> {
         id: u64,
         args: &[Arg<'_>],
     ) -> Result<(), RecordError> {
-        self.event(
-            ticks,
-            category,
-            name.into(),
-            args,
-            EventKind::AsyncEnd { id },
-        )
+        self.event(ticks, category, name, EventKind::AsyncEnd { id }, args)
     }
 
     /// Flow begin event of flow `id` (attached to the enclosing duration).
@@ -613,13 +709,7 @@ impl<'c> TraceWriter<'c> {
         id: u64,
         args: &[Arg<'_>],
     ) -> Result<(), RecordError> {
-        self.event(
-            ticks,
-            category,
-            name.into(),
-            args,
-            EventKind::FlowBegin { id },
-        )
+        self.event(ticks, category, name, EventKind::FlowBegin { id }, args)
     }
 
     /// Flow step event of flow `id`.
@@ -631,13 +721,7 @@ impl<'c> TraceWriter<'c> {
         id: u64,
         args: &[Arg<'_>],
     ) -> Result<(), RecordError> {
-        self.event(
-            ticks,
-            category,
-            name.into(),
-            args,
-            EventKind::FlowStep { id },
-        )
+        self.event(ticks, category, name, EventKind::FlowStep { id }, args)
     }
 
     /// Flow end event of flow `id`.
@@ -649,13 +733,7 @@ impl<'c> TraceWriter<'c> {
         id: u64,
         args: &[Arg<'_>],
     ) -> Result<(), RecordError> {
-        self.event(
-            ticks,
-            category,
-            name.into(),
-            args,
-            EventKind::FlowEnd { id },
-        )
+        self.event(ticks, category, name, EventKind::FlowEnd { id }, args)
     }
 
     // --- other records ---

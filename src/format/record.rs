@@ -41,16 +41,37 @@ pub trait Encode {
     fn write_body(&self, body: &mut [u64]) -> Result<(u64, usize), EncodeError>;
 }
 
-/// Implements [`Encode`] for a type with an `emit` description.
+/// Implements [`Encode`] for a type with an `emit` description. `counted` types size
+/// themselves by running `emit` against a [`Counter`]; `sized` types have a closed-form
+/// `size()` (the hot event path), checked against the counted size in debug builds.
 macro_rules! encode_via_emit {
-    ($($ty:ident $(<$lt:lifetime>)?),+ $(,)?) => {$(
-        impl $(<$lt>)? Encode for $ty $(<$lt>)? {
-            fn words(&self) -> Result<usize, EncodeError> {
+    (@words counted, $this:ident) => {{
+        let mut counter = Counter::default();
+        $this.emit(&mut counter)?;
+        Ok(counter.pos())
+    }};
+    (@words sized, $this:ident) => {{
+        let words = $this.size();
+        debug_assert_eq!(
+            words,
+            {
                 let mut counter = Counter::default();
-                self.emit(&mut counter)?;
-                Ok(counter.pos())
+                $this.emit(&mut counter).map(|()| counter.pos())
+            },
+            "size() and the counted emit disagree"
+        );
+        words
+    }};
+    ($how:ident: $($ty:ident $(<$lt:lifetime>)?),+ $(,)?) => {$(
+        impl $(<$lt>)? Encode for $ty $(<$lt>)? {
+            // `sized` records are the engine's hot path: always inline their sizing and body
+            // writing so that nothing round-trips through memory.
+            #[cfg_attr(not(debug_assertions), inline(always))]
+            fn words(&self) -> Result<usize, EncodeError> {
+                encode_via_emit!(@words $how, self)
             }
 
+            #[inline]
             fn write(&self, out: &mut [u64]) -> Result<usize, EncodeError> {
                 let available = out.len();
                 let mut cursor = Cursor::new(out);
@@ -62,7 +83,7 @@ macro_rules! encode_via_emit {
                 Ok(written)
             }
 
-            #[inline]
+            #[cfg_attr(not(debug_assertions), inline(always))]
             fn write_body(&self, body: &mut [u64]) -> Result<(u64, usize), EncodeError> {
                 let available = body.len() + 1;
                 let mut cursor = SplitCursor::new(body);
@@ -83,6 +104,7 @@ const fn record_type_bits(t: RecordType) -> u64 {
 }
 
 /// Checks the finished record's size and patches it into the header at `start`.
+#[inline]
 fn finish_record<S: Sink>(s: &mut S, start: usize) -> Result<(), EncodeError> {
     let words = s.pos() - start;
     if words > MAX_RECORD_WORDS {
@@ -379,6 +401,29 @@ pub struct Event<'a> {
 }
 
 impl Event<'_> {
+    /// The encoded size without a counting pass: the same checks, in the same order, as
+    /// `emit`.
+    #[inline(always)]
+    fn size(&self) -> Result<usize, EncodeError> {
+        self.thread.encode()?;
+        self.category.encode()?;
+        self.name.encode()?;
+        check_arg_count(self.args)?;
+        let mut words = 2
+            + self.thread.inline_words()
+            + self.category.stream_words()
+            + self.name.stream_words()
+            + usize::from(self.kind.data_word().is_some());
+        for arg in self.args {
+            words += arg.words()?;
+        }
+        if words > MAX_RECORD_WORDS {
+            return Err(EncodeError::RecordTooLarge { words });
+        }
+        Ok(words)
+    }
+
+    #[inline(always)]
     fn emit<S: Sink>(&self, s: &mut S) -> Result<(), EncodeError> {
         let thread = self.thread.encode()?;
         let category = self.category.encode()?;
@@ -816,15 +861,16 @@ into_record!(
     LargeBlob(LargeBlob<'a>),
 );
 
+encode_via_emit!(sized: Event<'a>);
+
 encode_via_emit!(
-    MagicNumber,
+    counted: MagicNumber,
     ProviderInfo<'a>,
     ProviderSection,
     ProviderEvent,
     Initialization,
     StringRecord<'a>,
     ThreadRecord,
-    Event<'a>,
     Blob<'a>,
     UserspaceObject<'a>,
     KernelObject<'a>,
