@@ -12,7 +12,7 @@
 //! Quiescent-state-based reclamation ("urcu-memb", Desnoyers et al., IEEE TPDS 2012; the same
 //! scheme as the engine's writer slots, `engine::slots`) applied to one pointer:
 //!
-//! - [`CURRENT`] points to a heap-allocated `Context` (or is null).
+//! - `CURRENT` points to a heap-allocated `Context` (or is null).
 //! - Each thread that reads it owns a *reader slot* (leased once, from a list of blocks that
 //!   only grows). A read-side section stores an odd sequence number into the thread's slot,
 //!   fences (a compiler fence when `membarrier(PRIVATE_EXPEDITED)` is available, else
@@ -49,7 +49,7 @@
 //!
 //! In a child created by `fork`, the parent's context is forgotten (the child would otherwise
 //! write into the parent's shared buffer with the parent's per-thread state): a
-//! `pthread_atfork` child handler clears [`CURRENT`] (leaking, in the child, the parent's
+//! `pthread_atfork` child handler clears `CURRENT` (leaking, in the child, the parent's
 //! heap copy: its other threads do not exist there), resets every reader slot but the
 //! caller's, and resets the calling thread's caches. The child may install its own context.
 

@@ -6,7 +6,7 @@
 //! word after the header *in place* in the reserved slot, and [`Slot::commit`] publishes the
 //! header word last, with `Release`. Nothing is copied and nothing allocates.
 //!
-//! Strings and the thread go through the per-thread caches of [`super::cache`]: a
+//! Strings and the thread go through the per-thread caches of `engine::cache`: a
 //! `&'static str` is registered once per thread per trace generation with a String record in
 //! the durable buffer and then referred to by index; the calling thread is described once per
 //! generation by a Kernel Object record (its name, with a `"process"` koid argument), a Thread
