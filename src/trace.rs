@@ -138,15 +138,7 @@ fn enter<'c>(
             let category = writer.string_ref(category);
             Some((writer, category, ticks))
         }
-        None => {
-            if !context.is_category_enabled_cached(category) {
-                return None;
-            }
-            let ticks = clock::ticks();
-            let mut writer = context.trace_writer()?;
-            let category = writer.category_ref(category)?;
-            Some((writer, category, ticks))
-        }
+        None => context.enter_for_category(category),
     }
 }
 

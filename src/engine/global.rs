@@ -157,6 +157,7 @@ impl Block {
     }
 
     fn next(&self) -> Option<&'static Block> {
+        // ATOMICS: `Acquire`: see `Block::next`.
         // SAFETY: a non-null `next` is a leaked `Box<Block>`, never freed.
         unsafe { self.next.load(Ordering::Acquire).as_ref() }
     }
@@ -392,6 +393,7 @@ fn lock() -> MutexGuard<'static, ()> {
 
 /// First install: choose the fence pair and register the fork handler.
 fn prepare() {
+    // ATOMICS: `Relaxed`: see `MEMBARRIER`.
     MEMBARRIER.store(fences().uses_membarrier(), Ordering::Relaxed);
     static AT_FORK: Once = Once::new();
     AT_FORK.call_once(|| {
@@ -461,6 +463,8 @@ pub(crate) fn uninstall_if(context: &Context) -> Result<bool, GlobalError> {
     if !same {
         return Ok(false);
     }
+    // ATOMICS: `Release`, as every store of `CURRENT` (a null publishes nothing; ordered
+    // before the grace period's scan by its heavy fence).
     CURRENT.store(ptr::null_mut(), Ordering::Release);
     retire(current)?;
     Ok(true)
