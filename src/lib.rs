@@ -16,3 +16,11 @@ pub mod provider;
 pub mod report;
 
 pub use provider::alert;
+pub mod trace;
+
+pub use engine::standalone;
+pub use trace::{
+    async_begin, async_end, async_instant, counter, duration, duration_begin, duration_end,
+    duration_with_args, flow_begin, flow_end, flow_step, instant, is_category_enabled, log, Arg,
+    ArgValue, CallSite, Scope, TraceStr,
+};
