@@ -15,7 +15,7 @@ pub mod protocol;
 pub mod provider;
 pub mod report;
 
-pub use provider::alert;
+pub use provider::{alert, connect};
 pub mod trace;
 
 pub use engine::standalone;
