@@ -10,13 +10,19 @@ pub mod clock;
 pub mod convert;
 pub mod engine;
 pub mod format;
+#[doc(hidden)]
+pub mod instrument;
 pub mod manager;
 pub mod protocol;
 pub mod provider;
 pub mod report;
 pub mod trace;
 
+#[doc(hidden)]
+pub use instrument as __private;
+
 pub use engine::standalone;
+pub use fxtrace_macros::traced;
 pub use trace::{
     async_begin, async_end, async_instant, counter, duration, duration_begin, duration_end,
     duration_with_args, flow_begin, flow_end, flow_step, instant, is_category_enabled, log, Arg,

@@ -4,8 +4,8 @@ mod convert;
 mod dump;
 mod import_xray;
 mod input;
-mod report;
 mod record;
+mod report;
 mod stats;
 
 use std::io;
