@@ -17,6 +17,8 @@ pub mod protocol;
 pub mod provider;
 pub mod report;
 pub mod trace;
+#[cfg(feature = "tracing")]
+pub mod tracing_layer;
 
 #[doc(hidden)]
 pub use instrument as __private;
@@ -28,3 +30,5 @@ pub use trace::{
     duration_with_args, flow_begin, flow_end, flow_step, instant, is_category_enabled, log, Arg,
     ArgValue, CallSite, Scope, TraceStr,
 };
+#[cfg(feature = "tracing")]
+pub use tracing_layer::TracingLayer;

@@ -82,7 +82,10 @@ fn string_value(input: ParseStream<'_>, key: &Ident) -> syn::Result<LitStr> {
         other => {
             return Err(Error::new_spanned(
                 other,
-                format!("`{key}` expects a string literal, as in `{key} = \"db\"`"),
+                format!(
+                    "`{key}` expects a string literal, as in `{key} = \"{}\"`",
+                    if key == "name" { "query" } else { "db" }
+                ),
             ))
         }
     };
