@@ -8,7 +8,9 @@
 //! - `traced/enabled`: the traced function with a standalone circular session installed (one
 //!   duration-complete record per call; the buffer wraps, nothing is dropped);
 //! - `traced/enabled_2args`: the same with `args(a, b)` (two integers on the record);
-//! - `traced/category_off`: a trace running but the function's category not enabled.
+//! - `traced/category_off`: a trace running but the function's category not enabled;
+//! - `traced/facade_guard`: the engine's own guard, `fxtrace::duration(&SITE, ..)` in the
+//!   same function, without the attribute: what `#[traced]` adds over the engine.
 //!
 //! Run: `cargo bench --bench traced` (or `-- --quick` for a fast look).
 
@@ -51,6 +53,13 @@ fn traced_off(a: u64, b: u64) -> u64 {
     black_box(a).wrapping_mul(black_box(b))
 }
 
+#[inline(never)]
+fn guarded(a: u64, b: u64) -> u64 {
+    static SITE: fxtrace::CallSite = fxtrace::CallSite::new("bench");
+    let _guard = fxtrace::duration(&SITE, "guarded");
+    black_box(a).wrapping_mul(black_box(b))
+}
+
 fn traced_benches(c: &mut Criterion) {
     let mut g = c.benchmark_group("traced");
     g.bench_function("rdtscp", |b| b.iter(fxtrace::clock::ticks));
@@ -64,6 +73,7 @@ fn traced_benches(c: &mut Criterion) {
     g.bench_function("enabled", |b| b.iter(|| traced_plain(3, 5)));
     g.bench_function("enabled_2args", |b| b.iter(|| traced_args(3, 5)));
     g.bench_function("category_off", |b| b.iter(|| traced_off(3, 5)));
+    g.bench_function("facade_guard", |b| b.iter(|| guarded(3, 5)));
     let (_, report) = session.finish_to_vec().expect("finish");
     assert_eq!(
         report.stop.records_dropped, 0,

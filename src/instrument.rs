@@ -31,6 +31,7 @@
 
 use std::fmt::{self, Debug};
 use std::future::Future;
+use std::marker::PhantomData;
 use std::ops::Range;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -59,11 +60,23 @@ pub fn maybe_on() -> bool {
 }
 
 /// A function's path from `type_name` of a type declared in its body: drops the type's own
-/// segment and the `{{closure}}` segment an `async fn` body adds.
+/// segment and the `{{closure}}` segment an `async fn` body adds. Constant-folded.
 #[inline(always)]
 pub fn fn_path(type_name: &'static str) -> &'static str {
-    let path = type_name.strip_suffix("::__FxtraceFn").unwrap_or(type_name);
+    let path = type_name
+        .strip_suffix("::__FxtraceSite")
+        .unwrap_or(type_name);
     path.strip_suffix("::{{closure}}").unwrap_or(path)
+}
+
+/// A traced function's call site, as a zero-sized type declared in its body by the
+/// expansion: the guards name it as a type parameter instead of holding pointers, so an
+/// inert guard is only its "inert" word.
+pub trait Site {
+    /// The category's cached answer (a `static` in the function).
+    fn call_site() -> &'static CallSite;
+    /// The event name.
+    fn name() -> &'static str;
 }
 
 // === arguments ===
@@ -374,44 +387,47 @@ pub enum Mode {
     BeginEnd,
 }
 
-/// The guard of a traced synchronous call, with room for `N` scalar arguments.
-#[derive(Debug)]
+/// The guard of a traced synchronous call at site `S`, with room for `N` scalar arguments.
 #[must_use = "the duration ends when the guard is dropped"]
-pub struct Span<const N: usize> {
+pub struct Span<S: Site, const N: usize> {
     /// Generation of the trace the call began in; 0 = inert.
     generation: u32,
     mode: Mode,
     start: u64,
-    category: &'static str,
-    name: &'static str,
     args: [(&'static str, ArgValue<'static>); N],
+    site: PhantomData<fn() -> S>,
 }
 
-impl<const N: usize> Span<N> {
+impl<S: Site, const N: usize> Debug for Span<S, N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Span")
+            .field("name", &S::name())
+            .field("generation", &self.generation)
+            .field("mode", &self.mode)
+            .field("start", &self.start)
+            .field("args", &self.args)
+            .finish()
+    }
+}
+
+impl<S: Site, const N: usize> Span<S, N> {
     /// An inert guard (no trace, or the category disabled).
     pub const OFF: Self = Span {
         generation: 0,
         mode: Mode::Complete,
         start: 0,
-        category: "",
-        name: "",
         args: [("", ArgValue::Null); N],
+        site: PhantomData,
     };
 
     /// Enter a call whose arguments are `args` (call only when [`maybe_on`]).
     #[inline(always)]
-    pub fn enter_args(
-        site: &'static CallSite,
-        name: impl FnOnce() -> &'static str,
-        args: [ArgIn<'_>; N],
-    ) -> Self {
+    pub fn enter_args(args: [ArgIn<'_>; N]) -> Self {
         let mut span = Self::OFF;
-        let name = name();
-        if let Some((generation, mode)) = enter_args_slow(site, name, &args, &mut span.args) {
+        let site = S::call_site();
+        if let Some((generation, mode)) = enter_args_slow(site, S::name(), &args, &mut span.args) {
             span.generation = generation;
             span.mode = mode;
-            span.category = site.category();
-            span.name = name;
             if mode == Mode::Complete {
                 span.start = clock::ticks();
             }
@@ -420,21 +436,20 @@ impl<const N: usize> Span<N> {
     }
 }
 
-impl Span<0> {
+impl<S: Site> Span<S, 0> {
     /// Enter a call with no arguments: with no trace running, one relaxed load and a branch.
     #[inline(always)]
-    pub fn enter(site: &'static CallSite, name: impl FnOnce() -> &'static str) -> Self {
+    pub fn enter() -> Self {
         if !tracing_maybe_on() {
             return Self::OFF;
         }
-        match enter_slow(site) {
+        match enter_slow(S::call_site()) {
             Some(generation) => Span {
                 generation,
                 mode: Mode::Complete,
-                category: site.category(),
-                name: name(),
-                args: [],
                 start: clock::ticks(),
+                args: [],
+                site: PhantomData,
             },
             None => Self::OFF,
         }
@@ -487,27 +502,49 @@ fn end_slow(
             return;
         }
         let _ = match mode {
-            Mode::Complete => {
-                let mut built = [Arg {
-                    name: StringRef::Empty,
-                    value: ArgValue::Null,
-                }; MAX_ARGS];
-                let args = &args[..args.len().min(MAX_ARGS)];
-                for (slot, &(name, value)) in built.iter_mut().zip(args) {
-                    *slot = Arg {
-                        name: writer.string_ref(name),
-                        value,
-                    };
-                }
+            Mode::Complete if args.is_empty() => {
                 let kind = EventKind::DurationComplete { end_ticks: end };
-                writer.event(start, category, name, kind, &built[..args.len()])
+                writer.event(start, category, name, kind, &[])
+            }
+            Mode::Complete if args.len() <= SMALL_ARGS => {
+                write_complete::<SMALL_ARGS>(&mut writer, (start, end), category, name, args)
+            }
+            Mode::Complete => {
+                write_complete::<MAX_ARGS>(&mut writer, (start, end), category, name, args)
             }
             Mode::BeginEnd => writer.event(end, category, name, EventKind::DurationEnd, &[]),
         };
     });
 }
 
-impl<const N: usize> Drop for Span<N> {
+/// Arguments up to which [`write_complete`] uses a small array (fewer bytes to initialise).
+const SMALL_ARGS: usize = 4;
+
+/// A duration-complete record with `args` (at most `M`), names interned.
+#[inline(always)]
+fn write_complete<const M: usize>(
+    writer: &mut TraceWriter<'_>,
+    (start, end): (u64, u64),
+    category: &'static str,
+    name: &'static str,
+    args: &[(&'static str, ArgValue<'static>)],
+) -> Result<(), crate::engine::RecordError> {
+    let mut built = [Arg {
+        name: StringRef::Empty,
+        value: ArgValue::Null,
+    }; M];
+    let args = &args[..args.len().min(M)];
+    for (slot, &(name, value)) in built.iter_mut().zip(args) {
+        *slot = Arg {
+            name: writer.string_ref(name),
+            value,
+        };
+    }
+    let kind = EventKind::DurationComplete { end_ticks: end };
+    writer.event(start, category, name, kind, &built[..args.len()])
+}
+
+impl<S: Site, const N: usize> Drop for Span<S, N> {
     #[inline(always)]
     fn drop(&mut self) {
         if self.generation != 0 {
@@ -517,8 +554,8 @@ impl<const N: usize> Drop for Span<N> {
                 self.mode,
                 self.start,
                 end,
-                self.category,
-                self.name,
+                S::call_site().category(),
+                S::name(),
                 &self.args,
             );
         }
@@ -557,17 +594,14 @@ impl AsyncSpan {
         name: "",
     };
 
-    /// Begin: the async-begin record, with `args`, at the first poll of the traced `async fn`.
+    /// Begin: the async-begin record, with `args`, at the first poll of the traced `async fn`
+    /// of site `S`.
     #[inline(always)]
-    pub fn begin(
-        site: &'static CallSite,
-        name: impl FnOnce() -> &'static str,
-        args: &[ArgIn<'_>],
-    ) -> AsyncSpan {
+    pub fn begin<S: Site>(args: &[ArgIn<'_>]) -> AsyncSpan {
         if !tracing_maybe_on() {
             return Self::OFF;
         }
-        begin_async_slow(site, name(), args)
+        begin_async_slow(S::call_site(), S::name(), args)
     }
 
     /// The async-end record's arguments.

@@ -183,21 +183,28 @@ pub(crate) fn expand(args: TracedArgs, f: &TracedFn) -> syn::Result<TokenStream>
         Some(lit) => lit.to_token_stream(),
         None => quote!(::core::module_path!()),
     };
-    // The name: given, or the function's path as the compiler prints it (computed from a
-    // fn-local type, so that a method's name includes its `impl` type).
-    let (anchor, name) = match &args.name {
-        Some(lit) => (quote!(), quote!(|| #lit)),
-        None => (
-            quote!(
-                #[allow(non_camel_case_types, dead_code)]
-                struct __FxtraceFn;
-            ),
-            quote!(|| #support::fn_path(::core::any::type_name::<__FxtraceFn>())),
-        ),
+    // The name: given, or the function's path as the compiler prints it (`type_name` of a
+    // type local to the function, a constant: a method's name includes its `impl` type).
+    let name = match &args.name {
+        Some(lit) => lit.to_token_stream(),
+        None => quote!(#support::fn_path(::core::any::type_name::<__FxtraceSite>())),
     };
-    let site = quote!(
-        static __FXTRACE_SITE: #support::CallSite = #support::CallSite::new(#category);
-    );
+    // The call site as a zero-sized type: the guard carries no pointer to it, so the
+    // disabled path only stores "inert".
+    let site = quote! {
+        struct __FxtraceSite;
+        impl #support::Site for __FxtraceSite {
+            #[inline(always)]
+            fn call_site() -> &'static #support::CallSite {
+                static __FXTRACE_SITE: #support::CallSite = #support::CallSite::new(#category);
+                &__FXTRACE_SITE
+            }
+            #[inline(always)]
+            fn name() -> &'static str {
+                #name
+            }
+        }
+    };
     let arg_inputs: Vec<TokenStream> = specs.iter().map(|s| arg_input(&support, s)).collect();
     let n = specs.len();
 
@@ -216,36 +223,34 @@ pub(crate) fn expand(args: TracedArgs, f: &TracedFn) -> syn::Result<TokenStream>
             ReturnType::Type(_, ty) => ty.to_token_stream(),
         };
         let span = if n == 0 {
-            quote!(#support::AsyncSpan::begin(&__FXTRACE_SITE, #name, &[]))
+            quote!(#support::AsyncSpan::begin::<__FxtraceSite>(&[]))
         } else {
             quote!(
                 if #support::maybe_on() {
-                    #support::AsyncSpan::begin(&__FXTRACE_SITE, #name, &[#(#arg_inputs),*])
+                    #support::AsyncSpan::begin::<__FxtraceSite>(&[#(#arg_inputs),*])
                 } else {
                     #support::AsyncSpan::OFF
                 }
             )
         };
         quote! {
-            #anchor
             #site
             let __fxtrace_span = #span;
             #support::instrument::<_, #ret>(__fxtrace_span, async move #block).await
         }
     } else {
         let guard = if n == 0 {
-            quote!(#support::Span::<0>::enter(&__FXTRACE_SITE, #name))
+            quote!(#support::Span::<__FxtraceSite, 0>::enter())
         } else {
             quote!(
                 if #support::maybe_on() {
-                    #support::Span::<#n>::enter_args(&__FXTRACE_SITE, #name, [#(#arg_inputs),*])
+                    #support::Span::<__FxtraceSite, #n>::enter_args([#(#arg_inputs),*])
                 } else {
-                    #support::Span::<#n>::OFF
+                    #support::Span::<__FxtraceSite, #n>::OFF
                 }
             )
         };
         quote! {
-            #anchor
             #site
             let __fxtrace_guard = #guard;
             #block
