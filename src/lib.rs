@@ -24,6 +24,18 @@ pub mod tracing_layer;
 pub use instrument as __private;
 
 pub use engine::standalone;
+/// Each call of the function becomes a duration event in the current trace:
+///
+/// ```
+/// #[fxtrace::traced(category = "db", args(id))]
+/// fn query(id: u64) -> u64 {
+///     id * 2
+/// }
+///
+/// // No trace running: the call costs one relaxed load and a branch more.
+/// assert_eq!(query(21), 42);
+/// ```
+#[doc(inline)]
 pub use fxtrace_macros::traced;
 pub use trace::{
     async_begin, async_end, async_instant, counter, duration, duration_begin, duration_end,

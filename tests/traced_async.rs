@@ -2,6 +2,8 @@
 //! duration per poll on the thread that polled (a future moved across threads shows on
 //! both), cancellation, `?`, nesting. A tiny hand-rolled executor drives the futures.
 
+#![cfg(feature = "instrument")]
+
 mod traced_support;
 
 use std::future::Future;

@@ -5,6 +5,8 @@
 //! `cargo test` builds the examples next to the test binaries; when they were not built
 //! (e.g. `cargo test --test traced_examples` alone) the test says "skipped".
 
+#![cfg(feature = "instrument")]
+
 use std::path::PathBuf;
 use std::process::Command;
 

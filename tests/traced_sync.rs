@@ -2,6 +2,8 @@
 //! standalone session, decodes the archive and asserts the record sequence (names,
 //! categories, nesting, arguments), the way `tracing_mock` asserts span lifecycles.
 
+#![cfg(feature = "instrument")]
+
 mod traced_support;
 
 use std::fmt;

@@ -5,6 +5,8 @@
 //! Regenerate the expected output after a deliberate message change with
 //! `TRYBUILD=overwrite cargo test --test traced_ui`.
 
+#![cfg(feature = "instrument")]
+
 #[test]
 fn ui() {
     let cases = trybuild::TestCases::new();

@@ -240,6 +240,7 @@ fn disabled_categories_write_nothing_and_other_layers_still_see_everything() {
     );
 }
 
+#[cfg(feature = "instrument")]
 #[test]
 fn traced_functions_and_tracing_spans_nest_in_one_trace() {
     let _s = serial();

@@ -162,8 +162,9 @@ fn mentions_impl(ty: &Type) -> bool {
     scan(ty.to_token_stream())
 }
 
-/// The whole expansion.
-pub(crate) fn expand(args: TracedArgs, f: &TracedFn) -> syn::Result<TokenStream> {
+/// The whole expansion; with `instrument` false, only the checks (the function is returned
+/// untouched).
+pub(crate) fn expand(args: TracedArgs, f: &TracedFn, instrument: bool) -> syn::Result<TokenStream> {
     let sig = &f.sig;
     if let Some(constness) = &sig.constness {
         return Err(Error::new(
@@ -173,6 +174,9 @@ pub(crate) fn expand(args: TracedArgs, f: &TracedFn) -> syn::Result<TokenStream>
     }
     let specs: &[ArgSpec] = args.args.as_ref().map_or(&[], |(_, s)| s.as_slice());
     check_args(sig, specs)?;
+    if !instrument {
+        return Ok(f.untouched());
+    }
 
     let krate = match &args.krate {
         Some(path) => path.to_token_stream(),
@@ -278,5 +282,168 @@ fn arg_input(support: &TokenStream, spec: &ArgSpec) -> TokenStream {
         ArgKind::Debug => quote_spanned! {ident.span()=>
             #support::ArgIn::debug(#label, &#value)
         },
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use quote::quote;
+
+    fn expand_str(attr: TokenStream, item: TokenStream, instrument: bool) -> syn::Result<String> {
+        let f = parse_item(item)?;
+        let args: TracedArgs = syn::parse2(attr)?;
+        expand(args, &f, instrument).map(|t| t.to_string())
+    }
+
+    fn error(attr: TokenStream, item: TokenStream) -> String {
+        match expand_str(attr, item, true) {
+            Ok(out) => panic!("expected an error, got {out}"),
+            Err(e) => e.to_string(),
+        }
+    }
+
+    #[test]
+    fn each_duplicate_option_is_an_error() {
+        let item = quote!(
+            fn f(x: u32) {}
+        );
+        for (attr, key) in [
+            (quote!(category = "a", category = "b"), "category"),
+            (quote!(name = "a", name = "b"), "name"),
+            (quote!(args(x), args(x)), "args"),
+            (quote!(crate = fxtrace, crate = fxtrace), "crate"),
+        ] {
+            assert_eq!(
+                error(attr, item.clone()),
+                format!("duplicate `{key}` option")
+            );
+        }
+        // Different options together are fine, in any order (the `tracing-attributes` trap).
+        let ok = expand_str(
+            quote!(args(x), name = "n", crate = fxtrace, category = "c"),
+            item,
+            true,
+        );
+        assert!(ok.is_ok());
+    }
+
+    #[test]
+    fn argument_checks() {
+        let item = quote!(
+            fn f((a, b): (u32, u32), S { c, .. }: S, mut d: u32, &e: &u32) {}
+        );
+        assert!(expand_str(quote!(args(a, b, c, d, e)), item.clone(), true).is_ok());
+        assert_eq!(
+            error(quote!(args(z)), item.clone()),
+            "`z` is not a parameter of `f`"
+        );
+        assert_eq!(
+            error(quote!(args(a, a)), item),
+            "`a` is listed twice in `args(..)`"
+        );
+        let method = quote!(
+            fn m(&self) {}
+        );
+        assert!(expand_str(quote!(args(self: debug)), method.clone(), true).is_ok());
+        assert!(error(quote!(args(self: fmt)), method).starts_with("unknown argument kind `fmt`"));
+    }
+
+    #[test]
+    fn sync_expansion_uses_the_guard_and_a_zero_sized_site() {
+        let out = expand_str(
+            quote!(),
+            quote!(
+                fn f() -> u32 {
+                    1
+                }
+            ),
+            true,
+        )
+        .unwrap();
+        assert!(out.contains("struct __FxtraceSite"), "{out}");
+        assert!(
+            out.contains(":: fxtrace :: __private :: Span :: < __FxtraceSite , 0 > :: enter ()")
+        );
+        assert!(
+            out.contains(":: core :: module_path ! ()"),
+            "default category"
+        );
+        assert!(
+            out.contains("type_name :: < __FxtraceSite >"),
+            "default name"
+        );
+    }
+
+    #[test]
+    fn async_expansion_pins_the_return_type() {
+        let out = expand_str(
+            quote!(crate = my::fx, name = "n"),
+            quote!(
+                async fn f() -> Result<u32, E> {
+                    Ok(1)
+                }
+            ),
+            true,
+        )
+        .unwrap();
+        assert!(
+            out.contains("my :: fx :: __private :: instrument :: < _ , Result < u32 , E > >"),
+            "{out}"
+        );
+        assert!(out.contains("AsyncSpan :: begin :: < __FxtraceSite >"));
+        assert!(!out.contains("type_name"), "an explicit name");
+        let out = expand_str(
+            quote!(),
+            quote!(
+                async fn g() -> impl Debug {
+                    1
+                }
+            ),
+            true,
+        )
+        .unwrap();
+        assert!(out.contains("instrument :: < _ , _ >"), "{out}");
+    }
+
+    #[test]
+    fn compiled_out_returns_the_function_untouched_after_the_checks() {
+        let item = quote!(
+            #[inline]
+            pub fn f(x: u32) -> u32 {
+                #![allow(unused)]
+                x
+            }
+        );
+        let untouched = parse_item(item.clone()).unwrap().untouched().to_string();
+        let out = expand_str(quote!(args(x), category = "c"), item.clone(), false).unwrap();
+        assert_eq!(out, untouched);
+        assert!(!out.contains("fxtrace"));
+        // The checks still run.
+        let bad = expand_str(quote!(args(y)), item, false);
+        assert!(bad.is_err());
+    }
+
+    #[test]
+    fn items_that_are_not_functions_with_bodies() {
+        assert!(parse_item(quote!(
+            struct S;
+        ))
+        .is_err());
+        let e = parse_item(quote!(
+            fn f(&self);
+        ))
+        .err()
+        .unwrap();
+        assert!(e.to_string().starts_with("#[traced] needs a function body"));
+        assert_eq!(
+            error(
+                quote!(),
+                quote!(
+                    const fn f() {}
+                )
+            ),
+            "#[traced] cannot instrument a `const fn` (tracing reads the clock at run time)"
+        );
     }
 }

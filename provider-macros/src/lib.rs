@@ -5,6 +5,9 @@
 //! `expand.rs` generates the code; this file is the entry point and the documentation.
 //! Errors are `syn::Error`s spanned on the offending token; nothing here panics. On an error
 //! the function is emitted unchanged next to the error, so that it is the only one.
+//!
+//! Feature `enable` (default; fxtrace's `instrument` turns it on): without it the attribute
+//! validates and returns the function untouched (tracing compiled out).
 
 use proc_macro::TokenStream;
 
@@ -51,6 +54,11 @@ mod expand;
 ///   with the argument `cancelled = true`). Begin and end share a correlation id from a
 ///   process-wide counter.
 ///
+/// # Compiled out
+///
+/// Without fxtrace's `instrument` feature (on by default), the attribute checks its options
+/// and the argument names as usual, then returns the function untouched.
+///
 /// # Cost
 ///
 /// With no trace running in the process: one relaxed load and a predictable branch per call
@@ -66,8 +74,8 @@ pub fn traced(attr: TokenStream, item: TokenStream) -> TokenStream {
             return quote::quote!(#error #item).into();
         }
     };
-    let expanded =
-        syn::parse::<args::TracedArgs>(attr).and_then(|args| expand::expand(args, &function));
+    let expanded = syn::parse::<args::TracedArgs>(attr)
+        .and_then(|args| expand::expand(args, &function, cfg!(feature = "enable")));
     match expanded {
         Ok(tokens) => tokens.into(),
         Err(error) => {
