@@ -1,7 +1,7 @@
 //! `#[traced]` on `async fn`: futures run by a two-thread executor (hand-rolled, 60 lines
-//! below) that puts a woken task at the back of a shared queue, so a task's polls usually land on
-//! both workers. Each traced future writes an async begin/end pair with one id, plus one
-//! duration per poll on the thread that polled.
+//! below) that puts a woken task at the back of a shared queue, so a task's polls usually
+//! land on both workers. Each traced future writes an async begin/end pair with one id, plus
+//! one duration per poll on the thread that polled.
 //!
 //! ```text
 //! cargo run --example async_traced -- /tmp/async.fxt

@@ -29,6 +29,8 @@
 //!
 //! # Costs and limits
 //!
+//! - A span is recorded if a trace was running with its category enabled when it was
+//!   created; a span created before the trace started writes nothing.
 //! - A span's fields are kept (owned) in the span's extensions only while a trace is running
 //!   with its category enabled: one allocation per span then, none otherwise.
 //! - Events with string or `Debug` fields format into a per-thread scratch buffer (no
