@@ -12,6 +12,16 @@
 //! - `traced/facade_guard`: the engine's own guard, `fxtrace::duration(&SITE, ..)` in the
 //!   same function, without the attribute: what `#[traced]` adds over the engine.
 //!
+//! Group `tracing_layer` (feature `tracing`): one `info_span!(..).in_scope(..)` with one
+//! `u64` field, or one `info!` event with a message and one field, through
+//! `tracing_subscriber::registry()`:
+//! - `tracing_layer/span_registry_only`, `tracing_layer/event_registry_only`: the registry
+//!   without fxtrace's layer (what `tracing` costs anyway);
+//! - `tracing_layer/span_no_trace`, `tracing_layer/event_no_trace`: with the layer, no trace
+//!   running;
+//! - `tracing_layer/span`, `tracing_layer/event`: with a standalone session recording them
+//!   (a duration-complete record per span, an instant per event).
+//!
 //! Run: `cargo bench --bench traced` (or `-- --quick` for a fast look).
 
 use std::hint::black_box;
@@ -82,9 +92,45 @@ fn traced_benches(c: &mut Criterion) {
     g.finish();
 }
 
+#[cfg(feature = "tracing")]
+fn tracing_layer_benches(c: &mut Criterion) {
+    use tracing_subscriber::layer::SubscriberExt;
+
+    fn span() {
+        tracing::info_span!("bench_span", n = 7u64).in_scope(|| black_box(1));
+    }
+    fn event() {
+        tracing::info!(n = 7u64, "bench event");
+    }
+
+    let mut g = c.benchmark_group("tracing_layer");
+    {
+        let _default = tracing::subscriber::set_default(tracing_subscriber::registry());
+        g.bench_function("span_registry_only", |b| b.iter(span));
+        g.bench_function("event_registry_only", |b| b.iter(event));
+    }
+    let layered = tracing_subscriber::registry().with(fxtrace::TracingLayer::new());
+    let _default = tracing::subscriber::set_default(layered);
+    assert!(!fxtrace::engine::tracing_maybe_on(), "no session yet");
+    g.bench_function("span_no_trace", |b| b.iter(span));
+    g.bench_function("event_no_trace", |b| b.iter(event));
+    let session = standalone::start(BufferingMode::Circular, 64 << 20).expect("standalone session");
+    g.bench_function("span", |b| b.iter(span));
+    g.bench_function("event", |b| b.iter(event));
+    let (_, report) = session.finish_to_vec().expect("finish");
+    assert_eq!(
+        report.stop.records_dropped, 0,
+        "a circular session drops nothing"
+    );
+    g.finish();
+}
+
+#[cfg(not(feature = "tracing"))]
+fn tracing_layer_benches(_: &mut Criterion) {}
+
 criterion_group! {
     name = benches;
     config = config();
-    targets = traced_benches
+    targets = traced_benches, tracing_layer_benches
 }
 criterion_main!(benches);
