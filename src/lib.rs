@@ -13,6 +13,9 @@ pub mod format;
 pub mod manager;
 pub mod protocol;
 pub mod provider;
+pub mod report;
+
+pub use provider::{alert, connect};
 pub mod trace;
 
 pub use engine::standalone;

@@ -232,8 +232,11 @@ fn streaming_stress(fence: FencePolicy, delay: Duration) -> (u64, u64) {
 
 #[test]
 fn streaming_stress_saves_every_written_record() {
+    // How many saves happen depends on scheduling (the saver is another thread); the exact
+    // set comparison inside is the point. Deterministic multi-save coverage:
+    // `streaming_fast_handler_drops_nothing`.
     let (_, saves) = streaming_stress(FencePolicy::Auto, Duration::ZERO);
-    assert!(saves >= 2, "saved {saves} buffers");
+    assert!(saves >= 1, "saved {saves} buffers");
 }
 
 #[test]
@@ -815,4 +818,112 @@ fn threads_beyond_the_slot_capacity_are_dropped_and_counted() {
     };
     assert!(third.join().unwrap() && Instant::now() < deadline);
     ctx.stop(STOP).unwrap();
+}
+
+#[test]
+fn circular_reuse_pins_the_chunk_of_a_stalled_writer() {
+    // A writer stalls mid-record in buffer 0 while another laps the buffers many times: the
+    // laps must neither wait for it (no drops) nor hand its chunk to anyone else (its late
+    // payload and header would corrupt their records).
+    let ctx = started(BufferingMode::Circular, 64 * 1024, 4096);
+    let (reserved_tx, reserved_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let stalled = {
+        let ctx = ctx.clone();
+        std::thread::spawn(move || {
+            let mut writer = ctx.acquire().unwrap();
+            let mut slot = writer.reserve(40).unwrap();
+            reserved_tx.send(()).unwrap();
+            go_rx.recv().unwrap();
+            fill(slot.payload(), 9, 0);
+            slot.commit(EVENT_TYPE | (9 << 16));
+        })
+    };
+    reserved_rx.recv().unwrap();
+    let records = 20_000u64;
+    for seq in 0..records {
+        assert!(
+            try_write(&ctx, 1, seq, 6, false),
+            "reuse must not wait for the stalled writer"
+        );
+    }
+    assert!(
+        ctx.stats().wrapped_count >= 6,
+        "lapped {}",
+        ctx.stats().wrapped_count
+    );
+    go_tx.send(()).unwrap();
+    stalled.join().unwrap();
+    let report = ctx.stop(STOP).unwrap();
+    assert_eq!(report.records_dropped, 0);
+    let read = final_read(&snapshot(ctx.buffer()), 0, false);
+    // Every record decodes (decode checks every word); the stalled record went to a lap that
+    // has been overwritten, so it is not part of the data.
+    assert!(read.rolling.iter().all(|r| r.thread == 1));
+    let seqs = &by_thread(&read.rolling)[&1];
+    assert_eq!(*seqs.last().unwrap(), records - 1);
+    assert!(seqs.windows(2).all(|w| w[1] == w[0] + 1));
+}
+
+#[test]
+fn an_idle_thread_holding_a_chunk_does_not_delay_the_hand_off() {
+    let buffer = TraceBuffer::create(64 * 1024).unwrap();
+    let mapping = TraceBuffer::from_fd(buffer.try_clone_fd().unwrap()).unwrap();
+    let (mut saver, handler, link) = Saver::new(mapping, Duration::ZERO);
+    let config = ContextConfig {
+        mode: BufferingMode::Streaming,
+        ..ContextConfig::default()
+    };
+    let ctx = Context::new(buffer, config, handler).unwrap();
+    link.connect(&ctx);
+    ctx.start(StartMode::ClearEntire, CategoryFilter::all())
+        .unwrap();
+    let (wrote_tx, wrote_rx) = mpsc::channel();
+    let (go_tx, go_rx) = mpsc::channel::<()>();
+    let idle = {
+        let ctx = ctx.clone();
+        std::thread::spawn(move || {
+            assert!(try_write(&ctx, 5, 0, 4, false)); // now holds a chunk of buffer 0
+            wrote_tx.send(()).unwrap();
+            go_rx.recv().unwrap(); // idle, outside any writer section
+        })
+    };
+    wrote_rx.recv().unwrap();
+    let mut seq = 0;
+    while ctx.stats().wrapped_count == 0 {
+        assert!(try_write(&ctx, 1, seq, 4, false));
+        seq += 1;
+    }
+    // This thread left its section after the switching record: the hand-off is done.
+    assert_eq!(saver.notified.load(Ordering::SeqCst), 1);
+    go_tx.send(()).unwrap();
+    idle.join().unwrap();
+    ctx.stop(STOP).unwrap();
+    saver.finish();
+    let saved = saver.saved.lock().unwrap();
+    assert!(saved.records.iter().any(|r| (r.thread, r.seq) == (5, 0)));
+}
+
+#[test]
+fn dropping_a_started_context_finalises_the_header() {
+    let buffer = TraceBuffer::create(64 * 1024).unwrap();
+    let second = TraceBuffer::from_fd(buffer.try_clone_fd().unwrap()).unwrap();
+    let config = ContextConfig {
+        mode: BufferingMode::Circular,
+        ..ContextConfig::default()
+    };
+    let ctx = Context::new(buffer, config, Arc::new(NoHandler)).unwrap();
+    ctx.start(StartMode::ClearEntire, CategoryFilter::all())
+        .unwrap();
+    for seq in 0..10 {
+        assert!(try_write(&ctx, 1, seq, 5, seq == 0));
+    }
+    drop(ctx);
+    let read = final_read(&snapshot(&second), 0, false);
+    assert_eq!(read.header.durable_data_end, 40);
+    assert_ne!(
+        read.header.rolling_data_end[0], 0,
+        "finalised, not 'being written'"
+    );
+    assert_eq!(read.durable.len() + read.rolling.len(), 10);
 }

@@ -18,6 +18,8 @@
 //! | [`procfs`] | tid → pid and names, cached, from records and `/proc` |
 //! | [`permissions`], [`tracefs`] | what we may do, remedy text; finding/mounting tracefs |
 //! | [`session`] | [`Capture`]: open, drain on a thread, merge, deliver [`CaptureEvent`]s |
+//! | [`fxt`] | [`CaptureEvent`]s → FXT records ([`KernelTraceWriter`]) into a [`RecordSink`] |
+//! | [`kernel_provider`] | [`KernelProvider`] (capture + conversion, its own provider section); `fxtrace record --system-wide` ([`SystemWideRecording`]) |
 //! | [`fake`] | test support: an in-memory perf behind [`Sys`] |
 //!
 //! The bindgen types of `perf-event-open-sys` never appear in this API.
@@ -46,6 +48,8 @@ pub mod attr;
 mod decode;
 pub mod events;
 pub mod fake;
+pub mod fxt;
+pub mod kernel_provider;
 pub mod lbr;
 pub mod merge;
 pub mod permissions;
@@ -66,6 +70,13 @@ pub use events::{
     TaskFork, ThreadInfo, Unsupported,
 };
 pub use fake::{FakeRing, FakeSys, RecordBytes};
+pub use fxt::{
+    FxtStreamSink, KernelTraceConfig, KernelTraceStats, KernelTraceWriter, RecordSink, SinkError,
+};
+pub use kernel_provider::{
+    KernelProvider, KernelProviderConfig, KernelProviderError, KernelProviderOutcome,
+    SystemWideConfig, SystemWideRecording, SystemWideSummary,
+};
 pub use lbr::{BranchEntry, BranchStack};
 pub use merge::Merger;
 pub use permissions::{Need, PerfPermissions};

@@ -20,12 +20,12 @@
 //! When the page does not offer the conversion (no `cap_user_time_zero`, or a short counter with
 //! `cap_user_time_short`), events are opened on `CLOCK_MONOTONIC_RAW` instead and converted with
 //! a [`MeasuredMapping`] taken at session start: two (TSC, `CLOCK_MONOTONIC_RAW`) anchors, each
-//! the tightest of several `rdtscp` brackets.
-//!
-//! The TSC helpers here (`rdtscp`) are private stand-ins until `crate::clock` lands; they should
-//! move there.
+//! the tightest of several `rdtscp` brackets. TSC reads and `CLOCK_MONOTONIC_RAW` come from
+//! [`crate::clock`].
 
 use std::time::Duration;
+
+use crate::clock::{monotonic_raw_ns, ticks};
 
 /// The clock perf events are opened with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -175,9 +175,9 @@ impl MeasuredMapping {
 fn anchor() -> (u64, u64) {
     let mut best = (u64::MAX, 0, 0);
     for _ in 0..8 {
-        let (before, _) = rdtscp();
+        let before = ticks();
         let ns = monotonic_raw_ns();
-        let (after, _) = rdtscp();
+        let after = ticks();
         let width = after.wrapping_sub(before);
         if width < best.0 {
             best = (width, ns, before + width / 2);
@@ -225,34 +225,10 @@ impl PerfTimeConverter {
     /// The current time on the events' perf clock.
     pub fn perf_now(&self) -> u64 {
         match self {
-            Self::MmapPage(c) => c.tsc_to_perf(rdtscp().0),
+            Self::MmapPage(c) => c.tsc_to_perf(ticks()),
             Self::Measured(_) => monotonic_raw_ns(),
         }
     }
-}
-
-/// `rdtscp`: (TSC ticks, IA32_TSC_AUX — the CPU number on Linux). To move to `crate::clock`.
-#[cfg(target_arch = "x86_64")]
-pub(crate) fn rdtscp() -> (u64, u32) {
-    let mut aux = 0u32;
-    // SAFETY: rdtscp only reads the TSC and TSC_AUX into registers and writes `aux`, a live
-    // local; every x86_64 CPU Linux runs fxtrace on has it (checked by `crate::clock` later).
-    let tsc = unsafe { core::arch::x86_64::__rdtscp(&mut aux) };
-    (tsc, aux)
-}
-
-/// `CLOCK_MONOTONIC_RAW` in nanoseconds.
-pub(crate) fn monotonic_raw_ns() -> u64 {
-    let mut ts = libc::timespec {
-        tv_sec: 0,
-        tv_nsec: 0,
-    };
-    // SAFETY: `ts` is a valid, writable timespec; CLOCK_MONOTONIC_RAW exists on every supported
-    // kernel, so the call cannot fail.
-    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC_RAW, &mut ts) };
-    (ts.tv_sec as u64)
-        .saturating_mul(1_000_000_000)
-        .saturating_add(ts.tv_nsec as u64)
 }
 
 #[cfg(test)]
@@ -344,9 +320,9 @@ mod tests {
     fn measured_mapping_tracks_the_tsc() {
         let m = MeasuredMapping::measure(Duration::from_millis(5));
         assert!(m.ticks_per_ns() > 0.1 && m.ticks_per_ns() < 10.0);
-        let (before, _) = rdtscp();
+        let before = ticks();
         let ns = monotonic_raw_ns();
-        let (after, _) = rdtscp();
+        let after = ticks();
         let est = m.ns_to_tsc(ns);
         // Within 50 µs worth of ticks (the measurement is over 5 ms only).
         let slack = (50_000.0 * m.ticks_per_ns()) as u64;

@@ -1,3 +1,5 @@
-//! Other formats: LLVM XRay FDR import (and later Chrome JSON export).
+//! Other formats: LLVM XRay FDR import and Chrome trace-event JSON export.
 
+pub mod chrome;
+pub mod perfetto;
 pub mod xray;

@@ -91,6 +91,83 @@ pub(crate) const fn gate_open(gate: u64) -> bool {
     gate & (GATE_STARTED | GATE_DURABLE_FULL) == GATE_STARTED
 }
 
+// === holds and pins (circular reuse) ===
+//
+// A writer publishes the chunk (and, for a large record, the run) it may write into as a
+// *hold*. When a circular switch reuses a buffer while some writer that was inside it is still
+// in flight (typically preempted mid-record), the switch *pins* that writer's holds in the
+// buffer instead of waiting for it: the new lap's allocations skip pinned chunks, so the stale
+// writer can finish into memory no one else uses. Its late records sit in chunks tagged with
+// the old lap, which readers skip, exactly like any data a circular buffer overwrites.
+
+/// Hold value: the writer is between `fetch_add` and knowing what it got.
+pub(crate) const HOLD_ALLOCATING: u64 = 1 << 62;
+const HOLD_VALID: u64 = 1 << 63;
+const HOLD_BUFFER_SHIFT: u32 = 61;
+const HOLD_START_SHIFT: u32 = 12;
+const HOLD_CHUNKS_MASK: u64 = (1 << HOLD_START_SHIFT) - 1;
+const HOLD_START_MASK: u64 = (1 << (HOLD_BUFFER_SHIFT - HOLD_START_SHIFT)) - 1;
+
+/// The hold of `chunks` chunks from chunk index `start` of rolling buffer `buffer`.
+pub(crate) const fn make_hold(buffer: usize, start: u64, chunks: u64) -> u64 {
+    HOLD_VALID
+        | ((buffer as u64 & 1) << HOLD_BUFFER_SHIFT)
+        | ((start & HOLD_START_MASK) << HOLD_START_SHIFT)
+        | (chunks & HOLD_CHUNKS_MASK)
+}
+
+/// `(buffer, start chunk, chunks)` of a hold, if it names a region.
+pub(crate) const fn hold_region(hold: u64) -> Option<(usize, u64, u64)> {
+    if hold & HOLD_VALID == 0 || hold & HOLD_ALLOCATING != 0 {
+        return None;
+    }
+    Some((
+        ((hold >> HOLD_BUFFER_SHIFT) & 1) as usize,
+        (hold >> HOLD_START_SHIFT) & HOLD_START_MASK,
+        hold & HOLD_CHUNKS_MASK,
+    ))
+}
+
+/// Pinned regions per buffer.
+pub(crate) const PIN_CAPACITY: usize = 32;
+
+/// The chunks of one rolling buffer that the current lap must not hand out.
+#[derive(Debug)]
+struct PinList {
+    /// Rules: written by a circular switch under the switch mutex, before the allocator word
+    /// is reset to the lap they apply to; read by writers that got a run in that lap. Never
+    /// rewritten while such a reader is between its `fetch_add` and its hold store (the next
+    /// reuse of the buffer would find that reader `HOLD_ALLOCATING` and refuse).
+    /// ATOMICS: `Relaxed` stores and loads, published by the word's `Release` reset and the
+    /// writers' `Acquire` `fetch_add`.
+    wrapped: AtomicU64,
+    count: AtomicU64,
+    regions: [AtomicU64; PIN_CAPACITY],
+}
+
+impl PinList {
+    fn new() -> Self {
+        Self {
+            wrapped: AtomicU64::new(0),
+            count: AtomicU64::new(0),
+            regions: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
+
+    fn overlaps(&self, wrapped: u32, start: u64, chunks: u64) -> bool {
+        // ATOMICS: `Relaxed` loads: published by the allocator word, see the fields.
+        let count = self.count.load(Ordering::Relaxed) as usize;
+        if count == 0 || self.wrapped.load(Ordering::Relaxed) != wrapped as u64 {
+            return false;
+        }
+        self.regions[..count.min(PIN_CAPACITY)].iter().any(|r| {
+            let (_, pin_start, pin_chunks) =
+                hold_region(r.load(Ordering::Relaxed)).unwrap_or((0, 0, 0));
+            start < pin_start + pin_chunks && pin_start < start + chunks
+        })
+    }
+}
+
 /// A run of chunks handed to one thread: `[start, end)` in some rolling buffer.
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct Run {
@@ -98,6 +175,8 @@ pub(crate) struct Run {
     pub(crate) end: *mut u64,
     /// The gate value the run belongs to (its buffer's wrapped count).
     pub(crate) gate: u64,
+    /// The run as a hold.
+    pub(crate) hold: u64,
 }
 
 impl Run {
@@ -115,6 +194,8 @@ pub(crate) enum Taken {
     Full { wrapped: u32 },
     /// A buffer switch raced with the reservation; try again.
     Retry,
+    /// The run overlaps chunks pinned for a stale writer; it is left to that writer. Try again.
+    Pinned,
 }
 
 /// The rolling allocator: the packed word and where the rolling buffers are.
@@ -129,6 +210,7 @@ pub(crate) struct RollingAllocator {
     starts: [*mut u8; 2],
     size: u64,
     chunk: u64,
+    pins: [PinList; 2],
 }
 
 // SAFETY: the raw pointers point into the trace buffer mapping owned by the same context; the
@@ -145,6 +227,7 @@ impl RollingAllocator {
             starts,
             size,
             chunk,
+            pins: [PinList::new(), PinList::new()],
         }
     }
 
@@ -163,6 +246,28 @@ impl RollingAllocator {
         self.word.load(Ordering::Relaxed)
     }
 
+    /// Set the pins of buffer `wrapped_count & 1` for the lap `wrapped_count` (under the
+    /// switch mutex, before [`Self::reset`] opens the lap). `holds` are hold values in that
+    /// buffer; at most [`PIN_CAPACITY`].
+    pub(crate) fn set_pins(&self, wrapped_count: u32, holds: &[u64]) {
+        let pins = &self.pins[(wrapped_count & 1) as usize];
+        let count = holds.len().min(PIN_CAPACITY);
+        // ATOMICS: `Relaxed` stores: published by the `Release` reset that opens the lap.
+        for (slot, &hold) in pins.regions.iter().zip(&holds[..count]) {
+            slot.store(hold, Ordering::Relaxed);
+        }
+        pins.wrapped.store(wrapped_count as u64, Ordering::Relaxed);
+        pins.count.store(count as u64, Ordering::Relaxed);
+    }
+
+    /// Forget every pin (start).
+    pub(crate) fn clear_pins(&self) {
+        for pins in &self.pins {
+            // ATOMICS: `Relaxed`: while stopped; the start's `Release` gate store publishes it.
+            pins.count.store(0, Ordering::Relaxed);
+        }
+    }
+
     /// Reset to offset 0 of buffer `wrapped_count & 1` (switch or start; under the mutex).
     pub(crate) fn reset(&self, wrapped_count: u32) {
         // ATOMICS: `Release`: publishes the gate store that precedes it (see `word`).
@@ -179,6 +284,8 @@ impl RollingAllocator {
                 wrapped: packed_wrapped(current),
             };
         }
+        // ATOMICS: `Acquire`: see `word` (pairs with the switch's `Release` reset, which
+        // follows the gate and pin stores of the lap).
         let previous = self.word.fetch_add(bytes, Ordering::Acquire);
         let offset = packed_offset(previous);
         let wrapped = packed_wrapped(previous);
@@ -199,8 +306,13 @@ impl RollingAllocator {
         if offset >= self.size {
             return Taken::Full { wrapped };
         }
+        let buffer = (wrapped & 1) as usize;
+        let first_chunk = offset / self.chunk;
+        if self.pins[buffer].overlaps(gate_wrapped(run_gate), first_chunk, chunks) {
+            return Taken::Pinned;
+        }
         let end = (offset + bytes).min(self.size);
-        let base = self.starts[(wrapped & 1) as usize];
+        let base = self.starts[buffer];
         // SAFETY: `offset < end <= size`, and `base..base+size` is rolling buffer
         // `wrapped & 1` inside the mapping (in oneshot mode the word never leaves buffer 0).
         let (start, end) = unsafe {
@@ -213,6 +325,7 @@ impl RollingAllocator {
             start,
             end,
             gate: run_gate,
+            hold: make_hold(buffer, first_chunk, chunks),
         })
     }
 }
@@ -249,15 +362,19 @@ impl DurableAllocator {
 
     /// Bytes handed out so far (may exceed the size once full).
     pub(crate) fn allocated(&self) -> u64 {
+        // ATOMICS: `Relaxed`: read under the switch mutex; completeness of the records below
+        // it comes from the grace period that follows (see `Inner::service_locked`).
         self.current.load(Ordering::Relaxed)
     }
 
     pub(crate) fn reset(&self) {
+        // ATOMICS: `Relaxed`: while stopped; the start's `Release` gate store publishes it.
         self.current.store(0, Ordering::Relaxed);
     }
 
     /// Reserve `bytes`; `Err(offset)` when they do not fit (the buffer is full).
     pub(crate) fn reserve(&self, bytes: u64) -> Result<*mut u64, u64> {
+        // ATOMICS: `Relaxed`: see `current`.
         let offset = self.current.fetch_add(bytes, Ordering::Relaxed);
         if offset + bytes <= self.size {
             // SAFETY: `offset + bytes <= size`, inside the durable buffer.
@@ -281,6 +398,28 @@ mod tests {
         assert_eq!(packed_wrapped(pack(0, 1)) & 1, 1);
         // Wrapped counts keep 20 bits.
         assert_eq!(packed_wrapped(pack(8, 0x10_0003)), 3);
+    }
+
+    #[test]
+    fn holds_round_trip() {
+        let hold = make_hold(1, (1 << 25) + 3, 513);
+        assert_eq!(hold_region(hold), Some((1, (1 << 25) + 3, 513)));
+        assert_eq!(hold_region(HOLD_ALLOCATING), None);
+        assert_eq!(hold_region(0), None);
+    }
+
+    #[test]
+    fn pins_overlap_by_chunk_range_and_lap() {
+        let pins = PinList::new();
+        assert!(!pins.overlaps(2, 0, 1));
+        pins.regions[0].store(make_hold(0, 10, 3), Ordering::Relaxed);
+        pins.wrapped.store(2, Ordering::Relaxed);
+        pins.count.store(1, Ordering::Relaxed);
+        assert!(pins.overlaps(2, 12, 1));
+        assert!(pins.overlaps(2, 8, 3));
+        assert!(!pins.overlaps(2, 13, 4));
+        assert!(!pins.overlaps(2, 7, 3));
+        assert!(!pins.overlaps(4, 10, 1), "pins apply to one lap only");
     }
 
     #[test]

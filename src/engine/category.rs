@@ -100,6 +100,7 @@ impl Context {
         if !started {
             return false;
         }
+        // ATOMICS: `Relaxed`: see `CallSite::state`.
         let state = site.state.load(Ordering::Relaxed);
         if state >> 2 == generation as u64 {
             return state & SITE_FLAGS == SITE_ENABLED;
@@ -116,6 +117,7 @@ impl Context {
         {
             Some(enabled) => {
                 let flag = if enabled { SITE_ENABLED } else { SITE_DISABLED };
+                // ATOMICS: `Relaxed`: see `CallSite::state`.
                 site.state
                     .store(((generation as u64) << 2) | flag, Ordering::Relaxed);
                 enabled

@@ -14,10 +14,13 @@
 //! **Circular.** The space after the durable buffer is split into two rolling buffers. Writing
 //! starts in buffer 0; when it fills, writing continues in buffer 1, and so on, alternating.
 //! The buffer being entered loses its older data, so about half the data is dropped at each
-//! switch, but the newest data is always kept. (fxtrace: a buffer can be entered again only once
-//! every writer that was inside it when it was left has finished — see "Hand-off" below;
-//! records that find it still busy are dropped and counted. Its stale chunks are not zeroed:
-//! chunk tags tell a reader they are stale, `protocol::header` module docs.)
+//! switch, but the newest data is always kept. (fxtrace: a writer that was inside the buffer
+//! when it was left, and is still there when the buffer is entered again — typically a thread
+//! preempted mid-record — is not waited for: the chunk it holds is *pinned* and the new lap's
+//! allocations skip it, so its late record lands in a chunk tagged with the old lap, which
+//! readers skip like any overwritten data. Waiting instead dropped 20–80% of records with
+//! 2–4 writers on 2 busy cores. Stale chunks are not zeroed either: chunk tags tell a reader
+//! they are stale, `protocol::header` module docs.)
 //!
 //! **Streaming.** Like circular, but a buffer that fills is handed to the [`BufferHandler`]
 //! (`notify_buffer_full(wrapped_count, durable_data_end)`), which saves it and reports back with
@@ -45,9 +48,11 @@
 //! # Hand-off (fxtrace; closes the race Fuchsia leaves open)
 //!
 //! Fuchsia notifies the handler as soon as a buffer is full, while a writer that reserved space
-//! just before may still be filling it ("TraceManager prematurely reading the buffer"). Here a
-//! retired buffer is handed over only after a grace period ([`super::slots`]): every writer that
-//! was inside a writer section when the switch happened has left it. Since a writer re-reads the
+//! just before may still be filling it ("TraceManager prematurely reading the buffer"). Here, in
+//! streaming mode, a retired buffer is handed over only after a grace period (`engine::slots`):
+//! every writer that was inside a writer section when the switch happened has left it. (Stop
+//! waits for the same condition before finalising the header; circular mode does not wait, it
+//! pins, see above.) Since a writer re-reads the
 //! gate at the start of every section, no one enters the old buffer afterwards; idle threads
 //! holding a chunk of it do not delay anything. In streaming mode a second grace period follows
 //! the read of `durable_data_end`, so that every durable record below it is complete too. The
@@ -68,8 +73,9 @@ use std::time::{Duration, Instant};
 use crossbeam_utils::{Backoff, CachePadded};
 
 use super::allocator::{
-    gate_generation, make_gate, packed_offset, packed_wrapped, DurableAllocator, RollingAllocator,
-    GATE_DURABLE_FULL, GATE_STARTED, GENERATION_MASK, WRAPPED_MASK,
+    gate_generation, hold_region, make_gate, packed_offset, packed_wrapped, DurableAllocator,
+    RollingAllocator, GATE_DURABLE_FULL, GATE_STARTED, GENERATION_MASK, HOLD_ALLOCATING,
+    PIN_CAPACITY, WRAPPED_MASK,
 };
 use super::buffer::{BufferError, TraceBuffer};
 use super::category::{CategoryFilter, ACTIVE_CONTEXTS};
@@ -281,6 +287,8 @@ struct State {
     grace: Grace,
     /// Grace period of a stop in progress.
     stop_grace: Grace,
+    /// Whether `stop_grace` was taken after a successful heavy fence.
+    stop_grace_taken: bool,
     /// Smallest durable offset whose reservation failed.
     durable_full_at: Option<u64>,
     oneshot_full: bool,
@@ -290,6 +298,31 @@ struct State {
     dirty: bool,
     categories: Arc<CategoryFilter>,
     last_fence_error: Option<String>,
+}
+
+/// Holds to pin at a circular switch (fixed capacity: no allocation on the switch path).
+#[derive(Debug, Default)]
+struct Pins {
+    holds: [u64; PIN_CAPACITY],
+    len: usize,
+}
+
+impl Pins {
+    fn push(&mut self, hold: u64) -> bool {
+        if self.holds[..self.len].contains(&hold) {
+            return true;
+        }
+        if self.len == PIN_CAPACITY {
+            return false;
+        }
+        self.holds[self.len] = hold;
+        self.len += 1;
+        true
+    }
+
+    fn as_slice(&self) -> &[u64] {
+        &self.holds[..self.len]
+    }
 }
 
 /// A pending handler call, made after the mutex is released.
@@ -330,8 +363,9 @@ pub(crate) struct Inner {
     /// ATOMICS: `Relaxed` counter; exact at stop because those attempts happen before the stop
     /// grace period's `Acquire` scan or not at all (tracing off).
     pub(crate) unslotted_drops: CachePadded<AtomicU64>,
-    /// Rules: `ready[i]` mirrors `buffers[i] == Ready`; written under the switch mutex, read by
-    /// writers that found their buffer full, to drop without taking the mutex.
+    /// Rules (streaming): `ready[i]` mirrors `buffers[i] == Ready`; written under the switch
+    /// mutex (a switch stores `false` for the new buffer only after resetting the allocator
+    /// word), read by writers that found their buffer full, to drop without taking the mutex.
     /// ATOMICS: `Release` / `Acquire` (a hint only; the switch re-checks under the mutex).
     ready: [AtomicBool; 2],
     /// Rules: next string index (1..=0x7FFF); `fetch_add` by registering threads; reset on a
@@ -341,6 +375,10 @@ pub(crate) struct Inner {
     thread_index: AtomicU32,
     pub(crate) mode: BufferingMode,
     geometry: BufferGeometry,
+    /// Rules: the switch mutex (Fuchsia's `buffer_switch_mutex_`). Everything in `State`, and
+    /// every header store, happens under it: start, stop, switches, full marks, saves and the
+    /// service routine. Taken off the record path only (buffer full, hand-off report). No
+    /// handler call is made while it is held.
     state: Mutex<State>,
     handler: Arc<dyn BufferHandler>,
     pub(crate) buffer: TraceBuffer,
@@ -392,6 +430,7 @@ impl Context {
         };
         let slots = config.max_writer_threads.max(1);
         let inner = Inner {
+            // ATOMICS: `Relaxed`: a unique counter.
             id: NEXT_CONTEXT_ID.fetch_add(1, Ordering::Relaxed),
             gate: CachePadded::new(AtomicU64::new(0)),
             rolling: RollingAllocator::new(rolling_starts, geometry.rolling_buffer_size, chunk),
@@ -415,6 +454,7 @@ impl Context {
                 retirement: None,
                 grace: Grace::with_capacity(slots),
                 stop_grace: Grace::with_capacity(slots),
+                stop_grace_taken: false,
                 durable_full_at: None,
                 oneshot_full: false,
                 dropped_base: 0,
@@ -475,6 +515,7 @@ impl Context {
                 ));
                 inner.durable.reset();
                 st.durable_full_at = None;
+                // ATOMICS: `Relaxed`: while stopped; published by the start's gate store.
                 inner.string_index.store(1, Ordering::Relaxed);
                 inner.thread_index.store(1, Ordering::Relaxed);
                 inner.reset_rolling(&mut st)?;
@@ -489,6 +530,7 @@ impl Context {
         // While tracing, the current buffer's end and the durable end read 0 ("being
         // written"): a reader after a crash scans them whole instead of trusting a stale end.
         let current = (st.wrapped_count & 1) as usize;
+        // ATOMICS: `Release` header stores, for the manager.
         header.rolling_data_end[current].store(0, Ordering::Release);
         if st.durable_full_at.is_none() {
             header.durable_data_end.store(0, Ordering::Release);
@@ -537,10 +579,16 @@ impl Context {
                     // ATOMICS: `Release`; ordered before the scan by the heavy fence.
                     inner.gate.store(gate, Ordering::Release);
                     st.phase = TraceState::Stopping;
-                    let State { stop_grace, .. } = &mut *st;
-                    inner.slots.begin_grace(inner.fences, stop_grace, false)?;
+                    st.stop_grace_taken = false;
                 }
                 TraceState::Stopping => {}
+            }
+            if !st.stop_grace_taken {
+                // A snapshot taken without a successful heavy fence proves nothing: retake it
+                // on the next call if the fence fails.
+                let State { stop_grace, .. } = &mut *st;
+                inner.slots.begin_grace(inner.fences, stop_grace, false)?;
+                st.stop_grace_taken = true;
             }
         }
         let deadline = Instant::now() + timeout;
@@ -691,6 +739,19 @@ impl Context {
     pub const MAX_RECORD_BYTES: u64 = MAX_RECORD_BYTES;
 }
 
+impl Drop for Inner {
+    /// The last handle is gone, so no writer can be in flight: finalise the header as a stop
+    /// would (a manager reading the memfd afterwards sees the final ends and counts).
+    fn drop(&mut self) {
+        let mut st = self.lock();
+        if st.phase != TraceState::Stopped {
+            // ATOMICS: `Release`, as in `stop`.
+            self.gate.store(0, Ordering::Release);
+            let _ = self.finish_stop(&mut st);
+        }
+    }
+}
+
 /// A weak reference to a [`Context`].
 #[derive(Debug, Clone)]
 pub struct WeakContext {
@@ -726,6 +787,7 @@ impl Inner {
 
     /// Count one drop that no slot can take.
     pub(crate) fn count_unslotted_drop(&self) {
+        // ATOMICS: `Relaxed`: see `unslotted_drops`.
         self.unslotted_drops.fetch_add(1, Ordering::Relaxed);
     }
 
@@ -747,6 +809,8 @@ impl Inner {
         st.retirement = None;
         st.grace.clear();
         st.oneshot_full = false;
+        self.rolling.clear_pins();
+        // ATOMICS: `Release` for the ready hints and the header (manager side).
         self.ready[0].store(false, Ordering::Release);
         self.ready[1].store(true, Ordering::Release);
         let header = self.header();
@@ -789,10 +853,12 @@ impl Inner {
             }
             BufferingMode::Circular | BufferingMode::Streaming => {}
         }
-        // Quick check without the mutex: the other buffer is not available yet (streaming: not
-        // saved; circular: its writers have not all left).
-        // ATOMICS: `Acquire` hint; re-checked under the mutex.
-        if !self.ready[current ^ 1].load(Ordering::Acquire) {
+        // Streaming quick check without the mutex: the other buffer is not saved yet.
+        // ATOMICS: `Acquire` hint, re-checked under the mutex. A switch stores `ready[next] =
+        // false` after resetting the allocator word, so if the `false` we read is that store,
+        // the word we read next is the reset one and we retry rather than drop.
+        if self.mode == BufferingMode::Streaming && !self.ready[current ^ 1].load(Ordering::Acquire)
+        {
             // Someone may already have switched away from `wrapped`: then retry.
             return packed_wrapped(self.rolling.load()) != wrapped;
         }
@@ -807,19 +873,54 @@ impl Inner {
             }
             let current = (st.wrapped_count & 1) as usize;
             let next = current ^ 1;
-            if st.buffers[next] != BufferState::Ready {
+            let mut pins = Pins::default();
+            let reusable = match self.mode {
+                BufferingMode::Streaming => st.buffers[next] == BufferState::Ready,
+                _ => self.circular_pins(&mut st, next, &mut pins),
+            };
+            if !reusable {
                 return false;
             }
-            self.switch_locked(&mut st, current, next);
+            self.switch_locked(&mut st, current, next, pins.as_slice());
             notification = self.service_locked(&mut st);
         }
         self.deliver(notification);
         true
     }
 
+    /// Circular reuse of `next`: the holds in `next` of every writer that has been in flight
+    /// since `next` was retired, to be pinned in the new lap. False if one of them is between
+    /// its `fetch_add` and its hold store (its run is unknown) or there are too many holds.
+    fn circular_pins(&self, st: &mut State, next: usize, pins: &mut Pins) -> bool {
+        let Some(retirement) = st.retirement else {
+            return true;
+        };
+        if retirement.buffer != next || self.slots.is_grace_complete(&mut st.grace) {
+            return true;
+        }
+        for slot in self.slots.outstanding(&st.grace) {
+            // ATOMICS: `Acquire`: see `WriterSlot::chunk_hold` / `run_hold`.
+            let holds = [
+                slot.run_hold.load(Ordering::Acquire),
+                slot.chunk_hold.load(Ordering::Acquire),
+            ];
+            for hold in holds {
+                if hold == HOLD_ALLOCATING {
+                    return false;
+                }
+                if let Some((buffer, _, _)) = hold_region(hold) {
+                    if buffer == next && !pins.push(hold) {
+                        return false;
+                    }
+                }
+            }
+        }
+        true
+    }
+
     /// `SwitchRollingBufferLocked`, plus the header updates of the 2025 engine (wrapped count
     /// and drop count on every switch) and the start of the retirement grace period.
-    fn switch_locked(&self, st: &mut State, current: usize, next: usize) {
+    fn switch_locked(&self, st: &mut State, current: usize, next: usize, pins: &[u64]) {
         let header = self.header();
         let end = self.rolling_data_end_now();
         let retired_count = st.wrapped_count;
@@ -836,24 +937,32 @@ impl Inner {
         header
             .num_records_dropped
             .store(self.raw_dropped() - st.dropped_base, Ordering::Release);
+        // ATOMICS: `Release`: see `ready`.
         self.ready[current].store(false, Ordering::Release);
-        self.ready[next].store(false, Ordering::Release);
-        // Gate first, then the allocator word (see `RollingAllocator::word`).
+        // Pins for the new lap, then the gate, then the allocator word (which opens the lap;
+        // see `RollingAllocator::word`).
+        self.rolling.set_pins(st.wrapped_count, pins);
         let gate = make_gate(st.generation, st.wrapped_count, GATE_STARTED);
         // ATOMICS: `Release`: see `gate`.
         self.gate.store(gate, Ordering::Release);
         self.rolling.reset(st.wrapped_count);
+        // Only now: a writer that finds `ready[next]` false with `Acquire` then also sees the
+        // reset word, so it retries in the new lap instead of dropping (see `on_rolling_full`).
+        self.ready[next].store(false, Ordering::Release);
         st.retirement = Some(Retirement {
             wrapped_count: retired_count,
             buffer: current,
             step: RetireStep::Writers,
         });
+        // Streaming waits for the retired buffer's writers (the manager needs complete data)
+        // and asks them to report; circular only keeps the snapshot for the next reuse.
+        let ask_report = self.mode == BufferingMode::Streaming;
         let State {
             grace,
             last_fence_error,
             ..
         } = st;
-        if let Err(error) = self.slots.begin_grace(self.fences, grace, true) {
+        if let Err(error) = self.slots.begin_grace(self.fences, grace, ask_report) {
             *last_fence_error = Some(error.to_string());
         }
     }
@@ -931,6 +1040,7 @@ impl Inner {
                     // Circular: the buffer may be entered again.
                     st.retirement = None;
                     st.buffers[retirement.buffer] = BufferState::Ready;
+                    // ATOMICS: `Release`: see `ready`.
                     self.ready[retirement.buffer].store(true, Ordering::Release);
                     return None;
                 }
@@ -967,6 +1077,7 @@ impl Inner {
                 notification = Some((retirement.wrapped_count, durable_data_end));
             } else {
                 st.buffers[retirement.buffer] = BufferState::Ready;
+                // ATOMICS: `Release`: see `ready`.
                 self.ready[retirement.buffer].store(true, Ordering::Release);
             }
         }

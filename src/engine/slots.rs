@@ -56,6 +56,20 @@ pub(crate) struct WriterSlot {
     /// ATOMICS: `Relaxed` store, then the heavy fence; the owner's light fence sits between its
     /// leaving `seq` store and its load of this flag.
     pub(crate) wanted: AtomicBool,
+    /// Rules: the chunk the owner writes records into ([`super::allocator::make_hold`]), or 0.
+    /// Written only by the owner, when it takes a new chunk (before writing into it); read by
+    /// a circular-mode switch for writers that have been in flight since the buffer being
+    /// reused was retired, to pin that chunk.
+    /// ATOMICS: `Release` store / `Acquire` load: a switch that sees a hold elsewhere also sees
+    /// the owner's writes to its previous chunk completed.
+    pub(crate) chunk_hold: AtomicU64,
+    /// Rules: `HOLD_ALLOCATING` from just before the owner's `fetch_add` on the rolling word
+    /// until it knows what it got; then the hold of a run it writes a large record into (until
+    /// that record is committed or dropped), or 0. Written only by the owner.
+    /// ATOMICS: the `HOLD_ALLOCATING` store is `Relaxed` followed by the light fence, so any
+    /// switch whose heavy fence follows the `fetch_add` sees it; other stores `Release` and
+    /// loads `Acquire`, as `chunk_hold`.
+    pub(crate) run_hold: AtomicU64,
     /// Rules: lease flag; set by the thread that claims the slot (CAS), cleared by the same
     /// thread when it exits or moves to another context.
     /// ATOMICS: `Acquire` CAS / `Release` clear, so the next owner sees the previous owner's
@@ -171,6 +185,7 @@ impl WriterSlots {
 
     /// Slots ever leased (one past the highest index).
     pub(crate) fn high_water(&self) -> usize {
+        // ATOMICS: `Acquire`: see `high_water`.
         self.high_water.load(Ordering::Acquire)
     }
 
@@ -189,6 +204,10 @@ impl WriterSlots {
                     .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
             {
+                // A previous owner's holds are meaningless for the new one (and would only cause
+                // needless pins). ATOMICS: `Release`, as every hold store.
+                slot.chunk_hold.store(0, Ordering::Release);
+                slot.run_hold.store(0, Ordering::Release);
                 // ATOMICS: `Release`, see `high_water`.
                 self.high_water.fetch_max(index + 1, Ordering::Release);
                 return Some(index);
@@ -200,6 +219,7 @@ impl WriterSlots {
     /// Give a slot back (its owner is quiescent: its `seq` is even).
     pub(crate) fn release(&self, index: usize) {
         if let Some(slot) = self.slots.get(index) {
+            // ATOMICS: `Relaxed`: published by the `Release` clear of `in_use` below.
             slot.wanted.store(false, Ordering::Relaxed);
             // ATOMICS: `Release`: the next owner's `Acquire` CAS sees our final `seq`.
             slot.in_use.store(false, Ordering::Release);
@@ -226,6 +246,7 @@ impl WriterSlots {
         ask_report: bool,
     ) -> Result<(), SysError> {
         fences.heavy()?;
+        // ATOMICS: `Acquire`: see `high_water`.
         let high = self.high_water.load(Ordering::Acquire);
         grace.seqs.clear();
         let mut any = false;
@@ -276,8 +297,79 @@ impl WriterSlots {
         complete
     }
 
+    /// The slots of the snapshot still in flight (after [`Self::is_grace_complete`]).
+    pub(crate) fn outstanding<'a>(
+        &'a self,
+        grace: &'a Grace,
+    ) -> impl Iterator<Item = &'a WriterSlot> + 'a {
+        self.slots
+            .iter()
+            .zip(&grace.seqs)
+            .filter(|(_, &seq)| seq != 0)
+            .map(|(slot, _)| &**slot)
+    }
+
     /// Number of writers of the snapshot still in flight.
     pub(crate) fn in_flight(&self, grace: &Grace) -> usize {
         grace.seqs.iter().filter(|&&s| s != 0).count()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn enter(slot: &WriterSlot) {
+        slot.seq
+            .store(slot.seq.load(Ordering::Relaxed) + 1, Ordering::Release);
+    }
+
+    #[test]
+    fn grace_waits_only_for_writers_in_flight_at_the_snapshot() {
+        let slots = WriterSlots::new(4);
+        let (a, b, c) = (
+            slots.lease().unwrap(),
+            slots.lease().unwrap(),
+            slots.lease().unwrap(),
+        );
+        assert_eq!((a, b, c), (0, 1, 2));
+        assert_eq!(slots.high_water(), 3);
+        enter(slots.get(a)); // a in flight
+        enter(slots.get(c)); // c in flight
+        let fences = Fences::new(FencePolicy::SeqCstFences);
+        let mut grace = Grace::with_capacity(4);
+        slots.begin_grace(fences, &mut grace, true).unwrap();
+        assert!(
+            slots.get(a).wanted.load(Ordering::Relaxed),
+            "asked to report"
+        );
+        assert!(!slots.get(b).wanted.load(Ordering::Relaxed), "b was idle");
+        assert_eq!(slots.in_flight(&grace), 2);
+        assert!(!slots.is_grace_complete(&mut grace));
+        enter(slots.get(b)); // b starts after the snapshot: not waited for
+        enter(slots.get(a)); // a leaves
+        assert!(!slots.is_grace_complete(&mut grace));
+        assert_eq!(slots.outstanding(&grace).count(), 1);
+        enter(slots.get(c)); // c leaves...
+        enter(slots.get(c)); // ...and enters again: still counts as having moved on
+        assert!(slots.is_grace_complete(&mut grace));
+        assert_eq!(slots.in_flight(&grace), 0);
+    }
+
+    #[test]
+    fn released_slots_are_leased_again_with_their_counters() {
+        let slots = WriterSlots::new(1);
+        let a = slots.lease().unwrap();
+        assert!(slots.lease().is_none(), "capacity 1");
+        slots.get(a).dropped.store(5, Ordering::Relaxed);
+        slots.get(a).chunk_hold.store(42, Ordering::Relaxed);
+        slots.release(a);
+        assert_eq!(slots.lease(), Some(a));
+        assert_eq!(slots.dropped_total(), 5, "drop counts survive owners");
+        assert_eq!(
+            slots.get(a).chunk_hold.load(Ordering::Relaxed),
+            0,
+            "holds do not"
+        );
     }
 }

@@ -1,8 +1,9 @@
 //! The record-writing entry point: writer sections, slots, and the per-thread chunk cursor.
 //!
 //! Algorithm: a per-thread bump allocator inside chunks handed out by the lock-free allocator
-//! ([`super::allocator`]); writer sections announced through the thread's slot
-//! ([`super::slots`], quiescent-state grace periods).
+//! (`engine::allocator`); writer sections announced through the thread's slot
+//! (`engine::slots`, quiescent-state grace periods). A thread publishes the chunk (or large
+//! record run) it holds in its slot once per chunk, so that circular reuse can pin it.
 //!
 //! # Contract for record writers
 //!
@@ -35,7 +36,10 @@ use std::ptr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Weak};
 
-use super::allocator::{gate_generation, gate_open, Taken, GATE_STARTED};
+use super::allocator::{
+    gate_generation, gate_open, gate_wrapped, Taken, GATE_STARTED, HOLD_ALLOCATING, PIN_CAPACITY,
+    WRAPPED_MASK,
+};
 use super::context::Inner;
 use super::slots::WriterSlot;
 use crate::protocol::header::{
@@ -283,6 +287,7 @@ impl<'c> Writer<'c> {
         if next < chunk.end {
             // The terminator: the word after the record reads as zero until the next record's
             // header is committed.
+            // ATOMICS: `Relaxed`: published by the record's `Release` header store.
             // SAFETY: `next` is inside the chunk, 8-aligned; only this thread writes it.
             unsafe { AtomicU64::from_ptr(next) }.store(0, Ordering::Relaxed);
         }
@@ -299,80 +304,128 @@ impl<'c> Writer<'c> {
     #[cold]
     #[inline(never)]
     fn reserve_slow(&mut self, words: usize) -> Option<Slot<'_>> {
-        const ATTEMPTS: usize = 3;
         let chunk_bytes = self.inner.rolling.chunk_size() as usize;
         // A run holds its tag word plus the record.
         let needed = (words + 1) * 8;
-        if words == 0 || words > MAX_RECORD_WORDS as usize {
+        if words == 0
+            || words > MAX_RECORD_WORDS as usize
+            || needed as u64 > self.inner.rolling.rolling_size()
+        {
             self.count_drop();
             return None;
         }
-        if needed as u64 > self.inner.rolling.rolling_size() {
+        let outcome = self.take_space(words, needed, chunk_bytes);
+        let Some((record, end, kind)) = outcome else {
+            // ATOMICS: `Release`, see `WriterSlot::run_hold`.
+            self.slot.run_hold.store(0, Ordering::Release);
             self.count_drop();
             return None;
-        }
-        for _ in 0..ATTEMPTS {
+        };
+        let chunk = Chunk {
+            pos: record,
+            end,
+            gate: self.gate,
+        };
+        // SAFETY: `take_space` returned room for `words` words at `record` in a run of this
+        // context that this thread owns.
+        let mut slot = unsafe { self.slot_in_chunk(chunk, words) };
+        slot.kind = kind;
+        Some(slot)
+    }
+
+    /// The allocation loop of [`Self::reserve_slow`]: where the record goes, the end of its
+    /// run, and the slot kind. Leaves `run_hold` set for a large record's run (cleared by its
+    /// commit or drop), 0 for a new chunk; the caller clears it on failure.
+    fn take_space(
+        &mut self,
+        words: usize,
+        needed: usize,
+        chunk_bytes: usize,
+    ) -> Option<(*mut u64, *mut u64, SlotKind)> {
+        const ATTEMPTS: usize = 3;
+        let mut attempts = 0;
+        let mut pinned = 0;
+        while attempts < ATTEMPTS && pinned <= PIN_CAPACITY {
             // ATOMICS: `Acquire`: see `Inner::gate`.
             let gate = self.inner.gate.load(Ordering::Acquire);
             if !gate_open(gate) {
-                break;
+                return None;
             }
             self.gate = gate;
             let chunk = self.thread.chunk.get();
             if chunk.gate == gate && (chunk.end as usize - chunk.pos as usize) >= words * 8 {
-                // SAFETY: a current chunk of this context with room.
-                return Some(unsafe { self.slot_in_chunk(chunk, words) });
+                // ATOMICS: `Release`, see `WriterSlot::run_hold`.
+                self.slot.run_hold.store(0, Ordering::Release);
+                return Some((chunk.pos, chunk.end, SlotKind::Chunk));
             }
             let chunks = needed.div_ceil(chunk_bytes) as u64;
-            match self.inner.rolling.take_run(chunks, gate, &self.inner.gate) {
+            attempts += 1;
+            // Announce "allocating" before touching the allocator word (see
+            // `WriterSlot::run_hold`); every outcome below replaces it.
+            self.slot.run_hold.store(HOLD_ALLOCATING, Ordering::Relaxed);
+            self.inner.fences.light();
+            let taken = self.inner.rolling.take_run(chunks, gate, &self.inner.gate);
+            if !matches!(taken, Taken::Run(ref run) if run.bytes() >= needed) {
+                // Nothing of ours to write into (a short run at the buffer end is abandoned
+                // untagged): hold nothing while possibly blocking on the switch mutex below.
+                // ATOMICS: `Release`, see `WriterSlot::run_hold`.
+                self.slot.run_hold.store(0, Ordering::Release);
+            }
+            match taken {
                 Taken::Run(run) if run.bytes() >= needed => {
                     // SAFETY: the run is ours, at least two words long and 8-aligned.
                     let first = unsafe { run.start.add(1) };
+                    // Publish the hold before writing anything into the run.
+                    if chunks == 1 {
+                        // ATOMICS: `Release`, see `WriterSlot::chunk_hold`.
+                        self.slot.chunk_hold.store(run.hold, Ordering::Release);
+                        self.slot.run_hold.store(0, Ordering::Release);
+                    } else {
+                        // ATOMICS: `Release`, see `WriterSlot::run_hold`.
+                        self.slot.run_hold.store(run.hold, Ordering::Release);
+                    }
                     // Zero the first record position, then publish the tag.
                     // SAFETY: `first` is inside the run.
                     unsafe { AtomicU64::from_ptr(first) }.store(0, Ordering::Relaxed);
-                    let wrapped = super::allocator::gate_wrapped(run.gate);
-                    let tag = make_chunk_tag(wrapped, chunks as u16);
+                    let tag = make_chunk_tag(gate_wrapped(run.gate), chunks as u16);
                     // ATOMICS: `Release`: a reader that sees the tag sees the zeroed word.
                     // SAFETY: `run.start` is inside the run.
                     unsafe { AtomicU64::from_ptr(run.start) }.store(tag, Ordering::Release);
                     self.gate = run.gate;
-                    let fresh = Chunk {
-                        pos: first,
-                        end: run.end,
-                        gate: run.gate,
-                    };
                     if chunks == 1 {
-                        self.thread.chunk.set(fresh);
-                        // SAFETY: the new current chunk has room (`run.bytes() >= needed`).
-                        return Some(unsafe { self.slot_in_chunk(fresh, words) });
+                        self.thread.chunk.set(Chunk {
+                            pos: first,
+                            end: run.end,
+                            gate: run.gate,
+                        });
+                        return Some((first, run.end, SlotKind::Chunk));
                     }
                     // A record larger than a chunk: its own run; the thread keeps its chunk.
-                    // SAFETY: as above, for a run that is not the thread's chunk.
-                    let mut slot = unsafe { self.slot_in_chunk(fresh, words) };
-                    slot.kind = SlotKind::Run;
-                    return Some(slot);
+                    return Some((first, run.end, SlotKind::Run));
                 }
                 Taken::Run(run) => {
                     // The short run at the end of the buffer cannot hold the record: the buffer
                     // is full. The run stays untagged, so readers skip it.
-                    let wrapped = super::allocator::gate_wrapped(run.gate);
                     if !self
                         .inner
-                        .on_rolling_full(wrapped & super::allocator::WRAPPED_MASK)
+                        .on_rolling_full(gate_wrapped(run.gate) & WRAPPED_MASK)
                     {
-                        break;
+                        return None;
                     }
                 }
                 Taken::Full { wrapped } => {
                     if !self.inner.on_rolling_full(wrapped) {
-                        break;
+                        return None;
                     }
                 }
                 Taken::Retry => {}
+                Taken::Pinned => {
+                    // Left to the stale writer that holds it; does not count as an attempt.
+                    attempts -= 1;
+                    pinned += 1;
+                }
             }
         }
-        self.count_drop();
         None
     }
 
@@ -459,11 +512,16 @@ impl Slot<'_> {
         // ATOMICS: `Release`: a reader that sees the header sees the payload and the terminator.
         // SAFETY: `record` is 8-aligned and inside our reservation.
         unsafe { AtomicU64::from_ptr(self.record) }.store(header, Ordering::Release);
-        if self.kind == SlotKind::Chunk {
-            let mut chunk = self.thread.chunk.get();
-            // SAFETY: the record lies in the current chunk, so this stays within it.
-            chunk.pos = unsafe { self.record.add(self.words) };
-            self.thread.chunk.set(chunk);
+        match self.kind {
+            SlotKind::Chunk => {
+                let mut chunk = self.thread.chunk.get();
+                // SAFETY: the record lies in the current chunk, so this stays within it.
+                chunk.pos = unsafe { self.record.add(self.words) };
+                self.thread.chunk.set(chunk);
+            }
+            // ATOMICS: `Release`: the run's record is complete (see `WriterSlot::run_hold`).
+            SlotKind::Run => self.slot.run_hold.store(0, Ordering::Release),
+            SlotKind::Durable => {}
         }
         std::mem::forget(self);
     }
@@ -476,6 +534,10 @@ impl Drop for Slot<'_> {
         // ATOMICS: `Relaxed` load + store: only this thread writes its counter.
         let dropped = self.slot.dropped.load(Ordering::Relaxed);
         self.slot.dropped.store(dropped + 1, Ordering::Relaxed);
+        if self.kind == SlotKind::Run {
+            // ATOMICS: `Release`, as in `commit`.
+            self.slot.run_hold.store(0, Ordering::Release);
+        }
         if self.kind == SlotKind::Durable {
             self.payload().fill(0);
             const STRING_RECORD: u64 = 2;

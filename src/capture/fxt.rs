@@ -1,0 +1,989 @@
+//! Capture events → FXT records: the kernel provider's record stream.
+//!
+//! [`KernelTraceWriter`] turns the timestamp-ordered [`CaptureEvent`]s of a capture session into
+//! FXT records and pushes them into a [`RecordSink`]: an in-memory [`RecordWriter`], a file or
+//! pipe ([`FxtStreamSink`]), or (later) the in-process engine's buffer.
+//!
+//! | capture event | FXT records |
+//! |---|---|
+//! | [`CaptureEvent::Thread`] | Thread record (indexed while the table has room), Kernel Object records naming the process (`PROCESS` = 1) and the thread (`THREAD` = 2, with a `"process"` koid argument), each once per name |
+//! | [`CaptureEvent::Comm`] | a new Kernel Object record for the renamed thread (and its process when the thread is the main one) |
+//! | [`CaptureEvent::ContextSwitch`] | Context Switch record (type 8, legacy layout: cpu, outgoing state, thread refs, priorities); CPUs above 255 use the scheduling type 1 layout (16-bit cpu) |
+//! | [`CaptureEvent::Branch`] | Blob record of type `LAST_BRANCH` (2), payload per [`crate::format::lbr`], named `"cpu<N>"` (an indexed string) |
+//! | [`CaptureEvent::Lost`] | instant event `"fxtrace: N perf records lost"` (category `"fxtrace"`, `count` and `cpu` arguments) and, on the first loss, Provider Event metadata "buffer overflow" |
+//! | [`CaptureEvent::Unsupported`] | Log record with the hint, and an instant event `"fxtrace: <what> unavailable"` |
+//! | [`CaptureEvent::Fork`] / [`CaptureEvent::Exit`] | nothing of their own (a reused tid in another process re-registers its thread) |
+//!
+//! # Thread table
+//!
+//! Thread refs use indices 1..=255 while the table has room; a thread switched out for the last
+//! time (state dying or dead) gives its index back, and the next new thread re-registers it with
+//! a new Thread record. When no index is free, refs go inline (pid and tid in the record) and the
+//! thread is counted in [`KernelTraceStats::unindexed_threads`]. A switch side the source does not
+//! know (per-process capture: the other task is outside the process) is written as thread koid
+//! 0 of process 0, like the idle task.
+//!
+//! # Order and losses
+//!
+//! Records go out in the order events arrive, which the capture layer makes timestamp order.
+//! An event older than one already written is still written (with its own timestamp) and counted
+//! in [`KernelTraceStats::late`]. Nothing is dropped silently: records the sink refuses (encode
+//! limits, a full buffer) are counted in [`KernelTraceStats::dropped_records`]; an I/O error
+//! stops the writer and is returned.
+
+use std::collections::{HashMap, HashSet};
+use std::hash::{BuildHasherDefault, Hasher};
+use std::io::{self, Write};
+
+use thiserror::Error;
+
+use super::events::{
+    BranchSample, CaptureEvent, ContextSwitch, Lost, LostKind, SwitchSides, TaskComm, TaskFork,
+    ThreadInfo, Unsupported,
+};
+use super::state::ThreadState as LinuxThreadState;
+use crate::format::lbr::{LbrBranch, LbrPayload, LBR_MAX_BRANCHES};
+use crate::format::{
+    Arg, ArgValue, Blob, BlobType, ContextSwitch as FxtContextSwitch, Encode, EncodeError, Event,
+    EventKind, Initialization, KernelObject, Log, ObjectType, ProviderEvent, ProviderInfo, Record,
+    RecordWriter, SchedContextSwitch, StringRecord, StringRef, ThreadRecord, ThreadRef,
+    ThreadState, MAGIC_WORD, MAX_RECORD_WORDS, MAX_STRING_INDEX, MAX_STRING_LEN, MAX_THREAD_INDEX,
+    PROVIDER_EVENT_BUFFER_OVERFLOW,
+};
+
+/// Category of the events fxtrace writes about its own capture.
+pub const FXTRACE_CATEGORY: &str = "fxtrace";
+
+// === impl RecordSink ===
+
+/// Why a sink did not take a record.
+#[derive(Debug, Error)]
+pub enum SinkError {
+    /// The record breaks a format limit; it is dropped (and counted by the writer).
+    #[error("record could not be encoded: {0}")]
+    Encode(#[from] EncodeError),
+    /// The destination buffer is full; the record is dropped (and counted by the writer).
+    #[error("the trace buffer is full")]
+    Full,
+    /// Writing failed; the trace cannot continue.
+    #[error("writing the trace failed: {0}")]
+    Io(#[from] io::Error),
+}
+
+/// Where encoded records go.
+pub trait RecordSink {
+    /// Encodes and appends one record; returns its size in words.
+    fn push(&mut self, record: &Record<'_>) -> Result<usize, SinkError>;
+}
+
+impl RecordSink for RecordWriter {
+    fn push(&mut self, record: &Record<'_>) -> Result<usize, SinkError> {
+        Ok(RecordWriter::push(self, record)?)
+    }
+}
+
+impl<S: RecordSink + ?Sized> RecordSink for &mut S {
+    fn push(&mut self, record: &Record<'_>) -> Result<usize, SinkError> {
+        (**self).push(record)
+    }
+}
+
+/// Streams records to any [`Write`] (a file, a pipe), buffered: records are encoded in place
+/// at the end of a word buffer (no size pass, no copy) and written out in chunks of about
+/// 64 KiB. Call [`FxtStreamSink::finish`] (or [`FxtStreamSink::flush`]) at the end: dropping
+/// the sink loses what is still buffered.
+#[derive(Debug)]
+pub struct FxtStreamSink<W: Write> {
+    out: W,
+    /// Always `CHUNK_WORDS + MAX_RECORD_WORDS` long, so any record fits behind `used`.
+    buffer: Vec<u64>,
+    used: usize,
+    bytes: u64,
+}
+
+/// Words buffered before a write to the underlying writer (64 KiB).
+const CHUNK_WORDS: usize = 8 * 1024;
+
+impl<W: Write> FxtStreamSink<W> {
+    /// A sink writing to `out`, nothing written yet.
+    pub fn new(out: W) -> Self {
+        Self {
+            out,
+            buffer: vec![0; CHUNK_WORDS + MAX_RECORD_WORDS],
+            used: 0,
+            bytes: 0,
+        }
+    }
+
+    /// A sink whose stream starts with the magic number record, as a trace file does.
+    pub fn with_magic(out: W) -> Self {
+        let mut sink = Self::new(out);
+        sink.buffer[0] = MAGIC_WORD;
+        sink.used = 1;
+        sink.bytes = 8;
+        sink
+    }
+
+    /// Bytes accepted so far (written or buffered).
+    pub fn bytes(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Writes out everything buffered and flushes the writer.
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.write_out()?;
+        self.out.flush()
+    }
+
+    /// Flushes and returns the writer.
+    pub fn finish(mut self) -> io::Result<W> {
+        self.flush()?;
+        Ok(self.out)
+    }
+
+    fn write_out(&mut self) -> io::Result<()> {
+        let words = &self.buffer[..self.used];
+        // SAFETY: `words` is a live, initialised `[u64]`; viewing its memory as bytes (align 1,
+        // same length in bytes, no padding in u64) is always valid, and the view ends before
+        // `self.buffer` is touched again.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), std::mem::size_of_val(words))
+        };
+        self.out.write_all(bytes)?;
+        self.used = 0;
+        Ok(())
+    }
+}
+
+impl<W: Write> RecordSink for FxtStreamSink<W> {
+    fn push(&mut self, record: &Record<'_>) -> Result<usize, SinkError> {
+        // The tail always holds MAX_RECORD_WORDS, the largest record there is.
+        let written = record.write(&mut self.buffer[self.used..])?;
+        self.used += written;
+        self.bytes += 8 * written as u64;
+        if self.used >= CHUNK_WORDS {
+            self.write_out()?;
+        }
+        Ok(written)
+    }
+}
+
+// === impl KernelTraceStats ===
+
+/// What a [`KernelTraceWriter`] wrote, and everything it could not write as asked.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct KernelTraceStats {
+    /// Records written (metadata included).
+    pub records: u64,
+    /// Words written.
+    pub words: u64,
+    /// Context Switch records.
+    pub context_switches: u64,
+    /// Context switches written with the 16-bit-cpu layout (cpu above 255).
+    pub wide_cpu_switches: u64,
+    /// Distinct threads seen.
+    pub threads: u64,
+    /// Thread records written (registrations and re-registrations).
+    pub thread_records: u64,
+    /// Threads referenced inline because the thread table had no free index.
+    pub unindexed_threads: u64,
+    /// Strings written inline because the string table was full.
+    pub unindexed_strings: u64,
+    /// Kernel Object records (thread and process names).
+    pub kernel_objects: u64,
+    /// LAST_BRANCH blobs.
+    pub branch_blobs: u64,
+    /// Branch entries beyond the 32 a LAST_BRANCH blob holds (the oldest ones), not written.
+    pub lbr_entries_truncated: u64,
+    /// Records the kernel reported lost (`PERF_RECORD_LOST`).
+    pub lost_records: u64,
+    /// Samples the kernel reported lost (`PERF_RECORD_LOST_SAMPLES`).
+    pub lost_samples: u64,
+    /// Loss reports written as events.
+    pub lost_reports: u64,
+    /// Unavailable sources written as Log records.
+    pub unsupported: u64,
+    /// Events older than one already written (written anyway, out of order).
+    pub late: u64,
+    /// Records the sink refused (encode limits, full buffer): not in the trace.
+    pub dropped_records: u64,
+}
+
+impl KernelTraceStats {
+    /// Whether the trace misses anything the kernel or fxtrace dropped.
+    pub fn lost_anything(&self) -> bool {
+        self.lost_records + self.lost_samples + self.dropped_records > 0
+    }
+}
+
+// === impl KernelTraceWriter ===
+
+/// Identity and clock of a kernel provider's section.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelTraceConfig {
+    /// Provider id in the archive.
+    pub provider_id: u32,
+    /// Provider name.
+    pub provider_name: String,
+    /// Ticks per second of every timestamp (the TSC rate, [`crate::clock::info`]).
+    pub ticks_per_second: u64,
+    /// Tick count at capture start: the time of records about the capture itself that the
+    /// kernel did not timestamp (unsupported sources).
+    pub start_ticks: u64,
+    /// The recorder's own (pid, tid): the thread of events about the capture (losses,
+    /// unsupported sources).
+    pub recorder: (u32, u32),
+}
+
+impl KernelTraceConfig {
+    /// Provider 1, `"kernel"`, this process's clock, started now, recorded by this thread.
+    pub fn kernel() -> Self {
+        // SAFETY: gettid has no preconditions and cannot fail.
+        let tid = unsafe { libc::gettid() } as u32;
+        Self {
+            provider_id: 1,
+            provider_name: "kernel".into(),
+            ticks_per_second: crate::clock::info().ticks_per_second,
+            start_ticks: crate::clock::ticks(),
+            recorder: (std::process::id(), tid),
+        }
+    }
+}
+
+/// Hashes the small integer keys of the writer's tables (tids, pids, cpus) with one multiply
+/// (Fibonacci hashing): ids are not attacker-chosen, and SipHash cost more than the rest of a
+/// context switch's conversion.
+#[derive(Debug, Default, Clone, Copy)]
+struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn finish(&self) -> u64 {
+        self.0
+    }
+
+    fn write(&mut self, bytes: &[u8]) {
+        for &b in bytes {
+            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+        }
+    }
+
+    fn write_u32(&mut self, id: u32) {
+        self.0 = (self.0 ^ u64::from(id)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
+}
+
+/// A map keyed by ids.
+type IdMap<V> = HashMap<u32, V, BuildHasherDefault<IdHasher>>;
+/// A set of ids.
+type IdSet = HashSet<u32, BuildHasherDefault<IdHasher>>;
+
+/// A registered thread.
+#[derive(Debug, Clone, Copy)]
+struct ThreadSlot {
+    pid: u32,
+    index: Option<u8>,
+}
+
+/// Converts capture events into FXT records (see the module docs).
+#[derive(Debug)]
+pub struct KernelTraceWriter<S: RecordSink> {
+    sink: S,
+    config: KernelTraceConfig,
+    stats: KernelTraceStats,
+    threads: IdMap<ThreadSlot>,
+    free_indexes: Vec<u8>,
+    next_index: u16,
+    strings: HashMap<String, u16>,
+    next_string: u16,
+    cpu_names: IdMap<Option<u16>>,
+    released: IdSet,
+    thread_names: IdMap<String>,
+    process_names: IdMap<String>,
+    last_time: u64,
+    overflow_reported: bool,
+}
+
+impl<S: RecordSink> KernelTraceWriter<S> {
+    /// Starts the provider's section: Provider Info metadata, then the Initialization record.
+    pub fn new(mut sink: S, config: KernelTraceConfig) -> Result<Self, SinkError> {
+        let mut stats = KernelTraceStats::default();
+        for record in [
+            Record::ProviderInfo(ProviderInfo {
+                provider_id: config.provider_id,
+                name: &config.provider_name,
+            }),
+            Record::Initialization(Initialization {
+                ticks_per_second: config.ticks_per_second,
+            }),
+        ] {
+            stats.words += sink.push(&record)? as u64;
+            stats.records += 1;
+        }
+        Ok(Self {
+            sink,
+            last_time: config.start_ticks,
+            config,
+            stats,
+            threads: IdMap::default(),
+            free_indexes: Vec::new(),
+            next_index: 1,
+            strings: HashMap::new(),
+            next_string: 1,
+            cpu_names: IdMap::default(),
+            released: IdSet::default(),
+            thread_names: IdMap::default(),
+            process_names: IdMap::default(),
+            overflow_reported: false,
+        })
+    }
+
+    /// The counters so far.
+    pub fn stats(&self) -> KernelTraceStats {
+        self.stats
+    }
+
+    /// The sink.
+    pub fn sink(&self) -> &S {
+        &self.sink
+    }
+
+    /// The latest timestamp written.
+    pub fn last_time(&self) -> u64 {
+        self.last_time
+    }
+
+    /// Converts one event. Only an I/O error is returned; refused records are counted.
+    pub fn handle(&mut self, event: &CaptureEvent) -> Result<(), SinkError> {
+        if let Some(time) = event.time() {
+            if time < self.last_time {
+                self.stats.late += 1;
+            } else {
+                self.last_time = time;
+            }
+        }
+        match event {
+            CaptureEvent::ContextSwitch(cs) => self.context_switch(cs),
+            CaptureEvent::Thread(info) => self.thread(info),
+            CaptureEvent::Comm(comm) => self.comm(comm),
+            CaptureEvent::Fork(fork) => self.fork(fork),
+            CaptureEvent::Exit(_) => Ok(()),
+            CaptureEvent::Lost(lost) => self.lost(lost),
+            CaptureEvent::Branch(sample) => self.branch(sample),
+            CaptureEvent::Unsupported(u) => self.unsupported(u),
+        }
+    }
+
+    /// Ends the section: a summary event with the totals (and the buffer-overflow metadata if
+    /// anything was lost and not yet reported); returns the sink and the final counters.
+    pub fn finish(mut self) -> Result<(S, KernelTraceStats), SinkError> {
+        let s = self.stats;
+        let recorder = self.recorder_ref()?;
+        let category = self.string(FXTRACE_CATEGORY)?;
+        let args = [
+            Arg::new("context_switches", ArgValue::U64(s.context_switches)),
+            Arg::new("threads", ArgValue::U64(s.threads)),
+            Arg::new("unindexed_threads", ArgValue::U64(s.unindexed_threads)),
+            Arg::new("branch_blobs", ArgValue::U64(s.branch_blobs)),
+            Arg::new("lost_records", ArgValue::U64(s.lost_records)),
+            Arg::new("lost_samples", ArgValue::U64(s.lost_samples)),
+            Arg::new("late", ArgValue::U64(s.late)),
+            Arg::new("dropped_records", ArgValue::U64(s.dropped_records)),
+        ];
+        self.push(&Record::Event(Event {
+            ticks: self.last_time,
+            thread: recorder,
+            category,
+            name: StringRef::Inline("fxtrace: kernel capture summary"),
+            args: &args,
+            kind: EventKind::Instant,
+        }))?;
+        if self.stats.lost_anything() {
+            self.report_overflow()?;
+        }
+        Ok((self.sink, self.stats))
+    }
+
+    // --- records ---
+
+    /// Pushes a record; counts refusals, returns only I/O errors.
+    fn push(&mut self, record: &Record<'_>) -> Result<(), SinkError> {
+        self.try_push(record).map(|_| ())
+    }
+
+    /// As [`Self::push`], saying whether the record went in (registrations need to know: an
+    /// index whose record was refused must not be referred to).
+    fn try_push(&mut self, record: &Record<'_>) -> Result<bool, SinkError> {
+        match self.sink.push(record) {
+            Ok(words) => {
+                self.stats.records += 1;
+                self.stats.words += words as u64;
+                Ok(true)
+            }
+            Err(SinkError::Encode(_)) | Err(SinkError::Full) => {
+                self.stats.dropped_records += 1;
+                Ok(false)
+            }
+            Err(e @ SinkError::Io(_)) => Err(e),
+        }
+    }
+
+    fn report_overflow(&mut self) -> Result<(), SinkError> {
+        if self.overflow_reported {
+            return Ok(());
+        }
+        self.overflow_reported = true;
+        self.push(&Record::ProviderEvent(ProviderEvent {
+            provider_id: self.config.provider_id,
+            event: PROVIDER_EVENT_BUFFER_OVERFLOW,
+        }))
+    }
+
+    /// The ref of an indexed string, registering it on first use (inline once the table is
+    /// full).
+    fn string<'s>(&mut self, value: &'s str) -> Result<StringRef<'s>, SinkError> {
+        if let Some(&index) = self.strings.get(value) {
+            return Ok(StringRef::Index(index));
+        }
+        if self.next_string > MAX_STRING_INDEX {
+            self.stats.unindexed_strings += 1;
+            return Ok(StringRef::Inline(value));
+        }
+        let index = self.next_string;
+        if !self.try_push(&Record::String(StringRecord { index, value }))? {
+            // Not registered: refer to it inline this time, try again next time.
+            return Ok(StringRef::Inline(value));
+        }
+        self.next_string += 1;
+        self.strings.insert(value.to_owned(), index);
+        Ok(StringRef::Index(index))
+    }
+
+    /// The ref of thread `tid`, registering it (or re-registering it under a new pid).
+    fn thread_ref(&mut self, tid: u32, pid: Option<u32>) -> Result<ThreadRef, SinkError> {
+        if let Some(slot) = self.threads.get_mut(&tid) {
+            let slot = match pid {
+                Some(p) if p != slot.pid => {
+                    slot.pid = p;
+                    *slot
+                }
+                // The common case: known thread, same process.
+                _ => return Ok(slot_ref(tid, *slot)),
+            };
+            // The thread's name record carries its process: name it again.
+            self.thread_names.remove(&tid);
+            let mut slot = slot;
+            if let Some(index) = slot.index {
+                self.stats.thread_records += 1;
+                let record = Record::Thread(ThreadRecord {
+                    index,
+                    pid: u64::from(slot.pid),
+                    tid: u64::from(tid),
+                });
+                if !self.try_push(&record)? {
+                    // The index still means the old (pid, tid) to a reader: go inline.
+                    self.free_indexes.push(index);
+                    self.stats.unindexed_threads += 1;
+                    slot.index = None;
+                    self.threads.insert(tid, slot);
+                }
+            }
+            return Ok(slot_ref(tid, slot));
+        }
+        let pid = pid.unwrap_or(0);
+        self.stats.threads += 1;
+        let index = self.free_indexes.pop().or_else(|| {
+            (self.next_index <= u16::from(MAX_THREAD_INDEX)).then(|| {
+                self.next_index += 1;
+                (self.next_index - 1) as u8
+            })
+        });
+        let index = match index {
+            Some(index) => {
+                self.stats.thread_records += 1;
+                let record = Record::Thread(ThreadRecord {
+                    index,
+                    pid: u64::from(pid),
+                    tid: u64::from(tid),
+                });
+                if self.try_push(&record)? {
+                    Some(index)
+                } else {
+                    self.free_indexes.push(index);
+                    self.stats.unindexed_threads += 1;
+                    None
+                }
+            }
+            None => {
+                self.stats.unindexed_threads += 1;
+                None
+            }
+        };
+        let slot = ThreadSlot { pid, index };
+        self.threads.insert(tid, slot);
+        Ok(slot_ref(tid, slot))
+    }
+
+    /// Gives `tid`'s index back to the table (the thread will not run again).
+    fn release_thread(&mut self, tid: u32) {
+        if let Some(slot) = self.threads.remove(&tid) {
+            if let Some(index) = slot.index {
+                self.free_indexes.push(index);
+            }
+        }
+        self.thread_names.remove(&tid);
+        self.released.insert(tid);
+    }
+
+    fn recorder_ref(&mut self) -> Result<ThreadRef, SinkError> {
+        let (pid, tid) = self.config.recorder;
+        self.thread_ref(tid, Some(pid))
+    }
+
+    /// A Kernel Object record naming thread `tid` (with its process koid when known), unless
+    /// that name was the last one written for it.
+    fn name_thread(&mut self, tid: u32, pid: Option<u32>, name: &str) -> Result<(), SinkError> {
+        if self.thread_names.get(&tid).is_some_and(|n| n == name) {
+            return Ok(());
+        }
+        let process = self.string("process")?;
+        let args = pid.map(|p| Arg {
+            name: process,
+            value: ArgValue::Koid(u64::from(p)),
+        });
+        self.stats.kernel_objects += 1;
+        self.push(&Record::KernelObject(KernelObject {
+            koid: u64::from(tid),
+            object_type: ObjectType::THREAD,
+            name: StringRef::Inline(name),
+            args: args.as_slice(),
+        }))?;
+        self.thread_names.insert(tid, name.to_owned());
+        Ok(())
+    }
+
+    /// A Kernel Object record naming process `pid`, unless that name was the last one written.
+    fn name_process(&mut self, pid: u32, name: &str) -> Result<(), SinkError> {
+        if self.process_names.get(&pid).is_some_and(|n| n == name) {
+            return Ok(());
+        }
+        self.stats.kernel_objects += 1;
+        self.push(&Record::KernelObject(KernelObject {
+            koid: u64::from(pid),
+            object_type: ObjectType::PROCESS,
+            name: StringRef::Inline(name),
+            args: &[],
+        }))?;
+        self.process_names.insert(pid, name.to_owned());
+        Ok(())
+    }
+
+    // --- events ---
+
+    fn thread(&mut self, info: &ThreadInfo) -> Result<(), SinkError> {
+        self.thread_ref(info.tid, info.pid)?;
+        if let (Some(pid), Some(name)) = (info.pid, &info.process_name) {
+            self.name_process(pid, name)?;
+        }
+        if let Some(name) = &info.name {
+            self.name_thread(info.tid, info.pid, name)?;
+        }
+        Ok(())
+    }
+
+    fn fork(&mut self, fork: &TaskFork) -> Result<(), SinkError> {
+        if self
+            .threads
+            .get(&fork.tid)
+            .is_some_and(|s| s.pid != fork.pid)
+        {
+            // A tid still registered for another process: register it anew.
+            self.thread_ref(fork.tid, Some(fork.pid))?;
+        }
+        // A tid whose earlier thread died: the capture layer announces a tid once per session,
+        // so name the new thread here, with the name it inherits from its parent.
+        if self.released.remove(&fork.tid) {
+            if let Some(name) = self.thread_names.get(&fork.ptid).cloned() {
+                self.name_thread(fork.tid, Some(fork.pid), &name)?;
+            }
+        }
+        Ok(())
+    }
+
+    fn comm(&mut self, comm: &TaskComm) -> Result<(), SinkError> {
+        if self.threads.contains_key(&comm.tid) {
+            self.thread_ref(comm.tid, Some(comm.pid))?;
+        }
+        // The main thread's name is the process's name (`ps`, `/proc/PID/comm`).
+        if comm.tid == comm.pid {
+            self.name_process(comm.pid, &comm.name)?;
+        }
+        self.name_thread(comm.tid, Some(comm.pid), &comm.name)
+    }
+
+    fn context_switch(&mut self, cs: &ContextSwitch) -> Result<(), SinkError> {
+        let outgoing = match cs.sides {
+            SwitchSides::IncomingOnly => ThreadRef::Inline { pid: 0, tid: 0 },
+            _ => self.thread_ref(cs.prev_tid, cs.prev_pid)?,
+        };
+        let incoming = match cs.sides {
+            SwitchSides::OutgoingOnly => ThreadRef::Inline { pid: 0, tid: 0 },
+            _ => self.thread_ref(cs.next_tid, cs.next_pid)?,
+        };
+        let outgoing_state = fxt_state(cs.prev_state);
+        let outgoing_priority = perfetto_priority(cs.prev_tid, cs.prev_prio);
+        let incoming_priority = perfetto_priority(cs.next_tid, cs.next_prio);
+        self.stats.context_switches += 1;
+        match u8::try_from(cs.cpu) {
+            Ok(cpu) => self.push(&Record::ContextSwitch(FxtContextSwitch {
+                ticks: cs.time,
+                cpu,
+                outgoing_state,
+                outgoing,
+                incoming,
+                outgoing_priority,
+                incoming_priority,
+            }))?,
+            Err(_) => {
+                self.stats.wide_cpu_switches += 1;
+                // Perfetto reads only these i32 weights on scheduling records, INT32_MIN
+                // marking the idle task.
+                let args = [
+                    Arg::new(
+                        "outgoing_weight",
+                        ArgValue::I32(perfetto_weight(cs.prev_tid, outgoing_priority)),
+                    ),
+                    Arg::new(
+                        "incoming_weight",
+                        ArgValue::I32(perfetto_weight(cs.next_tid, incoming_priority)),
+                    ),
+                ];
+                self.push(&Record::SchedContextSwitch(SchedContextSwitch {
+                    ticks: cs.time,
+                    cpu: u16::try_from(cs.cpu).unwrap_or(u16::MAX),
+                    outgoing_state,
+                    outgoing_tid: u64::from(cs.prev_tid),
+                    incoming_tid: u64::from(cs.next_tid),
+                    args: &args,
+                }))?
+            }
+        }
+        if cs.sides != SwitchSides::IncomingOnly
+            && cs.prev_tid != 0
+            && matches!(
+                cs.prev_state,
+                LinuxThreadState::Dying | LinuxThreadState::Dead
+            )
+        {
+            self.release_thread(cs.prev_tid);
+        }
+        Ok(())
+    }
+
+    fn branch(&mut self, sample: &BranchSample) -> Result<(), SinkError> {
+        let kept = sample.entries.len().min(LBR_MAX_BRANCHES);
+        self.stats.lbr_entries_truncated += (sample.entries.len() - kept) as u64;
+        let mut branches = [LbrBranch::new(0, 0, 0, false); LBR_MAX_BRANCHES];
+        for (out, e) in branches.iter_mut().zip(&sample.entries[..kept]) {
+            *out = LbrBranch::new(e.from, e.to, u64::from(e.cycles), e.mispred);
+        }
+        // The kernel's CPU numbers fit 16 bits on every machine Linux runs on; saturate anyway.
+        let cpu = u16::try_from(sample.cpu).unwrap_or(u16::MAX);
+        let payload = match LbrPayload::new(cpu, sample.time, 0, &branches[..kept]) {
+            Ok(p) => p,
+            Err(_) => {
+                // Unreachable with at most 32 entries; counted rather than trusted.
+                self.stats.dropped_records += 1;
+                return Ok(());
+            }
+        };
+        let inline_name;
+        let name = match self.cpu_name(sample.cpu)? {
+            Some(index) => StringRef::Index(index),
+            None => {
+                inline_name = format!("cpu{}", sample.cpu);
+                StringRef::Inline(&inline_name)
+            }
+        };
+        self.stats.branch_blobs += 1;
+        self.push(&Record::Blob(Blob {
+            name,
+            blob_type: BlobType::LAST_BRANCH,
+            payload: payload.as_bytes(),
+        }))
+    }
+
+    /// The index of the blob name `"cpu<N>"`, registered once per CPU (`None`: the string
+    /// table is full and the name goes inline).
+    fn cpu_name(&mut self, cpu: u32) -> Result<Option<u16>, SinkError> {
+        if let Some(&index) = self.cpu_names.get(&cpu) {
+            return Ok(index);
+        }
+        let index = match self.string(&format!("cpu{cpu}"))? {
+            StringRef::Index(i) => Some(i),
+            _ => None,
+        };
+        self.cpu_names.insert(cpu, index);
+        Ok(index)
+    }
+
+    fn lost(&mut self, lost: &Lost) -> Result<(), SinkError> {
+        let what = match lost.kind {
+            LostKind::Records => {
+                self.stats.lost_records += lost.count;
+                "records"
+            }
+            LostKind::Samples => {
+                self.stats.lost_samples += lost.count;
+                "samples"
+            }
+        };
+        self.stats.lost_reports += 1;
+        self.report_overflow()?;
+        let recorder = self.recorder_ref()?;
+        let category = self.string(FXTRACE_CATEGORY)?;
+        let count = self.string("count")?;
+        let cpu = self.string("cpu")?;
+        let name = format!("fxtrace: {} perf {what} lost", lost.count);
+        let args = [
+            Arg {
+                name: count,
+                value: ArgValue::U64(lost.count),
+            },
+            Arg {
+                name: cpu,
+                value: ArgValue::U32(lost.cpu),
+            },
+        ];
+        self.push(&Record::Event(Event {
+            ticks: lost.time,
+            thread: recorder,
+            category,
+            name: StringRef::Inline(&name),
+            args: &args,
+            kind: EventKind::Instant,
+        }))
+    }
+
+    fn unsupported(&mut self, u: &Unsupported) -> Result<(), SinkError> {
+        self.stats.unsupported += 1;
+        let recorder = self.recorder_ref()?;
+        let ticks = self.last_time;
+        let errno = u.errno.map(|e| format!(" (errno {e})")).unwrap_or_default();
+        let message = format!("fxtrace: {} unavailable{errno}: {}", u.what, u.hint);
+        self.push(&Record::Log(Log {
+            ticks,
+            thread: recorder,
+            message: truncate(&message, MAX_STRING_LEN),
+        }))?;
+        let category = self.string(FXTRACE_CATEGORY)?;
+        let name = format!("fxtrace: {} unavailable", u.what);
+        let mut args = vec![Arg::new(
+            "hint",
+            ArgValue::Str(StringRef::Inline(truncate(&u.hint, 4000))),
+        )];
+        if let Some(e) = u.errno {
+            args.push(Arg::new("errno", ArgValue::I32(e)));
+        }
+        self.push(&Record::Event(Event {
+            ticks,
+            thread: recorder,
+            category,
+            name: StringRef::Inline(truncate(&name, 1000)),
+            args: &args,
+            kind: EventKind::Instant,
+        }))
+    }
+}
+
+fn slot_ref(tid: u32, slot: ThreadSlot) -> ThreadRef {
+    match slot.index {
+        Some(index) => ThreadRef::Index(index),
+        None => ThreadRef::Inline {
+            pid: u64::from(slot.pid),
+            tid: u64::from(tid),
+        },
+    }
+}
+
+/// The FXT state of a capture state (same `ZX_THREAD_STATE_*` numbering).
+pub fn fxt_state(state: LinuxThreadState) -> ThreadState {
+    match state {
+        LinuxThreadState::New => ThreadState::New,
+        LinuxThreadState::Running => ThreadState::Running,
+        LinuxThreadState::Suspended => ThreadState::Suspended,
+        LinuxThreadState::Blocked => ThreadState::Blocked,
+        LinuxThreadState::Dying => ThreadState::Dying,
+        LinuxThreadState::Dead => ThreadState::Dead,
+    }
+}
+
+/// At most `max` bytes of `s`, cut at a character boundary.
+fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// The priority written for one side of a legacy context switch. Perfetto's importer takes a
+/// side as the idle task when its pid is 0 and its priority is 0 (see docs/perfetto.md), so
+/// the idle task (tid 0) is written with priority 0 and a real thread whose kernel priority is
+/// 0 (SCHED_FIFO/RR 99, deadline) is written as 1 so that it is never mistaken for idle.
+fn perfetto_priority(tid: u32, kernel_prio: u8) -> u8 {
+    if tid == 0 {
+        0
+    } else {
+        kernel_prio.max(1)
+    }
+}
+
+/// The weight argument of a scheduling (type 1) context switch: Perfetto reads
+/// `incoming_weight`/`outgoing_weight` as i32, with `INT32_MIN` meaning the idle task.
+fn perfetto_weight(tid: u32, priority: u8) -> i32 {
+    if tid == 0 {
+        i32::MIN
+    } else {
+        i32::from(priority)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::format::{words_to_bytes, DecodedRecord, Decoder};
+
+    #[test]
+    fn idle_is_priority_zero_and_only_idle_is() {
+        assert_eq!(perfetto_priority(0, 120), 0);
+        assert_eq!(perfetto_priority(0, 255), 0);
+        assert_eq!(perfetto_priority(42, 0), 1);
+        assert_eq!(perfetto_priority(42, 120), 120);
+        assert_eq!(perfetto_weight(0, 0), i32::MIN);
+        assert_eq!(perfetto_weight(42, 120), 120);
+    }
+
+    fn config() -> KernelTraceConfig {
+        KernelTraceConfig {
+            provider_id: 1,
+            provider_name: "kernel".into(),
+            ticks_per_second: 1_000_000_000,
+            start_ticks: 100,
+            recorder: (7, 7),
+        }
+    }
+
+    fn switch(time: u64, prev: u32, next: u32, state: LinuxThreadState) -> CaptureEvent {
+        CaptureEvent::ContextSwitch(ContextSwitch {
+            time,
+            cpu: 0,
+            prev_tid: prev,
+            prev_pid: Some(prev),
+            next_tid: next,
+            next_pid: Some(next),
+            prev_state: state,
+            prev_prio: 120,
+            next_prio: 120,
+            sides: SwitchSides::Both,
+        })
+    }
+
+    #[test]
+    fn states_keep_their_numbers() {
+        for (linux, fxt) in [
+            (LinuxThreadState::New, 0),
+            (LinuxThreadState::Running, 1),
+            (LinuxThreadState::Suspended, 2),
+            (LinuxThreadState::Blocked, 3),
+            (LinuxThreadState::Dying, 4),
+            (LinuxThreadState::Dead, 5),
+        ] {
+            assert_eq!(fxt_state(linux).raw(), fxt);
+            assert_eq!(linux.fxt_value(), fxt);
+        }
+    }
+
+    #[test]
+    fn truncation_respects_characters() {
+        assert_eq!(truncate("héllo", 2), "h");
+        assert_eq!(truncate("héllo", 3), "hé");
+        assert_eq!(truncate("abc", 10), "abc");
+    }
+
+    #[test]
+    fn a_dead_thread_gives_its_index_back() {
+        let mut w = KernelTraceWriter::new(RecordWriter::with_magic(), config()).unwrap();
+        w.handle(&switch(200, 10, 11, LinuxThreadState::Dead))
+            .unwrap();
+        w.handle(&switch(300, 11, 12, LinuxThreadState::Blocked))
+            .unwrap();
+        let (sink, stats) = w.finish().unwrap();
+        assert_eq!(stats.threads, 4, "10, 11, 12 and the recorder");
+        let bytes = sink.to_bytes();
+        let threads: Vec<(u8, u64)> = Decoder::new(&bytes)
+            .filter_map(|d| match d.unwrap().record {
+                DecodedRecord::Thread { index, thread } => Some((index, thread.tid)),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(threads, vec![(1, 10), (2, 11), (1, 12), (3, 7)]);
+    }
+
+    /// A sink whose buffer is "full" for every Thread and String record.
+    #[derive(Debug, Default)]
+    struct NoRegistrations(RecordWriter);
+
+    impl RecordSink for NoRegistrations {
+        fn push(&mut self, record: &Record<'_>) -> Result<usize, SinkError> {
+            match record {
+                Record::Thread(_) | Record::String(_) => Err(SinkError::Full),
+                r => RecordSink::push(&mut self.0, r),
+            }
+        }
+    }
+
+    #[test]
+    fn refused_registrations_are_never_referred_to() {
+        let mut w = KernelTraceWriter::new(NoRegistrations::default(), config()).unwrap();
+        w.handle(&switch(200, 10, 11, LinuxThreadState::Blocked))
+            .unwrap();
+        w.handle(&CaptureEvent::Lost(Lost {
+            time: 300,
+            cpu: 0,
+            kind: LostKind::Records,
+            count: 1,
+        }))
+        .unwrap();
+        let (sink, stats) = w.finish().unwrap();
+        assert_eq!(stats.unindexed_threads, 3, "10, 11, the recorder");
+        assert!(stats.dropped_records >= 3);
+        let mut bytes = words_to_bytes(&[MAGIC_WORD]);
+        bytes.extend(sink.0.to_bytes());
+        let records: Vec<_> = Decoder::new(&bytes).map(|d| d.unwrap().record).collect();
+        assert!(records.iter().any(|r| matches!(
+            r,
+            DecodedRecord::ContextSwitch { outgoing, incoming, .. }
+                if outgoing.tid == 10 && incoming.tid == 11
+        )));
+        assert!(records.iter().any(|r| matches!(
+            r,
+            DecodedRecord::Event(e) if e.category == "fxtrace" && e.thread.tid == 7
+        )));
+    }
+
+    #[test]
+    fn stream_sink_matches_record_writer() {
+        let mut a = RecordWriter::with_magic();
+        let mut b = FxtStreamSink::with_magic(Vec::new());
+        let r = Record::Initialization(Initialization {
+            ticks_per_second: 5,
+        });
+        RecordSink::push(&mut a, &r).unwrap();
+        RecordSink::push(&mut b, &r).unwrap();
+        assert_eq!(b.bytes(), 24);
+        assert_eq!(b.finish().unwrap(), a.to_bytes());
+    }
+}

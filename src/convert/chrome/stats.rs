@@ -1,0 +1,136 @@
+//! What a conversion did besides writing events: every repair, drop and skip, counted.
+
+use std::collections::BTreeMap;
+
+use super::json::Micros;
+
+/// Counts kept by [`super::ChromeJsonWriter`]. Nothing is dropped without being counted
+/// here; [`ChromeStats::warnings`] turns the counts into sentences for the user.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChromeStats {
+    /// Records read.
+    pub records: u64,
+    /// Trace events written (metadata events included).
+    pub events_written: u64,
+    /// Duration ends with no open begin on their thread: dropped.
+    pub unmatched_ends_dropped: u64,
+    /// Duration begins still open at the end of the trace: closed at the last timestamp.
+    pub unclosed_begins_closed: u64,
+    /// When [`ChromeStats::unclosed_begins_closed`] is nonzero: the timestamp used, in ns.
+    pub closed_at_ns: Option<u64>,
+    /// Durations (complete events, CPU slices) ending before they began: written with
+    /// zero length.
+    pub negative_durations: u64,
+    /// Counter arguments that are not numbers (Chrome counters plot numbers only): dropped.
+    pub counter_args_dropped: u64,
+    /// Thread kernel objects with no `"process"` koid argument and no known process:
+    /// their name could not be attached to a process and was dropped.
+    pub thread_names_without_process: u64,
+    /// Context switches whose outgoing thread was not the one the previous switch on that
+    /// CPU brought in (a switch record is missing in between). The CPU slice is still
+    /// closed at the new switch.
+    pub switch_mismatches: u64,
+    /// LAST_BRANCH blobs converted.
+    pub lbr_samples: u64,
+    /// LAST_BRANCH blobs whose payload did not decode: dropped.
+    pub lbr_invalid: u64,
+    /// Records with no Chrome JSON form, by kind (`userspace_object`, `blob`, …).
+    pub not_converted: BTreeMap<&'static str, u64>,
+    /// Buffer-overflow provider events, by provider id.
+    pub buffer_overflows: BTreeMap<u32, u64>,
+}
+
+impl ChromeStats {
+    /// One sentence per nonzero repair, drop or skip count, for standard error.
+    pub fn warnings(&self) -> Vec<String> {
+        let mut lines = Vec::new();
+        let mut add = |n: u64, what: &str| {
+            if n > 0 {
+                lines.push(format!("{n} {what}"));
+            }
+        };
+        add(
+            self.unmatched_ends_dropped,
+            "duration end event(s) without a matching begin on their thread were dropped",
+        );
+        if self.unclosed_begins_closed > 0 {
+            let at = Micros(self.closed_at_ns.unwrap_or(0));
+            lines.push(format!(
+                "{} duration begin event(s) without an end were closed at the last timestamp ({at} us)",
+                self.unclosed_begins_closed
+            ));
+        }
+        let mut add = |n: u64, what: &str| {
+            if n > 0 {
+                lines.push(format!("{n} {what}"));
+            }
+        };
+        add(
+            self.negative_durations,
+            "duration(s) ending before they began were written with zero length",
+        );
+        add(
+            self.counter_args_dropped,
+            "non-numeric counter argument(s) were dropped",
+        );
+        add(
+            self.thread_names_without_process,
+            "thread name(s) with no process koid were dropped",
+        );
+        add(
+            self.switch_mismatches,
+            "context switch(es) did not follow the previous switch on their CPU (records missing)",
+        );
+        add(
+            self.lbr_invalid,
+            "LAST_BRANCH blob(s) with an invalid payload were dropped",
+        );
+        if !self.not_converted.is_empty() {
+            let kinds: Vec<String> = self
+                .not_converted
+                .iter()
+                .map(|(k, n)| format!("{k}: {n}"))
+                .collect();
+            lines.push(format!(
+                "records with no Chrome JSON form were skipped ({})",
+                kinds.join(", ")
+            ));
+        }
+        for (provider, n) in &self.buffer_overflows {
+            lines.push(format!(
+                "provider {provider} reported a buffer overflow {n} time(s): records were dropped while tracing"
+            ));
+        }
+        lines
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn warnings_name_every_nonzero_count() {
+        assert!(ChromeStats::default().warnings().is_empty());
+        let mut s = ChromeStats {
+            unmatched_ends_dropped: 2,
+            unclosed_begins_closed: 1,
+            closed_at_ns: Some(1_500),
+            lbr_invalid: 3,
+            ..ChromeStats::default()
+        };
+        s.not_converted.insert("userspace_object", 4);
+        s.buffer_overflows.insert(7, 1);
+        let w = s.warnings();
+        assert_eq!(
+            w,
+            [
+                "2 duration end event(s) without a matching begin on their thread were dropped",
+                "1 duration begin event(s) without an end were closed at the last timestamp (1.500 us)",
+                "3 LAST_BRANCH blob(s) with an invalid payload were dropped",
+                "records with no Chrome JSON form were skipped (userspace_object: 4)",
+                "provider 7 reported a buffer overflow 1 time(s): records were dropped while tracing",
+            ]
+        );
+    }
+}

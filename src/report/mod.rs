@@ -1,0 +1,12 @@
+//! Reports computed from a trace: what a person wants to read, as text.
+//!
+//! [`lbr`] aggregates LAST_BRANCH blobs into branch-edge tables, [`symbolize`] names
+//! addresses from ELF binaries, and [`lbr_text`] prints the hottest edges.
+
+pub mod lbr;
+pub mod lbr_text;
+pub mod symbolize;
+
+pub use lbr::{Edge, EdgeStats, EdgeTable, LbrRead, LbrReport, ThreadNames};
+pub use lbr_text::{write_lbr_text, Breakdown, LbrTextOptions};
+pub use symbolize::{BinaryInfo, BinarySpec, Location, SymbolizeError, Symbolizer};

@@ -1,0 +1,447 @@
+//! `fxtrace record` through the binary: the system-wide recording of `examples/pingpong`
+//! decodes, with the workload's context switches (tids, blocked states, names) in time order and
+//! the LBR outcome in the trace and the summary; `--duration`, Ctrl-C and a long command stop
+//! cleanly; without root the error carries the remedy; without `--system-wide` only providers
+//! are recorded. Tests that need root print "skipped: needs root" otherwise. (The system-wide section
+//! next to provider sections is tested in `record_system_wide.rs`.)
+
+use std::io::{BufRead, BufReader};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+use fxtrace::capture::PerfPermissions;
+use fxtrace::format::{Decoded, DecodedRecord, DecodedValue, Decoder, ObjectType};
+
+fn fxtrace() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_fxtrace"))
+}
+
+fn needs_root() -> bool {
+    let perms = PerfPermissions::read();
+    if perms.root || perms.perfmon {
+        return true;
+    }
+    println!("skipped: needs root");
+    false
+}
+
+/// `examples/pingpong`, built by `cargo test` next to the test binaries.
+fn pingpong() -> Option<PathBuf> {
+    let exe = std::env::current_exe().ok()?;
+    let path = exe.parent()?.parent()?.join("examples/pingpong");
+    if path.exists() {
+        Some(path)
+    } else {
+        println!(
+            "skipped: {} is not built (`cargo test` builds examples; or `cargo build --example \
+             pingpong`)",
+            path.display()
+        );
+        None
+    }
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn decode(bytes: &[u8]) -> Vec<Decoded<'_>> {
+    Decoder::new(bytes)
+        .collect::<Result<Vec<_>, _>>()
+        .expect("the trace decodes")
+}
+
+/// `key=value` from the pingpong line.
+fn field(line: &str, key: &str) -> u64 {
+    line.split_whitespace()
+        .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+        .unwrap_or_else(|| panic!("{key} in {line:?}"))
+        .parse()
+        .unwrap()
+}
+
+fn assert_header(records: &[Decoded<'_>]) {
+    assert_eq!(records[0].record, DecodedRecord::Magic);
+    assert!(matches!(
+        &records[1].record,
+        DecodedRecord::ProviderInfo { provider_id: 1, name } if name == "kernel"
+    ));
+    assert!(matches!(
+        records[2].record,
+        DecodedRecord::Initialization { ticks_per_second } if ticks_per_second > 1_000_000
+    ));
+}
+
+fn assert_time_order(records: &[Decoded<'_>]) {
+    let times: Vec<u64> = records
+        .iter()
+        .filter_map(|d| d.record.time().map(|t| t.ticks))
+        .collect();
+    let late = times.windows(2).filter(|w| w[0] > w[1]).count();
+    assert_eq!(late, 0, "records out of time order");
+}
+
+/// The summary's `lost: N records, M samples` line as (N, M).
+fn summary_lost(stderr: &str) -> (u64, u64) {
+    let line = stderr
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("lost: "))
+        .unwrap_or_else(|| panic!("a lost line in {stderr}"));
+    let mut numbers = line
+        .split(|c: char| !c.is_ascii_digit())
+        .filter(|s| !s.is_empty())
+        .map(|s| s.parse::<u64>().unwrap());
+    (numbers.next().unwrap(), numbers.next().unwrap())
+}
+
+#[test]
+fn without_system_wide_it_records_providers_only() {
+    // `true` links no provider: the archive is the magic number alone, and the summary says so.
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.fxt");
+    let out = fxtrace()
+        .args(["record", "-o"])
+        .arg(&trace)
+        .args(["--", "true"])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("(no provider connected)"), "{err}");
+    assert!(!err.contains("context switches"), "{err}");
+    let bytes = std::fs::read(&trace).unwrap();
+    let records = decode(&bytes);
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].record, DecodedRecord::Magic);
+}
+
+#[test]
+fn bad_arguments_are_refused_before_anything_starts() {
+    let out = fxtrace()
+        .args([
+            "record",
+            "--system-wide",
+            "--mmap-pages",
+            "100",
+            "-o",
+            "/nonexistent/x.fxt",
+        ])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(
+        text(&out.stderr).contains("power of two"),
+        "{}",
+        text(&out.stderr)
+    );
+}
+
+#[test]
+fn system_wide_recording_of_pingpong() {
+    if !needs_root() {
+        return;
+    }
+    let Some(pingpong) = pingpong() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("pingpong.fxt");
+    let rounds = 2_000;
+    let out = fxtrace()
+        .args(["record", "--system-wide", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .arg(&pingpong)
+        .arg(rounds.to_string())
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stdout}\n{stderr}");
+    let line = stdout
+        .lines()
+        .find(|l| l.starts_with("rounds="))
+        .unwrap_or_else(|| panic!("pingpong's line in {stdout}"));
+    assert_eq!(field(line, "rounds"), rounds);
+    let (pid, ping, pong) = (
+        field(line, "pid"),
+        field(line, "ping_tid"),
+        field(line, "pong_tid"),
+    );
+
+    let bytes = std::fs::read(&trace).unwrap();
+    for expected in [
+        format!("fxtrace: wrote {} ({} bytes)", trace.display(), bytes.len()),
+        "context switches: ".to_owned(),
+        "threads: ".to_owned(),
+        "the command exited (command exit status: 0)".to_owned(),
+    ] {
+        assert!(stderr.contains(&expected), "{expected:?} in {stderr}");
+    }
+    let records = decode(&bytes);
+    assert_header(&records);
+    assert_time_order(&records);
+
+    // The workload's switches: each thread leaves its CPU blocked in `read` or preempted.
+    for tid in [ping, pong] {
+        let outs: Vec<u8> = records
+            .iter()
+            .filter_map(|d| match &d.record {
+                DecodedRecord::ContextSwitch {
+                    outgoing,
+                    outgoing_state,
+                    ..
+                } if outgoing.tid == tid => {
+                    assert_eq!(outgoing.pid, pid, "tid {tid} belongs to pingpong");
+                    Some(*outgoing_state)
+                }
+                _ => None,
+            })
+            .collect();
+        let ins = records
+            .iter()
+            .filter(|d| matches!(&d.record, DecodedRecord::ContextSwitch { incoming, .. } if incoming.tid == tid))
+            .count();
+        let blocked = outs.iter().filter(|&&s| s == 3).count();
+        let suspended = outs.iter().filter(|&&s| s == 2).count();
+        println!(
+            "tid {tid}: {} outs ({blocked} blocked, {suspended} preempted), {ins} ins",
+            outs.len()
+        );
+        assert!(
+            outs.len() as u64 >= rounds / 2,
+            "tid {tid}: {} switch-outs",
+            outs.len()
+        );
+        assert!(
+            blocked as u64 >= rounds / 3,
+            "tid {tid}: pipe reads block ({blocked})"
+        );
+        assert_eq!(
+            blocked + suspended + outs.iter().filter(|&&s| s == 5 || s == 4).count(),
+            outs.len(),
+            "tid {tid}: blocked, preempted, or exiting at the end"
+        );
+        assert!(ins as u64 >= rounds / 2, "tid {tid}: {ins} switch-ins");
+    }
+
+    // Names: the threads (as the builder named them) with their process, and the process.
+    let named = |object_type: ObjectType, koid: u64| -> Vec<(String, Option<u64>)> {
+        records
+            .iter()
+            .filter_map(|d| match &d.record {
+                DecodedRecord::KernelObject {
+                    koid: k,
+                    object_type: t,
+                    name,
+                    args,
+                } if *k == koid && *t == object_type => Some((
+                    name.to_string(),
+                    args.iter().find_map(|a| match (&*a.name, &a.value) {
+                        ("process", DecodedValue::Koid(p)) => Some(*p),
+                        _ => None,
+                    }),
+                )),
+                _ => None,
+            })
+            .collect()
+    };
+    assert!(named(ObjectType::THREAD, ping).contains(&("pingpong-ping".into(), Some(pid))));
+    assert!(named(ObjectType::THREAD, pong).contains(&("pingpong-pong".into(), Some(pid))));
+    let process = named(ObjectType::PROCESS, pid);
+    assert_eq!(
+        process.last().map(|(n, _)| n.as_str()),
+        Some("pingpong"),
+        "the process is named after exec: {process:?}"
+    );
+
+    // LBR: sampled where the CPU has it; otherwise said clearly, in the trace and the summary.
+    let lbr_log = records.iter().any(|d| {
+        matches!(&d.record, DecodedRecord::Log { message, .. } if message.contains("LBR") && message.contains("unavailable"))
+    });
+    if PerfPermissions::read().hardware_pmu {
+        assert!(stderr.contains("LBR: "), "{stderr}");
+    } else {
+        assert!(lbr_log, "no PMU: the trace says LBR was unavailable");
+        assert!(stderr.contains("LBR: unavailable: "), "{stderr}");
+        assert!(stderr.contains("VM without a virtual PMU"), "{stderr}");
+    }
+
+    // Losses, if any (a loaded machine), are accounted for in the trace.
+    let (lost_records, lost_samples) = summary_lost(&stderr);
+    let in_trace: u64 = records
+        .iter()
+        .filter_map(|d| match &d.record {
+            DecodedRecord::Event(e) if e.category == "fxtrace" && e.name.contains(" lost") => {
+                e.args.iter().find_map(|a| match (&*a.name, &a.value) {
+                    ("count", DecodedValue::U64(n)) => Some(*n),
+                    _ => None,
+                })
+            }
+            _ => None,
+        })
+        .sum();
+    assert_eq!(in_trace, lost_records + lost_samples);
+    let overflow = records.iter().any(|d| {
+        matches!(
+            d.record,
+            DecodedRecord::ProviderEvent {
+                provider_id: 1,
+                event: 0
+            }
+        )
+    });
+    assert_eq!(overflow, lost_records + lost_samples > 0);
+}
+
+#[test]
+fn duration_stops_a_recording_without_command() {
+    if !needs_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("d.fxt");
+    let start = Instant::now();
+    let out = fxtrace()
+        .args(["record", "-a", "--no-lbr", "--duration", "0.3", "-o"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let took = start.elapsed();
+    let stderr = text(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    assert!(took < Duration::from_secs(10), "{took:?}");
+    assert!(stderr.contains("the duration elapsed"), "{stderr}");
+    assert!(stderr.contains("LBR: off"), "{stderr}");
+    let bytes = std::fs::read(&trace).unwrap();
+    let records = decode(&bytes);
+    assert_header(&records);
+    assert_time_order(&records);
+    assert!(
+        !records.iter().any(
+            |d| matches!(&d.record, DecodedRecord::Log { message, .. } if message.contains("LBR"))
+        ),
+        "--no-lbr: nothing to say about LBR"
+    );
+}
+
+#[test]
+fn duration_ends_a_longer_command() {
+    if !needs_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("c.fxt");
+    let start = Instant::now();
+    let out = fxtrace()
+        .args(["record", "-a", "--no-lbr", "--duration", "0.3", "-o"])
+        .arg(&trace)
+        .args(["--", "sleep", "30"])
+        .output()
+        .unwrap();
+    let stderr = text(&out.stderr);
+    assert!(start.elapsed() < Duration::from_secs(10));
+    assert!(stderr.contains("the duration elapsed"), "{stderr}");
+    assert!(
+        stderr.contains("signal: 15"),
+        "the command got SIGTERM: {stderr}"
+    );
+    assert_eq!(out.status.code(), Some(128 + 15), "the command's status");
+    decode(&std::fs::read(&trace).unwrap());
+}
+
+#[test]
+fn ctrl_c_stops_cleanly_and_the_trace_is_written() {
+    if !needs_root() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("i.fxt");
+    let mut child = fxtrace()
+        .args(["record", "-a", "--no-lbr", "-o"])
+        .arg(&trace)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut first = String::new();
+    stderr.read_line(&mut first).unwrap();
+    assert!(first.contains("Ctrl-C to stop"), "{first}");
+    std::thread::sleep(Duration::from_millis(200));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let status = loop {
+        if let Some(status) = child.try_wait().unwrap() {
+            break status;
+        }
+        assert!(Instant::now() < deadline, "fxtrace did not stop on SIGINT");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
+    assert!(status.success(), "{rest}");
+    assert!(rest.contains("interrupted"), "{rest}");
+    let bytes = std::fs::read(&trace).unwrap();
+    let records = decode(&bytes);
+    assert_header(&records);
+    assert!(
+        records
+            .iter()
+            .any(|d| matches!(d.record, DecodedRecord::ContextSwitch { .. })),
+        "switches of the 200 ms before the interrupt"
+    );
+}
+
+/// Runs `fxtrace record --system-wide` as `nobody`; `None` when that cannot be arranged.
+fn run_as_nobody(output: &Path) -> Option<Output> {
+    let result = fxtrace()
+        .args(["record", "--system-wide", "-o"])
+        .arg(output)
+        .args(["--", "true"])
+        .uid(65534)
+        .gid(65534)
+        .output();
+    match result {
+        Ok(out) => Some(out),
+        Err(e) => {
+            println!("skipped: cannot run the binary as nobody: {e}");
+            None
+        }
+    }
+}
+
+#[test]
+fn without_privileges_the_error_says_what_to_do() {
+    if !needs_root() {
+        return;
+    }
+    let paranoid = PerfPermissions::read().paranoid;
+    if paranoid.is_some_and(|p| p <= 0) {
+        println!("skipped: perf_event_paranoid = {paranoid:?} lets everyone capture system-wide");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let output = dir.path().join("nobody.fxt");
+    let Some(out) = run_as_nobody(&output) else {
+        return;
+    };
+    let stderr = text(&out.stderr);
+    if stderr.contains("Permission denied") && !stderr.contains("perf") {
+        println!("skipped: nobody cannot execute the test binary: {stderr}");
+        return;
+    }
+    assert!(!out.status.success());
+    assert!(
+        stderr.contains("system-wide capture needs root or CAP_PERFMON"),
+        "{stderr}"
+    );
+    assert!(stderr.contains("setcap cap_perfmon"), "{stderr}");
+    assert!(stderr.contains("perf_event_paranoid"), "{stderr}");
+    assert!(!output.exists());
+}
