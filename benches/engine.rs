@@ -110,10 +110,14 @@ fn interleaved_report() {
     let session =
         fxtrace::standalone::start(BufferingMode::Circular, 64 << 20).expect("standalone session");
     let mut i = 0u64;
-    let mut candidates: Vec<(&str, Box<dyn FnMut()>)> = vec![
-        ("rdtscp", Box::new(|| {
-            black_box(fxtrace::clock::ticks());
-        })),
+    type Candidate<'a> = (&'static str, Box<dyn FnMut() + 'a>);
+    let mut candidates: Vec<Candidate<'_>> = vec![
+        (
+            "rdtscp",
+            Box::new(|| {
+                black_box(fxtrace::clock::ticks());
+            }),
+        ),
         (
             "instant_0args",
             Box::new(|| fxtrace::instant("bench", "instant", Scope::Thread, &[])),
@@ -143,9 +147,14 @@ fn interleaved_report() {
     drop(candidates);
     let (_, report) = session.finish_to_vec().expect("finish");
     println!("interleaved minimum of {ROUNDS} rounds of {ITERS} calls:");
-    for (name, ns) in ["rdtscp", "instant_0args", "instant_2args", "duration_complete"]
-        .iter()
-        .zip(&best)
+    for (name, ns) in [
+        "rdtscp",
+        "instant_0args",
+        "instant_2args",
+        "duration_complete",
+    ]
+    .iter()
+    .zip(&best)
     {
         println!("  {name:<18} {ns:7.2} ns  ({:.2}x rdtscp)", ns / best[0]);
     }
