@@ -281,6 +281,7 @@ fn system_wide_sched_switch_sees_the_workload() {
     assert_in_time_order(&events);
     let cs = switches(&events);
     let pid = std::process::id();
+    let mut total_ins = 0;
     for tid in [ping, pong] {
         let outs: Vec<_> = cs.iter().filter(|c| c.prev_tid == tid).collect();
         let ins = cs.iter().filter(|c| c.next_tid == tid).count();
@@ -289,10 +290,11 @@ fn system_wide_sched_switch_sees_the_workload() {
         // guest's kernel emits no sched_switch for some exits from idle (ftrace shows the same
         // gap; seen here: 501 out, 126 in), so only their presence is required.
         assert!(
-            outs.len() >= rounds / 2 && ins >= 1,
+            outs.len() >= rounds / 2,
             "tid {tid}: {} switch-outs, {ins} switch-ins",
             outs.len()
         );
+        total_ins += ins;
         assert!(outs
             .iter()
             .all(|c| c.prev_pid == Some(pid) && c.sides == SwitchSides::Both));
@@ -310,13 +312,17 @@ fn system_wide_sched_switch_sees_the_workload() {
             "nice 0 is prio 120"
         );
     }
+    assert!(total_ins > 0, "the workload threads are seen switching in");
     // Both directions between our two threads and the others are consistent per CPU: every
-    // switch's next is the following switch's prev on that CPU.
+    // switch's next is the following switch's prev on that CPU, except after a switch to the
+    // idle task: this guest kernel reports no sched_switch for some exits from idle (`perf
+    // record -e sched:sched_switch -a` shows the same: on CPU 1, 133 switch-outs of the
+    // workload and no switch-in).
     for cpu in &report.cpus {
         let on: Vec<_> = cs.iter().filter(|c| c.cpu == *cpu).collect();
         let chained = on
             .windows(2)
-            .filter(|w| w[0].next_tid == w[1].prev_tid)
+            .filter(|w| w[0].next_tid == w[1].prev_tid || w[0].next_tid == 0)
             .count();
         assert!(
             chained + 1 >= on.len(),
@@ -363,6 +369,7 @@ fn system_wide_cpu_wide_fallback_sees_the_workload() {
     assert_in_time_order(&events);
     let cs = switches(&events);
     let pid = std::process::id();
+    let mut total_ins = 0;
     for tid in [ping, pong] {
         let outs: Vec<_> = cs.iter().filter(|c| c.prev_tid == tid).collect();
         let ins = cs.iter().filter(|c| c.next_tid == tid).count();
@@ -371,16 +378,18 @@ fn system_wide_cpu_wide_fallback_sees_the_workload() {
         // guest's kernel emits no sched_switch for some exits from idle (ftrace shows the same
         // gap; seen here: 501 out, 126 in), so only their presence is required.
         assert!(
-            outs.len() >= rounds / 2 && ins >= 1,
+            outs.len() >= rounds / 2,
             "tid {tid}: {} switch-outs, {ins} switch-ins",
             outs.len()
         );
+        total_ins += ins;
         assert!(outs.iter().all(|c| c.prev_pid == Some(pid)));
         assert!(cs
             .iter()
             .filter(|c| c.next_tid == tid)
             .all(|c| c.next_pid == Some(pid)));
     }
+    assert!(total_ins > 0, "the workload threads are seen switching in");
     assert_eq!(stats.lost_records, 0);
 }
 
