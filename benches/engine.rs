@@ -1,7 +1,9 @@
 //! Engine benchmarks: the cost of the building blocks of a trace record, side by side.
 //!
 //! Ids are stable so figures can be compared across changes (see `BENCHMARKS.md`):
-//! `engine/rdtscp`, `engine/rdtsc`, `engine/clock_gettime`, `engine/fetch_add`. Add new
+//! `engine/rdtscp`, `engine/rdtsc`, `engine/clock_gettime`, `engine/fetch_add`,
+//! `engine/disabled`, `engine/instant_0args`, `engine/instant_2args`,
+//! `engine/duration_complete`. Add new
 //! engine benches as another `fn xxx_benches(c: &mut Criterion)` using
 //! [`support::engine_group`] and list it in `criterion_group!` below.
 //!
@@ -39,9 +41,51 @@ fn atomic_benches(c: &mut Criterion) {
     g.finish();
 }
 
+/// The record path through the public API (`fxtrace::instant`, `fxtrace::duration`): with no
+/// session (the cost of an instrumented call site), then with a standalone circular session
+/// installed (the buffer wraps; nothing is dropped).
+fn record_benches(c: &mut Criterion) {
+    use fxtrace::protocol::header::BufferingMode;
+    use fxtrace::{Arg, ArgValue, Scope};
+
+    let mut g = support::engine_group(c);
+    assert!(!fxtrace::engine::tracing_maybe_on(), "no session yet");
+    g.bench_function("disabled", |b| {
+        b.iter(|| fxtrace::instant("bench", "disabled", Scope::Thread, &[]))
+    });
+
+    let session =
+        fxtrace::standalone::start(BufferingMode::Circular, 64 << 20).expect("standalone session");
+    g.bench_function("instant_0args", |b| {
+        b.iter(|| fxtrace::instant("bench", "instant", Scope::Thread, &[]))
+    });
+    g.bench_function("instant_2args", |b| {
+        let mut i = 0u64;
+        b.iter(|| {
+            i += 1;
+            let args = [
+                Arg::new("count", ArgValue::U64(black_box(i))),
+                Arg::new("flag", ArgValue::I32(black_box(-1))),
+            ];
+            fxtrace::instant("bench", "instant2", Scope::Thread, &args)
+        })
+    });
+    g.bench_function("duration_complete", |b| {
+        b.iter(|| {
+            let _span = fxtrace::duration("bench", "duration");
+        })
+    });
+    g.finish();
+    let (_, report) = session.finish_to_vec().expect("finish");
+    assert_eq!(
+        report.stop.records_dropped, 0,
+        "the benches dropped records"
+    );
+}
+
 criterion_group! {
     name = engine;
     config = support::config();
-    targets = clock_benches, atomic_benches
+    targets = clock_benches, atomic_benches, record_benches
 }
 criterion_main!(engine);

@@ -14,3 +14,11 @@ pub mod manager;
 pub mod protocol;
 pub mod provider;
 pub mod report;
+pub mod trace;
+
+pub use engine::standalone;
+pub use trace::{
+    async_begin, async_end, async_instant, counter, duration, duration_begin, duration_end,
+    duration_with_args, flow_begin, flow_end, flow_step, instant, is_category_enabled, log, Arg,
+    ArgValue, CallSite, Scope, TraceStr,
+};

@@ -4,6 +4,10 @@
 //! - [`context`]: the trace context (buffering modes, start/stop, hand-off); start here.
 //! - [`writer`]: writer sections and record slots, the entry point of record writers.
 //! - [`category`]: category filters and per-call-site caches.
+//! - [`record`]: typed record writers ([`TraceWriter`]) over the per-thread string and thread
+//!   caches (`cache`).
+//! - [`global`]: the process-wide current context that instrumentation writes into.
+//! - [`standalone`]: a trace without a manager, written to an FXT file.
 //! - `allocator`, `slots`: the lock-free core (chunked classic allocator; grace periods).
 //!
 //! The header layout, geometry and the reader's record framing live in
@@ -11,18 +15,24 @@
 
 mod allocator;
 pub mod buffer;
+mod cache;
 pub mod category;
 pub mod context;
+pub mod global;
+pub mod record;
 mod slots;
+pub mod standalone;
 mod sys;
 pub mod writer;
 
 pub use buffer::{BufferError, TraceBuffer};
+pub use cache::MAX_STRING_ENTRIES;
 pub use category::{tracing_maybe_on, CallSite, CategoryFilter};
 pub use context::{
     chunk_size_for, BufferHandler, Context, ContextConfig, EngineError, EngineStats, NoHandler,
     StartMode, StopReport, TraceState, WeakContext, DEFAULT_CHUNK_SIZE, DEFAULT_MAX_WRITER_THREADS,
 };
+pub use record::{start_trace, RecordError, Scope, TraceStr, TraceWriter};
 pub use slots::FencePolicy;
 pub use sys::SysError;
 pub use writer::{Slot, Writer};

@@ -16,7 +16,7 @@ use super::fields::{
     ThreadRecord as ThreadFields, UserspaceObjectRecord,
 };
 use super::refs::{ProcessRef, StringRef, ThreadRef};
-use super::sink::{Counter, Cursor, Sink};
+use super::sink::{Counter, Cursor, Sink, SplitCursor};
 use super::types::{
     BlobType, EventType, LargeBlobFormat, MetadataType, ObjectType, RecordType, SchedulingType,
     ThreadState, LARGE_RECORD_TYPE_BLOB, MAGIC_WORD, MAX_BLOB_PAYLOAD, MAX_LARGE_RECORD_WORDS,
@@ -32,18 +32,46 @@ pub trait Encode {
     /// (equal to [`Encode::words`]). Never writes past `out`; never allocates. On error the
     /// contents of `out` are unspecified (possibly partly written).
     fn write(&self, out: &mut [u64]) -> Result<usize, EncodeError>;
+
+    /// Writes the record like [`Encode::write`], except that its first word, the header, is
+    /// returned instead of stored: `body[i]` receives word `i + 1`. Returns the header and the
+    /// number of words of the record (header included). For writers that must publish the
+    /// header after the rest of the record: the engine reserves [`Encode::words`] words,
+    /// encodes the body in place, then stores the header with `Release`.
+    fn write_body(&self, body: &mut [u64]) -> Result<(u64, usize), EncodeError>;
 }
 
-/// Implements [`Encode`] for a type with an `emit` description.
+/// Implements [`Encode`] for a type with an `emit` description. `counted` types size
+/// themselves by running `emit` against a [`Counter`]; `sized` types have a closed-form
+/// `size()` (the hot event path), checked against the counted size in debug builds.
 macro_rules! encode_via_emit {
-    ($($ty:ident $(<$lt:lifetime>)?),+ $(,)?) => {$(
-        impl $(<$lt>)? Encode for $ty $(<$lt>)? {
-            fn words(&self) -> Result<usize, EncodeError> {
+    (@words counted, $this:ident) => {{
+        let mut counter = Counter::default();
+        $this.emit(&mut counter)?;
+        Ok(counter.pos())
+    }};
+    (@words sized, $this:ident) => {{
+        let words = $this.size();
+        debug_assert_eq!(
+            words,
+            {
                 let mut counter = Counter::default();
-                self.emit(&mut counter)?;
-                Ok(counter.pos())
+                $this.emit(&mut counter).map(|()| counter.pos())
+            },
+            "size() and the counted emit disagree"
+        );
+        words
+    }};
+    ($how:ident: $($ty:ident $(<$lt:lifetime>)?),+ $(,)?) => {$(
+        impl $(<$lt>)? Encode for $ty $(<$lt>)? {
+            // `sized` records are the engine's hot path: always inline their sizing and body
+            // writing so that nothing round-trips through memory.
+            #[cfg_attr(not(debug_assertions), inline(always))]
+            fn words(&self) -> Result<usize, EncodeError> {
+                encode_via_emit!(@words $how, self)
             }
 
+            #[inline]
             fn write(&self, out: &mut [u64]) -> Result<usize, EncodeError> {
                 let available = out.len();
                 let mut cursor = Cursor::new(out);
@@ -53,6 +81,18 @@ macro_rules! encode_via_emit {
                     .map_err(|needed| EncodeError::BufferTooSmall { needed, available })?;
                 debug_assert_eq!(Ok(written), self.words(), "words() and write() disagree");
                 Ok(written)
+            }
+
+            #[cfg_attr(not(debug_assertions), inline(always))]
+            fn write_body(&self, body: &mut [u64]) -> Result<(u64, usize), EncodeError> {
+                let available = body.len() + 1;
+                let mut cursor = SplitCursor::new(body);
+                self.emit(&mut cursor)?;
+                let (header, written) = cursor
+                    .finish()
+                    .map_err(|needed| EncodeError::BufferTooSmall { needed, available })?;
+                debug_assert_eq!(Ok(written), self.words(), "words() and write_body() disagree");
+                Ok((header, written))
             }
         }
     )+};
@@ -64,6 +104,7 @@ const fn record_type_bits(t: RecordType) -> u64 {
 }
 
 /// Checks the finished record's size and patches it into the header at `start`.
+#[inline]
 fn finish_record<S: Sink>(s: &mut S, start: usize) -> Result<(), EncodeError> {
     let words = s.pos() - start;
     if words > MAX_RECORD_WORDS {
@@ -360,6 +401,29 @@ pub struct Event<'a> {
 }
 
 impl Event<'_> {
+    /// The encoded size without a counting pass: the same checks, in the same order, as
+    /// `emit`.
+    #[inline(always)]
+    fn size(&self) -> Result<usize, EncodeError> {
+        self.thread.encode()?;
+        self.category.encode()?;
+        self.name.encode()?;
+        check_arg_count(self.args)?;
+        let mut words = 2
+            + self.thread.inline_words()
+            + self.category.stream_words()
+            + self.name.stream_words()
+            + usize::from(self.kind.data_word().is_some());
+        for arg in self.args {
+            words += arg.words()?;
+        }
+        if words > MAX_RECORD_WORDS {
+            return Err(EncodeError::RecordTooLarge { words });
+        }
+        Ok(words)
+    }
+
+    #[inline(always)]
     fn emit<S: Sink>(&self, s: &mut S) -> Result<(), EncodeError> {
         let thread = self.thread.encode()?;
         let category = self.category.encode()?;
@@ -797,15 +861,16 @@ into_record!(
     LargeBlob(LargeBlob<'a>),
 );
 
+encode_via_emit!(sized: Event<'a>);
+
 encode_via_emit!(
-    MagicNumber,
+    counted: MagicNumber,
     ProviderInfo<'a>,
     ProviderSection,
     ProviderEvent,
     Initialization,
     StringRecord<'a>,
     ThreadRecord,
-    Event<'a>,
     Blob<'a>,
     UserspaceObject<'a>,
     KernelObject<'a>,

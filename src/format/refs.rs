@@ -27,6 +27,7 @@ impl<'a> From<&'a str> for StringRef<'a> {
 
 impl StringRef<'_> {
     /// The 16-bit ref value written in the record's header, after checking the limits.
+    #[inline]
     pub fn encode(&self) -> Result<u16, EncodeError> {
         match *self {
             StringRef::Empty => Ok(0),
@@ -51,6 +52,7 @@ impl StringRef<'_> {
     }
 
     /// Words this ref adds to a record (its inline stream, if any).
+    #[inline]
     pub fn stream_words(&self) -> usize {
         match self {
             StringRef::Inline(s) => stream_words(s.len()),
@@ -59,6 +61,7 @@ impl StringRef<'_> {
     }
 
     /// Appends the inline stream, if any.
+    #[inline]
     pub(crate) fn emit_stream<S: Sink>(&self, s: &mut S) {
         if let StringRef::Inline(text) = self {
             s.stream(text.as_bytes());
@@ -83,6 +86,7 @@ pub enum ThreadRef {
 
 impl ThreadRef {
     /// The 8-bit ref value written in the record's header (0 = inline).
+    #[inline]
     pub fn encode(&self) -> Result<u8, EncodeError> {
         match *self {
             ThreadRef::Index(0) => Err(EncodeError::ThreadIndexZero),
@@ -92,6 +96,7 @@ impl ThreadRef {
     }
 
     /// Words this ref adds to a record (2 when inline).
+    #[inline]
     pub fn inline_words(&self) -> usize {
         match self {
             ThreadRef::Index(_) => 0,
@@ -100,6 +105,7 @@ impl ThreadRef {
     }
 
     /// Appends the inline pid and tid words, if inline.
+    #[inline]
     pub(crate) fn emit_inline<S: Sink>(&self, s: &mut S) {
         if let ThreadRef::Inline { pid, tid } = *self {
             s.word(pid);
@@ -120,6 +126,7 @@ pub enum ProcessRef {
 
 impl ProcessRef {
     /// The 8-bit thread ref value written in the record's header (0 = inline).
+    #[inline]
     pub fn encode(&self) -> Result<u8, EncodeError> {
         match *self {
             ProcessRef::Index(0) => Err(EncodeError::ThreadIndexZero),
@@ -129,6 +136,7 @@ impl ProcessRef {
     }
 
     /// Appends the inline pid word, if inline.
+    #[inline]
     pub(crate) fn emit_inline<S: Sink>(&self, s: &mut S) {
         if let ProcessRef::Inline(pid) = *self {
             s.word(pid);

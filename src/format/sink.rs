@@ -111,6 +111,84 @@ impl Sink for Cursor<'_> {
     }
 }
 
+/// Like [`Cursor`], but word 0 (the record header) goes to a separate field instead of the
+/// slice: `body[i]` receives word `i + 1`. For writers that publish the header last, after the
+/// body (the engine stores it with `Release` once the record is complete).
+#[derive(Debug)]
+pub(crate) struct SplitCursor<'o> {
+    header: u64,
+    body: &'o mut [u64],
+    pos: usize,
+}
+
+impl<'o> SplitCursor<'o> {
+    pub(crate) fn new(body: &'o mut [u64]) -> Self {
+        SplitCursor {
+            header: 0,
+            body,
+            pos: 0,
+        }
+    }
+
+    /// The header word and the words written (header included), or `Err(needed)` when the
+    /// body slice was too small.
+    pub(crate) fn finish(&self) -> Result<(u64, usize), usize> {
+        if self.pos <= self.body.len() + 1 {
+            Ok((self.header, self.pos))
+        } else {
+            Err(self.pos)
+        }
+    }
+}
+
+impl Sink for SplitCursor<'_> {
+    #[inline]
+    fn word(&mut self, w: u64) {
+        match self.pos.checked_sub(1) {
+            None => self.header = w,
+            Some(i) => {
+                if let Some(slot) = self.body.get_mut(i) {
+                    *slot = w;
+                }
+            }
+        }
+        self.pos += 1;
+    }
+
+    #[inline]
+    fn stream(&mut self, bytes: &[u8]) {
+        let mut chunks = bytes.chunks_exact(8);
+        for chunk in &mut chunks {
+            let mut word = [0u8; 8];
+            word.copy_from_slice(chunk);
+            self.word(u64::from_ne_bytes(word));
+        }
+        let rest = chunks.remainder();
+        if !rest.is_empty() {
+            let mut word = [0u8; 8];
+            word[..rest.len()].copy_from_slice(rest);
+            self.word(u64::from_ne_bytes(word));
+        }
+    }
+
+    #[inline]
+    fn pos(&self) -> usize {
+        self.pos
+    }
+
+    #[inline]
+    fn patch(&mut self, at: usize, field: Field, value: u64) {
+        match at.checked_sub(1) {
+            None => self.header = field.set(self.header, value),
+            Some(i) => {
+                if let Some(slot) = self.body.get_mut(i) {
+                    *slot = field.set(*slot, value);
+                }
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -142,5 +220,25 @@ mod tests {
         c.patch(5, Field::new(0, 3), 1);
         assert_eq!(c.finish(), Err(2));
         assert_eq!(out, [1]);
+    }
+
+    #[test]
+    fn split_cursor_routes_word_zero_to_the_header() {
+        let mut body = [u64::MAX; 2];
+        let mut c = SplitCursor::new(&mut body);
+        c.word(0x10);
+        c.word(7);
+        c.stream(b"ab");
+        c.patch(0, Field::new(4, 15), 3);
+        c.patch(1, Field::new(0, 3), 1);
+        assert_eq!(c.finish(), Ok((0x30, 3)));
+        assert_eq!(body, [1, u64::from_ne_bytes(*b"ab\0\0\0\0\0\0")]);
+        let mut small = [0u64; 1];
+        let mut c = SplitCursor::new(&mut small);
+        c.word(1);
+        c.word(2);
+        c.word(3);
+        assert_eq!(c.finish(), Err(3));
+        assert_eq!(small, [2]);
     }
 }

@@ -1,0 +1,431 @@
+//! Per-thread caches of string refs, category answers and the thread's own ref, valid for one
+//! trace generation (Fuchsia's `ContextCache` / `GetCurrentContextCache`, `context_api.cc`;
+//! `shared/spec/fuchsia-notes.md` §2.1).
+//!
+//! Algorithm: a fixed open-addressing hash table (linear probing) keyed by the *address and
+//! length* of a `&'static str`, as Fuchsia keys its table by the literal's address: the same
+//! literal always has the same address, and a `'static` string's bytes never change, so the
+//! address identifies the text. No entry is ever removed during a generation, which keeps
+//! linear probing correct without tombstones; a new generation clears the table.
+//!
+//! Limits (as Fuchsia): at most [`MAX_STRING_ENTRIES`] strings per thread per generation; past
+//! that, strings are written inline (and category answers are not cached). The table has
+//! twice as many slots as entries, so probes stay short.
+//!
+//! Rules for the generation: a thread's cache belongs to the newest generation it has seen. A
+//! writer of that generation uses it; a writer of an *older* generation (another context still
+//! running, or a stale section) gets no cache at all (inline refs, uncached category checks),
+//! exactly as `GetCurrentContextCache` returns null; a writer of a newer generation resets it.
+//! Generations are unique in the process (`engine::context`), so one number identifies both
+//! the context and its trace.
+//!
+//! Everything here is thread-local plain data with a `const` initialiser and no destructor: no
+//! allocation, no destructor registration, no lock, and re-entrancy cannot observe a
+//! half-updated entry (values are copied in and out of `Cell`s, never borrowed).
+
+use std::cell::Cell;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::OnceLock;
+
+use crate::format::{ThreadRef, MAX_STRING_LEN};
+
+/// Most strings one thread caches per generation (Fuchsia's `kMaxStringEntries`).
+pub const MAX_STRING_ENTRIES: usize = 256;
+
+/// Slots of the per-thread table: a power of two, twice [`MAX_STRING_ENTRIES`].
+const STRING_SLOTS: usize = 2 * MAX_STRING_ENTRIES;
+const SLOT_BITS: u32 = STRING_SLOTS.trailing_zeros();
+const _: () = assert!(STRING_SLOTS.is_power_of_two() && STRING_SLOTS > MAX_STRING_ENTRIES);
+
+/// Entry flag: an index allocation was attempted for this string (Fuchsia's
+/// `kAllocIndexAttempted`); the answer is final for the generation.
+pub(crate) const FLAG_INDEX_ATTEMPTED: u8 = 1 << 0;
+/// Entry flag: the string is registered at `index` (`kAllocIndexSucceeded`).
+pub(crate) const FLAG_INDEX_OK: u8 = 1 << 1;
+/// Entry flag: the category answer is cached (`kCategoryChecked`).
+pub(crate) const FLAG_CATEGORY_CHECKED: u8 = 1 << 2;
+/// Entry flag: the category is enabled (`kCategoryEnabled`).
+pub(crate) const FLAG_CATEGORY_ENABLED: u8 = 1 << 3;
+
+/// One cached string: key (address, length) and what is known about it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Entry {
+    /// Address of the string's bytes; 0 marks an empty slot (a non-empty `&'static str` never
+    /// has address 0).
+    addr: usize,
+    /// Length in bytes (strings longer than `MAX_STRING_LEN` are never cached).
+    len: u32,
+    /// String index when [`FLAG_INDEX_OK`] is set.
+    pub(crate) index: u16,
+    /// `FLAG_*` bits.
+    pub(crate) flags: u8,
+}
+
+const EMPTY_ENTRY: Entry = Entry {
+    addr: 0,
+    len: 0,
+    index: 0,
+    flags: 0,
+};
+
+/// The thread's own ref in the current generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum ThreadSlot {
+    /// Not registered yet in this generation.
+    Unknown,
+    /// Registered at this index.
+    Index(u8),
+    /// Registered (name record written) but no index was available: inline refs.
+    Inline,
+}
+
+/// The per-thread cache. Reached through [`current`]; every method works on the calling
+/// thread's own instance.
+pub(crate) struct ThreadCache {
+    /// Generation the cache belongs to (0 = none yet; generations are never 0).
+    generation: Cell<u32>,
+    /// Strings cached in this generation.
+    used: Cell<u32>,
+    /// This thread's ref.
+    thread: Cell<ThreadSlot>,
+    /// This thread's id (0 = not read yet). Not per generation: it changes only across
+    /// `fork`, which resets it ([`forget_ids_after_fork`]).
+    tid: Cell<u64>,
+    entries: [Cell<Entry>; STRING_SLOTS],
+}
+
+#[allow(clippy::declare_interior_mutable_const)] // used only as an array-repeat initialiser
+const EMPTY_CELL: Cell<Entry> = Cell::new(EMPTY_ENTRY);
+
+thread_local! {
+    static CACHE: ThreadCache = const {
+        ThreadCache {
+            generation: Cell::new(0),
+            used: Cell::new(0),
+            thread: Cell::new(ThreadSlot::Unknown),
+            tid: Cell::new(0),
+            entries: [EMPTY_CELL; STRING_SLOTS],
+        }
+    };
+}
+
+/// The calling thread's cache.
+#[inline(always)]
+pub(crate) fn current() -> &'static ThreadCache {
+    // SAFETY: `CACHE` has a const initialiser and no destructor, so its storage lives as long
+    // as the thread (`with` cannot fail, even while other thread-locals are destroyed), and
+    // `ThreadCache` is `!Sync` (cells), so the reference cannot reach another thread.
+    CACHE.with(|c| unsafe { &*(c as *const ThreadCache) })
+}
+
+/// Where a string is, or would go, in the table.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Lookup {
+    /// Cached at `slot`.
+    Found {
+        /// Slot position.
+        slot: usize,
+        /// The entry.
+        entry: Entry,
+    },
+    /// Not cached; it can be inserted at `slot`.
+    Vacant {
+        /// Slot position.
+        slot: usize,
+    },
+    /// Not cached and the table is full (or the string is not cacheable): go uncached.
+    Full,
+}
+
+#[inline(always)]
+fn home_slot(addr: usize, len: usize) -> usize {
+    // Fibonacci hashing of the address, with the length mixed in (a literal and its prefix
+    // share an address).
+    let key = (addr as u64) ^ ((len as u64) << 40);
+    (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - SLOT_BITS)) as usize
+}
+
+impl ThreadCache {
+    /// Make the cache serve `generation`: true when it does (same generation, or older and
+    /// now reset), false when the thread already serves a newer generation (the caller then
+    /// works uncached).
+    #[inline(always)]
+    pub(crate) fn adopt(&self, generation: u32) -> bool {
+        let current = self.generation.get();
+        if current == generation {
+            return true;
+        }
+        if current > generation {
+            return false;
+        }
+        self.reset(generation);
+        true
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn reset(&self, generation: u32) {
+        for entry in &self.entries {
+            entry.set(EMPTY_ENTRY);
+        }
+        self.used.set(0);
+        self.thread.set(ThreadSlot::Unknown);
+        self.generation.set(generation);
+    }
+
+    /// Find `s`. The caller has adopted the generation.
+    #[inline(always)]
+    pub(crate) fn lookup(&self, s: &'static str) -> Lookup {
+        let addr = s.as_ptr() as usize;
+        let len = s.len();
+        if len == 0 || len > MAX_STRING_LEN {
+            return Lookup::Full;
+        }
+        let mut slot = home_slot(addr, len);
+        // At most `MAX_STRING_ENTRIES` of the slots are used, so the probe meets an empty slot.
+        loop {
+            let entry = self.entries[slot].get();
+            if entry.addr == addr && entry.len as usize == len {
+                return Lookup::Found { slot, entry };
+            }
+            if entry.addr == 0 {
+                return if (self.used.get() as usize) < MAX_STRING_ENTRIES {
+                    Lookup::Vacant { slot }
+                } else {
+                    Lookup::Full
+                };
+            }
+            slot = (slot + 1) & (STRING_SLOTS - 1);
+        }
+    }
+
+    /// Store what is known about `s` at `slot` (from [`Self::lookup`], in the same
+    /// generation, with no insertion in between). `index` matters when `flags` has
+    /// [`FLAG_INDEX_OK`].
+    #[inline]
+    pub(crate) fn store(&self, slot: usize, s: &'static str, index: u16, flags: u8) {
+        let cell = &self.entries[slot];
+        if cell.get().addr == 0 {
+            self.used.set(self.used.get() + 1);
+        }
+        cell.set(Entry {
+            addr: s.as_ptr() as usize,
+            len: s.len() as u32,
+            index,
+            flags,
+        });
+    }
+
+    /// Entries cached in the current generation.
+    #[cfg(test)]
+    pub(crate) fn strings_cached(&self) -> usize {
+        self.used.get() as usize
+    }
+
+    /// The thread's registered ref in the current generation.
+    #[inline(always)]
+    pub(crate) fn thread_slot(&self) -> ThreadSlot {
+        self.thread.get()
+    }
+
+    /// Record the thread's ref for the current generation.
+    pub(crate) fn set_thread_slot(&self, slot: ThreadSlot) {
+        self.thread.set(slot)
+    }
+
+    /// The thread's id (koid on Linux), read once.
+    #[inline]
+    pub(crate) fn thread_id(&self) -> u64 {
+        let tid = self.tid.get();
+        if tid != 0 {
+            return tid;
+        }
+        let tid = read_thread_id();
+        self.tid.set(tid);
+        tid
+    }
+
+    /// The thread's inline ref (pid, tid).
+    #[inline]
+    pub(crate) fn inline_thread_ref(&self) -> ThreadRef {
+        ThreadRef::Inline {
+            pid: process_id(),
+            tid: self.thread_id(),
+        }
+    }
+}
+
+// === process and thread ids ===
+
+/// Rules: the process id, read once (0 = not read). Reset in a forked child.
+/// ATOMICS: `Relaxed`: every thread that reads 0 computes the same value.
+static PID: AtomicU32 = AtomicU32::new(0);
+
+/// This process's id (koid on Linux), cached.
+#[inline]
+pub(crate) fn process_id() -> u64 {
+    let pid = PID.load(Ordering::Relaxed);
+    if pid != 0 {
+        return u64::from(pid);
+    }
+    let pid = std::process::id();
+    PID.store(pid, Ordering::Relaxed);
+    u64::from(pid)
+}
+
+#[cold]
+fn read_thread_id() -> u64 {
+    // SAFETY: `gettid` takes no arguments, cannot fail and has no memory effects.
+    let tid = unsafe { libc::syscall(libc::SYS_gettid) };
+    u64::try_from(tid).unwrap_or(0)
+}
+
+/// In a forked child (called from the `pthread_atfork` child handler, on the only thread):
+/// forget the parent's ids and this thread's generation, so nothing cached in the parent is
+/// reused. Only async-signal-safe operations (atomic and thread-local stores).
+pub(crate) fn forget_ids_after_fork() {
+    PID.store(0, Ordering::Relaxed);
+    let c = current();
+    c.tid.set(0);
+    c.generation.set(0);
+    c.used.set(0);
+    c.thread.set(ThreadSlot::Unknown);
+    for entry in &c.entries {
+        entry.set(EMPTY_ENTRY);
+    }
+}
+
+// === names ===
+
+/// Rules: the newest generation for which this process's name record was claimed; raised
+/// with `fetch_max` by the thread that then writes the record.
+/// ATOMICS: `Relaxed`: a claim; the record itself is published by its slot commit.
+static PROCESS_NAMED: AtomicU32 = AtomicU32::new(0);
+
+/// True exactly once per generation (for the newest generation seen): the caller writes the
+/// process name record.
+pub(crate) fn claim_process_record(generation: u32) -> bool {
+    PROCESS_NAMED.fetch_max(generation, Ordering::Relaxed) < generation
+}
+
+/// The process name (`/proc/self/comm`, read once; empty if unreadable).
+pub(crate) fn process_name() -> &'static str {
+    static NAME: OnceLock<Box<str>> = OnceLock::new();
+    NAME.get_or_init(|| {
+        std::fs::read("/proc/self/comm")
+            .map(|bytes| utf8_prefix(trim_newline(&bytes)).into())
+            .unwrap_or_default()
+    })
+}
+
+/// The calling thread's name (`pthread_getname_np`, at most 15 bytes), copied into `buf`.
+pub(crate) fn thread_name(buf: &mut [u8; 16]) -> &str {
+    // SAFETY: `buf` is valid for 16 bytes, the size glibc requires; `pthread_self` is always
+    // a valid handle for the calling thread.
+    let rc = unsafe {
+        libc::pthread_getname_np(libc::pthread_self(), buf.as_mut_ptr().cast(), buf.len())
+    };
+    if rc != 0 {
+        return "";
+    }
+    let len = buf.iter().position(|&b| b == 0).unwrap_or(buf.len());
+    utf8_prefix(&buf[..len])
+}
+
+fn trim_newline(bytes: &[u8]) -> &[u8] {
+    bytes.strip_suffix(b"\n").unwrap_or(bytes)
+}
+
+/// The longest valid UTF-8 prefix (kernel names are bytes; a cut multibyte character at the
+/// 15-byte limit is dropped rather than the whole name).
+fn utf8_prefix(bytes: &[u8]) -> &str {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => s,
+        Err(e) => std::str::from_utf8(&bytes[..e.valid_up_to()]).unwrap_or_default(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn generations_adopt_reset_and_refuse_older() {
+        std::thread::spawn(|| {
+            let c = current();
+            assert!(c.adopt(10));
+            let s: &'static str = "cache-test";
+            let Lookup::Vacant { slot } = c.lookup(s) else {
+                panic!("fresh cache")
+            };
+            c.store(slot, s, 7, FLAG_INDEX_ATTEMPTED | FLAG_INDEX_OK);
+            assert_eq!(c.strings_cached(), 1);
+            match c.lookup(s) {
+                Lookup::Found { entry, .. } => {
+                    assert_eq!(entry.index, 7);
+                    assert_eq!(entry.flags, FLAG_INDEX_ATTEMPTED | FLAG_INDEX_OK);
+                }
+                other => panic!("{other:?}"),
+            }
+            // A prefix shares the address but is another string.
+            assert!(matches!(c.lookup(&s[..5]), Lookup::Vacant { .. }));
+            assert!(!c.adopt(9), "older generation gets no cache");
+            assert!(matches!(c.lookup(s), Lookup::Found { .. }));
+            assert!(c.adopt(11));
+            assert_eq!(c.strings_cached(), 0);
+            assert!(matches!(c.lookup(s), Lookup::Vacant { .. }));
+            assert_eq!(c.thread_slot(), ThreadSlot::Unknown);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn table_holds_max_entries_then_reports_full() {
+        std::thread::spawn(|| {
+            let c = current();
+            assert!(c.adopt(5));
+            let text: &'static str = Box::leak("x".repeat(MAX_STRING_ENTRIES + 10).into());
+            for i in 0..MAX_STRING_ENTRIES {
+                let s = &text[i..i + 1];
+                match c.lookup(s) {
+                    Lookup::Vacant { slot } => c.store(slot, s, i as u16 + 1, FLAG_INDEX_OK),
+                    other => panic!("entry {i}: {other:?}"),
+                }
+            }
+            assert_eq!(
+                c.lookup(&text[MAX_STRING_ENTRIES..MAX_STRING_ENTRIES + 1]),
+                Lookup::Full
+            );
+            for i in 0..MAX_STRING_ENTRIES {
+                match c.lookup(&text[i..i + 1]) {
+                    Lookup::Found { entry, .. } => assert_eq!(entry.index, i as u16 + 1),
+                    other => panic!("entry {i}: {other:?}"),
+                }
+            }
+            assert_eq!(c.lookup(""), Lookup::Full);
+        })
+        .join()
+        .unwrap();
+    }
+
+    #[test]
+    fn names_and_ids() {
+        assert_eq!(process_id(), u64::from(std::process::id()));
+        let tid = current().thread_id();
+        assert!(tid > 0);
+        assert_eq!(current().thread_id(), tid);
+        std::thread::Builder::new()
+            .name("cache-name-test-long".into())
+            .spawn(move || {
+                let mut buf = [0u8; 16];
+                assert_eq!(thread_name(&mut buf), "cache-name-test");
+                assert_ne!(current().thread_id(), tid);
+            })
+            .unwrap()
+            .join()
+            .unwrap();
+        assert!(!process_name().is_empty());
+        assert_eq!(utf8_prefix(&[b'a', 0xe2, 0x82]), "a");
+    }
+}

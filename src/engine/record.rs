@@ -1,0 +1,850 @@
+//! Typed record writers: the engine's `trace_context_write_*` (Fuchsia `context_api.cc`).
+//!
+//! Algorithm: "size, reserve once, write through a cursor" (STYLE guideline 7). A record is
+//! described once by a [`crate::format`] struct; [`Encode::words`] gives its exact size, the
+//! writer reserves that many words in the trace buffer, [`Encode::write_body`] encodes every
+//! word after the header *in place* in the reserved slot, and [`Slot::commit`] publishes the
+//! header word last, with `Release`. Nothing is copied and nothing allocates.
+//!
+//! Strings and the thread go through the per-thread caches of [`super::cache`]: a
+//! `&'static str` is registered once per thread per trace generation with a String record in
+//! the durable buffer and then referred to by index; the calling thread is described once per
+//! generation by a Kernel Object record (its name, with a `"process"` koid argument), a Thread
+//! record, and — once per process per generation — a Kernel Object record naming the process.
+//! Past the index limits (32767 strings, 255 threads per trace), past 256 strings per thread,
+//! or for strings that are not `'static` ([`TraceStr::Inline`]), refs are written inline.
+//!
+//! Every record that is not written is counted as dropped by the engine: a full buffer or a
+//! stopped trace (the engine counts it), and an invalid record (more than 15 arguments, a
+//! string over 32000 bytes, a record over 32760 bytes: counted here through an empty
+//! reservation, and returned as [`RecordError::Encode`]).
+//!
+//! ```
+//! use fxtrace::engine::record::{start_trace, Scope};
+//! use fxtrace::engine::{CategoryFilter, Context, ContextConfig, NoHandler, StartMode, TraceBuffer};
+//! use fxtrace::format::{Arg, ArgValue};
+//! use std::sync::Arc;
+//!
+//! let context = Context::new(TraceBuffer::create(1 << 16)?, ContextConfig::default(), Arc::new(NoHandler))?;
+//! start_trace(&context, StartMode::ClearEntire, CategoryFilter::all())?;
+//! if let Some(mut w) = context.trace_writer() {
+//!     if w.category_enabled("app") {
+//!         let args = [Arg::new("bytes", ArgValue::U64(512))];
+//!         w.instant(fxtrace::clock::ticks(), "app", "read", Scope::Thread, &args)?;
+//!     }
+//! }
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+use super::cache::{
+    self, Lookup, ThreadCache, ThreadSlot, FLAG_CATEGORY_CHECKED, FLAG_CATEGORY_ENABLED,
+    FLAG_INDEX_ATTEMPTED, FLAG_INDEX_OK,
+};
+use super::category::CategoryFilter;
+use super::context::{Context, EngineError, StartMode};
+use super::writer::{Slot, Writer};
+use crate::clock;
+use crate::format::{
+    Arg, ArgValue, Blob, BlobType, Encode, EncodeError, Event, EventKind, Initialization,
+    KernelObject, Log, ObjectType, ProcessRef, SchedContextSwitch, StringRecord, StringRef,
+    ThreadRecord, ThreadRef, ThreadState, UserspaceObject, MAX_ARGS,
+};
+
+/// Scope of an instant event. FXT has no field for it: a non-thread scope is written as a
+/// string argument `scope` = `"process"` or `"global"`, which the Chrome converter maps to
+/// the JSON `"s"` field. Thread scope (the default) adds nothing.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+pub enum Scope {
+    /// The event belongs to the thread (`TRACE_SCOPE_THREAD` = 0).
+    #[default]
+    Thread = 0,
+    /// The event concerns the whole process (`TRACE_SCOPE_PROCESS` = 1).
+    Process = 1,
+    /// The event concerns the whole system (`TRACE_SCOPE_GLOBAL` = 2).
+    Global = 2,
+}
+
+impl Scope {
+    /// Name of the argument that carries a non-thread scope.
+    pub const ARG_NAME: &'static str = "scope";
+
+    /// The `scope` argument's value, `None` for thread scope.
+    pub const fn arg_value(self) -> Option<&'static str> {
+        match self {
+            Scope::Thread => None,
+            Scope::Process => Some("process"),
+            Scope::Global => Some("global"),
+        }
+    }
+}
+
+/// A string given to a writer: `'static` strings are interned through the per-thread cache
+/// (registered once, then referred to by index); other strings are written inline. A string
+/// literal converts with `.into()`; wrap a borrowed string in [`TraceStr::Inline`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum TraceStr<'a> {
+    /// A string that lives for the whole program, cached by address.
+    Static(&'static str),
+    /// Any other string, written inline in each record.
+    Inline(&'a str),
+}
+
+impl<'a> From<&'static str> for TraceStr<'a> {
+    #[inline]
+    fn from(s: &'static str) -> Self {
+        TraceStr::Static(s)
+    }
+}
+
+impl<'a> TraceStr<'a> {
+    /// The text.
+    pub fn as_str(&self) -> &'a str {
+        match *self {
+            TraceStr::Static(s) => s,
+            TraceStr::Inline(s) => s,
+        }
+    }
+}
+
+/// Why a record was not written. Either way the engine counted it as dropped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum RecordError {
+    /// No room (buffer full, durable buffer full) or tracing stopped.
+    #[error("record dropped: no room in the trace buffer, or tracing stopped")]
+    Dropped,
+    /// The record cannot be encoded (too many arguments, a string or the record too long).
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+}
+
+/// Start `context` (as [`Context::start`]) and, unless `mode` is [`StartMode::Retain`],
+/// write the initialization record (ticks per second of [`clock::ticks`]) into the durable
+/// buffer, as Fuchsia's `trace_engine_start` does. Returns whether that record was written
+/// (it is not only if the calling thread cannot write: inside another writer section, or no
+/// writer slot free; the attempt is then counted as dropped).
+///
+/// Call this before the context becomes reachable by other threads (before
+/// [`super::global::install`]) so that the initialization record precedes every other
+/// record: in oneshot mode durable records share the rolling buffer, in chunk order.
+pub fn start_trace(
+    context: &Context,
+    mode: StartMode,
+    categories: CategoryFilter,
+) -> Result<bool, EngineError> {
+    context.start(mode, categories)?;
+    if mode == StartMode::Retain {
+        return Ok(false);
+    }
+    Ok(context
+        .trace_writer()
+        .is_some_and(|mut w| w.initialization().is_ok()))
+}
+
+/// `""` is the empty ref; anything else inline.
+#[inline(always)]
+fn inline_ref(s: &str) -> StringRef<'_> {
+    if s.is_empty() {
+        StringRef::Empty
+    } else {
+        StringRef::Inline(s)
+    }
+}
+
+/// Whether `category` is enabled for `context`, through `cache` when given (the caller
+/// adopted the generation), else by asking the context.
+#[inline(always)]
+fn category_enabled_in(
+    context: &Context,
+    cache: Option<&ThreadCache>,
+    category: &'static str,
+) -> bool {
+    if let Some(cache) = cache {
+        let (slot, entry) = match cache.lookup(category) {
+            Lookup::Found { slot, entry } => {
+                if entry.flags & FLAG_CATEGORY_CHECKED != 0 {
+                    return entry.flags & FLAG_CATEGORY_ENABLED != 0;
+                }
+                (slot, Some(entry))
+            }
+            Lookup::Vacant { slot } => (slot, None),
+            Lookup::Full => return context.is_category_enabled(category),
+        };
+        let flags = check_category(context, cache, category, slot, entry);
+        return flags & FLAG_CATEGORY_ENABLED != 0;
+    }
+    context.is_category_enabled(category)
+}
+
+/// Ask the context about `category` and cache the answer at `slot`; returns the entry's new
+/// flags.
+#[cold]
+#[inline(never)]
+fn check_category(
+    context: &Context,
+    cache: &ThreadCache,
+    category: &'static str,
+    slot: usize,
+    entry: Option<cache::Entry>,
+) -> u8 {
+    let enabled = context.is_category_enabled(category);
+    let (index, flags) = entry.map_or((0, 0), |e| (e.index, e.flags));
+    let flags = flags | FLAG_CATEGORY_CHECKED | if enabled { FLAG_CATEGORY_ENABLED } else { 0 };
+    cache.store(slot, category, index, flags);
+    flags
+}
+
+// === impl Context ===
+
+impl Context {
+    /// Enter a writer section and wrap it in a [`TraceWriter`]; `None` when tracing is off or
+    /// the attempt is dropped (see [`Context::acquire`]).
+    #[inline(always)]
+    pub fn trace_writer(&self) -> Option<TraceWriter<'_>> {
+        let writer = self.acquire()?;
+        let cache = cache::current();
+        let cached = cache.adopt(writer.generation());
+        Some(TraceWriter {
+            context: self,
+            writer,
+            cache,
+            cached,
+        })
+    }
+
+    /// The generation of the current trace, `None` when it is not started (one relaxed load).
+    #[inline]
+    pub fn started_generation(&self) -> Option<u32> {
+        let (started, generation) = self.inner().gate_generation_now();
+        started.then_some(generation)
+    }
+
+    /// Whether `category` is enabled in the current trace, answered once per thread per
+    /// trace generation and then from the thread's cache (Fuchsia's `kCategoryChecked`).
+    /// False when the trace is not started. Needs no writer section.
+    #[inline]
+    pub fn is_category_enabled_cached(&self, category: &'static str) -> bool {
+        let Some(generation) = self.started_generation() else {
+            return false;
+        };
+        let cache = cache::current();
+        let cached = cache.adopt(generation);
+        category_enabled_in(self, cached.then_some(cache), category)
+    }
+}
+
+// === impl TraceWriter ===
+
+/// A writer section with typed record writers, string interning and thread registration.
+/// Obtained from [`Context::trace_writer`]; dropping it leaves the section. Not `Send`.
+pub struct TraceWriter<'c> {
+    context: &'c Context,
+    writer: Writer<'c>,
+    /// The calling thread's cache.
+    cache: &'static ThreadCache,
+    /// Whether `cache` serves this section's generation.
+    cached: bool,
+}
+
+impl std::fmt::Debug for TraceWriter<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("TraceWriter")
+            .field("writer", &self.writer)
+            .field("cached", &self.cached)
+            .finish()
+    }
+}
+
+impl<'c> TraceWriter<'c> {
+    /// The context written to.
+    pub fn context(&self) -> &'c Context {
+        self.context
+    }
+
+    /// The trace generation of this section.
+    pub fn generation(&self) -> u32 {
+        self.writer.generation()
+    }
+
+    /// Whether this section uses the thread's caches (false when the thread already serves a
+    /// newer generation: then every ref is inline).
+    pub fn is_cached(&self) -> bool {
+        self.cached
+    }
+
+    #[inline(always)]
+    fn cache(&self) -> Option<&'static ThreadCache> {
+        self.cached.then_some(self.cache)
+    }
+
+    /// Whether `category` is enabled (cached per thread per generation).
+    #[inline(always)]
+    pub fn category_enabled(&mut self, category: &'static str) -> bool {
+        category_enabled_in(self.context, self.cache(), category)
+    }
+
+    /// The ref to write for `category` if it is enabled, `None` if it is not: the enabled
+    /// check and the string registration in one cache lookup.
+    #[inline(always)]
+    pub fn category_ref(&mut self, category: &'static str) -> Option<StringRef<'static>> {
+        const ON: u8 = FLAG_CATEGORY_CHECKED | FLAG_CATEGORY_ENABLED;
+        const ON_INDEXED: u8 = ON | FLAG_INDEX_ATTEMPTED | FLAG_INDEX_OK;
+        if self.cached {
+            if let Lookup::Found { entry, .. } = self.cache.lookup(category) {
+                if entry.flags & ON_INDEXED == ON_INDEXED {
+                    return Some(StringRef::Index(entry.index));
+                }
+                if entry.flags & ON == FLAG_CATEGORY_CHECKED {
+                    return None;
+                }
+            }
+        }
+        self.category_ref_slow(category)
+    }
+
+    /// [`Self::category_ref`] when the answer or the index is not cached yet (or the cache
+    /// is not in use).
+    #[cold]
+    #[inline(never)]
+    fn category_ref_slow(&mut self, category: &'static str) -> Option<StringRef<'static>> {
+        let found = if self.cached {
+            self.cache.lookup(category)
+        } else {
+            Lookup::Full
+        };
+        let (slot, entry) = match found {
+            Lookup::Found { slot, entry } => (slot, Some(entry)),
+            Lookup::Vacant { slot } => (slot, None),
+            Lookup::Full => {
+                return self
+                    .context
+                    .is_category_enabled(category)
+                    .then_some(inline_ref(category))
+            }
+        };
+        let index = entry.map_or(0, |e| e.index);
+        let mut flags = entry.map_or(0, |e| e.flags);
+        if flags & FLAG_CATEGORY_CHECKED == 0 {
+            flags = check_category(self.context, self.cache, category, slot, entry);
+        }
+        if flags & FLAG_CATEGORY_ENABLED == 0 {
+            return None;
+        }
+        Some(if flags & FLAG_INDEX_ATTEMPTED == 0 {
+            self.register_string(category, slot, flags)
+        } else if flags & FLAG_INDEX_OK != 0 {
+            StringRef::Index(index)
+        } else {
+            StringRef::Inline(category)
+        })
+    }
+
+    // --- refs ---
+
+    /// The ref to write for `s`: an index (registering the string on first use in this
+    /// generation), or inline.
+    #[inline(always)]
+    pub fn string_ref<'a>(&mut self, s: impl Into<TraceStr<'a>>) -> StringRef<'a> {
+        match s.into() {
+            TraceStr::Static(s) => self.static_string_ref(s),
+            TraceStr::Inline(s) => inline_ref(s),
+        }
+    }
+
+    #[inline(always)]
+    fn static_string_ref(&mut self, s: &'static str) -> StringRef<'static> {
+        const INDEXED: u8 = FLAG_INDEX_ATTEMPTED | FLAG_INDEX_OK;
+        if self.cached {
+            if let Lookup::Found { entry, .. } = self.cache.lookup(s) {
+                if entry.flags & INDEXED == INDEXED {
+                    return StringRef::Index(entry.index);
+                }
+            }
+        }
+        self.static_string_ref_slow(s)
+    }
+
+    /// [`Self::static_string_ref`] when `s` is not registered (or the cache is not in use).
+    #[cold]
+    #[inline(never)]
+    fn static_string_ref_slow(&mut self, s: &'static str) -> StringRef<'static> {
+        if !self.cached {
+            return inline_ref(s);
+        }
+        match self.cache.lookup(s) {
+            Lookup::Found { entry, slot } => {
+                if entry.flags & FLAG_INDEX_ATTEMPTED == 0 {
+                    self.register_string(s, slot, entry.flags)
+                } else if entry.flags & FLAG_INDEX_OK != 0 {
+                    StringRef::Index(entry.index)
+                } else {
+                    StringRef::Inline(s)
+                }
+            }
+            Lookup::Vacant { slot } => self.register_string(s, slot, 0),
+            Lookup::Full => inline_ref(s),
+        }
+    }
+
+    /// `RegisterString`: allocate an index and write the String record (durable); on any
+    /// failure the string stays inline for the rest of the generation. `flags` are the
+    /// entry's current flags (category answers are kept).
+    #[cold]
+    #[inline(never)]
+    fn register_string(&mut self, s: &'static str, slot: usize, flags: u8) -> StringRef<'static> {
+        let mut flags = flags | FLAG_INDEX_ATTEMPTED;
+        let mut index = 0;
+        if let Some(i) = self.context.alloc_string_index() {
+            // If the record cannot be written the index is lost, as in Fuchsia.
+            if self
+                .write_durable(&StringRecord { index: i, value: s })
+                .is_ok()
+            {
+                flags |= FLAG_INDEX_OK;
+                index = i;
+            }
+        }
+        self.cache.store(slot, s, index, flags);
+        if flags & FLAG_INDEX_OK != 0 {
+            StringRef::Index(index)
+        } else {
+            StringRef::Inline(s)
+        }
+    }
+
+    /// The calling thread's ref: its index (registering the thread on first use in this
+    /// generation), or inline (pid, tid).
+    #[inline(always)]
+    pub fn thread_ref(&mut self) -> ThreadRef {
+        if !self.cached {
+            return self.cache.inline_thread_ref();
+        }
+        match self.cache.thread_slot() {
+            ThreadSlot::Index(index) => ThreadRef::Index(index),
+            ThreadSlot::Inline => self.cache.inline_thread_ref(),
+            ThreadSlot::Unknown => self.register_thread(),
+        }
+    }
+
+    /// `trace_context_register_current_thread`: the process name record (once per process
+    /// per generation), the thread name record, then an index and the Thread record.
+    #[cold]
+    #[inline(never)]
+    fn register_thread(&mut self) -> ThreadRef {
+        let pid = cache::process_id();
+        let tid = self.cache.thread_id();
+        if cache::claim_process_record(self.generation()) {
+            let _ = self.write_durable(&KernelObject {
+                koid: pid,
+                object_type: ObjectType::PROCESS,
+                name: inline_ref(cache::process_name()),
+                args: &[],
+            });
+        }
+        let mut buf = [0u8; 16];
+        let name = cache::thread_name(&mut buf);
+        let process = self.static_string_ref("process");
+        let args = [Arg {
+            name: process,
+            value: ArgValue::Koid(pid),
+        }];
+        let _ = self.write_durable(&KernelObject {
+            koid: tid,
+            object_type: ObjectType::THREAD,
+            name: inline_ref(name),
+            args: &args,
+        });
+        let slot = match self.context.alloc_thread_index() {
+            Some(index)
+                if self
+                    .write_durable(&ThreadRecord { index, pid, tid })
+                    .is_ok() =>
+            {
+                ThreadSlot::Index(index)
+            }
+            _ => ThreadSlot::Inline,
+        };
+        self.cache.set_thread_slot(slot);
+        match slot {
+            ThreadSlot::Index(index) => ThreadRef::Index(index),
+            _ => ThreadRef::Inline { pid, tid },
+        }
+    }
+
+    // --- any record ---
+
+    /// Write any rolling record: size it, reserve once, encode in place, commit the header
+    /// last. Returns its size in words.
+    #[inline(always)]
+    pub fn write<R: Encode + ?Sized>(&mut self, record: &R) -> Result<usize, RecordError> {
+        let words = self.size(record)?;
+        match self.writer.reserve(words) {
+            Some(slot) => encode_and_commit(slot, record, words),
+            None => Err(RecordError::Dropped),
+        }
+    }
+
+    /// Write any record into the durable buffer (the records later records depend on:
+    /// initialization, strings, threads, process and thread names). In oneshot mode this is
+    /// the rolling buffer. When the durable buffer is full, tracing stops.
+    pub fn write_durable<R: Encode + ?Sized>(&mut self, record: &R) -> Result<usize, RecordError> {
+        let words = self.size(record)?;
+        match self.writer.reserve_durable(words) {
+            Some(slot) => encode_and_commit(slot, record, words),
+            None => Err(RecordError::Dropped),
+        }
+    }
+
+    #[inline(always)]
+    fn size<R: Encode + ?Sized>(&mut self, record: &R) -> Result<usize, RecordError> {
+        match record.words() {
+            Ok(words) => Ok(words),
+            Err(error) => {
+                self.count_invalid();
+                Err(RecordError::Encode(error))
+            }
+        }
+    }
+
+    /// Count an invalid record as dropped: an empty reservation, released without commit,
+    /// is the engine's way to count one drop against this thread (if even that reservation
+    /// fails, the engine counts that instead). Nothing is written.
+    #[cold]
+    #[inline(never)]
+    fn count_invalid(&mut self) {
+        drop(self.writer.reserve(1));
+    }
+
+    // --- events ---
+
+    /// Event of any kind at `ticks` (for an instant with a scope, see [`Self::instant`]).
+    #[inline(always)]
+    pub fn event<'a>(
+        &mut self,
+        ticks: u64,
+        category: &'static str,
+        name: impl Into<TraceStr<'a>>,
+        kind: EventKind,
+        args: &[Arg<'_>],
+    ) -> Result<(), RecordError> {
+        let category = self.static_string_ref(category);
+        self.event_with_category(ticks, category, name.into(), kind, args)
+    }
+
+    /// [`Self::event`] with the category's ref already resolved (by [`Self::category_ref`]).
+    #[inline(always)]
+    pub fn event_with_category(
+        &mut self,
+        ticks: u64,
+        category: StringRef<'_>,
+        name: TraceStr<'_>,
+        kind: EventKind,
+        args: &[Arg<'_>],
+    ) -> Result<(), RecordError> {
+        let thread = self.thread_ref();
+        let name = self.string_ref(name);
+        self.write(&Event {
+            ticks,
+            thread,
+            category,
+            name,
+            args,
+            kind,
+        })
+        .map(drop)
+    }
+
+    /// Instant event at `ticks`.
+    #[inline(always)]
+    pub fn instant<'a>(
+        &mut self,
+        ticks: u64,
+        category: &'static str,
+        name: impl Into<TraceStr<'a>>,
+        scope: Scope,
+        args: &[Arg<'_>],
+    ) -> Result<(), RecordError> {
+        let category = self.static_string_ref(category);
+        self.instant_with_category(ticks, category, name.into(), scope, args)
+    }
+
+    /// [`Self::instant`] with the category's ref already resolved (by
+    /// [`Self::category_ref`]).
+    #[inline(always)]
+    pub fn instant_with_category(
+        &mut self,
+        ticks: u64,
+        category: StringRef<'_>,
+        name: TraceStr<'_>,
+        scope: Scope,
+        args: &[Arg<'_>],
+    ) -> Result<(), RecordError> {
+        match scope.arg_value() {
+            None => self.event_with_category(ticks, category, name, EventKind::Instant, args),
+            Some(value) => self.scoped_instant(ticks, category, name, value, args),
+        }
+    }
+
+    #[inline(never)]
+    fn scoped_instant(
+        &mut self,
+        ticks: u64,
+        category: StringRef<'_>,
+        name: TraceStr<'_>,
+        value: &'static str,
+        args: &[Arg<'_>],
+    ) -> Result<(), RecordError> {
+        if args.len() >= MAX_ARGS {
+            self.count_invalid();
+            return Err(RecordError::Encode(EncodeError::TooManyArgs {
+                count: args.len() + 1,
+            }));
+        }
+        let key = self.static_string_ref(Scope::ARG_NAME);
+        let value = self.static_string_ref(value);
+        let mut all = [Arg {
+            name: StringRef::Empty,
+            value: ArgValue::Null,
+        }; MAX_ARGS];
+        all[..args.len()].copy_from_slice(args);
+        all[args.len()] = Arg {
+            name: key,
+            value: ArgValue::Str(value),
+        };
+        let args = &all[..=args.len()];
+        self.event_with_category(ticks, category, name, EventKind::Instant, args)
+    }
+
+    /// Counter event: the arguments are the sampled values of counter `id`.
+    pub fn counter<'a>(
+        &mut self,
+        ticks: u64,
+        category: &'static str,
+        name: impl Into<TraceStr<'a>>,
+        id: u64,
+        args: &[Arg<'_>],
+    ) -> Result<(), RecordError> {
+        self.event(ticks, category, name, EventKind::Counter { id }, args)
+    }
+
+    /// Duration begin event.
+    #[inline]
+    pub fn duration_begin<'a>(
+        &mut self,
+        ticks: u64,
+        category: &'static str,
+        name: impl Into<TraceStr<'a>>,
+        args: &[Arg<'_>],
+    ) -> Result<(), RecordError> {
+        self.event(ticks, category, name, EventKind::DurationBegin, args)
+    }
+
+    /// Duration end event.
+    #[inline]
+    pub fn duration_end<'a>(
+        &mut self,
+        ticks: u64,
+        category: &'static str,
+        name: impl Into<TraceStr<'a>>,
+        args: &[Arg<'_>],
+    ) -> Result<(), RecordError> {
+        self.event(ticks, category, name, EventKind::DurationEnd, args)
+    }
+
+    /// Duration complete event: one record for `[start_ticks, end_ticks]`.
+    #[inline]
+    pub fn duration_complete<'a>(
+        &mut self,
+        start_ticks: u64,
+        end_ticks: u64,
+        category: &'static str,
+        name: impl Into<TraceStr<'a>>,
+        args: &[Arg<'_>],
+    ) -> Result<(), RecordError> {
+        let kind = EventKind::DurationComplete { end_ticks };
+        self.event(start_ticks, category, name, kind, args)
+    }
+
+    /// Async begin event of operation `id`.
+    pub fn async_begin<'a>(
+        &mut self,
+        ticks: u64,
+        category: &'static str,
+        name: impl Into<TraceStr<'a>>,
+        id: u64,
+        args: &[Arg<'_>],
+    ) -> Result<(), RecordError> {
+        self.event(ticks, category, name, EventKind::AsyncBegin { id }, args)
+    }
+
+    /// Async instant event of operation `id`.
+    pub fn async_instant<'a>(
+        &mut self,
+        ticks: u64,
+        category: &'static str,
+        name: impl Into<TraceStr<'a>>,
+        id: u64,
+        args: &[Arg<'_>],
+    ) -> Result<(), RecordError> {
+        self.event(ticks, category, name, EventKind::AsyncInstant { id }, args)
+    }
+
+    /// Async end event of operation `id`.
+    pub fn async_end<'a>(
+        &mut self,
+        ticks: u64,
+        category: &'static str,
+        name: impl Into<TraceStr<'a>>,
+        id: u64,
+        args: &[Arg<'_>],
+    ) -> Result<(), RecordError> {
+        self.event(ticks, category, name, EventKind::AsyncEnd { id }, args)
+    }
+
+    /// Flow begin event of flow `id` (attached to the enclosing duration).
+    pub fn flow_begin<'a>(
+        &mut self,
+        ticks: u64,
+        category: &'static str,
+        name: impl Into<TraceStr<'a>>,
+        id: u64,
+        args: &[Arg<'_>],
+    ) -> Result<(), RecordError> {
+        self.event(ticks, category, name, EventKind::FlowBegin { id }, args)
+    }
+
+    /// Flow step event of flow `id`.
+    pub fn flow_step<'a>(
+        &mut self,
+        ticks: u64,
+        category: &'static str,
+        name: impl Into<TraceStr<'a>>,
+        id: u64,
+        args: &[Arg<'_>],
+    ) -> Result<(), RecordError> {
+        self.event(ticks, category, name, EventKind::FlowStep { id }, args)
+    }
+
+    /// Flow end event of flow `id`.
+    pub fn flow_end<'a>(
+        &mut self,
+        ticks: u64,
+        category: &'static str,
+        name: impl Into<TraceStr<'a>>,
+        id: u64,
+        args: &[Arg<'_>],
+    ) -> Result<(), RecordError> {
+        self.event(ticks, category, name, EventKind::FlowEnd { id }, args)
+    }
+
+    // --- other records ---
+
+    /// Log record: `message` (at most 32000 bytes) on the calling thread.
+    pub fn log(&mut self, ticks: u64, message: &str) -> Result<(), RecordError> {
+        let thread = self.thread_ref();
+        self.write(&Log {
+            ticks,
+            thread,
+            message,
+        })
+        .map(drop)
+    }
+
+    /// Blob record: `payload` (at most 32767 bytes, and the record at most 32760 bytes).
+    pub fn blob<'a>(
+        &mut self,
+        name: impl Into<TraceStr<'a>>,
+        blob_type: BlobType,
+        payload: &[u8],
+    ) -> Result<(), RecordError> {
+        let name = self.string_ref(name);
+        self.write(&Blob {
+            name,
+            blob_type,
+            payload,
+        })
+        .map(drop)
+    }
+
+    /// Kernel object record naming `koid` (on Linux: a pid with [`ObjectType::PROCESS`], a
+    /// tid with [`ObjectType::THREAD`] and a `"process"` koid argument).
+    pub fn kernel_object<'a>(
+        &mut self,
+        koid: u64,
+        object_type: ObjectType,
+        name: impl Into<TraceStr<'a>>,
+        args: &[Arg<'_>],
+    ) -> Result<(), RecordError> {
+        let name = self.string_ref(name);
+        self.write(&KernelObject {
+            koid,
+            object_type,
+            name,
+            args,
+        })
+        .map(drop)
+    }
+
+    /// Userspace object record labelling `pointer` in the calling process.
+    pub fn userspace_object<'a>(
+        &mut self,
+        pointer: u64,
+        name: impl Into<TraceStr<'a>>,
+        args: &[Arg<'_>],
+    ) -> Result<(), RecordError> {
+        let process = match self.thread_ref() {
+            ThreadRef::Index(index) => ProcessRef::Index(index),
+            ThreadRef::Inline { pid, .. } => ProcessRef::Inline(pid),
+        };
+        let name = self.string_ref(name);
+        self.write(&UserspaceObject {
+            pointer,
+            process,
+            name,
+            args,
+        })
+        .map(drop)
+    }
+
+    /// Context switch record (scheduling type 1) on `cpu`: `outgoing_tid` left in
+    /// `outgoing_state`, `incoming_tid` runs. Conventional arguments: `incoming_weight`,
+    /// `outgoing_weight` (i32).
+    pub fn context_switch(
+        &mut self,
+        ticks: u64,
+        cpu: u16,
+        outgoing_state: ThreadState,
+        outgoing_tid: u64,
+        incoming_tid: u64,
+        args: &[Arg<'_>],
+    ) -> Result<(), RecordError> {
+        self.write(&SchedContextSwitch {
+            ticks,
+            cpu,
+            outgoing_state,
+            outgoing_tid,
+            incoming_tid,
+            args,
+        })
+        .map(drop)
+    }
+
+    /// Initialization record (durable): the ticks per second of [`clock::ticks`].
+    pub fn initialization(&mut self) -> Result<(), RecordError> {
+        let ticks_per_second = clock::info().ticks_per_second;
+        self.write_durable(&Initialization { ticks_per_second })
+            .map(drop)
+    }
+}
+
+/// Encode `record` into `slot` and commit it (the slot is dropped, and counted, on error).
+#[inline(always)]
+fn encode_and_commit<R: Encode + ?Sized>(
+    mut slot: Slot<'_>,
+    record: &R,
+    words: usize,
+) -> Result<usize, RecordError> {
+    let (header, written) = record.write_body(slot.payload())?;
+    debug_assert_eq!(written, words, "words() and write_body() disagree");
+    slot.commit(header);
+    Ok(words)
+}
