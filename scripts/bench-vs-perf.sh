@@ -126,7 +126,7 @@ perf_lost() {
 timed() { # tool output time-file err-file
     case "$1" in
         fxtrace) /usr/bin/time -f '%U %S' -o "$3" \
-            "$fxtrace_bin" record --system-wide --no-lbr -m "$pages" -o "$2" -- sleep "$duration" 2>"$4" ;;
+            "$fxtrace_bin" record --system-wide --no-lbr --mmap-pages "$pages" -o "$2" -- sleep "$duration" 2>"$4" ;;
         perf) /usr/bin/time -f '%U %S' -o "$3" \
             "$perf_bin" record -q -e sched:sched_switch -a -m "$pages" -o "$2" -- sleep "$duration" 2>"$4" ;;
     esac

@@ -222,8 +222,9 @@ fn threads_names_and_switches() {
         switches,
         vec![
             (3_000, 1, 3, (10, 10), (10, 11), 120, 100),
-            (4_000, 1, 2, (10, 11), (0, 0), 120, 100),
-            (5_000, 1, 3, (0, 0), (10, 10), 120, 100),
+            // The idle task (tid 0) is written with priority 0, as Perfetto expects.
+            (4_000, 1, 2, (10, 11), (0, 0), 120, 0),
+            (5_000, 1, 3, (0, 0), (10, 10), 0, 100),
         ]
     );
     // Thread records come before the first record that refers to them.

@@ -1,8 +1,9 @@
 //! `fxtrace record` through the binary: the system-wide recording of `examples/pingpong`
 //! decodes, with the workload's context switches (tids, blocked states, names) in time order and
 //! the LBR outcome in the trace and the summary; `--duration`, Ctrl-C and a long command stop
-//! cleanly; without root the error carries the remedy; without `--system-wide` it says what is
-//! missing. Tests that need root print "skipped: needs root" otherwise.
+//! cleanly; without root the error carries the remedy; without `--system-wide` only providers
+//! are recorded. Tests that need root print "skipped: needs root" otherwise. (The system-wide section
+//! next to provider sections is tested in `record_system_wide.rs`.)
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
@@ -96,18 +97,24 @@ fn summary_lost(stderr: &str) -> (u64, u64) {
 }
 
 #[test]
-fn without_system_wide_it_says_recording_needs_the_manager() {
+fn without_system_wide_it_records_providers_only() {
+    // `true` links no provider: the archive is the magic number alone, and the summary says so.
     let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("t.fxt");
     let out = fxtrace()
         .args(["record", "-o"])
-        .arg(dir.path().join("t.fxt"))
+        .arg(&trace)
+        .args(["--", "true"])
         .output()
         .unwrap();
-    assert!(!out.status.success());
     let err = text(&out.stderr);
-    assert!(err.contains("comes with the trace manager"), "{err}");
-    assert!(err.contains("--system-wide"), "{err}");
-    assert!(!dir.path().join("t.fxt").exists(), "no file written");
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("(no provider connected)"), "{err}");
+    assert!(!err.contains("context switches"), "{err}");
+    let bytes = std::fs::read(&trace).unwrap();
+    let records = decode(&bytes);
+    assert_eq!(records.len(), 1);
+    assert_eq!(records[0].record, DecodedRecord::Magic);
 }
 
 #[test]
@@ -116,7 +123,7 @@ fn bad_arguments_are_refused_before_anything_starts() {
         .args([
             "record",
             "--system-wide",
-            "-m",
+            "--mmap-pages",
             "100",
             "-o",
             "/nonexistent/x.fxt",

@@ -672,7 +672,7 @@ fn call_arguments_become_u64_args_and_beyond_fifteen_are_counted() {
 }
 
 #[test]
-fn payloads_go_inline_then_into_blob_then_large_blob_records() {
+fn payloads_go_inline_then_into_blob_records_chunked_by_name() {
     // Records hold at most 4095 words. An instant event with a `size` (2 words) and a
     // `data` argument (1 word + payload) holds at most (4095 - 2 - 2 - 1) * 8 = 32720
     // payload bytes; a blob record with an indexed name (1 word) at most 32752.
@@ -715,7 +715,8 @@ fn payloads_go_inline_then_into_blob_then_large_blob_records() {
     )]);
     let (stats, fxt) = convert(&log, &ImportOptions::new("x"));
     assert_eq!((stats.custom_events, stats.typed_events), (3, 2));
-    assert_eq!(stats.blob_records, 3);
+    // medium: one record; edge: 32745 + 8 bytes; large: 32751 + 7249 bytes.
+    assert_eq!(stats.blob_records, 5);
     let [typed, custom, edge_event, fits, big] = [0, 1, 2, 3, 4].map(|i| &fxt.events[i]);
     assert_eq!(arg(edge_event, "size"), Some(&DecodedValue::U64(32_753)));
     assert!(matches!(arg(fits, "data"), Some(DecodedValue::Blob(b)) if b.len() == 32_720));
@@ -733,14 +734,24 @@ fn payloads_go_inline_then_into_blob_then_large_blob_records() {
         Some(&DecodedValue::Str(CUSTOM_EVENT_NAME.to_string().into()))
     );
     assert_eq!(arg(big, "type"), Some(&DecodedValue::U32(9)));
-    assert_eq!(
-        fxt.blobs,
-        [
-            (CUSTOM_EVENT_NAME.to_string(), Some(BlobType::DATA), medium),
-            (CUSTOM_EVENT_NAME.to_string(), None, edge),
-            (TYPED_EVENT_NAME.to_string(), None, large),
-        ]
-    );
+    // Every chunk is a DATA blob record (never a large record, which Perfetto misframes);
+    // chunks with the same name append, in order.
+    assert!(fxt
+        .blobs
+        .iter()
+        .all(|(_, ty, p)| *ty == Some(BlobType::DATA) && p.len() <= 32_752));
+    let sizes: Vec<usize> = fxt.blobs.iter().map(|(_, _, p)| p.len()).collect();
+    assert_eq!(sizes, [32_721, 32_745, 8, 32_751, 7_249]);
+    let joined = |name: &str, range: std::ops::Range<usize>| -> Vec<u8> {
+        fxt.blobs[range]
+            .iter()
+            .inspect(|(n, _, _)| assert_eq!(n, name))
+            .flat_map(|(_, _, p)| p.iter().copied())
+            .collect()
+    };
+    assert_eq!(joined(CUSTOM_EVENT_NAME, 0..1), medium);
+    assert_eq!(joined(CUSTOM_EVENT_NAME, 1..3), edge);
+    assert_eq!(joined(TYPED_EVENT_NAME, 3..5), large);
 }
 
 #[test]

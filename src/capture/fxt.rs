@@ -630,6 +630,8 @@ impl<S: RecordSink> KernelTraceWriter<S> {
             _ => self.thread_ref(cs.next_tid, cs.next_pid)?,
         };
         let outgoing_state = fxt_state(cs.prev_state);
+        let outgoing_priority = perfetto_priority(cs.prev_tid, cs.prev_prio);
+        let incoming_priority = perfetto_priority(cs.next_tid, cs.next_prio);
         self.stats.context_switches += 1;
         match u8::try_from(cs.cpu) {
             Ok(cpu) => self.push(&Record::ContextSwitch(FxtContextSwitch {
@@ -638,14 +640,22 @@ impl<S: RecordSink> KernelTraceWriter<S> {
                 outgoing_state,
                 outgoing,
                 incoming,
-                outgoing_priority: cs.prev_prio,
-                incoming_priority: cs.next_prio,
+                outgoing_priority,
+                incoming_priority,
             }))?,
             Err(_) => {
                 self.stats.wide_cpu_switches += 1;
+                // Perfetto reads only these i32 weights on scheduling records, INT32_MIN
+                // marking the idle task.
                 let args = [
-                    Arg::new("outgoing_priority", ArgValue::U32(u32::from(cs.prev_prio))),
-                    Arg::new("incoming_priority", ArgValue::U32(u32::from(cs.next_prio))),
+                    Arg::new(
+                        "outgoing_weight",
+                        ArgValue::I32(perfetto_weight(cs.prev_tid, outgoing_priority)),
+                    ),
+                    Arg::new(
+                        "incoming_weight",
+                        ArgValue::I32(perfetto_weight(cs.next_tid, incoming_priority)),
+                    ),
                 ];
                 self.push(&Record::SchedContextSwitch(SchedContextSwitch {
                     ticks: cs.time,
@@ -819,10 +829,42 @@ fn truncate(s: &str, max: usize) -> &str {
     &s[..end]
 }
 
+/// The priority written for one side of a legacy context switch. Perfetto's importer takes a
+/// side as the idle task when its pid is 0 and its priority is 0 (see docs/perfetto.md), so
+/// the idle task (tid 0) is written with priority 0 and a real thread whose kernel priority is
+/// 0 (SCHED_FIFO/RR 99, deadline) is written as 1 so that it is never mistaken for idle.
+fn perfetto_priority(tid: u32, kernel_prio: u8) -> u8 {
+    if tid == 0 {
+        0
+    } else {
+        kernel_prio.max(1)
+    }
+}
+
+/// The weight argument of a scheduling (type 1) context switch: Perfetto reads
+/// `incoming_weight`/`outgoing_weight` as i32, with `INT32_MIN` meaning the idle task.
+fn perfetto_weight(tid: u32, priority: u8) -> i32 {
+    if tid == 0 {
+        i32::MIN
+    } else {
+        i32::from(priority)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::format::{words_to_bytes, DecodedRecord, Decoder};
+
+    #[test]
+    fn idle_is_priority_zero_and_only_idle_is() {
+        assert_eq!(perfetto_priority(0, 120), 0);
+        assert_eq!(perfetto_priority(0, 255), 0);
+        assert_eq!(perfetto_priority(42, 0), 1);
+        assert_eq!(perfetto_priority(42, 120), 120);
+        assert_eq!(perfetto_weight(0, 0), i32::MIN);
+        assert_eq!(perfetto_weight(42, 120), 120);
+    }
 
     fn config() -> KernelTraceConfig {
         KernelTraceConfig {

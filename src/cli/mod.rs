@@ -1,12 +1,14 @@
 //! Command-line definitions (clap derives only) and dispatch to one module per subcommand.
 
+mod check;
 mod convert;
 mod dump;
 mod import_xray;
 mod input;
-mod report;
 mod record;
+mod report;
 mod stats;
+mod status;
 
 use std::io;
 use std::process::ExitCode;
@@ -21,14 +23,19 @@ EXAMPLES:
     fxtrace dump --json trace.fxt | jq .  one JSON object per record
     cat trace.fxt | fxtrace dump -        read standard input
     fxtrace stats trace.fxt               counts, providers, time span, damage
-    fxtrace import-xray xray-log.app.Ab12Cd --instr-map ./app -o app.fxt";
+    fxtrace import-xray xray-log.app.Ab12Cd --instr-map ./app -o app.fxt
+    fxtrace record -o trace.fxt -- ./app --flag   trace a program that links fxtrace
+    fxtrace record -m circular --stop-on-alert oom -- ./server   flight recorder
+    fxtrace record -m streaming -b 64K -- ./app   small buffers, saved while tracing
+    sudo fxtrace record -a -- ./app       also every CPU's context switches, same archive
+    fxtrace status                        state and providers of running sessions";
 
 /// Fuchsia tracing (FXT) on Linux.
 #[derive(Debug, Parser)]
 #[command(
     name = "fxtrace",
     version,
-    about = "Fuchsia tracing (FXT) on Linux: read and inspect FXT traces",
+    about = "Fuchsia tracing (FXT) on Linux: record, read and inspect FXT traces",
     after_help = EXAMPLES
 )]
 pub(crate) struct Cli {
@@ -49,8 +56,14 @@ enum Command {
     Convert(convert::ConvertArgs),
     /// Print a report of a trace: `lbr`, the hottest branch edges of its LBR samples.
     Report(report::ReportArgs),
-    /// Record a trace: with --system-wide, the context switches (and LBR) of every CPU.
+    /// Record a trace: run a command under a trace session (it and any program given its
+    /// FXTRACE_SOCKET become providers) and write one FXT archive; with --system-wide the
+    /// context switches (and LBR) of every CPU go into the same archive.
     Record(record::RecordArgs),
+    /// Show the state, providers and known categories of running sessions.
+    Status(status::StatusArgs),
+    /// Check a trace against Perfetto's FXT importer: what it would stop at, drop or skip.
+    Check(check::CheckArgs),
 }
 
 /// Why a subcommand failed. Each message names the file and the problem.
@@ -81,6 +94,9 @@ pub(crate) enum CliError {
     /// `fxtrace record` failed.
     #[error(transparent)]
     Record(#[from] record::RecordCliError),
+    /// `status` found no session, or could not print.
+    #[error(transparent)]
+    Status(#[from] status::StatusError),
 }
 
 /// Runs the chosen subcommand.
@@ -92,5 +108,7 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Convert(args) => convert::run(&args),
         Command::Report(args) => report::run(&args),
         Command::Record(args) => Ok(record::run(args)?),
+        Command::Status(args) => Ok(status::run(&args)?),
+        Command::Check(args) => check::run(&args),
     }
 }

@@ -1,47 +1,86 @@
-//! `fxtrace record`: capture a trace. The arguments become a plain [`RecordConfig`]; the work
-//! is the library's ([`fxtrace::capture::kernel_provider`]).
+//! `fxtrace record`: run a command under a trace session and write one FXT archive: the
+//! providers of the command (and of any program given its `FXTRACE_SOCKET`), and with
+//! `--system-wide` the built-in kernel provider (context switches and LBR of every CPU) in a
+//! section of the same archive. The arguments become plain configurations
+//! ([`RecordArgs::into_config`]); the work is the library's ([`fxtrace::manager::recorder`],
+//! [`fxtrace::capture::kernel_provider`]).
 
 use std::ffi::OsString;
-use std::io;
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::Args;
+use nix::sys::signal::Signal;
 
 use fxtrace::capture::kernel_provider::{
-    interrupt_on_signals, LbrStatus, RecordError, SystemWideConfig, SystemWideRecording,
+    KernelProvider, KernelProviderConfig, KernelProviderError, KernelProviderOutcome, LbrStatus,
+    RecordError as SystemWideError, StopReason as SystemWideStop, SystemWideSummary,
 };
-use fxtrace::capture::BranchSampling;
+use fxtrace::capture::{
+    BranchSampling, CaptureConfig, KernelTraceConfig, Need, PerfPermissions, RecordSink, SinkError,
+};
+use fxtrace::format::Record;
+use fxtrace::manager::recorder::{
+    stop_on_signals, ExternalSource, RecordConfig, RecordError, RecordReport, Recorder,
+    SectionError, SectionSink, StopReason,
+};
+use fxtrace::protocol::control::BufferingMode;
 
 /// Arguments of `fxtrace record`.
 #[derive(Debug, Args)]
 pub(crate) struct RecordArgs {
-    /// Capture the context switches (and LBR branch stacks) of every CPU with the built-in
-    /// kernel provider. Needs root or CAP_PERFMON.
-    #[arg(long, short = 'a')]
-    system_wide: bool,
-    /// Do not sample LBR branch stacks.
-    #[arg(long)]
-    no_lbr: bool,
-    /// Take an LBR sample every N CPU cycles.
-    #[arg(long, value_name = "N", default_value_t = BranchSampling::default().period)]
-    lbr_period: u64,
-    /// Data pages per CPU ring buffer (a power of two), as perf's -m.
-    #[arg(
-        long = "mmap-pages",
-        short = 'm',
-        value_name = "PAGES",
-        default_value_t = 256
-    )]
-    mmap_pages: usize,
     /// The trace file to write.
     #[arg(long, short = 'o', value_name = "FILE", default_value = "trace.fxt")]
     output: PathBuf,
+    /// Enabled categories, comma-separated (`prefix*` matches a prefix; default: all).
+    #[arg(long, short = 'c', value_name = "CAT,...", value_delimiter = ',')]
+    categories: Vec<String>,
+    /// Buffer size per provider: MiB, or with a K/M/G suffix (a multiple of 4K).
+    #[arg(
+        long = "buffer-size",
+        short = 'b',
+        value_name = "SIZE",
+        default_value = "4"
+    )]
+    buffer_size: String,
+    /// Buffering mode: oneshot (stop writing when full), circular (keep the newest data),
+    /// streaming (save full buffers while tracing).
+    #[arg(long, short = 'm', value_name = "MODE", default_value = "oneshot")]
+    mode: BufferingMode,
     /// Stop after this many seconds (default: when CMD exits, or on Ctrl-C).
     #[arg(long, value_name = "SECONDS")]
     duration: Option<f64>,
-    /// A command to run while recording; recording stops when it exits.
+    /// Also stop cleanly (and write the trace) on SIGHUP, SIGUSR1 and SIGUSR2; SIGINT
+    /// (Ctrl-C) and SIGTERM always do.
+    #[arg(long)]
+    stop_on_signal: bool,
+    /// Flight recorder: stop and write the trace when a provider raises this alert
+    /// (`fxtrace::alert("NAME")`); best with `-m circular`.
+    #[arg(long, value_name = "NAME")]
+    stop_on_alert: Option<String>,
+    /// Listen on this socket instead of a fresh private one (programs started elsewhere with
+    /// FXTRACE_SOCKET set to it join the session).
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    /// Seconds to wait for providers to acknowledge Stop before salvaging their buffers.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
+    stop_timeout: f64,
+    /// Also capture the context switches (and LBR branch stacks) of every CPU with the
+    /// built-in kernel provider, into the same archive. Needs root or CAP_PERFMON.
+    #[arg(long, short = 'a')]
+    system_wide: bool,
+    /// With --system-wide: do not sample LBR branch stacks.
+    #[arg(long)]
+    no_lbr: bool,
+    /// With --system-wide: take an LBR sample every N CPU cycles.
+    #[arg(long, value_name = "N", default_value_t = BranchSampling::default().period)]
+    lbr_period: u64,
+    /// With --system-wide: data pages per CPU ring buffer (a power of two), as perf's -m.
+    #[arg(long = "mmap-pages", value_name = "PAGES", default_value_t = 256)]
+    mmap_pages: usize,
+    /// The command to trace (it gets FXTRACE_SOCKET); without one, trace whoever connects.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<OsString>,
 }
@@ -57,51 +96,88 @@ pub(crate) struct KernelCapture {
 
 /// What `fxtrace record` was asked to do, independent of clap.
 #[derive(Debug, Clone, PartialEq)]
-pub(crate) struct RecordConfig {
-    /// The trace file.
-    pub(crate) output: PathBuf,
-    /// Stop after this long.
-    pub(crate) duration: Option<Duration>,
-    /// The command to run (program and arguments), if any.
-    pub(crate) command: Vec<OsString>,
+pub(crate) struct RecordPlan {
+    /// The session.
+    pub(crate) recorder: RecordConfig,
     /// The built-in kernel provider, with `--system-wide`.
     pub(crate) kernel: Option<KernelCapture>,
+    /// Stop on SIGHUP, SIGUSR1, SIGUSR2 too.
+    pub(crate) stop_on_signal: bool,
 }
 
 /// Why `fxtrace record` failed.
 #[derive(Debug, thiserror::Error)]
 pub(crate) enum RecordCliError {
-    /// Recording through providers needs the trace manager, which is not there yet.
-    #[error(
-        "fxtrace record: recording without --system-wide (the traced processes' own providers) \
-         comes with the trace manager and is not available yet; use `fxtrace record \
-         --system-wide [-- CMD ARGS...]` (root or CAP_PERFMON) to capture the context switches \
-         of all CPUs"
-    )]
-    NeedsManager,
     /// An argument is out of range.
     #[error("fxtrace record: {0}")]
     BadArgument(String),
-    /// The Ctrl-C handler could not be installed.
-    #[error("fxtrace record: installing the Ctrl-C handler: {0}")]
-    Signals(io::Error),
-    /// The recording failed.
+    /// System-wide capture is not permitted (the remedy is in the message).
     #[error(transparent)]
-    SystemWide(#[from] RecordError),
+    SystemWide(#[from] SystemWideError),
+    /// The kernel provider could not start.
+    #[error("fxtrace record --system-wide: {0}")]
+    Kernel(KernelProviderError),
+    /// The recording failed.
+    #[error("fxtrace record: {0}")]
+    Record(#[from] RecordError),
+}
+
+/// `64k`, `4M`, `1G`, or a bare number of MiB, as bytes.
+fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (digits, unit) = match s.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => (&s[..i], c.to_ascii_uppercase()),
+        _ => (s, 'M'),
+    };
+    let shift = match unit {
+        'K' => 10,
+        'M' => 20,
+        'G' => 30,
+        other => {
+            return Err(format!(
+                "unknown size suffix {other:?} in {s:?} (use K, M or G)"
+            ))
+        }
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (e.g. 4, 64K, 16M)"))?;
+    let bytes = n
+        .checked_shl(shift)
+        .filter(|b| b >> shift == n)
+        .ok_or_else(|| format!("{s:?} is too large"))?;
+    if !fxtrace::engine::buffer::is_valid_buffer_size(bytes) {
+        return Err(format!(
+            "buffer size {s} ({bytes} bytes) must be a multiple of 4K between 4K and 4G"
+        ));
+    }
+    Ok(bytes)
+}
+
+fn seconds(what: &str, s: f64) -> Result<Duration, RecordCliError> {
+    if s.is_finite() && s > 0.0 && s < 1e9 {
+        Ok(Duration::from_secs_f64(s))
+    } else {
+        Err(RecordCliError::BadArgument(format!(
+            "{what} takes a positive number of seconds, got {s}"
+        )))
+    }
 }
 
 impl RecordArgs {
     /// The plain configuration, arguments checked.
-    pub(crate) fn into_config(self) -> Result<RecordConfig, RecordCliError> {
-        let duration = match self.duration {
-            None => None,
-            Some(s) if s.is_finite() && s > 0.0 && s < 1e9 => Some(Duration::from_secs_f64(s)),
-            Some(s) => {
-                return Err(RecordCliError::BadArgument(format!(
-                    "--duration takes a positive number of seconds, got {s}"
-                )))
-            }
-        };
+    pub(crate) fn into_config(self) -> Result<RecordPlan, RecordCliError> {
+        let buffer_size_bytes =
+            parse_size(&self.buffer_size).map_err(RecordCliError::BadArgument)?;
+        let duration = self
+            .duration
+            .map(|s| seconds("--duration", s))
+            .transpose()?;
+        let stop_timeout = seconds("--stop-timeout", self.stop_timeout)?;
+        if let Some(name) = &self.stop_on_alert {
+            fxtrace::protocol::fifo::AlertName::new(name)
+                .map_err(|e| RecordCliError::BadArgument(format!("--stop-on-alert: {e}")))?;
+        }
         if !self.mmap_pages.is_power_of_two() {
             return Err(RecordCliError::BadArgument(format!(
                 "--mmap-pages must be a power of two, got {}",
@@ -120,48 +196,194 @@ impl RecordArgs {
             }),
             ring_pages: self.mmap_pages,
         });
-        Ok(RecordConfig {
-            output: self.output,
-            duration,
-            command: self.command,
+        let categories = self
+            .categories
+            .into_iter()
+            .map(|c| c.trim().to_owned())
+            .filter(|c| !c.is_empty())
+            .collect();
+        Ok(RecordPlan {
+            recorder: RecordConfig {
+                output: self.output,
+                categories,
+                buffer_size_bytes,
+                buffering_mode: self.mode,
+                duration,
+                stop_on_alert: self.stop_on_alert,
+                command: self.command,
+                socket_path: self.socket,
+                stop_timeout,
+                ..RecordConfig::default()
+            },
             kernel,
+            stop_on_signal: self.stop_on_signal,
         })
     }
 }
 
-/// Runs `fxtrace record`. The summary goes to standard error (standard output belongs to the
-/// command). The exit status is the command's when it failed, else success.
+// === the kernel provider as a section of the archive ===
+
+/// The recorder's section sink as the kernel provider's record sink.
+#[derive(Debug)]
+struct KernelSink(SectionSink);
+
+impl RecordSink for KernelSink {
+    fn push(&mut self, record: &Record<'_>) -> Result<usize, SinkError> {
+        self.0.push(record).map_err(|e| match e {
+            SectionError::Encode(e) => SinkError::Encode(e),
+            SectionError::Closed => SinkError::Io(std::io::Error::other(e.to_string())),
+        })
+    }
+}
+
+/// What the stopped kernel provider handed back, for the summary.
+type KernelOutcome = Arc<Mutex<Option<Result<KernelProviderOutcome<KernelSink>, String>>>>;
+
+/// The running kernel provider, stopped by the recorder after the providers.
+#[derive(Debug)]
+struct KernelSource {
+    provider: Option<KernelProvider<KernelSink>>,
+    outcome: KernelOutcome,
+}
+
+impl ExternalSource for KernelSource {
+    fn stop(&mut self) -> Result<(), String> {
+        let Some(provider) = self.provider.take() else {
+            return Ok(());
+        };
+        let result = match provider.stop() {
+            Ok(mut outcome) => outcome
+                .sink
+                .0
+                .flush()
+                .map(|()| outcome)
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        let error = result.as_ref().err().cloned();
+        *self.outcome.lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
+        error.map_or(Ok(()), Err)
+    }
+}
+
+/// The system-wide part of the summary, as `--system-wide` prints it.
+fn kernel_summary(
+    report: &RecordReport,
+    kernel: &KernelCapture,
+    outcome: KernelProviderOutcome<KernelSink>,
+) -> SystemWideSummary {
+    let lbr = match (kernel.lbr, outcome.report.lbr) {
+        (None, _) => LbrStatus::Off,
+        (Some(_), Some(active)) => LbrStatus::Active(active),
+        (Some(_), None) => LbrStatus::Unavailable(
+            outcome
+                .report
+                .unsupported
+                .iter()
+                .find(|u| u.what.contains("LBR"))
+                .map_or_else(|| "not opened".to_owned(), |u| u.hint.clone()),
+        ),
+    };
+    SystemWideSummary {
+        output: report.output.clone(),
+        bytes: report.output_bytes,
+        switch_source: outcome.report.switch_source,
+        lbr,
+        unsupported: outcome.report.unsupported,
+        capture: outcome.capture,
+        trace: outcome.trace,
+        stopped_by: match report.stop_reason {
+            StopReason::CommandExited => SystemWideStop::CommandExited,
+            StopReason::Duration => SystemWideStop::Duration,
+            StopReason::Signal(_) | StopReason::Alert { .. } | StopReason::Requested => {
+                SystemWideStop::Interrupted
+            }
+        },
+        command_status: report.command_status,
+        elapsed: report.elapsed,
+    }
+}
+
+/// Runs `fxtrace record`. Progress and the summary go to standard error (standard output
+/// belongs to the command). The exit status is the command's when it failed, else success.
 pub(crate) fn run(args: RecordArgs) -> Result<ExitCode, RecordCliError> {
-    let config = args.into_config()?;
-    let Some(kernel) = config.kernel else {
-        return Err(RecordCliError::NeedsManager);
-    };
-    let interrupt = interrupt_on_signals().map_err(RecordCliError::Signals)?;
-    let recording = SystemWideRecording::start(SystemWideConfig {
-        output: config.output,
-        lbr: kernel.lbr,
-        ring_pages: kernel.ring_pages,
-        duration: config.duration,
-        command: config.command,
-    })?;
-    if let Some(warning) = fxtrace::clock::info().warning() {
-        eprintln!("fxtrace: {warning}");
+    let plan = args.into_config()?;
+    // Before anything is created: say what is missing.
+    if plan.kernel.is_some() {
+        let perms = PerfPermissions::read();
+        if !perms.allows(Need::CpuWide) {
+            return Err(SystemWideError::NotPermitted {
+                remedy: perms.remedy(Need::RawTracepoint, None),
+            }
+            .into());
+        }
     }
-    let lbr = match (kernel.lbr, recording.report().lbr) {
-        (None, _) => "LBR off".to_owned(),
-        (Some(_), Some(_)) => "LBR branch stacks".to_owned(),
-        (Some(_), None) => "LBR unavailable (see the summary)".to_owned(),
-    };
+    let mode = plan.recorder.buffering_mode;
+    let size = plan.recorder.buffer_size_bytes;
+    let mut recorder = Recorder::new(plan.recorder)?;
+    let outcome: KernelOutcome = Arc::new(Mutex::new(None));
+    if let Some(kernel) = &plan.kernel {
+        let sink = recorder.section_sink("kernel");
+        let config = KernelProviderConfig {
+            capture: CaptureConfig {
+                lbr: kernel.lbr,
+                ring_pages: kernel.ring_pages,
+                ..CaptureConfig::system_wide()
+            },
+            trace: KernelTraceConfig {
+                provider_id: sink.id(),
+                ..KernelTraceConfig::kernel()
+            },
+        };
+        let provider = match KernelProvider::start(config, KernelSink(sink)) {
+            Ok(p) => p,
+            Err(e) => {
+                // Nothing was captured: leave no half-written file behind.
+                recorder.discard();
+                return Err(RecordCliError::Kernel(e));
+            }
+        };
+        let lbr = match (kernel.lbr, provider.report().lbr) {
+            (None, _) => "LBR off".to_owned(),
+            (Some(_), Some(_)) => "LBR branch stacks".to_owned(),
+            (Some(_), None) => "LBR unavailable (see the summary)".to_owned(),
+        };
+        eprintln!(
+            "fxtrace: recording context switches of {} CPUs, {lbr}; Ctrl-C to stop",
+            provider.report().cpus.len()
+        );
+        recorder.add_external(Box::new(KernelSource {
+            provider: Some(provider),
+            outcome: outcome.clone(),
+        }));
+    }
+    let mut signals = vec![Signal::SIGINT, Signal::SIGTERM];
+    if plan.stop_on_signal {
+        signals.extend([Signal::SIGHUP, Signal::SIGUSR1, Signal::SIGUSR2]);
+    }
+    let _guard = stop_on_signals(&recorder.stop_handle(), &signals)?;
     eprintln!(
-        "fxtrace: recording context switches of {} CPUs, {lbr}; Ctrl-C to stop",
-        recording.report().cpus.len()
+        "fxtrace: recording providers ({mode}, {} KiB each; FXTRACE_SOCKET={}); Ctrl-C to stop",
+        size >> 10,
+        recorder.socket_path().display()
     );
-    let summary = recording.wait(interrupt)?;
-    eprintln!("{summary}");
-    if let LbrStatus::Unavailable(_) = summary.lbr {
-        eprintln!("  (the trace holds the same LBR message as a log record)");
+    let report = recorder.run(|line| eprintln!("fxtrace: {line}"))?;
+    eprintln!("{}", report.summary());
+    if let Some(kernel) = &plan.kernel {
+        let taken = outcome.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match taken {
+            Some(Ok(outcome)) => {
+                let summary = kernel_summary(&report, kernel, outcome);
+                eprintln!("{summary}");
+                if let LbrStatus::Unavailable(_) = summary.lbr {
+                    eprintln!("  (the trace holds the same LBR message as a log record)");
+                }
+            }
+            Some(Err(e)) => eprintln!("fxtrace: the kernel provider failed: {e}"),
+            None => eprintln!("fxtrace: the kernel provider was not stopped"),
+        }
     }
-    Ok(match summary.command_status {
+    Ok(match report.command_status {
         Some(status) if !status.success() => exit_code_of(status),
         _ => ExitCode::SUCCESS,
     })
@@ -188,7 +410,7 @@ mod tests {
         args: RecordArgs,
     }
 
-    fn config(argv: &[&str]) -> Result<RecordConfig, RecordCliError> {
+    fn config(argv: &[&str]) -> Result<RecordPlan, RecordCliError> {
         let mut full = vec!["record"];
         full.extend_from_slice(argv);
         Wrapper::try_parse_from(full).unwrap().args.into_config()
@@ -200,7 +422,7 @@ mod tests {
             "--system-wide",
             "--lbr-period",
             "5000",
-            "-m",
+            "--mmap-pages",
             "64",
             "-o",
             "x.fxt",
@@ -209,9 +431,9 @@ mod tests {
             "1",
         ])
         .unwrap();
-        assert_eq!(c.output, PathBuf::from("x.fxt"));
+        assert_eq!(c.recorder.output, PathBuf::from("x.fxt"));
         assert_eq!(
-            c.command,
+            c.recorder.command,
             vec![OsString::from("sleep"), OsString::from("1")]
         );
         let k = c.kernel.unwrap();
@@ -228,10 +450,39 @@ mod tests {
     #[test]
     fn defaults_and_no_lbr() {
         let c = config(&["-a", "--no-lbr", "--duration", "0.5"]).unwrap();
-        assert_eq!(c.output, PathBuf::from("trace.fxt"));
-        assert_eq!(c.duration, Some(Duration::from_millis(500)));
+        assert_eq!(c.recorder.output, PathBuf::from("trace.fxt"));
+        assert_eq!(c.recorder.duration, Some(Duration::from_millis(500)));
         assert_eq!(c.kernel.unwrap().lbr, None);
-        assert!(config(&[]).unwrap().kernel.is_none());
+        let c = config(&[]).unwrap();
+        assert!(c.kernel.is_none());
+        assert_eq!(c.recorder.buffering_mode, BufferingMode::Oneshot);
+        assert_eq!(c.recorder.buffer_size_bytes, 4 << 20);
+        assert!(c.recorder.categories.is_empty());
+        assert!(!c.stop_on_signal);
+    }
+
+    #[test]
+    fn provider_options() {
+        let c = config(&[
+            "-m",
+            "streaming",
+            "-b",
+            "64K",
+            "-c",
+            "gfx, net*",
+            "--stop-on-alert",
+            "oom",
+            "--stop-on-signal",
+            "--socket",
+            "/tmp/s.sock",
+        ])
+        .unwrap();
+        assert_eq!(c.recorder.buffering_mode, BufferingMode::Streaming);
+        assert_eq!(c.recorder.buffer_size_bytes, 64 << 10);
+        assert_eq!(c.recorder.categories, ["gfx", "net*"]);
+        assert_eq!(c.recorder.stop_on_alert.as_deref(), Some("oom"));
+        assert_eq!(c.recorder.socket_path, Some(PathBuf::from("/tmp/s.sock")));
+        assert!(c.stop_on_signal);
     }
 
     #[test]
@@ -240,13 +491,33 @@ mod tests {
             &["-a", "--duration", "0"][..],
             &["-a", "--duration=-1"],
             &["-a", "--duration", "NaN"],
-            &["-a", "-m", "3"],
+            &["-a", "--mmap-pages", "3"],
             &["-a", "--lbr-period", "0"],
+            &["-b", "6K"],
+            &["-b", "5000"],
+            &["--stop-on-alert", "a-name-that-is-too-long"],
+            &["--stop-timeout", "0"],
         ] {
             assert!(
                 matches!(config(argv), Err(RecordCliError::BadArgument(_))),
                 "{argv:?}"
             );
         }
+        let mode = Wrapper::try_parse_from(["record", "-m", "ring"]);
+        assert!(mode.is_err(), "unknown mode");
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4"), Ok(4 << 20));
+        assert_eq!(parse_size("64k"), Ok(64 << 10));
+        assert_eq!(parse_size("64K"), Ok(64 << 10));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert!(parse_size("5000").is_err()); // > 4 GiB
+        assert!(parse_size("6K").is_err()); // not a multiple of 4K
+        assert!(parse_size("4X").is_err());
+        assert!(parse_size("k").is_err());
+        assert!(parse_size("-1").is_err());
+        assert!(parse_size("99999999999999999999G").is_err());
     }
 }

@@ -1,4 +1,5 @@
 //! Other formats: LLVM XRay FDR import and Chrome trace-event JSON export.
 
 pub mod chrome;
+pub mod perfetto;
 pub mod xray;

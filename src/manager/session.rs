@@ -311,6 +311,14 @@ impl Session {
         (id, commands)
     }
 
+    /// Take a provider id for a source that is not a registered provider (the built-in
+    /// kernel provider writing its own section): no provider will get it.
+    pub fn reserve_provider_id(&mut self) -> ProviderId {
+        let id = self.next_provider_id;
+        self.next_provider_id = self.next_provider_id.wrapping_add(1).max(1);
+        id
+    }
+
     /// `StartTracing`. `disposition` None means RETAIN (or CLEAR_ENTIRE after a Stop that wrote
     /// results).
     pub fn start(
@@ -388,7 +396,9 @@ impl Session {
         Ok(commands)
     }
 
-    /// A provider sent STOPPED. Its buffer is collected now if the stop writes results.
+    /// A provider sent STOPPED. Its buffer is collected now if the stop writes results, or if
+    /// the provider stopped on its own while the session is tracing (its process is exiting:
+    /// its data is final, and the trace must not lose it).
     pub fn provider_stopped(&mut self, id: ProviderId, now: Instant) -> Vec<Command> {
         let mut commands = Vec::new();
         if let Some(p) = self.providers.get_mut(&id) {
@@ -397,7 +407,10 @@ impl Session {
                 ProviderPhase::Stopping | ProviderPhase::Started | ProviderPhase::Starting
             ) {
                 p.phase = ProviderPhase::Stopped;
-                if self.write_results && self.state == SessionState::Stopping {
+                let stopping_with_results =
+                    self.write_results && self.state == SessionState::Stopping;
+                let tracing = matches!(self.state, SessionState::Starting | SessionState::Started);
+                if stopping_with_results || tracing {
                     commands.push(Command::CollectProvider { id });
                 }
             }
@@ -737,6 +750,32 @@ mod tests {
             s.provider(ids[1]).unwrap().lost_reason.as_deref(),
             Some("killed")
         );
+    }
+
+    #[test]
+    fn provider_stopping_on_its_own_mid_trace_is_collected_once() {
+        let (mut s, ids, now) = started_session(2);
+        let cmds = s.provider_stopped(ids[0], now);
+        assert_eq!(cmds, vec![Command::CollectProvider { id: ids[0] }]);
+        assert_eq!(s.provider(ids[0]).unwrap().phase, ProviderPhase::Stopped);
+        // It then disconnects: nothing more to collect, and the session stops without it.
+        assert!(s.provider_terminated(ids[0], now).is_empty());
+        let cmds = s.stop(true, now).unwrap();
+        assert!(!cmds.contains(&Command::StopProvider { id: ids[0] }));
+        let cmds = s.provider_stopped(ids[1], now);
+        assert!(cmds.contains(&Command::CollectProvider { id: ids[1] }));
+        assert!(!cmds.contains(&Command::CollectProvider { id: ids[0] }));
+        assert!(cmds.contains(&Command::AcknowledgeStop { timed_out: vec![] }));
+    }
+
+    #[test]
+    fn reserved_ids_are_never_given_to_providers() {
+        let mut s = Session::new();
+        let reserved = s.reserve_provider_id();
+        let (id, _) = s.register_provider(1, "p", vec![]);
+        assert_eq!(reserved, 1);
+        assert_eq!(id, 2);
+        assert!(s.provider(reserved).is_none());
     }
 
     #[test]

@@ -1,1 +1,190 @@
-//! (module under construction: see shared/DESIGN.md for what `provider` owns)
+//! The provider side of the protocol: register with a trace manager, receive the buffer and
+//! the configuration, and answer Start, Stop and Terminate.
+//!
+//! ```no_run
+//! use fxtrace::provider::Provider;
+//!
+//! // No manager (no socket, nobody listening): `None`, within microseconds.
+//! if let Some(provider) = Provider::connect("my-app")? {
+//!     // Install `provider.context()` as the process's current context (the record API), or
+//!     // write through it directly: `context.acquire()`, `reserve`, `commit`.
+//!     let context = provider.context().clone();
+//!     provider.wait_started(std::time::Duration::from_secs(1));
+//!     # let _ = context;
+//!     fxtrace::alert("oom")?; // a flight recorder waiting for "oom" writes its trace
+//! }
+//! # Ok::<(), fxtrace::provider::ProviderError>(())
+//! ```
+//!
+//! # What happens
+//!
+//! 1. [`Provider::connect`] finds the socket (`FXTRACE_SOCKET`, else the per-user default,
+//!    [`crate::protocol::transport::default_socket_path`]) and connects with a bounded timeout.
+//!    No socket or nobody listening: `Ok(None)` at once; the program runs untraced at no cost.
+//! 2. It sends Register (pid, name) and waits (bounded) for Initialize, which brings the
+//!    buffering mode, the categories, the sealed memfd the manager created, and the provider's
+//!    end of the FIFO.
+//! 3. It maps the memfd and builds an engine [`Context`] over it (the engine initialises the
+//!    header) with a [`crate::engine::BufferHandler`] that sends SAVE_BUFFER in streaming mode.
+//! 4. A background thread (`fxtrace-provider`) serves the manager: Start → start the context
+//!    (clearing as the disposition says; after a clearing start it writes the initialization
+//!    record, as Fuchsia's engine does) → STARTED (version 1); Stop → stop the context (waits
+//!    for writers in flight, bounded) → STOPPED; Terminate → stop, then close; BUFFER_SAVED →
+//!    [`Context::mark_buffer_saved`]. Anything else from the manager ends the session, as
+//!    Fuchsia's provider does.
+//! 5. If the manager goes away (its end of the socket or FIFO closes), tracing stops cleanly
+//!    and the program carries on; nothing ever blocks a writer.
+//! 6. When the process exits normally (`exit`, or returning from `main`), an `atexit` hook stops
+//!    the context and sends STOPPED, so the manager reads exact data ends instead of salvaging.
+//!    Dropping the [`Provider`] does the same.
+//!
+//! Packets to the manager are sent without blocking: if the FIFO were full (a manager that does
+//! not read), the packet is lost and counted in [`ProviderStats`], and the manager's timeouts
+//! take over.
+
+mod client;
+
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, Weak};
+use std::time::Duration;
+
+pub use client::{Provider, ProviderState, ProviderStats};
+
+use crate::engine::{BufferError, ContextConfig, EngineError};
+use crate::protocol::fifo::PacketError;
+use crate::protocol::transport::TransportError;
+
+/// Default bound on connecting to the manager's socket (only a full listen queue can make a
+/// connect wait at all).
+pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_millis(100);
+/// Default bound on the Register → Initialize exchange.
+pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default bound on waiting for writers in flight when tracing stops.
+pub const DEFAULT_STOP_TIMEOUT: Duration = Duration::from_secs(1);
+/// Bound on the stop done by the process-exit hook.
+pub const EXIT_STOP_TIMEOUT: Duration = Duration::from_millis(200);
+
+/// How to connect.
+#[derive(Debug, Clone)]
+pub struct ProviderOptions {
+    /// The manager's socket; `None`: `FXTRACE_SOCKET`, else the per-user default.
+    pub socket_path: Option<PathBuf>,
+    /// Bound on connecting.
+    pub connect_timeout: Duration,
+    /// Bound on the registration exchange.
+    pub handshake_timeout: Duration,
+    /// Bound on waiting for writers in flight at stop.
+    pub stop_timeout: Duration,
+    /// Engine settings (the buffering mode is the manager's and overrides `context.mode`).
+    pub context: ContextConfig,
+    /// Install the process-exit hook (stop and send STOPPED at `exit`).
+    pub exit_hook: bool,
+}
+
+impl Default for ProviderOptions {
+    fn default() -> Self {
+        Self {
+            socket_path: None,
+            connect_timeout: DEFAULT_CONNECT_TIMEOUT,
+            handshake_timeout: DEFAULT_HANDSHAKE_TIMEOUT,
+            stop_timeout: DEFAULT_STOP_TIMEOUT,
+            context: ContextConfig::default(),
+            exit_hook: true,
+        }
+    }
+}
+
+/// Why a provider could not be set up, or an alert not sent.
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderError {
+    /// The socket exchange with the manager failed (timeout, refused credentials, closed, …).
+    #[error("trace manager connection: {0}")]
+    Transport(#[from] TransportError),
+    /// The manager answered Register with something other than Initialize.
+    #[error("trace manager answered Register with {0} instead of Initialize")]
+    Handshake(&'static str),
+    /// The buffer received could not be mapped (wrong size, missing seals, …).
+    #[error("trace buffer from the manager: {0}")]
+    Buffer(#[from] BufferError),
+    /// The engine refused the buffer.
+    #[error("trace engine: {0}")]
+    Engine(#[from] EngineError),
+    /// The control thread could not be started.
+    #[error("starting the provider thread: {0}")]
+    Thread(std::io::Error),
+    /// An alert name that cannot be sent (longer than 14 bytes, or containing NUL).
+    #[error("alert: {0}")]
+    Alert(#[from] PacketError),
+}
+
+/// The provider alerts go through: the last one connected in this process.
+static CURRENT: Mutex<Option<Weak<client::Shared>>> = Mutex::new(None);
+
+fn set_current(shared: &Arc<client::Shared>) {
+    let mut current = CURRENT.lock().unwrap_or_else(|p| p.into_inner());
+    *current = Some(Arc::downgrade(shared));
+}
+
+fn clear_current(shared: &Arc<client::Shared>) {
+    let mut current = CURRENT.lock().unwrap_or_else(|p| p.into_inner());
+    if current
+        .as_ref()
+        .is_some_and(|w| std::ptr::eq(w.as_ptr(), Arc::as_ptr(shared)))
+    {
+        *current = None;
+    }
+}
+
+/// The current provider, if any. `try_lock`: never blocks (the exit hook may run while another
+/// thread holds the lock).
+fn current() -> Option<Arc<client::Shared>> {
+    let current = CURRENT.try_lock().ok()?;
+    current.as_ref().and_then(Weak::upgrade)
+}
+
+/// Raise alert `name` (at most 14 bytes, no NUL) through this process's provider: the ALERT
+/// packet goes to the manager, which queues it for `WatchAlert` (and `fxtrace record
+/// --stop-on-alert NAME` stops and writes the trace). Returns `Ok(false)` when the process has
+/// no provider. Never blocks.
+pub fn alert(name: &str) -> Result<bool, ProviderError> {
+    let name = crate::protocol::fifo::AlertName::new(name)?;
+    match current() {
+        Some(shared) => Ok(shared.send_alert(name)),
+        None => Ok(false),
+    }
+}
+
+/// `s` cut to at most `max` bytes at a character boundary.
+fn truncate(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn alert_names_are_checked_and_without_provider_nothing_is_sent() {
+        assert!(matches!(
+            alert("a-name-that-is-too-long"),
+            Err(ProviderError::Alert(PacketError::AlertNameTooLong {
+                len: 23
+            }))
+        ));
+        assert!(matches!(alert("ok"), Ok(false)));
+    }
+
+    #[test]
+    fn names_are_cut_at_char_boundaries() {
+        assert_eq!(truncate("abcdef", 3), "abc");
+        assert_eq!(truncate("aéb", 2), "a");
+        assert_eq!(truncate("ab", 5), "ab");
+    }
+}

@@ -47,8 +47,9 @@
 //! (argument type 10, `"data"`), plus a `"text"` string argument when the payload is
 //! short UTF-8 text (viewers that skip blob arguments still show it). A payload too
 //! large for an argument (about 32 KiB) is written right after its event as a Blob
-//! record (type DATA) named like the event, or as a Large Blob attachment when it does
-//! not fit a Blob record either; the event then carries `"blob"` = that name.
+//! record (type DATA) named like the event, split into several same-named Blob records
+//! when it does not fit one (never a Large Blob record, which Perfetto misframes); the
+//! event then carries `"blob"` = that name.
 //!
 //! ```
 //! use fxtrace::convert::xray::{read_log, write_fxt, ImportOptions};
@@ -87,8 +88,8 @@ use std::io::{self, Write};
 
 use crate::format::{
     Arg, ArgValue, Blob, BlobType, Encode, EncodeError, Event, EventKind, Initialization,
-    KernelObject, LargeBlob, ObjectType, ProviderInfo, StringRecord, StringRef, ThreadRecord,
-    ThreadRef, MAGIC_WORD, MAX_ARGS, MAX_BLOB_PAYLOAD, MAX_PROVIDER_NAME_LEN, MAX_STRING_INDEX,
+    KernelObject, ObjectType, ProviderInfo, StringRecord, StringRef, ThreadRecord, ThreadRef,
+    MAGIC_WORD, MAX_ARGS, MAX_BLOB_PAYLOAD, MAX_PROVIDER_NAME_LEN, MAX_STRING_INDEX,
     MAX_STRING_LEN, MAX_THREAD_INDEX,
 };
 
@@ -188,7 +189,7 @@ pub struct ImportStats {
     pub cpu_migrations: u64,
     /// Wall-clock anchor events written.
     pub wall_times: u64,
-    /// Payloads too large for an event argument, written as Blob or Large Blob records.
+    /// Payloads too large for an event argument, written as (chunked) Blob records.
     pub blob_records: u64,
     /// Repair: frames closed early because an exit matched a frame below them.
     pub unwound_frames: u64,
@@ -845,7 +846,7 @@ impl<W: Write> ThreadConverter<'_, W> {
     }
 
     /// An instant event carrying `data` (custom or typed event), with the payload as an
-    /// argument when it fits, else in a Blob (or Large Blob) record right after it.
+    /// argument when it fits, else in Blob records right after it.
     fn payload_event(
         &mut self,
         ts: u64,
@@ -903,24 +904,35 @@ impl<W: Write> ThreadConverter<'_, W> {
             ArgValue::Str(name),
         ));
         self.event(ts, name, &args, EventKind::Instant)?;
-        self.stats.blob_records += 1;
-        let blob = Blob {
-            name,
-            blob_type: BlobType::DATA,
-            payload: data,
-        };
-        // A blob record holds at most 4095 words with its header and name, a little
-        // under MAX_BLOB_PAYLOAD bytes; beyond that, a large blob attachment.
-        if data.len() <= MAX_BLOB_PAYLOAD && blob.words().is_ok() {
-            self.out.push(&blob)
-        } else {
-            self.out.push(&LargeBlob {
-                category: string_ref(self.category, CATEGORY),
+        // Blob records with the same name append to one blob (the spec's chunking); each
+        // record holds at most 4095 words with its header and name. Large blob records are
+        // not used: Perfetto frames every record by the 12-bit size field and would misread
+        // or stop at them (docs/perfetto.md).
+        let mut rest = data;
+        let mut chunk_len = MAX_BLOB_PAYLOAD.min(rest.len());
+        while !rest.is_empty() {
+            let take = chunk_len.min(rest.len());
+            let blob = Blob {
                 name,
-                metadata: None,
-                payload: data,
-            })
+                blob_type: BlobType::DATA,
+                payload: &rest[..take],
+            };
+            match blob.words() {
+                Ok(_) => {
+                    self.out.push(&blob)?;
+                    self.stats.blob_records += 1;
+                    rest = &rest[take..];
+                }
+                // The name leaves less room than MAX_BLOB_PAYLOAD: shrink by a word.
+                Err(EncodeError::RecordTooLarge { .. } | EncodeError::BlobTooLarge { .. })
+                    if chunk_len > 8 =>
+                {
+                    chunk_len -= 8;
+                }
+                Err(e) => return Err(e.into()),
+            }
         }
+        Ok(())
     }
 }
 

@@ -1,0 +1,593 @@
+//! The connected provider: the handshake, the shared state, and the control thread.
+
+use std::os::fd::{AsFd, AsRawFd, OwnedFd};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Once};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use nix::errno::Errno;
+use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+use nix::sys::eventfd::{EfdFlags, EventFd};
+use nix::sys::socket::{self, Shutdown};
+
+use super::{ProviderError, ProviderOptions, EXIT_STOP_TIMEOUT};
+use crate::engine::{
+    BufferHandler, CategoryFilter, Context, ContextConfig, EngineError, StartMode, TraceBuffer,
+    TraceState,
+};
+use crate::format::{Encode, Initialization};
+use crate::protocol::control::{BufferDisposition, BufferingMode, Message, MAX_PROVIDER_NAME_LEN};
+use crate::protocol::fifo::{AlertName, FifoPacket, ManagerPacket, ProviderPacket};
+use crate::protocol::header;
+use crate::protocol::transport::{self, default_socket_path, ControlConn, TransportError};
+
+/// Where a provider is, as far as it knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ProviderState {
+    /// Initialized by the manager; not tracing yet (or stopped, waiting for a new Start).
+    Idle,
+    /// Tracing.
+    Started,
+    /// Stopped by the manager (or at exit).
+    Stopped,
+    /// The session ended: the manager terminated it, went away, or broke the protocol.
+    /// Tracing is off for good.
+    Disconnected,
+}
+
+/// Counters of the provider's side of the protocol.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProviderStats {
+    /// SAVE_BUFFER packets sent.
+    pub save_requests: u64,
+    /// BUFFER_SAVED packets received.
+    pub buffers_saved: u64,
+    /// Packets that could not be sent (FIFO full or closed).
+    pub packets_lost: u64,
+    /// Starts served.
+    pub starts: u64,
+}
+
+#[derive(Debug)]
+struct Status {
+    state: ProviderState,
+    /// Why the session ended, when it did.
+    end_reason: Option<String>,
+    starts: u64,
+}
+
+/// State shared by the [`Provider`] handle, the control thread, the buffer handler, alerts and
+/// the exit hook.
+#[derive(Debug)]
+pub(super) struct Shared {
+    id: u32,
+    name: String,
+    mode: BufferingMode,
+    categories: Vec<String>,
+    context: Context,
+    fifo: Arc<OwnedFd>,
+    stop_timeout: Duration,
+    ticks_per_second: u64,
+    status: Mutex<Status>,
+    changed: Condvar,
+    counters: Arc<Counters>,
+}
+
+#[derive(Debug, Default)]
+struct Counters {
+    /// Rules: incremented by whichever thread sends or receives; read by `stats`.
+    /// ATOMICS: `Relaxed` counters (statistics only).
+    save_requests: AtomicU64,
+    buffers_saved: AtomicU64,
+    packets_lost: AtomicU64,
+}
+
+/// Sends SAVE_BUFFER when the engine hands over a full rolling buffer (streaming mode).
+#[derive(Debug)]
+struct SaveRequester {
+    fifo: Arc<OwnedFd>,
+    counters: Arc<Counters>,
+}
+
+impl BufferHandler for SaveRequester {
+    fn notify_buffer_full(&self, wrapped_count: u32, durable_data_end: u64) {
+        let packet = ProviderPacket::SaveBuffer {
+            wrapped_count,
+            durable_data_end,
+        }
+        .to_packet();
+        // ATOMICS: `Relaxed` counters.
+        match transport::try_send_packet(self.fifo.as_fd(), &packet) {
+            Ok(()) => self.counters.save_requests.fetch_add(1, Ordering::Relaxed),
+            // The buffer stays unsaved: records are dropped (and counted) until the session
+            // ends; the control thread sees the closed FIFO and stops tracing.
+            // ATOMICS: `Relaxed` counter (statistics only).
+            Err(_) => self.counters.packets_lost.fetch_add(1, Ordering::Relaxed),
+        };
+    }
+}
+
+impl Shared {
+    fn lock(&self) -> MutexGuard<'_, Status> {
+        self.status.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn set_state(&self, state: ProviderState, reason: Option<String>) {
+        let mut status = self.lock();
+        if status.state == ProviderState::Disconnected {
+            return;
+        }
+        status.state = state;
+        if reason.is_some() {
+            status.end_reason = reason;
+        }
+        self.changed.notify_all();
+    }
+
+    /// Send a packet without blocking; a failure is counted.
+    fn send(&self, packet: &FifoPacket) -> bool {
+        let sent = transport::try_send_packet(self.fifo.as_fd(), packet).is_ok();
+        if !sent {
+            // ATOMICS: `Relaxed` counter.
+            self.counters.packets_lost.fetch_add(1, Ordering::Relaxed);
+        }
+        sent
+    }
+
+    pub(super) fn send_alert(&self, name: AlertName) -> bool {
+        self.send(&ProviderPacket::Alert { name }.to_packet())
+    }
+
+    /// Start tracing (Start from the manager).
+    fn start(&self, disposition: BufferDisposition) {
+        let mode = match disposition {
+            BufferDisposition::ClearEntire => StartMode::ClearEntire,
+            BufferDisposition::ClearNonDurable => StartMode::ClearNondurable,
+            BufferDisposition::Retain => StartMode::Retain,
+        };
+        let filter = CategoryFilter::new(self.categories.iter().cloned());
+        let first = self.lock().starts == 0;
+        match self.context.start(mode, filter) {
+            Ok(()) => {
+                // Fuchsia's engine writes it when the buffer is initialised, so that RETAIN
+                // works; here it is written at the first start whatever the disposition, and
+                // again after every clearing start.
+                if first || mode != StartMode::Retain {
+                    self.write_initialization_record();
+                }
+            }
+            // Already tracing: answer STARTED again so the manager does not wait.
+            Err(EngineError::BadState {
+                state: TraceState::Started,
+                ..
+            }) => {}
+            Err(e) => {
+                // No STARTED: the manager's start timeout reports this provider.
+                self.lock().end_reason = Some(format!("start failed: {e}"));
+                return;
+            }
+        }
+        {
+            let mut status = self.lock();
+            status.starts += 1;
+        }
+        self.set_state(ProviderState::Started, None);
+        self.send(&ProviderPacket::STARTED.to_packet());
+    }
+
+    /// The initialization record (ticks per second), durable, as `trace_engine_start` writes
+    /// it after a clearing start.
+    fn write_initialization_record(&self) {
+        let record = Initialization {
+            ticks_per_second: self.ticks_per_second,
+        };
+        let mut words = [0u64; 2];
+        let Ok(n) = record.write(&mut words) else {
+            return;
+        };
+        let Some(mut writer) = self.context.acquire() else {
+            return;
+        };
+        // A failed reservation is counted by the engine as a dropped record.
+        let slot = writer.reserve_durable(n);
+        if let Some(mut slot) = slot {
+            slot.payload().copy_from_slice(&words[1..n]);
+            slot.commit(words[0]);
+        }
+    }
+
+    /// Stop tracing (if it is on) and, when `report` or tracing was on, send STOPPED.
+    fn stop(&self, timeout: Duration, report: bool) {
+        let was_started = {
+            let mut status = self.lock();
+            let started = status.state == ProviderState::Started;
+            if started {
+                status.state = ProviderState::Stopped;
+            }
+            started
+        };
+        if was_started {
+            // On a timeout the header ends stay 0 and the manager scans the buffer; the records
+            // it finds are whole (headers are committed last), so STOPPED is still the truth
+            // for the manager.
+            let _ = self.context.stop(timeout);
+        }
+        if was_started || report {
+            self.send(&ProviderPacket::Stopped.to_packet());
+        }
+        self.changed.notify_all();
+    }
+
+    /// The session is over: stop tracing for good, close the FIFO.
+    fn end(&self, reason: String) {
+        if self.context.state() != TraceState::Stopped {
+            let _ = self.context.stop(self.stop_timeout);
+        }
+        // Best effort: the manager sees the hang-up even while the handle keeps the fd.
+        let _ = socket::shutdown(self.fifo.as_raw_fd(), Shutdown::Both);
+        let mut status = self.lock();
+        status.state = ProviderState::Disconnected;
+        status.end_reason.get_or_insert(reason);
+        self.changed.notify_all();
+    }
+}
+
+/// A provider connected to a trace manager. Dropping it stops tracing, tells the manager
+/// (STOPPED) and closes the connection.
+#[derive(Debug)]
+pub struct Provider {
+    shared: Arc<Shared>,
+    waker: Arc<EventFd>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Provider {
+    /// Connect to the manager at `FXTRACE_SOCKET` (else the per-user default socket) as
+    /// `name`. `Ok(None)` when there is no manager (no socket file, or nobody listening):
+    /// that costs one failed `connect`. Errors (a manager that refuses this user, answers
+    /// badly or too slowly) are bounded by [`super::DEFAULT_HANDSHAKE_TIMEOUT`]; a program
+    /// usually treats them as "not traced" too.
+    pub fn connect(name: &str) -> Result<Option<Provider>, ProviderError> {
+        Self::connect_with(name, &ProviderOptions::default())
+    }
+
+    /// [`Self::connect`] with explicit options.
+    pub fn connect_with(
+        name: &str,
+        options: &ProviderOptions,
+    ) -> Result<Option<Provider>, ProviderError> {
+        let path = options
+            .socket_path
+            .clone()
+            .unwrap_or_else(default_socket_path);
+        let mut conn = match ControlConn::connect(&path, options.connect_timeout) {
+            Ok(conn) => conn,
+            Err(TransportError::NoManager { .. }) => return Ok(None),
+            Err(e) => return Err(e.into()),
+        };
+        conn.set_recv_timeout(Some(options.handshake_timeout))?;
+        conn.set_send_timeout(Some(options.handshake_timeout))?;
+        let name = super::truncate(name, MAX_PROVIDER_NAME_LEN).to_owned();
+        conn.send_msg(
+            &Message::Register {
+                pid: std::process::id(),
+                name: name.clone(),
+            },
+            &[],
+        )?;
+        let (msg, mut fds) = conn.recv_msg()?;
+        let Message::Initialize {
+            buffering_mode,
+            categories,
+            provider_id,
+        } = msg
+        else {
+            return Err(ProviderError::Handshake(msg.name()));
+        };
+        // `recv_msg` checked there are exactly two: the memfd, then the FIFO.
+        let fifo = Arc::new(fds.pop().ok_or(ProviderError::Handshake("Initialize"))?);
+        let memfd = fds.pop().ok_or(ProviderError::Handshake("Initialize"))?;
+        let buffer = TraceBuffer::from_fd(memfd)?;
+        let counters = Arc::new(Counters::default());
+        let handler = Arc::new(SaveRequester {
+            fifo: fifo.clone(),
+            counters: counters.clone(),
+        });
+        let config = ContextConfig {
+            mode: header::BufferingMode::from_raw(buffering_mode.to_engine())
+                .unwrap_or(header::BufferingMode::Oneshot),
+            ..options.context
+        };
+        let context = Context::new(buffer, config, handler)?;
+        // Control messages from here on are read by the control thread, which polls first; a
+        // frame stalled half-way for this long ends the session.
+        conn.set_recv_timeout(Some(Duration::from_secs(1)))?;
+        conn.set_send_timeout(Some(Duration::from_secs(1)))?;
+        let waker = Arc::new(
+            EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK).map_err(|e| {
+                ProviderError::Transport(TransportError::Sys {
+                    op: "eventfd",
+                    source: e,
+                })
+            })?,
+        );
+        let shared = Arc::new(Shared {
+            id: provider_id,
+            name,
+            mode: buffering_mode,
+            categories,
+            context,
+            fifo,
+            stop_timeout: options.stop_timeout,
+            ticks_per_second: crate::clock::info().ticks_per_second,
+            status: Mutex::new(Status {
+                state: ProviderState::Idle,
+                end_reason: None,
+                starts: 0,
+            }),
+            changed: Condvar::new(),
+            counters,
+        });
+        let thread = {
+            let shared = shared.clone();
+            let waker = waker.clone();
+            std::thread::Builder::new()
+                .name("fxtrace-provider".into())
+                .spawn(move || control_loop(&shared, conn, &waker))
+                .map_err(ProviderError::Thread)?
+        };
+        super::set_current(&shared);
+        if options.exit_hook {
+            install_exit_hook();
+        }
+        Ok(Some(Provider {
+            shared,
+            waker,
+            thread: Some(thread),
+        }))
+    }
+
+    /// The engine context over the shared buffer: install it as the process's current context,
+    /// or write through it directly ([`Context::acquire`]). It stays valid (tracing off) after
+    /// the session ends.
+    pub fn context(&self) -> &Context {
+        &self.shared.context
+    }
+
+    /// The id the manager gave this provider (its FXT provider id).
+    pub fn id(&self) -> u32 {
+        self.shared.id
+    }
+
+    /// The registered name.
+    pub fn name(&self) -> &str {
+        &self.shared.name
+    }
+
+    /// The session's buffering mode.
+    pub fn buffering_mode(&self) -> BufferingMode {
+        self.shared.mode
+    }
+
+    /// The session's enabled categories (empty: all).
+    pub fn categories(&self) -> &[String] {
+        &self.shared.categories
+    }
+
+    /// Where the provider is.
+    pub fn state(&self) -> ProviderState {
+        self.shared.lock().state
+    }
+
+    /// Why the session ended, once it has ([`ProviderState::Disconnected`]), or why the last
+    /// start failed.
+    pub fn end_reason(&self) -> Option<String> {
+        self.shared.lock().end_reason.clone()
+    }
+
+    /// Protocol counters.
+    pub fn stats(&self) -> ProviderStats {
+        let c = &self.shared.counters;
+        // ATOMICS: `Relaxed` reads of statistics.
+        ProviderStats {
+            save_requests: c.save_requests.load(Ordering::Relaxed),
+            buffers_saved: c.buffers_saved.load(Ordering::Relaxed),
+            packets_lost: c.packets_lost.load(Ordering::Relaxed),
+            starts: self.shared.lock().starts,
+        }
+    }
+
+    /// Wait until tracing has started (returns true), the session ended, or `timeout` passed
+    /// (false). A manager whose session is already running starts a new provider right after
+    /// registering it: a program that must not miss its first events waits here briefly.
+    pub fn wait_started(&self, timeout: Duration) -> bool {
+        self.wait_for(timeout, |s| {
+            s.starts > 0 || s.state == ProviderState::Disconnected
+        })
+        .starts
+            > 0
+    }
+
+    /// Wait until tracing is off after having been on (stopped or session over), or `timeout`
+    /// passed. Returns the state then.
+    pub fn wait_stopped(&self, timeout: Duration) -> ProviderState {
+        self.wait_for(timeout, |s| {
+            s.starts > 0 && s.state != ProviderState::Started
+                || s.state == ProviderState::Disconnected
+        })
+        .state
+    }
+
+    fn wait_for(&self, timeout: Duration, done: impl Fn(&Status) -> bool) -> StatusSnapshot {
+        let deadline = Instant::now() + timeout;
+        let mut status = self.shared.lock();
+        while !done(&status) {
+            let left = deadline.saturating_duration_since(Instant::now());
+            if left.is_zero() {
+                break;
+            }
+            status = self
+                .shared
+                .changed
+                .wait_timeout(status, left)
+                .map(|(g, _)| g)
+                .unwrap_or_else(|p| p.into_inner().0);
+        }
+        StatusSnapshot {
+            state: status.state,
+            starts: status.starts,
+        }
+    }
+
+    /// Raise an alert through this provider (see [`super::alert`]). Returns whether the packet
+    /// went out.
+    pub fn alert(&self, name: &str) -> Result<bool, ProviderError> {
+        let name = AlertName::new(name)?;
+        Ok(self.shared.send_alert(name))
+    }
+
+    /// Stop tracing, tell the manager (STOPPED), and close the connection. Same as dropping.
+    pub fn shutdown(self) {
+        drop(self);
+    }
+}
+
+struct StatusSnapshot {
+    state: ProviderState,
+    starts: u64,
+}
+
+impl Drop for Provider {
+    fn drop(&mut self) {
+        let _ = self.waker.write(1);
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+        super::clear_current(&self.shared);
+    }
+}
+
+/// Serve the manager until the session ends.
+fn control_loop(shared: &Arc<Shared>, mut conn: ControlConn, waker: &EventFd) {
+    let reason = loop {
+        let (control, fifo, wake) = {
+            let mut fds = [
+                PollFd::new(conn.as_fd(), PollFlags::POLLIN),
+                PollFd::new(shared.fifo.as_fd(), PollFlags::POLLIN),
+                PollFd::new(waker.as_fd(), PollFlags::POLLIN),
+            ];
+            match poll(&mut fds, PollTimeout::NONE) {
+                Ok(_) => {}
+                Err(Errno::EINTR) => continue,
+                Err(e) => break format!("poll failed: {e}"),
+            }
+            let ready = |fd: &PollFd<'_>| fd.revents().is_some_and(|r| !r.is_empty());
+            (ready(&fds[0]), ready(&fds[1]), ready(&fds[2]))
+        };
+        if wake {
+            // The handle is being dropped (or shut down).
+            shared.stop(shared.stop_timeout, false);
+            break "the provider was shut down".to_owned();
+        }
+        if fifo {
+            if let Some(reason) = serve_fifo(shared) {
+                break reason;
+            }
+        }
+        if control {
+            match conn.recv_msg() {
+                Ok((Message::Start { disposition }, _)) => shared.start(disposition),
+                Ok((Message::Stop, _)) => shared.stop(shared.stop_timeout, true),
+                Ok((Message::Terminate, _)) => {
+                    shared.stop(shared.stop_timeout, false);
+                    break "terminated by the manager".to_owned();
+                }
+                Ok((other, _)) => {
+                    break format!("protocol violation: unexpected {} message", other.name())
+                }
+                Err(TransportError::PeerClosed) => break "the trace manager went away".to_owned(),
+                Err(e) => break format!("control connection: {e}"),
+            }
+        }
+    };
+    shared.end(reason);
+    drop(conn);
+}
+
+/// Read every BUFFER_SAVED waiting on the FIFO. Returns why the session ends, if it does.
+fn serve_fifo(shared: &Shared) -> Option<String> {
+    loop {
+        match transport::try_recv_packet(shared.fifo.as_fd()) {
+            Ok(None) => return None,
+            Ok(Some(packet)) => match ManagerPacket::parse(&packet) {
+                Ok(ManagerPacket::BufferSaved {
+                    wrapped_count,
+                    durable_data_end,
+                }) => {
+                    // ATOMICS: `Relaxed` counter.
+                    shared
+                        .counters
+                        .buffers_saved
+                        .fetch_add(1, Ordering::Relaxed);
+                    // Fuchsia ignores ZX_ERR_BAD_STATE here (a stale or repeated answer).
+                    let _ = shared
+                        .context
+                        .mark_buffer_saved(wrapped_count, durable_data_end);
+                }
+                Err(e) => return Some(format!("FIFO protocol violation by the manager: {e}")),
+            },
+            Err(TransportError::PeerClosed) => {
+                return Some("the trace manager went away".to_owned())
+            }
+            Err(e) => return Some(format!("FIFO: {e}")),
+        }
+    }
+}
+
+static EXIT_HOOK: Once = Once::new();
+
+/// Register [`at_exit`] once per process.
+fn install_exit_hook() {
+    EXIT_HOOK.call_once(|| {
+        // SAFETY: `at_exit` is an `extern "C" fn()` with no preconditions; atexit only stores
+        // the pointer. A failure (out of handler slots) just means no exit hook.
+        let _ = unsafe { libc::atexit(at_exit) };
+    });
+}
+
+/// At process exit: stop the current provider's context (bounded) and send STOPPED, so the
+/// manager reads exact ends. Never blocks on a lock another thread holds.
+extern "C" fn at_exit() {
+    if let Some(shared) = super::current() {
+        shared.stop(EXIT_STOP_TIMEOUT, false);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn save_requester_counts_lost_packets() {
+        let (a, b) = transport::fifo_pair().unwrap();
+        let counters = Arc::new(Counters::default());
+        let handler = SaveRequester {
+            fifo: Arc::new(a),
+            counters: counters.clone(),
+        };
+        handler.notify_buffer_full(3, 64);
+        let p = transport::try_recv_packet(b.as_fd()).unwrap().unwrap();
+        assert_eq!(
+            ProviderPacket::parse(&p).unwrap(),
+            ProviderPacket::SaveBuffer {
+                wrapped_count: 3,
+                durable_data_end: 64
+            }
+        );
+        drop(b);
+        handler.notify_buffer_full(4, 64);
+        assert_eq!(counters.save_requests.load(Ordering::Relaxed), 1);
+        assert_eq!(counters.packets_lost.load(Ordering::Relaxed), 1);
+    }
+}
