@@ -59,6 +59,12 @@ void fxtrace_counter(const char* category, const char* name, int64_t value);
  * builds event names or values. */
 int fxtrace_is_category_enabled(const char* category);
 
+/* Raise alert `name` (at most 14 bytes) through this process's provider: a flight recorder
+ * (`fxtrace record -m circular --stop-on-alert NAME`) then stops and writes its trace.
+ * Returns 1 if sent, 0 if not (no trace manager; or in a child created by fork, which stays
+ * silent), -1 if `name` is NULL or not a valid alert name. Never blocks. */
+int fxtrace_alert(const char* name);
+
 /* The same, for strings that live unchanged until the process exits (see above). */
 void fxtrace_instant_static(const char* category, const char* name);
 void fxtrace_duration_begin_static(const char* category, const char* name);

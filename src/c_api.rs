@@ -453,6 +453,40 @@ pub unsafe extern "C" fn fxtrace_counter_static(
     }
 }
 
+/// `fxtrace_alert`: raise alert `name` (at most 14 bytes) through this process's provider;
+/// a flight recorder (`fxtrace record --stop-on-alert NAME`) then stops and writes its trace.
+/// Returns 1 if the alert was sent, 0 if not (no provider, or the process's trace context is
+/// not installed: in a child created by `fork`, which must not speak on its parent's
+/// connection), -1 if `name` is not a valid alert name. Never blocks.
+///
+/// # Safety
+///
+/// `name` is `NULL` (invalid: -1) or a valid NUL-terminated string (for the call only).
+#[no_mangle]
+pub unsafe extern "C" fn fxtrace_alert(name: *const c_char) -> c_int {
+    if name.is_null() {
+        return -1;
+    }
+    catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the caller's promise; the borrow ends within the call.
+        let bytes = unsafe { CStr::from_ptr(name) }.to_bytes();
+        let Ok(name) = std::str::from_utf8(bytes) else {
+            return -1;
+        };
+        if crate::protocol::fifo::AlertName::new(name).is_err() {
+            return -1;
+        }
+        if !crate::engine::global::is_installed() {
+            return 0;
+        }
+        match crate::provider::alert(name) {
+            Ok(sent) => c_int::from(sent),
+            Err(_) => -1,
+        }
+    }))
+    .unwrap_or(0)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

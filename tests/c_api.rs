@@ -298,3 +298,25 @@ fn more_categories_than_the_cache_holds_and_many_threads() {
     let tids: std::collections::HashSet<u64> = events.iter().map(|e| e.thread.tid).collect();
     assert_eq!(tids.len(), 4);
 }
+
+#[test]
+fn alerts_without_a_provider() {
+    extern "C" {
+        fn fxtrace_alert(name: *const c_char) -> c_int;
+    }
+    let _s = serial();
+    // SAFETY: NULL or valid C strings.
+    unsafe {
+        assert_eq!(fxtrace_alert(std::ptr::null()), -1);
+        assert_eq!(
+            fxtrace_alert(c"fifteen-bytes-x".as_ptr()),
+            -1,
+            "longer than 14 bytes"
+        );
+        assert_eq!(fxtrace_alert(c"oom".as_ptr()), 0, "no context installed");
+    }
+    let session = session(&[]);
+    // SAFETY: a valid C string.
+    assert_eq!(unsafe { fxtrace_alert(c"oom".as_ptr()) }, 0, "no provider");
+    drop(session);
+}
