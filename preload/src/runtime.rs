@@ -68,9 +68,46 @@ fn executable_name() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
+/// Blocks every signal on the calling thread while alive, then restores the mask.
+///
+/// Threads inherit the signal mask of the thread that creates them. Created under this
+/// guard, the preload's threads (provider control, capture, flusher) never take a signal
+/// meant for the program: a process-directed signal goes to a thread that does not block it,
+/// so a helper thread with an open mask would run the program's handler on a thread the
+/// program does not know, or, for a signal the program blocks everywhere to `sigwait` for it,
+/// die of the default action instead.
+struct BlockSignals {
+    old: libc::sigset_t,
+}
+
+impl BlockSignals {
+    fn new() -> Self {
+        // SAFETY: zeroed sigset_t values are valid storage; sigfillset and pthread_sigmask
+        // only write them.
+        unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+            Self { old }
+        }
+    }
+}
+
+impl Drop for BlockSignals {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask saved by `new` on the same thread (the guard is not Send:
+        // `sigset_t` holds no pointers, but the guard lives in `init`'s frame only).
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
+    }
+}
+
 /// The constructor's work (see the module docs). Never panics on purpose; the caller
 /// catches any panic anyway.
 pub(crate) fn init() {
+    // Every thread started below inherits a full mask; the loading thread's mask is back as
+    // it was when this returns.
+    let _signals = BlockSignals::new();
     let (options, complaints) = opt::from_env();
     crate::log::set_enabled(options.log);
     log!("options: {}", opt::describe(&options));
