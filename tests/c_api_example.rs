@@ -191,3 +191,56 @@ int main(void) {
     let provider = s.provider("alerting").expect("provider");
     assert!(s.event_names(provider).contains(&"before the alert"));
 }
+
+#[test]
+fn an_object_loaded_with_dlopen_traces_and_survives_dlclose() {
+    if cc().is_none() {
+        println!("skipped: no C compiler (cc, gcc or clang)");
+        return;
+    }
+    // A program that knows nothing of fxtrace at link time: it loads the object at run time
+    // (its constructor registers the process then; it cannot wait for the manager's Start
+    // inside `dlopen`, so the program waits until its category is enabled), calls the C API
+    // through dlsym, closes the object (which stays mapped: it is linked `-z nodelete`, its
+    // threads and exit hook still run its code), works on, and exits normally (the exit hook
+    // flushes).
+    let source = r#"
+#include <dlfcn.h>
+#include <stdio.h>
+#include <unistd.h>
+typedef void (*instant_fn)(const char*, const char*);
+typedef int (*enabled_fn)(const char*);
+int main(int argc, char** argv) {
+    if (argc < 2) return 2;
+    void* lib = dlopen(argv[1], RTLD_NOW | RTLD_LOCAL);
+    if (!lib) { fprintf(stderr, "%s\n", dlerror()); return 3; }
+    instant_fn instant = (instant_fn)dlsym(lib, "fxtrace_instant");
+    enabled_fn enabled = (enabled_fn)dlsym(lib, "fxtrace_is_category_enabled");
+    if (!instant || !enabled) return 4;
+    for (int i = 0; i < 300 && !enabled("dl"); i++) usleep(10000);
+    instant("dl", "after dlopen");
+    dlclose(lib);
+    instant("dl", "after dlclose");
+    usleep(20000);
+    printf("done\n");
+    return 0;
+}
+"#;
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile_c(dir.path(), "dlopener", source, false);
+    let lib = preload_lib();
+    let (out, bytes) = record(
+        dir.path(),
+        &[],
+        &[exe.to_str().unwrap(), lib.to_str().unwrap()],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert_eq!(text(&out.stdout), "done\n");
+    let s = Summary::of(&decode(&bytes));
+    let provider = s.provider("dlopener").expect("registered at dlopen");
+    let names = s.event_names(provider);
+    assert!(names.contains(&"after dlopen"), "{names:?}");
+    assert!(names.contains(&"after dlclose"), "{names:?}");
+    let err = text(&out.stderr);
+    assert!(!err.contains("LOST"), "the exit flush ran: {err}");
+}

@@ -7,7 +7,8 @@
 //! 2. Connect to the manager as a provider named after the executable. Nobody listening: stop
 //!    here. The program runs untouched; this cost one failed `connect`.
 //! 3. Install the provider's context as the process's current context (the C API and any
-//!    Rust instrumentation write into it), and wait (bounded) for the manager's Start.
+//!    Rust instrumentation write into it), and wait (bounded) for the manager's Start: not
+//!    when loaded by `dlopen`, whose lock keeps the provider's thread from serving it.
 //! 4. Name the process and the loading thread (engine thread registration).
 //! 5. Start the per-process context-switch capture (perf, inherited by every thread and
 //!    child the program creates; LBR sampling where the CPU has it): its events go through a
@@ -140,7 +141,14 @@ pub(crate) fn init() {
         log!("cannot install the trace context for instrumentation: {e}");
     }
     let waited = Instant::now();
-    if provider.wait_started(options.start_wait) {
+    if options.start_wait.is_zero() {
+        log!("not waiting for the start (FXTRACE_PRELOAD_START_WAIT_MS=0)");
+    } else if !new_threads_run() {
+        // Loaded by `dlopen`: the dynamic loader holds its lock while this constructor runs,
+        // and our new threads wait for it (thread-local storage of a dlopen'ed object). The
+        // provider's thread serves the start right after `dlopen` returns.
+        log!("new threads wait for the dynamic loader (dlopen?): not waiting for the start");
+    } else if provider.wait_started(options.start_wait) {
         log!("tracing started ({} ms)", waited.elapsed().as_millis());
     } else {
         log!(
@@ -197,6 +205,24 @@ pub(crate) fn init() {
         let taken = hooks::install_signal_handlers();
         log!("flushing on signals {taken:?} (those left at their default action)");
     }
+}
+
+/// Whether a new thread gets to run code of this object that uses thread-local storage
+/// within a few milliseconds. False while the dynamic loader's lock is held by our caller (a
+/// constructor run by `dlopen`): the provider's thread could not serve the manager's Start
+/// before this constructor returns, so waiting for it would only stall `dlopen`.
+fn new_threads_run() -> bool {
+    thread_local! {
+        static PROBE: std::cell::Cell<u8> = const { std::cell::Cell::new(0) };
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name("fxtrace-probe".into())
+        .spawn(move || {
+            PROBE.with(|p| p.set(1));
+            let _ = tx.send(());
+        });
+    spawned.is_ok() && rx.recv_timeout(Duration::from_millis(20)).is_ok()
 }
 
 fn eventfd() -> std::io::Result<OwnedFd> {
