@@ -378,3 +378,48 @@ fn death_by_signal_keeps_the_status_and_the_data() {
     assert_eq!(code, 128 + libc::SIGKILL);
     assert!(!flushed && salvaged);
 }
+
+#[test]
+fn a_program_outliving_the_session_runs_on_untraced() {
+    // `LD_PRELOAD` next to a running session (no `--preload`): the session ends (after
+    // 0.4 s) while the program still runs; the program carries on untraced and exits as it
+    // would have, without waiting for a flush.
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("session.sock");
+    let archive = dir.path().join("trace.fxt");
+    let mut recorder = Command::new(preload_support::fxtrace_bin())
+        .arg("record")
+        .arg("--socket")
+        .arg(&socket)
+        .args(["--duration", "0.4", "-o"])
+        .arg(&archive)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    // The recorder says it is recording once it listens.
+    let mut lines =
+        std::io::BufRead::lines(std::io::BufReader::new(recorder.stderr.take().unwrap()));
+    let first = lines.next().unwrap().unwrap();
+    assert!(first.contains("recording"), "{first}");
+    let rest = std::thread::spawn(move || lines.map_while(Result::ok).collect::<Vec<_>>());
+    let started = std::time::Instant::now();
+    let out = Command::new("/bin/sh")
+        .args(["-c", "sleep 0.8; echo still here; exit 4"])
+        .env("LD_PRELOAD", preload_support::preload_lib())
+        .env("FXTRACE_SOCKET", &socket)
+        .output()
+        .unwrap();
+    let took = started.elapsed();
+    assert_eq!(out.status.code(), Some(4));
+    assert_eq!(text(&out.stdout), "still here\n");
+    assert!(out.stderr.is_empty(), "{}", text(&out.stderr));
+    assert!(
+        took < std::time::Duration::from_millis(2500),
+        "no wait at exit once the session is over: {took:?}"
+    );
+    let status = recorder.wait().unwrap();
+    let rest = rest.join().unwrap();
+    assert!(status.success(), "{rest:?}");
+    let s = summary_of(&std::fs::read(&archive).unwrap());
+    assert!(!s.providers.is_empty(), "the program joined the session");
+}
