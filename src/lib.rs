@@ -18,7 +18,7 @@ pub mod report;
 pub mod trace;
 
 pub use engine::standalone;
-pub use provider::alert;
+pub use provider::{alert, connect};
 pub use trace::{
     async_begin, async_end, async_instant, counter, duration, duration_begin, duration_end,
     duration_with_args, flow_begin, flow_end, flow_step, instant, is_category_enabled, log, Arg,

@@ -108,10 +108,9 @@ fn emit(
     args: &[Arg<'_>],
 ) {
     with_current(|context| {
-        let Some((mut writer, category)) = enter(context, category, site) else {
+        let Some((mut writer, category, ticks)) = enter(context, category, site) else {
             return;
         };
-        let ticks = clock::ticks();
         let _ = match kind {
             EventKind::Instant => writer.instant_with_category(ticks, category, name, scope, args),
             kind => writer.event_with_category(ticks, category, name, kind, args),
@@ -119,35 +118,35 @@ fn emit(
     });
 }
 
-/// A writer section on `context` and the category's ref, if the category is enabled.
+/// A writer section on `context`, the category's ref and the timestamp, if the category is
+/// enabled. The clock is read as soon as the category is known to be enabled and before the
+/// writer section is entered: `rdtscp` waits for the instructions before it, not for those
+/// after it, so entering the section and resolving refs overlap its latency.
 #[inline(always)]
 fn enter<'c>(
     context: &'c Context,
     category: &'static str,
     site: Option<&'static CallSite>,
-) -> Option<(TraceWriter<'c>, StringRef<'static>)> {
+) -> Option<(TraceWriter<'c>, StringRef<'static>, u64)> {
     match site {
         Some(site) => {
             if !context.category_enabled(site) {
                 return None;
             }
+            let ticks = clock::ticks();
             let mut writer = context.trace_writer()?;
             let category = writer.string_ref(category);
-            Some((writer, category))
+            Some((writer, category, ticks))
         }
-        None => {
-            let mut writer = context.trace_writer()?;
-            let category = writer.category_ref(category)?;
-            Some((writer, category))
-        }
+        None => context.enter_for_category(category),
     }
 }
 
 #[inline(never)]
 fn emit_log(category: &'static str, site: Option<&'static CallSite>, message: &str) {
     with_current(|context| {
-        if let Some((mut writer, _)) = enter(context, category, site) {
-            let _ = writer.log(clock::ticks(), message);
+        if let Some((mut writer, _, ticks)) = enter(context, category, site) {
+            let _ = writer.log(ticks, message);
         }
     });
 }

@@ -378,7 +378,11 @@ fn fxtrace(args: &[&str], stdin: &[u8]) -> (bool, String, String) {
     // fxtrace may exit (on a bad option) before reading its input: a broken pipe then is
     // expected, and the exit status and stderr below are what the test checks.
     if let Err(e) = pipe.write_all(stdin) {
-        assert_eq!(e.kind(), std::io::ErrorKind::BrokenPipe, "writing stdin: {e}");
+        assert_eq!(
+            e.kind(),
+            std::io::ErrorKind::BrokenPipe,
+            "writing stdin: {e}"
+        );
     }
     drop(pipe);
     let out = child.wait_with_output().unwrap();

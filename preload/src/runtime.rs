@@ -136,7 +136,7 @@ pub(crate) fn init() {
     };
     log!("registered as provider {} ({name})", provider.id());
     let context = provider.context().clone();
-    if let Err(e) = global::install(context.clone()) {
+    if let Err(e) = provider.install_global() {
         // Only the program's own instrumentation misses the context; the capture goes on.
         log!("cannot install the trace context for instrumentation: {e}");
     }

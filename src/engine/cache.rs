@@ -264,6 +264,7 @@ static PID: AtomicU32 = AtomicU32::new(0);
 /// This process's id (koid on Linux), cached.
 #[inline]
 pub(crate) fn process_id() -> u64 {
+    // ATOMICS: `Relaxed`: see `PID`.
     let pid = PID.load(Ordering::Relaxed);
     if pid != 0 {
         return u64::from(pid);
@@ -284,6 +285,7 @@ fn read_thread_id() -> u64 {
 /// forget the parent's ids and this thread's generation, so nothing cached in the parent is
 /// reused. Only async-signal-safe operations (atomic and thread-local stores).
 pub(crate) fn forget_ids_after_fork() {
+    // ATOMICS: `Relaxed`: the child has a single thread.
     PID.store(0, Ordering::Relaxed);
     let c = current();
     c.tid.set(0);
@@ -305,6 +307,7 @@ static PROCESS_NAMED: AtomicU32 = AtomicU32::new(0);
 /// True exactly once per generation (for the newest generation seen): the caller writes the
 /// process name record.
 pub(crate) fn claim_process_record(generation: u32) -> bool {
+    // ATOMICS: `Relaxed`: see `PROCESS_NAMED`.
     PROCESS_NAMED.fetch_max(generation, Ordering::Relaxed) < generation
 }
 

@@ -12,7 +12,7 @@
 //! Quiescent-state-based reclamation ("urcu-memb", Desnoyers et al., IEEE TPDS 2012; the same
 //! scheme as the engine's writer slots, `engine::slots`) applied to one pointer:
 //!
-//! - [`CURRENT`] points to a heap-allocated `Context` (or is null).
+//! - `CURRENT` points to a heap-allocated `Context` (or is null).
 //! - Each thread that reads it owns a *reader slot* (leased once, from a list of blocks that
 //!   only grows). A read-side section stores an odd sequence number into the thread's slot,
 //!   fences (a compiler fence when `membarrier(PRIVATE_EXPEDITED)` is available, else
@@ -49,7 +49,7 @@
 //!
 //! In a child created by `fork`, the parent's context is forgotten (the child would otherwise
 //! write into the parent's shared buffer with the parent's per-thread state): a
-//! `pthread_atfork` child handler clears [`CURRENT`] (leaking, in the child, the parent's
+//! `pthread_atfork` child handler clears `CURRENT` (leaking, in the child, the parent's
 //! heap copy: its other threads do not exist there), resets every reader slot but the
 //! caller's, and resets the calling thread's caches. The child may install its own context.
 
@@ -157,6 +157,7 @@ impl Block {
     }
 
     fn next(&self) -> Option<&'static Block> {
+        // ATOMICS: `Acquire`: see `Block::next`.
         // SAFETY: a non-null `next` is a leaked `Box<Block>`, never freed.
         unsafe { self.next.load(Ordering::Acquire).as_ref() }
     }
@@ -392,6 +393,7 @@ fn lock() -> MutexGuard<'static, ()> {
 
 /// First install: choose the fence pair and register the fork handler.
 fn prepare() {
+    // ATOMICS: `Relaxed`: see `MEMBARRIER`.
     MEMBARRIER.store(fences().uses_membarrier(), Ordering::Relaxed);
     static AT_FORK: Once = Once::new();
     AT_FORK.call_once(|| {
@@ -461,6 +463,8 @@ pub(crate) fn uninstall_if(context: &Context) -> Result<bool, GlobalError> {
     if !same {
         return Ok(false);
     }
+    // ATOMICS: `Release`, as every store of `CURRENT` (a null publishes nothing; ordered
+    // before the grace period's scan by its heavy fence).
     CURRENT.store(ptr::null_mut(), Ordering::Release);
     retire(current)?;
     Ok(true)

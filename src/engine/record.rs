@@ -6,7 +6,7 @@
 //! word after the header *in place* in the reserved slot, and [`Slot::commit`] publishes the
 //! header word last, with `Release`. Nothing is copied and nothing allocates.
 //!
-//! Strings and the thread go through the per-thread caches of [`super::cache`]: a
+//! Strings and the thread go through the per-thread caches of `engine::cache`: a
 //! `&'static str` is registered once per thread per trace generation with a String record in
 //! the durable buffer and then referred to by index; the calling thread is described once per
 //! generation by a Kernel Object record (its name, with a `"process"` koid argument), a Thread
@@ -216,6 +216,53 @@ impl Context {
     pub fn started_generation(&self) -> Option<u32> {
         let (started, generation) = self.inner().gate_generation_now();
         started.then_some(generation)
+    }
+
+    /// `trace_acquire_context_for_category`, plus the timestamp: if `category` is enabled,
+    /// read the clock, enter a writer section, and return it with the category's ref and the
+    /// ticks. The clock is read once the category is known to be enabled but before the
+    /// writer section is entered: `rdtscp` waits for the instructions before it, not for
+    /// those after it, so entering the section overlaps its latency. In the steady state
+    /// the category's answer and index come from one lookup in the thread's cache.
+    #[inline(always)]
+    pub(crate) fn enter_for_category(
+        &self,
+        category: &'static str,
+    ) -> Option<(TraceWriter<'_>, StringRef<'static>, u64)> {
+        const ON_INDEXED: u8 =
+            FLAG_CATEGORY_CHECKED | FLAG_CATEGORY_ENABLED | FLAG_INDEX_ATTEMPTED | FLAG_INDEX_OK;
+        let generation = self.started_generation()?;
+        let cache = cache::current();
+        if cache.adopt(generation) {
+            if let Lookup::Found { entry, .. } = cache.lookup(category) {
+                if entry.flags & ON_INDEXED == ON_INDEXED {
+                    let ticks = clock::ticks();
+                    let mut writer = self.trace_writer()?;
+                    if writer.generation() == generation {
+                        return Some((writer, StringRef::Index(entry.index), ticks));
+                    }
+                    // A new trace started in between: resolve again in its generation.
+                    let category = writer.category_ref(category)?;
+                    return Some((writer, category, ticks));
+                }
+            }
+        }
+        self.enter_for_category_slow(category)
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn enter_for_category_slow(
+        &self,
+        category: &'static str,
+    ) -> Option<(TraceWriter<'_>, StringRef<'static>, u64)> {
+        if !self.is_category_enabled_cached(category) {
+            return None;
+        }
+        let ticks = clock::ticks();
+        let mut writer = self.trace_writer()?;
+        let category = writer.category_ref(category)?;
+        Some((writer, category, ticks))
     }
 
     /// Whether `category` is enabled in the current trace, answered once per thread per

@@ -53,7 +53,7 @@ impl<'a> Arg<'a> {
 
     /// Size of the encoded argument in words: the same checks, in the same order, as
     /// `emit`, without a counting pass.
-    #[inline]
+    #[inline(always)]
     pub fn words(&self) -> Result<usize, EncodeError> {
         self.name.encode()?;
         let value_words = match self.value {
@@ -81,7 +81,7 @@ impl<'a> Arg<'a> {
     }
 
     /// Appends the argument.
-    #[inline]
+    #[inline(always)]
     pub(crate) fn emit<S: Sink>(&self, s: &mut S) -> Result<(), EncodeError> {
         let start = s.pos();
         let name = self.name.encode()?;
@@ -133,7 +133,7 @@ impl<'a> Arg<'a> {
 }
 
 /// Appends `args` and returns their count, after checking there are at most 15.
-#[inline]
+#[inline(always)]
 pub(crate) fn emit_args<S: Sink>(args: &[Arg<'_>], s: &mut S) -> Result<u64, EncodeError> {
     check_arg_count(args)?;
     for arg in args {

@@ -24,6 +24,29 @@ pub(crate) const fn stream_words(len: usize) -> usize {
     len.div_ceil(8)
 }
 
+/// The last, partial word of a stream: `rest` (1..=7 bytes) then zero padding, in memory
+/// order. Composed in a register from 4-, 2- and 1-byte loads: a byte copy into a stack
+/// array becomes a `memcpy` call followed by a wide load that stalls on store forwarding.
+#[inline(always)]
+fn tail_word(rest: &[u8]) -> u64 {
+    let n = rest.len().min(7);
+    let mut le = 0u64;
+    let mut at = 0;
+    if n & 4 != 0 {
+        le |= u64::from(u32::from_le_bytes([rest[0], rest[1], rest[2], rest[3]]));
+        at = 4;
+    }
+    if n & 2 != 0 {
+        le |= u64::from(u16::from_le_bytes([rest[at], rest[at + 1]])) << (8 * at);
+        at += 2;
+    }
+    if n & 1 != 0 {
+        le |= u64::from(rest[at]) << (8 * at);
+    }
+    // The bytes in memory order, whatever the machine's byte order.
+    u64::from_ne_bytes(le.to_le_bytes())
+}
+
 /// Counts words without writing anything.
 #[derive(Debug, Default)]
 pub(crate) struct Counter {
@@ -82,7 +105,7 @@ impl Sink for Cursor<'_> {
         self.pos += 1;
     }
 
-    #[inline]
+    #[inline(always)]
     fn stream(&mut self, bytes: &[u8]) {
         let mut chunks = bytes.chunks_exact(8);
         for chunk in &mut chunks {
@@ -92,9 +115,7 @@ impl Sink for Cursor<'_> {
         }
         let rest = chunks.remainder();
         if !rest.is_empty() {
-            let mut word = [0u8; 8];
-            word[..rest.len()].copy_from_slice(rest);
-            self.word(u64::from_ne_bytes(word));
+            self.word(tail_word(rest));
         }
     }
 
@@ -155,7 +176,7 @@ impl Sink for SplitCursor<'_> {
         self.pos += 1;
     }
 
-    #[inline]
+    #[inline(always)]
     fn stream(&mut self, bytes: &[u8]) {
         let mut chunks = bytes.chunks_exact(8);
         for chunk in &mut chunks {
@@ -165,9 +186,7 @@ impl Sink for SplitCursor<'_> {
         }
         let rest = chunks.remainder();
         if !rest.is_empty() {
-            let mut word = [0u8; 8];
-            word[..rest.len()].copy_from_slice(rest);
-            self.word(u64::from_ne_bytes(word));
+            self.word(tail_word(rest));
         }
     }
 
@@ -201,6 +220,20 @@ mod tests {
         assert_eq!(c.finish(), Ok(2));
         let bytes: Vec<u8> = out.iter().flat_map(|w| w.to_ne_bytes()).collect();
         assert_eq!(&bytes, b"abcdefghi\0\0\0\0\0\0\0");
+    }
+
+    #[test]
+    fn tail_word_matches_a_padded_copy() {
+        let bytes = b"abcdefg";
+        for len in 1..=7 {
+            let mut padded = [0u8; 8];
+            padded[..len].copy_from_slice(&bytes[..len]);
+            assert_eq!(
+                tail_word(&bytes[..len]),
+                u64::from_ne_bytes(padded),
+                "len {len}"
+            );
+        }
     }
 
     #[test]

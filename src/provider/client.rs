@@ -12,11 +12,11 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 use nix::sys::socket::{self, Shutdown};
 
 use super::{ProviderError, ProviderOptions, EXIT_STOP_TIMEOUT};
+use crate::engine::global::{self, GlobalError};
 use crate::engine::{
     BufferHandler, CategoryFilter, Context, ContextConfig, EngineError, StartMode, TraceBuffer,
     TraceState,
 };
-use crate::format::{Encode, Initialization};
 use crate::protocol::control::{BufferDisposition, BufferingMode, Message, MAX_PROVIDER_NAME_LEN};
 use crate::protocol::fifo::{AlertName, FifoPacket, ManagerPacket, ProviderPacket};
 use crate::protocol::header;
@@ -68,7 +68,6 @@ pub(super) struct Shared {
     context: Context,
     fifo: Arc<OwnedFd>,
     stop_timeout: Duration,
-    ticks_per_second: u64,
     status: Mutex<Status>,
     changed: Condvar,
     counters: Arc<Counters>,
@@ -179,21 +178,9 @@ impl Shared {
     /// The initialization record (ticks per second), durable, as `trace_engine_start` writes
     /// it after a clearing start.
     fn write_initialization_record(&self) {
-        let record = Initialization {
-            ticks_per_second: self.ticks_per_second,
-        };
-        let mut words = [0u64; 2];
-        let Ok(n) = record.write(&mut words) else {
-            return;
-        };
-        let Some(mut writer) = self.context.acquire() else {
-            return;
-        };
         // A failed reservation is counted by the engine as a dropped record.
-        let slot = writer.reserve_durable(n);
-        if let Some(mut slot) = slot {
-            slot.payload().copy_from_slice(&words[1..n]);
-            slot.commit(words[0]);
+        if let Some(mut writer) = self.context.trace_writer() {
+            let _ = writer.initialization();
         }
     }
 
@@ -320,7 +307,6 @@ impl Provider {
             context,
             fifo,
             stop_timeout: options.stop_timeout,
-            ticks_per_second: crate::clock::info().ticks_per_second,
             status: Mutex::new(Status {
                 state: ProviderState::Idle,
                 end_reason: None,
@@ -440,6 +426,14 @@ impl Provider {
         }
     }
 
+    /// Make this provider's context the process-wide current one, so that instrumentation
+    /// anywhere in the process (`fxtrace::instant`, `#[traced]`, the C API) writes into the
+    /// buffer the manager reads. Dropping the provider uninstalls it again (if it is still the
+    /// current context).
+    pub fn install_global(&self) -> Result<(), GlobalError> {
+        global::install(self.shared.context.clone())
+    }
+
     /// Raise an alert through this provider (see [`super::alert`]). Returns whether the packet
     /// went out.
     pub fn alert(&self, name: &str) -> Result<bool, ProviderError> {
@@ -460,6 +454,8 @@ struct StatusSnapshot {
 
 impl Drop for Provider {
     fn drop(&mut self) {
+        // No thread may reach the context through the process-wide slot once it stops.
+        let _ = global::uninstall_if(&self.shared.context);
         let _ = self.waker.write(1);
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();

@@ -115,6 +115,24 @@ pub enum ProviderError {
     /// An alert name that cannot be sent (longer than 14 bytes, or containing NUL).
     #[error("alert: {0}")]
     Alert(#[from] PacketError),
+    /// Another context is already the process's current one.
+    #[error("installing the provider's context: {0}")]
+    Global(#[from] crate::engine::global::GlobalError),
+}
+
+/// Connect this process to the trace manager (the one `fxtrace record` points to with
+/// `FXTRACE_SOCKET`, else the per-user default) as provider `name`, and route every piece of
+/// instrumentation in the process (`fxtrace::instant`, `#[traced]`, the C API) into the buffer
+/// it gets. Keep the returned provider alive for as long as the program should be traceable.
+///
+/// `Ok(None)` when no manager is listening: that costs one failed `connect`, and
+/// instrumentation then stays off (one relaxed load per call site).
+pub fn connect(name: &str) -> Result<Option<Provider>, ProviderError> {
+    let Some(provider) = Provider::connect(name)? else {
+        return Ok(None);
+    };
+    provider.install_global()?;
+    Ok(Some(provider))
 }
 
 /// The provider alerts go through: the last one connected in this process.
