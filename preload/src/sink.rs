@@ -46,7 +46,8 @@ pub(crate) struct EngineSinkStats {
     pub(crate) registrations: u64,
     /// Refs written inline because the engine's string or thread table was full.
     pub(crate) inline_refs: u64,
-    /// Refs to a virtual index the writer never defined (written as empty / koid 0).
+    /// Refs to a virtual index the writer never defined (written as empty / koid 0), and
+    /// definitions of an index out of range (ignored).
     pub(crate) unknown_refs: u64,
     /// Name records written again at the start of a new trace.
     pub(crate) names_replayed: u64,
@@ -124,12 +125,12 @@ impl EngineSink {
         Self {
             context,
             defs: Definitions {
-                strings: vec![None; usize::from(MAX_STRING_INDEX) + 1],
-                threads: vec![None; usize::from(MAX_THREAD_INDEX) + 1],
+                strings: Vec::new(),
+                threads: Vec::new(),
             },
             regs: Registrations {
-                strings: vec![(0, 0); usize::from(MAX_STRING_INDEX) + 1],
-                threads: vec![(0, 0); usize::from(MAX_THREAD_INDEX) + 1],
+                strings: Vec::new(),
+                threads: Vec::new(),
             },
             names: Vec::new(),
             named_generation: 0,
@@ -506,18 +507,33 @@ impl RecordSink for EngineSink {
     fn push(&mut self, record: &Record<'_>) -> Result<usize, SinkError> {
         match *record {
             Record::String(StringRecord { index, value }) => {
-                if let Some(slot) = self.defs.strings.get_mut(usize::from(index)) {
-                    *slot = Some(value.into());
-                    self.regs.strings[usize::from(index)] = (0, 0);
+                if index == 0 || index > MAX_STRING_INDEX {
+                    self.stats.unknown_refs += 1;
+                    return Ok(0);
                 }
+                let i = usize::from(index);
+                // The writer numbers strings 1, 2, ...: the tables grow one entry at a time.
+                if self.defs.strings.len() <= i {
+                    self.defs.strings.resize(i + 1, None);
+                    self.regs.strings.resize(i + 1, (0, 0));
+                }
+                self.defs.strings[i] = Some(value.into());
+                self.regs.strings[i] = (0, 0);
                 Ok(0)
             }
             Record::Thread(ThreadRecord { index, pid, tid }) => {
-                // The writer reuses the indices of exited threads: a new registration each time.
-                if let Some(slot) = self.defs.threads.get_mut(usize::from(index)) {
-                    *slot = Some((pid, tid));
-                    self.regs.threads[usize::from(index)] = (0, 0);
+                if index == 0 || index > MAX_THREAD_INDEX {
+                    self.stats.unknown_refs += 1;
+                    return Ok(0);
                 }
+                let i = usize::from(index);
+                if self.defs.threads.len() <= i {
+                    self.defs.threads.resize(i + 1, None);
+                    self.regs.threads.resize(i + 1, (0, 0));
+                }
+                // The writer reuses the indices of exited threads: a new registration each time.
+                self.defs.threads[i] = Some((pid, tid));
+                self.regs.threads[i] = (0, 0);
                 Ok(0)
             }
             Record::MagicNumber(_)
