@@ -9,7 +9,10 @@
 //! thread. Past the bound, exit goes on and the manager salvages the shared buffer: nothing
 //! already written is lost, only the switches still in the perf rings.
 //!
-//! No hook allocates, takes a lock, or touches a `thread_local!` with a destructor.
+//! No hook allocates, takes a lock, or touches a `thread_local!` with a destructor. Before
+//! touching an eventfd, a hook checks (`fstat`) that the descriptor still names the file it
+//! was armed with: a program that closes every descriptor (daemons do) and opens files of its
+//! own under the same numbers never gets eight bytes written into them.
 //!
 //! # fork
 //!
@@ -40,6 +43,13 @@ static REQUEST_FD: AtomicI32 = AtomicI32::new(-1);
 static DONE_FD: AtomicI32 = AtomicI32::new(-1);
 /// Rules: the flush bound in ms; written by [`arm`] before `ARMED`. ATOMICS: as `OWNER_PID`.
 static FLUSH_MS: AtomicU64 = AtomicU64::new(0);
+/// Rules: the (device, inode) both eventfds had when armed; written by [`arm`] before
+/// `ARMED`. A hook touches the descriptors only while they still name such a file (a program
+/// that closed every descriptor and opened files of its own under the same numbers keeps
+/// them to itself). ATOMICS: as `OWNER_PID`.
+static FD_DEV: AtomicU64 = AtomicU64::new(0);
+/// See [`FD_DEV`].
+static FD_INO: AtomicU64 = AtomicU64::new(0);
 /// Rules: hooks do something only while armed: set by [`arm`], cleared by [`disarm`] (the
 /// session ended early) and in a forked child. ATOMICS: `Release` store / `Acquire` load: a
 /// hook that sees `true` sees the fds and the bound written before.
@@ -58,6 +68,10 @@ pub(crate) const FLUSH_SIGNALS: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT,
 pub(crate) fn arm(request: RawFd, done: RawFd, flush: Duration) {
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
+    let (dev, ino) = file_id(request).unwrap_or((0, 0));
+    // ATOMICS: see the statics.
+    FD_DEV.store(dev, Ordering::Relaxed);
+    FD_INO.store(ino, Ordering::Relaxed);
     // ATOMICS: `Relaxed` stores published by the `Release` store of `ARMED` (see the statics).
     OWNER_PID.store(pid, Ordering::Relaxed);
     REQUEST_FD.store(request, Ordering::Relaxed);
@@ -85,6 +99,24 @@ fn armed_here() -> bool {
     let pid = unsafe { libc::getpid() };
     // ATOMICS: published by `ARMED` (see the statics).
     pid == OWNER_PID.load(Ordering::Relaxed)
+}
+
+/// (device, inode) of the file `fd` names (`fstat`, async-signal-safe).
+fn file_id(fd: RawFd) -> Option<(u64, u64)> {
+    // SAFETY: a zeroed `stat` is valid storage; fstat writes it or fails.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid out-pointer.
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+}
+
+/// Whether `fd` still names the kind of file the hooks were armed with.
+fn still_ours(fd: RawFd) -> bool {
+    // ATOMICS: published by `ARMED` (see the statics).
+    let expected = (
+        FD_DEV.load(Ordering::Relaxed),
+        FD_INO.load(Ordering::Relaxed),
+    );
+    file_id(fd) == Some(expected)
 }
 
 /// `CLOCK_MONOTONIC` in ms (async-signal-safe).
@@ -141,6 +173,9 @@ pub(crate) fn flush_and_wait() -> bool {
         DONE_FD.load(Ordering::Relaxed),
         FLUSH_MS.load(Ordering::Relaxed),
     );
+    if !still_ours(request) || !still_ours(done) {
+        return false;
+    }
     if !REQUESTED.swap(true, Ordering::Relaxed) {
         poke(request);
     }
@@ -163,7 +198,9 @@ pub(crate) fn wait_for_request(request: RawFd, timeout: Duration) -> bool {
 
 /// The flusher's side: tell the waiting hooks the flush is complete.
 pub(crate) fn flush_done(done: RawFd) {
-    poke(done);
+    if still_ours(done) {
+        poke(done);
+    }
 }
 
 // === exit ===

@@ -303,23 +303,32 @@ impl Runtime {
         let request = self.request.as_raw_fd();
         loop {
             if hooks::wait_for_request(request, SESSION_CHECK) {
+                if !hooks::flush_requested() {
+                    // Readable without a request: the program closed our eventfd (a daemon
+                    // closing every descriptor). Its descriptor numbers may name the
+                    // program's own files by now: touch nothing (no stop, no drop that would
+                    // write to or close them) and let the manager salvage the buffer.
+                    hooks::disarm();
+                    log!("our descriptors were closed under us; tracing left to the manager");
+                    std::mem::forget(self);
+                    return;
+                }
                 break;
             }
             if self.provider.state() == ProviderState::Disconnected {
                 hooks::disarm();
-                // A hook racing with the disarm still gets its answer below.
                 let reason = self.provider.end_reason().unwrap_or_default();
                 log!("the session ended ({reason}); not tracing any more");
                 break;
             }
         }
         let done = self.done.as_raw_fd();
-        let requested = hooks::flush_requested();
         self.finish();
-        hooks::flush_done(done);
-        if !requested {
-            // The session ended on the manager's side: keep the eventfds open (forgotten
-            // below) in case a hook still polls them, and let the thread end.
+        // Answer every hook that requested the flush, including one that raced with a
+        // disarm above (it waits on `done`, bounded).
+        if hooks::flush_requested() {
+            hooks::flush_done(done);
+        } else {
             log!("capture stopped");
         }
     }
