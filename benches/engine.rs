@@ -8,6 +8,11 @@
 //! [`support::engine_group`] and list it in `criterion_group!` below.
 //!
 //! Run: `cargo bench --bench engine` (or `-- --quick` for a fast look).
+//!
+//! On a shared, noisy machine, `FXTRACE_BENCH_INTERLEAVED=1 cargo bench --bench engine --
+//! engine/disabled` also prints the record path against `rdtscp` measured *interleaved*
+//! (rounds alternate between the candidates; each keeps its fastest round), so that both sides
+//! of a ratio see the same interference.
 
 mod support;
 
@@ -83,9 +88,87 @@ fn record_benches(c: &mut Criterion) {
     );
 }
 
+/// Interleaved minimum-of-rounds timing (see the module docs). Prints one line per candidate
+/// and the ratios to `rdtscp`.
+fn interleaved_report() {
+    use fxtrace::protocol::header::BufferingMode;
+    use fxtrace::{Arg, ArgValue, Scope};
+    use std::time::Instant;
+
+    if std::env::var_os("FXTRACE_BENCH_INTERLEAVED").is_none() {
+        return;
+    }
+    const ROUNDS: usize = 60;
+    const ITERS: u32 = 100_000;
+    fn round(f: &mut dyn FnMut()) -> f64 {
+        let start = Instant::now();
+        for _ in 0..ITERS {
+            f();
+        }
+        start.elapsed().as_nanos() as f64 / f64::from(ITERS)
+    }
+    let session =
+        fxtrace::standalone::start(BufferingMode::Circular, 64 << 20).expect("standalone session");
+    let mut i = 0u64;
+    type Candidate<'a> = (&'static str, Box<dyn FnMut() + 'a>);
+    let mut candidates: Vec<Candidate<'_>> = vec![
+        (
+            "rdtscp",
+            Box::new(|| {
+                black_box(fxtrace::clock::ticks());
+            }),
+        ),
+        (
+            "instant_0args",
+            Box::new(|| fxtrace::instant("bench", "instant", Scope::Thread, &[])),
+        ),
+        (
+            "instant_2args",
+            Box::new(move || {
+                i += 1;
+                let args = [
+                    Arg::new("count", ArgValue::U64(black_box(i))),
+                    Arg::new("flag", ArgValue::I32(black_box(-1))),
+                ];
+                fxtrace::instant("bench", "instant2", Scope::Thread, &args)
+            }),
+        ),
+        (
+            "duration_complete",
+            Box::new(|| drop(fxtrace::duration("bench", "duration"))),
+        ),
+    ];
+    let mut best = vec![f64::MAX; candidates.len()];
+    for _ in 0..ROUNDS {
+        for (k, (_, f)) in candidates.iter_mut().enumerate() {
+            best[k] = best[k].min(round(f.as_mut()));
+        }
+    }
+    drop(candidates);
+    let (_, report) = session.finish_to_vec().expect("finish");
+    println!("interleaved minimum of {ROUNDS} rounds of {ITERS} calls:");
+    for (name, ns) in [
+        "rdtscp",
+        "instant_0args",
+        "instant_2args",
+        "duration_complete",
+    ]
+    .iter()
+    .zip(&best)
+    {
+        println!("  {name:<18} {ns:7.2} ns  ({:.2}x rdtscp)", ns / best[0]);
+    }
+    println!("  records dropped: {}", report.stop.records_dropped);
+}
+
+fn record_benches_and_report(c: &mut Criterion) {
+    record_benches(c);
+    interleaved_report();
+}
+
 criterion_group! {
     name = engine;
     config = support::config();
-    targets = clock_benches, atomic_benches, record_benches
+    targets = clock_benches, atomic_benches, record_benches_and_report
 }
 criterion_main!(engine);

@@ -1,0 +1,749 @@
+//! Runtime support of `#[traced]` (reached by the expansion as `fxtrace::__private`; not a
+//! stable API: call [`crate::traced`] instead).
+//!
+//! A synchronous function becomes a [`Span`] guard, an `async fn` an [`AsyncSpan`] carried
+//! by an [`Instrumented`] future. Every entry point is `#[inline(always)]` down to one relaxed
+//! load of the engine's "any trace started" count and a branch; all the work with a trace
+//! running is in non-generic `#[inline(never)]` functions compiled once, in this crate.
+//!
+//! # What is written
+//!
+//! - [`Span`] with no argument, or only scalar ones (integers, floats, bools, pointers): one
+//!   duration-complete record at exit, with both timestamps and the arguments (copied into
+//!   the guard at entry). This is the cheapest path: two clock reads and one record.
+//! - [`Span`] with a string or `Debug` argument: the arguments borrow the parameters, which
+//!   the body may move or mutate, so they are written at entry on a duration-begin record,
+//!   and the exit writes a duration-end record.
+//! - [`AsyncSpan`]: an async-begin record at the first poll (with the arguments), a
+//!   duration-complete record per poll on the polling thread, an async-end record when the
+//!   future completes, or when it is dropped unfinished (then with `cancelled = true`). The
+//!   correlation id comes from [`NEXT_ASYNC_ID`].
+//!
+//! A guard or future that began in one trace writes nothing in another (the generation is
+//! checked at exit), and the state is decided at entry (or first poll): a call that began
+//! with no trace running stays silent.
+//!
+//! # Limits
+//!
+//! String values longer than [`MAX_TEXT`] bytes are cut at a character boundary; `Debug`
+//! text is cut at [`MAX_DEBUG_TEXT`] bytes per argument (and [`DEBUG_BUFFER`] per call) and
+//! then ends with `…`. Argument names are interned like every `&'static str`.
+
+use std::fmt::{self, Debug};
+use std::future::Future;
+use std::marker::PhantomData;
+use std::ops::Range;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context as TaskContext, Poll};
+
+use crate::clock;
+use crate::engine::category::tracing_maybe_on;
+use crate::engine::global::with_current;
+use crate::engine::record::TraceWriter;
+use crate::engine::Context;
+use crate::format::{Arg, ArgValue, EventKind, StringRef, MAX_ARGS};
+
+pub use crate::engine::category::CallSite;
+
+/// Longest string argument value written, in bytes (longer ones are cut).
+pub const MAX_TEXT: usize = 4096;
+/// Longest `Debug` text of one argument, in bytes, `…` included.
+pub const MAX_DEBUG_TEXT: usize = 1024;
+/// Room for the `Debug` texts of one call (on the stack of the enabled path only).
+pub const DEBUG_BUFFER: usize = 4096;
+
+/// Whether any trace may be running in the process: one relaxed load.
+#[inline(always)]
+pub fn maybe_on() -> bool {
+    tracing_maybe_on()
+}
+
+/// A function's path from `type_name` of a type declared in its body: drops the type's own
+/// segment and the `{{closure}}` segment an `async fn` body adds. Constant-folded.
+#[inline(always)]
+pub fn fn_path(type_name: &'static str) -> &'static str {
+    let path = type_name
+        .strip_suffix("::__FxtraceSite")
+        .unwrap_or(type_name);
+    path.strip_suffix("::{{closure}}").unwrap_or(path)
+}
+
+/// A traced function's call site, as a zero-sized type declared in its body by the
+/// expansion: the guards name it as a type parameter instead of holding pointers, so an
+/// inert guard is only its "inert" word.
+pub trait Site {
+    /// The category's cached answer (a `static` in the function).
+    fn call_site() -> &'static CallSite;
+    /// The event name.
+    fn name() -> &'static str;
+}
+
+// === arguments ===
+
+/// A value `#[traced(args(..))]` records as a typed argument. Implemented for integers,
+/// floats, `bool`, `str`, `String`, `Cow<str>`, raw pointers, `NonNull`, and references to
+/// any of these. Other types go through `args(name: debug)`.
+#[diagnostic::on_unimplemented(
+    message = "`{Self}` cannot be recorded as a trace argument",
+    label = "not an integer, float, bool, string or pointer",
+    note = "write `args(name: debug)` to record its `Debug` format instead"
+)]
+pub trait TraceArg {
+    /// The argument's value.
+    fn trace_arg(&self) -> ArgValue<'_>;
+}
+
+macro_rules! trace_arg_as {
+    ($variant:ident($wide:ty): $($t:ty),*) => {$(
+        impl TraceArg for $t {
+            #[inline(always)]
+            fn trace_arg(&self) -> ArgValue<'_> {
+                ArgValue::$variant(<$wide>::from(*self))
+            }
+        }
+    )*};
+}
+
+trace_arg_as!(U32(u32): u8, u16, u32);
+trace_arg_as!(I32(i32): i8, i16, i32);
+trace_arg_as!(U64(u64): u64);
+trace_arg_as!(I64(i64): i64);
+trace_arg_as!(F64(f64): f32, f64);
+trace_arg_as!(Bool(bool): bool);
+
+impl TraceArg for usize {
+    #[inline(always)]
+    fn trace_arg(&self) -> ArgValue<'_> {
+        ArgValue::U64(*self as u64)
+    }
+}
+
+impl TraceArg for isize {
+    #[inline(always)]
+    fn trace_arg(&self) -> ArgValue<'_> {
+        ArgValue::I64(*self as i64)
+    }
+}
+
+/// `s` cut to [`MAX_TEXT`] bytes at a character boundary; `""` is the empty ref.
+fn text_ref(s: &str) -> StringRef<'_> {
+    if s.is_empty() {
+        return StringRef::Empty;
+    }
+    let mut end = s.len().min(MAX_TEXT);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    StringRef::Inline(&s[..end])
+}
+
+impl TraceArg for str {
+    #[inline]
+    fn trace_arg(&self) -> ArgValue<'_> {
+        ArgValue::Str(text_ref(self))
+    }
+}
+
+impl TraceArg for String {
+    #[inline]
+    fn trace_arg(&self) -> ArgValue<'_> {
+        ArgValue::Str(text_ref(self))
+    }
+}
+
+impl TraceArg for std::borrow::Cow<'_, str> {
+    #[inline]
+    fn trace_arg(&self) -> ArgValue<'_> {
+        ArgValue::Str(text_ref(self))
+    }
+}
+
+impl<T: ?Sized> TraceArg for *const T {
+    #[inline(always)]
+    fn trace_arg(&self) -> ArgValue<'_> {
+        ArgValue::Pointer(self.cast::<()>() as usize as u64)
+    }
+}
+
+impl<T: ?Sized> TraceArg for *mut T {
+    #[inline(always)]
+    fn trace_arg(&self) -> ArgValue<'_> {
+        ArgValue::Pointer(self.cast::<()>() as usize as u64)
+    }
+}
+
+impl<T: ?Sized> TraceArg for std::ptr::NonNull<T> {
+    #[inline(always)]
+    fn trace_arg(&self) -> ArgValue<'_> {
+        ArgValue::Pointer(self.as_ptr().cast::<()>() as usize as u64)
+    }
+}
+
+impl<T: TraceArg + ?Sized> TraceArg for &T {
+    #[inline(always)]
+    fn trace_arg(&self) -> ArgValue<'_> {
+        (**self).trace_arg()
+    }
+}
+
+impl<T: TraceArg + ?Sized> TraceArg for &mut T {
+    #[inline(always)]
+    fn trace_arg(&self) -> ArgValue<'_> {
+        (**self).trace_arg()
+    }
+}
+
+/// One argument as the expansion hands it over: a typed value, or a `Debug` value that is
+/// formatted only if the category is enabled.
+#[derive(Clone, Copy)]
+pub enum ArgIn<'a> {
+    /// A typed value.
+    Value(&'static str, ArgValue<'a>),
+    /// A value recorded with its `Debug` format.
+    Debug(&'static str, &'a dyn Debug),
+}
+
+impl<'a> ArgIn<'a> {
+    /// A typed value.
+    #[inline(always)]
+    pub fn value(name: &'static str, value: ArgValue<'a>) -> Self {
+        ArgIn::Value(name, value)
+    }
+
+    /// A `Debug` value.
+    #[inline(always)]
+    pub fn debug(name: &'static str, value: &'a dyn Debug) -> Self {
+        ArgIn::Debug(name, value)
+    }
+
+    fn name(&self) -> &'static str {
+        match *self {
+            ArgIn::Value(name, _) | ArgIn::Debug(name, _) => name,
+        }
+    }
+}
+
+impl Debug for ArgIn<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ArgIn::Value(name, value) => f.debug_tuple("Value").field(name).field(value).finish(),
+            ArgIn::Debug(name, _) => f.debug_tuple("Debug").field(name).finish(),
+        }
+    }
+}
+
+/// A scalar value (no borrowed data) as `'static`; `None` for strings and blobs.
+fn scalar(value: ArgValue<'_>) -> Option<ArgValue<'static>> {
+    Some(match value {
+        ArgValue::Null => ArgValue::Null,
+        ArgValue::I32(v) => ArgValue::I32(v),
+        ArgValue::U32(v) => ArgValue::U32(v),
+        ArgValue::I64(v) => ArgValue::I64(v),
+        ArgValue::U64(v) => ArgValue::U64(v),
+        ArgValue::F64(v) => ArgValue::F64(v),
+        ArgValue::Pointer(v) => ArgValue::Pointer(v),
+        ArgValue::Koid(v) => ArgValue::Koid(v),
+        ArgValue::Bool(v) => ArgValue::Bool(v),
+        ArgValue::Str(_) | ArgValue::Blob(_) => return None,
+    })
+}
+
+/// Copy `args` into `out` if every one is scalar.
+fn copy_scalars(args: &[ArgIn<'_>], out: &mut [(&'static str, ArgValue<'static>)]) -> bool {
+    for (slot, arg) in out.iter_mut().zip(args) {
+        match *arg {
+            ArgIn::Value(name, value) => match scalar(value) {
+                Some(value) => *slot = (name, value),
+                None => return false,
+            },
+            ArgIn::Debug(..) => return false,
+        }
+    }
+    true
+}
+
+/// `Debug` texts of one call, on the stack.
+struct DebugText {
+    buf: [u8; DEBUG_BUFFER],
+    len: usize,
+}
+
+/// A `fmt::Write` into a [`DebugText`] that stops at a limit.
+struct Capped<'b> {
+    text: &'b mut DebugText,
+    limit: usize,
+    cut: bool,
+}
+
+impl fmt::Write for Capped<'_> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let room = self.limit - self.text.len;
+        let mut take = s.len().min(room);
+        while !s.is_char_boundary(take) {
+            take -= 1;
+        }
+        let start = self.text.len;
+        self.text.buf[start..start + take].copy_from_slice(&s.as_bytes()[..take]);
+        self.text.len += take;
+        if take < s.len() {
+            self.cut = true;
+            // Stops the formatting: its cost is bounded by the limit too.
+            return Err(fmt::Error);
+        }
+        Ok(())
+    }
+}
+
+const ELLIPSIS: &str = "…";
+
+impl DebugText {
+    fn new() -> Self {
+        DebugText {
+            buf: [0; DEBUG_BUFFER],
+            len: 0,
+        }
+    }
+
+    /// Format `value`, cut to [`MAX_DEBUG_TEXT`] (or the room left); its byte range.
+    fn push(&mut self, value: &dyn Debug) -> Range<usize> {
+        let start = self.len;
+        let room = (DEBUG_BUFFER - start).min(MAX_DEBUG_TEXT);
+        if room < ELLIPSIS.len() {
+            return start..start;
+        }
+        let mut writer = Capped {
+            limit: start + room - ELLIPSIS.len(),
+            text: self,
+            cut: false,
+        };
+        let complete = fmt::write(&mut writer, format_args!("{value:?}")).is_ok();
+        if writer.cut || !complete {
+            let at = self.len;
+            self.buf[at..at + ELLIPSIS.len()].copy_from_slice(ELLIPSIS.as_bytes());
+            self.len += ELLIPSIS.len();
+        }
+        start..self.len
+    }
+
+    fn get(&self, range: Range<usize>) -> &str {
+        // Only whole characters are ever copied in, so this never fails.
+        std::str::from_utf8(&self.buf[range]).unwrap_or("")
+    }
+}
+
+/// Format the `Debug` arguments, then hand `f` the writer and the arguments (names interned).
+fn with_args<R>(
+    context: &Context,
+    generation: u32,
+    args: &[ArgIn<'_>],
+    f: impl FnOnce(&mut TraceWriter<'_>, &[Arg<'_>]) -> R,
+) -> Option<R> {
+    let mut text = DebugText::new();
+    let mut ranges: [Range<usize>; MAX_ARGS] = Default::default();
+    let args = &args[..args.len().min(MAX_ARGS)];
+    for (range, arg) in ranges.iter_mut().zip(args) {
+        if let ArgIn::Debug(_, value) = arg {
+            *range = text.push(*value);
+        }
+    }
+    // The writer is entered after formatting: a `Debug` impl may trace.
+    let mut writer = context.trace_writer()?;
+    if writer.generation() != generation {
+        return None;
+    }
+    let mut built = [Arg {
+        name: StringRef::Empty,
+        value: ArgValue::Null,
+    }; MAX_ARGS];
+    for ((slot, arg), range) in built.iter_mut().zip(args).zip(&ranges) {
+        let value = match *arg {
+            ArgIn::Value(_, value) => value,
+            ArgIn::Debug(..) => ArgValue::Str(text_ref(text.get(range.clone()))),
+        };
+        *slot = Arg {
+            name: writer.string_ref(arg.name()),
+            value,
+        };
+    }
+    Some(f(&mut writer, &built[..args.len()]))
+}
+
+/// The trace generation if `site`'s category is enabled in the current trace.
+#[inline(always)]
+fn enabled_generation(context: &Context, site: &CallSite) -> Option<u32> {
+    let generation = context.started_generation()?;
+    context.category_enabled(site).then_some(generation)
+}
+
+// === impl Span ===
+
+/// How a [`Span`] ends.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// One duration-complete record at exit.
+    Complete,
+    /// A duration-begin record was written at entry; a duration-end record at exit.
+    BeginEnd,
+}
+
+/// The guard of a traced synchronous call at site `S`, with room for `N` scalar arguments.
+#[must_use = "the duration ends when the guard is dropped"]
+pub struct Span<S: Site, const N: usize> {
+    /// Generation of the trace the call began in; 0 = inert.
+    generation: u32,
+    mode: Mode,
+    start: u64,
+    args: [(&'static str, ArgValue<'static>); N],
+    site: PhantomData<fn() -> S>,
+}
+
+impl<S: Site, const N: usize> Debug for Span<S, N> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Span")
+            .field("name", &S::name())
+            .field("generation", &self.generation)
+            .field("mode", &self.mode)
+            .field("start", &self.start)
+            .field("args", &self.args)
+            .finish()
+    }
+}
+
+impl<S: Site, const N: usize> Span<S, N> {
+    /// An inert guard (no trace, or the category disabled).
+    pub const OFF: Self = Span {
+        generation: 0,
+        mode: Mode::Complete,
+        start: 0,
+        args: [("", ArgValue::Null); N],
+        site: PhantomData,
+    };
+
+    /// Enter a call whose arguments are `args` (call only when [`maybe_on`]).
+    #[inline(always)]
+    pub fn enter_args(args: [ArgIn<'_>; N]) -> Self {
+        let mut span = Self::OFF;
+        let site = S::call_site();
+        if let Some((generation, mode)) = enter_args_slow(site, S::name(), &args, &mut span.args) {
+            span.generation = generation;
+            span.mode = mode;
+            if mode == Mode::Complete {
+                span.start = clock::ticks();
+            }
+        }
+        span
+    }
+}
+
+impl<S: Site> Span<S, 0> {
+    /// Enter a call with no arguments: with no trace running, one relaxed load and a branch.
+    #[inline(always)]
+    pub fn enter() -> Self {
+        if !tracing_maybe_on() {
+            return Self::OFF;
+        }
+        match enter_slow(S::call_site()) {
+            Some(generation) => Span {
+                generation,
+                mode: Mode::Complete,
+                start: clock::ticks(),
+                args: [],
+                site: PhantomData,
+            },
+            None => Self::OFF,
+        }
+    }
+}
+
+#[inline(never)]
+fn enter_slow(site: &'static CallSite) -> Option<u32> {
+    with_current(|context| enabled_generation(context, site)).flatten()
+}
+
+#[inline(never)]
+fn enter_args_slow(
+    site: &'static CallSite,
+    name: &'static str,
+    args: &[ArgIn<'_>],
+    out: &mut [(&'static str, ArgValue<'static>)],
+) -> Option<(u32, Mode)> {
+    with_current(|context| {
+        let generation = enabled_generation(context, site)?;
+        if copy_scalars(args, out) {
+            return Some((generation, Mode::Complete));
+        }
+        with_args(context, generation, args, |writer, args| {
+            let kind = EventKind::DurationBegin;
+            writer.event(clock::ticks(), site.category(), name, kind, args)
+        })?
+        .ok()?;
+        Some((generation, Mode::BeginEnd))
+    })
+    .flatten()
+}
+
+#[inline(never)]
+fn end_slow(
+    generation: u32,
+    mode: Mode,
+    start: u64,
+    end: u64,
+    category: &'static str,
+    name: &'static str,
+    args: &[(&'static str, ArgValue<'static>)],
+) {
+    with_current(|context| {
+        let Some(mut writer) = context.trace_writer() else {
+            return;
+        };
+        // A call that began in another trace is not written.
+        if writer.generation() != generation {
+            return;
+        }
+        let _ = match mode {
+            Mode::Complete if args.is_empty() => {
+                let kind = EventKind::DurationComplete { end_ticks: end };
+                writer.event(start, category, name, kind, &[])
+            }
+            Mode::Complete if args.len() <= SMALL_ARGS => {
+                write_complete::<SMALL_ARGS>(&mut writer, (start, end), category, name, args)
+            }
+            Mode::Complete => {
+                write_complete::<MAX_ARGS>(&mut writer, (start, end), category, name, args)
+            }
+            Mode::BeginEnd => writer.event(end, category, name, EventKind::DurationEnd, &[]),
+        };
+    });
+}
+
+/// Arguments up to which [`write_complete`] uses a small array (fewer bytes to initialise).
+const SMALL_ARGS: usize = 4;
+
+/// A duration-complete record with `args` (at most `M`), names interned.
+#[inline(always)]
+fn write_complete<const M: usize>(
+    writer: &mut TraceWriter<'_>,
+    (start, end): (u64, u64),
+    category: &'static str,
+    name: &'static str,
+    args: &[(&'static str, ArgValue<'static>)],
+) -> Result<(), crate::engine::RecordError> {
+    let mut built = [Arg {
+        name: StringRef::Empty,
+        value: ArgValue::Null,
+    }; M];
+    let args = &args[..args.len().min(M)];
+    for (slot, &(name, value)) in built.iter_mut().zip(args) {
+        *slot = Arg {
+            name: writer.string_ref(name),
+            value,
+        };
+    }
+    let kind = EventKind::DurationComplete { end_ticks: end };
+    writer.event(start, category, name, kind, &built[..args.len()])
+}
+
+impl<S: Site, const N: usize> Drop for Span<S, N> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        if self.generation != 0 {
+            let end = clock::ticks();
+            end_slow(
+                self.generation,
+                self.mode,
+                self.start,
+                end,
+                S::call_site().category(),
+                S::name(),
+                &self.args,
+            );
+        }
+    }
+}
+
+// === impl AsyncSpan ===
+
+/// Rules: the next correlation id of a traced future; taken (`fetch_add`) once per traced
+/// future that begins while its category is enabled, by any thread. Starts at 1; 2^64 ids
+/// do not wrap in practice.
+/// ATOMICS: `Relaxed`: only uniqueness matters (one read-modify-write per id, so no two
+/// futures get the same one); the id publishes no other data.
+pub static NEXT_ASYNC_ID: AtomicU64 = AtomicU64::new(1);
+
+/// The trace state of one traced future.
+#[derive(Debug)]
+pub struct AsyncSpan {
+    /// Generation of the trace the future began in; 0 = inert.
+    generation: u32,
+    /// Correlation id of the async begin/end records.
+    id: u64,
+    /// The async end has been written (or cannot be any more).
+    ended: bool,
+    category: &'static str,
+    name: &'static str,
+}
+
+impl AsyncSpan {
+    /// An inert span.
+    pub const OFF: AsyncSpan = AsyncSpan {
+        generation: 0,
+        id: 0,
+        ended: true,
+        category: "",
+        name: "",
+    };
+
+    /// Begin: the async-begin record, with `args`, at the first poll of the traced `async fn`
+    /// of site `S`.
+    #[inline(always)]
+    pub fn begin<S: Site>(args: &[ArgIn<'_>]) -> AsyncSpan {
+        if !tracing_maybe_on() {
+            return Self::OFF;
+        }
+        begin_async_slow(S::call_site(), S::name(), args)
+    }
+
+    /// The async-end record's arguments.
+    fn end(&mut self, ticks: u64, writer: &mut TraceWriter<'_>, args: &[Arg<'_>]) {
+        self.ended = true;
+        let kind = EventKind::AsyncEnd { id: self.id };
+        let _ = writer.event(ticks, self.category, self.name, kind, args);
+    }
+
+    /// After a poll that began at `start`: the poll's duration, and the end if `ready`.
+    #[inline(never)]
+    fn polled(&mut self, start: u64, ready: bool) {
+        let end = clock::ticks();
+        with_current(|context| {
+            let Some(mut writer) = context.trace_writer() else {
+                return;
+            };
+            if writer.generation() != self.generation {
+                // The trace this future began in is over: nothing more to write.
+                self.generation = 0;
+                return;
+            }
+            let kind = EventKind::DurationComplete { end_ticks: end };
+            let _ = writer.event(start, self.category, self.name, kind, &[]);
+            if ready {
+                self.end(end, &mut writer, &[]);
+            }
+        });
+        if ready {
+            self.ended = true;
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn cancelled(&mut self) {
+        let ticks = clock::ticks();
+        with_current(|context| {
+            let Some(mut writer) = context.trace_writer() else {
+                return;
+            };
+            if writer.generation() == self.generation {
+                let cancelled = writer.string_ref("cancelled");
+                self.end(
+                    ticks,
+                    &mut writer,
+                    &[Arg::new(cancelled, ArgValue::Bool(true))],
+                );
+            }
+        });
+    }
+}
+
+#[inline(never)]
+fn begin_async_slow(site: &'static CallSite, name: &'static str, args: &[ArgIn<'_>]) -> AsyncSpan {
+    with_current(|context| {
+        let generation = enabled_generation(context, site)?;
+        // ATOMICS: see `NEXT_ASYNC_ID`.
+        let id = NEXT_ASYNC_ID.fetch_add(1, Ordering::Relaxed);
+        let category = site.category();
+        with_args(context, generation, args, |writer, args| {
+            let kind = EventKind::AsyncBegin { id };
+            writer.event(clock::ticks(), category, name, kind, args)
+        })?
+        .ok()?;
+        Some(AsyncSpan {
+            generation,
+            id,
+            ended: false,
+            category,
+            name,
+        })
+    })
+    .flatten()
+    .unwrap_or(AsyncSpan::OFF)
+}
+
+impl Drop for AsyncSpan {
+    #[inline]
+    fn drop(&mut self) {
+        if self.generation != 0 && !self.ended {
+            self.cancelled();
+        }
+    }
+}
+
+// === impl Instrumented ===
+
+/// A future traced by `#[traced]`: one duration per poll, and the async end.
+#[derive(Debug)]
+#[must_use = "futures do nothing unless polled"]
+pub struct Instrumented<F> {
+    // Declared first: dropped before the span writes a cancelled end.
+    inner: F,
+    span: AsyncSpan,
+}
+
+/// Wrap `future` (its output type named by the expansion, which pins the `async fn`'s return
+/// type for inference).
+#[inline(always)]
+pub fn instrument<F: Future<Output = R>, R>(span: AsyncSpan, future: F) -> Instrumented<F> {
+    Instrumented {
+        inner: future,
+        span,
+    }
+}
+
+/// Writes the poll's duration when dropped, also when the poll panics.
+struct PollGuard<'s> {
+    span: &'s mut AsyncSpan,
+    start: u64,
+    ready: bool,
+}
+
+impl Drop for PollGuard<'_> {
+    #[inline(always)]
+    fn drop(&mut self) {
+        self.span.polled(self.start, self.ready);
+    }
+}
+
+impl<F: Future> Future for Instrumented<F> {
+    type Output = F::Output;
+
+    #[inline]
+    fn poll(self: Pin<&mut Self>, cx: &mut TaskContext<'_>) -> Poll<F::Output> {
+        // SAFETY: `inner` is structurally pinned: it is only ever reached through this
+        // projection, never moved out of `self`, and `Instrumented` has no `Drop` impl (the
+        // span's does not touch `inner`); `Instrumented: Unpin` only when `F: Unpin`.
+        let this = unsafe { self.get_unchecked_mut() };
+        // SAFETY: see above.
+        let inner = unsafe { Pin::new_unchecked(&mut this.inner) };
+        if this.span.generation == 0 {
+            return inner.poll(cx);
+        }
+        let mut guard = PollGuard {
+            start: clock::ticks(),
+            span: &mut this.span,
+            ready: false,
+        };
+        let poll = inner.poll(cx);
+        guard.ready = poll.is_ready();
+        poll
+    }
+}

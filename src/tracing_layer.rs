@@ -1,0 +1,540 @@
+//! [`TracingLayer`]: `tracing` spans and events written as FXT records (feature `tracing`,
+//! on by default).
+//!
+//! ```no_run
+//! use tracing_subscriber::prelude::*;
+//!
+//! tracing_subscriber::registry().with(fxtrace::TracingLayer::new()).init();
+//! ```
+//!
+//! Like every fxtrace front end, the layer writes into the process's current trace (a
+//! provider session under `fxtrace record`, or a [`crate::standalone`] session); with no trace
+//! running each callback costs one relaxed load and a branch. The layer never filters: other
+//! layers see every span and event whatever fxtrace records.
+//!
+//! # Mapping
+//!
+//! | `tracing` | FXT |
+//! |---|---|
+//! | target | category (enabled by the trace's category filter) |
+//! | span, each enter → exit on a thread | one duration-complete record on that thread, named after the span, with the span's fields |
+//! | span entered on a thread other than the one that created it (a future that moved, a task spawned elsewhere) | also an async-begin record (creation time, creating thread, the fields) and, when the span closes, an async-end record; correlation id = the span id |
+//! | event | instant event (thread scope) named by its `message` (the metadata name, e.g. `event src/main.rs:12`, when it has none), with the other fields and `level` as arguments |
+//! | field `i64` / `u64` / `f64` / `bool` / `&str` | typed argument `i64` / `u64` / `f64` / `bool` / string |
+//! | field recorded by `Debug` (`?x`, `%x`, `i128`, errors) | string argument with the `Debug` text; only then is anything formatted |
+//!
+//! Events become instants rather than FXT log records because a log record carries neither
+//! category nor arguments: the target, the level and the fields would be lost, and the
+//! category filter could not select them.
+//!
+//! # Costs and limits
+//!
+//! - A span is recorded if a trace was running with its category enabled when it was
+//!   created; a span created before the trace started writes nothing.
+//! - A span's fields are kept (owned) in the span's extensions only while a trace is running
+//!   with its category enabled: one allocation per span then, none otherwise.
+//! - Events with string or `Debug` fields format into a per-thread scratch buffer (no
+//!   allocation once warm).
+//! - Texts are cut at [`MAX_TEXT`] bytes; an event or span has at most 15 arguments
+//!   (`level` included): further fields are replaced by one `fields_dropped` count.
+//! - Span ids are reused by the registry after a span closes, so an async id is unique only
+//!   among live spans (async begin/end pairs with the same id do not overlap).
+
+use std::cell::{Cell, RefCell};
+use std::fmt::{self, Write as _};
+use std::ops::Range;
+use std::sync::atomic::{AtomicBool, Ordering};
+
+use tracing::field::{Field, Visit};
+use tracing::span::{Attributes, Id, Record};
+use tracing::{Event as TracingEvent, Subscriber};
+use tracing_subscriber::layer::{Context as LayerContext, Layer};
+use tracing_subscriber::registry::LookupSpan;
+
+use crate::clock;
+use crate::engine::category::tracing_maybe_on;
+use crate::engine::global::with_current;
+use crate::engine::record::{Scope, TraceStr, TraceWriter};
+use crate::engine::Context;
+use crate::format::{Arg, ArgValue, Event, EventKind, StringRef, ThreadRef, MAX_ARGS};
+
+/// Longest text argument (string field, `Debug` text, message) written, in bytes.
+pub const MAX_TEXT: usize = 4096;
+
+/// Name of the argument counting fields that did not fit in one record.
+const FIELDS_DROPPED: &str = "fields_dropped";
+
+/// Most entered spans remembered per thread; beyond, the oldest is forgotten (and its
+/// duration not written) — only reached when spans are entered and never exited.
+const MAX_ENTERED: usize = 1024;
+
+/// A `tracing-subscriber` layer writing spans and events into the current fxtrace trace.
+/// See the [module documentation](self) for the mapping.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct TracingLayer {
+    _private: (),
+}
+
+impl TracingLayer {
+    /// The layer.
+    pub fn new() -> Self {
+        Self::default()
+    }
+}
+
+// === per-thread state ===
+
+thread_local! {
+    /// Spans entered on this thread and not yet exited, innermost last.
+    static ENTERED: RefCell<Vec<Entered>> = const { RefCell::new(Vec::new()) };
+    /// Scratch text of the event being written (taken while in use, so a nested event
+    /// formatting inside a field's `Debug` gets its own).
+    static SCRATCH: Cell<String> = const { Cell::new(String::new()) };
+    /// This thread's kernel id, 0 until asked.
+    static TID: Cell<u64> = const { Cell::new(0) };
+}
+
+#[derive(Debug, Clone, Copy)]
+struct Entered {
+    span: u64,
+    generation: u32,
+    start: u64,
+}
+
+fn current_tid() -> u64 {
+    TID.with(|t| {
+        if t.get() == 0 {
+            // SAFETY: `gettid` has no preconditions.
+            t.set(unsafe { libc::gettid() } as u64);
+        }
+        t.get()
+    })
+}
+
+// === values ===
+
+/// A field value kept with a span.
+#[derive(Debug, Clone, PartialEq)]
+enum Owned {
+    Scalar(ArgValue<'static>),
+    Text(String),
+}
+
+/// What the layer keeps in a span's extensions while a trace records it.
+#[derive(Debug)]
+struct SpanData {
+    generation: u32,
+    category: &'static str,
+    name: &'static str,
+    /// Creation time and thread (for the async begin).
+    created: u64,
+    creator_tid: u64,
+    fields: Vec<(&'static str, Owned)>,
+    /// Rules: set once, by the first thread that enters the span on a thread other than
+    /// its creator's, which then writes the async begin; read at close.
+    /// ATOMICS: `Relaxed` `swap`: only its single winner matters; the close that reads it
+    /// runs after every enter/exit of the span (the registry's span lifecycle orders them).
+    async_begun: AtomicBool,
+}
+
+/// Cut `s` to [`MAX_TEXT`] bytes at a character boundary.
+fn cut(s: &str) -> &str {
+    let mut end = s.len().min(MAX_TEXT);
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+/// A `fmt::Write` into a `String` that stops at [`MAX_TEXT`] bytes past `start`.
+struct CappedString<'s> {
+    text: &'s mut String,
+    start: usize,
+}
+
+impl fmt::Write for CappedString<'_> {
+    fn write_str(&mut self, s: &str) -> fmt::Result {
+        let room = MAX_TEXT - (self.text.len() - self.start);
+        let piece = if s.len() <= room {
+            s
+        } else {
+            let mut end = room;
+            while !s.is_char_boundary(end) {
+                end -= 1;
+            }
+            &s[..end]
+        };
+        self.text.push_str(piece);
+        if piece.len() < s.len() {
+            return Err(fmt::Error);
+        }
+        Ok(())
+    }
+}
+
+/// Append `value`'s `Debug` text to `text` (cut at [`MAX_TEXT`]); its byte range.
+fn push_debug(text: &mut String, value: &dyn fmt::Debug) -> Range<usize> {
+    let start = text.len();
+    let mut writer = CappedString { text, start };
+    // An error only means the text was cut (or the `Debug` impl failed): keep what came.
+    let _ = write!(writer, "{value:?}");
+    start..text.len()
+}
+
+/// Span fields, owned.
+struct SpanVisitor<'f> {
+    fields: &'f mut Vec<(&'static str, Owned)>,
+}
+
+impl SpanVisitor<'_> {
+    fn set(&mut self, name: &'static str, value: Owned) {
+        match self.fields.iter_mut().find(|(n, _)| *n == name) {
+            Some(slot) => slot.1 = value,
+            None => self.fields.push((name, value)),
+        }
+    }
+}
+
+impl Visit for SpanVisitor<'_> {
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.set(field.name(), Owned::Scalar(ArgValue::F64(value)));
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.set(field.name(), Owned::Scalar(ArgValue::I64(value)));
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.set(field.name(), Owned::Scalar(ArgValue::U64(value)));
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.set(field.name(), Owned::Scalar(ArgValue::Bool(value)));
+    }
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        self.set(field.name(), Owned::Text(cut(value).to_owned()));
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        let mut text = String::new();
+        push_debug(&mut text, value);
+        self.set(field.name(), Owned::Text(text));
+    }
+}
+
+/// Event fields, written into a scratch buffer.
+struct EventVisitor {
+    text: String,
+    message: Option<Range<usize>>,
+    args: [(&'static str, EventValue); MAX_ARGS],
+    len: usize,
+    /// Fields that did not fit.
+    dropped: u32,
+}
+
+#[derive(Debug, Clone)]
+enum EventValue {
+    Scalar(ArgValue<'static>),
+    Text(Range<usize>),
+}
+
+impl EventVisitor {
+    /// Room for fields: one slot is kept for `level`.
+    const FIELD_SLOTS: usize = MAX_ARGS - 1;
+
+    fn push(&mut self, name: &'static str, value: EventValue) {
+        if self.len < Self::FIELD_SLOTS {
+            self.args[self.len] = (name, value);
+            self.len += 1;
+        } else {
+            self.dropped += 1;
+        }
+    }
+}
+
+impl Visit for EventVisitor {
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.push(field.name(), EventValue::Scalar(ArgValue::F64(value)));
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.push(field.name(), EventValue::Scalar(ArgValue::I64(value)));
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.push(field.name(), EventValue::Scalar(ArgValue::U64(value)));
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.push(field.name(), EventValue::Scalar(ArgValue::Bool(value)));
+    }
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        let start = self.text.len();
+        self.text.push_str(cut(value));
+        let range = start..self.text.len();
+        self.push(field.name(), EventValue::Text(range));
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        let range = push_debug(&mut self.text, value);
+        if field.name() == "message" && self.message.is_none() {
+            self.message = Some(range);
+        } else {
+            self.push(field.name(), EventValue::Text(range));
+        }
+    }
+}
+
+// === writing ===
+
+/// The current trace's generation if `category` is enabled in it.
+fn enabled_generation(context: &Context, category: &'static str) -> Option<u32> {
+    let generation = context.started_generation()?;
+    context
+        .is_category_enabled_cached(category)
+        .then_some(generation)
+}
+
+/// A writer on the current context for trace `generation`.
+fn with_writer_in(generation: u32, f: impl FnOnce(&mut TraceWriter<'_>)) {
+    with_current(|context| {
+        if let Some(mut writer) = context.trace_writer() {
+            if writer.generation() == generation {
+                f(&mut writer);
+            }
+        }
+    });
+}
+
+/// Arguments of a span's fields, names interned; the `fields_dropped` count last when they
+/// do not all fit.
+fn span_args<'a>(
+    writer: &mut TraceWriter<'_>,
+    fields: &'a [(&'static str, Owned)],
+    out: &mut [Arg<'a>; MAX_ARGS],
+) -> usize {
+    let fit = if fields.len() > MAX_ARGS {
+        MAX_ARGS - 1
+    } else {
+        fields.len()
+    };
+    for (slot, (name, value)) in out.iter_mut().zip(&fields[..fit]) {
+        let value = match value {
+            Owned::Scalar(v) => *v,
+            Owned::Text(t) if t.is_empty() => ArgValue::Str(StringRef::Empty),
+            Owned::Text(t) => ArgValue::Str(StringRef::Inline(t)),
+        };
+        *slot = Arg::new(writer.string_ref(*name), value);
+    }
+    if fit < fields.len() {
+        let dropped = (fields.len() - fit) as u32;
+        out[fit] = Arg::new(writer.string_ref(FIELDS_DROPPED), ArgValue::U32(dropped));
+        return MAX_ARGS;
+    }
+    fit
+}
+
+const EMPTY_ARG: Arg<'static> = Arg {
+    name: StringRef::Empty,
+    value: ArgValue::Null,
+};
+
+// === impl Layer ===
+
+impl<S> Layer<S> for TracingLayer
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: LayerContext<'_, S>) {
+        if !tracing_maybe_on() {
+            return;
+        }
+        let metadata = attrs.metadata();
+        let category = metadata.target();
+        let Some(generation) = with_current(|c| enabled_generation(c, category)).flatten() else {
+            return;
+        };
+        let Some(span) = ctx.span(id) else {
+            return;
+        };
+        let mut fields = Vec::new();
+        attrs.record(&mut SpanVisitor {
+            fields: &mut fields,
+        });
+        span.extensions_mut().insert(SpanData {
+            generation,
+            category,
+            name: metadata.name(),
+            created: clock::ticks(),
+            creator_tid: current_tid(),
+            fields,
+            async_begun: AtomicBool::new(false),
+        });
+    }
+
+    fn on_record(&self, id: &Id, values: &Record<'_>, ctx: LayerContext<'_, S>) {
+        let Some(span) = ctx.span(id) else {
+            return;
+        };
+        let mut extensions = span.extensions_mut();
+        if let Some(data) = extensions.get_mut::<SpanData>() {
+            values.record(&mut SpanVisitor {
+                fields: &mut data.fields,
+            });
+        }
+    }
+
+    fn on_enter(&self, id: &Id, ctx: LayerContext<'_, S>) {
+        if !tracing_maybe_on() {
+            return;
+        }
+        let Some(span) = ctx.span(id) else {
+            return;
+        };
+        let extensions = span.extensions();
+        let Some(data) = extensions.get::<SpanData>() else {
+            return;
+        };
+        let tid = current_tid();
+        // ATOMICS: see `SpanData::async_begun`.
+        if tid != data.creator_tid && !data.async_begun.swap(true, Ordering::Relaxed) {
+            write_async_begin(id.into_u64(), data);
+        }
+        let entered = Entered {
+            span: id.into_u64(),
+            generation: data.generation,
+            start: clock::ticks(),
+        };
+        ENTERED.with(|stack| {
+            let mut stack = stack.borrow_mut();
+            if stack.len() == MAX_ENTERED {
+                stack.remove(0);
+            }
+            stack.push(entered);
+        });
+    }
+
+    fn on_exit(&self, id: &Id, ctx: LayerContext<'_, S>) {
+        if !tracing_maybe_on() {
+            return;
+        }
+        let end = clock::ticks();
+        let span_id = id.into_u64();
+        let Some(entered) = ENTERED.with(|stack| {
+            let mut stack = stack.borrow_mut();
+            let at = stack.iter().rposition(|e| e.span == span_id)?;
+            Some(stack.remove(at))
+        }) else {
+            return;
+        };
+        let Some(span) = ctx.span(id) else {
+            return;
+        };
+        let extensions = span.extensions();
+        let Some(data) = extensions.get::<SpanData>() else {
+            return;
+        };
+        with_writer_in(entered.generation, |writer| {
+            let mut args = [EMPTY_ARG; MAX_ARGS];
+            let n = span_args(writer, &data.fields, &mut args);
+            let kind = EventKind::DurationComplete { end_ticks: end };
+            let _ = writer.event(entered.start, data.category, data.name, kind, &args[..n]);
+        });
+    }
+
+    fn on_close(&self, id: Id, ctx: LayerContext<'_, S>) {
+        let Some(span) = ctx.span(&id) else {
+            return;
+        };
+        let extensions = span.extensions();
+        let Some(data) = extensions.get::<SpanData>() else {
+            return;
+        };
+        // ATOMICS: see `SpanData::async_begun`.
+        if data.async_begun.load(Ordering::Relaxed) {
+            let ticks = clock::ticks();
+            with_writer_in(data.generation, |writer| {
+                let kind = EventKind::AsyncEnd { id: id.into_u64() };
+                let _ = writer.event(ticks, data.category, data.name, kind, &[]);
+            });
+        }
+    }
+
+    fn on_event(&self, event: &TracingEvent<'_>, _ctx: LayerContext<'_, S>) {
+        if !tracing_maybe_on() {
+            return;
+        }
+        let metadata = event.metadata();
+        let category = metadata.target();
+        let Some(generation) = with_current(|c| enabled_generation(c, category)).flatten() else {
+            return;
+        };
+        let ticks = clock::ticks();
+        let mut text = SCRATCH.with(Cell::take);
+        text.clear();
+        let mut visitor = EventVisitor {
+            text,
+            message: None,
+            args: std::array::from_fn(|_| ("", EventValue::Scalar(ArgValue::Null))),
+            len: 0,
+            dropped: 0,
+        };
+        event.record(&mut visitor);
+        with_writer_in(generation, |writer| {
+            let visitor = &visitor;
+            let mut args = [EMPTY_ARG; MAX_ARGS];
+            let mut n = 0;
+            for (name, value) in &visitor.args[..visitor.len] {
+                let value = match value {
+                    EventValue::Scalar(v) => *v,
+                    EventValue::Text(range) if range.is_empty() => ArgValue::Str(StringRef::Empty),
+                    EventValue::Text(range) => {
+                        ArgValue::Str(StringRef::Inline(&visitor.text[range.clone()]))
+                    }
+                };
+                args[n] = Arg::new(writer.string_ref(*name), value);
+                n += 1;
+            }
+            if visitor.dropped > 0 {
+                // The last field slot gives way to the count.
+                n = n.min(EventVisitor::FIELD_SLOTS - 1);
+                let dropped = visitor.dropped + (visitor.len - n) as u32;
+                args[n] = Arg::new(writer.string_ref(FIELDS_DROPPED), ArgValue::U32(dropped));
+                n += 1;
+            }
+            let level = writer.string_ref(metadata.level().as_str());
+            args[n] = Arg::new(writer.string_ref("level"), ArgValue::Str(level));
+            n += 1;
+            let name = match &visitor.message {
+                Some(range) if !range.is_empty() => TraceStr::Inline(&visitor.text[range.clone()]),
+                _ => TraceStr::Static(metadata.name()),
+            };
+            let _ = writer.instant(ticks, category, name, Scope::Thread, &args[..n]);
+        });
+        SCRATCH.with(|s| s.set(visitor.text));
+    }
+}
+
+/// The async begin of a span that crossed threads: at its creation time, on its creating
+/// thread (an inline thread ref), with its fields.
+fn write_async_begin(id: u64, data: &SpanData) {
+    with_writer_in(data.generation, |writer| {
+        let mut args = [EMPTY_ARG; MAX_ARGS];
+        let n = span_args(writer, &data.fields, &mut args);
+        let category = writer.string_ref(data.category);
+        let name = writer.string_ref(data.name);
+        let _ = writer.write(&Event {
+            ticks: data.created,
+            thread: ThreadRef::Inline {
+                pid: u64::from(std::process::id()),
+                tid: data.creator_tid,
+            },
+            category,
+            name,
+            args: &args[..n],
+            kind: EventKind::AsyncBegin { id },
+        });
+    });
+}

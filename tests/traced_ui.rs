@@ -1,0 +1,15 @@
+//! `#[traced]` compile tests (trybuild): `tests/ui/pass` must compile (every shape of
+//! function and every option), each file of `tests/ui/fail` must fail with the message and
+//! span of its `.stderr` file (one file per error: each duplicate option separately).
+//!
+//! Regenerate the expected output after a deliberate message change with
+//! `TRYBUILD=overwrite cargo test --test traced_ui`.
+
+#![cfg(feature = "instrument")]
+
+#[test]
+fn ui() {
+    let cases = trybuild::TestCases::new();
+    cases.pass("tests/ui/pass/*.rs");
+    cases.compile_fail("tests/ui/fail/*.rs");
+}

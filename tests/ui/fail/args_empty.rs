@@ -1,0 +1,6 @@
+#[fxtrace::traced(args())]
+fn f() {}
+
+fn main() {
+    f();
+}

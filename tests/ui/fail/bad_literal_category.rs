@@ -1,0 +1,6 @@
+#[fxtrace::traced(category = 5)]
+fn f() {}
+
+fn main() {
+    f();
+}

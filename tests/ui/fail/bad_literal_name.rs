@@ -1,0 +1,6 @@
+#[fxtrace::traced(name = query)]
+fn f() {}
+
+fn main() {
+    f();
+}

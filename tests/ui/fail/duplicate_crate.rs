@@ -1,0 +1,6 @@
+#[fxtrace::traced(crate = fxtrace, crate = fxtrace)]
+fn f() {}
+
+fn main() {
+    f();
+}

@@ -1,0 +1,6 @@
+#[fxtrace::traced(name = "a", category = "c", name = "b")]
+fn f() {}
+
+fn main() {
+    f();
+}

@@ -1,0 +1,6 @@
+#[fxtrace::traced(category = "")]
+fn f() {}
+
+fn main() {
+    f();
+}

@@ -1,0 +1,6 @@
+#[fxtrace::traced]
+struct NotAFunction;
+
+fn main() {
+    let _ = NotAFunction;
+}

@@ -1,0 +1,6 @@
+#[fxtrace::traced(level = "info")]
+fn f() {}
+
+fn main() {
+    f();
+}
