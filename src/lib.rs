@@ -25,7 +25,6 @@ pub mod tracing_layer;
 pub use instrument as __private;
 
 pub use engine::standalone;
-pub use provider::{alert, connect};
 /// Each call of the function becomes a duration event in the current trace:
 ///
 /// ```
@@ -39,6 +38,7 @@ pub use provider::{alert, connect};
 /// ```
 #[doc(inline)]
 pub use fxtrace_macros::traced;
+pub use provider::{alert, connect};
 pub use trace::{
     async_begin, async_end, async_instant, counter, duration, duration_begin, duration_end,
     duration_with_args, flow_begin, flow_end, flow_step, instant, is_category_enabled, log, Arg,
