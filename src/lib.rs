@@ -5,6 +5,7 @@
 //! CPU and the kernel through `rdtscp` and `perf_event_open`. See `shared/DESIGN.md` for the
 //! architecture and `AGENTS.md` for the map of this repository.
 
+pub mod c_api;
 pub mod capture;
 pub mod clock;
 pub mod convert;
@@ -16,8 +17,6 @@ pub mod manager;
 pub mod protocol;
 pub mod provider;
 pub mod report;
-
-pub use provider::{alert, connect};
 pub mod trace;
 #[cfg(feature = "tracing")]
 pub mod tracing_layer;
@@ -39,6 +38,7 @@ pub use engine::standalone;
 /// ```
 #[doc(inline)]
 pub use fxtrace_macros::traced;
+pub use provider::{alert, connect};
 pub use trace::{
     async_begin, async_end, async_instant, counter, duration, duration_begin, duration_end,
     duration_with_args, flow_begin, flow_end, flow_step, instant, is_category_enabled, log, Arg,

@@ -80,6 +80,11 @@ pub(crate) struct RecordArgs {
     /// With --system-wide: data pages per CPU ring buffer (a power of two), as perf's -m.
     #[arg(long = "mmap-pages", value_name = "PAGES", default_value_t = 256)]
     mmap_pages: usize,
+    /// Trace CMD unmodified: load libfxtrace_preload.so into it (LD_PRELOAD), which makes it
+    /// (and every program it starts) a provider and captures its context switches. The object
+    /// is looked for next to this executable, or at FXTRACE_PRELOAD_LIB.
+    #[arg(long, requires = "command")]
+    preload: bool,
     /// The command to trace (it gets FXTRACE_SOCKET); without one, trace whoever connects.
     #[arg(last = true, value_name = "CMD")]
     command: Vec<OsString>,
@@ -202,6 +207,11 @@ impl RecordArgs {
             .map(|c| c.trim().to_owned())
             .filter(|c| !c.is_empty())
             .collect();
+        let env = if self.preload {
+            vec![preload_env(&preload_library()?)]
+        } else {
+            Vec::new()
+        };
         Ok(RecordPlan {
             recorder: RecordConfig {
                 output: self.output,
@@ -213,12 +223,65 @@ impl RecordArgs {
                 command: self.command,
                 socket_path: self.socket,
                 stop_timeout,
+                env,
                 ..RecordConfig::default()
             },
             kernel,
             stop_on_signal: self.stop_on_signal,
         })
     }
+}
+
+// === --preload ===
+
+/// The preload object's file name.
+const PRELOAD_LIB: &str = "libfxtrace_preload.so";
+/// Where `--preload` finds the object, if set.
+const PRELOAD_LIB_ENV: &str = "FXTRACE_PRELOAD_LIB";
+
+/// `FXTRACE_PRELOAD_LIB`, else `libfxtrace_preload.so` next to this executable.
+fn preload_library() -> Result<PathBuf, RecordCliError> {
+    find_preload_library(std::env::var_os(PRELOAD_LIB_ENV), std::env::current_exe())
+}
+
+/// The object at `explicit`, else next to `exe`; it must exist. Absolute, since the command
+/// may change directory.
+fn find_preload_library(
+    explicit: Option<OsString>,
+    exe: std::io::Result<PathBuf>,
+) -> Result<PathBuf, RecordCliError> {
+    let path = match explicit {
+        Some(path) => PathBuf::from(path),
+        None => exe
+            .map_err(|e| {
+                RecordCliError::BadArgument(format!(
+                    "--preload: cannot locate this executable ({e}); set {PRELOAD_LIB_ENV}"
+                ))
+            })?
+            .with_file_name(PRELOAD_LIB),
+    };
+    if !path.is_file() {
+        return Err(RecordCliError::BadArgument(format!(
+            "--preload: {} not found; build it next to fxtrace (cargo build -p \
+             fxtrace-preload) or set {PRELOAD_LIB_ENV} to its path",
+            path.display()
+        )));
+    }
+    Ok(std::path::absolute(&path).unwrap_or(path))
+}
+
+/// `LD_PRELOAD` for the command: `library` first, then what the environment already preloads.
+fn preload_env(library: &std::path::Path) -> (OsString, OsString) {
+    preload_env_with(library, std::env::var_os("LD_PRELOAD"))
+}
+
+fn preload_env_with(library: &std::path::Path, existing: Option<OsString>) -> (OsString, OsString) {
+    let mut value = OsString::from(library);
+    if let Some(existing) = existing.filter(|v| !v.is_empty()) {
+        value.push(":");
+        value.push(existing);
+    }
+    ("LD_PRELOAD".into(), value)
 }
 
 // === the kernel provider as a section of the archive ===
@@ -448,6 +511,45 @@ mod tests {
     }
 
     #[test]
+    fn preload_finds_the_object_and_keeps_ld_preload() {
+        let dir = tempfile::tempdir().unwrap();
+        let lib = dir.path().join(PRELOAD_LIB);
+        let exe = dir.path().join("fxtrace");
+        assert!(matches!(
+            find_preload_library(None, Ok(exe.clone())),
+            Err(RecordCliError::BadArgument(m)) if m.contains("not found")
+        ));
+        std::fs::write(&lib, b"").unwrap();
+        assert_eq!(find_preload_library(None, Ok(exe)).unwrap(), lib);
+        let other = dir.path().join("other.so");
+        assert!(find_preload_library(
+            Some(other.clone().into()),
+            Err(std::io::ErrorKind::NotFound.into())
+        )
+        .is_err());
+        std::fs::write(&other, b"").unwrap();
+        assert_eq!(
+            find_preload_library(
+                Some(other.clone().into()),
+                Err(std::io::ErrorKind::NotFound.into())
+            )
+            .unwrap(),
+            other
+        );
+        assert_eq!(
+            preload_env_with(&lib, Some("/x/a.so".into())).1,
+            OsString::from(format!("{}:/x/a.so", lib.display()))
+        );
+        assert_eq!(preload_env_with(&lib, Some("".into())).1, lib.as_os_str());
+        assert_eq!(preload_env_with(&lib, None).0, "LD_PRELOAD");
+        // --preload needs a command.
+        let mut argv = vec!["record", "--preload"];
+        assert!(Wrapper::try_parse_from(argv.clone()).is_err());
+        argv.extend(["--", "true"]);
+        assert!(Wrapper::try_parse_from(argv).is_ok());
+    }
+
+    #[test]
     fn defaults_and_no_lbr() {
         let c = config(&["-a", "--no-lbr", "--duration", "0.5"]).unwrap();
         assert_eq!(c.recorder.output, PathBuf::from("trace.fxt"));
@@ -459,6 +561,7 @@ mod tests {
         assert_eq!(c.recorder.buffer_size_bytes, 4 << 20);
         assert!(c.recorder.categories.is_empty());
         assert!(!c.stop_on_signal);
+        assert!(c.recorder.env.is_empty(), "no --preload, no LD_PRELOAD");
     }
 
     #[test]

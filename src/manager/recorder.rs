@@ -76,6 +76,9 @@ pub struct RecordConfig {
     pub stop_timeout: Duration,
     /// After the command exits (or a Ctrl-C), how long to wait for its providers to finish.
     pub exit_grace: Duration,
+    /// Extra environment variables for the command (`fxtrace record --preload` sets
+    /// `LD_PRELOAD`).
+    pub env: Vec<(OsString, OsString)>,
 }
 
 impl Default for RecordConfig {
@@ -93,6 +96,7 @@ impl Default for RecordConfig {
             start_timeout: super::session::DEFAULT_START_TIMEOUT,
             stop_timeout: Duration::from_secs(5),
             exit_grace: Duration::from_secs(1),
+            env: Vec::new(),
         }
     }
 }
@@ -718,6 +722,7 @@ impl Recorder {
         std::process::Command::new(program)
             .args(args)
             .env(SOCKET_ENV, self.manager.socket_path())
+            .envs(self.config.env.iter().map(|(k, v)| (k, v)))
             .spawn()
             .map(Some)
             .map_err(|source| RecordError::Spawn {

@@ -1,0 +1,318 @@
+//! The hooks that run where almost nothing is allowed: at `exit`, in a child created by
+//! `fork`, and (opt-in) in a handler of a terminating signal.
+//!
+//! They share one mechanism, made of async-signal-safe calls only (atomic loads and stores,
+//! `getpid`, `write`, `poll`, `clock_gettime`, `sigaction`, `sigprocmask`, `raise`): the hook
+//! writes to the *request* eventfd, which wakes the preload's flusher thread, then polls the
+//! *done* eventfd for at most `FXTRACE_PRELOAD_FLUSH_MS`. The flusher does the real work
+//! (drain the perf rings, stop the engine, send STOPPED) with ordinary code, on its own
+//! thread. Past the bound, exit goes on and the manager salvages the shared buffer: nothing
+//! already written is lost, only the switches still in the perf rings.
+//!
+//! No hook allocates, takes a lock, or touches a `thread_local!` with a destructor. Before
+//! touching an eventfd, a hook checks (`fstat`) that the descriptor still names the file it
+//! was armed with: a program that closes every descriptor (daemons do) and opens files of its
+//! own under the same numbers never gets eight bytes written into them.
+//!
+//! # fork
+//!
+//! The child of `fork` shares the trace buffer's memory (a `MAP_SHARED` memfd mapping) with
+//! its parent but none of its threads. It must never write there: the engine's own
+//! `pthread_atfork` child handler uninstalls the inherited context (instrumentation in the
+//! child finds none and does nothing), and [`child_after_fork`] disarms these hooks, so the
+//! child's `exit` neither stops the parent's engine nor signals the parent's flusher (the
+//! eventfds are inherited). Every hook also compares `getpid()` with the pid that armed it,
+//! which covers children made without `pthread_atfork` handlers (`vfork`, raw `clone`). The
+//! child stays silent; if it calls `exec`, the new image loads the preload object again
+//! (`LD_PRELOAD` is inherited) and registers as a provider of its own. Until then its context
+//! switches still appear in the parent's trace, with its pid, since the per-process perf
+//! events are inherited by child tasks.
+
+use std::os::fd::RawFd;
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::time::Duration;
+
+/// Rules: the pid that armed the hooks; written by [`arm`] (constructor thread) before
+/// [`ARMED`] is set. ATOMICS: `Relaxed`, published by the `Release` store of `ARMED`.
+static OWNER_PID: AtomicI32 = AtomicI32::new(0);
+/// Rules: the eventfd the flusher thread waits on (-1: none); written by [`arm`] before
+/// `ARMED`. ATOMICS: as `OWNER_PID`.
+static REQUEST_FD: AtomicI32 = AtomicI32::new(-1);
+/// Rules: the eventfd the flusher writes when done (-1: none); written by [`arm`] before
+/// `ARMED`. ATOMICS: as `OWNER_PID`.
+static DONE_FD: AtomicI32 = AtomicI32::new(-1);
+/// Rules: the flush bound in ms; written by [`arm`] before `ARMED`. ATOMICS: as `OWNER_PID`.
+static FLUSH_MS: AtomicU64 = AtomicU64::new(0);
+/// Rules: the (device, inode) both eventfds had when armed; written by [`arm`] before
+/// `ARMED`. A hook touches the descriptors only while they still name such a file (a program
+/// that closed every descriptor and opened files of its own under the same numbers keeps
+/// them to itself). ATOMICS: as `OWNER_PID`.
+static FD_DEV: AtomicU64 = AtomicU64::new(0);
+/// See [`FD_DEV`].
+static FD_INO: AtomicU64 = AtomicU64::new(0);
+/// Rules: hooks do something only while armed: set by [`arm`], cleared by [`disarm`] (the
+/// session ended early) and in a forked child. ATOMICS: `Release` store / `Acquire` load: a
+/// hook that sees `true` sees the fds and the bound written before.
+static ARMED: AtomicBool = AtomicBool::new(false);
+/// Rules: set by the first hook that requests the flush; later hooks only wait.
+/// ATOMICS: `Relaxed` swap: a claim, nothing is published through it (the eventfd carries
+/// the request).
+static REQUESTED: AtomicBool = AtomicBool::new(false);
+
+/// The signals whose default action the opt-in handler takes over (only when left at
+/// `SIG_DFL`).
+pub(crate) const FLUSH_SIGNALS: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
+
+/// Arm the hooks: from now on, `exit` (and handled signals) in this process request a flush
+/// on `request` and wait for `done` at most `flush`. The fds stay open for the process's life.
+pub(crate) fn arm(request: RawFd, done: RawFd, flush: Duration) {
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    let (dev, ino) = file_id(request).unwrap_or((0, 0));
+    // ATOMICS: see the statics.
+    FD_DEV.store(dev, Ordering::Relaxed);
+    FD_INO.store(ino, Ordering::Relaxed);
+    // ATOMICS: `Relaxed` stores published by the `Release` store of `ARMED` (see the statics).
+    OWNER_PID.store(pid, Ordering::Relaxed);
+    REQUEST_FD.store(request, Ordering::Relaxed);
+    DONE_FD.store(done, Ordering::Relaxed);
+    FLUSH_MS.store(
+        u64::try_from(flush.as_millis()).unwrap_or(u64::MAX),
+        Ordering::Relaxed,
+    );
+    ARMED.store(true, Ordering::Release);
+}
+
+/// Disarm the hooks (the session is over: nothing to flush at exit).
+pub(crate) fn disarm() {
+    // ATOMICS: see `ARMED`.
+    ARMED.store(false, Ordering::Release);
+}
+
+/// Whether the hooks would act in this process.
+fn armed_here() -> bool {
+    // ATOMICS: see `ARMED`.
+    if !ARMED.load(Ordering::Acquire) {
+        return false;
+    }
+    // SAFETY: getpid has no preconditions.
+    let pid = unsafe { libc::getpid() };
+    // ATOMICS: published by `ARMED` (see the statics).
+    pid == OWNER_PID.load(Ordering::Relaxed)
+}
+
+/// (device, inode) of the file `fd` names (`fstat`, async-signal-safe).
+fn file_id(fd: RawFd) -> Option<(u64, u64)> {
+    // SAFETY: a zeroed `stat` is valid storage; fstat writes it or fails.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    // SAFETY: `st` is a valid out-pointer.
+    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
+}
+
+/// Whether `fd` still names the kind of file the hooks were armed with.
+fn still_ours(fd: RawFd) -> bool {
+    // ATOMICS: published by `ARMED` (see the statics).
+    let expected = (
+        FD_DEV.load(Ordering::Relaxed),
+        FD_INO.load(Ordering::Relaxed),
+    );
+    file_id(fd) == Some(expected)
+}
+
+/// `CLOCK_MONOTONIC` in ms (async-signal-safe).
+fn now_ms() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC always exists.
+    unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
+    (ts.tv_sec as u64) * 1000 + (ts.tv_nsec as u64) / 1_000_000
+}
+
+/// Add 1 to eventfd `fd` (async-signal-safe; a failure only loses the wake-up).
+fn poke(fd: RawFd) {
+    let one: u64 = 1;
+    // SAFETY: writes the 8 bytes of `one`, which outlives the call.
+    let _ = unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+}
+
+/// Wait until `fd` is readable or `timeout_ms` passed (async-signal-safe, EINTR retried).
+/// Returns whether it became readable.
+fn wait_readable(fd: RawFd, timeout_ms: u64) -> bool {
+    let deadline = now_ms().saturating_add(timeout_ms);
+    loop {
+        let left = deadline.saturating_sub(now_ms());
+        let mut pfd = libc::pollfd {
+            fd,
+            events: libc::POLLIN,
+            revents: 0,
+        };
+        // SAFETY: one valid pollfd.
+        let n = unsafe { libc::poll(&mut pfd, 1, i32::try_from(left).unwrap_or(i32::MAX)) };
+        if n > 0 {
+            return true;
+        }
+        // SAFETY: errno is thread-local and always readable.
+        let interrupted = n < 0 && unsafe { *libc::__errno_location() } == libc::EINTR;
+        if !interrupted || left == 0 {
+            return false;
+        }
+    }
+}
+
+/// Request the flush (once per process) and wait for it, bounded. Async-signal-safe.
+/// Returns whether the flusher finished in time (false also when not armed here).
+pub(crate) fn flush_and_wait() -> bool {
+    if !armed_here() {
+        return false;
+    }
+    // ATOMICS: published by `ARMED` (see the statics); `REQUESTED` is a claim.
+    let (request, done, ms) = (
+        REQUEST_FD.load(Ordering::Relaxed),
+        DONE_FD.load(Ordering::Relaxed),
+        FLUSH_MS.load(Ordering::Relaxed),
+    );
+    if !still_ours(request) || !still_ours(done) {
+        return false;
+    }
+    if !REQUESTED.swap(true, Ordering::Relaxed) {
+        poke(request);
+    }
+    wait_readable(done, ms)
+}
+
+/// Whether a flush was requested since the hooks were armed.
+pub(crate) fn flush_requested() -> bool {
+    // ATOMICS: see `REQUESTED`.
+    REQUESTED.load(Ordering::Relaxed)
+}
+
+/// The flusher's side: wait for a request on `request` for at most `timeout`.
+pub(crate) fn wait_for_request(request: RawFd, timeout: Duration) -> bool {
+    wait_readable(
+        request,
+        u64::try_from(timeout.as_millis()).unwrap_or(u64::MAX),
+    )
+}
+
+/// The flusher's side: tell the waiting hooks the flush is complete.
+pub(crate) fn flush_done(done: RawFd) {
+    if still_ours(done) {
+        poke(done);
+    }
+}
+
+// === exit ===
+
+/// `atexit` hook: flush, bounded.
+extern "C" fn at_exit() {
+    let started = now_ms();
+    let in_time = flush_and_wait();
+    // Logging allocates: fine at exit, but not in a forked child that never armed.
+    if in_time || armed_here() {
+        crate::log::log!(
+            "flush at exit {} after {} ms",
+            if in_time { "done" } else { "timed out" },
+            now_ms().saturating_sub(started)
+        );
+    }
+}
+
+/// Register the exit hook. Registered from the constructor, it runs after every `atexit`
+/// handler of the program (including C++ static destructors), so their events are traced.
+pub(crate) fn install_at_exit() -> bool {
+    // SAFETY: `at_exit` is an `extern "C" fn()` that never unwinds; atexit only stores it.
+    unsafe { libc::atexit(at_exit) == 0 }
+}
+
+// === fork ===
+
+/// `pthread_atfork` child handler (see the module docs): only an atomic store.
+extern "C" fn child_after_fork() {
+    // ATOMICS: the child has one thread; `Relaxed` would do, `Release` as in `disarm`.
+    ARMED.store(false, Ordering::Release);
+}
+
+/// Register the fork handler.
+pub(crate) fn install_at_fork() -> bool {
+    // SAFETY: `child_after_fork` is an `extern "C" fn()` that only stores an atomic
+    // (async-signal-safe, as a child handler of a multi-threaded parent must be).
+    unsafe { libc::pthread_atfork(None, None, Some(child_after_fork)) == 0 }
+}
+
+// === signals (opt-in) ===
+
+/// Handler of a terminating signal that was at its default action: flush (bounded), then
+/// restore the default action and raise the signal again, so the process dies of it exactly
+/// as it would have (same status, same core dump rules).
+extern "C" fn on_signal(signal: libc::c_int) {
+    // SAFETY: errno is thread-local and always readable.
+    let saved_errno = unsafe { *libc::__errno_location() };
+    flush_and_wait();
+    // SAFETY: a zeroed sigaction is a valid "SIG_DFL, no flags, empty mask"; sigaction,
+    // sigemptyset, sigaddset, sigprocmask and raise are async-signal-safe and get valid
+    // pointers to locals.
+    unsafe {
+        let mut default: libc::sigaction = std::mem::zeroed();
+        default.sa_sigaction = libc::SIG_DFL;
+        libc::sigemptyset(&mut default.sa_mask);
+        libc::sigaction(signal, &default, std::ptr::null_mut());
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, signal);
+        libc::sigprocmask(libc::SIG_UNBLOCK, &set, std::ptr::null_mut());
+        libc::raise(signal);
+        // Only reached if the signal did not end the process (someone changed its action
+        // meanwhile): leave errno as the interrupted code had it.
+        *libc::__errno_location() = saved_errno;
+    }
+}
+
+/// Take over each of [`FLUSH_SIGNALS`] whose action is `SIG_DFL` (never one the program, or
+/// its parent, set to be ignored). Returns the signals taken.
+pub(crate) fn install_signal_handlers() -> Vec<libc::c_int> {
+    let mut taken = Vec::new();
+    for signal in FLUSH_SIGNALS {
+        // SAFETY: zeroed sigactions are valid; sigaction reads/writes them only.
+        unsafe {
+            let mut old: libc::sigaction = std::mem::zeroed();
+            if libc::sigaction(signal, std::ptr::null(), &mut old) != 0
+                || old.sa_sigaction != libc::SIG_DFL
+            {
+                continue;
+            }
+            let mut new: libc::sigaction = std::mem::zeroed();
+            new.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+            new.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut new.sa_mask);
+            if libc::sigaction(signal, &new, std::ptr::null_mut()) == 0 {
+                taken.push(signal);
+            }
+        }
+    }
+    taken
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn unarmed_hooks_do_nothing_and_waits_are_bounded() {
+        assert!(!flush_and_wait());
+        let mut fds = [0; 2];
+        // SAFETY: a valid 2-element array.
+        assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+        let start = now_ms();
+        assert!(!wait_readable(fds[0], 30));
+        assert!(now_ms() - start >= 25);
+        poke(fds[1]);
+        assert!(wait_readable(fds[0], 1000));
+        // SAFETY: closing our own pipe.
+        unsafe {
+            libc::close(fds[0]);
+            libc::close(fds[1]);
+        }
+    }
+}

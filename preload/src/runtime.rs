@@ -1,0 +1,366 @@
+//! What the preload object does in a process: register with the trace manager, install the
+//! engine context, capture the process's context switches into it, and flush at exit.
+//!
+//! Order at load ([`init`]):
+//!
+//! 1. Read the options (one table, [`crate::opt`]); log them if asked.
+//! 2. Connect to the manager as a provider named after the executable. Nobody listening: stop
+//!    here. The program runs untouched; this cost one failed `connect`.
+//! 3. Install the provider's context as the process's current context (the C API and any
+//!    Rust instrumentation write into it), and wait (bounded) for the manager's Start: not
+//!    when loaded by `dlopen`, whose lock keeps the provider's thread from serving it.
+//! 4. Name the process and the loading thread (engine thread registration).
+//! 5. Start the per-process context-switch capture (perf, inherited by every thread and
+//!    child the program creates; LBR sampling where the CPU has it): its events go through a
+//!    [`KernelTraceWriter`] into an [`EngineSink`] over the same context. A capture that cannot
+//!    start (perf not permitted, …) is noted in the trace and the rest goes on.
+//! 6. Start the flusher thread and arm the hooks ([`crate::hooks`]): exit (and, opt-in,
+//!    SIGTERM/SIGINT/SIGHUP) flushes, bounded by `FXTRACE_PRELOAD_FLUSH_MS`.
+//!
+//! The flush ([`Runtime::finish`], on the flusher thread): stop the capture (its rings are
+//! drained and converted), write the capture summary, then shut the provider down, which
+//! stops the engine (waiting, bounded, for writers in flight) and sends STOPPED.
+//!
+//! If the manager ends the session first (Terminate, or it went away), the flusher stops the
+//! capture, disarms the hooks and exits: the program goes on untraced.
+
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use fxtrace::capture::{
+    BranchSampling, Capture, CaptureConfig, CaptureEvent, KernelTraceConfig, KernelTraceWriter,
+    Unsupported,
+};
+use fxtrace::engine::global;
+use fxtrace::provider::{Provider, ProviderOptions, ProviderState};
+
+use crate::hooks;
+use crate::log::log;
+use crate::opt::{self, CaptureMode, Options};
+use crate::sink::EngineSink;
+
+/// How often the flusher checks whether the manager ended the session.
+const SESSION_CHECK: Duration = Duration::from_millis(200);
+
+type SharedWriter = Arc<Mutex<Option<KernelTraceWriter<EngineSink>>>>;
+
+/// The preload object's state in a traced process, owned by the flusher thread.
+struct Runtime {
+    provider: Provider,
+    capture: Option<Capture>,
+    writer: SharedWriter,
+    request: OwnedFd,
+    done: OwnedFd,
+}
+
+/// The executable's file name (`/proc/self/exe`), else the process name.
+fn executable_name() -> String {
+    std::fs::read_link("/proc/self/exe")
+        .ok()
+        .and_then(|p| p.file_name().map(|n| n.to_string_lossy().into_owned()))
+        .or_else(|| {
+            std::fs::read_to_string("/proc/self/comm")
+                .ok()
+                .map(|s| s.trim_end().to_owned())
+        })
+        .filter(|n| !n.is_empty())
+        .unwrap_or_else(|| "unknown".into())
+}
+
+/// Blocks every signal on the calling thread while alive, then restores the mask.
+///
+/// Threads inherit the signal mask of the thread that creates them. Created under this
+/// guard, the preload's threads (provider control, capture, flusher) never take a signal
+/// meant for the program: a process-directed signal goes to a thread that does not block it,
+/// so a helper thread with an open mask would run the program's handler on a thread the
+/// program does not know, or, for a signal the program blocks everywhere to `sigwait` for it,
+/// die of the default action instead.
+struct BlockSignals {
+    old: libc::sigset_t,
+}
+
+impl BlockSignals {
+    fn new() -> Self {
+        // SAFETY: zeroed sigset_t values are valid storage; sigfillset and pthread_sigmask
+        // only write them.
+        unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+            Self { old }
+        }
+    }
+}
+
+impl Drop for BlockSignals {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask saved by `new` on the same thread (the guard is not Send:
+        // `sigset_t` holds no pointers, but the guard lives in `init`'s frame only).
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
+    }
+}
+
+/// The constructor's work (see the module docs). Never panics on purpose; the caller
+/// catches any panic anyway.
+pub(crate) fn init() {
+    // Every thread started below inherits a full mask; the loading thread's mask is back as
+    // it was when this returns.
+    let _signals = BlockSignals::new();
+    let (options, complaints) = opt::from_env();
+    crate::log::set_enabled(options.log);
+    log!("options: {}", opt::describe(&options));
+    for complaint in &complaints {
+        log!("{complaint}");
+    }
+    let name = options.name.clone().unwrap_or_else(executable_name);
+    let provider_options = ProviderOptions {
+        socket_path: options.socket.clone().map(PathBuf::from),
+        stop_timeout: options.flush,
+        // The preload's own exit hook orders the flush (capture first, then the engine).
+        exit_hook: false,
+        ..ProviderOptions::default()
+    };
+    let provider = match Provider::connect_with(&name, &provider_options) {
+        Ok(Some(provider)) => provider,
+        Ok(None) => {
+            log!("no trace manager listening: not tracing");
+            return;
+        }
+        Err(e) => {
+            log!("not tracing: {e}");
+            return;
+        }
+    };
+    log!("registered as provider {} ({name})", provider.id());
+    let context = provider.context().clone();
+    if let Err(e) = provider.install_global() {
+        // Only the program's own instrumentation misses the context; the capture goes on.
+        log!("cannot install the trace context for instrumentation: {e}");
+    }
+    let waited = Instant::now();
+    if options.start_wait.is_zero() {
+        log!("not waiting for the start (FXTRACE_PRELOAD_START_WAIT_MS=0)");
+    } else if !new_threads_run() {
+        // Loaded by `dlopen`: the dynamic loader holds its lock while this constructor runs,
+        // and our new threads wait for it (thread-local storage of a dlopen'ed object). The
+        // provider's thread serves the start right after `dlopen` returns.
+        log!("new threads wait for the dynamic loader (dlopen?): not waiting for the start");
+    } else if provider.wait_started(options.start_wait) {
+        log!("tracing started ({} ms)", waited.elapsed().as_millis());
+    } else {
+        log!(
+            "tracing not started after {} ms; records before the start are not kept",
+            options.start_wait.as_millis()
+        );
+    }
+    // The process and this thread's name records, and the option complaints as Log records.
+    global::with_writer(|w| {
+        let _ = w.thread_ref();
+        for complaint in &complaints {
+            let message = format!("fxtrace-preload: {complaint}");
+            let _ = w.log(fxtrace::clock::ticks(), &message);
+        }
+    });
+
+    let writer = new_writer(&provider, &context);
+    let capture = match options.capture {
+        CaptureMode::Switches => start_capture(&options, &writer),
+        CaptureMode::None => None,
+    };
+    let (request, done) = match (eventfd(), eventfd()) {
+        (Ok(request), Ok(done)) => (request, done),
+        (Err(e), _) | (_, Err(e)) => {
+            log!("no exit flush (eventfd: {e}); the manager will salvage the buffer");
+            // Keep everything running for the process's life: dropping it would stop tracing.
+            std::mem::forget((provider, capture));
+            return;
+        }
+    };
+    let runtime = Runtime {
+        provider,
+        capture,
+        writer,
+        request,
+        done,
+    };
+    let (request_fd, done_fd) = (runtime.request.as_raw_fd(), runtime.done.as_raw_fd());
+    let flusher = std::thread::Builder::new()
+        .name("fxtrace-preload".into())
+        .spawn(move || runtime.serve());
+    if let Err(e) = flusher {
+        log!("no exit flush (thread: {e}); the manager will salvage the buffer");
+        return;
+    }
+    hooks::arm(request_fd, done_fd, options.flush);
+    if !hooks::install_at_exit() {
+        log!("atexit refused the exit hook; the manager will salvage the buffer");
+    }
+    if !hooks::install_at_fork() {
+        log!("pthread_atfork refused the fork hook");
+    }
+    if options.signals {
+        let taken = hooks::install_signal_handlers();
+        log!("flushing on signals {taken:?} (those left at their default action)");
+    }
+}
+
+/// Whether a new thread gets to run code of this object that uses thread-local storage
+/// within a few milliseconds. False while the dynamic loader's lock is held by our caller (a
+/// constructor run by `dlopen`): the provider's thread could not serve the manager's Start
+/// before this constructor returns, so waiting for it would only stall `dlopen`.
+fn new_threads_run() -> bool {
+    thread_local! {
+        static PROBE: std::cell::Cell<u8> = const { std::cell::Cell::new(0) };
+    }
+    let (tx, rx) = std::sync::mpsc::channel();
+    let spawned = std::thread::Builder::new()
+        .name("fxtrace-probe".into())
+        .spawn(move || {
+            PROBE.with(|p| p.set(1));
+            let _ = tx.send(());
+        });
+    spawned.is_ok() && rx.recv_timeout(Duration::from_millis(20)).is_ok()
+}
+
+fn eventfd() -> std::io::Result<OwnedFd> {
+    // SAFETY: eventfd has no pointer arguments; a valid result is a new fd we own.
+    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
+    if fd < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: `fd` was just returned by eventfd and is owned by no one else.
+    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
+}
+
+/// The kernel trace writer over the engine sink, shared with the capture thread.
+fn new_writer(provider: &Provider, context: &fxtrace::engine::Context) -> SharedWriter {
+    // SAFETY: gettid has no preconditions and cannot fail.
+    let tid = unsafe { libc::gettid() } as u32;
+    let config = KernelTraceConfig {
+        provider_id: provider.id(),
+        provider_name: provider.name().to_owned(),
+        ticks_per_second: fxtrace::clock::info().ticks_per_second,
+        start_ticks: fxtrace::clock::ticks(),
+        recorder: (std::process::id(), tid),
+    };
+    // The engine sink never returns I/O errors, so this cannot fail.
+    let writer = KernelTraceWriter::new(EngineSink::new(context.clone()), config).ok();
+    Arc::new(Mutex::new(writer))
+}
+
+/// Start the per-process capture, or note in the trace why it could not start.
+fn start_capture(options: &Options, writer: &SharedWriter) -> Option<Capture> {
+    let config = CaptureConfig {
+        ring_pages: options.ring_pages,
+        lbr: options.lbr.then(BranchSampling::default),
+        ..CaptureConfig::process(std::process::id())
+    };
+    let sink_writer = writer.clone();
+    let started = Capture::start(config, move |event| {
+        let mut guard = sink_writer.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(writer) = guard.as_mut() {
+            // The engine sink returns no I/O errors; refusals are counted by the writer.
+            let _ = writer.handle(&event);
+        }
+    });
+    match started {
+        Ok(capture) => {
+            let report = capture.report();
+            log!(
+                "capturing context switches: {} events, {} rings, LBR {}",
+                report.events,
+                report.rings,
+                if report.lbr.is_some() { "on" } else { "off" }
+            );
+            for note in &report.unsupported {
+                log!("unavailable: {}: {}", note.what, note.hint);
+            }
+            Some(capture)
+        }
+        Err(e) => {
+            log!("no context-switch capture: {e}");
+            let note = CaptureEvent::Unsupported(Unsupported {
+                what: "per-process context-switch capture".into(),
+                errno: None,
+                hint: e.to_string(),
+            });
+            let mut guard = writer.lock().unwrap_or_else(|p| p.into_inner());
+            if let Some(writer) = guard.as_mut() {
+                let _ = writer.handle(&note);
+            }
+            None
+        }
+    }
+}
+
+impl Runtime {
+    /// The flusher thread: wait for the exit request (or the end of the session), then
+    /// finish.
+    fn serve(self) {
+        let request = self.request.as_raw_fd();
+        loop {
+            if hooks::wait_for_request(request, SESSION_CHECK) {
+                if !hooks::flush_requested() {
+                    // Readable without a request: the program closed our eventfd (a daemon
+                    // closing every descriptor). Its descriptor numbers may name the
+                    // program's own files by now: touch nothing (no stop, no drop that would
+                    // write to or close them) and let the manager salvage the buffer.
+                    hooks::disarm();
+                    log!("our descriptors were closed under us; tracing left to the manager");
+                    std::mem::forget(self);
+                    return;
+                }
+                break;
+            }
+            if self.provider.state() == ProviderState::Disconnected {
+                hooks::disarm();
+                let reason = self.provider.end_reason().unwrap_or_default();
+                log!("the session ended ({reason}); not tracing any more");
+                break;
+            }
+        }
+        let done = self.done.as_raw_fd();
+        self.finish();
+        // Answer every hook that requested the flush, including one that raced with a
+        // disarm above (it waits on `done`, bounded).
+        if hooks::flush_requested() {
+            hooks::flush_done(done);
+        } else {
+            log!("capture stopped");
+        }
+    }
+
+    /// Drain the capture, write its summary, stop the engine, say STOPPED.
+    fn finish(self) {
+        let Runtime {
+            provider,
+            capture,
+            writer,
+            request,
+            done,
+        } = self;
+        if let Some(capture) = capture {
+            if let Err(e) = capture.stop() {
+                log!("capture: {e}");
+            }
+        }
+        let taken = writer.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(writer) = taken {
+            if let Ok((sink, stats)) = writer.finish() {
+                log!(
+                    "capture: {} switches, {} threads, {} lost; engine sink {:?}",
+                    stats.context_switches,
+                    stats.threads,
+                    stats.lost_records + stats.lost_samples + stats.dropped_records,
+                    sink.stats()
+                );
+            }
+        }
+        provider.shutdown();
+        // The hooks may still poll `done` (and wrote to `request`): keep both open.
+        std::mem::forget((request, done));
+    }
+}

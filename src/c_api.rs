@@ -1,0 +1,526 @@
+//! The C API (`include/fxtrace.h`): trace events from C, C++ or any language with a C FFI.
+//!
+//! Exported (`#[no_mangle] extern "C"`) by every build that links this library: the
+//! `LD_PRELOAD` object `libfxtrace_preload.so`, and any Rust program or library using fxtrace.
+//! Events go to the process's current context ([`crate::engine::global`]): the one the
+//! preload object installs when a trace manager is listening, or a
+//! [`crate::standalone`] session. With none, every call is a no-op.
+//!
+//! # Cost
+//!
+//! With no trace started in the process, each function is one relaxed load and a branch: the
+//! strings are not even read. With a trace running, a call looks the strings up (`strlen`,
+//! UTF-8 check) and writes one record.
+//!
+//! # Strings
+//!
+//! - `NULL` is the empty string.
+//! - Text is UTF-8. A string with an invalid sequence is cut before it (the valid prefix is
+//!   written, never a replacement: that would need an allocation), and a string longer than
+//!   the format's 32000 bytes is cut to 32000 bytes at a character boundary.
+//! - The plain functions (`fxtrace_instant`, …) accept *any* C string, including stack
+//!   buffers freed right after the call: the bytes are copied inline into the record. The
+//!   category's enabled answer is cached per thread by the category's *content* (up to
+//!   [`CATEGORY_CACHE_ENTRIES`] categories of at most [`CATEGORY_CACHE_MAX_LEN`] bytes per
+//!   thread), never by its address.
+//! - The `_static` variants take the caller's promise that both strings live, unchanged, at
+//!   the same address until the process exits (string literals of the program or of a
+//!   library never unloaded). They are then registered once per thread per trace and written
+//!   as 2-byte indices, keyed by address like the Rust API's `&'static str`. The header's
+//!   `FXTRACE_*` macros call them with literals only (`"" category` fails to compile
+//!   otherwise).
+//!
+//! # Safety against the caller
+//!
+//! No function unwinds into C: the engine returns errors rather than panicking, and the
+//! enabled path runs inside [`std::panic::catch_unwind`] anyway (a panic is swallowed and the
+//! event dropped). Records that cannot be written (full buffer, re-entrant call from a signal
+//! handler on a thread already writing) are counted as dropped by the engine.
+
+use std::cell::Cell;
+use std::ffi::{c_char, c_int, CStr};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+
+use crate::clock;
+use crate::engine::category::tracing_maybe_on;
+use crate::engine::global::with_current;
+use crate::engine::record::{TraceStr, TraceWriter};
+use crate::engine::Context;
+use crate::format::{Arg, ArgValue, EventKind, StringRef, MAX_STRING_LEN};
+
+/// Categories whose enabled answer one thread caches (by content) per trace.
+pub const CATEGORY_CACHE_ENTRIES: usize = 8;
+/// Longest category (bytes) whose answer is cached; longer ones are checked on every call.
+pub const CATEGORY_CACHE_MAX_LEN: usize = 32;
+
+/// Name of the counter event's argument that carries the value.
+pub const COUNTER_VALUE_ARG: &str = "value";
+
+// === strings ===
+
+/// The text of C string `p`: `""` for `NULL`, else its bytes up to the first invalid UTF-8
+/// sequence and at most [`MAX_STRING_LEN`] bytes.
+///
+/// # Safety
+///
+/// `p` is `NULL` or points to a NUL-terminated string that stays valid and unchanged for
+/// `'a`.
+unsafe fn c_text<'a>(p: *const c_char) -> &'a str {
+    if p.is_null() {
+        return "";
+    }
+    // SAFETY: the caller's promise: a valid NUL-terminated string living for `'a`.
+    let bytes = unsafe { CStr::from_ptr(p) }.to_bytes();
+    utf8_prefix(&bytes[..bytes.len().min(MAX_STRING_LEN)])
+}
+
+/// The longest valid UTF-8 prefix of `bytes`.
+fn utf8_prefix(bytes: &[u8]) -> &str {
+    match std::str::from_utf8(bytes) {
+        Ok(s) => s,
+        Err(e) => {
+            let (valid, _) = bytes.split_at(e.valid_up_to());
+            // `valid_up_to` is the end of the longest valid prefix: this cannot fail.
+            std::str::from_utf8(valid).unwrap_or_default()
+        }
+    }
+}
+
+/// `""` is the empty ref; anything else inline.
+fn inline_ref(s: &str) -> StringRef<'_> {
+    if s.is_empty() {
+        StringRef::Empty
+    } else {
+        StringRef::Inline(s)
+    }
+}
+
+// === the per-thread category cache (by content) ===
+
+/// One cached category answer.
+#[derive(Clone, Copy)]
+struct CategoryEntry {
+    /// Trace generation of the answer (0 = empty slot; generations are never 0).
+    generation: u32,
+    len: u8,
+    enabled: bool,
+    bytes: [u8; CATEGORY_CACHE_MAX_LEN],
+}
+
+const EMPTY_CATEGORY: CategoryEntry = CategoryEntry {
+    generation: 0,
+    len: 0,
+    enabled: false,
+    bytes: [0; CATEGORY_CACHE_MAX_LEN],
+};
+
+/// Plain data, `const`-initialised, no destructor: no allocation and no destructor
+/// registration on any thread (safe in threads the preload object never saw start).
+struct CategoryCache {
+    entries: [Cell<CategoryEntry>; CATEGORY_CACHE_ENTRIES],
+    /// Next slot to overwrite when all are taken (round robin).
+    next: Cell<u8>,
+}
+
+#[allow(clippy::declare_interior_mutable_const)] // array-repeat initialiser only
+const EMPTY_CATEGORY_CELL: Cell<CategoryEntry> = Cell::new(EMPTY_CATEGORY);
+
+thread_local! {
+    static CATEGORIES: CategoryCache = const {
+        CategoryCache {
+            entries: [EMPTY_CATEGORY_CELL; CATEGORY_CACHE_ENTRIES],
+            next: Cell::new(0),
+        }
+    };
+}
+
+/// Whether `category` (any text) is enabled in trace `generation` of `context`, through the
+/// thread's content-keyed cache.
+fn category_enabled_by_content(context: &Context, generation: u32, category: &str) -> bool {
+    let bytes = category.as_bytes();
+    if bytes.len() > CATEGORY_CACHE_MAX_LEN {
+        return context.is_category_enabled(category);
+    }
+    let cached = CATEGORIES.try_with(|cache| {
+        for cell in &cache.entries {
+            let entry = cell.get();
+            if entry.generation == generation
+                && usize::from(entry.len) == bytes.len()
+                && &entry.bytes[..bytes.len()] == bytes
+            {
+                return Some(entry.enabled);
+            }
+        }
+        None
+    });
+    match cached {
+        Ok(Some(enabled)) => enabled,
+        Ok(None) => {
+            let enabled = context.is_category_enabled(category);
+            let _ = CATEGORIES.try_with(|cache| {
+                let mut entry = EMPTY_CATEGORY;
+                entry.generation = generation;
+                entry.len = bytes.len() as u8;
+                entry.enabled = enabled;
+                entry.bytes[..bytes.len()].copy_from_slice(bytes);
+                // Prefer a slot of an older generation, else round robin.
+                let slot = cache
+                    .entries
+                    .iter()
+                    .position(|c| c.get().generation != generation)
+                    .unwrap_or_else(|| {
+                        let next = cache.next.get();
+                        cache.next.set((next + 1) % CATEGORY_CACHE_ENTRIES as u8);
+                        usize::from(next)
+                    });
+                cache.entries[slot].set(entry);
+            });
+            enabled
+        }
+        // The thread is being torn down: answer without the cache.
+        Err(_) => context.is_category_enabled(category),
+    }
+}
+
+// === the enabled path ===
+
+/// The category's ref if it is enabled: a static category through the engine's per-thread
+/// cache (registered, indexed); any other through the content-keyed answer cache, inline.
+fn category_ref<'s>(writer: &mut TraceWriter<'_>, category: TraceStr<'s>) -> Option<StringRef<'s>> {
+    match category {
+        TraceStr::Static(category) => writer.category_ref(category),
+        TraceStr::Inline(category) => {
+            category_enabled_by_content(writer.context(), writer.generation(), category)
+                .then(|| inline_ref(category))
+        }
+    }
+}
+
+/// Write one event of `kind` if its category is enabled; a counter's `value` goes in its
+/// `"value"` argument.
+fn write_event(category: TraceStr<'_>, name: TraceStr<'_>, kind: EventKind, value: Option<i64>) {
+    with_current(|context| {
+        let Some(mut writer) = context.trace_writer() else {
+            return;
+        };
+        let Some(category) = category_ref(&mut writer, category) else {
+            return;
+        };
+        let ticks = clock::ticks();
+        let arg;
+        let args: &[Arg<'_>] = match value {
+            Some(value) => {
+                arg = [Arg {
+                    name: writer.string_ref(TraceStr::Static(COUNTER_VALUE_ARG)),
+                    value: ArgValue::I64(value),
+                }];
+                &arg
+            }
+            None => &[],
+        };
+        // A refused record was counted by the engine.
+        let _ = writer.event_with_category(ticks, category, name, kind, args);
+    });
+}
+
+/// Whether the caller promised static strings.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum Strings {
+    /// Any C string: copied inline.
+    Inline,
+    /// Strings that live, unchanged, until the process exits: cached by address.
+    Static,
+}
+
+/// The slow path of every event function: read the strings, write, swallow any panic.
+///
+/// # Safety
+///
+/// `category` and `name` are `NULL` or valid NUL-terminated strings; with
+/// [`Strings::Static`], they also live unchanged at the same address until the process exits.
+#[cold]
+#[inline(never)]
+unsafe fn emit(
+    category: *const c_char,
+    name: *const c_char,
+    strings: Strings,
+    kind: EventKind,
+    value: Option<i64>,
+) {
+    let _ = catch_unwind(AssertUnwindSafe(|| match strings {
+        Strings::Static => {
+            // SAFETY: the caller promised strings that live, unchanged, for the rest of the
+            // process: `'static`.
+            let (category, name): (&'static str, &'static str) =
+                unsafe { (c_text(category), c_text(name)) };
+            write_event(category.into(), name.into(), kind, value);
+        }
+        Strings::Inline => {
+            // SAFETY: valid C strings for the duration of this call (the caller's promise);
+            // the borrows end before we return.
+            let (category, name) = unsafe { (c_text(category), c_text(name)) };
+            write_event(
+                TraceStr::Inline(category),
+                TraceStr::Inline(name),
+                kind,
+                value,
+            );
+        }
+    }));
+}
+
+// === the exported functions ===
+
+/// `fxtrace_instant`: an instant event `name` in `category` on the calling thread.
+///
+/// # Safety
+///
+/// `category` and `name` are `NULL` or valid NUL-terminated strings (for the call only).
+#[no_mangle]
+pub unsafe extern "C" fn fxtrace_instant(category: *const c_char, name: *const c_char) {
+    if tracing_maybe_on() {
+        // SAFETY: forwarded caller's promise.
+        unsafe { emit(category, name, Strings::Inline, EventKind::Instant, None) }
+    }
+}
+
+/// `fxtrace_duration_begin`: begins duration `name` on the calling thread; end it with
+/// [`fxtrace_duration_end`] on the same thread.
+///
+/// # Safety
+///
+/// As [`fxtrace_instant`].
+#[no_mangle]
+pub unsafe extern "C" fn fxtrace_duration_begin(category: *const c_char, name: *const c_char) {
+    if tracing_maybe_on() {
+        // SAFETY: forwarded caller's promise.
+        unsafe {
+            emit(
+                category,
+                name,
+                Strings::Inline,
+                EventKind::DurationBegin,
+                None,
+            )
+        }
+    }
+}
+
+/// `fxtrace_duration_end`: ends the innermost duration begun on the calling thread.
+///
+/// # Safety
+///
+/// As [`fxtrace_instant`].
+#[no_mangle]
+pub unsafe extern "C" fn fxtrace_duration_end(category: *const c_char, name: *const c_char) {
+    if tracing_maybe_on() {
+        // SAFETY: forwarded caller's promise.
+        unsafe {
+            emit(
+                category,
+                name,
+                Strings::Inline,
+                EventKind::DurationEnd,
+                None,
+            )
+        }
+    }
+}
+
+/// `fxtrace_counter`: a counter event `name` (counter id 0) whose argument `"value"` is
+/// `value`.
+///
+/// # Safety
+///
+/// As [`fxtrace_instant`].
+#[no_mangle]
+pub unsafe extern "C" fn fxtrace_counter(category: *const c_char, name: *const c_char, value: i64) {
+    if tracing_maybe_on() {
+        let kind = EventKind::Counter { id: 0 };
+        // SAFETY: forwarded caller's promise.
+        unsafe { emit(category, name, Strings::Inline, kind, Some(value)) }
+    }
+}
+
+/// `fxtrace_is_category_enabled`: 1 if a trace is running and enables `category`, else 0.
+///
+/// # Safety
+///
+/// `category` is `NULL` or a valid NUL-terminated string (for the call only).
+#[no_mangle]
+pub unsafe extern "C" fn fxtrace_is_category_enabled(category: *const c_char) -> c_int {
+    if !tracing_maybe_on() {
+        return 0;
+    }
+    // SAFETY: forwarded caller's promise.
+    unsafe { is_enabled_slow(category) }
+}
+
+/// # Safety
+///
+/// As [`fxtrace_is_category_enabled`].
+#[cold]
+#[inline(never)]
+unsafe fn is_enabled_slow(category: *const c_char) -> c_int {
+    catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the caller's promise; the borrow ends within the call.
+        let category = unsafe { c_text(category) };
+        with_current(|context| {
+            let generation = context.started_generation()?;
+            Some(category_enabled_by_content(context, generation, category))
+        })
+        .flatten()
+        .unwrap_or(false)
+    }))
+    .map_or(0, c_int::from)
+}
+
+/// `fxtrace_instant_static`: [`fxtrace_instant`] for strings that live, unchanged, until the
+/// process exits (cached by address, written as indices).
+///
+/// # Safety
+///
+/// `category` and `name` are `NULL` or NUL-terminated strings that stay valid and unchanged at
+/// the same address until the process exits.
+#[no_mangle]
+pub unsafe extern "C" fn fxtrace_instant_static(category: *const c_char, name: *const c_char) {
+    if tracing_maybe_on() {
+        // SAFETY: forwarded caller's promise (static strings).
+        unsafe { emit(category, name, Strings::Static, EventKind::Instant, None) }
+    }
+}
+
+/// `fxtrace_duration_begin_static`: [`fxtrace_duration_begin`] for static strings.
+///
+/// # Safety
+///
+/// As [`fxtrace_instant_static`].
+#[no_mangle]
+pub unsafe extern "C" fn fxtrace_duration_begin_static(
+    category: *const c_char,
+    name: *const c_char,
+) {
+    if tracing_maybe_on() {
+        // SAFETY: forwarded caller's promise (static strings).
+        unsafe {
+            emit(
+                category,
+                name,
+                Strings::Static,
+                EventKind::DurationBegin,
+                None,
+            )
+        }
+    }
+}
+
+/// `fxtrace_duration_end_static`: [`fxtrace_duration_end`] for static strings.
+///
+/// # Safety
+///
+/// As [`fxtrace_instant_static`].
+#[no_mangle]
+pub unsafe extern "C" fn fxtrace_duration_end_static(category: *const c_char, name: *const c_char) {
+    if tracing_maybe_on() {
+        // SAFETY: forwarded caller's promise (static strings).
+        unsafe {
+            emit(
+                category,
+                name,
+                Strings::Static,
+                EventKind::DurationEnd,
+                None,
+            )
+        }
+    }
+}
+
+/// `fxtrace_counter_static`: [`fxtrace_counter`] for static strings.
+///
+/// # Safety
+///
+/// As [`fxtrace_instant_static`].
+#[no_mangle]
+pub unsafe extern "C" fn fxtrace_counter_static(
+    category: *const c_char,
+    name: *const c_char,
+    value: i64,
+) {
+    if tracing_maybe_on() {
+        let kind = EventKind::Counter { id: 0 };
+        // SAFETY: forwarded caller's promise (static strings).
+        unsafe { emit(category, name, Strings::Static, kind, Some(value)) }
+    }
+}
+
+/// `fxtrace_alert`: raise alert `name` (at most 14 bytes) through this process's provider;
+/// a flight recorder (`fxtrace record --stop-on-alert NAME`) then stops and writes its trace.
+/// Returns 1 if the alert was sent, 0 if not (no provider, or the process's trace context is
+/// not installed: in a child created by `fork`, which must not speak on its parent's
+/// connection), -1 if `name` is not a valid alert name. Never blocks.
+///
+/// # Safety
+///
+/// `name` is `NULL` (invalid: -1) or a valid NUL-terminated string (for the call only).
+#[no_mangle]
+pub unsafe extern "C" fn fxtrace_alert(name: *const c_char) -> c_int {
+    if name.is_null() {
+        return -1;
+    }
+    catch_unwind(AssertUnwindSafe(|| {
+        // SAFETY: the caller's promise; the borrow ends within the call.
+        let bytes = unsafe { CStr::from_ptr(name) }.to_bytes();
+        let Ok(name) = std::str::from_utf8(bytes) else {
+            return -1;
+        };
+        if crate::protocol::fifo::AlertName::new(name).is_err() {
+            return -1;
+        }
+        if !crate::engine::global::is_installed() {
+            return 0;
+        }
+        match crate::provider::alert(name) {
+            Ok(sent) => c_int::from(sent),
+            Err(_) => -1,
+        }
+    }))
+    .unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_of_null_invalid_and_long_strings() {
+        // SAFETY: NULL is allowed.
+        assert_eq!(unsafe { c_text(std::ptr::null()) }, "");
+        let s = c"abc";
+        // SAFETY: a C string literal.
+        assert_eq!(unsafe { c_text(s.as_ptr()) }, "abc");
+        let bad = b"ok\xff\xfenot\0";
+        // SAFETY: NUL-terminated bytes.
+        assert_eq!(unsafe { c_text(bad.as_ptr().cast()) }, "ok");
+        let cut = "é".as_bytes();
+        assert_eq!(utf8_prefix(&cut[..1]), "");
+        let mut long = vec![b'x'; MAX_STRING_LEN + 10];
+        long.push(0);
+        // SAFETY: NUL-terminated.
+        let text = unsafe { c_text(long.as_ptr().cast()) };
+        assert_eq!(text.len(), MAX_STRING_LEN);
+    }
+
+    #[test]
+    fn disabled_calls_are_no_ops() {
+        // No context started in this unit-test binary's thread of interest: nothing to do and
+        // nothing read (a dangling pointer would not even be touched, but stay well-defined).
+        // SAFETY: valid C strings.
+        unsafe {
+            if !tracing_maybe_on() {
+                assert_eq!(fxtrace_is_category_enabled(c"x".as_ptr()), 0);
+            }
+            fxtrace_instant(std::ptr::null(), std::ptr::null());
+            fxtrace_counter(c"c".as_ptr(), std::ptr::null(), -1);
+        }
+    }
+}
