@@ -352,7 +352,11 @@ fn duration_ends_a_longer_command() {
         stderr.contains("signal: 15"),
         "the command got SIGTERM: {stderr}"
     );
-    assert_eq!(out.status.code(), Some(128 + 15), "the command's status");
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "fxtrace ended the command itself: the recording succeeded"
+    );
     decode(&std::fs::read(&trace).unwrap());
 }
 

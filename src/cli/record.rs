@@ -446,8 +446,10 @@ pub(crate) fn run(args: RecordArgs) -> Result<ExitCode, RecordCliError> {
             None => eprintln!("fxtrace: the kernel provider was not stopped"),
         }
     }
-    Ok(match report.command_status {
-        Some(status) if !status.success() => exit_code_of(status),
+    // The command's own failure is ours; a command that fxtrace itself ended (the duration
+    // passed, an alert, Ctrl-C) does not make the recording a failure.
+    Ok(match (&report.stop_reason, report.command_status) {
+        (StopReason::CommandExited, Some(status)) if !status.success() => exit_code_of(status),
         _ => ExitCode::SUCCESS,
     })
 }
