@@ -138,22 +138,8 @@ fn start_tracing() -> Result<StandaloneSession, Box<dyn std::error::Error>> {
 
 const REQUESTS: u64 = 16;
 
-fn main() -> ExitCode {
-    let out = std::env::args()
-        .nth(1)
-        .map(PathBuf::from)
-        .unwrap_or_else(|| std::env::temp_dir().join("async_traced.fxt"));
-    match run(&out) {
-        Ok(()) => ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("async_traced: {e}");
-            ExitCode::FAILURE
-        }
-    }
-}
-
-fn run(out: &PathBuf) -> Result<(), Box<dyn std::error::Error>> {
-    let session = start_tracing()?;
+/// Runs `REQUESTS` traced requests on a two-thread executor; returns the sum of their results.
+fn workload() -> Result<u64, Box<dyn std::error::Error>> {
     let queue = Arc::new(Queue::default());
     let total = Arc::new(Mutex::new(0u64));
     for id in 0..REQUESTS {
@@ -174,6 +160,38 @@ fn run(out: &PathBuf) -> Result<(), Box<dyn std::error::Error>> {
     for worker in workers {
         worker.join().map_err(|_| "a worker panicked")?;
     }
+    let total = *total.lock().unwrap_or_else(|p| p.into_inner());
+    Ok(total)
+}
+
+fn main() -> ExitCode {
+    let out = std::env::args()
+        .nth(1)
+        .map(PathBuf::from)
+        .unwrap_or_else(|| std::env::temp_dir().join("async_traced.fxt"));
+    match run(&out) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("async_traced: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(out: &PathBuf) -> Result<(), Box<dyn std::error::Error>> {
+    // Under `fxtrace record` (a trace manager is listening), join its session: the durations
+    // go into the manager's archive, and the manager's summary reports them.
+    if let Some(provider) = fxtrace::connect("async_traced")? {
+        if !provider.wait_started(std::time::Duration::from_secs(5)) {
+            eprintln!("async_traced: the trace manager did not start tracing within 5 s");
+        }
+        let total = workload()?;
+        drop(provider);
+        println!("result {total} (recorded by the trace manager)");
+        return Ok(());
+    }
+    let session = start_tracing()?;
+    let total = workload()?;
     let report = session.finish(out)?;
 
     let bytes = std::fs::read(out)?;
@@ -207,7 +225,7 @@ fn run(out: &PathBuf) -> Result<(), Box<dyn std::error::Error>> {
             return Err(format!("two async {what} with id {id}").into());
         }
     }
-    println!("result {}", total.lock().unwrap_or_else(|p| p.into_inner()));
+    println!("result {total}");
     if begins != ends {
         return Err("async begins and ends do not match by id and name".into());
     }

@@ -75,8 +75,7 @@ fn fragile(n: u32) -> u32 {
     n / 2
 }
 
-/// The session set-up, in one call: a standalone session writing its own archive. (Under
-/// `fxtrace record`, a provider client would take this place.)
+/// Without a trace manager: a standalone session writing its own archive.
 fn start_tracing() -> Result<StandaloneSession, Box<dyn std::error::Error>> {
     Ok(fxtrace::standalone::start(BufferingMode::Oneshot, 4 << 20)?)
 }
@@ -118,6 +117,17 @@ fn main() -> ExitCode {
 }
 
 fn run(out: &PathBuf) -> Result<(), Box<dyn std::error::Error>> {
+    // Under `fxtrace record` (a trace manager is listening), join its session: the durations
+    // go into the manager's archive, and the manager's summary reports them.
+    if let Some(provider) = fxtrace::connect("hello_traced")? {
+        if !provider.wait_started(std::time::Duration::from_secs(5)) {
+            eprintln!("hello_traced: the trace manager did not start tracing within 5 s");
+        }
+        let total = workload();
+        drop(provider);
+        println!("result {total} (recorded by the trace manager)");
+        return Ok(());
+    }
     let session = start_tracing()?;
     let total = workload();
     let report = session.finish(out)?;

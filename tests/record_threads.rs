@@ -126,3 +126,42 @@ fn oneshot_drops_are_counted_exactly() {
         "written = archived + dropped ({c:?})"
     );
 }
+
+#[test]
+fn traced_example_through_record_keeps_its_durations() {
+    let Some(threads) = threads_example() else {
+        return;
+    };
+    let example = threads.with_file_name("hello_traced");
+    if !example.exists() {
+        println!("skipped: {} is not built", example.display());
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("hello.fxt");
+    let output = Command::new(env!("CARGO_BIN_EXE_fxtrace"))
+        .args(["record", "-o"])
+        .arg(&out)
+        .arg("--")
+        .arg(&example)
+        .output()
+        .expect("run fxtrace record");
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let bytes = std::fs::read(&out).unwrap();
+    let mut fib = 0;
+    let mut provider = None;
+    for d in Decoder::new(&bytes) {
+        match d.expect("the archive decodes").record {
+            DecodedRecord::ProviderInfo { name, .. } => provider = Some(name.to_string()),
+            DecodedRecord::Event(e) if e.name == "hello_traced::fib" => fib += 1,
+            _ => {}
+        }
+    }
+    assert_eq!(provider.as_deref(), Some("hello_traced"));
+    // fib(12) makes 465 calls, each one duration-complete record.
+    assert_eq!(fib, 465);
+}
