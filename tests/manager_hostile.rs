@@ -60,6 +60,7 @@ fn hostile(
                     &Message::Register {
                         pid: 1,
                         name: "again".into(),
+                        known_categories: Vec::new(),
                     },
                     &[],
                 )
@@ -341,6 +342,7 @@ fn a_peer_of_another_uid_is_refused() {
     let frame = Message::Register {
         pid: std::process::id(),
         name: "root".into(),
+        known_categories: Vec::new(),
     }
     .encode()
     .unwrap();

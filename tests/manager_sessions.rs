@@ -133,6 +133,7 @@ fn a_session_starts_and_stops_several_times_without_duplicates() {
     let opts = ProviderOptions {
         socket_path: Some(socket.clone()),
         exit_hook: false,
+        known_categories: vec!["db".into(), "net".into()],
         ..ProviderOptions::default()
     };
     let provider = std::thread::scope(|s| {
@@ -146,6 +147,8 @@ fn a_session_starts_and_stops_several_times_without_duplicates() {
         });
         h.join().unwrap()
     });
+    // GetKnownCategories answers from what the provider declared at registration.
+    assert_eq!(m.session().known_categories(), ["db", "net"]);
     let mut written = Vec::new();
     for round in 0..3u64 {
         m.start(None).unwrap();

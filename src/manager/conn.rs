@@ -138,6 +138,7 @@ mod tests {
         let frame = Message::Register {
             pid: 9,
             name: "piece".into(),
+            known_categories: Vec::new(),
         }
         .encode()
         .unwrap();

@@ -649,8 +649,12 @@ impl Manager {
         };
         let mut pending = self.pending.swap_remove(index);
         match messages.into_iter().next() {
-            Some(Message::Register { pid: claimed, name }) => {
-                self.register(pending.conn, claimed, name);
+            Some(Message::Register {
+                pid: claimed,
+                name,
+                known_categories,
+            }) => {
+                self.register(pending.conn, claimed, name, known_categories);
             }
             Some(Message::StatusRequest) => {
                 let reply = self.status_reply();
@@ -684,7 +688,13 @@ impl Manager {
         }
     }
 
-    fn register(&mut self, mut conn: FramedConn, claimed_pid: u32, name: String) {
+    fn register(
+        &mut self,
+        mut conn: FramedConn,
+        claimed_pid: u32,
+        name: String,
+        known_categories: Vec<String>,
+    ) {
         let peer_pid = conn.conn().peer_pid();
         let live = self.tracees.values().filter(|t| t.conn.is_some()).count();
         if live >= self.config.max_providers {
@@ -717,7 +727,7 @@ impl Manager {
             }
         };
         let now = Instant::now();
-        let (id, commands) = self.session.register_provider(pid, &name, Vec::new());
+        let (id, commands) = self.session.register_provider(pid, &name, known_categories);
         let mode = self.config.session.buffering_mode;
         let init = Message::Initialize {
             buffering_mode: mode,

@@ -23,7 +23,7 @@
 //!
 //! | Tag | Message | Direction | Payload |
 //! |---:|---|---|---|
-//! | 1 | Register | provider → manager | `pid: u32`, `name: str` (≤ 100 bytes) |
+//! | 1 | Register | provider → manager | `pid: u32`, `name: str` (≤ 100 bytes), `known_categories: list<str>` (≤ 5000, each ≤ 100 bytes: what `GetKnownCategories` reports) |
 //! | 2 | Initialize | manager → provider | `buffering_mode: u8` (FIDL numbering 1/2/3), `provider_id: u32`, `categories: list<str>` (≤ 5000, each ≤ 100 bytes); carries 2 fds: memfd, FIFO |
 //! | 3 | Start | manager → provider | `disposition: u8` (1 clear entire, 2 clear non-durable, 3 retain) |
 //! | 4 | Stop | manager → provider | — |
@@ -40,9 +40,9 @@
 //! ```
 //! use fxtrace::protocol::control::{Message, ControlError};
 //!
-//! let msg = Message::Register { pid: 7, name: "app".into() };
+//! let msg = Message::Register { pid: 7, name: "app".into(), known_categories: vec![] };
 //! let frame = msg.encode()?;
-//! assert_eq!(&frame[..8], &[13, 0, 0, 0, 1, 0, 1, 0]); // body length 13, version 1, tag 1
+//! assert_eq!(&frame[..8], &[17, 0, 0, 0, 1, 0, 1, 0]); // body length 17, version 1, tag 1
 //! assert_eq!(Message::decode(&frame)?, msg);
 //! assert!(Message::decode(&frame[..6]).is_err());
 //! # Ok::<(), ControlError>(())
@@ -410,6 +410,8 @@ pub enum Message {
         pid: u32,
         /// Provider name (≤ 100 bytes).
         name: String,
+        /// Categories the provider declares it writes (for `GetKnownCategories`).
+        known_categories: Vec<String>,
     },
     /// Manager → provider: the trace configuration; comes with two fds, the buffer memfd
     /// then the FIFO socket.
@@ -478,9 +480,14 @@ impl Message {
         w.extend_from_slice(&CONTROL_PROTOCOL_VERSION.to_le_bytes());
         w.extend_from_slice(&self.tag().to_le_bytes());
         match self {
-            Message::Register { pid, name } => {
+            Message::Register {
+                pid,
+                name,
+                known_categories,
+            } => {
                 put_u32(&mut w, *pid);
                 put_str(&mut w, "provider name", name, MAX_PROVIDER_NAME_LEN)?;
+                put_categories(&mut w, known_categories)?;
             }
             Message::Initialize {
                 buffering_mode,
@@ -553,6 +560,7 @@ impl Message {
             TAG_REGISTER => Message::Register {
                 pid: r.u32("pid")?,
                 name: r.str("provider name", MAX_PROVIDER_NAME_LEN)?,
+                known_categories: r.categories()?,
             },
             TAG_INITIALIZE => {
                 let buffering_mode = BufferingMode::from_fidl(r.u8("buffering mode")?)?;
@@ -788,16 +796,18 @@ mod tests {
         let m = Message::Register {
             pid: 0x0102_0304,
             name: "ab".into(),
+            known_categories: Vec::new(),
         };
         let bytes = m.encode().expect("encodes");
         assert_eq!(
             bytes,
             [
-                12, 0, 0, 0, // body length
+                16, 0, 0, 0, // body length
                 1, 0, // version
                 1, 0, // tag Register
                 4, 3, 2, 1, // pid
                 2, 0, b'a', b'b', // name
+                0, 0, 0, 0, // known categories: none
             ]
         );
         assert_eq!(Message::decode(&bytes), Ok(m));
@@ -861,6 +871,7 @@ mod tests {
         let too_long = Message::Register {
             pid: 1,
             name: long.clone(),
+            known_categories: Vec::new(),
         };
         assert_eq!(
             too_long.encode(),
@@ -918,6 +929,7 @@ mod tests {
         let good = Message::Register {
             pid: 5,
             name: "p".into(),
+            known_categories: Vec::new(),
         }
         .encode()
         .expect("encodes");
@@ -1010,8 +1022,13 @@ mod tests {
         )
             .prop_map(|(id, pid, name)| ProviderEntry { id, pid, name });
         prop_oneof![
-            (any::<u32>(), name_strategy(MAX_PROVIDER_NAME_LEN))
-                .prop_map(|(pid, name)| Message::Register { pid, name }),
+            (any::<u32>(), name_strategy(MAX_PROVIDER_NAME_LEN), cats()).prop_map(
+                |(pid, name, known_categories)| Message::Register {
+                    pid,
+                    name,
+                    known_categories
+                }
+            ),
             (mode, cats(), any::<u32>()).prop_map(|(buffering_mode, categories, provider_id)| {
                 Message::Initialize {
                     buffering_mode,

@@ -33,7 +33,7 @@
 //! let listener = ControlListener::bind(&dir.path().join("fxtrace.sock"))?;
 //! let mut provider = ControlConn::connect(listener.path(), Duration::from_secs(1))?;
 //! let mut manager = listener.accept()?;
-//! provider.send_msg(&Message::Register { pid: std::process::id(), name: "demo".into() }, &[])?;
+//! provider.send_msg(&Message::Register { pid: std::process::id(), name: "demo".into(), known_categories: vec![] }, &[])?;
 //! let (msg, fds) = manager.recv_msg()?;
 //! assert!(matches!(msg, Message::Register { .. }) && fds.is_empty());
 //!
@@ -998,6 +998,7 @@ mod tests {
                 &Message::Register {
                     pid: 42,
                     name: "app".into(),
+                    known_categories: Vec::new(),
                 },
                 &[],
             )
@@ -1007,7 +1008,8 @@ mod tests {
             msg,
             Message::Register {
                 pid: 42,
-                name: "app".into()
+                name: "app".into(),
+                known_categories: Vec::new(),
             }
         );
         assert!(fds.is_empty());

@@ -260,6 +260,7 @@ impl Provider {
             &Message::Register {
                 pid: std::process::id(),
                 name: name.clone(),
+                known_categories: options.known_categories.clone(),
             },
             &[],
         )?;

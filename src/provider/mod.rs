@@ -79,6 +79,9 @@ pub struct ProviderOptions {
     pub context: ContextConfig,
     /// Install the process-exit hook (stop and send STOPPED at `exit`).
     pub exit_hook: bool,
+    /// Categories this provider writes, reported to the manager at registration (what
+    /// `fxtrace status` lists as known categories: `GetKnownCategories`).
+    pub known_categories: Vec<String>,
 }
 
 impl Default for ProviderOptions {
@@ -90,6 +93,7 @@ impl Default for ProviderOptions {
             stop_timeout: DEFAULT_STOP_TIMEOUT,
             context: ContextConfig::default(),
             exit_hook: true,
+            known_categories: Vec::new(),
         }
     }
 }

@@ -279,6 +279,7 @@ impl FakeProvider {
             &Message::Register {
                 pid: std::process::id(),
                 name: name.into(),
+                known_categories: Vec::new(),
             },
             &[],
         )
@@ -425,7 +426,7 @@ impl FakeManager {
         let mut conn = self.listener.accept().expect("accept");
         conn.set_recv_timeout(Some(Duration::from_secs(5))).unwrap();
         let (msg, _) = conn.recv_msg().expect("register");
-        let Message::Register { pid, name } = msg else {
+        let Message::Register { pid, name, .. } = msg else {
             panic!("expected Register, got {msg:?}");
         };
         let buffer = TraceBuffer::create(size).unwrap();
