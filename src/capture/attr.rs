@@ -15,6 +15,8 @@
 //!
 //! Every event is opened disabled and enabled once its ring is mapped; every event carries
 //! `sample_id_all` with `TID | TIME | CPU` so side-band records are timestamped too.
+//! [`EventAttr::with_mmaps`] adds `mmap = 1, mmap2 = 1` (`PERF_RECORD_MMAP2` for every new
+//! executable mapping) to the event that carries the task/comm side band.
 //!
 //! Clock: by default events keep perf's own clock (`perf_clock()`, i.e. `sched_clock`, derived
 //! from the TSC on x86), converted to TSC ticks with the mmap page's `time_zero/time_mult/
@@ -331,6 +333,16 @@ impl EventAttr {
         self
     }
 
+    /// Report new executable mappings (`mmap = 1`, `mmap2 = 1`: `PERF_RECORD_MMAP2` records,
+    /// timestamped through `sample_id_all`). Build-ids are not asked of the kernel
+    /// (`build_id = 1` needs Linux 5.12); the capture reads them from the files.
+    pub fn with_mmaps(mut self, mmaps: bool) -> Self {
+        self.raw.set_mmap(u64::from(mmaps));
+        self.raw.set_mmap2(u64::from(mmaps));
+        self.raw.set_sample_id_all(1);
+        self
+    }
+
     /// Wake `poll()` when at least `bytes` of records are waiting (`watermark = 1`).
     pub fn with_wakeup_watermark(mut self, bytes: u32) -> Self {
         self.raw.set_watermark(1);
@@ -403,6 +415,11 @@ impl EventAttr {
     /// `comm` (COMM records).
     pub fn comm(&self) -> bool {
         self.raw.comm() != 0
+    }
+
+    /// `mmap` and `mmap2` (MMAP2 records for executable mappings).
+    pub fn mmaps(&self) -> bool {
+        self.raw.mmap() != 0 && self.raw.mmap2() != 0
     }
 
     /// `disabled`.
@@ -486,6 +503,17 @@ mod tests {
         );
         assert_eq!(a.clock(), ClockSource::PerfDefault);
         assert_eq!(a.to_raw().size as usize, size_of::<b::perf_event_attr>());
+    }
+
+    #[test]
+    fn mmap_tracking_bits() {
+        let a = EventAttr::process_switches(ClockSource::PerfDefault);
+        assert!(!a.mmaps());
+        let a = a.with_mmaps(true);
+        assert!(a.mmaps() && a.sample_id_all());
+        let raw = a.to_raw();
+        assert_eq!((raw.mmap(), raw.mmap2(), raw.mmap_data()), (1, 1, 0));
+        assert!(!a.with_mmaps(false).mmaps());
     }
 
     #[test]

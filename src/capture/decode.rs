@@ -4,10 +4,10 @@ use std::sync::Arc;
 
 use super::attr::EventKind;
 use super::events::{
-    BranchSample, CaptureEvent, ContextSwitch, Lost, LostKind, SwitchSides, TaskComm, TaskExit,
-    TaskFork,
+    BranchSample, CaptureEvent, ContextSwitch, Lost, LostKind, MemoryMap, SwitchSides, TaskComm,
+    TaskExit, TaskFork,
 };
-use super::records::{ParseError, PerfRecord, RecordLayout, TaskName};
+use super::records::{MmapFile, ParseError, PerfRecord, RecordLayout, TaskName};
 use super::ring::RawRecord;
 use super::state::{fxt_priority, state_after_switch_out, ThreadState, PRIORITY_UNKNOWN};
 use super::switch::SchedSwitchFormat;
@@ -19,6 +19,8 @@ pub(crate) struct Pending {
     pub(crate) event: CaptureEvent,
     /// `(prev, next)` names from `sched_switch`.
     pub(crate) names: Option<(TaskName, TaskName)>,
+    /// A mapping's (major, minor, inode), to look its build-id up by.
+    pub(crate) inode: Option<(u32, u32, u64)>,
 }
 
 /// What a record became.
@@ -41,6 +43,8 @@ pub(crate) enum Skip {
     SwitchInPair,
     /// A sample on an event that produces none.
     UnexpectedSample,
+    /// A mapping that is not executable.
+    DataMapping,
 }
 
 /// Decodes the records of one ring.
@@ -83,6 +87,7 @@ impl StreamDecoder {
         conv: &PerfTimeConverter,
     ) -> Result<Decoded, ParseError> {
         let record = self.layout.parse(rec)?;
+        let mut inode = None;
         let (perf_time, event, names) = match record {
             PerfRecord::Sample(s) => {
                 let perf_time = self.stamp(s.time);
@@ -189,6 +194,32 @@ impl StreamDecoder {
                 };
                 (perf_time, CaptureEvent::Comm(e), None)
             }
+            PerfRecord::Mmap(m) => {
+                if !m.executable() {
+                    return Ok(Decoded::Skipped(Skip::DataMapping));
+                }
+                let perf_time = self.stamp(m.sample_id.time);
+                let build_id = match m.file {
+                    MmapFile::BuildId(id) => Some(id),
+                    MmapFile::Inode { maj, min, ino, .. } => {
+                        inode = Some((maj, min, ino));
+                        None
+                    }
+                    MmapFile::Unknown => None,
+                };
+                let e = MemoryMap {
+                    time: conv.perf_to_tsc(perf_time),
+                    pid: m.pid,
+                    tid: m.tid,
+                    start: m.addr,
+                    len: m.len,
+                    pgoff: m.pgoff,
+                    path: m.filename,
+                    build_id,
+                    synthesized: false,
+                };
+                (perf_time, CaptureEvent::Mmap(e), None)
+            }
             PerfRecord::Fork(t) => {
                 let perf_time = self.stamp(Some(t.sample_id.time.unwrap_or(t.time)));
                 let e = TaskFork {
@@ -222,7 +253,11 @@ impl StreamDecoder {
         };
         Ok(Decoded::Event {
             perf_time,
-            pending: Pending { event, names },
+            pending: Pending {
+                event,
+                names,
+                inode,
+            },
         })
     }
 

@@ -1,7 +1,8 @@
 //! The typed events a capture session delivers, in timestamp order. Every `time` is in TSC
 //! ticks (the trace's clock). A later step turns them into FXT records: [`ContextSwitch`] →
 //! Context Switch (type 8), [`BranchSample`] → LAST_BRANCH blob, [`ThreadInfo`] → Thread +
-//! Kernel Object records, [`Lost`] / [`Unsupported`] → trace metadata and the summary.
+//! Kernel Object records, [`MemoryMap`] → an `"fxtrace:mmap"` blob ([`crate::format::mmap`]),
+//! [`Lost`] / [`Unsupported`] → trace metadata and the summary.
 
 use super::lbr::BranchEntry;
 use super::state::ThreadState;
@@ -89,6 +90,30 @@ pub struct TaskExit {
     pub ptid: u32,
 }
 
+/// An executable memory mapping of a process: from a `PERF_RECORD_MMAP2` during the capture,
+/// or read from `/proc/PID/maps` when the capture started (as `perf record` synthesizes them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MemoryMap {
+    /// TSC ticks (the capture's start for mappings read from `/proc`).
+    pub time: u64,
+    /// Process id.
+    pub pid: u32,
+    /// Thread id that mapped it (the process id for mappings read from `/proc`).
+    pub tid: u32,
+    /// First mapped address.
+    pub start: u64,
+    /// Mapped bytes.
+    pub len: u64,
+    /// File offset of `start`.
+    pub pgoff: u64,
+    /// The file's path, or a name like `[vdso]` / `//anon` for mappings without one.
+    pub path: Vec<u8>,
+    /// The file's ELF build-id, when known (from the kernel, or read from the file).
+    pub build_id: Option<Vec<u8>>,
+    /// Read from `/proc` at the start (else reported by the kernel during the capture).
+    pub synthesized: bool,
+}
+
 /// What the kernel dropped.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum LostKind {
@@ -168,6 +193,8 @@ pub enum CaptureEvent {
     Fork(TaskFork),
     /// A task exit.
     Exit(TaskExit),
+    /// An executable mapping.
+    Mmap(MemoryMap),
     /// Data dropped by the kernel.
     Lost(Lost),
     /// An LBR sample.
@@ -186,6 +213,7 @@ impl CaptureEvent {
             Self::Comm(e) => e.time,
             Self::Fork(e) => e.time,
             Self::Exit(e) => e.time,
+            Self::Mmap(e) => e.time,
             Self::Lost(e) => e.time,
             Self::Branch(e) => e.time,
             Self::Thread(e) => e.time,

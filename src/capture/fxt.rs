@@ -10,6 +10,7 @@
 //! | [`CaptureEvent::Comm`] | a new Kernel Object record for the renamed thread (and its process when the thread is the main one) |
 //! | [`CaptureEvent::ContextSwitch`] | Context Switch record (type 8, legacy layout: cpu, outgoing state, thread refs, priorities); CPUs above 255 use the scheduling type 1 layout (16-bit cpu) |
 //! | [`CaptureEvent::Branch`] | Blob record of type `LAST_BRANCH` (2), payload per [`crate::format::lbr`], named `"cpu<N>"` (an indexed string) |
+//! | [`CaptureEvent::Mmap`] | Blob record of type `DATA` (1) named `"fxtrace:mmap"` (an indexed string), payload per [`crate::format::mmap`] (pid, time, start, len, pgoff, build-id, path) |
 //! | [`CaptureEvent::Lost`] | instant event `"fxtrace: N perf records lost"` (category `"fxtrace"`, `count` and `cpu` arguments) and, on the first loss, Provider Event metadata "buffer overflow" |
 //! | [`CaptureEvent::Unsupported`] | Log record with the hint, and an instant event `"fxtrace: <what> unavailable"` |
 //! | [`CaptureEvent::Fork`] / [`CaptureEvent::Exit`] | nothing of their own (a reused tid in another process re-registers its thread) |
@@ -38,11 +39,12 @@ use std::io::{self, Write};
 use thiserror::Error;
 
 use super::events::{
-    BranchSample, CaptureEvent, ContextSwitch, Lost, LostKind, SwitchSides, TaskComm, TaskFork,
-    ThreadInfo, Unsupported,
+    BranchSample, CaptureEvent, ContextSwitch, Lost, LostKind, MemoryMap, SwitchSides, TaskComm,
+    TaskFork, ThreadInfo, Unsupported,
 };
 use super::state::ThreadState as LinuxThreadState;
 use crate::format::lbr::{LbrBranch, LbrPayload, LBR_MAX_BRANCHES};
+use crate::format::mmap::{MmapRecord, MMAP_BLOB_NAME, MMAP_MAX_BUILD_ID, MMAP_MAX_PATH};
 use crate::format::{
     Arg, ArgValue, Blob, BlobType, ContextSwitch as FxtContextSwitch, Encode, EncodeError, Event,
     EventKind, Initialization, KernelObject, Log, ObjectType, ProviderEvent, ProviderInfo, Record,
@@ -195,6 +197,10 @@ pub struct KernelTraceStats {
     pub branch_blobs: u64,
     /// Branch entries beyond the 32 a LAST_BRANCH blob holds (the oldest ones), not written.
     pub lbr_entries_truncated: u64,
+    /// `"fxtrace:mmap"` blobs.
+    pub mmap_blobs: u64,
+    /// Mappings whose path (over 4096 bytes) or build-id (over 32 bytes) was cut to fit.
+    pub mmaps_truncated: u64,
     /// Records the kernel reported lost (`PERF_RECORD_LOST`).
     pub lost_records: u64,
     /// Samples the kernel reported lost (`PERF_RECORD_LOST_SAMPLES`).
@@ -367,6 +373,7 @@ impl<S: RecordSink> KernelTraceWriter<S> {
             CaptureEvent::Comm(comm) => self.comm(comm),
             CaptureEvent::Fork(fork) => self.fork(fork),
             CaptureEvent::Exit(_) => Ok(()),
+            CaptureEvent::Mmap(map) => self.mmap(map),
             CaptureEvent::Lost(lost) => self.lost(lost),
             CaptureEvent::Branch(sample) => self.branch(sample),
             CaptureEvent::Unsupported(u) => self.unsupported(u),
@@ -384,6 +391,7 @@ impl<S: RecordSink> KernelTraceWriter<S> {
             Arg::new("threads", ArgValue::U64(s.threads)),
             Arg::new("unindexed_threads", ArgValue::U64(s.unindexed_threads)),
             Arg::new("branch_blobs", ArgValue::U64(s.branch_blobs)),
+            Arg::new("mmap_blobs", ArgValue::U64(s.mmap_blobs)),
             Arg::new("lost_records", ArgValue::U64(s.lost_records)),
             Arg::new("lost_samples", ArgValue::U64(s.lost_samples)),
             Arg::new("late", ArgValue::U64(s.late)),
@@ -709,6 +717,43 @@ impl<S: RecordSink> KernelTraceWriter<S> {
             name,
             blob_type: BlobType::LAST_BRANCH,
             payload: payload.as_bytes(),
+        }))
+    }
+
+    fn mmap(&mut self, map: &MemoryMap) -> Result<(), SinkError> {
+        let path = &map.path[..map.path.len().min(MMAP_MAX_PATH)];
+        let build_id = map
+            .build_id
+            .as_deref()
+            .map(|id| &id[..id.len().min(MMAP_MAX_BUILD_ID)]);
+        if path.len() < map.path.len()
+            || build_id.map(<[u8]>::len) < map.build_id.as_ref().map(Vec::len)
+        {
+            self.stats.mmaps_truncated += 1;
+        }
+        let record = MmapRecord {
+            pid: map.pid,
+            time: map.time,
+            start: map.start,
+            len: map.len,
+            pgoff: map.pgoff,
+            build_id,
+            path,
+        };
+        let payload = match record.encode() {
+            Ok(p) => p,
+            Err(_) => {
+                // Unreachable: both lengths were cut to their limits above.
+                self.stats.dropped_records += 1;
+                return Ok(());
+            }
+        };
+        let name = self.string(MMAP_BLOB_NAME)?;
+        self.stats.mmap_blobs += 1;
+        self.push(&Record::Blob(Blob {
+            name,
+            blob_type: BlobType::DATA,
+            payload: &payload,
         }))
     }
 

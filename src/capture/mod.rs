@@ -16,6 +16,7 @@
 //! | [`time`] | perf timestamps → TSC ticks |
 //! | [`merge`] | k-way timestamp merge of per-CPU streams, with its release rule |
 //! | [`procfs`] | tid → pid and names, cached, from records and `/proc` |
+//! | [`maps`] | executable mappings from `/proc/PID/maps` at the start; ELF build-ids of mapped files |
 //! | [`permissions`], [`tracefs`] | what we may do, remedy text; finding/mounting tracefs |
 //! | [`session`] | [`Capture`]: open, drain on a thread, merge, deliver [`CaptureEvent`]s |
 //! | [`fxt`] | [`CaptureEvent`]s → FXT records ([`KernelTraceWriter`]) into a [`RecordSink`] |
@@ -51,6 +52,7 @@ pub mod fake;
 pub mod fxt;
 pub mod kernel_provider;
 pub mod lbr;
+pub mod maps;
 pub mod merge;
 pub mod permissions;
 pub mod procfs;
@@ -66,8 +68,8 @@ pub mod tracepoint;
 
 pub use attr::{BranchSampleFormat, BranchSampling, EventAttr, EventKind, SampleFormat};
 pub use events::{
-    BranchSample, CaptureEvent, ContextSwitch, Lost, LostKind, SwitchSides, TaskComm, TaskExit,
-    TaskFork, ThreadInfo, Unsupported,
+    BranchSample, CaptureEvent, ContextSwitch, Lost, LostKind, MemoryMap, SwitchSides, TaskComm,
+    TaskExit, TaskFork, ThreadInfo, Unsupported,
 };
 pub use fake::{FakeRing, FakeSys, RecordBytes};
 pub use fxt::{
@@ -78,9 +80,10 @@ pub use kernel_provider::{
     SystemWideConfig, SystemWideRecording, SystemWideSummary,
 };
 pub use lbr::{BranchEntry, BranchStack};
+pub use maps::{read_build_id, BuildIdCache, MapsLine, MapsSynthesis};
 pub use merge::Merger;
 pub use permissions::{Need, PerfPermissions};
-pub use records::{ParseError, PerfRecord, RecordLayout, TaskName};
+pub use records::{MmapFile, ParseError, PerfMmap, PerfRecord, RecordLayout, TaskName};
 pub use ring::{PerfRing, RawData, RawRecord, RingError, RingReader};
 pub use session::{
     Capture, CaptureConfig, CaptureError, CaptureReport, CaptureStats, CaptureTarget, SwitchSource,

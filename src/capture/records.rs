@@ -9,6 +9,8 @@
 //! | `SWITCH` (14) | `sample_id` |
 //! | `SWITCH_CPU_WIDE` (15) | `u32 next_prev_pid, u32 next_prev_tid, sample_id` |
 //! | `COMM` (3) | `u32 pid, u32 tid, char comm[] (NUL-padded to 8), sample_id` |
+//! | `MMAP` (1) | `u32 pid, tid; u64 addr, len, pgoff; char filename[] (NUL-padded to 8), sample_id` |
+//! | `MMAP2` (10) | `u32 pid, tid; u64 addr, len, pgoff;` then 24 bytes: `u32 maj, min; u64 ino, ino_generation` or, with `PERF_RECORD_MISC_MMAP_BUILD_ID`, `u8 build_id_size, u8 res, u16 res, u8 build_id[20]`; `u32 prot, flags; char filename[] (NUL-padded to 8), sample_id` |
 //! | `FORK` (7) / `EXIT` (4) | `u32 pid, ppid, tid, ptid; u64 time; sample_id` |
 //! | `LOST` (2) | `u64 id, u64 lost, sample_id` |
 //! | `LOST_SAMPLES` (13) | `u64 lost, sample_id` |
@@ -16,8 +18,8 @@
 //!
 //! `sample_id` is `TID(pid,tid), TIME, ID, STREAM_ID, CPU(cpu,res), IDENTIFIER`, each per its
 //! `sample_type` bit. Any other record type is returned as [`PerfRecord::Unknown`] (the caller
-//! skips and counts it). A record shorter than its layout is a [`ParseError::Truncated`], never a
-//! panic.
+//! skips and counts it). A record shorter than its layout is a [`ParseError::Truncated`] (or,
+//! for mappings, [`ParseError::TruncatedAt`] with the byte offset), never a panic.
 
 use std::fmt;
 
@@ -28,6 +30,10 @@ use super::attr::{BranchSampleFormat, EventAttr, SampleFormat};
 use super::lbr::{read_branch_stack, BranchStack};
 use super::ring::{RawCursor, RawData, RawRecord};
 
+/// `PERF_RECORD_MMAP`.
+pub const RECORD_MMAP: u32 = b::PERF_RECORD_MMAP;
+/// `PERF_RECORD_MMAP2`.
+pub const RECORD_MMAP2: u32 = b::PERF_RECORD_MMAP2;
 /// `PERF_RECORD_LOST`.
 pub const RECORD_LOST: u32 = b::PERF_RECORD_LOST;
 /// `PERF_RECORD_COMM`.
@@ -56,6 +62,18 @@ pub const MISC_SWITCH_OUT_PREEMPT: u16 = b::PERF_RECORD_MISC_SWITCH_OUT_PREEMPT 
 /// `PERF_RECORD_MISC_COMM_EXEC`: the COMM record comes from an `exec`.
 pub const MISC_COMM_EXEC: u16 = b::PERF_RECORD_MISC_COMM_EXEC as u16;
 
+/// `PERF_RECORD_MISC_MMAP_DATA`: the mapping is not executable.
+pub const MISC_MMAP_DATA: u16 = b::PERF_RECORD_MISC_MMAP_DATA as u16;
+/// `PERF_RECORD_MISC_MMAP_BUILD_ID`: an MMAP2 record carries a build-id instead of the
+/// device and inode numbers.
+pub const MISC_MMAP_BUILD_ID: u16 = b::PERF_RECORD_MISC_MMAP_BUILD_ID as u16;
+/// `PROT_EXEC` in an MMAP2 record's `prot`.
+pub const PROT_EXEC: u32 = libc::PROT_EXEC as u32;
+/// Bytes of the build-id array of an MMAP2 record.
+pub const MMAP2_BUILD_ID_BYTES: usize = 20;
+/// Size of the perf record header that precedes a record's body.
+const HEADER_BYTES: usize = 8;
+
 /// Errors decoding a record.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
 pub enum ParseError {
@@ -66,6 +84,17 @@ pub enum ParseError {
         record: &'static str,
         /// The first missing field.
         field: &'static str,
+    },
+    /// The record ended before a field; `offset` is where the field starts, in bytes from the
+    /// start of the record (its 8-byte header included).
+    #[error("truncated {record} record: missing {field} at byte {offset}")]
+    TruncatedAt {
+        /// Which record.
+        record: &'static str,
+        /// The first missing field.
+        field: &'static str,
+        /// Where it would start.
+        offset: usize,
     },
     /// A branch stack claims more entries than the record holds.
     #[error("branch stack claims {nr} entries but only {room} bytes remain")]
@@ -205,6 +234,7 @@ impl RecordLayout {
                     sample_id,
                 }))
             }
+            RECORD_MMAP | RECORD_MMAP2 => self.parse_mmap(rec).map(PerfRecord::Mmap),
             RECORD_FORK | RECORD_EXIT => {
                 let what = if rec.kind == RECORD_FORK {
                     "fork"
@@ -271,6 +301,77 @@ impl RecordLayout {
                 len: body.len(),
             }),
         }
+    }
+
+    /// An MMAP or MMAP2 record (layouts in the module table).
+    fn parse_mmap(&self, rec: &RawRecord<'_>) -> Result<PerfMmap, ParseError> {
+        let v2 = rec.kind == RECORD_MMAP2;
+        let record = if v2 { "mmap2" } else { "mmap" };
+        let (fixed, sample_id) = self.split_trailer(rec.body, record)?;
+        let mut c = RawCursor::new(fixed);
+        fn at(c: &RawCursor<'_>, record: &'static str, field: &'static str) -> ParseError {
+            ParseError::TruncatedAt {
+                record,
+                field,
+                offset: HEADER_BYTES + c.position(),
+            }
+        }
+        let pid = c.u32().ok_or_else(|| at(&c, record, "pid"))?;
+        let tid = c.u32().ok_or_else(|| at(&c, record, "tid"))?;
+        let addr = c.u64().ok_or_else(|| at(&c, record, "addr"))?;
+        let len = c.u64().ok_or_else(|| at(&c, record, "len"))?;
+        let pgoff = c.u64().ok_or_else(|| at(&c, record, "pgoff"))?;
+        let mut file = MmapFile::Unknown;
+        let mut prot = None;
+        let mut flags = None;
+        if v2 {
+            if rec.misc & MISC_MMAP_BUILD_ID != 0 {
+                let raw = c
+                    .take(4 + MMAP2_BUILD_ID_BYTES)
+                    .ok_or_else(|| at(&c, record, "build_id"))?;
+                let mut bytes = [0u8; 4 + MMAP2_BUILD_ID_BYTES];
+                raw.copy_to(0, &mut bytes)
+                    .ok_or_else(|| at(&c, record, "build_id"))?;
+                let size = usize::from(bytes[0]).min(MMAP2_BUILD_ID_BYTES);
+                file = MmapFile::BuildId(bytes[4..4 + size].to_vec());
+            } else {
+                let maj = c.u32().ok_or_else(|| at(&c, record, "maj"))?;
+                let min = c.u32().ok_or_else(|| at(&c, record, "min"))?;
+                let ino = c.u64().ok_or_else(|| at(&c, record, "ino"))?;
+                let ino_generation = c.u64().ok_or_else(|| at(&c, record, "ino_generation"))?;
+                file = MmapFile::Inode {
+                    maj,
+                    min,
+                    ino,
+                    ino_generation,
+                };
+            }
+            prot = Some(c.u32().ok_or_else(|| at(&c, record, "prot"))?);
+            flags = Some(c.u32().ok_or_else(|| at(&c, record, "flags"))?);
+        }
+        let name = c
+            .take(c.remaining())
+            .ok_or_else(|| at(&c, record, "filename"))?
+            .to_vec();
+        if name.is_empty() {
+            return Err(at(&c, record, "filename"));
+        }
+        let end = name.iter().position(|&b| b == 0).unwrap_or(name.len());
+        let mut filename = name;
+        filename.truncate(end);
+        Ok(PerfMmap {
+            pid,
+            tid,
+            addr,
+            len,
+            pgoff,
+            file,
+            prot,
+            flags,
+            data: rec.misc & MISC_MMAP_DATA != 0,
+            filename,
+            sample_id,
+        })
     }
 
     /// Splits a side-band body into its fixed part and its parsed `sample_id` trailer.
@@ -474,6 +575,64 @@ pub struct TaskRecord {
     pub sample_id: SampleId,
 }
 
+/// What identifies the file of an MMAP2 record.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MmapFile {
+    /// An MMAP record: nothing.
+    Unknown,
+    /// Device and inode (the default MMAP2 layout).
+    Inode {
+        /// Device major number.
+        maj: u32,
+        /// Device minor number.
+        min: u32,
+        /// Inode number.
+        ino: u64,
+        /// Inode generation.
+        ino_generation: u64,
+    },
+    /// The file's build-id (`PERF_RECORD_MISC_MMAP_BUILD_ID`, at most 20 bytes).
+    BuildId(Vec<u8>),
+}
+
+/// A `PERF_RECORD_MMAP` or `PERF_RECORD_MMAP2`: a mapping was created.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PerfMmap {
+    /// Process id.
+    pub pid: u32,
+    /// Thread id.
+    pub tid: u32,
+    /// First mapped address.
+    pub addr: u64,
+    /// Mapped bytes.
+    pub len: u64,
+    /// File offset of `addr`.
+    pub pgoff: u64,
+    /// Device and inode, or build-id (MMAP2 only).
+    pub file: MmapFile,
+    /// `PROT_*` bits (MMAP2 only).
+    pub prot: Option<u32>,
+    /// `MAP_*` flags (MMAP2 only).
+    pub flags: Option<u32>,
+    /// `PERF_RECORD_MISC_MMAP_DATA`: not an executable mapping.
+    pub data: bool,
+    /// The file's path (or a name like `[vdso]`, `//anon`), up to its first NUL.
+    pub filename: Vec<u8>,
+    /// Trailer.
+    pub sample_id: SampleId,
+}
+
+impl PerfMmap {
+    /// Whether the mapping is executable: `PROT_EXEC` in an MMAP2 record, else not flagged as
+    /// data.
+    pub fn executable(&self) -> bool {
+        match self.prot {
+            Some(p) => p & PROT_EXEC != 0,
+            None => !self.data,
+        }
+    }
+}
+
 /// One parsed ring record.
 #[derive(Debug, Clone)]
 pub enum PerfRecord<'a> {
@@ -483,6 +642,8 @@ pub enum PerfRecord<'a> {
     Switch(SwitchRecord),
     /// A task name change.
     Comm(CommRecord),
+    /// A new mapping.
+    Mmap(PerfMmap),
     /// A new task.
     Fork(TaskRecord),
     /// A task exited.
@@ -604,6 +765,8 @@ mod tests {
             (1 << 13, 1 << 14)
         );
         assert_eq!(MISC_COMM_EXEC, 1 << 13);
+        assert_eq!((RECORD_MMAP, RECORD_MMAP2), (1, 10));
+        assert_eq!((MISC_MMAP_DATA, MISC_MMAP_BUILD_ID), (1 << 13, 1 << 14));
     }
 
     #[test]

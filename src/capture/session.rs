@@ -18,6 +18,12 @@
 //!
 //! Events are opened disabled, their rings mapped, then all enabled.
 //!
+//! With [`CaptureConfig::mmaps`], the event carrying the task/comm side band (the switch
+//! event, else the LBR event) also reports new executable mappings (`PERF_RECORD_MMAP2`), and
+//! the capture thread first delivers the executable mappings that existed when the events
+//! were enabled, read from `/proc/PID/maps` (every process for a system-wide capture, bounded;
+//! see [`super::maps`]), stamped with the tick count taken just before enabling.
+//!
 //! # The capture thread
 //!
 //! It sleeps in `poll()` on every ring descriptor plus an eventfd that [`Capture::stop`]
@@ -48,6 +54,7 @@ use thiserror::Error;
 use super::attr::{BranchSampling, EventAttr, EventKind};
 use super::decode::{Decoded, Pending, Skip, StreamDecoder};
 use super::events::{CaptureEvent, LostKind, SwitchSides, ThreadInfo, Unsupported};
+use super::maps::{BuildIdCache, MapsSynthesis};
 use super::merge::Merger;
 use super::permissions::{is_permission_error, is_unsupported_error, Need, PerfPermissions};
 use super::procfs::{online_cpus, TaskRegistry};
@@ -104,6 +111,9 @@ pub struct CaptureConfig {
     pub merge_slack: Duration,
     /// The perf→TSC conversion to use; `None`: probe the mmap page, else measure.
     pub clock: Option<PerfTimeConverter>,
+    /// Record executable mappings: those in `/proc` at the start and new ones
+    /// (`PERF_RECORD_MMAP2`), as [`CaptureEvent::Mmap`].
+    pub mmaps: bool,
 }
 
 impl CaptureConfig {
@@ -120,6 +130,7 @@ impl CaptureConfig {
             poll_interval: Duration::from_millis(50),
             merge_slack: Duration::from_millis(20),
             clock: None,
+            mmaps: true,
         }
     }
 
@@ -241,6 +252,11 @@ struct Counters {
     corrupt_bytes: AtomicU64,
     switches: AtomicU64,
     branch_samples: AtomicU64,
+    mmaps: AtomicU64,
+    mmaps_synthesized: AtomicU64,
+    mmaps_not_synthesized: AtomicU64,
+    maps_unreadable: AtomicU64,
+    data_mappings: AtomicU64,
     threads: AtomicU64,
     delivered: AtomicU64,
     reordered: AtomicU64,
@@ -275,6 +291,18 @@ pub struct CaptureStats {
     pub switches: u64,
     /// LBR samples delivered.
     pub branch_samples: u64,
+    /// Executable mappings delivered (read from `/proc` at the start, or reported by the
+    /// kernel).
+    pub mmaps: u64,
+    /// Of those, read from `/proc` at the start.
+    pub mmaps_synthesized: u64,
+    /// Executable mappings in `/proc` left out by the bounds of [`super::maps`] (processes
+    /// beyond the limit are counted as one each).
+    pub mmaps_not_synthesized: u64,
+    /// Processes whose `/proc/PID/maps` could not be read (gone, or not permitted).
+    pub maps_unreadable: u64,
+    /// Non-executable mapping records, skipped.
+    pub data_mappings: u64,
     /// Threads announced.
     pub threads: u64,
     /// Events delivered in total.
@@ -300,6 +328,11 @@ impl Counters {
             corrupt_bytes: g(&self.corrupt_bytes),
             switches: g(&self.switches),
             branch_samples: g(&self.branch_samples),
+            mmaps: g(&self.mmaps),
+            mmaps_synthesized: g(&self.mmaps_synthesized),
+            mmaps_not_synthesized: g(&self.mmaps_not_synthesized),
+            maps_unreadable: g(&self.maps_unreadable),
+            data_mappings: g(&self.data_mappings),
             threads: g(&self.threads),
             delivered: g(&self.delivered),
             reordered: g(&self.reordered),
@@ -565,7 +598,9 @@ impl Capture {
         if config.switches {
             match config.target {
                 CaptureTarget::Process(pid) => {
-                    let attr = EventAttr::process_switches(source).with_wakeup_watermark(watermark);
+                    let attr = EventAttr::process_switches(source)
+                        .with_mmaps(config.mmaps)
+                        .with_wakeup_watermark(watermark);
                     let set = opener
                         .per_thread(&attr, pid, &cpus, &registry)
                         .map_err(|e| e.into_error(&perms, Need::ProcessSwitches))?;
@@ -581,6 +616,7 @@ impl Capture {
                         Err(note) => {
                             unsupported.push(note);
                             let attr = EventAttr::cpu_wide_switches(source)
+                                .with_mmaps(config.mmaps)
                                 .with_wakeup_watermark(watermark);
                             let set = opener
                                 .per_cpu(&attr, &cpus)
@@ -604,7 +640,10 @@ impl Capture {
             let need = Need::HardwareSampling {
                 kernel: cfg.include_kernel,
             };
-            let attr = EventAttr::branch_sampling(cfg, source).with_wakeup_watermark(watermark);
+            // Without a switch event, the LBR event carries the mapping records.
+            let attr = EventAttr::branch_sampling(cfg, source)
+                .with_mmaps(config.mmaps && !config.switches)
+                .with_wakeup_watermark(watermark);
             let opened = match config.target {
                 CaptureTarget::SystemWide => {
                     opener.per_cpu(&attr, &cpus).map_err(OpenError::Failure)
@@ -648,6 +687,8 @@ impl Capture {
             return Err(CaptureError::NothingToCapture(why));
         }
 
+        // Mappings read from /proc are stamped before enabling: no kernel record is older.
+        let start_ticks = crate::clock::ticks();
         // Enable everything now that every ring exists.
         for fd in slots
             .iter()
@@ -688,8 +729,17 @@ impl Capture {
             poll_ms: i32::try_from(config.poll_interval.as_millis())
                 .unwrap_or(i32::MAX)
                 .max(1),
+            synthesize: config.mmaps.then(|| Synthesize {
+                proc_root: config.proc_root.clone(),
+                pid: match config.target {
+                    CaptureTarget::SystemWide => None,
+                    CaptureTarget::Process(pid) => Some(pid),
+                },
+                time: start_ticks,
+            }),
             delivery: Delivery {
                 registry,
+                build_ids: BuildIdCache::new(),
                 announced: HashSet::new(),
                 counters: counters.clone(),
                 sink: Box::new(sink),
@@ -784,7 +834,9 @@ fn open_tracepoint(
         errno: None,
         hint: format!("{e}; {fallback}"),
     })?;
-    let attr = EventAttr::sched_switch_tracepoint(id, source).with_wakeup_watermark(watermark);
+    let attr = EventAttr::sched_switch_tracepoint(id, source)
+        .with_mmaps(config.mmaps)
+        .with_wakeup_watermark(watermark);
     let set = opener.per_cpu(&attr, cpus).map_err(|f| Unsupported {
         what: what.clone(),
         errno: f.errno(),
@@ -805,6 +857,7 @@ fn open_tracepoint(
 
 struct Delivery {
     registry: TaskRegistry,
+    build_ids: BuildIdCache,
     announced: HashSet<u32>,
     counters: Arc<Counters>,
     sink: Box<dyn FnMut(CaptureEvent) + Send>,
@@ -812,7 +865,11 @@ struct Delivery {
 
 impl Delivery {
     fn deliver(&mut self, pending: Pending) {
-        let Pending { mut event, names } = pending;
+        let Pending {
+            mut event,
+            names,
+            inode,
+        } = pending;
         match &mut event {
             CaptureEvent::ContextSwitch(cs) => {
                 let (prev_name, next_name) = match &names {
@@ -834,6 +891,12 @@ impl Delivery {
                 self.registry.note_name(c.tid, &c.name);
             }
             CaptureEvent::Fork(f) => self.registry.note_thread(f.pid, f.tid),
+            CaptureEvent::Mmap(m) => {
+                if m.build_id.is_none() {
+                    m.build_id = self.build_ids.get(&m.path, inode);
+                }
+                bump(&self.counters.mmaps, 1);
+            }
             CaptureEvent::Branch(b) => {
                 self.registry.note_thread(b.pid, b.tid);
                 self.announce(b.time, b.tid, Some(b.pid), None);
@@ -875,8 +938,18 @@ impl Delivery {
     }
 }
 
+/// Which mappings to read from `/proc` when the capture thread starts.
+struct Synthesize {
+    proc_root: PathBuf,
+    /// `None`: every process.
+    pid: Option<u32>,
+    /// Their time stamp.
+    time: u64,
+}
+
 struct Worker {
     sys: Arc<dyn Sys>,
+    synthesize: Option<Synthesize>,
     slots: Vec<RingSlot>,
     members: Vec<OwnedFd>,
     stop: Arc<EventFd>,
@@ -892,6 +965,9 @@ impl Worker {
     fn run(mut self) -> Result<(), CaptureError> {
         for u in std::mem::take(&mut self.unsupported) {
             self.delivery.emit(CaptureEvent::Unsupported(u));
+        }
+        if let Some(s) = self.synthesize.take() {
+            self.synthesize_maps(&s);
         }
         let mut fds: Vec<libc::pollfd> = self
             .slots
@@ -938,6 +1014,27 @@ impl Worker {
             let delivery = &mut self.delivery;
             self.merger.release(|_, p| delivery.deliver(p));
             self.publish_merge_counters();
+        }
+    }
+
+    /// Delivers the executable mappings in `/proc` (see the module docs).
+    fn synthesize_maps(&mut self, s: &Synthesize) {
+        let d = &mut self.delivery;
+        let found = MapsSynthesis::read(&s.proc_root, s.pid, s.time, &mut d.build_ids);
+        let c = &d.counters;
+        bump(&c.mmaps_synthesized, found.maps.len() as u64);
+        bump(
+            &c.mmaps_not_synthesized,
+            found.mappings_skipped + found.processes_skipped,
+        );
+        bump(&c.maps_unreadable, found.unreadable);
+        bump(&c.parse_errors, found.bad_lines);
+        for m in found.maps {
+            d.deliver(Pending {
+                event: CaptureEvent::Mmap(m),
+                names: None,
+                inode: None,
+            });
         }
     }
 
@@ -990,6 +1087,7 @@ impl Worker {
                         bump(&counters.unexpected_samples, 1)
                     }
                     Ok(Decoded::Skipped(Skip::SwitchInPair)) => {}
+                    Ok(Decoded::Skipped(Skip::DataMapping)) => bump(&counters.data_mappings, 1),
                     Err(_) => bump(&counters.parse_errors, 1),
                 }
                 // Hand consumed space back to the kernel during long batches, not only at the

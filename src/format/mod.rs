@@ -61,6 +61,7 @@ mod error;
 pub mod fields;
 mod framing;
 pub mod lbr;
+pub mod mmap;
 mod record;
 mod refs;
 mod sink;
