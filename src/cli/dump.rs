@@ -8,6 +8,7 @@ use clap::Args;
 use serde_json::{json, Map, Value};
 
 use fxtrace::format::lbr::LbrSample;
+use fxtrace::format::mmap::{build_id_hex, MmapRecord, MMAP_BLOB_NAME};
 use fxtrace::format::{
     BlobType, Decoded, DecodedArg, DecodedEventKind, DecodedRecord, DecodedValue, Thread, Timestamp,
 };
@@ -157,6 +158,25 @@ fn to_json(d: &Decoded<'_>) -> Value {
             put("blob_type", json!(blob_type.0));
             put("size", json!(payload.len()));
             put("payload", json!(hex(payload)));
+            if *blob_type == BlobType::DATA && *name == MMAP_BLOB_NAME {
+                if let Ok(m) = MmapRecord::decode(payload) {
+                    put(
+                        "mmap",
+                        json!({
+                            "pid": m.pid,
+                            "time": time(Timestamp {
+                                ticks: m.time,
+                                ns: fxtrace::format::ticks_to_ns(m.time, d.ticks_per_second),
+                            }),
+                            "start": format!("{:#x}", m.start),
+                            "end": format!("{:#x}", m.end()),
+                            "pgoff": format!("{:#x}", m.pgoff),
+                            "build_id": m.build_id.map(build_id_hex),
+                            "path": m.path_lossy(),
+                        }),
+                    );
+                }
+            }
             if *blob_type == BlobType::LAST_BRANCH {
                 if let Ok(sample) = LbrSample::decode(payload) {
                     let h = sample.header;

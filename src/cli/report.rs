@@ -23,8 +23,8 @@ pub(crate) struct ReportArgs {
 #[derive(Debug, Subcommand)]
 enum ReportKind {
     /// The hottest branch edges of the trace's last-branch-record (LBR) samples: count,
-    /// mispredict rate, average cycles, overall and per CPU or thread, symbolized with the
-    /// binaries given.
+    /// mispredict rate, average cycles, overall and per CPU or thread, symbolized through the
+    /// mappings the trace recorded and the binaries given.
     Lbr(LbrArgs),
 }
 
@@ -34,8 +34,10 @@ struct LbrArgs {
     /// The trace to read (`-` for standard input).
     #[arg(value_name = "FILE")]
     file: PathBuf,
-    /// An ELF binary to name addresses with; `PATH@0xBASE` for a position-independent one
-    /// loaded at BASE (the start of its first mapping in /proc/PID/maps). Repeatable.
+    /// An ELF binary to name addresses with, overriding the trace's own mappings (traces
+    /// recorded by fxtrace name their executables and libraries themselves); `PATH@0xBASE`
+    /// for a position-independent one loaded at BASE (the start of its first mapping in
+    /// /proc/PID/maps). Repeatable.
     #[arg(long = "binary", value_name = "PATH[@0xBASE]")]
     binaries: Vec<BinarySpec>,
     /// Edges shown per table.
@@ -75,6 +77,8 @@ fn lbr(args: &LbrArgs) -> Result<ExitCode, CliError> {
         })?;
     }
     let read = LbrReport::read(open_input(&args.file)?);
+    // The trace's own mappings name what the binaries given by hand do not cover.
+    symbols.load_mappings(read.report.used_mappings());
     let options = LbrTextOptions {
         top: args.top,
         breakdown: if args.per_thread {

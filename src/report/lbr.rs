@@ -8,11 +8,26 @@
 //! written somewhat out of time order are still attributed; a sample with no such switch
 //! (or taken while the CPU was idle or running an unknown thread) goes to the "unknown
 //! thread" table.
+//!
+//! # Mappings
+//!
+//! `"fxtrace:mmap"` blobs ([`crate::format::mmap`]) say which file each process had mapped
+//! where. Each branch address of a sample is resolved, the first time it is seen, to the
+//! mapping of the sample's process (the attributed thread's) that contains it: the latest
+//! one seen at or before the sample's time, else the earliest later one (a mapping whose
+//! record came late). When the sample's process is unknown, the address is resolved only if
+//! every mapping of every process that contains it names the same file at the same place.
+//! An address met again in a sample that resolves it to another file is counted
+//! ([`LbrReport::ambiguous_addresses`]); its first resolution is kept.
 
 use std::collections::{BTreeMap, HashMap, VecDeque};
 use std::io::Read;
 
+use std::path::PathBuf;
+
+use super::symbolize::Mapping;
 use crate::format::lbr::{LbrBranch, LbrSample};
+use crate::format::mmap::{MmapRecord, MMAP_BLOB_NAME};
 use crate::format::{
     ticks_to_ns, BlobType, DecodeError, Decoded, DecodedArg, DecodedRecord, DecodedValue,
     ObjectType, StreamDecoder,
@@ -156,6 +171,14 @@ pub struct LbrReport {
     processes: HashMap<u64, String>,
     /// Per CPU, recent switches: (time in ns, incoming tid or `None` for idle/unknown).
     switches: HashMap<u16, VecDeque<(u64, Option<u64>)>>,
+    /// Every mapping read, in trace order.
+    mappings: Vec<Mapping>,
+    /// Indexes into `mappings`, by process.
+    mappings_by_pid: HashMap<u32, Vec<usize>>,
+    /// Branch address → the mapping it was first resolved to.
+    address_mappings: HashMap<u64, usize>,
+    invalid_mmaps: u64,
+    ambiguous_addresses: u64,
 }
 
 /// The result of reading a whole trace.
@@ -218,6 +241,13 @@ impl LbrReport {
             } if *blob_type == BlobType::LAST_BRANCH => {
                 self.sample(name, payload, d.ticks_per_second)
             }
+            DecodedRecord::Blob {
+                name,
+                blob_type,
+                payload,
+            } if *blob_type == BlobType::DATA && *name == MMAP_BLOB_NAME => {
+                self.mmap(payload, d.ticks_per_second)
+            }
             DecodedRecord::ContextSwitch {
                 time,
                 cpu,
@@ -274,6 +304,80 @@ impl LbrReport {
             .and_then(|(_, tid)| *tid)
     }
 
+    fn mmap(&mut self, payload: &[u8], ticks_per_second: u64) {
+        let Ok(m) = MmapRecord::decode(payload) else {
+            self.invalid_mmaps += 1;
+            return;
+        };
+        use std::os::unix::ffi::OsStrExt;
+        let mapping = Mapping {
+            pid: m.pid,
+            time_ns: ticks_to_ns(m.time, ticks_per_second),
+            start: m.start,
+            len: m.len,
+            pgoff: m.pgoff,
+            build_id: m.build_id.map(<[u8]>::to_vec),
+            path: PathBuf::from(std::ffi::OsStr::from_bytes(m.path)),
+        };
+        let index = self.mappings.len();
+        self.mappings.push(mapping);
+        self.mappings_by_pid.entry(m.pid).or_default().push(index);
+    }
+
+    /// The mapping of `pid` holding `address` at `ns` (see the module docs).
+    fn mapping_in(&self, pid: u32, ns: u64, address: u64) -> Option<usize> {
+        let candidates = self.mappings_by_pid.get(&pid)?;
+        let covering = || {
+            candidates
+                .iter()
+                .copied()
+                .filter(|&i| self.mappings[i].contains(address))
+        };
+        covering()
+            .filter(|&i| self.mappings[i].time_ns <= ns)
+            .max_by_key(|&i| (self.mappings[i].time_ns, i))
+            .or_else(|| covering().min_by_key(|&i| (self.mappings[i].time_ns, i)))
+    }
+
+    /// A mapping holding `address` when the process is unknown: only if all agree.
+    fn mapping_anywhere(&self, address: u64) -> Option<usize> {
+        let mut found: Option<usize> = None;
+        for (i, m) in self.mappings.iter().enumerate() {
+            if !m.contains(address) {
+                continue;
+            }
+            match found {
+                None => found = Some(i),
+                Some(f) if same_file_here(&self.mappings[f], m) => {}
+                Some(_) => return None,
+            }
+        }
+        found
+    }
+
+    fn resolve(&mut self, pid: Option<u32>, ns: u64, address: u64) {
+        if self.mappings.is_empty() {
+            return;
+        }
+        let found = match pid {
+            Some(pid) => self.mapping_in(pid, ns, address),
+            None => self.mapping_anywhere(address),
+        };
+        let Some(found) = found else {
+            return;
+        };
+        match self.address_mappings.get(&address) {
+            None => {
+                self.address_mappings.insert(address, found);
+            }
+            Some(&first) => {
+                if first != found && !same_file_here(&self.mappings[first], &self.mappings[found]) {
+                    self.ambiguous_addresses += 1;
+                }
+            }
+        }
+    }
+
     fn sample(&mut self, name: &str, payload: &[u8], ticks_per_second: u64) {
         let Ok(sample) = LbrSample::decode(payload) else {
             self.invalid_payloads += 1;
@@ -285,6 +389,16 @@ impl LbrReport {
         }
         let ns = ticks_to_ns(sample.header.event_time, ticks_per_second);
         let thread = self.thread_at(cpu, ns);
+        if !self.mappings.is_empty() {
+            let pid = thread
+                .and_then(|t| self.threads.get(&t))
+                .and_then(|t| t.pid)
+                .and_then(|p| u32::try_from(p).ok());
+            for b in sample.branches() {
+                self.resolve(pid, ns, b.from);
+                self.resolve(pid, ns, b.to);
+            }
+        }
         self.overall.add(&sample);
         self.per_cpu.entry(cpu).or_default().add(&sample);
         self.per_thread.entry(thread).or_default().add(&sample);
@@ -315,6 +429,36 @@ impl LbrReport {
         self.cpu_name_mismatches
     }
 
+    /// `"fxtrace:mmap"` blobs whose payload did not decode.
+    pub fn invalid_mmaps(&self) -> u64 {
+        self.invalid_mmaps
+    }
+
+    /// Addresses that samples resolved to different files (the first resolution is kept).
+    pub fn ambiguous_addresses(&self) -> u64 {
+        self.ambiguous_addresses
+    }
+
+    /// Every mapping in the trace, in trace order.
+    pub fn mappings(&self) -> &[Mapping] {
+        &self.mappings
+    }
+
+    /// The mapping a branch address was resolved to.
+    pub fn mapping_of(&self, address: u64) -> Option<&Mapping> {
+        self.address_mappings
+            .get(&address)
+            .map(|&i| &self.mappings[i])
+    }
+
+    /// The mappings some branch address was resolved to (each once, in trace order).
+    pub fn used_mappings(&self) -> Vec<&Mapping> {
+        let mut used: Vec<usize> = self.address_mappings.values().copied().collect();
+        used.sort_unstable();
+        used.dedup();
+        used.into_iter().map(|i| &self.mappings[i]).collect()
+    }
+
     /// What is known of thread `tid`.
     pub fn thread(&self, tid: u64) -> Option<&ThreadNames> {
         self.threads.get(&tid)
@@ -324,6 +468,14 @@ impl LbrReport {
     pub fn process_name(&self, pid: u64) -> Option<&str> {
         self.processes.get(&pid).map(String::as_str)
     }
+}
+
+/// Two mappings that put the same file (and build) at the same place: an address in both
+/// means the same file address.
+fn same_file_here(a: &Mapping, b: &Mapping) -> bool {
+    a.path == b.path
+        && a.build_id == b.build_id
+        && a.start.wrapping_sub(a.pgoff) == b.start.wrapping_sub(b.pgoff)
 }
 
 #[cfg(test)]

@@ -1,6 +1,11 @@
 //! The LBR report as text: a summary, then the hottest branch edges overall and, on request,
 //! per CPU or per thread, with addresses symbolized where a binary covers them.
 //!
+//! An address is named by a binary given by hand if one covers it, else by the trace mapping
+//! it was resolved to: `func+0xoff (file:line)` when that file was loaded
+//! ([`Symbolizer::load_mappings`]), `lib.so+0xOFFSET` (the file offset) when it was not or
+//! has no symbol there, and the raw address alone when no mapping holds it.
+//!
 //! ```text
 //! LBR report: 3 samples, 96 branches, 12 distinct edges, 2 CPUs
 //! mispredicted: 3 of 96 branches (3.1%)
@@ -14,7 +19,8 @@
 use std::io::{self, Write};
 
 use super::lbr::{EdgeTable, LbrReport};
-use super::symbolize::Symbolizer;
+use super::symbolize::{MappedFile, Symbolizer};
+use crate::format::mmap::build_id_hex;
 
 /// Which breakdown follows the overall table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -58,8 +64,11 @@ fn plural(n: usize, one: &str, many: &str) -> String {
     format!("{n} {}", if n == 1 { one } else { many })
 }
 
-fn address(symbols: &Symbolizer, a: u64) -> String {
-    match symbols.locate(a) {
+fn address(symbols: &Symbolizer, report: &LbrReport, a: u64) -> String {
+    let loc = symbols
+        .locate(a)
+        .or_else(|| report.mapping_of(a).map(|m| symbols.locate_mapped(a, m)));
+    match loc {
         Some(loc) => format!("{a:#x} {loc}"),
         None => format!("{a:#x}"),
     }
@@ -69,7 +78,7 @@ fn table(
     out: &mut impl Write,
     title: &str,
     t: &EdgeTable,
-    symbols: &Symbolizer,
+    (symbols, report): (&Symbolizer, &LbrReport),
     top: usize,
 ) -> io::Result<()> {
     let shown = t.top(top);
@@ -99,8 +108,8 @@ fn table(
             percent(s.count, t.branches()),
             percent(s.mispredicted, s.count),
             cycles,
-            address(symbols, edge.from),
-            address(symbols, edge.to)
+            address(symbols, report, edge.from),
+            address(symbols, report, edge.to)
         )?;
     }
     Ok(())
@@ -205,15 +214,78 @@ pub fn write_lbr_text(
             writeln!(out, "warning: {w}")?;
         }
     }
-    if !any_binary {
+    for (path, recorded, state) in symbols.mapped_files() {
+        let path = path.display();
+        match state {
+            MappedFile::Loaded {
+                functions,
+                debug_info,
+            } => writeln!(
+                out,
+                "mapped: {path} ({}, {}{})",
+                plural(*functions, "function", "functions"),
+                if *debug_info {
+                    "debug info"
+                } else {
+                    "no debug info"
+                },
+                recorded.map_or_else(String::new, |id| format!(", build-id {}", build_id_hex(id)))
+            )?,
+            MappedFile::Unreadable(why) => writeln!(
+                out,
+                "note: mapped file {path} cannot be read ({why}): its addresses are shown as file offsets"
+            )?,
+            MappedFile::NotElf(why) => writeln!(
+                out,
+                "note: mapped file {path} is not a readable ELF file ({why}): its addresses are shown as file offsets"
+            )?,
+            MappedFile::BuildIdMismatch { recorded, found } => writeln!(
+                out,
+                "warning: mapped file {path} is another build than the traced one (build-id {} in the trace, {} on disk): not used, its addresses are shown as file offsets",
+                build_id_hex(recorded),
+                found.as_deref().map_or_else(|| "none".to_string(), build_id_hex)
+            )?,
+        }
+    }
+    if report.invalid_mmaps() > 0 {
+        writeln!(
+            out,
+            "skipped: {} with an invalid payload",
+            plural(
+                report.invalid_mmaps() as usize,
+                "fxtrace:mmap blob",
+                "fxtrace:mmap blobs"
+            )
+        )?;
+    }
+    if report.ambiguous_addresses() > 0 {
+        writeln!(
+            out,
+            "note: {} resolved to different files in different samples (the first is shown)",
+            plural(
+                report.ambiguous_addresses() as usize,
+                "address",
+                "addresses"
+            )
+        )?;
+    }
+    if !any_binary && report.mappings().is_empty() {
         writeln!(
             out,
             "symbols: none given, addresses are unsymbolized (--binary PATH or PATH@0xBASE names them)"
+        )?;
+    } else if !report.mappings().is_empty() {
+        writeln!(
+            out,
+            "mappings: {} in the trace, {} holding branch addresses",
+            report.mappings().len(),
+            report.used_mappings().len()
         )?;
     }
     if all.samples() == 0 {
         return Ok(());
     }
+    let symbols = (symbols, report);
     table(out, "all CPUs and threads", all, symbols, options.top)?;
     match options.breakdown {
         Breakdown::Overall => {}

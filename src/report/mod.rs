@@ -9,4 +9,6 @@ pub mod symbolize;
 
 pub use lbr::{Edge, EdgeStats, EdgeTable, LbrRead, LbrReport, ThreadNames};
 pub use lbr_text::{write_lbr_text, Breakdown, LbrTextOptions};
-pub use symbolize::{BinaryInfo, BinarySpec, Location, SymbolizeError, Symbolizer};
+pub use symbolize::{
+    BinaryInfo, BinarySpec, Location, MappedFile, Mapping, SymbolizeError, Symbolizer,
+};

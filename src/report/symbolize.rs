@@ -1,21 +1,32 @@
-//! Address → function and file:line, from ELF binaries given by the user.
+//! Address → function and file:line, from ELF binaries named by the trace's mappings or
+//! given by the user.
 //!
 //! Function names come from the ELF symbol table (`.symtab`, else `.dynsym`) through the
 //! `object` crate; file and line from DWARF through `addr2line`, when the binary has debug
 //! information.
 //!
-//! # Load addresses
+//! # Mappings from the trace
 //!
-//! An address in a trace is a run-time address. A non-PIE executable runs at the addresses
-//! in its file, so `--binary PATH` is enough. A position-independent executable or shared
-//! library is loaded at a random base: give it as `PATH@0xBASE`, where `BASE` is the
-//! start of its first mapping (the first line naming the file in `/proc/PID/maps`, offset
-//! 0). The load bias is then `BASE` minus the page-aligned lowest segment address. FXT
-//! kernel and userspace object records carry no mmap information today, so the base
-//! cannot be read from the trace; addresses outside every given binary's segments are
-//! printed unsymbolized (the raw address only).
+//! A trace recorded by fxtrace carries the executable mappings of the traced processes
+//! (`"fxtrace:mmap"` blobs, [`crate::format::mmap`]): start, length, file offset (`pgoff`),
+//! path and build-id. For an address inside a [`Mapping`], its file offset is
+//! `address - start + pgoff`; the ELF `PT_LOAD` segment whose file range holds that offset
+//! gives the file (link-time) address `p_vaddr + (offset - p_offset)`. That is right for
+//! non-PIE executables (bias 0), PIE executables and shared libraries alike, whatever the
+//! segment layout. [`Symbolizer::load_mapped`] opens each mapped file once; a file whose
+//! build-id differs from the one recorded is not used (its addresses then read
+//! `name+0xOFFSET`, the file offset), nor is a file that is missing or not ELF.
+//!
+//! # Binaries given by hand
+//!
+//! `--binary PATH` (a non-PIE executable, which runs at the addresses in its file) or
+//! `PATH@0xBASE` (a position-independent one, `BASE` the start of its first mapping, the
+//! first line naming the file in `/proc/PID/maps`, offset 0; the load bias is then `BASE`
+//! minus the page-aligned lowest segment address) override the trace's mappings, and serve
+//! traces without them. Addresses that neither covers are printed as the raw address.
 
 use std::borrow::Cow;
+use std::collections::HashMap;
 use std::fmt;
 use std::path::{Path, PathBuf};
 use std::rc::Rc;
@@ -127,10 +138,22 @@ struct Function {
 
 type Dwarf = addr2line::Context<gimli::EndianRcSlice<gimli::RunTimeEndian>>;
 
+/// A `PT_LOAD` segment: link-time address, file offset, bytes in the file.
+#[derive(Debug, Clone, Copy)]
+struct LoadSegment {
+    address: u64,
+    offset: u64,
+    file_size: u64,
+}
+
 struct Binary {
     info: BinaryInfo,
     /// Executable segments, file addresses `[start, end)`.
     segments: Vec<(u64, u64)>,
+    /// Every segment with file contents, for file offset → file address.
+    loads: Vec<LoadSegment>,
+    /// The ELF build-id, if the file has one.
+    build_id: Option<Vec<u8>>,
     functions: Vec<Function>,
     dwarf: Option<Dwarf>,
 }
@@ -176,10 +199,76 @@ impl fmt::Display for Location {
     }
 }
 
-/// Resolves run-time addresses against the binaries added to it.
+/// An executable mapping of a traced process, as the trace recorded it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Mapping {
+    /// The process.
+    pub pid: u32,
+    /// When it was seen, in nanoseconds.
+    pub time_ns: u64,
+    /// First mapped address.
+    pub start: u64,
+    /// Mapped bytes.
+    pub len: u64,
+    /// File offset of `start`.
+    pub pgoff: u64,
+    /// The file's build-id, if recorded.
+    pub build_id: Option<Vec<u8>>,
+    /// The file's path, or a name like `[vdso]` or `//anon`.
+    pub path: PathBuf,
+}
+
+impl Mapping {
+    /// Whether `address` is inside the mapping.
+    pub fn contains(&self, address: u64) -> bool {
+        address >= self.start && address - self.start < self.len
+    }
+
+    /// The file offset of `address` (inside the mapping).
+    pub fn file_offset(&self, address: u64) -> u64 {
+        address.wrapping_sub(self.start).wrapping_add(self.pgoff)
+    }
+
+    /// A file on disk (an absolute path, not a kernel name like `[vdso]` or perf's `//anon`).
+    pub fn is_file(&self) -> bool {
+        let p = self.path.as_os_str().as_encoded_bytes();
+        p.starts_with(b"/") && !p.starts_with(b"//")
+    }
+}
+
+/// What became of a mapped file.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum MappedFile {
+    /// Read: its symbols name the mapping's addresses.
+    Loaded {
+        /// Function symbols found.
+        functions: usize,
+        /// DWARF line information present.
+        debug_info: bool,
+    },
+    /// The file could not be opened (gone, another mount namespace, not permitted).
+    Unreadable(String),
+    /// Not an ELF file `object` reads.
+    NotElf(String),
+    /// Its build-id is not the one the trace recorded: another build of the file. Not used.
+    BuildIdMismatch {
+        /// The trace's.
+        recorded: Vec<u8>,
+        /// The file's (`None`: it has none).
+        found: Option<Vec<u8>>,
+    },
+}
+
+/// Resolves run-time addresses against the binaries added to it and the mapped files
+/// loaded into it.
 #[derive(Debug, Default)]
 pub struct Symbolizer {
     binaries: Vec<Binary>,
+    /// Mapped files, by path and recorded build-id, in the order loaded.
+    mapped: Vec<(PathBuf, Option<Vec<u8>>, MappedFile)>,
+    mapped_index: HashMap<(PathBuf, Option<Vec<u8>>), usize>,
+    /// Binaries of the `Loaded` mapped files.
+    mapped_binaries: HashMap<usize, Binary>,
 }
 
 fn demangle(name: &str) -> String {
@@ -234,6 +323,98 @@ impl Symbolizer {
         data: &[u8],
         base: Option<u64>,
     ) -> Result<&BinaryInfo, SymbolizeError> {
+        let binary = Binary::parse(path, data, base)?;
+        self.binaries.push(binary);
+        Ok(&self.binaries[self.binaries.len() - 1].info)
+    }
+
+    /// Opens the file of `mapping` (once per path and recorded build-id) so that
+    /// [`Self::locate_mapped`] can name its addresses; says what became of it. Kernel names
+    /// (`[vdso]`, `//anon`) are not files and give `None`.
+    pub fn load_mapped(&mut self, mapping: &Mapping) -> Option<&MappedFile> {
+        if !mapping.is_file() {
+            return None;
+        }
+        let key = (mapping.path.clone(), mapping.build_id.clone());
+        if let Some(&i) = self.mapped_index.get(&key) {
+            return Some(&self.mapped[i].2);
+        }
+        let index = self.mapped.len();
+        let state = match std::fs::read(&mapping.path) {
+            Err(e) => MappedFile::Unreadable(e.to_string()),
+            Ok(data) => match Binary::parse(&mapping.path, &data, None) {
+                Err(SymbolizeError::Parse { source, .. }) => MappedFile::NotElf(source.to_string()),
+                Err(e) => MappedFile::NotElf(e.to_string()),
+                Ok(binary) => match &mapping.build_id {
+                    Some(recorded) if binary.build_id.as_ref() != Some(recorded) => {
+                        MappedFile::BuildIdMismatch {
+                            recorded: recorded.clone(),
+                            found: binary.build_id.clone(),
+                        }
+                    }
+                    _ => {
+                        let state = MappedFile::Loaded {
+                            functions: binary.info.functions,
+                            debug_info: binary.info.debug_info,
+                        };
+                        self.mapped_binaries.insert(index, binary);
+                        state
+                    }
+                },
+            },
+        };
+        self.mapped.push((key.0.clone(), key.1.clone(), state));
+        self.mapped_index.insert(key, index);
+        Some(&self.mapped[index].2)
+    }
+
+    /// [`Self::load_mapped`] for each mapping.
+    pub fn load_mappings<'a>(&mut self, mappings: impl IntoIterator<Item = &'a Mapping>) {
+        for m in mappings {
+            self.load_mapped(m);
+        }
+    }
+
+    /// The mapped files loaded so far: path, recorded build-id, what became of it.
+    pub fn mapped_files(&self) -> impl Iterator<Item = (&Path, Option<&[u8]>, &MappedFile)> {
+        self.mapped
+            .iter()
+            .map(|(p, id, state)| (p.as_path(), id.as_deref(), state))
+    }
+
+    /// Where `address` is, by `mapping` (which must contain it): function and source from
+    /// its file when [`Self::load_mapped`] loaded it, else the file name and the file
+    /// offset (`[vdso]+0x…`, `libfoo.so+0x…`).
+    pub fn locate_mapped(&self, address: u64, mapping: &Mapping) -> Location {
+        let offset = mapping.file_offset(address);
+        let binary = self
+            .mapped_index
+            .get(&(mapping.path.clone(), mapping.build_id.clone()))
+            .and_then(|i| self.mapped_binaries.get(i));
+        if let Some(b) = binary {
+            if let Some(file_address) = b.file_address_of_offset(offset) {
+                return b.describe(address, file_address);
+            }
+        }
+        Location {
+            address,
+            binary: file_name(&mapping.path),
+            file_address: offset,
+            function: None,
+            source: None,
+        }
+    }
+}
+
+fn file_name(path: &Path) -> String {
+    path.file_name().map_or_else(
+        || path.display().to_string(),
+        |n| n.to_string_lossy().into_owned(),
+    )
+}
+
+impl Binary {
+    fn parse(path: &Path, data: &[u8], base: Option<u64>) -> Result<Binary, SymbolizeError> {
         let file = object::File::parse(data).map_err(|source| SymbolizeError::Parse {
             path: path.to_path_buf(),
             source,
@@ -248,6 +429,19 @@ impl Symbolizer {
             .map(|s| (s.address(), s.address().saturating_add(s.size())))
             .filter(|(start, end)| start < end)
             .collect();
+        let loads: Vec<LoadSegment> = file
+            .segments()
+            .map(|s| {
+                let (offset, file_size) = s.file_range();
+                LoadSegment {
+                    address: s.address(),
+                    offset,
+                    file_size,
+                }
+            })
+            .filter(|l| l.file_size > 0)
+            .collect();
+        let build_id = file.build_id().ok().flatten().map(<[u8]>::to_vec);
         let lowest = file.segments().map(|s| s.address()).min().unwrap_or(0) & !(PAGE - 1);
         let bias = base.map_or(0, |b| b.wrapping_sub(lowest));
 
@@ -293,7 +487,7 @@ impl Symbolizer {
                 None
             }
         };
-        self.binaries.push(Binary {
+        Ok(Binary {
             info: BinaryInfo {
                 path: path.to_path_buf(),
                 position_independent,
@@ -303,12 +497,15 @@ impl Symbolizer {
                 warning,
             },
             segments,
+            loads,
+            build_id,
             functions,
             dwarf,
-        });
-        Ok(&self.binaries[self.binaries.len() - 1].info)
+        })
     }
+}
 
+impl Symbolizer {
     /// The binaries added, in order.
     pub fn binaries(&self) -> impl Iterator<Item = &BinaryInfo> {
         self.binaries.iter().map(|b| &b.info)
@@ -330,6 +527,24 @@ impl Binary {
         {
             return None;
         }
+        Some(self.describe(address, file_address))
+    }
+
+    /// The file address of file offset `offset`: through the segment whose file range (its
+    /// start rounded down to a page, as the loader maps it) holds it.
+    fn file_address_of_offset(&self, offset: u64) -> Option<u64> {
+        let exact = |l: &&LoadSegment| offset >= l.offset && offset - l.offset < l.file_size;
+        let paged = |l: &&LoadSegment| {
+            offset >= l.offset & !(PAGE - 1) && offset.saturating_sub(l.offset) < l.file_size
+        };
+        self.loads
+            .iter()
+            .find(exact)
+            .or_else(|| self.loads.iter().find(paged))
+            .map(|l| l.address.wrapping_add(offset.wrapping_sub(l.offset)))
+    }
+
+    fn describe(&self, address: u64, file_address: u64) -> Location {
         let at = self
             .functions
             .partition_point(|f| f.address <= file_address);
@@ -342,16 +557,13 @@ impl Binary {
             let loc = d.find_location(file_address).ok()??;
             Some((loc.file?.to_string(), loc.line?))
         });
-        Some(Location {
+        Location {
             address,
-            binary: self.info.path.file_name().map_or_else(
-                || self.info.path.display().to_string(),
-                |n| n.to_string_lossy().into_owned(),
-            ),
+            binary: file_name(&self.info.path),
             file_address,
             function,
             source,
-        })
+        }
     }
 }
 
