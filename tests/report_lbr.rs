@@ -482,3 +482,295 @@ fn cli_options_and_errors() {
     assert!(out.starts_with("LBR report: 2 samples"), "{out}");
     assert!(err.starts_with("<stdin>: at byte offset"), "{err}");
 }
+
+// === symbolization through the trace's own mappings ("fxtrace:mmap" blobs) ===
+
+/// The executable `PT_LOAD` segment holding `address`: (vaddr, file offset, file size).
+fn exec_segment(bin: &Path, address: u64) -> (u64, u64, u64) {
+    use object::ObjectSegment;
+    let data = std::fs::read(bin).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    let seg = file
+        .segments()
+        .find(|s| (s.address()..s.address() + s.size()).contains(&address))
+        .expect("a segment holds the symbol");
+    let (offset, size) = seg.file_range();
+    (seg.address(), offset, size)
+}
+
+fn build_id_of(bin: &Path) -> Option<Vec<u8>> {
+    let data = std::fs::read(bin).unwrap();
+    let file = object::File::parse(&*data).unwrap();
+    file.build_id().unwrap().map(<[u8]>::to_vec)
+}
+
+/// The mapping a loader makes of the segment holding `address` when the file's first page
+/// goes to `base`: page-aligned start and offset, as in `/proc/PID/maps`.
+fn loader_mapping(
+    pid: u32,
+    bin: &Path,
+    path: &str,
+    base: u64,
+    address: u64,
+    build_id: Option<&[u8]>,
+) -> Vec<u8> {
+    let (vaddr, offset, size) = exec_segment(bin, address);
+    let page = 0xfff;
+    let start = base + (vaddr & !page);
+    let pgoff = offset & !page;
+    let len = (offset + size - pgoff + page) & !page;
+    fxtrace::format::mmap::MmapRecord {
+        pid,
+        time: 5,
+        start,
+        len,
+        pgoff,
+        build_id,
+        path: path.as_bytes(),
+    }
+    .encode()
+    .unwrap()
+}
+
+fn mmap_blob(w: &mut RecordWriter, payload: &[u8]) {
+    w.push(&Blob {
+        name: StringRef::Inline(fxtrace::format::mmap::MMAP_BLOB_NAME),
+        blob_type: BlobType::DATA,
+        payload,
+    })
+    .unwrap();
+}
+
+const LIB_SOURCE: &str = "\
+__attribute__((noinline))
+int lib_hot(int x) {
+    return x * 3;
+}
+";
+
+/// A PIE at `0x5555_5555_4000` calling a shared library at `0x7f00_0000_0000`, both named by
+/// the trace's mappings of process 10; thread 11 of process 10 runs on CPU 0.
+#[test]
+fn symbolizes_pie_and_shared_library_from_the_trace_mappings() {
+    if cc().is_none() {
+        println!("skipped: no cc");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (pie, hot, main) = build(dir.path(), &["-fPIE", "-pie", "-Wl,--build-id"], "pie");
+    let lib_src = dir.path().join("lib.c");
+    std::fs::write(&lib_src, LIB_SOURCE).unwrap();
+    let lib = dir.path().join("libt.so");
+    let out = Command::new("cc")
+        .args(["-O0", "-g", "-shared", "-fPIC", "-Wl,--build-id", "-o"])
+        .arg(&lib)
+        .arg(&lib_src)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let lib_hot = {
+        let data = std::fs::read(&lib).unwrap();
+        let file = object::File::parse(&*data).unwrap();
+        let s = file.symbols().find(|s| s.name() == Ok("lib_hot")).unwrap();
+        s.address()
+    };
+    let (base, lib_base) = (0x5555_5555_4000u64, 0x7f00_0000_0000u64);
+    let pie_id = build_id_of(&pie);
+    assert!(pie_id.is_some(), "cc -Wl,--build-id gives a build-id");
+
+    let mut w = RecordWriter::with_magic();
+    let pie_path = pie.to_str().unwrap();
+    let lib_path = lib.to_str().unwrap();
+    mmap_blob(
+        &mut w,
+        &loader_mapping(10, &pie, pie_path, base, hot, pie_id.as_deref()),
+    );
+    mmap_blob(
+        &mut w,
+        &loader_mapping(10, &lib, lib_path, lib_base, lib_hot, None),
+    );
+    // Another process has something else mapped where the PIE is in process 10.
+    mmap_blob(
+        &mut w,
+        &fxtrace::format::mmap::MmapRecord {
+            pid: 99,
+            time: 5,
+            start: base,
+            len: 0x10_0000,
+            pgoff: 0,
+            build_id: None,
+            path: b"/nonexistent/other",
+        }
+        .encode()
+        .unwrap(),
+    );
+    w.push(&ContextSwitch {
+        ticks: 10,
+        cpu: 0,
+        outgoing_state: ThreadState::Blocked,
+        outgoing: ThreadRef::Inline { pid: 0, tid: 0 },
+        incoming: ThreadRef::Inline { pid: 10, tid: 11 },
+        outgoing_priority: 0,
+        incoming_priority: 0,
+    })
+    .unwrap();
+    let call = (base + main + 0x10, base + hot);
+    let to_lib = (base + hot + 4, lib_base + lib_hot);
+    lbr_blob(
+        &mut w,
+        "cpu0",
+        0,
+        20,
+        &[br(call, 0, false), br(to_lib, 0, false)],
+    );
+    let trace = dir.path().join("mapped.fxt");
+    std::fs::write(&trace, w.to_bytes()).unwrap();
+
+    let (ok, out, err) = fxtrace(&["report", "lbr", trace.to_str().unwrap()], &[]);
+    assert!(ok, "{err}");
+    assert!(
+        out.contains(&format!("{:#x} main+0x10 (", base + main + 0x10))
+            && out.contains(&format!("-> {:#x} hot (", base + hot))
+            && out.contains("t.c:3)"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!("-> {:#x} lib_hot (", lib_base + lib_hot)),
+        "{out}"
+    );
+    assert!(out.contains(&format!("mapped: {pie_path} (")), "{out}");
+    assert!(out.contains(&format!("mapped: {lib_path} (")), "{out}");
+    assert!(
+        out.contains("mappings: 3 in the trace, 2 holding branch addresses"),
+        "{out}"
+    );
+    assert!(!out.contains("symbols: none given"), "{out}");
+    assert!(
+        !out.contains("other"),
+        "process 99's mapping is not process 10's: {out}"
+    );
+
+    // Without a thread (no switch), the address is still resolved when all mappings agree:
+    // process 99's covers the PIE's addresses too, so those stay raw; the library's do not.
+    let mut w = RecordWriter::with_magic();
+    mmap_blob(&mut w, &loader_mapping(10, &pie, pie_path, base, hot, None));
+    mmap_blob(
+        &mut w,
+        &loader_mapping(10, &lib, lib_path, lib_base, lib_hot, None),
+    );
+    mmap_blob(
+        &mut w,
+        &fxtrace::format::mmap::MmapRecord {
+            pid: 99,
+            time: 5,
+            start: base,
+            len: 0x10_0000,
+            pgoff: 0,
+            build_id: None,
+            path: b"/nonexistent/other",
+        }
+        .encode()
+        .unwrap(),
+    );
+    lbr_blob(&mut w, "cpu0", 0, 20, &[br(to_lib, 0, false)]);
+    let r = LbrReport::read(&w.to_bytes()[..]).report;
+    let mut symbols = Symbolizer::new();
+    symbols.load_mappings(r.used_mappings());
+    let out = text(&r, &symbols, 5, Breakdown::Overall);
+    assert!(
+        out.contains("threads: 0 known; 1 sample not attributed"),
+        "{out}"
+    );
+    assert!(
+        out.contains(&format!(
+            "  {:#x} -> {:#x} lib_hot (",
+            base + hot + 4,
+            lib_base + lib_hot
+        )),
+        "{out}"
+    );
+}
+
+#[test]
+fn build_id_mismatch_and_missing_file_fall_back_to_file_offsets() {
+    if cc().is_none() {
+        println!("skipped: no cc");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let (pie, hot, _main) = build(dir.path(), &["-fPIE", "-pie", "-Wl,--build-id"], "pie");
+    let base = 0x5555_5555_4000u64;
+    let wrong_id = [0xab_u8; 20];
+    let mut w = RecordWriter::with_magic();
+    let pie_path = pie.to_str().unwrap();
+    let mapping = loader_mapping(10, &pie, pie_path, base, hot, Some(&wrong_id));
+    mmap_blob(&mut w, &mapping);
+    let gone_base = 0x7f00_0000_0000u64;
+    mmap_blob(
+        &mut w,
+        &fxtrace::format::mmap::MmapRecord {
+            pid: 10,
+            time: 5,
+            start: gone_base,
+            len: 0x4000,
+            pgoff: 0x1000,
+            build_id: None,
+            path: b"/nonexistent/libgone.so",
+        }
+        .encode()
+        .unwrap(),
+    );
+    // A damaged mapping blob is counted, not trusted.
+    mmap_blob(&mut w, &[0u8; 20]);
+    lbr_blob(
+        &mut w,
+        "cpu0",
+        0,
+        20,
+        &[br((base + hot, gone_base + 0x123), 0, false)],
+    );
+    let r = LbrReport::read(&w.to_bytes()[..]).report;
+    assert_eq!(r.invalid_mmaps(), 1);
+    let mut symbols = Symbolizer::new();
+    symbols.load_mappings(r.used_mappings());
+    let out = text(&r, &symbols, 5, Breakdown::Overall);
+    assert!(
+        out.contains(&format!(
+            "warning: mapped file {pie_path} is another build than the traced one (build-id {} in the trace, ",
+            "ab".repeat(20)
+        )),
+        "{out}"
+    );
+    assert!(
+        out.contains("note: mapped file /nonexistent/libgone.so cannot be read ("),
+        "{out}"
+    );
+    assert!(
+        out.contains("skipped: 1 fxtrace:mmap blob with an invalid payload"),
+        "{out}"
+    );
+    // Not symbolized with the wrong build: the file offset of hot instead.
+    let (vaddr, offset, _) = exec_segment(&pie, hot);
+    let hot_offset = hot - vaddr + offset;
+    assert!(
+        out.contains(&format!("{:#x} pie+{hot_offset:#x} -> ", base + hot)),
+        "{out}"
+    );
+    assert!(!out.contains(" hot"), "{out}");
+    assert!(
+        out.contains(&format!("-> {:#x} libgone.so+0x1123\n", gone_base + 0x123)),
+        "{out}"
+    );
+
+    // --binary overrides the mapping: with the right base, hot is named again.
+    let spec = format!("{pie_path}@{base:#x}");
+    let mut symbols = Symbolizer::new();
+    symbols.add(&spec.parse::<BinarySpec>().unwrap()).unwrap();
+    symbols.load_mappings(r.used_mappings());
+    let out = text(&r, &symbols, 5, Breakdown::Overall);
+    assert!(out.contains(&format!("{:#x} hot (", base + hot)), "{out}");
+}
