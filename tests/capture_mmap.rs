@@ -174,8 +174,11 @@ fn trace_config() -> KernelTraceConfig {
     }
 }
 
+/// A decoded mapping blob: pid, time, start, pgoff, build-id, path.
+type Blob = (u32, u64, u64, u64, Option<Vec<u8>>, Vec<u8>);
+
 /// The `"fxtrace:mmap"` blobs of an encoded trace, decoded.
-fn mmap_blobs(bytes: &[u8]) -> Vec<(u32, u64, u64, u64, Option<Vec<u8>>, Vec<u8>)> {
+fn mmap_blobs(bytes: &[u8]) -> Vec<Blob> {
     Decoder::new(bytes)
         .filter_map(|d| match d.unwrap().record {
             DecodedRecord::Blob {
