@@ -242,6 +242,23 @@ fn kernel_trace_writer_writes_a_mapping_blob() {
         )
     );
     assert_eq!(blobs[1].5.len(), 4096);
+
+    // `fxtrace dump` prints it readably …
+    let bytes = sink.to_bytes();
+    let line = Decoder::new(&bytes)
+        .map(|d| d.unwrap().to_string())
+        .find(|l| l.contains("fxtrace:mmap"))
+        .unwrap();
+    assert!(
+        line.ends_with(
+            "mmap pid=10 time=500ns 0x7f0000001000-0x7f0000003000 pgoff=0x1000 build_id=010203 \
+             /lib/libc.so.6"
+        ),
+        "{line}"
+    );
+    // … and Perfetto's importer skips it without complaint.
+    let report = fxtrace::convert::perfetto::check_for_perfetto(&bytes[..]).unwrap();
+    assert!(!report.has_violations(), "{report}");
 }
 
 /// The first executable mapping of `pid`'s own executable in `/proc/PID/maps`.

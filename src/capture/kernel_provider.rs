@@ -69,6 +69,8 @@ impl KernelProviderConfig {
         Self {
             capture: CaptureConfig {
                 lbr,
+                // Mappings name the LBR samples' addresses (`fxtrace report lbr`).
+                mmaps: lbr.is_some(),
                 ..CaptureConfig::system_wide()
             },
             trace: KernelTraceConfig::kernel(),
@@ -485,6 +487,7 @@ impl SystemWideRecording {
             capture: CaptureConfig {
                 lbr: config.lbr,
                 ring_pages: config.ring_pages,
+                mmaps: config.lbr.is_some(),
                 ..CaptureConfig::system_wide()
             },
             trace: KernelTraceConfig::kernel(),

@@ -117,7 +117,8 @@ pub struct CaptureConfig {
 }
 
 impl CaptureConfig {
-    /// System-wide switches, no LBR, 1 MiB rings (256 pages).
+    /// System-wide switches, no LBR, no mappings (reading every process's maps at the start
+    /// costs some 100s of ms: recordings turn it on with LBR), 1 MiB rings (256 pages).
     pub fn system_wide() -> Self {
         Self {
             target: CaptureTarget::SystemWide,
@@ -130,14 +131,15 @@ impl CaptureConfig {
             poll_interval: Duration::from_millis(50),
             merge_slack: Duration::from_millis(20),
             clock: None,
-            mmaps: true,
+            mmaps: false,
         }
     }
 
-    /// One process's switches, no LBR.
+    /// One process's switches and executable mappings, no LBR.
     pub fn process(pid: u32) -> Self {
         Self {
             target: CaptureTarget::Process(pid),
+            mmaps: true,
             ..Self::system_wide()
         }
     }

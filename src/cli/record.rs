@@ -391,6 +391,7 @@ pub(crate) fn run(args: RecordArgs) -> Result<ExitCode, RecordCliError> {
             capture: CaptureConfig {
                 lbr: kernel.lbr,
                 ring_pages: kernel.ring_pages,
+                mmaps: kernel.lbr.is_some(),
                 ..CaptureConfig::system_wide()
             },
             trace: KernelTraceConfig {

@@ -8,6 +8,7 @@ use std::borrow::Cow;
 use std::fmt;
 
 use super::lbr::LbrSample;
+use super::mmap::{MmapRecord, MMAP_BLOB_NAME};
 use super::types::{BlobType, EventType, ObjectType, ThreadState, PROVIDER_EVENT_BUFFER_OVERFLOW};
 
 /// A timestamp: the raw ticks and their value in nanoseconds at the provider's ticks per
@@ -539,6 +540,13 @@ impl fmt::Display for Decoded<'_> {
                         Ok(sample) => write!(f, " {}", sample.display(self.ticks_per_second)),
                         Err(e) => {
                             write!(f, " lbr_error={:?} bytes={}", e.to_string(), Hex(payload))
+                        }
+                    }
+                } else if *blob_type == BlobType::DATA && *name == MMAP_BLOB_NAME {
+                    match MmapRecord::decode(payload) {
+                        Ok(m) => write!(f, " {}", m.display(self.ticks_per_second)),
+                        Err(e) => {
+                            write!(f, " mmap_error={:?} bytes={}", e.to_string(), Hex(payload))
                         }
                     }
                 } else {
