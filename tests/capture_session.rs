@@ -66,7 +66,17 @@ fn comm16(name: &str) -> [u8; 16] {
     b
 }
 
-/// A sched_switch tracepoint sample (TID, TIME, CPU, RAW) for FORMAT.
+/// The process of a thread of these tests: threads 10..=12 are process 10's (`proc_tree`).
+fn tgid(tid: u32) -> u32 {
+    if (10..=12).contains(&tid) {
+        10
+    } else {
+        tid
+    }
+}
+
+/// A sched_switch tracepoint sample (TID, TIME, CPU, RAW) for FORMAT. Its TID pair is the
+/// outgoing task's, as the kernel's (the tracepoint fires in its context).
 fn switch_sample(time: u64, cpu: u32, prev: (&str, u32, i64), next: (&str, u32)) -> Vec<u8> {
     let raw = RecordBytes::new()
         .u32(372)
@@ -81,7 +91,7 @@ fn switch_sample(time: u64, cpu: u32, prev: (&str, u32, i64), next: (&str, u32))
         .build();
     assert_eq!(raw.len(), 64);
     RecordBytes::new()
-        .u32(prev.1)
+        .u32(tgid(prev.1))
         .u32(prev.1)
         .u64(time)
         .u32(cpu)

@@ -1,4 +1,15 @@
 //! One ring's records → typed [`CaptureEvent`]s (before merging and thread naming).
+//!
+//! # Process ids of switched tasks
+//!
+//! The `sched:sched_switch` tracepoint gives thread ids only. It fires in `__schedule()` before
+//! `context_switch()`, in the context of the outgoing task, so the sample's `PERF_SAMPLE_TID`
+//! pair (taken from `current`) is the outgoing task's (pid, tid): the outgoing side's pid comes
+//! from the sample itself when its tid matches `prev_pid` ([`sample_pid_of_prev`]). The kernel
+//! writes -1 (`0xffffffff`) for a task whose pid is already detached (a reaped thread's last
+//! switch-out) and for a task outside the event's pid namespace; such a pid is not used. The
+//! incoming side is resolved later (FORK records, the `/proc` scan, its own switch-out).
+//! `PERF_RECORD_SWITCH_CPU_WIDE` carries both pids, with the same -1 convention.
 
 use std::sync::Arc;
 
@@ -41,6 +52,25 @@ pub(crate) enum Skip {
     SwitchInPair,
     /// A sample on an event that produces none.
     UnexpectedSample,
+}
+
+/// A pid the kernel could resolve: not the -1 (`0xffffffff`) perf writes for a task whose pid
+/// is gone or outside the event's pid namespace.
+pub(crate) fn known_pid(pid: u32) -> Option<u32> {
+    (pid != u32::MAX).then_some(pid)
+}
+
+/// The outgoing task's pid from a `sched_switch` sample's own `(pid, tid)` (see the module
+/// docs): used only when the sample's tid is the tracepoint's `prev_pid`.
+pub(crate) fn sample_pid_of_prev(
+    sample_pid: Option<u32>,
+    sample_tid: Option<u32>,
+    prev_tid: u32,
+) -> Option<u32> {
+    match (sample_pid, sample_tid) {
+        (Some(pid), Some(tid)) if tid == prev_tid => known_pid(pid),
+        _ => None,
+    }
 }
 
 /// Decodes the records of one ring.
@@ -96,7 +126,8 @@ impl StreamDecoder {
                             time,
                             cpu,
                             prev_tid: f.prev_tid,
-                            prev_pid: idle(f.prev_tid),
+                            prev_pid: idle(f.prev_tid)
+                                .or_else(|| sample_pid_of_prev(s.pid, s.tid, f.prev_tid)),
                             next_tid: f.next_tid,
                             next_pid: idle(f.next_tid),
                             prev_state: fmt.state_bits().thread_state(f.prev_state),
@@ -136,7 +167,7 @@ impl StreamDecoder {
                 let time = conv.perf_to_tsc(perf_time);
                 let cpu = sw.sample_id.cpu.unwrap_or(self.cpu);
                 let tid = sw.sample_id.tid.unwrap_or(0);
-                let pid = sw.sample_id.pid;
+                let pid = sw.sample_id.pid.and_then(known_pid);
                 let cs = match (sw.next_prev, sw.out) {
                     (Some(_), false) => return Ok(Decoded::Skipped(Skip::SwitchInPair)),
                     (Some((next_pid, next_tid)), true) => ContextSwitch {
@@ -145,7 +176,7 @@ impl StreamDecoder {
                         prev_tid: tid,
                         prev_pid: pid,
                         next_tid,
-                        next_pid: Some(next_pid),
+                        next_pid: known_pid(next_pid),
                         prev_state: state_after_switch_out(sw.preempt),
                         prev_prio: PRIORITY_UNKNOWN,
                         next_prio: PRIORITY_UNKNOWN,

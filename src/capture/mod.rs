@@ -16,6 +16,7 @@
 //! | [`time`] | perf timestamps → TSC ticks |
 //! | [`merge`] | k-way timestamp merge of per-CPU streams, with its release rule |
 //! | [`procfs`] | tid → pid and names, cached, from records and `/proc` |
+//! | `pids` | the process of every switched thread: pids learnt from records, events held until known |
 //! | [`permissions`], [`tracefs`] | what we may do, remedy text; finding/mounting tracefs |
 //! | [`session`] | [`Capture`]: open, drain on a thread, merge, deliver [`CaptureEvent`]s |
 //! | [`fxt`] | [`CaptureEvent`]s → FXT records ([`KernelTraceWriter`]) into a [`RecordSink`] |
@@ -53,6 +54,7 @@ pub mod kernel_provider;
 pub mod lbr;
 pub mod merge;
 pub mod permissions;
+mod pids;
 pub mod procfs;
 pub mod records;
 pub mod ring;
