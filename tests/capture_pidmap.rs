@@ -25,6 +25,8 @@ struct Attribution {
     switched: BTreeSet<u64>,
     /// Thread Kernel Object records without a `"process"` argument, by tid.
     named_without_process: BTreeSet<u64>,
+    /// Thread names with their process: (name, tid, process).
+    names: Vec<(String, u64, u64)>,
 }
 
 fn attribution(bytes: &[u8]) -> Attribution {
@@ -60,11 +62,14 @@ fn attribution(bytes: &[u8]) -> Attribution {
                 koid,
                 object_type,
                 args,
-                ..
+                name,
             } if *object_type == ObjectType::THREAD => {
                 match args.iter().find(|arg| arg.name == "process") {
                     Some(arg) => match arg.value {
-                        DecodedValue::Koid(pid) => note(&mut a, pid, *koid),
+                        DecodedValue::Koid(pid) => {
+                            note(&mut a, pid, *koid);
+                            a.names.push((name.to_string(), *koid, pid));
+                        }
                         ref other => panic!("thread {koid}: process argument {other:?}"),
                     },
                     None => {
@@ -144,8 +149,13 @@ fn no_thread_lands_in_process_zero() {
     .collect();
     println!(
         "pidmap: workload {processes} processes, {threads} threads; {by_count:?}; \
-         in process 0: {:?}; capture summary: {} unknown",
-        a.in_process_zero, summary.capture.unknown_process_threads
+         in process 0: {:?}; capture summary: {} unknown, {} events deferred, {} tasks scanned \
+         ({} scan failures)",
+        a.in_process_zero,
+        summary.capture.unknown_process_threads,
+        summary.capture.deferred_events,
+        summary.capture.proc_scan_threads,
+        summary.capture.proc_scan_failures
     );
     println!("{summary}");
     assert!(
@@ -153,6 +163,19 @@ fn no_thread_lands_in_process_zero() {
         "the workload's threads were switched"
     );
     assert_eq!(a.in_process_zero, BTreeSet::new(), "threads in process 0");
+    // Not only some process: the right one. Our short-lived threads are ours; each `true` is
+    // a single-threaded process of its own.
+    let pid = u64::from(std::process::id());
+    let ours: Vec<_> = a
+        .names
+        .iter()
+        .filter(|n| n.0.starts_with("pidmap-"))
+        .collect();
+    assert!(ours.len() > threads as usize / 2, "{} of ours", ours.len());
+    assert!(ours.iter().all(|n| n.2 == pid), "{ours:?}");
+    let trues: Vec<_> = a.names.iter().filter(|n| n.0 == "true").collect();
+    assert!(!trues.is_empty());
+    assert!(trues.iter().all(|n| n.1 == n.2), "{trues:?}");
     assert_eq!(
         a.named_without_process,
         BTreeSet::new(),

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fxtrace::capture::records::{
-    MISC_SWITCH_OUT, MISC_SWITCH_OUT_PREEMPT, RECORD_COMM, RECORD_LOST, RECORD_SAMPLE,
+    MISC_SWITCH_OUT, MISC_SWITCH_OUT_PREEMPT, RECORD_COMM, RECORD_FORK, RECORD_LOST, RECORD_SAMPLE,
     RECORD_SWITCH,
 };
 use fxtrace::capture::{
@@ -78,6 +78,17 @@ fn tgid(tid: u32) -> u32 {
 /// A sched_switch tracepoint sample (TID, TIME, CPU, RAW) for FORMAT. Its TID pair is the
 /// outgoing task's, as the kernel's (the tracepoint fires in its context).
 fn switch_sample(time: u64, cpu: u32, prev: (&str, u32, i64), next: (&str, u32)) -> Vec<u8> {
+    switch_sample_of(tgid(prev.1), time, cpu, prev, next)
+}
+
+/// As [`switch_sample`], with the sample's pid given (the outgoing task's process).
+fn switch_sample_of(
+    sample_pid: u32,
+    time: u64,
+    cpu: u32,
+    prev: (&str, u32, i64),
+    next: (&str, u32),
+) -> Vec<u8> {
     let raw = RecordBytes::new()
         .u32(372)
         .u32(prev.1)
@@ -91,7 +102,7 @@ fn switch_sample(time: u64, cpu: u32, prev: (&str, u32, i64), next: (&str, u32))
         .build();
     assert_eq!(raw.len(), 64);
     RecordBytes::new()
-        .u32(tgid(prev.1))
+        .u32(sample_pid)
         .u32(prev.1)
         .u64(time)
         .u32(cpu)
@@ -322,6 +333,102 @@ fn system_wide_merges_cpus_names_threads_counts_losses_and_reports_lbr_once() {
     assert_eq!(stats.threads, 3);
     assert_eq!((stats.parse_errors, stats.late), (0, 0));
     assert!(sys.events().iter().all(|e| !e.enabled), "disabled at stop");
+}
+
+/// Issue #7: the process of every switched thread, from the sources in `capture::pids`.
+#[test]
+fn every_switched_thread_gets_its_process_from_records_or_is_counted() {
+    let tfs = tempfile::tempdir().unwrap();
+    let proc = tempfile::tempdir().unwrap();
+    tracefs(tfs.path());
+    proc_tree(proc.path(), &[10, 11]);
+    let sys = FakeSys::new();
+    sys.set_clock(0, 1 << 31, 31);
+    let cfg = config(CaptureConfig::system_wide(), tfs.path(), proc.path());
+    let (events, sink) = sink();
+    let capture = Capture::start_with(sys.clone(), root_perms(), cfg, sink).unwrap();
+    let t = base();
+    let cpu0 = sys.ring(EventKind::SchedSwitchTracepoint, 0).unwrap();
+    let cpu1 = sys.ring(EventKind::SchedSwitchTracepoint, 1).unwrap();
+    // cpu0: 500 (not in /proc, no FORK: it predates the capture and is gone) is switched in at
+    // 100, and switched out at 300: that sample says it is in process 450.
+    assert!(cpu0.write_record(
+        RECORD_SAMPLE,
+        0,
+        &switch_sample(t + 100, 0, ("swapper/0", 0, 0), ("ghost", 500))
+    ));
+    assert!(cpu0.write_record(
+        RECORD_SAMPLE,
+        0,
+        &switch_sample_of(450, t + 300, 0, ("ghost", 500, 0x1), ("swapper/0", 0))
+    ));
+    // cpu1: worker 11 forks thread 601 of a new process 600 at 150 (FORK: pid, ppid, tid, ptid,
+    // time); 601 runs at 200; 700 (never heard of again) runs at 350.
+    let fork = RecordBytes::new()
+        .u32(600)
+        .u32(10)
+        .u32(601)
+        .u32(11)
+        .u64(t + 150)
+        .sample_id(10, 11, t + 150, 1)
+        .build();
+    assert!(cpu1.write_record(RECORD_FORK, 0, &fork));
+    assert!(cpu1.write_record(
+        RECORD_SAMPLE,
+        0,
+        &switch_sample(t + 200, 1, ("worker", 11, 0x1), ("child", 601))
+    ));
+    assert!(cpu1.write_record(
+        RECORD_SAMPLE,
+        0,
+        &switch_sample_of(600, t + 250, 1, ("child", 601, 0x1), ("swapper/1", 0))
+    ));
+    assert!(cpu1.write_record(
+        RECORD_SAMPLE,
+        0,
+        &switch_sample(t + 350, 1, ("swapper/1", 0, 0), ("lost", 700))
+    ));
+    cpu0.wake();
+    cpu1.wake();
+    let stats = capture.stop().unwrap();
+    let events = events.lock().unwrap().clone();
+    let timed: Vec<u64> = events.iter().filter_map(CaptureEvent::time).collect();
+    assert!(timed.windows(2).all(|w| w[0] <= w[1]), "held in order");
+
+    let cs = switches(&events);
+    let at = |dt: u64| cs.iter().find(|c| c.time == t + dt).unwrap();
+    assert_eq!(
+        (at(100).next_tid, at(100).next_pid),
+        (500, Some(450)),
+        "resolved from its own later switch-out"
+    );
+    assert_eq!(at(200).prev_pid, Some(10), "worker 11, from the sample");
+    assert_eq!(at(200).next_pid, Some(600), "from the FORK record");
+    assert_eq!((at(350).next_tid, at(350).next_pid), (700, None));
+    let announced: Vec<(u32, Option<u32>)> = events
+        .iter()
+        .filter_map(|e| match e {
+            CaptureEvent::Thread(t) if t.tid != 0 => Some((t.tid, t.pid)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        announced,
+        vec![
+            (500, Some(450)),
+            (11, Some(10)),
+            (601, Some(600)),
+            (700, None)
+        ],
+        "each announced once, with its process where one was learnt"
+    );
+    assert_eq!(stats.deferred_events, 2, "the switch-ins of 500 and 700");
+    assert_eq!(stats.unknown_process_threads, 1, "700");
+    assert_eq!(stats.proc_scan_threads, 2, "10/task/{{10,11}}");
+    assert_eq!(
+        stats.proc_scan_failures, 1,
+        "/proc/11 has no task directory"
+    );
 }
 
 #[test]

@@ -275,3 +275,22 @@ impl StreamDecoder {
         (perf_time, CaptureEvent::Lost(e), None)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sample_pid_is_the_outgoing_tasks_when_its_tid_matches() {
+        assert_eq!(sample_pid_of_prev(Some(40), Some(42), 42), Some(40));
+        // A sample taken for another task (not the tracepoint's prev): not used.
+        assert_eq!(sample_pid_of_prev(Some(40), Some(43), 42), None);
+        // No PERF_SAMPLE_TID.
+        assert_eq!(sample_pid_of_prev(None, None, 42), None);
+        // A reaped thread's last switch-out: the kernel writes -1 for both.
+        assert_eq!(sample_pid_of_prev(Some(u32::MAX), Some(u32::MAX), 42), None);
+        assert_eq!(sample_pid_of_prev(Some(u32::MAX), Some(42), 42), None);
+        assert_eq!(known_pid(7), Some(7));
+        assert_eq!(known_pid(u32::MAX), None);
+    }
+}
