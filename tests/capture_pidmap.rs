@@ -11,8 +11,11 @@ use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use fxtrace::capture::fxt::UNKNOWN_PROCESS_KOID;
-use fxtrace::capture::{PerfPermissions, SystemWideConfig, SystemWideRecording};
-use fxtrace::format::{DecodedRecord, DecodedValue, Decoder, ObjectType};
+use fxtrace::capture::kernel_provider::{KernelProvider, KernelProviderConfig};
+use fxtrace::capture::{
+    PerfPermissions, SwitchSource, SystemWideConfig, SystemWideRecording, TracefsChoice,
+};
+use fxtrace::format::{DecodedRecord, DecodedValue, Decoder, ObjectType, RecordWriter};
 
 /// Where each thread (tid != 0) of the kernel section got its process from, by tid.
 #[derive(Debug, Default)]
@@ -27,6 +30,19 @@ struct Attribution {
     named_without_process: BTreeSet<u64>,
     /// Thread names with their process: (name, tid, process).
     names: Vec<(String, u64, u64)>,
+}
+
+impl Attribution {
+    /// Switched threads with no thread Kernel Object record at all: Perfetto takes a thread's
+    /// process only from that record, so these would land in its process 0 too.
+    fn unnamed(&self) -> BTreeSet<u64> {
+        let named: BTreeSet<u64> = self.names.iter().map(|n| n.1).collect();
+        self.switched
+            .difference(&named)
+            .copied()
+            .filter(|t| !self.named_without_process.contains(t))
+            .collect()
+    }
 }
 
 fn attribution(bytes: &[u8]) -> Attribution {
@@ -181,6 +197,11 @@ fn no_thread_lands_in_process_zero() {
         BTreeSet::new(),
         "thread names without a process (Perfetto puts them in process 0)"
     );
+    assert_eq!(
+        a.unnamed(),
+        BTreeSet::new(),
+        "switched threads without a name record"
+    );
     // The last resort is counted, never silent: what the trace marks is what the summary says.
     assert_eq!(
         a.marked_unknown.len() as u64,
@@ -191,4 +212,54 @@ fn no_thread_lands_in_process_zero() {
         "every thread's process was learnt: {:?}",
         a.marked_unknown
     );
+}
+
+/// The fallback source (`PERF_RECORD_SWITCH_CPU_WIDE`, no tracepoint): both pids come with each
+/// record, names from COMM records and `/proc`.
+#[test]
+fn no_thread_lands_in_process_zero_with_cpu_wide_switch_records() {
+    let perms = PerfPermissions::read();
+    if !(perms.root || perms.perfmon) {
+        println!("skipped: needs root");
+        return;
+    }
+    let mut config = KernelProviderConfig::system_wide(None);
+    config.capture.tracefs = TracefsChoice::Skip;
+    let provider = match KernelProvider::start(config, RecordWriter::with_magic()) {
+        Ok(p) => p,
+        Err(e) => {
+            println!("skipped: system-wide capture unavailable: {e}");
+            return;
+        }
+    };
+    assert_eq!(
+        provider.report().switch_source,
+        Some(SwitchSource::CpuWideSwitchRecords)
+    );
+    let (_, threads) = workload();
+    let outcome = provider.stop().unwrap();
+    let a = attribution(&outcome.sink.to_bytes());
+    println!(
+        "pidmap (cpu-wide): {} switched threads, {} in process 0, {} marked unknown, {} named \
+         without process; {} events deferred, {} unknown",
+        a.switched.len(),
+        a.in_process_zero.len(),
+        a.marked_unknown.len(),
+        a.named_without_process.len(),
+        outcome.capture.deferred_events,
+        outcome.capture.unknown_process_threads
+    );
+    assert!(a.switched.len() > threads as usize / 2);
+    assert_eq!(a.in_process_zero, BTreeSet::new(), "threads in process 0");
+    assert_eq!(a.named_without_process, BTreeSet::new());
+    assert_eq!(
+        a.unnamed(),
+        BTreeSet::new(),
+        "switched threads without a name record"
+    );
+    assert_eq!(
+        a.marked_unknown.len() as u64,
+        outcome.trace.unknown_process_threads
+    );
+    assert_eq!(outcome.capture.unknown_process_threads, 0);
 }

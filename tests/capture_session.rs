@@ -562,6 +562,82 @@ fn tracepoint_unavailable_falls_back_to_cpu_wide_records() {
     assert_eq!(cs[0].prev_state, ThreadState::Blocked);
 }
 
+/// A reaped thread's last `SWITCH_CPU_WIDE` switch-out says -1 for its own pid and tid: it is
+/// the task the previous switch-out of that CPU switched to. Its name, unknown to `/proc`, is
+/// its parent's from the FORK record.
+#[test]
+fn cpu_wide_switch_out_of_a_reaped_thread_names_the_task_last_switched_in() {
+    let proc = tempfile::tempdir().unwrap();
+    proc_tree(proc.path(), &[10, 11]);
+    let sys = FakeSys::new();
+    sys.set_clock(0, 1 << 31, 31);
+    let empty = tempfile::tempdir().unwrap();
+    let cfg = config(CaptureConfig::system_wide(), empty.path(), proc.path());
+    let (events, sink) = sink();
+    let capture = Capture::start_with(sys.clone(), root_perms(), cfg, sink).unwrap();
+    let t = base();
+    let ring = sys.ring(EventKind::CpuWideSwitches, 0).unwrap();
+    let cpu_wide = fxtrace::capture::records::RECORD_SWITCH_CPU_WIDE;
+    // Worker 11 creates thread 13 of process 10.
+    let fork = RecordBytes::new()
+        .u32(10)
+        .u32(10)
+        .u32(13)
+        .u32(11)
+        .u64(t + 5)
+        .sample_id(10, 11, t + 5, 0)
+        .build();
+    assert!(ring.write_record(RECORD_FORK, 0, &fork));
+    // 11 -> 13, then 13 (reaped: -1) -> idle.
+    let out = |time: u64, own: (u32, u32), next: (u32, u32)| {
+        RecordBytes::new()
+            .u32(next.0)
+            .u32(next.1)
+            .sample_id(own.0, own.1, time, 0)
+            .build()
+    };
+    assert!(ring.write_record(cpu_wide, MISC_SWITCH_OUT, &out(t + 10, (10, 11), (10, 13))));
+    assert!(ring.write_record(
+        cpu_wide,
+        MISC_SWITCH_OUT,
+        &out(t + 20, (u32::MAX, u32::MAX), (0, 0))
+    ));
+    // An unknown task leaving a CPU nobody was seen entering: only the incoming side is known.
+    let other = sys.ring(EventKind::CpuWideSwitches, 1).unwrap();
+    assert!(other.write_record(
+        cpu_wide,
+        MISC_SWITCH_OUT,
+        &out(t + 30, (u32::MAX, u32::MAX), (10, 10))
+    ));
+    ring.wake();
+    let stats = capture.stop().unwrap();
+    let events = events.lock().unwrap().clone();
+    let cs = switches(&events);
+    assert_eq!(cs.len(), 3);
+    assert_eq!((cs[1].prev_tid, cs[1].prev_pid), (13, Some(10)));
+    assert_eq!(cs[1].sides, SwitchSides::Both);
+    assert_eq!((cs[2].prev_tid, cs[2].next_tid), (0, 10));
+    assert_eq!(cs[2].sides, SwitchSides::IncomingOnly);
+    let thread_13 = events.iter().find_map(|e| match e {
+        CaptureEvent::Thread(t) if t.tid == 13 => Some(t.clone()),
+        _ => None,
+    });
+    let thread_13 = thread_13.unwrap();
+    assert_eq!(thread_13.pid, Some(10));
+    assert_eq!(
+        thread_13.name.as_deref(),
+        Some("worker"),
+        "inherited at fork"
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, CaptureEvent::Thread(t) if t.tid == u32::MAX)),
+        "no thread -1"
+    );
+    assert_eq!(stats.unknown_process_threads, 0);
+}
+
 #[test]
 fn permission_denied_says_what_is_missing() {
     let sys = FakeSys::new();

@@ -9,7 +9,10 @@
 //! writes -1 (`0xffffffff`) for a task whose pid is already detached (a reaped thread's last
 //! switch-out) and for a task outside the event's pid namespace; such a pid is not used. The
 //! incoming side is resolved later (FORK records, the `/proc` scan, its own switch-out).
-//! `PERF_RECORD_SWITCH_CPU_WIDE` carries both pids, with the same -1 convention.
+//! `PERF_RECORD_SWITCH_CPU_WIDE` carries both pids, with the same -1 convention; a switch-out
+//! whose own task is reported as -1 (a reaped thread leaving the CPU for the last time) is the
+//! task the previous switch-out of the same CPU named as incoming, so each ring's decoder
+//! remembers that.
 
 use std::sync::Arc;
 
@@ -81,6 +84,8 @@ pub(crate) struct StreamDecoder {
     layout: RecordLayout,
     sched: Option<Arc<SchedSwitchFormat>>,
     last_time: u64,
+    /// CPU-wide switches: the (pid, tid) the last switch-out of this ring switched to.
+    running: Option<(Option<u32>, u32)>,
 }
 
 impl StreamDecoder {
@@ -96,6 +101,7 @@ impl StreamDecoder {
             layout,
             sched,
             last_time: 0,
+            running: None,
         }
     }
 
@@ -166,8 +172,19 @@ impl StreamDecoder {
                 let perf_time = self.stamp(sw.sample_id.time);
                 let time = conv.perf_to_tsc(perf_time);
                 let cpu = sw.sample_id.cpu.unwrap_or(self.cpu);
-                let tid = sw.sample_id.tid.unwrap_or(0);
-                let pid = sw.sample_id.pid.and_then(known_pid);
+                let mut tid = sw.sample_id.tid.unwrap_or(0);
+                let mut pid = sw.sample_id.pid.and_then(known_pid);
+                if tid == u32::MAX && sw.out {
+                    // A task whose pid is gone: the one this ring last saw switched in.
+                    (pid, tid) = self.running.unwrap_or((None, u32::MAX));
+                }
+                self.running = match (sw.next_prev, sw.out) {
+                    (Some((next_pid, next_tid)), true) => Some((known_pid(next_pid), next_tid)),
+                    // A switch-in record's own task is the incoming one.
+                    (_, false) => (tid != u32::MAX).then_some((pid, tid)),
+                    // Per-process switch-out: the next task is outside the process.
+                    (None, true) => None,
+                };
                 let cs = match (sw.next_prev, sw.out) {
                     (Some(_), false) => return Ok(Decoded::Skipped(Skip::SwitchInPair)),
                     (Some((next_pid, next_tid)), true) => ContextSwitch {
@@ -207,6 +224,15 @@ impl StreamDecoder {
                         sides: SwitchSides::IncomingOnly,
                     },
                 };
+                let mut cs = cs;
+                if cs.prev_tid == u32::MAX {
+                    // Who left is unknown (its switch-in was never seen): keep what is known.
+                    cs.prev_tid = 0;
+                    cs.prev_pid = Some(0);
+                    if cs.sides == SwitchSides::Both {
+                        cs.sides = SwitchSides::IncomingOnly;
+                    }
+                }
                 (perf_time, CaptureEvent::ContextSwitch(cs), None)
             }
             PerfRecord::Comm(c) => {

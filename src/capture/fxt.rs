@@ -6,7 +6,7 @@
 //!
 //! | capture event | FXT records |
 //! |---|---|
-//! | [`CaptureEvent::Thread`] | Thread record (indexed while the table has room), Kernel Object records naming the process (`PROCESS` = 1) and the thread (`THREAD` = 2, with a `"process"` koid argument), each once per name |
+//! | [`CaptureEvent::Thread`] | Thread record (indexed while the table has room), Kernel Object records naming the process (`PROCESS` = 1) and the thread (`THREAD` = 2, with a `"process"` koid argument; `:<tid>` when its name is unknown), each once per name |
 //! | [`CaptureEvent::Comm`] | a new Kernel Object record for the renamed thread (and its process when the thread is the main one) |
 //! | [`CaptureEvent::ContextSwitch`] | Context Switch record (type 8, legacy layout: cpu, outgoing state, thread refs, priorities); CPUs above 255 use the scheduling type 1 layout (16-bit cpu) |
 //! | [`CaptureEvent::Branch`] | Blob record of type `LAST_BRANCH` (2), payload per [`crate::format::lbr`], named `"cpu<N>"` (an indexed string) |
@@ -626,9 +626,20 @@ impl<S: RecordSink> KernelTraceWriter<S> {
         if let (Some(pid), Some(name)) = (info.pid, &info.process_name) {
             self.name_process(pid, name)?;
         }
-        if let Some(name) = &info.name {
+        // Perfetto takes a thread's process only from its Kernel Object record: every thread
+        // gets one, named `:<tid>` (perf's habit) when its name is unknown.
+        let unnamed;
+        let name = match &info.name {
+            Some(name) => Some(name.as_str()),
+            None if info.tid != 0 => {
+                unnamed = format!(":{}", info.tid);
+                Some(unnamed.as_str())
+            }
+            None => None,
+        };
+        if let Some(name) = name {
             // The process a viewer groups the thread under: the registered one (the marker for
-            // an unknown process; the idle task has none).
+            // an unknown process).
             let pid = self.threads.get(&info.tid).map(|s| s.pid).or(info.pid);
             self.name_thread(info.tid, pid, name)?;
         }

@@ -211,7 +211,10 @@ impl PidResolver {
             }
             // The parent is the task that forked (`current`); for EXIT the kernel fills
             // `ptid` with a pid, so only the task's own pair is used there.
-            CaptureEvent::Fork(f) => facts = [Some((f.pid, f.tid)), Some((f.ppid, f.ptid))],
+            CaptureEvent::Fork(f) => {
+                facts = [Some((f.pid, f.tid)), Some((f.ppid, f.ptid))];
+                self.registry.inherit_name(f.tid, f.ptid);
+            }
             CaptureEvent::Exit(x) => facts[0] = Some((x.pid, x.tid)),
             CaptureEvent::Comm(c) => facts[0] = Some((c.pid, c.tid)),
             CaptureEvent::Branch(b) => facts[0] = Some((b.pid, b.tid)),

@@ -84,10 +84,11 @@ impl TaskRegistry {
     }
 
     /// Notes every task alive now: `/proc/<pid>/task/<tid>` gives tid → pid, and
-    /// `/proc/<pid>/comm` the process name (one read per process). Stops after `limit` tasks.
-    /// A `/proc` root that cannot be listed is an error; a process that exits mid-scan is
-    /// counted in [`ProcScan::failures`].
-    pub fn scan(&mut self, limit: usize) -> io::Result<ProcScan> {
+    /// `/proc/<pid>/comm` the process name (one read per process); with `thread_names`, also
+    /// each thread's `comm` (for sources whose records carry no names). Stops after `limit`
+    /// tasks. A `/proc` root that cannot be listed is an error; a process that exits mid-scan
+    /// is counted in [`ProcScan::failures`].
+    pub fn scan(&mut self, limit: usize, thread_names: bool) -> io::Result<ProcScan> {
         let mut scan = ProcScan::default();
         let pids: Vec<u32> = fs::read_dir(&self.proc_root)?
             .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
@@ -107,6 +108,13 @@ impl TaskRegistry {
             scan.processes += 1;
             for &tid in &tids {
                 self.note_thread(pid, tid);
+                if thread_names {
+                    self.proc_reads += 1;
+                    let path = self.proc_root.join(pid.to_string()).join("task");
+                    if let Some(name) = read_line(&path.join(tid.to_string()).join("comm")) {
+                        self.threads.entry(tid).or_default().name = Some(name);
+                    }
+                }
             }
             scan.threads += tids.len() as u64;
             if !self.processes.contains_key(&pid) {
@@ -117,6 +125,13 @@ impl TaskRegistry {
             }
         }
         Ok(scan)
+    }
+
+    /// A new thread `tid` created by `parent`: it starts with the parent's name, as in the
+    /// kernel (`comm` is copied at fork); a name an earlier thread of that tid had is forgotten.
+    pub fn inherit_name(&mut self, tid: u32, parent: u32) {
+        let name = self.threads.get(&parent).and_then(|e| e.name.clone());
+        self.threads.entry(tid).or_default().name = name;
     }
 
     /// Records `tid`'s current name (and the process name, for a main thread).
@@ -294,7 +309,7 @@ mod tests {
         // Not a process.
         fs::create_dir_all(root.join("self-not-a-pid")).unwrap();
         let mut r = TaskRegistry::new(root);
-        let scan = r.scan(SCAN_TASK_LIMIT).unwrap();
+        let scan = r.scan(SCAN_TASK_LIMIT, false).unwrap();
         assert_eq!(
             scan,
             ProcScan {
@@ -317,16 +332,32 @@ mod tests {
     }
 
     #[test]
+    fn scan_with_thread_names_and_names_inherited_at_fork() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir_all(dir.path().join("5/task/6")).unwrap();
+        fs::write(dir.path().join("5/task/6/comm"), "worker\n").unwrap();
+        let mut r = TaskRegistry::new(dir.path());
+        r.scan(10, true).unwrap();
+        drop(dir);
+        assert_eq!(r.thread_name(6).as_deref(), Some("worker"));
+        r.inherit_name(7, 6);
+        assert_eq!(r.thread_name(7).as_deref(), Some("worker"));
+        r.note_name(8, "old");
+        r.inherit_name(8, 6);
+        assert_eq!(r.thread_name(8).as_deref(), Some("worker"), "a reused tid");
+    }
+
+    #[test]
     fn scan_stops_at_its_limit() {
         let dir = tempfile::tempdir().unwrap();
         for pid in 1..=5 {
             fs::create_dir_all(dir.path().join(format!("{pid}/task/{pid}"))).unwrap();
         }
         let mut r = TaskRegistry::new(dir.path());
-        let scan = r.scan(3).unwrap();
+        let scan = r.scan(3, false).unwrap();
         assert_eq!((scan.threads, scan.truncated), (3, true));
         assert!(TaskRegistry::new(dir.path().join("missing"))
-            .scan(3)
+            .scan(3, false)
             .is_err());
     }
 

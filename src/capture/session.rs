@@ -710,6 +710,7 @@ impl Capture {
                 .unwrap_or(i32::MAX)
                 .max(1),
             scan_proc: config.target == CaptureTarget::SystemWide,
+            scan_thread_names: switch_source == Some(SwitchSource::CpuWideSwitchRecords),
             delivery: Delivery {
                 resolver: PidResolver::new(registry),
                 announced: HashMap::new(),
@@ -929,6 +930,8 @@ struct Worker {
     merger: Merger<Pending>,
     /// Scan `/proc` for the tasks alive at start (system-wide capture).
     scan_proc: bool,
+    /// ... with thread names (the switch source carries none).
+    scan_thread_names: bool,
     slack: u64,
     poll_ms: i32,
     delivery: Delivery,
@@ -944,7 +947,8 @@ impl Worker {
             // The events are enabled: a task alive now is in the scan or, if it starts later,
             // announced by its FORK record. Rings fill meanwhile; nothing is delivered before.
             let c = &self.delivery.counters;
-            match self.delivery.resolver.registry.scan(SCAN_TASK_LIMIT) {
+            let registry = &mut self.delivery.resolver.registry;
+            match registry.scan(SCAN_TASK_LIMIT, self.scan_thread_names) {
                 Ok(scan) => {
                     bump(&c.proc_scan_threads, scan.threads);
                     bump(
