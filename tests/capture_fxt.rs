@@ -8,7 +8,9 @@ use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::time::Duration;
 
-use fxtrace::capture::fxt::{KernelTraceConfig, KernelTraceWriter};
+use fxtrace::capture::fxt::{
+    KernelTraceConfig, KernelTraceWriter, UNKNOWN_PROCESS_KOID, UNKNOWN_PROCESS_NAME,
+};
 use fxtrace::capture::kernel_provider::{KernelProvider, KernelProviderConfig};
 use fxtrace::capture::records::{RECORD_LOST, RECORD_SAMPLE};
 use fxtrace::capture::{
@@ -526,6 +528,83 @@ fn dead_threads_free_their_index_and_a_reused_tid_is_named_again() {
         })
         .unwrap();
     assert_eq!((last.pid, last.tid), (30, 21));
+}
+
+#[test]
+fn threads_of_unknown_process_get_the_marker_process_and_are_counted() {
+    let unknown = |tid: u32, name: &str| {
+        CaptureEvent::Thread(ThreadInfo {
+            time: 2_000,
+            tid,
+            pid: None,
+            name: Some(name.into()),
+            process_name: None,
+        })
+    };
+    let gone_in = CaptureEvent::ContextSwitch(ContextSwitch {
+        time: 2_100,
+        cpu: 0,
+        prev_tid: 0,
+        prev_pid: Some(0),
+        next_tid: 41,
+        next_pid: None,
+        prev_state: ThreadState::Suspended,
+        prev_prio: 120,
+        next_prio: 120,
+        sides: SwitchSides::Both,
+    });
+    let events = [
+        thread_info(0, 0, "swapper/0", "swapper"),
+        unknown(41, "gone"),
+        gone_in,
+        // Announced again once its process is learnt: registered and named under it.
+        thread_info(41, 40, "gone", "app"),
+        switch(2_200, 0, (40, 41), (0, 0), ThreadState::Blocked),
+    ];
+    let (bytes, stats) = write_all(&events);
+    assert_eq!(stats.unknown_process_threads, 1);
+    let records = decode(&bytes);
+    let marker = u64::from(UNKNOWN_PROCESS_KOID);
+    let threads: Vec<(u64, u64)> = records
+        .iter()
+        .filter_map(|d| match d.record {
+            DecodedRecord::Thread { thread, .. } => Some((thread.pid, thread.tid)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(threads, vec![(0, 0), (marker, 41), (40, 41), (99, 99)]);
+    let names = kernel_objects(&records);
+    assert!(names.contains(&(
+        ObjectType::PROCESS,
+        marker,
+        UNKNOWN_PROCESS_NAME.into(),
+        None
+    )));
+    assert!(names.contains(&(ObjectType::THREAD, 41, "gone".into(), Some(marker))));
+    assert!(names.contains(&(ObjectType::THREAD, 41, "gone".into(), Some(40))));
+    assert!(
+        names.contains(&(ObjectType::THREAD, 0, "swapper/0".into(), Some(0))),
+        "the idle task stays in process 0"
+    );
+    let incoming: Vec<(u64, u64)> = records
+        .iter()
+        .filter_map(|d| match &d.record {
+            DecodedRecord::ContextSwitch { incoming, .. } => Some((incoming.pid, incoming.tid)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(incoming[0], (marker, 41), "never process 0");
+    let summary = records
+        .iter()
+        .find_map(|d| match &d.record {
+            DecodedRecord::Event(e) if e.name == "fxtrace: kernel capture summary" => Some(e),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(
+        arg(summary, "unknown_process_threads"),
+        Some(DecodedValue::U64(1))
+    );
 }
 
 #[test]

@@ -247,7 +247,7 @@ fn kernel_trace_writer_writes_a_mapping_blob() {
     let bytes = sink.to_bytes();
     let line = Decoder::new(&bytes)
         .map(|d| d.unwrap().to_string())
-        .find(|l| l.contains("fxtrace:mmap"))
+        .find(|l| l.contains(" mmap pid="))
         .unwrap();
     assert!(
         line.ends_with(

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fxtrace::capture::records::{
-    MISC_SWITCH_OUT, MISC_SWITCH_OUT_PREEMPT, RECORD_COMM, RECORD_LOST, RECORD_SAMPLE,
+    MISC_SWITCH_OUT, MISC_SWITCH_OUT_PREEMPT, RECORD_COMM, RECORD_FORK, RECORD_LOST, RECORD_SAMPLE,
     RECORD_SWITCH,
 };
 use fxtrace::capture::{
@@ -66,8 +66,29 @@ fn comm16(name: &str) -> [u8; 16] {
     b
 }
 
-/// A sched_switch tracepoint sample (TID, TIME, CPU, RAW) for FORMAT.
+/// The process of a thread of these tests: threads 10..=12 are process 10's (`proc_tree`).
+fn tgid(tid: u32) -> u32 {
+    if (10..=12).contains(&tid) {
+        10
+    } else {
+        tid
+    }
+}
+
+/// A sched_switch tracepoint sample (TID, TIME, CPU, RAW) for FORMAT. Its TID pair is the
+/// outgoing task's, as the kernel's (the tracepoint fires in its context).
 fn switch_sample(time: u64, cpu: u32, prev: (&str, u32, i64), next: (&str, u32)) -> Vec<u8> {
+    switch_sample_of(tgid(prev.1), time, cpu, prev, next)
+}
+
+/// As [`switch_sample`], with the sample's pid given (the outgoing task's process).
+fn switch_sample_of(
+    sample_pid: u32,
+    time: u64,
+    cpu: u32,
+    prev: (&str, u32, i64),
+    next: (&str, u32),
+) -> Vec<u8> {
     let raw = RecordBytes::new()
         .u32(372)
         .u32(prev.1)
@@ -81,7 +102,7 @@ fn switch_sample(time: u64, cpu: u32, prev: (&str, u32, i64), next: (&str, u32))
         .build();
     assert_eq!(raw.len(), 64);
     RecordBytes::new()
-        .u32(prev.1)
+        .u32(sample_pid)
         .u32(prev.1)
         .u64(time)
         .u32(cpu)
@@ -314,6 +335,102 @@ fn system_wide_merges_cpus_names_threads_counts_losses_and_reports_lbr_once() {
     assert!(sys.events().iter().all(|e| !e.enabled), "disabled at stop");
 }
 
+/// Issue #7: the process of every switched thread, from the sources in `capture::pids`.
+#[test]
+fn every_switched_thread_gets_its_process_from_records_or_is_counted() {
+    let tfs = tempfile::tempdir().unwrap();
+    let proc = tempfile::tempdir().unwrap();
+    tracefs(tfs.path());
+    proc_tree(proc.path(), &[10, 11]);
+    let sys = FakeSys::new();
+    sys.set_clock(0, 1 << 31, 31);
+    let cfg = config(CaptureConfig::system_wide(), tfs.path(), proc.path());
+    let (events, sink) = sink();
+    let capture = Capture::start_with(sys.clone(), root_perms(), cfg, sink).unwrap();
+    let t = base();
+    let cpu0 = sys.ring(EventKind::SchedSwitchTracepoint, 0).unwrap();
+    let cpu1 = sys.ring(EventKind::SchedSwitchTracepoint, 1).unwrap();
+    // cpu0: 500 (not in /proc, no FORK: it predates the capture and is gone) is switched in at
+    // 100, and switched out at 300: that sample says it is in process 450.
+    assert!(cpu0.write_record(
+        RECORD_SAMPLE,
+        0,
+        &switch_sample(t + 100, 0, ("swapper/0", 0, 0), ("ghost", 500))
+    ));
+    assert!(cpu0.write_record(
+        RECORD_SAMPLE,
+        0,
+        &switch_sample_of(450, t + 300, 0, ("ghost", 500, 0x1), ("swapper/0", 0))
+    ));
+    // cpu1: worker 11 forks thread 601 of a new process 600 at 150 (FORK: pid, ppid, tid, ptid,
+    // time); 601 runs at 200; 700 (never heard of again) runs at 350.
+    let fork = RecordBytes::new()
+        .u32(600)
+        .u32(10)
+        .u32(601)
+        .u32(11)
+        .u64(t + 150)
+        .sample_id(10, 11, t + 150, 1)
+        .build();
+    assert!(cpu1.write_record(RECORD_FORK, 0, &fork));
+    assert!(cpu1.write_record(
+        RECORD_SAMPLE,
+        0,
+        &switch_sample(t + 200, 1, ("worker", 11, 0x1), ("child", 601))
+    ));
+    assert!(cpu1.write_record(
+        RECORD_SAMPLE,
+        0,
+        &switch_sample_of(600, t + 250, 1, ("child", 601, 0x1), ("swapper/1", 0))
+    ));
+    assert!(cpu1.write_record(
+        RECORD_SAMPLE,
+        0,
+        &switch_sample(t + 350, 1, ("swapper/1", 0, 0), ("lost", 700))
+    ));
+    cpu0.wake();
+    cpu1.wake();
+    let stats = capture.stop().unwrap();
+    let events = events.lock().unwrap().clone();
+    let timed: Vec<u64> = events.iter().filter_map(CaptureEvent::time).collect();
+    assert!(timed.windows(2).all(|w| w[0] <= w[1]), "held in order");
+
+    let cs = switches(&events);
+    let at = |dt: u64| cs.iter().find(|c| c.time == t + dt).unwrap();
+    assert_eq!(
+        (at(100).next_tid, at(100).next_pid),
+        (500, Some(450)),
+        "resolved from its own later switch-out"
+    );
+    assert_eq!(at(200).prev_pid, Some(10), "worker 11, from the sample");
+    assert_eq!(at(200).next_pid, Some(600), "from the FORK record");
+    assert_eq!((at(350).next_tid, at(350).next_pid), (700, None));
+    let announced: Vec<(u32, Option<u32>)> = events
+        .iter()
+        .filter_map(|e| match e {
+            CaptureEvent::Thread(t) if t.tid != 0 => Some((t.tid, t.pid)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        announced,
+        vec![
+            (500, Some(450)),
+            (11, Some(10)),
+            (601, Some(600)),
+            (700, None)
+        ],
+        "each announced once, with its process where one was learnt"
+    );
+    assert_eq!(stats.deferred_events, 2, "the switch-ins of 500 and 700");
+    assert_eq!(stats.unknown_process_threads, 1, "700");
+    assert_eq!(stats.proc_scan_threads, 2, "10/task/{{10,11}}");
+    assert_eq!(
+        stats.proc_scan_failures, 1,
+        "/proc/11 has no task directory"
+    );
+}
+
 #[test]
 fn process_mode_opens_per_thread_and_cpu_with_one_ring_per_cpu() {
     let proc = tempfile::tempdir().unwrap();
@@ -443,6 +560,82 @@ fn tracepoint_unavailable_falls_back_to_cpu_wide_records() {
         (10, 11, Some(10))
     );
     assert_eq!(cs[0].prev_state, ThreadState::Blocked);
+}
+
+/// A reaped thread's last `SWITCH_CPU_WIDE` switch-out says -1 for its own pid and tid: it is
+/// the task the previous switch-out of that CPU switched to. Its name, unknown to `/proc`, is
+/// its parent's from the FORK record.
+#[test]
+fn cpu_wide_switch_out_of_a_reaped_thread_names_the_task_last_switched_in() {
+    let proc = tempfile::tempdir().unwrap();
+    proc_tree(proc.path(), &[10, 11]);
+    let sys = FakeSys::new();
+    sys.set_clock(0, 1 << 31, 31);
+    let empty = tempfile::tempdir().unwrap();
+    let cfg = config(CaptureConfig::system_wide(), empty.path(), proc.path());
+    let (events, sink) = sink();
+    let capture = Capture::start_with(sys.clone(), root_perms(), cfg, sink).unwrap();
+    let t = base();
+    let ring = sys.ring(EventKind::CpuWideSwitches, 0).unwrap();
+    let cpu_wide = fxtrace::capture::records::RECORD_SWITCH_CPU_WIDE;
+    // Worker 11 creates thread 13 of process 10.
+    let fork = RecordBytes::new()
+        .u32(10)
+        .u32(10)
+        .u32(13)
+        .u32(11)
+        .u64(t + 5)
+        .sample_id(10, 11, t + 5, 0)
+        .build();
+    assert!(ring.write_record(RECORD_FORK, 0, &fork));
+    // 11 -> 13, then 13 (reaped: -1) -> idle.
+    let out = |time: u64, own: (u32, u32), next: (u32, u32)| {
+        RecordBytes::new()
+            .u32(next.0)
+            .u32(next.1)
+            .sample_id(own.0, own.1, time, 0)
+            .build()
+    };
+    assert!(ring.write_record(cpu_wide, MISC_SWITCH_OUT, &out(t + 10, (10, 11), (10, 13))));
+    assert!(ring.write_record(
+        cpu_wide,
+        MISC_SWITCH_OUT,
+        &out(t + 20, (u32::MAX, u32::MAX), (0, 0))
+    ));
+    // An unknown task leaving a CPU nobody was seen entering: only the incoming side is known.
+    let other = sys.ring(EventKind::CpuWideSwitches, 1).unwrap();
+    assert!(other.write_record(
+        cpu_wide,
+        MISC_SWITCH_OUT,
+        &out(t + 30, (u32::MAX, u32::MAX), (10, 10))
+    ));
+    ring.wake();
+    let stats = capture.stop().unwrap();
+    let events = events.lock().unwrap().clone();
+    let cs = switches(&events);
+    assert_eq!(cs.len(), 3);
+    assert_eq!((cs[1].prev_tid, cs[1].prev_pid), (13, Some(10)));
+    assert_eq!(cs[1].sides, SwitchSides::Both);
+    assert_eq!((cs[2].prev_tid, cs[2].next_tid), (0, 10));
+    assert_eq!(cs[2].sides, SwitchSides::IncomingOnly);
+    let thread_13 = events.iter().find_map(|e| match e {
+        CaptureEvent::Thread(t) if t.tid == 13 => Some(t.clone()),
+        _ => None,
+    });
+    let thread_13 = thread_13.unwrap();
+    assert_eq!(thread_13.pid, Some(10));
+    assert_eq!(
+        thread_13.name.as_deref(),
+        Some("worker"),
+        "inherited at fork"
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, CaptureEvent::Thread(t) if t.tid == u32::MAX)),
+        "no thread -1"
+    );
+    assert_eq!(stats.unknown_process_threads, 0);
 }
 
 #[test]

@@ -1,4 +1,18 @@
 //! One ring's records → typed [`CaptureEvent`]s (before merging and thread naming).
+//!
+//! # Process ids of switched tasks
+//!
+//! The `sched:sched_switch` tracepoint gives thread ids only. It fires in `__schedule()` before
+//! `context_switch()`, in the context of the outgoing task, so the sample's `PERF_SAMPLE_TID`
+//! pair (taken from `current`) is the outgoing task's (pid, tid): the outgoing side's pid comes
+//! from the sample itself when its tid matches `prev_pid` ([`sample_pid_of_prev`]). The kernel
+//! writes -1 (`0xffffffff`) for a task whose pid is already detached (a reaped thread's last
+//! switch-out) and for a task outside the event's pid namespace; such a pid is not used. The
+//! incoming side is resolved later (FORK records, the `/proc` scan, its own switch-out).
+//! `PERF_RECORD_SWITCH_CPU_WIDE` carries both pids, with the same -1 convention; a switch-out
+//! whose own task is reported as -1 (a reaped thread leaving the CPU for the last time) is the
+//! task the previous switch-out of the same CPU named as incoming, so each ring's decoder
+//! remembers that.
 
 use std::sync::Arc;
 
@@ -47,6 +61,25 @@ pub(crate) enum Skip {
     DataMapping,
 }
 
+/// A pid the kernel could resolve: not the -1 (`0xffffffff`) perf writes for a task whose pid
+/// is gone or outside the event's pid namespace.
+pub(crate) fn known_pid(pid: u32) -> Option<u32> {
+    (pid != u32::MAX).then_some(pid)
+}
+
+/// The outgoing task's pid from a `sched_switch` sample's own `(pid, tid)` (see the module
+/// docs): used only when the sample's tid is the tracepoint's `prev_pid`.
+pub(crate) fn sample_pid_of_prev(
+    sample_pid: Option<u32>,
+    sample_tid: Option<u32>,
+    prev_tid: u32,
+) -> Option<u32> {
+    match (sample_pid, sample_tid) {
+        (Some(pid), Some(tid)) if tid == prev_tid => known_pid(pid),
+        _ => None,
+    }
+}
+
 /// Decodes the records of one ring.
 #[derive(Debug)]
 pub(crate) struct StreamDecoder {
@@ -55,6 +88,8 @@ pub(crate) struct StreamDecoder {
     layout: RecordLayout,
     sched: Option<Arc<SchedSwitchFormat>>,
     last_time: u64,
+    /// CPU-wide switches: the (pid, tid) the last switch-out of this ring switched to.
+    running: Option<(Option<u32>, u32)>,
 }
 
 impl StreamDecoder {
@@ -70,6 +105,7 @@ impl StreamDecoder {
             layout,
             sched,
             last_time: 0,
+            running: None,
         }
     }
 
@@ -101,7 +137,8 @@ impl StreamDecoder {
                             time,
                             cpu,
                             prev_tid: f.prev_tid,
-                            prev_pid: idle(f.prev_tid),
+                            prev_pid: idle(f.prev_tid)
+                                .or_else(|| sample_pid_of_prev(s.pid, s.tid, f.prev_tid)),
                             next_tid: f.next_tid,
                             next_pid: idle(f.next_tid),
                             prev_state: fmt.state_bits().thread_state(f.prev_state),
@@ -140,8 +177,19 @@ impl StreamDecoder {
                 let perf_time = self.stamp(sw.sample_id.time);
                 let time = conv.perf_to_tsc(perf_time);
                 let cpu = sw.sample_id.cpu.unwrap_or(self.cpu);
-                let tid = sw.sample_id.tid.unwrap_or(0);
-                let pid = sw.sample_id.pid;
+                let mut tid = sw.sample_id.tid.unwrap_or(0);
+                let mut pid = sw.sample_id.pid.and_then(known_pid);
+                if tid == u32::MAX && sw.out {
+                    // A task whose pid is gone: the one this ring last saw switched in.
+                    (pid, tid) = self.running.unwrap_or((None, u32::MAX));
+                }
+                self.running = match (sw.next_prev, sw.out) {
+                    (Some((next_pid, next_tid)), true) => Some((known_pid(next_pid), next_tid)),
+                    // A switch-in record's own task is the incoming one.
+                    (_, false) => (tid != u32::MAX).then_some((pid, tid)),
+                    // Per-process switch-out: the next task is outside the process.
+                    (None, true) => None,
+                };
                 let cs = match (sw.next_prev, sw.out) {
                     (Some(_), false) => return Ok(Decoded::Skipped(Skip::SwitchInPair)),
                     (Some((next_pid, next_tid)), true) => ContextSwitch {
@@ -150,7 +198,7 @@ impl StreamDecoder {
                         prev_tid: tid,
                         prev_pid: pid,
                         next_tid,
-                        next_pid: Some(next_pid),
+                        next_pid: known_pid(next_pid),
                         prev_state: state_after_switch_out(sw.preempt),
                         prev_prio: PRIORITY_UNKNOWN,
                         next_prio: PRIORITY_UNKNOWN,
@@ -181,6 +229,15 @@ impl StreamDecoder {
                         sides: SwitchSides::IncomingOnly,
                     },
                 };
+                let mut cs = cs;
+                if cs.prev_tid == u32::MAX {
+                    // Who left is unknown (its switch-in was never seen): keep what is known.
+                    cs.prev_tid = 0;
+                    cs.prev_pid = Some(0);
+                    if cs.sides == SwitchSides::Both {
+                        cs.sides = SwitchSides::IncomingOnly;
+                    }
+                }
                 (perf_time, CaptureEvent::ContextSwitch(cs), None)
             }
             PerfRecord::Comm(c) => {
@@ -277,5 +334,24 @@ impl StreamDecoder {
             count,
         };
         (perf_time, CaptureEvent::Lost(e), None)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_sample_pid_is_the_outgoing_tasks_when_its_tid_matches() {
+        assert_eq!(sample_pid_of_prev(Some(40), Some(42), 42), Some(40));
+        // A sample taken for another task (not the tracepoint's prev): not used.
+        assert_eq!(sample_pid_of_prev(Some(40), Some(43), 42), None);
+        // No PERF_SAMPLE_TID.
+        assert_eq!(sample_pid_of_prev(None, None, 42), None);
+        // A reaped thread's last switch-out: the kernel writes -1 for both.
+        assert_eq!(sample_pid_of_prev(Some(u32::MAX), Some(u32::MAX), 42), None);
+        assert_eq!(sample_pid_of_prev(Some(u32::MAX), Some(42), 42), None);
+        assert_eq!(known_pid(7), Some(7));
+        assert_eq!(known_pid(u32::MAX), None);
     }
 }

@@ -6,7 +6,7 @@
 //!
 //! | capture event | FXT records |
 //! |---|---|
-//! | [`CaptureEvent::Thread`] | Thread record (indexed while the table has room), Kernel Object records naming the process (`PROCESS` = 1) and the thread (`THREAD` = 2, with a `"process"` koid argument), each once per name |
+//! | [`CaptureEvent::Thread`] | Thread record (indexed while the table has room), Kernel Object records naming the process (`PROCESS` = 1) and the thread (`THREAD` = 2, with a `"process"` koid argument; `:<tid>` when its name is unknown), each once per name |
 //! | [`CaptureEvent::Comm`] | a new Kernel Object record for the renamed thread (and its process when the thread is the main one) |
 //! | [`CaptureEvent::ContextSwitch`] | Context Switch record (type 8, legacy layout: cpu, outgoing state, thread refs, priorities); CPUs above 255 use the scheduling type 1 layout (16-bit cpu) |
 //! | [`CaptureEvent::Branch`] | Blob record of type `LAST_BRANCH` (2), payload per [`crate::format::lbr`], named `"cpu<N>"` (an indexed string) |
@@ -23,6 +23,17 @@
 //! thread is counted in [`KernelTraceStats::unindexed_threads`]. A switch side the source does not
 //! know (per-process capture: the other task is outside the process) is written as thread koid
 //! 0 of process 0, like the idle task.
+//!
+//! # Threads of unknown process
+//!
+//! Only the idle task (tid 0) is written in process 0. A thread the capture could not place in
+//! a process (its event arrives with pid `None`: see `capture::pids`) is written in the
+//! marker process [`UNKNOWN_PROCESS_KOID`] (`0xffffffff`, perf's own "-1" for a pid it cannot
+//! resolve; no Linux pid reaches it, `pid_max` ≤ 2²²), named [`UNKNOWN_PROCESS_NAME`] by a
+//! Kernel Object record, so such threads are grouped visibly in viewers instead of being
+//! mixed with the idle task. Each such thread is counted once in
+//! [`KernelTraceStats::unknown_process_threads`] and in the section's summary event. If its
+//! process is learnt later, the thread is registered and named again under it.
 //!
 //! # Order and losses
 //!
@@ -52,6 +63,11 @@ use crate::format::{
     ThreadState, MAGIC_WORD, MAX_RECORD_WORDS, MAX_STRING_INDEX, MAX_STRING_LEN, MAX_THREAD_INDEX,
     PROVIDER_EVENT_BUFFER_OVERFLOW,
 };
+
+/// The process koid of threads whose process could not be learnt (see the module docs).
+pub const UNKNOWN_PROCESS_KOID: u32 = u32::MAX;
+/// The name of the [`UNKNOWN_PROCESS_KOID`] process.
+pub const UNKNOWN_PROCESS_NAME: &str = "unknown process (fxtrace)";
 
 /// Category of the events fxtrace writes about its own capture.
 pub const FXTRACE_CATEGORY: &str = "fxtrace";
@@ -189,6 +205,9 @@ pub struct KernelTraceStats {
     pub thread_records: u64,
     /// Threads referenced inline because the thread table had no free index.
     pub unindexed_threads: u64,
+    /// Threads (tid ≠ 0) written in the [`UNKNOWN_PROCESS_KOID`] process: their process could
+    /// not be learnt.
+    pub unknown_process_threads: u64,
     /// Strings written inline because the string table was full.
     pub unindexed_strings: u64,
     /// Kernel Object records (thread and process names).
@@ -305,6 +324,8 @@ pub struct KernelTraceWriter<S: RecordSink> {
     released: IdSet,
     thread_names: IdMap<String>,
     process_names: IdMap<String>,
+    /// Threads written with [`UNKNOWN_PROCESS_KOID`].
+    unknown_process: IdSet,
     last_time: u64,
     overflow_reported: bool,
 }
@@ -339,6 +360,7 @@ impl<S: RecordSink> KernelTraceWriter<S> {
             released: IdSet::default(),
             thread_names: IdMap::default(),
             process_names: IdMap::default(),
+            unknown_process: IdSet::default(),
             overflow_reported: false,
         })
     }
@@ -390,6 +412,10 @@ impl<S: RecordSink> KernelTraceWriter<S> {
             Arg::new("context_switches", ArgValue::U64(s.context_switches)),
             Arg::new("threads", ArgValue::U64(s.threads)),
             Arg::new("unindexed_threads", ArgValue::U64(s.unindexed_threads)),
+            Arg::new(
+                "unknown_process_threads",
+                ArgValue::U64(s.unknown_process_threads),
+            ),
             Arg::new("branch_blobs", ArgValue::U64(s.branch_blobs)),
             Arg::new("mmap_blobs", ArgValue::U64(s.mmap_blobs)),
             Arg::new("lost_records", ArgValue::U64(s.lost_records)),
@@ -497,7 +523,10 @@ impl<S: RecordSink> KernelTraceWriter<S> {
             }
             return Ok(slot_ref(tid, slot));
         }
-        let pid = pid.unwrap_or(0);
+        let pid = match pid {
+            Some(pid) => pid,
+            None => self.unknown_process(tid)?,
+        };
         self.stats.threads += 1;
         let index = self.free_indexes.pop().or_else(|| {
             (self.next_index <= u16::from(MAX_THREAD_INDEX)).then(|| {
@@ -529,6 +558,19 @@ impl<S: RecordSink> KernelTraceWriter<S> {
         let slot = ThreadSlot { pid, index };
         self.threads.insert(tid, slot);
         Ok(slot_ref(tid, slot))
+    }
+
+    /// The process koid of `tid` whose process is unknown: 0 for the idle task, else the
+    /// marker (named once, counted once per thread).
+    fn unknown_process(&mut self, tid: u32) -> Result<u32, SinkError> {
+        if tid == 0 {
+            return Ok(0);
+        }
+        if self.unknown_process.insert(tid) {
+            self.stats.unknown_process_threads += 1;
+        }
+        self.name_process(UNKNOWN_PROCESS_KOID, UNKNOWN_PROCESS_NAME)?;
+        Ok(UNKNOWN_PROCESS_KOID)
     }
 
     /// Gives `tid`'s index back to the table (the thread will not run again).
@@ -592,8 +634,22 @@ impl<S: RecordSink> KernelTraceWriter<S> {
         if let (Some(pid), Some(name)) = (info.pid, &info.process_name) {
             self.name_process(pid, name)?;
         }
-        if let Some(name) = &info.name {
-            self.name_thread(info.tid, info.pid, name)?;
+        // Perfetto takes a thread's process only from its Kernel Object record: every thread
+        // gets one, named `:<tid>` (perf's habit) when its name is unknown.
+        let unnamed;
+        let name = match &info.name {
+            Some(name) => Some(name.as_str()),
+            None if info.tid != 0 => {
+                unnamed = format!(":{}", info.tid);
+                Some(unnamed.as_str())
+            }
+            None => None,
+        };
+        if let Some(name) = name {
+            // The process a viewer groups the thread under: the registered one (the marker for
+            // an unknown process).
+            let pid = self.threads.get(&info.tid).map(|s| s.pid).or(info.pid);
+            self.name_thread(info.tid, pid, name)?;
         }
         Ok(())
     }

@@ -45,6 +45,7 @@ use super::attr::BranchSampling;
 use super::events::Unsupported;
 use super::fxt::{
     FxtStreamSink, KernelTraceConfig, KernelTraceStats, KernelTraceWriter, RecordSink, SinkError,
+    UNKNOWN_PROCESS_KOID, UNKNOWN_PROCESS_NAME,
 };
 use super::permissions::{Need, PerfPermissions};
 use super::session::{
@@ -408,6 +409,13 @@ impl fmt::Display for SystemWideSummary {
             "  threads: {} ({} beyond the thread table, referenced inline)",
             t.threads, t.unindexed_threads
         )?;
+        if t.unknown_process_threads > 0 {
+            writeln!(
+                f,
+                "  {} threads with unknown process (in process {:#x}, \"{}\")",
+                t.unknown_process_threads, UNKNOWN_PROCESS_KOID, UNKNOWN_PROCESS_NAME
+            )?;
+        }
         match &self.lbr {
             LbrStatus::Off => writeln!(f, "  LBR: off")?,
             LbrStatus::Active(b) => writeln!(

@@ -17,6 +17,7 @@
 //! | [`merge`] | k-way timestamp merge of per-CPU streams, with its release rule |
 //! | [`procfs`] | tid → pid and names, cached, from records and `/proc` |
 //! | [`maps`] | executable mappings from `/proc/PID/maps` at the start; ELF build-ids of mapped files |
+//! | `pids` | the process of every switched thread: pids learnt from records, events held until known |
 //! | [`permissions`], [`tracefs`] | what we may do, remedy text; finding/mounting tracefs |
 //! | [`session`] | [`Capture`]: open, drain on a thread, merge, deliver [`CaptureEvent`]s |
 //! | [`fxt`] | [`CaptureEvent`]s → FXT records ([`KernelTraceWriter`]) into a [`RecordSink`] |
@@ -55,6 +56,7 @@ pub mod lbr;
 pub mod maps;
 pub mod merge;
 pub mod permissions;
+mod pids;
 pub mod procfs;
 pub mod records;
 pub mod ring;

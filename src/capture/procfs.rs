@@ -1,11 +1,20 @@
 //! Thread and process names and thread → process ids, from perf records and `/proc`.
 //!
 //! `sched_switch` carries thread ids and names but no process ids. [`TaskRegistry`] fills the
-//! gaps: it learns from FORK/COMM records and switch names as they pass, and on a miss reads
-//! `/proc/<tid>/status` (`Tgid:`) and `/proc/<pid>/task/<tid>/comm` once per task, caching the
-//! answer — including "not found" for tasks that are already gone, so a vanished thread costs
-//! one failed lookup, not one per switch. The `/proc` root is a parameter so tests can use a
-//! synthetic tree; `/sys/devices/system/cpu/online` parsing is here too.
+//! gaps from three sources, in the order a capture uses them:
+//!
+//! 1. [`TaskRegistry::scan`]: one pass over `/proc/*/task/*` when the capture starts (after its
+//!    events are enabled), so every task alive then is known even if it exits before its first
+//!    switch is converted. Bounded by a task limit; processes that vanish mid-scan are counted.
+//! 2. [`TaskRegistry::note_thread`] / [`TaskRegistry::note_name`]: what records say as they pass
+//!    (FORK/EXIT/COMM, the pid of a `sched_switch` sample's own task, LBR samples).
+//! 3. On a miss, [`TaskRegistry::pid_of`] reads `/proc/<tid>/status` (`Tgid:`) and
+//!    `/proc/<pid>/task/<tid>/comm` once per task, caching the answer — including "not found"
+//!    for tasks that are already gone, so a vanished thread costs one failed lookup, not one per
+//!    switch.
+//!
+//! The `/proc` root is a parameter so tests can use a synthetic tree;
+//! `/sys/devices/system/cpu/online` parsing is here too.
 
 use std::collections::HashMap;
 use std::fs;
@@ -18,6 +27,22 @@ struct ThreadEntry {
     pid: Option<Option<u32>>,
     name: Option<String>,
 }
+
+/// What [`TaskRegistry::scan`] found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct ProcScan {
+    /// Processes whose thread list was read.
+    pub processes: u64,
+    /// Threads noted (tid → pid).
+    pub threads: u64,
+    /// Processes listed in `/proc` whose `task` directory could not be read (exited meanwhile).
+    pub failures: u64,
+    /// The task limit stopped the scan before the end of `/proc`.
+    pub truncated: bool,
+}
+
+/// The most tasks one [`TaskRegistry::scan`] notes (the registry's memory bound at start).
+pub const SCAN_TASK_LIMIT: usize = 1 << 20;
 
 /// Cached tid → (pid, name) and pid → process name.
 #[derive(Debug)]
@@ -48,6 +73,65 @@ impl TaskRegistry {
     /// Records that `tid` belongs to `pid`.
     pub fn note_thread(&mut self, pid: u32, tid: u32) {
         self.threads.entry(tid).or_default().pid = Some(Some(pid));
+    }
+
+    /// The process id of `tid` if the registry knows it, without reading `/proc`.
+    pub fn known_pid(&self, tid: u32) -> Option<u32> {
+        if tid == 0 {
+            return Some(0);
+        }
+        self.threads.get(&tid).and_then(|e| e.pid).flatten()
+    }
+
+    /// Notes every task alive now: `/proc/<pid>/task/<tid>` gives tid → pid, and
+    /// `/proc/<pid>/comm` the process name (one read per process); with `thread_names`, also
+    /// each thread's `comm` (for sources whose records carry no names). Stops after `limit`
+    /// tasks. A `/proc` root that cannot be listed is an error; a process that exits mid-scan
+    /// is counted in [`ProcScan::failures`].
+    pub fn scan(&mut self, limit: usize, thread_names: bool) -> io::Result<ProcScan> {
+        let mut scan = ProcScan::default();
+        let pids: Vec<u32> = fs::read_dir(&self.proc_root)?
+            .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+            .collect();
+        for pid in pids {
+            let tids = match self.list_threads(pid) {
+                Ok(tids) => tids,
+                Err(_) => {
+                    scan.failures += 1;
+                    continue;
+                }
+            };
+            if scan.threads as usize + tids.len() > limit {
+                scan.truncated = true;
+                break;
+            }
+            scan.processes += 1;
+            for &tid in &tids {
+                self.note_thread(pid, tid);
+                if thread_names {
+                    self.proc_reads += 1;
+                    let path = self.proc_root.join(pid.to_string()).join("task");
+                    if let Some(name) = read_line(&path.join(tid.to_string()).join("comm")) {
+                        self.threads.entry(tid).or_default().name = Some(name);
+                    }
+                }
+            }
+            scan.threads += tids.len() as u64;
+            if !self.processes.contains_key(&pid) {
+                self.proc_reads += 1;
+                if let Some(name) = read_line(&self.proc_root.join(pid.to_string()).join("comm")) {
+                    self.processes.insert(pid, Some(name));
+                }
+            }
+        }
+        Ok(scan)
+    }
+
+    /// A new thread `tid` created by `parent`: it starts with the parent's name, as in the
+    /// kernel (`comm` is copied at fork); a name an earlier thread of that tid had is forgotten.
+    pub fn inherit_name(&mut self, tid: u32, parent: u32) {
+        let name = self.threads.get(&parent).and_then(|e| e.name.clone());
+        self.threads.entry(tid).or_default().name = name;
     }
 
     /// Records `tid`'s current name (and the process name, for a main thread).
@@ -208,6 +292,73 @@ mod tests {
         assert_eq!(r.proc_reads(), reads + 1);
         assert_eq!(r.pid_of(0), Some(0));
         assert_eq!(r.list_threads(100).unwrap(), vec![101]);
+    }
+
+    #[test]
+    fn scan_notes_every_task_once_and_counts_vanished_processes() {
+        let dir = tempfile::tempdir().unwrap();
+        let root = dir.path();
+        for (pid, tids, name) in [(100, &[100, 101, 102][..], "server"), (200, &[200], "sh")] {
+            for tid in tids {
+                fs::create_dir_all(root.join(format!("{pid}/task/{tid}"))).unwrap();
+            }
+            fs::write(root.join(format!("{pid}/comm")), format!("{name}\n")).unwrap();
+        }
+        // Listed but gone: no task directory.
+        fs::create_dir_all(root.join("300")).unwrap();
+        // Not a process.
+        fs::create_dir_all(root.join("self-not-a-pid")).unwrap();
+        let mut r = TaskRegistry::new(root);
+        let scan = r.scan(SCAN_TASK_LIMIT, false).unwrap();
+        assert_eq!(
+            scan,
+            ProcScan {
+                processes: 2,
+                threads: 4,
+                failures: 1,
+                truncated: false
+            }
+        );
+        assert_eq!(r.known_pid(102), Some(100));
+        assert_eq!(r.known_pid(200), Some(200));
+        assert_eq!(r.known_pid(300), None);
+        let reads = r.proc_reads();
+        // The tree may go away now: what the scan learnt stays.
+        drop(dir);
+        assert_eq!(r.pid_of(101), Some(100));
+        assert_eq!(r.process_name(100).as_deref(), Some("server"));
+        assert_eq!(r.process_name(200).as_deref(), Some("sh"));
+        assert_eq!(r.proc_reads(), reads, "answered from the scan");
+    }
+
+    #[test]
+    fn scan_with_thread_names_and_names_inherited_at_fork() {
+        let dir = tempfile::tempdir().unwrap();
+        fs::create_dir_all(dir.path().join("5/task/6")).unwrap();
+        fs::write(dir.path().join("5/task/6/comm"), "worker\n").unwrap();
+        let mut r = TaskRegistry::new(dir.path());
+        r.scan(10, true).unwrap();
+        drop(dir);
+        assert_eq!(r.thread_name(6).as_deref(), Some("worker"));
+        r.inherit_name(7, 6);
+        assert_eq!(r.thread_name(7).as_deref(), Some("worker"));
+        r.note_name(8, "old");
+        r.inherit_name(8, 6);
+        assert_eq!(r.thread_name(8).as_deref(), Some("worker"), "a reused tid");
+    }
+
+    #[test]
+    fn scan_stops_at_its_limit() {
+        let dir = tempfile::tempdir().unwrap();
+        for pid in 1..=5 {
+            fs::create_dir_all(dir.path().join(format!("{pid}/task/{pid}"))).unwrap();
+        }
+        let mut r = TaskRegistry::new(dir.path());
+        let scan = r.scan(3, false).unwrap();
+        assert_eq!((scan.threads, scan.truncated), (3, true));
+        assert!(TaskRegistry::new(dir.path().join("missing"))
+            .scan(3, false)
+            .is_err());
     }
 
     #[test]

@@ -35,7 +35,9 @@
 //! events are disabled, rings drained a last time and everything left is flushed.
 //!
 //! Before the first event naming a thread, a [`CaptureEvent::Thread`] announces it with its
-//! process id and names (from switch names, COMM/FORK records and `/proc`, cached). Unsupported
+//! process id and names (from switch names, COMM/FORK records and `/proc`, cached). A
+//! system-wide capture scans `/proc/*/task` once when it starts; an event whose thread's
+//! process is still unknown waits for that thread's own later records (see [`super::pids`]). Unsupported
 //! sources are delivered first, once. Every drop, skip and error is counted in
 //! [`CaptureStats`].
 
@@ -52,12 +54,13 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 use thiserror::Error;
 
 use super::attr::{BranchSampling, EventAttr, EventKind};
-use super::decode::{Decoded, Pending, Skip, StreamDecoder};
+use super::decode::{known_pid, Decoded, Pending, Skip, StreamDecoder};
 use super::events::{CaptureEvent, LostKind, SwitchSides, ThreadInfo, Unsupported};
 use super::maps::{BuildIdCache, MapsSynthesis};
 use super::merge::Merger;
 use super::permissions::{is_permission_error, is_unsupported_error, Need, PerfPermissions};
-use super::procfs::{online_cpus, TaskRegistry};
+use super::pids::PidResolver;
+use super::procfs::{online_cpus, TaskRegistry, SCAN_TASK_LIMIT};
 use super::records::{ParseError, RecordLayout, TaskName};
 use super::ring::{PerfRing, RingError};
 use super::switch::SchedSwitchFormat;
@@ -263,6 +266,10 @@ struct Counters {
     delivered: AtomicU64,
     reordered: AtomicU64,
     late: AtomicU64,
+    deferred_events: AtomicU64,
+    unknown_process_threads: AtomicU64,
+    proc_scan_threads: AtomicU64,
+    proc_scan_failures: AtomicU64,
 }
 
 fn bump(counter: &AtomicU64, by: u64) {
@@ -313,6 +320,16 @@ pub struct CaptureStats {
     pub reordered: u64,
     /// Events older than already-delivered ones (delivered out of order).
     pub late: u64,
+    /// Events held back until a thread's process was learnt from a later record.
+    pub deferred_events: u64,
+    /// Threads (tid ≠ 0) delivered without a process: gone before any record or `/proc` said
+    /// which process they were in. The trace marks them ([`super::fxt::UNKNOWN_PROCESS_KOID`]).
+    pub unknown_process_threads: u64,
+    /// Threads noted by the `/proc` scan at start (system-wide capture).
+    pub proc_scan_threads: u64,
+    /// Processes the start scan could not read (exited meanwhile), plus one if the scan failed
+    /// or hit its limit.
+    pub proc_scan_failures: u64,
 }
 
 impl Counters {
@@ -339,6 +356,10 @@ impl Counters {
             delivered: g(&self.delivered),
             reordered: g(&self.reordered),
             late: g(&self.late),
+            deferred_events: g(&self.deferred_events),
+            unknown_process_threads: g(&self.unknown_process_threads),
+            proc_scan_threads: g(&self.proc_scan_threads),
+            proc_scan_failures: g(&self.proc_scan_failures),
         }
     }
 }
@@ -739,10 +760,12 @@ impl Capture {
                 },
                 time: start_ticks,
             }),
+            scan_proc: config.target == CaptureTarget::SystemWide,
+            scan_thread_names: switch_source == Some(SwitchSource::CpuWideSwitchRecords),
             delivery: Delivery {
-                registry,
+                resolver: PidResolver::new(registry),
                 build_ids: BuildIdCache::new(),
-                announced: HashSet::new(),
+                announced: HashMap::new(),
                 counters: counters.clone(),
                 sink: Box::new(sink),
             },
@@ -858,15 +881,37 @@ fn open_tracepoint(
 // === the capture thread ===
 
 struct Delivery {
-    registry: TaskRegistry,
+    /// Pids (see [`super::pids`]); also the registry of names.
+    resolver: PidResolver,
+    /// Build-ids of mapped files, read once per file.
     build_ids: BuildIdCache,
-    announced: HashSet<u32>,
+    /// Threads announced, with the pid they were announced with.
+    announced: HashMap<u32, Option<u32>>,
     counters: Arc<Counters>,
     sink: Box<dyn FnMut(CaptureEvent) + Send>,
 }
 
 impl Delivery {
-    fn deliver(&mut self, pending: Pending) {
+    /// Takes the next event in timestamp order (perf time `perf_time`); delivers it and any
+    /// events it unblocks once their threads' processes are known (see [`super::pids`]).
+    fn deliver(&mut self, perf_time: u64, pending: Pending) {
+        self.resolver.offer(perf_time, pending);
+        self.release(false);
+    }
+
+    /// Delivers what the resolver lets go; `finished`: everything (end of capture).
+    fn release(&mut self, finished: bool) {
+        while let Some(pending) = self.resolver.next_ready(finished) {
+            self.process(pending);
+        }
+        let s = self.resolver.stats();
+        // ATOMICS: statistics, see `Counters`.
+        self.counters
+            .deferred_events
+            .store(s.deferred, Ordering::Relaxed);
+    }
+
+    fn process(&mut self, pending: Pending) {
         let Pending {
             mut event,
             names,
@@ -879,20 +924,14 @@ impl Delivery {
                     None => (None, None),
                 };
                 if cs.sides != SwitchSides::IncomingOnly {
-                    cs.prev_pid = cs.prev_pid.or_else(|| self.registry.pid_of(cs.prev_tid));
                     self.announce(cs.time, cs.prev_tid, cs.prev_pid, prev_name);
                 }
                 if cs.sides != SwitchSides::OutgoingOnly {
-                    cs.next_pid = cs.next_pid.or_else(|| self.registry.pid_of(cs.next_tid));
                     self.announce(cs.time, cs.next_tid, cs.next_pid, next_name);
                 }
                 bump(&self.counters.switches, 1);
             }
-            CaptureEvent::Comm(c) => {
-                self.registry.note_thread(c.pid, c.tid);
-                self.registry.note_name(c.tid, &c.name);
-            }
-            CaptureEvent::Fork(f) => self.registry.note_thread(f.pid, f.tid),
+            CaptureEvent::Comm(c) => self.resolver.registry.note_name(c.tid, &c.name),
             CaptureEvent::Mmap(m) => {
                 if m.build_id.is_none() {
                     m.build_id = self.build_ids.get(&m.path, inode);
@@ -900,11 +939,11 @@ impl Delivery {
                 bump(&self.counters.mmaps, 1);
             }
             CaptureEvent::Branch(b) => {
-                self.registry.note_thread(b.pid, b.tid);
-                self.announce(b.time, b.tid, Some(b.pid), None);
+                self.announce(b.time, b.tid, known_pid(b.pid), None);
                 bump(&self.counters.branch_samples, 1);
             }
-            CaptureEvent::Exit(_)
+            CaptureEvent::Fork(_)
+            | CaptureEvent::Exit(_)
             | CaptureEvent::Lost(_)
             | CaptureEvent::Thread(_)
             | CaptureEvent::Unsupported(_) => {}
@@ -912,25 +951,33 @@ impl Delivery {
         self.emit(event);
     }
 
+    /// Announces `tid` before its first event, and again when its process changes (a pid
+    /// learnt after a thread went out unresolved, a tid reused by another process). A thread
+    /// announced without a process is counted ([`CaptureStats::unknown_process_threads`]).
     fn announce(&mut self, time: u64, tid: u32, pid: Option<u32>, name: Option<&TaskName>) {
-        if !self.announced.insert(tid) {
-            return;
-        }
-        if let Some(p) = pid {
-            self.registry.note_thread(p, tid);
-        }
+        let first = match self.announced.get(&tid) {
+            None => true,
+            Some(&before) if pid.is_some() && pid != before => false,
+            Some(_) => return,
+        };
+        let registry = &mut self.resolver.registry;
         if let Some(n) = name {
-            self.registry.note_name(tid, &n.to_string_lossy());
+            registry.note_name(tid, &n.to_string_lossy());
         }
-        let pid = pid.or_else(|| self.registry.pid_of(tid));
         let info = ThreadInfo {
             time,
             tid,
             pid,
-            name: self.registry.thread_name(tid),
-            process_name: pid.and_then(|p| self.registry.process_name(p)),
+            name: registry.thread_name(tid),
+            process_name: pid.and_then(|p| registry.process_name(p)),
         };
-        bump(&self.counters.threads, 1);
+        self.announced.insert(tid, pid);
+        if first {
+            bump(&self.counters.threads, 1);
+            if pid.is_none() && tid != 0 {
+                bump(&self.counters.unknown_process_threads, 1);
+            }
+        }
         self.emit(CaptureEvent::Thread(info));
     }
 
@@ -957,6 +1004,10 @@ struct Worker {
     stop: Arc<EventFd>,
     conv: PerfTimeConverter,
     merger: Merger<Pending>,
+    /// Scan `/proc` for the tasks alive at start (system-wide capture).
+    scan_proc: bool,
+    /// ... with thread names (the switch source carries none).
+    scan_thread_names: bool,
     slack: u64,
     poll_ms: i32,
     delivery: Delivery,
@@ -967,6 +1018,22 @@ impl Worker {
     fn run(mut self) -> Result<(), CaptureError> {
         for u in std::mem::take(&mut self.unsupported) {
             self.delivery.emit(CaptureEvent::Unsupported(u));
+        }
+        if self.scan_proc {
+            // The events are enabled: a task alive now is in the scan or, if it starts later,
+            // announced by its FORK record. Rings fill meanwhile; nothing is delivered before.
+            let c = &self.delivery.counters;
+            let registry = &mut self.delivery.resolver.registry;
+            match registry.scan(SCAN_TASK_LIMIT, self.scan_thread_names) {
+                Ok(scan) => {
+                    bump(&c.proc_scan_threads, scan.threads);
+                    bump(
+                        &c.proc_scan_failures,
+                        scan.failures + u64::from(scan.truncated),
+                    );
+                }
+                Err(_) => bump(&c.proc_scan_failures, 1),
+            }
         }
         if let Some(s) = self.synthesize.take() {
             self.synthesize_maps(&s);
@@ -1008,13 +1075,14 @@ impl Worker {
                 }
                 self.drain_all();
                 let delivery = &mut self.delivery;
-                self.merger.flush(|_, p| delivery.deliver(p));
+                self.merger.flush(|t, p| delivery.deliver(t, p));
+                self.delivery.release(true);
                 self.publish_merge_counters();
                 return Ok(());
             }
             self.drain_all();
             let delivery = &mut self.delivery;
-            self.merger.release(|_, p| delivery.deliver(p));
+            self.merger.release(|t, p| delivery.deliver(t, p));
             self.publish_merge_counters();
         }
     }
@@ -1032,11 +1100,16 @@ impl Worker {
         bump(&c.maps_unreadable, found.unreadable);
         bump(&c.parse_errors, found.bad_lines);
         for m in found.maps {
-            d.deliver(Pending {
-                event: CaptureEvent::Mmap(m),
-                names: None,
-                inode: None,
-            });
+            // Stamped before every kernel record; nothing is held yet, so the perf time given
+            // to the pid resolver only has to be no later than theirs.
+            d.deliver(
+                0,
+                Pending {
+                    event: CaptureEvent::Mmap(m),
+                    names: None,
+                    inode: None,
+                },
+            );
         }
     }
 
