@@ -472,10 +472,8 @@ mod tests {
         assert_eq!(unsafe { libc::close(fd) }, 0);
         let mut theirs = [-1; 2];
         // SAFETY: a valid two-int array.
-        assert_eq!(
-            unsafe { libc::pipe2(theirs.as_mut_ptr(), libc::O_NONBLOCK) },
-            0
-        );
+        let made = unsafe { libc::pipe2(theirs.as_mut_ptr(), libc::O_NONBLOCK) };
+        assert_eq!(made, 0);
         // SAFETY: dup2 onto the number just given up.
         assert_eq!(unsafe { libc::dup2(theirs[1], fd) }, fd);
         assert_eq!(pipe.write_end().status(), FdStatus::Reused);
