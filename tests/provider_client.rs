@@ -375,12 +375,17 @@ fn open_fds() -> std::collections::BTreeSet<i32> {
         .collect()
 }
 
-#[test]
-fn a_program_closing_the_providers_descriptors_ends_the_session_and_keeps_its_files() {
-    use std::io::{Read, Seek, Write};
+/// A provider tracing for a fake manager, whose five descriptors (control socket, FIFO, memfd,
+/// wake-up pipe) a daemon then closes, opening files of its own under the same numbers.
+fn provider_robbed_of_its_descriptors() -> (
+    Provider,
+    support::FakeSession,
+    FakeManager,
+    Vec<(i32, std::fs::File)>,
+) {
+    use std::io::Write;
     use std::os::fd::{AsRawFd, FromRawFd};
 
-    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let manager = FakeManager::new();
     let before = open_fds();
     let (provider, mut s) = connect(&manager, BufferingMode::Oneshot, 64 << 10, &[]);
@@ -405,8 +410,7 @@ fn a_program_closing_the_providers_descriptors_ends_the_session_and_keeps_its_fi
         5,
         "control socket, FIFO, memfd, wake-up pipe: {ours:?}"
     );
-    // A daemon closes them and opens files of its own under the same numbers.
-    let mut files: Vec<(i32, std::fs::File)> = ours
+    let files = ours
         .iter()
         .map(|&fd| {
             let mut f = tempfile::tempfile().unwrap();
@@ -418,7 +422,29 @@ fn a_program_closing_the_providers_descriptors_ends_the_session_and_keeps_its_fi
             (fd, unsafe { std::fs::File::from_raw_fd(fd) })
         })
         .collect();
-    // Noticed within the control thread's check interval (100 ms).
+    (provider, s, manager, files)
+}
+
+/// The program's files are open and intact.
+fn assert_intact(files: &mut [(i32, std::fs::File)]) {
+    use std::io::{Read, Seek, Write};
+    for (fd, f) in files {
+        let mut text = String::new();
+        f.rewind().unwrap();
+        f.read_to_string(&mut text).unwrap();
+        assert_eq!(text, format!("program file {fd}"));
+        f.write_all(b"!").unwrap();
+    }
+}
+
+#[test]
+fn a_program_closing_the_providers_descriptors_ends_the_session_at_the_next_message() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let (provider, mut s, _manager, mut files) = provider_robbed_of_its_descriptors();
+    // Closing the wake-up pipe's write end woke the control thread (POLLHUP on the read end);
+    // had the program closed only the socket, the manager's next message would. The socket
+    // may be gone already, hence the ignored error.
+    let _ = s.conn.send_msg(&Message::Stop, &[]);
     let deadline = Instant::now() + Duration::from_secs(5);
     while provider.state() != ProviderState::Disconnected && Instant::now() < deadline {
         std::thread::sleep(Duration::from_millis(5));
@@ -431,7 +457,7 @@ fn a_program_closing_the_providers_descriptors_ends_the_session_and_keeps_its_fi
         "{reason}"
     );
     assert_eq!(provider.context().state(), TraceState::Stopped);
-    // The reason is in the trace too, once, after the events written before the close.
+    // The reason is in the trace too, once.
     let mut bytes = vec![0u8; s.buffer.size() as usize];
     s.buffer.read_at(0, &mut bytes).unwrap();
     let needle = b"tracing stopped; data already written is kept";
@@ -449,12 +475,20 @@ fn a_program_closing_the_providers_descriptors_ends_the_session_and_keeps_its_fi
         "the wake-up pipe's ends and the memfd are left alone and counted (the FIFO stays \
          with the context kept for the memfd; the control socket was counted at the end)"
     );
-    // The program's files are open and intact.
-    for (fd, f) in &mut files {
-        let mut text = String::new();
-        f.rewind().unwrap();
-        f.read_to_string(&mut text).unwrap();
-        assert_eq!(text, format!("program file {fd}"));
-        f.write_all(b"!").unwrap();
-    }
+    assert_intact(&mut files);
+}
+
+#[test]
+fn dropping_a_provider_robbed_of_its_descriptors_stops_tracing_and_closes_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let (provider, _s, _manager, mut files) = provider_robbed_of_its_descriptors();
+    let context = provider.context().clone();
+    let start = Instant::now();
+    drop(provider);
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "no join on a thread nobody wakes"
+    );
+    assert_eq!(context.state(), TraceState::Stopped);
+    assert_intact(&mut files);
 }

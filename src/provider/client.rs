@@ -5,12 +5,21 @@
 //! The provider's descriptors (control socket, FIFO, the control thread's wake-up pipe, the
 //! buffer's memfd) live in a program that may close descriptors it did not open and reuse
 //! their numbers ([`crate::fd_guard`]). Every number is checked before it is acted on: the
-//! control thread polls with a timeout ([`FD_CHECK_INTERVAL`]) and checks all of them after
-//! every wake-up, so it notices a loss within that bound. A lost descriptor ends the session
-//! with the reason "the program closed fxtrace's descriptor N (control socket): tracing
-//! stopped; data already written is kept", written once into the trace as a Log record while
-//! tracing is still on; the manager salvages the buffer. A number that is no longer the
-//! provider's is never written to, read, shut down or closed.
+//! control thread checks all of them after every wake-up, before reading anything. A lost
+//! descriptor ends the session with the reason "the program closed fxtrace's descriptor N
+//! (control socket): tracing stopped; data already written is kept", written once into the
+//! trace as a Log record while tracing is still on; the manager salvages the buffer. A number
+//! that is no longer the provider's is never written to, read, shut down or closed.
+//!
+//! The control thread sleeps in `poll` without a timeout. A program closing every descriptor
+//! closes the wake-up pipe's write end, which wakes it at once (`POLLHUP` on the read end);
+//! it then checks, writes the reason and stops tracing within microseconds of the manager
+//! seeing the connection close (a sleeping `poll` holds the socket alive, so the manager's
+//! salvage starts only once the thread is awake). The reason is a self-contained Log record
+//! (inline thread reference), so a salvage that races with it copies it whole or not at all.
+//! If only other descriptors were taken, the manager's next message (or the process's exit)
+//! wakes the thread. Dropping the handle when the wake-up pipe is gone stops tracing from the
+//! dropping thread and does not join a control thread nobody can wake.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -29,14 +38,11 @@ use crate::engine::{
     TraceState,
 };
 use crate::fd_guard::{self, FdIdentity, FdLost, FdStatus, GuardedFd, WakePipe};
+use crate::format::{Encode, Log, ThreadRef};
 use crate::protocol::control::{BufferDisposition, BufferingMode, Message, MAX_PROVIDER_NAME_LEN};
 use crate::protocol::fifo::{AlertName, FifoPacket, ManagerPacket, ProviderPacket};
 use crate::protocol::header;
 use crate::protocol::transport::{self, default_socket_path, ControlConn, TransportError};
-
-/// Longest time the control thread sleeps between checks that its descriptors are still its
-/// own (see the module docs).
-pub(crate) const FD_CHECK_INTERVAL: Duration = Duration::from_millis(100);
 
 /// Where a provider is, as far as it knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -85,9 +91,9 @@ pub(super) struct Shared {
     fifo: Arc<GuardedFd>,
     /// The buffer memfd's number and identity (the engine owns the descriptor).
     memfd: (RawFd, FdIdentity),
-    /// Rules: set by the handle's drop, read by the control thread after every wake-up, so it
-    /// ends even when its wake-up pipe was taken by the program. ATOMICS: `Relaxed`: a flag;
-    /// nothing is published through it (the thread's join orders what follows).
+    /// Rules: set by the handle's drop, read by the control thread after every wake-up (its
+    /// wake-up pipe may be gone and a manager message wake it instead). ATOMICS: `Relaxed`: a
+    /// flag; nothing is published through it (the thread's join orders what follows).
     closing: AtomicBool,
     stop_timeout: Duration,
     status: Mutex<Status>,
@@ -239,12 +245,36 @@ impl Shared {
     /// the session's end reason.
     fn descriptor_lost(&self, lost: FdLost) -> String {
         let reason = format!("{lost}: tracing stopped; data already written is kept");
-        if let Some(mut writer) = self.context.trace_writer() {
-            // A refused record is counted by the engine as dropped.
-            let _ = writer.log(crate::clock::ticks(), &format!("fxtrace: {reason}"));
-        }
+        self.write_log(&format!("fxtrace: {reason}"));
         self.stop(self.stop_timeout, false);
         reason
+    }
+
+    /// A Log record with an inline thread reference: self-contained (no thread or string
+    /// record in the durable buffer), so a manager salvaging the buffer while it is written
+    /// copies it whole or not at all. A refused record is counted by the engine as dropped.
+    fn write_log(&self, message: &str) {
+        // SAFETY: gettid has no preconditions and cannot fail.
+        let tid = unsafe { libc::gettid() } as u64;
+        let log = Log {
+            ticks: crate::clock::ticks(),
+            thread: ThreadRef::Inline {
+                pid: u64::from(std::process::id()),
+                tid,
+            },
+            message,
+        };
+        let Ok(n) = log.words() else { return };
+        let mut words = vec![0u64; n];
+        if log.write(&mut words).is_err() {
+            return;
+        }
+        if let Some(mut writer) = self.context.acquire() {
+            if let Some(mut slot) = writer.reserve(n) {
+                slot.payload().copy_from_slice(&words[1..]);
+                slot.commit(words[0]);
+            }
+        }
     }
 
     /// The first of the provider's descriptors (control socket `control`, FIFO, wake-up pipe,
@@ -519,10 +549,16 @@ impl Drop for Provider {
         let _ = global::uninstall_if(&self.shared.context);
         // ATOMICS: see `Shared::closing`.
         self.shared.closing.store(true, Ordering::Relaxed);
-        // A wake-up pipe the program took: the thread sees the flag within FD_CHECK_INTERVAL.
-        let _ = self.waker.wake();
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+        match self.waker.wake() {
+            Ok(()) => {
+                if let Some(thread) = self.thread.take() {
+                    let _ = thread.join();
+                }
+            }
+            // The program took the wake-up pipe: stop tracing here and leave the control
+            // thread asleep (it holds the control socket, see the module docs; a manager
+            // message ends it, or the process's exit). It only uses checked descriptors.
+            Err(_) => self.shared.stop(self.shared.stop_timeout, false),
         }
         super::clear_current(&self.shared);
         // The engine closes the memfd when the last context is dropped: if the program took
@@ -571,16 +607,15 @@ impl ControlFd {
 
 /// Serve the manager until the session ends.
 ///
-/// Every wake-up (or [`FD_CHECK_INTERVAL`] without one) first checks that the descriptors are
-/// still the provider's: a number the program closed polls as `POLLNVAL`, one it reused may
-/// poll readable, and neither may be read.
+/// Every wake-up first checks that the descriptors are still the provider's: a number the
+/// program closed polls as `POLLNVAL`, one it reused may poll readable, and neither may be
+/// read.
 fn control_loop(
     shared: &Arc<Shared>,
     mut conn: ControlConn,
     control_fd: ControlFd,
     waker: &WakePipe,
 ) {
-    let interval = PollTimeout::try_from(FD_CHECK_INTERVAL).unwrap_or(PollTimeout::MAX);
     let reason = loop {
         let (control, fifo, wake) = {
             let borrow = |fd: RawFd| {
@@ -593,7 +628,7 @@ fn control_loop(
                 PollFd::new(borrow(shared.fifo.raw()), PollFlags::POLLIN),
                 PollFd::new(borrow(waker.read_end().raw()), PollFlags::POLLIN),
             ];
-            match poll(&mut fds, interval) {
+            match poll(&mut fds, PollTimeout::NONE) {
                 Ok(_) => {}
                 Err(Errno::EINTR) => continue,
                 Err(e) => break format!("poll failed: {e}"),
