@@ -10,6 +10,7 @@ pub mod capture;
 pub mod clock;
 pub mod convert;
 pub mod engine;
+pub mod fd_guard;
 pub mod format;
 #[doc(hidden)]
 pub mod instrument;

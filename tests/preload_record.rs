@@ -426,54 +426,99 @@ fn a_program_outliving_the_session_runs_on_untraced() {
 }
 
 #[test]
-#[ignore = "known gap: when a program closes descriptors it did not open, the provider's \
-            OwnedFds (control socket, FIFO, eventfds) are closed twice at exit, which debug \
-            builds abort on (std's IO-safety check) — fails intermittently; see docs/preload.md"]
 fn a_program_closing_our_descriptors_keeps_its_files_intact() {
     // A daemon-style program closes every descriptor it did not open, opens files of its own
-    // (which get the numbers the preload object's descriptors had) and exits at once: neither
-    // the flusher (which sees its eventfd closed and stands down) nor the exit hook (which
-    // checks with fstat that its eventfds are still its own, for when it runs first) may
-    // write into those files. Which of the two acts first depends on timing.
-    // (`FXTRACE_PRELOAD_CAPTURE=none`: the capture thread's own handling of closed descriptors
-    // is a known limitation, docs/preload.md.)
+    // (which get the numbers the preload object's descriptors had: control socket, FIFO,
+    // memfd, pipes, perf events), writes them, reads them back, closes them and exits with
+    // its own status. Twice: exiting at once (the exit hook finds its pipes gone and waits
+    // for the flusher) and after a pause (the provider, capture and flusher threads notice by
+    // themselves). Nothing of fxtrace may write, read, ioctl or close those numbers; the
+    // recording ends with what was written before the close and says why it was cut short.
     if cc().is_none() {
         println!("skipped: no C compiler (cc, gcc or clang)");
         return;
     }
     let source = r#"
+#define _GNU_SOURCE
+#include <dlfcn.h>
 #include <fcntl.h>
 #include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <time.h>
 #include <unistd.h>
+typedef void (*instant_fn)(const char*, const char*);
 int main(int argc, char** argv) {
-    char path[256];
+    instant_fn instant = (instant_fn)dlsym(RTLD_DEFAULT, "fxtrace_instant");
+    if (instant) instant("closer", "before close");
+    char path[256], buf[64];
+    int fds[256];
     for (int fd = 3; fd < 1024; fd++) close(fd);
     for (int i = 0; i < 256; i++) {
         snprintf(path, sizeof path, "%s/f%d", argv[1], i);
-        int fd = open(path, O_CREAT | O_TRUNC | O_WRONLY, 0600);
-        if (fd < 0 || write(fd, "data", 4) != 4) return 3;
+        fds[i] = open(path, O_CREAT | O_TRUNC | O_RDWR, 0600);
+        int n = snprintf(buf, sizeof buf, "data %d", i);
+        if (fds[i] < 0 || write(fds[i], buf, n) != n) return 3;
+    }
+    struct timespec pause = {0, atol(argv[2]) * 1000000L};
+    nanosleep(&pause, NULL);
+    for (int i = 0; i < 256; i++) {
+        char want[64], got[64] = {0};
+        int n = snprintf(want, sizeof want, "data %d", i);
+        if (pread(fds[i], got, sizeof got, 0) != n || memcmp(got, want, n)) return 4;
+        if (write(fds[i], "!", 1) != 1) return 5;
+        if (close(fds[i]) != 0) return 6;
     }
     printf("done\n");
-    return 0;
+    return 42;
 }
 "#;
     let dir = tempfile::tempdir().unwrap();
     let exe = compile_c(dir.path(), "closer", source, false);
-    let files = dir.path().join("files");
-    std::fs::create_dir(&files).unwrap();
-    let (out, _) = record_preload(
-        dir.path(),
-        &[],
-        &[exe.to_str().unwrap(), files.to_str().unwrap()],
-        &[("FXTRACE_PRELOAD_CAPTURE", "none")],
-    );
-    assert!(out.status.success(), "{}", text(&out.stderr));
-    assert_eq!(text(&out.stdout), "done\n");
-    for i in 0..256 {
-        let content = std::fs::read(files.join(format!("f{i}"))).unwrap();
-        assert_eq!(
-            content, b"data",
-            "file f{i} was written to by the preload object"
+    for pause_ms in ["0", "400"] {
+        let files = dir.path().join(format!("files-{pause_ms}"));
+        std::fs::create_dir(&files).unwrap();
+        let (out, bytes) = record_preload(
+            dir.path(),
+            &[],
+            &[exe.to_str().unwrap(), files.to_str().unwrap(), pause_ms],
+            &[],
         );
+        let stderr = text(&out.stderr);
+        assert_eq!(
+            out.status.code(),
+            Some(42),
+            "the program's files were disturbed (3: open/write, 4: content, 5: write, 6: \
+             close) or its status changed (pause {pause_ms} ms):\n{stderr}"
+        );
+        assert_eq!(text(&out.stdout), "done\n");
+        for i in 0..256 {
+            let content = std::fs::read(files.join(format!("f{i}"))).unwrap();
+            assert_eq!(
+                text(&content),
+                format!("data {i}!"),
+                "file f{i} (pause {pause_ms} ms)"
+            );
+        }
+        // The recording finished: the archive decodes, keeps what was written before the
+        // close, and says the provider was cut short.
+        let s = summary_of(&bytes);
+        let provider = s
+            .provider("closer")
+            .expect("the provider is in the archive");
+        assert!(
+            s.event_names(provider).contains(&"before close"),
+            "pause {pause_ms} ms: {:?}",
+            s.events
+        );
+        let reported = s
+            .events
+            .iter()
+            .any(|e| e.4.starts_with("fxtrace: provider lost"))
+            || s.logs
+                .iter()
+                .any(|l| l.contains("the program closed fxtrace's descriptor"));
+        assert!(reported, "pause {pause_ms} ms: {:?} {:?}", s.events, s.logs);
+        assert!(stderr.contains("lost"), "{stderr}");
     }
 }

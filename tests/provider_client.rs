@@ -318,10 +318,12 @@ fn a_bad_packet_from_the_manager_ends_the_session() {
         &FifoPacket::new(fxtrace::protocol::fifo::STARTED, 0, 1, 0),
     )
     .unwrap();
-    assert_eq!(
-        provider.wait_stopped(Duration::from_secs(5)),
-        ProviderState::Disconnected
-    );
+    // Noticed within the control thread's check interval (100 ms).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while provider.state() != ProviderState::Disconnected && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(provider.state(), ProviderState::Disconnected);
     let reason = provider.end_reason().unwrap();
     assert!(reason.contains("protocol violation"), "{reason}");
     assert_eq!(provider.context().state(), TraceState::Stopped);
@@ -363,4 +365,130 @@ fn a_manager_that_never_answers_register_is_bounded() {
     assert!(got.is_err(), "a silent manager is an error, not a hang");
     assert!(took < Duration::from_secs(1), "took {took:?}");
     drop(listener);
+}
+
+/// The descriptor numbers open in this process (0..4096), read without opening one.
+fn open_fds() -> std::collections::BTreeSet<i32> {
+    (0..4096)
+        // SAFETY: F_GETFD only reads a descriptor's flags; a closed number fails with EBADF.
+        .filter(|&fd| unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0)
+        .collect()
+}
+
+/// A provider tracing for a fake manager, whose five descriptors (control socket, FIFO, memfd,
+/// wake-up pipe) a daemon then closes, opening files of its own under the same numbers.
+fn provider_robbed_of_its_descriptors() -> (
+    Provider,
+    support::FakeSession,
+    FakeManager,
+    Vec<(i32, std::fs::File)>,
+) {
+    use std::io::Write;
+    use std::os::fd::{AsRawFd, FromRawFd};
+
+    let manager = FakeManager::new();
+    let before = open_fds();
+    let (provider, mut s) = connect(&manager, BufferingMode::Oneshot, 64 << 10, &[]);
+    s.send(&Message::Start {
+        disposition: BufferDisposition::ClearEntire,
+    });
+    assert!(provider.wait_started(Duration::from_secs(5)));
+    assert_eq!(write_events(&provider, 10), 10);
+    // The provider's descriptors: everything new except the fake manager's side.
+    let manager_side = [
+        s.conn.as_fd().as_raw_fd(),
+        s.fifo.as_raw_fd(),
+        s.buffer.fd().as_raw_fd(),
+    ];
+    let ours: Vec<i32> = open_fds()
+        .difference(&before)
+        .copied()
+        .filter(|fd| !manager_side.contains(fd))
+        .collect();
+    assert_eq!(
+        ours.len(),
+        5,
+        "control socket, FIFO, memfd, wake-up pipe: {ours:?}"
+    );
+    let files = ours
+        .iter()
+        .map(|&fd| {
+            let mut f = tempfile::tempfile().unwrap();
+            write!(f, "program file {fd}").unwrap();
+            // SAFETY: dup2 closes the provider's descriptor (as the program would) and puts
+            // the program's file under its number.
+            assert_eq!(unsafe { libc::dup2(f.as_raw_fd(), fd) }, fd);
+            // SAFETY: `fd` is now a descriptor owned by the test alone.
+            (fd, unsafe { std::fs::File::from_raw_fd(fd) })
+        })
+        .collect();
+    (provider, s, manager, files)
+}
+
+/// The program's files are open and intact.
+fn assert_intact(files: &mut [(i32, std::fs::File)]) {
+    use std::io::{Read, Seek, Write};
+    for (fd, f) in files {
+        let mut text = String::new();
+        f.rewind().unwrap();
+        f.read_to_string(&mut text).unwrap();
+        assert_eq!(text, format!("program file {fd}"));
+        f.write_all(b"!").unwrap();
+    }
+}
+
+#[test]
+fn a_program_closing_the_providers_descriptors_ends_the_session_at_the_next_message() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let (provider, mut s, _manager, mut files) = provider_robbed_of_its_descriptors();
+    // Closing the wake-up pipe's write end woke the control thread (POLLHUP on the read end);
+    // had the program closed only the socket, the manager's next message would. The socket
+    // may be gone already, hence the ignored error.
+    let _ = s.conn.send_msg(&Message::Stop, &[]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while provider.state() != ProviderState::Disconnected && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(provider.state(), ProviderState::Disconnected);
+    let reason = provider.end_reason().unwrap();
+    assert!(
+        reason.contains("the program closed fxtrace's descriptor")
+            && reason.ends_with("tracing stopped; data already written is kept"),
+        "{reason}"
+    );
+    assert_eq!(provider.context().state(), TraceState::Stopped);
+    // The reason is in the trace too, once.
+    let mut bytes = vec![0u8; s.buffer.size() as usize];
+    s.buffer.read_at(0, &mut bytes).unwrap();
+    let needle = b"tracing stopped; data already written is kept";
+    assert_eq!(
+        bytes.windows(needle.len()).filter(|w| w == needle).count(),
+        1,
+        "one Log record with the reason"
+    );
+    let abandoned = fxtrace::fd_guard::abandoned();
+    let start = Instant::now();
+    drop(provider);
+    assert!(start.elapsed() < Duration::from_secs(1));
+    assert!(
+        fxtrace::fd_guard::abandoned() >= abandoned + 3,
+        "the wake-up pipe's ends and the memfd are left alone and counted (the FIFO stays \
+         with the context kept for the memfd; the control socket was counted at the end)"
+    );
+    assert_intact(&mut files);
+}
+
+#[test]
+fn dropping_a_provider_robbed_of_its_descriptors_stops_tracing_and_closes_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let (provider, _s, _manager, mut files) = provider_robbed_of_its_descriptors();
+    let context = provider.context().clone();
+    let start = Instant::now();
+    drop(provider);
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "no join on a thread nobody wakes"
+    );
+    assert_eq!(context.state(), TraceState::Stopped);
+    assert_intact(&mut files);
 }

@@ -2,17 +2,21 @@
 //! `fork`, and (opt-in) in a handler of a terminating signal.
 //!
 //! They share one mechanism, made of async-signal-safe calls only (atomic loads and stores,
-//! `getpid`, `write`, `poll`, `clock_gettime`, `sigaction`, `sigprocmask`, `raise`): the hook
-//! writes to the *request* eventfd, which wakes the preload's flusher thread, then polls the
-//! *done* eventfd for at most `FXTRACE_PRELOAD_FLUSH_MS`. The flusher does the real work
+//! `getpid`, `fstat`, `readlink`, `write`, `poll`, `clock_gettime`, `sigaction`,
+//! `sigprocmask`, `raise`): the hook writes to the *request* pipe, which wakes the preload's
+//! flusher thread, then polls the *done* pipe for at most `FXTRACE_PRELOAD_FLUSH_MS`. The flusher does the real work
 //! (drain the perf rings, stop the engine, send STOPPED) with ordinary code, on its own
 //! thread. Past the bound, exit goes on and the manager salvages the shared buffer: nothing
 //! already written is lost, only the switches still in the perf rings.
 //!
 //! No hook allocates, takes a lock, or touches a `thread_local!` with a destructor. Before
-//! touching an eventfd, a hook checks (`fstat`) that the descriptor still names the file it
+//! touching a pipe, a hook checks ([`FdIdentity`]) that the descriptor still names the pipe it
 //! was armed with: a program that closes every descriptor (daemons do) and opens files of its
-//! own under the same numbers never gets eight bytes written into them.
+//! own under the same numbers never gets a byte written into them. Without the pipes, the
+//! hook still requests the flush (an atomic the flusher reads within [`SESSION_CHECK`]) and
+//! waits, bounded the same way, for the flusher's "done" atomic.
+//!
+//! [`SESSION_CHECK`]: crate::runtime::SESSION_CHECK
 //!
 //! # fork
 //!
@@ -30,26 +34,33 @@
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
+use std::sync::OnceLock;
 use std::time::Duration;
+
+use fxtrace::fd_guard::{self, FdIdentity, FdStatus, WakePipe};
 
 /// Rules: the pid that armed the hooks; written by [`arm`] (constructor thread) before
 /// [`ARMED`] is set. ATOMICS: `Relaxed`, published by the `Release` store of `ARMED`.
 static OWNER_PID: AtomicI32 = AtomicI32::new(0);
-/// Rules: the eventfd the flusher thread waits on (-1: none); written by [`arm`] before
-/// `ARMED`. ATOMICS: as `OWNER_PID`.
-static REQUEST_FD: AtomicI32 = AtomicI32::new(-1);
-/// Rules: the eventfd the flusher writes when done (-1: none); written by [`arm`] before
-/// `ARMED`. ATOMICS: as `OWNER_PID`.
-static DONE_FD: AtomicI32 = AtomicI32::new(-1);
+/// The pipe ends the hooks use, with their identities: the write end of the request pipe (the
+/// flusher polls its read end) and the read end of the done pipe (the flusher writes it).
+/// Rules: set once by [`arm`] before `ARMED`; a hook touches a number only while it still names
+/// its pipe (a program that closed every descriptor and opened files of its own under the
+/// same numbers keeps them to itself).
+#[derive(Debug)]
+struct HookFds {
+    request: (RawFd, FdIdentity),
+    done: (RawFd, FdIdentity),
+}
+
+/// See [`HookFds`]. `OnceLock::get` is one atomic load: async-signal-safe.
+static FDS: OnceLock<HookFds> = OnceLock::new();
 /// Rules: the flush bound in ms; written by [`arm`] before `ARMED`. ATOMICS: as `OWNER_PID`.
 static FLUSH_MS: AtomicU64 = AtomicU64::new(0);
-/// Rules: the (device, inode) both eventfds had when armed; written by [`arm`] before
-/// `ARMED`. A hook touches the descriptors only while they still name such a file (a program
-/// that closed every descriptor and opened files of its own under the same numbers keeps
-/// them to itself). ATOMICS: as `OWNER_PID`.
-static FD_DEV: AtomicU64 = AtomicU64::new(0);
-/// See [`FD_DEV`].
-static FD_INO: AtomicU64 = AtomicU64::new(0);
+/// Rules: set by the flusher once the flush is complete (whether or not the done pipe could
+/// be written). ATOMICS: `Release` store / `Acquire` load: a hook that sees it returns after
+/// the flusher's work.
+static FLUSHED: AtomicBool = AtomicBool::new(false);
 /// Rules: hooks do something only while armed: set by [`arm`], cleared by [`disarm`] (the
 /// session ended early) and in a forked child. ATOMICS: `Release` store / `Acquire` load: a
 /// hook that sees `true` sees the fds and the bound written before.
@@ -64,18 +75,23 @@ static REQUESTED: AtomicBool = AtomicBool::new(false);
 pub(crate) const FLUSH_SIGNALS: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
 
 /// Arm the hooks: from now on, `exit` (and handled signals) in this process request a flush
-/// on `request` and wait for `done` at most `flush`. The fds stay open for the process's life.
-pub(crate) fn arm(request: RawFd, done: RawFd, flush: Duration) {
+/// on `request` and wait for `done` at most `flush`. The pipes stay open for the process's
+/// life (unless the program closes them). Armed once per process.
+pub(crate) fn arm(request: &WakePipe, done: &WakePipe, flush: Duration) {
     // SAFETY: getpid has no preconditions.
     let pid = unsafe { libc::getpid() };
-    let (dev, ino) = file_id(request).unwrap_or((0, 0));
-    // ATOMICS: see the statics.
-    FD_DEV.store(dev, Ordering::Relaxed);
-    FD_INO.store(ino, Ordering::Relaxed);
+    let end = |fd: &fd_guard::GuardedFd| (fd.raw(), fd.identity());
+    if FDS
+        .set(HookFds {
+            request: end(request.write_end()),
+            done: end(done.read_end()),
+        })
+        .is_err()
+    {
+        return;
+    }
     // ATOMICS: `Relaxed` stores published by the `Release` store of `ARMED` (see the statics).
     OWNER_PID.store(pid, Ordering::Relaxed);
-    REQUEST_FD.store(request, Ordering::Relaxed);
-    DONE_FD.store(done, Ordering::Relaxed);
     FLUSH_MS.store(
         u64::try_from(flush.as_millis()).unwrap_or(u64::MAX),
         Ordering::Relaxed,
@@ -101,22 +117,9 @@ fn armed_here() -> bool {
     pid == OWNER_PID.load(Ordering::Relaxed)
 }
 
-/// (device, inode) of the file `fd` names (`fstat`, async-signal-safe).
-fn file_id(fd: RawFd) -> Option<(u64, u64)> {
-    // SAFETY: a zeroed `stat` is valid storage; fstat writes it or fails.
-    let mut st: libc::stat = unsafe { std::mem::zeroed() };
-    // SAFETY: `st` is a valid out-pointer.
-    (unsafe { libc::fstat(fd, &mut st) } == 0).then_some((st.st_dev, st.st_ino))
-}
-
-/// Whether `fd` still names the kind of file the hooks were armed with.
-fn still_ours(fd: RawFd) -> bool {
-    // ATOMICS: published by `ARMED` (see the statics).
-    let expected = (
-        FD_DEV.load(Ordering::Relaxed),
-        FD_INO.load(Ordering::Relaxed),
-    );
-    file_id(fd) == Some(expected)
+/// Whether the number of `end` still names the pipe end it was armed with.
+fn still_ours(end: &(RawFd, FdIdentity)) -> bool {
+    end.1.check(end.0) == FdStatus::Ours
 }
 
 /// `CLOCK_MONOTONIC` in ms (async-signal-safe).
@@ -128,13 +131,6 @@ fn now_ms() -> u64 {
     // SAFETY: `ts` is a valid out-pointer; CLOCK_MONOTONIC always exists.
     unsafe { libc::clock_gettime(libc::CLOCK_MONOTONIC, &mut ts) };
     (ts.tv_sec as u64) * 1000 + (ts.tv_nsec as u64) / 1_000_000
-}
-
-/// Add 1 to eventfd `fd` (async-signal-safe; a failure only loses the wake-up).
-fn poke(fd: RawFd) {
-    let one: u64 = 1;
-    // SAFETY: writes the 8 bytes of `one`, which outlives the call.
-    let _ = unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
 }
 
 /// Wait until `fd` is readable or `timeout_ms` passed (async-signal-safe, EINTR retried).
@@ -161,25 +157,46 @@ fn wait_readable(fd: RawFd, timeout_ms: u64) -> bool {
     }
 }
 
+/// How long one wait of a hook lasts before it looks at [`FLUSHED`] and the done pipe again.
+const WAIT_SLICE_MS: u64 = 10;
+
 /// Request the flush (once per process) and wait for it, bounded. Async-signal-safe.
 /// Returns whether the flusher finished in time (false also when not armed here).
 pub(crate) fn flush_and_wait() -> bool {
     if !armed_here() {
         return false;
     }
-    // ATOMICS: published by `ARMED` (see the statics); `REQUESTED` is a claim.
-    let (request, done, ms) = (
-        REQUEST_FD.load(Ordering::Relaxed),
-        DONE_FD.load(Ordering::Relaxed),
-        FLUSH_MS.load(Ordering::Relaxed),
-    );
-    if !still_ours(request) || !still_ours(done) {
+    let Some(fds) = FDS.get() else {
         return false;
-    }
+    };
+    // ATOMICS: published by `ARMED` (see the statics); `REQUESTED` is a claim.
+    let ms = FLUSH_MS.load(Ordering::Relaxed);
     if !REQUESTED.swap(true, Ordering::Relaxed) {
-        poke(request);
+        // A request pipe the program took gets no byte: the flusher notices the loss (and
+        // the request) by itself within SESSION_CHECK.
+        let _ = fd_guard::wake_raw(fds.request.0, &fds.request.1);
     }
-    wait_readable(done, ms)
+    let deadline = now_ms().saturating_add(ms);
+    loop {
+        // ATOMICS: see `FLUSHED`.
+        if FLUSHED.load(Ordering::Acquire) {
+            return true;
+        }
+        let left = deadline.saturating_sub(now_ms());
+        if left == 0 {
+            return false;
+        }
+        let slice = left.min(WAIT_SLICE_MS);
+        if still_ours(&fds.done) {
+            if wait_readable(fds.done.0, slice) && still_ours(&fds.done) {
+                return true;
+            }
+        } else {
+            // poll with no descriptor: an async-signal-safe sleep.
+            // SAFETY: a null array of zero pollfds.
+            unsafe { libc::poll(std::ptr::null_mut(), 0, slice as libc::c_int) };
+        }
+    }
 }
 
 /// Whether a flush was requested since the hooks were armed.
@@ -197,10 +214,11 @@ pub(crate) fn wait_for_request(request: RawFd, timeout: Duration) -> bool {
 }
 
 /// The flusher's side: tell the waiting hooks the flush is complete.
-pub(crate) fn flush_done(done: RawFd) {
-    if still_ours(done) {
-        poke(done);
-    }
+pub(crate) fn flush_done(done: &WakePipe) {
+    // ATOMICS: see `FLUSHED`.
+    FLUSHED.store(true, Ordering::Release);
+    // Lost to the program: the hooks see `FLUSHED` within a wait slice.
+    let _ = done.wake();
 }
 
 // === exit ===
@@ -307,7 +325,8 @@ mod tests {
         let start = now_ms();
         assert!(!wait_readable(fds[0], 30));
         assert!(now_ms() - start >= 25);
-        poke(fds[1]);
+        // SAFETY: writes one byte from a live local into the test's pipe.
+        assert_eq!(unsafe { libc::write(fds[1], [1u8].as_ptr().cast(), 1) }, 1);
         assert!(wait_readable(fds[0], 1000));
         // SAFETY: closing our own pipe.
         unsafe {

@@ -23,8 +23,13 @@
 //!
 //! If the manager ends the session first (Terminate, or it went away), the flusher stops the
 //! capture, disarms the hooks and exits: the program goes on untraced.
+//!
+//! If the program closes the flusher's pipes (a daemon closing every descriptor it did not
+//! open), the flusher notices within [`SESSION_CHECK`], notes it (log and a Log record), and
+//! flushes at once: the capture and the provider check their own descriptors
+//! ([`fxtrace::fd_guard`]) and end without touching a number the program reused. The exit
+//! hook, finding the pipes gone, waits (bounded) for that flush through an atomic instead.
 
-use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
@@ -34,6 +39,7 @@ use fxtrace::capture::{
     Unsupported,
 };
 use fxtrace::engine::global;
+use fxtrace::fd_guard::WakePipe;
 use fxtrace::provider::{Provider, ProviderOptions, ProviderState};
 
 use crate::hooks;
@@ -41,8 +47,9 @@ use crate::log::log;
 use crate::opt::{self, CaptureMode, Options};
 use crate::sink::EngineSink;
 
-/// How often the flusher checks whether the manager ended the session.
-const SESSION_CHECK: Duration = Duration::from_millis(200);
+/// How often the flusher checks whether the manager ended the session, and whether its pipes
+/// are still its own.
+pub(crate) const SESSION_CHECK: Duration = Duration::from_millis(100);
 
 type SharedWriter = Arc<Mutex<Option<KernelTraceWriter<EngineSink>>>>;
 
@@ -51,8 +58,10 @@ struct Runtime {
     provider: Provider,
     capture: Option<Capture>,
     writer: SharedWriter,
-    request: OwnedFd,
-    done: OwnedFd,
+    /// The hooks write it to request the flush; the flusher polls it.
+    request: WakePipe,
+    /// The flusher writes it when the flush is complete; the hooks poll it.
+    done: WakePipe,
 }
 
 /// The executable's file name (`/proc/self/exe`), else the process name.
@@ -170,10 +179,14 @@ pub(crate) fn init() {
         CaptureMode::Switches => start_capture(&options, &writer),
         CaptureMode::None => None,
     };
-    let (request, done) = match (eventfd(), eventfd()) {
+    let pipes = (
+        WakePipe::new("exit-flush request pipe"),
+        WakePipe::new("exit-flush done pipe"),
+    );
+    let (request, done) = match pipes {
         (Ok(request), Ok(done)) => (request, done),
         (Err(e), _) | (_, Err(e)) => {
-            log!("no exit flush (eventfd: {e}); the manager will salvage the buffer");
+            log!("no exit flush (pipe: {e}); the manager will salvage the buffer");
             // Keep everything running for the process's life: dropping it would stop tracing.
             std::mem::forget((provider, capture));
             return;
@@ -186,15 +199,17 @@ pub(crate) fn init() {
         request,
         done,
     };
-    let (request_fd, done_fd) = (runtime.request.as_raw_fd(), runtime.done.as_raw_fd());
+    // Armed before the flusher starts, from the pipes it will own (the flusher never closes
+    // them: see `Runtime::finish`).
+    hooks::arm(&runtime.request, &runtime.done, options.flush);
     let flusher = std::thread::Builder::new()
         .name("fxtrace-preload".into())
         .spawn(move || runtime.serve());
     if let Err(e) = flusher {
+        hooks::disarm();
         log!("no exit flush (thread: {e}); the manager will salvage the buffer");
         return;
     }
-    hooks::arm(request_fd, done_fd, options.flush);
     if !hooks::install_at_exit() {
         log!("atexit refused the exit hook; the manager will salvage the buffer");
     }
@@ -223,16 +238,6 @@ fn new_threads_run() -> bool {
             let _ = tx.send(());
         });
     spawned.is_ok() && rx.recv_timeout(Duration::from_millis(20)).is_ok()
-}
-
-fn eventfd() -> std::io::Result<OwnedFd> {
-    // SAFETY: eventfd has no pointer arguments; a valid result is a new fd we own.
-    let fd = unsafe { libc::eventfd(0, libc::EFD_CLOEXEC) };
-    if fd < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: `fd` was just returned by eventfd and is owned by no one else.
-    Ok(unsafe { <OwnedFd as std::os::fd::FromRawFd>::from_raw_fd(fd) })
 }
 
 /// The kernel trace writer over the engine sink, shared with the capture thread.
@@ -300,19 +305,24 @@ impl Runtime {
     /// The flusher thread: wait for the exit request (or the end of the session), then
     /// finish.
     fn serve(self) {
-        let request = self.request.as_raw_fd();
+        let request = self.request.read_end().raw();
         loop {
-            if hooks::wait_for_request(request, SESSION_CHECK) {
-                if !hooks::flush_requested() {
-                    // Readable without a request: the program closed our eventfd (a daemon
-                    // closing every descriptor). Its descriptor numbers may name the
-                    // program's own files by now: touch nothing (no stop, no drop that would
-                    // write to or close them) and let the manager salvage the buffer.
-                    hooks::disarm();
-                    log!("our descriptors were closed under us; tracing left to the manager");
-                    std::mem::forget(self);
-                    return;
+            let readable = hooks::wait_for_request(request, SESSION_CHECK);
+            if let Err(lost) = self.request.check().and_then(|()| self.done.check()) {
+                // A daemon closing every descriptor: flush now. Everything below checks its
+                // descriptors before using them, and a hook at exit waits for `FLUSHED`.
+                let message = format!("{lost}: exit flush done at once, without it");
+                log!("{message}");
+                if let Some(mut w) = self.provider.context().trace_writer() {
+                    let _ = w.log(
+                        fxtrace::clock::ticks(),
+                        &format!("fxtrace-preload: {message}"),
+                    );
                 }
+                break;
+            }
+            // Readable only once a hook wrote the request (the pipe is still ours).
+            if readable && hooks::flush_requested() {
                 break;
             }
             if self.provider.state() == ProviderState::Disconnected {
@@ -322,19 +332,18 @@ impl Runtime {
                 break;
             }
         }
-        let done = self.done.as_raw_fd();
-        self.finish();
+        let done = self.finish();
         // Answer every hook that requested the flush, including one that raced with a
-        // disarm above (it waits on `done`, bounded).
-        if hooks::flush_requested() {
-            hooks::flush_done(done);
-        } else {
+        // disarm above or came after (it waits on `done` or `FLUSHED`, bounded).
+        hooks::flush_done(done);
+        if !hooks::flush_requested() {
             log!("capture stopped");
         }
     }
 
-    /// Drain the capture, write its summary, stop the engine, say STOPPED.
-    fn finish(self) {
+    /// Drain the capture, write its summary, stop the engine, say STOPPED. Returns the done
+    /// pipe, to answer the hooks with.
+    fn finish(self) -> &'static WakePipe {
         let Runtime {
             provider,
             capture,
@@ -360,7 +369,14 @@ impl Runtime {
             }
         }
         provider.shutdown();
-        // The hooks may still poll `done` (and wrote to `request`): keep both open.
-        std::mem::forget((request, done));
+        if fxtrace::fd_guard::abandoned() > 0 {
+            log!(
+                "{} descriptors left to the program (it had closed or reused them)",
+                fxtrace::fd_guard::abandoned()
+            );
+        }
+        // The hooks may still use `done` (and `request`) until the process ends: never closed.
+        std::mem::forget(request);
+        Box::leak(Box::new(done))
     }
 }

@@ -29,6 +29,8 @@ use std::borrow::Cow;
 use std::io;
 use std::mem::{offset_of, size_of};
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
+
+use crate::fd_guard::{FdLost, GuardedFd};
 use std::ptr::NonNull;
 use std::sync::atomic::{fence, AtomicU16, AtomicU32, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -87,6 +89,10 @@ pub enum RingError {
     /// The clock parameters kept changing while being read.
     #[error("perf mmap page clock parameters did not settle")]
     UnstableClock,
+    /// `fstat` of the new event descriptor failed (its identity is kept, see
+    /// [`crate::fd_guard`]).
+    #[error("identifying the perf event descriptor: {0}")]
+    Identity(io::Error),
 }
 
 // === impl RawData ===
@@ -241,10 +247,15 @@ impl<'a> RawCursor<'a> {
 // === impl PerfRing ===
 
 /// One mmap'd perf ring (owns the event descriptor and the mapping).
+///
+/// The mapping stays valid (and the kernel keeps writing into it) even if the traced program
+/// closes the descriptor: reading the ring never uses the descriptor, and dropping the ring
+/// unmaps it and closes the descriptor only while its number still names the event
+/// ([`GuardedFd`]).
 #[derive(Debug)]
 pub struct PerfRing {
     sys: Arc<dyn Sys>,
-    fd: OwnedFd,
+    fd: GuardedFd,
     base: NonNull<u8>,
     len: usize,
     data_offset: usize,
@@ -283,6 +294,14 @@ impl PerfRing {
         let base = sys
             .mmap(fd.as_fd(), len)
             .map_err(|source| RingError::Map { len, source })?;
+        let fd = match GuardedFd::new(fd, "perf event") {
+            Ok(fd) => fd,
+            Err(e) => {
+                // SAFETY: the mapping was just made and nothing refers to it.
+                let _ = unsafe { sys.munmap(base, len) };
+                return Err(RingError::Identity(e));
+            }
+        };
         let mut ring = Self {
             sys,
             fd,
@@ -312,9 +331,24 @@ impl PerfRing {
         Ok(ring)
     }
 
-    /// The event's descriptor (for `poll` and `ioctl`).
+    /// The event's descriptor, unchecked: for `poll`, and for `ioctl`s while the program
+    /// cannot have touched it yet (setting up). Later, use [`PerfRing::checked_fd`].
     pub fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+        // SAFETY: the number was this ring's event when it was mapped and is closed only by
+        // the ring's drop; if the program closed it meanwhile, polling it is harmless and the
+        // caller checks before any other use.
+        unsafe { BorrowedFd::borrow_raw(self.fd.raw()) }
+    }
+
+    /// The event's descriptor if its number still names the event (the traced program may
+    /// have closed it, or reused the number for a file of its own).
+    pub fn checked_fd(&self) -> Result<BorrowedFd<'_>, FdLost> {
+        self.fd.checked()
+    }
+
+    /// The guarded descriptor (its number, identity and status).
+    pub fn guarded_fd(&self) -> &GuardedFd {
+        &self.fd
     }
 
     /// Size of the data area in bytes.

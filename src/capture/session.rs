@@ -34,6 +34,19 @@
 //! rule; each drained ring is complete up to "now − [`CaptureConfig::merge_slack`]"). On stop,
 //! events are disabled, rings drained a last time and everything left is flushed.
 //!
+//! # Descriptors the traced program closes
+//!
+//! A per-process capture lives in the traced program, which may close descriptors it did not
+//! open and reuse their numbers ([`crate::fd_guard`]). Each round, the capture thread checks
+//! its stop pipe, and every ring descriptor that `poll` reported something on, before acting
+//! on it. A lost descriptor ends the capture cleanly: the rings are drained a last time (their
+//! mappings stay valid without the descriptors), only the events whose numbers are still
+//! fxtrace's are disabled, everything is delivered, then a [`CaptureEvent::Unsupported`] note
+//! says why the capture stopped, and the thread ends with [`CaptureError::DescriptorLost`].
+//! A number that is no longer the capture's is never `ioctl`ed or closed. [`Capture::stop`]
+//! also sets a flag the thread reads every round, so it stops within
+//! [`CaptureConfig::poll_interval`] even when its stop pipe was taken.
+//!
 //! Before the first event naming a thread, a [`CaptureEvent::Thread`] announces it with its
 //! process id and names (from switch names, COMM/FORK records and `/proc`, cached). A
 //! system-wide capture scans `/proc/*/task` once when it starts; an event whose thread's
@@ -45,12 +58,11 @@ use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use nix::sys::eventfd::{EfdFlags, EventFd};
 use thiserror::Error;
 
 use super::attr::{BranchSampling, EventAttr, EventKind};
@@ -67,6 +79,7 @@ use super::switch::SchedSwitchFormat;
 use super::sys::{PerfIoctl, RealSys, Sys};
 use super::time::{MeasuredMapping, PerfTimeConverter};
 use super::tracefs::{Tracefs, TracefsError};
+use crate::fd_guard::{FdLost, GuardedFd, WakePipe};
 
 /// Whose context switches to capture.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -238,6 +251,10 @@ pub enum CaptureError {
     /// `poll` failed on the capture thread.
     #[error("poll on perf rings failed: {0}")]
     Poll(io::Error),
+    /// The traced program closed one of the capture's descriptors (or reused its number): the
+    /// capture stopped; what it had captured was delivered.
+    #[error("{0}: capture stopped; events captured before are kept")]
+    DescriptorLost(FdLost),
 }
 
 // === impl Counters ===
@@ -419,7 +436,7 @@ impl OpenFailure {
 #[derive(Default)]
 struct OpenSet {
     rings: Vec<(u32, PerfRing)>,
-    members: Vec<OwnedFd>,
+    members: Vec<GuardedFd>,
 }
 
 struct Opener<'a> {
@@ -499,6 +516,12 @@ impl Opener<'_> {
                                         source,
                                     })
                                 })?;
+                            let fd = GuardedFd::new(fd, "perf event").map_err(|source| {
+                                OpenError::Fatal(CaptureError::System {
+                                    what: "fstat of a perf event descriptor".into(),
+                                    source,
+                                })
+                            })?;
                             set.members.push(fd);
                         }
                         None => {
@@ -555,7 +578,7 @@ fn choose_clock(sys: &Arc<dyn Sys>, config: &CaptureConfig) -> PerfTimeConverter
 pub struct Capture {
     report: CaptureReport,
     counters: Arc<Counters>,
-    stop: Arc<EventFd>,
+    stop: Arc<StopSignal>,
     thread: Option<JoinHandle<Result<(), CaptureError>>>,
 }
 
@@ -603,7 +626,7 @@ impl Capture {
         let registry = TaskRegistry::new(config.proc_root.clone());
         let mut unsupported = Vec::new();
         let mut slots: Vec<RingSlot> = Vec::new();
-        let mut members: Vec<OwnedFd> = Vec::new();
+        let mut members: Vec<GuardedFd> = Vec::new();
         let mut events = 0usize;
         let mut add = |set: OpenSet, attr: &EventAttr, sched: Option<Arc<SchedSwitchFormat>>| {
             let layout = RecordLayout::new(attr)?;
@@ -716,7 +739,10 @@ impl Capture {
         for fd in slots
             .iter()
             .map(|s| s.ring.fd())
-            .chain(members.iter().map(|m| m.as_fd()))
+            .chain(members.iter().map(|m| {
+                // SAFETY: just opened by this function; the number is the event's.
+                unsafe { std::os::fd::BorrowedFd::borrow_raw(m.raw()) }
+            }))
         {
             sys.ioctl(fd, PerfIoctl::Enable)
                 .map_err(|source| CaptureError::Ioctl {
@@ -735,12 +761,13 @@ impl Capture {
             events,
         };
         let counters = Arc::new(Counters::default());
-        let stop = Arc::new(
-            EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK)
-                .map_err(|e| CaptureError::Thread(format!("eventfd: {e}")))?,
-        );
+        let stop = Arc::new(StopSignal {
+            pipe: WakePipe::new("capture stop pipe")
+                .map_err(|e| CaptureError::Thread(format!("pipe: {e}")))?,
+            requested: AtomicBool::new(false),
+        });
         let streams = slots.len();
-        let worker = Worker {
+        let mut worker = Worker {
             sys: sys.clone(),
             slots,
             members,
@@ -771,6 +798,9 @@ impl Capture {
             },
             unsupported,
         };
+        // Before `start` returns, so that what the caller does next (say, let the traced
+        // program exec) is seen either in `/proc` now or by the enabled events.
+        worker.prepare();
         let thread = std::thread::Builder::new()
             .name("fxtrace-capture".into())
             .spawn(move || worker.run())
@@ -804,9 +834,10 @@ impl Capture {
         let Some(thread) = self.thread.take() else {
             return Ok(());
         };
-        self.stop
-            .write(1)
-            .map_err(|e| CaptureError::Thread(format!("signalling stop: {e}")))?;
+        // ATOMICS: see `StopSignal::requested`.
+        self.stop.requested.store(true, Ordering::Relaxed);
+        // A stop pipe the program took: the thread sees the flag within one poll interval.
+        let _ = self.stop.pipe.wake();
         thread.join().map_err(|_| {
             CaptureError::Thread("the capture thread panicked (in the sink?)".into())
         })?
@@ -996,12 +1027,23 @@ struct Synthesize {
     time: u64,
 }
 
+/// How [`Capture::stop`] reaches the capture thread.
+#[derive(Debug)]
+struct StopSignal {
+    /// Wakes the thread at once (polled with the rings).
+    pipe: WakePipe,
+    /// Rules: set by `Capture::shutdown`, read by the capture thread every round, so it stops
+    /// even when the program took the pipe. ATOMICS: `Relaxed`: a flag, nothing is published
+    /// through it (the thread's join orders what follows).
+    requested: AtomicBool,
+}
+
 struct Worker {
     sys: Arc<dyn Sys>,
     synthesize: Option<Synthesize>,
     slots: Vec<RingSlot>,
-    members: Vec<OwnedFd>,
-    stop: Arc<EventFd>,
+    members: Vec<GuardedFd>,
+    stop: Arc<StopSignal>,
     conv: PerfTimeConverter,
     merger: Merger<Pending>,
     /// Scan `/proc` for the tasks alive at start (system-wide capture).
@@ -1015,7 +1057,9 @@ struct Worker {
 }
 
 impl Worker {
-    fn run(mut self) -> Result<(), CaptureError> {
+    /// What is delivered first, with the events already enabled: the unsupported sources,
+    /// the `/proc` task scan and the synthesized mappings.
+    fn prepare(&mut self) {
         for u in std::mem::take(&mut self.unsupported) {
             self.delivery.emit(CaptureEvent::Unsupported(u));
         }
@@ -1038,11 +1082,14 @@ impl Worker {
         if let Some(s) = self.synthesize.take() {
             self.synthesize_maps(&s);
         }
+    }
+
+    fn run(mut self) -> Result<(), CaptureError> {
         let mut fds: Vec<libc::pollfd> = self
             .slots
             .iter()
             .map(|s| s.ring.fd().as_raw_fd())
-            .chain([self.stop.as_fd().as_raw_fd()])
+            .chain([self.stop.pipe.read_end().raw()])
             .map(|fd| libc::pollfd {
                 fd,
                 events: libc::POLLIN,
@@ -1054,31 +1101,27 @@ impl Worker {
             self.sys
                 .poll(&mut fds, self.poll_ms)
                 .map_err(CaptureError::Poll)?;
-            let stopping = fds[stop_index].revents & libc::POLLIN != 0;
-            for p in &mut fds[..stop_index] {
-                if p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+            // ATOMICS: see `StopSignal::requested`.
+            let stopping = self.stop.requested.load(Ordering::Relaxed);
+            let mut lost = self.stop.pipe.check().err();
+            for (p, slot) in fds[..stop_index].iter_mut().zip(&self.slots) {
+                if p.revents == 0 || p.fd < 0 {
+                    continue;
+                }
+                // Something to act on: first make sure the number is still the event (a
+                // number the program closed polls POLLNVAL; one it reused may poll readable).
+                if let Err(l) = slot.ring.checked_fd() {
+                    lost = lost.or(Some(l));
+                    p.fd = -1;
+                } else if p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
                     // The monitored task is gone: drain below, then stop polling this ring
                     // (a hung-up descriptor would make every poll return at once).
                     p.fd = -1;
                 }
             }
-            if stopping {
-                for fd in self
-                    .slots
-                    .iter()
-                    .map(|s| s.ring.fd())
-                    .chain(self.members.iter().map(|m| m.as_fd()))
-                {
-                    // A failed disable only means records may still arrive; the final drain
-                    // below reads up to the head either way.
-                    let _ = self.sys.ioctl(fd, PerfIoctl::Disable);
-                }
-                self.drain_all();
-                let delivery = &mut self.delivery;
-                self.merger.flush(|t, p| delivery.deliver(t, p));
-                self.delivery.release(true);
-                self.publish_merge_counters();
-                return Ok(());
+            if stopping || lost.is_some() {
+                self.finish(lost.as_ref());
+                return lost.map_or(Ok(()), |l| Err(CaptureError::DescriptorLost(l)));
             }
             self.drain_all();
             let delivery = &mut self.delivery;
@@ -1110,6 +1153,36 @@ impl Worker {
                     inode: None,
                 },
             );
+        }
+    }
+
+    /// The last round: disable the events (only those whose numbers are still ours), drain
+    /// every ring (the mappings stay valid without the descriptors), deliver everything, then
+    /// say why the capture stopped early, if it did.
+    fn finish(&mut self, lost: Option<&FdLost>) {
+        for fd in self
+            .slots
+            .iter()
+            .map(|s| s.ring.guarded_fd())
+            .chain(self.members.iter())
+        {
+            // A failed disable only means records may still arrive; the final drain below
+            // reads up to the head either way.
+            if let Ok(fd) = fd.checked() {
+                let _ = self.sys.ioctl(fd, PerfIoctl::Disable);
+            }
+        }
+        self.drain_all();
+        let delivery = &mut self.delivery;
+        self.merger.flush(|t, p| delivery.deliver(t, p));
+        self.delivery.release(true);
+        self.publish_merge_counters();
+        if let Some(lost) = lost {
+            self.delivery.emit(CaptureEvent::Unsupported(Unsupported {
+                what: "context-switch capture".into(),
+                errno: None,
+                hint: CaptureError::DescriptorLost(*lost).to_string(),
+            }));
         }
     }
 

@@ -279,6 +279,12 @@ impl Drain {
     /// not yet saved, then the rolling buffers in wrap order. A zero end in the header (never
     /// finalised: a crashed or killed provider) means "scan the whole region". Nothing is
     /// written when the header does not validate.
+    ///
+    /// The regions are copied out of the buffer rolling first, durable last, and written in
+    /// archive order (durable first). A provider that is gone without STOPPED may still be
+    /// writing (its process runs on): a thread writes its Thread/String record into the
+    /// durable buffer before any rolling record that refers to it, so a durable copy taken
+    /// after the rolling copy holds every record the copied events refer to.
     pub fn read_out<W: Write>(
         &mut self,
         buffer: &TraceBuffer,
@@ -287,10 +293,45 @@ impl Drain {
         name: &str,
     ) -> Result<(), DrainError> {
         let (fields, geometry) = self.read_header(buffer)?;
-        archive.begin_provider(id, name)?;
-        if fields.num_records_dropped > 0 {
-            archive.provider_event(PROVIDER_EVENT_BUFFER_OVERFLOW)?;
+        let started = std::time::Instant::now();
+        let rolling_end = |index: usize| match fields.rolling_data_end[index] {
+            0 => geometry.rolling_buffer_size,
+            end => end,
+        };
+        // Rolling buffers, in wrap order.
+        let wrapped = fields.wrapped_count;
+        let mut rolling = Vec::with_capacity(2);
+        if self.mode != BufferingMode::Oneshot && wrapped > 0 {
+            let earlier = wrapped - 1;
+            // Already streamed (the 2026 trace_manager's check; the 2024 one re-read it).
+            let streamed = self.mode == BufferingMode::Streaming
+                && self.saved_any
+                && self.last_wrapped_count >= earlier;
+            if !streamed {
+                rolling.push(earlier);
+            }
         }
+        rolling.push(wrapped);
+        let rolling = rolling
+            .into_iter()
+            .map(|wrap| {
+                let index = (wrap & 1) as usize;
+                let end = rolling_end(index);
+                let bytes = copy_region(
+                    buffer,
+                    geometry.rolling_offset(index),
+                    geometry.rolling_buffer_size.min(end),
+                )?;
+                Ok((
+                    bytes,
+                    end,
+                    fields.rolling_framing(wrap),
+                    Region::Rolling(index),
+                ))
+            })
+            .collect::<Result<Vec<_>, DrainError>>()?;
+        // Durable data not yet saved, copied last.
+        let mut durable = None;
         if self.mode != BufferingMode::Oneshot {
             let end = match fields.durable_data_end {
                 0 => geometry.durable_buffer_size,
@@ -299,15 +340,8 @@ impl Drain {
             let from = self.last_durable_data_end.min(end);
             if end > from {
                 let len = end - from;
-                self.forward(
-                    buffer,
-                    archive,
-                    geometry.durable_offset() + from,
-                    len,
-                    len,
-                    Framing::Dense,
-                    Region::Durable,
-                )?;
+                let bytes = copy_region(buffer, geometry.durable_offset() + from, len)?;
+                durable = Some((bytes, len));
                 self.last_durable_data_end = if fields.durable_data_end == 0 {
                     from
                 } else {
@@ -315,40 +349,17 @@ impl Drain {
                 };
             }
         }
-        let wrapped = fields.wrapped_count;
-        let rolling = |index: usize| match fields.rolling_data_end[index] {
-            0 => geometry.rolling_buffer_size,
-            end => end,
-        };
-        if self.mode != BufferingMode::Oneshot && wrapped > 0 {
-            let earlier = wrapped - 1;
-            // Already streamed (the 2026 trace_manager's check; the 2024 one re-read it).
-            let streamed = self.mode == BufferingMode::Streaming
-                && self.saved_any
-                && self.last_wrapped_count >= earlier;
-            if !streamed {
-                let index = (earlier & 1) as usize;
-                self.forward(
-                    buffer,
-                    archive,
-                    geometry.rolling_offset(index),
-                    geometry.rolling_buffer_size,
-                    rolling(index),
-                    fields.rolling_framing(earlier),
-                    Region::Rolling(index),
-                )?;
-            }
+        self.stats.copy_time += started.elapsed();
+        archive.begin_provider(id, name)?;
+        if fields.num_records_dropped > 0 {
+            archive.provider_event(PROVIDER_EVENT_BUFFER_OVERFLOW)?;
         }
-        let index = (wrapped & 1) as usize;
-        self.forward(
-            buffer,
-            archive,
-            geometry.rolling_offset(index),
-            geometry.rolling_buffer_size,
-            rolling(index),
-            fields.rolling_framing(wrapped),
-            Region::Rolling(index),
-        )?;
+        if let Some((bytes, len)) = durable {
+            self.scan_into(&bytes, len, Framing::Dense, Region::Durable, archive)?;
+        }
+        for (bytes, end, framing, region) in rolling {
+            self.scan_into(&bytes, end, framing, region, archive)?;
+        }
         // Nothing more is read until a new trace: give the copy buffer back.
         self.scratch = Vec::new();
         Ok(())
@@ -419,6 +430,18 @@ impl Drain {
         }
         Ok(())
     }
+}
+
+/// The first `len` bytes of the region at `offset`, copied out of the buffer.
+fn copy_region(buffer: &TraceBuffer, offset: u64, len: u64) -> Result<Vec<u8>, DrainError> {
+    let size = usize::try_from(len).map_err(|_| BufferError::OutOfRange {
+        offset,
+        len,
+        size: buffer.size(),
+    })?;
+    let mut bytes = vec![0; size];
+    buffer.read_at(offset, &mut bytes)?;
+    Ok(bytes)
 }
 
 #[derive(Debug, Clone, Copy)]

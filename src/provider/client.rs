@@ -1,14 +1,34 @@
 //! The connected provider: the handshake, the shared state, and the control thread.
+//!
+//! # Descriptors the program closes
+//!
+//! The provider's descriptors (control socket, FIFO, the control thread's wake-up pipe, the
+//! buffer's memfd) live in a program that may close descriptors it did not open and reuse
+//! their numbers ([`crate::fd_guard`]). Every number is checked before it is acted on: the
+//! control thread checks all of them after every wake-up, before reading anything. A lost
+//! descriptor ends the session with the reason "the program closed fxtrace's descriptor N
+//! (control socket): tracing stopped; data already written is kept", written once into the
+//! trace as a Log record while tracing is still on; the manager salvages the buffer. A number
+//! that is no longer the provider's is never written to, read, shut down or closed.
+//!
+//! The control thread sleeps in `poll` without a timeout. A program closing every descriptor
+//! closes the wake-up pipe's write end, which wakes it at once (`POLLHUP` on the read end);
+//! it then checks, writes the reason and stops tracing within microseconds of the manager
+//! seeing the connection close (a sleeping `poll` holds the socket alive, so the manager's
+//! salvage starts only once the thread is awake). The reason is a self-contained Log record
+//! (inline thread reference), so a salvage that races with it copies it whole or not at all.
+//! If only other descriptors were taken, the manager's next message (or the process's exit)
+//! wakes the thread. Dropping the handle when the wake-up pipe is gone stops tracing from the
+//! dropping thread and does not join a control thread nobody can wake.
 
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Once};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
-use nix::sys::eventfd::{EfdFlags, EventFd};
 use nix::sys::socket::{self, Shutdown};
 
 use super::{ProviderError, ProviderOptions, EXIT_STOP_TIMEOUT};
@@ -17,6 +37,8 @@ use crate::engine::{
     BufferHandler, CategoryFilter, Context, ContextConfig, EngineError, StartMode, TraceBuffer,
     TraceState,
 };
+use crate::fd_guard::{self, FdIdentity, FdLost, FdStatus, GuardedFd, WakePipe};
+use crate::format::{Encode, Log, ThreadRef};
 use crate::protocol::control::{BufferDisposition, BufferingMode, Message, MAX_PROVIDER_NAME_LEN};
 use crate::protocol::fifo::{AlertName, FifoPacket, ManagerPacket, ProviderPacket};
 use crate::protocol::header;
@@ -66,7 +88,13 @@ pub(super) struct Shared {
     mode: BufferingMode,
     categories: Vec<String>,
     context: Context,
-    fifo: Arc<OwnedFd>,
+    fifo: Arc<GuardedFd>,
+    /// The buffer memfd's number and identity (the engine owns the descriptor).
+    memfd: (RawFd, FdIdentity),
+    /// Rules: set by the handle's drop, read by the control thread after every wake-up (its
+    /// wake-up pipe may be gone and a manager message wake it instead). ATOMICS: `Relaxed`: a
+    /// flag; nothing is published through it (the thread's join orders what follows).
+    closing: AtomicBool,
     stop_timeout: Duration,
     status: Mutex<Status>,
     changed: Condvar,
@@ -85,7 +113,7 @@ struct Counters {
 /// Sends SAVE_BUFFER when the engine hands over a full rolling buffer (streaming mode).
 #[derive(Debug)]
 struct SaveRequester {
-    fifo: Arc<OwnedFd>,
+    fifo: Arc<GuardedFd>,
     counters: Arc<Counters>,
 }
 
@@ -97,14 +125,20 @@ impl BufferHandler for SaveRequester {
         }
         .to_packet();
         // ATOMICS: `Relaxed` counters.
-        match transport::try_send_packet(self.fifo.as_fd(), &packet) {
+        match send_packet(&self.fifo, &packet) {
             Ok(()) => self.counters.save_requests.fetch_add(1, Ordering::Relaxed),
             // The buffer stays unsaved: records are dropped (and counted) until the session
-            // ends; the control thread sees the closed FIFO and stops tracing.
+            // ends; the control thread sees the closed (or lost) FIFO and stops tracing.
             // ATOMICS: `Relaxed` counter (statistics only).
-            Err(_) => self.counters.packets_lost.fetch_add(1, Ordering::Relaxed),
+            Err(()) => self.counters.packets_lost.fetch_add(1, Ordering::Relaxed),
         };
     }
+}
+
+/// Send a packet on the FIFO without blocking, if the FIFO is still the provider's.
+fn send_packet(fifo: &GuardedFd, packet: &FifoPacket) -> Result<(), ()> {
+    let fd = fifo.checked().map_err(drop)?;
+    transport::try_send_packet(fd, packet).map_err(drop)
 }
 
 impl Shared {
@@ -126,7 +160,7 @@ impl Shared {
 
     /// Send a packet without blocking; a failure is counted.
     fn send(&self, packet: &FifoPacket) -> bool {
-        let sent = transport::try_send_packet(self.fifo.as_fd(), packet).is_ok();
+        let sent = send_packet(&self.fifo, packet).is_ok();
         if !sent {
             // ATOMICS: `Relaxed` counter.
             self.counters.packets_lost.fetch_add(1, Ordering::Relaxed);
@@ -206,13 +240,70 @@ impl Shared {
         self.changed.notify_all();
     }
 
+    /// The program took one of the provider's descriptors: say so once in the trace (while
+    /// tracing is still on), stop tracing (STOPPED only if the FIFO is still ours), and return
+    /// the session's end reason.
+    fn descriptor_lost(&self, lost: FdLost) -> String {
+        let reason = format!("{lost}: tracing stopped; data already written is kept");
+        self.write_log(&format!("fxtrace: {reason}"));
+        self.stop(self.stop_timeout, false);
+        reason
+    }
+
+    /// A Log record with an inline thread reference: self-contained (no thread or string
+    /// record in the durable buffer), so a manager salvaging the buffer while it is written
+    /// copies it whole or not at all. A refused record is counted by the engine as dropped.
+    fn write_log(&self, message: &str) {
+        // SAFETY: gettid has no preconditions and cannot fail.
+        let tid = unsafe { libc::gettid() } as u64;
+        let log = Log {
+            ticks: crate::clock::ticks(),
+            thread: ThreadRef::Inline {
+                pid: u64::from(std::process::id()),
+                tid,
+            },
+            message,
+        };
+        let Ok(n) = log.words() else { return };
+        let mut words = vec![0u64; n];
+        if log.write(&mut words).is_err() {
+            return;
+        }
+        if let Some(mut writer) = self.context.acquire() {
+            if let Some(mut slot) = writer.reserve(n) {
+                slot.payload().copy_from_slice(&words[1..]);
+                slot.commit(words[0]);
+            }
+        }
+    }
+
+    /// The first of the provider's descriptors (control socket `control`, FIFO, wake-up pipe,
+    /// buffer memfd) that is no longer its own.
+    fn lost_descriptor(&self, control: &ControlFd, waker: &WakePipe) -> Option<FdLost> {
+        let control = control.check().err();
+        control
+            .or_else(|| self.fifo.check().err())
+            .or_else(|| waker.check().err())
+            .or_else(|| match self.memfd.1.check(self.memfd.0) {
+                FdStatus::Ours => None,
+                status => Some(FdLost {
+                    fd: self.memfd.0,
+                    what: "trace buffer memfd",
+                    status,
+                }),
+            })
+    }
+
     /// The session is over: stop tracing for good, close the FIFO.
     fn end(&self, reason: String) {
         if self.context.state() != TraceState::Stopped {
             let _ = self.context.stop(self.stop_timeout);
         }
-        // Best effort: the manager sees the hang-up even while the handle keeps the fd.
-        let _ = socket::shutdown(self.fifo.as_raw_fd(), Shutdown::Both);
+        // Best effort: the manager sees the hang-up even while the handle keeps the fd. Never
+        // on a number the program reused: that would shut down the program's socket.
+        if let Ok(fifo) = self.fifo.checked() {
+            let _ = socket::shutdown(fifo.as_raw_fd(), Shutdown::Both);
+        }
         let mut status = self.lock();
         status.state = ProviderState::Disconnected;
         status.end_reason.get_or_insert(reason);
@@ -225,7 +316,7 @@ impl Shared {
 #[derive(Debug)]
 pub struct Provider {
     shared: Arc<Shared>,
-    waker: Arc<EventFd>,
+    waker: Arc<WakePipe>,
     thread: Option<JoinHandle<()>>,
 }
 
@@ -274,9 +365,12 @@ impl Provider {
             return Err(ProviderError::Handshake(msg.name()));
         };
         // `recv_msg` checked there are exactly two: the memfd, then the FIFO.
-        let fifo = Arc::new(fds.pop().ok_or(ProviderError::Handshake("Initialize"))?);
+        let fifo = fds.pop().ok_or(ProviderError::Handshake("Initialize"))?;
+        let fifo = Arc::new(GuardedFd::new(fifo, "FIFO").map_err(sys_error("fstat"))?);
         let memfd = fds.pop().ok_or(ProviderError::Handshake("Initialize"))?;
+        let memfd_id = FdIdentity::of(memfd.as_fd()).map_err(sys_error("fstat"))?;
         let buffer = TraceBuffer::from_fd(memfd)?;
+        let memfd = (buffer.fd().as_raw_fd(), memfd_id);
         let counters = Arc::new(Counters::default());
         let handler = Arc::new(SaveRequester {
             fifo: fifo.clone(),
@@ -292,14 +386,8 @@ impl Provider {
         // frame stalled half-way for this long ends the session.
         conn.set_recv_timeout(Some(Duration::from_secs(1)))?;
         conn.set_send_timeout(Some(Duration::from_secs(1)))?;
-        let waker = Arc::new(
-            EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK).map_err(|e| {
-                ProviderError::Transport(TransportError::Sys {
-                    op: "eventfd",
-                    source: e,
-                })
-            })?,
-        );
+        let waker = Arc::new(WakePipe::new("wake-up pipe").map_err(sys_error("pipe2"))?);
+        let control = ControlFd::of(&conn).map_err(sys_error("fstat"))?;
         let shared = Arc::new(Shared {
             id: provider_id,
             name,
@@ -307,6 +395,8 @@ impl Provider {
             categories,
             context,
             fifo,
+            memfd,
+            closing: AtomicBool::new(false),
             stop_timeout: options.stop_timeout,
             status: Mutex::new(Status {
                 state: ProviderState::Idle,
@@ -321,7 +411,7 @@ impl Provider {
             let waker = waker.clone();
             std::thread::Builder::new()
                 .name("fxtrace-provider".into())
-                .spawn(move || control_loop(&shared, conn, &waker))
+                .spawn(move || control_loop(&shared, conn, control, &waker))
                 .map_err(ProviderError::Thread)?
         };
         super::set_current(&shared);
@@ -457,22 +547,86 @@ impl Drop for Provider {
     fn drop(&mut self) {
         // No thread may reach the context through the process-wide slot once it stops.
         let _ = global::uninstall_if(&self.shared.context);
-        let _ = self.waker.write(1);
-        if let Some(thread) = self.thread.take() {
-            let _ = thread.join();
+        // ATOMICS: see `Shared::closing`.
+        self.shared.closing.store(true, Ordering::Relaxed);
+        match self.waker.wake() {
+            Ok(()) => {
+                if let Some(thread) = self.thread.take() {
+                    let _ = thread.join();
+                }
+            }
+            // The program took the wake-up pipe: stop tracing here and leave the control
+            // thread asleep (it holds the control socket, see the module docs; a manager
+            // message ends it, or the process's exit). It only uses checked descriptors.
+            Err(_) => self.shared.stop(self.shared.stop_timeout, false),
         }
         super::clear_current(&self.shared);
+        // The engine closes the memfd when the last context is dropped: if the program took
+        // its number, keep one context forever instead (the mapping stays; nothing is closed).
+        let (fd, identity) = self.shared.memfd;
+        fd_guard::drop_if_ours(self.shared.context.clone(), fd, &identity);
+    }
+}
+
+/// A `TransportError::Sys` maker for `map_err`.
+fn sys_error(op: &'static str) -> impl Fn(std::io::Error) -> ProviderError {
+    move |e| {
+        ProviderError::Transport(TransportError::Sys {
+            op,
+            source: Errno::from_raw(e.raw_os_error().unwrap_or(libc::EIO)),
+        })
+    }
+}
+
+/// The control socket's number and identity (the transport owns the descriptor).
+#[derive(Debug, Clone, Copy)]
+struct ControlFd {
+    fd: RawFd,
+    identity: FdIdentity,
+}
+
+impl ControlFd {
+    fn of(conn: &ControlConn) -> std::io::Result<Self> {
+        Ok(Self {
+            fd: conn.as_fd().as_raw_fd(),
+            identity: FdIdentity::of(conn.as_fd())?,
+        })
+    }
+
+    fn check(&self) -> Result<(), FdLost> {
+        match self.identity.check(self.fd) {
+            FdStatus::Ours => Ok(()),
+            status => Err(FdLost {
+                fd: self.fd,
+                what: "control socket",
+                status,
+            }),
+        }
     }
 }
 
 /// Serve the manager until the session ends.
-fn control_loop(shared: &Arc<Shared>, mut conn: ControlConn, waker: &EventFd) {
+///
+/// Every wake-up first checks that the descriptors are still the provider's: a number the
+/// program closed polls as `POLLNVAL`, one it reused may poll readable, and neither may be
+/// read.
+fn control_loop(
+    shared: &Arc<Shared>,
+    mut conn: ControlConn,
+    control_fd: ControlFd,
+    waker: &WakePipe,
+) {
     let reason = loop {
         let (control, fifo, wake) = {
+            let borrow = |fd: RawFd| {
+                // SAFETY: the number is only polled; one the program took meanwhile is
+                // harmless to poll, and nothing is done with it before the check below.
+                unsafe { BorrowedFd::borrow_raw(fd) }
+            };
             let mut fds = [
                 PollFd::new(conn.as_fd(), PollFlags::POLLIN),
-                PollFd::new(shared.fifo.as_fd(), PollFlags::POLLIN),
-                PollFd::new(waker.as_fd(), PollFlags::POLLIN),
+                PollFd::new(borrow(shared.fifo.raw()), PollFlags::POLLIN),
+                PollFd::new(borrow(waker.read_end().raw()), PollFlags::POLLIN),
             ];
             match poll(&mut fds, PollTimeout::NONE) {
                 Ok(_) => {}
@@ -482,7 +636,11 @@ fn control_loop(shared: &Arc<Shared>, mut conn: ControlConn, waker: &EventFd) {
             let ready = |fd: &PollFd<'_>| fd.revents().is_some_and(|r| !r.is_empty());
             (ready(&fds[0]), ready(&fds[1]), ready(&fds[2]))
         };
-        if wake {
+        if let Some(lost) = shared.lost_descriptor(&control_fd, waker) {
+            break shared.descriptor_lost(lost);
+        }
+        // ATOMICS: see `Shared::closing`.
+        if wake || shared.closing.load(Ordering::Relaxed) {
             // The handle is being dropped (or shut down).
             shared.stop(shared.stop_timeout, false);
             break "the provider was shut down".to_owned();
@@ -509,13 +667,18 @@ fn control_loop(shared: &Arc<Shared>, mut conn: ControlConn, waker: &EventFd) {
         }
     };
     shared.end(reason);
-    drop(conn);
+    // The transport closes the socket on drop: only while the number is still ours.
+    fd_guard::drop_if_ours(conn, control_fd.fd, &control_fd.identity);
 }
 
 /// Read every BUFFER_SAVED waiting on the FIFO. Returns why the session ends, if it does.
 fn serve_fifo(shared: &Shared) -> Option<String> {
+    let fifo = match shared.fifo.checked() {
+        Ok(fifo) => fifo,
+        Err(lost) => return Some(shared.descriptor_lost(lost)),
+    };
     loop {
-        match transport::try_recv_packet(shared.fifo.as_fd()) {
+        match transport::try_recv_packet(fifo) {
             Ok(None) => return None,
             Ok(Some(packet)) => match ManagerPacket::parse(&packet) {
                 Ok(ManagerPacket::BufferSaved {
@@ -570,7 +733,7 @@ mod tests {
         let (a, b) = transport::fifo_pair().unwrap();
         let counters = Arc::new(Counters::default());
         let handler = SaveRequester {
-            fifo: Arc::new(a),
+            fifo: Arc::new(GuardedFd::new(a, "FIFO").unwrap()),
             counters: counters.clone(),
         };
         handler.notify_buffer_full(3, 64);
