@@ -187,6 +187,16 @@ fn a_program_closing_the_capture_descriptors_ends_it_cleanly_and_keeps_its_files
         .map(|&fd| {
             let mut f = tempfile::tempfile().unwrap();
             write!(f, "program file {fd}").unwrap();
+            // The capture thread may have closed `fd` already (it stops when it sees the first
+            // loss), and a new file may then get that very number: move the file above every
+            // number in `new` first, so that dup2 never replaces the file's own descriptor.
+            // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor ≥ 4096 for the open file `f`.
+            let high = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 4096) };
+            assert!(high >= 4096);
+            // The low number goes before dup2 (it may be `fd` itself).
+            drop(f);
+            // SAFETY: `high` was just made and is owned here alone.
+            let f = unsafe { std::fs::File::from_raw_fd(high) };
             // SAFETY: dup2 closes the descriptor (as the program would) and puts the
             // program's file under its number.
             assert_eq!(unsafe { libc::dup2(f.as_raw_fd(), fd) }, fd);

@@ -415,6 +415,15 @@ fn provider_robbed_of_its_descriptors() -> (
         .map(|&fd| {
             let mut f = tempfile::tempfile().unwrap();
             write!(f, "program file {fd}").unwrap();
+            // The provider may close its own descriptor once it sees the first loss, and a
+            // new file may then get that number: move the file above every number in `ours`
+            // first, so that dup2 never replaces the file's own descriptor.
+            // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor ≥ 4096 for the open file `f`.
+            let high = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 4096) };
+            assert!(high >= 4096);
+            drop(f);
+            // SAFETY: `high` was just made and is owned here alone.
+            let f = unsafe { std::fs::File::from_raw_fd(high) };
             // SAFETY: dup2 closes the provider's descriptor (as the program would) and puts
             // the program's file under its number.
             assert_eq!(unsafe { libc::dup2(f.as_raw_fd(), fd) }, fd);
