@@ -4,6 +4,9 @@
 //! counted, unsupported LBR, a synthetic LBR sample); and, on the real kernel (root), a context
 //! switch ordered correctly between two `clock::ticks()` reads of the same thread.
 
+mod fake_perf;
+use fake_perf::{base, proc_tree, root_perms, switch_sample, tracefs};
+
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
 use std::time::Duration;
@@ -636,94 +639,6 @@ fn late_events_are_written_and_counted_and_big_cpus_keep_their_number() {
 
 // === the kernel provider over the in-memory perf ===
 
-/// `sched_switch` format of a 6.x kernel (offsets as the tracepoint's format file gives them).
-const FORMAT: &str = "name: sched_switch
-ID: 372
-format:
-\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
-\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;
-\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;
-\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;
-
-\tfield:char prev_comm[16];\toffset:8;\tsize:16;\tsigned:0;
-\tfield:pid_t prev_pid;\toffset:24;\tsize:4;\tsigned:1;
-\tfield:int prev_prio;\toffset:28;\tsize:4;\tsigned:1;
-\tfield:long prev_state;\toffset:32;\tsize:8;\tsigned:1;
-\tfield:char next_comm[16];\toffset:40;\tsize:16;\tsigned:0;
-\tfield:pid_t next_pid;\toffset:56;\tsize:4;\tsigned:1;
-\tfield:int next_prio;\toffset:60;\tsize:4;\tsigned:1;
-
-print fmt: \"x\"
-";
-
-fn fake_tracefs(dir: &Path) {
-    let ev = dir.join("events/sched/sched_switch");
-    std::fs::create_dir_all(&ev).unwrap();
-    std::fs::write(ev.join("id"), "372\n").unwrap();
-    std::fs::write(ev.join("format"), FORMAT).unwrap();
-}
-
-/// /proc with process 10 ("server": threads 10 and 11 "worker").
-fn fake_proc(dir: &Path) {
-    for tid in [10u32, 11] {
-        std::fs::create_dir_all(dir.join(format!("10/task/{tid}"))).unwrap();
-        std::fs::create_dir_all(dir.join(tid.to_string())).unwrap();
-        std::fs::write(
-            dir.join(format!("{tid}/status")),
-            format!("Tgid:\t10\nPid:\t{tid}\n"),
-        )
-        .unwrap();
-    }
-    std::fs::write(dir.join("10/comm"), "server\n").unwrap();
-    std::fs::write(dir.join("10/task/10/comm"), "server\n").unwrap();
-    std::fs::write(dir.join("10/task/11/comm"), "worker\n").unwrap();
-}
-
-fn comm16(name: &str) -> [u8; 16] {
-    let mut b = [0u8; 16];
-    b[..name.len()].copy_from_slice(name.as_bytes());
-    b
-}
-
-/// A sched_switch tracepoint sample (TID, TIME, CPU, RAW) for FORMAT.
-fn switch_sample(time: u64, cpu: u32, prev: (&str, u32, i64), next: (&str, u32)) -> Vec<u8> {
-    let raw = RecordBytes::new()
-        .u32(372)
-        .u32(prev.1)
-        .bytes(&comm16(prev.0))
-        .u32(prev.1)
-        .u32(120)
-        .u64(prev.2 as u64)
-        .bytes(&comm16(next.0))
-        .u32(next.1)
-        .u32(100)
-        .build();
-    RecordBytes::new()
-        .u32(prev.1)
-        .u32(prev.1)
-        .u64(time)
-        .u32(cpu)
-        .u32(0)
-        .u32(raw.len() as u32)
-        .bytes(&raw)
-        .pad8()
-        .build()
-}
-
-fn root() -> PerfPermissions {
-    PerfPermissions {
-        paranoid: Some(2),
-        root: true,
-        perfmon: true,
-        hardware_pmu: false,
-    }
-}
-
-/// A perf time one second ahead: the fake clock is 1 tick = 1 ns, `time_zero = 0`.
-fn base() -> u64 {
-    fxtrace::clock::ticks() + 1_000_000_000
-}
-
 fn fake_config(tfs: &Path, proc: &Path, lbr: bool) -> KernelProviderConfig {
     KernelProviderConfig {
         capture: CaptureConfig {
@@ -746,14 +661,14 @@ fn fake_config(tfs: &Path, proc: &Path, lbr: bool) -> KernelProviderConfig {
 fn kernel_provider_over_fake_perf_counts_losses_and_notes_missing_lbr() {
     let tfs = tempfile::tempdir().unwrap();
     let proc = tempfile::tempdir().unwrap();
-    fake_tracefs(tfs.path());
-    fake_proc(proc.path());
+    tracefs(tfs.path());
+    proc_tree(proc.path(), &[10, 11]);
     let sys = FakeSys::new();
     sys.set_clock(0, 1 << 31, 31);
     sys.fail_when(|attr, _, _| (attr.kind() == EventKind::BranchSampling).then_some(libc::ENOENT));
     let provider = KernelProvider::start_with(
         sys.clone(),
-        root(),
+        root_perms(),
         fake_config(tfs.path(), proc.path(), true),
         RecordWriter::with_magic(),
     )
@@ -824,13 +739,13 @@ fn kernel_provider_over_fake_perf_counts_losses_and_notes_missing_lbr() {
 fn synthetic_lbr_sample_round_trips_into_a_blob() {
     let tfs = tempfile::tempdir().unwrap();
     let proc = tempfile::tempdir().unwrap();
-    fake_tracefs(tfs.path());
-    fake_proc(proc.path());
+    tracefs(tfs.path());
+    proc_tree(proc.path(), &[10, 11]);
     let sys = FakeSys::new();
     sys.set_clock(0, 1 << 31, 31);
     let provider = KernelProvider::start_with(
         sys.clone(),
-        root(),
+        root_perms(),
         fake_config(tfs.path(), proc.path(), true),
         RecordWriter::with_magic(),
     )

@@ -2,10 +2,7 @@
 //! rings, thread announcements, LOST/unknown counting, the unsupported-LBR outcome, and
 //! permission errors with their remedy.
 
-use std::fs;
 use std::path::Path;
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
 
 use fxtrace::capture::records::{
     MISC_SWITCH_OUT, MISC_SWITCH_OUT_PREEMPT, RECORD_COMM, RECORD_FORK, RECORD_LOST, RECORD_SAMPLE,
@@ -14,161 +11,10 @@ use fxtrace::capture::records::{
 use fxtrace::capture::{
     BranchSampling, Capture, CaptureConfig, CaptureError, CaptureEvent, EventKind, FakeRing,
     FakeSys, LostKind, PerfPermissions, RecordBytes, SwitchSides, SwitchSource, ThreadState,
-    TracefsChoice,
 };
 
-/// `sched_switch` format of a 6.x kernel.
-const FORMAT: &str = "name: sched_switch
-ID: 372
-format:
-\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
-\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;
-\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;
-\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;
-
-\tfield:char prev_comm[16];\toffset:8;\tsize:16;\tsigned:0;
-\tfield:pid_t prev_pid;\toffset:24;\tsize:4;\tsigned:1;
-\tfield:int prev_prio;\toffset:28;\tsize:4;\tsigned:1;
-\tfield:long prev_state;\toffset:32;\tsize:8;\tsigned:1;
-\tfield:char next_comm[16];\toffset:40;\tsize:16;\tsigned:0;
-\tfield:pid_t next_pid;\toffset:56;\tsize:4;\tsigned:1;
-\tfield:int next_prio;\toffset:60;\tsize:4;\tsigned:1;
-
-print fmt: \"x\", __print_flags(REC->prev_state & 0xff, \"|\", { 0x00000001, \"S\" }, { 0x00000002, \"D\" }, { 0x00000004, \"T\" }, { 0x00000008, \"t\" }, { 0x00000010, \"X\" }, { 0x00000020, \"Z\" }, { 0x00000040, \"P\" }, { 0x00000080, \"I\" }) : \"R\"
-";
-
-fn tracefs(dir: &Path) {
-    let ev = dir.join("events/sched/sched_switch");
-    fs::create_dir_all(&ev).unwrap();
-    fs::write(ev.join("id"), "372\n").unwrap();
-    fs::write(ev.join("format"), FORMAT).unwrap();
-}
-
-/// /proc with process 10 ("server": threads 10, 11 "worker") and 12 (a thread that exits).
-fn proc_tree(dir: &Path, tids: &[u32]) {
-    for &tid in tids {
-        fs::create_dir_all(dir.join(format!("10/task/{tid}"))).unwrap();
-        fs::create_dir_all(dir.join(tid.to_string())).unwrap();
-        fs::write(
-            dir.join(format!("{tid}/status")),
-            format!("Tgid:\t10\nPid:\t{tid}\n"),
-        )
-        .unwrap();
-    }
-    fs::write(dir.join("10/comm"), "server\n").unwrap();
-    fs::write(dir.join("10/task/10/comm"), "server\n").unwrap();
-    fs::write(dir.join("10/task/11/comm"), "worker\n").unwrap();
-}
-
-fn comm16(name: &str) -> [u8; 16] {
-    let mut b = [0u8; 16];
-    b[..name.len()].copy_from_slice(name.as_bytes());
-    b
-}
-
-/// The process of a thread of these tests: threads 10..=12 are process 10's (`proc_tree`).
-fn tgid(tid: u32) -> u32 {
-    if (10..=12).contains(&tid) {
-        10
-    } else {
-        tid
-    }
-}
-
-/// A sched_switch tracepoint sample (TID, TIME, CPU, RAW) for FORMAT. Its TID pair is the
-/// outgoing task's, as the kernel's (the tracepoint fires in its context).
-fn switch_sample(time: u64, cpu: u32, prev: (&str, u32, i64), next: (&str, u32)) -> Vec<u8> {
-    switch_sample_of(tgid(prev.1), time, cpu, prev, next)
-}
-
-/// As [`switch_sample`], with the sample's pid given (the outgoing task's process).
-fn switch_sample_of(
-    sample_pid: u32,
-    time: u64,
-    cpu: u32,
-    prev: (&str, u32, i64),
-    next: (&str, u32),
-) -> Vec<u8> {
-    let raw = RecordBytes::new()
-        .u32(372)
-        .u32(prev.1)
-        .bytes(&comm16(prev.0))
-        .u32(prev.1)
-        .u32(120)
-        .u64(prev.2 as u64)
-        .bytes(&comm16(next.0))
-        .u32(next.1)
-        .u32(100)
-        .build();
-    assert_eq!(raw.len(), 64);
-    RecordBytes::new()
-        .u32(sample_pid)
-        .u32(prev.1)
-        .u64(time)
-        .u32(cpu)
-        .u32(0)
-        .u32(68)
-        .bytes(&raw)
-        .u32(0) // pad to 8
-        .build()
-}
-
-/// A perf time one second in the future: the fake clock is 1 TSC tick = 1 ns with
-/// `time_zero = 0`, so nothing here is "caught up" before the test writes it.
-fn base() -> u64 {
-    // SAFETY: rdtsc only reads the time stamp counter.
-    let now = unsafe { core::arch::x86_64::_rdtsc() };
-    now + 1_000_000_000
-}
-
-fn root_perms() -> PerfPermissions {
-    PerfPermissions {
-        paranoid: Some(2),
-        root: true,
-        perfmon: true,
-        hardware_pmu: false,
-    }
-}
-
-type Events = Arc<Mutex<Vec<CaptureEvent>>>;
-
-fn sink() -> (Events, impl FnMut(CaptureEvent) + Send + 'static) {
-    let events: Events = Arc::default();
-    let e = events.clone();
-    (events, move |ev| e.lock().unwrap().push(ev))
-}
-
-fn wait_for(events: &Events, what: impl Fn(&[CaptureEvent]) -> bool) -> bool {
-    let deadline = Instant::now() + Duration::from_secs(3);
-    while Instant::now() < deadline {
-        if what(&events.lock().unwrap()) {
-            return true;
-        }
-        std::thread::sleep(Duration::from_millis(5));
-    }
-    false
-}
-
-fn switches(events: &[CaptureEvent]) -> Vec<fxtrace::capture::ContextSwitch> {
-    events
-        .iter()
-        .filter_map(|e| match e {
-            CaptureEvent::ContextSwitch(cs) => Some(*cs),
-            _ => None,
-        })
-        .collect()
-}
-
-fn config(target: CaptureConfig, tracefs_dir: &Path, proc_dir: &Path) -> CaptureConfig {
-    CaptureConfig {
-        cpus: Some(vec![0, 1]),
-        tracefs: TracefsChoice::At(tracefs_dir.into()),
-        proc_root: proc_dir.into(),
-        poll_interval: Duration::from_millis(10),
-        ring_pages: 1,
-        ..target
-    }
-}
+mod fake_perf;
+use fake_perf::*;
 
 #[test]
 fn system_wide_merges_cpus_names_threads_counts_losses_and_reports_lbr_once() {

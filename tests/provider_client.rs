@@ -2,6 +2,7 @@
 //! Terminate, the streaming save handshake, categories, alerts, a manager that dies or breaks
 //! the protocol, and the cost of having no manager.
 
+mod daemon;
 mod support;
 
 use std::os::fd::AsFd;
@@ -17,6 +18,7 @@ use fxtrace::protocol::header::{self, MAGIC};
 use fxtrace::protocol::transport;
 use fxtrace::provider::{Provider, ProviderOptions, ProviderState};
 
+use daemon::{assert_intact, open_fds, take_over};
 use support::{FakeManager, FakeSession};
 
 /// Alerts go through the process's last provider: keep these tests from overlapping.
@@ -367,14 +369,6 @@ fn a_manager_that_never_answers_register_is_bounded() {
     drop(listener);
 }
 
-/// The descriptor numbers open in this process (0..4096), read without opening one.
-fn open_fds() -> std::collections::BTreeSet<i32> {
-    (0..4096)
-        // SAFETY: F_GETFD only reads a descriptor's flags; a closed number fails with EBADF.
-        .filter(|&fd| unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0)
-        .collect()
-}
-
 /// A provider tracing for a fake manager, whose five descriptors (control socket, FIFO, memfd,
 /// wake-up pipe) a daemon then closes, opening files of its own under the same numbers.
 fn provider_robbed_of_its_descriptors() -> (
@@ -383,8 +377,7 @@ fn provider_robbed_of_its_descriptors() -> (
     FakeManager,
     Vec<(i32, std::fs::File)>,
 ) {
-    use std::io::Write;
-    use std::os::fd::{AsRawFd, FromRawFd};
+    use std::os::fd::AsRawFd;
 
     let manager = FakeManager::new();
     let before = open_fds();
@@ -410,40 +403,8 @@ fn provider_robbed_of_its_descriptors() -> (
         5,
         "control socket, FIFO, memfd, wake-up pipe: {ours:?}"
     );
-    let files = ours
-        .iter()
-        .map(|&fd| {
-            let mut f = tempfile::tempfile().unwrap();
-            write!(f, "program file {fd}").unwrap();
-            // The provider may close its own descriptor once it sees the first loss, and a
-            // new file may then get that number: move the file above every number in `ours`
-            // first, so that dup2 never replaces the file's own descriptor.
-            // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor ≥ 4096 for the open file `f`.
-            let high = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 4096) };
-            assert!(high >= 4096);
-            drop(f);
-            // SAFETY: `high` was just made and is owned here alone.
-            let f = unsafe { std::fs::File::from_raw_fd(high) };
-            // SAFETY: dup2 closes the provider's descriptor (as the program would) and puts
-            // the program's file under its number.
-            assert_eq!(unsafe { libc::dup2(f.as_raw_fd(), fd) }, fd);
-            // SAFETY: `fd` is now a descriptor owned by the test alone.
-            (fd, unsafe { std::fs::File::from_raw_fd(fd) })
-        })
-        .collect();
+    let files = take_over(&ours);
     (provider, s, manager, files)
-}
-
-/// The program's files are open and intact.
-fn assert_intact(files: &mut [(i32, std::fs::File)]) {
-    use std::io::{Read, Seek, Write};
-    for (fd, f) in files {
-        let mut text = String::new();
-        f.rewind().unwrap();
-        f.read_to_string(&mut text).unwrap();
-        assert_eq!(text, format!("program file {fd}"));
-        f.write_all(b"!").unwrap();
-    }
 }
 
 #[test]

@@ -1,0 +1,53 @@
+//! A daemon-style program in a test: it closes descriptors it did not open and opens its own
+//! files under the same numbers. Used by the tests of descriptors fxtrace loses to the program.
+#![allow(dead_code)]
+
+use std::collections::BTreeSet;
+use std::fs::File;
+use std::io::{Read, Seek, Write};
+use std::os::fd::{AsRawFd, FromRawFd};
+
+/// The descriptor numbers open in this process (0..4096), read without opening one.
+pub(crate) fn open_fds() -> BTreeSet<i32> {
+    (0..4096)
+        // SAFETY: F_GETFD only reads a descriptor's flags; a closed number fails with EBADF.
+        .filter(|&fd| unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0)
+        .collect()
+}
+
+/// Puts a new file reading "program file N" under each number `N` of `fds`, closing what was
+/// there (as the program would), and returns the files with their numbers.
+pub(crate) fn take_over(fds: &[i32]) -> Vec<(i32, File)> {
+    fds.iter()
+        .map(|&fd| {
+            let mut f = tempfile::tempfile().unwrap();
+            write!(f, "program file {fd}").unwrap();
+            // fxtrace may have closed `fd` already (it stops when it sees the first loss), and
+            // a new file may then get that very number: move the file above every number
+            // taken first, so that dup2 never replaces the file's own descriptor.
+            // SAFETY: F_DUPFD_CLOEXEC makes a new descriptor ≥ 4096 for the open file `f`.
+            let high = unsafe { libc::fcntl(f.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 4096) };
+            assert!(high >= 4096);
+            // The low number goes before dup2 (it may be `fd` itself).
+            drop(f);
+            // SAFETY: `high` was just made and is owned here alone.
+            let f = unsafe { File::from_raw_fd(high) };
+            // SAFETY: dup2 closes the descriptor (as the program would) and puts the
+            // program's file under its number.
+            assert_eq!(unsafe { libc::dup2(f.as_raw_fd(), fd) }, fd);
+            // SAFETY: `fd` is now a descriptor owned by the test alone.
+            (fd, unsafe { File::from_raw_fd(fd) })
+        })
+        .collect()
+}
+
+/// The program's files are open and intact (and still writable).
+pub(crate) fn assert_intact(files: &mut [(i32, File)]) {
+    for (fd, f) in files {
+        let mut text = String::new();
+        f.rewind().unwrap();
+        f.read_to_string(&mut text).unwrap();
+        assert_eq!(text, format!("program file {fd}"));
+        f.write_all(b"!").unwrap();
+    }
+}
