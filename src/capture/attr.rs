@@ -26,166 +26,60 @@
 
 use std::fmt;
 use std::mem::size_of;
-use std::ops::BitOr;
 
 use perf_event_open_sys::bindings as b;
 
 use super::time::ClockSource;
 
-// === impl SampleFormat ===
-
-/// A set of `PERF_SAMPLE_*` bits (`perf_event_attr.sample_type`).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct SampleFormat(u64);
-
-impl SampleFormat {
-    /// `PERF_SAMPLE_IP`.
-    pub const IP: Self = Self(b::PERF_SAMPLE_IP as u64);
-    /// `PERF_SAMPLE_TID` (u32 pid, u32 tid).
-    pub const TID: Self = Self(b::PERF_SAMPLE_TID as u64);
-    /// `PERF_SAMPLE_TIME`.
-    pub const TIME: Self = Self(b::PERF_SAMPLE_TIME as u64);
-    /// `PERF_SAMPLE_ADDR`.
-    pub const ADDR: Self = Self(b::PERF_SAMPLE_ADDR as u64);
-    /// `PERF_SAMPLE_ID`.
-    pub const ID: Self = Self(b::PERF_SAMPLE_ID as u64);
-    /// `PERF_SAMPLE_STREAM_ID`.
-    pub const STREAM_ID: Self = Self(b::PERF_SAMPLE_STREAM_ID as u64);
-    /// `PERF_SAMPLE_CPU` (u32 cpu, u32 reserved).
-    pub const CPU: Self = Self(b::PERF_SAMPLE_CPU as u64);
-    /// `PERF_SAMPLE_PERIOD`.
-    pub const PERIOD: Self = Self(b::PERF_SAMPLE_PERIOD as u64);
-    /// `PERF_SAMPLE_CALLCHAIN`.
-    pub const CALLCHAIN: Self = Self(b::PERF_SAMPLE_CALLCHAIN as u64);
-    /// `PERF_SAMPLE_RAW` (u32 size, then tracepoint data).
-    pub const RAW: Self = Self(b::PERF_SAMPLE_RAW as u64);
-    /// `PERF_SAMPLE_BRANCH_STACK`.
-    pub const BRANCH_STACK: Self = Self(b::PERF_SAMPLE_BRANCH_STACK as u64);
-    /// `PERF_SAMPLE_IDENTIFIER`.
-    pub const IDENTIFIER: Self = Self(b::PERF_SAMPLE_IDENTIFIER as u64);
-
-    /// The empty set.
-    pub const fn empty() -> Self {
-        Self(0)
-    }
-
-    /// From raw `PERF_SAMPLE_*` bits.
-    pub const fn from_bits(bits: u64) -> Self {
-        Self(bits)
-    }
-
-    /// The raw bits.
-    pub const fn bits(self) -> u64 {
-        self.0
-    }
-
-    /// Whether every bit of `other` is set in `self`.
-    pub const fn contains(self, other: Self) -> bool {
-        self.0 & other.0 == other.0
+bitflags::bitflags! {
+    /// A set of `PERF_SAMPLE_*` bits (`perf_event_attr.sample_type`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct SampleFormat: u64 {
+        /// `PERF_SAMPLE_IP`.
+        const IP = b::PERF_SAMPLE_IP as u64;
+        /// `PERF_SAMPLE_TID` (u32 pid, u32 tid).
+        const TID = b::PERF_SAMPLE_TID as u64;
+        /// `PERF_SAMPLE_TIME`.
+        const TIME = b::PERF_SAMPLE_TIME as u64;
+        /// `PERF_SAMPLE_ADDR`.
+        const ADDR = b::PERF_SAMPLE_ADDR as u64;
+        /// `PERF_SAMPLE_ID`.
+        const ID = b::PERF_SAMPLE_ID as u64;
+        /// `PERF_SAMPLE_STREAM_ID`.
+        const STREAM_ID = b::PERF_SAMPLE_STREAM_ID as u64;
+        /// `PERF_SAMPLE_CPU` (u32 cpu, u32 reserved).
+        const CPU = b::PERF_SAMPLE_CPU as u64;
+        /// `PERF_SAMPLE_PERIOD`.
+        const PERIOD = b::PERF_SAMPLE_PERIOD as u64;
+        /// `PERF_SAMPLE_CALLCHAIN`.
+        const CALLCHAIN = b::PERF_SAMPLE_CALLCHAIN as u64;
+        /// `PERF_SAMPLE_RAW` (u32 size, then tracepoint data).
+        const RAW = b::PERF_SAMPLE_RAW as u64;
+        /// `PERF_SAMPLE_BRANCH_STACK`.
+        const BRANCH_STACK = b::PERF_SAMPLE_BRANCH_STACK as u64;
+        /// `PERF_SAMPLE_IDENTIFIER`.
+        const IDENTIFIER = b::PERF_SAMPLE_IDENTIFIER as u64;
+        // Bits this crate does not name are kept as they are (`from_bits_retain`).
+        const _ = !0;
     }
 }
 
-impl BitOr for SampleFormat {
-    type Output = Self;
-    fn bitor(self, rhs: Self) -> Self {
-        Self(self.0 | rhs.0)
+bitflags::bitflags! {
+    /// A set of `PERF_SAMPLE_BRANCH_*` bits (`perf_event_attr.branch_sample_type`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default)]
+    pub struct BranchSampleFormat: u64 {
+        /// `PERF_SAMPLE_BRANCH_USER`: branches ending in user space.
+        const USER = b::PERF_SAMPLE_BRANCH_USER as u64;
+        /// `PERF_SAMPLE_BRANCH_KERNEL`: branches ending in the kernel.
+        const KERNEL = b::PERF_SAMPLE_BRANCH_KERNEL as u64;
+        /// `PERF_SAMPLE_BRANCH_ANY`: every branch type.
+        const ANY = b::PERF_SAMPLE_BRANCH_ANY as u64;
+        /// `PERF_SAMPLE_BRANCH_HW_INDEX`: a `u64 hw_idx` precedes the entries.
+        const HW_INDEX = b::PERF_SAMPLE_BRANCH_HW_INDEX as u64;
+        /// `PERF_SAMPLE_BRANCH_COUNTERS`: `u64 counters[nr]` follow the entries.
+        const COUNTERS = b::PERF_SAMPLE_BRANCH_COUNTERS as u64;
+        const _ = !0;
     }
-}
-
-impl fmt::Debug for SampleFormat {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const NAMES: [(SampleFormat, &str); 12] = [
-            (SampleFormat::IDENTIFIER, "IDENTIFIER"),
-            (SampleFormat::IP, "IP"),
-            (SampleFormat::TID, "TID"),
-            (SampleFormat::TIME, "TIME"),
-            (SampleFormat::ADDR, "ADDR"),
-            (SampleFormat::ID, "ID"),
-            (SampleFormat::STREAM_ID, "STREAM_ID"),
-            (SampleFormat::CPU, "CPU"),
-            (SampleFormat::PERIOD, "PERIOD"),
-            (SampleFormat::CALLCHAIN, "CALLCHAIN"),
-            (SampleFormat::RAW, "RAW"),
-            (SampleFormat::BRANCH_STACK, "BRANCH_STACK"),
-        ];
-        write_flag_names(f, self.0, &NAMES.map(|(flag, name)| (flag.0, name)))
-    }
-}
-
-// === impl BranchSampleFormat ===
-
-/// A set of `PERF_SAMPLE_BRANCH_*` bits (`perf_event_attr.branch_sample_type`).
-#[derive(Clone, Copy, PartialEq, Eq, Hash, Default)]
-pub struct BranchSampleFormat(u64);
-
-impl BranchSampleFormat {
-    /// `PERF_SAMPLE_BRANCH_USER`: branches ending in user space.
-    pub const USER: Self = Self(b::PERF_SAMPLE_BRANCH_USER as u64);
-    /// `PERF_SAMPLE_BRANCH_KERNEL`: branches ending in the kernel.
-    pub const KERNEL: Self = Self(b::PERF_SAMPLE_BRANCH_KERNEL as u64);
-    /// `PERF_SAMPLE_BRANCH_ANY`: every branch type.
-    pub const ANY: Self = Self(b::PERF_SAMPLE_BRANCH_ANY as u64);
-    /// `PERF_SAMPLE_BRANCH_HW_INDEX`: a `u64 hw_idx` precedes the entries.
-    pub const HW_INDEX: Self = Self(b::PERF_SAMPLE_BRANCH_HW_INDEX as u64);
-    /// `PERF_SAMPLE_BRANCH_COUNTERS`: `u64 counters[nr]` follow the entries.
-    pub const COUNTERS: Self = Self(b::PERF_SAMPLE_BRANCH_COUNTERS as u64);
-
-    /// The empty set.
-    pub const fn empty() -> Self {
-        Self(0)
-    }
-
-    /// From raw `PERF_SAMPLE_BRANCH_*` bits.
-    pub const fn from_bits(bits: u64) -> Self {
-        Self(bits)
-    }
-
-    /// The raw bits.
-    pub const fn bits(self) -> u64 {
-        self.0
-    }
-
-    /// Whether every bit of `other` is set in `self`.
-    pub const fn contains(self, other: Self) -> bool {
-        self.0 & other.0 == other.0
-    }
-}
-
-impl BitOr for BranchSampleFormat {
-    type Output = Self;
-    fn bitor(self, rhs: Self) -> Self {
-        Self(self.0 | rhs.0)
-    }
-}
-
-impl fmt::Debug for BranchSampleFormat {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        const NAMES: [(BranchSampleFormat, &str); 5] = [
-            (BranchSampleFormat::USER, "USER"),
-            (BranchSampleFormat::KERNEL, "KERNEL"),
-            (BranchSampleFormat::ANY, "ANY"),
-            (BranchSampleFormat::HW_INDEX, "HW_INDEX"),
-            (BranchSampleFormat::COUNTERS, "COUNTERS"),
-        ];
-        write_flag_names(f, self.0, &NAMES.map(|(flag, name)| (flag.0, name)))
-    }
-}
-
-fn write_flag_names(f: &mut fmt::Formatter<'_>, bits: u64, names: &[(u64, &str)]) -> fmt::Result {
-    let mut rest = bits;
-    let mut first = true;
-    for &(flag, name) in names {
-        if bits & flag != 0 {
-            f.write_str(if first { "" } else { "|" })?;
-            f.write_str(name)?;
-            rest &= !flag;
-            first = false;
-        }
-    }
-    if rest != 0 || first {
-        write!(f, "{}{rest:#x}", if first { "" } else { "|" })?;
-    }
-    Ok(())
 }
 
 // === impl EventAttr ===
@@ -313,7 +207,7 @@ impl EventAttr {
         attr.raw.set_sample_id_all(1);
         let mut branches = BranchSampleFormat::ANY | BranchSampleFormat::USER;
         if cfg.include_kernel {
-            branches = branches | BranchSampleFormat::KERNEL;
+            branches |= BranchSampleFormat::KERNEL;
         } else {
             attr.raw.set_exclude_kernel(1);
         }
@@ -384,12 +278,12 @@ impl EventAttr {
 
     /// `sample_type`.
     pub fn sample_format(&self) -> SampleFormat {
-        SampleFormat(self.raw.sample_type)
+        SampleFormat::from_bits_retain(self.raw.sample_type)
     }
 
     /// `branch_sample_type`.
     pub fn branch_format(&self) -> BranchSampleFormat {
-        BranchSampleFormat(self.raw.branch_sample_type)
+        BranchSampleFormat::from_bits_retain(self.raw.branch_sample_type)
     }
 
     /// `sample_id_all`: side-band records end with a `sample_id` trailer.
@@ -564,8 +458,8 @@ mod tests {
 
     #[test]
     fn flag_names() {
-        let f = SampleFormat::TID | SampleFormat::TIME | SampleFormat::from_bits(1 << 40);
-        assert_eq!(format!("{f:?}"), "TID|TIME|0x10000000000");
-        assert_eq!(format!("{:?}", SampleFormat::empty()), "0x0");
+        let f = SampleFormat::TID | SampleFormat::TIME | SampleFormat::from_bits_retain(1 << 40);
+        assert_eq!(format!("{f:?}"), "SampleFormat(TID | TIME | 0x10000000000)");
+        assert_eq!(format!("{:?}", SampleFormat::empty()), "SampleFormat(0x0)");
     }
 }

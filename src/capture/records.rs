@@ -113,7 +113,7 @@ pub enum ParseError {
 }
 
 /// The sample formats this parser lays out.
-const SUPPORTED: SampleFormat = SampleFormat::from_bits(
+const SUPPORTED: SampleFormat = SampleFormat::from_bits_retain(
     SampleFormat::IDENTIFIER.bits()
         | SampleFormat::IP.bits()
         | SampleFormat::TID.bits()
@@ -157,7 +157,7 @@ impl RecordLayout {
         let unsupported = sample.bits() & !SUPPORTED.bits();
         if unsupported != 0 {
             return Err(ParseError::UnsupportedSampleFormat(
-                SampleFormat::from_bits(unsupported),
+                SampleFormat::from_bits_retain(unsupported),
             ));
         }
         Ok(Self {
@@ -782,7 +782,7 @@ mod tests {
 
     #[test]
     fn unsupported_sample_bits_are_rejected() {
-        let regs_user = SampleFormat::from_bits(1 << 12);
+        let regs_user = SampleFormat::from_bits_retain(1 << 12);
         let err = RecordLayout::from_formats(
             SampleFormat::TID | regs_user,
             BranchSampleFormat::empty(),
