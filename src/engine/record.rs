@@ -117,27 +117,22 @@ pub enum RecordError {
     Encode(#[from] EncodeError),
 }
 
-/// Start `context` (as [`Context::start`]) and, unless `mode` is [`StartMode::Retain`],
-/// write the initialization record (ticks per second of [`clock::ticks`]) into the durable
-/// buffer, as Fuchsia's `trace_engine_start` does. Returns whether that record was written
-/// (it is not only if the calling thread cannot write: inside another writer section, or no
-/// writer slot free; the attempt is then counted as dropped).
+/// Start `context` and write the initialization record (ticks per second of
+/// [`clock::ticks`], from [`clock::info`]) as the first record of the trace, before any other
+/// thread can write: [`Context::start_with_initialization`]. Returns whether that record was
+/// written (not after a [`StartMode::Retain`] start that keeps an earlier one, or when there
+/// is no room; see there).
 ///
-/// Call this before the context becomes reachable by other threads (before
-/// [`super::global::install`]) so that the initialization record precedes every other
-/// record: in oneshot mode durable records share the rolling buffer, in chunk order.
+/// The context may already be reachable by other threads ([`super::global::install`]): they
+/// write nothing until the record is in place.
 pub fn start_trace(
     context: &Context,
     mode: StartMode,
     categories: CategoryFilter,
 ) -> Result<bool, EngineError> {
-    context.start(mode, categories)?;
-    if mode == StartMode::Retain {
-        return Ok(false);
-    }
-    Ok(context
-        .trace_writer()
-        .is_some_and(|mut w| w.initialization().is_ok()))
+    // Outside the context's lock: the first call may calibrate the clock.
+    let ticks_per_second = clock::info().ticks_per_second;
+    context.start_with_initialization(mode, categories, ticks_per_second)
 }
 
 /// `""` is the empty ref; anything else inline.

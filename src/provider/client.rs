@@ -14,8 +14,8 @@ use nix::sys::socket::{self, Shutdown};
 use super::{ProviderError, ProviderOptions, EXIT_STOP_TIMEOUT};
 use crate::engine::global::{self, GlobalError};
 use crate::engine::{
-    BufferHandler, CategoryFilter, Context, ContextConfig, EngineError, StartMode, TraceBuffer,
-    TraceState,
+    start_trace, BufferHandler, CategoryFilter, Context, ContextConfig, EngineError, StartMode,
+    TraceBuffer, TraceState,
 };
 use crate::protocol::control::{BufferDisposition, BufferingMode, Message, MAX_PROVIDER_NAME_LEN};
 use crate::protocol::fifo::{AlertName, FifoPacket, ManagerPacket, ProviderPacket};
@@ -146,16 +146,11 @@ impl Shared {
             BufferDisposition::Retain => StartMode::Retain,
         };
         let filter = CategoryFilter::new(self.categories.iter().cloned());
-        let first = self.lock().starts == 0;
-        match self.context.start(mode, filter) {
-            Ok(()) => {
-                // Fuchsia's engine writes it when the buffer is initialised, so that RETAIN
-                // works; here it is written at the first start whatever the disposition, and
-                // again after every clearing start.
-                if first || mode != StartMode::Retain {
-                    self.write_initialization_record();
-                }
-            }
+        // The initialization record is written by the start itself, before the gate opens
+        // (the context may already be installed and other threads calling): at the first
+        // start whatever the disposition, and after every start that cleared it.
+        match start_trace(&self.context, mode, filter) {
+            Ok(_) => {}
             // Already tracing: answer STARTED again so the manager does not wait.
             Err(EngineError::BadState {
                 state: TraceState::Started,
@@ -173,15 +168,6 @@ impl Shared {
         }
         self.set_state(ProviderState::Started, None);
         self.send(&ProviderPacket::STARTED.to_packet());
-    }
-
-    /// The initialization record (ticks per second), durable, as `trace_engine_start` writes
-    /// it after a clearing start.
-    fn write_initialization_record(&self) {
-        // A failed reservation is counted by the engine as a dropped record.
-        if let Some(mut writer) = self.context.trace_writer() {
-            let _ = writer.initialization();
-        }
     }
 
     /// Stop tracing (if it is on) and, when `report` or tracing was on, send STOPPED.
