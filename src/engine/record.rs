@@ -274,6 +274,25 @@ impl Context {
     }
 }
 
+/// The event writers that differ only in their [`EventKind`] (and its id): each is
+/// [`TraceWriter::event`] with `ticks, category, name`, the kind's own parameters, then `args`.
+macro_rules! event_writers {
+    ($( $(#[$doc:meta])* $name:ident ( $($param:ident: $ty:ty),* ) => $kind:expr; )*) => {$(
+        $(#[$doc])*
+        #[inline]
+        pub fn $name<'a>(
+            &mut self,
+            ticks: u64,
+            category: &'static str,
+            name: impl Into<TraceStr<'a>>,
+            $($param: $ty,)*
+            args: &[Arg<'_>],
+        ) -> Result<(), RecordError> {
+            self.event(ticks, category, name, $kind, args)
+        }
+    )*};
+}
+
 // === impl TraceWriter ===
 
 /// A writer section with typed record writers, string interning and thread registration.
@@ -656,40 +675,25 @@ impl<'c> TraceWriter<'c> {
         self.event_with_category(ticks, category, name, EventKind::Instant, args)
     }
 
-    /// Counter event: the arguments are the sampled values of counter `id`.
-    pub fn counter<'a>(
-        &mut self,
-        ticks: u64,
-        category: &'static str,
-        name: impl Into<TraceStr<'a>>,
-        id: u64,
-        args: &[Arg<'_>],
-    ) -> Result<(), RecordError> {
-        self.event(ticks, category, name, EventKind::Counter { id }, args)
-    }
-
-    /// Duration begin event.
-    #[inline]
-    pub fn duration_begin<'a>(
-        &mut self,
-        ticks: u64,
-        category: &'static str,
-        name: impl Into<TraceStr<'a>>,
-        args: &[Arg<'_>],
-    ) -> Result<(), RecordError> {
-        self.event(ticks, category, name, EventKind::DurationBegin, args)
-    }
-
-    /// Duration end event.
-    #[inline]
-    pub fn duration_end<'a>(
-        &mut self,
-        ticks: u64,
-        category: &'static str,
-        name: impl Into<TraceStr<'a>>,
-        args: &[Arg<'_>],
-    ) -> Result<(), RecordError> {
-        self.event(ticks, category, name, EventKind::DurationEnd, args)
+    event_writers! {
+        /// Counter event: the arguments are the sampled values of counter `id`.
+        counter(id: u64) => EventKind::Counter { id };
+        /// Duration begin event.
+        duration_begin() => EventKind::DurationBegin;
+        /// Duration end event.
+        duration_end() => EventKind::DurationEnd;
+        /// Async begin event of operation `id`.
+        async_begin(id: u64) => EventKind::AsyncBegin { id };
+        /// Async instant event of operation `id`.
+        async_instant(id: u64) => EventKind::AsyncInstant { id };
+        /// Async end event of operation `id`.
+        async_end(id: u64) => EventKind::AsyncEnd { id };
+        /// Flow begin event of flow `id` (attached to the enclosing duration).
+        flow_begin(id: u64) => EventKind::FlowBegin { id };
+        /// Flow step event of flow `id`.
+        flow_step(id: u64) => EventKind::FlowStep { id };
+        /// Flow end event of flow `id`.
+        flow_end(id: u64) => EventKind::FlowEnd { id };
     }
 
     /// Duration complete event: one record for `[start_ticks, end_ticks]`.
@@ -704,78 +708,6 @@ impl<'c> TraceWriter<'c> {
     ) -> Result<(), RecordError> {
         let kind = EventKind::DurationComplete { end_ticks };
         self.event(start_ticks, category, name, kind, args)
-    }
-
-    /// Async begin event of operation `id`.
-    pub fn async_begin<'a>(
-        &mut self,
-        ticks: u64,
-        category: &'static str,
-        name: impl Into<TraceStr<'a>>,
-        id: u64,
-        args: &[Arg<'_>],
-    ) -> Result<(), RecordError> {
-        self.event(ticks, category, name, EventKind::AsyncBegin { id }, args)
-    }
-
-    /// Async instant event of operation `id`.
-    pub fn async_instant<'a>(
-        &mut self,
-        ticks: u64,
-        category: &'static str,
-        name: impl Into<TraceStr<'a>>,
-        id: u64,
-        args: &[Arg<'_>],
-    ) -> Result<(), RecordError> {
-        self.event(ticks, category, name, EventKind::AsyncInstant { id }, args)
-    }
-
-    /// Async end event of operation `id`.
-    pub fn async_end<'a>(
-        &mut self,
-        ticks: u64,
-        category: &'static str,
-        name: impl Into<TraceStr<'a>>,
-        id: u64,
-        args: &[Arg<'_>],
-    ) -> Result<(), RecordError> {
-        self.event(ticks, category, name, EventKind::AsyncEnd { id }, args)
-    }
-
-    /// Flow begin event of flow `id` (attached to the enclosing duration).
-    pub fn flow_begin<'a>(
-        &mut self,
-        ticks: u64,
-        category: &'static str,
-        name: impl Into<TraceStr<'a>>,
-        id: u64,
-        args: &[Arg<'_>],
-    ) -> Result<(), RecordError> {
-        self.event(ticks, category, name, EventKind::FlowBegin { id }, args)
-    }
-
-    /// Flow step event of flow `id`.
-    pub fn flow_step<'a>(
-        &mut self,
-        ticks: u64,
-        category: &'static str,
-        name: impl Into<TraceStr<'a>>,
-        id: u64,
-        args: &[Arg<'_>],
-    ) -> Result<(), RecordError> {
-        self.event(ticks, category, name, EventKind::FlowStep { id }, args)
-    }
-
-    /// Flow end event of flow `id`.
-    pub fn flow_end<'a>(
-        &mut self,
-        ticks: u64,
-        category: &'static str,
-        name: impl Into<TraceStr<'a>>,
-        id: u64,
-        args: &[Arg<'_>],
-    ) -> Result<(), RecordError> {
-        self.event(ticks, category, name, EventKind::FlowEnd { id }, args)
     }
 
     // --- other records ---
