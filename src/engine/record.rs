@@ -44,10 +44,11 @@ use super::category::CategoryFilter;
 use super::context::{Context, EngineError, StartMode};
 use super::writer::{Slot, Writer};
 use crate::clock;
+use crate::format::fields::{EventRecord, RecordHeader};
 use crate::format::{
     Arg, ArgValue, Blob, BlobType, Encode, EncodeError, Event, EventKind, Initialization,
-    KernelObject, Log, ObjectType, ProcessRef, SchedContextSwitch, StringRecord, StringRef,
-    ThreadRecord, ThreadRef, ThreadState, UserspaceObject, MAX_ARGS,
+    KernelObject, Log, ObjectType, ProcessRef, RecordType, SchedContextSwitch, StringRecord,
+    StringRef, ThreadRecord, ThreadRef, ThreadState, UserspaceObject, MAX_ARGS,
 };
 
 /// Scope of an instant event. FXT has no field for it: a non-thread scope is written as a
@@ -243,6 +244,96 @@ impl Context {
             }
         }
         self.enter_for_category_slow(category)
+    }
+
+    /// The hot path of a thread-scoped event whose category, name and thread are all in the
+    /// thread's event memo for the running trace (see `engine::cache`): no table probe, no
+    /// [`TraceWriter`]; the clock is read, a writer section entered, and the event encoded
+    /// straight into the reserved words. Returns `false` when the memo does not know the
+    /// pair (or the trace changed meanwhile): nothing was written or counted, and the caller
+    /// takes the general path ([`Self::enter_for_category`], then
+    /// [`TraceWriter::event_memoising`], which fills the memo). `true`: handled (written,
+    /// or dropped and counted, or tracing is off).
+    #[inline(always)]
+    pub(crate) fn event_memoised(
+        &self,
+        category: &'static str,
+        name: &'static str,
+        kind: EventKind,
+        args: &[Arg<'_>],
+    ) -> bool {
+        let Some(generation) = self.started_generation() else {
+            return true;
+        };
+        self.event_memoised_in(generation, None, (category, name), kind, args)
+    }
+
+    /// Whether the thread's event memo knows (`category`, `name`) in `generation`, which
+    /// implies that the category is enabled in that trace.
+    #[inline(always)]
+    pub(crate) fn is_memoised(
+        &self,
+        generation: u32,
+        category: &'static str,
+        name: &'static str,
+    ) -> bool {
+        cache::current().memo(generation, category, name).is_some()
+    }
+
+    /// [`Self::event_memoised`] for an event of trace `generation` only (an event of another
+    /// trace is not written), at `ticks` (`None`: read the clock now).
+    #[inline(always)]
+    pub(crate) fn event_memoised_in(
+        &self,
+        generation: u32,
+        ticks: Option<u64>,
+        (category, name): (&'static str, &'static str),
+        kind: EventKind,
+        args: &[Arg<'_>],
+    ) -> bool {
+        let Some(memo) = cache::current().memo(generation, category, name) else {
+            return false;
+        };
+        let ticks = ticks.unwrap_or_else(clock::ticks);
+        let Some(mut writer) = self.acquire() else {
+            return true;
+        };
+        if writer.generation() != generation {
+            return false; // a new trace started in between: resolve again
+        }
+        if args.is_empty() {
+            // Two or three words, written straight into the reserved slot.
+            let data = kind.data_word();
+            let words = 2 + usize::from(data.is_some());
+            if let Some(mut slot) = writer.reserve(words) {
+                let payload = slot.payload();
+                payload[0] = ticks;
+                if let Some(data) = data {
+                    payload[1] = data;
+                }
+                slot.commit(indexed_event_header(&kind, memo));
+            }
+            return true;
+        }
+        let event = Event {
+            ticks,
+            thread: ThreadRef::Index(memo.thread_index),
+            category: StringRef::Index(memo.category_index),
+            name: StringRef::Index(memo.name_index),
+            args,
+            kind,
+        };
+        match event.words() {
+            Ok(words) => {
+                if let Some(slot) = writer.reserve(words) {
+                    // Sized by `words()`: encoding cannot fail here.
+                    let _ = encode_and_commit(slot, &event, words);
+                }
+            }
+            // Counted as dropped: an empty reservation released without commit.
+            Err(_) => drop(writer.reserve(1)),
+        }
+        true
     }
 
     #[cold]
@@ -614,6 +705,36 @@ impl<'c> TraceWriter<'c> {
         .map(drop)
     }
 
+    /// [`Self::event_with_category`] for a thread-scoped event of a `'static` name, which also
+    /// remembers the three indices it wrote (category, name, thread) in the thread's event
+    /// memo, so that the next event of the pair takes [`Context::event_memoised`].
+    pub(crate) fn event_memoising(
+        &mut self,
+        ticks: u64,
+        (category, category_ref): (&'static str, StringRef<'static>),
+        name: &'static str,
+        kind: EventKind,
+        args: &[Arg<'_>],
+    ) -> Result<(), RecordError> {
+        let thread = self.thread_ref();
+        let name_ref = self.static_string_ref(name);
+        if let (true, StringRef::Index(c), StringRef::Index(n), ThreadRef::Index(t)) =
+            (self.cached, category_ref, name_ref, thread)
+        {
+            self.cache
+                .remember(self.generation(), (category, c), (name, n), t);
+        }
+        self.write(&Event {
+            ticks,
+            thread,
+            category: category_ref,
+            name: name_ref,
+            args,
+            kind,
+        })
+        .map(drop)
+    }
+
     /// Instant event at `ticks`.
     #[inline(always)]
     pub fn instant<'a>(
@@ -810,6 +931,18 @@ impl<'c> TraceWriter<'c> {
     }
 }
 
+/// The header word of an event without arguments whose thread, category and name are the
+/// indices of `memo` (size field left 0: [`Slot::commit`] sets it). Equal to what the
+/// [`Event`] encoder writes (tested).
+#[inline(always)]
+fn indexed_event_header(kind: &EventKind, memo: cache::Memo) -> u64 {
+    RecordHeader::TYPE.make(RecordType::Event as u64)
+        | EventRecord::EVENT_TYPE.make(kind.event_type() as u64)
+        | EventRecord::THREAD_REF.make(u64::from(memo.thread_index))
+        | EventRecord::CATEGORY_REF.make(u64::from(memo.category_index))
+        | EventRecord::NAME_REF.make(u64::from(memo.name_index))
+}
+
 /// Encode `record` into `slot` and commit it (the slot is dropped, and counted, on error).
 #[inline(always)]
 fn encode_and_commit<R: Encode + ?Sized>(
@@ -821,4 +954,42 @@ fn encode_and_commit<R: Encode + ?Sized>(
     debug_assert_eq!(written, words, "words() and write_body() disagree");
     slot.commit(header);
     Ok(words)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::header::with_record_size_words;
+
+    #[test]
+    fn indexed_event_header_matches_the_encoder() {
+        let memo = cache::Memo::for_test(0x0fed, 0x7abc, 0xfe);
+        for kind in [
+            EventKind::Instant,
+            EventKind::Counter { id: 9 },
+            EventKind::DurationBegin,
+            EventKind::DurationEnd,
+            EventKind::AsyncEnd { id: u64::MAX },
+            EventKind::FlowStep { id: 3 },
+        ] {
+            let event = Event {
+                ticks: 77,
+                thread: ThreadRef::Index(0xfe),
+                category: StringRef::Index(0x0fed),
+                name: StringRef::Index(0x7abc),
+                args: &[],
+                kind,
+            };
+            let mut words = [0u64; 4];
+            let n = event.write(&mut words).unwrap();
+            assert_eq!(n, 2 + usize::from(kind.data_word().is_some()), "{kind:?}");
+            let header = with_record_size_words(indexed_event_header(&kind, memo), n as u64);
+            assert_eq!(header, words[0], "{kind:?}");
+            assert_eq!(words[1], 77);
+            assert_eq!(
+                kind.data_word().map(|d| d == words[2]),
+                kind.data_word().map(|_| true)
+            );
+        }
+    }
 }
