@@ -13,6 +13,12 @@
 //! engine/disabled` also prints the record path against `rdtscp` measured *interleaved*
 //! (rounds alternate between the candidates; each keeps its fastest round), so that both sides
 //! of a ratio see the same interference.
+//!
+//! For instruction counts, which do not depend on the load: `FXTRACE_BENCH_CALLS=N
+//! FXTRACE_BENCH_CANDIDATE=instant_0args` makes the bench binary run only that candidate `N`
+//! times under a standalone circular session and exit; run it under `valgrind
+//! --tool=callgrind` with two values of `N` and divide the difference of the totals by the
+//! difference of the calls (set-up cancels out).
 
 mod support;
 
@@ -20,8 +26,45 @@ use criterion::{criterion_group, criterion_main, Criterion};
 use std::hint::black_box;
 use std::sync::atomic::{AtomicU64, Ordering};
 
+/// `FXTRACE_BENCH_CALLS` mode (see the module docs): run one candidate and exit.
+fn counted_calls() {
+    use fxtrace::protocol::header::BufferingMode;
+    use fxtrace::{Arg, ArgValue, Scope};
+
+    let Some(calls) = std::env::var("FXTRACE_BENCH_CALLS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    else {
+        return;
+    };
+    let candidate = std::env::var("FXTRACE_BENCH_CANDIDATE").unwrap_or_default();
+    let session =
+        fxtrace::standalone::start(BufferingMode::Circular, 64 << 20).expect("standalone session");
+    for i in 0..calls {
+        match candidate.as_str() {
+            "rdtscp" => {
+                black_box(fxtrace::clock::ticks());
+            }
+            "instant_0args" => fxtrace::instant("bench", "instant", Scope::Thread, &[]),
+            "instant_2args" => {
+                let args = [
+                    Arg::new("count", ArgValue::U64(black_box(i))),
+                    Arg::new("flag", ArgValue::I32(black_box(-1))),
+                ];
+                fxtrace::instant("bench", "instant2", Scope::Thread, &args)
+            }
+            "duration_complete" => drop(fxtrace::duration("bench", "duration")),
+            other => panic!("unknown FXTRACE_BENCH_CANDIDATE {other:?}"),
+        }
+    }
+    let (_, report) = session.finish_to_vec().expect("finish");
+    assert_eq!(report.stop.records_dropped, 0);
+    std::process::exit(0);
+}
+
 /// The clock alone, and what it is compared with.
 fn clock_benches(c: &mut Criterion) {
+    counted_calls();
     let mut g = support::engine_group(c);
     g.bench_function("rdtscp", |b| b.iter(fxtrace::clock::ticks));
     #[cfg(target_arch = "x86_64")]

@@ -8,7 +8,11 @@
 //!
 //! # Ticks per second
 //!
-//! [`info`] determines the rate once per process (a [`OnceLock`]), trying in order:
+//! [`info`] determines the rate once per process (a [`OnceLock`]). A process that a trace
+//! manager serves is *given* the manager's rate ([`set_ticks_per_second`], before anything
+//! reads the clock; [`ClockSource::Manager`]): the TSC rate is a property of the machine, and
+//! the manager has already determined it, so no traced process pays for a measurement.
+//! Otherwise `info` tries in order:
 //!
 //! 1. CPUID leaf 0x15: TSC/crystal ratio (`ebx / eax`) times the crystal frequency (`ecx`).
 //!    When `ecx` is 0 but leaf 0x16 reports a base frequency, the crystal is derived from
@@ -90,6 +94,9 @@ pub enum ClockSource {
     Measured,
     /// Not a TSC: ticks are `CLOCK_MONOTONIC_RAW` nanoseconds (non-x86_64 targets).
     MonotonicRaw,
+    /// Given by the trace manager at registration ([`set_ticks_per_second`]): the rate the
+    /// manager determined for the same machine, by one of the other sources.
+    Manager,
 }
 
 impl ClockSource {
@@ -104,6 +111,7 @@ impl ClockSource {
             ClockSource::HypervisorLeaf => "hypervisor CPUID leaf 0x40000010",
             ClockSource::Measured => "measured against CLOCK_MONOTONIC_RAW",
             ClockSource::MonotonicRaw => "CLOCK_MONOTONIC_RAW nanoseconds (no TSC)",
+            ClockSource::Manager => "given by the trace manager",
         }
     }
 }
@@ -167,10 +175,89 @@ impl ClockInfo {
 }
 
 /// The process's clock information, determined on first call (calibration, when needed,
-/// takes under [`CALIBRATION_BUDGET`] plus one window) and cached for the process lifetime.
+/// takes under [`CALIBRATION_BUDGET`] plus one window) and cached for the process lifetime;
+/// or the rate given earlier by [`set_ticks_per_second`].
 pub fn info() -> &'static ClockInfo {
-    static INFO: OnceLock<ClockInfo> = OnceLock::new();
-    INFO.get_or_init(detect)
+    PROCESS_CLOCK.get_or_detect(detect)
+}
+
+/// Why [`set_ticks_per_second`] did not take effect. The clock keeps what it has.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+pub enum ClockSetError {
+    /// A rate of 0 ticks per second.
+    #[error("a rate of 0 ticks per second is not a clock")]
+    ZeroRate,
+    /// Something read the clock first (or another rate was given first): its rate stays, so
+    /// every timestamp of the process is converted with one rate.
+    #[error("the clock was already determined: {ticks_per_second} ticks/s ({origin}); kept")]
+    AlreadyDetermined {
+        /// The rate in use.
+        ticks_per_second: u64,
+        /// Where it came from.
+        origin: ClockSource,
+    },
+}
+
+/// Install `ticks_per_second` as the process's clock rate ([`ClockSource::Manager`]) instead
+/// of determining it: the seam through which a provider hands over the rate its trace
+/// manager sent at registration. Honoured only before the first [`info`] call (and only
+/// once); afterwards the rate already in use is kept and the error says which it is. The
+/// invariant-TSC bit is still read from CPUID (one instruction, no measurement).
+pub fn set_ticks_per_second(ticks_per_second: u64) -> Result<(), ClockSetError> {
+    PROCESS_CLOCK.set(given(ticks_per_second)?)
+}
+
+/// The [`ClockInfo`] of a given rate.
+fn given(ticks_per_second: u64) -> Result<ClockInfo, ClockSetError> {
+    if ticks_per_second == 0 {
+        return Err(ClockSetError::ZeroRate);
+    }
+    Ok(ClockInfo {
+        ticks_per_second,
+        source: ClockSource::Manager,
+        invariant_tsc: local_invariant_tsc(),
+        calibration: None,
+    })
+}
+
+#[cfg(target_arch = "x86_64")]
+fn local_invariant_tsc() -> bool {
+    invariant_tsc_from_cpuid(&raw_cpuid::CpuId::new())
+}
+
+#[cfg(not(target_arch = "x86_64"))]
+fn local_invariant_tsc() -> bool {
+    true
+}
+
+/// The process's clock: set once, by detection or by a given rate, whichever comes first.
+struct ClockCell {
+    info: OnceLock<ClockInfo>,
+}
+
+static PROCESS_CLOCK: ClockCell = ClockCell::new();
+
+impl ClockCell {
+    const fn new() -> Self {
+        Self {
+            info: OnceLock::new(),
+        }
+    }
+
+    fn get_or_detect(&self, detect: impl FnOnce() -> ClockInfo) -> &ClockInfo {
+        self.info.get_or_init(detect)
+    }
+
+    /// Set `info` unless the cell is set (a detection in progress is waited for).
+    fn set(&self, info: ClockInfo) -> Result<(), ClockSetError> {
+        self.info.set(info).map_err(|_| {
+            let kept = self.info.get().copied().unwrap_or(info);
+            ClockSetError::AlreadyDetermined {
+                ticks_per_second: kept.ticks_per_second,
+                origin: kept.source,
+            }
+        })
+    }
 }
 
 // === conversions ===
@@ -589,6 +676,57 @@ mod tests {
             "clock: source={} tps={} reference={} rel={rel:e} cal={cal:?}",
             info.source, info.ticks_per_second, reference
         );
+    }
+
+    #[test]
+    fn a_given_rate_is_honoured_only_before_first_use() {
+        // A private cell: the process-wide one belongs to `info()`'s own tests.
+        let cell = ClockCell::new();
+        assert_eq!(
+            given(0).map(|_| ()),
+            Err(ClockSetError::ZeroRate),
+            "0 is refused"
+        );
+        cell.set(given(2_000_000_000).unwrap()).unwrap();
+        let detected = std::cell::Cell::new(false);
+        let got = *cell.get_or_detect(|| {
+            detected.set(true);
+            detect()
+        });
+        assert!(!detected.get(), "no detection once a rate is given");
+        assert_eq!(got.ticks_per_second, 2_000_000_000);
+        assert_eq!(got.source, ClockSource::Manager);
+        assert_eq!(got.calibration, None);
+        assert_eq!(got.invariant_tsc, local_invariant_tsc());
+        assert_eq!(
+            cell.set(given(3_000_000_000).unwrap()),
+            Err(ClockSetError::AlreadyDetermined {
+                ticks_per_second: 2_000_000_000,
+                origin: ClockSource::Manager
+            })
+        );
+        // Read first: a later rate is ignored, with the reason.
+        let cell = ClockCell::new();
+        let first = *cell.get_or_detect(|| ClockInfo {
+            ticks_per_second: 1_234,
+            source: ClockSource::CpuidBaseFrequency,
+            invariant_tsc: true,
+            calibration: None,
+        });
+        let err = cell.set(given(5).unwrap()).unwrap_err();
+        assert_eq!(
+            err,
+            ClockSetError::AlreadyDetermined {
+                ticks_per_second: 1_234,
+                origin: ClockSource::CpuidBaseFrequency
+            }
+        );
+        assert!(err.to_string().contains("1234 ticks/s"), "{err}");
+        assert_eq!(*cell.get_or_detect(detect), first);
+        // The process clock: whatever it is now, a given rate cannot change it any more.
+        let now = *info();
+        assert!(set_ticks_per_second(now.ticks_per_second + 1).is_err());
+        assert_eq!(info().ticks_per_second, now.ticks_per_second);
     }
 
     #[test]

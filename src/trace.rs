@@ -18,7 +18,9 @@
 //! global and a predictable branch, inlined at the call site. With a trace running, a call
 //! enters a read-side section of the current context, a writer section, checks the category
 //! (cached per thread per trace, or per call site with a [`CallSite`]), reads the clock and
-//! encodes the record in place in the shared buffer.
+//! encodes the record in place in the shared buffer. A thread-scoped event whose category and
+//! name are `&'static str` finds its three indices (category, name, thread) in the thread's
+//! event memo from its second call in a trace on: no table lookup at all.
 //!
 //! # Categories
 //!
@@ -108,6 +110,17 @@ fn emit(
     args: &[Arg<'_>],
 ) {
     with_current(|context| {
+        // A thread-scoped event of `'static` strings: the memoised path, else the general
+        // one that fills the memo.
+        if let (None, TraceStr::Static(name), Scope::Thread) = (site, name, scope) {
+            if context.event_memoised(category, name, kind, args) {
+                return;
+            }
+            if let Some((mut writer, category_ref, ticks)) = context.enter_for_category(category) {
+                let _ = writer.event_memoising(ticks, (category, category_ref), name, kind, args);
+            }
+            return;
+        }
         let Some((mut writer, category, ticks)) = enter(context, category, site) else {
             return;
         };
@@ -399,7 +412,7 @@ pub fn duration_with_args<'a>(
         generation: 0,
     };
     if tracing_maybe_on() {
-        if let Some(generation) = begin_generation(category.name(), category.site()) {
+        if let Some(generation) = begin_generation(category.name(), guard.name, category.site()) {
             guard.generation = generation;
             guard.start = clock::ticks();
         }
@@ -409,12 +422,20 @@ pub fn duration_with_args<'a>(
 
 /// The running trace's generation if `category` is enabled in it.
 #[inline(never)]
-fn begin_generation(name: &'static str, site: Option<&'static CallSite>) -> Option<u32> {
+fn begin_generation(
+    category: &'static str,
+    name: TraceStr<'_>,
+    site: Option<&'static CallSite>,
+) -> Option<u32> {
     with_current(|context| {
         let generation = context.started_generation()?;
-        let enabled = match site {
-            Some(site) => context.category_enabled(site),
-            None => context.is_category_enabled_cached(name),
+        let enabled = match (site, name) {
+            (Some(site), _) => context.category_enabled(site),
+            // A memoised pair has an enabled category (and needs no table probe).
+            (None, TraceStr::Static(name)) if context.is_memoised(generation, category, name) => {
+                true
+            }
+            (None, _) => context.is_category_enabled_cached(category),
         };
         enabled.then_some(generation)
     })
@@ -425,15 +446,32 @@ impl DurationGuard<'_> {
     #[inline(never)]
     fn end(&mut self) {
         let end = clock::ticks();
+        let kind = EventKind::DurationComplete { end_ticks: end };
         with_current(|context| {
+            if let TraceStr::Static(name) = self.name {
+                let pair = (self.category, name);
+                let (generation, start) = (self.generation, Some(self.start));
+                if context.event_memoised_in(generation, start, pair, kind, self.args) {
+                    return;
+                }
+            }
             let Some(mut writer) = context.trace_writer() else {
                 return;
             };
             // A duration that began in another trace (or context) is not written.
-            if writer.generation() == self.generation {
-                let _ =
-                    writer.duration_complete(self.start, end, self.category, self.name, self.args);
+            if writer.generation() != self.generation {
+                return;
             }
+            let _ = match self.name {
+                TraceStr::Static(name) => {
+                    let category = (self.category, writer.string_ref(self.category));
+                    writer.event_memoising(self.start, category, name, kind, self.args)
+                }
+                name => {
+                    let category = writer.string_ref(self.category);
+                    writer.event_with_category(self.start, category, name, kind, self.args)
+                }
+            };
         });
     }
 }

@@ -235,6 +235,50 @@ fn a_duration_spanning_two_traces_is_not_written() {
     assert!(events(&decode(&bytes)).is_empty());
 }
 
+/// The per-thread event memo (indices of a repeated category/name pair) serves one trace
+/// only: in a second trace on the same thread, where the same strings get other indices,
+/// every event (instants, counters, durations) still names its own strings and thread.
+#[test]
+fn repeated_call_sites_resolve_in_every_trace() {
+    let _s = serial();
+    let names = |bytes: &[u8]| -> Vec<(String, String, u64)> {
+        events(&decode(bytes))
+            .iter()
+            .map(|e| (e.category.to_string(), e.name.to_string(), e.thread.tid))
+            .collect()
+    };
+    let mut per_trace = Vec::new();
+    for round in 0..3 {
+        let session = standalone::start(BufferingMode::Circular, 1 << 20).unwrap();
+        // Shift the string indices of the pair from one trace to the next.
+        for shift in ["shift0", "shift1", "shift2"].iter().take(round) {
+            fxtrace::instant("memo_other", *shift, Scope::Thread, &[]);
+        }
+        for _ in 0..3 {
+            fxtrace::instant("memo_cat", "memo_instant", Scope::Thread, &[]);
+            fxtrace::counter(
+                "memo_cat",
+                "memo_counter",
+                1,
+                &[Arg::new("v", ArgValue::U64(2))],
+            );
+            let _d = fxtrace::duration("memo_cat", "memo_span");
+        }
+        let (bytes, report) = session.finish_to_vec().unwrap();
+        assert_eq!(report.stop.records_dropped, 0);
+        let got: Vec<_> = names(&bytes).into_iter().skip(round).collect();
+        per_trace.push(got);
+    }
+    let tid = per_trace[0][0].2;
+    let expected: Vec<_> = (0..3)
+        .flat_map(|_| ["memo_instant", "memo_counter", "memo_span"])
+        .map(|n| ("memo_cat".to_string(), n.to_string(), tid))
+        .collect();
+    for got in &per_trace {
+        assert_eq!(got, &expected);
+    }
+}
+
 fn bare_context() -> Context {
     let buffer = TraceBuffer::create(1 << 16).unwrap();
     let ctx = Context::new(buffer, ContextConfig::default(), Arc::new(NoHandler)).unwrap();

@@ -61,6 +61,7 @@ fn hostile(
                         pid: 1,
                         name: "again".into(),
                         known_categories: Vec::new(),
+                        accepts_ticks_per_second: false,
                     },
                     &[],
                 )
@@ -343,6 +344,7 @@ fn a_peer_of_another_uid_is_refused() {
         pid: std::process::id(),
         name: "root".into(),
         known_categories: Vec::new(),
+        accepts_ticks_per_second: false,
     }
     .encode()
     .unwrap();

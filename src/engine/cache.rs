@@ -19,6 +19,13 @@
 //! Generations are unique in the process (`engine::context`), so one number identifies both
 //! the context and its trace.
 //!
+//! The event memo: in front of the table, a small direct-mapped array remembers, per
+//! (category, name) pair of `&'static str`s, the three indices an event of that pair writes
+//! (category, name, thread) in one generation, so that a repeated call site needs no table
+//! probe at all: one slot picked by address bits, three compares (`memo`). An entry is filled
+//! only once all three are indices; it carries its generation, so a new trace invalidates it
+//! without clearing anything.
+//!
 //! Everything here is thread-local plain data with a `const` initialiser and no destructor: no
 //! allocation, no destructor registration, no lock, and re-entrancy cannot observe a
 //! half-updated entry (values are copied in and out of `Cell`s, never borrowed).
@@ -68,6 +75,57 @@ const EMPTY_ENTRY: Entry = Entry {
     flags: 0,
 };
 
+/// Slots of the event memo (a power of two).
+const MEMO_SLOTS: usize = 16;
+const _: () = assert!(MEMO_SLOTS.is_power_of_two());
+
+/// What an event of one (category, name) pair writes, in one generation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Memo {
+    /// Generation the indices belong to (0 = empty; generations are never 0).
+    generation: u32,
+    category_len: u32,
+    category: usize,
+    name: usize,
+    name_len: u32,
+    /// String index of the category.
+    pub(crate) category_index: u16,
+    /// String index of the name.
+    pub(crate) name_index: u16,
+    /// The thread's index.
+    pub(crate) thread_index: u8,
+}
+
+impl Memo {
+    /// A filled memo with these indices (for encoder tests).
+    #[cfg(test)]
+    pub(crate) fn for_test(category_index: u16, name_index: u16, thread_index: u8) -> Self {
+        Self {
+            generation: 1,
+            category_index,
+            name_index,
+            thread_index,
+            ..EMPTY_MEMO
+        }
+    }
+}
+
+const EMPTY_MEMO: Memo = Memo {
+    generation: 0,
+    category_len: 0,
+    category: 0,
+    name: 0,
+    name_len: 0,
+    category_index: 0,
+    name_index: 0,
+    thread_index: 0,
+};
+
+#[inline(always)]
+fn memo_slot(category: &'static str, name: &'static str) -> usize {
+    ((name.as_ptr() as usize ^ (category.as_ptr() as usize >> 4)) >> 3) & (MEMO_SLOTS - 1)
+}
+
 /// The thread's own ref in the current generation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum ThreadSlot {
@@ -91,11 +149,15 @@ pub(crate) struct ThreadCache {
     /// This thread's id (0 = not read yet). Not per generation: it changes only across
     /// `fork`, which resets it ([`forget_ids_after_fork`]).
     tid: Cell<u64>,
+    /// The event memo (see the module docs).
+    memos: [Cell<Memo>; MEMO_SLOTS],
     entries: [Cell<Entry>; STRING_SLOTS],
 }
 
 #[allow(clippy::declare_interior_mutable_const)] // used only as an array-repeat initialiser
 const EMPTY_CELL: Cell<Entry> = Cell::new(EMPTY_ENTRY);
+#[allow(clippy::declare_interior_mutable_const)] // used only as an array-repeat initialiser
+const EMPTY_MEMO_CELL: Cell<Memo> = Cell::new(EMPTY_MEMO);
 
 thread_local! {
     static CACHE: ThreadCache = const {
@@ -104,6 +166,7 @@ thread_local! {
             used: Cell::new(0),
             thread: Cell::new(ThreadSlot::Unknown),
             tid: Cell::new(0),
+            memos: [EMPTY_MEMO_CELL; MEMO_SLOTS],
             entries: [EMPTY_CELL; STRING_SLOTS],
         }
     };
@@ -216,6 +279,46 @@ impl ThreadCache {
         });
     }
 
+    /// The indices an event of (`category`, `name`) writes in `generation`, if remembered.
+    /// Needs no [`Self::adopt`]: the entry names its generation.
+    #[inline(always)]
+    pub(crate) fn memo(
+        &self,
+        generation: u32,
+        category: &'static str,
+        name: &'static str,
+    ) -> Option<Memo> {
+        let memo = self.memos[memo_slot(category, name)].get();
+        (memo.generation == generation
+            && memo.name == name.as_ptr() as usize
+            && memo.category == category.as_ptr() as usize
+            && memo.name_len as usize == name.len()
+            && memo.category_len as usize == category.len())
+        .then_some(memo)
+    }
+
+    /// Remember the indices of (`category`, `name`) events in `generation` (replacing whatever
+    /// pair shared the slot).
+    #[inline]
+    pub(crate) fn remember(
+        &self,
+        generation: u32,
+        (category, category_index): (&'static str, u16),
+        (name, name_index): (&'static str, u16),
+        thread_index: u8,
+    ) {
+        self.memos[memo_slot(category, name)].set(Memo {
+            generation,
+            category_len: category.len() as u32,
+            category: category.as_ptr() as usize,
+            name: name.as_ptr() as usize,
+            name_len: name.len() as u32,
+            category_index,
+            name_index,
+            thread_index,
+        });
+    }
+
     /// Entries cached in the current generation.
     #[cfg(test)]
     pub(crate) fn strings_cached(&self) -> usize {
@@ -295,6 +398,9 @@ pub(crate) fn forget_ids_after_fork() {
     for entry in &c.entries {
         entry.set(EMPTY_ENTRY);
     }
+    for memo in &c.memos {
+        memo.set(EMPTY_MEMO);
+    }
 }
 
 // === names ===
@@ -351,6 +457,45 @@ fn utf8_prefix(bytes: &[u8]) -> &str {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_event_memo_answers_its_pair_in_its_generation_only() {
+        let c = current();
+        let (cat, name, other): (&'static str, &'static str, &'static str) =
+            ("memo_cat", "memo_name", "memo_other");
+        assert_eq!(c.memo(7, cat, name), None);
+        c.remember(7, (cat, 3), (name, 4), 5);
+        let m = c.memo(7, cat, name).expect("remembered");
+        assert_eq!((m.category_index, m.name_index, m.thread_index), (3, 4, 5));
+        assert_eq!(c.memo(8, cat, name), None, "another generation");
+        assert_eq!(c.memo(7, name, cat), None, "pair order matters");
+        assert_eq!(
+            c.memo(7, cat, &name[..4]),
+            None,
+            "a prefix is another string"
+        );
+        assert_eq!(c.memo(7, cat, other), None);
+        // A pair sharing the slot replaces it.
+        let mut evicted = false;
+        for candidate in [other, "memo_a", "memo_b", "memo_c", "memo_d", "memo_e"] {
+            if memo_slot(cat, candidate) == memo_slot(cat, name) {
+                c.remember(7, (cat, 1), (candidate, 2), 5);
+                assert_eq!(c.memo(7, cat, name), None);
+                evicted = true;
+                break;
+            }
+        }
+        if !evicted {
+            c.remember(7, (cat, 3), (name, 9), 5);
+            assert_eq!(c.memo(7, cat, name).map(|m| m.name_index), Some(9));
+        }
+        forget_ids_after_fork();
+        assert_eq!(
+            c.memo(7, cat, name),
+            None,
+            "a forked child forgets the memo"
+        );
+    }
 
     #[test]
     fn generations_adopt_reset_and_refuse_older() {

@@ -73,18 +73,19 @@ use std::time::{Duration, Instant};
 use crossbeam_utils::{Backoff, CachePadded};
 
 use super::allocator::{
-    gate_generation, hold_region, make_gate, packed_offset, packed_wrapped, DurableAllocator,
-    RollingAllocator, GATE_DURABLE_FULL, GATE_STARTED, GENERATION_MASK, HOLD_ALLOCATING,
-    PIN_CAPACITY, WRAPPED_MASK,
+    gate_generation, gate_wrapped, hold_region, make_gate, packed_offset, packed_wrapped,
+    DurableAllocator, RollingAllocator, Taken, GATE_DURABLE_FULL, GATE_STARTED, GENERATION_MASK,
+    HOLD_ALLOCATING, PIN_CAPACITY, WRAPPED_MASK,
 };
 use super::buffer::{BufferError, TraceBuffer};
 use super::category::{CategoryFilter, ACTIVE_CONTEXTS};
 use super::slots::{FencePolicy, Fences, Grace, WriterSlots};
 use super::sys::SysError;
 use super::writer::{self, Writer};
+use crate::format::{Encode, Initialization};
 use crate::protocol::header::{
-    BufferGeometry, BufferingMode, GeometryError, HeaderFields, SharedHeader,
-    FLAG_DURABLE_BUFFER_FULL, HEADER_SIZE, MAX_RECORD_BYTES,
+    make_chunk_tag, with_record_size_words, BufferGeometry, BufferingMode, GeometryError,
+    HeaderFields, SharedHeader, FLAG_DURABLE_BUFFER_FULL, HEADER_SIZE, MAX_RECORD_BYTES,
 };
 
 /// Receives streaming save requests. Called from whichever thread completes a hand-off (often
@@ -490,8 +491,41 @@ impl Context {
         writer::acquire(&self.inner)
     }
 
-    /// Start tracing. Valid only while stopped.
+    /// Start tracing. Valid only while stopped. Writes no record: a trace that readers decode
+    /// needs its initialization record first, which [`Self::start_with_initialization`] (or
+    /// [`super::record::start_trace`]) writes before any other thread can write.
     pub fn start(&self, mode: StartMode, categories: CategoryFilter) -> Result<(), EngineError> {
+        self.start_inner(mode, categories, None).map(drop)
+    }
+
+    /// Start tracing like [`Self::start`], and write the initialization record
+    /// (`ticks_per_second`) as the first record of the trace *before* the gate that lets
+    /// writers in opens, so no other thread's record can precede it: at offset 0 of the
+    /// durable buffer (circular, streaming), or in the first chunk of the rolling buffer
+    /// (oneshot; the rest of that chunk becomes the calling thread's chunk when it can write
+    /// to this context).
+    ///
+    /// The record is written at every clearing start, as Fuchsia's `trace_engine_start` does
+    /// ([`StartMode::ClearNondurable`] appends it to the kept durable records, ahead of every
+    /// record of the new trace), and at a first start whatever the mode; a
+    /// [`StartMode::Retain`] start of a trace that has data keeps the record written earlier.
+    /// Returns whether a record was written; `false` also when there was no room (the durable
+    /// buffer is full), which is counted as a dropped record.
+    pub fn start_with_initialization(
+        &self,
+        mode: StartMode,
+        categories: CategoryFilter,
+        ticks_per_second: u64,
+    ) -> Result<bool, EngineError> {
+        self.start_inner(mode, categories, Some(ticks_per_second))
+    }
+
+    fn start_inner(
+        &self,
+        mode: StartMode,
+        categories: CategoryFilter,
+        ticks_per_second: Option<u64>,
+    ) -> Result<bool, EngineError> {
         let inner = &*self.inner;
         let mut st = inner.lock();
         if st.phase != TraceState::Stopped {
@@ -545,15 +579,86 @@ impl Context {
             } else {
                 0
             };
+        let gate = make_gate(st.generation, st.wrapped_count, flags);
+        // Still closed to every writer: the leading record goes first.
+        let leading = match ticks_per_second {
+            Some(ticks_per_second) if st.durable_full_at.is_none() => {
+                self.write_leading(&Initialization { ticks_per_second }, mode, gate)
+            }
+            _ => false,
+        };
         // ATOMICS: `Relaxed`: a hint for call sites (see `category`).
         ACTIVE_CONTEXTS.fetch_add(1, Ordering::Relaxed);
-        // ATOMICS: `Release`: zeroed buffers and reset allocators happen-before any writer
-        // that sees the started gate.
-        inner.gate.store(
-            make_gate(st.generation, st.wrapped_count, flags),
-            Ordering::Release,
-        );
-        Ok(())
+        // ATOMICS: `Release`: zeroed buffers, reset allocators and the leading record
+        // happen-before any writer that sees the started gate.
+        inner.gate.store(gate, Ordering::Release);
+        Ok(leading)
+    }
+
+    /// Write `record` as the first record of the trace while the gate is still closed (under
+    /// the switch mutex, from [`Self::start_inner`]), unless `mode` retains a trace that
+    /// already has data (and so its record).
+    fn write_leading(&self, record: &Initialization, mode: StartMode, gate: u64) -> bool {
+        const WORDS: usize = 2;
+        let mut words = [0u64; WORDS];
+        if record.words() != Ok(WORDS) || record.write(&mut words) != Ok(WORDS) {
+            return false;
+        }
+        let header_word = with_record_size_words(words[0], WORDS as u64);
+        let inner = &*self.inner;
+        // Where the record goes: `(record, end of the space it may use)`.
+        let (at, end) = if inner.mode == BufferingMode::Oneshot {
+            if packed_offset(inner.rolling.load()) != 0 {
+                return false; // a retained trace: its first chunk already leads
+            }
+            let run = match inner.rolling.take_run(1, gate, &inner.gate) {
+                Taken::Run(run) if run.bytes() >= (WORDS + 2) * 8 => run,
+                _ => {
+                    inner.count_unslotted_drop();
+                    return false;
+                }
+            };
+            let tag = make_chunk_tag(gate_wrapped(run.gate), 1);
+            // ATOMICS: `Relaxed`: published with the record by the start's `Release` gate
+            // store (no writer runs before it; the manager reads after STARTED or stop).
+            // SAFETY: the run is ours (the allocator handed it out), 8-aligned, and at least
+            // four words long (checked above).
+            unsafe { AtomicU64::from_ptr(run.start) }.store(tag, Ordering::Relaxed);
+            // SAFETY: inside the run, see above.
+            (unsafe { run.start.add(1) }, run.end)
+        } else {
+            if mode == StartMode::Retain && inner.durable.allocated() != 0 {
+                return false; // the durable buffer keeps the record of an earlier start
+            }
+            match inner.durable.reserve(WORDS as u64 * 8) {
+                // SAFETY: the reservation holds `WORDS` words.
+                Ok(at) => (at, unsafe { at.add(WORDS) }),
+                Err(_) => {
+                    inner.count_unslotted_drop();
+                    return false;
+                }
+            }
+        };
+        for (i, &word) in words.iter().enumerate().skip(1) {
+            // ATOMICS: `Relaxed`: published by the header's `Release` store below.
+            // SAFETY: `at..at + WORDS` is reserved for this record (see above).
+            unsafe { AtomicU64::from_ptr(at.add(i)) }.store(word, Ordering::Relaxed);
+        }
+        // SAFETY: `at + WORDS <= end`, inside the reservation.
+        let next = unsafe { at.add(WORDS) };
+        if next < end {
+            // The terminator of the chunk's records (a chunk starts zeroed only after a clear).
+            // ATOMICS: `Relaxed`, as the body.
+            // SAFETY: `next` is inside the run.
+            unsafe { AtomicU64::from_ptr(next) }.store(0, Ordering::Relaxed);
+        }
+        // ATOMICS: `Release`: a reader that sees the header sees the body.
+        // SAFETY: `at` is the reserved record's first word.
+        unsafe { AtomicU64::from_ptr(at) }.store(header_word, Ordering::Release);
+        if inner.mode == BufferingMode::Oneshot {
+            writer::adopt_chunk(&self.inner, next, end, gate);
+        }
+        true
     }
 
     /// Stop tracing: close the gate, wait (up to `timeout`) until no writer is in flight, then

@@ -34,16 +34,17 @@
 //! # For the provider client
 //!
 //! ```text
-//! record::start_trace(&context, mode, categories)?;   // writes the initialization record
-//! global::install(context.clone())?;                  // now instrumentation writes into it
+//! global::install(context.clone())?;                  // calls find it stopped: no record
+//! record::start_trace(&context, mode, categories)?;   // initialization record, then the gate
 //! ...
 //! let context = global::uninstall()?;                 // no thread reaches it any more
 //! context.stop(timeout)?;                             // no writer is in flight
 //! ```
 //!
-//! Installing after `start_trace` guarantees that the initialization record is the first
-//! record of the trace. A context may also stay installed across stop and start (calls find
-//! it stopped and write nothing).
+//! Installing before or after the start are both fine: the start writes the initialization
+//! record before it opens the gate that lets writers in, so it is the first record of the
+//! trace either way. A context may also stay installed across stop and start (calls find it
+//! stopped and write nothing).
 //!
 //! # fork
 //!

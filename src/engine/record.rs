@@ -44,10 +44,11 @@ use super::category::CategoryFilter;
 use super::context::{Context, EngineError, StartMode};
 use super::writer::{Slot, Writer};
 use crate::clock;
+use crate::format::fields::{EventRecord, RecordHeader};
 use crate::format::{
     Arg, ArgValue, Blob, BlobType, Encode, EncodeError, Event, EventKind, Initialization,
-    KernelObject, Log, ObjectType, ProcessRef, SchedContextSwitch, StringRecord, StringRef,
-    ThreadRecord, ThreadRef, ThreadState, UserspaceObject, MAX_ARGS,
+    KernelObject, Log, ObjectType, ProcessRef, RecordType, SchedContextSwitch, StringRecord,
+    StringRef, ThreadRecord, ThreadRef, ThreadState, UserspaceObject, MAX_ARGS,
 };
 
 /// Scope of an instant event. FXT has no field for it: a non-thread scope is written as a
@@ -117,27 +118,22 @@ pub enum RecordError {
     Encode(#[from] EncodeError),
 }
 
-/// Start `context` (as [`Context::start`]) and, unless `mode` is [`StartMode::Retain`],
-/// write the initialization record (ticks per second of [`clock::ticks`]) into the durable
-/// buffer, as Fuchsia's `trace_engine_start` does. Returns whether that record was written
-/// (it is not only if the calling thread cannot write: inside another writer section, or no
-/// writer slot free; the attempt is then counted as dropped).
+/// Start `context` and write the initialization record (ticks per second of
+/// [`clock::ticks`], from [`clock::info`]) as the first record of the trace, before any other
+/// thread can write: [`Context::start_with_initialization`]. Returns whether that record was
+/// written (not after a [`StartMode::Retain`] start that keeps an earlier one, or when there
+/// is no room; see there).
 ///
-/// Call this before the context becomes reachable by other threads (before
-/// [`super::global::install`]) so that the initialization record precedes every other
-/// record: in oneshot mode durable records share the rolling buffer, in chunk order.
+/// The context may already be reachable by other threads ([`super::global::install`]): they
+/// write nothing until the record is in place.
 pub fn start_trace(
     context: &Context,
     mode: StartMode,
     categories: CategoryFilter,
 ) -> Result<bool, EngineError> {
-    context.start(mode, categories)?;
-    if mode == StartMode::Retain {
-        return Ok(false);
-    }
-    Ok(context
-        .trace_writer()
-        .is_some_and(|mut w| w.initialization().is_ok()))
+    // Outside the context's lock: the first call may calibrate the clock.
+    let ticks_per_second = clock::info().ticks_per_second;
+    context.start_with_initialization(mode, categories, ticks_per_second)
 }
 
 /// `""` is the empty ref; anything else inline.
@@ -250,6 +246,96 @@ impl Context {
         self.enter_for_category_slow(category)
     }
 
+    /// The hot path of a thread-scoped event whose category, name and thread are all in the
+    /// thread's event memo for the running trace (see `engine::cache`): no table probe, no
+    /// [`TraceWriter`]; the clock is read, a writer section entered, and the event encoded
+    /// straight into the reserved words. Returns `false` when the memo does not know the
+    /// pair (or the trace changed meanwhile): nothing was written or counted, and the caller
+    /// takes the general path ([`Self::enter_for_category`], then
+    /// [`TraceWriter::event_memoising`], which fills the memo). `true`: handled (written,
+    /// or dropped and counted, or tracing is off).
+    #[inline(always)]
+    pub(crate) fn event_memoised(
+        &self,
+        category: &'static str,
+        name: &'static str,
+        kind: EventKind,
+        args: &[Arg<'_>],
+    ) -> bool {
+        let Some(generation) = self.started_generation() else {
+            return true;
+        };
+        self.event_memoised_in(generation, None, (category, name), kind, args)
+    }
+
+    /// Whether the thread's event memo knows (`category`, `name`) in `generation`, which
+    /// implies that the category is enabled in that trace.
+    #[inline(always)]
+    pub(crate) fn is_memoised(
+        &self,
+        generation: u32,
+        category: &'static str,
+        name: &'static str,
+    ) -> bool {
+        cache::current().memo(generation, category, name).is_some()
+    }
+
+    /// [`Self::event_memoised`] for an event of trace `generation` only (an event of another
+    /// trace is not written), at `ticks` (`None`: read the clock now).
+    #[inline(always)]
+    pub(crate) fn event_memoised_in(
+        &self,
+        generation: u32,
+        ticks: Option<u64>,
+        (category, name): (&'static str, &'static str),
+        kind: EventKind,
+        args: &[Arg<'_>],
+    ) -> bool {
+        let Some(memo) = cache::current().memo(generation, category, name) else {
+            return false;
+        };
+        let ticks = ticks.unwrap_or_else(clock::ticks);
+        let Some(mut writer) = self.acquire() else {
+            return true;
+        };
+        if writer.generation() != generation {
+            return false; // a new trace started in between: resolve again
+        }
+        if args.is_empty() {
+            // Two or three words, written straight into the reserved slot.
+            let data = kind.data_word();
+            let words = 2 + usize::from(data.is_some());
+            if let Some(mut slot) = writer.reserve(words) {
+                let payload = slot.payload();
+                payload[0] = ticks;
+                if let Some(data) = data {
+                    payload[1] = data;
+                }
+                slot.commit(indexed_event_header(&kind, memo));
+            }
+            return true;
+        }
+        let event = Event {
+            ticks,
+            thread: ThreadRef::Index(memo.thread_index),
+            category: StringRef::Index(memo.category_index),
+            name: StringRef::Index(memo.name_index),
+            args,
+            kind,
+        };
+        match event.words() {
+            Ok(words) => {
+                if let Some(slot) = writer.reserve(words) {
+                    // Sized by `words()`: encoding cannot fail here.
+                    let _ = encode_and_commit(slot, &event, words);
+                }
+            }
+            // Counted as dropped: an empty reservation released without commit.
+            Err(_) => drop(writer.reserve(1)),
+        }
+        true
+    }
+
     #[cold]
     #[inline(never)]
     fn enter_for_category_slow(
@@ -277,6 +363,25 @@ impl Context {
         let cached = cache.adopt(generation);
         category_enabled_in(self, cached.then_some(cache), category)
     }
+}
+
+/// The event writers that differ only in their [`EventKind`] (and its id): each is
+/// [`TraceWriter::event`] with `ticks, category, name`, the kind's own parameters, then `args`.
+macro_rules! event_writers {
+    ($( $(#[$doc:meta])* $name:ident ( $($param:ident: $ty:ty),* ) => $kind:expr; )*) => {$(
+        $(#[$doc])*
+        #[inline]
+        pub fn $name<'a>(
+            &mut self,
+            ticks: u64,
+            category: &'static str,
+            name: impl Into<TraceStr<'a>>,
+            $($param: $ty,)*
+            args: &[Arg<'_>],
+        ) -> Result<(), RecordError> {
+            self.event(ticks, category, name, $kind, args)
+        }
+    )*};
 }
 
 // === impl TraceWriter ===
@@ -600,6 +705,36 @@ impl<'c> TraceWriter<'c> {
         .map(drop)
     }
 
+    /// [`Self::event_with_category`] for a thread-scoped event of a `'static` name, which also
+    /// remembers the three indices it wrote (category, name, thread) in the thread's event
+    /// memo, so that the next event of the pair takes [`Context::event_memoised`].
+    pub(crate) fn event_memoising(
+        &mut self,
+        ticks: u64,
+        (category, category_ref): (&'static str, StringRef<'static>),
+        name: &'static str,
+        kind: EventKind,
+        args: &[Arg<'_>],
+    ) -> Result<(), RecordError> {
+        let thread = self.thread_ref();
+        let name_ref = self.static_string_ref(name);
+        if let (true, StringRef::Index(c), StringRef::Index(n), ThreadRef::Index(t)) =
+            (self.cached, category_ref, name_ref, thread)
+        {
+            self.cache
+                .remember(self.generation(), (category, c), (name, n), t);
+        }
+        self.write(&Event {
+            ticks,
+            thread,
+            category: category_ref,
+            name: name_ref,
+            args,
+            kind,
+        })
+        .map(drop)
+    }
+
     /// Instant event at `ticks`.
     #[inline(always)]
     pub fn instant<'a>(
@@ -661,40 +796,25 @@ impl<'c> TraceWriter<'c> {
         self.event_with_category(ticks, category, name, EventKind::Instant, args)
     }
 
-    /// Counter event: the arguments are the sampled values of counter `id`.
-    pub fn counter<'a>(
-        &mut self,
-        ticks: u64,
-        category: &'static str,
-        name: impl Into<TraceStr<'a>>,
-        id: u64,
-        args: &[Arg<'_>],
-    ) -> Result<(), RecordError> {
-        self.event(ticks, category, name, EventKind::Counter { id }, args)
-    }
-
-    /// Duration begin event.
-    #[inline]
-    pub fn duration_begin<'a>(
-        &mut self,
-        ticks: u64,
-        category: &'static str,
-        name: impl Into<TraceStr<'a>>,
-        args: &[Arg<'_>],
-    ) -> Result<(), RecordError> {
-        self.event(ticks, category, name, EventKind::DurationBegin, args)
-    }
-
-    /// Duration end event.
-    #[inline]
-    pub fn duration_end<'a>(
-        &mut self,
-        ticks: u64,
-        category: &'static str,
-        name: impl Into<TraceStr<'a>>,
-        args: &[Arg<'_>],
-    ) -> Result<(), RecordError> {
-        self.event(ticks, category, name, EventKind::DurationEnd, args)
+    event_writers! {
+        /// Counter event: the arguments are the sampled values of counter `id`.
+        counter(id: u64) => EventKind::Counter { id };
+        /// Duration begin event.
+        duration_begin() => EventKind::DurationBegin;
+        /// Duration end event.
+        duration_end() => EventKind::DurationEnd;
+        /// Async begin event of operation `id`.
+        async_begin(id: u64) => EventKind::AsyncBegin { id };
+        /// Async instant event of operation `id`.
+        async_instant(id: u64) => EventKind::AsyncInstant { id };
+        /// Async end event of operation `id`.
+        async_end(id: u64) => EventKind::AsyncEnd { id };
+        /// Flow begin event of flow `id` (attached to the enclosing duration).
+        flow_begin(id: u64) => EventKind::FlowBegin { id };
+        /// Flow step event of flow `id`.
+        flow_step(id: u64) => EventKind::FlowStep { id };
+        /// Flow end event of flow `id`.
+        flow_end(id: u64) => EventKind::FlowEnd { id };
     }
 
     /// Duration complete event: one record for `[start_ticks, end_ticks]`.
@@ -709,78 +829,6 @@ impl<'c> TraceWriter<'c> {
     ) -> Result<(), RecordError> {
         let kind = EventKind::DurationComplete { end_ticks };
         self.event(start_ticks, category, name, kind, args)
-    }
-
-    /// Async begin event of operation `id`.
-    pub fn async_begin<'a>(
-        &mut self,
-        ticks: u64,
-        category: &'static str,
-        name: impl Into<TraceStr<'a>>,
-        id: u64,
-        args: &[Arg<'_>],
-    ) -> Result<(), RecordError> {
-        self.event(ticks, category, name, EventKind::AsyncBegin { id }, args)
-    }
-
-    /// Async instant event of operation `id`.
-    pub fn async_instant<'a>(
-        &mut self,
-        ticks: u64,
-        category: &'static str,
-        name: impl Into<TraceStr<'a>>,
-        id: u64,
-        args: &[Arg<'_>],
-    ) -> Result<(), RecordError> {
-        self.event(ticks, category, name, EventKind::AsyncInstant { id }, args)
-    }
-
-    /// Async end event of operation `id`.
-    pub fn async_end<'a>(
-        &mut self,
-        ticks: u64,
-        category: &'static str,
-        name: impl Into<TraceStr<'a>>,
-        id: u64,
-        args: &[Arg<'_>],
-    ) -> Result<(), RecordError> {
-        self.event(ticks, category, name, EventKind::AsyncEnd { id }, args)
-    }
-
-    /// Flow begin event of flow `id` (attached to the enclosing duration).
-    pub fn flow_begin<'a>(
-        &mut self,
-        ticks: u64,
-        category: &'static str,
-        name: impl Into<TraceStr<'a>>,
-        id: u64,
-        args: &[Arg<'_>],
-    ) -> Result<(), RecordError> {
-        self.event(ticks, category, name, EventKind::FlowBegin { id }, args)
-    }
-
-    /// Flow step event of flow `id`.
-    pub fn flow_step<'a>(
-        &mut self,
-        ticks: u64,
-        category: &'static str,
-        name: impl Into<TraceStr<'a>>,
-        id: u64,
-        args: &[Arg<'_>],
-    ) -> Result<(), RecordError> {
-        self.event(ticks, category, name, EventKind::FlowStep { id }, args)
-    }
-
-    /// Flow end event of flow `id`.
-    pub fn flow_end<'a>(
-        &mut self,
-        ticks: u64,
-        category: &'static str,
-        name: impl Into<TraceStr<'a>>,
-        id: u64,
-        args: &[Arg<'_>],
-    ) -> Result<(), RecordError> {
-        self.event(ticks, category, name, EventKind::FlowEnd { id }, args)
     }
 
     // --- other records ---
@@ -883,6 +931,18 @@ impl<'c> TraceWriter<'c> {
     }
 }
 
+/// The header word of an event without arguments whose thread, category and name are the
+/// indices of `memo` (size field left 0: [`Slot::commit`] sets it). Equal to what the
+/// [`Event`] encoder writes (tested).
+#[inline(always)]
+fn indexed_event_header(kind: &EventKind, memo: cache::Memo) -> u64 {
+    RecordHeader::TYPE.make(RecordType::Event as u64)
+        | EventRecord::EVENT_TYPE.make(kind.event_type() as u64)
+        | EventRecord::THREAD_REF.make(u64::from(memo.thread_index))
+        | EventRecord::CATEGORY_REF.make(u64::from(memo.category_index))
+        | EventRecord::NAME_REF.make(u64::from(memo.name_index))
+}
+
 /// Encode `record` into `slot` and commit it (the slot is dropped, and counted, on error).
 #[inline(always)]
 fn encode_and_commit<R: Encode + ?Sized>(
@@ -894,4 +954,42 @@ fn encode_and_commit<R: Encode + ?Sized>(
     debug_assert_eq!(written, words, "words() and write_body() disagree");
     slot.commit(header);
     Ok(words)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::protocol::header::with_record_size_words;
+
+    #[test]
+    fn indexed_event_header_matches_the_encoder() {
+        let memo = cache::Memo::for_test(0x0fed, 0x7abc, 0xfe);
+        for kind in [
+            EventKind::Instant,
+            EventKind::Counter { id: 9 },
+            EventKind::DurationBegin,
+            EventKind::DurationEnd,
+            EventKind::AsyncEnd { id: u64::MAX },
+            EventKind::FlowStep { id: 3 },
+        ] {
+            let event = Event {
+                ticks: 77,
+                thread: ThreadRef::Index(0xfe),
+                category: StringRef::Index(0x0fed),
+                name: StringRef::Index(0x7abc),
+                args: &[],
+                kind,
+            };
+            let mut words = [0u64; 4];
+            let n = event.write(&mut words).unwrap();
+            assert_eq!(n, 2 + usize::from(kind.data_word().is_some()), "{kind:?}");
+            let header = with_record_size_words(indexed_event_header(&kind, memo), n as u64);
+            assert_eq!(header, words[0], "{kind:?}");
+            assert_eq!(words[1], 77);
+            assert_eq!(
+                kind.data_word().map(|d| d == words[2]),
+                kind.data_word().map(|_| true)
+            );
+        }
+    }
 }

@@ -63,8 +63,7 @@ pub enum StandaloneError {
     /// Installing or uninstalling the context failed (e.g. another context is installed).
     #[error(transparent)]
     Global(#[from] GlobalError),
-    /// The initialization record could not be written (start called from inside a writer
-    /// section).
+    /// The initialization record could not be written (no room for it).
     #[error("the initialization record could not be written")]
     InitializationDropped,
     /// The archive's metadata could not be encoded.

@@ -159,6 +159,20 @@ fn bind(inner: &Arc<Inner>, t: &ThreadState) -> bool {
         .unwrap_or(false)
 }
 
+/// Oneshot start: make `[pos, end)` of the first chunk, just after the leading record, the
+/// calling thread's chunk for gate `gate`, binding the thread to `inner` if needed, so that the
+/// rest of the chunk is not wasted when this thread writes. Does nothing inside a writer
+/// section (the thread's slot and chunk belong to that section) or without a free slot. `pos`
+/// holds a zero word unless `pos == end`.
+pub(crate) fn adopt_chunk(inner: &Arc<Inner>, pos: *mut u64, end: *mut u64, gate: u64) {
+    let _ = THREAD.try_with(|t| {
+        if t.busy.get() || (t.context_id.get() != inner.id && !bind(inner, t)) {
+            return;
+        }
+        t.chunk.set(Chunk { pos, end, gate });
+    });
+}
+
 #[inline]
 pub(crate) fn acquire(inner: &Arc<Inner>) -> Option<Writer<'_>> {
     // ATOMICS: `Relaxed` pre-check so that "tracing off" costs one load; the authoritative load

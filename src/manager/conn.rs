@@ -139,6 +139,7 @@ mod tests {
             pid: 9,
             name: "piece".into(),
             known_categories: Vec::new(),
+            accepts_ticks_per_second: false,
         }
         .encode()
         .unwrap();

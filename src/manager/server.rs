@@ -355,6 +355,10 @@ impl Manager {
             .initialize(config.session.clone())
             .unwrap_or_default();
         let archive = Archive::new(output)?;
+        // Determine the clock rate now (a measurement takes ~30 ms on a machine whose CPUID
+        // does not give it) rather than at the first registration, inside the event loop:
+        // providers get it in Initialize.
+        let _ = crate::clock::info();
         let mut manager = Self {
             config,
             listener,
@@ -653,8 +657,15 @@ impl Manager {
                 pid: claimed,
                 name,
                 known_categories,
+                accepts_ticks_per_second,
             }) => {
-                self.register(pending.conn, claimed, name, known_categories);
+                let registration = Registration {
+                    claimed_pid: claimed,
+                    name,
+                    known_categories,
+                    accepts_ticks_per_second,
+                };
+                self.register(pending.conn, registration);
             }
             Some(Message::StatusRequest) => {
                 let reply = self.status_reply();
@@ -688,13 +699,13 @@ impl Manager {
         }
     }
 
-    fn register(
-        &mut self,
-        mut conn: FramedConn,
-        claimed_pid: u32,
-        name: String,
-        known_categories: Vec<String>,
-    ) {
+    fn register(&mut self, mut conn: FramedConn, registration: Registration) {
+        let Registration {
+            claimed_pid,
+            name,
+            known_categories,
+            accepts_ticks_per_second,
+        } = registration;
         let peer_pid = conn.conn().peer_pid();
         let live = self.tracees.values().filter(|t| t.conn.is_some()).count();
         if live >= self.config.max_providers {
@@ -733,6 +744,9 @@ impl Manager {
             buffering_mode: mode,
             categories: self.config.session.categories.clone(),
             provider_id: id,
+            // The TSC rate is the machine's: a provider that takes ours measures nothing.
+            ticks_per_second: accepts_ticks_per_second
+                .then(|| crate::clock::info().ticks_per_second),
         };
         let sent = conn.send(&init, &[buffer.fd(), provider_end.as_fd()]);
         drop(provider_end);
@@ -1299,4 +1313,12 @@ fn unread_output(fd: BorrowedFd<'_>) -> i32 {
     } else {
         queued
     }
+}
+
+/// What a Register message asks for.
+struct Registration {
+    claimed_pid: u32,
+    name: String,
+    known_categories: Vec<String>,
+    accepts_ticks_per_second: bool,
 }

@@ -23,13 +23,29 @@
 //!
 //! | Tag | Message | Direction | Payload |
 //! |---:|---|---|---|
-//! | 1 | Register | provider → manager | `pid: u32`, `name: str` (≤ 100 bytes), `known_categories: list<str>` (≤ 5000, each ≤ 100 bytes: what `GetKnownCategories` reports) |
-//! | 2 | Initialize | manager → provider | `buffering_mode: u8` (FIDL numbering 1/2/3), `provider_id: u32`, `categories: list<str>` (≤ 5000, each ≤ 100 bytes); carries 2 fds: memfd, FIFO |
+//! | 1 | Register | provider → manager | `pid: u32`, `name: str` (≤ 100 bytes), `known_categories: list<str>` (≤ 5000, each ≤ 100 bytes: what `GetKnownCategories` reports), then optionally `features: u32` (below) |
+//! | 2 | Initialize | manager → provider | `buffering_mode: u8` (FIDL numbering 1/2/3), `provider_id: u32`, `categories: list<str>` (≤ 5000, each ≤ 100 bytes), then optionally `ticks_per_second: u64` (non-zero); carries 2 fds: memfd, FIFO |
 //! | 3 | Start | manager → provider | `disposition: u8` (1 clear entire, 2 clear non-durable, 3 retain) |
 //! | 4 | Stop | manager → provider | — |
 //! | 5 | Terminate | manager → provider | — |
 //! | 6 | StatusRequest | client → manager | — |
 //! | 7 | StatusReply | manager → client | `state: u8` (FIDL SessionState 1..7), `providers: list<{id: u32, pid: u32, name: str}>` (≤ [`MAX_STATUS_PROVIDERS`]), `categories: list<str>` |
+//!
+//! ## Optional trailing fields (revision 2 of version 1)
+//!
+//! Two fields were added at the end of existing messages without changing the version, so
+//! that either side still talks to a peer of the first revision:
+//!
+//! - Register's `features: u32` is written only when it is not 0 (a Register without it is
+//!   byte for byte a first-revision Register). Bit 0, [`FEATURE_TICKS_PER_SECOND`]: the
+//!   provider accepts the manager's clock rate. Unknown bits are ignored.
+//! - Initialize's `ticks_per_second: u64` is sent only to a provider that set bit 0 (so a
+//!   first-revision provider never sees it): the manager's TSC rate, which the provider
+//!   installs instead of measuring its own ([`crate::clock::set_ticks_per_second`]).
+//!
+//! A decoder accepts each message with or without its trailing field. A first-revision
+//! *manager* refuses a Register that carries `features` (trailing bytes): a provider of this
+//! revision needs a manager of this revision or later.
 //!
 //! Limits are those of `fuchsia.tracing` (§6.1): provider names and category names at most
 //! 100 bytes, at most 5000 categories. Decoding is total: any byte string yields a message
@@ -40,7 +56,12 @@
 //! ```
 //! use fxtrace::protocol::control::{Message, ControlError};
 //!
-//! let msg = Message::Register { pid: 7, name: "app".into(), known_categories: vec![] };
+//! let msg = Message::Register {
+//!     pid: 7,
+//!     name: "app".into(),
+//!     known_categories: vec![],
+//!     accepts_ticks_per_second: false,
+//! };
 //! let frame = msg.encode()?;
 //! assert_eq!(&frame[..8], &[17, 0, 0, 0, 1, 0, 1, 0]); // body length 17, version 1, tag 1
 //! assert_eq!(Message::decode(&frame)?, msg);
@@ -54,6 +75,9 @@ use thiserror::Error;
 
 /// Version carried in every frame; a frame with another version is rejected.
 pub const CONTROL_PROTOCOL_VERSION: u16 = 1;
+
+/// Register `features` bit 0: the provider accepts `ticks_per_second` in Initialize.
+pub const FEATURE_TICKS_PER_SECOND: u32 = 1;
 
 /// Size of the length prefix that starts every frame.
 pub const FRAME_PREFIX_LEN: usize = 4;
@@ -412,6 +436,9 @@ pub enum Message {
         name: String,
         /// Categories the provider declares it writes (for `GetKnownCategories`).
         known_categories: Vec<String>,
+        /// The provider accepts the manager's clock rate in Initialize (`features` bit 0,
+        /// [`FEATURE_TICKS_PER_SECOND`]; `false` encodes as a first-revision Register).
+        accepts_ticks_per_second: bool,
     },
     /// Manager → provider: the trace configuration; comes with two fds, the buffer memfd
     /// then the FIFO socket.
@@ -422,6 +449,9 @@ pub enum Message {
         categories: Vec<String>,
         /// Id the manager gave this provider.
         provider_id: u32,
+        /// The manager's TSC rate (never `Some(0)`), for a provider that accepts it; `None`
+        /// encodes as a first-revision Initialize.
+        ticks_per_second: Option<u64>,
     },
     /// Manager → provider: start tracing, then send STARTED on the FIFO.
     Start {
@@ -484,19 +514,34 @@ impl Message {
                 pid,
                 name,
                 known_categories,
+                accepts_ticks_per_second,
             } => {
                 put_u32(&mut w, *pid);
                 put_str(&mut w, "provider name", name, MAX_PROVIDER_NAME_LEN)?;
                 put_categories(&mut w, known_categories)?;
+                if *accepts_ticks_per_second {
+                    put_u32(&mut w, FEATURE_TICKS_PER_SECOND);
+                }
             }
             Message::Initialize {
                 buffering_mode,
                 categories,
                 provider_id,
+                ticks_per_second,
             } => {
                 w.push(buffering_mode.to_fidl());
                 put_u32(&mut w, *provider_id);
                 put_categories(&mut w, categories)?;
+                match *ticks_per_second {
+                    None => {}
+                    Some(0) => {
+                        return Err(ControlError::InvalidValue {
+                            field: "ticks per second",
+                            value: 0,
+                        })
+                    }
+                    Some(rate) => w.extend_from_slice(&rate.to_le_bytes()),
+                }
             }
             Message::Start { disposition } => w.push(disposition.to_u8()),
             Message::Stop | Message::Terminate | Message::StatusRequest => {}
@@ -561,14 +606,29 @@ impl Message {
                 pid: r.u32("pid")?,
                 name: r.str("provider name", MAX_PROVIDER_NAME_LEN)?,
                 known_categories: r.categories()?,
+                accepts_ticks_per_second: match r.optional_u32("features")? {
+                    Some(features) => features & FEATURE_TICKS_PER_SECOND != 0,
+                    None => false,
+                },
             },
             TAG_INITIALIZE => {
                 let buffering_mode = BufferingMode::from_fidl(r.u8("buffering mode")?)?;
                 let provider_id = r.u32("provider id")?;
+                let categories = r.categories()?;
+                let ticks_per_second = match r.optional_u64("ticks per second")? {
+                    Some(0) => {
+                        return Err(ControlError::InvalidValue {
+                            field: "ticks per second",
+                            value: 0,
+                        })
+                    }
+                    rate => rate,
+                };
                 Message::Initialize {
                     buffering_mode,
-                    categories: r.categories()?,
+                    categories,
                     provider_id,
+                    ticks_per_second,
                 }
             }
             TAG_START => Message::Start {
@@ -723,6 +783,22 @@ impl<'a> Reader<'a> {
             .map_err(|_| ControlError::InvalidUtf8 { field })
     }
 
+    /// A trailing optional `u32`: `None` at the end of the body.
+    fn optional_u32(&mut self, field: &'static str) -> Result<Option<u32>, ControlError> {
+        if self.pos == self.buf.len() {
+            return Ok(None);
+        }
+        self.u32(field).map(Some)
+    }
+
+    /// A trailing optional `u64`: `None` at the end of the body.
+    fn optional_u64(&mut self, field: &'static str) -> Result<Option<u64>, ControlError> {
+        if self.pos == self.buf.len() {
+            return Ok(None);
+        }
+        Ok(Some(u64::from_le_bytes(self.array(field)?)))
+    }
+
     fn count(&mut self, field: &'static str, max: usize) -> Result<usize, ControlError> {
         let count = self.u32(field)? as usize;
         if count > max {
@@ -797,6 +873,7 @@ mod tests {
             pid: 0x0102_0304,
             name: "ab".into(),
             known_categories: Vec::new(),
+            accepts_ticks_per_second: false,
         };
         let bytes = m.encode().expect("encodes");
         assert_eq!(
@@ -819,6 +896,7 @@ mod tests {
             buffering_mode: BufferingMode::Streaming,
             categories: vec!["gfx".into()],
             provider_id: 7,
+            ticks_per_second: None,
         };
         let bytes = m.encode().expect("encodes");
         assert_eq!(
@@ -843,6 +921,91 @@ mod tests {
             Message::Stop.encode().expect("encodes"),
             [4, 0, 0, 0, 1, 0, 4, 0]
         );
+    }
+
+    /// Revision 2: the trailing fields, and first-revision frames decode as before.
+    #[test]
+    fn clock_hand_off_fields_are_optional_trailing_fields() {
+        let register = Message::Register {
+            pid: 0x0102_0304,
+            name: "ab".into(),
+            known_categories: Vec::new(),
+            accepts_ticks_per_second: true,
+        };
+        let bytes = register.encode().expect("encodes");
+        let first_revision = [
+            16, 0, 0, 0, 1, 0, 1, 0, // prefix, version, tag Register
+            4, 3, 2, 1, 2, 0, b'a', b'b', 0, 0, 0, 0, // pid, name, no categories
+        ];
+        assert_eq!(bytes[..4], [20, 0, 0, 0]);
+        assert_eq!(bytes[4..20], first_revision[4..]);
+        assert_eq!(bytes[20..], [1, 0, 0, 0], "features: bit 0");
+        assert_eq!(Message::decode(&bytes), Ok(register));
+        // A first-revision Register (no features) does not accept a rate.
+        assert!(matches!(
+            Message::decode(&first_revision),
+            Ok(Message::Register {
+                accepts_ticks_per_second: false,
+                ..
+            })
+        ));
+        // Unknown feature bits are ignored; a cut `features` field is refused.
+        let mut other_bits = bytes.clone();
+        other_bits[20] = 0xfe;
+        assert!(matches!(
+            Message::decode(&other_bits),
+            Ok(Message::Register {
+                accepts_ticks_per_second: false,
+                ..
+            })
+        ));
+        let mut cut = bytes[..22].to_vec();
+        cut[0] = 18;
+        assert_eq!(
+            Message::decode(&cut),
+            Err(ControlError::Truncated { field: "features" })
+        );
+
+        let init = Message::Initialize {
+            buffering_mode: BufferingMode::Oneshot,
+            categories: Vec::new(),
+            provider_id: 2,
+            ticks_per_second: Some(2_000_000_000),
+        };
+        let bytes = init.encode().expect("encodes");
+        assert_eq!(
+            bytes,
+            [
+                21, 0, 0, 0, 1, 0, 2, 0, // prefix, version, tag Initialize
+                1, // FIDL ONESHOT
+                2, 0, 0, 0, // provider id
+                0, 0, 0, 0, // categories: none
+                0x00, 0x94, 0x35, 0x77, 0, 0, 0, 0, // 2e9 ticks per second
+            ]
+        );
+        assert_eq!(Message::decode(&bytes), Ok(init));
+        let without = Message::Initialize {
+            buffering_mode: BufferingMode::Oneshot,
+            categories: Vec::new(),
+            provider_id: 2,
+            ticks_per_second: None,
+        };
+        assert_eq!(without.encode().expect("encodes").len(), 21 - 8 + 4);
+        // A rate of 0 is refused both ways.
+        let zero = Message::Initialize {
+            buffering_mode: BufferingMode::Oneshot,
+            categories: Vec::new(),
+            provider_id: 2,
+            ticks_per_second: Some(0),
+        };
+        let invalid = ControlError::InvalidValue {
+            field: "ticks per second",
+            value: 0,
+        };
+        assert_eq!(zero.encode(), Err(invalid.clone()));
+        let mut zero_bytes = bytes.clone();
+        zero_bytes[17..].fill(0);
+        assert_eq!(Message::decode(&zero_bytes), Err(invalid));
     }
 
     #[test]
@@ -872,6 +1035,7 @@ mod tests {
             pid: 1,
             name: long.clone(),
             known_categories: Vec::new(),
+            accepts_ticks_per_second: false,
         };
         assert_eq!(
             too_long.encode(),
@@ -885,6 +1049,7 @@ mod tests {
             buffering_mode: BufferingMode::Oneshot,
             categories: vec!["a".into(); MAX_CATEGORIES + 1],
             provider_id: 1,
+            ticks_per_second: None,
         };
         assert_eq!(
             too_many.encode(),
@@ -898,6 +1063,7 @@ mod tests {
             buffering_mode: BufferingMode::Oneshot,
             categories: vec!["a".repeat(101)],
             provider_id: 1,
+            ticks_per_second: None,
         };
         assert!(matches!(
             long_cat.encode(),
@@ -930,6 +1096,7 @@ mod tests {
             pid: 5,
             name: "p".into(),
             known_categories: Vec::new(),
+            accepts_ticks_per_second: false,
         }
         .encode()
         .expect("encodes");
@@ -944,10 +1111,18 @@ mod tests {
             Message::decode(&extra),
             Err(ControlError::LengthMismatch { .. })
         ));
-        // Prefix agreeing, but a byte past the last field.
+        // Prefix agreeing, but a byte past the last field: a cut optional `features` field.
         let mut trailing = good.clone();
         trailing.push(0);
         trailing[0] += 1;
+        assert_eq!(
+            Message::decode(&trailing),
+            Err(ControlError::Truncated { field: "features" })
+        );
+        // A byte past the optional field.
+        let mut trailing = good.clone();
+        trailing.extend_from_slice(&[1, 0, 0, 0, 0]);
+        trailing[0] += 5;
         assert_eq!(
             Message::decode(&trailing),
             Err(ControlError::TrailingBytes {
@@ -1022,20 +1197,30 @@ mod tests {
         )
             .prop_map(|(id, pid, name)| ProviderEntry { id, pid, name });
         prop_oneof![
-            (any::<u32>(), name_strategy(MAX_PROVIDER_NAME_LEN), cats()).prop_map(
-                |(pid, name, known_categories)| Message::Register {
-                    pid,
-                    name,
-                    known_categories
+            (
+                any::<u32>(),
+                name_strategy(MAX_PROVIDER_NAME_LEN),
+                cats(),
+                any::<bool>()
+            )
+                .prop_map(|(pid, name, known_categories, accepts_ticks_per_second)| {
+                    Message::Register {
+                        pid,
+                        name,
+                        known_categories,
+                        accepts_ticks_per_second,
+                    }
+                }),
+            (mode, cats(), any::<u32>(), proptest::option::of(1u64..)).prop_map(
+                |(buffering_mode, categories, provider_id, ticks_per_second)| {
+                    Message::Initialize {
+                        buffering_mode,
+                        categories,
+                        provider_id,
+                        ticks_per_second,
+                    }
                 }
             ),
-            (mode, cats(), any::<u32>()).prop_map(|(buffering_mode, categories, provider_id)| {
-                Message::Initialize {
-                    buffering_mode,
-                    categories,
-                    provider_id,
-                }
-            }),
             disp.prop_map(|disposition| Message::Start { disposition }),
             Just(Message::Stop),
             Just(Message::Terminate),

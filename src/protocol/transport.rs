@@ -33,7 +33,7 @@
 //! let listener = ControlListener::bind(&dir.path().join("fxtrace.sock"))?;
 //! let mut provider = ControlConn::connect(listener.path(), Duration::from_secs(1))?;
 //! let mut manager = listener.accept()?;
-//! provider.send_msg(&Message::Register { pid: std::process::id(), name: "demo".into(), known_categories: vec![] }, &[])?;
+//! provider.send_msg(&Message::Register { pid: std::process::id(), name: "demo".into(), known_categories: vec![], accepts_ticks_per_second: false }, &[])?;
 //! let (msg, fds) = manager.recv_msg()?;
 //! assert!(matches!(msg, Message::Register { .. }) && fds.is_empty());
 //!
@@ -999,6 +999,7 @@ mod tests {
                     pid: 42,
                     name: "app".into(),
                     known_categories: Vec::new(),
+                    accepts_ticks_per_second: false,
                 },
                 &[],
             )
@@ -1010,6 +1011,7 @@ mod tests {
                 pid: 42,
                 name: "app".into(),
                 known_categories: Vec::new(),
+                accepts_ticks_per_second: false,
             }
         );
         assert!(fds.is_empty());
@@ -1022,6 +1024,7 @@ mod tests {
             buffering_mode: BufferingMode::Streaming,
             categories: vec!["gfx".into(), "kernel:*".into()],
             provider_id: 3,
+            ticks_per_second: None,
         };
         manager
             .send_msg(&init, &[memfd.as_fd(), fifo_provider.as_fd()])
@@ -1069,6 +1072,7 @@ mod tests {
             buffering_mode: BufferingMode::Oneshot,
             categories: vec![],
             provider_id: 1,
+            ticks_per_second: None,
         };
         assert!(matches!(
             manager.send_msg(&init, &[memfd.as_fd()]),

@@ -32,10 +32,11 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{self, Shutdown};
 
 use super::{ProviderError, ProviderOptions, EXIT_STOP_TIMEOUT};
+use crate::clock::ClockSetError;
 use crate::engine::global::{self, GlobalError};
 use crate::engine::{
-    BufferHandler, CategoryFilter, Context, ContextConfig, EngineError, StartMode, TraceBuffer,
-    TraceState,
+    start_trace, BufferHandler, CategoryFilter, Context, ContextConfig, EngineError, StartMode,
+    TraceBuffer, TraceState,
 };
 use crate::fd_guard::{self, FdIdentity, FdLost, FdStatus, GuardedFd, WakePipe};
 use crate::format::{Encode, Log, ThreadRef};
@@ -96,6 +97,8 @@ pub(super) struct Shared {
     /// flag; nothing is published through it (the thread's join orders what follows).
     closing: AtomicBool,
     stop_timeout: Duration,
+    /// What became of the manager's clock rate (see [`Provider::clock_handoff`]).
+    clock_handoff: Option<Result<(), ClockSetError>>,
     status: Mutex<Status>,
     changed: Condvar,
     counters: Arc<Counters>,
@@ -180,16 +183,11 @@ impl Shared {
             BufferDisposition::Retain => StartMode::Retain,
         };
         let filter = CategoryFilter::new(self.categories.iter().cloned());
-        let first = self.lock().starts == 0;
-        match self.context.start(mode, filter) {
-            Ok(()) => {
-                // Fuchsia's engine writes it when the buffer is initialised, so that RETAIN
-                // works; here it is written at the first start whatever the disposition, and
-                // again after every clearing start.
-                if first || mode != StartMode::Retain {
-                    self.write_initialization_record();
-                }
-            }
+        // The initialization record is written by the start itself, before the gate opens
+        // (the context may already be installed and other threads calling): at the first
+        // start whatever the disposition, and after every start that cleared it.
+        match start_trace(&self.context, mode, filter) {
+            Ok(_) => {}
             // Already tracing: answer STARTED again so the manager does not wait.
             Err(EngineError::BadState {
                 state: TraceState::Started,
@@ -207,15 +205,6 @@ impl Shared {
         }
         self.set_state(ProviderState::Started, None);
         self.send(&ProviderPacket::STARTED.to_packet());
-    }
-
-    /// The initialization record (ticks per second), durable, as `trace_engine_start` writes
-    /// it after a clearing start.
-    fn write_initialization_record(&self) {
-        // A failed reservation is counted by the engine as a dropped record.
-        if let Some(mut writer) = self.context.trace_writer() {
-            let _ = writer.initialization();
-        }
     }
 
     /// Stop tracing (if it is on) and, when `report` or tracing was on, send STOPPED.
@@ -352,6 +341,7 @@ impl Provider {
                 pid: std::process::id(),
                 name: name.clone(),
                 known_categories: options.known_categories.clone(),
+                accepts_ticks_per_second: options.accept_manager_clock,
             },
             &[],
         )?;
@@ -360,10 +350,14 @@ impl Provider {
             buffering_mode,
             categories,
             provider_id,
+            ticks_per_second,
         } = msg
         else {
             return Err(ProviderError::Handshake(msg.name()));
         };
+        // Before anything in this process reads the clock (the start's initialization
+        // record, the first event): the manager's rate saves a ~30 ms measurement.
+        let clock_handoff = ticks_per_second.map(crate::clock::set_ticks_per_second);
         // `recv_msg` checked there are exactly two: the memfd, then the FIFO.
         let fifo = fds.pop().ok_or(ProviderError::Handshake("Initialize"))?;
         let fifo = Arc::new(GuardedFd::new(fifo, "FIFO").map_err(sys_error("fstat"))?);
@@ -398,6 +392,7 @@ impl Provider {
             memfd,
             closing: AtomicBool::new(false),
             stop_timeout: options.stop_timeout,
+            clock_handoff,
             status: Mutex::new(Status {
                 state: ProviderState::Idle,
                 end_reason: None,
@@ -435,6 +430,14 @@ impl Provider {
     /// The id the manager gave this provider (its FXT provider id).
     pub fn id(&self) -> u32 {
         self.shared.id
+    }
+
+    /// What became of the clock rate the manager sent at registration: `None` when it sent
+    /// none (a manager of the first protocol revision: the clock is determined locally, as
+    /// without a manager), `Some(Ok(()))` when this process uses it, `Some(Err(reason))` when
+    /// it was ignored because the clock had been read (or given) before.
+    pub fn clock_handoff(&self) -> Option<Result<(), ClockSetError>> {
+        self.shared.clock_handoff
     }
 
     /// The registered name.

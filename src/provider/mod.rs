@@ -22,13 +22,15 @@
 //!    [`crate::protocol::transport::default_socket_path`]) and connects with a bounded timeout.
 //!    No socket or nobody listening: `Ok(None)` at once; the program runs untraced at no cost.
 //! 2. It sends Register (pid, name) and waits (bounded) for Initialize, which brings the
-//!    buffering mode, the categories, the sealed memfd the manager created, and the provider's
-//!    end of the FIFO.
+//!    buffering mode, the categories, the sealed memfd the manager created, the provider's
+//!    end of the FIFO, and the manager's clock rate, which the process's clock takes
+//!    ([`crate::clock::set_ticks_per_second`]) so that no traced process measures its TSC.
 //! 3. It maps the memfd and builds an engine [`Context`] over it (the engine initialises the
 //!    header) with a [`crate::engine::BufferHandler`] that sends SAVE_BUFFER in streaming mode.
 //! 4. A background thread (`fxtrace-provider`) serves the manager: Start → start the context
-//!    (clearing as the disposition says; after a clearing start it writes the initialization
-//!    record, as Fuchsia's engine does) → STARTED (version 1); Stop → stop the context (waits
+//!    (clearing as the disposition says; the start writes the initialization record before
+//!    any other thread can write, at the first start and after every clearing start, as
+//!    Fuchsia's engine does) → STARTED (version 1); Stop → stop the context (waits
 //!    for writers in flight, bounded) → STOPPED; Terminate → stop, then close; BUFFER_SAVED →
 //!    [`Context::mark_buffer_saved`]. Anything else from the manager ends the session, as
 //!    Fuchsia's provider does.
@@ -82,6 +84,11 @@ pub struct ProviderOptions {
     /// Categories this provider writes, reported to the manager at registration (what
     /// `fxtrace status` lists as known categories: `GetKnownCategories`).
     pub known_categories: Vec<String>,
+    /// Ask the manager for its clock rate at registration and use it instead of determining
+    /// one (which measures the TSC for ~30 ms on machines whose CPUID does not give the
+    /// rate). Default `true`; the rate is ignored if something read the clock before
+    /// ([`Provider::clock_handoff`] says which happened).
+    pub accept_manager_clock: bool,
 }
 
 impl Default for ProviderOptions {
@@ -94,6 +101,7 @@ impl Default for ProviderOptions {
             context: ContextConfig::default(),
             exit_hook: true,
             known_categories: Vec::new(),
+            accept_manager_clock: true,
         }
     }
 }

@@ -280,6 +280,7 @@ impl FakeProvider {
                 pid: std::process::id(),
                 name: name.into(),
                 known_categories: Vec::new(),
+                accepts_ticks_per_second: false,
             },
             &[],
         )
@@ -436,6 +437,7 @@ impl FakeManager {
                 buffering_mode: mode,
                 categories: categories.iter().map(|c| c.to_string()).collect(),
                 provider_id: 7,
+                ticks_per_second: None,
             },
             &[buffer.fd(), theirs.as_fd()],
         )
