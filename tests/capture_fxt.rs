@@ -429,7 +429,7 @@ fn lbr_samples_become_last_branch_blobs() {
         let s = LbrSample::decode(payload).unwrap();
         assert_eq!(s.header.cpu, cpu as u16);
         assert_eq!(s.header.event_time, time);
-        assert_eq!(s.header.aspace, 0);
+        assert_eq!(s.header.aspace, 50, "the sampled process's pid");
         assert_eq!(usize::from(s.header.num_branches), n);
         let want = entries(n);
         let got: Vec<_> = s.branches().collect();

@@ -11,7 +11,7 @@ use fxtrace::capture::records::{MISC_MMAP_BUILD_ID, MISC_MMAP_DATA, RECORD_MMAP,
 use fxtrace::capture::{
     Capture, CaptureConfig, CaptureEvent, ClockSource, EventAttr, KernelTraceConfig,
     KernelTraceWriter, MemoryMap, MmapFile, ParseError, PerfMmap, PerfRecord, RawData, RawRecord,
-    RecordBytes, RecordLayout,
+    RecordBytes, RecordLayout, TaskComm, TaskFork,
 };
 use fxtrace::format::mmap::{MmapRecord, MMAP_BLOB_NAME};
 use fxtrace::format::{BlobType, DecodedRecord, Decoder, RecordWriter};
@@ -259,6 +259,73 @@ fn kernel_trace_writer_writes_a_mapping_blob() {
     // … and Perfetto's importer skips it without complaint.
     let report = fxtrace::convert::perfetto::check_for_perfetto(&bytes[..]).unwrap();
     assert!(!report.has_violations(), "{report}");
+}
+/// A forked process starts with its parent's address space, which the kernel does not report
+/// again: the writer copies the parent's mappings to the child at the fork (not for a new
+/// thread), and an exec makes the process start over.
+#[test]
+fn a_forked_process_inherits_its_parents_mappings_until_it_execs() {
+    let mut w = KernelTraceWriter::new(RecordWriter::with_magic(), trace_config()).unwrap();
+    let map = |time, pid, start, path: &str| {
+        CaptureEvent::Mmap(MemoryMap {
+            time,
+            pid,
+            tid: pid,
+            start,
+            len: 0x1000,
+            pgoff: 0,
+            path: path.as_bytes().to_vec(),
+            build_id: None,
+            synthesized: false,
+        })
+    };
+    let fork = |time, pid, ppid| {
+        CaptureEvent::Fork(TaskFork {
+            time,
+            pid,
+            ppid,
+            tid: pid + 1000 * u32::from(pid == ppid),
+            ptid: ppid,
+        })
+    };
+    let events = [
+        map(100, 10, 0x1000, "/bin/server"),
+        map(110, 10, 0x5000, "/lib/libc.so.6"),
+        fork(200, 10, 10),                    // a thread: nothing to copy
+        fork(300, 20, 10),                    // a process: both mappings copied at 300
+        map(400, 10, 0x9000, "/lib/late.so"), // the parent's later mapping is its own
+        CaptureEvent::Comm(TaskComm {
+            time: 500,
+            pid: 20,
+            tid: 20,
+            name: "true".into(),
+            exec: true,
+        }),
+        map(510, 20, 0x2000, "/bin/true"),
+        fork(600, 30, 20), // a child of the exec'd image: only its mapping
+    ];
+    for e in &events {
+        w.handle(e).unwrap();
+    }
+    let (sink, stats) = w.finish().unwrap();
+    let blobs: Vec<(u32, u64, u64, String)> = mmap_blobs(&sink.to_bytes())
+        .into_iter()
+        .map(|b| (b.0, b.1, b.2, String::from_utf8(b.5).unwrap()))
+        .collect();
+    let expected = [
+        (10, 100, 0x1000, "/bin/server"),
+        (10, 110, 0x5000, "/lib/libc.so.6"),
+        (20, 300, 0x1000, "/bin/server"),
+        (20, 300, 0x5000, "/lib/libc.so.6"),
+        (10, 400, 0x9000, "/lib/late.so"),
+        (20, 510, 0x2000, "/bin/true"),
+        (30, 600, 0x2000, "/bin/true"),
+    ]
+    .map(|(pid, time, start, path)| (pid, time, start, path.to_string()));
+    assert_eq!(blobs, expected);
+    assert_eq!(stats.mmap_blobs, 7);
+    assert_eq!(stats.mmaps_inherited, 3);
+    assert_eq!(stats.mmaps_not_remembered, 0);
 }
 
 /// The first executable mapping of `pid`'s own executable in `/proc/PID/maps`.

@@ -594,20 +594,19 @@ fn symbolizes_pie_and_shared_library_from_the_trace_mappings() {
         &loader_mapping(10, &lib, lib_path, lib_base, lib_hot, None),
     );
     // Another process has something else mapped where the PIE is in process 10.
-    mmap_blob(
-        &mut w,
-        &fxtrace::format::mmap::MmapRecord {
-            pid: 99,
-            time: 5,
-            start: base,
-            len: 0x10_0000,
-            pgoff: 0,
-            build_id: None,
-            path: b"/nonexistent/other",
-        }
-        .encode()
-        .unwrap(),
-    );
+    // Process 99 maps something else at the PIE's addresses.
+    let other = fxtrace::format::mmap::MmapRecord {
+        pid: 99,
+        time: 5,
+        start: base,
+        len: 0x10_0000,
+        pgoff: 0,
+        build_id: None,
+        path: b"/nonexistent/other",
+    }
+    .encode()
+    .unwrap();
+    mmap_blob(&mut w, &other);
     w.push(&ContextSwitch {
         ticks: 10,
         cpu: 0,
@@ -662,20 +661,7 @@ fn symbolizes_pie_and_shared_library_from_the_trace_mappings() {
         &mut w,
         &loader_mapping(10, &lib, lib_path, lib_base, lib_hot, None),
     );
-    mmap_blob(
-        &mut w,
-        &fxtrace::format::mmap::MmapRecord {
-            pid: 99,
-            time: 5,
-            start: base,
-            len: 0x10_0000,
-            pgoff: 0,
-            build_id: None,
-            path: b"/nonexistent/other",
-        }
-        .encode()
-        .unwrap(),
-    );
+    mmap_blob(&mut w, &other);
     lbr_blob(&mut w, "cpu0", 0, 20, &[br(to_lib, 0, false)]);
     let r = LbrReport::read(&w.to_bytes()[..]).report;
     let mut symbols = Symbolizer::new();
@@ -689,6 +675,36 @@ fn symbolizes_pie_and_shared_library_from_the_trace_mappings() {
         out.contains(&format!(
             "  {:#x} -> {:#x} lib_hot (",
             base + hot + 4,
+            lib_base + lib_hot
+        )),
+        "{out}"
+    );
+
+    // A sample that names its address space (fxtrace's capture writes the pid there) needs no
+    // thread: process 10's mappings resolve the PIE's addresses too.
+    let mut w = RecordWriter::with_magic();
+    mmap_blob(&mut w, &loader_mapping(10, &pie, pie_path, base, hot, None));
+    mmap_blob(
+        &mut w,
+        &loader_mapping(10, &lib, lib_path, lib_base, lib_hot, None),
+    );
+    mmap_blob(&mut w, &other);
+    let payload = LbrPayload::new(0, 20, 10, &[br(to_lib, 0, false)]).unwrap();
+    w.push(&Blob {
+        name: StringRef::Inline("cpu0"),
+        blob_type: BlobType::LAST_BRANCH,
+        payload: payload.as_bytes(),
+    })
+    .unwrap();
+    let r = LbrReport::read(&w.to_bytes()[..]).report;
+    let mut symbols = Symbolizer::new();
+    symbols.load_mappings(r.used_mappings());
+    let out = text(&r, &symbols, 5, Breakdown::Overall);
+    assert!(
+        out.contains(&format!(
+            "  {:#x} hot+0x4 ({}/t.c:3) -> {:#x} lib_hot (",
+            base + hot + 4,
+            dir.path().display(),
             lib_base + lib_hot
         )),
         "{out}"

@@ -9,11 +9,11 @@
 //! | [`CaptureEvent::Thread`] | Thread record (indexed while the table has room), Kernel Object records naming the process (`PROCESS` = 1) and the thread (`THREAD` = 2, with a `"process"` koid argument; `:<tid>` when its name is unknown), each once per name |
 //! | [`CaptureEvent::Comm`] | a new Kernel Object record for the renamed thread (and its process when the thread is the main one) |
 //! | [`CaptureEvent::ContextSwitch`] | Context Switch record (type 8, legacy layout: cpu, outgoing state, thread refs, priorities); CPUs above 255 use the scheduling type 1 layout (16-bit cpu) |
-//! | [`CaptureEvent::Branch`] | Blob record of type `LAST_BRANCH` (2), payload per [`crate::format::lbr`], named `"cpu<N>"` (an indexed string) |
+//! | [`CaptureEvent::Branch`] | Blob record of type `LAST_BRANCH` (2), payload per [`crate::format::lbr`], named `"cpu<N>"` (an indexed string); `aspace` is the sampled process's pid (0 when unknown) |
 //! | [`CaptureEvent::Mmap`] | Blob record of type `DATA` (1) named `"fxtrace:mmap"` (an indexed string), payload per [`crate::format::mmap`] (pid, time, start, len, pgoff, build-id, path) |
 //! | [`CaptureEvent::Lost`] | instant event `"fxtrace: N perf records lost"` (category `"fxtrace"`, `count` and `cpu` arguments) and, on the first loss, Provider Event metadata "buffer overflow" |
 //! | [`CaptureEvent::Unsupported`] | Log record with the hint, and an instant event `"fxtrace: <what> unavailable"` |
-//! | [`CaptureEvent::Fork`] / [`CaptureEvent::Exit`] | nothing of their own (a reused tid in another process re-registers its thread) |
+//! | [`CaptureEvent::Fork`] / [`CaptureEvent::Exit`] | nothing of their own (a reused tid in another process re-registers its thread), except that a forked process gets a copy of its parent's mapping blobs (the kernel reports none for the inherited address space) |
 //!
 //! # Thread table
 //!
@@ -51,7 +51,7 @@ use thiserror::Error;
 
 use super::events::{
     BranchSample, CaptureEvent, ContextSwitch, Lost, LostKind, MemoryMap, SwitchSides, TaskComm,
-    TaskFork, ThreadInfo, Unsupported,
+    TaskExit, TaskFork, ThreadInfo, Unsupported,
 };
 use super::state::ThreadState as LinuxThreadState;
 use crate::format::lbr::{LbrBranch, LbrPayload, LBR_MAX_BRANCHES};
@@ -220,6 +220,12 @@ pub struct KernelTraceStats {
     pub mmap_blobs: u64,
     /// Mappings whose path (over 4096 bytes) or build-id (over 32 bytes) was cut to fit.
     pub mmaps_truncated: u64,
+    /// Mapping blobs written for a forked child: copies of its parent's mappings, which the
+    /// kernel does not report again (counted in `mmap_blobs` too).
+    pub mmaps_inherited: u64,
+    /// Mappings not remembered for a later fork because [`MAX_REMEMBERED_MAPPINGS`] were
+    /// already held: a child forked from that process misses them.
+    pub mmaps_not_remembered: u64,
     /// Records the kernel reported lost (`PERF_RECORD_LOST`).
     pub lost_records: u64,
     /// Samples the kernel reported lost (`PERF_RECORD_LOST_SAMPLES`).
@@ -299,6 +305,10 @@ impl Hasher for IdHasher {
 
 /// A map keyed by ids.
 type IdMap<V> = HashMap<u32, V, BuildHasherDefault<IdHasher>>;
+
+/// How many mappings the writer keeps to copy to forked children (about 100 bytes each plus
+/// the path): beyond it, new mappings are written but not remembered, and counted.
+pub const MAX_REMEMBERED_MAPPINGS: usize = 1 << 18;
 /// A set of ids.
 type IdSet = HashSet<u32, BuildHasherDefault<IdHasher>>;
 
@@ -326,6 +336,10 @@ pub struct KernelTraceWriter<S: RecordSink> {
     process_names: IdMap<String>,
     /// Threads written with [`UNKNOWN_PROCESS_KOID`].
     unknown_process: IdSet,
+    /// The mappings written for each process, copied to a child it forks.
+    mappings: IdMap<Vec<MemoryMap>>,
+    /// How many mappings `mappings` holds.
+    remembered_mappings: usize,
     last_time: u64,
     overflow_reported: bool,
 }
@@ -361,6 +375,8 @@ impl<S: RecordSink> KernelTraceWriter<S> {
             thread_names: IdMap::default(),
             process_names: IdMap::default(),
             unknown_process: IdSet::default(),
+            mappings: IdMap::default(),
+            remembered_mappings: 0,
             overflow_reported: false,
         })
     }
@@ -394,8 +410,14 @@ impl<S: RecordSink> KernelTraceWriter<S> {
             CaptureEvent::Thread(info) => self.thread(info),
             CaptureEvent::Comm(comm) => self.comm(comm),
             CaptureEvent::Fork(fork) => self.fork(fork),
-            CaptureEvent::Exit(_) => Ok(()),
-            CaptureEvent::Mmap(map) => self.mmap(map),
+            CaptureEvent::Exit(exit) => {
+                self.exit(exit);
+                Ok(())
+            }
+            CaptureEvent::Mmap(map) => {
+                self.remember(map);
+                self.mmap(map)
+            }
             CaptureEvent::Lost(lost) => self.lost(lost),
             CaptureEvent::Branch(sample) => self.branch(sample),
             CaptureEvent::Unsupported(u) => self.unsupported(u),
@@ -655,6 +677,9 @@ impl<S: RecordSink> KernelTraceWriter<S> {
     }
 
     fn fork(&mut self, fork: &TaskFork) -> Result<(), SinkError> {
+        if fork.pid != fork.ppid {
+            self.inherit_mappings(fork)?;
+        }
         if self
             .threads
             .get(&fork.tid)
@@ -674,6 +699,10 @@ impl<S: RecordSink> KernelTraceWriter<S> {
     }
 
     fn comm(&mut self, comm: &TaskComm) -> Result<(), SinkError> {
+        if comm.exec {
+            // The old image is gone; the kernel reports the new one's mappings after this.
+            self.forget_mappings(comm.pid);
+        }
         if self.threads.contains_key(&comm.tid) {
             self.thread_ref(comm.tid, Some(comm.pid))?;
         }
@@ -752,7 +781,12 @@ impl<S: RecordSink> KernelTraceWriter<S> {
         }
         // The kernel's CPU numbers fit 16 bits on every machine Linux runs on; saturate anyway.
         let cpu = u16::try_from(sample.cpu).unwrap_or(u16::MAX);
-        let payload = match LbrPayload::new(cpu, sample.time, 0, &branches[..kept]) {
+        // The address space is the process: its pid (0 when the kernel could not say, -1).
+        let aspace = match sample.pid {
+            u32::MAX => 0,
+            pid => u64::from(pid),
+        };
+        let payload = match LbrPayload::new(cpu, sample.time, aspace, &branches[..kept]) {
             Ok(p) => p,
             Err(_) => {
                 // Unreachable with at most 32 entries; counted rather than trusted.
@@ -774,6 +808,56 @@ impl<S: RecordSink> KernelTraceWriter<S> {
             blob_type: BlobType::LAST_BRANCH,
             payload: payload.as_bytes(),
         }))
+    }
+
+    /// Keeps `map` for a child its process may fork (bounded, see
+    /// [`MAX_REMEMBERED_MAPPINGS`]).
+    fn remember(&mut self, map: &MemoryMap) {
+        if self.remembered_mappings >= MAX_REMEMBERED_MAPPINGS {
+            self.stats.mmaps_not_remembered += 1;
+            return;
+        }
+        self.remembered_mappings += 1;
+        self.mappings.entry(map.pid).or_default().push(map.clone());
+    }
+
+    fn forget_mappings(&mut self, pid: u32) {
+        if let Some(maps) = self.mappings.remove(&pid) {
+            self.remembered_mappings -= maps.len();
+        }
+    }
+
+    /// A process ends with its main thread's exit: its mappings are no longer needed.
+    fn exit(&mut self, exit: &TaskExit) {
+        if exit.pid == exit.tid {
+            self.forget_mappings(exit.pid);
+        }
+    }
+
+    /// A new process starts with its parent's address space, which the kernel does not report
+    /// again (as `perf report` does, the parent's mappings are copied to the child): write
+    /// them for the child, stamped with the fork's time.
+    fn inherit_mappings(&mut self, fork: &TaskFork) -> Result<(), SinkError> {
+        self.forget_mappings(fork.pid);
+        let Some(parent) = self.mappings.get(&fork.ppid) else {
+            return Ok(());
+        };
+        let children: Vec<MemoryMap> = parent
+            .iter()
+            .map(|m| MemoryMap {
+                time: fork.time,
+                pid: fork.pid,
+                tid: fork.tid,
+                synthesized: false,
+                ..m.clone()
+            })
+            .collect();
+        for map in &children {
+            self.remember(map);
+            self.mmap(map)?;
+            self.stats.mmaps_inherited += 1;
+        }
+        Ok(())
     }
 
     fn mmap(&mut self, map: &MemoryMap) -> Result<(), SinkError> {

@@ -441,6 +441,11 @@ impl fmt::Display for SystemWideSummary {
             ("events out of time order", t.late),
             ("records the trace could not hold", t.dropped_records),
             ("LBR entries beyond 32", t.lbr_entries_truncated),
+            ("mappings whose path or build-id was cut", t.mmaps_truncated),
+            (
+                "mappings not kept for forked children (limit reached)",
+                t.mmaps_not_remembered,
+            ),
         ];
         for (what, n) in damage.iter().filter(|(_, n)| *n > 0) {
             writeln!(f, "  warning: {n} {what}")?;

@@ -390,9 +390,15 @@ impl LbrReport {
         let ns = ticks_to_ns(sample.header.event_time, ticks_per_second);
         let thread = self.thread_at(cpu, ns);
         if !self.mappings.is_empty() {
-            let pid = thread
-                .and_then(|t| self.threads.get(&t))
-                .and_then(|t| t.pid)
+            // The sample's own address space (the pid, from fxtrace's capture), else the
+            // process of the thread running on its CPU.
+            let aspace = Some(sample.header.aspace).filter(|&a| a != 0);
+            let pid = aspace
+                .or_else(|| {
+                    thread
+                        .and_then(|t| self.threads.get(&t))
+                        .and_then(|t| t.pid)
+                })
                 .and_then(|p| u32::try_from(p).ok());
             for b in sample.branches() {
                 self.resolve(pid, ns, b.from);
