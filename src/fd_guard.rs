@@ -286,7 +286,8 @@ pub fn drop_if_ours<T>(owner: T, fd: RawFd, identity: &FdIdentity) -> bool {
 /// A wake-up channel between fxtrace's threads: a non-blocking pipe, the waiting thread polls
 /// the read end, [`WakePipe::wake`] writes one byte. A pipe rather than an eventfd because each
 /// pipe has its own inode, so a program that closes the descriptors and creates pipes or
-/// eventfds of its own never gets fxtrace's wake-up byte.
+/// eventfds of its own never gets fxtrace's wake-up byte. A wake-up into a pipe whose read end
+/// the program closed raises no `SIGPIPE` in the program.
 #[derive(Debug)]
 pub struct WakePipe {
     read: GuardedFd,
@@ -337,14 +338,51 @@ impl WakePipe {
 pub fn wake_raw(write_end: RawFd, identity: &FdIdentity) -> Result<(), FdStatus> {
     match identity.check(write_end) {
         FdStatus::Ours => {
-            let byte = 1u8;
-            // SAFETY: writes one byte from a live local into a descriptor that still names our
-            // pipe. A full pipe (EAGAIN) already holds a wake-up.
-            let _ = unsafe { libc::write(write_end, (&byte as *const u8).cast(), 1) };
+            write_without_sigpipe(write_end);
             Ok(())
         }
         status => Err(status),
     }
+}
+
+/// Writes one wake-up byte into the pipe `write_end` without ever raising `SIGPIPE` in the
+/// traced program. If the program closed the read end (so the pipe has no reader), `write`
+/// fails with `EPIPE` and the kernel sends this thread a `SIGPIPE`, which kills a C program
+/// by default. The signal is blocked around the write and a `SIGPIPE` this write raised is
+/// taken back with `sigtimedwait` before the old mask returns; one already pending for the
+/// program stays pending. Every call here is async-signal-safe. A full pipe (`EAGAIN`)
+/// already holds a wake-up.
+fn write_without_sigpipe(write_end: RawFd) {
+    // SAFETY: sigset_t is plain data; sigemptyset/sigaddset initialise it before any use.
+    let mut sigpipe: libc::sigset_t = unsafe { std::mem::zeroed() };
+    // SAFETY: as above, for the saved mask and the pending set (filled by the calls below).
+    let (mut old, mut pending): (libc::sigset_t, libc::sigset_t) =
+        unsafe { (std::mem::zeroed(), std::mem::zeroed()) };
+    // SAFETY: valid pointers to local sigset_t values for the duration of each call.
+    unsafe {
+        libc::sigemptyset(&mut sigpipe);
+        libc::sigaddset(&mut sigpipe, libc::SIGPIPE);
+        libc::pthread_sigmask(libc::SIG_BLOCK, &sigpipe, &mut old);
+        libc::sigpending(&mut pending);
+    }
+    // SAFETY: `pending` was filled by sigpending.
+    let already_pending = unsafe { libc::sigismember(&pending, libc::SIGPIPE) } == 1;
+    let byte = 1u8;
+    // SAFETY: writes one byte from a live local into a descriptor that still names our pipe.
+    let written = unsafe { libc::write(write_end, (&byte as *const u8).cast(), 1) };
+    if written < 0
+        && io::Error::last_os_error().raw_os_error() == Some(libc::EPIPE)
+        && !already_pending
+    {
+        let zero = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: valid pointers; a zero timeout only takes a SIGPIPE that is pending now.
+        unsafe { libc::sigtimedwait(&sigpipe, std::ptr::null_mut(), &zero) };
+    }
+    // SAFETY: restores the mask saved above.
+    unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut()) };
 }
 
 #[cfg(test)]
@@ -530,6 +568,37 @@ mod tests {
         assert_ne!(e, p, "the kind differs");
         assert_eq!(e.check(epfd), FdStatus::Reused);
         close();
+    }
+
+    /// A program that closed the read end leaves a pipe without a reader: a wake-up must not
+    /// raise SIGPIPE (which kills a C program by default; Rust ignores it, so the check runs
+    /// in a child with the default disposition).
+    #[test]
+    fn waking_a_pipe_whose_reader_is_gone_raises_no_sigpipe() {
+        let WakePipe { read, write } = WakePipe::new("test pipe").unwrap();
+        let (fd, identity) = (write.raw(), write.identity());
+        // The program closed the read end: the pipe has no reader left.
+        drop(read);
+        // SAFETY: fork in a test; the child only makes async-signal-safe calls and _exits.
+        let child = unsafe { libc::fork() };
+        assert!(child >= 0);
+        if child == 0 {
+            // SAFETY: the child restores SIGPIPE's default action, wakes, and exits.
+            unsafe {
+                libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+                let ok = wake_raw(fd, &identity).is_ok();
+                libc::_exit(if ok { 0 } else { 3 });
+            }
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just forked.
+        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "the child died of signal {} (13 is SIGPIPE)",
+            libc::WTERMSIG(status)
+        );
+        drop(write);
     }
 
     #[test]

@@ -187,13 +187,17 @@ pub(crate) fn flush_and_wait() -> bool {
             return false;
         }
         let slice = left.min(WAIT_SLICE_MS);
-        if still_ours(&fds.done) {
-            if wait_readable(fds.done.0, slice) && still_ours(&fds.done) {
-                return true;
-            }
-        } else {
+        // The done pipe only wakes the wait; `FLUSHED` (stored before the byte is written)
+        // decides. Readable without `FLUSHED` means its write end is gone (POLLHUP): the
+        // program took it, so sleep the slice instead of spinning on it.
+        let woken = still_ours(&fds.done) && wait_readable(fds.done.0, slice);
+        // ATOMICS: see `FLUSHED`.
+        if woken && !FLUSHED.load(Ordering::Acquire) {
             // poll with no descriptor: an async-signal-safe sleep.
             // SAFETY: a null array of zero pollfds.
+            unsafe { libc::poll(std::ptr::null_mut(), 0, slice as libc::c_int) };
+        } else if !still_ours(&fds.done) {
+            // SAFETY: as above.
             unsafe { libc::poll(std::ptr::null_mut(), 0, slice as libc::c_int) };
         }
     }
