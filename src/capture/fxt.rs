@@ -223,7 +223,8 @@ pub struct KernelTraceStats {
     /// Mapping blobs written for a forked child: copies of its parent's mappings, which the
     /// kernel does not report again (counted in `mmap_blobs` too).
     pub mmaps_inherited: u64,
-    /// Mappings not remembered for a later fork because [`MAX_REMEMBERED_MAPPINGS`] were
+    /// Mappings not remembered for a later fork because [`MAX_REMEMBERED_MAPPINGS`] (or
+    /// [`MAX_REMEMBERED_BYTES`]) were
     /// already held: a child forked from that process misses them.
     pub mmaps_not_remembered: u64,
     /// Records the kernel reported lost (`PERF_RECORD_LOST`).
@@ -306,9 +307,18 @@ impl Hasher for IdHasher {
 /// A map keyed by ids.
 type IdMap<V> = HashMap<u32, V, BuildHasherDefault<IdHasher>>;
 
-/// How many mappings the writer keeps to copy to forked children (about 100 bytes each plus
-/// the path): beyond it, new mappings are written but not remembered, and counted.
+/// What a remembered mapping costs, approximately: its fields, path and build-id.
+fn remembered_size(map: &MemoryMap) -> usize {
+    std::mem::size_of::<MemoryMap>() + map.path.len() + map.build_id.as_ref().map_or(0, Vec::len)
+}
+
+/// How many mappings the writer keeps to copy to forked children: beyond it (or beyond
+/// [`MAX_REMEMBERED_BYTES`]), new mappings are written but not remembered, and counted.
 pub const MAX_REMEMBERED_MAPPINGS: usize = 1 << 18;
+
+/// How many bytes of remembered mappings (paths, build-ids and about 100 bytes of fields each)
+/// the writer keeps at most: in the preload object this memory is the traced program's.
+pub const MAX_REMEMBERED_BYTES: usize = 32 << 20;
 /// A set of ids.
 type IdSet = HashSet<u32, BuildHasherDefault<IdHasher>>;
 
@@ -338,8 +348,9 @@ pub struct KernelTraceWriter<S: RecordSink> {
     unknown_process: IdSet,
     /// The mappings written for each process, copied to a child it forks.
     mappings: IdMap<Vec<MemoryMap>>,
-    /// How many mappings `mappings` holds.
+    /// How many mappings `mappings` holds, and their approximate size in bytes.
     remembered_mappings: usize,
+    remembered_bytes: usize,
     last_time: u64,
     overflow_reported: bool,
 }
@@ -377,6 +388,7 @@ impl<S: RecordSink> KernelTraceWriter<S> {
             unknown_process: IdSet::default(),
             mappings: IdMap::default(),
             remembered_mappings: 0,
+            remembered_bytes: 0,
             overflow_reported: false,
         })
     }
@@ -813,17 +825,22 @@ impl<S: RecordSink> KernelTraceWriter<S> {
     /// Keeps `map` for a child its process may fork (bounded, see
     /// [`MAX_REMEMBERED_MAPPINGS`]).
     fn remember(&mut self, map: &MemoryMap) {
-        if self.remembered_mappings >= MAX_REMEMBERED_MAPPINGS {
+        let bytes = remembered_size(map);
+        if self.remembered_mappings >= MAX_REMEMBERED_MAPPINGS
+            || self.remembered_bytes + bytes > MAX_REMEMBERED_BYTES
+        {
             self.stats.mmaps_not_remembered += 1;
             return;
         }
         self.remembered_mappings += 1;
+        self.remembered_bytes += bytes;
         self.mappings.entry(map.pid).or_default().push(map.clone());
     }
 
     fn forget_mappings(&mut self, pid: u32) {
         if let Some(maps) = self.mappings.remove(&pid) {
             self.remembered_mappings -= maps.len();
+            self.remembered_bytes -= maps.iter().map(remembered_size).sum::<usize>();
         }
     }
 

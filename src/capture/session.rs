@@ -1098,9 +1098,11 @@ impl Worker {
             .collect();
         let stop_index = fds.len() - 1;
         loop {
-            self.sys
-                .poll(&mut fds, self.poll_ms)
-                .map_err(CaptureError::Poll)?;
+            if let Err(e) = self.sys.poll(&mut fds, self.poll_ms) {
+                // Deliver what the rings and the pid resolver hold before giving up.
+                self.finish(None);
+                return Err(CaptureError::Poll(e));
+            }
             // ATOMICS: see `StopSignal::requested`.
             let stopping = self.stop.requested.load(Ordering::Relaxed);
             let mut lost = self.stop.pipe.check().err();
