@@ -31,7 +31,7 @@ fn raw_memfd(size: i64, seals: libc::c_int) -> OwnedFd {
 
 fn seals_of(buffer: &TraceBuffer) -> libc::c_int {
     // SAFETY: integer arguments on a valid fd.
-    unsafe { libc::fcntl(buffer.fd().as_raw_fd(), libc::F_GET_SEALS) }
+    unsafe { libc::fcntl(buffer.fd().unwrap().as_raw_fd(), libc::F_GET_SEALS) }
 }
 
 #[test]
@@ -50,11 +50,11 @@ fn create_makes_a_sealed_zero_filled_buffer() {
         .all(|&b| b == 0));
     // The size can no longer change.
     // SAFETY: integer arguments on a valid fd.
-    let ret = unsafe { libc::ftruncate(buffer.fd().as_raw_fd(), 4096) };
+    let ret = unsafe { libc::ftruncate(buffer.fd().unwrap().as_raw_fd(), 4096) };
     assert_eq!(ret, -1);
     // The fd is close-on-exec.
     // SAFETY: integer arguments on a valid fd.
-    let flags = unsafe { libc::fcntl(buffer.fd().as_raw_fd(), libc::F_GETFD) };
+    let flags = unsafe { libc::fcntl(buffer.fd().unwrap().as_raw_fd(), libc::F_GETFD) };
     assert_ne!(flags & libc::FD_CLOEXEC, 0);
 }
 

@@ -43,7 +43,7 @@ fn fake_manager(listener: &ControlListener, rate: u64) -> (bool, TraceBuffer, Co
             provider_id: 1,
             ticks_per_second: accepts_ticks_per_second.then_some(rate),
         },
-        &[buffer.fd(), theirs.as_fd()],
+        &[buffer.fd().unwrap(), theirs.as_fd()],
     )
     .unwrap();
     conn.send_msg(

@@ -39,6 +39,9 @@ pub enum BufferError {
         /// Seals required.
         need: libc::c_int,
     },
+    /// The buffer was mapped without keeping its descriptor ([`TraceBuffer::map_received`]).
+    #[error("this trace buffer kept no descriptor (mapped with map_received)")]
+    NoDescriptor,
     /// A read outside the buffer.
     #[error("range {offset}+{len} is outside the {size}-byte trace buffer")]
     OutOfRange {
@@ -56,10 +59,11 @@ pub fn is_valid_buffer_size(size: u64) -> bool {
     (MIN_BUFFER_SIZE..=MAX_BUFFER_SIZE).contains(&size) && size % BUFFER_SIZE_GRANULE == 0
 }
 
-/// A sealed memfd and its `MAP_SHARED` read-write mapping.
+/// A sealed memfd and its `MAP_SHARED` read-write mapping (the descriptor is not kept by
+/// [`TraceBuffer::map_received`]: the mapping does not need it).
 #[derive(Debug)]
 pub struct TraceBuffer {
-    fd: OwnedFd,
+    fd: Option<OwnedFd>,
     ptr: NonNull<u8>,
     len: usize,
 }
@@ -84,17 +88,28 @@ impl TraceBuffer {
         )?;
         sys::ftruncate(fd.as_fd(), size)?;
         sys::add_seals(fd.as_fd(), CREATED_SEALS)?;
-        Self::map(fd, size)
+        let mut buffer = Self::map(fd.as_fd(), size)?;
+        buffer.fd = Some(fd);
+        Ok(buffer)
     }
 
     /// Map a memfd received from a manager, after checking its size (`fstat`) and its seals
     /// (`F_GET_SEALS` must include shrink and grow).
     pub fn from_fd(fd: OwnedFd) -> Result<Self, BufferError> {
-        let size = sys::fstat_size(fd.as_fd())?;
+        let mut buffer = Self::map_received(fd.as_fd())?;
+        buffer.fd = Some(fd);
+        Ok(buffer)
+    }
+
+    /// As [`TraceBuffer::from_fd`], but keeps no descriptor: the caller closes `fd` (the
+    /// mapping stays valid). A provider maps its buffer this way, so that a traced program
+    /// that closes descriptors it did not open can never make fxtrace close one of its files.
+    pub fn map_received(fd: BorrowedFd<'_>) -> Result<Self, BufferError> {
+        let size = sys::fstat_size(fd)?;
         if !is_valid_buffer_size(size) {
             return Err(BufferError::InvalidSize { size });
         }
-        let seals = sys::get_seals(fd.as_fd())?;
+        let seals = sys::get_seals(fd)?;
         if seals & REQUIRED_SEALS != REQUIRED_SEALS {
             return Err(BufferError::MissingSeals {
                 have: seals,
@@ -104,10 +119,10 @@ impl TraceBuffer {
         Self::map(fd, size)
     }
 
-    fn map(fd: OwnedFd, size: u64) -> Result<Self, BufferError> {
+    fn map(fd: BorrowedFd<'_>, size: u64) -> Result<Self, BufferError> {
         let len = usize::try_from(size).map_err(|_| BufferError::InvalidSize { size })?;
-        let ptr = sys::mmap_shared(fd.as_fd(), len)?;
-        Ok(Self { fd, ptr, len })
+        let ptr = sys::mmap_shared(fd, len)?;
+        Ok(Self { fd: None, ptr, len })
     }
 
     /// Size of the buffer in bytes (header included).
@@ -115,14 +130,18 @@ impl TraceBuffer {
         self.len as u64
     }
 
-    /// The memfd.
-    pub fn fd(&self) -> BorrowedFd<'_> {
-        self.fd.as_fd()
+    /// The memfd ([`BufferError::NoDescriptor`] for a buffer from
+    /// [`TraceBuffer::map_received`]).
+    pub fn fd(&self) -> Result<BorrowedFd<'_>, BufferError> {
+        self.fd
+            .as_ref()
+            .map(AsFd::as_fd)
+            .ok_or(BufferError::NoDescriptor)
     }
 
     /// A new fd for the same memfd (`F_DUPFD_CLOEXEC`), e.g. to map it a second time.
     pub fn try_clone_fd(&self) -> Result<OwnedFd, BufferError> {
-        self.fd.try_clone().map_err(|source| {
+        self.fd()?.try_clone_to_owned().map_err(|source| {
             BufferError::Sys(SysError {
                 op: "fcntl(F_DUPFD_CLOEXEC)",
                 source,
@@ -147,7 +166,7 @@ impl TraceBuffer {
     /// whose writers have finished).
     pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), BufferError> {
         self.check_range(offset, buf.len() as u64)?;
-        sys::pread_exact(self.fd.as_fd(), buf, offset)?;
+        sys::pread_exact(self.fd()?, buf, offset)?;
         Ok(())
     }
 
@@ -173,7 +192,17 @@ impl TraceBuffer {
         let last_full = end / page * page;
         if first_full < last_full {
             self.clear_bytes(offset, first_full - offset);
-            sys::punch_hole(self.fd.as_fd(), first_full, last_full - first_full)?;
+            match &self.fd {
+                Some(fd) => sys::punch_hole(fd.as_fd(), first_full, last_full - first_full)?,
+                // SAFETY: `first_full..last_full` is page-aligned and inside the mapping
+                // (checked above), and the caller guarantees no one else accesses it.
+                None => unsafe {
+                    sys::remove_pages(
+                        self.ptr.as_ptr().add(first_full as usize),
+                        (last_full - first_full) as usize,
+                    )?
+                },
+            }
             self.clear_bytes(last_full, end - last_full);
         } else {
             self.clear_bytes(offset, len);
@@ -212,5 +241,35 @@ impl Drop for TraceBuffer {
         // SAFETY: the mapping was made by `mmap_shared` in `map` and nothing borrows it any
         // more (borrows of `self` have ended). An error here can only leak address space.
         let _ = unsafe { sys::munmap(self.ptr, self.len) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A provider's mapping keeps no descriptor, and still clears whole pages (MADV_REMOVE on
+    /// the shared mapping punches the memfd, as the manager's own mapping sees).
+    #[test]
+    fn a_mapping_without_descriptor_zeroes_ranges_through_the_mapping() {
+        let manager = TraceBuffer::create(4 * BUFFER_SIZE_GRANULE).unwrap();
+        let provider = TraceBuffer::map_received(manager.fd().unwrap()).unwrap();
+        assert!(matches!(provider.fd(), Err(BufferError::NoDescriptor)));
+        assert!(matches!(
+            provider.try_clone_fd(),
+            Err(BufferError::NoDescriptor)
+        ));
+        let len = 3 * BUFFER_SIZE_GRANULE;
+        // SAFETY: the first three pages of the provider's live mapping; nothing else runs.
+        unsafe { provider.as_ptr().write_bytes(0xab, len as usize) };
+        let mut seen = vec![0u8; len as usize];
+        manager.read_at(0, &mut seen).unwrap();
+        assert!(seen.iter().all(|&b| b == 0xab), "one memfd, two mappings");
+        // A partial page, two whole pages, a partial page.
+        provider.zero_range(100, len - 200).unwrap();
+        manager.read_at(0, &mut seen).unwrap();
+        assert!(seen[..100].iter().all(|&b| b == 0xab));
+        assert!(seen[100..(len - 100) as usize].iter().all(|&b| b == 0));
+        assert!(seen[(len - 100) as usize..].iter().all(|&b| b == 0xab));
     }
 }

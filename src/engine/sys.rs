@@ -179,6 +179,21 @@ pub(crate) fn punch_hole(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<()
     Ok(())
 }
 
+/// `madvise(addr, len, MADV_REMOVE)` on a shared memfd mapping: as [`punch_hole`] for that
+/// range of the file, without needing its descriptor.
+///
+/// # Safety
+///
+/// `[addr, addr + len)` must be a page-aligned range of a live `MAP_SHARED` mapping that no
+/// one else accesses during the call.
+pub(crate) unsafe fn remove_pages(addr: *mut u8, len: usize) -> Result<(), SysError> {
+    // SAFETY: the caller passes a page-aligned range of a live shared mapping.
+    check("madvise(MADV_REMOVE)", unsafe {
+        libc::madvise(addr.cast(), len, libc::MADV_REMOVE)
+    })?;
+    Ok(())
+}
+
 const MEMBARRIER_CMD_QUERY: libc::c_long = 0;
 const MEMBARRIER_CMD_PRIVATE_EXPEDITED: libc::c_long = 1 << 3;
 const MEMBARRIER_CMD_REGISTER_PRIVATE_EXPEDITED: libc::c_long = 1 << 4;

@@ -737,6 +737,17 @@ impl Manager {
                 return;
             }
         };
+        // A buffer made by `create` always keeps its descriptor.
+        let memfd = match buffer.fd() {
+            Ok(fd) => fd,
+            Err(e) => {
+                self.events.push(ManagerEvent::Refused {
+                    pid: Some(peer_pid),
+                    reason: format!("provider {name:?}: its buffer has no descriptor: {e}"),
+                });
+                return;
+            }
+        };
         let now = Instant::now();
         let (id, commands) = self.session.register_provider(pid, &name, known_categories);
         let mode = self.config.session.buffering_mode;
@@ -748,7 +759,7 @@ impl Manager {
             ticks_per_second: accepts_ticks_per_second
                 .then(|| crate::clock::info().ticks_per_second),
         };
-        let sent = conn.send(&init, &[buffer.fd(), provider_end.as_fd()]);
+        let sent = conn.send(&init, &[memfd, provider_end.as_fd()]);
         drop(provider_end);
         let engine_mode = header::BufferingMode::from_raw(mode.to_engine())
             .unwrap_or(header::BufferingMode::Oneshot);

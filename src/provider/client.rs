@@ -2,9 +2,10 @@
 //!
 //! # Descriptors the program closes
 //!
-//! The provider's descriptors (control socket, FIFO, the control thread's wake-up pipe, the
-//! buffer's memfd) live in a program that may close descriptors it did not open and reuse
-//! their numbers ([`crate::fd_guard`]). Every number is checked before it is acted on: the
+//! The provider's descriptors (control socket, FIFO, the control thread's wake-up pipe) live in
+//! a program that may close descriptors it did not open and reuse their numbers
+//! ([`crate::fd_guard`]); the buffer's memfd is closed as soon as it is mapped, so it is not
+//! one of them. Every number is checked before it is acted on: the
 //! control thread checks all of them after every wake-up, before reading anything. A lost
 //! descriptor ends the session with the reason "the program closed fxtrace's descriptor N
 //! (control socket): tracing stopped; data already written is kept", written once into the
@@ -90,8 +91,6 @@ pub(super) struct Shared {
     categories: Vec<String>,
     context: Context,
     fifo: Arc<GuardedFd>,
-    /// The buffer memfd's number and identity (the engine owns the descriptor).
-    memfd: (RawFd, FdIdentity),
     /// Rules: set by the handle's drop, read by the control thread after every wake-up (its
     /// wake-up pipe may be gone and a manager message wake it instead). ATOMICS: `Relaxed`: a
     /// flag; nothing is published through it (the thread's join orders what follows).
@@ -266,21 +265,13 @@ impl Shared {
         }
     }
 
-    /// The first of the provider's descriptors (control socket `control`, FIFO, wake-up pipe,
-    /// buffer memfd) that is no longer its own.
+    /// The first of the provider's descriptors (control socket `control`, FIFO, wake-up pipe)
+    /// that is no longer its own.
     fn lost_descriptor(&self, control: &ControlFd, waker: &WakePipe) -> Option<FdLost> {
         let control = control.check().err();
         control
             .or_else(|| self.fifo.check().err())
             .or_else(|| waker.check().err())
-            .or_else(|| match self.memfd.1.check(self.memfd.0) {
-                FdStatus::Ours => None,
-                status => Some(FdLost {
-                    fd: self.memfd.0,
-                    what: "trace buffer memfd",
-                    status,
-                }),
-            })
     }
 
     /// The session is over: stop tracing for good, close the FIFO.
@@ -361,10 +352,11 @@ impl Provider {
         // `recv_msg` checked there are exactly two: the memfd, then the FIFO.
         let fifo = fds.pop().ok_or(ProviderError::Handshake("Initialize"))?;
         let fifo = Arc::new(GuardedFd::new(fifo, "FIFO").map_err(sys_error("fstat"))?);
+        // Mapped, then closed at once: the mapping needs no descriptor, so there is none the
+        // program could take over.
         let memfd = fds.pop().ok_or(ProviderError::Handshake("Initialize"))?;
-        let memfd_id = FdIdentity::of(memfd.as_fd()).map_err(sys_error("fstat"))?;
-        let buffer = TraceBuffer::from_fd(memfd)?;
-        let memfd = (buffer.fd().as_raw_fd(), memfd_id);
+        let buffer = TraceBuffer::map_received(memfd.as_fd())?;
+        drop(memfd);
         let counters = Arc::new(Counters::default());
         let handler = Arc::new(SaveRequester {
             fifo: fifo.clone(),
@@ -389,7 +381,6 @@ impl Provider {
             categories,
             context,
             fifo,
-            memfd,
             closing: AtomicBool::new(false),
             stop_timeout: options.stop_timeout,
             clock_handoff,
@@ -564,10 +555,6 @@ impl Drop for Provider {
             Err(_) => self.shared.stop(self.shared.stop_timeout, false),
         }
         super::clear_current(&self.shared);
-        // The engine closes the memfd when the last context is dropped: if the program took
-        // its number, keep one context forever instead (the mapping stays; nothing is closed).
-        let (fd, identity) = self.shared.memfd;
-        fd_guard::drop_if_ours(self.shared.context.clone(), fd, &identity);
     }
 }
 

@@ -381,7 +381,8 @@ impl FakeProvider {
     /// Write `words` at byte `offset` of the buffer.
     pub fn put_words(&self, offset: u64, words: &[u64]) {
         let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
-        let n = nix::sys::uio::pwrite(self.buffer.fd(), &bytes, offset as i64).expect("pwrite");
+        let n = nix::sys::uio::pwrite(self.buffer.fd().unwrap(), &bytes, offset as i64)
+            .expect("pwrite");
         assert_eq!(n, bytes.len());
     }
 }
@@ -439,7 +440,7 @@ impl FakeManager {
                 provider_id: 7,
                 ticks_per_second: None,
             },
-            &[buffer.fd(), theirs.as_fd()],
+            &[buffer.fd().unwrap(), theirs.as_fd()],
         )
         .unwrap();
         FakeSession {
