@@ -463,3 +463,69 @@ fn dropping_a_provider_robbed_of_its_descriptors_stops_tracing_and_closes_nothin
     assert_eq!(context.state(), TraceState::Stopped);
     assert_intact(&mut files);
 }
+
+/// A manager of control revision 1 does not know Register's trailing clock field: it refuses
+/// the frame and closes the connection. The provider registers again without the field, and
+/// traces, measuring its own clock.
+#[test]
+fn a_manager_that_refuses_the_clock_field_gets_a_second_register_without_it() {
+    use fxtrace::engine::TraceBuffer;
+    use fxtrace::protocol::transport::ControlListener;
+
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old-manager.sock");
+    let listener = ControlListener::bind(&path).unwrap();
+    let old_manager = std::thread::spawn(move || {
+        let mut asked = Vec::new();
+        // First connection: the field is there; an old decoder refuses it and hangs up.
+        let mut conn = listener.accept().unwrap();
+        conn.set_recv_timeout(Some(Duration::from_secs(5))).unwrap();
+        match conn.recv_msg().unwrap().0 {
+            Message::Register {
+                accepts_ticks_per_second,
+                ..
+            } => asked.push(accepts_ticks_per_second),
+            other => panic!("expected Register, got {other:?}"),
+        }
+        drop(conn);
+        // Second connection: a revision-1 Register, answered as an old manager does.
+        let mut conn = listener.accept().unwrap();
+        conn.set_recv_timeout(Some(Duration::from_secs(5))).unwrap();
+        match conn.recv_msg().unwrap().0 {
+            Message::Register {
+                accepts_ticks_per_second,
+                ..
+            } => asked.push(accepts_ticks_per_second),
+            other => panic!("expected Register, got {other:?}"),
+        }
+        let buffer = TraceBuffer::create(64 << 10).unwrap();
+        let (fifo, theirs) = transport::fifo_pair().unwrap();
+        conn.send_msg(
+            &Message::Initialize {
+                buffering_mode: BufferingMode::Oneshot,
+                categories: Vec::new(),
+                provider_id: 7,
+                ticks_per_second: None,
+            },
+            &[buffer.fd().unwrap(), theirs.as_fd()],
+        )
+        .unwrap();
+        (asked, conn, fifo, buffer)
+    });
+    let options = ProviderOptions {
+        socket_path: Some(path),
+        ..ProviderOptions::default()
+    };
+    assert!(
+        options.accept_manager_clock,
+        "the default asks for the rate"
+    );
+    let provider = Provider::connect_with("old-manager-client", &options)
+        .expect("registered on the second try")
+        .expect("a manager is listening");
+    let (asked, _conn, _fifo, _buffer) = old_manager.join().unwrap();
+    assert_eq!(asked, [true, false], "with the clock field, then without");
+    assert_eq!(provider.id(), 7);
+    assert!(provider.clock_handoff().is_none(), "no rate came");
+}

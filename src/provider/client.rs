@@ -22,7 +22,7 @@
 //! wakes the thread. Dropping the handle when the wake-up pipe is gone stops tracing from the
 //! dropping thread and does not join a control thread nobody can wake.
 
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Once};
 use std::thread::JoinHandle;
@@ -315,28 +315,20 @@ impl Provider {
         name: &str,
         options: &ProviderOptions,
     ) -> Result<Option<Provider>, ProviderError> {
-        let path = options
-            .socket_path
-            .clone()
-            .unwrap_or_else(default_socket_path);
-        let mut conn = match ControlConn::connect(&path, options.connect_timeout) {
-            Ok(conn) => conn,
-            Err(TransportError::NoManager { .. }) => return Ok(None),
-            Err(e) => return Err(e.into()),
-        };
-        conn.set_recv_timeout(Some(options.handshake_timeout))?;
-        conn.set_send_timeout(Some(options.handshake_timeout))?;
         let name = super::truncate(name, MAX_PROVIDER_NAME_LEN).to_owned();
-        conn.send_msg(
-            &Message::Register {
-                pid: std::process::id(),
-                name: name.clone(),
-                known_categories: options.known_categories.clone(),
-                accepts_ticks_per_second: options.accept_manager_clock,
-            },
-            &[],
-        )?;
-        let (msg, mut fds) = conn.recv_msg()?;
+        let registered = match register(&name, options, options.accept_manager_clock) {
+            // A manager of control revision 1 refuses Register's trailing clock field and
+            // closes the connection: register again without it.
+            Err(ProviderError::Transport(TransportError::PeerClosed))
+                if options.accept_manager_clock =>
+            {
+                register(&name, options, false)
+            }
+            other => other,
+        };
+        let Some((conn, msg, mut fds)) = registered? else {
+            return Ok(None);
+        };
         let Message::Initialize {
             buffering_mode,
             categories,
@@ -556,6 +548,40 @@ impl Drop for Provider {
         }
         super::clear_current(&self.shared);
     }
+}
+
+/// What a Register gets back: the connection, the manager's answer and its descriptors.
+type Registered = (ControlConn, Message, Vec<OwnedFd>);
+
+/// Connect and send Register (with the clock field when `accepts_ticks_per_second`); the
+/// manager's answer. `Ok(None)`: no manager.
+fn register(
+    name: &str,
+    options: &ProviderOptions,
+    accepts_ticks_per_second: bool,
+) -> Result<Option<Registered>, ProviderError> {
+    let path = options
+        .socket_path
+        .clone()
+        .unwrap_or_else(default_socket_path);
+    let mut conn = match ControlConn::connect(&path, options.connect_timeout) {
+        Ok(conn) => conn,
+        Err(TransportError::NoManager { .. }) => return Ok(None),
+        Err(e) => return Err(e.into()),
+    };
+    conn.set_recv_timeout(Some(options.handshake_timeout))?;
+    conn.set_send_timeout(Some(options.handshake_timeout))?;
+    conn.send_msg(
+        &Message::Register {
+            pid: std::process::id(),
+            name: name.to_owned(),
+            known_categories: options.known_categories.clone(),
+            accepts_ticks_per_second,
+        },
+        &[],
+    )?;
+    let (msg, fds) = conn.recv_msg()?;
+    Ok(Some((conn, msg, fds)))
 }
 
 /// A `TransportError::Sys` maker for `map_err`.
