@@ -476,29 +476,26 @@ fn a_manager_that_refuses_the_clock_field_gets_a_second_register_without_it() {
     let dir = tempfile::tempdir().unwrap();
     let path = dir.path().join("old-manager.sock");
     let listener = ControlListener::bind(&path).unwrap();
+    // Whether the connection's Register carries the clock field.
+    fn accepts_ticks_per_second(conn: &mut transport::ControlConn) -> bool {
+        conn.set_recv_timeout(Some(Duration::from_secs(5))).unwrap();
+        match conn.recv_msg().unwrap().0 {
+            Message::Register {
+                accepts_ticks_per_second,
+                ..
+            } => accepts_ticks_per_second,
+            other => panic!("expected Register, got {other:?}"),
+        }
+    }
     let old_manager = std::thread::spawn(move || {
         let mut asked = Vec::new();
         // First connection: the field is there; an old decoder refuses it and hangs up.
         let mut conn = listener.accept().unwrap();
-        conn.set_recv_timeout(Some(Duration::from_secs(5))).unwrap();
-        match conn.recv_msg().unwrap().0 {
-            Message::Register {
-                accepts_ticks_per_second,
-                ..
-            } => asked.push(accepts_ticks_per_second),
-            other => panic!("expected Register, got {other:?}"),
-        }
+        asked.push(accepts_ticks_per_second(&mut conn));
         drop(conn);
         // Second connection: a revision-1 Register, answered as an old manager does.
         let mut conn = listener.accept().unwrap();
-        conn.set_recv_timeout(Some(Duration::from_secs(5))).unwrap();
-        match conn.recv_msg().unwrap().0 {
-            Message::Register {
-                accepts_ticks_per_second,
-                ..
-            } => asked.push(accepts_ticks_per_second),
-            other => panic!("expected Register, got {other:?}"),
-        }
+        asked.push(accepts_ticks_per_second(&mut conn));
         let buffer = TraceBuffer::create(64 << 10).unwrap();
         let (fifo, theirs) = transport::fifo_pair().unwrap();
         conn.send_msg(

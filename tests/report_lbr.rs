@@ -653,20 +653,32 @@ fn symbolizes_pie_and_shared_library_from_the_trace_mappings() {
         "process 99's mapping is not process 10's: {out}"
     );
 
-    // Without a thread (no switch), the address is still resolved when all mappings agree:
+    // No thread is known (no switch): the report of one sample of edge `to_lib` in address
+    // space `aspace` (0: not given), over the two processes' mappings.
+    let unattributed = |aspace: u64| {
+        let mut w = RecordWriter::with_magic();
+        mmap_blob(&mut w, &loader_mapping(10, &pie, pie_path, base, hot, None));
+        mmap_blob(
+            &mut w,
+            &loader_mapping(10, &lib, lib_path, lib_base, lib_hot, None),
+        );
+        mmap_blob(&mut w, &other);
+        let payload = LbrPayload::new(0, 20, aspace, &[br(to_lib, 0, false)]).unwrap();
+        w.push(&Blob {
+            name: StringRef::Inline("cpu0"),
+            blob_type: BlobType::LAST_BRANCH,
+            payload: payload.as_bytes(),
+        })
+        .unwrap();
+        let r = LbrReport::read(&w.to_bytes()[..]).report;
+        let mut symbols = Symbolizer::new();
+        symbols.load_mappings(r.used_mappings());
+        text(&r, &symbols, 5, Breakdown::Overall)
+    };
+
+    // Without an address space, the address is still resolved when all mappings agree:
     // process 99's covers the PIE's addresses too, so those stay raw; the library's do not.
-    let mut w = RecordWriter::with_magic();
-    mmap_blob(&mut w, &loader_mapping(10, &pie, pie_path, base, hot, None));
-    mmap_blob(
-        &mut w,
-        &loader_mapping(10, &lib, lib_path, lib_base, lib_hot, None),
-    );
-    mmap_blob(&mut w, &other);
-    lbr_blob(&mut w, "cpu0", 0, 20, &[br(to_lib, 0, false)]);
-    let r = LbrReport::read(&w.to_bytes()[..]).report;
-    let mut symbols = Symbolizer::new();
-    symbols.load_mappings(r.used_mappings());
-    let out = text(&r, &symbols, 5, Breakdown::Overall);
+    let out = unattributed(0);
     assert!(
         out.contains("threads: 0 known; 1 sample not attributed"),
         "{out}"
@@ -682,24 +694,7 @@ fn symbolizes_pie_and_shared_library_from_the_trace_mappings() {
 
     // A sample that names its address space (fxtrace's capture writes the pid there) needs no
     // thread: process 10's mappings resolve the PIE's addresses too.
-    let mut w = RecordWriter::with_magic();
-    mmap_blob(&mut w, &loader_mapping(10, &pie, pie_path, base, hot, None));
-    mmap_blob(
-        &mut w,
-        &loader_mapping(10, &lib, lib_path, lib_base, lib_hot, None),
-    );
-    mmap_blob(&mut w, &other);
-    let payload = LbrPayload::new(0, 20, 10, &[br(to_lib, 0, false)]).unwrap();
-    w.push(&Blob {
-        name: StringRef::Inline("cpu0"),
-        blob_type: BlobType::LAST_BRANCH,
-        payload: payload.as_bytes(),
-    })
-    .unwrap();
-    let r = LbrReport::read(&w.to_bytes()[..]).report;
-    let mut symbols = Symbolizer::new();
-    symbols.load_mappings(r.used_mappings());
-    let out = text(&r, &symbols, 5, Breakdown::Overall);
+    let out = unattributed(10);
     assert!(
         out.contains(&format!(
             "  {:#x} hot+0x4 ({}/t.c:3) -> {:#x} lib_hot (",
