@@ -447,6 +447,13 @@ fn durable_exhaustion_stops_tracing_and_is_reported() {
     let read = final_read(&snapshot(ctx.buffer()), 0, false);
     assert_eq!(read.durable.len(), 73);
     assert!(read.rolling.is_empty());
+    // A start that keeps the full durable buffer has no room for its initialization record:
+    // the record is counted as dropped, not lost silently.
+    assert!(!ctx
+        .start_with_initialization(StartMode::ClearNondurable, CategoryFilter::all(), 9)
+        .unwrap());
+    assert_eq!(ctx.records_dropped(), 1, "the initialization record");
+    ctx.stop(STOP).unwrap();
 }
 
 #[test]

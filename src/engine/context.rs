@@ -585,6 +585,12 @@ impl Context {
             Some(ticks_per_second) if st.durable_full_at.is_none() => {
                 self.write_leading(&Initialization { ticks_per_second }, mode, gate)
             }
+            // The durable buffer is full: a retained trace keeps its record, any other start
+            // loses the new one, counted like any record that found no room.
+            Some(_) if mode != StartMode::Retain => {
+                inner.count_unslotted_drop();
+                false
+            }
             _ => false,
         };
         // ATOMICS: `Relaxed`: a hint for call sites (see `category`).
