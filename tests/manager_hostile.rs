@@ -306,9 +306,14 @@ fn a_peer_of_another_uid_is_refused() {
         assert!(stdout.contains("connected=error"), "{stdout} {stderr}");
         assert_eq!(registered(&events), 0);
         if by_credentials {
+            // A provider hung up on tries once more without the clock field (for a manager
+            // of control revision 1): refused once or twice, each time for the same reason.
             let refused = m.refused();
-            assert_eq!(refused.len(), 1, "{events:?}");
-            assert_eq!((refused[0].uid, refused[0].pid), (65534, pid));
+            assert!((1..=2).contains(&refused.len()), "{events:?}");
+            assert!(
+                refused.iter().all(|r| (r.uid, r.pid) == (65534, pid)),
+                "{events:?}"
+            );
         } else {
             assert!(stderr.contains("Permission denied"), "{stderr}");
         }

@@ -381,6 +381,12 @@ pub(crate) struct Inner {
     /// service routine. Taken off the record path only (buffer full, hand-off report). No
     /// handler call is made while it is held.
     state: Mutex<State>,
+    /// Rules: held by whoever hands a full buffer to the handler (`notify_buffer_full`),
+    /// taken while `state` is still held and released after the call. A stop takes it too,
+    /// under `state`, once it has finished: so a hand-off taken by a writer just before the
+    /// stop is delivered before the stop returns (and before the provider says STOPPED), never
+    /// after, where a manager would take it for the next trace's.
+    delivering: Mutex<()>,
     handler: Arc<dyn BufferHandler>,
     pub(crate) buffer: TraceBuffer,
 }
@@ -447,6 +453,7 @@ impl Context {
             thread_index: AtomicU32::new(1),
             mode: config.mode,
             geometry,
+            delivering: Mutex::new(()),
             state: Mutex::new(State {
                 phase: TraceState::Stopped,
                 generation: 0,
@@ -705,20 +712,22 @@ impl Context {
         let deadline = Instant::now() + timeout;
         let backoff = Backoff::new();
         loop {
-            let (report, notification) = {
+            let (report, notification, turn) = {
                 let mut st = inner.lock();
                 let State { stop_grace, .. } = &mut *st;
                 if inner.slots.is_grace_complete(stop_grace) {
                     let (report, notification) = inner.finish_stop(&mut st);
-                    (Some(report), notification)
+                    // Waits for a writer's hand-off in progress (see `delivering`).
+                    (Some(report), notification, Some(inner.delivery_turn()))
                 } else if Instant::now() >= deadline {
                     let writers_in_flight = inner.slots.in_flight(&st.stop_grace);
                     return Err(EngineError::StopTimedOut { writers_in_flight });
                 } else {
-                    (None, None)
+                    (None, None, None)
                 }
             };
             inner.deliver(notification);
+            drop(turn);
             if let Some(report) = report {
                 return Ok(report);
             }
@@ -879,6 +888,13 @@ impl WeakContext {
 // === impl Inner ===
 
 impl Inner {
+    /// The hand-off delivery turn (see `delivering`); call with `state` held.
+    fn delivery_turn(&self) -> MutexGuard<'_, ()> {
+        self.delivering
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
     fn lock(&self) -> MutexGuard<'_, State> {
         // A panic while holding the lock cannot leave `State` half-updated in a way that breaks
         // memory safety; keep going rather than propagate the poison as a panic.
@@ -974,6 +990,7 @@ impl Inner {
             return packed_wrapped(self.rolling.load()) != wrapped;
         }
         let notification;
+        let turn;
         {
             let mut st = self.lock();
             if st.phase != TraceState::Started || st.durable_full_at.is_some() {
@@ -994,8 +1011,10 @@ impl Inner {
             }
             self.switch_locked(&mut st, current, next, pins.as_slice());
             notification = self.service_locked(&mut st);
+            turn = notification.is_some().then(|| self.delivery_turn());
         }
         self.deliver(notification);
+        drop(turn);
         true
     }
 
@@ -1105,12 +1124,14 @@ impl Inner {
 
     /// Run the service routine: complete the pending retirement if its writers are done.
     pub(crate) fn service(&self) -> bool {
-        let (notification, pending) = {
+        let (notification, pending, turn) = {
             let mut st = self.lock();
             let notification = self.service_locked(&mut st);
-            (notification, st.retirement.is_some())
+            let turn = notification.is_some().then(|| self.delivery_turn());
+            (notification, st.retirement.is_some(), turn)
         };
         self.deliver(notification);
+        drop(turn);
         pending
     }
 
