@@ -8,16 +8,13 @@
 pub mod c_api;
 pub mod capture;
 pub mod clock;
-pub mod convert;
 pub mod engine;
 pub mod fd_guard;
 pub mod format;
 #[doc(hidden)]
 pub mod instrument;
-pub mod manager;
 pub mod protocol;
 pub mod provider;
-pub mod report;
 pub mod trace;
 #[cfg(feature = "tracing")]
 pub mod tracing_layer;

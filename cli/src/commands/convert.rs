@@ -1,0 +1,82 @@
+//! `fxtrace convert`: FXT to other formats (Chrome trace-event JSON).
+
+use std::fs::File;
+use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::{Args, ValueEnum};
+
+use fxtrace_tools::convert::chrome;
+
+use super::CliError;
+
+/// Output formats of `fxtrace convert`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub(crate) enum Format {
+    /// Chrome trace-event JSON (chrome://tracing, Perfetto, speedscope).
+    ChromeJson,
+}
+
+/// Arguments of `fxtrace convert`.
+#[derive(Debug, Args)]
+pub(crate) struct ConvertArgs {
+    /// The output format.
+    #[arg(long = "to", value_enum, value_name = "FORMAT")]
+    to: Format,
+    /// The trace to read (`-` for standard input).
+    #[arg(value_name = "FILE")]
+    input: PathBuf,
+    /// Where to write (`-` for standard output).
+    #[arg(short, long, value_name = "OUT")]
+    output: PathBuf,
+}
+
+/// Opens a trace for streaming: a file through a buffer, or standard input.
+pub(crate) fn open_input(path: &Path) -> Result<Box<dyn Read>, CliError> {
+    if path.as_os_str() == "-" {
+        return Ok(Box::new(io::stdin().lock()));
+    }
+    let file = File::open(path).map_err(|e| CliError::Read {
+        path: path.display().to_string(),
+        source: e,
+    })?;
+    Ok(Box::new(BufReader::with_capacity(1 << 16, file)))
+}
+
+/// The name of an input in messages.
+pub(crate) fn input_name(path: &Path) -> String {
+    if path.as_os_str() == "-" {
+        "<stdin>".to_string()
+    } else {
+        path.display().to_string()
+    }
+}
+
+fn open_output(path: &Path) -> Result<Box<dyn Write>, CliError> {
+    if path.as_os_str() == "-" {
+        return Ok(Box::new(BufWriter::new(io::stdout().lock())));
+    }
+    let file = File::create(path).map_err(CliError::Output)?;
+    Ok(Box::new(BufWriter::with_capacity(1 << 16, file)))
+}
+
+/// Converts; prints every repair and drop on standard error. A damaged input still yields
+/// complete JSON of its well-formed part, and a failure status.
+pub(crate) fn run(args: &ConvertArgs) -> Result<ExitCode, CliError> {
+    let Format::ChromeJson = args.to;
+    let input = open_input(&args.input)?;
+    let output = open_output(&args.output)?;
+    let done = chrome::convert(input, output)
+        .map_err(|chrome::ChromeError::Write(e)| CliError::Output(e))?;
+    for line in done.stats.warnings() {
+        eprintln!("fxtrace convert: {line}");
+    }
+    match done.decode_error {
+        Some(e) => Err(CliError::Decode {
+            path: input_name(&args.input),
+            source: e,
+        }),
+        None => Ok(ExitCode::SUCCESS),
+    }
+}

@@ -1,0 +1,629 @@
+//! `fxtrace record`: run a command under a trace session and write one FXT archive: the
+//! providers of the command (and of any program given its `FXTRACE_SOCKET`), and with
+//! `--system-wide` the built-in kernel provider (context switches and LBR of every CPU) in a
+//! section of the same archive. The arguments become plain configurations
+//! ([`RecordArgs::into_config`]); the work is the library's ([`fxtrace_tools::manager::recorder`],
+//! [`fxtrace::capture::kernel_provider`]).
+
+use std::ffi::OsString;
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use clap::Args;
+use nix::sys::signal::Signal;
+
+use fxtrace::capture::kernel_provider::{
+    KernelProvider, KernelProviderConfig, KernelProviderError, KernelProviderOutcome, LbrStatus,
+    RecordError as SystemWideError, StopReason as SystemWideStop, SystemWideSummary,
+};
+use fxtrace::capture::{
+    BranchSampling, CaptureConfig, KernelTraceConfig, Need, PerfPermissions, RecordSink, SinkError,
+};
+use fxtrace::format::Record;
+use fxtrace::protocol::control::BufferingMode;
+use fxtrace_tools::manager::recorder::{
+    stop_on_signals, ExternalSource, RecordConfig, RecordError, RecordReport, Recorder,
+    SectionError, SectionSink, StopReason,
+};
+
+/// Arguments of `fxtrace record`.
+#[derive(Debug, Args)]
+pub(crate) struct RecordArgs {
+    /// The trace file to write.
+    #[arg(long, short = 'o', value_name = "FILE", default_value = "trace.fxt")]
+    output: PathBuf,
+    /// Enabled categories, comma-separated (`prefix*` matches a prefix; default: all).
+    #[arg(long, short = 'c', value_name = "CAT,...", value_delimiter = ',')]
+    categories: Vec<String>,
+    /// Buffer size per provider: MiB, or with a K/M/G suffix (a multiple of 4K).
+    #[arg(
+        long = "buffer-size",
+        short = 'b',
+        value_name = "SIZE",
+        default_value = "4"
+    )]
+    buffer_size: String,
+    /// Buffering mode: oneshot (stop writing when full), circular (keep the newest data),
+    /// streaming (save full buffers while tracing).
+    #[arg(long, short = 'm', value_name = "MODE", default_value = "oneshot")]
+    mode: BufferingMode,
+    /// Stop after this many seconds (default: when CMD exits, or on Ctrl-C).
+    #[arg(long, value_name = "SECONDS")]
+    duration: Option<f64>,
+    /// Also stop cleanly (and write the trace) on SIGHUP, SIGUSR1 and SIGUSR2; SIGINT
+    /// (Ctrl-C) and SIGTERM always do.
+    #[arg(long)]
+    stop_on_signal: bool,
+    /// Flight recorder: stop and write the trace when a provider raises this alert
+    /// (`fxtrace::alert("NAME")`); best with `-m circular`.
+    #[arg(long, value_name = "NAME")]
+    stop_on_alert: Option<String>,
+    /// Listen on this socket instead of a fresh private one (programs started elsewhere with
+    /// FXTRACE_SOCKET set to it join the session).
+    #[arg(long, value_name = "PATH")]
+    socket: Option<PathBuf>,
+    /// Seconds to wait for providers to acknowledge Stop before salvaging their buffers.
+    #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
+    stop_timeout: f64,
+    /// Also capture the context switches (and LBR branch stacks) of every CPU with the
+    /// built-in kernel provider, into the same archive. Needs root or CAP_PERFMON.
+    #[arg(long, short = 'a')]
+    system_wide: bool,
+    /// With --system-wide: do not sample LBR branch stacks.
+    #[arg(long)]
+    no_lbr: bool,
+    /// With --system-wide: take an LBR sample every N CPU cycles.
+    #[arg(long, value_name = "N", default_value_t = BranchSampling::default().period)]
+    lbr_period: u64,
+    /// With --system-wide: data pages per CPU ring buffer (a power of two), as perf's -m.
+    #[arg(long = "mmap-pages", value_name = "PAGES", default_value_t = 256)]
+    mmap_pages: usize,
+    /// Trace CMD unmodified: load libfxtrace_preload.so into it (LD_PRELOAD), which makes it
+    /// (and every program it starts) a provider and captures its context switches. The object
+    /// is looked for next to this executable, or at FXTRACE_PRELOAD_LIB.
+    #[arg(long, requires = "command")]
+    preload: bool,
+    /// The command to trace (it gets FXTRACE_SOCKET); without one, trace whoever connects.
+    #[arg(last = true, value_name = "CMD")]
+    command: Vec<OsString>,
+}
+
+/// Kernel capture settings (`--system-wide`).
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct KernelCapture {
+    /// LBR sampling, if on.
+    pub(crate) lbr: Option<BranchSampling>,
+    /// Data pages per CPU ring.
+    pub(crate) ring_pages: usize,
+}
+
+/// What `fxtrace record` was asked to do, independent of clap.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct RecordPlan {
+    /// The session.
+    pub(crate) recorder: RecordConfig,
+    /// The built-in kernel provider, with `--system-wide`.
+    pub(crate) kernel: Option<KernelCapture>,
+    /// Stop on SIGHUP, SIGUSR1, SIGUSR2 too.
+    pub(crate) stop_on_signal: bool,
+}
+
+/// Why `fxtrace record` failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum RecordCliError {
+    /// An argument is out of range.
+    #[error("fxtrace record: {0}")]
+    BadArgument(String),
+    /// System-wide capture is not permitted (the remedy is in the message).
+    #[error(transparent)]
+    SystemWide(#[from] SystemWideError),
+    /// The kernel provider could not start.
+    #[error("fxtrace record --system-wide: {0}")]
+    Kernel(KernelProviderError),
+    /// The recording failed.
+    #[error("fxtrace record: {0}")]
+    Record(#[from] RecordError),
+}
+
+/// `64k`, `4M`, `1G`, or a bare number of MiB, as bytes.
+fn parse_size(s: &str) -> Result<u64, String> {
+    let s = s.trim();
+    let (digits, unit) = match s.char_indices().last() {
+        Some((i, c)) if c.is_ascii_alphabetic() => (&s[..i], c.to_ascii_uppercase()),
+        _ => (s, 'M'),
+    };
+    let shift = match unit {
+        'K' => 10,
+        'M' => 20,
+        'G' => 30,
+        other => {
+            return Err(format!(
+                "unknown size suffix {other:?} in {s:?} (use K, M or G)"
+            ))
+        }
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("{s:?} is not a size (e.g. 4, 64K, 16M)"))?;
+    let bytes = n
+        .checked_shl(shift)
+        .filter(|b| b >> shift == n)
+        .ok_or_else(|| format!("{s:?} is too large"))?;
+    if !fxtrace::engine::buffer::is_valid_buffer_size(bytes) {
+        return Err(format!(
+            "buffer size {s} ({bytes} bytes) must be a multiple of 4K between 4K and 4G"
+        ));
+    }
+    Ok(bytes)
+}
+
+fn seconds(what: &str, s: f64) -> Result<Duration, RecordCliError> {
+    if s.is_finite() && s > 0.0 && s < 1e9 {
+        Ok(Duration::from_secs_f64(s))
+    } else {
+        Err(RecordCliError::BadArgument(format!(
+            "{what} takes a positive number of seconds, got {s}"
+        )))
+    }
+}
+
+impl RecordArgs {
+    /// The plain configuration, arguments checked.
+    pub(crate) fn into_config(self) -> Result<RecordPlan, RecordCliError> {
+        let buffer_size_bytes =
+            parse_size(&self.buffer_size).map_err(RecordCliError::BadArgument)?;
+        let duration = self
+            .duration
+            .map(|s| seconds("--duration", s))
+            .transpose()?;
+        let stop_timeout = seconds("--stop-timeout", self.stop_timeout)?;
+        if let Some(name) = &self.stop_on_alert {
+            fxtrace::protocol::fifo::AlertName::new(name)
+                .map_err(|e| RecordCliError::BadArgument(format!("--stop-on-alert: {e}")))?;
+        }
+        if !self.mmap_pages.is_power_of_two() {
+            return Err(RecordCliError::BadArgument(format!(
+                "--mmap-pages must be a power of two, got {}",
+                self.mmap_pages
+            )));
+        }
+        if self.lbr_period == 0 {
+            return Err(RecordCliError::BadArgument(
+                "--lbr-period must be at least 1".into(),
+            ));
+        }
+        let kernel = self.system_wide.then(|| KernelCapture {
+            lbr: (!self.no_lbr).then_some(BranchSampling {
+                period: self.lbr_period,
+                include_kernel: true,
+            }),
+            ring_pages: self.mmap_pages,
+        });
+        let categories = self
+            .categories
+            .into_iter()
+            .map(|c| c.trim().to_owned())
+            .filter(|c| !c.is_empty())
+            .collect();
+        let env = if self.preload {
+            vec![preload_env(&preload_library()?)]
+        } else {
+            Vec::new()
+        };
+        Ok(RecordPlan {
+            recorder: RecordConfig {
+                output: self.output,
+                categories,
+                buffer_size_bytes,
+                buffering_mode: self.mode,
+                duration,
+                stop_on_alert: self.stop_on_alert,
+                command: self.command,
+                socket_path: self.socket,
+                stop_timeout,
+                env,
+                ..RecordConfig::default()
+            },
+            kernel,
+            stop_on_signal: self.stop_on_signal,
+        })
+    }
+}
+
+// === --preload ===
+
+/// The preload object's file name.
+const PRELOAD_LIB: &str = "libfxtrace_preload.so";
+/// Where `--preload` finds the object, if set.
+const PRELOAD_LIB_ENV: &str = "FXTRACE_PRELOAD_LIB";
+
+/// `FXTRACE_PRELOAD_LIB`, else `libfxtrace_preload.so` next to this executable.
+fn preload_library() -> Result<PathBuf, RecordCliError> {
+    find_preload_library(std::env::var_os(PRELOAD_LIB_ENV), std::env::current_exe())
+}
+
+/// The object at `explicit`, else next to `exe`; it must exist. Absolute, since the command
+/// may change directory.
+fn find_preload_library(
+    explicit: Option<OsString>,
+    exe: std::io::Result<PathBuf>,
+) -> Result<PathBuf, RecordCliError> {
+    let path = match explicit {
+        Some(path) => PathBuf::from(path),
+        None => exe
+            .map_err(|e| {
+                RecordCliError::BadArgument(format!(
+                    "--preload: cannot locate this executable ({e}); set {PRELOAD_LIB_ENV}"
+                ))
+            })?
+            .with_file_name(PRELOAD_LIB),
+    };
+    if !path.is_file() {
+        return Err(RecordCliError::BadArgument(format!(
+            "--preload: {} not found; build it next to fxtrace (cargo build -p \
+             fxtrace-preload) or set {PRELOAD_LIB_ENV} to its path",
+            path.display()
+        )));
+    }
+    Ok(std::path::absolute(&path).unwrap_or(path))
+}
+
+/// `LD_PRELOAD` for the command: `library` first, then what the environment already preloads.
+fn preload_env(library: &std::path::Path) -> (OsString, OsString) {
+    preload_env_with(library, std::env::var_os("LD_PRELOAD"))
+}
+
+fn preload_env_with(library: &std::path::Path, existing: Option<OsString>) -> (OsString, OsString) {
+    let mut value = OsString::from(library);
+    if let Some(existing) = existing.filter(|v| !v.is_empty()) {
+        value.push(":");
+        value.push(existing);
+    }
+    ("LD_PRELOAD".into(), value)
+}
+
+// === the kernel provider as a section of the archive ===
+
+/// The recorder's section sink as the kernel provider's record sink.
+#[derive(Debug)]
+struct KernelSink(SectionSink);
+
+impl RecordSink for KernelSink {
+    fn push(&mut self, record: &Record<'_>) -> Result<usize, SinkError> {
+        self.0.push(record).map_err(|e| match e {
+            SectionError::Encode(e) => SinkError::Encode(e),
+            SectionError::Closed => SinkError::Io(std::io::Error::other(e.to_string())),
+        })
+    }
+}
+
+/// What the stopped kernel provider handed back, for the summary.
+type KernelOutcome = Arc<Mutex<Option<Result<KernelProviderOutcome<KernelSink>, String>>>>;
+
+/// The running kernel provider, stopped by the recorder after the providers.
+#[derive(Debug)]
+struct KernelSource {
+    provider: Option<KernelProvider<KernelSink>>,
+    outcome: KernelOutcome,
+}
+
+impl ExternalSource for KernelSource {
+    fn stop(&mut self) -> Result<(), String> {
+        let Some(provider) = self.provider.take() else {
+            return Ok(());
+        };
+        let result = match provider.stop() {
+            Ok(mut outcome) => outcome
+                .sink
+                .0
+                .flush()
+                .map(|()| outcome)
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        let error = result.as_ref().err().cloned();
+        *self.outcome.lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
+        error.map_or(Ok(()), Err)
+    }
+}
+
+/// The system-wide part of the summary, as `--system-wide` prints it.
+fn kernel_summary(
+    report: &RecordReport,
+    kernel: &KernelCapture,
+    outcome: KernelProviderOutcome<KernelSink>,
+) -> SystemWideSummary {
+    let lbr = match (kernel.lbr, outcome.report.lbr) {
+        (None, _) => LbrStatus::Off,
+        (Some(_), Some(active)) => LbrStatus::Active(active),
+        (Some(_), None) => LbrStatus::Unavailable(
+            outcome
+                .report
+                .unsupported
+                .iter()
+                .find(|u| u.what.contains("LBR"))
+                .map_or_else(|| "not opened".to_owned(), |u| u.hint.clone()),
+        ),
+    };
+    SystemWideSummary {
+        output: report.output.clone(),
+        bytes: report.output_bytes,
+        switch_source: outcome.report.switch_source,
+        lbr,
+        unsupported: outcome.report.unsupported,
+        capture: outcome.capture,
+        trace: outcome.trace,
+        stopped_by: match report.stop_reason {
+            StopReason::CommandExited => SystemWideStop::CommandExited,
+            StopReason::Duration => SystemWideStop::Duration,
+            StopReason::Signal(_) | StopReason::Alert { .. } | StopReason::Requested => {
+                SystemWideStop::Interrupted
+            }
+        },
+        command_status: report.command_status,
+        elapsed: report.elapsed,
+    }
+}
+
+/// Runs `fxtrace record`. Progress and the summary go to standard error (standard output
+/// belongs to the command). The exit status is the command's when it failed, else success.
+pub(crate) fn run(args: RecordArgs) -> Result<ExitCode, RecordCliError> {
+    let plan = args.into_config()?;
+    // Before anything is created: say what is missing.
+    if plan.kernel.is_some() {
+        let perms = PerfPermissions::read();
+        if !perms.allows(Need::CpuWide) {
+            return Err(SystemWideError::NotPermitted {
+                remedy: perms.remedy(Need::RawTracepoint, None),
+            }
+            .into());
+        }
+    }
+    let mode = plan.recorder.buffering_mode;
+    let size = plan.recorder.buffer_size_bytes;
+    let mut recorder = Recorder::new(plan.recorder)?;
+    let outcome: KernelOutcome = Arc::new(Mutex::new(None));
+    if let Some(kernel) = &plan.kernel {
+        let sink = recorder.section_sink("kernel");
+        let config = KernelProviderConfig {
+            capture: CaptureConfig {
+                lbr: kernel.lbr,
+                ring_pages: kernel.ring_pages,
+                mmaps: kernel.lbr.is_some(),
+                ..CaptureConfig::system_wide()
+            },
+            trace: KernelTraceConfig {
+                provider_id: sink.id(),
+                ..KernelTraceConfig::kernel()
+            },
+        };
+        let provider = match KernelProvider::start(config, KernelSink(sink)) {
+            Ok(p) => p,
+            Err(e) => {
+                // Nothing was captured: leave no half-written file behind.
+                recorder.discard();
+                return Err(RecordCliError::Kernel(e));
+            }
+        };
+        let lbr = match (kernel.lbr, provider.report().lbr) {
+            (None, _) => "LBR off".to_owned(),
+            (Some(_), Some(_)) => "LBR branch stacks".to_owned(),
+            (Some(_), None) => "LBR unavailable (see the summary)".to_owned(),
+        };
+        eprintln!(
+            "fxtrace: recording context switches of {} CPUs, {lbr}; Ctrl-C to stop",
+            provider.report().cpus.len()
+        );
+        recorder.add_external(Box::new(KernelSource {
+            provider: Some(provider),
+            outcome: outcome.clone(),
+        }));
+    }
+    let mut signals = vec![Signal::SIGINT, Signal::SIGTERM];
+    if plan.stop_on_signal {
+        signals.extend([Signal::SIGHUP, Signal::SIGUSR1, Signal::SIGUSR2]);
+    }
+    let _guard = stop_on_signals(&recorder.stop_handle(), &signals)?;
+    eprintln!(
+        "fxtrace: recording providers ({mode}, {} KiB each; FXTRACE_SOCKET={}); Ctrl-C to stop",
+        size >> 10,
+        recorder.socket_path().display()
+    );
+    let report = recorder.run(|line| eprintln!("fxtrace: {line}"))?;
+    eprintln!("{}", report.summary());
+    if let Some(kernel) = &plan.kernel {
+        let taken = outcome.lock().unwrap_or_else(|p| p.into_inner()).take();
+        match taken {
+            Some(Ok(outcome)) => {
+                let summary = kernel_summary(&report, kernel, outcome);
+                eprintln!("{summary}");
+                if let LbrStatus::Unavailable(_) = summary.lbr {
+                    eprintln!("  (the trace holds the same LBR message as a log record)");
+                }
+            }
+            Some(Err(e)) => eprintln!("fxtrace: the kernel provider failed: {e}"),
+            None => eprintln!("fxtrace: the kernel provider was not stopped"),
+        }
+    }
+    // The command's own failure is ours; a command that fxtrace itself ended (the duration
+    // passed, an alert, Ctrl-C) does not make the recording a failure.
+    Ok(match (&report.stop_reason, report.command_status) {
+        (StopReason::CommandExited, Some(status)) if !status.success() => exit_code_of(status),
+        _ => ExitCode::SUCCESS,
+    })
+}
+
+/// A shell-style exit code for a failed command: its code, or 128 + the signal that killed it.
+fn exit_code_of(status: std::process::ExitStatus) -> ExitCode {
+    use std::os::unix::process::ExitStatusExt;
+    let code = status
+        .code()
+        .or_else(|| status.signal().map(|s| 128 + s))
+        .unwrap_or(1);
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Debug, Parser)]
+    struct Wrapper {
+        #[command(flatten)]
+        args: RecordArgs,
+    }
+
+    fn config(argv: &[&str]) -> Result<RecordPlan, RecordCliError> {
+        let mut full = vec!["record"];
+        full.extend_from_slice(argv);
+        Wrapper::try_parse_from(full).unwrap().args.into_config()
+    }
+
+    #[test]
+    fn system_wide_with_command() {
+        let c = config(&[
+            "--system-wide",
+            "--lbr-period",
+            "5000",
+            "--mmap-pages",
+            "64",
+            "-o",
+            "x.fxt",
+            "--",
+            "sleep",
+            "1",
+        ])
+        .unwrap();
+        assert_eq!(c.recorder.output, PathBuf::from("x.fxt"));
+        assert_eq!(
+            c.recorder.command,
+            vec![OsString::from("sleep"), OsString::from("1")]
+        );
+        let k = c.kernel.unwrap();
+        assert_eq!(k.ring_pages, 64);
+        assert_eq!(
+            k.lbr,
+            Some(BranchSampling {
+                period: 5000,
+                include_kernel: true
+            })
+        );
+    }
+
+    #[test]
+    fn preload_finds_the_object_and_keeps_ld_preload() {
+        let dir = tempfile::tempdir().unwrap();
+        let lib = dir.path().join(PRELOAD_LIB);
+        let exe = dir.path().join("fxtrace");
+        assert!(matches!(
+            find_preload_library(None, Ok(exe.clone())),
+            Err(RecordCliError::BadArgument(m)) if m.contains("not found")
+        ));
+        std::fs::write(&lib, b"").unwrap();
+        assert_eq!(find_preload_library(None, Ok(exe)).unwrap(), lib);
+        let other = dir.path().join("other.so");
+        assert!(find_preload_library(
+            Some(other.clone().into()),
+            Err(std::io::ErrorKind::NotFound.into())
+        )
+        .is_err());
+        std::fs::write(&other, b"").unwrap();
+        assert_eq!(
+            find_preload_library(
+                Some(other.clone().into()),
+                Err(std::io::ErrorKind::NotFound.into())
+            )
+            .unwrap(),
+            other
+        );
+        assert_eq!(
+            preload_env_with(&lib, Some("/x/a.so".into())).1,
+            OsString::from(format!("{}:/x/a.so", lib.display()))
+        );
+        assert_eq!(preload_env_with(&lib, Some("".into())).1, lib.as_os_str());
+        assert_eq!(preload_env_with(&lib, None).0, "LD_PRELOAD");
+        // --preload needs a command.
+        let mut argv = vec!["record", "--preload"];
+        assert!(Wrapper::try_parse_from(argv.clone()).is_err());
+        argv.extend(["--", "true"]);
+        assert!(Wrapper::try_parse_from(argv).is_ok());
+    }
+
+    #[test]
+    fn defaults_and_no_lbr() {
+        let c = config(&["-a", "--no-lbr", "--duration", "0.5"]).unwrap();
+        assert_eq!(c.recorder.output, PathBuf::from("trace.fxt"));
+        assert_eq!(c.recorder.duration, Some(Duration::from_millis(500)));
+        assert_eq!(c.kernel.unwrap().lbr, None);
+        let c = config(&[]).unwrap();
+        assert!(c.kernel.is_none());
+        assert_eq!(c.recorder.buffering_mode, BufferingMode::Oneshot);
+        assert_eq!(c.recorder.buffer_size_bytes, 4 << 20);
+        assert!(c.recorder.categories.is_empty());
+        assert!(!c.stop_on_signal);
+        assert!(c.recorder.env.is_empty(), "no --preload, no LD_PRELOAD");
+    }
+
+    #[test]
+    fn provider_options() {
+        let c = config(&[
+            "-m",
+            "streaming",
+            "-b",
+            "64K",
+            "-c",
+            "gfx, net*",
+            "--stop-on-alert",
+            "oom",
+            "--stop-on-signal",
+            "--socket",
+            "/tmp/s.sock",
+        ])
+        .unwrap();
+        assert_eq!(c.recorder.buffering_mode, BufferingMode::Streaming);
+        assert_eq!(c.recorder.buffer_size_bytes, 64 << 10);
+        assert_eq!(c.recorder.categories, ["gfx", "net*"]);
+        assert_eq!(c.recorder.stop_on_alert.as_deref(), Some("oom"));
+        assert_eq!(c.recorder.socket_path, Some(PathBuf::from("/tmp/s.sock")));
+        assert!(c.stop_on_signal);
+    }
+
+    #[test]
+    fn bad_arguments_are_refused() {
+        for argv in [
+            &["-a", "--duration", "0"][..],
+            &["-a", "--duration=-1"],
+            &["-a", "--duration", "NaN"],
+            &["-a", "--mmap-pages", "3"],
+            &["-a", "--lbr-period", "0"],
+            &["-b", "6K"],
+            &["-b", "5000"],
+            &["--stop-on-alert", "a-name-that-is-too-long"],
+            &["--stop-timeout", "0"],
+        ] {
+            assert!(
+                matches!(config(argv), Err(RecordCliError::BadArgument(_))),
+                "{argv:?}"
+            );
+        }
+        let mode = Wrapper::try_parse_from(["record", "-m", "ring"]);
+        assert!(mode.is_err(), "unknown mode");
+    }
+
+    #[test]
+    fn sizes() {
+        assert_eq!(parse_size("4"), Ok(4 << 20));
+        assert_eq!(parse_size("64k"), Ok(64 << 10));
+        assert_eq!(parse_size("64K"), Ok(64 << 10));
+        assert_eq!(parse_size("1G"), Ok(1 << 30));
+        assert!(parse_size("5000").is_err()); // > 4 GiB
+        assert!(parse_size("6K").is_err()); // not a multiple of 4K
+        assert!(parse_size("4X").is_err());
+        assert!(parse_size("k").is_err());
+        assert!(parse_size("-1").is_err());
+        assert!(parse_size("99999999999999999999G").is_err());
+    }
+}

@@ -1,0 +1,304 @@
+//! The archive: the one FXT stream a session writes.
+//!
+//! Layout (`trace-controller-fidl.txt`: "Traces obtained from different providers are
+//! delimited by metadata records within the stream"; `shared/spec/fuchsia-notes.md` §3.4–3.5):
+//!
+//! ```text
+//! magic number record                       (first word, exactly once)
+//! provider info (id, name)                  (the first time provider `id` has data)
+//!   [provider event "buffer overflow"]      (records were dropped)
+//!   records copied from its buffer …
+//! provider info (id 2, name) …              (another provider)
+//! provider section (id)                     (provider `id` again: a later streaming save)
+//!   records …
+//! ```
+//!
+//! The archive checks the framing of every run of records it is given (sizes and bounds, with
+//! [`fxtrace::format::scan_records`]) and never decodes their contents: a provider's records reach
+//! the output byte for byte. The only records the manager composes itself are metadata records
+//! and the visible drop/loss markers of [`Archive::marker`].
+
+use std::collections::BTreeSet;
+use std::io::{self, Write};
+
+use fxtrace::format::{
+    self, Arg, ArgValue, Encode, EncodeError, Event, EventKind, FramingError, ProviderEvent,
+    ProviderInfo, ProviderSection, StringRef, ThreadRef, MAGIC_WORD,
+};
+
+/// Why the archive could not take some data.
+#[derive(Debug, thiserror::Error)]
+pub enum ArchiveError {
+    /// Writing the output failed.
+    #[error("writing the trace output: {0}")]
+    Io(#[from] io::Error),
+    /// Bytes handed to [`Archive::write_records`] are not whole, well-framed records.
+    #[error("refusing records that are not well framed: {0}")]
+    Framing(FramingError),
+    /// Records were written outside a provider's section.
+    #[error("records written before any provider section")]
+    NoSection,
+    /// A record the manager composes did not encode.
+    #[error("encoding a {what} record: {source}")]
+    Encode {
+        /// Which record.
+        what: &'static str,
+        /// Why.
+        source: EncodeError,
+    },
+}
+
+/// Writes one FXT stream: the magic number, then provider sections.
+#[derive(Debug)]
+pub struct Archive<W: Write> {
+    out: W,
+    bytes: u64,
+    records: u64,
+    /// Providers whose Provider Info record was written.
+    introduced: BTreeSet<u32>,
+    /// The provider whose section the stream is in.
+    current: Option<u32>,
+}
+
+impl<W: Write> Archive<W> {
+    /// Start a stream on `out` with the magic number record.
+    pub fn new(mut out: W) -> Result<Self, ArchiveError> {
+        out.write_all(&MAGIC_WORD.to_ne_bytes())?;
+        Ok(Self {
+            out,
+            bytes: 8,
+            records: 1,
+            introduced: BTreeSet::new(),
+            current: None,
+        })
+    }
+
+    /// Enter provider `id`'s section: Provider Info (id, name) the first time, Provider Section
+    /// afterwards. Names longer than the record allows (255 bytes) are cut at a character
+    /// boundary.
+    pub fn begin_provider(&mut self, id: u32, name: &str) -> Result<(), ArchiveError> {
+        if self.introduced.contains(&id) {
+            self.push("provider section", &ProviderSection { provider_id: id })?;
+        } else {
+            let name = truncate_str(name, format::MAX_PROVIDER_NAME_LEN);
+            self.push(
+                "provider info",
+                &ProviderInfo {
+                    provider_id: id,
+                    name,
+                },
+            )?;
+            self.introduced.insert(id);
+        }
+        self.current = Some(id);
+        Ok(())
+    }
+
+    /// The provider whose section the stream is in.
+    pub fn current_provider(&self) -> Option<u32> {
+        self.current
+    }
+
+    /// Provider Event metadata for the current provider (event 0: buffer overflow).
+    pub fn provider_event(&mut self, event: u8) -> Result<(), ArchiveError> {
+        let provider_id = self.current.ok_or(ArchiveError::NoSection)?;
+        self.push("provider event", &ProviderEvent { provider_id, event })
+    }
+
+    /// Append `bytes`, which must be whole records, after checking their framing (every header
+    /// declares a non-zero size that fits; no zero word, no trailing bytes). Returns the number
+    /// of records. Nothing is written when the check fails.
+    pub fn write_records(&mut self, bytes: &[u8]) -> Result<u64, ArchiveError> {
+        if self.current.is_none() {
+            return Err(ArchiveError::NoSection);
+        }
+        let scan = format::scan_records(bytes);
+        match scan.stop {
+            format::ScanStop::End => {}
+            format::ScanStop::Error(e) => return Err(ArchiveError::Framing(e)),
+            format::ScanStop::ZeroWord => {
+                return Err(ArchiveError::Framing(FramingError {
+                    offset: scan.valid_len,
+                    kind: format::FramingErrorKind::ZeroSize { header: 0 },
+                }))
+            }
+        }
+        self.out.write_all(bytes)?;
+        self.bytes += bytes.len() as u64;
+        self.records += scan.records as u64;
+        Ok(scan.records as u64)
+    }
+
+    /// A visible marker in the current provider's section: an instant event in category
+    /// `fxtrace` named `name`, at `ticks`, on thread (`pid`, 0) written inline, with one `u64`
+    /// argument. Viewers that ignore provider metadata (Perfetto) still show it.
+    pub fn marker(
+        &mut self,
+        ticks: u64,
+        pid: u64,
+        name: &str,
+        arg_name: &str,
+        arg_value: u64,
+    ) -> Result<(), ArchiveError> {
+        if self.current.is_none() {
+            return Err(ArchiveError::NoSection);
+        }
+        let name = truncate_str(name, MARKER_NAME_MAX);
+        let args = [Arg::new(arg_name, ArgValue::U64(arg_value))];
+        let event = Event {
+            ticks,
+            thread: ThreadRef::Inline { pid, tid: 0 },
+            category: StringRef::Inline(MARKER_CATEGORY),
+            name: StringRef::Inline(name),
+            args: &args,
+            kind: EventKind::Instant,
+        };
+        self.push("marker event", &event)
+    }
+
+    /// Bytes written so far (magic included).
+    pub fn bytes_written(&self) -> u64 {
+        self.bytes
+    }
+
+    /// Records written so far (magic and metadata included).
+    pub fn records_written(&self) -> u64 {
+        self.records
+    }
+
+    /// Flush the output.
+    pub fn flush(&mut self) -> Result<(), ArchiveError> {
+        self.out.flush()?;
+        Ok(())
+    }
+
+    /// Flush and return the output.
+    pub fn into_inner(mut self) -> Result<W, ArchiveError> {
+        self.flush()?;
+        Ok(self.out)
+    }
+
+    fn push<R: Encode>(&mut self, what: &'static str, record: &R) -> Result<(), ArchiveError> {
+        let words = format::encode_to_vec(record)
+            .map_err(|source| ArchiveError::Encode { what, source })?;
+        let bytes = format::words_to_bytes(&words);
+        self.out.write_all(&bytes)?;
+        self.bytes += bytes.len() as u64;
+        self.records += 1;
+        Ok(())
+    }
+}
+
+/// Category of the manager's marker events.
+pub const MARKER_CATEGORY: &str = "fxtrace";
+/// Longest marker name written (longer ones are cut).
+const MARKER_NAME_MAX: usize = 200;
+
+/// `s` cut to at most `max` bytes at a character boundary.
+pub(crate) fn truncate_str(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fxtrace::format::{DecodedRecord, Decoder, PROVIDER_EVENT_BUFFER_OVERFLOW};
+
+    fn records(bytes: &[u8]) -> Vec<(Option<u32>, String)> {
+        Decoder::new(bytes)
+            .map(|d| {
+                let d = d.expect("decodes");
+                let what = match &d.record {
+                    DecodedRecord::ProviderInfo { provider_id, name } => {
+                        format!("info {provider_id} {name}")
+                    }
+                    DecodedRecord::ProviderSection { provider_id } => {
+                        format!("section {provider_id}")
+                    }
+                    DecodedRecord::ProviderEvent { event, .. } => format!("event {event}"),
+                    DecodedRecord::Event(e) => format!("{}:{}", e.category, e.name),
+                    other => other.kind_name().to_string(),
+                };
+                (d.provider, what)
+            })
+            .collect()
+    }
+
+    #[test]
+    fn magic_first_then_info_once_then_sections() {
+        let mut a = Archive::new(Vec::new()).unwrap();
+        a.begin_provider(1, "one").unwrap();
+        a.provider_event(PROVIDER_EVENT_BUFFER_OVERFLOW).unwrap();
+        a.begin_provider(2, "two").unwrap();
+        a.begin_provider(1, "one").unwrap();
+        a.marker(5, 42, "fxtrace: 3 records dropped", "records_dropped", 3)
+            .unwrap();
+        let bytes = a.into_inner().unwrap();
+        assert_eq!(&bytes[..8], &MAGIC_WORD.to_ne_bytes());
+        let got = records(&bytes);
+        let want: Vec<(Option<u32>, String)> = vec![
+            (None, "magic".into()),
+            (Some(1), "info 1 one".into()),
+            (Some(1), "event 0".into()),
+            (Some(2), "info 2 two".into()),
+            (Some(1), "section 1".into()),
+            (Some(1), "fxtrace:fxtrace: 3 records dropped".into()),
+        ];
+        assert_eq!(got, want);
+    }
+
+    #[test]
+    fn write_records_checks_framing_and_writes_nothing_on_error() {
+        let mut a = Archive::new(Vec::new()).unwrap();
+        assert!(matches!(
+            a.write_records(&0x11u64.to_ne_bytes()),
+            Err(ArchiveError::NoSection)
+        ));
+        a.begin_provider(7, "p").unwrap();
+        let before = a.bytes_written();
+        // A 2-word record followed by a record claiming 3 words with only 1 left.
+        let bad: Vec<u8> = [0x24u64, 1, 0x34]
+            .iter()
+            .flat_map(|w| w.to_ne_bytes())
+            .collect();
+        assert!(matches!(
+            a.write_records(&bad),
+            Err(ArchiveError::Framing(_))
+        ));
+        let zero: Vec<u8> = [0x14u64, 0].iter().flat_map(|w| w.to_ne_bytes()).collect();
+        assert!(matches!(
+            a.write_records(&zero),
+            Err(ArchiveError::Framing(_))
+        ));
+        assert!(matches!(
+            a.write_records(&[1, 2, 3]),
+            Err(ArchiveError::Framing(_))
+        ));
+        assert_eq!(a.bytes_written(), before);
+        let good: Vec<u8> = [0x24u64, 1, 0x14]
+            .iter()
+            .flat_map(|w| w.to_ne_bytes())
+            .collect();
+        assert_eq!(a.write_records(&good).unwrap(), 2);
+        assert_eq!(a.bytes_written(), before + 24);
+    }
+
+    #[test]
+    fn long_names_are_cut_at_a_char_boundary() {
+        let name = "é".repeat(200); // 400 bytes
+        let mut a = Archive::new(Vec::new()).unwrap();
+        a.begin_provider(1, &name).unwrap();
+        let bytes = a.into_inner().unwrap();
+        let got = records(&bytes);
+        assert_eq!(got[1].1, format!("info 1 {}", "é".repeat(127)));
+        assert_eq!(truncate_str("abc", 2), "ab");
+        assert_eq!(truncate_str("aé", 2), "a");
+    }
+}

@@ -1,0 +1,185 @@
+//! A control connection as the manager's event loop uses it: reads never block (whatever bytes
+//! are there are buffered until a whole frame has arrived), sends are bounded by a timeout.
+//!
+//! Peers never send file descriptors to the manager; any that arrive with a plain `recv` are
+//! discarded (closed) by the kernel.
+
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::time::Duration;
+
+use nix::errno::Errno;
+use nix::sys::socket::{self, MsgFlags};
+
+use fxtrace::protocol::control::{body_len_from_prefix, ControlError, Message, FRAME_PREFIX_LEN};
+use fxtrace::protocol::transport::{ControlConn, TransportError};
+
+/// How long a send to a peer may block before the peer is considered stuck.
+pub(super) const SEND_TIMEOUT: Duration = Duration::from_millis(500);
+
+/// Bytes read per `recv` call.
+const READ_CHUNK: usize = 4096;
+
+/// A nonblocking reader of control frames over a [`ControlConn`].
+#[derive(Debug)]
+pub(super) struct FramedConn {
+    conn: ControlConn,
+    rx: Vec<u8>,
+}
+
+/// What a read found.
+#[derive(Debug)]
+pub(super) enum ReadOutcome {
+    /// Complete messages, in order (possibly none: only part of a frame so far).
+    Messages(Vec<Message>),
+    /// The peer closed the connection (after the messages, if any).
+    Closed(Vec<Message>),
+}
+
+/// Why a connection is unusable.
+#[derive(Debug, thiserror::Error)]
+pub(super) enum ConnError {
+    /// The socket failed.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// The peer sent a frame that does not decode.
+    #[error("bad control frame: {0}")]
+    Control(#[from] ControlError),
+    /// `recv` failed.
+    #[error("reading the control socket: {0}")]
+    Recv(Errno),
+}
+
+impl FramedConn {
+    /// Wrap an accepted connection (sends get [`SEND_TIMEOUT`]).
+    pub(super) fn new(conn: ControlConn) -> Result<Self, ConnError> {
+        conn.set_send_timeout(Some(SEND_TIMEOUT))?;
+        Ok(Self {
+            conn,
+            rx: Vec::new(),
+        })
+    }
+
+    /// The connection.
+    pub(super) fn conn(&self) -> &ControlConn {
+        &self.conn
+    }
+
+    /// Read whatever is available without blocking and decode every complete frame.
+    pub(super) fn read_available(&mut self) -> Result<ReadOutcome, ConnError> {
+        let mut closed = false;
+        let mut chunk = [0u8; READ_CHUNK];
+        loop {
+            match socket::recv(
+                self.conn.as_fd().as_raw_fd(),
+                &mut chunk,
+                MsgFlags::MSG_DONTWAIT,
+            ) {
+                Ok(0) => {
+                    closed = true;
+                    break;
+                }
+                Ok(n) => {
+                    self.rx.extend_from_slice(&chunk[..n]);
+                    // Decode as we go, so a peer cannot make the buffer grow past one frame.
+                    if self.rx.len() > FRAME_PREFIX_LEN + fxtrace::protocol::control::MAX_BODY_LEN {
+                        break;
+                    }
+                }
+                Err(Errno::EINTR) => continue,
+                Err(Errno::EAGAIN) => break,
+                Err(Errno::ECONNRESET) => {
+                    closed = true;
+                    break;
+                }
+                Err(e) => return Err(ConnError::Recv(e)),
+            }
+        }
+        let mut messages = Vec::new();
+        while let Some(prefix) = self.rx.first_chunk::<FRAME_PREFIX_LEN>() {
+            let len = body_len_from_prefix(*prefix)?;
+            if self.rx.len() < FRAME_PREFIX_LEN + len {
+                break;
+            }
+            let body = &self.rx[FRAME_PREFIX_LEN..FRAME_PREFIX_LEN + len];
+            messages.push(Message::decode_body(body)?);
+            self.rx.drain(..FRAME_PREFIX_LEN + len);
+        }
+        Ok(if closed {
+            ReadOutcome::Closed(messages)
+        } else {
+            ReadOutcome::Messages(messages)
+        })
+    }
+
+    /// Send a message (with its file descriptors), blocking at most [`SEND_TIMEOUT`].
+    pub(super) fn send(&mut self, msg: &Message, fds: &[BorrowedFd<'_>]) -> Result<(), ConnError> {
+        self.conn.send_msg(msg, fds)?;
+        Ok(())
+    }
+}
+
+impl AsFd for FramedConn {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.conn.as_fd()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fxtrace::protocol::transport::ControlListener;
+
+    #[test]
+    fn frames_arrive_in_pieces_and_close_is_seen() {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = ControlListener::bind(&dir.path().join("s")).unwrap();
+        let client = std::os::unix::net::UnixStream::connect(listener.path()).unwrap();
+        let mut conn = FramedConn::new(listener.accept().unwrap()).unwrap();
+        let frame = Message::Register {
+            pid: 9,
+            name: "piece".into(),
+            known_categories: Vec::new(),
+            accepts_ticks_per_second: false,
+        }
+        .encode()
+        .unwrap();
+        use std::io::Write;
+        let mut c = &client;
+        c.write_all(&frame[..3]).unwrap();
+        match conn.read_available().unwrap() {
+            ReadOutcome::Messages(m) => assert!(m.is_empty()),
+            other => panic!("{other:?}"),
+        }
+        c.write_all(&frame[3..]).unwrap();
+        c.write_all(&Message::StatusRequest.encode().unwrap())
+            .unwrap();
+        match conn.read_available().unwrap() {
+            ReadOutcome::Messages(m) => {
+                assert_eq!(m.len(), 2);
+                assert!(matches!(m[0], Message::Register { pid: 9, .. }));
+                assert_eq!(m[1], Message::StatusRequest);
+            }
+            other => panic!("{other:?}"),
+        }
+        drop(client);
+        assert!(matches!(
+            conn.read_available().unwrap(),
+            ReadOutcome::Closed(m) if m.is_empty()
+        ));
+    }
+
+    #[test]
+    fn a_bad_frame_is_an_error() {
+        let dir = tempfile::tempdir().unwrap();
+        let listener = ControlListener::bind(&dir.path().join("s")).unwrap();
+        let client = std::os::unix::net::UnixStream::connect(listener.path()).unwrap();
+        let mut conn = FramedConn::new(listener.accept().unwrap()).unwrap();
+        use std::io::Write;
+        // Body length 2: below the minimum of 4.
+        (&client).write_all(&[2, 0, 0, 0, 1, 0]).unwrap();
+        assert!(matches!(
+            conn.read_available(),
+            Err(ConnError::Control(ControlError::BadLength { len: 2 }))
+        ));
+    }
+}

@@ -1,0 +1,728 @@
+//! Copying a provider's buffer into the archive: the streaming save (`shared/spec/
+//! fuchsia-notes.md` §3.3) and the final read-out (§3.4).
+//!
+//! The manager maps the same sealed memfd the provider writes. It trusts nothing in it: every
+//! read starts with a fresh copy of the header (atomic `Acquire` loads) validated exactly as
+//! §3.6 says ([`HeaderFields::validate`]) plus the fxtrace chunk extension, every region is copied
+//! out with `pread` inside the bounds the validated geometry gives, and every region goes
+//! through the chunk-aware record scanner of [`fxtrace::protocol::header`], which yields only
+//! whole, well-framed records (unused chunk tails, stale chunks and zero words never reach the
+//! archive) and stops at the first malformed one. A scan that stops early is not an error: what
+//! came before it is kept and the stop is reported in [`DrainStats::problems`].
+
+use std::io::Write;
+
+use super::archive::{Archive, ArchiveError};
+use fxtrace::engine::{BufferError, TraceBuffer};
+use fxtrace::format::PROVIDER_EVENT_BUFFER_OVERFLOW;
+use fxtrace::protocol::header::{
+    scan_records, BufferGeometry, BufferingMode, Framing, HeaderError, HeaderFields, ScanStop,
+    MIN_DURABLE_BUFFER_SIZE,
+};
+
+/// Why a provider's buffer could not be read. Every variant but [`DrainError::Archive`] is the
+/// provider's fault and ends only that provider; an archive error ends the session.
+#[derive(Debug, thiserror::Error)]
+pub enum DrainError {
+    /// The header fails §3.6 validation (or the chunk extension check).
+    #[error("invalid buffer header: {0}")]
+    Header(#[from] HeaderError),
+    /// The header's buffering mode is not the session's.
+    #[error("buffer header says {found:?} mode, the session uses {expected:?}")]
+    ModeMismatch {
+        /// Mode in the header.
+        found: BufferingMode,
+        /// Mode the manager configured.
+        expected: BufferingMode,
+    },
+    /// SAVE_BUFFER outside streaming mode.
+    #[error("SAVE_BUFFER in {0:?} mode (only streaming saves buffers)")]
+    NotStreaming(BufferingMode),
+    /// SAVE_BUFFER's wrapped count does not follow the previous one.
+    #[error("SAVE_BUFFER wrapped count {got} does not follow {expected}")]
+    WrappedCountSequence {
+        /// The wrapped count received.
+        got: u32,
+        /// The one expected.
+        expected: u32,
+    },
+    /// SAVE_BUFFER's durable data end is unaligned, out of range, or moves backwards.
+    #[error(
+        "SAVE_BUFFER durable data end {got} is invalid (must be a multiple of 8 in \
+         {min}..={max} and at least the previous {last})"
+    )]
+    DurableDataEnd {
+        /// The value received.
+        got: u64,
+        /// The previous save's value.
+        last: u64,
+        /// Smallest valid value.
+        min: u64,
+        /// Durable buffer size.
+        max: u64,
+    },
+    /// A read outside the buffer (cannot happen after validation; kept as an error, never a
+    /// panic).
+    #[error(transparent)]
+    Buffer(#[from] BufferError),
+    /// The region and end given to the scanner do not fit (cannot happen after validation).
+    #[error("record scan refused its arguments: {0}")]
+    Scan(#[from] fxtrace::protocol::header::FramingError),
+    /// Writing the archive failed.
+    #[error(transparent)]
+    Archive(#[from] ArchiveError),
+}
+
+impl DrainError {
+    /// Whether the error is the archive's (fatal for the session) rather than the provider's.
+    pub fn is_archive(&self) -> bool {
+        matches!(self, DrainError::Archive(_))
+    }
+}
+
+/// What the manager copied out of one provider's buffer, and what the header said.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct DrainStats {
+    /// Records copied into the archive.
+    pub records: u64,
+    /// Durable-buffer bytes copied.
+    pub durable_bytes: u64,
+    /// Rolling-buffer bytes copied.
+    pub rolling_bytes: u64,
+    /// Streaming saves done.
+    pub saves: u64,
+    /// Header `num_records_dropped` at the last read.
+    pub records_dropped: u64,
+    /// Header `wrapped_count` at the last read.
+    pub wrapped_count: u32,
+    /// Header `durable_data_end` at the last read (0 while running).
+    pub durable_data_end: u64,
+    /// Durable buffer size (0 in oneshot mode).
+    pub durable_buffer_size: u64,
+    /// Chunk tails, tags and stale chunks the scanner skipped, in bytes.
+    pub skipped_bytes: u64,
+    /// Regions whose scan stopped at a malformed record, with where and why.
+    pub problems: Vec<String>,
+    /// Time spent copying this provider's data into the archive.
+    pub copy_time: std::time::Duration,
+}
+
+/// The streaming state of one provider's buffer (`Tracee`'s `last_wrapped_count_` and
+/// `last_durable_data_end_`).
+#[derive(Debug, Clone)]
+pub struct Drain {
+    mode: BufferingMode,
+    last_wrapped_count: u32,
+    last_durable_data_end: u64,
+    saved_any: bool,
+    stats: DrainStats,
+    /// Reused for every copy out of the buffer.
+    scratch: Vec<u8>,
+}
+
+/// How much of the durable buffer a new trace keeps (the start disposition).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Restart {
+    /// CLEAR_ENTIRE: everything is cleared; saving starts again from offset 0.
+    ClearEntire,
+    /// CLEAR_NONDURABLE: rolling buffers cleared (wrapped count back to 0), durable data kept
+    /// (and not saved again).
+    ClearNonDurable,
+    /// RETAIN: nothing cleared; the wrapped count continues.
+    Retain,
+}
+
+impl Drain {
+    /// A buffer that the session configured with `mode`.
+    pub fn new(mode: BufferingMode) -> Self {
+        Self {
+            mode,
+            last_wrapped_count: 0,
+            last_durable_data_end: 0,
+            saved_any: false,
+            stats: DrainStats::default(),
+            scratch: Vec::new(),
+        }
+    }
+
+    /// The configured mode.
+    pub fn mode(&self) -> BufferingMode {
+        self.mode
+    }
+
+    /// What was copied so far.
+    pub fn stats(&self) -> &DrainStats {
+        &self.stats
+    }
+
+    /// A Start was sent: reset the streaming sequence the way the engine resets its buffer.
+    pub fn restart(&mut self, how: Restart) {
+        match how {
+            Restart::ClearEntire => {
+                self.last_wrapped_count = 0;
+                self.last_durable_data_end = 0;
+                self.saved_any = false;
+            }
+            Restart::ClearNonDurable => {
+                self.last_wrapped_count = 0;
+                self.saved_any = false;
+            }
+            Restart::Retain => {}
+        }
+    }
+
+    /// Read the header and validate it against the buffer and the session's mode.
+    fn read_header(
+        &mut self,
+        buffer: &TraceBuffer,
+    ) -> Result<(HeaderFields, BufferGeometry), DrainError> {
+        let fields = buffer.header().load();
+        let geometry = fields.validate(buffer.size())?;
+        fields.validate_fxtrace_extension()?;
+        if geometry.mode != self.mode {
+            return Err(DrainError::ModeMismatch {
+                found: geometry.mode,
+                expected: self.mode,
+            });
+        }
+        self.stats.records_dropped = fields.num_records_dropped;
+        self.stats.wrapped_count = fields.wrapped_count;
+        self.stats.durable_data_end = fields.durable_data_end;
+        self.stats.durable_buffer_size = geometry.durable_buffer_size;
+        Ok((fields, geometry))
+    }
+
+    /// SAVE_BUFFER(`wrapped_count`, `durable_data_end`) (§3.3): validate the request and the
+    /// header, then copy the new durable bytes and rolling buffer `wrapped_count & 1` into the
+    /// archive under provider `id`'s section. On success the caller answers BUFFER_SAVED with
+    /// the same two values; on error it drops the provider.
+    pub fn save_buffer<W: Write>(
+        &mut self,
+        buffer: &TraceBuffer,
+        archive: &mut Archive<W>,
+        id: u32,
+        name: &str,
+        wrapped_count: u32,
+        durable_data_end: u64,
+    ) -> Result<(), DrainError> {
+        if self.mode != BufferingMode::Streaming {
+            return Err(DrainError::NotStreaming(self.mode));
+        }
+        // 1. The sequence: the first save of a trace is buffer 0, later ones follow on.
+        let expected = if self.saved_any {
+            self.last_wrapped_count.wrapping_add(1)
+        } else {
+            0
+        };
+        if wrapped_count != expected {
+            return Err(DrainError::WrappedCountSequence {
+                got: wrapped_count,
+                expected,
+            });
+        }
+        // 3. The header.
+        let (fields, geometry) = self.read_header(buffer)?;
+        // 1 and 4. The durable end.
+        let last = self.last_durable_data_end;
+        if durable_data_end % 8 != 0
+            || durable_data_end < last
+            || durable_data_end < MIN_DURABLE_BUFFER_SIZE
+            || durable_data_end > geometry.durable_buffer_size
+        {
+            return Err(DrainError::DurableDataEnd {
+                got: durable_data_end,
+                last,
+                min: MIN_DURABLE_BUFFER_SIZE,
+                max: geometry.durable_buffer_size,
+            });
+        }
+        // 2. The section.
+        archive.begin_provider(id, name)?;
+        // 5. New durable bytes.
+        if durable_data_end > last {
+            let offset = geometry.durable_offset() + last;
+            let len = durable_data_end - last;
+            self.forward(
+                buffer,
+                archive,
+                offset,
+                len,
+                len,
+                Framing::Dense,
+                Region::Durable,
+            )?;
+        }
+        // 6. The rolling buffer, up to its recorded end.
+        let index = (wrapped_count & 1) as usize;
+        let end = fields.rolling_data_end[index];
+        if end > 0 {
+            self.forward(
+                buffer,
+                archive,
+                geometry.rolling_offset(index),
+                geometry.rolling_buffer_size,
+                end,
+                fields.rolling_framing(wrapped_count),
+                Region::Rolling(index),
+            )?;
+        }
+        // 7.
+        self.last_wrapped_count = wrapped_count;
+        self.last_durable_data_end = durable_data_end;
+        self.saved_any = true;
+        self.stats.saves += 1;
+        Ok(())
+    }
+
+    /// The final read-out (§3.4), after STOPPED or when the provider is gone: Provider
+    /// Info/Section, a Provider Event "buffer overflow" when records were dropped, durable data
+    /// not yet saved, then the rolling buffers in wrap order. A zero end in the header (never
+    /// finalised: a crashed or killed provider) means "scan the whole region". Nothing is
+    /// written when the header does not validate.
+    ///
+    /// The regions are copied out of the buffer rolling first, durable last, and written in
+    /// archive order (durable first). A provider that is gone without STOPPED may still be
+    /// writing (its process runs on): a thread writes its Thread/String record into the
+    /// durable buffer before any rolling record that refers to it, so a durable copy taken
+    /// after the rolling copy holds every record the copied events refer to.
+    pub fn read_out<W: Write>(
+        &mut self,
+        buffer: &TraceBuffer,
+        archive: &mut Archive<W>,
+        id: u32,
+        name: &str,
+    ) -> Result<(), DrainError> {
+        let (fields, geometry) = self.read_header(buffer)?;
+        let started = std::time::Instant::now();
+        let rolling_end = |index: usize| match fields.rolling_data_end[index] {
+            0 => geometry.rolling_buffer_size,
+            end => end,
+        };
+        // Rolling buffers, in wrap order.
+        let wrapped = fields.wrapped_count;
+        let mut rolling = Vec::with_capacity(2);
+        if self.mode != BufferingMode::Oneshot && wrapped > 0 {
+            let earlier = wrapped - 1;
+            // Already streamed (the 2026 trace_manager's check; the 2024 one re-read it).
+            let streamed = self.mode == BufferingMode::Streaming
+                && self.saved_any
+                && self.last_wrapped_count >= earlier;
+            if !streamed {
+                rolling.push(earlier);
+            }
+        }
+        rolling.push(wrapped);
+        let rolling = rolling
+            .into_iter()
+            .map(|wrap| {
+                let index = (wrap & 1) as usize;
+                let end = rolling_end(index);
+                let bytes = copy_region(
+                    buffer,
+                    geometry.rolling_offset(index),
+                    geometry.rolling_buffer_size.min(end),
+                )?;
+                Ok((
+                    bytes,
+                    end,
+                    fields.rolling_framing(wrap),
+                    Region::Rolling(index),
+                ))
+            })
+            .collect::<Result<Vec<_>, DrainError>>()?;
+        // Durable data not yet saved, copied last.
+        let mut durable = None;
+        if self.mode != BufferingMode::Oneshot {
+            let end = match fields.durable_data_end {
+                0 => geometry.durable_buffer_size,
+                end => end,
+            };
+            let from = self.last_durable_data_end.min(end);
+            if end > from {
+                let len = end - from;
+                let bytes = copy_region(buffer, geometry.durable_offset() + from, len)?;
+                durable = Some((bytes, len));
+                self.last_durable_data_end = if fields.durable_data_end == 0 {
+                    from
+                } else {
+                    end
+                };
+            }
+        }
+        self.stats.copy_time += started.elapsed();
+        archive.begin_provider(id, name)?;
+        if fields.num_records_dropped > 0 {
+            archive.provider_event(PROVIDER_EVENT_BUFFER_OVERFLOW)?;
+        }
+        if let Some((bytes, len)) = durable {
+            self.scan_into(&bytes, len, Framing::Dense, Region::Durable, archive)?;
+        }
+        for (bytes, end, framing, region) in rolling {
+            self.scan_into(&bytes, end, framing, region, archive)?;
+        }
+        // Nothing more is read until a new trace: give the copy buffer back.
+        self.scratch = Vec::new();
+        Ok(())
+    }
+
+    /// Copy the first `data_end` bytes of the region `[offset, offset + len)` out of the
+    /// buffer, scan them with `framing`, and append the records found.
+    #[allow(clippy::too_many_arguments)]
+    fn forward<W: Write>(
+        &mut self,
+        buffer: &TraceBuffer,
+        archive: &mut Archive<W>,
+        offset: u64,
+        len: u64,
+        data_end: u64,
+        framing: Framing,
+        region: Region,
+    ) -> Result<(), DrainError> {
+        let started = std::time::Instant::now();
+        // Only `[0, data_end)` is scanned: copy no more (the end was validated against the
+        // region; a larger one is refused by the scanner below).
+        let len = data_end.min(len);
+        let len = usize::try_from(len).map_err(|_| BufferError::OutOfRange {
+            offset,
+            len,
+            size: buffer.size(),
+        })?;
+        let mut bytes = std::mem::take(&mut self.scratch);
+        bytes.resize(len, 0);
+        let result = buffer
+            .read_at(offset, &mut bytes)
+            .map_err(DrainError::from)
+            .and_then(|()| self.scan_into(&bytes, data_end, framing, region, archive));
+        self.scratch = bytes;
+        self.stats.copy_time += started.elapsed();
+        result
+    }
+
+    fn scan_into<W: Write>(
+        &mut self,
+        bytes: &[u8],
+        data_end: u64,
+        framing: Framing,
+        region: Region,
+        archive: &mut Archive<W>,
+    ) -> Result<(), DrainError> {
+        let mut scan = scan_records(bytes, data_end, framing)?;
+        let mut copied = 0u64;
+        for run in scan.by_ref() {
+            self.stats.records += archive.write_records(run)?;
+            copied += run.len() as u64;
+        }
+        match region {
+            Region::Durable => self.stats.durable_bytes += copied,
+            Region::Rolling(_) => self.stats.rolling_bytes += copied,
+        }
+        self.stats.skipped_bytes += scan.stats().skipped_bytes;
+        if let ScanStop::Malformed {
+            offset: at,
+            header,
+            reason,
+        } = scan.stop()
+        {
+            self.stats.problems.push(format!(
+                "{region}: malformed record at offset {at} (header {header:#018x}, {reason:?}); \
+                 the rest of the region was skipped"
+            ));
+        }
+        Ok(())
+    }
+}
+
+/// The first `len` bytes of the region at `offset`, copied out of the buffer.
+fn copy_region(buffer: &TraceBuffer, offset: u64, len: u64) -> Result<Vec<u8>, DrainError> {
+    let size = usize::try_from(len).map_err(|_| BufferError::OutOfRange {
+        offset,
+        len,
+        size: buffer.size(),
+    })?;
+    let mut bytes = vec![0; size];
+    buffer.read_at(offset, &mut bytes)?;
+    Ok(bytes)
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Region {
+    Durable,
+    Rolling(usize),
+}
+
+impl std::fmt::Display for Region {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Region::Durable => f.write_str("durable buffer"),
+            Region::Rolling(i) => write!(f, "rolling buffer {i}"),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fxtrace::protocol::header::{make_chunk_tag, HEADER_SIZE};
+
+    const SIZE: u64 = 16 * 4096;
+
+    /// A buffer with a valid header for `mode` and chunk size `chunk` (0: dense).
+    fn buffer(mode: BufferingMode, chunk: u64) -> (TraceBuffer, BufferGeometry) {
+        let buffer = TraceBuffer::create(SIZE).unwrap();
+        let geometry = BufferGeometry::compute(mode, SIZE).unwrap();
+        buffer
+            .header()
+            .store(&HeaderFields::initial(&geometry, chunk));
+        (buffer, geometry)
+    }
+
+    fn put_words(buffer: &TraceBuffer, offset: u64, words: &[u64]) {
+        for (i, w) in words.iter().enumerate() {
+            let at = offset as usize + i * 8;
+            // SAFETY: test-only writes inside the mapping (offsets chosen below its size), with
+            // no concurrent access.
+            unsafe { buffer.as_ptr().add(at).cast::<u64>().write(*w) };
+        }
+    }
+
+    /// An instant-like test record of 2 words: header type 4 with `tag` in bits 16.., payload.
+    fn rec(tag: u64) -> [u64; 2] {
+        [0x24 | (tag << 16), tag]
+    }
+
+    fn tags(bytes: &[u8]) -> Vec<(Option<u32>, String)> {
+        // Decode only framing-level facts: provider metadata and raw header tags.
+        let mut out = Vec::new();
+        let mut i = 8;
+        out.push((None, "magic".to_string()));
+        let words: Vec<u64> = bytes
+            .chunks_exact(8)
+            .map(|c| u64::from_ne_bytes(c.try_into().unwrap()))
+            .collect();
+        let mut provider = None;
+        while i < bytes.len() {
+            let h = words[i / 8];
+            let size = ((h >> 4) & 0xfff) as usize;
+            assert!(size > 0);
+            let what = match h & 0xf {
+                0 => match (h >> 16) & 0xf {
+                    1 | 2 => {
+                        provider = Some(((h >> 20) & 0xffff_ffff) as u32);
+                        format!("section {}", provider.unwrap())
+                    }
+                    3 => "overflow".to_string(),
+                    t => format!("meta {t}"),
+                },
+                4 if size == 2 => format!("rec {}", h >> 16),
+                t => format!("type {t}"),
+            };
+            out.push((provider, what));
+            i += size * 8;
+        }
+        out
+    }
+
+    #[test]
+    fn oneshot_read_out_scans_a_zero_end_and_counts_drops() {
+        let (buffer, g) = buffer(BufferingMode::Oneshot, 0);
+        let base = g.rolling_offset(0);
+        put_words(&buffer, base, &[rec(1), rec(2), rec(3)].concat());
+        buffer
+            .header()
+            .num_records_dropped
+            .store(5, std::sync::atomic::Ordering::Release);
+        let mut archive = Archive::new(Vec::new()).unwrap();
+        let mut drain = Drain::new(BufferingMode::Oneshot);
+        drain.read_out(&buffer, &mut archive, 3, "p").unwrap();
+        let bytes = archive.into_inner().unwrap();
+        let got: Vec<String> = tags(&bytes).into_iter().map(|(_, w)| w).collect();
+        assert_eq!(
+            got,
+            ["magic", "section 3", "overflow", "rec 1", "rec 2", "rec 3"]
+        );
+        assert_eq!(drain.stats().records, 3);
+        assert_eq!(drain.stats().rolling_bytes, 48);
+        assert_eq!(drain.stats().records_dropped, 5);
+        // Whole, well-framed records only.
+        let scan = fxtrace::format::scan_records(&bytes);
+        assert_eq!(scan.stop, fxtrace::format::ScanStop::End);
+        assert_eq!(scan.valid_len, bytes.len());
+    }
+
+    #[test]
+    fn circular_read_out_is_durable_then_earlier_then_current_and_skips_stale_chunks() {
+        let chunk = 256;
+        let (buffer, g) = buffer(BufferingMode::Circular, chunk);
+        let h = buffer.header();
+        use std::sync::atomic::Ordering::Release;
+        // Durable: two records, end finalised.
+        put_words(&buffer, HEADER_SIZE, &[rec(10), rec(11)].concat());
+        h.durable_data_end.store(32, Release);
+        // Wrapped count 3: current buffer 1 (lap 3), earlier buffer 0 (lap 2).
+        h.wrapped_count.store(3, Release);
+        let r0 = g.rolling_offset(0);
+        let r1 = g.rolling_offset(1);
+        // Buffer 0: a lap-2 chunk, then a stale lap-0 chunk.
+        put_words(
+            &buffer,
+            r0,
+            &[&[make_chunk_tag(2, 1)][..], &rec(20)].concat(),
+        );
+        put_words(
+            &buffer,
+            r0 + chunk,
+            &[&[make_chunk_tag(0, 1)][..], &rec(99)].concat(),
+        );
+        h.rolling_data_end[0].store(2 * chunk, Release);
+        // Buffer 1: lap 3, end 0 (not finalised: scan it all).
+        put_words(
+            &buffer,
+            r1,
+            &[&[make_chunk_tag(3, 1)][..], &rec(30), &rec(31)].concat(),
+        );
+        let mut archive = Archive::new(Vec::new()).unwrap();
+        let mut drain = Drain::new(BufferingMode::Circular);
+        drain.read_out(&buffer, &mut archive, 1, "c").unwrap();
+        let got: Vec<String> = tags(&archive.into_inner().unwrap())
+            .into_iter()
+            .map(|(_, w)| w)
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "magic",
+                "section 1",
+                "rec 10",
+                "rec 11",
+                "rec 20",
+                "rec 30",
+                "rec 31"
+            ]
+        );
+        assert!(drain.stats().skipped_bytes > 0);
+    }
+
+    #[test]
+    fn header_errors_write_nothing() {
+        let (buffer, g) = buffer(BufferingMode::Oneshot, 0);
+        use std::sync::atomic::Ordering::Release;
+        buffer.header().rolling_data_end[0].store(g.rolling_buffer_size + 8, Release);
+        let mut archive = Archive::new(Vec::new()).unwrap();
+        let mut drain = Drain::new(BufferingMode::Oneshot);
+        let err = drain.read_out(&buffer, &mut archive, 1, "x").unwrap_err();
+        assert!(matches!(
+            err,
+            DrainError::Header(HeaderError::BadRollingDataEnd { index: 0, .. })
+        ));
+        assert_eq!(archive.bytes_written(), 8);
+        // Mode mismatch.
+        let (buffer, _) = self::buffer(BufferingMode::Circular, 0);
+        let err = drain.read_out(&buffer, &mut archive, 1, "x").unwrap_err();
+        assert!(matches!(err, DrainError::ModeMismatch { .. }));
+        // Zero header (provider never initialised it).
+        let blank = TraceBuffer::create(SIZE).unwrap();
+        let err = drain.read_out(&blank, &mut archive, 1, "x").unwrap_err();
+        assert!(matches!(err, DrainError::Header(HeaderError::BadMagic(0))));
+        assert_eq!(archive.bytes_written(), 8);
+    }
+
+    #[test]
+    fn streaming_saves_follow_the_sequence_and_final_read_skips_streamed_buffers() {
+        let (buffer, g) = buffer(BufferingMode::Streaming, 0);
+        let h = buffer.header();
+        use std::sync::atomic::Ordering::Release;
+        let r0 = g.rolling_offset(0);
+        let r1 = g.rolling_offset(1);
+        put_words(&buffer, HEADER_SIZE, &rec(1));
+        put_words(&buffer, r0, &[rec(2), rec(3)].concat());
+        h.rolling_data_end[0].store(32, Release);
+        h.wrapped_count.store(1, Release);
+        let mut archive = Archive::new(Vec::new()).unwrap();
+        let mut drain = Drain::new(BufferingMode::Streaming);
+        // Out of sequence: the first save must be wrapped count 0.
+        assert!(matches!(
+            drain.save_buffer(&buffer, &mut archive, 1, "s", 1, 16),
+            Err(DrainError::WrappedCountSequence {
+                got: 1,
+                expected: 0
+            })
+        ));
+        // Durable end below the initialization record, unaligned, past the buffer.
+        for dde in [8, 12, g.durable_buffer_size + 8] {
+            assert!(matches!(
+                drain.save_buffer(&buffer, &mut archive, 1, "s", 0, dde),
+                Err(DrainError::DurableDataEnd { .. })
+            ));
+        }
+        drain
+            .save_buffer(&buffer, &mut archive, 1, "s", 0, 16)
+            .unwrap();
+        // The provider marks buffer 0 saved and writes on in buffer 1; buffer 0 refills (lap 2).
+        put_words(&buffer, HEADER_SIZE + 16, &rec(4));
+        put_words(&buffer, r1, &rec(5));
+        h.rolling_data_end[1].store(16, Release);
+        h.rolling_data_end[0].store(0, Release);
+        // A repeated wrapped count is refused.
+        assert!(matches!(
+            drain.save_buffer(&buffer, &mut archive, 1, "s", 0, 16),
+            Err(DrainError::WrappedCountSequence {
+                got: 0,
+                expected: 1
+            })
+        ));
+        // Durable end going backwards is refused.
+        assert!(matches!(
+            drain.save_buffer(&buffer, &mut archive, 1, "s", 1, 8),
+            Err(DrainError::DurableDataEnd { .. })
+        ));
+        drain
+            .save_buffer(&buffer, &mut archive, 1, "s", 1, 32)
+            .unwrap();
+        // Stop: wrapped count 2, current buffer 0 holds rec 6; buffer 1 (lap 1) was streamed.
+        put_words(&buffer, r0, &rec(6));
+        h.rolling_data_end[0].store(16, Release);
+        h.wrapped_count.store(2, Release);
+        h.durable_data_end.store(32, Release);
+        drain.read_out(&buffer, &mut archive, 1, "s").unwrap();
+        let got: Vec<String> = tags(&archive.into_inner().unwrap())
+            .into_iter()
+            .map(|(_, w)| w)
+            .collect();
+        assert_eq!(
+            got,
+            [
+                "magic",
+                "section 1",
+                "rec 1",
+                "rec 2",
+                "rec 3", // save 0
+                "section 1",
+                "rec 4",
+                "rec 5", // save 1
+                "section 1",
+                "rec 6", // final
+            ]
+        );
+        assert_eq!(drain.stats().saves, 2);
+        assert_eq!(drain.stats().records, 6);
+    }
+
+    #[test]
+    fn malformed_records_are_cut_and_reported() {
+        let (buffer, g) = buffer(BufferingMode::Oneshot, 0);
+        // rec 1, then a header claiming 4095 words near the end of nothing: past the data end.
+        put_words(&buffer, g.rolling_offset(0), &[rec(1)[0], 1, 0xfff4, 7]);
+        buffer.header().rolling_data_end[0].store(32, std::sync::atomic::Ordering::Release);
+        let mut archive = Archive::new(Vec::new()).unwrap();
+        let mut drain = Drain::new(BufferingMode::Oneshot);
+        drain.read_out(&buffer, &mut archive, 1, "m").unwrap();
+        assert_eq!(drain.stats().records, 1);
+        assert_eq!(
+            drain.stats().problems.len(),
+            1,
+            "{:?}",
+            drain.stats().problems
+        );
+        assert!(drain.stats().problems[0].contains("offset 16"));
+    }
+}

@@ -1,0 +1,33 @@
+//! The trace manager: sessions, the provider registry, buffer draining and the archive writer.
+//!
+//! - [`session`]: the state machine of `fuchsia.tracing.controller.Session` (pure logic).
+//! - [`server`]: the [`Manager`]: socket listener, provider registry, event loop, FIFO protocol
+//!   checks, carrying out the session's commands.
+//! - [`drain`]: copying a provider's buffer out (streaming saves, final read-out, salvage).
+//! - [`archive`]: the FXT stream written (magic, provider metadata, framing-checked records).
+//! - [`recorder`]: `fxtrace record` as a library: run a command under a fresh session.
+//! - [`report`]: per-provider statistics and the summary table.
+//! - `conn`: nonblocking control-frame reading.
+//!
+//! The manager uses the `format` codec only for framing and the records it composes itself
+//! (metadata and markers), and the `protocol` module for the wire. The one piece of the engine
+//! it uses is [`fxtrace::engine::TraceBuffer`], to create the sealed memfd it shares with a
+//! provider (the memfd object belongs to both sides); it never touches an engine context.
+
+pub mod archive;
+mod conn;
+pub mod drain;
+pub mod recorder;
+pub mod report;
+pub mod server;
+pub mod session;
+
+pub use archive::{Archive, ArchiveError};
+pub use drain::{Drain, DrainError, DrainStats};
+pub use recorder::{
+    ExternalSource, RecordConfig, RecordError, RecordReport, Recorder, SectionError, SectionSink,
+    StopHandle, StopReason,
+};
+pub use report::{ProviderReport, RefusedPeer, SectionReport, SummaryTable};
+pub use server::{Manager, ManagerConfig, ManagerError, ManagerEvent, PollOutcome, Waker};
+pub use session::{Session, SessionConfig};

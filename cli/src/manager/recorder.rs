@@ -1,0 +1,938 @@
+//! `fxtrace record` as a library: run a command under a fresh trace session and write one
+//! archive.
+//!
+//! ```text
+//! Recorder::new(config)      bind a private socket, open the output, start the session
+//!   .run(log)                spawn CMD with FXTRACE_SOCKET set, trace until the first of:
+//!                              CMD exits (then a bounded wait for its providers to finish),
+//!                              the duration ends, a stop signal, an alert named
+//!                              `stop_on_alert`, or StopHandle::request_stop
+//!                            stop with write_results (stop timeout salvages silent providers),
+//!                            stop external sources, terminate providers (bounded), flush the
+//!                            archive; a command still running gets SIGTERM (SIGKILL after 2 s)
+//! ```
+//!
+//! Sections that do not come from a provider of the protocol (the built-in kernel provider of
+//! `--system-wide`) join the same archive through a [`SectionSink`] and an
+//! [`ExternalSource`]: the source encodes records into the sink from its own thread, the
+//! recorder copies each batch into the archive under the section's reserved provider id.
+//!
+//! The socket lives in a fresh private directory (mode 0700, under `$XDG_RUNTIME_DIR` when set,
+//! else `/tmp`) named `fxtrace-session-<pid>-XXXXXX`, so concurrent sessions never collide and
+//! `fxtrace status` can find them. Other processes of the same user that set `FXTRACE_SOCKET`
+//! to it (printed at the start) join the session too.
+//!
+//! The command's own standard streams are left alone; the recorder reports through the `log`
+//! callback given to [`Recorder::run`] and the returned [`RecordReport`].
+
+use std::ffi::OsString;
+use std::fs::File;
+use std::io::BufWriter;
+use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, ExitStatus};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::mpsc::{self, Receiver, Sender};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use nix::sys::signal::{self, SaFlags, SigAction, SigHandler, SigSet, Signal};
+
+use super::report::{ProviderReport, RefusedPeer, SectionReport, SummaryTable};
+use super::server::{Manager, ManagerConfig, ManagerError, ManagerEvent, Waker};
+use super::session::{SessionConfig, SessionState};
+use fxtrace::format::{self, EncodeError, Record};
+use fxtrace::protocol::control::BufferingMode;
+use fxtrace::protocol::transport::{ListenerOptions, SOCKET_ENV, SOCKET_FILE_NAME};
+
+/// Prefix of the private session directories (under the runtime directory).
+pub const SESSION_DIR_PREFIX: &str = "fxtrace-session-";
+
+/// What to record and how.
+#[derive(Debug, Clone, PartialEq)]
+pub struct RecordConfig {
+    /// The archive to write.
+    pub output: PathBuf,
+    /// Enabled categories (empty: all; `prefix*` matches a prefix).
+    pub categories: Vec<String>,
+    /// Buffer size per provider in bytes (a multiple of 4096, 4 KiB..=4 GiB).
+    pub buffer_size_bytes: u64,
+    /// Buffering mode of every provider.
+    pub buffering_mode: BufferingMode,
+    /// Stop after this long.
+    pub duration: Option<Duration>,
+    /// Stop when a provider raises an alert with this name (flight recorder).
+    pub stop_on_alert: Option<String>,
+    /// The command to run (program and arguments); empty: trace whoever connects.
+    pub command: Vec<OsString>,
+    /// Listen here instead of a fresh private directory.
+    pub socket_path: Option<PathBuf>,
+    /// Socket file mode and peer policy.
+    pub listener: ListenerOptions,
+    /// How long Start waits for providers.
+    pub start_timeout: Duration,
+    /// How long Stop waits for providers before salvaging their buffers.
+    pub stop_timeout: Duration,
+    /// After the command exits (or a Ctrl-C), how long to wait for its providers to finish.
+    pub exit_grace: Duration,
+    /// Extra environment variables for the command (`fxtrace record --preload` sets
+    /// `LD_PRELOAD`).
+    pub env: Vec<(OsString, OsString)>,
+}
+
+impl Default for RecordConfig {
+    fn default() -> Self {
+        Self {
+            output: PathBuf::from("trace.fxt"),
+            categories: Vec::new(),
+            buffer_size_bytes: 4 << 20,
+            buffering_mode: BufferingMode::Oneshot,
+            duration: None,
+            stop_on_alert: None,
+            command: Vec::new(),
+            socket_path: None,
+            listener: ListenerOptions::default(),
+            start_timeout: super::session::DEFAULT_START_TIMEOUT,
+            stop_timeout: Duration::from_secs(5),
+            exit_grace: Duration::from_secs(1),
+            env: Vec::new(),
+        }
+    }
+}
+
+/// Why `record` failed as a whole.
+#[derive(Debug, thiserror::Error)]
+pub enum RecordError {
+    /// The output file could not be created.
+    #[error("cannot create {path}: {source}")]
+    Output {
+        /// The output path.
+        path: PathBuf,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// The private socket directory could not be created.
+    #[error("cannot create a socket directory in {dir}: {source}")]
+    SocketDir {
+        /// Where.
+        dir: PathBuf,
+        /// The cause.
+        source: nix::errno::Errno,
+    },
+    /// The manager failed.
+    #[error(transparent)]
+    Manager(#[from] ManagerError),
+    /// The command could not be started.
+    #[error("cannot run {program:?}: {source}")]
+    Spawn {
+        /// The program.
+        program: OsString,
+        /// The cause.
+        source: std::io::Error,
+    },
+    /// Signal handlers could not be installed.
+    #[error("installing signal handlers: {0}")]
+    Signals(String),
+    /// Waiting for the command failed.
+    #[error("waiting for the command: {0}")]
+    Wait(std::io::Error),
+}
+
+/// Why tracing stopped.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum StopReason {
+    /// The command exited.
+    CommandExited,
+    /// The configured duration passed.
+    Duration,
+    /// A signal arrived (its number).
+    Signal(i32),
+    /// A provider raised the stop alert.
+    Alert {
+        /// The provider.
+        provider: u32,
+        /// The alert's name.
+        name: String,
+    },
+    /// [`StopHandle::request_stop`] was called.
+    Requested,
+}
+
+impl std::fmt::Display for StopReason {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            StopReason::CommandExited => f.write_str("the command exited"),
+            StopReason::Duration => f.write_str("the duration ended"),
+            StopReason::Signal(n) => write!(f, "{} received", signal_name(*n)),
+            StopReason::Alert { provider, name } => {
+                write!(f, "provider {provider} raised alert {name:?}")
+            }
+            StopReason::Requested => f.write_str("stop requested"),
+        }
+    }
+}
+
+/// What a recording did.
+#[derive(Debug, Clone)]
+pub struct RecordReport {
+    /// Where the archive is.
+    pub output: PathBuf,
+    /// Its size in bytes.
+    pub output_bytes: u64,
+    /// The socket the session listened on.
+    pub socket_path: PathBuf,
+    /// Per-provider statistics, by id.
+    pub providers: Vec<ProviderReport>,
+    /// Connections refused for their credentials.
+    pub refused: Vec<RefusedPeer>,
+    /// Sections written by external sources (the kernel provider).
+    pub sections: Vec<SectionReport>,
+    /// Why tracing stopped.
+    pub stop_reason: StopReason,
+    /// The command's pid, if one was run.
+    pub command_pid: Option<u32>,
+    /// How the command ended (`None`: no command, or still running when the recorder returned).
+    pub command_status: Option<ExitStatus>,
+    /// Alerts raised by providers, in order.
+    pub alerts: Vec<String>,
+    /// From start to the archive being complete.
+    pub elapsed: Duration,
+}
+
+impl RecordReport {
+    /// The end-of-trace table.
+    pub fn summary(&self) -> SummaryTable<'_> {
+        SummaryTable {
+            providers: &self.providers,
+            sections: &self.sections,
+            refused: &self.refused,
+            output: &self.output,
+            output_bytes: self.output_bytes,
+        }
+    }
+}
+
+// === stop requests and signals ===
+
+/// Rules: the wake eventfd of the recorder whose [`SignalGuard`] is installed, or -1; written
+/// by `stop_on_signals` and the guard's drop, read by the signal handler.
+/// ATOMICS: `SeqCst` stores and loads: the handler may run on any thread at any point; the
+/// install/uninstall paths are cold.
+static SIGNAL_WAKE_FD: AtomicI32 = AtomicI32::new(-1);
+/// Rules: the first stop signal received (0: none); set by the handler, read by the recorder,
+/// reset when handlers are installed.
+/// ATOMICS: `SeqCst`, as above.
+static SIGNAL_RECEIVED: AtomicI32 = AtomicI32::new(0);
+
+extern "C" fn on_stop_signal(signo: libc::c_int) {
+    // SAFETY: `__errno_location` returns this thread's errno, valid for the thread's life.
+    let errno = unsafe { *libc::__errno_location() };
+    // ATOMICS: `SeqCst` (see the statics); `swap` tells a second signal from the first.
+    if SIGNAL_RECEIVED.swap(signo, Ordering::SeqCst) != 0 {
+        // A second signal before the first was handled: the user insists. Die of it, as if
+        // no handler were installed.
+        // SAFETY: signal() and raise() are async-signal-safe; restoring the default action and
+        // re-raising ends the process with the signal's usual status.
+        unsafe {
+            libc::signal(signo, libc::SIG_DFL);
+            libc::raise(signo);
+        }
+    }
+    // ATOMICS: `SeqCst`, see the static.
+    let fd = SIGNAL_WAKE_FD.load(Ordering::SeqCst);
+    if fd >= 0 {
+        let one: u64 = 1;
+        // SAFETY: write(2) is async-signal-safe; the buffer is a live local of 8 bytes; the
+        // fd stays open while the guard that published it is installed.
+        unsafe { libc::write(fd, (&one as *const u64).cast(), 8) };
+    }
+    // SAFETY: as above; restoring errno keeps the interrupted code's view intact.
+    unsafe { *libc::__errno_location() = errno };
+}
+
+/// Stops a running [`Recorder`] from another thread.
+#[derive(Debug, Clone)]
+pub struct StopHandle {
+    waker: Waker,
+    requested: Arc<AtomicBool>,
+}
+
+impl StopHandle {
+    /// Ask the recorder to stop tracing and write the archive.
+    pub fn request_stop(&self) {
+        // ATOMICS: `Release`, read with `Acquire` by the recorder after the wake-up.
+        self.requested.store(true, Ordering::Release);
+        self.waker.wake();
+    }
+}
+
+/// Signal handlers that stop a recorder; the previous handlers come back on drop.
+#[derive(Debug)]
+pub struct SignalGuard {
+    _waker: Waker,
+    previous: Vec<(Signal, SigAction)>,
+}
+
+/// Make `signals` stop the recorder of `handle` cleanly (the archive is still written) instead
+/// of their default action; a second one before the recorder has reacted kills the process
+/// as usual. One guard at a time per process. Handlers are reset to the default
+/// in the command run by the recorder (exec resets caught signals).
+pub fn stop_on_signals(
+    handle: &StopHandle,
+    signals: &[Signal],
+) -> Result<SignalGuard, RecordError> {
+    let fd = handle.waker.raw_fd();
+    // ATOMICS: `SeqCst` on a cold path: the fd is published before any handler is installed.
+    if SIGNAL_WAKE_FD
+        .compare_exchange(-1, fd, Ordering::SeqCst, Ordering::SeqCst)
+        .is_err()
+    {
+        return Err(RecordError::Signals(
+            "another recorder's signal handlers are installed".into(),
+        ));
+    }
+    // ATOMICS: `SeqCst`, see the static; no handler is installed yet.
+    SIGNAL_RECEIVED.store(0, Ordering::SeqCst);
+    let action = SigAction::new(
+        SigHandler::Handler(on_stop_signal),
+        SaFlags::SA_RESTART,
+        SigSet::empty(),
+    );
+    let mut guard = SignalGuard {
+        _waker: handle.waker.clone(),
+        previous: Vec::new(),
+    };
+    for &sig in signals {
+        // SAFETY: the handler only touches atomics and calls write(2), both async-signal-safe.
+        match unsafe { signal::sigaction(sig, &action) } {
+            Ok(old) => guard.previous.push((sig, old)),
+            Err(e) => return Err(RecordError::Signals(format!("{sig}: {e}"))),
+        }
+    }
+    Ok(guard)
+}
+
+impl Drop for SignalGuard {
+    fn drop(&mut self) {
+        for (sig, old) in self.previous.drain(..).rev() {
+            // SAFETY: restoring an action returned by sigaction for the same signal.
+            let _ = unsafe { signal::sigaction(sig, &old) };
+        }
+        // ATOMICS: `SeqCst`, after the handlers are gone.
+        SIGNAL_WAKE_FD.store(-1, Ordering::SeqCst);
+    }
+}
+
+/// `SIGINT`, or the number when it has no name.
+pub fn signal_name(n: i32) -> String {
+    Signal::try_from(n)
+        .map(|s| s.as_str().to_string())
+        .unwrap_or_else(|_| format!("signal {n}"))
+}
+
+// === the recorder ===
+
+/// The private directory holding the socket; removed on drop.
+#[derive(Debug)]
+struct SocketDir(PathBuf);
+
+impl Drop for SocketDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+/// A session being recorded; see the module docs.
+#[derive(Debug)]
+pub struct Recorder {
+    config: RecordConfig,
+    // Declared before `socket_dir`: the listener (and its socket file) goes first.
+    manager: Manager,
+    socket_dir: Option<SocketDir>,
+    stop: StopHandle,
+    started: Instant,
+    sections: Vec<SectionIn>,
+    externals: Vec<Box<dyn ExternalSource>>,
+}
+
+/// The directory session sockets go in: `$XDG_RUNTIME_DIR` when absolute, else `/tmp`.
+pub fn runtime_dir() -> PathBuf {
+    std::env::var_os("XDG_RUNTIME_DIR")
+        .map(PathBuf::from)
+        .filter(|d| d.is_absolute() && d.is_dir())
+        .unwrap_or_else(|| PathBuf::from("/tmp"))
+}
+
+/// A fresh private directory for a session socket: in [`runtime_dir`], or in `/tmp` when the
+/// runtime directory is not writable (another user's `XDG_RUNTIME_DIR` after `su`).
+fn session_dir() -> Result<PathBuf, RecordError> {
+    let name = format!("{SESSION_DIR_PREFIX}{}-XXXXXX", std::process::id());
+    let base = runtime_dir();
+    match nix::unistd::mkdtemp(&base.join(&name)) {
+        Ok(dir) => Ok(dir),
+        Err(_) if base != Path::new("/tmp") => {
+            let tmp = PathBuf::from("/tmp");
+            nix::unistd::mkdtemp(&tmp.join(&name))
+                .map_err(|source| RecordError::SocketDir { dir: tmp, source })
+        }
+        Err(source) => Err(RecordError::SocketDir { dir: base, source }),
+    }
+}
+
+// === sections from outside the protocol ===
+
+/// Something that writes a section of its own into the archive through a [`SectionSink`]
+/// (the built-in kernel provider). The recorder stops it after the providers.
+pub trait ExternalSource: Send + std::fmt::Debug {
+    /// Stop producing and push the last records into the sink (flushing it) before returning.
+    fn stop(&mut self) -> Result<(), String>;
+}
+
+/// Why a [`SectionSink`] refused a record.
+#[derive(Debug, thiserror::Error)]
+pub enum SectionError {
+    /// The record does not encode.
+    #[error(transparent)]
+    Encode(#[from] EncodeError),
+    /// The recorder is gone.
+    #[error("the recorder is gone")]
+    Closed,
+}
+
+/// Encodes records for a section of the archive and ships them to the recorder in batches of
+/// about 64 KiB (the first batch at once, so that a source started before the command opens
+/// the archive). Provider Info and Provider Section records are left out: the archive writes
+/// its own, under the section's id. Call [`SectionSink::flush`] at the end.
+#[derive(Debug)]
+pub struct SectionSink {
+    id: u32,
+    words: Vec<u64>,
+    tx: Sender<Vec<u8>>,
+    waker: Waker,
+    sent_any: bool,
+}
+
+/// Words per batch (64 KiB).
+const SECTION_BATCH_WORDS: usize = 8 * 1024;
+
+impl SectionSink {
+    /// The provider id of the section in the archive.
+    pub fn id(&self) -> u32 {
+        self.id
+    }
+
+    /// Encode one record into the batch; returns its size in words (0 for the provider
+    /// metadata left out).
+    pub fn push(&mut self, record: &Record<'_>) -> Result<usize, SectionError> {
+        use format::Encode;
+        if matches!(record, Record::ProviderInfo(_) | Record::ProviderSection(_)) {
+            return Ok(0);
+        }
+        let n = record.words()?;
+        let start = self.words.len();
+        self.words.resize(start + n, 0);
+        if let Err(e) = record.write(&mut self.words[start..]) {
+            self.words.truncate(start);
+            return Err(e.into());
+        }
+        if !self.sent_any || self.words.len() >= SECTION_BATCH_WORDS {
+            self.flush()?;
+        }
+        Ok(n)
+    }
+
+    /// Ship what is buffered.
+    pub fn flush(&mut self) -> Result<(), SectionError> {
+        if self.words.is_empty() {
+            return Ok(());
+        }
+        let batch = format::words_to_bytes(&self.words);
+        self.words.clear();
+        self.tx.send(batch).map_err(|_| SectionError::Closed)?;
+        self.sent_any = true;
+        self.waker.wake();
+        Ok(())
+    }
+}
+
+/// The recorder's end of a section.
+#[derive(Debug)]
+struct SectionIn {
+    report: SectionReport,
+    rx: Receiver<Vec<u8>>,
+}
+
+impl Recorder {
+    /// A sink for a section named `name` with an id of its own in this session. Take it before
+    /// [`Self::run`] (the id is then the first of the session: 1).
+    pub fn section_sink(&mut self, name: &str) -> SectionSink {
+        let id = self.manager.reserve_provider_id();
+        let (tx, rx) = mpsc::channel();
+        self.sections.push(SectionIn {
+            report: SectionReport {
+                id,
+                name: name.to_owned(),
+                records: 0,
+                bytes: 0,
+            },
+            rx,
+        });
+        SectionSink {
+            id,
+            words: Vec::new(),
+            tx,
+            waker: self.manager.waker(),
+            sent_any: false,
+        }
+    }
+
+    /// Have `source` stopped (after the providers) when the recording ends.
+    pub fn add_external(&mut self, source: Box<dyn ExternalSource>) {
+        self.externals.push(source);
+    }
+
+    /// Give up before [`Self::run`]: close everything and remove the output file.
+    pub fn discard(self) {
+        let output = self.config.output.clone();
+        drop(self);
+        let _ = std::fs::remove_file(output);
+    }
+
+    /// Copy every batch the sections have sent into the archive.
+    fn drain_sections(&mut self) -> Result<(), RecordError> {
+        for section in &mut self.sections {
+            while let Ok(batch) = section.rx.try_recv() {
+                let records =
+                    self.manager
+                        .write_section(section.report.id, &section.report.name, &batch)?;
+                section.report.records += records;
+                section.report.bytes += batch.len() as u64;
+            }
+        }
+        Ok(())
+    }
+}
+
+impl Recorder {
+    /// Bind the socket, create the output, start the session (with no provider yet it is
+    /// started at once; providers that connect later are started as they register).
+    pub fn new(config: RecordConfig) -> Result<Self, RecordError> {
+        let (socket_path, socket_dir) = match &config.socket_path {
+            Some(p) => (p.clone(), None),
+            None => {
+                let dir = session_dir()?;
+                (dir.join(SOCKET_FILE_NAME), Some(SocketDir(dir)))
+            }
+        };
+        let file = File::create(&config.output).map_err(|source| RecordError::Output {
+            path: config.output.clone(),
+            source,
+        })?;
+        let output = BufWriter::with_capacity(1 << 20, file);
+        let manager_config = ManagerConfig {
+            listener: config.listener,
+            session: SessionConfig {
+                categories: config.categories.clone(),
+                buffer_size_bytes: config.buffer_size_bytes,
+                buffering_mode: config.buffering_mode,
+                start_timeout: config.start_timeout,
+                stop_timeout: config.stop_timeout,
+            },
+            ..ManagerConfig::new(socket_path)
+        };
+        let mut manager = Manager::new(manager_config, Box::new(output))?;
+        // A fresh session is INITIALIZED: Start cannot fail.
+        let _ = manager.start(None);
+        let stop = StopHandle {
+            waker: manager.waker(),
+            requested: Arc::new(AtomicBool::new(false)),
+        };
+        Ok(Self {
+            config,
+            manager,
+            socket_dir,
+            stop,
+            started: Instant::now(),
+            sections: Vec::new(),
+            externals: Vec::new(),
+        })
+    }
+
+    /// The socket providers connect to (`FXTRACE_SOCKET`).
+    pub fn socket_path(&self) -> &Path {
+        self.manager.socket_path()
+    }
+
+    /// A handle to stop the recording from another thread (or a signal handler through
+    /// [`stop_on_signals`]).
+    pub fn stop_handle(&self) -> StopHandle {
+        self.stop.clone()
+    }
+
+    /// Run the command (if any) and trace until a stop condition; write the archive. `log`
+    /// receives one human-readable line per notable event (provider joined, lost, alert, …).
+    pub fn run(mut self, mut log: impl FnMut(&str)) -> Result<RecordReport, RecordError> {
+        // Sections started before the command open the archive.
+        self.drain_sections()?;
+        let mut child = self.spawn()?;
+        let pidfd = child.as_ref().and_then(|c| pidfd_open(c.id()));
+        let command_pid = child.as_ref().map(Child::id);
+        let mut command_status: Option<ExitStatus> = None;
+        let mut alerts = Vec::new();
+        let deadline = self.config.duration.map(|d| self.started + d);
+        let mut exited_at: Option<Instant> = None;
+
+        let stop_reason = loop {
+            self.drain_sections()?;
+            let now = Instant::now();
+            if deadline.is_some_and(|d| now >= d) {
+                break StopReason::Duration;
+            }
+            if let Some(at) = exited_at {
+                let pid = command_pid.unwrap_or(0);
+                let waiting = self.providers_of(pid);
+                if waiting == 0 || now >= at + self.config.exit_grace {
+                    break StopReason::CommandExited;
+                }
+            }
+            let mut timeout = deadline.map(|d| d.saturating_duration_since(now));
+            if let Some(at) = exited_at {
+                let left = (at + self.config.exit_grace).saturating_duration_since(now);
+                timeout = Some(timeout.map_or(left, |t| t.min(left)));
+            }
+            if child.is_some() && command_status.is_none() && pidfd.is_none() {
+                // No pidfd (kernel < 5.3): look at the child every 50 ms.
+                let tick = Duration::from_millis(50);
+                timeout = Some(timeout.map_or(tick, |t| t.min(tick)));
+            }
+            let extra: Vec<BorrowedFd<'_>> = match (&pidfd, command_status) {
+                (Some(fd), None) => vec![fd.as_fd()],
+                _ => Vec::new(),
+            };
+            let outcome = self.manager.poll(&extra, timeout)?;
+            let mut reason = None;
+            for event in &outcome.events {
+                if let Some(line) = describe(event) {
+                    log(&line);
+                }
+                match event {
+                    ManagerEvent::Woken => {
+                        // ATOMICS: `SeqCst`, see the static; the handler stored it before
+                        // waking us. Not reset: a second signal while stopping kills.
+                        let signo = SIGNAL_RECEIVED.load(Ordering::SeqCst);
+                        if signo != 0 {
+                            reason = Some(StopReason::Signal(signo));
+                        // ATOMICS: `Acquire`, pairs with `request_stop`.
+                        } else if self.stop.requested.load(Ordering::Acquire) {
+                            reason = Some(StopReason::Requested);
+                        }
+                    }
+                    ManagerEvent::Alert { id, name } => {
+                        alerts.push(name.clone());
+                        if self.config.stop_on_alert.as_deref() == Some(name.as_str()) {
+                            reason.get_or_insert(StopReason::Alert {
+                                provider: *id,
+                                name: name.clone(),
+                            });
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if command_status.is_none() {
+                if let Some(c) = child.as_mut() {
+                    if let Ok(Some(status)) = c.try_wait() {
+                        command_status = Some(status);
+                        exited_at = Some(Instant::now());
+                        log(&format!(
+                            "command (pid {}) {}",
+                            c.id(),
+                            describe_status(status)
+                        ));
+                    }
+                }
+            }
+            if let Some(reason) = reason {
+                break reason;
+            }
+        };
+        log(&format!("stopping: {stop_reason}"));
+        let elapsed = self.started.elapsed();
+
+        self.stop_session(&mut log)?;
+        for mut source in std::mem::take(&mut self.externals) {
+            if let Err(e) = source.stop() {
+                log(&format!("stopping {source:?}: {e}"));
+            }
+        }
+        self.drain_sections()?;
+
+        // The trace ended first: the command goes too. After Ctrl-C (which reached it as well)
+        // it gets a moment to exit on its own.
+        if let (Some(c), None) = (child.as_mut(), command_status) {
+            if let StopReason::Signal(_) = stop_reason {
+                command_status = wait_child(c, pidfd.as_ref(), self.config.exit_grace);
+            }
+            if command_status.is_none() {
+                let status = terminate_child(c, pidfd.as_ref()).map_err(RecordError::Wait)?;
+                log(&format!(
+                    "command (pid {}) was still running: sent SIGTERM; it {}",
+                    c.id(),
+                    describe_status(status)
+                ));
+                command_status = Some(status);
+            }
+        }
+
+        let mut providers = self.manager.reports();
+        if let (Some(pid), Some(status)) = (command_pid, command_status) {
+            refine_lost_reasons(&mut providers, pid, status);
+        }
+        let refused = self.manager.refused().to_vec();
+        let socket_path = self.manager.socket_path().to_path_buf();
+        let sections = self.sections.iter().map(|s| s.report.clone()).collect();
+        let Recorder {
+            manager,
+            socket_dir,
+            config,
+            ..
+        } = self;
+        let output_bytes = manager.finish()?;
+        drop(socket_dir);
+        Ok(RecordReport {
+            output: config.output,
+            output_bytes,
+            socket_path,
+            providers,
+            refused,
+            sections,
+            stop_reason,
+            command_pid,
+            command_status,
+            alerts,
+            elapsed,
+        })
+    }
+
+    fn spawn(&self) -> Result<Option<Child>, RecordError> {
+        let Some((program, args)) = self.config.command.split_first() else {
+            return Ok(None);
+        };
+        std::process::Command::new(program)
+            .args(args)
+            .env(SOCKET_ENV, self.manager.socket_path())
+            .envs(self.config.env.iter().map(|(k, v)| (k, v)))
+            .spawn()
+            .map(Some)
+            .map_err(|source| RecordError::Spawn {
+                program: program.clone(),
+                source,
+            })
+    }
+
+    /// Providers of process `pid` still connected.
+    fn providers_of(&self, pid: u32) -> usize {
+        self.manager
+            .session()
+            .providers()
+            .filter(|p| {
+                p.pid == pid
+                    && !matches!(
+                        p.phase,
+                        super::session::ProviderPhase::Lost
+                            | super::session::ProviderPhase::Stopped
+                    )
+            })
+            .count()
+    }
+
+    /// Stop with results (salvaging silent providers after the stop timeout), then terminate
+    /// the providers, waiting at most a moment for them to close.
+    fn stop_session(&mut self, log: &mut impl FnMut(&str)) -> Result<(), RecordError> {
+        if matches!(
+            self.manager.session().state(),
+            SessionState::Starting | SessionState::Started
+        ) {
+            if let Err(e) = self.manager.stop(true) {
+                log(&format!("stop: {e}"));
+            }
+            while self.manager.session().state() == SessionState::Stopping {
+                let outcome = self.manager.poll(&[], None)?;
+                for event in &outcome.events {
+                    if let Some(line) = describe(event) {
+                        log(&line);
+                    }
+                }
+            }
+        }
+        if self.manager.terminate().is_ok() {
+            let until = Instant::now() + Duration::from_millis(500);
+            while self.manager.session().state() == SessionState::Terminating {
+                let left = until.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    break;
+                }
+                let outcome = self.manager.poll(&[], Some(left))?;
+                for event in &outcome.events {
+                    if let Some(line) = describe(event) {
+                        log(&line);
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+}
+
+/// One log line for an event worth telling the user about.
+fn describe(event: &ManagerEvent) -> Option<String> {
+    Some(match event {
+        ManagerEvent::ProviderRegistered { id, pid, name } => {
+            format!("provider {id} joined: pid {pid} {name:?}")
+        }
+        ManagerEvent::ProviderLost { id, reason } => format!("provider {id} lost: {reason}"),
+        ManagerEvent::ProviderProblem { id, message } => format!("provider {id}: {message}"),
+        ManagerEvent::Alert { id, name } => format!("provider {id} raised alert {name:?}"),
+        ManagerEvent::Refused { reason, .. } => format!("refused a connection: {reason}"),
+        ManagerEvent::StartAcknowledged { timed_out } if !timed_out.is_empty() => {
+            format!("start acknowledged without providers {timed_out:?} (start timeout)")
+        }
+        ManagerEvent::StopAcknowledged { timed_out } if !timed_out.is_empty() => {
+            format!("stop finished without providers {timed_out:?} (stop timeout; salvaged)")
+        }
+        _ => return None,
+    })
+}
+
+fn describe_status(status: ExitStatus) -> String {
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exited with status {code}"),
+        (None, Some(sig)) => format!("was killed by {}", signal_name(sig)),
+        _ => format!("ended ({status})"),
+    }
+}
+
+/// A provider of the command that vanished without STOPPED: say how the command ended.
+fn refine_lost_reasons(providers: &mut [ProviderReport], pid: u32, status: ExitStatus) {
+    for p in providers.iter_mut().filter(|p| p.pid == pid) {
+        if let Some(reason) = &mut p.lost {
+            if reason.starts_with("connection closed without STOPPED") {
+                *reason = format!(
+                    "the process {} without stopping its provider; buffer salvaged from the \
+                     manager's mapping",
+                    describe_status(status)
+                );
+            }
+        }
+    }
+}
+
+/// `pidfd_open(pid, 0)`, or `None` when the kernel lacks it.
+fn pidfd_open(pid: u32) -> Option<OwnedFd> {
+    let pid = libc::pid_t::try_from(pid).ok()?;
+    // SAFETY: pidfd_open takes a pid and flags and returns a new fd or -1; no memory is passed.
+    let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: the syscall returned a new descriptor that nothing else owns (it is CLOEXEC by
+    // definition of pidfd_open).
+    Some(unsafe { OwnedFd::from_raw_fd(fd as i32) })
+}
+
+/// How long a command gets to exit after SIGTERM before SIGKILL.
+pub const TERM_GRACE: Duration = Duration::from_secs(2);
+
+/// SIGTERM, up to [`TERM_GRACE`] to exit, then SIGKILL; returns the exit status.
+fn terminate_child(child: &mut Child, pidfd: Option<&OwnedFd>) -> std::io::Result<ExitStatus> {
+    if let Some(status) = child.try_wait()? {
+        return Ok(status);
+    }
+    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+    // ESRCH: it exited meanwhile; the wait below collects it.
+    let _ = signal::kill(pid, Signal::SIGTERM);
+    if let Some(status) = wait_child(child, pidfd, TERM_GRACE) {
+        return Ok(status);
+    }
+    child.kill()?;
+    child.wait()
+}
+
+/// Wait up to `limit` for `child` to exit.
+fn wait_child(child: &mut Child, pidfd: Option<&OwnedFd>, limit: Duration) -> Option<ExitStatus> {
+    let until = Instant::now() + limit;
+    loop {
+        if let Ok(Some(status)) = child.try_wait() {
+            return Some(status);
+        }
+        let left = until.saturating_duration_since(Instant::now());
+        if left.is_zero() {
+            return None;
+        }
+        let wait = match pidfd {
+            Some(_) => left,
+            None => left.min(Duration::from_millis(20)),
+        };
+        match pidfd {
+            Some(fd) => {
+                let mut fds = [nix::poll::PollFd::new(
+                    fd.as_fd(),
+                    nix::poll::PollFlags::POLLIN,
+                )];
+                let ms = wait.as_millis().min(i32::MAX as u128) as i32;
+                let _ = nix::poll::poll(
+                    &mut fds,
+                    nix::poll::PollTimeout::try_from(ms.max(1))
+                        .unwrap_or(nix::poll::PollTimeout::MAX),
+                );
+            }
+            None => std::thread::sleep(wait),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_descriptions() {
+        assert_eq!(
+            describe_status(ExitStatus::from_raw(3 << 8)),
+            "exited with status 3"
+        );
+        assert_eq!(
+            describe_status(ExitStatus::from_raw(9)),
+            "was killed by SIGKILL"
+        );
+        assert_eq!(signal_name(2), "SIGINT");
+        assert_eq!(StopReason::Signal(15).to_string(), "SIGTERM received");
+    }
+
+    #[test]
+    fn lost_reasons_name_the_signal() {
+        let mut providers = vec![ProviderReport {
+            id: 1,
+            pid: 10,
+            name: "p".into(),
+            mode: BufferingMode::Oneshot,
+            records: 0,
+            durable_bytes: 0,
+            rolling_bytes: 0,
+            records_dropped: 0,
+            wrapped_count: 0,
+            durable_buffer_used_percent: 0,
+            saves: 0,
+            copy_time: Duration::ZERO,
+            lost: Some("connection closed without STOPPED (…)".into()),
+            problems: vec![],
+        }];
+        refine_lost_reasons(&mut providers, 10, ExitStatus::from_raw(9));
+        assert!(providers[0]
+            .lost
+            .as_deref()
+            .unwrap()
+            .starts_with("the process was killed by SIGKILL"));
+    }
+}

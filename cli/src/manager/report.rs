@@ -1,0 +1,225 @@
+//! What a session did, per provider: the stats of `fuchsia.tracing.controller.ProviderStats`
+//! plus what fxtrace adds (bytes and records copied, loss and its reason), and the summary
+//! table `fxtrace record` prints.
+
+use std::fmt;
+
+use fxtrace::protocol::control::BufferingMode;
+
+/// One provider's statistics at the end of a session.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ProviderReport {
+    /// Provider id in this session (its FXT provider id).
+    pub id: u32,
+    /// Process id (from `SO_PEERCRED`).
+    pub pid: u32,
+    /// Name the provider registered with.
+    pub name: String,
+    /// Buffering mode.
+    pub mode: BufferingMode,
+    /// Records copied into the archive.
+    pub records: u64,
+    /// Durable-buffer bytes copied into the archive.
+    pub durable_bytes: u64,
+    /// Rolling-buffer (non-durable) bytes copied into the archive.
+    pub rolling_bytes: u64,
+    /// Records the provider dropped (header `num_records_dropped`, last read).
+    pub records_dropped: u64,
+    /// Times writing wrapped between rolling buffers (header `wrapped_count`).
+    pub wrapped_count: u32,
+    /// `100 * durable_data_end / durable_buffer_size` (0 in oneshot mode).
+    pub durable_buffer_used_percent: u32,
+    /// Streaming saves.
+    pub saves: u64,
+    /// Time the manager spent copying this provider's data into the archive.
+    pub copy_time: std::time::Duration,
+    /// Why the provider was lost (crashed, killed, protocol violation, timeout), if it was.
+    pub lost: Option<String>,
+    /// Other things worth knowing (late Start, malformed records cut, …).
+    pub problems: Vec<String>,
+}
+
+impl ProviderReport {
+    /// Bytes copied into the archive.
+    pub fn bytes(&self) -> u64 {
+        self.durable_bytes + self.rolling_bytes
+    }
+}
+
+/// A section written by a source outside the provider protocol (the kernel provider).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SectionReport {
+    /// Its provider id in the archive.
+    pub id: u32,
+    /// Its name.
+    pub name: String,
+    /// Records written.
+    pub records: u64,
+    /// Bytes written.
+    pub bytes: u64,
+}
+
+/// A connection refused because of its peer credentials.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RefusedPeer {
+    /// Peer pid.
+    pub pid: i32,
+    /// Peer uid.
+    pub uid: u32,
+}
+
+/// The end-of-trace table: one line per provider, then where the trace went.
+#[derive(Debug)]
+pub struct SummaryTable<'a> {
+    /// The providers.
+    pub providers: &'a [ProviderReport],
+    /// Sections from outside the protocol (the kernel provider).
+    pub sections: &'a [SectionReport],
+    /// Refused peers.
+    pub refused: &'a [RefusedPeer],
+    /// Where the trace was written.
+    pub output: &'a std::path::Path,
+    /// Size of the trace in bytes.
+    pub output_bytes: u64,
+}
+
+impl fmt::Display for SummaryTable<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        writeln!(
+            f,
+            "{:>4} {:>8}  {:<20} {:>10} {:>12} {:>9}  {:<9} {:<5}",
+            "id", "pid", "name", "records", "bytes", "dropped", "mode", "lost"
+        )?;
+        for p in self.providers {
+            let name = super::archive::truncate_str(&p.name, 20);
+            writeln!(
+                f,
+                "{:>4} {:>8}  {:<20} {:>10} {:>12} {:>9}  {:<9} {:<5}",
+                p.id,
+                p.pid,
+                name,
+                p.records,
+                p.bytes(),
+                p.records_dropped,
+                p.mode.as_str(),
+                if p.lost.is_some() { "LOST" } else { "no" },
+            )?;
+        }
+        for s in self.sections {
+            let name = super::archive::truncate_str(&s.name, 20);
+            writeln!(
+                f,
+                "{:>4} {:>8}  {:<20} {:>10} {:>12} {:>9}  {:<9} {:<5}",
+                s.id,
+                std::process::id(),
+                name,
+                s.records,
+                s.bytes,
+                "-",
+                "built-in",
+                "no",
+            )?;
+        }
+        if self.providers.is_empty() && self.sections.is_empty() {
+            writeln!(f, "(no provider connected)")?;
+        }
+        for p in self.providers {
+            let saves = match p.saves {
+                0 => String::new(),
+                n => format!(", {n} streaming saves"),
+            };
+            let micros = p.copy_time.as_micros();
+            writeln!(
+                f,
+                "provider {} ({}): {} durable + {} non-durable bytes copied in {micros} µs, \
+                 durable buffer {}% used, wrapped {} times{saves}",
+                p.id,
+                p.name,
+                p.durable_bytes,
+                p.rolling_bytes,
+                p.durable_buffer_used_percent,
+                p.wrapped_count,
+            )?;
+            if let Some(reason) = &p.lost {
+                writeln!(f, "provider {} ({}) lost: {reason}", p.id, p.name)?;
+            }
+            for problem in &p.problems {
+                writeln!(f, "provider {} ({}): {problem}", p.id, p.name)?;
+            }
+            if p.records_dropped > 0 {
+                writeln!(
+                    f,
+                    "provider {} ({}): {} records dropped (buffer full; a larger -b or \
+                     streaming mode keeps more)",
+                    p.id, p.name, p.records_dropped
+                )?;
+            }
+        }
+        for r in self.refused {
+            writeln!(
+                f,
+                "refused a connection from pid {} uid {} (not this user)",
+                r.pid, r.uid
+            )?;
+        }
+        write!(
+            f,
+            "trace written to {} ({} bytes)",
+            self.output.display(),
+            self.output_bytes
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_lists_each_provider_and_the_output() {
+        let p = ProviderReport {
+            id: 1,
+            pid: 42,
+            name: "probe".into(),
+            mode: BufferingMode::Streaming,
+            records: 10,
+            durable_bytes: 16,
+            rolling_bytes: 64,
+            records_dropped: 3,
+            wrapped_count: 2,
+            durable_buffer_used_percent: 1,
+            saves: 2,
+            copy_time: std::time::Duration::from_micros(5),
+            lost: Some("killed by signal 9".into()),
+            problems: vec!["did not answer Start".into()],
+        };
+        let table = SummaryTable {
+            providers: &[p],
+            sections: &[SectionReport {
+                id: 9,
+                name: "kernel".into(),
+                records: 5,
+                bytes: 40,
+            }],
+            refused: &[RefusedPeer { pid: 7, uid: 65534 }],
+            output: std::path::Path::new("/tmp/t.fxt"),
+            output_bytes: 123,
+        }
+        .to_string();
+        assert!(table.contains("probe"), "{table}");
+        assert!(table.contains("streaming"));
+        assert!(table.contains("LOST"));
+        assert!(table.contains("killed by signal 9"));
+        assert!(table.contains("3 records dropped"));
+        assert!(table.contains("uid 65534"));
+        assert!(table.contains(
+            "provider 1 (probe): 16 durable + 64 non-durable bytes copied in 5 µs, durable \
+             buffer 1% used, wrapped 2 times, 2 streaming saves"
+        ));
+        assert!(table.ends_with("trace written to /tmp/t.fxt (123 bytes)"));
+        assert!(table.contains("kernel"));
+        assert!(table.contains("built-in"));
+        let line = table.lines().nth(1).unwrap();
+        assert!(line.contains(" 80 "), "bytes column: {line}");
+    }
+}

@@ -1,0 +1,528 @@
+//! The provider against a fake manager speaking the raw protocol: the handshake, Start / Stop /
+//! Terminate, the streaming save handshake, categories, alerts, a manager that dies or breaks
+//! the protocol, and the cost of having no manager.
+
+use crate::daemon;
+use crate::support;
+
+use std::os::fd::AsFd;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use fxtrace::engine::TraceState;
+use fxtrace::format::{Encode, Event, EventKind, StringRef, ThreadRef};
+use fxtrace::protocol::control::{BufferDisposition, BufferingMode, Message};
+use fxtrace::protocol::fifo::{FifoPacket, ManagerPacket, ProviderPacket, FIFO_PROTOCOL_VERSION};
+use fxtrace::protocol::header::{self, MAGIC};
+use fxtrace::protocol::transport;
+use fxtrace::provider::{Provider, ProviderOptions, ProviderState};
+
+use daemon::{assert_intact, open_fds, take_over};
+use support::{FakeManager, FakeSession};
+
+/// Alerts go through the process's last provider: keep these tests from overlapping.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn options(path: &std::path::Path) -> ProviderOptions {
+    ProviderOptions {
+        socket_path: Some(path.to_path_buf()),
+        exit_hook: false,
+        ..ProviderOptions::default()
+    }
+}
+
+/// Connect a provider to `manager` (served on a thread) and return both ends.
+fn connect(
+    manager: &FakeManager,
+    mode: BufferingMode,
+    size: u64,
+    categories: &'static [&'static str],
+) -> (Provider, FakeSession) {
+    let path = manager.path().to_path_buf();
+    let provider = std::thread::spawn(move || {
+        Provider::connect_with("client-test", &options(&path))
+            .expect("connect")
+            .expect("a manager is there")
+    });
+    let session = manager.accept(mode, size, categories);
+    (provider.join().unwrap(), session)
+}
+
+fn write_events(provider: &Provider, n: u64) -> u64 {
+    let mut ok = 0;
+    for i in 0..n {
+        let Some(mut w) = provider.context().acquire() else {
+            continue;
+        };
+        let event = Event {
+            ticks: i,
+            thread: ThreadRef::Inline { pid: 1, tid: 2 },
+            category: StringRef::Inline("cat"),
+            name: StringRef::Inline("ev"),
+            args: &[],
+            kind: EventKind::Instant,
+        };
+        let n = event.words().unwrap();
+        let mut words = [0u64; 16];
+        event.write(&mut words[..n]).unwrap();
+        let slot = w.reserve(n);
+        if let Some(mut slot) = slot {
+            slot.payload().copy_from_slice(&words[1..n]);
+            slot.commit(words[0]);
+            ok += 1;
+        }
+    }
+    ok
+}
+
+#[test]
+fn no_manager_returns_none_fast() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    // No socket file at all.
+    let missing = dir.path().join("nobody.sock");
+    let start = Instant::now();
+    let got = Provider::connect_with("x", &options(&missing)).unwrap();
+    let no_file = start.elapsed();
+    assert!(got.is_none());
+    // A stale socket file nobody listens on.
+    let stale = dir.path().join("stale.sock");
+    drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
+    let start = Instant::now();
+    let got = Provider::connect_with("x", &options(&stale)).unwrap();
+    let refused = start.elapsed();
+    assert!(got.is_none());
+    // Through the environment, as a program would.
+    std::env::set_var(transport::SOCKET_ENV, &missing);
+    let start = Instant::now();
+    assert!(Provider::connect("x").unwrap().is_none());
+    let via_env = start.elapsed();
+    std::env::remove_var(transport::SOCKET_ENV);
+    println!(
+        "no manager: connect returned None in {no_file:?} (no socket), {refused:?} (stale \
+         socket), {via_env:?} (FXTRACE_SOCKET)"
+    );
+    for t in [no_file, refused, via_env] {
+        assert!(t < Duration::from_millis(10), "took {t:?}");
+    }
+}
+
+#[test]
+fn handshake_start_stop_terminate() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let manager = FakeManager::new();
+    let start = Instant::now();
+    let (provider, mut s) = connect(
+        &manager,
+        BufferingMode::Circular,
+        64 << 10,
+        &["gfx", "net*"],
+    );
+    println!(
+        "connect + handshake with a (fake) manager: {:?}",
+        start.elapsed()
+    );
+    assert_eq!(s.registered_pid, std::process::id());
+    assert_eq!(s.registered_name, "client-test");
+    assert_eq!(provider.id(), 7);
+    assert_eq!(provider.buffering_mode(), BufferingMode::Circular);
+    assert_eq!(provider.categories(), ["gfx", "net*"]);
+    assert_eq!(provider.state(), ProviderState::Idle);
+    // The provider (its engine) initialised the header of the manager's memfd.
+    let h = s.header();
+    assert_eq!(h.magic, MAGIC);
+    assert_eq!(h.buffering_mode, header::BufferingMode::Circular as u8);
+    assert_eq!(
+        h.validate(64 << 10).unwrap().mode,
+        header::BufferingMode::Circular
+    );
+    // Not started: nothing is written.
+    assert_eq!(write_events(&provider, 10), 0);
+
+    s.send(&Message::Start {
+        disposition: BufferDisposition::ClearEntire,
+    });
+    assert_eq!(
+        s.packet(Duration::from_secs(5)),
+        Some(ProviderPacket::Started {
+            version: FIFO_PROTOCOL_VERSION
+        })
+    );
+    assert!(provider.wait_started(Duration::from_secs(1)));
+    assert_eq!(provider.state(), ProviderState::Started);
+    assert!(provider.context().is_category_enabled("gfx"));
+    assert!(provider.context().is_category_enabled("network"));
+    assert!(!provider.context().is_category_enabled("db"));
+    assert_eq!(write_events(&provider, 100), 100);
+
+    s.send(&Message::Stop);
+    assert_eq!(
+        s.packet(Duration::from_secs(5)),
+        Some(ProviderPacket::Stopped)
+    );
+    assert_eq!(provider.context().state(), TraceState::Stopped);
+    // The stop finalised the header: durable end covers the initialization record.
+    let h = s.header();
+    assert!(h.durable_data_end >= 16, "{h:?}");
+    assert_eq!(h.num_records_dropped, 0);
+    assert_eq!(provider.state(), ProviderState::Stopped);
+
+    // Start again, retaining; then terminate: stop, STOPPED, close.
+    s.send(&Message::Start {
+        disposition: BufferDisposition::Retain,
+    });
+    assert_eq!(
+        s.packet(Duration::from_secs(5)),
+        Some(ProviderPacket::STARTED)
+    );
+    s.send(&Message::Terminate);
+    assert_eq!(
+        s.packet(Duration::from_secs(5)),
+        Some(ProviderPacket::Stopped)
+    );
+    assert_eq!(
+        provider.wait_stopped(Duration::from_secs(5)),
+        ProviderState::Disconnected
+    );
+    assert!(provider
+        .end_reason()
+        .unwrap()
+        .contains("terminated by the manager"));
+    // The provider closed its control connection.
+    s.conn
+        .set_recv_timeout(Some(Duration::from_secs(2)))
+        .unwrap();
+    assert!(matches!(
+        s.conn.recv_msg(),
+        Err(transport::TransportError::PeerClosed)
+    ));
+    assert_eq!(provider.stats().starts, 2);
+}
+
+#[test]
+fn streaming_save_request_and_buffer_saved() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let manager = FakeManager::new();
+    let (provider, mut s) = connect(&manager, BufferingMode::Streaming, 16 << 10, &[]);
+    s.send(&Message::Start {
+        disposition: BufferDisposition::ClearEntire,
+    });
+    assert_eq!(
+        s.packet(Duration::from_secs(5)),
+        Some(ProviderPacket::STARTED)
+    );
+    // Fill rolling buffer 0 (16 KiB buffer: about 7 KiB each); the engine asks to save it.
+    let mut wrote = 0;
+    let request = loop {
+        wrote += write_events(&provider, 50);
+        if let Some(p) = s.packet(Duration::from_millis(1)) {
+            break p;
+        }
+        assert!(wrote < 100_000, "no SAVE_BUFFER after {wrote} events");
+    };
+    let ProviderPacket::SaveBuffer {
+        wrapped_count,
+        durable_data_end,
+    } = request
+    else {
+        panic!("expected SAVE_BUFFER, got {request:?}");
+    };
+    assert_eq!(wrapped_count, 0);
+    assert!(durable_data_end >= 16 && durable_data_end % 8 == 0);
+    let h = s.header();
+    assert!(h.rolling_data_end[0] > 0);
+    // Until the answer, a second fill is dropped (counted), never a second request.
+    let before = provider.context().records_dropped();
+    let extra = write_events(&provider, 2000);
+    assert!(
+        s.packet(Duration::from_millis(50)).is_none(),
+        "second SAVE_BUFFER"
+    );
+    assert!(provider.context().records_dropped() > before);
+    assert!(extra < 2000);
+    // BUFFER_SAVED echoes the request; the engine may then switch into buffer 0 again.
+    transport::send_packet(
+        s.fifo.as_fd(),
+        &ManagerPacket::BufferSaved {
+            wrapped_count,
+            durable_data_end,
+        }
+        .to_packet(),
+    )
+    .unwrap();
+    let until = Instant::now() + Duration::from_secs(2);
+    while provider.stats().buffers_saved == 0 {
+        assert!(Instant::now() < until, "BUFFER_SAVED not consumed");
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    assert_eq!(s.header().rolling_data_end[0], 0, "saved buffer reset");
+    assert!(write_events(&provider, 10) == 10);
+    // The next request names wrapped count 1.
+    let next = loop {
+        write_events(&provider, 50);
+        if let Some(p) = s.packet(Duration::from_millis(1)) {
+            break p;
+        }
+    };
+    assert!(matches!(
+        next,
+        ProviderPacket::SaveBuffer {
+            wrapped_count: 1,
+            ..
+        }
+    ));
+    assert_eq!(provider.stats().save_requests, 2);
+}
+
+#[test]
+fn manager_death_stops_tracing_without_disturbing_the_program() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let manager = FakeManager::new();
+    let (provider, mut s) = connect(&manager, BufferingMode::Oneshot, 64 << 10, &[]);
+    s.send(&Message::Start {
+        disposition: BufferDisposition::ClearEntire,
+    });
+    assert!(provider.wait_started(Duration::from_secs(5)));
+    assert_eq!(write_events(&provider, 10), 10);
+    drop(s);
+    drop(manager);
+    assert_eq!(
+        provider.wait_stopped(Duration::from_secs(5)),
+        ProviderState::Disconnected
+    );
+    assert!(provider.end_reason().unwrap().contains("went away"));
+    assert_eq!(provider.context().state(), TraceState::Stopped);
+    // Writers see tracing off: no wait, nothing written, nothing counted.
+    let start = Instant::now();
+    assert_eq!(write_events(&provider, 1000), 0);
+    assert!(start.elapsed() < Duration::from_millis(100));
+    // Alerts fail quietly.
+    assert!(!provider.alert("late").unwrap());
+    // Dropping the handle does not block.
+    let start = Instant::now();
+    drop(provider);
+    assert!(start.elapsed() < Duration::from_secs(1));
+}
+
+#[test]
+fn a_bad_packet_from_the_manager_ends_the_session() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let manager = FakeManager::new();
+    let (provider, mut s) = connect(&manager, BufferingMode::Streaming, 64 << 10, &[]);
+    s.send(&Message::Start {
+        disposition: BufferDisposition::ClearEntire,
+    });
+    assert!(provider.wait_started(Duration::from_secs(5)));
+    // STARTED is a provider → manager code.
+    transport::send_packet(
+        s.fifo.as_fd(),
+        &FifoPacket::new(fxtrace::protocol::fifo::STARTED, 0, 1, 0),
+    )
+    .unwrap();
+    // Noticed within the control thread's check interval (100 ms).
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while provider.state() != ProviderState::Disconnected && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(provider.state(), ProviderState::Disconnected);
+    let reason = provider.end_reason().unwrap();
+    assert!(reason.contains("protocol violation"), "{reason}");
+    assert_eq!(provider.context().state(), TraceState::Stopped);
+}
+
+#[test]
+fn alerts_reach_the_manager() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let manager = FakeManager::new();
+    let (provider, s) = connect(&manager, BufferingMode::Circular, 64 << 10, &[]);
+    assert!(fxtrace::alert("oom").unwrap());
+    assert!(provider.alert("quota-15-bytes!").is_err());
+    assert!(provider.alert("disk-full").unwrap());
+    let names: Vec<String> = (0..2)
+        .map(|_| match s.packet(Duration::from_secs(5)) {
+            Some(ProviderPacket::Alert { name }) => name.to_string_lossy(),
+            other => panic!("expected an alert, got {other:?}"),
+        })
+        .collect();
+    assert_eq!(names, ["oom", "disk-full"]);
+    drop(provider);
+    // The handle is gone: the process-wide alert has no provider.
+    assert!(!fxtrace::alert("oom").unwrap());
+}
+
+#[test]
+fn a_manager_that_never_answers_register_is_bounded() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let path: PathBuf = dir.path().join("mute.sock");
+    let listener = transport::ControlListener::bind(&path).unwrap();
+    let opts = ProviderOptions {
+        handshake_timeout: Duration::from_millis(200),
+        ..options(&path)
+    };
+    let start = Instant::now();
+    let got = Provider::connect_with("x", &opts);
+    let took = start.elapsed();
+    assert!(got.is_err(), "a silent manager is an error, not a hang");
+    assert!(took < Duration::from_secs(1), "took {took:?}");
+    drop(listener);
+}
+
+/// A provider tracing for a fake manager, whose four descriptors (control socket, FIFO,
+/// wake-up pipe; the buffer's memfd is closed once mapped) a daemon then closes, opening files
+/// of its own under the same numbers.
+fn provider_robbed_of_its_descriptors() -> (
+    Provider,
+    support::FakeSession,
+    FakeManager,
+    Vec<(i32, std::fs::File)>,
+) {
+    use std::os::fd::AsRawFd;
+
+    let manager = FakeManager::new();
+    let before = open_fds();
+    let (provider, mut s) = connect(&manager, BufferingMode::Oneshot, 64 << 10, &[]);
+    s.send(&Message::Start {
+        disposition: BufferDisposition::ClearEntire,
+    });
+    assert!(provider.wait_started(Duration::from_secs(5)));
+    assert_eq!(write_events(&provider, 10), 10);
+    // The provider's descriptors: everything new except the fake manager's side.
+    let manager_side = [
+        s.conn.as_fd().as_raw_fd(),
+        s.fifo.as_raw_fd(),
+        s.buffer.fd().unwrap().as_raw_fd(),
+    ];
+    let ours: Vec<i32> = open_fds()
+        .difference(&before)
+        .copied()
+        .filter(|fd| !manager_side.contains(fd))
+        .collect();
+    assert_eq!(
+        ours.len(),
+        4,
+        "control socket, FIFO, wake-up pipe (the memfd is closed once mapped): {ours:?}"
+    );
+    let files = take_over(&ours);
+    (provider, s, manager, files)
+}
+
+#[test]
+fn a_program_closing_the_providers_descriptors_ends_the_session_at_the_next_message() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let (provider, mut s, _manager, mut files) = provider_robbed_of_its_descriptors();
+    // Closing the wake-up pipe's write end woke the control thread (POLLHUP on the read end);
+    // had the program closed only the socket, the manager's next message would. The socket
+    // may be gone already, hence the ignored error.
+    let _ = s.conn.send_msg(&Message::Stop, &[]);
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while provider.state() != ProviderState::Disconnected && Instant::now() < deadline {
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    assert_eq!(provider.state(), ProviderState::Disconnected);
+    let reason = provider.end_reason().unwrap();
+    assert!(
+        reason.contains("the program closed fxtrace's descriptor")
+            && reason.ends_with("tracing stopped; data already written is kept"),
+        "{reason}"
+    );
+    assert_eq!(provider.context().state(), TraceState::Stopped);
+    // The reason is in the trace too, once.
+    let mut bytes = vec![0u8; s.buffer.size() as usize];
+    s.buffer.read_at(0, &mut bytes).unwrap();
+    let needle = b"tracing stopped; data already written is kept";
+    assert_eq!(
+        bytes.windows(needle.len()).filter(|w| w == needle).count(),
+        1,
+        "one Log record with the reason"
+    );
+    let abandoned = fxtrace::fd_guard::abandoned();
+    let start = Instant::now();
+    drop(provider);
+    assert!(start.elapsed() < Duration::from_secs(1));
+    assert!(
+        fxtrace::fd_guard::abandoned() >= abandoned + 3,
+        "the wake-up pipe's ends and the FIFO are left alone and counted (the control \
+         socket was counted at the end)"
+    );
+    assert_intact(&mut files);
+}
+
+#[test]
+fn dropping_a_provider_robbed_of_its_descriptors_stops_tracing_and_closes_nothing() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let (provider, _s, _manager, mut files) = provider_robbed_of_its_descriptors();
+    let context = provider.context().clone();
+    let start = Instant::now();
+    drop(provider);
+    assert!(
+        start.elapsed() < Duration::from_secs(1),
+        "no join on a thread nobody wakes"
+    );
+    assert_eq!(context.state(), TraceState::Stopped);
+    assert_intact(&mut files);
+}
+
+/// A manager of control revision 1 does not know Register's trailing clock field: it refuses
+/// the frame and closes the connection. The provider registers again without the field, and
+/// traces, measuring its own clock.
+#[test]
+fn a_manager_that_refuses_the_clock_field_gets_a_second_register_without_it() {
+    use fxtrace::engine::TraceBuffer;
+    use fxtrace::protocol::transport::ControlListener;
+
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("old-manager.sock");
+    let listener = ControlListener::bind(&path).unwrap();
+    // Whether the connection's Register carries the clock field.
+    fn accepts_ticks_per_second(conn: &mut transport::ControlConn) -> bool {
+        conn.set_recv_timeout(Some(Duration::from_secs(5))).unwrap();
+        match conn.recv_msg().unwrap().0 {
+            Message::Register {
+                accepts_ticks_per_second,
+                ..
+            } => accepts_ticks_per_second,
+            other => panic!("expected Register, got {other:?}"),
+        }
+    }
+    let old_manager = std::thread::spawn(move || {
+        let mut asked = Vec::new();
+        // First connection: the field is there; an old decoder refuses it and hangs up.
+        let mut conn = listener.accept().unwrap();
+        asked.push(accepts_ticks_per_second(&mut conn));
+        drop(conn);
+        // Second connection: a revision-1 Register, answered as an old manager does.
+        let mut conn = listener.accept().unwrap();
+        asked.push(accepts_ticks_per_second(&mut conn));
+        let buffer = TraceBuffer::create(64 << 10).unwrap();
+        let (fifo, theirs) = transport::fifo_pair().unwrap();
+        conn.send_msg(
+            &Message::Initialize {
+                buffering_mode: BufferingMode::Oneshot,
+                categories: Vec::new(),
+                provider_id: 7,
+                ticks_per_second: None,
+            },
+            &[buffer.fd().unwrap(), theirs.as_fd()],
+        )
+        .unwrap();
+        (asked, conn, fifo, buffer)
+    });
+    let options = ProviderOptions {
+        socket_path: Some(path),
+        ..ProviderOptions::default()
+    };
+    assert!(
+        options.accept_manager_clock,
+        "the default asks for the rate"
+    );
+    let provider = Provider::connect_with("old-manager-client", &options)
+        .expect("registered on the second try")
+        .expect("a manager is listening");
+    let (asked, _conn, _fifo, _buffer) = old_manager.join().unwrap();
+    assert_eq!(asked, [true, false], "with the clock field, then without");
+    assert_eq!(provider.id(), 7);
+    assert!(provider.clock_handoff().is_none(), "no rate came");
+}

@@ -1,0 +1,188 @@
+//! Sessions with real providers and an in-process manager: two providers at once keep their
+//! own sections and string/thread tables; one session starts and stops several times without
+//! saving anything twice; alerts are queued for WatchAlert.
+
+use crate::support;
+
+use std::time::Duration;
+
+use fxtrace::format::{Encode, Event, EventKind, StringRef, ThreadRef};
+use fxtrace::protocol::control::{BufferingMode, SessionState};
+use fxtrace::provider::{Provider, ProviderOptions};
+use fxtrace_tools::manager::{Manager, ManagerConfig, ManagerEvent, SessionConfig};
+
+use support::{decode, drive, parse_probe, registered, spawn_probe, SharedOut};
+
+fn manager(socket: &std::path::Path, mode: BufferingMode, size: u64) -> (Manager, SharedOut) {
+    let config = ManagerConfig {
+        session: SessionConfig {
+            buffering_mode: mode,
+            buffer_size_bytes: size,
+            stop_timeout: Duration::from_secs(2),
+            ..SessionConfig::default()
+        },
+        ..ManagerConfig::new(socket)
+    };
+    let out = SharedOut::default();
+    (Manager::new(config, Box::new(out.clone())).unwrap(), out)
+}
+
+#[test]
+fn two_providers_keep_their_own_sections_and_tables() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("m.sock");
+    let (mut m, out) = manager(&socket, BufferingMode::Streaming, 64 << 10);
+    m.start(None).unwrap();
+    let mut events = Vec::new();
+    let args = |name: &'static str| {
+        [
+            "--name",
+            name,
+            "--indexed",
+            "--events",
+            "3000",
+            "--threads",
+            "2",
+            "--pause-every",
+            "25",
+            "--pause-us",
+            "300",
+        ]
+    };
+    let alpha = spawn_probe(&socket, &args("alpha"));
+    let beta = spawn_probe(&socket, &args("beta"));
+    let (alpha, beta) = std::thread::scope(|s| {
+        let a = s.spawn(|| alpha.wait_with_output().unwrap());
+        let b = s.spawn(|| beta.wait_with_output().unwrap());
+        drive(&mut m, &mut events, Duration::from_secs(20), |_, _| {
+            a.is_finished() && b.is_finished()
+        });
+        (a.join().unwrap(), b.join().unwrap())
+    });
+    m.stop(true).unwrap();
+    drive(&mut m, &mut events, Duration::from_secs(10), |m, _| {
+        m.session().state() == SessionState::Stopped
+    });
+    let reports = m.reports();
+    m.finish().unwrap();
+    assert_eq!(registered(&events), 2);
+    let archive = decode(&out.bytes());
+    for (name, output) in [("alpha", &alpha), ("beta", &beta)] {
+        let probe = parse_probe(&String::from_utf8_lossy(&output.stdout));
+        let part = archive.one(name);
+        let report = reports.iter().find(|r| r.name == name).unwrap();
+        assert_eq!(report.lost, None, "{report:?}");
+        assert_eq!(part.infos, 1, "{name}: one Provider Info");
+        assert!(part.sections >= 2, "{name}: streamed in several sections");
+        assert_eq!(part.events.len() as u64, probe.written, "{name}");
+        // Indexed refs resolve through this provider's own tables: string index 2 is "alpha"
+        // in alpha's section and "beta" in beta's, thread indexes map to its own pid.
+        let pid = u64::from(probe.pid.unwrap());
+        for e in &part.events {
+            assert_eq!(
+                (e.name.as_str(), e.category.as_str(), e.pid),
+                (name, "probe", pid)
+            );
+        }
+        let tids: std::collections::BTreeSet<u64> = part.events.iter().map(|e| e.tid).collect();
+        assert_eq!(tids.len(), 2, "{name}: two writer threads");
+    }
+    // The sections interleave (both streamed at the same time).
+    let order = &archive.section_order;
+    let switches = order.windows(2).filter(|w| w[0] != w[1]).count();
+    assert!(switches >= 2, "sections did not interleave: {order:?}");
+}
+
+fn write(provider: &Provider, n: u64, first: u64) -> u64 {
+    let mut ok = 0;
+    for i in first..first + n {
+        let Some(mut w) = provider.context().acquire() else {
+            continue;
+        };
+        let args = [fxtrace::format::Arg::new(
+            "seq",
+            fxtrace::format::ArgValue::U64(i),
+        )];
+        let e = Event {
+            ticks: fxtrace::clock::ticks(),
+            thread: ThreadRef::Inline { pid: 1, tid: 1 },
+            category: StringRef::Inline("probe"),
+            name: StringRef::Inline("in-process"),
+            args: &args,
+            kind: EventKind::Instant,
+        };
+        let n = e.words().unwrap();
+        let mut words = [0u64; 32];
+        e.write(&mut words[..n]).unwrap();
+        let slot = w.reserve(n);
+        if let Some(mut slot) = slot {
+            slot.payload().copy_from_slice(&words[1..n]);
+            slot.commit(words[0]);
+            ok += 1;
+        }
+    }
+    ok
+}
+
+#[test]
+fn a_session_starts_and_stops_several_times_without_duplicates() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("m.sock");
+    let (mut m, out) = manager(&socket, BufferingMode::Circular, 256 << 10);
+    let mut events = Vec::new();
+    let opts = ProviderOptions {
+        socket_path: Some(socket.clone()),
+        exit_hook: false,
+        known_categories: vec!["db".into(), "net".into()],
+        ..ProviderOptions::default()
+    };
+    let provider = std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            Provider::connect_with("in-process", &opts)
+                .unwrap()
+                .unwrap()
+        });
+        drive(&mut m, &mut events, Duration::from_secs(5), |_, _| {
+            h.is_finished()
+        });
+        h.join().unwrap()
+    });
+    // GetKnownCategories answers from what the provider declared at registration.
+    assert_eq!(m.session().known_categories(), ["db", "net"]);
+    let mut written = Vec::new();
+    for round in 0..3u64 {
+        m.start(None).unwrap();
+        drive(&mut m, &mut events, Duration::from_secs(5), |m, _| {
+            m.session().state() == SessionState::Started
+        });
+        assert!(provider.wait_started(Duration::from_secs(5)));
+        written.push(write(&provider, 100, round * 1000));
+        m.stop(true).unwrap();
+        drive(&mut m, &mut events, Duration::from_secs(5), |m, _| {
+            m.session().state() == SessionState::Stopped
+        });
+        // Raise an alert between rounds; WatchAlert hands them out in order.
+        assert!(provider.alert(&format!("round-{round}")).unwrap());
+    }
+    drive(&mut m, &mut events, Duration::from_secs(5), |_, ev| {
+        ev.iter()
+            .filter(|e| matches!(e, ManagerEvent::Alert { .. }))
+            .count()
+            == 3
+    });
+    assert_eq!(m.watch_alert().as_deref(), Some("round-0"));
+    assert_eq!(m.watch_alert().as_deref(), Some("round-1"));
+    assert_eq!(m.watch_alert().as_deref(), Some("round-2"));
+    assert_eq!(m.watch_alert(), None);
+    m.finish().unwrap();
+    assert_eq!(written, [100, 100, 100]);
+    let archive = decode(&out.bytes());
+    let part = archive.one("in-process");
+    // One Provider Info, then a Provider Section per later collection; each round's events
+    // exactly once (the restart after a stop with results clears the buffer).
+    assert_eq!((part.infos, part.sections), (1, 2));
+    let seqs: Vec<u64> = part.events.iter().map(|e| e.seq).collect();
+    let want: Vec<u64> = (0..3).flat_map(|r| r * 1000..r * 1000 + 100).collect();
+    assert_eq!(seqs, want);
+    assert_eq!(part.inits, 3, "an initialization record per clearing start");
+}

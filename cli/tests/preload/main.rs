@@ -1,0 +1,14 @@
+//! The preload object and the C API linked from C: tracing unmodified programs.
+//!
+//! One test binary per area (each binary links the whole crate): the modules below are the
+//! area's test files.
+
+/// The workspace root (the tests read fixtures, scripts and examples from there).
+const WORKSPACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+
+#[path = "../preload_support/mod.rs"]
+mod preload_support;
+
+mod c_api_example;
+mod no_manager;
+mod record;

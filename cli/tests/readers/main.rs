@@ -1,0 +1,14 @@
+//! Reading traces: dump, stats, the Perfetto check, Chrome JSON, LBR reports, mapping blobs.
+//!
+//! One test binary per area (each binary links the whole crate): the modules below are the
+//! area's test files.
+
+#[path = "../../../examples/write_all_records.rs"]
+mod write_all_records;
+
+mod capture_mmap;
+mod chrome;
+mod dump;
+mod perfetto;
+mod report_lbr;
+mod stats;

@@ -1,0 +1,16 @@
+//! `fxtrace record` and `fxtrace status` from the command line, per process and system-wide, and the sudo script.
+//!
+//! One test binary per area (each binary links the whole crate): the modules below are the
+//! area's test files.
+
+/// The workspace root (the tests read fixtures, scripts and examples from there).
+const WORKSPACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+
+#[path = "../support/mod.rs"]
+mod support;
+
+mod cli;
+mod record_run;
+mod system_wide;
+mod threads;
+mod trace_system_script;

@@ -1,0 +1,108 @@
+//! `fxtrace record --system-wide -- CMD` where CMD is a provider: one archive with the kernel
+//! provider's section (context switches of every CPU) and the command's own provider section,
+//! each intact. Needs root or CAP_PERFMON ("skipped: needs root" otherwise).
+
+use crate::support;
+
+use std::collections::BTreeSet;
+use std::process::Command;
+
+use fxtrace::capture::PerfPermissions;
+use fxtrace::format::{DecodedRecord, Decoder};
+
+use support::{parse_probe, probe, seqs_of_thread};
+
+#[test]
+fn kernel_and_provider_sections_share_one_archive() {
+    let perms = PerfPermissions::read();
+    if !(perms.root || perms.perfmon) {
+        println!("skipped: needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("both.fxt");
+    let out = Command::new(env!("CARGO_BIN_EXE_fxtrace"))
+        .args([
+            "record",
+            "-a",
+            "--no-lbr",
+            "-m",
+            "streaming",
+            "-b",
+            "256K",
+            "-o",
+        ])
+        .arg(&trace)
+        .arg("--")
+        .arg(probe())
+        .args([
+            "--events",
+            "5000",
+            "--threads",
+            "2",
+            "--pause-every",
+            "20",
+            "--pause-us",
+            "200",
+        ])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let report = parse_probe(&String::from_utf8_lossy(&out.stdout));
+    let pid = u64::from(report.pid.unwrap());
+
+    // Both summaries: the provider table (with the kernel row) and the system-wide lines.
+    assert!(stderr.contains("context switches: "), "{stderr}");
+    assert!(stderr.contains("built-in"), "{stderr}");
+    assert!(stderr.contains("the command exited"), "{stderr}");
+
+    let bytes = std::fs::read(&trace).unwrap();
+    let records: Vec<_> = Decoder::new(&bytes)
+        .collect::<Result<_, _>>()
+        .expect("the archive decodes");
+    // The kernel section opens the archive (started before the command).
+    assert!(matches!(
+        &records[1].record,
+        DecodedRecord::ProviderInfo { provider_id: 1, name } if name == "kernel"
+    ));
+    let mut infos = BTreeSet::new();
+    let mut switches_of_probe = 0;
+    let mut kernel_switches = 0;
+    for d in &records {
+        match &d.record {
+            DecodedRecord::ProviderInfo { provider_id, name } => {
+                assert!(infos.insert(*provider_id), "one Provider Info per provider");
+                assert!(name == "kernel" || name == "probe", "{name}");
+            }
+            DecodedRecord::ContextSwitch {
+                outgoing, incoming, ..
+            } => {
+                assert_eq!(d.provider, Some(1), "switches are the kernel's");
+                kernel_switches += 1;
+                if outgoing.pid == pid || incoming.pid == pid {
+                    switches_of_probe += 1;
+                }
+            }
+            DecodedRecord::Event(e) if e.category == "probe" => {
+                assert_eq!(d.provider, Some(2), "probe events are the probe's");
+            }
+            _ => {}
+        }
+    }
+    assert_eq!(infos, BTreeSet::from([1, 2]));
+    assert!(kernel_switches > 0);
+    assert!(
+        switches_of_probe > 0,
+        "the probe's threads sleep 200 µs every 20 events: they are switched out"
+    );
+    let archive = support::decode(&bytes);
+    let part = archive.one("probe");
+    let kept: usize = (0..2).map(|t| seqs_of_thread(&part.events, t).len()).sum();
+    assert_eq!(kept as u64, report.written, "{stderr}");
+    println!(
+        "system-wide + provider: {kernel_switches} context switches ({switches_of_probe} of the \
+         probe), {kept} probe events, {} bytes",
+        bytes.len()
+    );
+}

@@ -1,5 +1,0 @@
-//! Other formats: LLVM XRay FDR import and Chrome trace-event JSON export.
-
-pub mod chrome;
-pub mod perfetto;
-pub mod xray;

@@ -1,0 +1,256 @@
+//! `fxtrace::TracingLayer`, end to end: `tracing` spans and events under a standalone
+//! session; the archive decodes and holds the durations, instants, async pairs, typed
+//! arguments and categories the layer's mapping table promises.
+
+#![cfg(feature = "tracing")]
+
+use crate::traced_support;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use fxtrace::format::{DecodedEventKind, DecodedValue};
+use fxtrace::TracingLayer;
+use traced_support::{gettid, serial, str_value, trace, trace_with, Ev};
+use tracing::{Level, Subscriber};
+use tracing_subscriber::layer::{Context, Layer, SubscriberExt};
+
+/// Run `f` with the layer as the thread's default subscriber.
+fn with_layer<R>(f: impl FnOnce() -> R) -> R {
+    let subscriber = tracing_subscriber::registry().with(TracingLayer::new());
+    tracing::subscriber::with_default(subscriber, f)
+}
+
+fn only<'a>(events: &'a [Ev], name: &str) -> &'a Ev {
+    let found: Vec<&Ev> = events.iter().filter(|e| e.name == name).collect();
+    assert_eq!(found.len(), 1, "{name} in {events:?}");
+    found[0]
+}
+
+#[test]
+fn spans_become_nested_durations_with_typed_fields() {
+    let _s = serial();
+    let ((), events) = trace(|| {
+        with_layer(|| {
+            tracing::info_span!("outer", id = 7u64).in_scope(|| {
+                let inner = tracing::info_span!(
+                    "inner",
+                    s = "text",
+                    ok = true,
+                    f = 1.5,
+                    neg = -3i64,
+                    list = ?vec![1, 2],
+                    shown = %"display",
+                    late = tracing::field::Empty,
+                );
+                inner.record("late", 5u64);
+                inner.in_scope(|| {});
+            });
+        })
+    });
+    assert_eq!(events.len(), 2, "{events:?}");
+    let (inner, outer) = (&events[0], &events[1]);
+    assert_eq!(
+        (inner.name.as_str(), outer.name.as_str()),
+        ("inner", "outer")
+    );
+    assert!(inner.is_complete() && outer.is_complete());
+    assert!(inner.inside(outer));
+    assert_eq!(outer.category, "api::tracing_layer", "target → category");
+    assert_eq!(outer.args, [("id".to_owned(), DecodedValue::U64(7))]);
+    let expected = [
+        ("s", str_value("text")),
+        ("ok", DecodedValue::Bool(true)),
+        ("f", DecodedValue::F64(1.5)),
+        ("neg", DecodedValue::I64(-3)),
+        ("list", str_value("[1, 2]")),
+        ("shown", str_value("display")),
+        ("late", DecodedValue::U64(5)),
+    ];
+    let got: Vec<_> = inner
+        .args
+        .iter()
+        .map(|(n, v)| (n.as_str(), v.clone()))
+        .collect();
+    assert_eq!(got, expected);
+    assert!(events.iter().all(|e| e.tid == gettid()));
+}
+
+#[test]
+fn a_span_entered_twice_gives_two_durations() {
+    let _s = serial();
+    let ((), events) = trace(|| {
+        with_layer(|| {
+            let span = tracing::info_span!("poll");
+            span.in_scope(|| {});
+            span.in_scope(|| {});
+        })
+    });
+    assert_eq!(events.len(), 2, "same thread: no async pair: {events:?}");
+    assert!(events.iter().all(|e| e.name == "poll" && e.is_complete()));
+    assert!(events[0].end() <= events[1].start);
+}
+
+#[test]
+fn events_become_instants_named_by_their_message() {
+    let _s = serial();
+    let ((), events) = trace(|| {
+        with_layer(|| {
+            tracing::info!(count = 3u64, "hello {}", "world");
+            tracing::warn!(target: "net", flag = false);
+            tracing::event!(Level::DEBUG, detail = ?Some(1), "");
+        })
+    });
+    assert_eq!(events.len(), 3, "{events:?}");
+    assert!(events.iter().all(|e| e.kind == DecodedEventKind::Instant));
+    let hello = only(&events, "hello world");
+    assert_eq!(hello.category, "api::tracing_layer");
+    assert_eq!(
+        hello.args,
+        [
+            ("count".to_owned(), DecodedValue::U64(3)),
+            ("level".to_owned(), str_value("INFO")),
+        ]
+    );
+    let net = &events[1];
+    assert_eq!(net.category, "net");
+    assert!(
+        net.name.starts_with("event tests/api/tracing_layer.rs:"),
+        "{}",
+        net.name
+    );
+    assert_eq!(net.arg("flag"), Some(&DecodedValue::Bool(false)));
+    assert_eq!(net.arg("level"), Some(&str_value("WARN")));
+    // An empty message falls back to the metadata name.
+    assert!(events[2].name.starts_with("event "));
+    assert_eq!(events[2].arg("detail"), Some(&str_value("Some(1)")));
+}
+
+#[test]
+fn too_many_fields_are_counted() {
+    let _s = serial();
+    let ((), events) = trace(|| {
+        with_layer(|| {
+            tracing::info!(
+                a = 1,
+                b = 2,
+                c = 3,
+                d = 4,
+                e = 5,
+                f = 6,
+                g = 7,
+                h = 8,
+                i = 9,
+                j = 10,
+                k = 11,
+                l = 12,
+                m = 13,
+                n = 14,
+                o = 15,
+                p = 16,
+                "many"
+            );
+        })
+    });
+    let many = only(&events, "many");
+    assert_eq!(many.args.len(), 15);
+    assert_eq!(many.arg("m"), Some(&DecodedValue::I64(13)));
+    assert_eq!(many.arg("n"), None);
+    assert_eq!(many.arg("fields_dropped"), Some(&DecodedValue::U32(3)));
+    assert_eq!(many.arg("level"), Some(&str_value("INFO")));
+}
+
+#[test]
+fn a_span_that_crosses_threads_gets_an_async_pair() {
+    let _s = serial();
+    let ((creator, worker), events) = trace(|| {
+        with_layer(|| {
+            let span = tracing::info_span!("task", job = 4u64);
+            let creator = gettid();
+            let dispatch = tracing::dispatcher::get_default(|d| d.clone());
+            let worker = std::thread::spawn(move || {
+                tracing::dispatcher::with_default(&dispatch, || {
+                    span.in_scope(|| tracing::info!("working"));
+                    drop(span);
+                });
+                gettid()
+            })
+            .join()
+            .unwrap();
+            (creator, worker)
+        })
+    });
+    assert_ne!(creator, worker);
+    let begin = events
+        .iter()
+        .find(|e| matches!(e.kind, DecodedEventKind::AsyncBegin { .. }))
+        .expect("async begin");
+    let end = events
+        .iter()
+        .find(|e| matches!(e.kind, DecodedEventKind::AsyncEnd { .. }))
+        .expect("async end");
+    let (DecodedEventKind::AsyncBegin { id: b }, DecodedEventKind::AsyncEnd { id: e }) =
+        (begin.kind, end.kind)
+    else {
+        unreachable!()
+    };
+    assert_eq!(b, e);
+    assert_eq!(begin.tid, creator, "begins on the creating thread");
+    assert_eq!(end.tid, worker);
+    assert_eq!(begin.arg("job"), Some(&DecodedValue::U64(4)));
+    let run = events.iter().find(|e| e.is_complete()).expect("duration");
+    assert_eq!((run.name.as_str(), run.tid), ("task", worker));
+    assert!(begin.start <= run.start && run.end() <= end.start);
+    let working = only(&events, "working");
+    assert_eq!(working.tid, worker);
+}
+
+/// Counts the events it sees.
+struct Counting(Arc<AtomicUsize>);
+
+impl<S: Subscriber> Layer<S> for Counting {
+    fn on_event(&self, _: &tracing::Event<'_>, _: Context<'_, S>) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn disabled_categories_write_nothing_and_other_layers_still_see_everything() {
+    let _s = serial();
+    let seen = Arc::new(AtomicUsize::new(0));
+    let run = |seen: Arc<AtomicUsize>| {
+        let subscriber = tracing_subscriber::registry()
+            .with(TracingLayer::new())
+            .with(Counting(seen));
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(target: "off", "dropped by the filter");
+            tracing::info!(target: "on", "kept");
+            tracing::info_span!(target: "off", "quiet").in_scope(|| {});
+        })
+    };
+    // No trace at all.
+    run(seen.clone());
+    assert_eq!(seen.load(Ordering::Relaxed), 2);
+    let ((), events) = trace_with(&["on"], || run(seen.clone()));
+    assert_eq!(seen.load(Ordering::Relaxed), 4);
+    assert_eq!(events.len(), 1, "{events:?}");
+    assert_eq!(
+        (events[0].category.as_str(), events[0].name.as_str()),
+        ("on", "kept")
+    );
+}
+
+#[cfg(feature = "instrument")]
+#[test]
+fn traced_functions_and_tracing_spans_nest_in_one_trace() {
+    let _s = serial();
+    #[fxtrace::traced(category = "tracing_layer")]
+    fn step() {
+        tracing::info_span!("inside").in_scope(|| {});
+    }
+    let ((), events) = trace(|| with_layer(step));
+    assert_eq!(events.len(), 2);
+    assert_eq!(events[0].name, "inside");
+    assert!(events[1].name.ends_with("::step"), "{}", events[1].name);
+    assert!(events[0].inside(&events[1]));
+}

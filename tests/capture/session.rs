@@ -1,0 +1,540 @@
+//! Capture sessions on the in-memory perf (`FakeSys`): what gets opened, merge order across CPU
+//! rings, thread announcements, LOST/unknown counting, the unsupported-LBR outcome, and
+//! permission errors with their remedy.
+
+use std::path::Path;
+
+use fxtrace::capture::records::{
+    MISC_SWITCH_OUT, MISC_SWITCH_OUT_PREEMPT, RECORD_COMM, RECORD_FORK, RECORD_LOST, RECORD_SAMPLE,
+    RECORD_SWITCH,
+};
+use fxtrace::capture::{
+    BranchSampling, Capture, CaptureConfig, CaptureError, CaptureEvent, EventKind, FakeRing,
+    FakeSys, LostKind, PerfPermissions, RecordBytes, SwitchSides, SwitchSource, ThreadState,
+};
+
+use crate::fake_perf;
+use fake_perf::*;
+
+#[test]
+fn system_wide_merges_cpus_names_threads_counts_losses_and_reports_lbr_once() {
+    let tfs = tempfile::tempdir().unwrap();
+    let proc = tempfile::tempdir().unwrap();
+    tracefs(tfs.path());
+    proc_tree(proc.path(), &[10, 11]);
+    let sys = FakeSys::new();
+    sys.set_clock(0, 1 << 31, 31);
+    sys.fail_when(|attr, _, _| (attr.kind() == EventKind::BranchSampling).then_some(libc::ENOENT));
+    let cfg = CaptureConfig {
+        lbr: Some(BranchSampling::default()),
+        ..config(CaptureConfig::system_wide(), tfs.path(), proc.path())
+    };
+    let (events, sink) = sink();
+    let capture = Capture::start_with(sys.clone(), root_perms(), cfg, sink).unwrap();
+
+    let report = capture.report().clone();
+    assert_eq!(
+        report.switch_source,
+        Some(SwitchSource::SchedSwitchTracepoint)
+    );
+    assert_eq!(report.lbr, None);
+    assert_eq!(report.unsupported.len(), 1);
+    let lbr = &report.unsupported[0];
+    assert!(lbr.what.contains("LBR"));
+    assert_eq!(lbr.errno, Some(libc::ENOENT));
+    assert!(
+        lbr.hint.contains("VM without a virtual PMU"),
+        "{}",
+        lbr.hint
+    );
+    assert!(
+        report.clock.perf_to_tsc(12345) == 12345,
+        "probed from the fake page"
+    );
+    let opened = sys.events();
+    let tp: Vec<_> = opened
+        .iter()
+        .filter(|e| e.attr.kind() == EventKind::SchedSwitchTracepoint)
+        .collect();
+    assert_eq!(tp.len(), 2);
+    assert!(tp
+        .iter()
+        .all(|e| e.pid == -1 && e.mapped && e.enabled && e.attr.config() == 372));
+    assert_eq!(tp.iter().map(|e| e.cpu).collect::<Vec<_>>(), vec![0, 1]);
+
+    let t = base();
+    let cpu0: FakeRing = sys.ring(EventKind::SchedSwitchTracepoint, 0).unwrap();
+    let cpu1: FakeRing = sys.ring(EventKind::SchedSwitchTracepoint, 1).unwrap();
+    // cpu0: 100 server->worker, COMM at 150, unknown record, 300 worker->idle.
+    assert!(cpu0.write_record(
+        RECORD_SAMPLE,
+        0,
+        &switch_sample(t + 100, 0, ("server", 10, 0x1), ("worker", 11))
+    ));
+    let comm = RecordBytes::new()
+        .u32(10)
+        .u32(11)
+        .bytes(b"renamed\0")
+        .sample_id(10, 11, t + 150, 0)
+        .build();
+    assert!(cpu0.write_record(RECORD_COMM, 0, &comm));
+    assert!(cpu0.write_record(200, 0, &[0u8; 8]));
+    assert!(cpu0.write_record(
+        RECORD_SAMPLE,
+        0,
+        &switch_sample(t + 300, 0, ("renamed", 11, 0x100), ("swapper/0", 0))
+    ));
+    // cpu1: 200 idle->server, LOST 5 at 250, 400 server exits (X).
+    assert!(cpu1.write_record(
+        RECORD_SAMPLE,
+        0,
+        &switch_sample(t + 200, 1, ("swapper/1", 0, 0), ("server", 10))
+    ));
+    let lost = RecordBytes::new()
+        .u64(1)
+        .u64(5)
+        .sample_id(0, 0, t + 250, 1)
+        .build();
+    assert!(cpu1.write_record(RECORD_LOST, 0, &lost));
+    assert!(cpu1.write_record(
+        RECORD_SAMPLE,
+        0,
+        &switch_sample(t + 400, 1, ("server", 10, 0x10), ("swapper/1", 0))
+    ));
+    cpu0.wake();
+    cpu1.wake();
+
+    // Released before stop: everything up to min(newest cpu0, newest cpu1) = t+300.
+    assert!(wait_for(&events, |e| switches(e)
+        .iter()
+        .any(|cs| cs.time == t + 300)));
+    assert!(
+        !switches(&events.lock().unwrap())
+            .iter()
+            .any(|cs| cs.time == t + 400),
+        "t+400 is beyond the watermark until stop"
+    );
+    let stats = capture.stop().unwrap();
+    let events = events.lock().unwrap().clone();
+
+    assert!(matches!(&events[0], CaptureEvent::Unsupported(u) if u.what.contains("LBR")));
+    let timed: Vec<u64> = events.iter().filter_map(CaptureEvent::time).collect();
+    assert!(
+        timed.windows(2).all(|w| w[0] <= w[1]),
+        "timestamp order: {timed:?}"
+    );
+
+    let cs = switches(&events);
+    assert_eq!(
+        cs.iter().map(|c| c.time - t).collect::<Vec<_>>(),
+        vec![100, 200, 300, 400]
+    );
+    assert_eq!((cs[0].prev_tid, cs[0].next_tid, cs[0].cpu), (10, 11, 0));
+    assert_eq!(
+        (cs[0].prev_pid, cs[0].next_pid),
+        (Some(10), Some(10)),
+        "pids from /proc"
+    );
+    assert_eq!(cs[0].prev_state, ThreadState::Blocked);
+    assert_eq!((cs[0].prev_prio, cs[0].next_prio), (120, 100));
+    assert_eq!(cs[0].sides, SwitchSides::Both);
+    assert_eq!((cs[1].prev_tid, cs[1].prev_pid, cs[1].cpu), (0, Some(0), 1));
+    assert_eq!(cs[2].prev_state, ThreadState::Suspended, "R+");
+    assert_eq!(cs[3].prev_state, ThreadState::Dead, "X");
+
+    // Each thread announced once, before its first switch, with names.
+    let threads: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            CaptureEvent::Thread(t) => Some(t.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        threads.iter().map(|t| t.tid).collect::<Vec<_>>(),
+        vec![10, 11, 0]
+    );
+    assert_eq!(threads[0].name.as_deref(), Some("server"));
+    assert_eq!(threads[1].name.as_deref(), Some("worker"));
+    assert_eq!(threads[1].pid, Some(10));
+    assert_eq!(threads[1].process_name.as_deref(), Some("server"));
+    let first_switch = events
+        .iter()
+        .position(|e| matches!(e, CaptureEvent::ContextSwitch(_)))
+        .unwrap();
+    let thread_11 = events
+        .iter()
+        .position(|e| matches!(e, CaptureEvent::Thread(t) if t.tid == 11))
+        .unwrap();
+    assert!(thread_11 < first_switch);
+
+    assert!(events
+        .iter()
+        .any(|e| matches!(e, CaptureEvent::Comm(c) if c.name == "renamed" && c.tid == 11)));
+    assert!(events.iter().any(|e| matches!(e, CaptureEvent::Lost(l) if l.count == 5 && l.kind == LostKind::Records && l.cpu == 1)));
+    assert_eq!(stats.lost_records, 5);
+    assert_eq!(stats.lost_reports, 1);
+    assert_eq!(stats.unknown_records, 1);
+    assert_eq!(stats.switches, 4);
+    assert_eq!(stats.threads, 3);
+    assert_eq!((stats.parse_errors, stats.late), (0, 0));
+    assert!(sys.events().iter().all(|e| !e.enabled), "disabled at stop");
+}
+
+/// Issue #7: the process of every switched thread, from the sources in `capture::pids`.
+#[test]
+fn every_switched_thread_gets_its_process_from_records_or_is_counted() {
+    let tfs = tempfile::tempdir().unwrap();
+    let proc = tempfile::tempdir().unwrap();
+    tracefs(tfs.path());
+    proc_tree(proc.path(), &[10, 11]);
+    let sys = FakeSys::new();
+    sys.set_clock(0, 1 << 31, 31);
+    let cfg = config(CaptureConfig::system_wide(), tfs.path(), proc.path());
+    let (events, sink) = sink();
+    let capture = Capture::start_with(sys.clone(), root_perms(), cfg, sink).unwrap();
+    let t = base();
+    let cpu0 = sys.ring(EventKind::SchedSwitchTracepoint, 0).unwrap();
+    let cpu1 = sys.ring(EventKind::SchedSwitchTracepoint, 1).unwrap();
+    // cpu0: 500 (not in /proc, no FORK: it predates the capture and is gone) is switched in at
+    // 100, and switched out at 300: that sample says it is in process 450.
+    assert!(cpu0.write_record(
+        RECORD_SAMPLE,
+        0,
+        &switch_sample(t + 100, 0, ("swapper/0", 0, 0), ("ghost", 500))
+    ));
+    assert!(cpu0.write_record(
+        RECORD_SAMPLE,
+        0,
+        &switch_sample_of(450, t + 300, 0, ("ghost", 500, 0x1), ("swapper/0", 0))
+    ));
+    // cpu1: worker 11 forks thread 601 of a new process 600 at 150 (FORK: pid, ppid, tid, ptid,
+    // time); 601 runs at 200; 700 (never heard of again) runs at 350.
+    let fork = RecordBytes::new()
+        .u32(600)
+        .u32(10)
+        .u32(601)
+        .u32(11)
+        .u64(t + 150)
+        .sample_id(10, 11, t + 150, 1)
+        .build();
+    assert!(cpu1.write_record(RECORD_FORK, 0, &fork));
+    assert!(cpu1.write_record(
+        RECORD_SAMPLE,
+        0,
+        &switch_sample(t + 200, 1, ("worker", 11, 0x1), ("child", 601))
+    ));
+    assert!(cpu1.write_record(
+        RECORD_SAMPLE,
+        0,
+        &switch_sample_of(600, t + 250, 1, ("child", 601, 0x1), ("swapper/1", 0))
+    ));
+    assert!(cpu1.write_record(
+        RECORD_SAMPLE,
+        0,
+        &switch_sample(t + 350, 1, ("swapper/1", 0, 0), ("lost", 700))
+    ));
+    cpu0.wake();
+    cpu1.wake();
+    let stats = capture.stop().unwrap();
+    let events = events.lock().unwrap().clone();
+    let timed: Vec<u64> = events.iter().filter_map(CaptureEvent::time).collect();
+    assert!(timed.windows(2).all(|w| w[0] <= w[1]), "held in order");
+
+    let cs = switches(&events);
+    let at = |dt: u64| cs.iter().find(|c| c.time == t + dt).unwrap();
+    assert_eq!(
+        (at(100).next_tid, at(100).next_pid),
+        (500, Some(450)),
+        "resolved from its own later switch-out"
+    );
+    assert_eq!(at(200).prev_pid, Some(10), "worker 11, from the sample");
+    assert_eq!(at(200).next_pid, Some(600), "from the FORK record");
+    assert_eq!((at(350).next_tid, at(350).next_pid), (700, None));
+    let announced: Vec<(u32, Option<u32>)> = events
+        .iter()
+        .filter_map(|e| match e {
+            CaptureEvent::Thread(t) if t.tid != 0 => Some((t.tid, t.pid)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        announced,
+        vec![
+            (500, Some(450)),
+            (11, Some(10)),
+            (601, Some(600)),
+            (700, None)
+        ],
+        "each announced once, with its process where one was learnt"
+    );
+    assert_eq!(stats.deferred_events, 2, "the switch-ins of 500 and 700");
+    assert_eq!(stats.unknown_process_threads, 1, "700");
+    assert_eq!(stats.proc_scan_threads, 2, "10/task/{{10,11}}");
+    assert_eq!(
+        stats.proc_scan_failures, 1,
+        "/proc/11 has no task directory"
+    );
+}
+
+#[test]
+fn process_mode_opens_per_thread_and_cpu_with_one_ring_per_cpu() {
+    let proc = tempfile::tempdir().unwrap();
+    proc_tree(proc.path(), &[10, 11, 12]);
+    let sys = FakeSys::new();
+    sys.set_clock(0, 1 << 31, 31);
+    // Thread 12 exits between the listing and perf_event_open.
+    sys.fail_when(|_, pid, _| (pid == 12).then_some(libc::ESRCH));
+    let cfg = config(
+        CaptureConfig::process(10),
+        Path::new("/nonexistent"),
+        proc.path(),
+    );
+    let (events, sink) = sink();
+    let capture = Capture::start_with(sys.clone(), root_perms(), cfg, sink).unwrap();
+    assert_eq!(
+        capture.report().switch_source,
+        Some(SwitchSource::ProcessSwitchRecords)
+    );
+    let opened: Vec<_> = sys
+        .events()
+        .into_iter()
+        .filter(|e| e.attr.kind() == EventKind::ProcessSwitches)
+        .collect();
+    assert_eq!(opened.len(), 4, "threads 10 and 11 on cpus 0 and 1");
+    assert!(opened.iter().all(|e| e.attr.inherit() && e.enabled));
+    assert_eq!(
+        opened.iter().filter(|e| e.mapped).count(),
+        2,
+        "one ring per cpu"
+    );
+    assert_eq!(opened.iter().filter(|e| e.redirected).count(), 2);
+
+    let t = base();
+    let ring = sys.ring(EventKind::ProcessSwitches, 0).unwrap();
+    let out = RecordBytes::new().sample_id(10, 11, t + 10, 0).build();
+    assert!(ring.write_record(
+        RECORD_SWITCH,
+        MISC_SWITCH_OUT | MISC_SWITCH_OUT_PREEMPT,
+        &out
+    ));
+    let inbound = RecordBytes::new().sample_id(10, 10, t + 20, 0).build();
+    assert!(ring.write_record(RECORD_SWITCH, 0, &inbound));
+    ring.wake();
+    let stats = capture.stop().unwrap();
+    let events = events.lock().unwrap().clone();
+    let cs = switches(&events);
+    assert_eq!(cs.len(), 2);
+    assert_eq!(cs[0].sides, SwitchSides::OutgoingOnly);
+    assert_eq!(
+        (cs[0].prev_tid, cs[0].prev_pid, cs[0].next_tid),
+        (11, Some(10), 0)
+    );
+    assert_eq!(cs[0].prev_state, ThreadState::Suspended, "preempted");
+    assert_eq!(cs[1].sides, SwitchSides::IncomingOnly);
+    assert_eq!(
+        (cs[1].next_tid, cs[1].next_pid, cs[1].prev_tid),
+        (10, Some(10), 0)
+    );
+    assert_eq!(
+        (cs[0].prev_prio, cs[1].next_prio),
+        (255, 255),
+        "unknown priority"
+    );
+    let names: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            CaptureEvent::Thread(t) => Some((t.tid, t.name.clone())),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        names,
+        vec![(11, Some("worker".into())), (10, Some("server".into()))],
+        "the unknown side (tid 0) is not announced"
+    );
+    assert_eq!(stats.switches, 2);
+}
+
+#[test]
+fn tracepoint_unavailable_falls_back_to_cpu_wide_records() {
+    let proc = tempfile::tempdir().unwrap();
+    proc_tree(proc.path(), &[10, 11]);
+    let sys = FakeSys::new();
+    sys.set_clock(0, 1 << 31, 31);
+    let empty = tempfile::tempdir().unwrap(); // no events/ in it
+    let cfg = config(CaptureConfig::system_wide(), empty.path(), proc.path());
+    let (events, sink) = sink();
+    let capture = Capture::start_with(sys.clone(), root_perms(), cfg, sink).unwrap();
+    let report = capture.report().clone();
+    assert_eq!(
+        report.switch_source,
+        Some(SwitchSource::CpuWideSwitchRecords)
+    );
+    assert!(report.unsupported[0].what.contains("sched_switch"));
+    assert!(report.unsupported[0].hint.contains("SWITCH_CPU_WIDE"));
+
+    let t = base();
+    let ring = sys.ring(EventKind::CpuWideSwitches, 1).unwrap();
+    // One switch 10 -> 11 on cpu 1: an OUT record (next = 11) and its IN twin (prev = 10).
+    let out = RecordBytes::new()
+        .u32(10)
+        .u32(11)
+        .sample_id(10, 10, t + 5, 1)
+        .build();
+    assert!(ring.write_record(
+        fxtrace::capture::records::RECORD_SWITCH_CPU_WIDE,
+        MISC_SWITCH_OUT,
+        &out
+    ));
+    let inbound = RecordBytes::new()
+        .u32(10)
+        .u32(10)
+        .sample_id(10, 11, t + 6, 1)
+        .build();
+    assert!(ring.write_record(
+        fxtrace::capture::records::RECORD_SWITCH_CPU_WIDE,
+        0,
+        &inbound
+    ));
+    ring.wake();
+    capture.stop().unwrap();
+    let cs = switches(&events.lock().unwrap());
+    assert_eq!(cs.len(), 1, "the IN twin is not a second switch");
+    assert_eq!(
+        (cs[0].prev_tid, cs[0].next_tid, cs[0].next_pid),
+        (10, 11, Some(10))
+    );
+    assert_eq!(cs[0].prev_state, ThreadState::Blocked);
+}
+
+/// A reaped thread's last `SWITCH_CPU_WIDE` switch-out says -1 for its own pid and tid: it is
+/// the task the previous switch-out of that CPU switched to. Its name, unknown to `/proc`, is
+/// its parent's from the FORK record.
+#[test]
+fn cpu_wide_switch_out_of_a_reaped_thread_names_the_task_last_switched_in() {
+    let proc = tempfile::tempdir().unwrap();
+    proc_tree(proc.path(), &[10, 11]);
+    let sys = FakeSys::new();
+    sys.set_clock(0, 1 << 31, 31);
+    let empty = tempfile::tempdir().unwrap();
+    let cfg = config(CaptureConfig::system_wide(), empty.path(), proc.path());
+    let (events, sink) = sink();
+    let capture = Capture::start_with(sys.clone(), root_perms(), cfg, sink).unwrap();
+    let t = base();
+    let ring = sys.ring(EventKind::CpuWideSwitches, 0).unwrap();
+    let cpu_wide = fxtrace::capture::records::RECORD_SWITCH_CPU_WIDE;
+    // Worker 11 creates thread 13 of process 10.
+    let fork = RecordBytes::new()
+        .u32(10)
+        .u32(10)
+        .u32(13)
+        .u32(11)
+        .u64(t + 5)
+        .sample_id(10, 11, t + 5, 0)
+        .build();
+    assert!(ring.write_record(RECORD_FORK, 0, &fork));
+    // 11 -> 13, then 13 (reaped: -1) -> idle.
+    let out = |time: u64, own: (u32, u32), next: (u32, u32)| {
+        RecordBytes::new()
+            .u32(next.0)
+            .u32(next.1)
+            .sample_id(own.0, own.1, time, 0)
+            .build()
+    };
+    assert!(ring.write_record(cpu_wide, MISC_SWITCH_OUT, &out(t + 10, (10, 11), (10, 13))));
+    assert!(ring.write_record(
+        cpu_wide,
+        MISC_SWITCH_OUT,
+        &out(t + 20, (u32::MAX, u32::MAX), (0, 0))
+    ));
+    // An unknown task leaving a CPU nobody was seen entering: only the incoming side is known.
+    let other = sys.ring(EventKind::CpuWideSwitches, 1).unwrap();
+    assert!(other.write_record(
+        cpu_wide,
+        MISC_SWITCH_OUT,
+        &out(t + 30, (u32::MAX, u32::MAX), (10, 10))
+    ));
+    ring.wake();
+    let stats = capture.stop().unwrap();
+    let events = events.lock().unwrap().clone();
+    let cs = switches(&events);
+    assert_eq!(cs.len(), 3);
+    assert_eq!((cs[1].prev_tid, cs[1].prev_pid), (13, Some(10)));
+    assert_eq!(cs[1].sides, SwitchSides::Both);
+    assert_eq!((cs[2].prev_tid, cs[2].next_tid), (0, 10));
+    assert_eq!(cs[2].sides, SwitchSides::IncomingOnly);
+    let thread_13 = events.iter().find_map(|e| match e {
+        CaptureEvent::Thread(t) if t.tid == 13 => Some(t.clone()),
+        _ => None,
+    });
+    let thread_13 = thread_13.unwrap();
+    assert_eq!(thread_13.pid, Some(10));
+    assert_eq!(
+        thread_13.name.as_deref(),
+        Some("worker"),
+        "inherited at fork"
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, CaptureEvent::Thread(t) if t.tid == u32::MAX)),
+        "no thread -1"
+    );
+    assert_eq!(stats.unknown_process_threads, 0);
+}
+
+#[test]
+fn permission_denied_says_what_is_missing() {
+    let sys = FakeSys::new();
+    sys.fail_when(|attr, _, _| (attr.kind() != EventKind::ClockProbe).then_some(libc::EACCES));
+    let tfs = tempfile::tempdir().unwrap();
+    tracefs(tfs.path());
+    let cfg = CaptureConfig {
+        clock: Some(fxtrace::capture::PerfTimeConverter::Measured(
+            fxtrace::capture::MeasuredMapping::new(0, 0, 1.0),
+        )),
+        ..config(CaptureConfig::system_wide(), tfs.path(), Path::new("/proc"))
+    };
+    let user = PerfPermissions {
+        paranoid: Some(2),
+        root: false,
+        perfmon: false,
+        hardware_pmu: true,
+    };
+    let err = Capture::start_with(sys, user, cfg, |_| {}).unwrap_err();
+    let text = err.to_string();
+    assert!(
+        matches!(
+            err,
+            CaptureError::Open {
+                event: EventKind::CpuWideSwitches,
+                cpu: 0,
+                ..
+            }
+        ),
+        "{text}"
+    );
+    assert!(text.contains("perf_event_paranoid = 2"), "{text}");
+    assert!(text.contains("CAP_PERFMON"), "{text}");
+}
+
+#[test]
+fn only_unsupported_lbr_is_nothing_to_capture() {
+    let sys = FakeSys::new();
+    sys.set_clock(0, 1 << 31, 31);
+    sys.fail_when(|attr, _, _| {
+        (attr.kind() == EventKind::BranchSampling).then_some(libc::EOPNOTSUPP)
+    });
+    let cfg = CaptureConfig {
+        switches: false,
+        lbr: Some(BranchSampling::default()),
+        cpus: Some(vec![0]),
+        ..CaptureConfig::system_wide()
+    };
+    let err = Capture::start_with(sys, root_perms(), cfg, |_| {}).unwrap_err();
+    assert!(
+        matches!(err, CaptureError::NothingToCapture(ref m) if m.contains("LBR")),
+        "{err}"
+    );
+}
