@@ -6,7 +6,7 @@
 //!
 //! | module | concept |
 //! |---|---|
-//! | [`sys`] | the syscall seam ([`Sys`]): kernel ([`RealSys`]) or memory ([`FakeSys`]) |
+//! | [`sys`] | the syscall seam ([`Sys`]): kernel ([`RealSys`]) or memory (`FakeSys`, feature `test-support`) |
 //! | [`attr`] | `perf_event_attr` builder for each event fxtrace opens |
 //! | [`ring`] | the mmap'd ring: atomic head/tail, zero-copy (possibly split) record views |
 //! | [`records`] | record layouts → typed records ([`PerfRecord`]) |
@@ -22,7 +22,7 @@
 //! | [`session`] | [`Capture`]: open, drain on a thread, merge, deliver [`CaptureEvent`]s |
 //! | [`fxt`] | [`CaptureEvent`]s → FXT records ([`KernelTraceWriter`]) into a [`RecordSink`] |
 //! | [`kernel_provider`] | [`KernelProvider`] (capture + conversion, its own provider section); `fxtrace record --system-wide` ([`SystemWideRecording`]) |
-//! | [`fake`] | test support: an in-memory perf behind [`Sys`] |
+//! | `fake` | test support (feature `test-support`, not API): an in-memory perf behind [`Sys`] |
 //!
 //! The bindgen types of `perf-event-open-sys` never appear in this API.
 //!
@@ -49,6 +49,7 @@
 pub mod attr;
 mod decode;
 pub mod events;
+#[cfg(feature = "test-support")]
 pub mod fake;
 pub mod fxt;
 pub mod kernel_provider;
@@ -73,6 +74,7 @@ pub use events::{
     BranchSample, CaptureEvent, ContextSwitch, Lost, LostKind, MemoryMap, SwitchSides, TaskComm,
     TaskExit, TaskFork, ThreadInfo, Unsupported,
 };
+#[cfg(feature = "test-support")]
 pub use fake::{FakeRing, FakeSys, RecordBytes};
 pub use fxt::{
     FxtStreamSink, KernelTraceConfig, KernelTraceStats, KernelTraceWriter, RecordSink, SinkError,

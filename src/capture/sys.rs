@@ -1,7 +1,7 @@
 //! The syscall seam: every `perf_event_open`, perf `ioctl`, `mmap`, `munmap` and `poll` the
 //! capture layer makes goes through the [`Sys`] trait.
 //!
-//! [`RealSys`] calls the kernel; [`FakeSys`](super::fake::FakeSys) serves synthetic perf events
+//! [`RealSys`] calls the kernel; `FakeSys` (feature `test-support`) serves synthetic perf events
 //! and ring buffers from memory, so ring, record and session logic is tested on machines without
 //! perf access or a PMU (this project's CI VM has none). Anything failing here comes back as an
 //! [`io::Error`] made by the one errno helper, `check_errno`; the layers above wrap it in a
@@ -41,7 +41,7 @@ pub enum PerfIoctl<'a> {
 
 /// The system calls the capture layer needs, one method each.
 ///
-/// Implementations: [`RealSys`] (the kernel) and [`FakeSys`](super::fake::FakeSys) (memory).
+/// Implementations: [`RealSys`] (the kernel) and `FakeSys` (feature `test-support`) (memory).
 pub trait Sys: Send + Sync + fmt::Debug {
     /// `perf_event_open(attr, pid, cpu, group_fd, PERF_FLAG_FD_CLOEXEC)`.
     fn perf_event_open(

@@ -12,4 +12,3 @@ mod compiled_out;
 mod examples;
 mod sync;
 mod tracing_layer;
-mod ui;

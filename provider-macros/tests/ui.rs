@@ -3,9 +3,9 @@
 //! span of its `.stderr` file (one file per error: each duplicate option separately).
 //!
 //! Regenerate the expected output after a deliberate message change with
-//! `TRYBUILD=overwrite cargo test --test traced_ui`.
+//! `TRYBUILD=overwrite cargo test -p fxtrace-macros --test ui`.
 
-#![cfg(feature = "instrument")]
+#![cfg(feature = "enable")]
 
 #[test]
 fn ui() {
