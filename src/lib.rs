@@ -5,6 +5,7 @@
 //! CPU and the kernel through `rdtscp` and `perf_event_open`. See `shared/DESIGN.md` for the
 //! architecture and `AGENTS.md` for the map of this repository.
 
+#[cfg(feature = "c-api")]
 pub mod c_api;
 pub mod capture;
 pub mod clock;

@@ -21,7 +21,6 @@
 //! | [`permissions`], [`tracefs`] | what we may do, remedy text; finding/mounting tracefs |
 //! | [`session`] | [`Capture`]: open, drain on a thread, merge, deliver [`CaptureEvent`]s |
 //! | [`fxt`] | [`CaptureEvent`]s → FXT records ([`KernelTraceWriter`]) into a [`RecordSink`] |
-//! | [`kernel_provider`] | [`KernelProvider`] (capture + conversion, its own provider section); `fxtrace record --system-wide` ([`SystemWideRecording`]) |
 //! | `fake` | test support (feature `test-support`, not API): an in-memory perf behind [`Sys`] |
 //!
 //! The bindgen types of `perf-event-open-sys` never appear in this API.
@@ -52,7 +51,6 @@ pub mod events;
 #[cfg(feature = "test-support")]
 pub mod fake;
 pub mod fxt;
-pub mod kernel_provider;
 pub mod lbr;
 pub mod maps;
 pub mod merge;
@@ -78,10 +76,6 @@ pub use events::{
 pub use fake::{FakeRing, FakeSys, RecordBytes};
 pub use fxt::{
     FxtStreamSink, KernelTraceConfig, KernelTraceStats, KernelTraceWriter, RecordSink, SinkError,
-};
-pub use kernel_provider::{
-    KernelProvider, KernelProviderConfig, KernelProviderError, KernelProviderOutcome,
-    SystemWideConfig, SystemWideRecording, SystemWideSummary,
 };
 pub use lbr::{BranchEntry, BranchStack};
 pub use maps::{read_build_id, BuildIdCache, MapsLine, MapsSynthesis};

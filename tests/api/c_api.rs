@@ -4,10 +4,9 @@
 //! category answers follow the session (cached by content, not by address); with no session
 //! every call is a no-op.
 //!
-//! Every test takes `SERIAL`: there is one current context per process.
+//! Every test takes the binary's serial lock: there is one current context per process.
 
 use std::ffi::{c_char, c_int, CStr};
-use std::sync::{Mutex, MutexGuard};
 
 use fxtrace::engine::standalone::{self, StandaloneConfig};
 use fxtrace::engine::CategoryFilter;
@@ -30,11 +29,8 @@ extern "C" {
     fn fxtrace_counter_static(category: *const c_char, name: *const c_char, value: i64);
 }
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn serial() -> MutexGuard<'static, ()> {
-    SERIAL.lock().unwrap_or_else(|p| p.into_inner())
-}
+// One current context per process: the same lock as the `#[traced]` tests of this binary.
+use crate::traced_support::serial;
 
 fn session(categories: &[&str]) -> standalone::StandaloneSession {
     let mut config = StandaloneConfig::new(BufferingMode::Oneshot, 1 << 20);

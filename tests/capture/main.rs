@@ -9,9 +9,7 @@ mod daemon;
 mod fake_perf;
 
 mod fd_loss;
-mod fxt;
 mod lbr;
-mod pidmap;
 mod ring;
 mod session;
 mod switch;

@@ -3,29 +3,21 @@
 //! `--system-wide` the built-in kernel provider (context switches and LBR of every CPU) in a
 //! section of the same archive. The arguments become plain configurations
 //! ([`RecordArgs::into_config`]); the work is the library's ([`fxtrace_tools::manager::recorder`],
-//! [`fxtrace::capture::kernel_provider`]).
+//! [`fxtrace_tools::manager::kernel`]).
 
 use std::ffi::OsString;
 use std::path::PathBuf;
 use std::process::ExitCode;
-use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use clap::Args;
 use nix::sys::signal::Signal;
 
-use fxtrace::capture::kernel_provider::{
-    KernelProvider, KernelProviderConfig, KernelProviderError, KernelProviderOutcome, LbrStatus,
-    RecordError as SystemWideError, StopReason as SystemWideStop, SystemWideSummary,
-};
-use fxtrace::capture::{
-    BranchSampling, CaptureConfig, KernelTraceConfig, Need, PerfPermissions, RecordSink, SinkError,
-};
-use fxtrace::format::Record;
+use fxtrace::capture::{BranchSampling, Need, PerfPermissions};
 use fxtrace::protocol::control::BufferingMode;
+use fxtrace_tools::manager::kernel::{KernelProviderError, KernelSection, LbrStatus};
 use fxtrace_tools::manager::recorder::{
-    stop_on_signals, ExternalSource, RecordConfig, RecordError, RecordReport, Recorder,
-    SectionError, SectionSink, StopReason,
+    stop_on_signals, RecordConfig, RecordError, Recorder, StopReason,
 };
 
 /// Arguments of `fxtrace record`.
@@ -116,9 +108,12 @@ pub(crate) enum RecordCliError {
     /// An argument is out of range.
     #[error("fxtrace record: {0}")]
     BadArgument(String),
-    /// System-wide capture is not permitted (the remedy is in the message).
-    #[error(transparent)]
-    SystemWide(#[from] SystemWideError),
+    /// System-wide capture is not permitted.
+    #[error("fxtrace record --system-wide: {remedy}")]
+    NotPermitted {
+        /// What is missing and what to do.
+        remedy: String,
+    },
     /// The kernel provider could not start.
     #[error("fxtrace record --system-wide: {0}")]
     Kernel(KernelProviderError),
@@ -284,89 +279,6 @@ fn preload_env_with(library: &std::path::Path, existing: Option<OsString>) -> (O
     ("LD_PRELOAD".into(), value)
 }
 
-// === the kernel provider as a section of the archive ===
-
-/// The recorder's section sink as the kernel provider's record sink.
-#[derive(Debug)]
-struct KernelSink(SectionSink);
-
-impl RecordSink for KernelSink {
-    fn push(&mut self, record: &Record<'_>) -> Result<usize, SinkError> {
-        self.0.push(record).map_err(|e| match e {
-            SectionError::Encode(e) => SinkError::Encode(e),
-            SectionError::Closed => SinkError::Io(std::io::Error::other(e.to_string())),
-        })
-    }
-}
-
-/// What the stopped kernel provider handed back, for the summary.
-type KernelOutcome = Arc<Mutex<Option<Result<KernelProviderOutcome<KernelSink>, String>>>>;
-
-/// The running kernel provider, stopped by the recorder after the providers.
-#[derive(Debug)]
-struct KernelSource {
-    provider: Option<KernelProvider<KernelSink>>,
-    outcome: KernelOutcome,
-}
-
-impl ExternalSource for KernelSource {
-    fn stop(&mut self) -> Result<(), String> {
-        let Some(provider) = self.provider.take() else {
-            return Ok(());
-        };
-        let result = match provider.stop() {
-            Ok(mut outcome) => outcome
-                .sink
-                .0
-                .flush()
-                .map(|()| outcome)
-                .map_err(|e| e.to_string()),
-            Err(e) => Err(e.to_string()),
-        };
-        let error = result.as_ref().err().cloned();
-        *self.outcome.lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
-        error.map_or(Ok(()), Err)
-    }
-}
-
-/// The system-wide part of the summary, as `--system-wide` prints it.
-fn kernel_summary(
-    report: &RecordReport,
-    kernel: &KernelCapture,
-    outcome: KernelProviderOutcome<KernelSink>,
-) -> SystemWideSummary {
-    let lbr = match (kernel.lbr, outcome.report.lbr) {
-        (None, _) => LbrStatus::Off,
-        (Some(_), Some(active)) => LbrStatus::Active(active),
-        (Some(_), None) => LbrStatus::Unavailable(
-            outcome
-                .report
-                .unsupported
-                .iter()
-                .find(|u| u.what.contains("LBR"))
-                .map_or_else(|| "not opened".to_owned(), |u| u.hint.clone()),
-        ),
-    };
-    SystemWideSummary {
-        output: report.output.clone(),
-        bytes: report.output_bytes,
-        switch_source: outcome.report.switch_source,
-        lbr,
-        unsupported: outcome.report.unsupported,
-        capture: outcome.capture,
-        trace: outcome.trace,
-        stopped_by: match report.stop_reason {
-            StopReason::CommandExited => SystemWideStop::CommandExited,
-            StopReason::Duration => SystemWideStop::Duration,
-            StopReason::Signal(_) | StopReason::Alert { .. } | StopReason::Requested => {
-                SystemWideStop::Interrupted
-            }
-        },
-        command_status: report.command_status,
-        elapsed: report.elapsed,
-    }
-}
-
 /// Runs `fxtrace record`. Progress and the summary go to standard error (standard output
 /// belongs to the command). The exit status is the command's when it failed, else success.
 pub(crate) fn run(args: RecordArgs) -> Result<ExitCode, RecordCliError> {
@@ -375,51 +287,34 @@ pub(crate) fn run(args: RecordArgs) -> Result<ExitCode, RecordCliError> {
     if plan.kernel.is_some() {
         let perms = PerfPermissions::read();
         if !perms.allows(Need::CpuWide) {
-            return Err(SystemWideError::NotPermitted {
+            return Err(RecordCliError::NotPermitted {
                 remedy: perms.remedy(Need::RawTracepoint, None),
-            }
-            .into());
+            });
         }
     }
     let mode = plan.recorder.buffering_mode;
     let size = plan.recorder.buffer_size_bytes;
     let mut recorder = Recorder::new(plan.recorder)?;
-    let outcome: KernelOutcome = Arc::new(Mutex::new(None));
+    let mut kernel_section = None;
     if let Some(kernel) = &plan.kernel {
-        let sink = recorder.section_sink("kernel");
-        let config = KernelProviderConfig {
-            capture: CaptureConfig {
-                lbr: kernel.lbr,
-                ring_pages: kernel.ring_pages,
-                mmaps: kernel.lbr.is_some(),
-                ..CaptureConfig::system_wide()
-            },
-            trace: KernelTraceConfig {
-                provider_id: sink.id(),
-                ..KernelTraceConfig::kernel()
-            },
-        };
-        let provider = match KernelProvider::start(config, KernelSink(sink)) {
-            Ok(p) => p,
+        let section = match KernelSection::start(&mut recorder, kernel.lbr, kernel.ring_pages) {
+            Ok(section) => section,
             Err(e) => {
                 // Nothing was captured: leave no half-written file behind.
                 recorder.discard();
                 return Err(RecordCliError::Kernel(e));
             }
         };
-        let lbr = match (kernel.lbr, provider.report().lbr) {
+        let lbr = match (kernel.lbr, section.report().lbr) {
             (None, _) => "LBR off".to_owned(),
             (Some(_), Some(_)) => "LBR branch stacks".to_owned(),
             (Some(_), None) => "LBR unavailable (see the summary)".to_owned(),
         };
         eprintln!(
             "fxtrace: recording context switches of {} CPUs, {lbr}; Ctrl-C to stop",
-            provider.report().cpus.len()
+            section.report().cpus.len()
         );
-        recorder.add_external(Box::new(KernelSource {
-            provider: Some(provider),
-            outcome: outcome.clone(),
-        }));
+        kernel_section = Some(section);
     }
     let mut signals = vec![Signal::SIGINT, Signal::SIGTERM];
     if plan.stop_on_signal {
@@ -433,18 +328,15 @@ pub(crate) fn run(args: RecordArgs) -> Result<ExitCode, RecordCliError> {
     );
     let report = recorder.run(|line| eprintln!("fxtrace: {line}"))?;
     eprintln!("{}", report.summary());
-    if let Some(kernel) = &plan.kernel {
-        let taken = outcome.lock().unwrap_or_else(|p| p.into_inner()).take();
-        match taken {
-            Some(Ok(outcome)) => {
-                let summary = kernel_summary(&report, kernel, outcome);
+    if let Some(section) = &kernel_section {
+        match section.summary(&report) {
+            Ok(summary) => {
                 eprintln!("{summary}");
                 if let LbrStatus::Unavailable(_) = summary.lbr {
                     eprintln!("  (the trace holds the same LBR message as a log record)");
                 }
             }
-            Some(Err(e)) => eprintln!("fxtrace: the kernel provider failed: {e}"),
-            None => eprintln!("fxtrace: the kernel provider was not stopped"),
+            Err(e) => eprintln!("fxtrace: {e}"),
         }
     }
     // The command's own failure is ours; a command that fxtrace itself ended (the duration

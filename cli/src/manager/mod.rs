@@ -17,6 +17,7 @@
 pub mod archive;
 mod conn;
 pub mod drain;
+pub mod kernel;
 pub mod recorder;
 pub mod report;
 pub mod server;

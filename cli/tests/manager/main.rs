@@ -6,6 +6,10 @@
 /// The workspace root (the tests read fixtures, scripts and examples from there).
 const WORKSPACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 
+/// Taken by every test that installs the process-wide trace context or changes the
+/// environment (the modules of this binary run their tests concurrently).
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 #[path = "../../../tests/daemon/mod.rs"]
 mod daemon;
 #[path = "../support/mod.rs"]

@@ -7,7 +7,6 @@ use crate::support;
 
 use std::os::fd::AsFd;
 use std::path::PathBuf;
-use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use fxtrace::engine::TraceState;
@@ -22,7 +21,8 @@ use daemon::{assert_intact, open_fds, take_over};
 use support::{FakeManager, FakeSession};
 
 /// Alerts go through the process's last provider: keep these tests from overlapping.
-static SERIAL: Mutex<()> = Mutex::new(());
+// One lock for the whole binary: its modules share the process-wide context and environment.
+use crate::SERIAL;
 
 fn options(path: &std::path::Path) -> ProviderOptions {
     ProviderOptions {

@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier, Mutex, MutexGuard};
+use std::sync::{Arc, Barrier, MutexGuard};
 use std::time::{Duration, Instant};
 
 use fxtrace::engine::global::{self, GlobalError};
@@ -21,7 +21,8 @@ use fxtrace::format::{
 use fxtrace::protocol::header::BufferingMode;
 use fxtrace::{Arg, ArgValue, Scope, TraceStr};
 
-static SERIAL: Mutex<()> = Mutex::new(());
+// One lock for the whole binary: its modules share the process-wide context and environment.
+use crate::SERIAL;
 
 fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())

@@ -6,10 +6,14 @@
 /// The workspace root (the tests read fixtures, scripts and examples from there).
 const WORKSPACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 
+#[path = "../../../tests/fake_perf/mod.rs"]
+mod fake_perf;
 #[path = "../support/mod.rs"]
 mod support;
 
 mod cli;
+mod kernel_provider;
+mod pidmap;
 mod record_run;
 mod system_wide;
 mod threads;

@@ -14,7 +14,6 @@ use std::time::Duration;
 use fxtrace::capture::fxt::{
     KernelTraceConfig, KernelTraceWriter, UNKNOWN_PROCESS_KOID, UNKNOWN_PROCESS_NAME,
 };
-use fxtrace::capture::kernel_provider::{KernelProvider, KernelProviderConfig};
 use fxtrace::capture::records::{RECORD_LOST, RECORD_SAMPLE};
 use fxtrace::capture::{
     BranchEntry, BranchSample, BranchSampling, CaptureConfig, CaptureEvent, ContextSwitch,
@@ -26,6 +25,7 @@ use fxtrace::format::{
     BlobType, Decoded, DecodedEventKind, DecodedRecord, DecodedValue, Decoder, ObjectType,
     RecordWriter, PROVIDER_EVENT_BUFFER_OVERFLOW,
 };
+use fxtrace_tools::manager::kernel::{KernelProvider, KernelProviderConfig};
 
 // === helpers ===
 

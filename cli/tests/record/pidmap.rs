@@ -7,15 +7,12 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::process::Command;
-use std::sync::atomic::AtomicBool;
 use std::time::Duration;
 
 use fxtrace::capture::fxt::UNKNOWN_PROCESS_KOID;
-use fxtrace::capture::kernel_provider::{KernelProvider, KernelProviderConfig};
-use fxtrace::capture::{
-    PerfPermissions, SwitchSource, SystemWideConfig, SystemWideRecording, TracefsChoice,
-};
+use fxtrace::capture::{PerfPermissions, SwitchSource, TracefsChoice};
 use fxtrace::format::{DecodedRecord, DecodedValue, Decoder, ObjectType, RecordWriter};
+use fxtrace_tools::manager::kernel::{KernelProvider, KernelProviderConfig};
 
 /// Where each thread (tid != 0) of the kernel section got its process from, by tid.
 #[derive(Debug, Default)]
@@ -138,23 +135,19 @@ fn no_thread_lands_in_process_zero() {
         println!("skipped: needs root");
         return;
     }
-    let dir = tempfile::tempdir().unwrap();
-    let output = dir.path().join("pidmap.fxt");
-    let config = SystemWideConfig {
-        lbr: None,
-        duration: Some(Duration::from_millis(1500)),
-        ..SystemWideConfig::new(&output)
-    };
-    let recording = match SystemWideRecording::start(config) {
-        Ok(r) => r,
+    let provider = match KernelProvider::start(
+        KernelProviderConfig::system_wide(None),
+        RecordWriter::with_magic(),
+    ) {
+        Ok(p) => p,
         Err(e) => {
-            println!("skipped: system-wide recording unavailable: {e}");
+            println!("skipped: system-wide capture unavailable: {e}");
             return;
         }
     };
     let (processes, threads) = workload();
-    let summary = recording.wait(&AtomicBool::new(false)).unwrap();
-    let a = attribution(&std::fs::read(&output).unwrap());
+    let summary = provider.stop().unwrap();
+    let a = attribution(&summary.sink.to_bytes());
     let by_count: BTreeMap<&str, usize> = [
         ("switched threads", a.switched.len()),
         ("in process 0", a.in_process_zero.len()),
@@ -173,7 +166,6 @@ fn no_thread_lands_in_process_zero() {
         summary.capture.proc_scan_threads,
         summary.capture.proc_scan_failures
     );
-    println!("{summary}");
     assert!(
         a.switched.len() > threads as usize / 2,
         "the workload's threads were switched"

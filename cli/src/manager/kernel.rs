@@ -1,0 +1,467 @@
+//! The built-in kernel provider: a capture session whose events become FXT records in a
+//! provider section of their own ([`KernelProvider`]), and that provider as a section of a
+//! [`Recorder`]'s archive ([`KernelSection`], what `fxtrace record --system-wide` runs).
+//!
+//! [`KernelProvider`] starts a [`Capture`], converts every event on the capture thread with a
+//! [`KernelTraceWriter`], and pushes the records into any [`RecordSink`] (a file, a pipe, the
+//! recorder's section). Its section starts with Provider Info metadata (default id 1,
+//! `"kernel"`) and an Initialization record (the TSC rate). The recorder stops it after the
+//! providers ([`ExternalSource`]), and [`KernelSection::summary`] says what it captured.
+
+use std::fmt;
+use std::io;
+use std::path::PathBuf;
+use std::process::ExitStatus;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use thiserror::Error;
+
+use fxtrace::capture::fxt::{UNKNOWN_PROCESS_KOID, UNKNOWN_PROCESS_NAME};
+use fxtrace::capture::{
+    BranchSampling, Capture, CaptureConfig, CaptureError, CaptureReport, CaptureStats,
+    KernelTraceConfig, KernelTraceStats, KernelTraceWriter, PerfPermissions, RealSys, RecordSink,
+    SinkError, SwitchSource, Sys, Unsupported,
+};
+use fxtrace::format::Record;
+
+use super::recorder::{
+    ExternalSource, RecordReport, Recorder, SectionError, SectionSink, StopReason,
+};
+
+// === impl KernelProvider ===
+
+/// What a [`KernelProvider`] captures and how its section is labelled.
+#[derive(Debug, Clone)]
+pub struct KernelProviderConfig {
+    /// The capture session.
+    pub capture: CaptureConfig,
+    /// The provider section (id, name, clock, recorder thread).
+    pub trace: KernelTraceConfig,
+}
+
+impl KernelProviderConfig {
+    /// System-wide switches, LBR as given, provider 1 `"kernel"`.
+    pub fn system_wide(lbr: Option<BranchSampling>) -> Self {
+        Self {
+            capture: CaptureConfig {
+                lbr,
+                // Mappings name the LBR samples' addresses (`fxtrace report lbr`).
+                mmaps: lbr.is_some(),
+                ..CaptureConfig::system_wide()
+            },
+            trace: KernelTraceConfig::kernel(),
+        }
+    }
+}
+
+/// Errors of the kernel provider.
+#[derive(Debug, Error)]
+pub enum KernelProviderError {
+    /// The capture could not start or failed while running.
+    #[error(transparent)]
+    Capture(#[from] CaptureError),
+    /// The provider section's first records could not be written.
+    #[error("starting the kernel provider's section: {0}")]
+    Header(SinkError),
+    /// Writing the trace failed while capturing; later events were not written.
+    #[error("{source} ({unwritten} capture events after it were not written)")]
+    Write {
+        /// The first write error.
+        source: SinkError,
+        /// Events not written because of it.
+        unwritten: u64,
+    },
+}
+
+/// The writer as the capture thread and the owner share it.
+#[derive(Debug)]
+struct Shared<S: RecordSink> {
+    writer: Option<KernelTraceWriter<S>>,
+    error: Option<SinkError>,
+    unwritten: u64,
+}
+
+fn lock<S: RecordSink>(shared: &Mutex<Shared<S>>) -> MutexGuard<'_, Shared<S>> {
+    // A panic in the writer leaves counters that are still meaningful; keep going.
+    shared.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+/// A running kernel provider (see the module docs). Stops on [`KernelProvider::stop`] or drop.
+#[derive(Debug)]
+pub struct KernelProvider<S: RecordSink + Send + 'static> {
+    capture: Capture,
+    shared: Arc<Mutex<Shared<S>>>,
+}
+
+/// What a stopped kernel provider hands back.
+#[derive(Debug)]
+pub struct KernelProviderOutcome<S> {
+    /// The sink, holding the whole section.
+    pub sink: S,
+    /// What the capture opened.
+    pub report: CaptureReport,
+    /// The capture's counters.
+    pub capture: CaptureStats,
+    /// The conversion's counters.
+    pub trace: KernelTraceStats,
+}
+
+impl<S: RecordSink + Send + 'static> KernelProvider<S> {
+    /// Writes the section's first records into `sink` and starts capturing on the kernel.
+    pub fn start(config: KernelProviderConfig, sink: S) -> Result<Self, KernelProviderError> {
+        Self::start_with(Arc::new(RealSys), PerfPermissions::read(), config, sink)
+    }
+
+    /// As [`KernelProvider::start`], through `sys` (a fake in tests) with these permissions.
+    pub fn start_with(
+        sys: Arc<dyn Sys>,
+        perms: PerfPermissions,
+        config: KernelProviderConfig,
+        sink: S,
+    ) -> Result<Self, KernelProviderError> {
+        let writer =
+            KernelTraceWriter::new(sink, config.trace).map_err(KernelProviderError::Header)?;
+        let shared = Arc::new(Mutex::new(Shared {
+            writer: Some(writer),
+            error: None,
+            unwritten: 0,
+        }));
+        let for_capture = shared.clone();
+        let capture = Capture::start_with(sys, perms, config.capture, move |event| {
+            let mut guard = lock(&for_capture);
+            let shared = &mut *guard;
+            if shared.error.is_some() {
+                shared.unwritten += 1;
+                return;
+            }
+            if let Some(writer) = shared.writer.as_mut() {
+                if let Err(e) = writer.handle(&event) {
+                    shared.error = Some(e);
+                    shared.unwritten += 1;
+                }
+            }
+        })?;
+        Ok(Self { capture, shared })
+    }
+
+    /// What the capture opened, and what it could not.
+    pub fn report(&self) -> &CaptureReport {
+        self.capture.report()
+    }
+
+    /// The capture's counters so far.
+    pub fn capture_stats(&self) -> CaptureStats {
+        self.capture.stats()
+    }
+
+    /// The conversion's counters so far.
+    pub fn trace_stats(&self) -> KernelTraceStats {
+        lock(&self.shared)
+            .writer
+            .as_ref()
+            .map(KernelTraceWriter::stats)
+            .unwrap_or_default()
+    }
+
+    /// Stops the capture, writes what is left and the section's closing records, and returns
+    /// the sink with the counters.
+    pub fn stop(self) -> Result<KernelProviderOutcome<S>, KernelProviderError> {
+        let report = self.capture.report().clone();
+        let capture = self.capture.stop()?;
+        let mut shared = lock(&self.shared);
+        if let Some(source) = shared.error.take() {
+            return Err(KernelProviderError::Write {
+                source,
+                unwritten: shared.unwritten,
+            });
+        }
+        let writer = shared
+            .writer
+            .take()
+            .ok_or_else(|| KernelProviderError::Write {
+                source: SinkError::Io(io::Error::other("the kernel trace writer is gone")),
+                unwritten: 0,
+            })?;
+        drop(shared);
+        let (sink, trace) = writer
+            .finish()
+            .map_err(|source| KernelProviderError::Write {
+                source,
+                unwritten: 0,
+            })?;
+        Ok(KernelProviderOutcome {
+            sink,
+            report,
+            capture,
+            trace,
+        })
+    }
+}
+
+// === impl KernelSection ===
+
+/// The recorder's section sink as the kernel provider's record sink.
+#[derive(Debug)]
+struct KernelSink(SectionSink);
+
+impl RecordSink for KernelSink {
+    fn push(&mut self, record: &Record<'_>) -> Result<usize, SinkError> {
+        self.0.push(record).map_err(|e| match e {
+            SectionError::Encode(e) => SinkError::Encode(e),
+            SectionError::Closed => SinkError::Io(io::Error::other(e.to_string())),
+        })
+    }
+}
+
+/// What the stopped kernel provider handed back, for the summary.
+type KernelOutcome = Arc<Mutex<Option<Result<KernelProviderOutcome<KernelSink>, String>>>>;
+
+/// The running kernel provider, stopped by the recorder after the providers.
+#[derive(Debug)]
+struct KernelSource {
+    provider: Option<KernelProvider<KernelSink>>,
+    outcome: KernelOutcome,
+}
+
+impl ExternalSource for KernelSource {
+    fn stop(&mut self) -> Result<(), String> {
+        let Some(provider) = self.provider.take() else {
+            return Ok(());
+        };
+        let result = match provider.stop() {
+            Ok(mut outcome) => outcome
+                .sink
+                .0
+                .flush()
+                .map(|()| outcome)
+                .map_err(|e| e.to_string()),
+            Err(e) => Err(e.to_string()),
+        };
+        let error = result.as_ref().err().cloned();
+        *self.outcome.lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
+        error.map_or(Ok(()), Err)
+    }
+}
+
+/// The kernel provider running as a section of a [`Recorder`]'s archive: every CPU's context
+/// switches, and LBR branch stacks when asked.
+#[derive(Debug)]
+pub struct KernelSection {
+    lbr: Option<BranchSampling>,
+    started: CaptureReport,
+    outcome: KernelOutcome,
+}
+
+impl KernelSection {
+    /// Starts system-wide capture into a new section of `recorder` (which stops it after the
+    /// providers), with LBR as given and `ring_pages` data pages per CPU.
+    pub fn start(
+        recorder: &mut Recorder,
+        lbr: Option<BranchSampling>,
+        ring_pages: usize,
+    ) -> Result<Self, KernelProviderError> {
+        let sink = recorder.section_sink("kernel");
+        let config = KernelProviderConfig {
+            capture: CaptureConfig {
+                ring_pages,
+                ..KernelProviderConfig::system_wide(lbr).capture
+            },
+            trace: KernelTraceConfig {
+                provider_id: sink.id(),
+                ..KernelTraceConfig::kernel()
+            },
+        };
+        let provider = KernelProvider::start(config, KernelSink(sink))?;
+        let started = provider.report().clone();
+        let outcome: KernelOutcome = Arc::new(Mutex::new(None));
+        recorder.add_external(Box::new(KernelSource {
+            provider: Some(provider),
+            outcome: outcome.clone(),
+        }));
+        Ok(Self {
+            lbr,
+            started,
+            outcome,
+        })
+    }
+
+    /// What the capture opened at the start (CPUs, the switch source, LBR).
+    pub fn report(&self) -> &CaptureReport {
+        &self.started
+    }
+
+    /// What the provider captured, once the recorder has run (`report` is the recorder's);
+    /// the error says why the provider failed or was never stopped.
+    pub fn summary(&self, report: &RecordReport) -> Result<KernelSummary, String> {
+        let taken = self
+            .outcome
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        let outcome = match taken {
+            Some(Ok(outcome)) => outcome,
+            Some(Err(e)) => return Err(format!("the kernel provider failed: {e}")),
+            None => return Err("the kernel provider was not stopped".to_owned()),
+        };
+        let lbr = match (self.lbr, outcome.report.lbr) {
+            (None, _) => LbrStatus::Off,
+            (Some(_), Some(active)) => LbrStatus::Active(active),
+            (Some(_), None) => LbrStatus::Unavailable(
+                outcome
+                    .report
+                    .unsupported
+                    .iter()
+                    .find(|u| u.what.contains("LBR"))
+                    .map_or_else(|| "not opened".to_owned(), |u| u.hint.clone()),
+            ),
+        };
+        Ok(KernelSummary {
+            output: report.output.clone(),
+            bytes: report.output_bytes,
+            switch_source: outcome.report.switch_source,
+            lbr,
+            unsupported: outcome.report.unsupported,
+            capture: outcome.capture,
+            trace: outcome.trace,
+            stopped_by: report.stop_reason.clone(),
+            command_status: report.command_status,
+            elapsed: report.elapsed,
+        })
+    }
+}
+
+// === the summary ===
+
+/// Whether LBR was captured.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LbrStatus {
+    /// Not requested (`--no-lbr`).
+    Off,
+    /// Branch stacks were sampled.
+    Active(BranchSampling),
+    /// Requested but unavailable; the reason is in the trace too.
+    Unavailable(String),
+}
+
+/// What the kernel provider of a recording captured (printed by `fxtrace record --system-wide`).
+#[derive(Debug, Clone)]
+pub struct KernelSummary {
+    /// The trace file.
+    pub output: PathBuf,
+    /// Its size in bytes.
+    pub bytes: u64,
+    /// Where the context switches came from.
+    pub switch_source: Option<SwitchSource>,
+    /// LBR.
+    pub lbr: LbrStatus,
+    /// Sources that could not be used (LBR included), as written into the trace.
+    pub unsupported: Vec<Unsupported>,
+    /// The capture's counters.
+    pub capture: CaptureStats,
+    /// The conversion's counters.
+    pub trace: KernelTraceStats,
+    /// Why it stopped.
+    pub stopped_by: StopReason,
+    /// The command's exit status, if one ran and ended.
+    pub command_status: Option<ExitStatus>,
+    /// Capture time.
+    pub elapsed: Duration,
+}
+
+impl fmt::Display for KernelSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let t = &self.trace;
+        let c = &self.capture;
+        writeln!(
+            f,
+            "fxtrace: wrote {} ({} bytes)",
+            self.output.display(),
+            self.bytes
+        )?;
+        let source = match self.switch_source {
+            Some(SwitchSource::SchedSwitchTracepoint) => "sched:sched_switch tracepoint",
+            Some(SwitchSource::CpuWideSwitchRecords) => "PERF_RECORD_SWITCH_CPU_WIDE",
+            Some(SwitchSource::ProcessSwitchRecords) => "PERF_RECORD_SWITCH",
+            None => "none",
+        };
+        writeln!(
+            f,
+            "  context switches: {} (from {source})",
+            t.context_switches
+        )?;
+        writeln!(
+            f,
+            "  lost: {} records, {} samples{}",
+            t.lost_records,
+            t.lost_samples,
+            if t.lost_anything() {
+                " (marked in the trace)"
+            } else {
+                ""
+            }
+        )?;
+        writeln!(
+            f,
+            "  threads: {} ({} beyond the thread table, referenced inline)",
+            t.threads, t.unindexed_threads
+        )?;
+        if t.unknown_process_threads > 0 {
+            writeln!(
+                f,
+                "  {} threads with unknown process (in process {:#x}, \"{}\")",
+                t.unknown_process_threads, UNKNOWN_PROCESS_KOID, UNKNOWN_PROCESS_NAME
+            )?;
+        }
+        match &self.lbr {
+            LbrStatus::Off => writeln!(f, "  LBR: off")?,
+            LbrStatus::Active(b) => writeln!(
+                f,
+                "  LBR: {} samples (every {} cycles{})",
+                t.branch_blobs,
+                b.period,
+                if b.include_kernel {
+                    ", user and kernel"
+                } else {
+                    ", user only"
+                }
+            )?,
+            LbrStatus::Unavailable(why) => writeln!(f, "  LBR: unavailable: {why}")?,
+        }
+        for u in &self.unsupported {
+            if !u.what.contains("LBR") {
+                writeln!(f, "  note: {} unavailable: {}", u.what, u.hint)?;
+            }
+        }
+        let damage = [
+            ("records that failed to parse", c.parse_errors),
+            ("events out of time order", t.late),
+            ("records the trace could not hold", t.dropped_records),
+            ("LBR entries beyond 32", t.lbr_entries_truncated),
+            ("mappings whose path or build-id was cut", t.mmaps_truncated),
+            (
+                "mappings not kept for forked children (limit reached)",
+                t.mmaps_not_remembered,
+            ),
+        ];
+        for (what, n) in damage.iter().filter(|(_, n)| *n > 0) {
+            writeln!(f, "  warning: {n} {what}")?;
+        }
+        let stopped = match self.stopped_by {
+            StopReason::CommandExited => "the command exited",
+            StopReason::Duration => "the duration elapsed",
+            StopReason::Signal(_) | StopReason::Alert { .. } | StopReason::Requested => {
+                "interrupted"
+            }
+        };
+        write!(
+            f,
+            "  stopped after {:.3} s: {stopped}",
+            self.elapsed.as_secs_f64()
+        )?;
+        if let Some(status) = self.command_status {
+            write!(f, " (command {status})")?;
+        }
+        Ok(())
+    }
+}
