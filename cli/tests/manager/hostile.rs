@@ -268,6 +268,13 @@ fn a_peer_of_another_uid_is_refused() {
     use std::os::unix::process::CommandExt;
     let dir = tempfile::tempdir().unwrap();
     std::fs::set_permissions(dir.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    // Uid 65534 runs copies in the 0777 directory: the target directory may be out of its
+    // reach (a clone under a mode-0700 home).
+    let probe = support::runnable_by_all(&support::probe(), dir.path());
+    let fxtrace = support::runnable_by_all(
+        std::path::Path::new(env!("CARGO_BIN_EXE_fxtrace")),
+        dir.path(),
+    );
 
     // 1. A root manager that accepts only root (PeerPolicy::OnlyUid(0)), socket mode 0666 so
     //    that the connect itself succeeds: SO_PEERCRED refuses the uid-65534 probe.
@@ -283,7 +290,7 @@ fn a_peer_of_another_uid_is_refused() {
         };
         let mut m = Manager::new(config, Box::new(SharedOut::default())).unwrap();
         m.start(None).unwrap();
-        let child = std::process::Command::new(support::probe())
+        let child = std::process::Command::new(&probe)
             .args(["--events", "10"])
             .env(transport::SOCKET_ENV, &socket)
             .uid(65534)
@@ -323,7 +330,7 @@ fn a_peer_of_another_uid_is_refused() {
     // 3. A manager running as uid 65534 (`fxtrace record` under setuid) refuses a root peer
     //    ("same uid or root" means the *manager* is root), and a root provider refuses it.
     let socket = dir.path().join("nobody.sock");
-    let mut record = std::process::Command::new(env!("CARGO_BIN_EXE_fxtrace"))
+    let mut record = std::process::Command::new(&fxtrace)
         .args(["record", "--socket"])
         .arg(&socket)
         .arg("-o")

@@ -48,6 +48,19 @@ pub fn probe() -> PathBuf {
     .clone()
 }
 
+/// A copy of the executable `exe` in `dir`, runnable by every user: a process run as another
+/// uid cannot reach the build's own target directory when the repository is cloned under a
+/// mode-0700 home directory (root's, typically), so such tests run this copy instead.
+pub fn runnable_by_all(exe: &Path, dir: &Path) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let name = exe.file_name().expect("an executable's file name");
+    let copy = dir.join(name);
+    std::fs::copy(exe, &copy).expect("copy the executable");
+    std::fs::set_permissions(&copy, std::fs::Permissions::from_mode(0o755))
+        .expect("make the copy executable by all");
+    copy
+}
+
 /// What the probe printed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ProbeReport {
