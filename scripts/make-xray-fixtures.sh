@@ -19,7 +19,7 @@
 # byte-for-byte reproducible; the binary is (same clang, same bytes), and so is
 # instr-map.yaml. `--check` (for CI) regenerates everything into a temporary
 # directory and runs the cross-check tests on the fresh logs against fresh
-# llvm-xray output (FXTRACE_XRAY_FIXTURES=DIR, see tests/xray_fixtures.rs); it
+# llvm-xray output (FXTRACE_XRAY_FIXTURES=DIR, see cli/tests/xray/fixtures.rs); it
 # prints "skipped: ..." and succeeds when clang or llvm-xray is missing.
 set -euo pipefail
 
@@ -49,7 +49,7 @@ if [ "${1:-}" = "--check" ]; then
   fresh="$(mktemp -d)"
   trap 'rm -rf "$fresh"' EXIT
   "$0" "$fresh"
-  (cd "$root" && FXTRACE_XRAY_FIXTURES="$fresh" cargo test --quiet --test xray_fixtures)
+  (cd "$root" && FXTRACE_XRAY_FIXTURES="$fresh" cargo test --quiet -p fxtrace-tools --test xray fixtures::)
   if ! cmp -s "$fresh/instr-map.yaml" "$committed/instr-map.yaml"; then
     echo "make-xray-fixtures: note: instr-map.yaml differs from the committed one (another clang version?)"
   fi
