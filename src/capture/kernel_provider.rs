@@ -347,7 +347,8 @@ pub enum LbrStatus {
     Unavailable(String),
 }
 
-/// What a system-wide recording wrote (printed by `fxtrace record`).
+/// What a system-wide recording captured (printed by `fxtrace record` after its provider
+/// table, which already names the output file: this part does not repeat it).
 #[derive(Debug, Clone)]
 pub struct SystemWideSummary {
     /// The trace file.
@@ -376,12 +377,7 @@ impl fmt::Display for SystemWideSummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let t = &self.trace;
         let c = &self.capture;
-        writeln!(
-            f,
-            "fxtrace: wrote {} ({} bytes)",
-            self.output.display(),
-            self.bytes
-        )?;
+        writeln!(f, "system-wide (kernel section):")?;
         let source = match self.switch_source {
             Some(SwitchSource::SchedSwitchTracepoint) => "sched:sched_switch tracepoint",
             Some(SwitchSource::CpuWideSwitchRecords) => "PERF_RECORD_SWITCH_CPU_WIDE",

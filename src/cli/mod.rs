@@ -6,6 +6,7 @@ mod dump;
 mod import_xray;
 mod input;
 mod record;
+mod record_notes;
 mod report;
 mod stats;
 mod status;

@@ -196,6 +196,9 @@ pub struct RecordReport {
     pub command_status: Option<ExitStatus>,
     /// Alerts raised by providers, in order.
     pub alerts: Vec<String>,
+    /// The categories the providers declared (sorted union), to check the enabled ones
+    /// against.
+    pub known_categories: Vec<String>,
     /// From start to the archive being complete.
     pub elapsed: Duration,
 }
@@ -209,6 +212,7 @@ impl RecordReport {
             refused: &self.refused,
             output: &self.output,
             output_bytes: self.output_bytes,
+            command_ran: self.command_pid.is_some(),
         }
     }
 }
@@ -690,6 +694,7 @@ impl Recorder {
             refine_lost_reasons(&mut providers, pid, status);
         }
         let refused = self.manager.refused().to_vec();
+        let known_categories = self.manager.session().known_categories();
         let socket_path = self.manager.socket_path().to_path_buf();
         let sections = self.sections.iter().map(|s| s.report.clone()).collect();
         let Recorder {
@@ -711,6 +716,7 @@ impl Recorder {
             command_pid,
             command_status,
             alerts,
+            known_categories,
             elapsed,
         })
     }

@@ -1,0 +1,131 @@
+//! `fxtrace record` as a `perf record` user expects it, through the binary: a command without
+//! `--`, the message for a command that links no provider, the category filter in the banner
+//! and the summary, and clear messages for arguments that make no sense.
+
+mod support;
+
+use std::path::Path;
+use std::process::{Command, Output};
+
+use support::probe;
+
+fn fxtrace() -> Command {
+    Command::new(env!("CARGO_BIN_EXE_fxtrace"))
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn record(dir: &Path, args: &[&str]) -> Output {
+    fxtrace()
+        .current_dir(dir)
+        .arg("record")
+        .args(args)
+        .output()
+        .expect("run fxtrace record")
+}
+
+#[test]
+fn a_command_without_double_dash_is_traced_with_its_own_options() {
+    let dir = tempfile::tempdir().unwrap();
+    // `-o` before the command is record's; `-n` after it is the command's, as with perf.
+    let out = record(dir.path(), &["-o", "t.fxt", "echo", "-n", "hello"]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert_eq!(text(&out.stdout), "hello", "echo got -n: {err}");
+    assert!(dir.path().join("t.fxt").exists(), "{err}");
+    // `--` still works, and the command's exit status is still fxtrace's.
+    let out = record(dir.path(), &["-o", "u.fxt", "--", "sh", "-c", "exit 3"]);
+    assert_eq!(out.status.code(), Some(3), "{}", text(&out.stderr));
+}
+
+#[test]
+fn an_uninstrumented_command_is_told_what_to_do() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = record(dir.path(), &["true"]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains(
+            "no provider connected: the command does not link fxtrace; use --preload to trace \
+             it unmodified, or --system-wide for its context switches"
+        ),
+        "{err}"
+    );
+    // Without a command nobody was expected: the plain note.
+    let out = record(dir.path(), &["--duration", "0.2"]);
+    let err = text(&out.stderr);
+    assert!(err.contains("(no provider connected)"), "{err}");
+    assert!(!err.contains("does not link fxtrace"), "{err}");
+}
+
+#[test]
+fn meaningless_arguments_get_a_clear_message_and_start_nothing() {
+    let dir = tempfile::tempdir().unwrap();
+    for (args, expected) in [
+        (
+            &["--duration", "-1", "true"][..],
+            "--duration must be positive",
+        ),
+        (&["--duration=-1", "true"], "--duration must be positive"),
+        (
+            &["--stop-timeout", "-2", "true"],
+            "--stop-timeout must be positive",
+        ),
+        (&["-b", "abc", "true"], "-b \"abc\": not a size"),
+        (&["-b", "4X", "true"], "not a size: unknown suffix 'X'"),
+        (
+            &["--no-lbr", "true"],
+            "--no-lbr applies to --system-wide (-a) only",
+        ),
+        (
+            &["--lbr-period", "5000", "true"],
+            "--lbr-period applies to --system-wide (-a) only",
+        ),
+    ] {
+        let out = record(dir.path(), args);
+        let err = text(&out.stderr);
+        assert!(!out.status.success(), "{args:?}: {err}");
+        assert!(err.contains(expected), "{args:?}: {expected:?} in {err}");
+        assert!(!err.contains("tip:"), "no clap tip for {args:?}: {err}");
+    }
+    assert!(
+        std::fs::read_dir(dir.path()).unwrap().next().is_none(),
+        "no trace written for refused arguments"
+    );
+}
+
+#[test]
+fn the_category_filter_is_shown_and_checked() {
+    let dir = tempfile::tempdir().unwrap();
+    let probe = probe();
+    let out = fxtrace()
+        .current_dir(dir.path())
+        .args(["record", "-c", "nothing", "--"])
+        .arg(&probe)
+        .args(["--events", "10"])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("categories: nothing;"), "banner: {err}");
+    assert!(
+        err.contains("categories enabled: nothing"),
+        "summary: {err}"
+    );
+    // The probe declares no categories: the check says it could not be made.
+    assert!(err.contains("declared no categories"), "{err}");
+    // Without -c: all, and no note.
+    let out = fxtrace()
+        .current_dir(dir.path())
+        .args(["record", "--"])
+        .arg(&probe)
+        .args(["--events", "10"])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert!(err.contains("categories: all;"), "banner: {err}");
+    assert!(!err.contains("categories enabled"), "{err}");
+    assert!(!err.contains("declared no categories"), "{err}");
+}
