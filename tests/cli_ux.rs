@@ -129,3 +129,43 @@ fn the_category_filter_is_shown_and_checked() {
     assert!(!err.contains("categories enabled"), "{err}");
     assert!(!err.contains("declared no categories"), "{err}");
 }
+
+#[test]
+fn stats_shows_the_records_each_provider_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    // 4 KiB in oneshot mode cannot hold 5000 events: the probe drops most of them.
+    let out = fxtrace()
+        .current_dir(dir.path())
+        .args(["record", "-b", "4K", "-o", "t.fxt", "--"])
+        .arg(probe())
+        .args(["--events", "5000"])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let row = err
+        .lines()
+        .find(|l| l.contains(" probe ") && l.contains("oneshot"))
+        .unwrap_or_else(|| panic!("the probe's row in {err}"));
+    let dropped: u64 = row.split_whitespace().nth(5).unwrap().parse().unwrap();
+    assert!(dropped > 0, "{row}");
+    let stats = fxtrace()
+        .current_dir(dir.path())
+        .args(["stats", "t.fxt"])
+        .output()
+        .unwrap();
+    let stdout = text(&stats.stdout);
+    assert!(stats.status.success(), "{stdout}");
+    let line = stdout
+        .lines()
+        .find(|l| l.contains("\"probe\""))
+        .unwrap_or_else(|| panic!("the probe in {stdout}"));
+    assert!(
+        line.ends_with(&format!("{dropped} records dropped (buffer full)")),
+        "{line}\n{err}"
+    );
+    assert!(
+        stdout.contains(&format!("records dropped while tracing: {dropped}\n")),
+        "{stdout}"
+    );
+}

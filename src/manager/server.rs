@@ -1259,7 +1259,7 @@ impl Manager {
                         crate::clock::ticks(),
                         u64::from(t.pid),
                         &format!("fxtrace: {dropped} records dropped"),
-                        "records_dropped",
+                        crate::format::DROP_MARKER_ARG,
                         dropped,
                     );
                 }
