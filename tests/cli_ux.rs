@@ -169,3 +169,48 @@ fn stats_shows_the_records_each_provider_dropped() {
         "{stdout}"
     );
 }
+
+#[test]
+fn status_asks_an_older_manager_again_without_figures() {
+    use fxtrace::protocol::control::{Message, SessionState};
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixListener;
+
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("old.sock");
+    let listener = UnixListener::bind(&socket).unwrap();
+    // A manager of control revision 2: it hangs up on a StatusRequest with trailing bytes
+    // and answers a plain one with a reply without figures.
+    let old_manager = std::thread::spawn(move || {
+        let mut requests = Vec::new();
+        for stream in listener.incoming().take(2) {
+            let mut stream = stream.unwrap();
+            let mut prefix = [0u8; 4];
+            stream.read_exact(&mut prefix).unwrap();
+            let mut body = vec![0u8; u32::from_le_bytes(prefix) as usize];
+            stream.read_exact(&mut body).unwrap();
+            requests.push(body.len());
+            if body.len() == 4 {
+                let reply = Message::StatusReply {
+                    state: SessionState::Started,
+                    providers: vec![],
+                    categories: vec![],
+                    figures: None,
+                };
+                stream.write_all(&reply.encode().unwrap()).unwrap();
+            }
+        }
+        requests
+    });
+    let out = fxtrace()
+        .args(["status", "--socket"])
+        .arg(&socket)
+        .output()
+        .unwrap();
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains(": STARTED"), "{stdout}");
+    assert!(stdout.contains("an older fxtrace"), "{stdout}");
+    // First with the features word, then without.
+    assert_eq!(old_manager.join().unwrap(), [8, 4]);
+}

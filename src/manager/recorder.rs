@@ -543,6 +543,7 @@ impl Recorder {
                 start_timeout: config.start_timeout,
                 stop_timeout: config.stop_timeout,
             },
+            output_name: config.output.display().to_string(),
             ..ManagerConfig::new(socket_path)
         };
         let mut manager = Manager::new(manager_config, Box::new(output))?;
