@@ -214,3 +214,63 @@ fn status_asks_an_older_manager_again_without_figures() {
     // First with the features word, then without.
     assert_eq!(old_manager.join().unwrap(), [8, 4]);
 }
+
+/// Runs `fxtrace record ARGS` with standard error on a new pseudo-terminal (100 columns);
+/// returns everything written to it.
+fn record_on_a_terminal(dir: &Path, args: &[&str]) -> String {
+    use std::io::Read;
+    use std::os::fd::OwnedFd;
+    let size = nix::pty::Winsize {
+        ws_row: 24,
+        ws_col: 100,
+        ws_xpixel: 0,
+        ws_ypixel: 0,
+    };
+    let pty = nix::pty::openpty(Some(&size), None).unwrap();
+    let mut child = fxtrace()
+        .current_dir(dir)
+        .arg("record")
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(OwnedFd::from(pty.slave))
+        .spawn()
+        .unwrap();
+    let mut master = std::fs::File::from(pty.master);
+    let mut bytes = Vec::new();
+    // Read until every copy of the slave is closed (EIO).
+    let _ = master.read_to_end(&mut bytes);
+    assert!(child.wait().unwrap().success(), "{}", text(&bytes));
+    text(&bytes)
+}
+
+#[test]
+fn a_status_line_is_drawn_on_a_terminal_only() {
+    let dir = tempfile::tempdir().unwrap();
+    let tty = record_on_a_terminal(dir.path(), &["--duration", "2.6", "-o", "t.fxt"]);
+    // About once a second: at 1 s and 2 s, then cleared before the summary.
+    let lines: Vec<&str> = tty
+        .split(['\r', '\n'])
+        .filter(|l| l.contains("fxtrace 0:0"))
+        .collect();
+    assert!(lines.len() >= 2, "{tty:?}");
+    for l in &lines {
+        assert!(
+            l.contains(" | 0 providers | 1 records, 8 B to t.fxt | 0 B buffered | 0 dropped"),
+            "{l:?}"
+        );
+    }
+    let last_line = tty.rfind("fxtrace 0:0").unwrap();
+    let summary = tty.find("trace written to t.fxt").unwrap();
+    let clear = tty[last_line..].find("\x1b[2K").map(|i| last_line + i);
+    assert!(
+        clear.is_some_and(|c| c < summary),
+        "the line is cleared before the summary: {tty:?}"
+    );
+    // Not a terminal: no status line, no escape sequence.
+    let out = record(dir.path(), &["--duration", "1.6", "-o", "u.fxt"]);
+    let err = text(&out.stderr);
+    assert!(
+        !err.contains("fxtrace 0:0") && !err.contains('\x1b'),
+        "{err:?}"
+    );
+}

@@ -5,6 +5,7 @@ mod convert;
 mod dump;
 mod import_xray;
 mod input;
+mod progress;
 mod record;
 mod record_notes;
 mod report;

@@ -28,6 +28,7 @@ use fxtrace::manager::recorder::{
 };
 use fxtrace::protocol::control::BufferingMode;
 
+use super::progress::{self, StatusLine};
 use super::record_notes;
 
 /// Arguments of `fxtrace record`.
@@ -463,7 +464,15 @@ pub(crate) fn run(args: RecordArgs) -> Result<ExitCode, RecordCliError> {
         size >> 10,
         recorder.socket_path().display()
     );
-    let report = recorder.run(|line| eprintln!("fxtrace: {line}"))?;
+    let status = StatusLine::for_stderr();
+    let updates = status.clone();
+    recorder.on_progress(
+        progress::INTERVAL,
+        Box::new(move |figures| updates.update(figures)),
+    );
+    let report = recorder.run(|line| status.println(&format!("fxtrace: {line}")));
+    status.clear();
+    let report = report?;
     eprintln!("{}", report.summary());
     if !enabled.is_empty() {
         eprintln!("categories enabled: {categories}");

@@ -43,7 +43,7 @@ use super::report::{ProviderReport, RefusedPeer, SectionReport, SummaryTable};
 use super::server::{Manager, ManagerConfig, ManagerError, ManagerEvent, Waker};
 use super::session::{SessionConfig, SessionState};
 use crate::format::{self, EncodeError, Record};
-use crate::protocol::control::BufferingMode;
+use crate::protocol::control::{BufferingMode, SessionFigures};
 use crate::protocol::transport::{ListenerOptions, SOCKET_ENV, SOCKET_FILE_NAME};
 
 /// Prefix of the private session directories (under the runtime directory).
@@ -358,6 +358,21 @@ pub struct Recorder {
     started: Instant,
     sections: Vec<SectionIn>,
     externals: Vec<Box<dyn ExternalSource>>,
+    progress: Option<Progress>,
+}
+
+/// A callback that receives the session's figures about every `interval` while tracing.
+struct Progress {
+    interval: Duration,
+    report: Box<dyn FnMut(&SessionFigures) + Send>,
+}
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Progress")
+            .field("interval", &self.interval)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The directory session sockets go in: `$XDG_RUNTIME_DIR` when absolute, else `/tmp`.
@@ -561,12 +576,23 @@ impl Recorder {
             started: Instant::now(),
             sections: Vec::new(),
             externals: Vec::new(),
+            progress: None,
         })
     }
 
     /// The socket providers connect to (`FXTRACE_SOCKET`).
     pub fn socket_path(&self) -> &Path {
         self.manager.socket_path()
+    }
+
+    /// Have `report` called with the session's figures ([`Manager::snapshot`]) about every
+    /// `interval` while tracing, from [`Self::run`]'s thread (for a progress line).
+    pub fn on_progress(
+        &mut self,
+        interval: Duration,
+        report: Box<dyn FnMut(&SessionFigures) + Send>,
+    ) {
+        self.progress = Some(Progress { interval, report });
     }
 
     /// A handle to stop the recording from another thread (or a signal handler through
@@ -587,6 +613,7 @@ impl Recorder {
         let mut alerts = Vec::new();
         let deadline = self.config.duration.map(|d| self.started + d);
         let mut exited_at: Option<Instant> = None;
+        let mut next_progress = self.progress.as_ref().map(|p| self.started + p.interval);
 
         let stop_reason = loop {
             self.drain_sections()?;
@@ -601,7 +628,17 @@ impl Recorder {
                     break StopReason::CommandExited;
                 }
             }
-            let mut timeout = deadline.map(|d| d.saturating_duration_since(now));
+            if let (Some(at), Some(progress)) = (next_progress, self.progress.as_mut()) {
+                if now >= at {
+                    (progress.report)(&self.manager.snapshot());
+                    next_progress = Some(now + progress.interval);
+                }
+            }
+            let mut timeout = deadline
+                .into_iter()
+                .chain(next_progress)
+                .min()
+                .map(|d| d.saturating_duration_since(now));
             if let Some(at) = exited_at {
                 let left = (at + self.config.exit_grace).saturating_duration_since(now);
                 timeout = Some(timeout.map_or(left, |t| t.min(left)));
