@@ -68,7 +68,7 @@ fn stats_truncated_file_reports_the_good_part_and_fails() {
     );
     assert!(stdout.contains("records: 22\n"), "{stdout}");
     assert!(
-        stdout.contains("time span: 1000 ns .. 12000 ns (11000 ns)"),
+        stdout.contains("time span: 1000 ns .. 13000 ns (12000 ns)"),
         "{stdout}"
     );
     assert!(
