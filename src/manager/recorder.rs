@@ -658,6 +658,22 @@ impl Recorder {
                 if let Some(line) = describe(event) {
                     log(&line);
                 }
+                if let ManagerEvent::ProviderRegistered { id, pid, name } = event {
+                    // The same process registering again: it exec'd (the preload object
+                    // comes back with the new image).
+                    let before = self
+                        .manager
+                        .session()
+                        .providers()
+                        .filter(|p| p.pid == *pid && p.id < *id)
+                        .map(|p| p.id)
+                        .max();
+                    if let Some(old) = before {
+                        log(&format!(
+                            "provider {old} (pid {pid}) exec'd into {name:?} (provider {id})"
+                        ));
+                    }
+                }
                 match event {
                     ManagerEvent::Woken => {
                         // ATOMICS: `SeqCst`, see the static; the handler stored it before
@@ -728,6 +744,7 @@ impl Recorder {
         }
 
         let mut providers = self.manager.reports();
+        note_execs(&mut providers);
         if let (Some(pid), Some(status)) = (command_pid, command_status) {
             refine_lost_reasons(&mut providers, pid, status);
         }
@@ -857,6 +874,39 @@ fn describe_status(status: ExitStatus) -> String {
     }
 }
 
+/// A provider followed by another of the same process exec'd into it: an exec is a normal
+/// end of the old image, not a loss. One that closed without STOPPED (an exec the preload
+/// object could not flush before) had its buffer salvaged: said so, not marked lost.
+fn note_execs(providers: &mut [ProviderReport]) {
+    let next: Vec<Option<(u32, String)>> = providers
+        .iter()
+        .map(|p| {
+            providers
+                .iter()
+                .filter(|q| q.pid == p.pid && q.id > p.id)
+                .min_by_key(|q| q.id)
+                .map(|q| (q.id, q.name.clone()))
+        })
+        .collect();
+    for (p, next) in providers.iter_mut().zip(next) {
+        let Some((id, name)) = next else { continue };
+        let salvaged = p
+            .lost
+            .as_deref()
+            .is_some_and(|r| r.starts_with("connection closed without STOPPED"));
+        if salvaged {
+            p.lost = None;
+            p.problems.push(format!(
+                "exec'd into {name:?} (provider {id}) without flushing; its buffer was \
+                 salvaged from the manager's mapping"
+            ));
+        } else if p.lost.is_none() {
+            p.problems
+                .push(format!("exec'd into {name:?} (provider {id})"));
+        }
+    }
+}
+
 /// A provider of the command that vanished without STOPPED: say how the command ended.
 fn refine_lost_reasons(providers: &mut [ProviderReport], pid: u32, status: ExitStatus) {
     for p in providers.iter_mut().filter(|p| p.pid == pid) {
@@ -952,6 +1002,52 @@ mod tests {
         );
         assert_eq!(signal_name(2), "SIGINT");
         assert_eq!(StopReason::Signal(15).to_string(), "SIGTERM received");
+    }
+
+    #[test]
+    fn an_exec_is_not_a_loss() {
+        let report = |id, pid: u32, name: &str, lost: Option<&str>| ProviderReport {
+            id,
+            pid,
+            name: name.into(),
+            mode: BufferingMode::Oneshot,
+            records: 0,
+            durable_bytes: 0,
+            rolling_bytes: 0,
+            records_dropped: 0,
+            wrapped_count: 0,
+            durable_buffer_used_percent: 0,
+            saves: 0,
+            copy_time: Duration::ZERO,
+            lost: lost.map(str::to_owned),
+            problems: vec![],
+        };
+        let mut providers = vec![
+            report(1, 10, "bash", None),
+            report(
+                2,
+                10,
+                "pyenv",
+                Some("connection closed without STOPPED (…)"),
+            ),
+            report(3, 10, "python3", None),
+            report(
+                4,
+                11,
+                "other",
+                Some("connection closed without STOPPED (…)"),
+            ),
+        ];
+        note_execs(&mut providers);
+        assert_eq!(
+            providers[0].problems,
+            ["exec'd into \"pyenv\" (provider 2)"]
+        );
+        assert_eq!(providers[1].lost, None);
+        assert!(providers[1].problems[0].starts_with("exec'd into \"python3\" (provider 3)"));
+        assert!(providers[2].problems.is_empty());
+        // Another process's loss stays a loss.
+        assert!(providers[3].lost.is_some());
     }
 
     #[test]
