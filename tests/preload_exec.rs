@@ -111,3 +111,37 @@ int main(void) {
     );
     assert!(lost_column(&err).iter().all(|l| l == "no"), "{err}");
 }
+
+#[test]
+fn lbr_unavailability_is_said_once_on_the_terminal() {
+    if !perf_allowed("lbr_unavailability_is_said_once_on_the_terminal") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cmd = ["/bin/sh", "-c", "/bin/true; /bin/true"];
+    let (out, _) = record_preload(dir.path(), &[], &cmd, &[]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    // The shell ends with `_exit` (no atexit handlers): flushed all the same.
+    assert!(!err.contains("LOST") && !err.contains("lost:"), "{err}");
+    let said = err
+        .matches("LBR unavailable for the preloaded programs: ")
+        .count();
+    match fxtrace::capture::probe::lbr_unavailable(std::process::id()) {
+        // Three preloaded programs, one line.
+        Some(why) => {
+            assert_eq!(said, 1, "{err}");
+            // The same reason (the pid in it aside).
+            let tail = why.rsplit("; ").next().unwrap();
+            assert!(err.contains(tail), "{tail:?} in {err}");
+        }
+        None => assert_eq!(said, 0, "this machine samples LBR: {err}"),
+    }
+    // Told not to sample it: nothing to say.
+    let (out, _) = record_preload(dir.path(), &[], &cmd, &[("FXTRACE_PRELOAD_LBR", "0")]);
+    assert!(
+        !text(&out.stderr).contains("LBR unavailable"),
+        "{}",
+        text(&out.stderr)
+    );
+}

@@ -4,6 +4,9 @@
 //! having exec'd into the new one (which registers again, `LD_PRELOAD` being inherited)
 //! instead of as lost.
 //!
+//! `_exit` and `_Exit` end the image too, without running `atexit` handlers (dash exits
+//! that way): they are flushed the same way, then exit.
+//!
 //! Hooked: `execve`, `execv`, `execvp`, `execvpe`, `fexecve`. Each calls the next definition
 //! (libc's, found with `dlsym(RTLD_NEXT)`). The flush happens only in the process that armed
 //! the hooks (never in a `vfork` child, whose pid differs) and only when the target is an
@@ -77,6 +80,42 @@ fn own_path<'a>() -> Option<&'a CStr> {
     let p = unsafe { libc::getenv(c"PATH".as_ptr()) };
     // SAFETY: a non-null getenv result is a valid C string.
     (!p.is_null()).then(|| unsafe { CStr::from_ptr(p) })
+}
+
+type Exit = unsafe extern "C" fn(c_int) -> !;
+
+/// Flush (when armed here; async-signal-safe), then the next `name` (`_exit` or `_Exit`),
+/// else the `exit_group` system call.
+fn flush_then_exit(name: &CStr, status: c_int) -> ! {
+    if hooks::armed_here() {
+        hooks::flush_and_wait();
+    }
+    if let Some(f) = next(name) {
+        // SAFETY: libc's `_exit`/`_Exit` has this signature and does not return.
+        unsafe { std::mem::transmute::<*mut libc::c_void, Exit>(f)(status) }
+    }
+    loop {
+        // SAFETY: exit_group takes a status and ends the process.
+        unsafe { libc::syscall(libc::SYS_exit_group, status) };
+    }
+}
+
+/// `_exit(2)`, after the flush.
+///
+/// # Safety
+/// As `_exit`: ends the process.
+#[no_mangle]
+pub unsafe extern "C" fn _exit(status: c_int) -> ! {
+    flush_then_exit(c"_exit", status)
+}
+
+/// `_Exit(3)`, after the flush.
+///
+/// # Safety
+/// As `_Exit`: ends the process.
+#[no_mangle]
+pub unsafe extern "C" fn _Exit(status: c_int) -> ! {
+    flush_then_exit(c"_Exit", status)
 }
 
 type Execve =

@@ -123,6 +123,8 @@ pub(crate) struct RecordPlan {
     pub(crate) kernel: Option<KernelCapture>,
     /// Stop on SIGHUP, SIGUSR1, SIGUSR2 too.
     pub(crate) stop_on_signal: bool,
+    /// `--preload`: the command runs with the preload object.
+    pub(crate) preload: bool,
 }
 
 /// Why `fxtrace record` failed.
@@ -258,6 +260,7 @@ impl RecordArgs {
             },
             kernel,
             stop_on_signal: self.stop_on_signal,
+            preload: self.preload,
         })
     }
 }
@@ -452,6 +455,12 @@ pub(crate) fn run(args: RecordArgs) -> Result<ExitCode, RecordCliError> {
             provider: Some(provider),
             outcome: outcome.clone(),
         }));
+    }
+    if plan.preload {
+        // Said once here; each preloaded program notes it in the trace as well.
+        if let Some(why) = record_notes::preload_lbr_note() {
+            eprintln!("fxtrace: {why}");
+        }
     }
     let mut signals = vec![Signal::SIGINT, Signal::SIGTERM];
     if plan.stop_on_signal {

@@ -41,6 +41,22 @@ pub(crate) fn category_warning(
     ))
 }
 
+/// Under `--preload`: why the preloaded programs will find no LBR, once for the terminal, or
+/// `None` when they will sample it or were told not to (`FXTRACE_PRELOAD_LBR=0`,
+/// `FXTRACE_PRELOAD_CAPTURE=none`).
+pub(crate) fn preload_lbr_note() -> Option<String> {
+    let off =
+        |name: &str, values: &[&str]| std::env::var(name).is_ok_and(|v| values.contains(&v.trim()));
+    if off("FXTRACE_PRELOAD_LBR", &["0", "false", "no", "off", ""])
+        || off("FXTRACE_PRELOAD_CAPTURE", &["none"])
+    {
+        return None;
+    }
+    fxtrace::capture::probe::lbr_unavailable(std::process::id()).map(|why| {
+        format!("LBR unavailable for the preloaded programs: {why} (noted in the trace too)")
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
