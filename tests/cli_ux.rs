@@ -219,7 +219,6 @@ fn status_asks_an_older_manager_again_without_figures() {
 /// returns everything written to it.
 fn record_on_a_terminal(dir: &Path, args: &[&str]) -> String {
     use std::io::Read;
-    use std::os::fd::OwnedFd;
     let size = nix::pty::Winsize {
         ws_row: 24,
         ws_col: 100,
@@ -232,7 +231,7 @@ fn record_on_a_terminal(dir: &Path, args: &[&str]) -> String {
         .arg("record")
         .args(args)
         .stdout(std::process::Stdio::null())
-        .stderr(OwnedFd::from(pty.slave))
+        .stderr(pty.slave)
         .spawn()
         .unwrap();
     let mut master = std::fs::File::from(pty.master);

@@ -202,9 +202,11 @@ pub unsafe extern "C" fn fexecve(
     envp: *const *const c_char,
 ) -> c_int {
     before_exec(|| {
-        // SAFETY: fstat on any number only fills the local.
+        // SAFETY: a zeroed `stat` is a valid plain-data value.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
-        (unsafe { libc::fstat(fd, &mut st) } == 0) && st.st_mode & libc::S_IFMT == libc::S_IFREG
+        // SAFETY: fstat on any number only fills the local.
+        let found = unsafe { libc::fstat(fd, &mut st) } == 0;
+        found && st.st_mode & libc::S_IFMT == libc::S_IFREG
     });
     let Some(f) = next(c"fexecve") else {
         return no_next();

@@ -292,10 +292,11 @@ impl LbrReport {
                     }
                 }
             }
-            DecodedRecord::Log { message, .. } if is_lbr_unavailable(message) => {
-                if !self.lbr_unavailable.iter().any(|m| m == message) {
-                    self.lbr_unavailable.push(message.to_string());
-                }
+            DecodedRecord::Log { message, .. }
+                if is_lbr_unavailable(message)
+                    && !self.lbr_unavailable.iter().any(|m| m == message) =>
+            {
+                self.lbr_unavailable.push(message.to_string());
             }
             _ => {}
         }
