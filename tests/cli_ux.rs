@@ -273,3 +273,28 @@ fn a_status_line_is_drawn_on_a_terminal_only() {
         "{err:?}"
     );
 }
+
+#[test]
+fn the_streaming_drop_hint_matches_the_mode() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = fxtrace()
+        .current_dir(dir.path())
+        .args(["record", "-m", "streaming", "-b", "4K", "-o", "t.fxt", "--"])
+        .arg(probe())
+        .args(["--events", "100000", "--threads", "2"])
+        .output()
+        .unwrap();
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let Some(line) = err.lines().find(|l| l.contains(" records dropped (")) else {
+        println!("skipped: the manager kept up with 4 KiB buffers here, nothing dropped");
+        return;
+    };
+    assert!(
+        line.contains("(streaming: the provider filled both halves of its buffer")
+            && line.contains(" buffers saved, copied at ")
+            && line.ends_with("a larger -b gives the manager time to keep up)"),
+        "{line}"
+    );
+    assert!(!line.contains("-m streaming"), "{line}");
+}

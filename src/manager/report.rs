@@ -101,16 +101,16 @@ pub fn drop_hint(p: &ProviderReport) -> String {
             let secs = p.copy_time.as_secs_f64();
             let rate = if p.saves > 0 && secs > 0.0 {
                 format!(
-                    "the manager saved {} buffers at {:.0} MiB/s",
+                    "{} buffers saved, copied at {:.0} MiB/s",
                     p.saves,
                     saved / secs / f64::from(1 << 20)
                 )
             } else {
-                format!("the manager saved {} buffers", p.saves)
+                format!("{} buffers saved", p.saves)
             };
             format!(
-                "the provider filled both halves of its buffer before the manager had saved \
-                 one ({rate}); a larger -b gives the manager time to keep up"
+                "streaming: the provider filled both halves of its buffer before the manager \
+                 had saved one; {rate}; a larger -b gives the manager time to keep up"
             )
         }
     }
@@ -253,7 +253,7 @@ mod tests {
         assert!(table.contains("3 records dropped"));
         assert!(
             table.contains("a larger -b gives the manager time to keep up")
-                && table.contains("saved 2 buffers at 12 MiB/s"),
+                && table.contains("2 buffers saved, copied at 12 MiB/s"),
             "streaming hint: {table}"
         );
         assert!(!table.contains("-m streaming"), "{table}");
@@ -290,7 +290,7 @@ mod tests {
         assert!(drop_hint(&p).contains("-m streaming"));
         p.mode = BufferingMode::Streaming;
         assert!(!drop_hint(&p).contains("-m streaming"));
-        assert!(drop_hint(&p).contains("saved 0 buffers"));
+        assert!(drop_hint(&p).contains("0 buffers saved"));
         let table = |command_ran| {
             SummaryTable {
                 providers: &[],
