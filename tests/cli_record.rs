@@ -116,7 +116,9 @@ fn without_system_wide_it_records_providers_only() {
         ),
         "{err}"
     );
-    assert!(!err.contains("context switches"), "{err}");
+    // No kernel provider: neither its banner nor its part of the summary.
+    assert!(!err.contains("recording context switches"), "{err}");
+    assert!(!err.contains("system-wide (kernel section)"), "{err}");
     let bytes = std::fs::read(&trace).unwrap();
     let records = decode(&bytes);
     assert_eq!(records.len(), 1);
