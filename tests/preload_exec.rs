@@ -28,7 +28,7 @@ fn an_exec_is_reported_as_one_not_as_a_loss() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    // The shell runs `true` in a child, then execs a shell, which execs `sleep`. Providers
+    // The shell runs `sleep` in a child, then execs a shell, which execs `sleep`. Providers
     // are named after the executable (`/bin/sh` may be a link to dash or bash).
     let (out, bytes) = record_preload(
         dir.path(),
@@ -36,7 +36,7 @@ fn an_exec_is_reported_as_one_not_as_a_loss() {
         &[
             "/bin/sh",
             "-c",
-            "/bin/true; exec /bin/sh -c 'exec /bin/sleep 0.1'",
+            "/bin/sleep 0.1; exec /bin/sh -c 'exec /bin/sleep 0.1'",
         ],
         &[],
     );
@@ -58,11 +58,11 @@ fn an_exec_is_reported_as_one_not_as_a_loss() {
     );
     assert_eq!(err.matches("exec'd into \"sleep\"").count(), 2, "{err}");
     let lost = lost_column(&err);
-    assert_eq!(lost.len(), 4, "sh, true, sh, sleep: {err}");
+    assert_eq!(lost.len(), 4, "sh, sleep, sh, sleep: {err}");
     assert!(lost.iter().all(|l| l == "no"), "{err}");
     // Every image's data is in the archive.
     let summary = Summary::of(&decode(&bytes));
-    for name in ["sleep", "true"] {
+    for name in [shell, "sleep"] {
         assert!(
             summary.provider(name).is_some(),
             "{name} in the archive: {err}"
@@ -90,7 +90,7 @@ int main(void) {
     char *argv[] = {"/nonexistent/prog", 0};
     execv("/nonexistent/prog", argv);          /* fails: no flush, still traced */
     fxtrace_instant_static("t", "after-failed-exec");
-    execl("/bin/true", "true", (char *)0);      /* variadic: not hooked */
+    execl("/bin/sleep", "sleep", "0.2", (char *)0);  /* variadic: not hooked */
     return 1;
 }
 "#,
@@ -106,7 +106,9 @@ int main(void) {
         "tracing went on after the failed exec: {err}"
     );
     assert!(
-        err.contains("exec'd into \"true\" (provider 2) without flushing; its buffer was salvaged"),
+        err.contains(
+            "exec'd into \"sleep\" (provider 2) without flushing; its buffer was salvaged"
+        ),
         "{err}"
     );
     assert!(lost_column(&err).iter().all(|l| l == "no"), "{err}");
@@ -118,7 +120,7 @@ fn lbr_unavailability_is_said_once_on_the_terminal() {
         return;
     }
     let dir = tempfile::tempdir().unwrap();
-    let cmd = ["/bin/sh", "-c", "/bin/true; /bin/true"];
+    let cmd = ["/bin/sh", "-c", "/bin/sleep 0.1; /bin/sleep 0.1"];
     let (out, _) = record_preload(dir.path(), &[], &cmd, &[]);
     let err = text(&out.stderr);
     assert!(out.status.success(), "{err}");
