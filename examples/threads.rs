@@ -140,7 +140,7 @@ fn main() -> ExitCode {
 
     if let Some(session) = standalone {
         match session.finish("threads.fxt") {
-            Ok(report) => eprintln!("threads: wrote threads.fxt ({report:?})"),
+            Ok(report) => eprintln!("threads: wrote threads.fxt: {report}"),
             Err(e) => {
                 eprintln!("threads: cannot write threads.fxt: {e}");
                 return ExitCode::FAILURE;

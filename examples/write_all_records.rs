@@ -125,17 +125,10 @@ pub(crate) fn build_trace() -> Result<Vec<u8>, Box<dyn std::error::Error>> {
             &[],
         ),
         event(
-            8_000,
-            StringRef::Index(2),
-            alpha,
-            EventKind::DurationEnd,
-            &[],
-        ),
-        event(
             10_000,
             inline("complete"),
             inline_thread,
-            EventKind::DurationComplete { end_ticks: 12_000 },
+            EventKind::DurationComplete { end_ticks: 23_000 },
             &[],
         ),
         event(
@@ -178,6 +171,16 @@ pub(crate) fn build_trace() -> Result<Vec<u8>, Box<dyn std::error::Error>> {
             inline("flow"),
             alpha,
             EventKind::FlowEnd { id: 5 },
+            &[],
+        ),
+        // The duration begun at 6_000 ends after the flow: flows attach to the enclosing
+        // slice (the complete one on the inline thread holds the step), so Perfetto's
+        // importer binds them all (no flow_no_enclosing_slice).
+        event(
+            26_000,
+            StringRef::Index(2),
+            alpha,
+            EventKind::DurationEnd,
             &[],
         ),
     ];

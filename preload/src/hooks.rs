@@ -1,5 +1,6 @@
 //! The hooks that run where almost nothing is allowed: at `exit`, in a child created by
-//! `fork`, and (opt-in) in a handler of a terminating signal.
+//! `fork`, and (opt-in) in a handler of a terminating signal; `exec` ([`crate::exec`]) uses
+//! the same flush.
 //!
 //! They share one mechanism, made of async-signal-safe calls only (atomic loads and stores,
 //! `getpid`, `fstat`, `readlink`, `write`, `poll`, `clock_gettime`, `sigaction`,
@@ -106,7 +107,7 @@ pub(crate) fn disarm() {
 }
 
 /// Whether the hooks would act in this process.
-fn armed_here() -> bool {
+pub(crate) fn armed_here() -> bool {
     // ATOMICS: see `ARMED`.
     if !ARMED.load(Ordering::Acquire) {
         return false;

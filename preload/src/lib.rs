@@ -17,13 +17,14 @@
 //! `fxtrace_duration_begin`, …), implemented by [`fxtrace::c_api`].
 //!
 //! Options: one table of `FXTRACE_*` environment variables ([`opt`], `docs/preload.md`).
-//! Exit, fork and signals: [`hooks`]. The capture's records in the engine buffer: [`sink`].
+//! Exit, fork and signals: [`hooks`]; exec: [`exec`]. The capture's records in the engine buffer: [`sink`].
 //! The sequence at load and at exit: [`runtime`].
 
 // Unit tests do not install the constructor (the test binary must not register with a
 // manager), which leaves the load-time code unreachable there.
 #![cfg_attr(test, allow(dead_code))]
 
+pub mod exec;
 mod hooks;
 mod log;
 mod opt;

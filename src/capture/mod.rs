@@ -56,6 +56,7 @@ pub mod maps;
 pub mod merge;
 pub mod permissions;
 mod pids;
+pub mod probe;
 pub mod procfs;
 pub mod records;
 pub mod ring;

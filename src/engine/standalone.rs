@@ -125,6 +125,38 @@ pub struct FinishReport {
     pub malformed_regions: u64,
 }
 
+/// One line for a person: records and bytes written, then what was lost or overwritten.
+impl std::fmt::Display for FinishReport {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} records, {} bytes", self.records, self.bytes)?;
+        match self.stop.records_dropped {
+            0 => f.write_str("; no record dropped")?,
+            n => write!(
+                f,
+                "; {n} records dropped (buffer full; a larger buffer keeps more)"
+            )?,
+        }
+        if self.stop.wrapped_count > 0 {
+            write!(
+                f,
+                "; the buffer wrapped {} times (the oldest events were overwritten)",
+                self.stop.wrapped_count
+            )?;
+        }
+        if self.stop.durable_buffer_full {
+            f.write_str("; the durable buffer filled up")?;
+        }
+        if self.malformed_regions > 0 {
+            write!(
+                f,
+                "; {} damaged buffer regions cut at a malformed record",
+                self.malformed_regions
+            )?;
+        }
+        Ok(())
+    }
+}
+
 /// Records read out of the buffer so far.
 #[derive(Debug, Default)]
 struct Collected {

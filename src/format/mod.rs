@@ -85,7 +85,7 @@ pub use record::{
     SchedContextSwitch, SchedThreadWakeup, StringRecord, ThreadRecord, UserspaceObject,
 };
 pub use refs::{ProcessRef, StringRef, ThreadRef, STRING_REF_INLINE_FLAG};
-pub use summary::Summary;
+pub use summary::{Summary, DROP_MARKER_ARG, MARKER_CATEGORY};
 pub use types::{
     ticks_to_ns, ArgType, BlobType, EventType, LargeBlobFormat, MetadataType, ObjectType,
     RecordType, SchedulingType, ThreadState, LARGE_RECORD_TYPE_BLOB, MAGIC_NUMBER, MAGIC_WORD,

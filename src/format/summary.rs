@@ -2,7 +2,7 @@
 
 use std::collections::BTreeMap;
 
-use super::decoded::{Decoded, DecodedRecord};
+use super::decoded::{Decoded, DecodedRecord, DecodedValue};
 
 /// What a trace contains: records by kind and event type, providers, time span.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -21,7 +21,18 @@ pub struct Summary {
     pub first_ns: Option<u64>,
     /// Latest timestamp seen (duration ends included), in ns.
     pub last_ns: Option<u64>,
+    /// Records each provider dropped while tracing, from the trace manager's markers (an
+    /// instant event in category [`MARKER_CATEGORY`] with a `u64` argument
+    /// [`DROP_MARKER_ARG`], one per provider and trace, in that provider's section).
+    pub records_dropped: BTreeMap<u32, u64>,
+    /// The provider whose section the last record was in.
+    current_provider: Option<u32>,
 }
+
+/// Category of the trace manager's marker events (records dropped, provider lost).
+pub const MARKER_CATEGORY: &str = "fxtrace";
+/// Argument of the manager's "records dropped" marker: the provider's dropped-record count.
+pub const DROP_MARKER_ARG: &str = "records_dropped";
 
 impl Summary {
     /// An empty summary.
@@ -40,12 +51,23 @@ impl Summary {
                     .by_event_type
                     .entry(e.kind.event_type().name())
                     .or_default() += 1;
+                if e.category == MARKER_CATEGORY {
+                    let count = e.args.iter().find_map(|a| match a.value {
+                        DecodedValue::U64(n) if a.name == DROP_MARKER_ARG => Some(n),
+                        _ => None,
+                    });
+                    if let (Some(n), Some(id)) = (count, self.current_provider) {
+                        *self.records_dropped.entry(id).or_default() += n;
+                    }
+                }
             }
             DecodedRecord::ProviderInfo { provider_id, name } => {
                 self.providers.insert(*provider_id, name.to_string());
+                self.current_provider = Some(*provider_id);
             }
             DecodedRecord::ProviderSection { provider_id } => {
                 self.providers.entry(*provider_id).or_default();
+                self.current_provider = Some(*provider_id);
             }
             DecodedRecord::ProviderEvent { provider_id, event } => {
                 *self

@@ -28,8 +28,8 @@
 //! | 3 | Start | manager → provider | `disposition: u8` (1 clear entire, 2 clear non-durable, 3 retain) |
 //! | 4 | Stop | manager → provider | — |
 //! | 5 | Terminate | manager → provider | — |
-//! | 6 | StatusRequest | client → manager | — |
-//! | 7 | StatusReply | manager → client | `state: u8` (FIDL SessionState 1..7), `providers: list<{id: u32, pid: u32, name: str}>` (≤ [`MAX_STATUS_PROVIDERS`]), `categories: list<str>` |
+//! | 6 | StatusRequest | client → manager | optionally `features: u32` (below) |
+//! | 7 | StatusReply | manager → client | `state: u8` (FIDL SessionState 1..7), `providers: list<{id: u32, pid: u32, name: str}>` (≤ [`MAX_STATUS_PROVIDERS`]), `categories: list<str>`, then optionally the session's figures (below) |
 //!
 //! ## Optional trailing fields (revision 2 of version 1)
 //!
@@ -42,6 +42,21 @@
 //! - Initialize's `ticks_per_second: u64` is sent only to a provider that set bit 0 (so a
 //!   first-revision provider never sees it): the manager's TSC rate, which the provider
 //!   installs instead of measuring its own ([`crate::clock::set_ticks_per_second`]).
+//!
+//! Revision 3 adds, the same way, what `fxtrace status` shows of a session (as
+//! `lttng list SESSION` does):
+//!
+//! - StatusRequest's `features: u32`, written only when not 0. Bit 0,
+//!   [`STATUS_FEATURE_FIGURES`]: the client wants the figures. Other bits (and 0) are
+//!   refused: not known to this revision.
+//! - StatusReply's figures ([`SessionFigures`]), sent only to a client that asked:
+//!   `buffering_mode: u8` (FIDL numbering), `buffer_size_bytes: u64`, `providers: u32`,
+//!   `records_written: u64`, `bytes_written: u64`, `buffered_bytes: u64`,
+//!   `records_dropped: u64`, `elapsed_ns: u64`, `output: str` (≤ [`MAX_OUTPUT_NAME_LEN`]
+//!   bytes, empty when unknown).
+//!
+//! A manager of an earlier revision hangs up on a StatusRequest with `features`: the client
+//! then asks again without them.
 //!
 //! A decoder accepts each message with or without its trailing field. A first-revision
 //! *manager* refuses a Register that carries `features` (trailing bytes): a provider of this
@@ -103,6 +118,15 @@ const fn str_max(max: usize) -> usize {
     2 + max
 }
 
+/// StatusRequest `features` bit 0: the client wants [`SessionFigures`] in the reply.
+pub const STATUS_FEATURE_FIGURES: u32 = 1;
+
+/// Longest output file name a [`SessionFigures`] carries (bytes).
+pub const MAX_OUTPUT_NAME_LEN: usize = 4096;
+
+/// Encoded size of [`SessionFigures`] with the longest output name.
+const FIGURES_MAX: usize = 1 + 8 + 4 + 5 * 8 + str_max(MAX_OUTPUT_NAME_LEN);
+
 /// Encoded size of the largest category list.
 const CATEGORIES_MAX: usize = 4 + MAX_CATEGORIES * str_max(MAX_CATEGORY_NAME_LEN);
 
@@ -111,7 +135,8 @@ pub const MAX_BODY_LEN: usize = BODY_HEADER_LEN
     + 1
     + 4
     + MAX_STATUS_PROVIDERS * (4 + 4 + str_max(MAX_PROVIDER_NAME_LEN))
-    + CATEGORIES_MAX;
+    + CATEGORIES_MAX
+    + FIGURES_MAX;
 
 const _: () = assert!(MAX_BODY_LEN <= u32::MAX as usize);
 const _: () = assert!(BODY_HEADER_LEN + 1 + 4 + CATEGORIES_MAX <= MAX_BODY_LEN);
@@ -412,6 +437,31 @@ impl std::fmt::Display for SessionState {
     }
 }
 
+/// A session's running figures, in a [`Message::StatusReply`] to a client that asked for
+/// them (what `fxtrace status` and the progress line of `fxtrace record` show).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct SessionFigures {
+    /// Buffering mode of the session.
+    pub buffering_mode: BufferingMode,
+    /// Buffer size per provider, in bytes.
+    pub buffer_size_bytes: u64,
+    /// Providers connected now.
+    pub providers: u32,
+    /// Records written to the output so far (metadata included).
+    pub records_written: u64,
+    /// Bytes written to the output so far.
+    pub bytes_written: u64,
+    /// Bytes the providers' buffers hold now: in oneshot and circular mode what will be
+    /// saved when tracing stops; in streaming mode part of it may be saved already.
+    pub buffered_bytes: u64,
+    /// Records the providers dropped so far (their buffers' counts).
+    pub records_dropped: u64,
+    /// Time since the session was created, in ns.
+    pub elapsed_ns: u64,
+    /// The output file (≤ [`MAX_OUTPUT_NAME_LEN`] bytes; empty when unknown).
+    pub output: String,
+}
+
 /// One provider in a [`Message::StatusReply`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
 pub struct ProviderEntry {
@@ -463,7 +513,11 @@ pub enum Message {
     /// Manager → provider: stop if needed, then close the buffer and the FIFO.
     Terminate,
     /// Status client → manager: ask for the session's state.
-    StatusRequest,
+    StatusRequest {
+        /// Also ask for the session's figures (`features` bit 0, [`STATUS_FEATURE_FIGURES`];
+        /// `false` encodes as a first-revision StatusRequest).
+        figures: bool,
+    },
     /// Manager → status client: the session's state.
     StatusReply {
         /// Session state.
@@ -472,6 +526,9 @@ pub enum Message {
         providers: Vec<ProviderEntry>,
         /// Known categories.
         categories: Vec<String>,
+        /// The session's figures, for a client that asked (`None` encodes as a
+        /// first-revision StatusReply).
+        figures: Option<SessionFigures>,
     },
 }
 
@@ -484,7 +541,7 @@ impl Message {
             Message::Start { .. } => TAG_START,
             Message::Stop => TAG_STOP,
             Message::Terminate => TAG_TERMINATE,
-            Message::StatusRequest => TAG_STATUS_REQUEST,
+            Message::StatusRequest { .. } => TAG_STATUS_REQUEST,
             Message::StatusReply { .. } => TAG_STATUS_REPLY,
         }
     }
@@ -544,11 +601,17 @@ impl Message {
                 }
             }
             Message::Start { disposition } => w.push(disposition.to_u8()),
-            Message::Stop | Message::Terminate | Message::StatusRequest => {}
+            Message::Stop | Message::Terminate => {}
+            Message::StatusRequest { figures } => {
+                if *figures {
+                    put_u32(&mut w, STATUS_FEATURE_FIGURES);
+                }
+            }
             Message::StatusReply {
                 state,
                 providers,
                 categories,
+                figures,
             } => {
                 w.push(state.to_u8());
                 put_count(&mut w, "providers", providers.len(), MAX_STATUS_PROVIDERS)?;
@@ -558,6 +621,9 @@ impl Message {
                     put_str(&mut w, "provider name", &p.name, MAX_PROVIDER_NAME_LEN)?;
                 }
                 put_categories(&mut w, categories)?;
+                if let Some(f) = figures {
+                    put_figures(&mut w, f)?;
+                }
             }
         }
         let body_len = w.len() - FRAME_PREFIX_LEN;
@@ -636,7 +702,20 @@ impl Message {
             },
             TAG_STOP => Message::Stop,
             TAG_TERMINATE => Message::Terminate,
-            TAG_STATUS_REQUEST => Message::StatusRequest,
+            TAG_STATUS_REQUEST => Message::StatusRequest {
+                figures: match r.optional_u32("features")? {
+                    None => false,
+                    Some(STATUS_FEATURE_FIGURES) => true,
+                    // 0 is never written; other bits are not known here (a client that sets
+                    // them asks again without, as of an older manager).
+                    Some(other) => {
+                        return Err(ControlError::InvalidValue {
+                            field: "status features",
+                            value: u64::from(other),
+                        })
+                    }
+                },
+            },
             TAG_STATUS_REPLY => {
                 let state = SessionState::from_u8(r.u8("session state")?)?;
                 let count = r.count("providers", MAX_STATUS_PROVIDERS)?;
@@ -648,10 +727,17 @@ impl Message {
                         name: r.str("provider name", MAX_PROVIDER_NAME_LEN)?,
                     });
                 }
+                let categories = r.categories()?;
+                let figures = if r.pos == r.buf.len() {
+                    None
+                } else {
+                    Some(r.figures()?)
+                };
                 Message::StatusReply {
                     state,
                     providers,
-                    categories: r.categories()?,
+                    categories,
+                    figures,
                 }
             }
             tag => return Err(ControlError::UnknownTag { tag }),
@@ -698,6 +784,26 @@ fn put_u32(w: &mut Vec<u8>, v: u32) {
     w.extend_from_slice(&v.to_le_bytes());
 }
 
+fn put_u64(w: &mut Vec<u8>, v: u64) {
+    w.extend_from_slice(&v.to_le_bytes());
+}
+
+fn put_figures(w: &mut Vec<u8>, f: &SessionFigures) -> Result<(), ControlError> {
+    w.push(f.buffering_mode.to_fidl());
+    put_u64(w, f.buffer_size_bytes);
+    put_u32(w, f.providers);
+    for v in [
+        f.records_written,
+        f.bytes_written,
+        f.buffered_bytes,
+        f.records_dropped,
+        f.elapsed_ns,
+    ] {
+        put_u64(w, v);
+    }
+    put_str(w, "output name", &f.output, MAX_OUTPUT_NAME_LEN)
+}
+
 fn put_str(w: &mut Vec<u8>, field: &'static str, s: &str, max: usize) -> Result<(), ControlError> {
     if s.len() > max {
         return Err(ControlError::TooLong {
@@ -706,7 +812,7 @@ fn put_str(w: &mut Vec<u8>, field: &'static str, s: &str, max: usize) -> Result<
             max,
         });
     }
-    // max ≤ 100 < u16::MAX.
+    // max ≤ MAX_OUTPUT_NAME_LEN < u16::MAX.
     w.extend_from_slice(&(s.len() as u16).to_le_bytes());
     w.extend_from_slice(s.as_bytes());
     Ok(())
@@ -796,7 +902,25 @@ impl<'a> Reader<'a> {
         if self.pos == self.buf.len() {
             return Ok(None);
         }
-        Ok(Some(u64::from_le_bytes(self.array(field)?)))
+        self.u64(field).map(Some)
+    }
+
+    fn u64(&mut self, field: &'static str) -> Result<u64, ControlError> {
+        Ok(u64::from_le_bytes(self.array(field)?))
+    }
+
+    fn figures(&mut self) -> Result<SessionFigures, ControlError> {
+        Ok(SessionFigures {
+            buffering_mode: BufferingMode::from_fidl(self.u8("buffering mode")?)?,
+            buffer_size_bytes: self.u64("buffer size")?,
+            providers: self.u32("providers")?,
+            records_written: self.u64("records written")?,
+            bytes_written: self.u64("bytes written")?,
+            buffered_bytes: self.u64("buffered bytes")?,
+            records_dropped: self.u64("records dropped")?,
+            elapsed_ns: self.u64("elapsed")?,
+            output: self.str("output name", MAX_OUTPUT_NAME_LEN)?,
+        })
     }
 
     fn count(&mut self, field: &'static str, max: usize) -> Result<usize, ControlError> {
@@ -1008,6 +1132,51 @@ mod tests {
         assert_eq!(Message::decode(&zero_bytes), Err(invalid));
     }
 
+    fn figures() -> SessionFigures {
+        SessionFigures {
+            buffering_mode: BufferingMode::Streaming,
+            buffer_size_bytes: 64 << 10,
+            providers: 3,
+            records_written: 1000,
+            bytes_written: 80_000,
+            buffered_bytes: 4096,
+            records_dropped: 7,
+            elapsed_ns: 2_500_000_000,
+            output: "/tmp/trace.fxt".into(),
+        }
+    }
+
+    #[test]
+    fn status_figures_are_optional_both_ways() {
+        // Without figures: byte for byte the first revision (an empty request body, a reply
+        // ending with the categories).
+        let plain = Message::StatusRequest { figures: false }.encode().unwrap();
+        assert_eq!(plain, [4, 0, 0, 0, 1, 0, 6, 0]);
+        let asking = Message::StatusRequest { figures: true }.encode().unwrap();
+        assert_eq!(&asking[8..], &STATUS_FEATURE_FIGURES.to_le_bytes());
+        assert_eq!(
+            Message::decode(&asking),
+            Ok(Message::StatusRequest { figures: true })
+        );
+        let reply = |figures| Message::StatusReply {
+            state: SessionState::Started,
+            providers: vec![],
+            categories: vec![],
+            figures,
+        };
+        let old = reply(None).encode().unwrap();
+        assert_eq!(old.len(), 8 + 1 + 4 + 4);
+        let new = reply(Some(figures())).encode().unwrap();
+        assert_eq!(new.len(), old.len() + 1 + 8 + 4 + 5 * 8 + 2 + 14);
+        assert_eq!(Message::decode(&new), Ok(reply(Some(figures()))));
+        // Cut figures are an error, not a silent None.
+        let mut cut = new.clone();
+        cut.truncate(new.len() - 3);
+        let body = (cut.len() - 4) as u32;
+        cut[..4].copy_from_slice(&body.to_le_bytes());
+        assert!(Message::decode(&cut).is_err());
+    }
+
     #[test]
     fn largest_status_reply_is_exactly_max_body_len() {
         let name = "n".repeat(MAX_PROVIDER_NAME_LEN);
@@ -1022,6 +1191,10 @@ mod tests {
                 })
                 .collect(),
             categories: vec![cat; MAX_CATEGORIES],
+            figures: Some(SessionFigures {
+                output: "o".repeat(MAX_OUTPUT_NAME_LEN),
+                ..figures()
+            }),
         };
         let bytes = m.encode().expect("largest reply encodes");
         assert_eq!(bytes.len(), FRAME_PREFIX_LEN + MAX_BODY_LEN);
@@ -1224,14 +1397,25 @@ mod tests {
             disp.prop_map(|disposition| Message::Start { disposition }),
             Just(Message::Stop),
             Just(Message::Terminate),
-            Just(Message::StatusRequest),
-            (state, proptest::collection::vec(entry, 0..10), cats()).prop_map(
-                |(state, providers, categories)| Message::StatusReply {
-                    state,
-                    providers,
-                    categories,
-                }
-            ),
+            any::<bool>().prop_map(|figures| Message::StatusRequest { figures }),
+            (
+                state,
+                proptest::collection::vec(entry, 0..10),
+                cats(),
+                proptest::option::of((any::<u64>(), "[a-z/]{0,20}"))
+            )
+                .prop_map(|(state, providers, categories, extra)| {
+                    Message::StatusReply {
+                        state,
+                        providers,
+                        categories,
+                        figures: extra.map(|(n, output)| SessionFigures {
+                            records_written: n,
+                            output,
+                            ..figures()
+                        }),
+                    }
+                }),
         ]
     }
 

@@ -8,7 +8,6 @@ mod daemon;
 #[path = "../fake_perf/mod.rs"]
 mod fake_perf;
 
-mod fd_loss;
 mod lbr;
 mod ring;
 mod session;

@@ -115,14 +115,15 @@ fn known_content() {
         DecodedValue::Blob(vec![0xde, 0xad, 0xbe, 0xef, 1].into())
     );
 
-    let complete = events[4].1;
+    // The duration's end follows the flow events it encloses: the complete event is fourth.
+    let complete = events[3].1;
     assert_eq!(complete.thread, Thread { pid: 100, tid: 102 });
     assert_eq!(
         complete.kind,
         DecodedEventKind::DurationComplete {
             end: Timestamp {
-                ticks: 12_000,
-                ns: 6_000
+                ticks: 23_000,
+                ns: 11_500
             }
         }
     );
@@ -222,7 +223,7 @@ fn dump_lines_show_resolved_values() {
     assert_eq!(lines[0], "@0 [-] magic");
     assert!(lines.iter().all(|l| !l.contains('\n')));
     assert!(lines.iter().any(|l| l.contains(
-        "event duration_complete t=5000ns pid=100 tid=102 cat=\"cat\" name=\"complete\" end=6000ns dur=1000ns"
+        "event duration_complete t=5000ns pid=100 tid=102 cat=\"cat\" name=\"complete\" end=11500ns dur=6500ns"
     )));
     assert!(lines.iter().any(|l| l.contains(
         "lbr cpu=3 time=13000ns aspace=0x1000 branches=2 [0x401000->0x402000 cycles=12, 0x403000->0x401000 cycles=3 mispredicted]"

@@ -224,8 +224,9 @@ finding_kinds! {
     SchedOutOfOrder = Warning, "sched_out_of_order",
         "fuchsia_trace_tokenizer.cc ParseRecord, kSchedulerEvent (older versions)";
     /// A flow event with no duration slice open on its thread at its time: Perfetto binds
-    /// flow events to the enclosing slice and drops one that has none.
-    FlowWithoutEnclosingSlice = Warning, "flow_without_enclosing_slice",
+    /// flow events to the enclosing slice and drops one that has none (trace_processor
+    /// counts it as the error stat `flow_no_enclosing_slice`).
+    FlowWithoutEnclosingSlice = Error, "flow_without_enclosing_slice",
         "flow_tracker.cc FlowTracker::Begin/Step/End (flow_no_enclosing_slice)";
     /// A duration end with no duration begin open on its thread: Perfetto drops it.
     UnmatchedDurationEnd = Warning, "unmatched_duration_end",

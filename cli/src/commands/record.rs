@@ -20,6 +20,9 @@ use fxtrace_tools::manager::recorder::{
     stop_on_signals, RecordConfig, RecordError, Recorder, StopReason,
 };
 
+use super::progress::{self, StatusLine};
+use super::record_notes;
+
 /// Arguments of `fxtrace record`.
 #[derive(Debug, Args)]
 pub(crate) struct RecordArgs {
@@ -42,7 +45,7 @@ pub(crate) struct RecordArgs {
     #[arg(long, short = 'm', value_name = "MODE", default_value = "oneshot")]
     mode: BufferingMode,
     /// Stop after this many seconds (default: when CMD exits, or on Ctrl-C).
-    #[arg(long, value_name = "SECONDS")]
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     duration: Option<f64>,
     /// Also stop cleanly (and write the trace) on SIGHUP, SIGUSR1 and SIGUSR2; SIGINT
     /// (Ctrl-C) and SIGTERM always do.
@@ -57,7 +60,12 @@ pub(crate) struct RecordArgs {
     #[arg(long, value_name = "PATH")]
     socket: Option<PathBuf>,
     /// Seconds to wait for providers to acknowledge Stop before salvaging their buffers.
-    #[arg(long, value_name = "SECONDS", default_value_t = 5.0)]
+    #[arg(
+        long,
+        value_name = "SECONDS",
+        default_value_t = 5.0,
+        allow_negative_numbers = true
+    )]
     stop_timeout: f64,
     /// Also capture the context switches (and LBR branch stacks) of every CPU with the
     /// built-in kernel provider, into the same archive. Needs root or CAP_PERFMON.
@@ -66,9 +74,10 @@ pub(crate) struct RecordArgs {
     /// With --system-wide: do not sample LBR branch stacks.
     #[arg(long)]
     no_lbr: bool,
-    /// With --system-wide: take an LBR sample every N CPU cycles.
-    #[arg(long, value_name = "N", default_value_t = BranchSampling::default().period)]
-    lbr_period: u64,
+    /// With --system-wide: take an LBR sample every N CPU cycles (default: 1000003, a prime,
+    /// so samples do not lock step with loops).
+    #[arg(long, value_name = "N")]
+    lbr_period: Option<u64>,
     /// With --system-wide: data pages per CPU ring buffer (a power of two), as perf's -m.
     #[arg(long = "mmap-pages", value_name = "PAGES", default_value_t = 256)]
     mmap_pages: usize,
@@ -78,7 +87,13 @@ pub(crate) struct RecordArgs {
     #[arg(long, requires = "command")]
     preload: bool,
     /// The command to trace (it gets FXTRACE_SOCKET); without one, trace whoever connects.
-    #[arg(last = true, value_name = "CMD")]
+    /// Everything from the first word that is not an option of `record` on belongs to it
+    /// (`fxtrace record ls -l`, as `perf record ls -l`); `--` before it also works.
+    #[arg(
+        value_name = "CMD",
+        trailing_var_arg = true,
+        allow_hyphen_values = true
+    )]
     command: Vec<OsString>,
 }
 
@@ -100,6 +115,8 @@ pub(crate) struct RecordPlan {
     pub(crate) kernel: Option<KernelCapture>,
     /// Stop on SIGHUP, SIGUSR1, SIGUSR2 too.
     pub(crate) stop_on_signal: bool,
+    /// `--preload`: the command runs with the preload object.
+    pub(crate) preload: bool,
 }
 
 /// Why `fxtrace record` failed.
@@ -125,27 +142,27 @@ pub(crate) enum RecordCliError {
 /// `64k`, `4M`, `1G`, or a bare number of MiB, as bytes.
 fn parse_size(s: &str) -> Result<u64, String> {
     let s = s.trim();
+    let not_a_size = || format!("-b {s:?}: not a size (e.g. 4 for 4 MiB, 64K, 16M, 1G)");
     let (digits, unit) = match s.char_indices().last() {
         Some((i, c)) if c.is_ascii_alphabetic() => (&s[..i], c.to_ascii_uppercase()),
         _ => (s, 'M'),
     };
+    // The number first: `abc` is not a size, whatever its last letter.
+    let n: u64 = digits.parse().map_err(|_| not_a_size())?;
     let shift = match unit {
         'K' => 10,
         'M' => 20,
         'G' => 30,
         other => {
             return Err(format!(
-                "unknown size suffix {other:?} in {s:?} (use K, M or G)"
+                "-b {s:?}: not a size: unknown suffix {other:?} (use K, M or G)"
             ))
         }
     };
-    let n: u64 = digits
-        .parse()
-        .map_err(|_| format!("{s:?} is not a size (e.g. 4, 64K, 16M)"))?;
     let bytes = n
         .checked_shl(shift)
         .filter(|b| b >> shift == n)
-        .ok_or_else(|| format!("{s:?} is too large"))?;
+        .ok_or_else(|| format!("-b {s:?} is too large"))?;
     if !fxtrace::engine::buffer::is_valid_buffer_size(bytes) {
         return Err(format!(
             "buffer size {s} ({bytes} bytes) must be a multiple of 4K between 4K and 4G"
@@ -159,7 +176,7 @@ fn seconds(what: &str, s: f64) -> Result<Duration, RecordCliError> {
         Ok(Duration::from_secs_f64(s))
     } else {
         Err(RecordCliError::BadArgument(format!(
-            "{what} takes a positive number of seconds, got {s}"
+            "{what} must be positive (a number of seconds, e.g. 2.5), got {s}"
         )))
     }
 }
@@ -184,14 +201,29 @@ impl RecordArgs {
                 self.mmap_pages
             )));
         }
-        if self.lbr_period == 0 {
+        if !self.system_wide {
+            // LBR is sampled by the kernel provider only: an option for it alone does nothing.
+            for (given, option) in [
+                (self.no_lbr, "--no-lbr"),
+                (self.lbr_period.is_some(), "--lbr-period"),
+            ] {
+                if given {
+                    return Err(RecordCliError::BadArgument(format!(
+                        "{option} applies to --system-wide (-a) only, which samples LBR branch \
+                         stacks; add -a, or leave {option} out"
+                    )));
+                }
+            }
+        }
+        let lbr_period = self.lbr_period.unwrap_or(BranchSampling::default().period);
+        if lbr_period == 0 {
             return Err(RecordCliError::BadArgument(
                 "--lbr-period must be at least 1".into(),
             ));
         }
         let kernel = self.system_wide.then(|| KernelCapture {
             lbr: (!self.no_lbr).then_some(BranchSampling {
-                period: self.lbr_period,
+                period: lbr_period,
                 include_kernel: true,
             }),
             ring_pages: self.mmap_pages,
@@ -223,6 +255,7 @@ impl RecordArgs {
             },
             kernel,
             stop_on_signal: self.stop_on_signal,
+            preload: self.preload,
         })
     }
 }
@@ -294,6 +327,8 @@ pub(crate) fn run(args: RecordArgs) -> Result<ExitCode, RecordCliError> {
     }
     let mode = plan.recorder.buffering_mode;
     let size = plan.recorder.buffer_size_bytes;
+    let enabled = plan.recorder.categories.clone();
+    let categories = record_notes::categories_shown(&enabled);
     let mut recorder = Recorder::new(plan.recorder)?;
     let mut kernel_section = None;
     if let Some(kernel) = &plan.kernel {
@@ -316,18 +351,41 @@ pub(crate) fn run(args: RecordArgs) -> Result<ExitCode, RecordCliError> {
         );
         kernel_section = Some(section);
     }
+    if plan.preload {
+        // Said once here; each preloaded program notes it in the trace as well.
+        if let Some(why) = record_notes::preload_lbr_note() {
+            eprintln!("fxtrace: {why}");
+        }
+    }
     let mut signals = vec![Signal::SIGINT, Signal::SIGTERM];
     if plan.stop_on_signal {
         signals.extend([Signal::SIGHUP, Signal::SIGUSR1, Signal::SIGUSR2]);
     }
     let _guard = stop_on_signals(&recorder.stop_handle(), &signals)?;
     eprintln!(
-        "fxtrace: recording providers ({mode}, {} KiB each; FXTRACE_SOCKET={}); Ctrl-C to stop",
+        "fxtrace: recording providers ({mode}, {} KiB each, categories: {categories}; \
+         FXTRACE_SOCKET={}); Ctrl-C to stop",
         size >> 10,
         recorder.socket_path().display()
     );
-    let report = recorder.run(|line| eprintln!("fxtrace: {line}"))?;
+    let status = StatusLine::for_stderr();
+    let updates = status.clone();
+    recorder.on_progress(
+        progress::INTERVAL,
+        Box::new(move |figures| updates.update(figures)),
+    );
+    let report = recorder.run(|line| status.println(&format!("fxtrace: {line}")));
+    status.clear();
+    let report = report?;
     eprintln!("{}", report.summary());
+    if !enabled.is_empty() {
+        eprintln!("categories enabled: {categories}");
+    }
+    if let Some(warning) =
+        record_notes::category_warning(&enabled, &report.known_categories, report.providers.len())
+    {
+        eprintln!("fxtrace: {warning}");
+    }
     if let Some(section) = &kernel_section {
         match section.summary(&report) {
             Ok(summary) => {

@@ -89,15 +89,27 @@ fn lbr(args: &LbrArgs) -> Result<ExitCode, CliError> {
             Breakdown::Overall
         },
     };
+    // An input error comes first, before any report line: alone when nothing of the trace
+    // could be read, else followed by the report of what came before it.
+    let damaged = read.decode_error.is_some();
+    if let Some(source) = read.decode_error {
+        let error = CliError::Decode {
+            path: input_name(&args.file),
+            source,
+        };
+        if read.report.overall().samples() == 0 {
+            return Err(error);
+        }
+        eprintln!("{error}");
+        eprintln!("(the report below covers the records before that point)");
+    }
     let mut out = io::stdout().lock();
     write_lbr_text(&mut out, &read.report, &symbols, &options)
         .and_then(|()| out.flush())
         .map_err(CliError::Output)?;
-    match read.decode_error {
-        Some(e) => Err(CliError::Decode {
-            path: input_name(&args.file),
-            source: e,
-        }),
-        None => Ok(ExitCode::SUCCESS),
-    }
+    Ok(if damaged {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }

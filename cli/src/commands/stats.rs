@@ -59,6 +59,19 @@ fn skip_line(s: &SkipCounts) -> String {
     line
 }
 
+/// What a provider lost while tracing: the count the manager recorded, or only that its
+/// buffer overflowed (the count was not recorded: a trace not written by `fxtrace record`).
+fn dropped_note(summary: &Summary, id: u32) -> Option<String> {
+    let overflowed = summary
+        .provider_events
+        .contains_key(&(id, PROVIDER_EVENT_BUFFER_OVERFLOW));
+    match summary.records_dropped.get(&id) {
+        Some(&n) if n > 0 => Some(format!("{n} records dropped (buffer full)")),
+        _ if overflowed => Some("records dropped (buffer overflow; count not recorded)".into()),
+        _ => None,
+    }
+}
+
 fn print(
     out: &mut impl Write,
     source: &Source,
@@ -82,7 +95,23 @@ fn print(
     }
     writeln!(out, "providers: {}", summary.providers.len())?;
     for (id, name) in &summary.providers {
-        writeln!(out, "  {id:<6} {name:?}")?;
+        match dropped_note(summary, *id) {
+            Some(note) => writeln!(out, "  {id:<6} {name:?}  {note}")?,
+            None => writeln!(out, "  {id:<6} {name:?}")?,
+        }
+    }
+    let total: u64 = summary.records_dropped.values().sum();
+    let uncounted = summary.provider_events.keys().any(|(id, event)| {
+        *event == PROVIDER_EVENT_BUFFER_OVERFLOW && !summary.records_dropped.contains_key(id)
+    });
+    if uncounted {
+        writeln!(
+            out,
+            "records dropped while tracing: {total} counted, more not counted (a buffer \
+             overflowed without a recorded count)"
+        )?;
+    } else {
+        writeln!(out, "records dropped while tracing: {total}")?;
     }
     for ((id, event), n) in &summary.provider_events {
         let what = if *event == PROVIDER_EVENT_BUFFER_OVERFLOW {

@@ -1,4 +1,5 @@
-//! `fxtrace status`: ask running sessions for their state, providers and known categories.
+//! `fxtrace status`: ask running sessions for their state, mode, buffer size, figures so far,
+//! output file, providers and known categories (as `lttng list SESSION` does).
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -7,7 +8,7 @@ use std::time::Duration;
 
 use clap::Args;
 
-use fxtrace::protocol::control::Message;
+use fxtrace::protocol::control::{Message, SessionFigures};
 use fxtrace::protocol::transport::{default_socket_path, ControlConn, SOCKET_FILE_NAME};
 use fxtrace_tools::manager::recorder::{runtime_dir, SESSION_DIR_PREFIX};
 
@@ -54,16 +55,58 @@ fn candidates(args: &StatusArgs) -> Vec<PathBuf> {
     out
 }
 
-/// One session's answer, or why there is none.
+/// One session's answer, or why there is none. The figures are asked for first; a manager
+/// of an earlier control revision hangs up on that request, and is asked again without.
 fn ask(path: &Path) -> Result<Message, String> {
+    ask_once(path, true).or_else(|_| ask_once(path, false))
+}
+
+fn ask_once(path: &Path, figures: bool) -> Result<Message, String> {
     let mut conn =
         ControlConn::connect(path, Duration::from_millis(200)).map_err(|e| e.to_string())?;
     conn.set_recv_timeout(Some(Duration::from_secs(2)))
         .map_err(|e| e.to_string())?;
-    conn.send_msg(&Message::StatusRequest, &[])
+    conn.send_msg(&Message::StatusRequest { figures }, &[])
         .map_err(|e| e.to_string())?;
     let (reply, _) = conn.recv_msg().map_err(|e| e.to_string())?;
     Ok(reply)
+}
+
+/// The figures, one line each, indented.
+fn print_figures(out: &mut impl Write, f: &SessionFigures) -> io::Result<()> {
+    use indicatif::{HumanBytes, HumanDuration};
+    let output = if f.output.is_empty() {
+        "(not known)"
+    } else {
+        &f.output
+    };
+    writeln!(out, "  output: {output}")?;
+    writeln!(
+        out,
+        "  mode: {}, buffer size {} per provider",
+        f.buffering_mode,
+        HumanBytes(f.buffer_size_bytes)
+    )?;
+    writeln!(
+        out,
+        "  elapsed: {} ({:.1} s)",
+        HumanDuration(Duration::from_nanos(f.elapsed_ns)),
+        Duration::from_nanos(f.elapsed_ns).as_secs_f64()
+    )?;
+    writeln!(
+        out,
+        "  written so far: {} records, {} bytes ({})",
+        f.records_written,
+        f.bytes_written,
+        HumanBytes(f.bytes_written)
+    )?;
+    writeln!(
+        out,
+        "  in the providers' buffers: {} bytes ({}); records dropped: {}",
+        f.buffered_bytes,
+        HumanBytes(f.buffered_bytes),
+        f.records_dropped
+    )
 }
 
 fn print(out: &mut impl Write, path: &Path, reply: &Message) -> io::Result<()> {
@@ -71,6 +114,7 @@ fn print(out: &mut impl Write, path: &Path, reply: &Message) -> io::Result<()> {
         state,
         providers,
         categories,
+        figures,
     } = reply
     else {
         return writeln!(
@@ -81,6 +125,13 @@ fn print(out: &mut impl Write, path: &Path, reply: &Message) -> io::Result<()> {
         );
     };
     writeln!(out, "session at {}: {state}", path.display())?;
+    match figures {
+        Some(f) => print_figures(out, f)?,
+        None => writeln!(
+            out,
+            "  (an older fxtrace: no mode, buffer size or figures in its answer)"
+        )?,
+    }
     if providers.is_empty() {
         writeln!(out, "  providers: none")?;
     } else {

@@ -190,7 +190,7 @@ impl<W: Write> Archive<W> {
 }
 
 /// Category of the manager's marker events.
-pub const MARKER_CATEGORY: &str = "fxtrace";
+pub const MARKER_CATEGORY: &str = format::MARKER_CATEGORY;
 /// Longest marker name written (longer ones are cut).
 const MARKER_NAME_MAX: usize = 200;
 

@@ -151,13 +151,13 @@ mod tests {
             other => panic!("{other:?}"),
         }
         c.write_all(&frame[3..]).unwrap();
-        c.write_all(&Message::StatusRequest.encode().unwrap())
+        c.write_all(&Message::StatusRequest { figures: false }.encode().unwrap())
             .unwrap();
         match conn.read_available().unwrap() {
             ReadOutcome::Messages(m) => {
                 assert_eq!(m.len(), 2);
                 assert!(matches!(m[0], Message::Register { pid: 9, .. }));
-                assert_eq!(m[1], Message::StatusRequest);
+                assert_eq!(m[1], Message::StatusRequest { figures: false });
             }
             other => panic!("{other:?}"),
         }

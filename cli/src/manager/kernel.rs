@@ -344,7 +344,8 @@ pub enum LbrStatus {
     Unavailable(String),
 }
 
-/// What the kernel provider of a recording captured (printed by `fxtrace record --system-wide`).
+/// What the kernel provider of a recording captured (printed by `fxtrace record --system-wide`
+/// after its provider table, which already names the output file: this part does not repeat it).
 #[derive(Debug, Clone)]
 pub struct KernelSummary {
     /// The trace file.
@@ -373,12 +374,7 @@ impl fmt::Display for KernelSummary {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let t = &self.trace;
         let c = &self.capture;
-        writeln!(
-            f,
-            "fxtrace: wrote {} ({} bytes)",
-            self.output.display(),
-            self.bytes
-        )?;
+        writeln!(f, "system-wide (kernel section):")?;
         let source = match self.switch_source {
             Some(SwitchSource::SchedSwitchTracepoint) => "sched:sched_switch tracepoint",
             Some(SwitchSource::CpuWideSwitchRecords) => "PERF_RECORD_SWITCH_CPU_WIDE",

@@ -43,7 +43,7 @@ use super::report::{ProviderReport, RefusedPeer, SectionReport, SummaryTable};
 use super::server::{Manager, ManagerConfig, ManagerError, ManagerEvent, Waker};
 use super::session::{SessionConfig, SessionState};
 use fxtrace::format::{self, EncodeError, Record};
-use fxtrace::protocol::control::BufferingMode;
+use fxtrace::protocol::control::{BufferingMode, SessionFigures};
 use fxtrace::protocol::transport::{ListenerOptions, SOCKET_ENV, SOCKET_FILE_NAME};
 
 /// Prefix of the private session directories (under the runtime directory).
@@ -196,6 +196,9 @@ pub struct RecordReport {
     pub command_status: Option<ExitStatus>,
     /// Alerts raised by providers, in order.
     pub alerts: Vec<String>,
+    /// The categories the providers declared (sorted union), to check the enabled ones
+    /// against.
+    pub known_categories: Vec<String>,
     /// From start to the archive being complete.
     pub elapsed: Duration,
 }
@@ -209,6 +212,7 @@ impl RecordReport {
             refused: &self.refused,
             output: &self.output,
             output_bytes: self.output_bytes,
+            command_ran: self.command_pid.is_some(),
         }
     }
 }
@@ -354,6 +358,21 @@ pub struct Recorder {
     started: Instant,
     sections: Vec<SectionIn>,
     externals: Vec<Box<dyn ExternalSource>>,
+    progress: Option<Progress>,
+}
+
+/// A callback that receives the session's figures about every `interval` while tracing.
+struct Progress {
+    interval: Duration,
+    report: Box<dyn FnMut(&SessionFigures) + Send>,
+}
+
+impl std::fmt::Debug for Progress {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Progress")
+            .field("interval", &self.interval)
+            .finish_non_exhaustive()
+    }
 }
 
 /// The directory session sockets go in: `$XDG_RUNTIME_DIR` when absolute, else `/tmp`.
@@ -539,6 +558,7 @@ impl Recorder {
                 start_timeout: config.start_timeout,
                 stop_timeout: config.stop_timeout,
             },
+            output_name: config.output.display().to_string(),
             ..ManagerConfig::new(socket_path)
         };
         let mut manager = Manager::new(manager_config, Box::new(output))?;
@@ -556,12 +576,23 @@ impl Recorder {
             started: Instant::now(),
             sections: Vec::new(),
             externals: Vec::new(),
+            progress: None,
         })
     }
 
     /// The socket providers connect to (`FXTRACE_SOCKET`).
     pub fn socket_path(&self) -> &Path {
         self.manager.socket_path()
+    }
+
+    /// Have `report` called with the session's figures ([`Manager::snapshot`]) about every
+    /// `interval` while tracing, from [`Self::run`]'s thread (for a progress line).
+    pub fn on_progress(
+        &mut self,
+        interval: Duration,
+        report: Box<dyn FnMut(&SessionFigures) + Send>,
+    ) {
+        self.progress = Some(Progress { interval, report });
     }
 
     /// A handle to stop the recording from another thread (or a signal handler through
@@ -582,6 +613,7 @@ impl Recorder {
         let mut alerts = Vec::new();
         let deadline = self.config.duration.map(|d| self.started + d);
         let mut exited_at: Option<Instant> = None;
+        let mut next_progress = self.progress.as_ref().map(|p| self.started + p.interval);
 
         let stop_reason = loop {
             self.drain_sections()?;
@@ -596,7 +628,17 @@ impl Recorder {
                     break StopReason::CommandExited;
                 }
             }
-            let mut timeout = deadline.map(|d| d.saturating_duration_since(now));
+            if let (Some(at), Some(progress)) = (next_progress, self.progress.as_mut()) {
+                if now >= at {
+                    (progress.report)(&self.manager.snapshot());
+                    next_progress = Some(now + progress.interval);
+                }
+            }
+            let mut timeout = deadline
+                .into_iter()
+                .chain(next_progress)
+                .min()
+                .map(|d| d.saturating_duration_since(now));
             if let Some(at) = exited_at {
                 let left = (at + self.config.exit_grace).saturating_duration_since(now);
                 timeout = Some(timeout.map_or(left, |t| t.min(left)));
@@ -615,6 +657,22 @@ impl Recorder {
             for event in &outcome.events {
                 if let Some(line) = describe(event) {
                     log(&line);
+                }
+                if let ManagerEvent::ProviderRegistered { id, pid, name } = event {
+                    // The same process registering again: it exec'd (the preload object
+                    // comes back with the new image).
+                    let before = self
+                        .manager
+                        .session()
+                        .providers()
+                        .filter(|p| p.pid == *pid && p.id < *id)
+                        .map(|p| p.id)
+                        .max();
+                    if let Some(old) = before {
+                        log(&format!(
+                            "provider {old} (pid {pid}) exec'd into {name:?} (provider {id})"
+                        ));
+                    }
                 }
                 match event {
                     ManagerEvent::Woken => {
@@ -686,10 +744,12 @@ impl Recorder {
         }
 
         let mut providers = self.manager.reports();
+        note_execs(&mut providers);
         if let (Some(pid), Some(status)) = (command_pid, command_status) {
             refine_lost_reasons(&mut providers, pid, status);
         }
         let refused = self.manager.refused().to_vec();
+        let known_categories = self.manager.session().known_categories();
         let socket_path = self.manager.socket_path().to_path_buf();
         let sections = self.sections.iter().map(|s| s.report.clone()).collect();
         let Recorder {
@@ -711,6 +771,7 @@ impl Recorder {
             command_pid,
             command_status,
             alerts,
+            known_categories,
             elapsed,
         })
     }
@@ -813,6 +874,39 @@ fn describe_status(status: ExitStatus) -> String {
     }
 }
 
+/// A provider followed by another of the same process exec'd into it: an exec is a normal
+/// end of the old image, not a loss. One that closed without STOPPED (an exec the preload
+/// object could not flush before) had its buffer salvaged: said so, not marked lost.
+fn note_execs(providers: &mut [ProviderReport]) {
+    let next: Vec<Option<(u32, String)>> = providers
+        .iter()
+        .map(|p| {
+            providers
+                .iter()
+                .filter(|q| q.pid == p.pid && q.id > p.id)
+                .min_by_key(|q| q.id)
+                .map(|q| (q.id, q.name.clone()))
+        })
+        .collect();
+    for (p, next) in providers.iter_mut().zip(next) {
+        let Some((id, name)) = next else { continue };
+        let salvaged = p
+            .lost
+            .as_deref()
+            .is_some_and(|r| r.starts_with("connection closed without STOPPED"));
+        if salvaged {
+            p.lost = None;
+            p.problems.push(format!(
+                "exec'd into {name:?} (provider {id}) without flushing; its buffer was \
+                 salvaged from the manager's mapping"
+            ));
+        } else if p.lost.is_none() {
+            p.problems
+                .push(format!("exec'd into {name:?} (provider {id})"));
+        }
+    }
+}
+
 /// A provider of the command that vanished without STOPPED: say how the command ended.
 fn refine_lost_reasons(providers: &mut [ProviderReport], pid: u32, status: ExitStatus) {
     for p in providers.iter_mut().filter(|p| p.pid == pid) {
@@ -908,6 +1002,52 @@ mod tests {
         );
         assert_eq!(signal_name(2), "SIGINT");
         assert_eq!(StopReason::Signal(15).to_string(), "SIGTERM received");
+    }
+
+    #[test]
+    fn an_exec_is_not_a_loss() {
+        let report = |id, pid: u32, name: &str, lost: Option<&str>| ProviderReport {
+            id,
+            pid,
+            name: name.into(),
+            mode: BufferingMode::Oneshot,
+            records: 0,
+            durable_bytes: 0,
+            rolling_bytes: 0,
+            records_dropped: 0,
+            wrapped_count: 0,
+            durable_buffer_used_percent: 0,
+            saves: 0,
+            copy_time: Duration::ZERO,
+            lost: lost.map(str::to_owned),
+            problems: vec![],
+        };
+        let mut providers = vec![
+            report(1, 10, "bash", None),
+            report(
+                2,
+                10,
+                "pyenv",
+                Some("connection closed without STOPPED (…)"),
+            ),
+            report(3, 10, "python3", None),
+            report(
+                4,
+                11,
+                "other",
+                Some("connection closed without STOPPED (…)"),
+            ),
+        ];
+        note_execs(&mut providers);
+        assert_eq!(
+            providers[0].problems,
+            ["exec'd into \"pyenv\" (provider 2)"]
+        );
+        assert_eq!(providers[1].lost, None);
+        assert!(providers[1].problems[0].starts_with("exec'd into \"python3\" (provider 3)"));
+        assert!(providers[2].problems.is_empty());
+        // Another process's loss stays a loss.
+        assert!(providers[3].lost.is_some());
     }
 
     #[test]

@@ -81,6 +81,39 @@ pub struct SummaryTable<'a> {
     pub output: &'a std::path::Path,
     /// Size of the trace in bytes.
     pub output_bytes: u64,
+    /// A command was run (an empty table then says what to do).
+    pub command_ran: bool,
+}
+
+/// What to do about a command that connected no provider.
+pub const NO_PROVIDER_HINT: &str = "no provider connected: the command does not link fxtrace; \
+     use --preload to trace it unmodified, or --system-wide for its context switches";
+
+/// Why `p` dropped records and what keeps more, for its buffering mode.
+pub fn drop_hint(p: &ProviderReport) -> String {
+    match p.mode {
+        BufferingMode::Oneshot => "buffer full; a larger -b or -m streaming keeps more".to_owned(),
+        BufferingMode::Circular => "the durable buffer (strings, threads, metadata) filled \
+             up; a larger -b keeps more"
+            .to_owned(),
+        BufferingMode::Streaming => {
+            let saved = p.rolling_bytes as f64;
+            let secs = p.copy_time.as_secs_f64();
+            let rate = if p.saves > 0 && secs > 0.0 {
+                format!(
+                    "{} buffers saved, copied at {:.0} MiB/s",
+                    p.saves,
+                    saved / secs / f64::from(1 << 20)
+                )
+            } else {
+                format!("{} buffers saved", p.saves)
+            };
+            format!(
+                "streaming: the provider filled both halves of its buffer before the manager \
+                 had saved one; {rate}; a larger -b gives the manager time to keep up"
+            )
+        }
+    }
 }
 
 impl fmt::Display for SummaryTable<'_> {
@@ -121,7 +154,11 @@ impl fmt::Display for SummaryTable<'_> {
             )?;
         }
         if self.providers.is_empty() && self.sections.is_empty() {
-            writeln!(f, "(no provider connected)")?;
+            if self.command_ran {
+                writeln!(f, "{NO_PROVIDER_HINT}")?;
+            } else {
+                writeln!(f, "(no provider connected)")?;
+            }
         }
         for p in self.providers {
             let saves = match p.saves {
@@ -149,9 +186,11 @@ impl fmt::Display for SummaryTable<'_> {
             if p.records_dropped > 0 {
                 writeln!(
                     f,
-                    "provider {} ({}): {} records dropped (buffer full; a larger -b or \
-                     streaming mode keeps more)",
-                    p.id, p.name, p.records_dropped
+                    "provider {} ({}): {} records dropped ({})",
+                    p.id,
+                    p.name,
+                    p.records_dropped,
+                    drop_hint(p)
                 )?;
             }
         }
@@ -204,6 +243,7 @@ mod tests {
             refused: &[RefusedPeer { pid: 7, uid: 65534 }],
             output: std::path::Path::new("/tmp/t.fxt"),
             output_bytes: 123,
+            command_ran: true,
         }
         .to_string();
         assert!(table.contains("probe"), "{table}");
@@ -211,6 +251,12 @@ mod tests {
         assert!(table.contains("LOST"));
         assert!(table.contains("killed by signal 9"));
         assert!(table.contains("3 records dropped"));
+        assert!(
+            table.contains("a larger -b gives the manager time to keep up")
+                && table.contains("2 buffers saved, copied at 12 MiB/s"),
+            "streaming hint: {table}"
+        );
+        assert!(!table.contains("-m streaming"), "{table}");
         assert!(table.contains("uid 65534"));
         assert!(table.contains(
             "provider 1 (probe): 16 durable + 64 non-durable bytes copied in 5 µs, durable \
@@ -221,5 +267,42 @@ mod tests {
         assert!(table.contains("built-in"));
         let line = table.lines().nth(1).unwrap();
         assert!(line.contains(" 80 "), "bytes column: {line}");
+    }
+
+    #[test]
+    fn hints_match_the_mode_and_an_empty_command() {
+        let mut p = ProviderReport {
+            id: 1,
+            pid: 42,
+            name: "p".into(),
+            mode: BufferingMode::Oneshot,
+            records: 1,
+            durable_bytes: 0,
+            rolling_bytes: 0,
+            records_dropped: 1,
+            wrapped_count: 0,
+            durable_buffer_used_percent: 0,
+            saves: 0,
+            copy_time: std::time::Duration::ZERO,
+            lost: None,
+            problems: vec![],
+        };
+        assert!(drop_hint(&p).contains("-m streaming"));
+        p.mode = BufferingMode::Streaming;
+        assert!(!drop_hint(&p).contains("-m streaming"));
+        assert!(drop_hint(&p).contains("0 buffers saved"));
+        let table = |command_ran| {
+            SummaryTable {
+                providers: &[],
+                sections: &[],
+                refused: &[],
+                output: std::path::Path::new("t.fxt"),
+                output_bytes: 8,
+                command_ran,
+            }
+            .to_string()
+        };
+        assert!(table(true).contains(NO_PROVIDER_HINT));
+        assert!(table(false).contains("(no provider connected)"));
     }
 }

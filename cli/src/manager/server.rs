@@ -47,7 +47,8 @@ use super::session::{
 };
 use fxtrace::engine::TraceBuffer;
 use fxtrace::protocol::control::{
-    BufferDisposition, BufferingMode, Message, ProviderEntry as StatusEntry,
+    BufferDisposition, BufferingMode, Message, ProviderEntry as StatusEntry, SessionFigures,
+    MAX_OUTPUT_NAME_LEN,
 };
 use fxtrace::protocol::fifo::{ManagerPacket, ProviderPacket};
 use fxtrace::protocol::header;
@@ -73,6 +74,8 @@ pub struct ManagerConfig {
     pub max_providers: usize,
     /// How long an accepted connection may take to send its first message.
     pub registration_timeout: Duration,
+    /// The output's name, as `fxtrace status` shows it (empty: unknown).
+    pub output_name: String,
 }
 
 impl ManagerConfig {
@@ -84,6 +87,7 @@ impl ManagerConfig {
             session: SessionConfig::default(),
             max_providers: DEFAULT_MAX_PROVIDERS,
             registration_timeout: DEFAULT_REGISTRATION_TIMEOUT,
+            output_name: String::new(),
         }
     }
 }
@@ -323,6 +327,8 @@ pub struct Manager {
     next_pending: u64,
     refused: Vec<RefusedPeer>,
     events: Vec<ManagerEvent>,
+    /// When the manager was created (the figures' elapsed time).
+    created: Instant,
 }
 
 impl std::fmt::Debug for Manager {
@@ -371,6 +377,7 @@ impl Manager {
             next_pending: 0,
             refused: Vec::new(),
             events: Vec::new(),
+            created: Instant::now(),
         };
         manager.run(commands, Instant::now());
         Ok(manager)
@@ -563,6 +570,38 @@ impl Manager {
         self.archive.bytes_written()
     }
 
+    /// The session's running figures, read now (buffers' headers included): what
+    /// `fxtrace status` and the progress line of `fxtrace record` show.
+    pub fn snapshot(&self) -> SessionFigures {
+        let mut buffered_bytes = 0;
+        let mut records_dropped = 0;
+        for t in self.tracees.values() {
+            match &t.buffer {
+                Some(buffer) if !t.ignore_data => {
+                    let h = buffer.header().load();
+                    // What the buffer holds now (in streaming mode, saved halves too).
+                    buffered_bytes +=
+                        h.durable_data_end + h.rolling_data_end[0] + h.rolling_data_end[1];
+                    records_dropped += h.num_records_dropped;
+                }
+                _ => records_dropped += t.drain.stats().records_dropped,
+            }
+        }
+        let session = self.session.config();
+        SessionFigures {
+            buffering_mode: session.buffering_mode,
+            buffer_size_bytes: session.buffer_size_bytes,
+            providers: self.tracees.values().filter(|t| t.conn.is_some()).count() as u32,
+            records_written: self.archive.records_written(),
+            bytes_written: self.archive.bytes_written(),
+            buffered_bytes,
+            records_dropped,
+            elapsed_ns: u64::try_from(self.created.elapsed().as_nanos()).unwrap_or(u64::MAX),
+            output: super::archive::truncate_str(&self.config.output_name, MAX_OUTPUT_NAME_LEN)
+                .to_owned(),
+        }
+    }
+
     /// Flush the archive and close every connection. Returns the archive's size in bytes.
     pub fn finish(mut self) -> Result<u64, ManagerError> {
         for t in self.tracees.values_mut() {
@@ -667,8 +706,8 @@ impl Manager {
                 };
                 self.register(pending.conn, registration);
             }
-            Some(Message::StatusRequest) => {
-                let reply = self.status_reply();
+            Some(Message::StatusRequest { figures }) => {
+                let reply = self.status_reply(figures);
                 // The client may be gone already; nothing to do about it.
                 let _ = pending.conn.send(&reply, &[]);
             }
@@ -680,7 +719,7 @@ impl Manager {
         }
     }
 
-    fn status_reply(&self) -> Message {
+    fn status_reply(&self, figures: bool) -> Message {
         let providers = self
             .session
             .providers()
@@ -696,6 +735,7 @@ impl Manager {
             state: self.session.state(),
             providers,
             categories: self.session.known_categories(),
+            figures: figures.then(|| self.snapshot()),
         }
     }
 
@@ -1259,7 +1299,7 @@ impl Manager {
                         fxtrace::clock::ticks(),
                         u64::from(t.pid),
                         &format!("fxtrace: {dropped} records dropped"),
-                        "records_dropped",
+                        fxtrace::format::DROP_MARKER_ARG,
                         dropped,
                     );
                 }

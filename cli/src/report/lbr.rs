@@ -150,6 +150,13 @@ impl EdgeTable {
     }
 }
 
+/// Whether a log message is fxtrace's note that LBR could not be sampled.
+fn is_lbr_unavailable(message: &str) -> bool {
+    message
+        .strip_prefix("fxtrace: ")
+        .is_some_and(|m| m.contains("LBR") && m.contains("unavailable"))
+}
+
 /// Names known for a thread.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ThreadNames {
@@ -179,6 +186,9 @@ pub struct LbrReport {
     address_mappings: HashMap<u64, usize>,
     invalid_mmaps: u64,
     ambiguous_addresses: u64,
+    /// Why LBR was not sampled, as the recorder wrote it into the trace (its log records
+    /// `fxtrace: LBR … unavailable…`), each once.
+    lbr_unavailable: Vec<String>,
 }
 
 /// The result of reading a whole trace.
@@ -282,8 +292,21 @@ impl LbrReport {
                     }
                 }
             }
+            DecodedRecord::Log { message, .. }
+                if is_lbr_unavailable(message)
+                    && !self.lbr_unavailable.iter().any(|m| m == message) =>
+            {
+                self.lbr_unavailable.push(message.to_string());
+            }
             _ => {}
         }
+    }
+
+    /// Why LBR was not sampled, as recorded in the trace by the kernel provider or the
+    /// preload object (`fxtrace: LBR … unavailable: <hint>`), each message once, in trace
+    /// order. Empty when the trace says nothing about it.
+    pub fn lbr_unavailable(&self) -> &[String] {
+        &self.lbr_unavailable
     }
 
     fn switch(&mut self, cpu: u16, ns: u64, incoming_tid: u64) {

@@ -147,6 +147,16 @@ pub fn write_lbr_text(
     let all = report.overall();
     if all.samples() == 0 {
         writeln!(out, "LBR report: no LAST_BRANCH samples in this trace")?;
+        if report.lbr_unavailable().is_empty() {
+            writeln!(
+                out,
+                "  the trace does not say why: LBR is sampled by `fxtrace record -a` (without \
+                 --no-lbr) and under --preload"
+            )?;
+        }
+        for why in report.lbr_unavailable() {
+            writeln!(out, "  recorded reason: {why}")?;
+        }
     } else {
         writeln!(
             out,

@@ -17,6 +17,5 @@ mod support;
 
 mod hostile;
 mod init_order;
-mod provider_client;
 mod records_global;
 mod sessions;

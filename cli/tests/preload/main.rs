@@ -10,5 +10,6 @@ const WORKSPACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 mod preload_support;
 
 mod c_api_example;
+mod exec;
 mod no_manager;
 mod record;

@@ -93,9 +93,9 @@ fn durations_begin_end_and_complete() {
         [
             r#"{"ph":"B","ts":1.000,"pid":10,"tid":11,"cat":"c","name":"outer","args":{"n":3}}"#,
             r#"{"ph":"B","ts":1.500,"pid":10,"tid":11,"cat":"c","name":"inner"}"#,
-            r#"{"ph":"E","ts":2.000,"pid":10,"tid":11}"#,
+            r#"{"ph":"E","ts":2.000,"pid":10,"tid":11,"cat":"c","name":"inner"}"#,
             r#"{"ph":"X","ts":2.250,"pid":10,"tid":11,"cat":"c","name":"x","dur":0.500}"#,
-            r#"{"ph":"E","ts":3.000,"pid":10,"tid":11,"args":{"n":3}}"#,
+            r#"{"ph":"E","ts":3.000,"pid":10,"tid":11,"cat":"c","name":"outer","args":{"n":3}}"#,
         ]
     );
     assert!(
@@ -345,9 +345,9 @@ fn process_and_thread_names() {
     assert_eq!(
         events,
         [
-            r#"{"ph":"M","pid":10,"name":"process_name","args":{"name":"server"}}"#,
-            r#"{"ph":"M","pid":10,"tid":11,"name":"thread_name","args":{"name":"worker"}}"#,
-            r#"{"ph":"M","pid":10,"tid":12,"name":"thread_name","args":{"name":"io"}}"#,
+            r#"{"ph":"M","pid":10,"cat":"__metadata","name":"process_name","args":{"name":"server"}}"#,
+            r#"{"ph":"M","pid":10,"tid":11,"cat":"__metadata","name":"thread_name","args":{"name":"worker"}}"#,
+            r#"{"ph":"M","pid":10,"tid":12,"cat":"__metadata","name":"thread_name","args":{"name":"io"}}"#,
         ]
     );
     assert_eq!(done.stats.thread_names_without_process, 1);
@@ -417,16 +417,16 @@ fn context_switches_become_cpu_slices() {
     let cpu2 = CPU_TRACK_TID_BASE + 2;
     let cpu300 = CPU_TRACK_TID_BASE + 300;
     let expected = [
-        r#"{"ph":"M","pid":10,"tid":11,"name":"thread_name","args":{"name":"worker"}}"#.to_string(),
-        format!(r#"{{"ph":"M","pid":{cpu_pid},"name":"process_name","args":{{"name":"CPUs"}}}}"#),
+        r#"{"ph":"M","pid":10,"tid":11,"cat":"__metadata","name":"thread_name","args":{"name":"worker"}}"#.to_string(),
+        format!(r#"{{"ph":"M","pid":{cpu_pid},"cat":"__metadata","name":"process_name","args":{{"name":"CPUs"}}}}"#),
         format!(
-            r#"{{"ph":"M","pid":{cpu_pid},"name":"process_sort_index","args":{{"sort_index":-1}}}}"#
+            r#"{{"ph":"M","pid":{cpu_pid},"cat":"__metadata","name":"process_sort_index","args":{{"sort_index":-1}}}}"#
         ),
         format!(
-            r#"{{"ph":"M","pid":{cpu_pid},"tid":{cpu2},"name":"thread_name","args":{{"name":"CPU 2"}}}}"#
+            r#"{{"ph":"M","pid":{cpu_pid},"tid":{cpu2},"cat":"__metadata","name":"thread_name","args":{{"name":"CPU 2"}}}}"#
         ),
         format!(
-            r#"{{"ph":"M","pid":{cpu_pid},"tid":{cpu2},"name":"thread_sort_index","args":{{"sort_index":2}}}}"#
+            r#"{{"ph":"M","pid":{cpu_pid},"tid":{cpu2},"cat":"__metadata","name":"thread_sort_index","args":{{"sort_index":2}}}}"#
         ),
         format!(
             r#"{{"ph":"X","ts":1.000,"pid":{cpu_pid},"tid":{cpu2},"cat":"cpu","name":"worker (11)","dur":3.000,"args":{{"tid":11,"pid":10,"priority":7,"end_state":"blocked"}}}}"#
@@ -435,10 +435,10 @@ fn context_switches_become_cpu_slices() {
             r#"{{"ph":"X","ts":4.000,"pid":{cpu_pid},"tid":{cpu2},"cat":"cpu","name":"tid 12","dur":2.000,"args":{{"tid":12,"pid":10,"priority":7,"end_state":"suspended"}}}}"#
         ),
         format!(
-            r#"{{"ph":"M","pid":{cpu_pid},"tid":{cpu300},"name":"thread_name","args":{{"name":"CPU 300"}}}}"#
+            r#"{{"ph":"M","pid":{cpu_pid},"tid":{cpu300},"cat":"__metadata","name":"thread_name","args":{{"name":"CPU 300"}}}}"#
         ),
         format!(
-            r#"{{"ph":"M","pid":{cpu_pid},"tid":{cpu300},"name":"thread_sort_index","args":{{"sort_index":300}}}}"#
+            r#"{{"ph":"M","pid":{cpu_pid},"tid":{cpu300},"cat":"__metadata","name":"thread_sort_index","args":{{"sort_index":300}}}}"#
         ),
         format!(
             r#"{{"ph":"i","ts":8.000,"pid":{cpu_pid},"tid":{cpu2},"cat":"cpu","name":"wakeup worker (11)","s":"t","args":{{"tid":11,"waker":12}}}}"#
@@ -660,6 +660,9 @@ fn example_trace_is_valid_nested_json() {
     }
     for e in events {
         assert!(e["pid"].is_u64(), "{e}");
+        // Every event is named and categorized, `E` included (the DevTools trace engine
+        // reads both on every event).
+        assert!(e["name"].is_string() && e["cat"].is_string(), "{e}");
         if e["ph"] != "M" {
             assert!(e["ts"].is_f64(), "{e}");
             assert!(e["tid"].is_u64(), "{e}");
@@ -711,9 +714,9 @@ fn mismatched_durations_are_repaired_and_counted() {
     assert_eq!(
         &events[events.len() - 3..],
         [
-            r#"{"ph":"E","ts":9.000,"pid":10,"tid":11}"#,
-            r#"{"ph":"E","ts":9.000,"pid":10,"tid":12}"#,
-            r#"{"ph":"E","ts":9.000,"pid":10,"tid":12}"#,
+            r#"{"ph":"E","ts":9.000,"pid":10,"tid":11,"cat":"c","name":"open"}"#,
+            r#"{"ph":"E","ts":9.000,"pid":10,"tid":12,"cat":"c","name":"d"}"#,
+            r#"{"ph":"E","ts":9.000,"pid":10,"tid":12,"cat":"c","name":"c"}"#,
         ]
     );
     assert_eq!(
@@ -747,11 +750,17 @@ fn an_end_before_its_begin_is_moved_to_the_begin() {
             .unwrap();
     });
     let (events, value, done) = run(&bytes);
-    assert_eq!(events[2], r#"{"ph":"E","ts":5.000,"pid":10,"tid":11}"#);
+    assert_eq!(
+        events[2],
+        r#"{"ph":"E","ts":5.000,"pid":10,"tid":11,"cat":"c","name":"b"}"#
+    );
     assert_eq!(done.stats.negative_durations, 1);
     // Left at 3 µs, sorting by time would put it before b's begin. Moved to 5 µs, every
     // E still follows its own B in time order.
-    assert_eq!(events[3], r#"{"ph":"E","ts":4.000,"pid":10,"tid":11}"#);
+    assert_eq!(
+        events[3],
+        r#"{"ph":"E","ts":4.000,"pid":10,"tid":11,"cat":"c","name":"a"}"#
+    );
     assert_eq!(assert_nested(&value), 2);
 }
 

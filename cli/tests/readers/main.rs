@@ -3,11 +3,15 @@
 //! One test binary per area (each binary links the whole crate): the modules below are the
 //! area's test files.
 
+/// The workspace root (the tests read fixtures, scripts and examples from there).
+const WORKSPACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+
 #[path = "../../../examples/write_all_records.rs"]
 mod write_all_records;
 
 mod capture_mmap;
 mod chrome;
+mod devtools;
 mod dump;
 mod perfetto;
 mod report_lbr;

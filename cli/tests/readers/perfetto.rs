@@ -453,6 +453,11 @@ fn flows_need_an_enclosing_slice() {
         flagged(&report, FindingKind::UnmatchedDurationEnd, unmatched),
         1
     );
+    // The flow is lost: an error, as trace_processor's stat is.
+    assert_eq!(
+        FindingKind::FlowWithoutEnclosingSlice.severity(),
+        Severity::Error
+    );
     // The same flow on another thread's track has no slice either.
     let mut t = Trace::new();
     t.instant(100, "x", &[]);
@@ -686,8 +691,6 @@ fn write_all_records_example_status() {
             FindingKind::MissingInitialization,
             // Threads 102, 201 and 202 are switched but never named with their process.
             FindingKind::ThreadWithoutProcess,
-            // Its flow events are outside any duration slice of their threads.
-            FindingKind::FlowWithoutEnclosingSlice,
         ]),
         "{report}"
     );

@@ -474,13 +474,60 @@ fn cli_options_and_errors() {
     assert!(!ok);
     assert!(err.contains("load base"), "{err}");
 
-    // A damaged trace: the report of what was read, then the error and a failure status.
+    // A damaged trace: the error (first), the report of what was read, a failure status.
     let mut damaged = trace.clone();
     damaged.truncate(damaged.len() - 8);
     let (ok, out, err) = fxtrace(&["report", "lbr", "-"], &damaged);
     assert!(!ok);
     assert!(out.starts_with("LBR report: 2 samples"), "{out}");
     assert!(err.starts_with("<stdin>: at byte offset"), "{err}");
+    // Not a trace at all: the error alone, no report header.
+    let (ok, out, err) = fxtrace(&["report", "lbr", "-"], b"not a trace at all");
+    assert!(!ok);
+    assert_eq!(out, "", "no header before the error");
+    assert!(err.starts_with("<stdin>: "), "{err}");
+}
+
+#[test]
+fn a_trace_without_samples_says_why() {
+    use fxtrace::format::Log;
+    let reason = "fxtrace: LBR branch stacks unavailable (errno 2): this CPU has no \
+                  last-branch-record PMU (virtual machine?)";
+    let mut w = RecordWriter::with_magic();
+    for _ in 0..2 {
+        // Said by two sources: printed once.
+        w.push(&Log {
+            ticks: 5,
+            thread: ThreadRef::Inline { pid: 1, tid: 1 },
+            message: reason,
+        })
+        .unwrap();
+    }
+    w.push(&Log {
+        ticks: 6,
+        thread: ThreadRef::Inline { pid: 1, tid: 1 },
+        message: "fxtrace: something else",
+    })
+    .unwrap();
+    let (ok, out, err) = fxtrace(&["report", "lbr", "-"], &w.to_bytes());
+    assert!(ok, "{err}");
+    assert!(
+        out.starts_with("LBR report: no LAST_BRANCH samples in this trace\n"),
+        "{out}"
+    );
+    assert_eq!(out.matches("recorded reason: ").count(), 1, "{out}");
+    assert!(
+        out.contains(&format!("  recorded reason: {reason}\n")),
+        "{out}"
+    );
+    assert!(!out.contains("something else"), "{out}");
+    // Nothing recorded: the report says how LBR gets sampled.
+    let (ok, out, _) = fxtrace(
+        &["report", "lbr", "-"],
+        &RecordWriter::with_magic().to_bytes(),
+    );
+    assert!(ok);
+    assert!(out.contains("the trace does not say why"), "{out}");
 }
 
 // === symbolization through the trace's own mappings ("fxtrace:mmap" blobs) ===

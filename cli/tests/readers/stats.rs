@@ -34,8 +34,11 @@ fn stats_valid_file() {
         "  instant                3".to_string(),
         "  flow_step              1".to_string(),
         "providers: 2".to_string(),
-        "  1      \"alpha\"".to_string(),
+        "  1      \"alpha\"  records dropped (buffer overflow; count not recorded)".to_string(),
         "  2      \"beta\"".to_string(),
+        "records dropped while tracing: 0 counted, more not counted (a buffer overflowed \
+         without a recorded count)"
+            .to_string(),
         "provider event: provider 1 event 0 (buffer overflow, records likely dropped) x1"
             .to_string(),
         "skipped: 0 records, 0 arguments of unknown type".to_string(),
@@ -64,7 +67,7 @@ fn stats_truncated_file_reports_the_good_part_and_fails() {
     );
     assert!(stdout.contains("records: 22\n"), "{stdout}");
     assert!(
-        stdout.contains("time span: 1000 ns .. 12000 ns (11000 ns)"),
+        stdout.contains("time span: 1000 ns .. 13000 ns (12000 ns)"),
         "{stdout}"
     );
     assert!(

@@ -510,6 +510,16 @@ fn status_lists_a_running_session_and_its_provider() {
         "{text}"
     );
     assert!(text.contains("known categories"), "{text}");
+    // Mode, buffer size, output, elapsed time and figures so far, as `lttng list SESSION`.
+    for expected in [
+        "  mode: oneshot, buffer size 4.00 MiB per provider".to_owned(),
+        format!("  output: {}", dir.path().join("trace.fxt").display()),
+        "  elapsed: ".to_owned(),
+        "  written so far: ".to_owned(),
+        "  in the providers' buffers: ".to_owned(),
+    ] {
+        assert!(text.contains(&expected), "{expected:?} in {text}");
+    }
     assert!(stderr.contains("trace written to"), "{stderr}");
     // Nobody listening any more.
     let gone = fxtrace()

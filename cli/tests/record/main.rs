@@ -18,3 +18,4 @@ mod record_run;
 mod system_wide;
 mod threads;
 mod trace_system_script;
+mod ux;

@@ -109,8 +109,16 @@ fn without_system_wide_it_records_providers_only() {
         .unwrap();
     let err = text(&out.stderr);
     assert!(out.status.success(), "{err}");
-    assert!(err.contains("(no provider connected)"), "{err}");
-    assert!(!err.contains("context switches"), "{err}");
+    assert!(
+        err.contains(
+            "no provider connected: the command does not link fxtrace; use --preload to \
+             trace it unmodified, or --system-wide for its context switches"
+        ),
+        "{err}"
+    );
+    // No kernel provider: neither its banner nor its part of the summary.
+    assert!(!err.contains("recording context switches"), "{err}");
+    assert!(!err.contains("system-wide (kernel section)"), "{err}");
     let bytes = std::fs::read(&trace).unwrap();
     let records = decode(&bytes);
     assert_eq!(records.len(), 1);
@@ -172,8 +180,20 @@ fn system_wide_recording_of_pingpong() {
     );
 
     let bytes = std::fs::read(&trace).unwrap();
+    // The output is named once (the provider table's last line), not again by the kernel part.
+    let written = format!(
+        "trace written to {} ({} bytes)",
+        trace.display(),
+        bytes.len()
+    );
+    assert_eq!(
+        stderr.matches(&written).count(),
+        1,
+        "{written:?} in {stderr}"
+    );
+    assert!(!stderr.contains("fxtrace: wrote"), "{stderr}");
     for expected in [
-        format!("fxtrace: wrote {} ({} bytes)", trace.display(), bytes.len()),
+        "system-wide (kernel section):".to_owned(),
         "context switches: ".to_owned(),
         "threads: ".to_owned(),
         "the command exited (command exit status: 0)".to_owned(),

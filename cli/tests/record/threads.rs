@@ -165,3 +165,35 @@ fn traced_example_through_record_keeps_its_durations() {
     // fib(12) makes 465 calls, each one duration-complete record.
     assert_eq!(fib, 465);
 }
+
+#[test]
+fn standalone_run_prints_a_human_summary() {
+    let Some(threads) = threads_example() else {
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new(threads)
+        .current_dir(dir.path())
+        .env_remove("FXTRACE_SOCKET")
+        // A socket nobody listens on: the example traces on its own.
+        .env("FXTRACE_SOCKET", dir.path().join("none.sock"))
+        .args(["--threads", "2", "--events", "100"])
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let line = stderr
+        .lines()
+        .find(|l| l.starts_with("threads: wrote threads.fxt: "))
+        .unwrap_or_else(|| panic!("summary line in {stderr}"));
+    let bytes = std::fs::read(dir.path().join("threads.fxt")).unwrap();
+    assert!(
+        line.contains(&format!(" records, {} bytes", bytes.len())),
+        "{line}"
+    );
+    assert!(line.contains("no record dropped"), "{line}");
+    assert!(
+        !stderr.contains("FinishReport") && !stderr.contains("StopReport"),
+        "{stderr}"
+    );
+}

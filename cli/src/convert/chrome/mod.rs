@@ -18,7 +18,7 @@
 //!
 //! | FXT | trace event |
 //! |---|---|
-//! | duration begin / end | `B` / `E` on the event's thread; an `E` carries no name, it closes the innermost open `B` |
+//! | duration begin / end | `B` / `E` on the event's thread; an `E` closes the innermost open `B` and repeats its `cat` and `name` (whatever the end record says) |
 //! | duration complete | `X` with `dur` |
 //! | instant | `i`; scope `"s"` from a string argument `scope` (`g`/`global`, `p`/`process`, `t`/`thread`), default `t` |
 //! | counter | `C`, one series per numeric argument; `"id"` when the counter id is nonzero |
@@ -38,6 +38,10 @@
 //! slices there would overlap the threads' `B`/`E` slices and break their nesting. The
 //! synthetic ids ([`CPU_PROCESS_PID`], [`CPU_TRACK_TID_BASE`]) are above Linux's pid range
 //! and fit the `u32` Perfetto's importer takes.
+//!
+//! Every event has a `name` and a `cat` (metadata events the category `__metadata`, as
+//! Chrome writes them): the DevTools Performance panel's trace engine reads both on every
+//! event (`scripts/check-devtools.sh` loads converted traces in it).
 //!
 //! LBR samples become events, not a top-level `"lastBranch"` array as Fuchsia's exporter
 //! writes (`chromium_exporter.cc`), because that array can only be written after every

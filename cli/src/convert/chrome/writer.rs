@@ -89,6 +89,15 @@ struct LbrCounts {
     mispredicted: u64,
 }
 
+/// An open duration: its begin time, and the category and name its end repeats (viewers
+/// such as the DevTools trace engine read `name` and `cat` of every event).
+#[derive(Debug)]
+struct OpenSlice {
+    begin: u64,
+    cat: String,
+    name: String,
+}
+
 /// Converts decoded FXT records to Chrome trace-event JSON as they arrive.
 ///
 /// Call [`ChromeJsonWriter::record`] for every record in file order, then
@@ -98,8 +107,8 @@ struct LbrCounts {
 #[derive(Debug)]
 pub struct ChromeJsonWriter<W: Write> {
     out: W,
-    /// Per thread, the begin times of its open durations, innermost last (never empty).
-    open: HashMap<Thread, Vec<u64>>,
+    /// Per thread, its open durations, innermost last (never empty).
+    open: HashMap<Thread, Vec<OpenSlice>>,
     cpus: HashMap<u16, CpuTrack>,
     threads: HashMap<u64, KnownThread>,
     providers: BTreeMap<u32, String>,
@@ -276,7 +285,8 @@ impl<W: Write> ChromeJsonWriter<W> {
         if let Some(tid) = tid {
             write!(self.out, ",\"tid\":{tid}")?;
         }
-        self.out.write_all(b",\"name\":")?;
+        // `__metadata`: the category Chrome itself gives metadata events.
+        self.out.write_all(b",\"cat\":\"__metadata\",\"name\":")?;
         write_str(&mut self.out, what)?;
         self.out.write_all(b",\"args\":{")?;
         write_str(&mut self.out, key)?;
@@ -433,7 +443,11 @@ impl<W: Write> ChromeJsonWriter<W> {
                 self.out.write_all(b"}")?;
             }
             DecodedEventKind::DurationBegin => {
-                self.open.entry(e.thread).or_default().push(ts);
+                self.open.entry(e.thread).or_default().push(OpenSlice {
+                    begin: ts,
+                    cat: e.category.to_string(),
+                    name: e.name.to_string(),
+                });
                 self.head_named("B", ts, pid, tid, &e.category, &e.name)?;
                 self.args(&e.args, None)?;
             }
@@ -442,7 +456,10 @@ impl<W: Write> ChromeJsonWriter<W> {
                     self.stats.unmatched_ends_dropped += 1;
                     return Ok(());
                 };
-                let begin = stack.pop().unwrap_or(ts);
+                let Some(OpenSlice { begin, cat, name }) = stack.pop() else {
+                    self.stats.unmatched_ends_dropped += 1;
+                    return Ok(());
+                };
                 if stack.is_empty() {
                     self.open.remove(&e.thread);
                 }
@@ -451,9 +468,10 @@ impl<W: Write> ChromeJsonWriter<W> {
                 if ts < begin {
                     self.stats.negative_durations += 1;
                 }
-                // No name or category: an end closes the innermost open begin of its thread
-                // (Perfetto would refuse an end whose name differs from its begin's).
-                self.head("E", ts.max(begin), pid, tid)?;
+                // The begin's name and category, whatever the end record says: an end closes
+                // the innermost open begin of its thread (Perfetto would refuse an end whose
+                // name differs from its begin's; DevTools needs a name on every event).
+                self.head_named("E", ts.max(begin), pid, tid, &cat, &name)?;
                 self.args(&e.args, None)?;
             }
             DecodedEventKind::DurationComplete { end } => {
@@ -726,11 +744,11 @@ impl<W: Write> ChromeJsonWriter<W> {
         skipped: SkipCounts,
     ) -> io::Result<(W, ChromeStats)> {
         let end = self.last_ns.unwrap_or(0);
-        let mut open: Vec<(Thread, Vec<u64>)> = self.open.drain().collect();
-        open.sort();
+        let mut open: Vec<(Thread, Vec<OpenSlice>)> = self.open.drain().collect();
+        open.sort_by_key(|(thread, _)| *thread);
         for (thread, stack) in open {
-            for _ in stack {
-                self.head("E", end, thread.pid, thread.tid)?;
+            for slice in stack.into_iter().rev() {
+                self.head_named("E", end, thread.pid, thread.tid, &slice.cat, &slice.name)?;
                 self.out.write_all(b"}")?;
                 self.stats.unclosed_begins_closed += 1;
             }

@@ -8,8 +8,10 @@ use fxtrace::capture::{
     Capture, CaptureConfig, CaptureError, CaptureEvent, EventKind, FakeRing, FakeSys,
 };
 
-use crate::daemon;
-use crate::fake_perf;
+#[path = "daemon/mod.rs"]
+mod daemon;
+#[path = "fake_perf/mod.rs"]
+mod fake_perf;
 use daemon::{assert_intact, open_fds, take_over};
 use fake_perf::*;
 

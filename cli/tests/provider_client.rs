@@ -1,12 +1,21 @@
 //! The provider against a fake manager speaking the raw protocol: the handshake, Start / Stop /
 //! Terminate, the streaming save handshake, categories, alerts, a manager that dies or breaks
 //! the protocol, and the cost of having no manager.
+//!
+//! A binary of its own: these tests put files under descriptor numbers of this process, which
+//! would clobber the descriptors of tests running beside them in a shared binary.
 
-use crate::daemon;
-use crate::support;
+#[path = "../../tests/daemon/mod.rs"]
+mod daemon;
+/// The workspace root (the probe is built from there).
+const WORKSPACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
+
+#[path = "support/mod.rs"]
+mod support;
 
 use std::os::fd::AsFd;
 use std::path::PathBuf;
+use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use fxtrace::engine::TraceState;
@@ -21,8 +30,7 @@ use daemon::{assert_intact, open_fds, take_over};
 use support::{FakeManager, FakeSession};
 
 /// Alerts go through the process's last provider: keep these tests from overlapping.
-// One lock for the whole binary: its modules share the process-wide context and environment.
-use crate::SERIAL;
+static SERIAL: Mutex<()> = Mutex::new(());
 
 fn options(path: &std::path::Path) -> ProviderOptions {
     ProviderOptions {

@@ -1,0 +1,101 @@
+//! The status line of `fxtrace record` on a terminal: elapsed time, providers, what was
+//! written so far (records, bytes), what the buffers hold, records dropped and the output
+//! size, redrawn about once a second and cleared at the end (as `perf record` and
+//! `tracebox` users expect). Nothing at all when standard error is not a terminal.
+
+use std::io::IsTerminal;
+use std::time::Duration;
+
+use indicatif::{HumanBytes, ProgressBar, ProgressDrawTarget, ProgressStyle};
+
+use fxtrace::protocol::control::SessionFigures;
+
+/// How often the line is redrawn.
+pub(crate) const INTERVAL: Duration = Duration::from_secs(1);
+
+/// The status line, or nothing when standard error is not a terminal. Cheap to clone (all
+/// clones draw the same line).
+#[derive(Debug, Clone)]
+pub(crate) struct StatusLine(Option<ProgressBar>);
+
+impl StatusLine {
+    /// A line on standard error if it is a terminal, else none.
+    pub(crate) fn for_stderr() -> Self {
+        if !std::io::stderr().is_terminal() {
+            return Self(None);
+        }
+        let bar = ProgressBar::with_draw_target(None, ProgressDrawTarget::stderr());
+        // Only the message, cut to the terminal's width (a wrapped line cannot be redrawn).
+        if let Ok(style) = ProgressStyle::with_template("{wide_msg}") {
+            bar.set_style(style);
+        }
+        Self(Some(bar))
+    }
+
+    /// Redraw with new figures.
+    pub(crate) fn update(&self, figures: &SessionFigures) {
+        if let Some(bar) = &self.0 {
+            bar.set_message(line(figures));
+        }
+    }
+
+    /// Print `text` above the line (the line is redrawn below it).
+    pub(crate) fn println(&self, text: &str) {
+        match &self.0 {
+            Some(bar) if !bar.is_hidden() => bar.suspend(|| eprintln!("{text}")),
+            _ => eprintln!("{text}"),
+        }
+    }
+
+    /// Remove the line (before the summary).
+    pub(crate) fn clear(&self) {
+        if let Some(bar) = &self.0 {
+            bar.finish_and_clear();
+        }
+    }
+}
+
+/// The line's text for `f`.
+pub(crate) fn line(f: &SessionFigures) -> String {
+    let elapsed = Duration::from_nanos(f.elapsed_ns).as_secs();
+    let providers = match f.providers {
+        1 => "1 provider".to_owned(),
+        n => format!("{n} providers"),
+    };
+    format!(
+        "fxtrace {}:{:02} | {providers} | {} records, {} to {} | {} buffered | {} dropped",
+        elapsed / 60,
+        elapsed % 60,
+        f.records_written,
+        HumanBytes(f.bytes_written),
+        f.output,
+        HumanBytes(f.buffered_bytes),
+        f.records_dropped,
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fxtrace::protocol::control::BufferingMode;
+
+    #[test]
+    fn the_line_shows_every_figure() {
+        let f = SessionFigures {
+            buffering_mode: BufferingMode::Streaming,
+            buffer_size_bytes: 1 << 20,
+            providers: 2,
+            records_written: 1234,
+            bytes_written: 3 << 20,
+            buffered_bytes: 512 << 10,
+            records_dropped: 7,
+            elapsed_ns: 75_000_000_000,
+            output: "t.fxt".into(),
+        };
+        assert_eq!(
+            line(&f),
+            "fxtrace 1:15 | 2 providers | 1234 records, 3.00 MiB to t.fxt | 512.00 KiB \
+             buffered | 7 dropped"
+        );
+    }
+}

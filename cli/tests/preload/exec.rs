@@ -1,0 +1,149 @@
+//! `fxtrace record --preload` and `exec`: an exec is a normal end of the old image. It is
+//! flushed (the preload object hooks the `exec` family), reported as "exec'd into …" and
+//! never as a lost provider; a failed exec leaves tracing on; an exec the object cannot hook
+//! (`execl`, variadic) is still reported as an exec, its buffer salvaged.
+
+use crate::preload_support;
+
+use preload_support::{cc, compile_c, decode, perf_allowed, record_preload, Summary};
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+/// The `lost` column of every provider row of the summary.
+fn lost_column(stderr: &str) -> Vec<String> {
+    stderr
+        .lines()
+        .filter_map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            (f.len() == 8 && f[0] != "id" && f[0].parse::<u32>().is_ok()).then(|| f[7].to_owned())
+        })
+        .collect()
+}
+
+#[test]
+fn an_exec_is_reported_as_one_not_as_a_loss() {
+    if !perf_allowed("an_exec_is_reported_as_one_not_as_a_loss") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    // The shell runs `sleep` in a child, then execs a shell, which execs `sleep`. Providers
+    // are named after the executable (`/bin/sh` may be a link to dash or bash).
+    let (out, bytes) = record_preload(
+        dir.path(),
+        &[],
+        &[
+            "/bin/sh",
+            "-c",
+            "/bin/sleep 0.1; exec /bin/sh -c 'exec /bin/sleep 0.1'",
+        ],
+        &[],
+    );
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("lost:") && !err.contains("LOST"), "{err}");
+    assert!(!err.contains("without stopping its provider"), "{err}");
+    assert!(!err.contains("crashed or was killed"), "{err}");
+    let shell = err
+        .lines()
+        .find_map(|l| l.strip_prefix("fxtrace: provider 1 joined: pid "))
+        .and_then(|l| l.split('"').nth(1))
+        .unwrap_or_else(|| panic!("the shell's provider in {err}"));
+    let into_shell = format!("exec'd into \"{shell}\"");
+    assert_eq!(
+        err.matches(&into_shell).count(),
+        2,
+        "live line and summary: {err}"
+    );
+    assert_eq!(err.matches("exec'd into \"sleep\"").count(), 2, "{err}");
+    let lost = lost_column(&err);
+    assert_eq!(lost.len(), 4, "sh, sleep, sh, sleep: {err}");
+    assert!(lost.iter().all(|l| l == "no"), "{err}");
+    // Every image's data is in the archive.
+    let summary = Summary::of(&decode(&bytes));
+    for name in [shell, "sleep"] {
+        assert!(
+            summary.provider(name).is_some(),
+            "{name} in the archive: {err}"
+        );
+    }
+}
+
+#[test]
+fn a_failed_exec_keeps_tracing_and_an_unhooked_exec_is_still_an_exec() {
+    if !perf_allowed("a_failed_exec_keeps_tracing_and_an_unhooked_exec_is_still_an_exec") {
+        return;
+    }
+    let Some(_) = cc() else {
+        println!("skipped: no C compiler");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile_c(
+        dir.path(),
+        "execs",
+        r#"
+#include <unistd.h>
+#include "fxtrace.h"
+int main(void) {
+    char *argv[] = {"/nonexistent/prog", 0};
+    execv("/nonexistent/prog", argv);          /* fails: no flush, still traced */
+    fxtrace_instant_static("t", "after-failed-exec");
+    execl("/bin/sleep", "sleep", "0.2", (char *)0);  /* variadic: not hooked */
+    return 1;
+}
+"#,
+        true,
+    );
+    let (out, bytes) = record_preload(dir.path(), &[], &[exe.to_str().unwrap()], &[]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let summary = Summary::of(&decode(&bytes));
+    let execs = summary.provider("execs").expect("the program's provider");
+    assert!(
+        summary.event_names(execs).contains(&"after-failed-exec"),
+        "tracing went on after the failed exec: {err}"
+    );
+    assert!(
+        err.contains(
+            "exec'd into \"sleep\" (provider 2) without flushing; its buffer was salvaged"
+        ),
+        "{err}"
+    );
+    assert!(lost_column(&err).iter().all(|l| l == "no"), "{err}");
+}
+
+#[test]
+fn lbr_unavailability_is_said_once_on_the_terminal() {
+    if !perf_allowed("lbr_unavailability_is_said_once_on_the_terminal") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let cmd = ["/bin/sh", "-c", "/bin/sleep 0.1; /bin/sleep 0.1"];
+    let (out, _) = record_preload(dir.path(), &[], &cmd, &[]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    // The shell ends with `_exit` (no atexit handlers): flushed all the same.
+    assert!(!err.contains("LOST") && !err.contains("lost:"), "{err}");
+    let said = err
+        .matches("LBR unavailable for the preloaded programs: ")
+        .count();
+    match fxtrace::capture::probe::lbr_unavailable(std::process::id()) {
+        // Three preloaded programs, one line.
+        Some(why) => {
+            assert_eq!(said, 1, "{err}");
+            // The same reason (the pid in it aside).
+            let tail = why.rsplit("; ").next().unwrap();
+            assert!(err.contains(tail), "{tail:?} in {err}");
+        }
+        None => assert_eq!(said, 0, "this machine samples LBR: {err}"),
+    }
+    // Told not to sample it: nothing to say.
+    let (out, _) = record_preload(dir.path(), &[], &cmd, &[("FXTRACE_PRELOAD_LBR", "0")]);
+    assert!(
+        !text(&out.stderr).contains("LBR unavailable"),
+        "{}",
+        text(&out.stderr)
+    );
+}
