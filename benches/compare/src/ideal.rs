@@ -62,3 +62,21 @@ impl IdealRing {
         self.cursor.0.load(Ordering::Relaxed)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_ring_wraps_and_counts_every_word() {
+        let ring = IdealRing::new(4096);
+        assert_eq!(ring.words.len(), PAGE_WORDS);
+        for i in 0..1000 {
+            ring.write(0xabc, i);
+        }
+        assert_eq!(ring.written_words(), 3000);
+        // Event 999 began at word 2997, wrapped to 2997 & 511 = 437: header, time, argument.
+        let word = |i: usize| ring.words[i].load(Ordering::Relaxed);
+        assert_eq!((word(437), word(439)), (0xabc, 999));
+    }
+}

@@ -317,3 +317,45 @@ pub(crate) fn scaling<R>(settings: &Settings, op: impl Fn() -> R + Sync) -> Resu
         result
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn median_of_odd_and_even_counts() {
+        assert_eq!(median(&mut [3.0, 1.0, 2.0]), 2.0);
+        assert_eq!(median(&mut [4.0, 1.0, 3.0, 2.0]), 2.5);
+    }
+
+    #[test]
+    fn a_block_count_lasts_about_the_target() {
+        // 1000 calls took 1 ms: 20 ms needs 20 000.
+        assert_eq!(recalibrate(Duration::from_millis(20), 1e6, 1000), 20_000);
+        // Never fewer than 16 calls, whatever one call costs.
+        assert_eq!(recalibrate(Duration::from_millis(20), 1e12, 10), 16);
+    }
+
+    #[test]
+    fn a_ratio_is_measured_and_positive() {
+        let settings = Settings {
+            block: Duration::from_millis(2),
+            pairs: 3,
+            max_warmup: 10,
+        };
+        let ratio = ratio(&settings, 1, || {
+            black_box(rdtscp());
+            black_box(rdtscp())
+        })
+        .unwrap();
+        assert!(
+            ratio.ratio > 1.0,
+            "two rdtscp cost more than one: {ratio:?}"
+        );
+        assert!(
+            ratio.rdtscp_ns > 0.0 && ratio.ns > ratio.rdtscp_ns,
+            "{ratio:?}"
+        );
+        assert!((MIN_WARMUP_BLOCKS..=10).contains(&ratio.warmup_blocks));
+    }
+}
