@@ -26,6 +26,9 @@ pub mod tracing_layer;
 pub use instrument as __private;
 
 pub use engine::standalone;
+/// The buffering mode of a trace (oneshot, circular, streaming), as
+/// [`standalone::start`] takes it.
+pub use protocol::header::BufferingMode;
 /// Each call of the function becomes a duration event in the current trace:
 ///
 /// ```
