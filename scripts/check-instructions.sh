@@ -48,7 +48,9 @@ if ! command -v valgrind >/dev/null 2>&1; then
 fi
 
 # The bench binary, release profile (as `cargo bench` builds it).
+# (The build also lists the fxtrace binary: keep the bench target's artifact.)
 bench="$(cargo bench --bench engine --no-run --message-format=json 2>/dev/null |
+    grep '"kind":\["bench"\]' | grep '"name":"engine"' |
     sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)"
 if [ -z "$bench" ] || [ ! -x "$bench" ]; then
     echo "check-instructions: could not build the engine bench binary" >&2
