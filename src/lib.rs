@@ -26,9 +26,6 @@ pub mod tracing_layer;
 pub use instrument as __private;
 
 pub use engine::standalone;
-/// The buffering mode of a trace (oneshot, circular, streaming), as
-/// [`standalone::start`] takes it.
-pub use protocol::header::BufferingMode;
 /// Each call of the function becomes a duration event in the current trace:
 ///
 /// ```
@@ -42,6 +39,9 @@ pub use protocol::header::BufferingMode;
 /// ```
 #[doc(inline)]
 pub use fxtrace_macros::traced;
+/// The buffering mode of a trace (oneshot, circular, streaming), as
+/// [`standalone::start`] takes it.
+pub use protocol::header::BufferingMode;
 pub use provider::{alert, connect};
 pub use trace::{
     async_begin, async_end, async_instant, counter, duration, duration_begin, duration_end,
