@@ -37,6 +37,9 @@ pub use engine::standalone;
 /// ```
 #[doc(inline)]
 pub use fxtrace_macros::traced;
+/// The buffering mode of a trace (oneshot, circular, streaming), as
+/// [`standalone::start`] takes it.
+pub use protocol::header::BufferingMode;
 pub use provider::{alert, connect};
 pub use trace::{
     async_begin, async_end, async_instant, counter, duration, duration_begin, duration_end,

@@ -97,10 +97,12 @@ fn enabled_slow(name: &'static str, site: Option<&'static CallSite>) -> bool {
 }
 
 /// The enabled path shared by every event: find the context, check the category, enter a
-/// writer section, read the clock, write. Not generic, so that the whole path is compiled
-/// (and inlined) inside this crate; the call sites only hold the one-load check. Failures
-/// were counted by the engine.
-#[inline(never)]
+/// writer section, read the clock, write. Inlined into the (inlined) public functions only to
+/// pick one of two out-of-line bodies, a choice the compiler makes at compile time for a
+/// call site with constant arguments: a thread-scoped event of `'static` strings without a
+/// [`CallSite`] takes the memoised path ([`emit_memoised`], fewer arguments to pass and no
+/// dispatch), every other event the general one. Failures were counted by the engine.
+#[inline(always)]
 fn emit(
     category: &'static str,
     site: Option<&'static CallSite>,
@@ -109,18 +111,38 @@ fn emit(
     kind: EventKind,
     args: &[Arg<'_>],
 ) {
+    match (site, name, scope) {
+        (None, TraceStr::Static(name), Scope::Thread) => emit_memoised(category, name, kind, args),
+        _ => emit_general(category, site, name, scope, kind, args),
+    }
+}
+
+/// A thread-scoped event of `'static` strings: the thread's event memo, else the general
+/// path that fills it. Not generic, so that the whole path is compiled (and inlined) inside
+/// this crate.
+#[inline(never)]
+fn emit_memoised(category: &'static str, name: &'static str, kind: EventKind, args: &[Arg<'_>]) {
     with_current(|context| {
-        // A thread-scoped event of `'static` strings: the memoised path, else the general
-        // one that fills the memo.
-        if let (None, TraceStr::Static(name), Scope::Thread) = (site, name, scope) {
-            if context.event_memoised(category, name, kind, args) {
-                return;
-            }
-            if let Some((mut writer, category_ref, ticks)) = context.enter_for_category(category) {
-                let _ = writer.event_memoising(ticks, (category, category_ref), name, kind, args);
-            }
+        if context.event_memoised(category, name, kind, args) {
             return;
         }
+        if let Some((mut writer, category_ref, ticks)) = context.enter_for_category(category) {
+            let _ = writer.event_memoising(ticks, (category, category_ref), name, kind, args);
+        }
+    });
+}
+
+/// Any other event (a [`CallSite`], an inline name, another scope).
+#[inline(never)]
+fn emit_general(
+    category: &'static str,
+    site: Option<&'static CallSite>,
+    name: TraceStr<'_>,
+    scope: Scope,
+    kind: EventKind,
+    args: &[Arg<'_>],
+) {
+    with_current(|context| {
         let Some((mut writer, category, ticks)) = enter(context, category, site) else {
             return;
         };

@@ -179,6 +179,22 @@ pub(crate) fn punch_hole(fd: BorrowedFd<'_>, offset: u64, len: u64) -> Result<()
     Ok(())
 }
 
+/// `madvise(addr, len, MADV_POPULATE_WRITE)` (Linux 5.14): fault the range in writable
+/// without changing its contents. `EINVAL` means the kernel does not know the advice.
+///
+/// # Safety
+///
+/// `addr..addr + len` must be a page-aligned range of a live shared mapping.
+pub(crate) unsafe fn populate_write(addr: *mut u8, len: usize) -> Result<(), SysError> {
+    /// `MADV_POPULATE_WRITE` from `<linux/mman.h>` (not in every libc crate version).
+    const MADV_POPULATE_WRITE: libc::c_int = 23;
+    // SAFETY: the caller guarantees a live mapping; the advice does not change contents.
+    check("madvise(MADV_POPULATE_WRITE)", unsafe {
+        libc::madvise(addr.cast(), len, MADV_POPULATE_WRITE)
+    })?;
+    Ok(())
+}
+
 /// `madvise(addr, len, MADV_REMOVE)` on a shared memfd mapping: as [`punch_hole`] for that
 /// range of the file, without needing its descriptor.
 ///

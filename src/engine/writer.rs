@@ -274,8 +274,9 @@ impl<'c> Writer<'c> {
     }
 
     /// Reserve a rolling record of `words` words (header included, 1..=4095). `None` means the
-    /// record is dropped (and counted).
-    #[inline]
+    /// record is dropped (and counted). Always inlined: the fast case is a few instructions
+    /// (the slow one is out of line).
+    #[inline(always)]
     pub fn reserve(&mut self, words: usize) -> Option<Slot<'_>> {
         let chunk = self.thread.chunk.get();
         if chunk.gate == self.gate
@@ -294,7 +295,7 @@ impl<'c> Writer<'c> {
     ///
     /// `chunk` is this thread's current chunk, of this section's context, with at least
     /// `words` words of room.
-    #[inline]
+    #[inline(always)]
     unsafe fn slot_in_chunk(&mut self, chunk: Chunk, words: usize) -> Slot<'_> {
         // SAFETY: room for `words` words, per the caller.
         let next = unsafe { chunk.pos.add(words) };

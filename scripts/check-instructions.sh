@@ -1,0 +1,103 @@
+#!/usr/bin/env bash
+# Instruction-count check of the engine's record path (issue 11): counts the instructions of
+# one call with valgrind's callgrind, which does not depend on the machine's load, and fails
+# when a candidate exceeds its budget.
+#
+# Usage: scripts/check-instructions.sh [--print]
+#   --print   print the counts and exit 0 (no budget check)
+#
+# Method: the engine bench binary's FXTRACE_BENCH_CALLS mode (benches/engine.rs) runs one
+# candidate N times under a standalone circular session and exits. Two runs, N = 200000 and
+# N = 100000; (total2 - total1) / 100000 is the cost of one call, set-up and read-out
+# cancelling out. The loop and the candidate dispatch are included (`rdtscp`, 1 instruction
+# itself, shows them): the budget of a candidate is compared after subtracting the loop, i.e.
+# count(candidate) - (count(rdtscp) - 1).
+#
+# Needs valgrind: installed with apt-get when missing and running as root; otherwise the
+# script prints one line saying why and exits 0 (skip).
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+# Budgets: instructions per call, loop excluded, with a margin over the measured figure
+# (BENCHMARKS.md, "Engine"; 2026-11-23: instant_0args 255, duration_complete 381). Issue 11's
+# target for instant_0args is 60: lower the budgets as the path gets there; a change that
+# raises a count above its budget must say why in BENCHMARKS.md.
+declare -A BUDGET=(
+    [instant_0args]="${FXTRACE_BUDGET_INSTANT_0ARGS:-280}"
+    [duration_complete]="${FXTRACE_BUDGET_DURATION:-410}"
+)
+CANDIDATES=(rdtscp instant_0args duration_complete)
+
+print_only=0
+if [ "${1:-}" = "--print" ]; then
+    print_only=1
+fi
+
+if ! command -v valgrind >/dev/null 2>&1; then
+    if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+        started=$SECONDS
+        if apt-get update -qq >/dev/null 2>&1 &&
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null 2>&1; then
+            echo "installed valgrind in $((SECONDS - started)) s"
+        fi
+    fi
+    if ! command -v valgrind >/dev/null 2>&1; then
+        echo "check-instructions: skipped (valgrind missing and cannot be installed: not root or no apt-get)"
+        exit 0
+    fi
+fi
+
+# The bench binary, release profile (as `cargo bench` builds it).
+# (The build also lists the fxtrace binary: keep the bench target's artifact.)
+bench="$(cargo bench -p fxtrace-benches --no-default-features --bench engine --no-run --message-format=json 2>/dev/null |
+    grep '"kind":\["bench"\]' | grep '"name":"engine"' |
+    sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)"
+if [ -z "$bench" ] || [ ! -x "$bench" ]; then
+    echo "check-instructions: could not build the engine bench binary" >&2
+    exit 1
+fi
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+
+# Total instructions of one run of `candidate` with `calls` calls.
+total() {
+    local candidate="$1" calls="$2" out="$work/cg.$1.$2"
+    # A session may fork a helper process: one output per process (%p); the calling
+    # process's is the largest.
+    FXTRACE_BENCH_CALLS="$calls" FXTRACE_BENCH_CANDIDATE="$candidate" \
+        valgrind --tool=callgrind --callgrind-out-file="$out.%p" "$bench" >"$work/log" 2>&1 || {
+        echo "check-instructions: $candidate under callgrind failed:" >&2
+        tail -n 5 "$work/log" >&2
+        exit 1
+    }
+    sed -n 's/^summary: *\([0-9]*\).*/\1/p' "$out".* | sort -n | tail -n 1
+}
+
+declare -A PER_CALL
+for candidate in "${CANDIDATES[@]}"; do
+    small="$(total "$candidate" 100000)"
+    large="$(total "$candidate" 200000)"
+    PER_CALL[$candidate]=$(((large - small + 50000) / 100000))
+done
+
+loop=$((PER_CALL[rdtscp] - 1))
+status=0
+for candidate in "${CANDIDATES[@]}"; do
+    count=${PER_CALL[$candidate]}
+    if [ "$candidate" = rdtscp ]; then
+        echo "rdtscp: $count instructions per call (loop and dispatch: $loop)"
+        continue
+    fi
+    net=$((count - loop))
+    budget="${BUDGET[$candidate]}"
+    if [ "$print_only" -eq 1 ]; then
+        echo "$candidate: $net instructions per call, loop excluded (budget $budget)"
+    elif [ "$net" -gt "$budget" ]; then
+        echo "FAIL $candidate: $net instructions per call, loop excluded; budget $budget" >&2
+        status=1
+    else
+        echo "ok $candidate: $net instructions per call, loop excluded (budget $budget)"
+    fi
+done
+exit "$status"
