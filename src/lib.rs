@@ -15,6 +15,7 @@ pub mod format;
 #[doc(hidden)]
 pub mod instrument;
 pub mod manager;
+pub mod output_file;
 pub mod protocol;
 pub mod provider;
 pub mod report;
