@@ -58,7 +58,9 @@ impl OutputFile {
             tmp_name.push(name);
             tmp_name.push(format!(".{}-{n}.tmp", std::process::id()));
             let tmp = dir.join(tmp_name);
+            // Readable too: a recorder cuts a torn last record off after a full disk.
             let opened = std::fs::OpenOptions::new()
+                .read(true)
                 .write(true)
                 .create_new(true)
                 .mode(0o644)

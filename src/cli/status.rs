@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use clap::Args;
 
+use fxtrace::manager::lifecycle::remove_stale_session_dirs;
 use fxtrace::manager::recorder::{runtime_dir, SESSION_DIR_PREFIX};
 use fxtrace::protocol::control::Message;
 use fxtrace::protocol::transport::{default_socket_path, ControlConn, SOCKET_FILE_NAME};
@@ -37,6 +38,8 @@ fn candidates(args: &StatusArgs) -> Vec<PathBuf> {
         return vec![p.clone()];
     }
     let mut out = vec![default_socket_path()];
+    // Directories of recorders killed by SIGKILL are not sessions: remove them first.
+    remove_stale_session_dirs(&runtime_dir());
     if let Ok(entries) = std::fs::read_dir(runtime_dir()) {
         let mut sessions: Vec<PathBuf> = entries
             .filter_map(Result::ok)

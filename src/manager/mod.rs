@@ -17,6 +17,7 @@
 pub mod archive;
 mod conn;
 pub mod drain;
+pub mod lifecycle;
 pub mod recorder;
 pub mod report;
 pub mod server;
@@ -25,8 +26,8 @@ pub mod session;
 pub use archive::{Archive, ArchiveError};
 pub use drain::{Drain, DrainError, DrainStats};
 pub use recorder::{
-    ExternalSource, RecordConfig, RecordError, RecordReport, Recorder, SectionError, SectionSink,
-    StopHandle, StopReason,
+    ExternalSource, OutputFailure, RecordConfig, RecordError, RecordReport, Recorder, SectionError,
+    SectionSink, StopHandle, StopReason,
 };
 pub use report::{ProviderReport, RefusedPeer, SectionReport, SummaryTable};
 pub use server::{Manager, ManagerConfig, ManagerError, ManagerEvent, PollOutcome, Waker};
