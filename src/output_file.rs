@@ -112,7 +112,7 @@ impl OutputFile {
         match std::fs::symlink_metadata(&self.path) {
             Ok(meta) if meta.is_dir() => {
                 return Err(io::Error::new(
-                    io::ErrorKind::IsADirectory,
+                    io::ErrorKind::InvalidInput,
                     format!("{} is a directory", self.path.display()),
                 ))
             }
@@ -177,7 +177,7 @@ mod tests {
         let d = dir();
         let path = d.join("out.json");
         {
-            let mut out = OutputFile::create(&path).unwrap();
+            let out = OutputFile::create(&path).unwrap();
             out.file().write_all(b"partial").unwrap();
         }
         assert_eq!(std::fs::read_dir(&d).unwrap().count(), 0);

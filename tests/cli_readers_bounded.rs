@@ -31,6 +31,8 @@ struct Run {
 }
 
 /// Runs `fxtrace ARGS`, killing it after `limit`; `None` when it had to be killed.
+// The child is reaped by `wait4` (for its rusage), which clippy does not see.
+#[allow(clippy::zombie_processes)]
 fn run_limited(args: &[&str], limit: Duration) -> Option<Run> {
     let err_path = temp_dir("stderr").join(format!("{}.err", args.join("_").replace('/', "_")));
     let child = Command::new(FXTRACE)

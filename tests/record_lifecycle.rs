@@ -210,7 +210,7 @@ fn a_killed_recorder_leaves_whole_records_only() {
     let mut rec = KillOnDrop(rec);
     // Let it save a few buffers, then kill it mid-stream.
     assert!(wait_until(Duration::from_secs(60), || {
-        std::fs::metadata(&out).map_or(false, |m| m.len() > 600_000)
+        std::fs::metadata(&out).is_ok_and(|m| m.len() > 600_000)
     }));
     std::thread::sleep(Duration::from_millis(150));
     rec.0.kill().unwrap();

@@ -768,16 +768,20 @@ impl Recorder {
         };
         log(&format!("stopping: {stop_reason}"));
         let elapsed = self.started.elapsed();
-        // A stop signal goes to the command's whole process group, as a shell passes Ctrl-C
-        // to a job; so does a Ctrl-C for a failed output.
-        let forwarded = match stop_reason {
-            StopReason::Signal(n) => Signal::try_from(n).ok(),
-            StopReason::OutputFailed => Some(Signal::SIGINT),
-            _ => None,
+        // A failed output stops the command as Ctrl-C would: SIGINT to its process group.
+        // (A stop signal sent to the recorder alone is not passed on: the command's providers
+        // see the session stop and the command may finish on its own; a terminal's Ctrl-C
+        // reaches the command's group directly.)
+        let interrupted = match stop_reason {
+            StopReason::Signal(_) => true,
+            StopReason::OutputFailed => {
+                if let (Some(pgid), None) = (command_pid, command_status) {
+                    lifecycle::signal_group(pgid, Signal::SIGINT);
+                }
+                true
+            }
+            _ => false,
         };
-        if let (Some(pgid), Some(sig), None) = (command_pid, forwarded, command_status) {
-            lifecycle::signal_group(pgid, sig);
-        }
 
         if output_failure.is_none() {
             self.stop_session(&mut log)?;
@@ -791,10 +795,10 @@ impl Recorder {
             self.drain_sections()?;
         }
 
-        // The trace ended first: the command goes too. After a stop signal (passed on to it)
-        // it gets a moment to exit on its own.
+        // The trace ended first: the command goes too (SIGTERM to its group, then SIGKILL).
+        // After a stop signal it gets a moment to exit on its own.
         if let (Some(c), None) = (child.as_mut(), command_status) {
-            if forwarded.is_some() {
+            if interrupted {
                 command_status = wait_child(c, pidfd.as_ref(), self.config.exit_grace);
             }
             if command_status.is_none() {
