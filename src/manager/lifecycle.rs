@@ -6,6 +6,7 @@
 //! Rules: everything run between `fork` and `exec` (in [`prepare_command`]'s `pre_exec`) is
 //! async-signal-safe (`prctl`, `getppid`, `signal`, `tcsetpgrp`, `getpid`, `raise`).
 
+use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
@@ -96,7 +97,9 @@ pub fn signal_group(pgid: u32, signal: Signal) -> bool {
 /// (and reaped) on drop.
 #[derive(Debug)]
 pub struct GroupGuard {
-    /// Write end of the pipe the watchdog waits on (close-on-exec, so no command holds it).
+    /// The recorder's end of the socket pair the watchdog waits on (close-on-exec, so no
+    /// command holds it; a socket, so that disarming a watchdog that was killed raises no
+    /// SIGPIPE).
     arm: Option<std::os::fd::OwnedFd>,
     pid: libc::pid_t,
 }
@@ -104,12 +107,20 @@ pub struct GroupGuard {
 impl GroupGuard {
     /// Forks the watchdog for process group `pgid`.
     pub fn new(pgid: u32) -> std::io::Result<Self> {
-        use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+        use std::os::fd::{FromRawFd, OwnedFd};
         let pgid = libc::pid_t::try_from(pgid)
             .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
         let mut fds = [0; 2];
-        // SAFETY: pipe2 writes two new descriptors into the array.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        // SAFETY: socketpair writes two new descriptors into the array.
+        if unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+                0,
+                fds.as_mut_ptr(),
+            )
+        } != 0
+        {
             return Err(std::io::Error::last_os_error());
         }
         // SAFETY: both descriptors are new and owned here only.
@@ -128,7 +139,7 @@ impl GroupGuard {
             return Err(std::io::Error::last_os_error());
         }
         if pid == 0 {
-            // SAFETY: see above; every descriptor but the pipe's read end is closed first, so
+            // SAFETY: see above; every descriptor but the watchdog's end is closed first, so
             // the watchdog holds no socket or file of the recorder's.
             unsafe {
                 if r > 3 {
@@ -164,7 +175,11 @@ impl GroupGuard {
 impl Drop for GroupGuard {
     fn drop(&mut self) {
         if let Some(arm) = self.arm.take() {
-            let _ = nix::unistd::write(&arm, b"d");
+            let _ = nix::sys::socket::send(
+                arm.as_raw_fd(),
+                b"d",
+                nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
+            );
         }
         let mut status = 0;
         // SAFETY: waits for our own child; the status is written to a live local.
