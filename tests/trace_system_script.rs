@@ -194,6 +194,16 @@ fn sigterm_stops_the_recording_at_once_and_restores_the_machine() {
         took < std::time::Duration::from_secs(4),
         "stopping took {took:?}"
     );
+    // The recorder is gone with the script, not left recording in the background.
+    let needle = out_file.display().to_string();
+    let recorders: Vec<String> = std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| std::fs::read(e.path().join("cmdline")).ok())
+        .map(|c| String::from_utf8_lossy(&c).replace('\0', " "))
+        .filter(|c| c.contains(" record ") && c.contains(&needle))
+        .collect();
+    assert!(recorders.is_empty(), "still running: {recorders:?}");
     let bytes = std::fs::read(&out_file).unwrap();
     for d in Decoder::new(&bytes) {
         d.unwrap_or_else(|e| panic!("the trace decodes: {e}"));
