@@ -24,7 +24,16 @@ What it does, and undoes on exit (also on Ctrl-C or an error):
   * tracefs not mounted: mounts it at /sys/kernel/tracing (sched:sched_switch lives there),
     unmounts it afterwards
   * kernel.perf_event_mlock_kb below 2048: raises it so per-CPU rings fit, restores it after
-  * the output file is chowned to SUDO_USER, so you can open it without root
+  * the output file is given to SUDO_USER (fxtrace record --output-owner: fxtrace creates it
+    with O_EXCL|O_NOFOLLOW under a temporary name, changes its owner through its descriptor and
+    renames it into place; a symlink planted under the output's name is moved to FILE.old,
+    never followed), so you can open it without root; an existing output is kept as FILE.old
+  * Ctrl-C or SIGTERM stops the recording at once (the trace up to then is written)
+
+If the script itself is killed with SIGKILL nothing can be undone: kernel.perf_event_mlock_kb
+stays raised (set it back with `sysctl kernel.perf_event_mlock_kb=516`, the kernel default, or
+the value printed when it was raised), and a tracefs it mounted stays mounted; fxtrace, killed
+or not, stops its own command.
 
 Open the result with `fxtrace stats FILE`, `fxtrace dump FILE`, or in the Perfetto UI
 (https://ui.perfetto.dev, "Open trace file").
@@ -81,8 +90,20 @@ restore() {
     exit "$status"
 }
 trap restore EXIT
-trap 'exit 130' INT
-trap 'exit 143' TERM
+# fxtrace runs in the background so that these traps run at once (bash runs a trap only after
+# the foreground command ends): they stop the recorder the way Ctrl-C would, wait for it to
+# write the trace, then exit.
+recorder=""
+stop_recorder() {
+    local sig=$1 status=$2
+    if [ -n "$recorder" ]; then
+        kill "-$sig" "$recorder" 2>/dev/null || true
+        wait "$recorder" 2>/dev/null || true
+    fi
+    exit "$status"
+}
+trap 'stop_recorder INT 130' INT
+trap 'stop_recorder TERM 143' TERM
 
 if [ ! -e /sys/kernel/tracing/events ] && [ ! -e /sys/kernel/debug/tracing/events ]; then
     mount -t tracefs nodev /sys/kernel/tracing
@@ -97,17 +118,25 @@ if [ "$mlock_now" -lt 2048 ]; then
     echo "trace-system.sh: raised kernel.perf_event_mlock_kb from $mlock_now to 2048 (restored on exit)" >&2
 fi
 
-set +e
-if [ ${#cmd[@]} -gt 0 ]; then
-    "$fxtrace_bin" record --system-wide -o "$out" --duration "$duration" -- "${cmd[@]}"
-else
-    "$fxtrace_bin" record --system-wide -o "$out" --duration "$duration"
+# The trace goes to the sudo user: fxtrace changes the owner of the file it created itself
+# (by descriptor), so no path another user can swap is ever chowned.
+owner=()
+if [ -n "${SUDO_USER:-}" ] && [ "$SUDO_USER" != root ]; then
+    uid="${SUDO_UID:-$(id -u "$SUDO_USER")}"
+    gid="${SUDO_GID:-$(id -g "$SUDO_USER")}"
+    owner=(--output-owner "$uid:$gid")
 fi
+
+set +e
+"$fxtrace_bin" record --system-wide -o "$out" --duration "$duration" ${owner[@]+"${owner[@]}"} \
+    ${cmd[@]+-- "${cmd[@]}"} &
+recorder=$!
+wait "$recorder"
 rc=$?
+recorder=""
 set -e
 
-if [ -f "$out" ] && [ -n "${SUDO_USER:-}" ] && [ "$SUDO_USER" != root ]; then
-    chown "$SUDO_USER": "$out"
-    echo "trace-system.sh: $out now belongs to $SUDO_USER" >&2
+if [ ${#owner[@]} -gt 0 ] && [ "$rc" = 0 ]; then
+    echo "trace-system.sh: $out belongs to $SUDO_USER" >&2
 fi
 exit "$rc"

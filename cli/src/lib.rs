@@ -7,4 +7,5 @@
 pub mod check;
 pub mod convert;
 pub mod manager;
+pub mod output_file;
 pub mod report;

@@ -2,6 +2,8 @@
 
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Write};
+
+use fxtrace_tools::output_file::OutputFile;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
@@ -53,22 +55,42 @@ pub(crate) fn input_name(path: &Path) -> String {
     }
 }
 
-fn open_output(path: &Path) -> Result<Box<dyn Write>, CliError> {
-    if path.as_os_str() == "-" {
-        return Ok(Box::new(BufWriter::new(io::stdout().lock())));
-    }
-    let file = File::create(path).map_err(CliError::Output)?;
-    Ok(Box::new(BufWriter::with_capacity(1 << 16, file)))
-}
-
 /// Converts; prints every repair and drop on standard error. A damaged input still yields
-/// complete JSON of its well-formed part, and a failure status.
+/// complete JSON of its well-formed part, and a failure status; an input that is not FXT
+/// leaves no output file. The output is written under a temporary name and renamed into
+/// place at the end; a previous one is kept as `OUT.old`.
 pub(crate) fn run(args: &ConvertArgs) -> Result<ExitCode, CliError> {
     let Format::ChromeJson = args.to;
     let input = open_input(&args.input)?;
-    let output = open_output(&args.output)?;
-    let done = chrome::convert(input, output)
-        .map_err(|chrome::ChromeError::Write(e)| CliError::Output(e))?;
+    let output_error = |e: io::Error| {
+        CliError::Output(io::Error::new(
+            e.kind(),
+            format!("{}: {e}", args.output.display()),
+        ))
+    };
+    let mut file = if args.output.as_os_str() == "-" {
+        None
+    } else {
+        Some(OutputFile::create(&args.output).map_err(output_error)?)
+    };
+    let output: Box<dyn Write + '_> = match &file {
+        Some(f) => Box::new(BufWriter::with_capacity(1 << 16, f.file())),
+        None => Box::new(BufWriter::new(io::stdout().lock())),
+    };
+    let done =
+        chrome::convert(input, output).map_err(|chrome::ChromeError::Write(e)| output_error(e))?;
+    if done.bytes_decoded == 0 {
+        if let Some(e) = done.decode_error {
+            // Not FXT at all: nothing worth keeping (the temporary file goes with `file`).
+            return Err(CliError::Decode {
+                path: input_name(&args.input),
+                source: e,
+            });
+        }
+    }
+    if let Some(f) = file.as_mut() {
+        f.commit().map_err(output_error)?;
+    }
     for line in done.stats.warnings() {
         eprintln!("fxtrace convert: {line}");
     }

@@ -1,16 +1,21 @@
 //! `fxtrace import-xray`: an LLVM XRay log (basic or FDR mode) to an FXT trace.
 
 use std::fs::File;
-use std::io::{self, BufWriter, Write};
+use std::io::{self, BufWriter, Read, Write};
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::Args;
 
+use fxtrace_tools::output_file::OutputFile;
+
 use fxtrace_tools::convert::xray::{
-    read_log, write_fxt, ImportError, ImportOptions, InstrMap, InstrMapError, XrayError,
-    FALLBACK_TICKS_PER_SECOND,
+    read_log, write_fxt, FileHeader, ImportError, ImportOptions, InstrMap, InstrMapError,
+    XrayError, FALLBACK_TICKS_PER_SECOND,
 };
+
+/// Bytes of an XRay log's file header.
+const XRAY_HEADER_LEN: usize = 32;
 
 /// Arguments of `fxtrace import-xray`.
 #[derive(Debug, Args)]
@@ -73,9 +78,16 @@ pub(crate) enum ImportXrayError {
 /// then reported as [`ImportXrayError::Partial`].
 pub(crate) fn run(args: &ImportXrayArgs) -> Result<ExitCode, super::CliError> {
     let log_path = args.log.display().to_string();
-    let data = std::fs::read(&args.log).map_err(|source| super::CliError::Read {
-        path: log_path.clone(),
-        source,
+    let data = read_checked_log(&args.log).map_err(|e| match e {
+        LogRead::Io(source) => super::CliError::Read {
+            path: log_path.clone(),
+            source,
+        },
+        LogRead::Header(source) => ImportXrayError::Header {
+            path: log_path.clone(),
+            source,
+        }
+        .into(),
     })?;
     let log = read_log(&data).map_err(|source| ImportXrayError::Header {
         path: log_path.clone(),
@@ -107,13 +119,16 @@ pub(crate) fn run(args: &ImportXrayArgs) -> Result<ExitCode, super::CliError> {
         path: output.clone(),
         source,
     };
+    // A file output is written under a temporary name, renamed into place when complete
+    // (a previous one kept as `OUT.old`), removed on failure.
     let stats = if to_stdout {
-        write_fxt(&log, &options, io::stdout().lock())
+        write_fxt(&log, &options, io::stdout().lock()).map_err(write_error)?
     } else {
-        let file = File::create(&args.output).map_err(|e| write_error(e.into()))?;
-        write_fxt(&log, &options, BufWriter::new(file))
-    }
-    .map_err(write_error)?;
+        let mut file = OutputFile::create(&args.output).map_err(|e| write_error(e.into()))?;
+        let stats = write_fxt(&log, &options, BufWriter::new(file.file())).map_err(write_error)?;
+        file.commit().map_err(|e| write_error(e.into()))?;
+        stats
+    };
 
     if stats.ticks_per_second_defaulted {
         eprintln!(
@@ -139,6 +154,28 @@ pub(crate) fn run(args: &ImportXrayArgs) -> Result<ExitCode, super::CliError> {
         .into()),
         None => Ok(ExitCode::SUCCESS),
     }
+}
+
+/// Why [`read_checked_log`] failed.
+enum LogRead {
+    Io(io::Error),
+    Header(XrayError),
+}
+
+/// Reads an XRay log: its 32-byte file header first, refused at once when it is not XRay's
+/// (so `/dev/zero` or a large unrelated file costs one read), then the rest, as a stream
+/// (a FIFO or device is never sized by its metadata).
+fn read_checked_log(path: &Path) -> Result<Vec<u8>, LogRead> {
+    let mut file = File::open(path).map_err(LogRead::Io)?;
+    let mut data = Vec::with_capacity(XRAY_HEADER_LEN);
+    (&mut file)
+        .take(XRAY_HEADER_LEN as u64)
+        .read_to_end(&mut data)
+        .map_err(LogRead::Io)?;
+    FileHeader::parse(&data).map_err(LogRead::Header)?;
+    // The rest follows the header in the same stream.
+    file.read_to_end(&mut data).map_err(LogRead::Io)?;
+    Ok(data)
 }
 
 /// The file name part of `path` (the whole path if it has none).

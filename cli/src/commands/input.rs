@@ -4,14 +4,14 @@
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-use fxtrace::format::{DecodeError, Decoded, Decoder, SkipCounts, StreamDecoder};
+use fxtrace::format::{DecodeError, Decoded, SkipCounts, StreamDecoder};
 
 use super::CliError;
 
 /// Where a trace comes from.
 #[derive(Debug, Clone)]
 pub(crate) enum Source {
-    /// A file, read whole and decoded without copying.
+    /// A file (or FIFO, or device), read as a stream.
     File(PathBuf),
     /// Standard input, decoded as a stream.
     Stdin,
@@ -39,7 +39,7 @@ impl Source {
 /// How decoding a whole input went.
 #[derive(Debug)]
 pub(crate) struct Outcome {
-    /// Bytes read from the input.
+    /// Bytes in the input: a regular file's size, else the bytes read.
     pub(crate) bytes_read: u64,
     /// Bytes consumed by well-formed records.
     pub(crate) bytes_decoded: u64,
@@ -63,42 +63,44 @@ impl<R: Read> Read for Counting<R> {
     }
 }
 
-/// Decodes `source`, calling `each` for every record; stops at the first decode error
-/// (returned in the outcome) or output error (returned as `CliError::Output`).
+/// Decodes `source` as a stream (a file, FIFO or device through a 64 KiB buffer, or standard
+/// input), calling `each` for every record; stops at the first decode error (returned in the
+/// outcome) or output error (returned as `CliError::Output`). Memory stays bounded by the
+/// largest record and the decoder's tables, whatever the input's size; an input that is not
+/// FXT is refused after its first word.
 pub(crate) fn decode_each(
     source: &Source,
     mut each: impl FnMut(&Decoded<'_>) -> io::Result<()>,
 ) -> Result<Outcome, CliError> {
-    match source {
+    // The size of a regular file, for the byte count after a damaged record; a FIFO or a
+    // device is counted as read, never sized.
+    let mut file_size = None;
+    let reader: Box<dyn Read> = match source {
         Source::File(path) => {
-            let bytes = std::fs::read(path).map_err(|e| CliError::Read {
+            let file = std::fs::File::open(path).map_err(|e| CliError::Read {
                 path: path.display().to_string(),
                 source: e,
             })?;
-            let mut decoder = Decoder::new(&bytes);
-            let error = drive(&mut decoder, &mut each)?;
-            Ok(Outcome {
-                bytes_read: bytes.len() as u64,
-                bytes_decoded: decoder.offset(),
-                skipped: decoder.skipped(),
-                error,
-            })
+            file_size = file
+                .metadata()
+                .ok()
+                .filter(|m| m.file_type().is_file())
+                .map(|m| m.len());
+            Box::new(io::BufReader::with_capacity(1 << 16, file))
         }
-        Source::Stdin => {
-            let stdin = io::stdin().lock();
-            let mut decoder = StreamDecoder::new(Counting {
-                inner: stdin,
-                count: 0,
-            });
-            let error = drive(&mut decoder, &mut each)?;
-            Ok(Outcome {
-                bytes_read: decoder.get_ref().count,
-                bytes_decoded: decoder.offset(),
-                skipped: decoder.skipped(),
-                error,
-            })
-        }
-    }
+        Source::Stdin => Box::new(io::stdin().lock()),
+    };
+    let mut decoder = StreamDecoder::new(Counting {
+        inner: reader,
+        count: 0,
+    });
+    let error = drive(&mut decoder, &mut each)?;
+    Ok(Outcome {
+        bytes_read: decoder.get_ref().count.max(file_size.unwrap_or(0)),
+        bytes_decoded: decoder.offset(),
+        skipped: decoder.skipped(),
+        error,
+    })
 }
 
 fn drive<'a, I>(

@@ -103,6 +103,9 @@ pub(crate) enum CliError {
 
 /// Runs the chosen subcommand.
 pub(crate) fn run(cli: Cli) -> Result<ExitCode, CliError> {
+    if !matches!(cli.command, Command::Record(_)) {
+        die_on_closed_pipe();
+    }
     match cli.command {
         Command::Dump(args) => dump::run(&args),
         Command::Stats(args) => stats::run(&args),
@@ -112,5 +115,18 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Record(args) => Ok(record::run(args)?),
         Command::Status(args) => Ok(status::run(&args)?),
         Command::Check(args) => check::run(&args),
+    }
+}
+
+/// A reader whose standard output or error is a closed pipe (`fxtrace dump t.fxt | head`)
+/// ends as `cat` does: killed by SIGPIPE, silently, instead of panicking in `println!`/
+/// `eprintln!` (Rust ignores SIGPIPE by default, turning it into an `EPIPE` error). Not for
+/// `record`, which must stop its command and write its archive whatever happens to its
+/// terminal.
+fn die_on_closed_pipe() {
+    // SAFETY: setting SIGPIPE's disposition to the default is a plain sigaction call, done
+    // before any thread is started; no handler runs.
+    unsafe {
+        libc::signal(libc::SIGPIPE, libc::SIG_DFL);
     }
 }

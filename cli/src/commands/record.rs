@@ -26,9 +26,13 @@ use super::record_notes;
 /// Arguments of `fxtrace record`.
 #[derive(Debug, Args)]
 pub(crate) struct RecordArgs {
-    /// The trace file to write.
+    /// The trace file to write (created afresh; an existing one is kept as FILE.old).
     #[arg(long, short = 'o', value_name = "FILE", default_value = "trace.fxt")]
     output: PathBuf,
+    /// Give the trace file to this user and group (numeric `UID:GID`), through the file
+    /// fxtrace created, never a path: for root recording on behalf of a `sudo` user.
+    #[arg(long, value_name = "UID:GID", value_parser = parse_owner)]
+    output_owner: Option<(u32, u32)>,
     /// Enabled categories, comma-separated (`prefix*` matches a prefix; default: all).
     #[arg(long, short = 'c', value_name = "CAT,...", value_delimiter = ',')]
     categories: Vec<String>,
@@ -137,6 +141,18 @@ pub(crate) enum RecordCliError {
     /// The recording failed.
     #[error("fxtrace record: {0}")]
     Record(#[from] RecordError),
+}
+
+/// `UID:GID`, both numeric.
+fn parse_owner(s: &str) -> Result<(u32, u32), String> {
+    let (uid, gid) = s
+        .split_once(':')
+        .ok_or_else(|| format!("{s:?} is not UID:GID (e.g. 1000:1000)"))?;
+    let number = |n: &str| {
+        n.parse::<u32>()
+            .map_err(|_| format!("{n:?} in {s:?} is not a numeric id"))
+    };
+    Ok((number(uid)?, number(gid)?))
 }
 
 /// `64k`, `4M`, `1G`, or a bare number of MiB, as bytes.
@@ -251,6 +267,7 @@ impl RecordArgs {
                 socket_path: self.socket,
                 stop_timeout,
                 env,
+                output_owner: self.output_owner,
                 ..RecordConfig::default()
             },
             kernel,
@@ -396,6 +413,11 @@ pub(crate) fn run(args: RecordArgs) -> Result<ExitCode, RecordCliError> {
             }
             Err(e) => eprintln!("fxtrace: {e}"),
         }
+    }
+    // The output could not be written whole (a full disk): the summary above says what it
+    // holds; the error names the file and how many records it keeps.
+    if let Some(e) = report.output_error() {
+        return Err(e.into());
     }
     // The command's own failure is ours; a command that fxtrace itself ended (the duration
     // passed, an alert, Ctrl-C) does not make the recording a failure.

@@ -10,6 +10,7 @@ use clap::Args;
 
 use fxtrace::protocol::control::{Message, SessionFigures};
 use fxtrace::protocol::transport::{default_socket_path, ControlConn, SOCKET_FILE_NAME};
+use fxtrace_tools::manager::lifecycle::remove_stale_session_dirs;
 use fxtrace_tools::manager::recorder::{runtime_dir, SESSION_DIR_PREFIX};
 
 /// Arguments of `fxtrace status`.
@@ -38,6 +39,8 @@ fn candidates(args: &StatusArgs) -> Vec<PathBuf> {
         return vec![p.clone()];
     }
     let mut out = vec![default_socket_path()];
+    // Directories of recorders killed by SIGKILL are not sessions: remove them first.
+    remove_stale_session_dirs(&runtime_dir());
     if let Ok(entries) = std::fs::read_dir(runtime_dir()) {
         let mut sessions: Vec<PathBuf> = entries
             .filter_map(Result::ok)

@@ -189,6 +189,40 @@ impl<W: Write> Archive<W> {
     }
 }
 
+/// The part of an archive file made of complete records.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CompletePrefix {
+    /// Its length in bytes (the file's length after [`truncate_to_complete_records`]).
+    pub bytes: u64,
+    /// Its records (the magic number record included).
+    pub records: u64,
+}
+
+/// Cuts `file` after its last complete record and returns what it holds: after a failed write
+/// (`ENOSPC`) the file may end inside a record; cut there, it is a valid trace up to the last
+/// record that was written whole. Reads only record headers.
+pub fn truncate_to_complete_records(file: &std::fs::File) -> io::Result<CompletePrefix> {
+    use std::os::unix::fs::FileExt;
+    let len = file.metadata()?.len();
+    let mut at = 0u64;
+    let mut records = 0u64;
+    let mut word = [0u8; 8];
+    while at + 8 <= len {
+        file.read_exact_at(&mut word, at)?;
+        let header = u64::from_ne_bytes(word);
+        let size = format::record_words(header) as u64 * 8;
+        if header == 0 || size == 0 || at + size > len {
+            break;
+        }
+        at += size;
+        records += 1;
+    }
+    if at < len {
+        file.set_len(at)?;
+    }
+    Ok(CompletePrefix { bytes: at, records })
+}
+
 /// Category of the manager's marker events.
 pub const MARKER_CATEGORY: &str = format::MARKER_CATEGORY;
 /// Longest marker name written (longer ones are cut).

@@ -446,9 +446,10 @@ impl fmt::Display for KernelSummary {
         let stopped = match self.stopped_by {
             StopReason::CommandExited => "the command exited",
             StopReason::Duration => "the duration elapsed",
-            StopReason::Signal(_) | StopReason::Alert { .. } | StopReason::Requested => {
-                "interrupted"
-            }
+            StopReason::Signal(_)
+            | StopReason::Alert { .. }
+            | StopReason::Requested
+            | StopReason::OutputFailed => "interrupted",
         };
         write!(
             f,

@@ -18,6 +18,7 @@ pub mod archive;
 mod conn;
 pub mod drain;
 pub mod kernel;
+pub mod lifecycle;
 pub mod recorder;
 pub mod report;
 pub mod server;
@@ -26,8 +27,8 @@ pub mod session;
 pub use archive::{Archive, ArchiveError};
 pub use drain::{Drain, DrainError, DrainStats};
 pub use recorder::{
-    ExternalSource, RecordConfig, RecordError, RecordReport, Recorder, SectionError, SectionSink,
-    StopHandle, StopReason,
+    ExternalSource, OutputFailure, RecordConfig, RecordError, RecordReport, Recorder, SectionError,
+    SectionSink, StopHandle, StopReason,
 };
 pub use report::{ProviderReport, RefusedPeer, SectionReport, SummaryTable};
 pub use server::{Manager, ManagerConfig, ManagerError, ManagerEvent, PollOutcome, Waker};

@@ -26,8 +26,6 @@
 //! callback given to [`Recorder::run`] and the returned [`RecordReport`].
 
 use std::ffi::OsString;
-use std::fs::File;
-use std::io::BufWriter;
 use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
@@ -39,12 +37,16 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{self, SaFlags, SigAction, SigHandler, SigSet, Signal};
 
+use super::archive::{truncate_to_complete_records, ArchiveError};
+use super::lifecycle;
 use super::report::{ProviderReport, RefusedPeer, SectionReport, SummaryTable};
 use super::server::{Manager, ManagerConfig, ManagerError, ManagerEvent, Waker};
 use super::session::{SessionConfig, SessionState};
 use fxtrace::format::{self, EncodeError, Record};
 use fxtrace::protocol::control::{BufferingMode, SessionFigures};
 use fxtrace::protocol::transport::{ListenerOptions, SOCKET_ENV, SOCKET_FILE_NAME};
+
+use crate::output_file::OutputFile;
 
 /// Prefix of the private session directories (under the runtime directory).
 pub const SESSION_DIR_PREFIX: &str = "fxtrace-session-";
@@ -79,6 +81,9 @@ pub struct RecordConfig {
     /// Extra environment variables for the command (`fxtrace record --preload` sets
     /// `LD_PRELOAD`).
     pub env: Vec<(OsString, OsString)>,
+    /// Give the output to this user and group (`fchown` on the file the recorder created,
+    /// never a path): root recording for a `sudo` user.
+    pub output_owner: Option<(u32, u32)>,
 }
 
 impl Default for RecordConfig {
@@ -97,6 +102,7 @@ impl Default for RecordConfig {
             stop_timeout: Duration::from_secs(5),
             exit_grace: Duration::from_secs(1),
             env: Vec::new(),
+            output_owner: None,
         }
     }
 }
@@ -137,6 +143,22 @@ pub enum RecordError {
     /// Waiting for the command failed.
     #[error("waiting for the command: {0}")]
     Wait(std::io::Error),
+    /// Writing the output failed part-way (a full disk): the recording stopped, the command
+    /// was stopped as on Ctrl-C, and the file was cut after its last complete record.
+    #[error(
+        "{path}: {reason}; the recording stopped there: the file is a valid trace of its first \
+         {records} records ({bytes} bytes)"
+    )]
+    OutputFailed {
+        /// The output.
+        path: PathBuf,
+        /// What failed (the system's error).
+        reason: String,
+        /// Records in the file (the magic number record included).
+        records: u64,
+        /// Bytes in the file.
+        bytes: u64,
+    },
 }
 
 /// Why tracing stopped.
@@ -157,6 +179,8 @@ pub enum StopReason {
     },
     /// [`StopHandle::request_stop`] was called.
     Requested,
+    /// Writing the output failed (see [`RecordReport::output_failure`]).
+    OutputFailed,
 }
 
 impl std::fmt::Display for StopReason {
@@ -169,6 +193,7 @@ impl std::fmt::Display for StopReason {
                 write!(f, "provider {provider} raised alert {name:?}")
             }
             StopReason::Requested => f.write_str("stop requested"),
+            StopReason::OutputFailed => f.write_str("writing the output failed"),
         }
     }
 }
@@ -201,9 +226,33 @@ pub struct RecordReport {
     pub known_categories: Vec<String>,
     /// From start to the archive being complete.
     pub elapsed: Duration,
+    /// Writing the output failed part-way (the file holds a valid prefix of `output_bytes`).
+    pub output_failure: Option<OutputFailure>,
+}
+
+/// How writing the output failed part-way.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OutputFailure {
+    /// The system's error.
+    pub reason: String,
+    /// Records in the file after it was cut after its last complete record.
+    pub records: u64,
 }
 
 impl RecordReport {
+    /// The output's failure as an error, to report after the summary (the exit status is a
+    /// failure then).
+    pub fn output_error(&self) -> Option<RecordError> {
+        self.output_failure
+            .as_ref()
+            .map(|f| RecordError::OutputFailed {
+                path: self.output.clone(),
+                reason: f.reason.clone(),
+                records: f.records,
+                bytes: self.output_bytes,
+            })
+    }
+
     /// The end-of-trace table.
     pub fn summary(&self) -> SummaryTable<'_> {
         SummaryTable {
@@ -359,6 +408,10 @@ pub struct Recorder {
     sections: Vec<SectionIn>,
     externals: Vec<Box<dyn ExternalSource>>,
     progress: Option<Progress>,
+    /// The output, under its name since the start (as `perf record`'s).
+    output: OutputFile,
+    /// The command was given the terminal (see [`lifecycle::prepare_command`]).
+    gave_terminal: bool,
 }
 
 /// A callback that receives the session's figures about every `interval` while tracing.
@@ -511,11 +564,18 @@ impl Recorder {
         self.externals.push(source);
     }
 
-    /// Give up before [`Self::run`]: close everything and remove the output file.
+    /// Give up before [`Self::run`]: close everything, remove the output file and put a
+    /// previous output kept as `FILE.old` back.
     pub fn discard(self) {
-        let output = self.config.output.clone();
-        drop(self);
-        let _ = std::fs::remove_file(output);
+        let Recorder {
+            manager,
+            socket_dir,
+            output,
+            ..
+        } = self;
+        drop(manager);
+        drop(socket_dir);
+        let _ = output.discard();
     }
 
     /// Copy every batch the sections have sent into the archive.
@@ -544,11 +604,27 @@ impl Recorder {
                 (dir.join(SOCKET_FILE_NAME), Some(SocketDir(dir)))
             }
         };
-        let file = File::create(&config.output).map_err(|source| RecordError::Output {
+        // What recorders killed by SIGKILL left behind.
+        for base in [runtime_dir(), PathBuf::from("/tmp")] {
+            lifecycle::remove_stale_session_dirs(&base);
+        }
+        let output_error = |source| RecordError::Output {
             path: config.output.clone(),
             source,
-        })?;
-        let output = BufWriter::with_capacity(1 << 20, file);
+        };
+        // A fresh file (O_EXCL|O_NOFOLLOW under a temporary name), owned as asked through its
+        // descriptor, then renamed to its name at once (a previous output kept as FILE.old):
+        // the trace is under its name while it is recorded, as `perf record`'s, so a killed
+        // recorder leaves what it wrote there.
+        let mut out_file = OutputFile::create(&config.output).map_err(output_error)?;
+        if let Some((uid, gid)) = config.output_owner {
+            out_file.chown(uid, gid).map_err(output_error)?;
+        }
+        out_file.commit().map_err(output_error)?;
+        // No user-space buffer: every record run the archive is given (a provider's whole
+        // buffer read-out, a 64 KiB section batch, a metadata record) goes to the kernel at
+        // once, so a recorder killed by SIGKILL loses only what it had not yet read.
+        let output = out_file.file().try_clone().map_err(output_error)?;
         let manager_config = ManagerConfig {
             listener: config.listener,
             session: SessionConfig {
@@ -577,6 +653,8 @@ impl Recorder {
             sections: Vec::new(),
             externals: Vec::new(),
             progress: None,
+            output: out_file,
+            gave_terminal: false,
         })
     }
 
@@ -606,8 +684,19 @@ impl Recorder {
     pub fn run(mut self, mut log: impl FnMut(&str)) -> Result<RecordReport, RecordError> {
         // Sections started before the command open the archive.
         self.drain_sections()?;
-        let mut child = self.spawn()?;
+        let mut child = match self.spawn() {
+            Ok(child) => child,
+            Err(e) => {
+                // Nothing was recorded: leave no trace file behind.
+                self.discard();
+                return Err(e);
+            }
+        };
         let pidfd = child.as_ref().and_then(|c| pidfd_open(c.id()));
+        // Should the recorder die (even of SIGKILL), the command's group is signalled.
+        let group_guard = child
+            .as_ref()
+            .and_then(|c| lifecycle::GroupGuard::new(c.id()).ok());
         let command_pid = child.as_ref().map(Child::id);
         let mut command_status: Option<ExitStatus> = None;
         let mut alerts = Vec::new();
@@ -615,8 +704,17 @@ impl Recorder {
         let mut exited_at: Option<Instant> = None;
         let mut next_progress = self.progress.as_ref().map(|p| self.started + p.interval);
 
+        let mut output_failure: Option<String> = None;
         let stop_reason = loop {
-            self.drain_sections()?;
+            if let Err(e) = self.drain_sections() {
+                match output_failed(&e) {
+                    Some(reason) => {
+                        output_failure = Some(reason);
+                        break StopReason::OutputFailed;
+                    }
+                    None => return Err(e),
+                }
+            }
             let now = Instant::now();
             if deadline.is_some_and(|d| now >= d) {
                 break StopReason::Duration;
@@ -652,7 +750,19 @@ impl Recorder {
                 (Some(fd), None) => vec![fd.as_fd()],
                 _ => Vec::new(),
             };
-            let outcome = self.manager.poll(&extra, timeout)?;
+            let outcome = match self.manager.poll(&extra, timeout) {
+                Ok(outcome) => outcome,
+                Err(e) => {
+                    let e = RecordError::Manager(e);
+                    match output_failed(&e) {
+                        Some(reason) => {
+                            output_failure = Some(reason);
+                            break StopReason::OutputFailed;
+                        }
+                        None => return Err(e),
+                    }
+                }
+            };
             let mut reason = None;
             for event in &outcome.events {
                 if let Some(line) = describe(event) {
@@ -717,19 +827,37 @@ impl Recorder {
         };
         log(&format!("stopping: {stop_reason}"));
         let elapsed = self.started.elapsed();
+        // A failed output stops the command as Ctrl-C would: SIGINT to its process group.
+        // (A stop signal sent to the recorder alone is not passed on: the command's providers
+        // see the session stop and the command may finish on its own; a terminal's Ctrl-C
+        // reaches the command's group directly.)
+        let interrupted = match stop_reason {
+            StopReason::Signal(_) => true,
+            StopReason::OutputFailed => {
+                if let (Some(pgid), None) = (command_pid, command_status) {
+                    lifecycle::signal_group(pgid, Signal::SIGINT);
+                }
+                true
+            }
+            _ => false,
+        };
 
-        self.stop_session(&mut log)?;
+        if output_failure.is_none() {
+            self.stop_session(&mut log)?;
+        }
         for mut source in std::mem::take(&mut self.externals) {
             if let Err(e) = source.stop() {
                 log(&format!("stopping {source:?}: {e}"));
             }
         }
-        self.drain_sections()?;
+        if output_failure.is_none() {
+            self.drain_sections()?;
+        }
 
-        // The trace ended first: the command goes too. After Ctrl-C (which reached it as well)
-        // it gets a moment to exit on its own.
+        // The trace ended first: the command goes too (SIGTERM to its group, then SIGKILL).
+        // After a stop signal it gets a moment to exit on its own.
         if let (Some(c), None) = (child.as_mut(), command_status) {
-            if let StopReason::Signal(_) = stop_reason {
+            if interrupted {
                 command_status = wait_child(c, pidfd.as_ref(), self.config.exit_grace);
             }
             if command_status.is_none() {
@@ -741,6 +869,10 @@ impl Recorder {
                 ));
                 command_status = Some(status);
             }
+        }
+        drop(group_guard);
+        if self.gave_terminal {
+            lifecycle::take_back_terminal();
         }
 
         let mut providers = self.manager.reports();
@@ -756,10 +888,35 @@ impl Recorder {
             manager,
             socket_dir,
             config,
+            output,
             ..
         } = self;
-        let output_bytes = manager.finish()?;
+        let finished = match (output_failure, manager.finish()) {
+            (None, Ok(bytes)) => Ok(bytes),
+            (Some(reason), _) => Err(reason),
+            (None, Err(e)) => {
+                let e = RecordError::Manager(e);
+                Err(output_failed(&e).ok_or(e)?)
+            }
+        };
         drop(socket_dir);
+        let (output_bytes, output_failure) = match finished {
+            Ok(bytes) => (bytes, None),
+            Err(reason) => {
+                // The file may end inside a record: cut it after the last whole one.
+                let prefix = truncate_to_complete_records(output.file()).map_err(|source| {
+                    RecordError::Output {
+                        path: config.output.clone(),
+                        source,
+                    }
+                })?;
+                let failure = OutputFailure {
+                    reason,
+                    records: prefix.records,
+                };
+                (prefix.bytes, Some(failure))
+            }
+        };
         Ok(RecordReport {
             output: config.output,
             output_bytes,
@@ -773,14 +930,18 @@ impl Recorder {
             alerts,
             known_categories,
             elapsed,
+            output_failure,
         })
     }
 
-    fn spawn(&self) -> Result<Option<Child>, RecordError> {
+    fn spawn(&mut self) -> Result<Option<Child>, RecordError> {
         let Some((program, args)) = self.config.command.split_first() else {
             return Ok(None);
         };
-        std::process::Command::new(program)
+        let mut command = std::process::Command::new(program);
+        self.gave_terminal = lifecycle::terminal_is_ours();
+        lifecycle::prepare_command(&mut command, self.gave_terminal);
+        command
             .args(args)
             .env(SOCKET_ENV, self.manager.socket_path())
             .envs(self.config.env.iter().map(|(k, v)| (k, v)))
@@ -843,6 +1004,15 @@ impl Recorder {
             }
         }
         Ok(())
+    }
+}
+
+/// The system's error when `e` is a failure to write the output (a full disk), not of the
+/// recording itself.
+fn output_failed(e: &RecordError) -> Option<String> {
+    match e {
+        RecordError::Manager(ManagerError::Archive(ArchiveError::Io(io))) => Some(io.to_string()),
+        _ => None,
     }
 }
 
@@ -938,18 +1108,21 @@ fn pidfd_open(pid: u32) -> Option<OwnedFd> {
 /// How long a command gets to exit after SIGTERM before SIGKILL.
 pub const TERM_GRACE: Duration = Duration::from_secs(2);
 
-/// SIGTERM, up to [`TERM_GRACE`] to exit, then SIGKILL; returns the exit status.
+/// SIGTERM to the command's process group, up to [`TERM_GRACE`] for the command to exit, then
+/// SIGKILL to the group; returns the exit status.
 fn terminate_child(child: &mut Child, pidfd: Option<&OwnedFd>) -> std::io::Result<ExitStatus> {
     if let Some(status) = child.try_wait()? {
         return Ok(status);
     }
-    let pid = nix::unistd::Pid::from_raw(child.id() as i32);
-    // ESRCH: it exited meanwhile; the wait below collects it.
-    let _ = signal::kill(pid, Signal::SIGTERM);
+    // The command leads its own process group (see `lifecycle`): the group gets the signals,
+    // so that what the command started goes too. ESRCH: it exited meanwhile; the wait below
+    // collects it.
+    lifecycle::signal_group(child.id(), Signal::SIGTERM);
     if let Some(status) = wait_child(child, pidfd, TERM_GRACE) {
         return Ok(status);
     }
-    child.kill()?;
+    lifecycle::signal_group(child.id(), Signal::SIGKILL);
+    let _ = child.kill();
     child.wait()
 }
 

@@ -9,6 +9,7 @@ const WORKSPACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 #[path = "../../../examples/write_all_records.rs"]
 mod write_all_records;
 
+mod bounded;
 mod capture_mmap;
 mod chrome;
 mod devtools;

@@ -13,6 +13,7 @@ mod support;
 
 mod cli;
 mod kernel_provider;
+mod lifecycle;
 mod pidmap;
 mod record_run;
 mod system_wide;

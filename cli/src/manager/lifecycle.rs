@@ -1,0 +1,259 @@
+//! The recorder's hold on what it starts and leaves behind: the traced command runs in its
+//! own process group (signalled as a whole, as a shell signals a job), dies with the recorder
+//! (`PR_SET_PDEATHSIG`), gets the terminal while it runs when the recorder had it; session
+//! directories of recorders that are gone are removed.
+//!
+//! Rules: everything run between `fork` and `exec` (in [`prepare_command`]'s `pre_exec`) is
+//! async-signal-safe (`prctl`, `getppid`, `signal`, `tcsetpgrp`, `getpid`, `raise`).
+
+use std::os::fd::AsRawFd;
+use std::os::unix::fs::MetadataExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use nix::sys::signal::Signal;
+use nix::unistd::Pid;
+
+use super::recorder::SESSION_DIR_PREFIX;
+
+/// The signal the command gets when the recorder dies (`PR_SET_PDEATHSIG`): the one it
+/// would get from a stop, so that it can still flush its trace.
+pub const DEATH_SIGNAL: Signal = Signal::SIGTERM;
+
+/// True when standard input is a terminal whose foreground process group is ours: the
+/// command should then get the terminal (keyboard signals, reads) while it runs.
+pub fn terminal_is_ours() -> bool {
+    // SAFETY: isatty, tcgetpgrp and getpgrp take an fd or nothing and touch no memory.
+    unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() }
+}
+
+/// Sets up `cmd` to run in a new process group, to get [`DEATH_SIGNAL`] when the recorder's
+/// spawning thread ends, and (with `take_terminal`) to become the terminal's foreground group,
+/// as a shell runs a job. Ctrl-C then reaches the command's whole group (and not the
+/// recorder, which stops when the command exits).
+pub fn prepare_command(cmd: &mut Command, take_terminal: bool) {
+    // SAFETY: getpid has no preconditions.
+    let recorder = unsafe { libc::getpid() };
+    cmd.process_group(0);
+    let hook = move || {
+        // SAFETY: prctl(PR_SET_PDEATHSIG) takes integers only. getppid, signal, getpid,
+        // tcsetpgrp and raise are async-signal-safe and take no pointers.
+        unsafe {
+            if libc::prctl(
+                libc::PR_SET_PDEATHSIG,
+                DEATH_SIGNAL as libc::c_ulong,
+                0,
+                0,
+                0,
+            ) != 0
+            {
+                return Err(std::io::Error::last_os_error());
+            }
+            // The recorder died before the prctl: there is no one to deliver it.
+            if libc::getppid() != recorder {
+                libc::raise(DEATH_SIGNAL as libc::c_int);
+            }
+            if take_terminal {
+                // A background group calling tcsetpgrp gets SIGTTOU unless it ignores it.
+                let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+                libc::tcsetpgrp(0, libc::getpid());
+                libc::signal(libc::SIGTTOU, old);
+            }
+        }
+        Ok(())
+    };
+    // SAFETY: the hook runs between fork and exec and calls only async-signal-safe functions
+    // (see above); it allocates nothing.
+    unsafe {
+        cmd.pre_exec(hook);
+    }
+}
+
+/// Makes the recorder's own process group the terminal's foreground again (after
+/// [`prepare_command`] with `take_terminal`).
+pub fn take_back_terminal() {
+    // SAFETY: signal, tcsetpgrp and getpgrp take integers only; SIGTTOU is ignored around the
+    // call so that a background group may make itself the foreground, then restored.
+    unsafe {
+        let old = libc::signal(libc::SIGTTOU, libc::SIG_IGN);
+        libc::tcsetpgrp(0, libc::getpgrp());
+        libc::signal(libc::SIGTTOU, old);
+    }
+}
+
+/// Sends `signal` to the process group `pgid` (the command and everything it started that
+/// stayed in its group). False when no process of the group is left.
+pub fn signal_group(pgid: u32, signal: Signal) -> bool {
+    let Ok(pgid) = i32::try_from(pgid) else {
+        return false;
+    };
+    nix::sys::signal::killpg(Pid::from_raw(pgid), signal).is_ok()
+}
+
+/// A watchdog process that signals the command's process group when the recorder dies
+/// (even of SIGKILL): [`DEATH_SIGNAL`], then SIGKILL after [`super::recorder::TERM_GRACE`].
+/// `PR_SET_PDEATHSIG` alone reaches only the command itself, not what it started. Disarmed
+/// (and reaped) on drop.
+#[derive(Debug)]
+pub struct GroupGuard {
+    /// The recorder's end of the socket pair the watchdog waits on (close-on-exec, so no
+    /// command holds it; a socket, so that disarming a watchdog that was killed raises no
+    /// SIGPIPE).
+    arm: Option<std::os::fd::OwnedFd>,
+    pid: libc::pid_t,
+}
+
+impl GroupGuard {
+    /// Forks the watchdog for process group `pgid`.
+    pub fn new(pgid: u32) -> std::io::Result<Self> {
+        use std::os::fd::{FromRawFd, OwnedFd};
+        let pgid = libc::pid_t::try_from(pgid)
+            .map_err(|_| std::io::Error::from(std::io::ErrorKind::InvalidInput))?;
+        let mut fds = [0; 2];
+        // SAFETY: socketpair writes two new descriptors into the array.
+        if unsafe {
+            libc::socketpair(
+                libc::AF_UNIX,
+                libc::SOCK_STREAM | libc::SOCK_CLOEXEC,
+                0,
+                fds.as_mut_ptr(),
+            )
+        } != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: both descriptors are new and owned here only.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        let grace = super::recorder::TERM_GRACE;
+        let pause = libc::timespec {
+            tv_sec: grace.as_secs() as libc::time_t,
+            tv_nsec: libc::c_long::from(grace.subsec_nanos() as i32),
+        };
+        let r = read.as_raw_fd();
+        // SAFETY: the child runs only async-signal-safe calls on integers and stack locals
+        // (close_range, read, kill, nanosleep, _exit) and never returns into Rust code; the
+        // parent only reads the result.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if pid == 0 {
+            // SAFETY: see above; every descriptor but the watchdog's end is closed first, so
+            // the watchdog holds no socket or file of the recorder's.
+            unsafe {
+                if r > 3 {
+                    libc::syscall(libc::SYS_close_range, 3u32, (r - 1) as u32, 0u32);
+                }
+                libc::syscall(libc::SYS_close_range, (r + 1) as u32, u32::MAX, 0u32);
+                let mut byte = 0u8;
+                loop {
+                    let n = libc::read(r, (&mut byte as *mut u8).cast(), 1);
+                    if n == 1 {
+                        // Disarmed: the recorder ended its command itself.
+                        libc::_exit(0);
+                    }
+                    if n == 0 || *libc::__errno_location() != libc::EINTR {
+                        break;
+                    }
+                }
+                if libc::kill(-pgid, DEATH_SIGNAL as libc::c_int) == 0 {
+                    libc::nanosleep(&pause, std::ptr::null_mut());
+                    libc::kill(-pgid, libc::SIGKILL);
+                }
+                libc::_exit(0);
+            }
+        }
+        drop(read);
+        Ok(Self {
+            arm: Some(write),
+            pid,
+        })
+    }
+}
+
+impl Drop for GroupGuard {
+    fn drop(&mut self) {
+        if let Some(arm) = self.arm.take() {
+            let _ = nix::sys::socket::send(
+                arm.as_raw_fd(),
+                b"d",
+                nix::sys::socket::MsgFlags::MSG_NOSIGNAL,
+            );
+        }
+        let mut status = 0;
+        // SAFETY: waits for our own child; the status is written to a live local.
+        unsafe {
+            libc::waitpid(self.pid, &mut status, 0);
+        }
+    }
+}
+
+/// The pid in a session directory's name (`fxtrace-session-<pid>-XXXXXX`).
+fn owner_pid(name: &str) -> Option<i32> {
+    let rest = name.strip_prefix(SESSION_DIR_PREFIX)?;
+    let (pid, _) = rest.split_once('-')?;
+    pid.parse().ok().filter(|&p| p > 0)
+}
+
+/// Removes the session directories in `base` that belong to this user and whose recorder
+/// (the pid in their name) no longer exists: what a recorder killed by SIGKILL left behind.
+/// Returns the directories removed. A directory whose pid is alive (even if reused) is kept.
+pub fn remove_stale_session_dirs(base: &Path) -> Vec<PathBuf> {
+    let Ok(entries) = std::fs::read_dir(base) else {
+        return Vec::new();
+    };
+    // SAFETY: geteuid has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    let mut removed = Vec::new();
+    for entry in entries.flatten() {
+        let name = entry.file_name();
+        let Some(pid) = name.to_str().and_then(owner_pid) else {
+            continue;
+        };
+        let Ok(meta) = entry.path().symlink_metadata() else {
+            continue;
+        };
+        if !meta.is_dir() || meta.uid() != me {
+            continue;
+        }
+        // ESRCH: no such process. EPERM means it exists (another user's reused pid).
+        if nix::sys::signal::kill(Pid::from_raw(pid), None) != Err(nix::errno::Errno::ESRCH) {
+            continue;
+        }
+        if std::fs::remove_dir_all(entry.path()).is_ok() {
+            removed.push(entry.path());
+        }
+    }
+    removed
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn owner_pid_reads_the_directory_name() {
+        assert_eq!(owner_pid("fxtrace-session-1234-AbCdEf"), Some(1234));
+        assert_eq!(owner_pid("fxtrace-session-x-AbCdEf"), None);
+        assert_eq!(owner_pid("fxtrace-session-0-AbCdEf"), None);
+        assert_eq!(owner_pid("other-1234-AbCdEf"), None);
+    }
+
+    #[test]
+    fn only_dirs_of_dead_recorders_are_removed() {
+        let base = std::env::temp_dir().join(format!("fxtrace-stale-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&base);
+        std::fs::create_dir_all(&base).unwrap();
+        // A pid that cannot exist (above pid_max's ceiling of 2^22).
+        let dead = base.join(format!("{SESSION_DIR_PREFIX}{}-AAAAAA", 1 << 23));
+        let alive = base.join(format!("{SESSION_DIR_PREFIX}{}-BBBBBB", std::process::id()));
+        std::fs::create_dir(&dead).unwrap();
+        std::fs::write(dead.join("socket"), b"").unwrap();
+        std::fs::create_dir(&alive).unwrap();
+        assert_eq!(remove_stale_session_dirs(&base), vec![dead.clone()]);
+        assert!(!dead.exists());
+        assert!(alive.exists());
+        std::fs::remove_dir_all(base).unwrap();
+    }
+}

@@ -1,0 +1,252 @@
+//! Every reader streams: refuses a non-FXT (non-XRay) input after its first word (header),
+//! reads a FIFO as a stream, keeps its memory bounded on a large trace, never panics on a
+//! closed stderr, and leaves no partial output behind (issue 13, "Readers").
+
+use std::io::Write;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::os::unix::process::ExitStatusExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitStatus, Stdio};
+use std::time::{Duration, Instant};
+
+const FXTRACE: &str = env!("CARGO_BIN_EXE_fxtrace");
+
+/// The FXT magic number record.
+const MAGIC: u64 = 0x0016_5478_4604_0010;
+/// An initialization record (type 1, 2 words) and its ticks per second.
+const INIT: [u64; 2] = [0x21, 1_000_000_000];
+
+fn temp_dir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("fxtrace-readers-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// How a child ended: status, peak RSS (KiB, from `wait4`), stderr.
+struct Run {
+    status: ExitStatus,
+    max_rss_kib: i64,
+    stderr: String,
+}
+
+/// Runs `fxtrace ARGS`, killing it after `limit`; `None` when it had to be killed.
+// The child is reaped by `wait4` (for its rusage), which clippy does not see.
+#[allow(clippy::zombie_processes)]
+fn run_limited(args: &[&str], limit: Duration) -> Option<Run> {
+    let err_path = temp_dir("stderr").join(format!("{}.err", args.join("_").replace('/', "_")));
+    let child = Command::new(FXTRACE)
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(&err_path).unwrap())
+        .spawn()
+        .unwrap();
+    let pid = child.id() as libc::pid_t;
+    let until = Instant::now() + limit;
+    loop {
+        let mut status = 0;
+        // SAFETY: `rusage` is a plain C struct for which all-zero bytes are valid.
+        let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: wait4 writes an int and a rusage through pointers to live locals.
+        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
+        if r == pid {
+            return Some(Run {
+                status: ExitStatus::from_raw(status),
+                max_rss_kib: usage.ru_maxrss,
+                stderr: std::fs::read_to_string(&err_path).unwrap_or_default(),
+            });
+        }
+        if Instant::now() >= until {
+            // SAFETY: kill and waitpid on our own child's pid.
+            unsafe {
+                libc::kill(pid, libc::SIGKILL);
+                libc::waitpid(pid, &mut status, 0);
+            }
+            return None;
+        }
+        std::thread::sleep(Duration::from_millis(10));
+    }
+}
+
+#[test]
+fn every_reader_refuses_dev_zero_after_its_first_word() {
+    let out = temp_dir("zero");
+    let json = out.join("zero.json");
+    let fxt = out.join("zero.fxt");
+    let cases: Vec<Vec<&str>> = vec![
+        vec!["stats", "/dev/zero"],
+        vec!["dump", "/dev/zero"],
+        vec!["check", "/dev/zero"],
+        vec!["report", "lbr", "/dev/zero"],
+        vec![
+            "convert",
+            "--to",
+            "chrome-json",
+            "/dev/zero",
+            "-o",
+            json.to_str().unwrap(),
+        ],
+        vec!["import-xray", "/dev/zero", "-o", fxt.to_str().unwrap()],
+    ];
+    for args in cases {
+        let run = run_limited(&args, Duration::from_secs(20))
+            .unwrap_or_else(|| panic!("fxtrace {args:?} still reading /dev/zero after 20 s"));
+        assert!(!run.status.success(), "fxtrace {args:?} accepted /dev/zero");
+        assert!(
+            run.max_rss_kib < 64 * 1024,
+            "fxtrace {args:?} peaked at {} KiB on /dev/zero",
+            run.max_rss_kib
+        );
+        if args[0] != "check" {
+            assert!(
+                run.stderr.contains("not an FXT trace") || run.stderr.contains("/dev/zero:"),
+                "fxtrace {args:?}: {}",
+                run.stderr
+            );
+        }
+    }
+    // Neither converter left a (partial) output behind.
+    let left: Vec<_> = std::fs::read_dir(&out).unwrap().collect();
+    assert!(left.is_empty(), "outputs left behind: {left:?}");
+}
+
+fn write_trace(path: &Path, records: usize) {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    f.write_all(&MAGIC.to_ne_bytes()).unwrap();
+    for _ in 0..records {
+        for w in INIT {
+            f.write_all(&w.to_ne_bytes()).unwrap();
+        }
+    }
+    f.flush().unwrap();
+}
+
+#[test]
+fn stats_of_a_large_trace_stays_in_bounded_memory() {
+    let dir = temp_dir("large");
+    let path = dir.join("large.fxt");
+    // 96 MiB: a reader that loads the file whole peaks above 96 MiB.
+    let records = 96 * 1024 * 1024 / 16;
+    write_trace(&path, records);
+    let run = run_limited(&["stats", path.to_str().unwrap()], Duration::from_secs(300))
+        .expect("stats of 96 MiB finished within 300 s");
+    assert!(run.status.success(), "{}", run.stderr);
+    assert!(
+        run.max_rss_kib < 40 * 1024,
+        "stats of a 96 MiB trace peaked at {} KiB",
+        run.max_rss_kib
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_fifo_is_read_as_a_stream() {
+    let dir = temp_dir("fifo");
+    let fifo = dir.join("trace.pipe");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo reads a NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let writer_path = fifo.clone();
+    let writer = std::thread::spawn(move || {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(writer_path)
+            .unwrap();
+        f.write_all(&MAGIC.to_ne_bytes()).unwrap();
+        for _ in 0..1000 {
+            for w in INIT {
+                f.write_all(&w.to_ne_bytes()).unwrap();
+            }
+        }
+    });
+    let out = Command::new(FXTRACE)
+        .args(["stats", fifo.to_str().unwrap()])
+        .output()
+        .unwrap();
+    writer.join().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(stdout.contains("records: 1001"), "{stdout}");
+    assert!(stdout.contains("bytes: 16008 (16008"), "{stdout}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// A pipe whose read end is already closed.
+fn closed_pipe() -> OwnedFd {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two descriptors into the array.
+    assert_eq!(unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) }, 0);
+    // SAFETY: both descriptors are new and owned here.
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    write
+}
+
+#[test]
+fn a_closed_stdout_or_stderr_ends_like_cat_never_a_panic() {
+    let dir = temp_dir("epipe");
+    let damaged = dir.join("damaged.fxt");
+    let mut bytes = MAGIC.to_ne_bytes().to_vec();
+    bytes.extend_from_slice(&[0xff; 13]);
+    std::fs::write(&damaged, &bytes).unwrap();
+    let good = dir.join("good.fxt");
+    write_trace(&good, 10_000);
+    for (what, file) in [("stats", &damaged), ("dump", &good), ("dump", &damaged)] {
+        for _ in 0..5 {
+            let pipe = closed_pipe();
+            let status = Command::new(FXTRACE)
+                .args([what, file.to_str().unwrap()])
+                .stdout(Stdio::from(pipe.try_clone().unwrap()))
+                .stderr(Stdio::from(pipe))
+                .status()
+                .unwrap();
+            assert_eq!(
+                status.signal(),
+                Some(libc::SIGPIPE),
+                "fxtrace {what} {}: {status:?} (101 is a panic)",
+                file.display()
+            );
+        }
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn convert_keeps_the_previous_output_as_old() {
+    let dir = temp_dir("old");
+    let trace = dir.join("t.fxt");
+    write_trace(&trace, 3);
+    let out = dir.join("t.json");
+    std::fs::write(&out, "previous").unwrap();
+    let status = Command::new(FXTRACE)
+        .args([
+            "convert",
+            "--to",
+            "chrome-json",
+            trace.to_str().unwrap(),
+            "-o",
+        ])
+        .arg(&out)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    assert_eq!(
+        std::fs::read_to_string(dir.join("t.json.old")).unwrap(),
+        "previous"
+    );
+    assert!(std::fs::read_to_string(&out)
+        .unwrap()
+        .contains("traceEvents"));
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["t.fxt", "t.json", "t.json.old"]);
+    std::fs::remove_dir_all(dir).unwrap();
+}
