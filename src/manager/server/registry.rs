@@ -1,0 +1,453 @@
+//! The provider registry and the connections that have not said who they are yet: accepting,
+//! the first message (Register or a status request), the registration limits, the per-provider
+//! record ([`Tracee`]) and its control socket.
+
+use std::os::fd::{AsFd, OwnedFd};
+use std::time::Instant;
+
+use nix::errno::Errno;
+use nix::poll::PollFlags;
+
+use super::fifo::FifoRead;
+use super::{Manager, ManagerEvent};
+use crate::engine::TraceBuffer;
+use crate::manager::conn::{FramedConn, ReadOutcome};
+use crate::manager::drain::Drain;
+use crate::manager::report::{ProviderReport, RefusedPeer};
+use crate::manager::session::{ProviderId, ProviderPhase};
+use crate::protocol::control::{BufferingMode, Message, ProviderEntry as StatusEntry};
+use crate::protocol::header;
+use crate::protocol::transport::{self, TransportError};
+
+/// A connection that has not sent its first message yet.
+#[derive(Debug)]
+pub(super) struct Pending {
+    pub(super) key: u64,
+    pub(super) conn: FramedConn,
+    pub(super) deadline: Instant,
+}
+
+/// Everything the manager holds for one provider.
+#[derive(Debug)]
+pub(super) struct Tracee {
+    pub(super) id: ProviderId,
+    pub(super) pid: u32,
+    pub(super) name: String,
+    pub(super) conn: Option<FramedConn>,
+    pub(super) fifo: Option<OwnedFd>,
+    /// The manager's mapping of the provider's buffer; released once the provider is gone and
+    /// its data collected.
+    pub(super) buffer: Option<TraceBuffer>,
+    pub(super) drain: Drain,
+    pub(super) mode: BufferingMode,
+    pub(super) lost: Option<String>,
+    /// After a protocol violation: no more data from this provider reaches the archive.
+    pub(super) ignore_data: bool,
+    /// A BUFFER_SAVED was sent (for the "second SAVE_BUFFER" check).
+    pub(super) buffer_saved_sent: bool,
+    pub(super) problems: Vec<String>,
+}
+
+impl Tracee {
+    /// Close the FIFO, then the control connection (a peer that sees the connection closed
+    /// finds the FIFO closed too).
+    pub(super) fn close(&mut self) {
+        self.fifo = None;
+        self.conn = None;
+    }
+
+    pub(super) fn report(&self) -> ProviderReport {
+        let stats = self.drain.stats();
+        let mut problems = self.problems.clone();
+        problems.extend(stats.problems.iter().cloned());
+        ProviderReport {
+            id: self.id,
+            pid: self.pid,
+            name: self.name.clone(),
+            mode: self.mode,
+            records: stats.records,
+            durable_bytes: stats.durable_bytes,
+            rolling_bytes: stats.rolling_bytes,
+            records_dropped: stats.records_dropped,
+            wrapped_count: stats.wrapped_count,
+            durable_buffer_used_percent: match stats.durable_buffer_size {
+                0 => 0,
+                size => (stats.durable_data_end.saturating_mul(100) / size) as u32,
+            },
+            saves: stats.saves,
+            copy_time: stats.copy_time,
+            lost: self.lost.clone(),
+            problems,
+        }
+    }
+}
+
+impl Manager {
+    pub(super) fn accept_all(&mut self) {
+        loop {
+            match self.listener.accept() {
+                Ok(conn) => {
+                    let peer_pid = conn.peer_pid();
+                    match FramedConn::new(conn) {
+                        Ok(conn) => {
+                            self.next_pending += 1;
+                            self.pending.push(Pending {
+                                key: self.next_pending,
+                                conn,
+                                deadline: Instant::now() + self.config.registration_timeout,
+                            });
+                        }
+                        Err(e) => self.events.push(ManagerEvent::Refused {
+                            pid: Some(peer_pid),
+                            reason: format!("setting up the connection failed: {e}"),
+                        }),
+                    }
+                }
+                Err(TransportError::Sys {
+                    source: Errno::EAGAIN,
+                    ..
+                }) => return,
+                Err(TransportError::PeerRefused { pid, uid, .. }) => {
+                    self.refused.push(RefusedPeer { pid, uid });
+                    self.events.push(ManagerEvent::Refused {
+                        pid: Some(pid),
+                        reason: format!(
+                            "peer pid {pid} runs as uid {uid}, not as this manager's user"
+                        ),
+                    });
+                }
+                Err(TransportError::Sys {
+                    source: Errno::ECONNABORTED | Errno::EINTR,
+                    ..
+                }) => {}
+                Err(e) => {
+                    // EMFILE and the like: try again on the next turn.
+                    self.events.push(ManagerEvent::Refused {
+                        pid: None,
+                        reason: format!("accept failed: {e}"),
+                    });
+                    return;
+                }
+            }
+        }
+    }
+
+    pub(super) fn expire_pending(&mut self, now: Instant) {
+        let before = self.pending.len();
+        self.pending.retain(|p| p.deadline > now);
+        for _ in self.pending.len()..before {
+            self.events.push(ManagerEvent::Refused {
+                pid: None,
+                reason: "a connection sent nothing within the registration timeout".into(),
+            });
+        }
+    }
+
+    pub(super) fn read_pending(&mut self, key: u64) {
+        let Some(index) = self.pending.iter().position(|p| p.key == key) else {
+            return;
+        };
+        let pid = self.pending[index].conn.conn().peer_pid();
+        let messages = match self.pending[index].conn.read_available() {
+            Ok(ReadOutcome::Messages(m)) if m.is_empty() => return,
+            Ok(ReadOutcome::Messages(m)) | Ok(ReadOutcome::Closed(m)) => m,
+            Err(e) => {
+                self.pending.swap_remove(index);
+                self.events.push(ManagerEvent::Refused {
+                    pid: Some(pid),
+                    reason: format!("bad first message: {e}"),
+                });
+                return;
+            }
+        };
+        let mut pending = self.pending.swap_remove(index);
+        match messages.into_iter().next() {
+            Some(Message::Register {
+                pid: claimed,
+                name,
+                known_categories,
+                accepts_ticks_per_second,
+            }) => {
+                let registration = Registration {
+                    claimed_pid: claimed,
+                    name,
+                    known_categories,
+                    accepts_ticks_per_second,
+                };
+                self.register(pending.conn, registration);
+            }
+            Some(Message::StatusRequest) => {
+                let reply = self.status_reply();
+                // The client may be gone already; nothing to do about it.
+                let _ = pending.conn.send(&reply, &[]);
+            }
+            Some(other) => self.events.push(ManagerEvent::Refused {
+                pid: Some(pid),
+                reason: format!("unexpected first message {}", other.name()),
+            }),
+            None => {} // closed before saying anything
+        }
+    }
+
+    pub(super) fn status_reply(&self) -> Message {
+        let providers = self
+            .session
+            .providers()
+            .filter(|p| p.phase != ProviderPhase::Lost)
+            .map(|p| StatusEntry {
+                id: p.id,
+                pid: p.pid,
+                name: p.name.clone(),
+            })
+            .take(crate::protocol::control::MAX_STATUS_PROVIDERS)
+            .collect();
+        Message::StatusReply {
+            state: self.session.state(),
+            providers,
+            categories: self.session.known_categories(),
+        }
+    }
+
+    pub(super) fn register(&mut self, mut conn: FramedConn, registration: Registration) {
+        let Registration {
+            claimed_pid,
+            name,
+            known_categories,
+            accepts_ticks_per_second,
+        } = registration;
+        let peer_pid = conn.conn().peer_pid();
+        let live = self.tracees.values().filter(|t| t.conn.is_some()).count();
+        if live >= self.config.max_providers {
+            self.events.push(ManagerEvent::Refused {
+                pid: Some(peer_pid),
+                reason: format!(
+                    "provider {name:?} refused: {} providers already connected",
+                    self.config.max_providers
+                ),
+            });
+            return;
+        }
+        // SO_PEERCRED is authoritative (translated into this pid namespace).
+        let pid = u32::try_from(peer_pid).unwrap_or(claimed_pid);
+        let setup = TraceBuffer::create(self.config.session.buffer_size_bytes)
+            .map_err(|e| e.to_string())
+            .and_then(|buffer| {
+                transport::fifo_pair()
+                    .map(|fifo| (buffer, fifo))
+                    .map_err(|e| e.to_string())
+            });
+        let (buffer, (manager_end, provider_end)) = match setup {
+            Ok(v) => v,
+            Err(e) => {
+                self.events.push(ManagerEvent::Refused {
+                    pid: Some(peer_pid),
+                    reason: format!("provider {name:?}: cannot create its buffer: {e}"),
+                });
+                return;
+            }
+        };
+        // A buffer made by `create` always keeps its descriptor.
+        let memfd = match buffer.fd() {
+            Ok(fd) => fd,
+            Err(e) => {
+                self.events.push(ManagerEvent::Refused {
+                    pid: Some(peer_pid),
+                    reason: format!("provider {name:?}: its buffer has no descriptor: {e}"),
+                });
+                return;
+            }
+        };
+        let now = Instant::now();
+        let (id, commands) = self.session.register_provider(pid, &name, known_categories);
+        let mode = self.config.session.buffering_mode;
+        let init = Message::Initialize {
+            buffering_mode: mode,
+            categories: self.config.session.categories.clone(),
+            provider_id: id,
+            // The TSC rate is the machine's: a provider that takes ours measures nothing.
+            ticks_per_second: accepts_ticks_per_second
+                .then(|| crate::clock::info().ticks_per_second),
+        };
+        let sent = conn.send(&init, &[memfd, provider_end.as_fd()]);
+        drop(provider_end);
+        let engine_mode = header::BufferingMode::from_raw(mode.to_engine())
+            .unwrap_or(header::BufferingMode::Oneshot);
+        let mut problems = Vec::new();
+        if claimed_pid != pid {
+            problems.push(format!(
+                "registered as pid {claimed_pid}, but the socket peer is pid {pid}"
+            ));
+        }
+        self.tracees.insert(
+            id,
+            Tracee {
+                id,
+                pid,
+                name: name.clone(),
+                conn: Some(conn),
+                fifo: Some(manager_end),
+                buffer: Some(buffer),
+                drain: Drain::new(engine_mode),
+                mode,
+                lost: None,
+                ignore_data: false,
+                buffer_saved_sent: false,
+                problems,
+            },
+        );
+        self.events
+            .push(ManagerEvent::ProviderRegistered { id, pid, name });
+        if let Err(e) = sent {
+            self.lose(id, format!("sending Initialize failed: {e}"), true, now);
+            return;
+        }
+        self.run(commands, now);
+    }
+
+    pub(super) fn read_control(&mut self, id: ProviderId) {
+        let Some(t) = self.tracees.get_mut(&id) else {
+            return;
+        };
+        let Some(conn) = t.conn.as_mut() else {
+            return;
+        };
+        let now = Instant::now();
+        match conn.read_available() {
+            Ok(ReadOutcome::Messages(m)) if m.is_empty() => {}
+            Ok(ReadOutcome::Messages(m)) => {
+                let what = m[0].name();
+                self.lose(
+                    id,
+                    format!("protocol violation: unexpected {what} message on the control socket"),
+                    true,
+                    now,
+                );
+            }
+            Ok(ReadOutcome::Closed(m)) if m.is_empty() => self.disconnected(id, now),
+            Ok(ReadOutcome::Closed(m)) => {
+                let what = m[0].name();
+                self.lose(
+                    id,
+                    format!("protocol violation: unexpected {what} message on the control socket"),
+                    true,
+                    now,
+                );
+            }
+            Err(e) => self.lose(id, format!("protocol violation: {e}"), true, now),
+        }
+    }
+
+    /// The provider's connection (control socket or FIFO) closed.
+    pub(super) fn disconnected(&mut self, id: ProviderId, now: Instant) {
+        // What the provider sent before closing still counts (a last SAVE_BUFFER, STOPPED):
+        // the control socket's close may be seen before the FIFO's packets are read.
+        while self
+            .tracees
+            .get(&id)
+            .is_some_and(|t| t.fifo.is_some() && t.lost.is_none())
+        {
+            if self.process_fifo(id, PollFlags::empty()) != FifoRead::More {
+                break;
+            }
+        }
+        let Some(t) = self.tracees.get_mut(&id) else {
+            return;
+        };
+        if t.lost.is_some() || (t.conn.is_none() && t.fifo.is_none()) {
+            t.close();
+            return;
+        }
+        let phase = self.session.provider(id).map(|p| p.phase);
+        match phase {
+            Some(ProviderPhase::Starting | ProviderPhase::Started | ProviderPhase::Stopping) => {
+                self.lose(
+                    id,
+                    "connection closed without STOPPED (the process exited without stopping \
+                     its provider, crashed or was killed); buffer salvaged from the manager's \
+                     mapping"
+                        .into(),
+                    false,
+                    now,
+                );
+            }
+            _ => {
+                t.close();
+                self.events.push(ManagerEvent::ProviderGone { id });
+                let commands = self.session.provider_terminated(id, now);
+                self.run(commands, now);
+                self.release_if_gone(id);
+            }
+        }
+    }
+}
+
+/// What a Register message asks for.
+pub(super) struct Registration {
+    pub(super) claimed_pid: u32,
+    pub(super) name: String,
+    pub(super) known_categories: Vec<String>,
+    pub(super) accepts_ticks_per_second: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use super::super::test_support::{manager, pump, register};
+    use super::super::ManagerEvent;
+    use crate::protocol::control::Message;
+    use crate::protocol::transport::ControlConn;
+
+    fn refused_with(events: &[ManagerEvent], text: &str) -> bool {
+        events
+            .iter()
+            .any(|e| matches!(e, ManagerEvent::Refused { reason, .. } if reason.contains(text)))
+    }
+
+    #[test]
+    fn a_provider_over_the_table_limit_is_refused() {
+        let (_dir, mut m) = manager(|c| c.max_providers = 1);
+        let _first = register(&mut m, "first");
+        let mut conn = ControlConn::connect(m.socket_path(), Duration::from_secs(1)).unwrap();
+        let register = Message::Register {
+            pid: std::process::id(),
+            name: "second".into(),
+            known_categories: Vec::new(),
+            accepts_ticks_per_second: true,
+        };
+        conn.send_msg(&register, &[]).unwrap();
+        let events = pump(&mut m, |e| refused_with(e, "already connected"));
+        assert!(!events.iter().any(
+            |e| matches!(e, ManagerEvent::ProviderRegistered { name, .. } if name == "second")
+        ));
+        assert_eq!(m.reports().len(), 1);
+    }
+
+    #[test]
+    fn a_silent_connection_expires() {
+        let (_dir, mut m) = manager(|c| c.registration_timeout = Duration::from_millis(50));
+        let _conn = ControlConn::connect(m.socket_path(), Duration::from_secs(1)).unwrap();
+        pump(&mut m, |e| refused_with(e, "registration timeout"));
+        assert!(m.pending.is_empty());
+    }
+
+    #[test]
+    fn a_status_request_lists_the_registered_providers() {
+        let (_dir, mut m) = manager(|_| {});
+        let _p = register(&mut m, "listed");
+        let mut conn = ControlConn::connect(m.socket_path(), Duration::from_secs(1)).unwrap();
+        conn.send_msg(&Message::StatusRequest, &[]).unwrap();
+        for _ in 0..10 {
+            m.poll(&[], Some(Duration::from_millis(10))).unwrap();
+        }
+        conn.set_recv_timeout(Some(Duration::from_secs(2))).unwrap();
+        let (reply, _) = conn.recv_msg().unwrap();
+        match reply {
+            Message::StatusReply { providers, .. } => {
+                assert_eq!(providers.len(), 1);
+                assert_eq!(providers[0].name, "listed");
+            }
+            other => panic!("expected StatusReply, got {other:?}"),
+        }
+    }
+}
