@@ -390,3 +390,116 @@ fn a_peer_of_another_uid_is_refused() {
         stderr.lines().find(|l| l.contains("uid 0")).unwrap_or("")
     );
 }
+
+/// A provider that writes into its own buffer the provider metadata only the manager writes
+/// (renaming every provider, opening other providers' sections, a fake overflow event), then
+/// stops cleanly. Records: one initialization record, then per forged id an info, a section
+/// and an initialization record "for" that provider, then a provider event.
+fn forger_records() -> Vec<u64> {
+    use fxtrace::format::{encode_to_vec, ProviderEvent, ProviderInfo, ProviderSection};
+    let mut words = support::INIT_RECORD.to_vec();
+    for id in 1..=4 {
+        let info = ProviderInfo {
+            provider_id: id,
+            name: "renamed",
+        };
+        words.extend(encode_to_vec(&info).unwrap());
+        words.extend(encode_to_vec(&ProviderSection { provider_id: id }).unwrap());
+        words.extend(support::INIT_RECORD);
+    }
+    words.extend(
+        encode_to_vec(&ProviderEvent {
+            provider_id: 1,
+            event: 0,
+        })
+        .unwrap(),
+    );
+    words
+}
+
+/// Register as `name`, fill the buffer with `words`, answer Start and Stop like a good provider.
+fn scripted(socket: std::path::PathBuf, name: &'static str, words: Vec<u64>) {
+    let mut p = FakeProvider::register(&socket, name);
+    let mut h = p.init_header();
+    p.put_words(p.geometry().rolling_offset(0), &words);
+    h.rolling_data_end[0] = words.len() as u64 * 8;
+    p.buffer.header().store(&h);
+    p.expect_start();
+    p.send_started();
+    assert!(matches!(p.recv(), Some(Message::Stop)));
+    p.send(ProviderPacket::Stopped.to_packet());
+    p.conn
+        .set_recv_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    p.wait_closed();
+}
+
+#[test]
+fn provider_metadata_written_by_a_provider_is_dropped_and_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("m.sock");
+    let config = ManagerConfig {
+        session: SessionConfig {
+            buffer_size_bytes: 64 << 10,
+            ..SessionConfig::default()
+        },
+        ..ManagerConfig::new(&socket)
+    };
+    let out = SharedOut::default();
+    let mut m = Manager::new(config, Box::new(out.clone())).unwrap();
+    let mut events = Vec::new();
+    let s = socket.clone();
+    let victim = std::thread::spawn(move || scripted(s, "victim", support::INIT_RECORD.to_vec()));
+    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
+        registered(ev) == 1
+    });
+    let s = socket.clone();
+    let forger = std::thread::spawn(move || scripted(s, "forger", forger_records()));
+    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
+        registered(ev) == 2
+    });
+    m.start(None).unwrap();
+    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
+        ev.iter()
+            .any(|e| matches!(e, ManagerEvent::StartAcknowledged { .. }))
+    });
+    m.stop(true).unwrap();
+    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
+        ev.iter()
+            .any(|e| matches!(e, ManagerEvent::StopAcknowledged { .. }))
+    });
+    let reports = m.reports();
+    m.finish().unwrap();
+    victim.join().unwrap();
+    forger.join().unwrap();
+
+    let archive = decode(&out.bytes());
+    let mut names = archive.names();
+    names.sort();
+    assert_eq!(names, ["forger", "victim"], "nobody renamed");
+    let v = archive.one("victim");
+    assert_eq!(
+        (v.infos, v.sections, v.inits, v.overflows),
+        (1, 0, 1, 0),
+        "{v:?}"
+    );
+    let f = archive.one("forger");
+    assert_eq!(
+        (f.infos, f.sections, f.inits, f.overflows),
+        (1, 0, 5, 0),
+        "{f:?}"
+    );
+    let fr = reports.iter().find(|r| r.name == "forger").unwrap();
+    assert!(
+        fr.problems
+            .iter()
+            .any(|p| p.contains("protocol violation: 9 provider metadata records")),
+        "{fr:?}"
+    );
+    assert_eq!(
+        fr.records, 5,
+        "the forged records are not counted as copied"
+    );
+    let vr = reports.iter().find(|r| r.name == "victim").unwrap();
+    assert!(vr.problems.is_empty() && vr.lost.is_none(), "{vr:?}");
+}

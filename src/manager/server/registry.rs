@@ -60,6 +60,13 @@ impl Tracee {
         let stats = self.drain.stats();
         let mut problems = self.problems.clone();
         problems.extend(stats.problems.iter().cloned());
+        if stats.forged_metadata > 0 {
+            problems.push(format!(
+                "protocol violation: {} provider metadata records (provider info, section or \
+                 event) in its buffer were dropped; only the manager writes them",
+                stats.forged_metadata
+            ));
+        }
         ProviderReport {
             id: self.id,
             pid: self.pid,
