@@ -186,3 +186,62 @@ fn a_session_starts_and_stops_several_times_without_duplicates() {
     assert_eq!(seqs, want);
     assert_eq!(part.inits, 3, "an initialization record per clearing start");
 }
+
+/// A provider whose small buffer is full is SIGKILLed: the drops it counted reach the summary
+/// and the archive's drop marker through the shared header (before: `dropped 0`, no marker).
+#[test]
+fn drops_of_a_killed_provider_are_reported() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("m.sock");
+    let (mut m, out) = manager(&socket, BufferingMode::Oneshot, 16 << 10);
+    let mut events = Vec::new();
+    let mut probe = spawn_probe(
+        &socket,
+        &[
+            "--name",
+            "killed",
+            "--events",
+            "20000",
+            "--hang-after",
+            "19000",
+        ],
+    );
+    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
+        registered(ev) == 1
+    });
+    m.start(None).unwrap();
+    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
+        ev.iter()
+            .any(|e| matches!(e, ManagerEvent::StartAcknowledged { .. }))
+    });
+    let stdout = probe.stdout.take().unwrap();
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    let mut progress = String::new();
+    while let Some(Ok(line)) = lines.next() {
+        if line.starts_with("progress=") {
+            progress = line;
+            break;
+        }
+    }
+    probe.kill().unwrap();
+    probe.wait().unwrap();
+    assert!(progress.starts_with("progress=19000 "), "{progress:?}");
+    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
+        ev.iter()
+            .any(|e| matches!(e, ManagerEvent::ProviderCollected { .. }))
+    });
+    let report = m.reports().remove(0);
+    m.finish().unwrap();
+    assert!(report.lost.is_some(), "{report:?}");
+    // A 16 KiB buffer holds a few hundred of the 19000 events.
+    assert!(
+        report.records_dropped > 10_000,
+        "dropped {} of 19000 events: {report:?}",
+        report.records_dropped
+    );
+    let archive = decode(&out.bytes());
+    let part = archive.one("killed");
+    let marker = format!("fxtrace: {} records dropped", report.records_dropped);
+    assert!(part.markers.contains(&marker), "{:?}", part.markers);
+}
