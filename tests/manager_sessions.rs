@@ -245,3 +245,55 @@ fn drops_of_a_killed_provider_are_reported() {
     let marker = format!("fxtrace: {} records dropped", report.records_dropped);
     assert!(part.markers.contains(&marker), "{:?}", part.markers);
 }
+
+/// 40 providers that exit normally (exit flush: STOPPED, then close) before the session's
+/// Stop reaches them are done, not lost (before: "cannot send Stop: peer closed the
+/// connection" for those the manager had not read yet). Three sessions.
+#[test]
+fn providers_that_exit_normally_are_not_lost() {
+    for run in 0..3 {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("m.sock");
+        let (mut m, out) = manager(&socket, BufferingMode::Oneshot, 64 << 10);
+        let mut events = Vec::new();
+        let probes: Vec<_> = (0..40)
+            .map(|i| {
+                let name = format!("p{i}");
+                spawn_probe(&socket, &["--name", &name, "--events", "200"])
+            })
+            .collect();
+        drive(&mut m, &mut events, Duration::from_secs(20), |_, ev| {
+            registered(ev) == 40
+        });
+        m.start(None).unwrap();
+        drive(&mut m, &mut events, Duration::from_secs(20), |_, ev| {
+            ev.iter()
+                .any(|e| matches!(e, ManagerEvent::StartAcknowledged { .. }))
+        });
+        // Every provider exits before the manager reads anything more (the recorder's Stop
+        // after the command exited races with their STOPPED the same way).
+        let written: Vec<u64> = probes
+            .into_iter()
+            .map(|p| {
+                let output = p.wait_with_output().unwrap();
+                assert!(output.status.success());
+                parse_probe(&String::from_utf8_lossy(&output.stdout)).written
+            })
+            .collect();
+        m.stop(true).unwrap();
+        drive(&mut m, &mut events, Duration::from_secs(20), |_, ev| {
+            ev.iter()
+                .any(|e| matches!(e, ManagerEvent::StopAcknowledged { .. }))
+        });
+        let reports = m.reports();
+        m.finish().unwrap();
+        let lost: Vec<_> = reports.iter().filter(|r| r.lost.is_some()).collect();
+        assert!(lost.is_empty(), "run {run}: {} of 40 lost: {lost:?}", lost.len());
+        let archive = decode(&out.bytes());
+        for (i, w) in written.iter().enumerate() {
+            let part = archive.one(&format!("p{i}"));
+            assert_eq!(part.events.len() as u64, *w, "run {run}: p{i}");
+            assert!(part.markers.is_empty(), "run {run}: p{i}: {:?}", part.markers);
+        }
+    }
+}

@@ -5,9 +5,11 @@
 use std::time::Instant;
 
 use super::{Manager, ManagerEvent};
+use crate::manager::conn::ConnError;
 use crate::manager::drain::{DrainError, Restart};
 use crate::manager::session::{Command, ProviderId, ProviderPhase};
 use crate::protocol::control::{BufferDisposition, Message};
+use crate::protocol::transport::TransportError;
 
 impl Manager {
     pub(super) fn run(&mut self, commands: Vec<Command>, now: Instant) {
@@ -106,6 +108,12 @@ impl Manager {
         };
         match conn.send(msg, &[]) {
             Ok(()) => Vec::new(),
+            Err(ConnError::Transport(TransportError::PeerClosed)) => {
+                // The provider closed first, e.g. after its exit flush: what it sent before
+                // (STOPPED) decides whether it is done or lost.
+                self.disconnected(id, now);
+                Vec::new()
+            }
             Err(e) => {
                 let reason = format!("cannot send {}: {e}", msg.name());
                 self.lose_commands(id, reason, false, now)
