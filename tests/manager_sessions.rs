@@ -288,12 +288,20 @@ fn providers_that_exit_normally_are_not_lost() {
         let reports = m.reports();
         m.finish().unwrap();
         let lost: Vec<_> = reports.iter().filter(|r| r.lost.is_some()).collect();
-        assert!(lost.is_empty(), "run {run}: {} of 40 lost: {lost:?}", lost.len());
+        assert!(
+            lost.is_empty(),
+            "run {run}: {} of 40 lost: {lost:?}",
+            lost.len()
+        );
         let archive = decode(&out.bytes());
         for (i, w) in written.iter().enumerate() {
             let part = archive.one(&format!("p{i}"));
             assert_eq!(part.events.len() as u64, *w, "run {run}: p{i}");
-            assert!(part.markers.is_empty(), "run {run}: p{i}: {:?}", part.markers);
+            assert!(
+                part.markers.is_empty(),
+                "run {run}: p{i}: {:?}",
+                part.markers
+            );
         }
     }
 }

@@ -578,6 +578,9 @@ impl Recorder {
         let mut child = self.spawn()?;
         let pidfd = child.as_ref().and_then(|c| pidfd_open(c.id()));
         let command_pid = child.as_ref().map(Child::id);
+        if let Some(pid) = command_pid {
+            self.manager.set_traced_root(pid);
+        }
         let mut command_status: Option<ExitStatus> = None;
         let mut alerts = Vec::new();
         let deadline = self.config.duration.map(|d| self.started + d);

@@ -47,6 +47,16 @@ use registry::{Pending, Tracee};
 pub const DEFAULT_MAX_PROVIDERS: usize = 256;
 /// How long an accepted connection may take to say who it is.
 pub const DEFAULT_REGISTRATION_TIMEOUT: Duration = Duration::from_secs(5);
+/// Largest message body accepted from a peer (Register, a status request): a larger one is
+/// refused from its length prefix ("sent an oversized registration"), before it is buffered.
+pub const MAX_REGISTRATION_BODY: usize = 8 << 10;
+/// Most connections waiting to say who they are; a new one beyond this evicts the oldest.
+pub const MAX_PENDING: usize = 64;
+/// Most providers one process may have registered at once.
+pub const DEFAULT_MAX_PER_PID: usize = 16;
+/// Provider slots kept for the traced command's own processes (descendants of
+/// [`ManagerConfig::traced_root`]); other peers get at most `max_providers` minus this.
+pub const DEFAULT_RESERVED_FOR_TRACED: usize = 32;
 
 /// Settings of a [`Manager`].
 #[derive(Debug, Clone)]
@@ -61,6 +71,15 @@ pub struct ManagerConfig {
     pub max_providers: usize,
     /// How long an accepted connection may take to send its first message.
     pub registration_timeout: Duration,
+    /// Most providers registered at once by one peer process.
+    pub max_per_pid: usize,
+    /// Most providers registered at once by one peer uid, outside the reserve.
+    pub max_per_uid: usize,
+    /// Slots of `max_providers` only the traced command's processes may take.
+    pub reserved_for_traced: usize,
+    /// The traced command (`fxtrace record -- CMD`): its descendants (and itself) may use the
+    /// reserve. Set later with [`Manager::set_traced_root`].
+    pub traced_root: Option<u32>,
 }
 
 impl ManagerConfig {
@@ -72,6 +91,10 @@ impl ManagerConfig {
             session: SessionConfig::default(),
             max_providers: DEFAULT_MAX_PROVIDERS,
             registration_timeout: DEFAULT_REGISTRATION_TIMEOUT,
+            max_per_pid: DEFAULT_MAX_PER_PID,
+            max_per_uid: DEFAULT_MAX_PROVIDERS - DEFAULT_RESERVED_FOR_TRACED,
+            reserved_for_traced: DEFAULT_RESERVED_FOR_TRACED,
+            traced_root: None,
         }
     }
 }
@@ -293,6 +316,11 @@ impl Manager {
     /// The socket providers connect to.
     pub fn socket_path(&self) -> &Path {
         self.listener.path()
+    }
+
+    /// Let the traced command `pid` and its descendants use the reserved provider slots.
+    pub fn set_traced_root(&mut self, pid: u32) {
+        self.config.traced_root = Some(pid);
     }
 
     /// A handle that wakes [`Self::poll`].

@@ -10,8 +10,9 @@ use nix::poll::PollFlags;
 
 use super::fifo::FifoRead;
 use super::{Manager, ManagerEvent};
+use super::{MAX_PENDING, MAX_REGISTRATION_BODY};
 use crate::engine::TraceBuffer;
-use crate::manager::conn::{FramedConn, ReadOutcome};
+use crate::manager::conn::{ConnError, FramedConn, ReadOutcome};
 use crate::manager::drain::Drain;
 use crate::manager::report::{ProviderReport, RefusedPeer};
 use crate::manager::session::{ProviderId, ProviderPhase};
@@ -32,6 +33,10 @@ pub(super) struct Pending {
 pub(super) struct Tracee {
     pub(super) id: ProviderId,
     pub(super) pid: u32,
+    /// The peer's uid (`SO_PEERCRED`).
+    pub(super) uid: u32,
+    /// A process of the traced command (may use the reserved slots).
+    pub(super) traced: bool,
     pub(super) name: String,
     pub(super) conn: Option<FramedConn>,
     pub(super) fifo: Option<OwnedFd>,
@@ -95,8 +100,20 @@ impl Manager {
             match self.listener.accept() {
                 Ok(conn) => {
                     let peer_pid = conn.peer_pid();
-                    match FramedConn::new(conn) {
+                    match FramedConn::new(conn, MAX_REGISTRATION_BODY) {
                         Ok(conn) => {
+                            if self.pending.len() >= MAX_PENDING {
+                                // The oldest has waited longest; a real provider registers at
+                                // once, so a flood of silent connections only pushes out itself.
+                                let oldest = self.pending.remove(0);
+                                self.events.push(ManagerEvent::Refused {
+                                    pid: Some(oldest.conn.conn().peer_pid()),
+                                    reason: format!(
+                                        "a connection was closed unregistered: more than \
+                                         {MAX_PENDING} connections were waiting to register"
+                                    ),
+                                });
+                            }
                             self.next_pending += 1;
                             self.pending.push(Pending {
                                 key: self.next_pending,
@@ -139,6 +156,74 @@ impl Manager {
         }
     }
 
+    /// Whether a provider of peer `pid`/`uid` fits in the table: per-process and per-uid
+    /// bounds, and the reserve kept for the traced command. When the table is full, a provider
+    /// that never completed the handshake (never answered Start) is evicted first.
+    fn admit(&mut self, pid: i32, uid: u32, traced: bool) -> Result<(), String> {
+        let pid = u32::try_from(pid).unwrap_or(u32::MAX);
+        fn live(m: &Manager) -> impl Iterator<Item = &Tracee> {
+            m.tracees.values().filter(|t| t.conn.is_some())
+        }
+        let of_pid = live(self).filter(|t| t.pid == pid).count();
+        if of_pid >= self.config.max_per_pid {
+            return Err(format!(
+                "process {pid} already has {of_pid} providers (at most {} per process)",
+                self.config.max_per_pid
+            ));
+        }
+        let of_uid = live(self).filter(|t| t.uid == uid && !t.traced).count();
+        if !traced && of_uid >= self.config.max_per_uid {
+            return Err(format!(
+                "uid {uid} already has {of_uid} providers (at most {} per user outside the \
+                 traced command)",
+                self.config.max_per_uid
+            ));
+        }
+        for _ in 0..2 {
+            let total = live(self).count();
+            let untraced = live(self).filter(|t| !t.traced).count();
+            let open_limit = self
+                .config
+                .max_providers
+                .saturating_sub(self.config.reserved_for_traced);
+            let full = total >= self.config.max_providers || (!traced && untraced >= open_limit);
+            if !full {
+                return Ok(());
+            }
+            // Evict one that never answered Start (only an untraced one for an untraced peer,
+            // whose slot is what it needs).
+            let victim = live(self)
+                .filter(|t| traced || !t.traced)
+                .find(|t| {
+                    self.session.provider(t.id).map(|p| p.phase) == Some(ProviderPhase::Starting)
+                })
+                .map(|t| t.id);
+            let Some(victim) = victim else {
+                break;
+            };
+            self.lose(
+                victim,
+                "evicted: the provider table was full and it never completed the handshake \
+                 (no STARTED)"
+                    .into(),
+                true,
+                Instant::now(),
+            );
+        }
+        Err(if traced {
+            format!("{} providers already connected", self.config.max_providers)
+        } else {
+            format!(
+                "{} providers already connected outside the traced command ({} slots are \
+                 kept for it)",
+                self.config
+                    .max_providers
+                    .saturating_sub(self.config.reserved_for_traced),
+                self.config.reserved_for_traced
+            )
+        })
+    }
+
     pub(super) fn expire_pending(&mut self, now: Instant) {
         let before = self.pending.len();
         self.pending.retain(|p| p.deadline > now);
@@ -160,9 +245,16 @@ impl Manager {
             Ok(ReadOutcome::Messages(m)) | Ok(ReadOutcome::Closed(m)) => m,
             Err(e) => {
                 self.pending.swap_remove(index);
+                let reason = match e {
+                    ConnError::Oversized { len, max } => format!(
+                        "sent an oversized registration ({len} bytes; at most {max} bytes before \
+                         registration)"
+                    ),
+                    e => format!("bad first message: {e}"),
+                };
                 self.events.push(ManagerEvent::Refused {
                     pid: Some(pid),
-                    reason: format!("bad first message: {e}"),
+                    reason,
                 });
                 return;
             }
@@ -223,14 +315,15 @@ impl Manager {
             accepts_ticks_per_second,
         } = registration;
         let peer_pid = conn.conn().peer_pid();
-        let live = self.tracees.values().filter(|t| t.conn.is_some()).count();
-        if live >= self.config.max_providers {
+        let peer_uid = conn.conn().peer_uid();
+        let traced = self
+            .config
+            .traced_root
+            .is_some_and(|root| is_descendant(peer_pid, root));
+        if let Err(why) = self.admit(peer_pid, peer_uid, traced) {
             self.events.push(ManagerEvent::Refused {
                 pid: Some(peer_pid),
-                reason: format!(
-                    "provider {name:?} refused: {} providers already connected",
-                    self.config.max_providers
-                ),
+                reason: format!("provider {name:?} refused: {why}"),
             });
             return;
         }
@@ -290,6 +383,8 @@ impl Manager {
             Tracee {
                 id,
                 pid,
+                uid: peer_uid,
+                traced,
                 name: name.clone(),
                 conn: Some(conn),
                 fifo: Some(manager_end),
@@ -386,6 +481,33 @@ impl Manager {
             }
         }
     }
+}
+
+/// Whether process `pid` is `root` or one of its descendants (walks the parent chain in
+/// `/proc`; false when a process on it is gone).
+fn is_descendant(pid: i32, root: u32) -> bool {
+    let mut pid = pid;
+    for _ in 0..256 {
+        if pid <= 1 {
+            return false;
+        }
+        if u32::try_from(pid) == Ok(root) {
+            return true;
+        }
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            return false;
+        };
+        // "pid (comm) state ppid …": comm may hold spaces and parentheses.
+        let Some(ppid) = stat
+            .rsplit_once(')')
+            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
+            .and_then(|p| p.parse().ok())
+        else {
+            return false;
+        };
+        pid = ppid;
+    }
+    false
 }
 
 /// What a Register message asks for.
