@@ -535,7 +535,10 @@ mod tests {
 
     #[test]
     fn a_provider_over_the_table_limit_is_refused() {
-        let (_dir, mut m) = manager(|c| c.max_providers = 1);
+        let (_dir, mut m) = manager(|c| {
+            c.max_providers = 1;
+            c.reserved_for_traced = 0;
+        });
         let _first = register(&mut m, "first");
         let mut conn = ControlConn::connect(m.socket_path(), Duration::from_secs(1)).unwrap();
         let register = Message::Register {
