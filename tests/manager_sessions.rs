@@ -233,6 +233,10 @@ fn drops_of_a_killed_provider_are_reported() {
     });
     let report = m.reports().remove(0);
     m.finish().unwrap();
+    println!(
+        "killed provider: {} records kept, {} dropped",
+        report.records, report.records_dropped
+    );
     assert!(report.lost.is_some(), "{report:?}");
     // A 16 KiB buffer holds a few hundred of the 19000 events.
     assert!(

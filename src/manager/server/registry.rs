@@ -556,6 +556,42 @@ mod tests {
     }
 
     #[test]
+    fn a_process_over_its_provider_bound_is_refused() {
+        let (_dir, mut m) = manager(|c| c.max_per_pid = 2);
+        let _a = register(&mut m, "a");
+        let _b = register(&mut m, "b");
+        let mut conn = ControlConn::connect(m.socket_path(), Duration::from_secs(1)).unwrap();
+        let register = Message::Register {
+            pid: std::process::id(),
+            name: "c".into(),
+            known_categories: Vec::new(),
+            accepts_ticks_per_second: true,
+        };
+        conn.send_msg(&register, &[]).unwrap();
+        pump(&mut m, |e| refused_with(e, "at most 2 per process"));
+        assert_eq!(m.reports().len(), 2);
+    }
+
+    #[test]
+    fn descendants_are_found_through_the_parent_chain() {
+        let me = std::process::id();
+        let me_i32 = i32::try_from(me).unwrap();
+        let parent = std::os::unix::process::parent_id();
+        assert!(super::is_descendant(me_i32, me));
+        assert!(super::is_descendant(me_i32, parent));
+        // Not an ancestor: a child of this process.
+        let mut child = std::process::Command::new("sleep")
+            .arg("5")
+            .spawn()
+            .unwrap();
+        let child_pid = child.id();
+        assert!(!super::is_descendant(me_i32, child_pid));
+        assert!(super::is_descendant(i32::try_from(child_pid).unwrap(), me));
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+
+    #[test]
     fn a_silent_connection_expires() {
         let (_dir, mut m) = manager(|c| c.registration_timeout = Duration::from_millis(50));
         let _conn = ControlConn::connect(m.socket_path(), Duration::from_secs(1)).unwrap();
