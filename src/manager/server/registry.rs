@@ -105,7 +105,13 @@ impl Manager {
                             if self.pending.len() >= MAX_PENDING {
                                 // The oldest has waited longest; a real provider registers at
                                 // once, so a flood of silent connections only pushes out itself.
-                                let oldest = self.pending.remove(0);
+                                let oldest = self
+                                    .pending
+                                    .iter()
+                                    .enumerate()
+                                    .min_by_key(|(_, p)| p.deadline)
+                                    .map_or(0, |(i, _)| i);
+                                let oldest = self.pending.swap_remove(oldest);
                                 self.events.push(ManagerEvent::Refused {
                                     pid: Some(oldest.conn.conn().peer_pid()),
                                     reason: format!(
@@ -589,6 +595,19 @@ mod tests {
         assert!(super::is_descendant(i32::try_from(child_pid).unwrap(), me));
         child.kill().unwrap();
         child.wait().unwrap();
+    }
+
+    #[test]
+    fn pending_connections_are_capped() {
+        let (_dir, mut m) = manager(|_| {});
+        let conns: Vec<_> = (0..super::MAX_PENDING + 1)
+            .map(|_| ControlConn::connect(m.socket_path(), Duration::from_secs(1)).unwrap())
+            .collect();
+        pump(&mut m, |e| {
+            refused_with(e, "connections were waiting to register")
+        });
+        assert_eq!(m.pending.len(), super::MAX_PENDING);
+        drop(conns);
     }
 
     #[test]
