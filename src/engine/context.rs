@@ -513,6 +513,8 @@ impl Context {
             StartMode::ClearNondurable => {
                 inner.reset_rolling(&mut st)?;
                 st.dropped_base = raw_dropped;
+                // ATOMICS: `Relaxed`: while stopped; published by the start's gate store.
+                header.num_records_dropped.store(0, Ordering::Relaxed);
             }
             StartMode::Retain => {}
         }
@@ -861,6 +863,19 @@ impl Inner {
     pub(crate) fn count_unslotted_drop(&self) {
         // ATOMICS: `Relaxed`: see `unslotted_drops`.
         self.unslotted_drops.fetch_add(1, Ordering::Relaxed);
+        self.publish_drop();
+    }
+
+    /// Add one drop to the shared header's running `num_records_dropped`, so that a manager
+    /// salvaging the buffer of a killed process reports it. Every switch and stop stores the
+    /// exact count again.
+    #[cold]
+    pub(crate) fn publish_drop(&self) {
+        // ATOMICS: `Relaxed`: a running count only read by a salvage; the exact value is
+        // published by the `Release` stores of a switch or stop.
+        self.header()
+            .num_records_dropped
+            .fetch_add(1, Ordering::Relaxed);
     }
 
     pub(crate) fn category_filter_enabled(&self, generation: u32, category: &str) -> Option<bool> {

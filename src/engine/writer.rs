@@ -271,6 +271,7 @@ impl<'c> Writer<'c> {
         // ATOMICS: `Relaxed` load + store: only this thread writes its slot's counter.
         let dropped = self.slot.dropped.load(Ordering::Relaxed);
         self.slot.dropped.store(dropped + 1, Ordering::Relaxed);
+        self.inner.publish_drop();
     }
 
     /// Reserve a rolling record of `words` words (header included, 1..=4095). `None` means the
@@ -312,6 +313,7 @@ impl<'c> Writer<'c> {
             kind: SlotKind::Chunk,
             thread: self.thread,
             slot: self.slot,
+            inner: self.inner,
             _borrow: PhantomData,
         }
     }
@@ -463,6 +465,7 @@ impl<'c> Writer<'c> {
                 kind: SlotKind::Durable,
                 thread: self.thread,
                 slot: self.slot,
+                inner: self.inner,
                 _borrow: PhantomData,
             }),
             Err(offset) => {
@@ -491,6 +494,8 @@ pub struct Slot<'w> {
     kind: SlotKind,
     thread: &'static ThreadState,
     slot: &'w WriterSlot,
+    /// The context, for the shared header's running drop count.
+    inner: &'w Inner,
     _borrow: PhantomData<&'w mut ()>,
 }
 
@@ -549,6 +554,7 @@ impl Drop for Slot<'_> {
         // ATOMICS: `Relaxed` load + store: only this thread writes its counter.
         let dropped = self.slot.dropped.load(Ordering::Relaxed);
         self.slot.dropped.store(dropped + 1, Ordering::Relaxed);
+        self.inner.publish_drop();
         if self.kind == SlotKind::Run {
             // ATOMICS: `Release`, as in `commit`.
             self.slot.run_hold.store(0, Ordering::Release);

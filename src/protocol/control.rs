@@ -1458,8 +1458,11 @@ mod tests {
                 bytes[i] = v;
             }
             if let Ok(decoded) = Message::decode(&bytes) {
-                // Whatever decodes re-encodes to the same bytes.
-                prop_assert_eq!(decoded.encode().expect("decoded messages respect the limits"), bytes);
+                // Whatever decodes re-encodes to a frame that decodes to the same message
+                // (not always the same bytes: Register ignores feature bits it does not know,
+                // as a peer of an older revision must).
+                let again = decoded.encode().expect("decoded messages respect the limits");
+                prop_assert_eq!(Message::decode(&again).expect("re-encoded frames decode"), decoded);
             }
         }
     }

@@ -384,6 +384,9 @@ impl Provider {
             changed: Condvar::new(),
             counters,
         });
+        // A session that is already tracing sends Start right behind Initialize.
+        let start_queued = !options.start_wait.is_zero()
+            && message_queued(&conn, START_PEEK.min(options.start_wait));
         let thread = {
             let shared = shared.clone();
             let waker = waker.clone();
@@ -396,11 +399,17 @@ impl Provider {
         if options.exit_hook {
             install_exit_hook();
         }
-        Ok(Some(Provider {
+        let provider = Provider {
             shared,
             waker,
             thread: Some(thread),
-        }))
+        };
+        if start_queued {
+            // Bounded: if the start does not complete in time, the program runs on and its
+            // events before the start are counted by the engine as it can.
+            provider.wait_started(options.start_wait);
+        }
+        Ok(Some(provider))
     }
 
     /// The engine context over the shared buffer: install it as the process's current context,
@@ -585,6 +594,20 @@ fn register(
 }
 
 /// A `TransportError::Sys` maker for `map_err`.
+/// How long `connect` looks for a Start queued behind Initialize.
+const START_PEEK: Duration = Duration::from_millis(10);
+
+/// Whether a message is waiting on (or arrives within `wait` on) the control connection.
+fn message_queued(conn: &ControlConn, wait: Duration) -> bool {
+    use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
+    let ms = u16::try_from(wait.as_millis()).unwrap_or(u16::MAX);
+    let mut fds = [PollFd::new(conn.as_fd(), PollFlags::POLLIN)];
+    matches!(poll(&mut fds, PollTimeout::from(ms)), Ok(n) if n > 0)
+        && fds[0]
+            .revents()
+            .is_some_and(|r| r.contains(PollFlags::POLLIN))
+}
+
 fn sys_error(op: &'static str) -> impl Fn(std::io::Error) -> ProviderError {
     move |e| {
         ProviderError::Transport(TransportError::Sys {

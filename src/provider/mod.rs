@@ -61,6 +61,9 @@ use crate::protocol::transport::TransportError;
 pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_millis(100);
 /// Default bound on the Register → Initialize exchange.
 pub const DEFAULT_HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(2);
+/// Default bound on `connect` waiting for the start of a session that is already tracing
+/// ([`ProviderOptions::start_wait`]).
+pub const DEFAULT_START_WAIT: Duration = Duration::from_millis(100);
 /// Default bound on waiting for writers in flight when tracing stops.
 pub const DEFAULT_STOP_TIMEOUT: Duration = Duration::from_secs(1);
 /// Bound on the stop done by the process-exit hook.
@@ -89,6 +92,10 @@ pub struct ProviderOptions {
     /// rate). Default `true`; the rate is ignored if something read the clock before
     /// ([`Provider::clock_handoff`] says which happened).
     pub accept_manager_clock: bool,
+    /// When the manager's session is already tracing (it sends Start right behind
+    /// Initialize), `connect` returns only once this provider has started, waiting at most
+    /// this long, so the program's first events are recorded. Zero: do not wait.
+    pub start_wait: Duration,
 }
 
 impl Default for ProviderOptions {
@@ -102,6 +109,7 @@ impl Default for ProviderOptions {
             exit_hook: true,
             known_categories: Vec::new(),
             accept_manager_clock: true,
+            start_wait: DEFAULT_START_WAIT,
         }
     }
 }

@@ -112,21 +112,32 @@ impl<W: Write> Archive<W> {
         if self.current.is_none() {
             return Err(ArchiveError::NoSection);
         }
-        let scan = format::scan_records(bytes);
-        match scan.stop {
-            format::ScanStop::End => {}
-            format::ScanStop::Error(e) => return Err(ArchiveError::Framing(e)),
-            format::ScanStop::ZeroWord => {
-                return Err(ArchiveError::Framing(FramingError {
-                    offset: scan.valid_len,
-                    kind: format::FramingErrorKind::ZeroSize { header: 0 },
-                }))
-            }
-        }
+        let scan = check_framing(bytes)?;
         self.out.write_all(bytes)?;
         self.bytes += bytes.len() as u64;
         self.records += scan.records as u64;
         Ok(scan.records as u64)
+    }
+
+    /// [`Self::write_records`] for bytes taken from a provider's buffer: the same framing check,
+    /// then every provider metadata record (provider info, section or event) is left out, as
+    /// only the manager writes those (a provider that wrote one would rename a provider or add
+    /// records to another's section). Returns (records written, metadata records left out).
+    pub fn write_provider_records(&mut self, bytes: &[u8]) -> Result<(u64, u64), ArchiveError> {
+        let runs = provider_metadata_free_runs(bytes);
+        if runs.forged == 0 {
+            return Ok((self.write_records(bytes)?, 0));
+        }
+        if self.current.is_none() {
+            return Err(ArchiveError::NoSection);
+        }
+        // Check the framing of the whole before writing any part of it.
+        check_framing(bytes)?;
+        let mut written = 0;
+        for (start, end) in runs.kept {
+            written += self.write_records(&bytes[start..end])?;
+        }
+        Ok((written, runs.forged))
     }
 
     /// A visible marker in the current provider's section: an instant event in category
@@ -223,6 +234,68 @@ pub fn truncate_to_complete_records(file: &std::fs::File) -> io::Result<Complete
     Ok(CompletePrefix { bytes: at, records })
 }
 
+/// `bytes` are whole, well-framed records (see [`Archive::write_records`]).
+fn check_framing(bytes: &[u8]) -> Result<format::Scan, ArchiveError> {
+    let scan = format::scan_records(bytes);
+    match scan.stop {
+        format::ScanStop::End => Ok(scan),
+        format::ScanStop::Error(e) => Err(ArchiveError::Framing(e)),
+        format::ScanStop::ZeroWord => Err(ArchiveError::Framing(FramingError {
+            offset: scan.valid_len,
+            kind: format::FramingErrorKind::ZeroSize { header: 0 },
+        })),
+    }
+}
+
+/// The byte ranges of a run of records that hold no provider metadata record, and how many
+/// such records lie between them.
+#[derive(Debug, Default, PartialEq, Eq)]
+struct MetadataFreeRuns {
+    kept: Vec<(usize, usize)>,
+    forged: u64,
+}
+
+/// Split `bytes` (records; the walk stops at the first badly framed one, which the framing
+/// check then refuses) around its provider info / section / event metadata records.
+fn provider_metadata_free_runs(bytes: &[u8]) -> MetadataFreeRuns {
+    let mut runs = MetadataFreeRuns::default();
+    let mut offset = 0;
+    let mut run_start = 0;
+    while let Some(word) = bytes.get(offset..offset + 8) {
+        let header = u64::from_ne_bytes(word.try_into().unwrap_or([0; 8]));
+        let len = format::record_words(header) * 8;
+        if len == 0 || offset + len > bytes.len() {
+            break;
+        }
+        if is_provider_metadata(header) {
+            if run_start < offset {
+                runs.kept.push((run_start, offset));
+            }
+            runs.forged += 1;
+            run_start = offset + len;
+        }
+        offset += len;
+    }
+    if run_start < bytes.len() {
+        runs.kept.push((run_start, bytes.len()));
+    }
+    runs
+}
+
+/// A provider info, provider section or provider event metadata record header.
+fn is_provider_metadata(header: u64) -> bool {
+    use format::fields::MetadataRecord;
+    use format::MetadataType;
+    format::record_type(header) == format::RecordType::Metadata as u8
+        && [
+            MetadataType::ProviderInfo,
+            MetadataType::ProviderSection,
+            MetadataType::ProviderEvent,
+        ]
+        .iter()
+        .any(|&t| MetadataRecord::METADATA_TYPE.get(header) == t as u64)
+}
+
 /// Category of the manager's marker events.
 pub const MARKER_CATEGORY: &str = format::MARKER_CATEGORY;
 /// Longest marker name written (longer ones are cut).
@@ -244,6 +317,29 @@ pub(crate) fn truncate_str(s: &str, max: usize) -> &str {
 mod tests {
     use super::*;
     use fxtrace::format::{DecodedRecord, Decoder, PROVIDER_EVENT_BUFFER_OVERFLOW};
+
+    #[test]
+    fn provider_metadata_from_a_provider_is_left_out_and_counted() {
+        let init = [0x21u64, 1_000_000_000];
+        let mut words = init.to_vec();
+        words.extend(format::encode_to_vec(&ProviderSection { provider_id: 9 }).unwrap());
+        words.extend(init);
+        let bytes = format::words_to_bytes(&words);
+        let mut a = Archive::new(Vec::new()).unwrap();
+        a.begin_provider(1, "p").unwrap();
+        assert_eq!(a.write_provider_records(&bytes).unwrap(), (2, 1));
+        let out = a.into_inner().unwrap();
+        let ids: Vec<_> = Decoder::new(&out).map(|d| d.unwrap().provider).collect();
+        // magic, info(1), init, init: nothing claims provider 9.
+        assert_eq!(ids.len(), 4);
+        assert!(ids.iter().all(|id| *id != Some(9)), "{ids:?}");
+        // Badly framed input is refused whole, forged records or not.
+        let mut a = Archive::new(Vec::new()).unwrap();
+        a.begin_provider(1, "p").unwrap();
+        let before = a.bytes_written();
+        assert!(a.write_provider_records(&bytes[..bytes.len() - 8]).is_err());
+        assert_eq!(a.bytes_written(), before);
+    }
 
     fn records(bytes: &[u8]) -> Vec<(Option<u32>, String)> {
         Decoder::new(bytes)

@@ -24,6 +24,9 @@ const READ_CHUNK: usize = 4096;
 pub(super) struct FramedConn {
     conn: ControlConn,
     rx: Vec<u8>,
+    /// Largest frame body accepted; a larger one is refused from its prefix, before its bytes
+    /// are buffered.
+    max_body: usize,
 }
 
 /// What a read found.
@@ -47,15 +50,25 @@ pub(super) enum ConnError {
     /// `recv` failed.
     #[error("reading the control socket: {0}")]
     Recv(Errno),
+    /// A frame announces a body larger than this connection accepts.
+    #[error("a message of {len} bytes, more than the {max} bytes allowed")]
+    Oversized {
+        /// The announced body length.
+        len: usize,
+        /// The limit.
+        max: usize,
+    },
 }
 
 impl FramedConn {
-    /// Wrap an accepted connection (sends get [`SEND_TIMEOUT`]).
-    pub(super) fn new(conn: ControlConn) -> Result<Self, ConnError> {
+    /// Wrap an accepted connection (sends get [`SEND_TIMEOUT`]) that accepts frame bodies of
+    /// at most `max_body` bytes.
+    pub(super) fn new(conn: ControlConn, max_body: usize) -> Result<Self, ConnError> {
         conn.set_send_timeout(Some(SEND_TIMEOUT))?;
         Ok(Self {
             conn,
             rx: Vec::new(),
+            max_body,
         })
     }
 
@@ -81,7 +94,7 @@ impl FramedConn {
                 Ok(n) => {
                     self.rx.extend_from_slice(&chunk[..n]);
                     // Decode as we go, so a peer cannot make the buffer grow past one frame.
-                    if self.rx.len() > FRAME_PREFIX_LEN + fxtrace::protocol::control::MAX_BODY_LEN {
+                    if self.rx.len() > FRAME_PREFIX_LEN + self.max_body {
                         break;
                     }
                 }
@@ -97,6 +110,12 @@ impl FramedConn {
         let mut messages = Vec::new();
         while let Some(prefix) = self.rx.first_chunk::<FRAME_PREFIX_LEN>() {
             let len = body_len_from_prefix(*prefix)?;
+            if len > self.max_body {
+                return Err(ConnError::Oversized {
+                    len,
+                    max: self.max_body,
+                });
+            }
             if self.rx.len() < FRAME_PREFIX_LEN + len {
                 break;
             }
@@ -134,7 +153,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let listener = ControlListener::bind(&dir.path().join("s")).unwrap();
         let client = std::os::unix::net::UnixStream::connect(listener.path()).unwrap();
-        let mut conn = FramedConn::new(listener.accept().unwrap()).unwrap();
+        let mut conn = FramedConn::new(
+            listener.accept().unwrap(),
+            fxtrace::protocol::control::MAX_BODY_LEN,
+        )
+        .unwrap();
         let frame = Message::Register {
             pid: 9,
             name: "piece".into(),
@@ -173,7 +196,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let listener = ControlListener::bind(&dir.path().join("s")).unwrap();
         let client = std::os::unix::net::UnixStream::connect(listener.path()).unwrap();
-        let mut conn = FramedConn::new(listener.accept().unwrap()).unwrap();
+        let mut conn = FramedConn::new(
+            listener.accept().unwrap(),
+            fxtrace::protocol::control::MAX_BODY_LEN,
+        )
+        .unwrap();
         use std::io::Write;
         // Body length 2: below the minimum of 4.
         (&client).write_all(&[2, 0, 0, 0, 1, 0]).unwrap();

@@ -103,6 +103,9 @@ pub struct DrainStats {
     pub skipped_bytes: u64,
     /// Regions whose scan stopped at a malformed record, with where and why.
     pub problems: Vec<String>,
+    /// Provider metadata records (info, section, event) found in the buffer and left out:
+    /// only the manager writes them (a protocol violation by the provider).
+    pub forged_metadata: u64,
     /// Time spent copying this provider's data into the archive.
     pub copy_time: std::time::Duration,
 }
@@ -409,7 +412,9 @@ impl Drain {
         let mut scan = scan_records(bytes, data_end, framing)?;
         let mut copied = 0u64;
         for run in scan.by_ref() {
-            self.stats.records += archive.write_records(run)?;
+            let (written, forged) = archive.write_provider_records(run)?;
+            self.stats.records += written;
+            self.stats.forged_metadata += forged;
             copied += run.len() as u64;
         }
         match region {

@@ -1,8 +1,9 @@
 //! The trace manager: sessions, the provider registry, buffer draining and the archive writer.
 //!
 //! - [`session`]: the state machine of `fuchsia.tracing.controller.Session` (pure logic).
-//! - [`server`]: the [`Manager`]: socket listener, provider registry, event loop, FIFO protocol
-//!   checks, carrying out the session's commands.
+//! - [`server`]: the [`Manager`]: socket listener and event loop; its parts in their own files:
+//!   `server/registry.rs` (registry and pending connections), `server/fifo.rs` (per-provider
+//!   FIFO protocol), `server/executor.rs` (carrying out the session's commands).
 //! - [`drain`]: copying a provider's buffer out (streaming saves, final read-out, salvage).
 //! - [`archive`]: the FXT stream written (magic, provider metadata, framing-checked records).
 //! - [`recorder`]: `fxtrace record` as a library: run a command under a fresh session.

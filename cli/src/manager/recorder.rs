@@ -698,6 +698,9 @@ impl Recorder {
             .as_ref()
             .and_then(|c| lifecycle::GroupGuard::new(c.id()).ok());
         let command_pid = child.as_ref().map(Child::id);
+        if let Some(pid) = command_pid {
+            self.manager.set_traced_root(pid);
+        }
         let mut command_status: Option<ExitStatus> = None;
         let mut alerts = Vec::new();
         let deadline = self.config.duration.map(|d| self.started + d);

@@ -12,23 +12,20 @@
 //!   FIFO pair, answers Initialize with [memfd, provider's FIFO end] and closes its copy of the
 //!   provider's end (so a dead provider shows up as a hang-up). The provider initialises the
 //!   header.
-//! - FIFO packets are validated as `shared/spec/fuchsia-notes.md` §3.1 says. A packet that
-//!   breaks the protocol (unknown request, wrong version, non-zero reserved data, wrong size, a
-//!   second SAVE_BUFFER before BUFFER_SAVED was received, an invalid save request) closes that
-//!   provider's FIFO and connection: it is marked lost with the reason and its further data is
-//!   ignored. Everyone else's trace is untouched.
-//! - SAVE_BUFFER (streaming) → [`Drain::save_buffer`] → BUFFER_SAVED.
-//! - STOPPED, a lost connection or a Stop timeout → [`Drain::read_out`] (salvage from the
-//!   manager's own mapping when the provider is gone).
+//! - STOPPED, a lost connection or a Stop timeout → [`Drain::read_out`](super::Drain::read_out)
+//!   (salvage from the manager's own mapping when the provider is gone).
 //!
-//! A second SAVE_BUFFER "before BUFFER_SAVED" is detected exactly: either two requests were
-//! queued together before the manager answered the first, or the manager's previous
-//! BUFFER_SAVED is still unread in the FIFO (`SIOCOUTQ`) when the new request is read — the
-//! provider sent it without having received the answer.
+//! The parts live in their own files: `registry` (accepting, registration, the per-provider
+//! record), `fifo` (the per-provider FIFO protocol), `executor` (the session's commands and
+//! the final read-out).
+
+mod executor;
+mod fifo;
+mod registry;
 
 use std::collections::BTreeMap;
 use std::io::Write;
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, RawFd};
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -38,28 +35,28 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use super::archive::{Archive, ArchiveError};
-use super::conn::{FramedConn, ReadOutcome};
-use super::drain::{Drain, DrainError, Restart};
 use super::report::{ProviderReport, RefusedPeer};
 use super::session::{
-    Command, ProviderId, ProviderPhase, Session, SessionConfig, SessionState, StartError,
-    StateError, StopError,
+    ProviderId, Session, SessionConfig, SessionState, StartError, StateError, StopError,
 };
-use fxtrace::engine::TraceBuffer;
-use fxtrace::protocol::control::{
-    BufferDisposition, BufferingMode, Message, ProviderEntry as StatusEntry, SessionFigures,
-    MAX_OUTPUT_NAME_LEN,
-};
-use fxtrace::protocol::fifo::{ManagerPacket, ProviderPacket};
-use fxtrace::protocol::header;
-use fxtrace::protocol::transport::{self, ControlListener, ListenerOptions, TransportError};
+use fxtrace::protocol::control::{BufferDisposition, SessionFigures, MAX_OUTPUT_NAME_LEN};
+use fxtrace::protocol::transport::{ControlListener, ListenerOptions, TransportError};
+use registry::{Pending, Tracee};
 
 /// Most providers one manager serves at once (each has a buffer).
 pub const DEFAULT_MAX_PROVIDERS: usize = 256;
 /// How long an accepted connection may take to say who it is.
 pub const DEFAULT_REGISTRATION_TIMEOUT: Duration = Duration::from_secs(5);
-/// Most FIFO packets read from one provider per loop turn (fairness).
-const FIFO_BATCH: usize = 64;
+/// Largest message body accepted from a peer (Register, a status request): a larger one is
+/// refused from its length prefix ("sent an oversized registration"), before it is buffered.
+pub const MAX_REGISTRATION_BODY: usize = 8 << 10;
+/// Most connections waiting to say who they are; a new one beyond this evicts the oldest.
+pub const MAX_PENDING: usize = 64;
+/// Most providers one process may have registered at once.
+pub const DEFAULT_MAX_PER_PID: usize = 16;
+/// Provider slots kept for the traced command's own processes (descendants of
+/// [`ManagerConfig::traced_root`]); other peers get at most `max_providers` minus this.
+pub const DEFAULT_RESERVED_FOR_TRACED: usize = 32;
 
 /// Settings of a [`Manager`].
 #[derive(Debug, Clone)]
@@ -74,6 +71,15 @@ pub struct ManagerConfig {
     pub max_providers: usize,
     /// How long an accepted connection may take to send its first message.
     pub registration_timeout: Duration,
+    /// Most providers registered at once by one peer process.
+    pub max_per_pid: usize,
+    /// Most providers registered at once by one peer uid, outside the reserve.
+    pub max_per_uid: usize,
+    /// Slots of `max_providers` only the traced command's processes may take.
+    pub reserved_for_traced: usize,
+    /// The traced command (`fxtrace record -- CMD`): its descendants (and itself) may use the
+    /// reserve. Set later with [`Manager::set_traced_root`].
+    pub traced_root: Option<u32>,
     /// The output's name, as `fxtrace status` shows it (empty: unknown).
     pub output_name: String,
 }
@@ -87,6 +93,10 @@ impl ManagerConfig {
             session: SessionConfig::default(),
             max_providers: DEFAULT_MAX_PROVIDERS,
             registration_timeout: DEFAULT_REGISTRATION_TIMEOUT,
+            max_per_pid: DEFAULT_MAX_PER_PID,
+            max_per_uid: DEFAULT_MAX_PROVIDERS - DEFAULT_RESERVED_FOR_TRACED,
+            reserved_for_traced: DEFAULT_RESERVED_FOR_TRACED,
+            traced_root: None,
             output_name: String::new(),
         }
     }
@@ -228,80 +238,6 @@ impl Waker {
     }
 }
 
-/// A connection that has not sent its first message yet.
-#[derive(Debug)]
-struct Pending {
-    key: u64,
-    conn: FramedConn,
-    deadline: Instant,
-}
-
-/// Everything the manager holds for one provider.
-#[derive(Debug)]
-struct Tracee {
-    id: ProviderId,
-    pid: u32,
-    name: String,
-    conn: Option<FramedConn>,
-    fifo: Option<OwnedFd>,
-    /// The manager's mapping of the provider's buffer; released once the provider is gone and
-    /// its data collected.
-    buffer: Option<TraceBuffer>,
-    drain: Drain,
-    mode: BufferingMode,
-    lost: Option<String>,
-    /// After a protocol violation: no more data from this provider reaches the archive.
-    ignore_data: bool,
-    /// A BUFFER_SAVED was sent (for the "second SAVE_BUFFER" check).
-    buffer_saved_sent: bool,
-    problems: Vec<String>,
-}
-
-impl Tracee {
-    /// Close the FIFO, then the control connection (a peer that sees the connection closed
-    /// finds the FIFO closed too).
-    fn close(&mut self) {
-        self.fifo = None;
-        self.conn = None;
-    }
-
-    fn report(&self) -> ProviderReport {
-        let stats = self.drain.stats();
-        let mut problems = self.problems.clone();
-        problems.extend(stats.problems.iter().cloned());
-        ProviderReport {
-            id: self.id,
-            pid: self.pid,
-            name: self.name.clone(),
-            mode: self.mode,
-            records: stats.records,
-            durable_bytes: stats.durable_bytes,
-            rolling_bytes: stats.rolling_bytes,
-            records_dropped: stats.records_dropped,
-            wrapped_count: stats.wrapped_count,
-            durable_buffer_used_percent: match stats.durable_buffer_size {
-                0 => 0,
-                size => (stats.durable_data_end.saturating_mul(100) / size) as u32,
-            },
-            saves: stats.saves,
-            copy_time: stats.copy_time,
-            lost: self.lost.clone(),
-            problems,
-        }
-    }
-}
-
-/// What one batch of FIFO reading found.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum FifoRead {
-    /// Nothing more to read now.
-    Drained,
-    /// A full batch: more may be waiting.
-    More,
-    /// The provider closed its end.
-    Closed,
-}
-
 /// Where a poll entry points.
 #[derive(Debug, Clone, Copy)]
 enum Target {
@@ -386,6 +322,11 @@ impl Manager {
     /// The socket providers connect to.
     pub fn socket_path(&self) -> &Path {
         self.listener.path()
+    }
+
+    /// Let the traced command `pid` and its descendants use the reserved provider slots.
+    pub fn set_traced_root(&mut self, pid: u32) {
+        self.config.traced_root = Some(pid);
     }
 
     /// A handle that wakes [`Self::poll`].
@@ -610,766 +551,79 @@ impl Manager {
         self.archive.flush()?;
         Ok(self.archive.bytes_written())
     }
-
-    // === connections ===
-
-    fn accept_all(&mut self) {
-        loop {
-            match self.listener.accept() {
-                Ok(conn) => {
-                    let peer_pid = conn.peer_pid();
-                    match FramedConn::new(conn) {
-                        Ok(conn) => {
-                            self.next_pending += 1;
-                            self.pending.push(Pending {
-                                key: self.next_pending,
-                                conn,
-                                deadline: Instant::now() + self.config.registration_timeout,
-                            });
-                        }
-                        Err(e) => self.events.push(ManagerEvent::Refused {
-                            pid: Some(peer_pid),
-                            reason: format!("setting up the connection failed: {e}"),
-                        }),
-                    }
-                }
-                Err(TransportError::Sys {
-                    source: Errno::EAGAIN,
-                    ..
-                }) => return,
-                Err(TransportError::PeerRefused { pid, uid, .. }) => {
-                    self.refused.push(RefusedPeer { pid, uid });
-                    self.events.push(ManagerEvent::Refused {
-                        pid: Some(pid),
-                        reason: format!(
-                            "peer pid {pid} runs as uid {uid}, not as this manager's user"
-                        ),
-                    });
-                }
-                Err(TransportError::Sys {
-                    source: Errno::ECONNABORTED | Errno::EINTR,
-                    ..
-                }) => {}
-                Err(e) => {
-                    // EMFILE and the like: try again on the next turn.
-                    self.events.push(ManagerEvent::Refused {
-                        pid: None,
-                        reason: format!("accept failed: {e}"),
-                    });
-                    return;
-                }
-            }
-        }
-    }
-
-    fn expire_pending(&mut self, now: Instant) {
-        let before = self.pending.len();
-        self.pending.retain(|p| p.deadline > now);
-        for _ in self.pending.len()..before {
-            self.events.push(ManagerEvent::Refused {
-                pid: None,
-                reason: "a connection sent nothing within the registration timeout".into(),
-            });
-        }
-    }
-
-    fn read_pending(&mut self, key: u64) {
-        let Some(index) = self.pending.iter().position(|p| p.key == key) else {
-            return;
-        };
-        let pid = self.pending[index].conn.conn().peer_pid();
-        let messages = match self.pending[index].conn.read_available() {
-            Ok(ReadOutcome::Messages(m)) if m.is_empty() => return,
-            Ok(ReadOutcome::Messages(m)) | Ok(ReadOutcome::Closed(m)) => m,
-            Err(e) => {
-                self.pending.swap_remove(index);
-                self.events.push(ManagerEvent::Refused {
-                    pid: Some(pid),
-                    reason: format!("bad first message: {e}"),
-                });
-                return;
-            }
-        };
-        let mut pending = self.pending.swap_remove(index);
-        match messages.into_iter().next() {
-            Some(Message::Register {
-                pid: claimed,
-                name,
-                known_categories,
-                accepts_ticks_per_second,
-            }) => {
-                let registration = Registration {
-                    claimed_pid: claimed,
-                    name,
-                    known_categories,
-                    accepts_ticks_per_second,
-                };
-                self.register(pending.conn, registration);
-            }
-            Some(Message::StatusRequest { figures }) => {
-                let reply = self.status_reply(figures);
-                // The client may be gone already; nothing to do about it.
-                let _ = pending.conn.send(&reply, &[]);
-            }
-            Some(other) => self.events.push(ManagerEvent::Refused {
-                pid: Some(pid),
-                reason: format!("unexpected first message {}", other.name()),
-            }),
-            None => {} // closed before saying anything
-        }
-    }
-
-    fn status_reply(&self, figures: bool) -> Message {
-        let providers = self
-            .session
-            .providers()
-            .filter(|p| p.phase != ProviderPhase::Lost)
-            .map(|p| StatusEntry {
-                id: p.id,
-                pid: p.pid,
-                name: p.name.clone(),
-            })
-            .take(fxtrace::protocol::control::MAX_STATUS_PROVIDERS)
-            .collect();
-        Message::StatusReply {
-            state: self.session.state(),
-            providers,
-            categories: self.session.known_categories(),
-            figures: figures.then(|| self.snapshot()),
-        }
-    }
-
-    fn register(&mut self, mut conn: FramedConn, registration: Registration) {
-        let Registration {
-            claimed_pid,
-            name,
-            known_categories,
-            accepts_ticks_per_second,
-        } = registration;
-        let peer_pid = conn.conn().peer_pid();
-        let live = self.tracees.values().filter(|t| t.conn.is_some()).count();
-        if live >= self.config.max_providers {
-            self.events.push(ManagerEvent::Refused {
-                pid: Some(peer_pid),
-                reason: format!(
-                    "provider {name:?} refused: {} providers already connected",
-                    self.config.max_providers
-                ),
-            });
-            return;
-        }
-        // SO_PEERCRED is authoritative (translated into this pid namespace).
-        let pid = u32::try_from(peer_pid).unwrap_or(claimed_pid);
-        let setup = TraceBuffer::create(self.config.session.buffer_size_bytes)
-            .map_err(|e| e.to_string())
-            .and_then(|buffer| {
-                transport::fifo_pair()
-                    .map(|fifo| (buffer, fifo))
-                    .map_err(|e| e.to_string())
-            });
-        let (buffer, (manager_end, provider_end)) = match setup {
-            Ok(v) => v,
-            Err(e) => {
-                self.events.push(ManagerEvent::Refused {
-                    pid: Some(peer_pid),
-                    reason: format!("provider {name:?}: cannot create its buffer: {e}"),
-                });
-                return;
-            }
-        };
-        // A buffer made by `create` always keeps its descriptor.
-        let memfd = match buffer.fd() {
-            Ok(fd) => fd,
-            Err(e) => {
-                self.events.push(ManagerEvent::Refused {
-                    pid: Some(peer_pid),
-                    reason: format!("provider {name:?}: its buffer has no descriptor: {e}"),
-                });
-                return;
-            }
-        };
-        let now = Instant::now();
-        let (id, commands) = self.session.register_provider(pid, &name, known_categories);
-        let mode = self.config.session.buffering_mode;
-        let init = Message::Initialize {
-            buffering_mode: mode,
-            categories: self.config.session.categories.clone(),
-            provider_id: id,
-            // The TSC rate is the machine's: a provider that takes ours measures nothing.
-            ticks_per_second: accepts_ticks_per_second
-                .then(|| fxtrace::clock::info().ticks_per_second),
-        };
-        let sent = conn.send(&init, &[memfd, provider_end.as_fd()]);
-        drop(provider_end);
-        let engine_mode = header::BufferingMode::from_raw(mode.to_engine())
-            .unwrap_or(header::BufferingMode::Oneshot);
-        let mut problems = Vec::new();
-        if claimed_pid != pid {
-            problems.push(format!(
-                "registered as pid {claimed_pid}, but the socket peer is pid {pid}"
-            ));
-        }
-        self.tracees.insert(
-            id,
-            Tracee {
-                id,
-                pid,
-                name: name.clone(),
-                conn: Some(conn),
-                fifo: Some(manager_end),
-                buffer: Some(buffer),
-                drain: Drain::new(engine_mode),
-                mode,
-                lost: None,
-                ignore_data: false,
-                buffer_saved_sent: false,
-                problems,
-            },
-        );
-        self.events
-            .push(ManagerEvent::ProviderRegistered { id, pid, name });
-        if let Err(e) = sent {
-            self.lose(id, format!("sending Initialize failed: {e}"), true, now);
-            return;
-        }
-        self.run(commands, now);
-    }
-
-    fn read_control(&mut self, id: ProviderId) {
-        let Some(t) = self.tracees.get_mut(&id) else {
-            return;
-        };
-        let Some(conn) = t.conn.as_mut() else {
-            return;
-        };
-        let now = Instant::now();
-        match conn.read_available() {
-            Ok(ReadOutcome::Messages(m)) if m.is_empty() => {}
-            Ok(ReadOutcome::Messages(m)) => {
-                let what = m[0].name();
-                self.lose(
-                    id,
-                    format!("protocol violation: unexpected {what} message on the control socket"),
-                    true,
-                    now,
-                );
-            }
-            Ok(ReadOutcome::Closed(m)) if m.is_empty() => self.disconnected(id, now),
-            Ok(ReadOutcome::Closed(m)) => {
-                let what = m[0].name();
-                self.lose(
-                    id,
-                    format!("protocol violation: unexpected {what} message on the control socket"),
-                    true,
-                    now,
-                );
-            }
-            Err(e) => self.lose(id, format!("protocol violation: {e}"), true, now),
-        }
-    }
-
-    /// The provider's connection (control socket or FIFO) closed.
-    fn disconnected(&mut self, id: ProviderId, now: Instant) {
-        // What the provider sent before closing still counts (a last SAVE_BUFFER, STOPPED):
-        // the control socket's close may be seen before the FIFO's packets are read.
-        while self
-            .tracees
-            .get(&id)
-            .is_some_and(|t| t.fifo.is_some() && t.lost.is_none())
-        {
-            if self.process_fifo(id, PollFlags::empty()) != FifoRead::More {
-                break;
-            }
-        }
-        let Some(t) = self.tracees.get_mut(&id) else {
-            return;
-        };
-        if t.lost.is_some() || (t.conn.is_none() && t.fifo.is_none()) {
-            t.close();
-            return;
-        }
-        let phase = self.session.provider(id).map(|p| p.phase);
-        match phase {
-            Some(ProviderPhase::Starting | ProviderPhase::Started | ProviderPhase::Stopping) => {
-                self.lose(
-                    id,
-                    "connection closed without STOPPED (the process exited without stopping \
-                     its provider, crashed or was killed); buffer salvaged from the manager's \
-                     mapping"
-                        .into(),
-                    false,
-                    now,
-                );
-            }
-            _ => {
-                t.close();
-                self.events.push(ManagerEvent::ProviderGone { id });
-                let commands = self.session.provider_terminated(id, now);
-                self.run(commands, now);
-                self.release_if_gone(id);
-            }
-        }
-    }
-
-    // === FIFO ===
-
-    fn read_fifo(&mut self, id: ProviderId, revents: PollFlags) {
-        if self.process_fifo(id, revents) == FifoRead::Closed {
-            self.disconnected(id, Instant::now());
-        }
-    }
-
-    /// Read and handle one batch of packets. A protocol violation drops the provider here; a
-    /// close is reported to the caller.
-    fn process_fifo(&mut self, id: ProviderId, revents: PollFlags) -> FifoRead {
-        let now = Instant::now();
-        let mut packets = Vec::new();
-        let mut closed = false;
-        let mut violation = None;
-        {
-            let Some(t) = self.tracees.get(&id) else {
-                return FifoRead::Drained;
-            };
-            let Some(fifo) = t.fifo.as_ref() else {
-                return FifoRead::Drained;
-            };
-            while packets.len() < FIFO_BATCH {
-                match transport::try_recv_packet(fifo.as_fd()) {
-                    Ok(Some(p)) => packets.push(p),
-                    Ok(None) => break,
-                    Err(TransportError::PeerClosed) => {
-                        closed = true;
-                        break;
-                    }
-                    Err(e) => {
-                        violation = Some(format!("FIFO protocol violation: {e}"));
-                        break;
-                    }
-                }
-            }
-            if packets.is_empty()
-                && violation.is_none()
-                && revents.intersects(PollFlags::POLLHUP | PollFlags::POLLERR)
-            {
-                closed = true;
-            }
-        }
-        let full = packets.len() == FIFO_BATCH;
-        let saves = packets
-            .iter()
-            .filter(|p| p.request == fxtrace::protocol::fifo::SAVE_BUFFER)
-            .count();
-        let mut saves_seen = 0;
-        for raw in packets {
-            if !self.tracees.get(&id).is_some_and(|t| t.fifo.is_some()) {
-                return FifoRead::Drained; // dropped while handling an earlier packet
-            }
-            let packet = match ProviderPacket::parse(&raw) {
-                Ok(p) => p,
-                Err(e) => {
-                    self.lose(id, format!("FIFO protocol violation: {e}"), true, now);
-                    return FifoRead::Drained;
-                }
-            };
-            match packet {
-                ProviderPacket::Started { .. } => {
-                    let commands = self.session.provider_started(id, now);
-                    self.run(commands, now);
-                }
-                ProviderPacket::Stopped => {
-                    let commands = self.session.provider_stopped(id, now);
-                    self.run(commands, now);
-                }
-                ProviderPacket::Alert { name } => {
-                    let name = name.to_string_lossy();
-                    self.session.alert(&name);
-                    self.events.push(ManagerEvent::Alert { id, name });
-                }
-                ProviderPacket::SaveBuffer {
-                    wrapped_count,
-                    durable_data_end,
-                } => {
-                    saves_seen += 1;
-                    if saves_seen > 1 && saves > 1 {
-                        self.lose(
-                            id,
-                            "FIFO protocol violation: a second SAVE_BUFFER before BUFFER_SAVED \
-                             (two requests queued together)"
-                                .into(),
-                            true,
-                            now,
-                        );
-                        return FifoRead::Drained;
-                    }
-                    if self.save_buffer(id, wrapped_count, durable_data_end, now) {
-                        // The provider closed its end after sending: the rest of the batch
-                        // (typically STOPPED) is still valid.
-                        closed = true;
-                    }
-                }
-            }
-        }
-        if let Some(reason) = violation {
-            self.lose(id, reason, true, now);
-            FifoRead::Drained
-        } else if closed {
-            FifoRead::Closed
-        } else if full {
-            FifoRead::More
-        } else {
-            FifoRead::Drained
-        }
-    }
-
-    /// Serve one SAVE_BUFFER. Returns true when the answer could not be sent because the
-    /// provider has closed the FIFO (the caller finishes the batch, then handles the close).
-    fn save_buffer(
-        &mut self,
-        id: ProviderId,
-        wrapped_count: u32,
-        durable_data_end: u64,
-        now: Instant,
-    ) -> bool {
-        let phase = self.session.provider(id).map(|p| p.phase);
-        let Some(t) = self.tracees.get_mut(&id) else {
-            return false;
-        };
-        if t.mode != BufferingMode::Streaming
-            || !matches!(
-                phase,
-                Some(ProviderPhase::Started | ProviderPhase::Stopping | ProviderPhase::Terminating)
-            )
-        {
-            // trace_manager ignores these with a warning.
-            let message = format!(
-                "SAVE_BUFFER({wrapped_count}, {durable_data_end}) ignored: the provider is not \
-                 streaming and started"
-            );
-            t.problems.push(message.clone());
-            self.events
-                .push(ManagerEvent::ProviderProblem { id, message });
-            return false;
-        }
-        if t.buffer_saved_sent {
-            if let Some(fifo) = &t.fifo {
-                if unread_output(fifo.as_fd()) > 0 {
-                    self.lose(
-                        id,
-                        "FIFO protocol violation: a second SAVE_BUFFER before BUFFER_SAVED \
-                         (the previous BUFFER_SAVED is still unread)"
-                            .into(),
-                        true,
-                        now,
-                    );
-                    return false;
-                }
-            }
-        }
-        if t.ignore_data || self.archive_failed.is_some() {
-            return false;
-        }
-        let Some(buffer) = t.buffer.as_ref() else {
-            return false;
-        };
-        let result = t.drain.save_buffer(
-            buffer,
-            &mut self.archive,
-            id,
-            &t.name,
-            wrapped_count,
-            durable_data_end,
-        );
-        match result {
-            Ok(()) => {
-                let answer = ManagerPacket::BufferSaved {
-                    wrapped_count,
-                    durable_data_end,
-                }
-                .to_packet();
-                let Some(fifo) = t.fifo.as_ref() else {
-                    return false;
-                };
-                match transport::try_send_packet(fifo.as_fd(), &answer) {
-                    Ok(()) => t.buffer_saved_sent = true,
-                    Err(TransportError::PeerClosed) => return true,
-                    Err(e) => self.lose(id, format!("cannot answer BUFFER_SAVED: {e}"), true, now),
-                }
-            }
-            Err(e) if e.is_archive() => self.archive_failure(e.to_string(), now),
-            Err(e) => self.lose(id, format!("streaming save rejected: {e}"), true, now),
-        }
-        false
-    }
-
-    // === commands ===
-
-    fn run(&mut self, commands: Vec<Command>, now: Instant) {
-        let mut queue = std::collections::VecDeque::from(commands);
-        while let Some(command) = queue.pop_front() {
-            let more = self.execute(command, now);
-            queue.extend(more);
-        }
-    }
-
-    fn execute(&mut self, command: Command, now: Instant) -> Vec<Command> {
-        match command {
-            Command::StartProvider { id, disposition } => {
-                if let Some(t) = self.tracees.get_mut(&id) {
-                    t.drain.restart(match disposition {
-                        BufferDisposition::ClearEntire => Restart::ClearEntire,
-                        BufferDisposition::ClearNonDurable => Restart::ClearNonDurable,
-                        BufferDisposition::Retain => Restart::Retain,
-                    });
-                    t.buffer_saved_sent = false;
-                }
-                self.send(id, &Message::Start { disposition }, now)
-            }
-            Command::StopProvider { id } => self.send(id, &Message::Stop, now),
-            Command::TerminateProvider { id } => {
-                let sent = self
-                    .tracees
-                    .get_mut(&id)
-                    .and_then(|t| t.conn.as_mut())
-                    .map(|c| c.send(&Message::Terminate, &[]).is_ok())
-                    .unwrap_or(false);
-                if sent {
-                    Vec::new()
-                } else {
-                    if let Some(t) = self.tracees.get_mut(&id) {
-                        t.close();
-                    }
-                    self.session.provider_terminated(id, now)
-                }
-            }
-            Command::CollectProvider { id } => {
-                self.collect(id);
-                Vec::new()
-            }
-            Command::AcknowledgeStart { timed_out } => {
-                let ms = self.config.session.start_timeout.as_millis();
-                for &id in &timed_out {
-                    self.problem(id, format!("did not answer Start within {ms} ms"));
-                }
-                self.events
-                    .push(ManagerEvent::StartAcknowledged { timed_out });
-                Vec::new()
-            }
-            Command::AcknowledgeStop { timed_out } => {
-                let ms = self.config.session.stop_timeout.as_millis();
-                for &id in &timed_out {
-                    if let Some(t) = self.tracees.get_mut(&id) {
-                        if t.lost.is_none() {
-                            t.lost = Some(format!(
-                                "did not answer Stop within {ms} ms; buffer salvaged"
-                            ));
-                            self.events.push(ManagerEvent::ProviderLost {
-                                id,
-                                reason: t.lost.clone().unwrap_or_default(),
-                            });
-                        }
-                        t.close();
-                        t.buffer = None;
-                    }
-                }
-                self.events
-                    .push(ManagerEvent::StopAcknowledged { timed_out });
-                Vec::new()
-            }
-            Command::Terminated => {
-                for t in self.tracees.values_mut() {
-                    t.close();
-                }
-                self.events.push(ManagerEvent::Terminated);
-                Vec::new()
-            }
-            Command::StateChanged(state) => {
-                self.events.push(ManagerEvent::StateChanged(state));
-                Vec::new()
-            }
-        }
-    }
-
-    /// Send a control message; a provider that cannot take it is lost (its data salvaged).
-    fn send(&mut self, id: ProviderId, msg: &Message, now: Instant) -> Vec<Command> {
-        let Some(t) = self.tracees.get_mut(&id) else {
-            return Vec::new();
-        };
-        let Some(conn) = t.conn.as_mut() else {
-            return Vec::new();
-        };
-        match conn.send(msg, &[]) {
-            Ok(()) => Vec::new(),
-            Err(e) => {
-                let reason = format!("cannot send {}: {e}", msg.name());
-                self.lose_commands(id, reason, false, now)
-            }
-        }
-    }
-
-    fn problem(&mut self, id: ProviderId, message: String) {
-        if let Some(t) = self.tracees.get_mut(&id) {
-            t.problems.push(message.clone());
-        }
-        self.events
-            .push(ManagerEvent::ProviderProblem { id, message });
-    }
-
-    /// Mark a provider lost, close its FIFO and connection, and run the session's reaction
-    /// (which salvages its buffer unless `ignore_data`).
-    fn lose(&mut self, id: ProviderId, reason: String, ignore_data: bool, now: Instant) {
-        let commands = self.lose_commands(id, reason, ignore_data, now);
-        self.run(commands, now);
-        self.release_if_gone(id);
-    }
-
-    /// Unmap the buffer of a provider that is gone: nothing can be collected from it any more
-    /// (a lost provider is salvaged when it is lost; one that disconnected cleanly had
-    /// stopped, or was idle).
-    fn release_if_gone(&mut self, id: ProviderId) {
-        if let Some(t) = self.tracees.get_mut(&id) {
-            if t.conn.is_none() && t.fifo.is_none() {
-                t.buffer = None;
-            }
-        }
-    }
-
-    fn lose_commands(
-        &mut self,
-        id: ProviderId,
-        reason: String,
-        ignore_data: bool,
-        now: Instant,
-    ) -> Vec<Command> {
-        let Some(t) = self.tracees.get_mut(&id) else {
-            return Vec::new();
-        };
-        if t.lost.is_some() {
-            t.close();
-            return Vec::new();
-        }
-        t.lost = Some(reason.clone());
-        t.ignore_data |= ignore_data;
-        t.close();
-        self.events.push(ManagerEvent::ProviderLost {
-            id,
-            reason: reason.clone(),
-        });
-        self.session.provider_lost(id, &reason, now)
-    }
-
-    /// The final read-out of one provider into the archive, with its drop and loss markers.
-    fn collect(&mut self, id: ProviderId) {
-        if self.archive_failed.is_some() {
-            return;
-        }
-        let Some(t) = self.tracees.get_mut(&id) else {
-            return;
-        };
-        // A provider the session gave up on (Stop timeout) is salvaged now: say so first.
-        if t.lost.is_none() {
-            if let Some(reason) = self
-                .session
-                .provider(id)
-                .filter(|p| p.phase == ProviderPhase::Lost)
-                .and_then(|p| p.lost_reason.as_deref())
-            {
-                let reason = format!(
-                    "{reason} ({} ms); buffer salvaged",
-                    self.config.session.stop_timeout.as_millis()
-                );
-                t.lost = Some(reason.clone());
-                self.events.push(ManagerEvent::ProviderLost { id, reason });
-            }
-        }
-        if t.ignore_data {
-            t.problems
-                .push("its data was ignored after the protocol violation".into());
-            return;
-        }
-        let Some(buffer) = t.buffer.as_ref() else {
-            return;
-        };
-        let result = t.drain.read_out(buffer, &mut self.archive, id, &t.name);
-        let outcome = match result {
-            Ok(()) => {
-                let dropped = t.drain.stats().records_dropped;
-                let mut r = Ok(());
-                if dropped > 0 {
-                    r = self.archive.marker(
-                        fxtrace::clock::ticks(),
-                        u64::from(t.pid),
-                        &format!("fxtrace: {dropped} records dropped"),
-                        fxtrace::format::DROP_MARKER_ARG,
-                        dropped,
-                    );
-                }
-                r.map_err(DrainError::from)
-            }
-            Err(e) => Err(e),
-        };
-        let outcome = outcome.and_then(|()| match &t.lost {
-            Some(reason) => {
-                if self.archive.current_provider() != Some(id) {
-                    self.archive.begin_provider(id, &t.name)?;
-                }
-                self.archive
-                    .marker(
-                        fxtrace::clock::ticks(),
-                        u64::from(t.pid),
-                        &format!("fxtrace: provider lost: {reason}"),
-                        "pid",
-                        u64::from(t.pid),
-                    )
-                    .map_err(DrainError::from)
-            }
-            None => Ok(()),
-        });
-        match outcome {
-            Ok(()) => self.events.push(ManagerEvent::ProviderCollected { id }),
-            Err(e) if e.is_archive() => self.archive_failure(e.to_string(), Instant::now()),
-            Err(e) => {
-                let message = format!("final read-out skipped: {e}");
-                if t.lost.is_none() {
-                    t.lost = Some(message.clone());
-                    self.events.push(ManagerEvent::ProviderLost {
-                        id,
-                        reason: message,
-                    });
-                } else {
-                    t.problems.push(message.clone());
-                    self.events
-                        .push(ManagerEvent::ProviderProblem { id, message });
-                }
-            }
-        }
-    }
-
-    fn archive_failure(&mut self, reason: String, now: Instant) {
-        if self.archive_failed.is_none() {
-            self.archive_failed = Some(reason);
-            let commands = self.session.abort(now);
-            self.run(commands, now);
-        }
-    }
 }
 
-/// Bytes this end has sent that the peer has not read yet (`SIOCOUTQ`); 0 if unknown.
-fn unread_output(fd: BorrowedFd<'_>) -> i32 {
-    let mut queued: libc::c_int = 0;
-    // SAFETY: SIOCOUTQ (= TIOCOUTQ) writes one int through the pointer, which points at a live
-    // local; the fd is borrowed for the call.
-    let r = unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCOUTQ, &mut queued) };
-    if r < 0 {
-        0
-    } else {
-        queued
-    }
-}
+/// Fixtures for the unit tests of the manager's parts: a manager on a temporary socket and a
+/// hand-driven provider that speaks the wire protocol directly.
+#[cfg(test)]
+pub(crate) mod test_support {
+    use std::os::fd::OwnedFd;
+    use std::time::{Duration, Instant};
 
-/// What a Register message asks for.
-struct Registration {
-    claimed_pid: u32,
-    name: String,
-    known_categories: Vec<String>,
-    accepts_ticks_per_second: bool,
+    use super::{Manager, ManagerConfig, ManagerEvent};
+    use fxtrace::protocol::control::Message;
+    use fxtrace::protocol::transport::ControlConn;
+
+    /// A manager listening in a fresh temporary directory (kept alive with it).
+    pub(crate) fn manager(tweak: impl FnOnce(&mut ManagerConfig)) -> (tempfile::TempDir, Manager) {
+        let dir = tempfile::tempdir().expect("tempdir");
+        let mut config = ManagerConfig::new(dir.path().join("m.sock"));
+        config.session.buffer_size_bytes = 64 << 10;
+        tweak(&mut config);
+        let manager = Manager::new(config, Box::new(std::io::sink())).expect("manager");
+        (dir, manager)
+    }
+
+    /// Poll the manager until `done` holds for the events seen so far (at most 5 s).
+    pub(crate) fn pump(
+        manager: &mut Manager,
+        mut done: impl FnMut(&[ManagerEvent]) -> bool,
+    ) -> Vec<ManagerEvent> {
+        let deadline = Instant::now() + Duration::from_secs(5);
+        let mut seen = Vec::new();
+        while !done(&seen) {
+            assert!(Instant::now() < deadline, "manager events so far: {seen:?}");
+            let out = manager
+                .poll(&[], Some(Duration::from_millis(20)))
+                .expect("poll");
+            seen.extend(out.events);
+        }
+        seen
+    }
+
+    /// A provider registered by hand: its control connection, buffer memfd and FIFO end.
+    pub(crate) struct RawProvider {
+        pub(crate) conn: ControlConn,
+        pub(crate) _memfd: OwnedFd,
+        pub(crate) fifo: OwnedFd,
+    }
+
+    /// Connect, send Register as `name`, let the manager answer, and take Initialize.
+    pub(crate) fn register(manager: &mut Manager, name: &str) -> RawProvider {
+        let mut conn =
+            ControlConn::connect(manager.socket_path(), Duration::from_secs(1)).expect("connect");
+        let register = Message::Register {
+            pid: std::process::id(),
+            name: name.into(),
+            known_categories: Vec::new(),
+            accepts_ticks_per_second: true,
+        };
+        conn.send_msg(&register, &[]).expect("send Register");
+        pump(manager, |e| {
+            e.iter()
+                .any(|e| matches!(e, ManagerEvent::ProviderRegistered { name: n, .. } if n == name))
+        });
+        conn.set_recv_timeout(Some(Duration::from_secs(2)))
+            .expect("timeout");
+        let (msg, fds) = conn.recv_msg().expect("Initialize");
+        assert!(matches!(msg, Message::Initialize { .. }), "{msg:?}");
+        let mut fds = fds.into_iter();
+        let memfd = fds.next().expect("memfd");
+        let fifo = fds.next().expect("fifo");
+        RawProvider {
+            conn,
+            _memfd: memfd,
+            fifo,
+        }
+    }
 }

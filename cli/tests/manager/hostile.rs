@@ -397,3 +397,276 @@ fn a_peer_of_another_uid_is_refused() {
         stderr.lines().find(|l| l.contains("uid 0")).unwrap_or("")
     );
 }
+
+/// A provider that writes into its own buffer the provider metadata only the manager writes
+/// (renaming every provider, opening other providers' sections, a fake overflow event), then
+/// stops cleanly. Records: one initialization record, then per forged id an info, a section
+/// and an initialization record "for" that provider, then a provider event.
+fn forger_records() -> Vec<u64> {
+    use fxtrace::format::{encode_to_vec, ProviderEvent, ProviderInfo, ProviderSection};
+    let mut words = support::INIT_RECORD.to_vec();
+    for id in 1..=4 {
+        let info = ProviderInfo {
+            provider_id: id,
+            name: "renamed",
+        };
+        words.extend(encode_to_vec(&info).unwrap());
+        words.extend(encode_to_vec(&ProviderSection { provider_id: id }).unwrap());
+        words.extend(support::INIT_RECORD);
+    }
+    words.extend(
+        encode_to_vec(&ProviderEvent {
+            provider_id: 1,
+            event: 0,
+        })
+        .unwrap(),
+    );
+    words
+}
+
+/// Register as `name`, fill the buffer with `words`, answer Start and Stop like a good provider.
+fn scripted(socket: std::path::PathBuf, name: &'static str, words: Vec<u64>) {
+    let mut p = FakeProvider::register(&socket, name);
+    let mut h = p.init_header();
+    p.put_words(p.geometry().rolling_offset(0), &words);
+    h.rolling_data_end[0] = words.len() as u64 * 8;
+    p.buffer.header().store(&h);
+    p.expect_start();
+    p.send_started();
+    assert!(matches!(p.recv(), Some(Message::Stop)));
+    p.send(ProviderPacket::Stopped.to_packet());
+    p.conn
+        .set_recv_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    p.wait_closed();
+}
+
+#[test]
+fn provider_metadata_written_by_a_provider_is_dropped_and_reported() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("m.sock");
+    let config = ManagerConfig {
+        session: SessionConfig {
+            buffer_size_bytes: 64 << 10,
+            ..SessionConfig::default()
+        },
+        ..ManagerConfig::new(&socket)
+    };
+    let out = SharedOut::default();
+    let mut m = Manager::new(config, Box::new(out.clone())).unwrap();
+    let mut events = Vec::new();
+    let s = socket.clone();
+    let victim = std::thread::spawn(move || scripted(s, "victim", support::INIT_RECORD.to_vec()));
+    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
+        registered(ev) == 1
+    });
+    let s = socket.clone();
+    let forger = std::thread::spawn(move || scripted(s, "forger", forger_records()));
+    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
+        registered(ev) == 2
+    });
+    m.start(None).unwrap();
+    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
+        ev.iter()
+            .any(|e| matches!(e, ManagerEvent::StartAcknowledged { .. }))
+    });
+    m.stop(true).unwrap();
+    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
+        ev.iter()
+            .any(|e| matches!(e, ManagerEvent::StopAcknowledged { .. }))
+    });
+    let reports = m.reports();
+    m.finish().unwrap();
+    victim.join().unwrap();
+    forger.join().unwrap();
+
+    let archive = decode(&out.bytes());
+    let mut names = archive.names();
+    names.sort();
+    assert_eq!(names, ["forger", "victim"], "nobody renamed");
+    let v = archive.one("victim");
+    assert_eq!(
+        (v.infos, v.sections, v.inits, v.overflows),
+        (1, 0, 1, 0),
+        "{v:?}"
+    );
+    let f = archive.one("forger");
+    assert_eq!(
+        (f.infos, f.sections, f.inits, f.overflows),
+        (1, 0, 5, 0),
+        "{f:?}"
+    );
+    let fr = reports.iter().find(|r| r.name == "forger").unwrap();
+    assert!(
+        fr.problems
+            .iter()
+            .any(|p| p.contains("protocol violation: 9 provider metadata records")),
+        "{fr:?}"
+    );
+    assert_eq!(
+        fr.records, 5,
+        "the forged records are not counted as copied"
+    );
+    let vr = reports.iter().find(|r| r.name == "victim").unwrap();
+    assert!(vr.problems.is_empty() && vr.lost.is_none(), "{vr:?}");
+}
+
+/// Send Register as `name` on a fresh connection (the answer is not read).
+fn raw_register(socket: &std::path::Path, name: &str) -> transport::ControlConn {
+    let mut conn = transport::ControlConn::connect(socket, Duration::from_secs(1)).unwrap();
+    let register = Message::Register {
+        pid: std::process::id(),
+        name: name.into(),
+        known_categories: Vec::new(),
+        accepts_ticks_per_second: false,
+    };
+    conn.send_msg(&register, &[]).unwrap();
+    conn
+}
+
+fn refusals(events: &[ManagerEvent], text: &str) -> usize {
+    events
+        .iter()
+        .filter(|e| matches!(e, ManagerEvent::Refused { reason, .. } if reason.contains(text)))
+        .count()
+}
+
+/// One user floods the table (here 8 slots, 2 kept for the traced command): its registrations
+/// beyond the 6 open slots are refused, the traced command's own provider is still accepted
+/// and traced completely, and a provider that never answered Start is evicted for a newcomer.
+/// Before: the flood took all 8 slots and the traced probe was refused.
+#[test]
+fn one_user_cannot_lock_the_traced_command_out() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("m.sock");
+    let mut config = ManagerConfig {
+        session: SessionConfig {
+            buffer_size_bytes: 64 << 10,
+            start_timeout: Duration::from_millis(300),
+            stop_timeout: Duration::from_millis(500),
+            ..SessionConfig::default()
+        },
+        ..ManagerConfig::new(&socket)
+    };
+    config.max_providers = 8;
+    config.reserved_for_traced = 2;
+    config.max_per_uid = 8;
+    let out = SharedOut::default();
+    let mut m = Manager::new(config, Box::new(out.clone())).unwrap();
+    let mut events = Vec::new();
+    let hostile: Vec<_> = (0..10)
+        .map(|i| raw_register(&socket, &format!("flood{i}")))
+        .collect();
+    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
+        registered(ev) + refusals(ev, "refused") == 10
+    });
+    assert_eq!(registered(&events), 6, "{events:#?}");
+    assert_eq!(refusals(&events, "outside the traced command"), 4);
+
+    let probe = spawn_probe(&socket, &["--name", "traced", "--events", "300"]);
+    m.set_traced_root(probe.id());
+    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
+        registered(ev) == 7
+    });
+    m.start(None).unwrap();
+    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
+        ev.iter()
+            .any(|e| matches!(e, ManagerEvent::StartAcknowledged { .. }))
+    });
+    let output = probe.wait_with_output().unwrap();
+    let report = parse_probe(&String::from_utf8_lossy(&output.stdout));
+    assert!(
+        output.status.success() && report.connected.is_some(),
+        "{report:?}"
+    );
+
+    // The open slots are full of providers that never answered Start: a newcomer evicts one.
+    let _late = raw_register(&socket, "late");
+    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
+        registered(ev) == 8
+    });
+    let evicted = events
+        .iter()
+        .filter(|e| matches!(e, ManagerEvent::ProviderLost { reason, .. } if reason.contains("evicted")))
+        .count();
+    assert_eq!(evicted, 1, "{events:#?}");
+    m.stop(true).unwrap();
+    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
+        ev.iter()
+            .any(|e| matches!(e, ManagerEvent::StopAcknowledged { .. }))
+    });
+    let reports = m.reports();
+    m.finish().unwrap();
+    drop(hostile);
+    let traced = reports.iter().find(|r| r.name == "traced").unwrap();
+    assert!(traced.lost.is_none(), "{traced:?}");
+    let archive = decode(&out.bytes());
+    assert_eq!(
+        archive.one("traced").events.len() as u64,
+        report.written,
+        "{report:?}"
+    );
+}
+
+/// The resident set of this process, in KiB.
+fn rss_kib() -> u64 {
+    let status = std::fs::read_to_string("/proc/self/status").unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// 150 connections each send all but the last byte of a 480 KB Register (before: the
+/// manager buffered every byte, ~70 MB): each is refused as "sent an oversized registration"
+/// from its length prefix, and the manager's memory barely moves.
+#[test]
+fn oversized_registrations_are_refused_before_they_are_buffered() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("m.sock");
+    let config = ManagerConfig::new(&socket);
+    let mut m = Manager::new(config, Box::new(SharedOut::default())).unwrap();
+    let big = Message::Register {
+        pid: 1,
+        name: "big".into(),
+        known_categories: (0..4800).map(|i| format!("c{i:095}")).collect(),
+        accepts_ticks_per_second: false,
+    }
+    .encode()
+    .unwrap();
+    let frame = &big[..big.len() - 1];
+    let before = rss_kib();
+    let mut clients: Vec<(std::os::unix::net::UnixStream, usize, bool)> = Vec::new();
+    let mut events = Vec::new();
+    let until = std::time::Instant::now() + Duration::from_secs(60);
+    while clients.len() < 150 || clients.iter().any(|c| !c.2) {
+        // A few connections per turn: the listen queue is short and only the manager's poll
+        // empties it.
+        while clients.len() < 150 && clients.iter().filter(|c| !c.2).count() < 8 {
+            let s = std::os::unix::net::UnixStream::connect(&socket).unwrap();
+            s.set_nonblocking(true).unwrap();
+            clients.push((s, 0, false));
+        }
+        assert!(std::time::Instant::now() < until, "clients still sending");
+        for (s, sent, done) in clients.iter_mut().filter(|c| !c.2) {
+            match s.write(&frame[*sent..]) {
+                Ok(n) => {
+                    *sent += n;
+                    *done = *sent == frame.len();
+                }
+                Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                Err(_) => *done = true, // closed by the manager
+            }
+        }
+        events.extend(m.poll(&[], Some(Duration::from_millis(5))).unwrap().events);
+    }
+    for _ in 0..20 {
+        events.extend(m.poll(&[], Some(Duration::from_millis(5))).unwrap().events);
+    }
+    let grown_kib = rss_kib().saturating_sub(before);
+    println!("manager RSS grew by {grown_kib} KiB for 150 partial 480 KB registrations");
+    assert_eq!(refusals(&events, "sent an oversized registration"), 150);
+    assert!(grown_kib < 16 << 10, "grew by {grown_kib} KiB");
+}

@@ -6,10 +6,6 @@
 /// The workspace root (the tests read fixtures, scripts and examples from there).
 const WORKSPACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 
-/// Taken by every test that installs the process-wide trace context or changes the
-/// environment (the modules of this binary run their tests concurrently).
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 #[path = "../../../tests/daemon/mod.rs"]
 mod daemon;
 #[path = "../support/mod.rs"]
@@ -17,5 +13,4 @@ mod support;
 
 mod hostile;
 mod init_order;
-mod records_global;
 mod sessions;

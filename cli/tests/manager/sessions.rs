@@ -186,3 +186,126 @@ fn a_session_starts_and_stops_several_times_without_duplicates() {
     assert_eq!(seqs, want);
     assert_eq!(part.inits, 3, "an initialization record per clearing start");
 }
+
+/// A provider whose small buffer is full is SIGKILLed: the drops it counted reach the summary
+/// and the archive's drop marker through the shared header (before: `dropped 0`, no marker).
+#[test]
+fn drops_of_a_killed_provider_are_reported() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("m.sock");
+    let (mut m, out) = manager(&socket, BufferingMode::Oneshot, 16 << 10);
+    let mut events = Vec::new();
+    let mut probe = spawn_probe(
+        &socket,
+        &[
+            "--name",
+            "killed",
+            "--events",
+            "20000",
+            "--hang-after",
+            "19000",
+        ],
+    );
+    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
+        registered(ev) == 1
+    });
+    m.start(None).unwrap();
+    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
+        ev.iter()
+            .any(|e| matches!(e, ManagerEvent::StartAcknowledged { .. }))
+    });
+    let stdout = probe.stdout.take().unwrap();
+    let mut lines = std::io::BufReader::new(stdout).lines();
+    let mut progress = String::new();
+    while let Some(Ok(line)) = lines.next() {
+        if line.starts_with("progress=") {
+            progress = line;
+            break;
+        }
+    }
+    probe.kill().unwrap();
+    probe.wait().unwrap();
+    assert!(progress.starts_with("progress=19000 "), "{progress:?}");
+    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
+        ev.iter()
+            .any(|e| matches!(e, ManagerEvent::ProviderCollected { .. }))
+    });
+    let report = m.reports().remove(0);
+    m.finish().unwrap();
+    println!(
+        "killed provider: {} records kept, {} dropped",
+        report.records, report.records_dropped
+    );
+    assert!(report.lost.is_some(), "{report:?}");
+    // A 16 KiB buffer holds a few hundred of the 19000 events.
+    assert!(
+        report.records_dropped > 10_000,
+        "dropped {} of 19000 events: {report:?}",
+        report.records_dropped
+    );
+    let archive = decode(&out.bytes());
+    let part = archive.one("killed");
+    let marker = format!("fxtrace: {} records dropped", report.records_dropped);
+    assert!(part.markers.contains(&marker), "{:?}", part.markers);
+}
+
+/// 40 providers that exit normally (exit flush: STOPPED, then close) before the session's
+/// Stop reaches them are done, not lost (before: "cannot send Stop: peer closed the
+/// connection" for those the manager had not read yet). Three sessions.
+#[test]
+fn providers_that_exit_normally_are_not_lost() {
+    for run in 0..3 {
+        let dir = tempfile::tempdir().unwrap();
+        let socket = dir.path().join("m.sock");
+        let (mut m, out) = manager(&socket, BufferingMode::Oneshot, 64 << 10);
+        let mut events = Vec::new();
+        let probes: Vec<_> = (0..40)
+            .map(|i| {
+                let name = format!("p{i}");
+                spawn_probe(&socket, &["--name", &name, "--events", "200"])
+            })
+            .collect();
+        drive(&mut m, &mut events, Duration::from_secs(20), |_, ev| {
+            registered(ev) == 40
+        });
+        m.start(None).unwrap();
+        drive(&mut m, &mut events, Duration::from_secs(20), |_, ev| {
+            ev.iter()
+                .any(|e| matches!(e, ManagerEvent::StartAcknowledged { .. }))
+        });
+        // Every provider exits before the manager reads anything more (the recorder's Stop
+        // after the command exited races with their STOPPED the same way).
+        let written: Vec<u64> = probes
+            .into_iter()
+            .map(|p| {
+                let output = p.wait_with_output().unwrap();
+                assert!(output.status.success());
+                parse_probe(&String::from_utf8_lossy(&output.stdout)).written
+            })
+            .collect();
+        m.stop(true).unwrap();
+        drive(&mut m, &mut events, Duration::from_secs(20), |_, ev| {
+            ev.iter()
+                .any(|e| matches!(e, ManagerEvent::StopAcknowledged { .. }))
+        });
+        let reports = m.reports();
+        m.finish().unwrap();
+        let lost: Vec<_> = reports.iter().filter(|r| r.lost.is_some()).collect();
+        assert!(
+            lost.is_empty(),
+            "run {run}: {} of 40 lost: {lost:?}",
+            lost.len()
+        );
+        let archive = decode(&out.bytes());
+        for (i, w) in written.iter().enumerate() {
+            let part = archive.one(&format!("p{i}"));
+            assert_eq!(part.events.len() as u64, *w, "run {run}: p{i}");
+            assert!(
+                part.markers.is_empty(),
+                "run {run}: p{i}: {:?}",
+                part.markers
+            );
+        }
+    }
+}

@@ -15,6 +15,7 @@ mod cli;
 mod kernel_provider;
 mod lifecycle;
 mod pidmap;
+mod readme_snippet;
 mod record_run;
 mod system_wide;
 mod threads;

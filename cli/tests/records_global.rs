@@ -7,7 +7,7 @@
 use std::collections::BTreeMap;
 use std::process::Command;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Barrier, MutexGuard};
+use std::sync::{Arc, Barrier, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use fxtrace::engine::global::{self, GlobalError};
@@ -21,8 +21,9 @@ use fxtrace::format::{
 use fxtrace::protocol::header::BufferingMode;
 use fxtrace::{Arg, ArgValue, Scope, TraceStr};
 
-// One lock for the whole binary: its modules share the process-wide context and environment.
-use crate::SERIAL;
+/// One current context per process: every test takes this (and the binary is its own:
+/// tests of other modules would install the global context beside these).
+static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
