@@ -28,7 +28,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 /// `FXTRACE_BENCH_CALLS` mode (see the module docs): run one candidate and exit.
 fn counted_calls() {
-    use fxtrace::protocol::header::BufferingMode;
+    use fxtrace::buffer::header::BufferingMode;
     use fxtrace::{Arg, ArgValue, Scope};
 
     let Some(calls) = std::env::var("FXTRACE_BENCH_CALLS")
@@ -93,7 +93,7 @@ fn atomic_benches(c: &mut Criterion) {
 /// session (the cost of an instrumented call site), then with a standalone circular session
 /// installed (the buffer wraps; nothing is dropped).
 fn record_benches(c: &mut Criterion) {
-    use fxtrace::protocol::header::BufferingMode;
+    use fxtrace::buffer::header::BufferingMode;
     use fxtrace::{Arg, ArgValue, Scope};
 
     let mut g = support::engine_group(c);
@@ -134,7 +134,7 @@ fn record_benches(c: &mut Criterion) {
 /// Interleaved minimum-of-rounds timing (see the module docs). Prints one line per candidate
 /// and the ratios to `rdtscp`.
 fn interleaved_report() {
-    use fxtrace::protocol::header::BufferingMode;
+    use fxtrace::buffer::header::BufferingMode;
     use fxtrace::{Arg, ArgValue, Scope};
     use std::time::Instant;
 

@@ -19,8 +19,9 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use crossbeam_utils::CachePadded;
-use fxtrace::engine::{CategoryFilter, Context, ContextConfig, NoHandler, StartMode, TraceBuffer};
-use fxtrace::protocol::header::BufferingMode;
+use fxtrace::buffer::header::BufferingMode;
+use fxtrace::buffer::TraceBuffer;
+use fxtrace::engine::{CategoryFilter, Context, ContextConfig, NoHandler, StartMode};
 
 /// Records written per iteration, in total over all threads.
 const RECORDS_PER_ITER: u64 = 10_000;

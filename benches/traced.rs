@@ -32,8 +32,8 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use fxtrace::buffer::header::BufferingMode;
 use fxtrace::engine::CategoryFilter;
-use fxtrace::protocol::header::BufferingMode;
 use fxtrace::standalone::{self, StandaloneConfig};
 use fxtrace::traced;
 

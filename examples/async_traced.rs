@@ -20,8 +20,8 @@ use std::process::ExitCode;
 use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 
+use fxtrace::buffer::header::BufferingMode;
 use fxtrace::format::{DecodedEventKind, DecodedRecord, Decoder};
-use fxtrace::protocol::header::BufferingMode;
 use fxtrace::standalone::StandaloneSession;
 use fxtrace::traced;
 

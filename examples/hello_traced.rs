@@ -16,8 +16,8 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::ExitCode;
 
+use fxtrace::buffer::header::BufferingMode;
 use fxtrace::format::{DecodedRecord, Decoder};
-use fxtrace::protocol::header::BufferingMode;
 use fxtrace::standalone::StandaloneSession;
 use fxtrace::traced;
 

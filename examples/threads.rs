@@ -17,7 +17,7 @@
 use std::process::ExitCode;
 use std::time::Duration;
 
-use fxtrace::protocol::header::BufferingMode;
+use fxtrace::buffer::header::BufferingMode;
 use fxtrace::{Arg, ArgValue, Scope};
 
 /// Event and log records each iteration of a thread writes: instant, duration begin + end,

@@ -5,6 +5,7 @@
 //! CPU and the kernel through `rdtscp` and `perf_event_open`. See `shared/DESIGN.md` for the
 //! architecture and `AGENTS.md` for the map of this repository.
 
+pub mod buffer;
 #[cfg(feature = "c-api")]
 pub mod c_api;
 pub mod capture;
@@ -16,6 +17,7 @@ pub mod format;
 pub mod instrument;
 pub mod protocol;
 pub mod provider;
+mod sys;
 pub mod trace;
 #[cfg(feature = "tracing")]
 pub mod tracing_layer;
@@ -23,6 +25,9 @@ pub mod tracing_layer;
 #[doc(hidden)]
 pub use instrument as __private;
 
+/// The buffering mode of a trace (oneshot, circular, streaming), as
+/// [`standalone::start`] takes it.
+pub use buffer::header::BufferingMode;
 pub use engine::standalone;
 /// Each call of the function becomes a duration event in the current trace:
 ///
@@ -37,9 +42,6 @@ pub use engine::standalone;
 /// ```
 #[doc(inline)]
 pub use fxtrace_macros::traced;
-/// The buffering mode of a trace (oneshot, circular, streaming), as
-/// [`standalone::start`] takes it.
-pub use protocol::header::BufferingMode;
 pub use provider::{alert, connect};
 pub use trace::{
     async_begin, async_end, async_instant, counter, duration, duration_begin, duration_end,

@@ -18,11 +18,11 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
+use fxtrace::buffer::header::{self, MAGIC};
 use fxtrace::engine::TraceState;
 use fxtrace::format::{Encode, Event, EventKind, StringRef, ThreadRef};
 use fxtrace::protocol::control::{BufferDisposition, BufferingMode, Message};
 use fxtrace::protocol::fifo::{FifoPacket, ManagerPacket, ProviderPacket, FIFO_PROTOCOL_VERSION};
-use fxtrace::protocol::header::{self, MAGIC};
 use fxtrace::protocol::transport;
 use fxtrace::provider::{Provider, ProviderOptions, ProviderState};
 
@@ -477,7 +477,7 @@ fn dropping_a_provider_robbed_of_its_descriptors_stops_tracing_and_closes_nothin
 /// traces, measuring its own clock.
 #[test]
 fn a_manager_that_refuses_the_clock_field_gets_a_second_register_without_it() {
-    use fxtrace::engine::TraceBuffer;
+    use fxtrace::buffer::TraceBuffer;
     use fxtrace::protocol::transport::ControlListener;
 
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());

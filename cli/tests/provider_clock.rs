@@ -8,12 +8,12 @@
 use std::os::fd::AsFd;
 use std::time::Duration;
 
+use fxtrace::buffer::header::{copy_records, HEADER_SIZE};
+use fxtrace::buffer::TraceBuffer;
 use fxtrace::clock::{self, ClockSetError, ClockSource};
-use fxtrace::engine::TraceBuffer;
 use fxtrace::format::{DecodedRecord, Decoder};
 use fxtrace::protocol::control::{BufferDisposition, BufferingMode, Message};
 use fxtrace::protocol::fifo::ProviderPacket;
-use fxtrace::protocol::header::{copy_records, HEADER_SIZE};
 use fxtrace::protocol::transport::{self, ControlConn, ControlListener};
 use fxtrace::provider::{Provider, ProviderOptions};
 use fxtrace_tools::manager::{Manager, ManagerConfig, SessionConfig};
@@ -74,7 +74,7 @@ fn initialization_rate(buffer: &TraceBuffer) -> u64 {
     copy_records(
         &bytes,
         16,
-        fxtrace::protocol::header::Framing::Dense,
+        fxtrace::buffer::header::Framing::Dense,
         &mut out,
     )
     .unwrap();

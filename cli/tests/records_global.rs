@@ -10,15 +10,14 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Barrier, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use fxtrace::buffer::header::BufferingMode;
+use fxtrace::buffer::TraceBuffer;
 use fxtrace::engine::global::{self, GlobalError};
 use fxtrace::engine::standalone::{self, StandaloneConfig, StandaloneError};
-use fxtrace::engine::{
-    CallSite, CategoryFilter, Context, ContextConfig, NoHandler, StartMode, TraceBuffer,
-};
+use fxtrace::engine::{CallSite, CategoryFilter, Context, ContextConfig, NoHandler, StartMode};
 use fxtrace::format::{
     Decoded, DecodedEventKind, DecodedRecord, DecodedValue, Decoder, PROVIDER_EVENT_BUFFER_OVERFLOW,
 };
-use fxtrace::protocol::header::BufferingMode;
 use fxtrace::{Arg, ArgValue, Scope, TraceStr};
 
 /// One current context per process: every test takes this (and the binary is its own:

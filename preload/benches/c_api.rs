@@ -13,12 +13,12 @@ use std::hint::black_box;
 use std::time::Duration;
 
 use criterion::{criterion_group, criterion_main, Criterion};
+use fxtrace::buffer::header::BufferingMode;
 use fxtrace::c_api::{
     fxtrace_counter, fxtrace_duration_begin, fxtrace_duration_begin_static, fxtrace_duration_end,
     fxtrace_duration_end_static, fxtrace_instant, fxtrace_instant_static,
     fxtrace_is_category_enabled,
 };
-use fxtrace::protocol::header::BufferingMode;
 
 /// The category and name every call uses: C string literals (static, NUL-terminated), as
 /// every function's safety contract asks, including the `_static` ones.

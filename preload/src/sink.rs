@@ -554,6 +554,7 @@ impl RecordSink for EngineSink {
 mod tests {
     use std::sync::{Mutex, MutexGuard};
 
+    use fxtrace::buffer::header::BufferingMode;
     use fxtrace::capture::{
         CaptureEvent, ContextSwitch as Switch, KernelTraceConfig, KernelTraceWriter, SwitchSides,
         TaskComm, ThreadInfo, ThreadState as LinuxState, Unsupported,
@@ -561,7 +562,6 @@ mod tests {
     use fxtrace::engine::standalone::{self, StandaloneConfig};
     use fxtrace::engine::{Context, StartMode};
     use fxtrace::format::{Decoded, DecodedRecord, Decoder};
-    use fxtrace::protocol::header::BufferingMode;
 
     use super::*;
 

@@ -20,7 +20,7 @@
 //! allocations skip it, so its late record lands in a chunk tagged with the old lap, which
 //! readers skip like any overwritten data. Waiting instead dropped 20–80% of records with
 //! 2–4 writers on 2 busy cores. Stale chunks are not zeroed either: chunk tags tell a reader
-//! they are stale, `protocol::header` module docs.)
+//! they are stale, `buffer::header` module docs.)
 //!
 //! **Streaming.** Like circular, but a buffer that fills is handed to the [`BufferHandler`]
 //! (`notify_buffer_full(wrapped_count, durable_data_end)`), which saves it and reports back with
@@ -76,16 +76,16 @@ use super::allocator::{
     gate_generation, gate_wrapped, make_gate, packed_offset, DurableAllocator, RollingAllocator,
     Taken, GATE_DURABLE_FULL, GATE_STARTED, GENERATION_MASK,
 };
-use super::buffer::{BufferError, TraceBuffer};
 use super::category::{CategoryFilter, ACTIVE_CONTEXTS};
 use super::slots::{FencePolicy, Fences, Grace, WriterSlots};
-use super::sys::SysError;
 use super::writer::{self, Writer};
-use crate::format::{Encode, Initialization};
-use crate::protocol::header::{
+use crate::buffer::header::{
     make_chunk_tag, with_record_size_words, BufferGeometry, BufferingMode, GeometryError,
     HeaderFields, SharedHeader, HEADER_SIZE, MAX_RECORD_BYTES,
 };
+use crate::buffer::{BufferError, TraceBuffer};
+use crate::format::{Encode, Initialization};
+use crate::sys::SysError;
 
 #[path = "handoff.rs"]
 mod handoff;

@@ -66,7 +66,7 @@ use super::cache;
 use super::context::Context;
 use super::record::TraceWriter;
 use super::slots::{FencePolicy, Fences};
-use super::sys::SysError;
+use crate::sys::SysError;
 
 /// Errors of install and uninstall.
 #[derive(Debug, thiserror::Error)]

@@ -7,11 +7,11 @@ use std::sync::atomic::Ordering;
 use std::sync::MutexGuard;
 
 use super::{Inner, State, TraceState};
+use crate::buffer::header::{BufferingMode, FLAG_DURABLE_BUFFER_FULL};
 use crate::engine::allocator::{
     hold_region, make_gate, packed_offset, packed_wrapped, GATE_DURABLE_FULL, GATE_STARTED,
     HOLD_ALLOCATING, PIN_CAPACITY, WRAPPED_MASK,
 };
-use crate::protocol::header::{BufferingMode, FLAG_DURABLE_BUFFER_FULL};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(super) enum BufferState {

@@ -1,6 +1,5 @@
 //! The in-process trace engine: the Linux counterpart of Fuchsia's trace-engine.
 //!
-//! - [`buffer`]: the sealed memfd trace buffer and its mapping.
 //! - [`context`]: the trace context (buffering modes, start/stop, hand-off); start here.
 //! - [`writer`]: writer sections and record slots, the entry point of record writers.
 //! - [`category`]: category filters and per-call-site caches.
@@ -10,11 +9,10 @@
 //! - [`standalone`]: a trace without a manager, written to an FXT file.
 //! - `allocator`, `slots`: the lock-free core (chunked classic allocator; grace periods).
 //!
-//! The header layout, geometry and the reader's record framing live in
-//! [`crate::protocol::header`], shared with the manager.
+//! The buffer the engine writes into, its header layout, geometry and the reader's record
+//! framing live in [`crate::buffer`], shared with the provider client and the manager.
 
 mod allocator;
-pub mod buffer;
 mod cache;
 pub mod category;
 pub mod context;
@@ -22,10 +20,8 @@ pub mod global;
 pub mod record;
 mod slots;
 pub mod standalone;
-mod sys;
 pub mod writer;
 
-pub use buffer::{BufferError, TraceBuffer};
 pub use cache::MAX_STRING_ENTRIES;
 pub use category::{tracing_maybe_on, CallSite, CategoryFilter};
 pub use context::{
@@ -34,5 +30,4 @@ pub use context::{
 };
 pub use record::{start_trace, RecordError, Scope, TraceStr, TraceWriter};
 pub use slots::FencePolicy;
-pub use sys::SysError;
 pub use writer::{Slot, Writer};

@@ -21,7 +21,8 @@
 //!
 //! ```
 //! use fxtrace::engine::record::{start_trace, Scope};
-//! use fxtrace::engine::{CategoryFilter, Context, ContextConfig, NoHandler, StartMode, TraceBuffer};
+//! use fxtrace::buffer::TraceBuffer;
+//! use fxtrace::engine::{CategoryFilter, Context, ContextConfig, NoHandler, StartMode};
 //! use fxtrace::format::{Arg, ArgValue};
 //! use std::sync::Arc;
 //!
@@ -959,7 +960,7 @@ fn encode_and_commit<R: Encode + ?Sized>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::protocol::header::with_record_size_words;
+    use crate::buffer::header::with_record_size_words;
 
     #[test]
     fn indexed_event_header_matches_the_encoder() {

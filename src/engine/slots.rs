@@ -34,7 +34,7 @@ use std::sync::OnceLock;
 
 use crossbeam_utils::CachePadded;
 
-use super::sys::{self, SysError};
+use crate::sys::{self, SysError};
 
 /// One writer thread's announcement word and counters.
 #[derive(Debug, Default)]

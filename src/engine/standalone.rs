@@ -3,7 +3,7 @@
 //! For tests, examples, and programs that want a trace file without running `fxtrace record`.
 //!
 //! ```no_run
-//! use fxtrace::protocol::header::BufferingMode;
+//! use fxtrace::buffer::header::BufferingMode;
 //!
 //! let session = fxtrace::standalone::start(BufferingMode::Circular, 4 << 20)?;
 //! {
@@ -21,7 +21,7 @@
 //! older rolling buffer if writing wrapped, then the current one. In streaming mode each full
 //! rolling buffer is saved (with the durable records written since the previous save) by the
 //! thread that completes its hand-off, and the rest at the end. Records come out of the
-//! buffer through the header reader ([`crate::protocol::header::copy_records`]), which skips
+//! buffer through the header reader ([`crate::buffer::header::copy_records`]), which skips
 //! chunk tags, unused tails and stale chunks. When records were dropped, a provider event
 //! record "buffer overflow" ends the archive.
 
@@ -29,7 +29,6 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
-use super::buffer::{BufferError, TraceBuffer};
 use super::category::CategoryFilter;
 use super::context::{
     BufferHandler, Context, ContextConfig, EngineError, StartMode, StopReport, WeakContext,
@@ -37,12 +36,13 @@ use super::context::{
 };
 use super::global::{self, GlobalError};
 use super::record::start_trace;
+use crate::buffer::header::{
+    copy_records, BufferingMode, ChunkFramingError, ChunkScanStop, Framing, HEADER_SIZE,
+};
+use crate::buffer::{BufferError, TraceBuffer};
 use crate::format::{
     EncodeError, ProviderEvent, ProviderInfo, RecordWriter, MAX_PROVIDER_NAME_LEN,
     PROVIDER_EVENT_BUFFER_OVERFLOW,
-};
-use crate::protocol::header::{
-    copy_records, BufferingMode, Framing, FramingError, ScanStop, HEADER_SIZE,
 };
 
 /// Provider id written in the archive's provider info record.
@@ -71,7 +71,7 @@ pub enum StandaloneError {
     Encode(#[from] EncodeError),
     /// The buffer's header gave offsets the reader refused.
     #[error(transparent)]
-    Framing(#[from] FramingError),
+    Framing(#[from] ChunkFramingError),
     /// A streaming save failed (the session's data is incomplete).
     #[error("streaming save failed: {0}")]
     Save(String),
@@ -172,7 +172,7 @@ impl Collected {
     fn append(&mut self, region: &[u8], end: u64, framing: Framing) -> Result<(), StandaloneError> {
         let (stop, stats) = copy_records(region, end, framing, &mut self.bytes)?;
         self.records += stats.records;
-        if matches!(stop, ScanStop::Malformed { .. }) {
+        if matches!(stop, ChunkScanStop::Malformed { .. }) {
             self.malformed_regions += 1;
         }
         Ok(())

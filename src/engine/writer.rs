@@ -42,7 +42,7 @@ use super::allocator::{
 };
 use super::context::Inner;
 use super::slots::WriterSlot;
-use crate::protocol::header::{
+use crate::buffer::header::{
     make_chunk_tag, with_record_size_words, BufferingMode, MAX_RECORD_WORDS,
 };
 

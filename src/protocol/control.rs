@@ -232,18 +232,11 @@ pub enum ControlError {
 
 // === impl BufferingMode ===
 
-/// How a provider's buffer is used. Two numberings exist and must not be mixed: the buffer
-/// header and engine use 0/1/2 ([`BufferingMode::to_engine`]); FIDL and this protocol's
-/// wire use 1/2/3 ([`BufferingMode::to_fidl`]).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum BufferingMode {
-    /// Write until full, then drop.
-    Oneshot,
-    /// Alternate two rolling buffers, keeping the newest data.
-    Circular,
-    /// Hand each full rolling buffer to the manager to save.
-    Streaming,
-}
+// The buffering mode is the buffer header's type ([`crate::buffer::header::BufferingMode`]):
+// one type, two numberings that must not be mixed: the header and engine use 0/1/2
+// ([`BufferingMode::to_engine`]); FIDL and this protocol's wire use 1/2/3
+// ([`BufferingMode::to_fidl`]).
+pub use crate::buffer::header::BufferingMode;
 
 impl BufferingMode {
     /// All modes, in numbering order.
@@ -464,7 +457,7 @@ pub struct SessionFigures {
 
 /// One provider in a [`Message::StatusReply`].
 #[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct ProviderEntry {
+pub struct StatusEntry {
     /// Provider id assigned by the manager.
     pub id: u32,
     /// Process id of the provider.
@@ -523,7 +516,7 @@ pub enum Message {
         /// Session state.
         state: SessionState,
         /// Registered providers.
-        providers: Vec<ProviderEntry>,
+        providers: Vec<StatusEntry>,
         /// Known categories.
         categories: Vec<String>,
         /// The session's figures, for a client that asked (`None` encodes as a
@@ -721,7 +714,7 @@ impl Message {
                 let count = r.count("providers", MAX_STATUS_PROVIDERS)?;
                 let mut providers = Vec::with_capacity(count);
                 for _ in 0..count {
-                    providers.push(ProviderEntry {
+                    providers.push(StatusEntry {
                         id: r.u32("provider id")?,
                         pid: r.u32("provider pid")?,
                         name: r.str("provider name", MAX_PROVIDER_NAME_LEN)?,
@@ -1184,7 +1177,7 @@ mod tests {
         let m = Message::StatusReply {
             state: SessionState::Started,
             providers: (0..MAX_STATUS_PROVIDERS as u32)
-                .map(|i| ProviderEntry {
+                .map(|i| StatusEntry {
                     id: i,
                     pid: i + 100,
                     name: name.clone(),
@@ -1368,7 +1361,7 @@ mod tests {
             any::<u32>(),
             name_strategy(MAX_PROVIDER_NAME_LEN),
         )
-            .prop_map(|(id, pid, name)| ProviderEntry { id, pid, name });
+            .prop_map(|(id, pid, name)| StatusEntry { id, pid, name });
         prop_oneof![
             (
                 any::<u32>(),

@@ -33,17 +33,18 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::socket::{self, Shutdown};
 
 use super::{ProviderError, ProviderOptions, EXIT_STOP_TIMEOUT};
+use crate::buffer::header;
+use crate::buffer::TraceBuffer;
 use crate::clock::ClockSetError;
 use crate::engine::global::{self, GlobalError};
 use crate::engine::{
     start_trace, BufferHandler, CategoryFilter, Context, ContextConfig, EngineError, StartMode,
-    TraceBuffer, TraceState,
+    TraceState,
 };
 use crate::fd_guard::{self, FdIdentity, FdLost, FdStatus, GuardedFd, WakePipe};
 use crate::format::{Encode, Log, ThreadRef};
 use crate::protocol::control::{BufferDisposition, BufferingMode, Message, MAX_PROVIDER_NAME_LEN};
 use crate::protocol::fifo::{AlertName, FifoPacket, ManagerPacket, ProviderPacket};
-use crate::protocol::header;
 use crate::protocol::transport::{self, default_socket_path, ControlConn, TransportError};
 
 /// Where a provider is, as far as it knows.

@@ -52,7 +52,8 @@ use std::time::Duration;
 
 pub use client::{Provider, ProviderState, ProviderStats};
 
-use crate::engine::{BufferError, ContextConfig, EngineError};
+use crate::buffer::BufferError;
+use crate::engine::{ContextConfig, EngineError};
 use crate::protocol::fifo::PacketError;
 use crate::protocol::transport::TransportError;
 

@@ -8,12 +8,12 @@
 
 use std::ffi::{c_char, c_int, CStr};
 
+use fxtrace::buffer::header::BufferingMode;
 use fxtrace::engine::standalone::{self, StandaloneConfig};
 use fxtrace::engine::CategoryFilter;
 use fxtrace::format::{
     Decoded, DecodedEvent, DecodedEventKind, DecodedRecord, DecodedValue, Decoder,
 };
-use fxtrace::protocol::header::BufferingMode;
 
 // The functions as C sees them (declared here as in `include/fxtrace.h`): this checks the
 // exported names and signatures, not only the Rust paths.

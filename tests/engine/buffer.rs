@@ -3,10 +3,9 @@
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 use std::sync::Arc;
 
-use fxtrace::engine::{
-    BufferError, CategoryFilter, Context, ContextConfig, NoHandler, StartMode, TraceBuffer,
-};
-use fxtrace::protocol::header::{BufferingMode, MAGIC};
+use fxtrace::buffer::header::{BufferingMode, MAGIC};
+use fxtrace::buffer::{BufferError, TraceBuffer};
+use fxtrace::engine::{CategoryFilter, Context, ContextConfig, NoHandler, StartMode};
 
 fn raw_memfd(size: i64, seals: libc::c_int) -> OwnedFd {
     // SAFETY: valid C string; the returned fd is owned below.

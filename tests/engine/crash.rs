@@ -14,8 +14,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use engine_support::*;
-use fxtrace::engine::{CategoryFilter, Context, ContextConfig, NoHandler, StartMode, TraceBuffer};
-use fxtrace::protocol::header::BufferingMode;
+use fxtrace::buffer::header::BufferingMode;
+use fxtrace::buffer::TraceBuffer;
+use fxtrace::engine::{CategoryFilter, Context, ContextConfig, NoHandler, StartMode};
 
 const CHILD_FD: i32 = 3;
 const READY: &str = "FXTRACE_CHILD_READY";

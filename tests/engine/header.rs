@@ -1,8 +1,8 @@
-//! The shared buffer header (`protocol::header`): geometry, layout, validation, and the record
+//! The shared buffer header (`buffer::header`): geometry, layout, validation, and the record
 //! scanner the manager uses to turn a buffer into dense FXT.
 
-use fxtrace::engine::TraceBuffer;
-use fxtrace::protocol::header::*;
+use fxtrace::buffer::header::*;
+use fxtrace::buffer::TraceBuffer;
 
 // === geometry ===
 
@@ -306,7 +306,7 @@ fn bytes(words: &[u64]) -> Vec<u8> {
     words.iter().flat_map(|w| w.to_le_bytes()).collect()
 }
 
-fn scan_all(buf: &[u8], end: u64, framing: Framing) -> (Vec<u8>, ScanStop, ScanStats) {
+fn scan_all(buf: &[u8], end: u64, framing: Framing) -> (Vec<u8>, ChunkScanStop, ScanStats) {
     let mut out = Vec::new();
     let (stop, stats) = copy_records(buf, end, framing, &mut out).unwrap();
     (out, stop, stats)
@@ -320,7 +320,7 @@ fn dense_scan_stops_at_a_zero_word() {
     let buf = bytes(&words);
     let (out, stop, stats) = scan_all(&buf, buf.len() as u64, Framing::Dense);
     assert_eq!(out, bytes(&words[..5]));
-    assert_eq!(stop, ScanStop::Complete);
+    assert_eq!(stop, ChunkScanStop::Complete);
     assert_eq!(stats.records, 2);
     assert_eq!(stats.skipped_bytes, 32);
 }
@@ -332,14 +332,14 @@ fn dense_scan_includes_a_record_ending_exactly_at_the_end() {
     let buf = bytes(&words);
     let (out, stop, stats) = scan_all(&buf, buf.len() as u64, Framing::Dense);
     assert_eq!(out, buf, "the last record ends at the data end and is kept");
-    assert_eq!(stop, ScanStop::Complete);
+    assert_eq!(stop, ChunkScanStop::Complete);
     assert_eq!(stats.records, 2);
     // With a data end one word short, that record is malformed (runs past the end).
     let (out, stop, _) = scan_all(&buf, buf.len() as u64 - 8, Framing::Dense);
     assert_eq!(out, bytes(&words[..3]));
     assert_eq!(
         stop,
-        ScanStop::Malformed {
+        ChunkScanStop::Malformed {
             offset: 24,
             header: words[3],
             reason: MalformedReason::PastEnd
@@ -357,7 +357,7 @@ fn dense_scan_reports_a_zero_size_record_offset() {
     assert_eq!(out, bytes(&words[..2]));
     assert_eq!(
         stop,
-        ScanStop::Malformed {
+        ChunkScanStop::Malformed {
             offset: 16,
             header: 4,
             reason: MalformedReason::ZeroSize
@@ -370,11 +370,11 @@ fn scan_argument_errors() {
     let buf = [0u8; 64];
     assert!(matches!(
         scan_records(&buf, 72, Framing::Dense),
-        Err(FramingError::BadDataEnd { .. })
+        Err(ChunkFramingError::BadDataEnd { .. })
     ));
     assert!(matches!(
         scan_records(&buf, 12, Framing::Dense),
-        Err(FramingError::BadDataEnd { .. })
+        Err(ChunkFramingError::BadDataEnd { .. })
     ));
     let framing = Framing::Chunked {
         chunk_size: 12,
@@ -382,7 +382,7 @@ fn scan_argument_errors() {
     };
     assert!(matches!(
         scan_records(&buf, 64, framing),
-        Err(FramingError::BadChunkSize(12))
+        Err(ChunkFramingError::BadChunkSize(12))
     ));
 }
 
@@ -432,7 +432,7 @@ fn chunked_scan_skips_tails_tags_and_stale_chunks() {
     expect.extend(&b);
     expect.extend(&d[..4]);
     assert_eq!(out, bytes(&expect));
-    assert_eq!(stop, ScanStop::Complete);
+    assert_eq!(stop, ChunkScanStop::Complete);
     assert_eq!(stats.records, 4);
     assert_eq!(
         stats.skipped_chunks, 3,
@@ -470,7 +470,7 @@ fn chunked_scan_follows_multi_chunk_runs_and_short_last_chunks() {
     expect.push(after[0]);
     expect.push(last[1]);
     assert_eq!(out, bytes(&expect));
-    assert_eq!(stop, ScanStop::Complete);
+    assert_eq!(stop, ChunkScanStop::Complete);
     assert_eq!(stats.records, 3);
     assert_eq!(stats.skipped_chunks, 1, "chunk 4 was never tagged");
 }
@@ -491,7 +491,7 @@ fn chunked_scan_rejects_a_record_crossing_its_chunk() {
     assert_eq!(out, bytes(&event(2, 0)));
     assert_eq!(
         stop,
-        ScanStop::Malformed {
+        ChunkScanStop::Malformed {
             offset: 24,
             header: 4 | (2 << 4),
             reason: MalformedReason::PastEnd

@@ -9,11 +9,12 @@ use std::sync::{mpsc, Arc, Barrier};
 use std::time::{Duration, Instant};
 
 use engine_support::*;
+use fxtrace::buffer::header::{BufferingMode, FLAG_DURABLE_BUFFER_FULL};
+use fxtrace::buffer::TraceBuffer;
 use fxtrace::engine::{
     BufferHandler, CallSite, CategoryFilter, Context, ContextConfig, EngineError, FencePolicy,
-    NoHandler, StartMode, TraceBuffer, TraceState, WeakContext,
+    NoHandler, StartMode, TraceState, WeakContext,
 };
-use fxtrace::protocol::header::{BufferingMode, FLAG_DURABLE_BUFFER_FULL};
 
 const STOP: Duration = Duration::from_secs(5);
 

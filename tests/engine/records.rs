@@ -9,9 +9,11 @@ use std::collections::{BTreeMap, HashMap};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use fxtrace::buffer::header::{copy_records, BufferingMode, ChunkScanStop, Framing, HEADER_SIZE};
+use fxtrace::buffer::TraceBuffer;
 use fxtrace::engine::record::{start_trace, RecordError, Scope, TraceStr};
 use fxtrace::engine::{
-    CategoryFilter, Context, ContextConfig, NoHandler, StartMode, TraceBuffer, MAX_STRING_ENTRIES,
+    CategoryFilter, Context, ContextConfig, NoHandler, StartMode, MAX_STRING_ENTRIES,
 };
 use fxtrace::format::{
     encode_to_vec, Arg, ArgValue, Blob, BlobType, ContextSwitch, Decoded, DecodedEventKind,
@@ -19,7 +21,6 @@ use fxtrace::format::{
     KernelObject, Log, ObjectType, ProcessRef, SchedContextSwitch, StringRecord, StringRef,
     ThreadRecord, ThreadRef, ThreadState, UserspaceObject,
 };
-use fxtrace::protocol::header::{copy_records, BufferingMode, Framing, ScanStop, HEADER_SIZE};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -51,7 +52,7 @@ fn read(ctx: &Context) -> Vec<u8> {
     let mut out = Vec::new();
     let mut append = |region: &[u8], end: u64, framing: Framing| {
         let (stop, _) = copy_records(region, end, framing, &mut out).unwrap();
-        assert_eq!(stop, ScanStop::Complete);
+        assert_eq!(stop, ChunkScanStop::Complete);
     };
     if ctx.mode() != BufferingMode::Oneshot {
         let d = HEADER_SIZE as usize;

@@ -13,10 +13,12 @@ use std::sync::{mpsc, Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
-use fxtrace::engine::{BufferHandler, Context, TraceBuffer, WeakContext, Writer};
-use fxtrace::protocol::header::{
-    copy_records, record_size_words, BufferingMode, Framing, HeaderFields, ScanStop, HEADER_SIZE,
+use fxtrace::buffer::header::{
+    copy_records, record_size_words, BufferingMode, ChunkScanStop, Framing, HeaderFields,
+    HEADER_SIZE,
 };
+use fxtrace::buffer::TraceBuffer;
+use fxtrace::engine::{BufferHandler, Context, WeakContext, Writer};
 
 pub const EVENT_TYPE: u64 = 4;
 pub const DURABLE_TYPE: u64 = 2;
@@ -136,7 +138,7 @@ pub fn decode(bytes: &[u8]) -> Vec<Rec> {
 pub fn scan_decode(bytes: &[u8], data_end: u64, framing: Framing) -> Vec<Rec> {
     let mut dense = Vec::new();
     let (stop, _) = copy_records(bytes, data_end, framing, &mut dense).expect("framing args");
-    assert_eq!(stop, ScanStop::Complete, "scan stopped early");
+    assert_eq!(stop, ChunkScanStop::Complete, "scan stopped early");
     // `decode` re-walks the framing: a zero header word would fail its size check.
     decode(&dense)
 }

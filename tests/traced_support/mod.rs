@@ -5,9 +5,9 @@
 
 use std::sync::{Mutex, MutexGuard};
 
+use fxtrace::buffer::header::BufferingMode;
 use fxtrace::engine::CategoryFilter;
 use fxtrace::format::{DecodedEventKind, DecodedRecord, DecodedValue, Decoder};
-use fxtrace::protocol::header::BufferingMode;
 use fxtrace::standalone::{self, StandaloneConfig};
 
 /// One current context per process: every test takes this.

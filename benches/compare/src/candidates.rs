@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use fxtrace::protocol::header::BufferingMode;
+use fxtrace::buffer::header::BufferingMode;
 use fxtrace::Scope;
 use tracing_subscriber::layer::SubscriberExt;
 

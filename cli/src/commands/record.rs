@@ -17,7 +17,7 @@ use fxtrace::capture::{BranchSampling, Need, PerfPermissions};
 use fxtrace::protocol::control::BufferingMode;
 use fxtrace_tools::manager::kernel::{KernelProviderError, KernelSection, LbrStatus};
 use fxtrace_tools::manager::recorder::{
-    stop_on_signals, RecordConfig, RecordError, Recorder, StopReason,
+    stop_on_signals, RecordConfig, Recorder, RecorderError, StopReason,
 };
 
 use super::progress::{self, StatusLine};
@@ -140,7 +140,7 @@ pub(crate) enum RecordCliError {
     Kernel(KernelProviderError),
     /// The recording failed.
     #[error("fxtrace record: {0}")]
-    Record(#[from] RecordError),
+    Record(#[from] RecorderError),
 }
 
 /// `UID:GID`, both numeric.
@@ -179,7 +179,7 @@ fn parse_size(s: &str) -> Result<u64, String> {
         .checked_shl(shift)
         .filter(|b| b >> shift == n)
         .ok_or_else(|| format!("-b {s:?} is too large"))?;
-    if !fxtrace::engine::buffer::is_valid_buffer_size(bytes) {
+    if !fxtrace::buffer::is_valid_buffer_size(bytes) {
         return Err(format!(
             "buffer size {s} ({bytes} bytes) must be a multiple of 4K between 4K and 4G"
         ));

@@ -5,7 +5,7 @@
 //! read starts with a fresh copy of the header (atomic `Acquire` loads) validated exactly as
 //! §3.6 says ([`HeaderFields::validate`]) plus the fxtrace chunk extension, every region is copied
 //! out with `pread` inside the bounds the validated geometry gives, and every region goes
-//! through the chunk-aware record scanner of [`fxtrace::protocol::header`], which yields only
+//! through the chunk-aware record scanner of [`fxtrace::buffer::header`], which yields only
 //! whole, well-framed records (unused chunk tails, stale chunks and zero words never reach the
 //! archive) and stops at the first malformed one. A scan that stops early is not an error: what
 //! came before it is kept and the stop is reported in [`DrainStats::problems`].
@@ -13,12 +13,12 @@
 use std::io::Write;
 
 use super::archive::{Archive, ArchiveError};
-use fxtrace::engine::{BufferError, TraceBuffer};
-use fxtrace::format::PROVIDER_EVENT_BUFFER_OVERFLOW;
-use fxtrace::protocol::header::{
-    scan_records, BufferGeometry, BufferingMode, Framing, HeaderError, HeaderFields, ScanStop,
+use fxtrace::buffer::header::{
+    scan_records, BufferGeometry, BufferingMode, ChunkScanStop, Framing, HeaderError, HeaderFields,
     MIN_DURABLE_BUFFER_SIZE,
 };
+use fxtrace::buffer::{BufferError, TraceBuffer};
+use fxtrace::format::PROVIDER_EVENT_BUFFER_OVERFLOW;
 
 /// Why a provider's buffer could not be read. Every variant but [`DrainError::Archive`] is the
 /// provider's fault and ends only that provider; an archive error ends the session.
@@ -67,7 +67,7 @@ pub enum DrainError {
     Buffer(#[from] BufferError),
     /// The region and end given to the scanner do not fit (cannot happen after validation).
     #[error("record scan refused its arguments: {0}")]
-    Scan(#[from] fxtrace::protocol::header::FramingError),
+    Scan(#[from] fxtrace::buffer::header::ChunkFramingError),
     /// Writing the archive failed.
     #[error(transparent)]
     Archive(#[from] ArchiveError),
@@ -422,7 +422,7 @@ impl Drain {
             Region::Rolling(_) => self.stats.rolling_bytes += copied,
         }
         self.stats.skipped_bytes += scan.stats().skipped_bytes;
-        if let ScanStop::Malformed {
+        if let ChunkScanStop::Malformed {
             offset: at,
             header,
             reason,
@@ -467,7 +467,7 @@ impl std::fmt::Display for Region {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fxtrace::protocol::header::{make_chunk_tag, HEADER_SIZE};
+    use fxtrace::buffer::header::{make_chunk_tag, HEADER_SIZE};
 
     const SIZE: u64 = 16 * 4096;
 

@@ -11,9 +11,9 @@
 //! - `conn`: nonblocking control-frame reading.
 //!
 //! The manager uses the `format` codec only for framing and the records it composes itself
-//! (metadata and markers), and the `protocol` module for the wire. The one piece of the engine
-//! it uses is [`fxtrace::engine::TraceBuffer`], to create the sealed memfd it shares with a
-//! provider (the memfd object belongs to both sides); it never touches an engine context.
+//! (metadata and markers), the `protocol` module for the wire, and [`fxtrace::buffer`] for the
+//! memory it shares with a provider (it creates the sealed memfd, [`fxtrace::buffer::TraceBuffer`],
+//! and reads the header's fields); it never touches the engine.
 
 pub mod archive;
 mod conn;
@@ -28,8 +28,8 @@ pub mod session;
 pub use archive::{Archive, ArchiveError};
 pub use drain::{Drain, DrainError, DrainStats};
 pub use recorder::{
-    ExternalSource, OutputFailure, RecordConfig, RecordError, RecordReport, Recorder, SectionError,
-    SectionSink, StopHandle, StopReason,
+    ExternalSource, OutputFailure, RecordConfig, RecordReport, Recorder, RecorderError,
+    SectionError, SectionSink, StopHandle, StopReason,
 };
 pub use report::{ProviderReport, RefusedPeer, SectionReport, SummaryTable};
 pub use server::{Manager, ManagerConfig, ManagerError, ManagerEvent, PollOutcome, Waker};

@@ -109,7 +109,7 @@ impl Default for RecordConfig {
 
 /// Why `record` failed as a whole.
 #[derive(Debug, thiserror::Error)]
-pub enum RecordError {
+pub enum RecorderError {
     /// The output file could not be created.
     #[error("cannot create {path}: {source}")]
     Output {
@@ -242,10 +242,10 @@ pub struct OutputFailure {
 impl RecordReport {
     /// The output's failure as an error, to report after the summary (the exit status is a
     /// failure then).
-    pub fn output_error(&self) -> Option<RecordError> {
+    pub fn output_error(&self) -> Option<RecorderError> {
         self.output_failure
             .as_ref()
-            .map(|f| RecordError::OutputFailed {
+            .map(|f| RecorderError::OutputFailed {
                 path: self.output.clone(),
                 reason: f.reason.clone(),
                 records: f.records,
@@ -334,14 +334,14 @@ pub struct SignalGuard {
 pub fn stop_on_signals(
     handle: &StopHandle,
     signals: &[Signal],
-) -> Result<SignalGuard, RecordError> {
+) -> Result<SignalGuard, RecorderError> {
     let fd = handle.waker.raw_fd();
     // ATOMICS: `SeqCst` on a cold path: the fd is published before any handler is installed.
     if SIGNAL_WAKE_FD
         .compare_exchange(-1, fd, Ordering::SeqCst, Ordering::SeqCst)
         .is_err()
     {
-        return Err(RecordError::Signals(
+        return Err(RecorderError::Signals(
             "another recorder's signal handlers are installed".into(),
         ));
     }
@@ -360,7 +360,7 @@ pub fn stop_on_signals(
         // SAFETY: the handler only touches atomics and calls write(2), both async-signal-safe.
         match unsafe { signal::sigaction(sig, &action) } {
             Ok(old) => guard.previous.push((sig, old)),
-            Err(e) => return Err(RecordError::Signals(format!("{sig}: {e}"))),
+            Err(e) => return Err(RecorderError::Signals(format!("{sig}: {e}"))),
         }
     }
     Ok(guard)
@@ -438,7 +438,7 @@ pub fn runtime_dir() -> PathBuf {
 
 /// A fresh private directory for a session socket: in [`runtime_dir`], or in `/tmp` when the
 /// runtime directory is not writable (another user's `XDG_RUNTIME_DIR` after `su`).
-fn session_dir() -> Result<PathBuf, RecordError> {
+fn session_dir() -> Result<PathBuf, RecorderError> {
     let name = format!("{SESSION_DIR_PREFIX}{}-XXXXXX", std::process::id());
     let base = runtime_dir();
     match nix::unistd::mkdtemp(&base.join(&name)) {
@@ -446,9 +446,9 @@ fn session_dir() -> Result<PathBuf, RecordError> {
         Err(_) if base != Path::new("/tmp") => {
             let tmp = PathBuf::from("/tmp");
             nix::unistd::mkdtemp(&tmp.join(&name))
-                .map_err(|source| RecordError::SocketDir { dir: tmp, source })
+                .map_err(|source| RecorderError::SocketDir { dir: tmp, source })
         }
-        Err(source) => Err(RecordError::SocketDir { dir: base, source }),
+        Err(source) => Err(RecorderError::SocketDir { dir: base, source }),
     }
 }
 
@@ -579,7 +579,7 @@ impl Recorder {
     }
 
     /// Copy every batch the sections have sent into the archive.
-    fn drain_sections(&mut self) -> Result<(), RecordError> {
+    fn drain_sections(&mut self) -> Result<(), RecorderError> {
         for section in &mut self.sections {
             while let Ok(batch) = section.rx.try_recv() {
                 let records =
@@ -596,7 +596,7 @@ impl Recorder {
 impl Recorder {
     /// Bind the socket, create the output, start the session (with no provider yet it is
     /// started at once; providers that connect later are started as they register).
-    pub fn new(config: RecordConfig) -> Result<Self, RecordError> {
+    pub fn new(config: RecordConfig) -> Result<Self, RecorderError> {
         let (socket_path, socket_dir) = match &config.socket_path {
             Some(p) => (p.clone(), None),
             None => {
@@ -608,7 +608,7 @@ impl Recorder {
         for base in [runtime_dir(), PathBuf::from("/tmp")] {
             lifecycle::remove_stale_session_dirs(&base);
         }
-        let output_error = |source| RecordError::Output {
+        let output_error = |source| RecorderError::Output {
             path: config.output.clone(),
             source,
         };
@@ -681,7 +681,7 @@ impl Recorder {
 
     /// Run the command (if any) and trace until a stop condition; write the archive. `log`
     /// receives one human-readable line per notable event (provider joined, lost, alert, …).
-    pub fn run(mut self, mut log: impl FnMut(&str)) -> Result<RecordReport, RecordError> {
+    pub fn run(mut self, mut log: impl FnMut(&str)) -> Result<RecordReport, RecorderError> {
         // Sections started before the command open the archive.
         self.drain_sections()?;
         let mut child = match self.spawn() {
@@ -756,7 +756,7 @@ impl Recorder {
             let outcome = match self.manager.poll(&extra, timeout) {
                 Ok(outcome) => outcome,
                 Err(e) => {
-                    let e = RecordError::Manager(e);
+                    let e = RecorderError::Manager(e);
                     match output_failed(&e) {
                         Some(reason) => {
                             output_failure = Some(reason);
@@ -864,7 +864,7 @@ impl Recorder {
                 command_status = wait_child(c, pidfd.as_ref(), self.config.exit_grace);
             }
             if command_status.is_none() {
-                let status = terminate_child(c, pidfd.as_ref()).map_err(RecordError::Wait)?;
+                let status = terminate_child(c, pidfd.as_ref()).map_err(RecorderError::Wait)?;
                 log(&format!(
                     "command (pid {}) was still running: sent SIGTERM; it {}",
                     c.id(),
@@ -898,7 +898,7 @@ impl Recorder {
             (None, Ok(bytes)) => Ok(bytes),
             (Some(reason), _) => Err(reason),
             (None, Err(e)) => {
-                let e = RecordError::Manager(e);
+                let e = RecorderError::Manager(e);
                 Err(output_failed(&e).ok_or(e)?)
             }
         };
@@ -908,7 +908,7 @@ impl Recorder {
             Err(reason) => {
                 // The file may end inside a record: cut it after the last whole one.
                 let prefix = truncate_to_complete_records(output.file()).map_err(|source| {
-                    RecordError::Output {
+                    RecorderError::Output {
                         path: config.output.clone(),
                         source,
                     }
@@ -937,7 +937,7 @@ impl Recorder {
         })
     }
 
-    fn spawn(&mut self) -> Result<Option<Child>, RecordError> {
+    fn spawn(&mut self) -> Result<Option<Child>, RecorderError> {
         let Some((program, args)) = self.config.command.split_first() else {
             return Ok(None);
         };
@@ -950,7 +950,7 @@ impl Recorder {
             .envs(self.config.env.iter().map(|(k, v)| (k, v)))
             .spawn()
             .map(Some)
-            .map_err(|source| RecordError::Spawn {
+            .map_err(|source| RecorderError::Spawn {
                 program: program.clone(),
                 source,
             })
@@ -974,7 +974,7 @@ impl Recorder {
 
     /// Stop with results (salvaging silent providers after the stop timeout), then terminate
     /// the providers, waiting at most a moment for them to close.
-    fn stop_session(&mut self, log: &mut impl FnMut(&str)) -> Result<(), RecordError> {
+    fn stop_session(&mut self, log: &mut impl FnMut(&str)) -> Result<(), RecorderError> {
         if matches!(
             self.manager.session().state(),
             SessionState::Starting | SessionState::Started
@@ -1012,9 +1012,9 @@ impl Recorder {
 
 /// The system's error when `e` is a failure to write the output (a full disk), not of the
 /// recording itself.
-fn output_failed(e: &RecordError) -> Option<String> {
+fn output_failed(e: &RecorderError) -> Option<String> {
     match e {
-        RecordError::Manager(ManagerError::Archive(ArchiveError::Io(io))) => Some(io.to_string()),
+        RecorderError::Manager(ManagerError::Archive(ArchiveError::Io(io))) => Some(io.to_string()),
         _ => None,
     }
 }

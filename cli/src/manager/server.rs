@@ -282,7 +282,7 @@ impl Manager {
     /// `output` (the magic number is written at once).
     pub fn new(config: ManagerConfig, output: Box<dyn Write + Send>) -> Result<Self, ManagerError> {
         let size = config.session.buffer_size_bytes;
-        if !fxtrace::engine::buffer::is_valid_buffer_size(size) {
+        if !fxtrace::buffer::is_valid_buffer_size(size) {
             return Err(ManagerError::BufferSize(size));
         }
         let listener = ControlListener::bind_with(&config.socket_path, config.listener)

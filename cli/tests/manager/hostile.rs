@@ -9,9 +9,9 @@ use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
 
+use fxtrace::buffer::header::HEADER_SIZE;
 use fxtrace::protocol::control::{BufferingMode, Message};
 use fxtrace::protocol::fifo::{FifoPacket, ProviderPacket, SAVE_BUFFER, STARTED};
-use fxtrace::protocol::header::HEADER_SIZE;
 use fxtrace::protocol::transport;
 use fxtrace_tools::manager::{Manager, ManagerConfig, ManagerEvent, SessionConfig};
 

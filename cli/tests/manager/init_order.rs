@@ -183,10 +183,11 @@ mod engine_level {
     use std::sync::Arc;
     use std::time::Duration;
 
+    use fxtrace::buffer::header::{copy_records, BufferingMode, Framing, HEADER_SIZE};
+    use fxtrace::buffer::TraceBuffer;
+    use fxtrace::engine::Scope;
     use fxtrace::engine::{CategoryFilter, Context, ContextConfig, NoHandler, StartMode};
-    use fxtrace::engine::{Scope, TraceBuffer};
     use fxtrace::format::{DecodedRecord, Decoder};
-    use fxtrace::protocol::header::{copy_records, BufferingMode, Framing, HEADER_SIZE};
 
     fn context(mode: BufferingMode) -> Context {
         let buffer = TraceBuffer::create(64 << 10).unwrap();

@@ -12,11 +12,11 @@ use std::process::{Child, Command, Stdio};
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
-use fxtrace::engine::TraceBuffer;
+use fxtrace::buffer::header::{self, BufferGeometry, HeaderFields};
+use fxtrace::buffer::TraceBuffer;
 use fxtrace::format::{DecodedRecord, DecodedValue, Decoder};
 use fxtrace::protocol::control::{BufferDisposition, BufferingMode, Message};
 use fxtrace::protocol::fifo::{FifoPacket, ProviderPacket};
-use fxtrace::protocol::header::{self, BufferGeometry, HeaderFields};
 use fxtrace::protocol::transport::{self, ControlConn, ControlListener, TransportError};
 use fxtrace_tools::manager::{Manager, ManagerEvent};
 

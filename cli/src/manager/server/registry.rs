@@ -15,9 +15,9 @@ use crate::manager::conn::{ConnError, FramedConn, ReadOutcome};
 use crate::manager::drain::Drain;
 use crate::manager::report::{ProviderReport, RefusedPeer};
 use crate::manager::session::{ProviderId, ProviderPhase};
-use fxtrace::engine::TraceBuffer;
-use fxtrace::protocol::control::{BufferingMode, Message, ProviderEntry as StatusEntry};
-use fxtrace::protocol::header;
+use fxtrace::buffer::header;
+use fxtrace::buffer::TraceBuffer;
+use fxtrace::protocol::control::{BufferingMode, Message, StatusEntry};
 use fxtrace::protocol::transport::{self, TransportError};
 
 /// A connection that has not sent its first message yet.

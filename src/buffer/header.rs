@@ -186,7 +186,9 @@ pub const fn parse_chunk_tag(word: u64) -> Option<(u32, u16)> {
 
 // === buffering mode ===
 
-/// `trace_buffering_mode_t` as stored in the header (not the FIDL values).
+/// How a provider's buffer is used: `trace_buffering_mode_t`, whose discriminants are the
+/// header's numbering (0/1/2); the control protocol's FIDL numbering (1/2/3) is
+/// [`BufferingMode::to_fidl`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[repr(u8)]
 pub enum BufferingMode {
@@ -751,7 +753,7 @@ pub enum Framing {
 
 /// Arguments [`scan_records`] refuses.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
-pub enum FramingError {
+pub enum ChunkFramingError {
     /// `data_end` is beyond the slice or not a multiple of 8.
     #[error("data end {data_end} is unaligned or beyond the {len}-byte buffer")]
     BadDataEnd {
@@ -776,7 +778,7 @@ pub enum MalformedReason {
 
 /// Where a scan ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ScanStop {
+pub enum ChunkScanStop {
     /// Still scanning (the iterator has not returned `None` yet).
     Running,
     /// Every byte up to the data end was accounted for.
@@ -814,7 +816,7 @@ pub struct RecordScan<'a> {
     pos: usize,
     run_end: usize,
     in_run: bool,
-    stop: ScanStop,
+    stop: ChunkScanStop,
     stats: ScanStats,
 }
 
@@ -829,16 +831,16 @@ pub fn scan_records(
     bytes: &[u8],
     data_end: u64,
     framing: Framing,
-) -> Result<RecordScan<'_>, FramingError> {
+) -> Result<RecordScan<'_>, ChunkFramingError> {
     if data_end % 8 != 0 || data_end > bytes.len() as u64 {
-        return Err(FramingError::BadDataEnd {
+        return Err(ChunkFramingError::BadDataEnd {
             data_end,
             len: bytes.len(),
         });
     }
     if let Framing::Chunked { chunk_size, .. } = framing {
         if chunk_size < MIN_CHUNK_SIZE || chunk_size % 8 != 0 {
-            return Err(FramingError::BadChunkSize(chunk_size));
+            return Err(ChunkFramingError::BadChunkSize(chunk_size));
         }
     }
     Ok(RecordScan {
@@ -847,7 +849,7 @@ pub fn scan_records(
         pos: 0,
         run_end: 0,
         in_run: false,
-        stop: ScanStop::Running,
+        stop: ChunkScanStop::Running,
         stats: ScanStats::default(),
     })
 }
@@ -859,7 +861,7 @@ pub fn copy_records(
     data_end: u64,
     framing: Framing,
     out: &mut Vec<u8>,
-) -> Result<(ScanStop, ScanStats), FramingError> {
+) -> Result<(ChunkScanStop, ScanStats), ChunkFramingError> {
     let mut scan = scan_records(bytes, data_end, framing)?;
     for run in scan.by_ref() {
         out.extend_from_slice(run);
@@ -868,8 +870,8 @@ pub fn copy_records(
 }
 
 impl<'a> RecordScan<'a> {
-    /// Where the scan stopped ([`ScanStop::Running`] until the iterator returned `None`).
-    pub fn stop(&self) -> ScanStop {
+    /// Where the scan stopped ([`ChunkScanStop::Running`] until the iterator returned `None`).
+    pub fn stop(&self) -> ChunkScanStop {
         self.stop
     }
 
@@ -932,11 +934,11 @@ impl<'a> Iterator for RecordScan<'a> {
 
     fn next(&mut self) -> Option<&'a [u8]> {
         loop {
-            if self.stop != ScanStop::Running {
+            if self.stop != ChunkScanStop::Running {
                 return None;
             }
             if !self.in_run && !self.enter_run() {
-                self.stop = ScanStop::Complete;
+                self.stop = ChunkScanStop::Complete;
                 return None;
             }
             let start = self.pos;
@@ -952,7 +954,7 @@ impl<'a> Iterator for RecordScan<'a> {
                 let words = record_size_words(header);
                 let room = ((self.run_end - self.pos) / 8) as u64;
                 if words == 0 || words > room {
-                    self.stop = ScanStop::Malformed {
+                    self.stop = ChunkScanStop::Malformed {
                         offset: self.pos as u64,
                         header,
                         reason: if words == 0 {

@@ -1,4 +1,6 @@
-//! The trace buffer: a sealed memfd mapped `MAP_SHARED`, with the 128-byte header at offset 0.
+//! The shared trace buffer, the one object provider (engine) and manager both map: a sealed
+//! memfd mapped `MAP_SHARED` ([`TraceBuffer`]), with the 128-byte header at offset 0 whose
+//! layout, geometry and record framing are in [`header`].
 //!
 //! The manager creates the memfd (`MFD_CLOEXEC | MFD_ALLOW_SEALING`), sizes it, seals it against
 //! shrinking and growing, and passes the fd to the provider, which maps it with
@@ -6,15 +8,16 @@
 //! Because the size can never change, neither side can be made to fault by the other truncating
 //! the file under its mapping.
 
+pub mod header;
+
 use std::os::fd::{AsFd, BorrowedFd, OwnedFd};
 use std::ptr::NonNull;
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::sys::{self, SysError};
-use crate::protocol::header::{
-    SharedHeader, BUFFER_SIZE_GRANULE, MAX_BUFFER_SIZE, MIN_BUFFER_SIZE,
-};
+use self::header::{SharedHeader, BUFFER_SIZE_GRANULE, MAX_BUFFER_SIZE, MIN_BUFFER_SIZE};
+use crate::sys;
+pub use crate::sys::SysError;
 
 /// Seals every trace buffer must carry.
 pub const REQUIRED_SEALS: libc::c_int = libc::F_SEAL_SHRINK | libc::F_SEAL_GROW;
