@@ -8,6 +8,7 @@
 pub mod buffer;
 #[cfg(feature = "c-api")]
 pub mod c_api;
+#[cfg(feature = "capture")]
 pub mod capture;
 pub mod clock;
 pub mod engine;
