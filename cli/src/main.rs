@@ -12,7 +12,9 @@ fn main() -> ExitCode {
     match commands::run(args) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("{e}");
+            use std::io::Write as _;
+            // A closed standard error loses the message, not the exit status.
+            let _ = writeln!(std::io::stderr(), "{e}");
             ExitCode::FAILURE
         }
     }

@@ -1,5 +1,14 @@
 //! Command-line definitions (clap derives only) and dispatch to one module per subcommand.
 
+/// `eprintln!` that never panics: when standard error is a closed pipe (`fxtrace record … 2>&1
+/// | true`) the message is lost, never the recording (`eprintln!` panics on `EPIPE`).
+macro_rules! note {
+    ($($arg:tt)*) => {{
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), $($arg)*);
+    }};
+}
+
 mod check;
 mod convert;
 mod dump;

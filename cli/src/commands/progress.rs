@@ -42,8 +42,8 @@ impl StatusLine {
     /// Print `text` above the line (the line is redrawn below it).
     pub(crate) fn println(&self, text: &str) {
         match &self.0 {
-            Some(bar) if !bar.is_hidden() => bar.suspend(|| eprintln!("{text}")),
-            _ => eprintln!("{text}"),
+            Some(bar) if !bar.is_hidden() => bar.suspend(|| note!("{text}")),
+            _ => note!("{text}"),
         }
     }
 

@@ -362,7 +362,7 @@ pub(crate) fn run(args: RecordArgs) -> Result<ExitCode, RecordCliError> {
             (Some(_), Some(_)) => "LBR branch stacks".to_owned(),
             (Some(_), None) => "LBR unavailable (see the summary)".to_owned(),
         };
-        eprintln!(
+        note!(
             "fxtrace: recording context switches of {} CPUs, {lbr}; Ctrl-C to stop",
             section.report().cpus.len()
         );
@@ -371,7 +371,7 @@ pub(crate) fn run(args: RecordArgs) -> Result<ExitCode, RecordCliError> {
     if plan.preload {
         // Said once here; each preloaded program notes it in the trace as well.
         if let Some(why) = record_notes::preload_lbr_note() {
-            eprintln!("fxtrace: {why}");
+            note!("fxtrace: {why}");
         }
     }
     let mut signals = vec![Signal::SIGINT, Signal::SIGTERM];
@@ -379,7 +379,7 @@ pub(crate) fn run(args: RecordArgs) -> Result<ExitCode, RecordCliError> {
         signals.extend([Signal::SIGHUP, Signal::SIGUSR1, Signal::SIGUSR2]);
     }
     let _guard = stop_on_signals(&recorder.stop_handle(), &signals)?;
-    eprintln!(
+    note!(
         "fxtrace: recording providers ({mode}, {} KiB each, categories: {categories}; \
          FXTRACE_SOCKET={}); Ctrl-C to stop",
         size >> 10,
@@ -394,24 +394,24 @@ pub(crate) fn run(args: RecordArgs) -> Result<ExitCode, RecordCliError> {
     let report = recorder.run(|line| status.println(&format!("fxtrace: {line}")));
     status.clear();
     let report = report?;
-    eprintln!("{}", report.summary());
+    note!("{}", report.summary());
     if !enabled.is_empty() {
-        eprintln!("categories enabled: {categories}");
+        note!("categories enabled: {categories}");
     }
     if let Some(warning) =
         record_notes::category_warning(&enabled, &report.known_categories, report.providers.len())
     {
-        eprintln!("fxtrace: {warning}");
+        note!("fxtrace: {warning}");
     }
     if let Some(section) = &kernel_section {
         match section.summary(&report) {
             Ok(summary) => {
-                eprintln!("{summary}");
+                note!("{summary}");
                 if let LbrStatus::Unavailable(_) = summary.lbr {
-                    eprintln!("  (the trace holds the same LBR message as a log record)");
+                    note!("  (the trace holds the same LBR message as a log record)");
                 }
             }
-            Err(e) => eprintln!("fxtrace: {e}"),
+            Err(e) => note!("fxtrace: {e}"),
         }
     }
     // The output could not be written whole (a full disk): the summary above says what it

@@ -295,3 +295,28 @@ fn a_full_disk_names_the_file_keeps_a_valid_prefix_and_stops_the_command() {
     );
     assert!(stderr.contains("records"), "no summary: {stderr}");
 }
+
+#[test]
+fn a_closed_standard_error_loses_messages_never_the_recording() {
+    // Before: `record`'s first message panicked ("failed printing to stderr", exit 101) and the
+    // command ran untraced.
+    let dir = temp_dir("closed-stderr");
+    let out = dir.join("t.fxt");
+    let (read_end, write_end) = nix::unistd::pipe().unwrap();
+    drop(read_end);
+    let status = Command::new(FXTRACE)
+        .args(["record", "-o"])
+        .arg(&out)
+        .args(["--", "sh", "-c", "exit 3"])
+        .stderr(Stdio::from(write_end))
+        .status()
+        .unwrap();
+    assert_eq!(
+        status.code(),
+        Some(3),
+        "the command's own status, not a panic: {status:?}"
+    );
+    let text = stats(&out);
+    assert!(text.contains("status: ok"), "{text}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
