@@ -5,7 +5,7 @@
 
 use fxtrace::capture::records::RECORD_SAMPLE;
 use fxtrace::capture::{
-    Capture, CaptureConfig, CaptureError, CaptureEvent, EventKind, FakeRing, FakeSys,
+    Capture, CaptureConfig, CaptureError, CaptureEvent, FakeRing, FakeSys, PerfEventKind,
 };
 
 #[path = "daemon/mod.rs"]
@@ -34,7 +34,7 @@ fn a_program_closing_the_capture_descriptors_ends_it_cleanly_and_keeps_its_files
     // file may open descriptors meanwhile, hence "at least".
     assert!(new.len() >= 6, "{new:?}");
     let t = base();
-    let cpu0: FakeRing = sys.ring(EventKind::SchedSwitchTracepoint, 0).unwrap();
+    let cpu0: FakeRing = sys.ring(PerfEventKind::SchedSwitchTracepoint, 0).unwrap();
     assert!(cpu0.write_record(
         RECORD_SAMPLE,
         0,
@@ -65,7 +65,7 @@ fn a_program_closing_the_capture_descriptors_ends_it_cleanly_and_keeps_its_files
     let cpu0_event = sys
         .events()
         .into_iter()
-        .find(|e| e.attr.kind() == EventKind::SchedSwitchTracepoint && e.cpu == 0)
+        .find(|e| e.attr.kind() == PerfEventKind::SchedSwitchTracepoint && e.cpu == 0)
         .unwrap();
     assert!(
         cpu0_event.enabled,

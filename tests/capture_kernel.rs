@@ -10,8 +10,8 @@ use std::time::Duration;
 
 use fxtrace::capture::tracefs;
 use fxtrace::capture::{
-    BranchSampling, Capture, CaptureConfig, CaptureError, CaptureEvent, ContextSwitch,
-    PerfPermissions, PerfTimeConverter, SwitchSides, SwitchSource, ThreadState, TracefsChoice,
+    BranchSampling, Capture, CaptureConfig, CaptureError, CaptureEvent, LinuxThreadState,
+    PerfPermissions, PerfTimeConverter, SwitchEvent, SwitchSides, SwitchSource, TracefsChoice,
 };
 
 /// Kernel tests run one at a time: they share the CPUs and the tracefs mount.
@@ -96,7 +96,7 @@ fn start(config: CaptureConfig) -> Option<(Capture, Events)> {
     }
 }
 
-fn switches(events: &[CaptureEvent]) -> Vec<ContextSwitch> {
+fn switches(events: &[CaptureEvent]) -> Vec<SwitchEvent> {
     events
         .iter()
         .filter_map(|e| match e {
@@ -129,14 +129,14 @@ fn require_root() -> bool {
 
 /// A ping-pong thread leaves the CPU either blocked in `read` (S → blocked) or preempted by the
 /// thread it just woke or by other load (R+ → suspended); nothing else.
-fn assert_states(outs: &[&ContextSwitch], rounds: usize) {
+fn assert_states(outs: &[&SwitchEvent], rounds: usize) {
     let blocked = outs
         .iter()
-        .filter(|c| c.prev_state == ThreadState::Blocked)
+        .filter(|c| c.prev_state == LinuxThreadState::Blocked)
         .count();
     let preempted = outs
         .iter()
-        .filter(|c| c.prev_state == ThreadState::Suspended)
+        .filter(|c| c.prev_state == LinuxThreadState::Suspended)
         .count();
     println!("  blocked {blocked}, preempted {preempted}");
     assert_eq!(blocked + preempted, outs.len(), "only blocked or suspended");
@@ -248,7 +248,7 @@ fn switch_timestamps_land_between_rdtscp_reads() {
         after - before
     );
     assert!(before <= out.time && out.time <= back.time && back.time <= after);
-    assert_eq!(out.prev_state, ThreadState::Blocked);
+    assert_eq!(out.prev_state, LinuxThreadState::Blocked);
 }
 
 #[test]
@@ -302,7 +302,10 @@ fn system_wide_sched_switch_sees_the_workload() {
         // thread) or Z, every earlier one blocked or preempted.
         let (last, earlier) = outs.split_last().unwrap();
         assert!(
-            matches!(last.prev_state, ThreadState::Dead | ThreadState::Dying),
+            matches!(
+                last.prev_state,
+                LinuxThreadState::Dead | LinuxThreadState::Dying
+            ),
             "last switch-out of an exiting thread: {:?}",
             last.prev_state
         );

@@ -556,8 +556,8 @@ mod tests {
 
     use fxtrace::buffer::header::BufferingMode;
     use fxtrace::capture::{
-        CaptureEvent, ContextSwitch as Switch, KernelTraceConfig, KernelTraceWriter, SwitchSides,
-        TaskComm, ThreadInfo, ThreadState as LinuxState, Unsupported,
+        CaptureEvent, KernelTraceConfig, KernelTraceWriter, LinuxThreadState, SwitchEvent,
+        SwitchSides, TaskComm, ThreadInfo, Unsupported,
     };
     use fxtrace::engine::standalone::{self, StandaloneConfig};
     use fxtrace::engine::{Context, StartMode};
@@ -593,14 +593,14 @@ mod tests {
     }
 
     fn switch(time: u64, prev: u32, next: u32) -> CaptureEvent {
-        CaptureEvent::ContextSwitch(Switch {
+        CaptureEvent::ContextSwitch(SwitchEvent {
             time,
             cpu: 1,
             prev_tid: prev,
             prev_pid: Some(100),
             next_tid: next,
             next_pid: Some(100),
-            prev_state: LinuxState::Blocked,
+            prev_state: LinuxThreadState::Blocked,
             prev_prio: 120,
             next_prio: 120,
             sides: SwitchSides::Both,

@@ -22,14 +22,14 @@
 //! from the TSC on x86), converted to TSC ticks with the mmap page's `time_zero/time_mult/
 //! time_shift` ([`super::time`]). Only when the page does not offer that conversion are events
 //! opened with `use_clockid = 1, clockid = CLOCK_MONOTONIC_RAW`, so the measured
-//! `CLOCK_MONOTONIC_RAW` ↔ TSC mapping applies ([`ClockSource`]).
+//! `CLOCK_MONOTONIC_RAW` ↔ TSC mapping applies ([`PerfClock`]).
 
 use std::fmt;
 use std::mem::size_of;
 
 use perf_event_open_sys::bindings as b;
 
-use super::time::ClockSource;
+use super::time::PerfClock;
 
 bitflags::bitflags! {
     /// A set of `PERF_SAMPLE_*` bits (`perf_event_attr.sample_type`).
@@ -86,7 +86,7 @@ bitflags::bitflags! {
 
 /// Which of fxtrace's events an [`EventAttr`] describes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
-pub enum EventKind {
+pub enum PerfEventKind {
     /// Per-process context switches (`PERF_RECORD_SWITCH`), inherited by new threads.
     ProcessSwitches,
     /// System-wide `sched:sched_switch` tracepoint samples, one event per CPU.
@@ -124,15 +124,15 @@ impl Default for BranchSampling {
 #[derive(Clone)]
 pub struct EventAttr {
     raw: b::perf_event_attr,
-    kind: EventKind,
+    kind: PerfEventKind,
 }
 
 impl EventAttr {
-    fn base(kind: EventKind, clock: ClockSource) -> Self {
+    fn base(kind: PerfEventKind, clock: PerfClock) -> Self {
         let mut raw = b::perf_event_attr::default();
         raw.size = size_of::<b::perf_event_attr>() as u32;
         raw.set_disabled(1);
-        if clock == ClockSource::MonotonicRaw {
+        if clock == PerfClock::MonotonicRaw {
             raw.set_use_clockid(1);
             raw.clockid = libc::CLOCK_MONOTONIC_RAW;
         }
@@ -147,7 +147,7 @@ impl EventAttr {
         self
     }
 
-    fn dummy(kind: EventKind, clock: ClockSource) -> Self {
+    fn dummy(kind: PerfEventKind, clock: PerfClock) -> Self {
         let mut attr = Self::base(kind, clock);
         attr.raw.type_ = b::PERF_TYPE_SOFTWARE;
         attr.raw.config = u64::from(b::PERF_COUNT_SW_DUMMY);
@@ -158,8 +158,8 @@ impl EventAttr {
     /// `context_switch = 1`, `inherit = 1` (threads created later are followed), FORK/EXIT/COMM
     /// side-band records, and `sample_id_all` with `TID | TIME | CPU`. Open it per (thread, CPU);
     /// the kernel refuses to mmap inherited events opened with `cpu = -1`.
-    pub fn process_switches(clock: ClockSource) -> Self {
-        let mut attr = Self::dummy(EventKind::ProcessSwitches, clock).with_side_band();
+    pub fn process_switches(clock: PerfClock) -> Self {
+        let mut attr = Self::dummy(PerfEventKind::ProcessSwitches, clock).with_side_band();
         attr.raw.set_context_switch(1);
         attr.raw.set_inherit(1);
         attr.raw.set_exclude_kernel(1);
@@ -171,8 +171,8 @@ impl EventAttr {
     /// Every context switch on one CPU from the `sched:sched_switch` tracepoint (`id` read from
     /// tracefs `events/sched/sched_switch/id`): a sample per switch (`sample_period = 1`) with
     /// `RAW | TID | TIME | CPU`, plus FORK/EXIT/COMM side-band records. Open with `pid = -1`.
-    pub fn sched_switch_tracepoint(id: u64, clock: ClockSource) -> Self {
-        let mut attr = Self::base(EventKind::SchedSwitchTracepoint, clock).with_side_band();
+    pub fn sched_switch_tracepoint(id: u64, clock: PerfClock) -> Self {
+        let mut attr = Self::base(PerfEventKind::SchedSwitchTracepoint, clock).with_side_band();
         attr.raw.type_ = b::PERF_TYPE_TRACEPOINT;
         attr.raw.config = id;
         attr.raw.sample_period = 1;
@@ -183,8 +183,8 @@ impl EventAttr {
 
     /// The tracepoint fallback: `PERF_RECORD_SWITCH_CPU_WIDE` for every switch on one CPU, from
     /// a software dummy event with `context_switch = 1`. Open with `pid = -1`.
-    pub fn cpu_wide_switches(clock: ClockSource) -> Self {
-        let mut attr = Self::dummy(EventKind::CpuWideSwitches, clock).with_side_band();
+    pub fn cpu_wide_switches(clock: PerfClock) -> Self {
+        let mut attr = Self::dummy(PerfEventKind::CpuWideSwitches, clock).with_side_band();
         attr.raw.set_context_switch(1);
         attr.raw.sample_type = (SampleFormat::TID | SampleFormat::TIME | SampleFormat::CPU).bits();
         attr
@@ -193,8 +193,8 @@ impl EventAttr {
     /// LBR sampling: hardware `CPU_CYCLES` every `cfg.period` cycles, each sample carrying
     /// `IP | TID | TIME | CPU | BRANCH_STACK` with `branch_sample_type = ANY | USER`
     /// (`| KERNEL` when `cfg.include_kernel`).
-    pub fn branch_sampling(cfg: BranchSampling, clock: ClockSource) -> Self {
-        let mut attr = Self::base(EventKind::BranchSampling, clock);
+    pub fn branch_sampling(cfg: BranchSampling, clock: PerfClock) -> Self {
+        let mut attr = Self::base(PerfEventKind::BranchSampling, clock);
         attr.raw.type_ = b::PERF_TYPE_HARDWARE;
         attr.raw.config = u64::from(b::PERF_COUNT_HW_CPU_CYCLES);
         attr.raw.sample_period = cfg.period.max(1);
@@ -218,7 +218,7 @@ impl EventAttr {
 
     /// A dummy event opened only to read the clock parameters of its mmap page.
     pub fn clock_probe() -> Self {
-        Self::dummy(EventKind::ClockProbe, ClockSource::PerfDefault)
+        Self::dummy(PerfEventKind::ClockProbe, PerfClock::PerfDefault)
     }
 
     /// Follow threads created later (`inherit = 1`).
@@ -257,7 +257,7 @@ impl EventAttr {
     }
 
     /// Which event this is.
-    pub fn kind(&self) -> EventKind {
+    pub fn kind(&self) -> PerfEventKind {
         self.kind
     }
 
@@ -327,11 +327,11 @@ impl EventAttr {
     }
 
     /// The clock the event's timestamps come from.
-    pub fn clock(&self) -> ClockSource {
+    pub fn clock(&self) -> PerfClock {
         if self.raw.use_clockid() != 0 && self.raw.clockid == libc::CLOCK_MONOTONIC_RAW {
-            ClockSource::MonotonicRaw
+            PerfClock::MonotonicRaw
         } else {
-            ClockSource::PerfDefault
+            PerfClock::PerfDefault
         }
     }
 
@@ -385,8 +385,8 @@ mod tests {
 
     #[test]
     fn process_switch_attr() {
-        let a = EventAttr::process_switches(ClockSource::PerfDefault);
-        assert_eq!(a.kind(), EventKind::ProcessSwitches);
+        let a = EventAttr::process_switches(PerfClock::PerfDefault);
+        assert_eq!(a.kind(), PerfEventKind::ProcessSwitches);
         assert_eq!(a.event_type(), b::PERF_TYPE_SOFTWARE);
         assert_eq!(a.config(), u64::from(b::PERF_COUNT_SW_DUMMY));
         assert!(a.context_switch() && a.inherit() && a.sample_id_all());
@@ -395,13 +395,13 @@ mod tests {
             a.sample_format(),
             SampleFormat::TID | SampleFormat::TIME | SampleFormat::CPU
         );
-        assert_eq!(a.clock(), ClockSource::PerfDefault);
+        assert_eq!(a.clock(), PerfClock::PerfDefault);
         assert_eq!(a.to_raw().size as usize, size_of::<b::perf_event_attr>());
     }
 
     #[test]
     fn mmap_tracking_bits() {
-        let a = EventAttr::process_switches(ClockSource::PerfDefault);
+        let a = EventAttr::process_switches(PerfClock::PerfDefault);
         assert!(!a.mmaps());
         let a = a.with_mmaps(true);
         assert!(a.mmaps() && a.sample_id_all());
@@ -412,27 +412,27 @@ mod tests {
 
     #[test]
     fn tracepoint_attr() {
-        let a = EventAttr::sched_switch_tracepoint(372, ClockSource::MonotonicRaw)
+        let a = EventAttr::sched_switch_tracepoint(372, PerfClock::MonotonicRaw)
             .with_wakeup_watermark(4096);
         assert_eq!(a.event_type(), b::PERF_TYPE_TRACEPOINT);
         assert_eq!(a.config(), 372);
         assert_eq!(a.sample_period(), 1);
         assert!(a.sample_format().contains(SampleFormat::RAW));
         assert!(!a.context_switch());
-        assert_eq!(a.clock(), ClockSource::MonotonicRaw);
+        assert_eq!(a.clock(), PerfClock::MonotonicRaw);
         assert_eq!(a.wakeup_watermark(), Some(4096));
         assert_eq!(a.to_raw().clockid, libc::CLOCK_MONOTONIC_RAW);
     }
 
     #[test]
     fn cpu_wide_attr_is_not_inherited() {
-        let a = EventAttr::cpu_wide_switches(ClockSource::PerfDefault);
+        let a = EventAttr::cpu_wide_switches(PerfClock::PerfDefault);
         assert!(a.context_switch() && !a.inherit() && a.task());
     }
 
     #[test]
     fn branch_attr_user_only_and_with_kernel() {
-        let user = EventAttr::branch_sampling(BranchSampling::default(), ClockSource::PerfDefault);
+        let user = EventAttr::branch_sampling(BranchSampling::default(), PerfClock::PerfDefault);
         assert_eq!(user.event_type(), b::PERF_TYPE_HARDWARE);
         assert_eq!(user.config(), u64::from(b::PERF_COUNT_HW_CPU_CYCLES));
         assert_eq!(user.sample_period(), 1_000_003);
@@ -449,7 +449,7 @@ mod tests {
                 period: 5000,
                 include_kernel: true,
             },
-            ClockSource::PerfDefault,
+            PerfClock::PerfDefault,
         );
         assert!(kernel.branch_format().contains(BranchSampleFormat::KERNEL));
         assert!(!kernel.exclude_kernel());

@@ -16,14 +16,14 @@
 
 use std::sync::Arc;
 
-use super::attr::EventKind;
+use super::attr::PerfEventKind;
 use super::events::{
-    BranchSample, CaptureEvent, ContextSwitch, Lost, LostKind, MemoryMap, SwitchSides, TaskComm,
+    BranchSample, CaptureEvent, Lost, LostKind, MemoryMap, SwitchEvent, SwitchSides, TaskComm,
     TaskExit, TaskFork,
 };
 use super::records::{MmapFile, ParseError, PerfRecord, RecordLayout, TaskName};
 use super::ring::RawRecord;
-use super::state::{fxt_priority, state_after_switch_out, ThreadState, PRIORITY_UNKNOWN};
+use super::state::{fxt_priority, state_after_switch_out, LinuxThreadState, PRIORITY_UNKNOWN};
 use super::switch::SchedSwitchFormat;
 use super::time::PerfTimeConverter;
 
@@ -83,7 +83,7 @@ pub(crate) fn sample_pid_of_prev(
 /// Decodes the records of one ring.
 #[derive(Debug)]
 pub(crate) struct StreamDecoder {
-    kind: EventKind,
+    kind: PerfEventKind,
     cpu: u32,
     layout: RecordLayout,
     sched: Option<Arc<SchedSwitchFormat>>,
@@ -94,7 +94,7 @@ pub(crate) struct StreamDecoder {
 
 impl StreamDecoder {
     pub(crate) fn new(
-        kind: EventKind,
+        kind: PerfEventKind,
         cpu: u32,
         layout: RecordLayout,
         sched: Option<Arc<SchedSwitchFormat>>,
@@ -130,10 +130,10 @@ impl StreamDecoder {
                 let time = conv.perf_to_tsc(perf_time);
                 let cpu = s.cpu.unwrap_or(self.cpu);
                 match (self.kind, &self.sched, s.raw, s.branch_stack) {
-                    (EventKind::SchedSwitchTracepoint, Some(fmt), Some(raw), _) => {
+                    (PerfEventKind::SchedSwitchTracepoint, Some(fmt), Some(raw), _) => {
                         let f = fmt.decode(&raw)?;
                         let idle = |tid: u32| (tid == 0).then_some(0);
-                        let cs = ContextSwitch {
+                        let cs = SwitchEvent {
                             time,
                             cpu,
                             prev_tid: f.prev_tid,
@@ -152,7 +152,7 @@ impl StreamDecoder {
                             Some((f.prev_comm, f.next_comm)),
                         )
                     }
-                    (EventKind::BranchSampling, _, _, Some(stack)) => {
+                    (PerfEventKind::BranchSampling, _, _, Some(stack)) => {
                         let b = BranchSample {
                             time,
                             cpu,
@@ -164,7 +164,7 @@ impl StreamDecoder {
                         };
                         (perf_time, CaptureEvent::Branch(b), None)
                     }
-                    (EventKind::SchedSwitchTracepoint, _, None, _) => {
+                    (PerfEventKind::SchedSwitchTracepoint, _, None, _) => {
                         return Err(ParseError::Truncated {
                             record: "sched_switch sample",
                             field: "raw",
@@ -192,7 +192,7 @@ impl StreamDecoder {
                 };
                 let cs = match (sw.next_prev, sw.out) {
                     (Some(_), false) => return Ok(Decoded::Skipped(Skip::SwitchInPair)),
-                    (Some((next_pid, next_tid)), true) => ContextSwitch {
+                    (Some((next_pid, next_tid)), true) => SwitchEvent {
                         time,
                         cpu,
                         prev_tid: tid,
@@ -204,7 +204,7 @@ impl StreamDecoder {
                         next_prio: PRIORITY_UNKNOWN,
                         sides: SwitchSides::Both,
                     },
-                    (None, true) => ContextSwitch {
+                    (None, true) => SwitchEvent {
                         time,
                         cpu,
                         prev_tid: tid,
@@ -216,14 +216,14 @@ impl StreamDecoder {
                         next_prio: PRIORITY_UNKNOWN,
                         sides: SwitchSides::OutgoingOnly,
                     },
-                    (None, false) => ContextSwitch {
+                    (None, false) => SwitchEvent {
                         time,
                         cpu,
                         prev_tid: 0,
                         prev_pid: Some(0),
                         next_tid: tid,
                         next_pid: pid,
-                        prev_state: ThreadState::Suspended,
+                        prev_state: LinuxThreadState::Suspended,
                         prev_prio: PRIORITY_UNKNOWN,
                         next_prio: PRIORITY_UNKNOWN,
                         sides: SwitchSides::IncomingOnly,

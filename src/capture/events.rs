@@ -1,13 +1,13 @@
 //! The typed events a capture session delivers, in timestamp order. Every `time` is in TSC
-//! ticks (the trace's clock). A later step turns them into FXT records: [`ContextSwitch`] →
+//! ticks (the trace's clock). A later step turns them into FXT records: [`SwitchEvent`] →
 //! Context Switch (type 8), [`BranchSample`] → LAST_BRANCH blob, [`ThreadInfo`] → Thread +
 //! Kernel Object records, [`MemoryMap`] → an `"fxtrace:mmap"` blob ([`crate::format::mmap`]),
 //! [`Lost`] / [`Unsupported`] → trace metadata and the summary.
 
 use super::lbr::BranchEntry;
-use super::state::ThreadState;
+use super::state::LinuxThreadState;
 
-/// Which sides of a [`ContextSwitch`] are known.
+/// Which sides of a [`SwitchEvent`] are known.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum SwitchSides {
     /// Both (system-wide sources).
@@ -22,7 +22,7 @@ pub enum SwitchSides {
 
 /// A CPU switched from one thread to another.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct ContextSwitch {
+pub struct SwitchEvent {
     /// TSC ticks.
     pub time: u64,
     /// The CPU.
@@ -36,7 +36,7 @@ pub struct ContextSwitch {
     /// Incoming process id.
     pub next_pid: Option<u32>,
     /// Outgoing thread's new state (see [`super::state`]).
-    pub prev_state: ThreadState,
+    pub prev_state: LinuxThreadState,
     /// Outgoing priority, FXT encoding ([`super::state::fxt_priority`]; 255 unknown).
     pub prev_prio: u8,
     /// Incoming priority, FXT encoding.
@@ -186,7 +186,7 @@ pub struct Unsupported {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum CaptureEvent {
     /// A context switch.
-    ContextSwitch(ContextSwitch),
+    ContextSwitch(SwitchEvent),
     /// A thread rename.
     Comm(TaskComm),
     /// A task creation.

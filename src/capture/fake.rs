@@ -21,7 +21,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 
 use perf_event_open_sys::bindings as b;
 
-use super::attr::{EventAttr, EventKind};
+use super::attr::{EventAttr, PerfEventKind};
 use super::sys::{check_errno, PerfIoctl, Sys};
 
 /// A decision on whether a fake `perf_event_open(attr, pid, cpu)` fails (`Some(errno)`).
@@ -287,7 +287,7 @@ impl FakeSys {
     }
 
     /// The mapped ring of the live `kind` event on `cpu` (the first one, if several).
-    pub fn ring(&self, kind: EventKind, cpu: i32) -> Option<FakeRing> {
+    pub fn ring(&self, kind: PerfEventKind, cpu: i32) -> Option<FakeRing> {
         let state = self.lock();
         state
             .events

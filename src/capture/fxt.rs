@@ -50,15 +50,15 @@ use std::io::{self, Write};
 use thiserror::Error;
 
 use super::events::{
-    BranchSample, CaptureEvent, ContextSwitch, Lost, LostKind, MemoryMap, SwitchSides, TaskComm,
+    BranchSample, CaptureEvent, Lost, LostKind, MemoryMap, SwitchEvent, SwitchSides, TaskComm,
     TaskExit, TaskFork, ThreadInfo, Unsupported,
 };
-use super::state::ThreadState as LinuxThreadState;
+use super::state::LinuxThreadState;
 use crate::format::lbr::{LbrBranch, LbrPayload, LBR_MAX_BRANCHES};
 use crate::format::mmap::{MmapRecord, MMAP_BLOB_NAME, MMAP_MAX_BUILD_ID, MMAP_MAX_PATH};
 use crate::format::{
-    Arg, ArgValue, Blob, BlobType, ContextSwitch as FxtContextSwitch, Encode, EncodeError, Event,
-    EventKind, Initialization, KernelObject, Log, ObjectType, ProviderEvent, ProviderInfo, Record,
+    Arg, ArgValue, Blob, BlobType, ContextSwitch, Encode, EncodeError, Event, EventKind,
+    Initialization, KernelObject, Log, ObjectType, ProviderEvent, ProviderInfo, Record,
     RecordWriter, SchedContextSwitch, StringRecord, StringRef, ThreadRecord, ThreadRef,
     ThreadState, MAGIC_WORD, MAX_RECORD_WORDS, MAX_STRING_INDEX, MAX_STRING_LEN, MAX_THREAD_INDEX,
     PROVIDER_EVENT_BUFFER_OVERFLOW,
@@ -725,7 +725,7 @@ impl<S: RecordSink> KernelTraceWriter<S> {
         self.name_thread(comm.tid, Some(comm.pid), &comm.name)
     }
 
-    fn context_switch(&mut self, cs: &ContextSwitch) -> Result<(), SinkError> {
+    fn context_switch(&mut self, cs: &SwitchEvent) -> Result<(), SinkError> {
         let outgoing = match cs.sides {
             SwitchSides::IncomingOnly => ThreadRef::Inline { pid: 0, tid: 0 },
             _ => self.thread_ref(cs.prev_tid, cs.prev_pid)?,
@@ -739,7 +739,7 @@ impl<S: RecordSink> KernelTraceWriter<S> {
         let incoming_priority = perfetto_priority(cs.next_tid, cs.next_prio);
         self.stats.context_switches += 1;
         match u8::try_from(cs.cpu) {
-            Ok(cpu) => self.push(&Record::ContextSwitch(FxtContextSwitch {
+            Ok(cpu) => self.push(&Record::ContextSwitch(ContextSwitch {
                 ticks: cs.time,
                 cpu,
                 outgoing_state,
@@ -1079,7 +1079,7 @@ mod tests {
     }
 
     fn switch(time: u64, prev: u32, next: u32, state: LinuxThreadState) -> CaptureEvent {
-        CaptureEvent::ContextSwitch(ContextSwitch {
+        CaptureEvent::ContextSwitch(SwitchEvent {
             time,
             cpu: 0,
             prev_tid: prev,

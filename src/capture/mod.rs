@@ -68,9 +68,9 @@ pub mod time;
 pub mod tracefs;
 pub mod tracepoint;
 
-pub use attr::{BranchSampleFormat, BranchSampling, EventAttr, EventKind, SampleFormat};
+pub use attr::{BranchSampleFormat, BranchSampling, EventAttr, PerfEventKind, SampleFormat};
 pub use events::{
-    BranchSample, CaptureEvent, ContextSwitch, Lost, LostKind, MemoryMap, SwitchSides, TaskComm,
+    BranchSample, CaptureEvent, Lost, LostKind, MemoryMap, SwitchEvent, SwitchSides, TaskComm,
     TaskExit, TaskFork, ThreadInfo, Unsupported,
 };
 #[cfg(feature = "test-support")]
@@ -88,9 +88,9 @@ pub use session::{
     Capture, CaptureConfig, CaptureError, CaptureReport, CaptureStats, CaptureTarget, SwitchSource,
     TracefsChoice,
 };
-pub use state::{TaskStateBits, ThreadState};
+pub use state::{LinuxThreadState, TaskStateBits};
 pub use switch::{SchedSwitchFields, SchedSwitchFormat};
 pub use sys::{PerfIoctl, RealSys, Sys};
-pub use time::{ClockSource, MeasuredMapping, PerfTimeConverter, TscConversion};
+pub use time::{MeasuredMapping, PerfClock, PerfTimeConverter, TscConversion};
 pub use tracefs::Tracefs;
 pub use tracepoint::TracepointFormat;

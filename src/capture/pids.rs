@@ -30,7 +30,7 @@
 use std::collections::{HashMap, VecDeque};
 
 use super::decode::{known_pid, Pending};
-use super::events::{CaptureEvent, ContextSwitch, SwitchSides};
+use super::events::{CaptureEvent, SwitchEvent, SwitchSides};
 use super::procfs::TaskRegistry;
 
 /// How far (perf nanoseconds) the newest event may run ahead of a held one before the held one
@@ -239,7 +239,7 @@ impl PidResolver {
 }
 
 /// Which sides of `cs` name a thread: `[outgoing, incoming]`.
-fn sides(cs: &ContextSwitch) -> [bool; 2] {
+fn sides(cs: &SwitchEvent) -> [bool; 2] {
     [
         cs.sides != SwitchSides::IncomingOnly,
         cs.sides != SwitchSides::OutgoingOnly,
@@ -250,18 +250,18 @@ fn sides(cs: &ContextSwitch) -> [bool; 2] {
 mod tests {
     use super::*;
     use crate::capture::events::{TaskExit, TaskFork};
-    use crate::capture::state::ThreadState;
+    use crate::capture::state::LinuxThreadState;
 
     fn switch(time: u64, prev: (u32, Option<u32>), next: u32) -> Pending {
         Pending {
-            event: CaptureEvent::ContextSwitch(ContextSwitch {
+            event: CaptureEvent::ContextSwitch(SwitchEvent {
                 time,
                 cpu: 0,
                 prev_tid: prev.0,
                 prev_pid: prev.1,
                 next_tid: next,
                 next_pid: (next == 0).then_some(0),
-                prev_state: ThreadState::Blocked,
+                prev_state: LinuxThreadState::Blocked,
                 prev_prio: 120,
                 next_prio: 120,
                 sides: SwitchSides::Both,
@@ -276,7 +276,7 @@ mod tests {
         PidResolver::with_limits(TaskRegistry::new("/nonexistent"), 1000, 100)
     }
 
-    fn ready(r: &mut PidResolver, finished: bool) -> Vec<ContextSwitch> {
+    fn ready(r: &mut PidResolver, finished: bool) -> Vec<SwitchEvent> {
         std::iter::from_fn(|| r.next_ready(finished))
             .filter_map(|p| match p.event {
                 CaptureEvent::ContextSwitch(cs) => Some(cs),

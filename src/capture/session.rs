@@ -65,7 +65,7 @@ use std::time::Duration;
 
 use thiserror::Error;
 
-use super::attr::{BranchSampling, EventAttr, EventKind};
+use super::attr::{BranchSampling, EventAttr, PerfEventKind};
 use super::decode::{known_pid, Decoded, Pending, Skip, StreamDecoder};
 use super::events::{CaptureEvent, LostKind, SwitchSides, ThreadInfo, Unsupported};
 use super::maps::{BuildIdCache, MapsSynthesis};
@@ -198,7 +198,7 @@ pub enum CaptureError {
     #[error("perf_event_open({event:?}, pid {pid}, cpu {cpu}) failed: {source}{}", remedy.as_deref().map(|r| format!("; {r}")).unwrap_or_default())]
     Open {
         /// Which event.
-        event: EventKind,
+        event: PerfEventKind,
         /// pid argument.
         pid: i32,
         /// cpu argument.
@@ -212,7 +212,7 @@ pub enum CaptureError {
     #[error("perf ring of {event:?} on cpu {cpu}: {source}{}", remedy.as_deref().map(|r| format!("; {r}")).unwrap_or_default())]
     Ring {
         /// Which event.
-        event: EventKind,
+        event: PerfEventKind,
         /// The CPU.
         cpu: i32,
         /// The cause.
@@ -389,7 +389,7 @@ struct RingSlot {
 }
 
 struct OpenFailure {
-    kind: EventKind,
+    kind: PerfEventKind,
     pid: i32,
     cpu: i32,
     error: Result<io::Error, RingError>,
@@ -456,7 +456,7 @@ impl Opener<'_> {
             })
     }
 
-    fn map(&self, kind: EventKind, fd: OwnedFd, cpu: u32) -> Result<PerfRing, OpenFailure> {
+    fn map(&self, kind: PerfEventKind, fd: OwnedFd, cpu: u32) -> Result<PerfRing, OpenFailure> {
         PerfRing::map(self.sys.clone(), fd, self.pages).map_err(|e| OpenFailure {
             kind,
             pid: -1,
@@ -857,7 +857,7 @@ fn open_tracepoint(
     config: &CaptureConfig,
     perms: &PerfPermissions,
     cpus: &[u32],
-    source: super::time::ClockSource,
+    source: super::time::PerfClock,
     watermark: u32,
 ) -> Result<(OpenSet, EventAttr, Arc<SchedSwitchFormat>), Unsupported> {
     let what = "sched:sched_switch tracepoint".to_owned();

@@ -42,7 +42,7 @@ use std::fmt::Write as _;
 /// An FXT thread state (`ZX_THREAD_STATE_*` numbering).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 #[repr(u8)]
-pub enum ThreadState {
+pub enum LinuxThreadState {
     /// 0.
     New = 0,
     /// 1.
@@ -57,7 +57,7 @@ pub enum ThreadState {
     Dead = 5,
 }
 
-impl ThreadState {
+impl LinuxThreadState {
     /// The FXT field value.
     pub const fn fxt_value(self) -> u8 {
         self as u8
@@ -73,11 +73,11 @@ pub fn fxt_priority(kernel_prio: i64) -> u8 {
 }
 
 /// The outgoing state implied by a `PERF_RECORD_SWITCH(_CPU_WIDE)` switch-out.
-pub fn state_after_switch_out(preempted: bool) -> ThreadState {
+pub fn state_after_switch_out(preempted: bool) -> LinuxThreadState {
     if preempted {
-        ThreadState::Suspended
+        LinuxThreadState::Suspended
     } else {
-        ThreadState::Blocked
+        LinuxThreadState::Blocked
     }
 }
 
@@ -139,21 +139,21 @@ impl TaskStateBits {
     }
 
     /// The FXT state of a thread switched out with `prev_state` (see the module table).
-    pub fn thread_state(&self, prev_state: i64) -> ThreadState {
+    pub fn thread_state(&self, prev_state: i64) -> LinuxThreadState {
         let state = prev_state as u64;
         if state & self.preempt != 0 {
-            return ThreadState::Suspended;
+            return LinuxThreadState::Suspended;
         }
         let flags = state & (self.preempt - 1);
         let has = |letter| self.bit(letter).is_some_and(|b| flags & b != 0);
         if flags == 0 {
-            ThreadState::Suspended
+            LinuxThreadState::Suspended
         } else if has("X") {
-            ThreadState::Dead
+            LinuxThreadState::Dead
         } else if has("Z") {
-            ThreadState::Dying
+            LinuxThreadState::Dying
         } else {
-            ThreadState::Blocked
+            LinuxThreadState::Blocked
         }
     }
 
@@ -219,38 +219,38 @@ mod tests {
         let fmt = r#"__print_flags(REC->prev_state & (2048-1), "|", { 1, "S"} , { 2, "D" }, { 4, "T" }, { 8, "t" }, { 16, "Z" }, { 32, "X" }, { 64, "x" }, { 128, "K" }, { 256, "W" }, { 512, "P" }, { 1024, "N" }) : "R""#;
         let bits = TaskStateBits::from_print_fmt(fmt).unwrap();
         assert_eq!(bits.preempt_bit(), 2048);
-        assert_eq!(bits.thread_state(16), ThreadState::Dying);
-        assert_eq!(bits.thread_state(32), ThreadState::Dead);
-        assert_eq!(bits.thread_state(2048), ThreadState::Suspended);
+        assert_eq!(bits.thread_state(16), LinuxThreadState::Dying);
+        assert_eq!(bits.thread_state(32), LinuxThreadState::Dead);
+        assert_eq!(bits.thread_state(2048), LinuxThreadState::Suspended);
     }
 
     #[test]
     fn mapping_table() {
         let b = TaskStateBits::kernel_default();
-        let cases: [(i64, ThreadState, &str); 12] = [
-            (0, ThreadState::Suspended, "R"),
-            (0x100, ThreadState::Suspended, "R+"),
-            (0x01, ThreadState::Blocked, "S"),
-            (0x02, ThreadState::Blocked, "D"),
-            (0x04, ThreadState::Blocked, "T"),
-            (0x08, ThreadState::Blocked, "t"),
-            (0x40, ThreadState::Blocked, "P"),
-            (0x80, ThreadState::Blocked, "I"),
-            (0x20, ThreadState::Dying, "Z"),
-            (0x10, ThreadState::Dead, "X"),
-            (0x30, ThreadState::Dead, "X|Z"),
-            (0x101, ThreadState::Suspended, "S+"),
+        let cases: [(i64, LinuxThreadState, &str); 12] = [
+            (0, LinuxThreadState::Suspended, "R"),
+            (0x100, LinuxThreadState::Suspended, "R+"),
+            (0x01, LinuxThreadState::Blocked, "S"),
+            (0x02, LinuxThreadState::Blocked, "D"),
+            (0x04, LinuxThreadState::Blocked, "T"),
+            (0x08, LinuxThreadState::Blocked, "t"),
+            (0x40, LinuxThreadState::Blocked, "P"),
+            (0x80, LinuxThreadState::Blocked, "I"),
+            (0x20, LinuxThreadState::Dying, "Z"),
+            (0x10, LinuxThreadState::Dead, "X"),
+            (0x30, LinuxThreadState::Dead, "X|Z"),
+            (0x101, LinuxThreadState::Suspended, "S+"),
         ];
         for (raw, state, text) in cases {
             assert_eq!(b.thread_state(raw), state, "prev_state {raw:#x}");
             assert_eq!(b.describe(raw), text);
         }
-        assert_eq!(ThreadState::Suspended.fxt_value(), 2);
-        assert_eq!(ThreadState::Blocked.fxt_value(), 3);
-        assert_eq!(ThreadState::Dying.fxt_value(), 4);
-        assert_eq!(ThreadState::Dead.fxt_value(), 5);
-        assert_eq!(state_after_switch_out(true), ThreadState::Suspended);
-        assert_eq!(state_after_switch_out(false), ThreadState::Blocked);
+        assert_eq!(LinuxThreadState::Suspended.fxt_value(), 2);
+        assert_eq!(LinuxThreadState::Blocked.fxt_value(), 3);
+        assert_eq!(LinuxThreadState::Dying.fxt_value(), 4);
+        assert_eq!(LinuxThreadState::Dead.fxt_value(), 5);
+        assert_eq!(state_after_switch_out(true), LinuxThreadState::Suspended);
+        assert_eq!(state_after_switch_out(false), LinuxThreadState::Blocked);
     }
 
     #[test]

@@ -29,7 +29,7 @@ use crate::clock::{monotonic_raw_ns, ticks};
 
 /// The clock perf events are opened with.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum ClockSource {
+pub enum PerfClock {
     /// perf's default clock, converted with the mmap page parameters.
     PerfDefault,
     /// `use_clockid` with `CLOCK_MONOTONIC_RAW`, converted with a measured mapping.
@@ -188,7 +188,7 @@ fn anchor() -> (u64, u64) {
 
 // === impl PerfTimeConverter ===
 
-/// Converts the timestamps of a session's events (all opened with the same [`ClockSource`]).
+/// Converts the timestamps of a session's events (all opened with the same [`PerfClock`]).
 #[derive(Debug, Clone, Copy, PartialEq)]
 pub enum PerfTimeConverter {
     /// The mmap page's parameters (`cap_user_time_zero`), events on perf's default clock.
@@ -199,10 +199,10 @@ pub enum PerfTimeConverter {
 
 impl PerfTimeConverter {
     /// The clock events must be opened with for this converter to apply.
-    pub fn clock_source(&self) -> ClockSource {
+    pub fn clock_source(&self) -> PerfClock {
         match self {
-            Self::MmapPage(_) => ClockSource::PerfDefault,
-            Self::Measured(_) => ClockSource::MonotonicRaw,
+            Self::MmapPage(_) => PerfClock::PerfDefault,
+            Self::Measured(_) => PerfClock::MonotonicRaw,
         }
     }
 

@@ -12,9 +12,10 @@ use super::fields::{
     BlobRecord, ContextSwitchRecord, EventRecord, KernelObjectRecord, LargeBlobAttachment,
     LargeBlobWithMetadata, LargeRecordHeader, LogRecord, MetadataRecord, ProviderEventMetadata,
     ProviderInfoMetadata, ProviderSectionMetadata, RecordHeader, SchedContextSwitchRecord,
-    SchedThreadWakeupRecord, SchedulingRecord, StringRecord as StringFields,
-    ThreadRecord as ThreadFields, UserspaceObjectRecord,
+    SchedThreadWakeupRecord, SchedulingRecord, UserspaceObjectRecord,
 };
+// The bit layouts of String and Thread records share their names with the record types below.
+use super::fields;
 use super::refs::{ProcessRef, StringRef, ThreadRef};
 use super::sink::{Counter, Cursor, Sink, SplitCursor};
 use super::types::{
@@ -245,8 +246,8 @@ impl StringRecord<'_> {
         let start = s.pos();
         s.word(
             record_type_bits(RecordType::String)
-                | StringFields::INDEX.make(u64::from(self.index))
-                | StringFields::LENGTH.make(len),
+                | fields::StringRecord::INDEX.make(u64::from(self.index))
+                | fields::StringRecord::LENGTH.make(len),
         );
         s.stream(self.value.as_bytes());
         finish_record(s, start)
@@ -271,7 +272,8 @@ impl ThreadRecord {
         }
         let start = s.pos();
         s.word(
-            record_type_bits(RecordType::Thread) | ThreadFields::INDEX.make(u64::from(self.index)),
+            record_type_bits(RecordType::Thread)
+                | fields::ThreadRecord::INDEX.make(u64::from(self.index)),
         );
         s.word(self.pid);
         s.word(self.tid);

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use fxtrace::capture::records::RECORD_SAMPLE;
 use fxtrace::capture::{
-    BranchSampleFormat, BranchSampling, ClockSource, EventAttr, FakeSys, ParseError, PerfRecord,
+    BranchSampleFormat, BranchSampling, EventAttr, FakeSys, ParseError, PerfClock, PerfRecord,
     PerfRing, RawData, RawRecord, RecordBytes, RecordLayout, Sys,
 };
 
@@ -42,7 +42,7 @@ fn sample(n: u64, hw_idx: Option<u64>) -> RecordBytes {
 }
 
 fn lbr_layout(extra: BranchSampleFormat) -> RecordLayout {
-    let attr = EventAttr::branch_sampling(BranchSampling::default(), ClockSource::PerfDefault);
+    let attr = EventAttr::branch_sampling(BranchSampling::default(), PerfClock::PerfDefault);
     let format = attr.branch_format() | extra;
     let attr = attr.with_branch_format(format);
     RecordLayout::new(&attr).unwrap()
@@ -151,7 +151,7 @@ fn truncated_records_are_typed_errors() {
 #[test]
 fn a_sample_wrapping_the_ring_end_decodes() {
     let sys = FakeSys::new();
-    let attr = EventAttr::branch_sampling(BranchSampling::default(), ClockSource::PerfDefault);
+    let attr = EventAttr::branch_sampling(BranchSampling::default(), PerfClock::PerfDefault);
     let fd = sys.perf_event_open(&attr, -1, 0, None).unwrap();
     let dyn_sys: Arc<dyn Sys> = sys.clone();
     let mut ring = PerfRing::map(dyn_sys, fd, 1).unwrap();

@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use fxtrace::capture::records::{RECORD_COMM, RECORD_LOST, RECORD_SWITCH};
 use fxtrace::capture::{
-    ClockSource, EventAttr, FakeRing, FakeSys, PerfRecord, PerfRing, RawData, RecordBytes,
+    EventAttr, FakeRing, FakeSys, PerfClock, PerfRecord, PerfRing, RawData, RecordBytes,
     RecordLayout, RingError, Sys,
 };
 
@@ -13,7 +13,7 @@ const PAGES: usize = 1;
 
 fn ring() -> (Arc<FakeSys>, PerfRing, FakeRing, RecordLayout) {
     let sys = FakeSys::new();
-    let attr = EventAttr::process_switches(ClockSource::PerfDefault);
+    let attr = EventAttr::process_switches(PerfClock::PerfDefault);
     let fd = sys.perf_event_open(&attr, 1, 0, None).unwrap();
     let dyn_sys: Arc<dyn Sys> = sys.clone();
     let ring = PerfRing::map(dyn_sys, fd, PAGES).unwrap();
@@ -253,7 +253,7 @@ fn clock_parameters_come_from_the_control_page() {
 #[test]
 fn ring_size_must_be_a_power_of_two() {
     let sys = FakeSys::new();
-    let attr = EventAttr::process_switches(ClockSource::PerfDefault);
+    let attr = EventAttr::process_switches(PerfClock::PerfDefault);
     let fd = sys.perf_event_open(&attr, 1, 0, None).unwrap();
     let err = PerfRing::map(sys, fd, 3).unwrap_err();
     assert!(matches!(err, RingError::NotPowerOfTwo { data_pages: 3 }));

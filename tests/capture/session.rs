@@ -9,8 +9,9 @@ use fxtrace::capture::records::{
     RECORD_SWITCH,
 };
 use fxtrace::capture::{
-    BranchSampling, Capture, CaptureConfig, CaptureError, CaptureEvent, EventKind, FakeRing,
-    FakeSys, LostKind, PerfPermissions, RecordBytes, SwitchSides, SwitchSource, ThreadState,
+    BranchSampling, Capture, CaptureConfig, CaptureError, CaptureEvent, FakeRing, FakeSys,
+    LinuxThreadState, LostKind, PerfEventKind, PerfPermissions, RecordBytes, SwitchSides,
+    SwitchSource,
 };
 
 use crate::fake_perf;
@@ -24,7 +25,9 @@ fn system_wide_merges_cpus_names_threads_counts_losses_and_reports_lbr_once() {
     proc_tree(proc.path(), &[10, 11]);
     let sys = FakeSys::new();
     sys.set_clock(0, 1 << 31, 31);
-    sys.fail_when(|attr, _, _| (attr.kind() == EventKind::BranchSampling).then_some(libc::ENOENT));
+    sys.fail_when(|attr, _, _| {
+        (attr.kind() == PerfEventKind::BranchSampling).then_some(libc::ENOENT)
+    });
     let cfg = CaptureConfig {
         lbr: Some(BranchSampling::default()),
         ..config(CaptureConfig::system_wide(), tfs.path(), proc.path())
@@ -54,7 +57,7 @@ fn system_wide_merges_cpus_names_threads_counts_losses_and_reports_lbr_once() {
     let opened = sys.events();
     let tp: Vec<_> = opened
         .iter()
-        .filter(|e| e.attr.kind() == EventKind::SchedSwitchTracepoint)
+        .filter(|e| e.attr.kind() == PerfEventKind::SchedSwitchTracepoint)
         .collect();
     assert_eq!(tp.len(), 2);
     assert!(tp
@@ -63,8 +66,8 @@ fn system_wide_merges_cpus_names_threads_counts_losses_and_reports_lbr_once() {
     assert_eq!(tp.iter().map(|e| e.cpu).collect::<Vec<_>>(), vec![0, 1]);
 
     let t = base();
-    let cpu0: FakeRing = sys.ring(EventKind::SchedSwitchTracepoint, 0).unwrap();
-    let cpu1: FakeRing = sys.ring(EventKind::SchedSwitchTracepoint, 1).unwrap();
+    let cpu0: FakeRing = sys.ring(PerfEventKind::SchedSwitchTracepoint, 0).unwrap();
+    let cpu1: FakeRing = sys.ring(PerfEventKind::SchedSwitchTracepoint, 1).unwrap();
     // cpu0: 100 server->worker, COMM at 150, unknown record, 300 worker->idle.
     assert!(cpu0.write_record(
         RECORD_SAMPLE,
@@ -135,12 +138,12 @@ fn system_wide_merges_cpus_names_threads_counts_losses_and_reports_lbr_once() {
         (Some(10), Some(10)),
         "pids from /proc"
     );
-    assert_eq!(cs[0].prev_state, ThreadState::Blocked);
+    assert_eq!(cs[0].prev_state, LinuxThreadState::Blocked);
     assert_eq!((cs[0].prev_prio, cs[0].next_prio), (120, 100));
     assert_eq!(cs[0].sides, SwitchSides::Both);
     assert_eq!((cs[1].prev_tid, cs[1].prev_pid, cs[1].cpu), (0, Some(0), 1));
-    assert_eq!(cs[2].prev_state, ThreadState::Suspended, "R+");
-    assert_eq!(cs[3].prev_state, ThreadState::Dead, "X");
+    assert_eq!(cs[2].prev_state, LinuxThreadState::Suspended, "R+");
+    assert_eq!(cs[3].prev_state, LinuxThreadState::Dead, "X");
 
     // Each thread announced once, before its first switch, with names.
     let threads: Vec<_> = events
@@ -194,8 +197,8 @@ fn every_switched_thread_gets_its_process_from_records_or_is_counted() {
     let (events, sink) = sink();
     let capture = Capture::start_with(sys.clone(), root_perms(), cfg, sink).unwrap();
     let t = base();
-    let cpu0 = sys.ring(EventKind::SchedSwitchTracepoint, 0).unwrap();
-    let cpu1 = sys.ring(EventKind::SchedSwitchTracepoint, 1).unwrap();
+    let cpu0 = sys.ring(PerfEventKind::SchedSwitchTracepoint, 0).unwrap();
+    let cpu1 = sys.ring(PerfEventKind::SchedSwitchTracepoint, 1).unwrap();
     // cpu0: 500 (not in /proc, no FORK: it predates the capture and is gone) is switched in at
     // 100, and switched out at 300: that sample says it is in process 450.
     assert!(cpu0.write_record(
@@ -299,7 +302,7 @@ fn process_mode_opens_per_thread_and_cpu_with_one_ring_per_cpu() {
     let opened: Vec<_> = sys
         .events()
         .into_iter()
-        .filter(|e| e.attr.kind() == EventKind::ProcessSwitches)
+        .filter(|e| e.attr.kind() == PerfEventKind::ProcessSwitches)
         .collect();
     assert_eq!(opened.len(), 4, "threads 10 and 11 on cpus 0 and 1");
     assert!(opened.iter().all(|e| e.attr.inherit() && e.enabled));
@@ -311,7 +314,7 @@ fn process_mode_opens_per_thread_and_cpu_with_one_ring_per_cpu() {
     assert_eq!(opened.iter().filter(|e| e.redirected).count(), 2);
 
     let t = base();
-    let ring = sys.ring(EventKind::ProcessSwitches, 0).unwrap();
+    let ring = sys.ring(PerfEventKind::ProcessSwitches, 0).unwrap();
     let out = RecordBytes::new().sample_id(10, 11, t + 10, 0).build();
     assert!(ring.write_record(
         RECORD_SWITCH,
@@ -330,7 +333,7 @@ fn process_mode_opens_per_thread_and_cpu_with_one_ring_per_cpu() {
         (cs[0].prev_tid, cs[0].prev_pid, cs[0].next_tid),
         (11, Some(10), 0)
     );
-    assert_eq!(cs[0].prev_state, ThreadState::Suspended, "preempted");
+    assert_eq!(cs[0].prev_state, LinuxThreadState::Suspended, "preempted");
     assert_eq!(cs[1].sides, SwitchSides::IncomingOnly);
     assert_eq!(
         (cs[1].next_tid, cs[1].next_pid, cs[1].prev_tid),
@@ -375,7 +378,7 @@ fn tracepoint_unavailable_falls_back_to_cpu_wide_records() {
     assert!(report.unsupported[0].hint.contains("SWITCH_CPU_WIDE"));
 
     let t = base();
-    let ring = sys.ring(EventKind::CpuWideSwitches, 1).unwrap();
+    let ring = sys.ring(PerfEventKind::CpuWideSwitches, 1).unwrap();
     // One switch 10 -> 11 on cpu 1: an OUT record (next = 11) and its IN twin (prev = 10).
     let out = RecordBytes::new()
         .u32(10)
@@ -405,7 +408,7 @@ fn tracepoint_unavailable_falls_back_to_cpu_wide_records() {
         (cs[0].prev_tid, cs[0].next_tid, cs[0].next_pid),
         (10, 11, Some(10))
     );
-    assert_eq!(cs[0].prev_state, ThreadState::Blocked);
+    assert_eq!(cs[0].prev_state, LinuxThreadState::Blocked);
 }
 
 /// A reaped thread's last `SWITCH_CPU_WIDE` switch-out says -1 for its own pid and tid: it is
@@ -422,7 +425,7 @@ fn cpu_wide_switch_out_of_a_reaped_thread_names_the_task_last_switched_in() {
     let (events, sink) = sink();
     let capture = Capture::start_with(sys.clone(), root_perms(), cfg, sink).unwrap();
     let t = base();
-    let ring = sys.ring(EventKind::CpuWideSwitches, 0).unwrap();
+    let ring = sys.ring(PerfEventKind::CpuWideSwitches, 0).unwrap();
     let cpu_wide = fxtrace::capture::records::RECORD_SWITCH_CPU_WIDE;
     // Worker 11 creates thread 13 of process 10.
     let fork = RecordBytes::new()
@@ -449,7 +452,7 @@ fn cpu_wide_switch_out_of_a_reaped_thread_names_the_task_last_switched_in() {
         &out(t + 20, (u32::MAX, u32::MAX), (0, 0))
     ));
     // An unknown task leaving a CPU nobody was seen entering: only the incoming side is known.
-    let other = sys.ring(EventKind::CpuWideSwitches, 1).unwrap();
+    let other = sys.ring(PerfEventKind::CpuWideSwitches, 1).unwrap();
     assert!(other.write_record(
         cpu_wide,
         MISC_SWITCH_OUT,
@@ -487,7 +490,7 @@ fn cpu_wide_switch_out_of_a_reaped_thread_names_the_task_last_switched_in() {
 #[test]
 fn permission_denied_says_what_is_missing() {
     let sys = FakeSys::new();
-    sys.fail_when(|attr, _, _| (attr.kind() != EventKind::ClockProbe).then_some(libc::EACCES));
+    sys.fail_when(|attr, _, _| (attr.kind() != PerfEventKind::ClockProbe).then_some(libc::EACCES));
     let tfs = tempfile::tempdir().unwrap();
     tracefs(tfs.path());
     let cfg = CaptureConfig {
@@ -508,7 +511,7 @@ fn permission_denied_says_what_is_missing() {
         matches!(
             err,
             CaptureError::Open {
-                event: EventKind::CpuWideSwitches,
+                event: PerfEventKind::CpuWideSwitches,
                 cpu: 0,
                 ..
             }
@@ -524,7 +527,7 @@ fn only_unsupported_lbr_is_nothing_to_capture() {
     let sys = FakeSys::new();
     sys.set_clock(0, 1 << 31, 31);
     sys.fail_when(|attr, _, _| {
-        (attr.kind() == EventKind::BranchSampling).then_some(libc::EOPNOTSUPP)
+        (attr.kind() == PerfEventKind::BranchSampling).then_some(libc::EOPNOTSUPP)
     });
     let cfg = CaptureConfig {
         switches: false,

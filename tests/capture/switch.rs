@@ -5,8 +5,8 @@ use fxtrace::capture::records::{
     MISC_SWITCH_OUT, MISC_SWITCH_OUT_PREEMPT, RECORD_SAMPLE, RECORD_SWITCH_CPU_WIDE,
 };
 use fxtrace::capture::{
-    ClockSource, EventAttr, ParseError, PerfRecord, RawData, RawRecord, RecordBytes, RecordLayout,
-    SchedSwitchFormat, ThreadState, TracepointFormat,
+    EventAttr, LinuxThreadState, ParseError, PerfClock, PerfRecord, RawData, RawRecord,
+    RecordBytes, RecordLayout, SchedSwitchFormat, TracepointFormat,
 };
 
 /// A format whose fields sit at offsets different from any real kernel's (an extra field in
@@ -68,7 +68,7 @@ fn fields_are_read_at_the_format_offsets() {
     assert_eq!((d.next_tid, d.next_prio), (4243, 98));
     assert_eq!(
         f.state_bits().thread_state(d.prev_state),
-        ThreadState::Blocked
+        LinuxThreadState::Blocked
     );
     assert_eq!(f.state_bits().preempt_bit(), 0x100);
 }
@@ -83,7 +83,7 @@ fn split_raw_data_decodes_the_same() {
     assert_eq!(d.prev_tid, 7);
     assert_eq!(
         f.state_bits().thread_state(d.prev_state),
-        ThreadState::Suspended,
+        LinuxThreadState::Suspended,
         "preempted"
     );
 }
@@ -108,7 +108,7 @@ fn missing_field_is_a_format_error() {
 
 #[test]
 fn tracepoint_sample_carries_the_raw_data() {
-    let attr = EventAttr::sched_switch_tracepoint(999, ClockSource::PerfDefault);
+    let attr = EventAttr::sched_switch_tracepoint(999, PerfClock::PerfDefault);
     let layout = RecordLayout::new(&attr).unwrap();
     let data = raw(("ping", 10, 120, 0x2), ("swapper/1", 0, 120));
     // PERF_SAMPLE_RAW: u32 size then the data, padded so that size + 4 is a multiple of 8.
@@ -142,13 +142,13 @@ fn tracepoint_sample_carries_the_raw_data() {
     assert_eq!(d.next_comm.as_bytes(), b"swapper/1");
     assert_eq!(
         format().state_bits().thread_state(d.prev_state),
-        ThreadState::Blocked
+        LinuxThreadState::Blocked
     );
 }
 
 #[test]
 fn cpu_wide_switch_records() {
-    let attr = EventAttr::cpu_wide_switches(ClockSource::PerfDefault);
+    let attr = EventAttr::cpu_wide_switches(PerfClock::PerfDefault);
     let layout = RecordLayout::new(&attr).unwrap();
     let body = RecordBytes::new()
         .u32(300)

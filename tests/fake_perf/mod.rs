@@ -147,7 +147,7 @@ pub(crate) fn wait_for(events: &Events, what: impl Fn(&[CaptureEvent]) -> bool) 
     false
 }
 
-pub(crate) fn switches(events: &[CaptureEvent]) -> Vec<fxtrace::capture::ContextSwitch> {
+pub(crate) fn switches(events: &[CaptureEvent]) -> Vec<fxtrace::capture::SwitchEvent> {
     events
         .iter()
         .filter_map(|e| match e {

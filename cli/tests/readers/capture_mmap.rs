@@ -9,8 +9,8 @@ use std::time::Duration;
 
 use fxtrace::capture::records::{MISC_MMAP_BUILD_ID, MISC_MMAP_DATA, RECORD_MMAP, RECORD_MMAP2};
 use fxtrace::capture::{
-    Capture, CaptureConfig, CaptureEvent, ClockSource, EventAttr, KernelTraceConfig,
-    KernelTraceWriter, MemoryMap, MmapFile, ParseError, PerfMmap, PerfRecord, RawData, RawRecord,
+    Capture, CaptureConfig, CaptureEvent, EventAttr, KernelTraceConfig, KernelTraceWriter,
+    MemoryMap, MmapFile, ParseError, PerfClock, PerfMmap, PerfRecord, RawData, RawRecord,
     RecordBytes, RecordLayout, TaskComm, TaskFork,
 };
 use fxtrace::format::mmap::{MmapRecord, MMAP_BLOB_NAME};
@@ -18,7 +18,7 @@ use fxtrace::format::{BlobType, DecodedRecord, Decoder, RecordWriter};
 
 fn layout() -> RecordLayout {
     // The switch event's layout: sample_id_all with TID | TIME | CPU (24-byte trailer).
-    RecordLayout::new(&EventAttr::process_switches(ClockSource::PerfDefault).with_mmaps(true))
+    RecordLayout::new(&EventAttr::process_switches(PerfClock::PerfDefault).with_mmaps(true))
         .unwrap()
 }
 

@@ -16,9 +16,9 @@ use fxtrace::capture::fxt::{
 };
 use fxtrace::capture::records::{RECORD_LOST, RECORD_SAMPLE};
 use fxtrace::capture::{
-    BranchEntry, BranchSample, BranchSampling, CaptureConfig, CaptureEvent, ContextSwitch,
-    EventKind, FakeSys, Lost, LostKind, PerfPermissions, RecordBytes, SwitchSides, TaskComm,
-    TaskFork, ThreadInfo, ThreadState, TracefsChoice, Unsupported,
+    BranchEntry, BranchSample, BranchSampling, CaptureConfig, CaptureEvent, FakeSys,
+    LinuxThreadState, Lost, LostKind, PerfEventKind, PerfPermissions, RecordBytes, SwitchEvent,
+    SwitchSides, TaskComm, TaskFork, ThreadInfo, TracefsChoice, Unsupported,
 };
 use fxtrace::format::lbr::LbrSample;
 use fxtrace::format::{
@@ -69,9 +69,9 @@ fn switch(
     cpu: u32,
     prev: (u32, u32),
     next: (u32, u32),
-    state: ThreadState,
+    state: LinuxThreadState,
 ) -> CaptureEvent {
-    CaptureEvent::ContextSwitch(ContextSwitch {
+    CaptureEvent::ContextSwitch(SwitchEvent {
         time,
         cpu,
         prev_tid: prev.1,
@@ -133,7 +133,7 @@ fn threads_names_and_switches() {
     let events = [
         thread_info(10, 10, "server", "server"),
         thread_info(11, 10, "worker", "server"),
-        switch(3_000, 1, (10, 10), (10, 11), ThreadState::Blocked),
+        switch(3_000, 1, (10, 10), (10, 11), LinuxThreadState::Blocked),
         CaptureEvent::Comm(TaskComm {
             time: 3_500,
             pid: 10,
@@ -148,7 +148,7 @@ fn threads_names_and_switches() {
             name: Some("swapper/1".into()),
             process_name: None,
         }),
-        switch(4_000, 1, (10, 11), (0, 0), ThreadState::Suspended),
+        switch(4_000, 1, (10, 11), (0, 0), LinuxThreadState::Suspended),
         // The same thread announced again with the same names: nothing new to write.
         CaptureEvent::Thread(ThreadInfo {
             time: 4_500,
@@ -157,7 +157,7 @@ fn threads_names_and_switches() {
             name: Some("renamed".into()),
             process_name: Some("server".into()),
         }),
-        switch(5_000, 1, (0, 0), (10, 10), ThreadState::Blocked),
+        switch(5_000, 1, (0, 0), (10, 10), LinuxThreadState::Blocked),
     ];
     let (bytes, stats) = write_all(&events);
     let records = decode(&bytes);
@@ -267,7 +267,7 @@ fn losses_and_unavailable_sources_are_written_as_data() {
             errno: Some(libc::ENOENT),
             hint: "no hardware PMU is registered".into(),
         }),
-        switch(2_000, 0, (1, 1), (2, 2), ThreadState::Blocked),
+        switch(2_000, 0, (1, 1), (2, 2), LinuxThreadState::Blocked),
         CaptureEvent::Lost(Lost {
             time: 2_500,
             cpu: 1,
@@ -280,7 +280,7 @@ fn losses_and_unavailable_sources_are_written_as_data() {
             kind: LostKind::Samples,
             count: 2,
         }),
-        switch(3_000, 0, (2, 2), (1, 1), ThreadState::Blocked),
+        switch(3_000, 0, (2, 2), (1, 1), LinuxThreadState::Blocked),
     ];
     let (bytes, stats) = write_all(&events);
     let records = decode(&bytes);
@@ -459,7 +459,7 @@ fn a_full_thread_table_goes_inline_and_is_counted() {
             0,
             (7, tid),
             (0, 0),
-            ThreadState::Blocked,
+            LinuxThreadState::Blocked,
         ));
     }
     let (bytes, stats) = write_all(&events);
@@ -491,7 +491,7 @@ fn dead_threads_free_their_index_and_a_reused_tid_is_named_again() {
     let events = [
         thread_info(20, 20, "app", "app"),
         thread_info(21, 20, "helper", "app"),
-        switch(2_000, 0, (20, 21), (20, 20), ThreadState::Dead),
+        switch(2_000, 0, (20, 21), (20, 20), LinuxThreadState::Dead),
         // tid 21 comes back in process 30, forked from thread 30 ("other").
         thread_info(30, 30, "other", "other"),
         CaptureEvent::Fork(TaskFork {
@@ -501,7 +501,7 @@ fn dead_threads_free_their_index_and_a_reused_tid_is_named_again() {
             tid: 21,
             ptid: 30,
         }),
-        switch(4_000, 0, (30, 30), (30, 21), ThreadState::Blocked),
+        switch(4_000, 0, (30, 30), (30, 21), LinuxThreadState::Blocked),
     ];
     let (bytes, _) = write_all(&events);
     let records = decode(&bytes);
@@ -544,14 +544,14 @@ fn threads_of_unknown_process_get_the_marker_process_and_are_counted() {
             process_name: None,
         })
     };
-    let gone_in = CaptureEvent::ContextSwitch(ContextSwitch {
+    let gone_in = CaptureEvent::ContextSwitch(SwitchEvent {
         time: 2_100,
         cpu: 0,
         prev_tid: 0,
         prev_pid: Some(0),
         next_tid: 41,
         next_pid: None,
-        prev_state: ThreadState::Suspended,
+        prev_state: LinuxThreadState::Suspended,
         prev_prio: 120,
         next_prio: 120,
         sides: SwitchSides::Both,
@@ -562,7 +562,7 @@ fn threads_of_unknown_process_get_the_marker_process_and_are_counted() {
         gone_in,
         // Announced again once its process is learnt: registered and named under it.
         thread_info(41, 40, "gone", "app"),
-        switch(2_200, 0, (40, 41), (0, 0), ThreadState::Blocked),
+        switch(2_200, 0, (40, 41), (0, 0), LinuxThreadState::Blocked),
     ];
     let (bytes, stats) = write_all(&events);
     assert_eq!(stats.unknown_process_threads, 1);
@@ -613,9 +613,9 @@ fn threads_of_unknown_process_get_the_marker_process_and_are_counted() {
 #[test]
 fn late_events_are_written_and_counted_and_big_cpus_keep_their_number() {
     let (bytes, stats) = write_all(&[
-        switch(5_000, 0, (1, 1), (2, 2), ThreadState::Blocked),
-        switch(4_000, 1, (3, 3), (4, 4), ThreadState::Blocked),
-        switch(6_000, 300, (5, 5), (6, 6), ThreadState::Suspended),
+        switch(5_000, 0, (1, 1), (2, 2), LinuxThreadState::Blocked),
+        switch(4_000, 1, (3, 3), (4, 4), LinuxThreadState::Blocked),
+        switch(6_000, 300, (5, 5), (6, 6), LinuxThreadState::Suspended),
     ]);
     assert_eq!(stats.late, 1);
     assert_eq!(stats.context_switches, 3);
@@ -665,7 +665,9 @@ fn kernel_provider_over_fake_perf_counts_losses_and_notes_missing_lbr() {
     proc_tree(proc.path(), &[10, 11]);
     let sys = FakeSys::new();
     sys.set_clock(0, 1 << 31, 31);
-    sys.fail_when(|attr, _, _| (attr.kind() == EventKind::BranchSampling).then_some(libc::ENOENT));
+    sys.fail_when(|attr, _, _| {
+        (attr.kind() == PerfEventKind::BranchSampling).then_some(libc::ENOENT)
+    });
     let provider = KernelProvider::start_with(
         sys.clone(),
         root_perms(),
@@ -676,8 +678,8 @@ fn kernel_provider_over_fake_perf_counts_losses_and_notes_missing_lbr() {
     assert_eq!(provider.report().unsupported.len(), 1);
 
     let t = base();
-    let cpu0 = sys.ring(EventKind::SchedSwitchTracepoint, 0).unwrap();
-    let cpu1 = sys.ring(EventKind::SchedSwitchTracepoint, 1).unwrap();
+    let cpu0 = sys.ring(PerfEventKind::SchedSwitchTracepoint, 0).unwrap();
+    let cpu1 = sys.ring(PerfEventKind::SchedSwitchTracepoint, 1).unwrap();
     assert!(cpu0.write_record(
         RECORD_SAMPLE,
         0,
@@ -772,7 +774,7 @@ fn synthetic_lbr_sample_round_trips_into_a_blob() {
     ] {
         body = body.u64(from).u64(to).u64(flags(mispred, cycles));
     }
-    let ring = sys.ring(EventKind::BranchSampling, 1).unwrap();
+    let ring = sys.ring(PerfEventKind::BranchSampling, 1).unwrap();
     assert!(ring.write_record(RECORD_SAMPLE, 0, &body.build()));
     ring.wake();
     let outcome = provider.stop().unwrap();

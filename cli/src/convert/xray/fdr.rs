@@ -418,7 +418,7 @@ impl Cursor {
 #[cfg(test)]
 mod tests {
     use super::super::fdr_records::encode::{fields, function, metadata};
-    use super::super::fdr_records::METADATA_RECORD_SIZE as META;
+    use super::super::fdr_records::METADATA_RECORD_SIZE;
     use super::*;
 
     fn header(version: u16, buffer_size: u64) -> Vec<u8> {
@@ -715,7 +715,10 @@ mod tests {
         let data = [header(5, 0), v5_buffer(&body)].concat();
         let (blocks, _, r) = decode(&data);
         let e = r.unwrap_err();
-        assert_eq!(e.offset as usize, 32 + META + 4 * META + 8);
+        assert_eq!(
+            e.offset as usize,
+            32 + METADATA_RECORD_SIZE + 4 * METADATA_RECORD_SIZE + 8
+        );
         assert_eq!(
             e.kind,
             XrayErrorKind::UnexpectedRecord {
