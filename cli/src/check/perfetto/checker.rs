@@ -1,63 +1,8 @@
-//! Is an FXT archive Perfetto-ready? [`check_for_perfetto`] reads an archive the way
-//! Perfetto's FXT importer does and lists every place where that importer would stop, drop,
-//! misplace or skip something, with byte offsets ([`PerfettoReport`]).
-//!
-//! Perfetto's importer (`src/trace_processor/importers/fuchsia/` in google/perfetto:
-//! `fuchsia_trace_tokenizer.cc`, `fuchsia_trace_parser.cc`, `fuchsia_trace_utils.cc`) has
-//! habits of its own; `docs/perfetto.md` quotes the source for each. The checker keeps the
-//! state that importer keeps, as that importer keeps it:
-//!
-//! - one table of strings, one of threads and one ticks-per-second per provider, replaced
-//!   whole by each Provider Info record (`RegisterProvider`), selected by Provider Section
-//!   records, with provider 0 registered before the first record;
-//! - record sizes read from header bits `[4 .. 15]` for every record type, large records
-//!   included (`Parse`), stopping the whole import at a size of 0;
-//! - the process koid of each thread as Kernel Object records give it (the `"process"`
-//!   argument), which is all the legacy context-switch layout uses for a thread's process
-//!   and for telling the idle thread apart;
-//! - timestamps converted with `TicksToNs` ([`perfetto_ticks_to_ns`]), which refuses
-//!   anything beyond `i64::MAX` nanoseconds and a rate of 0.
-//!
-//! # Severities
-//!
-//! | severity | meaning |
-//! |---|---|
-//! | [`Severity::Error`] | the import stops, or a record or field is lost or misread |
-//! | [`Severity::Warning`] | shown, but misattributed or wrong in some Perfetto versions, or a drop Perfetto hides |
-//! | [`Severity::Note`] | skipped by design (LBR blobs, logs, unknown argument types, …): informational |
-//!
-//! Findings of one [`FindingKind`] are gathered into one [`Finding`]: the first offset, the
-//! first few others, and how many there were.
-//!
-//! # Drops must be visible
-//!
-//! Perfetto ignores Provider Event metadata ("buffer overflow": records were dropped). A
-//! provider whose section holds that metadata must also hold an event Perfetto shows that
-//! reports the loss ([`DROP_WORDS`]): an event whose name mentions a drop or a loss, or with
-//! a nonzero numeric argument whose name does (`"fxtrace: 12 perf records lost"`, a summary
-//! with `dropped_records = 3`). Otherwise the drop is a [`FindingKind::DropsOnlyInMetadata`]
-//! warning.
-//!
-//! ```
-//! use fxtrace_tools::check::perfetto::{check_for_perfetto, FindingKind, Severity};
-//! use fxtrace::format::{Blob, BlobType, Initialization, ProviderInfo, RecordWriter};
-//!
-//! let mut w = RecordWriter::with_magic();
-//! w.push(&ProviderInfo { provider_id: 1, name: "kernel" })?;
-//! w.push(&Initialization { ticks_per_second: 2_000_000_000 })?;
-//! w.push(&Blob { name: "cpu0".into(), blob_type: BlobType::LAST_BRANCH, payload: &[0; 8] })?;
-//! let report = check_for_perfetto(&w.to_bytes()[..])?;
-//! assert!(!report.has_violations());
-//! let lbr = report.find(FindingKind::LbrBlobSkipped).unwrap();
-//! assert_eq!((lbr.offset, lbr.kind.severity()), (40, Severity::Note));
-//! # Ok::<(), Box<dyn std::error::Error>>(())
-//! ```
+//! The checker: the state Perfetto's importer keeps (per-provider string and thread tables,
+//! clock, thread slices), record by record, and the findings it adds.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::fmt;
-use std::io::{self, Read};
-
-use thiserror::Error;
+use std::io::Read;
 
 use fxtrace::format::fields::{
     ArgumentHeader, BlobRecord, ContextSwitchRecord, EventRecord, Int32Argument,
@@ -70,372 +15,14 @@ use fxtrace::format::{
     SchedulingType, MAGIC_WORD, PROVIDER_EVENT_BUFFER_OVERFLOW,
 };
 
-/// Words of a name or argument name that make an event a visible drop report (compared
-/// ASCII case-insensitively): see the module docs.
-pub const DROP_WORDS: [&str; 2] = ["dropped", "lost"];
-
-/// How many offsets a [`Finding`] keeps (the first ones); `count` has them all.
-pub const MAX_OFFSETS: usize = 8;
-
-/// The weight Perfetto reads as "this side of a context switch is the idle thread"
-/// (`kIdleWeight`, `INT32_MIN`), in the `incoming_weight` / `outgoing_weight` / `weight`
-/// arguments of scheduling records of types 1 and 2.
-pub const PERFETTO_IDLE_WEIGHT: i32 = i32::MIN;
-
-/// Converts ticks to nanoseconds exactly as Perfetto's `fuchsia_trace_utils::TicksToNs`
-/// does: the high 32 bits of `ticks` through a truncated `(1e9 << 32) / ticks_per_second`,
-/// the low 32 bits exactly. `None` where Perfetto returns -1 (a rate of 0, a result beyond
-/// `i64::MAX`): Perfetto drops such records (`fuchsia_timestamp_overflow`).
-pub const fn perfetto_ticks_to_ns(ticks: u64, ticks_per_second: u64) -> Option<i64> {
-    const NS_PER_SEC: u64 = 1_000_000_000;
-    if ticks_per_second == 0 {
-        return None;
-    }
-    let hi = ticks >> 32;
-    let lo = ticks & 0xffff_ffff;
-    let per_hi = (NS_PER_SEC << 32) / ticks_per_second;
-    let Some(result_hi) = hi.checked_mul(per_hi) else {
-        return None;
-    };
-    // lo < 2^32 and 1e9 < 2^30: no overflow.
-    let result_lo = lo * NS_PER_SEC / ticks_per_second;
-    // Perfetto adds as unsigned (wrapping), then rejects a negative int64.
-    let sum = result_hi.wrapping_add(result_lo) as i64;
-    if sum < 0 {
-        None
-    } else {
-        Some(sum)
-    }
-}
-
-// === impl Severity, FindingKind ===
-
-/// How bad a finding is (ordered: `Note < Warning < Error`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-pub enum Severity {
-    /// Skipped by design; informational.
-    Note,
-    /// Shown, but misattributed or version-dependent, or a hidden drop.
-    Warning,
-    /// The import stops, or data is lost or misread.
-    Error,
-}
-
-impl Severity {
-    /// `error`, `warning` or `note`.
-    pub const fn name(self) -> &'static str {
-        match self {
-            Severity::Note => "note",
-            Severity::Warning => "warning",
-            Severity::Error => "error",
-        }
-    }
-}
-
-impl fmt::Display for Severity {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.pad(self.name())
-    }
-}
-
-/// Defines [`FindingKind`] with its severity, name and the Perfetto source behind it.
-macro_rules! finding_kinds {
-    ($($(#[$doc:meta])* $kind:ident = $sev:ident, $name:literal, $source:literal;)+) => {
-        /// What Perfetto's importer does with something in the archive. Each kind names the
-        /// Perfetto source that shows it ([`FindingKind::perfetto_source`]).
-        #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
-        pub enum FindingKind {
-            $($(#[$doc])* $kind,)+
-        }
-
-        impl FindingKind {
-            /// Every kind.
-            pub const ALL: &'static [FindingKind] = &[$(FindingKind::$kind),+];
-
-            /// How bad it is.
-            pub const fn severity(self) -> Severity {
-                match self {
-                    $(FindingKind::$kind => Severity::$sev,)+
-                }
-            }
-
-            /// A short snake_case name, as `fxtrace check` prints it.
-            pub const fn name(self) -> &'static str {
-                match self {
-                    $(FindingKind::$kind => $name,)+
-                }
-            }
-
-            /// Where Perfetto's source shows the habit (file and function).
-            pub const fn perfetto_source(self) -> &'static str {
-                match self {
-                    $(FindingKind::$kind => $source,)+
-                }
-            }
-        }
-    };
-}
-
-finding_kinds! {
-    /// The file does not start with the magic number record: Perfetto does not recognise it
-    /// as FXT.
-    NotFxt = Error, "not_fxt",
-        "forwarding_trace_parser.cc GuessTraceType (kFuchsiaMagicNumber)";
-    /// A header word whose size field (bits 4..15) is 0, a zero word included: Perfetto stops
-    /// the whole import there ("Unexpected record of size 0").
-    ZeroSizeRecord = Error, "zero_size_record",
-        "fuchsia_trace_tokenizer.cc FuchsiaTraceTokenizer::Parse";
-    /// A large record (type 15) of 4096 words or more: Perfetto reads only the low 12 bits of
-    /// its 32-bit size and reads its payload as records.
-    LargeRecordMisframed = Error, "large_record_misframed",
-        "fuchsia_trace_tokenizer.cc FuchsiaTraceTokenizer::Parse (ReadField(header, 4, 15))";
-    /// The file ends inside a record: Perfetto keeps the bytes as leftovers and never reads
-    /// the record.
-    TruncatedRecord = Error, "truncated_record",
-        "fuchsia_trace_tokenizer.cc FuchsiaTraceTokenizer::Parse (leftover_bytes_)";
-    /// A record after a Provider Section for a provider no Provider Info introduced: Perfetto
-    /// has no current provider and drops it.
-    RecordWithoutProvider = Error, "record_without_provider",
-        "fuchsia_trace_tokenizer.cc ParseRecord (current_provider_ == nullptr)";
-    /// A string index the provider's table does not hold (in Perfetto's view): the record is
-    /// dropped, or the field lost.
-    UnknownStringRef = Error, "unknown_string_ref",
-        "fuchsia_trace_tokenizer.cc ParseRecord (fuchsia_invalid_string_ref)";
-    /// An Initialization record with 0 ticks per second: every later timestamp of the
-    /// provider is refused.
-    ZeroTicksPerSecond = Error, "zero_ticks_per_second",
-        "fuchsia_trace_utils.cc TicksToNs";
-    /// A timestamp whose nanoseconds do not fit `i64`: the record is dropped.
-    TimestampOverflow = Error, "timestamp_overflow",
-        "fuchsia_trace_utils.cc TicksToNs; fuchsia_timestamp_overflow";
-    /// A duration-complete event ending before it begins: dropped.
-    NegativeDuration = Error, "negative_duration",
-        "fuchsia_trace_parser.cc Parse, kDurationComplete";
-    /// A record shorter than its fields say (or an argument of size 0): Perfetto drops or
-    /// misreads it.
-    MalformedRecord = Error, "malformed_record",
-        "fuchsia_trace_utils.cc RecordCursor; fuchsia_record_read_error";
-    /// An argument Perfetto interprets with the wrong type (`process` not a koid, a weight
-    /// not an i32, `waker` not a koid): the record is dropped.
-    WrongArgType = Error, "wrong_arg_type",
-        "fuchsia_trace_tokenizer.cc / fuchsia_trace_parser.cc; fuchsia_invalid_event_arg_type";
-    /// Scheduling records of one provider going back in time: older Perfetto versions apply
-    /// them in file order.
-    SchedOutOfOrder = Warning, "sched_out_of_order",
-        "fuchsia_trace_tokenizer.cc ParseRecord, kSchedulerEvent (older versions)";
-    /// A flow event with no duration slice open on its thread at its time: Perfetto binds
-    /// flow events to the enclosing slice and drops one that has none (trace_processor
-    /// counts it as the error stat `flow_no_enclosing_slice`).
-    FlowWithoutEnclosingSlice = Error, "flow_without_enclosing_slice",
-        "flow_tracker.cc FlowTracker::Begin/Step/End (flow_no_enclosing_slice)";
-    /// A duration end with no duration begin open on its thread: Perfetto drops it.
-    UnmatchedDurationEnd = Warning, "unmatched_duration_end",
-        "slice_tracker.cc SliceTracker::End; fuchsia_trace_parser.cc kDurationEnd";
-    /// A provider's buffer overflow recorded only as Provider Event metadata, which Perfetto
-    /// ignores, with no event reporting the drop.
-    DropsOnlyInMetadata = Warning, "drops_only_in_metadata",
-        "fuchsia_trace_tokenizer.cc ParseRecord, kProviderEvent";
-    /// Timestamped records of a provider with no Initialization record: Perfetto takes
-    /// 1 tick = 1 ns.
-    MissingInitialization = Warning, "missing_initialization",
-        "fuchsia_trace_tokenizer.h ProviderInfo::ticks_per_second = 1000000000";
-    /// A second Provider Info for the same provider: Perfetto starts it afresh (empty string
-    /// and thread tables, 1 tick = 1 ns).
-    ProviderInfoRepeated = Warning, "provider_info_repeated",
-        "fuchsia_trace_tokenizer.cc RegisterProvider";
-    /// A thread index the provider's table does not hold: Perfetto uses pid 0, tid 0.
-    UnknownThreadRef = Warning, "unknown_thread_ref",
-        "fuchsia_trace_tokenizer.h ProviderInfo::GetThread";
-    /// A process or thread koid above `u32::MAX`: Perfetto truncates it to 32 bits.
-    KoidTooWide = Warning, "koid_too_wide",
-        "fuchsia_trace_parser.cc UpdateThread(static_cast<uint32_t>(tid), ...)";
-    /// The idle side of a context switch (tid 0) that Perfetto does not recognise as idle
-    /// (legacy layout: priority 0 and no process; types 1/2: weight INT32_MIN).
-    IdleNotRecognized = Warning, "idle_not_recognized",
-        "fuchsia_trace_parser.cc Parse, kSchedulerEvent* (incoming_is_idle)";
-    /// A running thread Perfetto takes for the idle thread (legacy layout, priority 0 and no
-    /// process koid from a Kernel Object record): its time on the CPU disappears.
-    ThreadTakenForIdle = Warning, "thread_taken_for_idle",
-        "fuchsia_trace_parser.cc Parse, kSchedulerEventLegacyContextSwitch";
-    /// A thread whose process Perfetto does not know where it needs it (scheduling records,
-    /// a thread name without `"process"`): attributed to process 0.
-    ThreadWithoutProcess = Warning, "thread_without_process",
-        "fuchsia_trace_parser.cc SwitchFrom/SwitchTo (thread->info.pid)";
-    /// A blob of type 3 (Perfetto): Perfetto parses its payload as protobuf trace packets.
-    PerfettoBlob = Warning, "perfetto_blob",
-        "fuchsia_trace_tokenizer.cc ParseRecord, kBlob (kPerfettoBlob)";
-    /// Provider Event metadata: ignored by Perfetto.
-    ProviderEventIgnored = Note, "provider_event_ignored",
-        "fuchsia_trace_tokenizer.cc ParseRecord, kProviderEvent";
-    /// A LAST_BRANCH blob: skipped (use `fxtrace report lbr`).
-    LbrBlobSkipped = Note, "lbr_blob_skipped",
-        "fuchsia_trace_tokenizer.cc ParseRecord, kBlob";
-    /// A blob of a type other than 2 and 3: skipped.
-    BlobSkipped = Note, "blob_skipped",
-        "fuchsia_trace_tokenizer.cc ParseRecord, kBlob";
-    /// A large record under 4096 words: skipped (unknown record type 15).
-    LargeRecordSkipped = Note, "large_record_skipped",
-        "fuchsia_trace_tokenizer.cc ParseRecord, default";
-    /// A Log record: skipped (record type 9 is not imported).
-    LogSkipped = Note, "log_skipped",
-        "fuchsia_trace_tokenizer.cc ParseRecord, default";
-    /// A Userspace Object record: skipped.
-    UserspaceObjectSkipped = Note, "userspace_object_skipped",
-        "fuchsia_trace_tokenizer.cc ParseRecord, default";
-    /// A record of a type the format does not define: skipped.
-    UnknownRecordType = Note, "unknown_record_type",
-        "fuchsia_trace_tokenizer.cc ParseRecord, default";
-    /// A Kernel Object record of a type other than process and thread: skipped.
-    KernelObjectSkipped = Note, "kernel_object_skipped",
-        "fuchsia_trace_tokenizer.cc ParseRecord, kKernelObject";
-    /// An event type above 10, or a scheduling type above 2: skipped.
-    UnknownEventType = Note, "unknown_event_type",
-        "fuchsia_trace_parser.cc Parse (event_type switch)";
-    /// An argument of type blob (10) or unknown: shown as the string "unknown".
-    ArgTypeUnknown = Note, "arg_type_unknown",
-        "fuchsia_trace_parser.cc ParseArgs (ArgValue::Unknown)";
-    /// A counter argument that is not a number (bool, string, pointer, koid, null): no sample.
-    NonNumericCounterArg = Note, "non_numeric_counter_arg",
-        "fuchsia_trace_parser.cc Parse, kCounter (fuchsia_non_numeric_counters)";
-}
-
-impl fmt::Display for FindingKind {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str(self.name())
-    }
-}
-
-// === impl Finding, PerfettoReport ===
-
-/// Every occurrence of one [`FindingKind`] in an archive.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Finding {
-    /// What.
-    pub kind: FindingKind,
-    /// Byte offset of the first occurrence (the record's header word).
-    pub offset: u64,
-    /// The first [`MAX_OFFSETS`] distinct offsets, in file order (the first one included).
-    pub offsets: Vec<u64>,
-    /// How many occurrences there were.
-    pub count: u64,
-    /// What the first occurrence is and what Perfetto does with it.
-    pub message: String,
-}
-
-impl Finding {
-    /// The kind's severity.
-    pub fn severity(&self) -> Severity {
-        self.kind.severity()
-    }
-}
-
-impl fmt::Display for Finding {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "{:<7} @{} {}: {}",
-            self.severity(),
-            self.offset,
-            self.kind,
-            self.message
-        )?;
-        if self.count > 1 {
-            write!(f, " (x{}", self.count)?;
-            let more: Vec<String> = self.offsets[1..].iter().map(|o| format!("@{o}")).collect();
-            if !more.is_empty() {
-                write!(f, "; also {}", more.join(" "))?;
-                if self.offsets.len() == MAX_OFFSETS {
-                    f.write_str(" …")?;
-                }
-            }
-            f.write_str(")")?;
-        }
-        write!(f, " [perfetto: {}]", self.kind.perfetto_source())
-    }
-}
-
-/// What Perfetto's FXT importer would make of an archive.
-#[derive(Debug, Clone, PartialEq, Eq, Default)]
-pub struct PerfettoReport {
-    /// One entry per kind found, ordered by first offset.
-    pub findings: Vec<Finding>,
-    /// Bytes read.
-    pub bytes: u64,
-    /// Records read (the magic number record included).
-    pub records: u64,
-    /// Where Perfetto's import would stop (not FXT, or a record of size 0), if it would.
-    pub import_stops_at: Option<u64>,
-}
-
-impl PerfettoReport {
-    /// Occurrences of findings of `severity`.
-    pub fn count(&self, severity: Severity) -> u64 {
-        self.findings
-            .iter()
-            .filter(|f| f.severity() == severity)
-            .map(|f| f.count)
-            .sum()
-    }
-
-    /// The worst severity found.
-    pub fn worst(&self) -> Option<Severity> {
-        self.findings.iter().map(Finding::severity).max()
-    }
-
-    /// Whether there is any warning or error (notes are not violations).
-    pub fn has_violations(&self) -> bool {
-        self.worst() > Some(Severity::Note)
-    }
-
-    /// The finding of `kind`, if any.
-    pub fn find(&self, kind: FindingKind) -> Option<&Finding> {
-        self.findings.iter().find(|f| f.kind == kind)
-    }
-}
-
-impl fmt::Display for PerfettoReport {
-    /// Errors first, then warnings, then notes; one line each; then a summary line.
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for severity in [Severity::Error, Severity::Warning, Severity::Note] {
-            for finding in self.findings.iter().filter(|x| x.severity() == severity) {
-                writeln!(f, "{finding}")?;
-            }
-        }
-        write!(
-            f,
-            "perfetto: {} error(s), {} warning(s), {} note(s) in {} records ({} bytes)",
-            self.count(Severity::Error),
-            self.count(Severity::Warning),
-            self.count(Severity::Note),
-            self.records,
-            self.bytes
-        )?;
-        match self.import_stops_at {
-            Some(offset) => write!(f, "; the import stops at @{offset}"),
-            None => Ok(()),
-        }
-    }
-}
-
-/// Why the archive could not be checked (the checker itself never fails on content).
-#[derive(Debug, Error)]
-pub enum PerfettoCheckError {
-    /// Reading the input failed.
-    #[error("reading the trace at byte {offset}: {source}")]
-    Read {
-        /// Bytes read before the failure.
-        offset: u64,
-        /// The cause.
-        source: io::Error,
-    },
-}
-
-// === impl Checker ===
+use super::findings::*;
+use super::reader::*;
+use super::*;
 
 /// What a string means to Perfetto's importer: only these strings change how it reads a
 /// record, so only the tag is kept (memory stays bounded by the table size, not the text).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum StringTag {
+pub(super) enum StringTag {
     /// `"process"` (the thread name's process koid argument).
     Process,
     /// `"incoming_weight"`.
@@ -453,7 +40,7 @@ enum StringTag {
 }
 
 impl StringTag {
-    fn of(bytes: &[u8]) -> StringTag {
+    pub(super) fn of(bytes: &[u8]) -> StringTag {
         match bytes {
             b"process" => StringTag::Process,
             b"incoming_weight" => StringTag::IncomingWeight,
@@ -471,7 +58,7 @@ impl StringTag {
     }
 }
 
-fn contains_ignore_case(haystack: &[u8], needle: &[u8]) -> bool {
+pub(super) fn contains_ignore_case(haystack: &[u8], needle: &[u8]) -> bool {
     haystack
         .windows(needle.len())
         .any(|w| w.eq_ignore_ascii_case(needle))
@@ -479,55 +66,55 @@ fn contains_ignore_case(haystack: &[u8], needle: &[u8]) -> bool {
 
 /// One provider as Perfetto's tokenizer keeps it (`FuchsiaTraceTokenizer::ProviderInfo`).
 #[derive(Debug, Default)]
-struct Provider {
-    strings: HashMap<u16, StringTag>,
-    threads: HashMap<u8, (u64, u64)>,
+pub(super) struct Provider {
+    pub(super) strings: HashMap<u16, StringTag>,
+    pub(super) threads: HashMap<u8, (u64, u64)>,
     /// `None` until an Initialization record (Perfetto then uses 1e9).
-    ticks_per_second: Option<u64>,
-    warned_uninitialized: bool,
+    pub(super) ticks_per_second: Option<u64>,
+    pub(super) warned_uninitialized: bool,
 }
 
 impl Provider {
-    fn rate(&self) -> u64 {
+    pub(super) fn rate(&self) -> u64 {
         self.ticks_per_second.unwrap_or(1_000_000_000)
     }
 }
 
 /// What the checker remembers per provider id across its sections.
 #[derive(Debug, Default)]
-struct Tally {
+pub(super) struct Tally {
     /// Latest scheduling record so far: (ns, offset).
-    last_sched: Option<(i64, u64)>,
+    pub(super) last_sched: Option<(i64, u64)>,
     /// First Provider Event "buffer overflow" for this provider.
-    overflow_at: Option<u64>,
+    pub(super) overflow_at: Option<u64>,
     /// An event in this provider's sections reports a drop.
-    drop_shown: bool,
+    pub(super) drop_shown: bool,
 }
 
 /// The duration slices open on one thread track.
 #[derive(Debug, Default)]
-struct ThreadSlices {
+pub(super) struct ThreadSlices {
     /// Duration begins not yet ended.
-    open_begins: u32,
+    pub(super) open_begins: u32,
     /// Duration-complete slices not yet over: (start, end) in ns.
-    completes: Vec<(i64, i64)>,
+    pub(super) completes: Vec<(i64, i64)>,
 }
 
 /// An argument as far as the checker needs it.
 #[derive(Debug, Clone, Copy)]
-struct ArgInfo {
-    name: StringTag,
-    kind: Option<ArgType>,
+pub(super) struct ArgInfo {
+    pub(super) name: StringTag,
+    pub(super) kind: Option<ArgType>,
     /// The i32 value (type 1).
-    i32_value: Option<i32>,
+    pub(super) i32_value: Option<i32>,
     /// The koid value (type 8).
-    koid: Option<u64>,
+    pub(super) koid: Option<u64>,
     /// Numeric (types 1..=5) and nonzero.
-    nonzero_number: bool,
+    pub(super) nonzero_number: bool,
 }
 
 impl ArgInfo {
-    fn numeric(&self) -> bool {
+    pub(super) fn numeric(&self) -> bool {
         matches!(
             self.kind,
             Some(ArgType::I32 | ArgType::U32 | ArgType::I64 | ArgType::U64 | ArgType::F64)
@@ -535,139 +122,34 @@ impl ArgInfo {
     }
 }
 
-/// Why a record was given up on (the finding is already recorded).
-#[derive(Debug)]
-struct Dropped;
-
-/// A record's bytes with a word cursor, as Perfetto's `RecordCursor`.
-#[derive(Debug)]
-struct Cursor<'a> {
-    bytes: &'a [u8],
-    /// Position in words.
-    word: usize,
-}
-
-impl<'a> Cursor<'a> {
-    fn new(bytes: &'a [u8]) -> Self {
-        Cursor { bytes, word: 1 }
-    }
-
-    fn header(&self) -> u64 {
-        self.word_at(0).unwrap_or(0)
-    }
-
-    fn words(&self) -> usize {
-        self.bytes.len() / 8
-    }
-
-    fn word_at(&self, index: usize) -> Option<u64> {
-        let at = index.checked_mul(8)?;
-        let w = self.bytes.get(at..at.checked_add(8)?)?;
-        Some(u64::from_ne_bytes([
-            w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7],
-        ]))
-    }
-
-    fn word(&mut self) -> Option<u64> {
-        let w = self.word_at(self.word)?;
-        self.word += 1;
-        Some(w)
-    }
-
-    /// `len` bytes padded to whole words.
-    fn stream(&mut self, len: usize) -> Option<&'a [u8]> {
-        let start = self.word.checked_mul(8)?;
-        let padded = len.div_ceil(8);
-        if self.word.checked_add(padded)? > self.words() {
-            return None;
-        }
-        self.word += padded;
-        self.bytes.get(start..start + len)
-    }
-}
-
-/// Reads the input, counting bytes.
-struct Input<R> {
-    reader: R,
-    offset: u64,
-}
-
-impl<R: Read> Input<R> {
-    fn fail(&self, source: io::Error) -> PerfettoCheckError {
-        PerfettoCheckError::Read {
-            offset: self.offset,
-            source,
-        }
-    }
-
-    /// Fills `buf` unless the input ends; returns the bytes read.
-    fn read_full(&mut self, buf: &mut [u8]) -> Result<usize, PerfettoCheckError> {
-        let mut n = 0;
-        while n < buf.len() {
-            match self.reader.read(&mut buf[n..]) {
-                Ok(0) => break,
-                Ok(k) => n += k,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(self.fail(e)),
-            }
-        }
-        self.offset += n as u64;
-        Ok(n)
-    }
-
-    /// Appends up to `len` bytes to `buf`; returns how many.
-    fn read_into(&mut self, len: u64, buf: &mut Vec<u8>) -> Result<u64, PerfettoCheckError> {
-        // `take` bounds the read and read_to_end grows only as data arrives: a corrupt size
-        // cannot make this allocate more than the input holds.
-        match (&mut self.reader).take(len).read_to_end(buf) {
-            Ok(n) => {
-                self.offset += n as u64;
-                Ok(n as u64)
-            }
-            Err(e) => Err(self.fail(e)),
-        }
-    }
-
-    /// Skips up to `len` bytes; returns how many.
-    fn skip(&mut self, len: u64) -> Result<u64, PerfettoCheckError> {
-        match io::copy(&mut (&mut self.reader).take(len), &mut io::sink()) {
-            Ok(n) => {
-                self.offset += n;
-                Ok(n)
-            }
-            Err(e) => Err(self.fail(e)),
-        }
-    }
-}
-
 /// Perfetto's importer state plus the findings.
 #[derive(Debug)]
-struct Checker {
-    findings: BTreeMap<FindingKind, Finding>,
+pub(super) struct Checker {
+    pub(super) findings: BTreeMap<FindingKind, Finding>,
     /// `providers_`: `None` for an id a Provider Section named before any Provider Info.
-    providers: HashMap<u32, Option<Provider>>,
+    pub(super) providers: HashMap<u32, Option<Provider>>,
     /// Ids a Provider Info record introduced (provider 0 is registered implicitly).
-    introduced: HashSet<u32>,
+    pub(super) introduced: HashSet<u32>,
     /// The current provider id, and the offset of the section record that selected it.
-    current: u32,
-    section_at: u64,
-    tallies: HashMap<u32, Tally>,
+    pub(super) current: u32,
+    pub(super) section_at: u64,
+    pub(super) tallies: HashMap<u32, Tally>,
     /// Process koid of each thread koid, from Kernel Object records (Perfetto's
     /// `FuchsiaTraceParser::Thread::info.pid`).
-    process_of: HashMap<u64, u64>,
+    pub(super) process_of: HashMap<u64, u64>,
     /// Threads already reported without a process.
-    reported_without_process: HashSet<u64>,
+    pub(super) reported_without_process: HashSet<u64>,
     /// Duration slices open per thread track (Perfetto's `(tid, pid)` as 32 bits).
-    slices: HashMap<(u32, u32), ThreadSlices>,
-    records: u64,
-    import_stops_at: Option<u64>,
+    pub(super) slices: HashMap<(u32, u32), ThreadSlices>,
+    pub(super) records: u64,
+    pub(super) import_stops_at: Option<u64>,
 }
 
 /// The two sides of a context switch.
-const SIDES: [&str; 2] = ["outgoing", "incoming"];
+pub(super) const SIDES: [&str; 2] = ["outgoing", "incoming"];
 
 impl Checker {
-    fn new() -> Self {
+    pub(super) fn new() -> Self {
         let mut providers = HashMap::new();
         providers.insert(0, Some(Provider::default()));
         Checker {
@@ -685,11 +167,11 @@ impl Checker {
         }
     }
 
-    fn add(&mut self, kind: FindingKind, offset: u64, message: impl FnOnce() -> String) {
+    pub(super) fn add(&mut self, kind: FindingKind, offset: u64, message: impl FnOnce() -> String) {
         add(&mut self.findings, kind, offset, message);
     }
 
-    fn finish(mut self, bytes: u64) -> PerfettoReport {
+    pub(super) fn finish(mut self, bytes: u64) -> PerfettoReport {
         let mut unreported: Vec<(u32, u64)> = self
             .tallies
             .iter()
@@ -715,7 +197,7 @@ impl Checker {
         }
     }
 
-    fn run<R: Read>(&mut self, input: &mut Input<R>) -> Result<(), PerfettoCheckError> {
+    pub(super) fn run<R: Read>(&mut self, input: &mut Input<R>) -> Result<(), PerfettoCheckError> {
         let mut head = [0u8; 8];
         let n = input.read_full(&mut head)?;
         if n < 8 || u64::from_ne_bytes(head) != MAGIC_WORD {
@@ -794,7 +276,7 @@ impl Checker {
         }
     }
 
-    fn truncated(&mut self, offset: u64, words: usize, got: u64) {
+    pub(super) fn truncated(&mut self, offset: u64, words: usize, got: u64) {
         self.add(FindingKind::TruncatedRecord, offset, || {
             format!(
                 "a record of {words} words but only {} bytes left: Perfetto keeps them as \
@@ -804,7 +286,7 @@ impl Checker {
         });
     }
 
-    fn large_record(&mut self, offset: u64, words: usize, perfetto_words: usize) {
+    pub(super) fn large_record(&mut self, offset: u64, words: usize, perfetto_words: usize) {
         if words == perfetto_words {
             self.add(FindingKind::LargeRecordSkipped, offset, || {
                 format!("a large record ({words} words): Perfetto skips record type 15")
@@ -822,15 +304,15 @@ impl Checker {
     }
 
     /// The current provider, or `None` where Perfetto has none.
-    fn provider(&mut self) -> Option<&mut Provider> {
+    pub(super) fn provider(&mut self) -> Option<&mut Provider> {
         self.providers.get_mut(&self.current)?.as_mut()
     }
 
-    fn tally(&mut self) -> &mut Tally {
+    pub(super) fn tally(&mut self) -> &mut Tally {
         self.tallies.entry(self.current).or_default()
     }
 
-    fn record(&mut self, offset: u64, bytes: &[u8]) {
+    pub(super) fn record(&mut self, offset: u64, bytes: &[u8]) {
         let mut c = Cursor::new(bytes);
         let header = c.header();
         let record_type = RecordType::from_raw(RecordHeader::TYPE.get(header) as u8);
@@ -886,14 +368,14 @@ impl Checker {
         };
     }
 
-    fn malformed(&mut self, offset: u64, what: &str) -> Dropped {
+    pub(super) fn malformed(&mut self, offset: u64, what: &str) -> Dropped {
         self.add(FindingKind::MalformedRecord, offset, || {
             format!("{what}: the record ends before its fields do; Perfetto drops it")
         });
         Dropped
     }
 
-    fn metadata(&mut self, offset: u64, c: &mut Cursor<'_>) {
+    pub(super) fn metadata(&mut self, offset: u64, c: &mut Cursor<'_>) {
         let header = c.header();
         let metadata_type = MetadataRecord::METADATA_TYPE.get(header) as u8;
         match MetadataType::from_raw(metadata_type) {
@@ -944,7 +426,11 @@ impl Checker {
         }
     }
 
-    fn initialization(&mut self, offset: u64, c: &mut Cursor<'_>) -> Result<(), Dropped> {
+    pub(super) fn initialization(
+        &mut self,
+        offset: u64,
+        c: &mut Cursor<'_>,
+    ) -> Result<(), Dropped> {
         let Some(rate) = c.word() else {
             return Err(self.malformed(offset, "an Initialization record"));
         };
@@ -963,7 +449,7 @@ impl Checker {
         Ok(())
     }
 
-    fn string_record(&mut self, offset: u64, c: &mut Cursor<'_>) -> Result<(), Dropped> {
+    pub(super) fn string_record(&mut self, offset: u64, c: &mut Cursor<'_>) -> Result<(), Dropped> {
         let header = c.header();
         let index = StringRecord::INDEX.get(header) as u16;
         if index == 0 {
@@ -980,7 +466,7 @@ impl Checker {
         Ok(())
     }
 
-    fn thread_record(&mut self, offset: u64, c: &mut Cursor<'_>) -> Result<(), Dropped> {
+    pub(super) fn thread_record(&mut self, offset: u64, c: &mut Cursor<'_>) -> Result<(), Dropped> {
         let index = ThreadRecord::INDEX.get(c.header()) as u8;
         if index == 0 {
             return Ok(());
@@ -996,7 +482,7 @@ impl Checker {
         Ok(())
     }
 
-    fn koid(&mut self, offset: u64, what: &str, koid: u64) {
+    pub(super) fn koid(&mut self, offset: u64, what: &str, koid: u64) {
         if koid > u64::from(u32::MAX) {
             self.add(FindingKind::KoidTooWide, offset, || {
                 format!(
@@ -1009,7 +495,7 @@ impl Checker {
 
     /// A string ref as Perfetto resolves it: inline (or 0, the empty string) from the
     /// record, else from the provider's table.
-    fn string_ref(
+    pub(super) fn string_ref(
         &mut self,
         offset: u64,
         c: &mut Cursor<'_>,
@@ -1039,7 +525,7 @@ impl Checker {
 
     /// A thread ref: inline (pid, tid) from the record, else from the provider's table
     /// (Perfetto uses (0, 0) for an unknown index).
-    fn thread_ref(
+    pub(super) fn thread_ref(
         &mut self,
         offset: u64,
         c: &mut Cursor<'_>,
@@ -1070,7 +556,12 @@ impl Checker {
 
     /// The record's timestamp in Perfetto's nanoseconds; warns once per provider when no
     /// Initialization record set the rate.
-    fn timestamp(&mut self, offset: u64, c: &mut Cursor<'_>, field: &str) -> Result<i64, Dropped> {
+    pub(super) fn timestamp(
+        &mut self,
+        offset: u64,
+        c: &mut Cursor<'_>,
+        field: &str,
+    ) -> Result<i64, Dropped> {
         let Some(ticks) = c.word() else {
             return Err(self.malformed(offset, field));
         };
@@ -1103,7 +594,7 @@ impl Checker {
     }
 
     /// Reads `count` arguments as Perfetto's `ParseArgs` does.
-    fn args(
+    pub(super) fn args(
         &mut self,
         offset: u64,
         c: &mut Cursor<'_>,
@@ -1197,7 +688,7 @@ impl Checker {
         Ok(args)
     }
 
-    fn event(&mut self, offset: u64, c: &mut Cursor<'_>) -> Result<(), Dropped> {
+    pub(super) fn event(&mut self, offset: u64, c: &mut Cursor<'_>) -> Result<(), Dropped> {
         let header = c.header();
         let ts = self.timestamp(offset, c, "an event's timestamp")?;
         let thread = self.thread_ref(
@@ -1308,7 +799,7 @@ impl Checker {
     /// Follows the duration slices open on each thread track, as far as flow events need
     /// them. Perfetto sorts events by time; a thread's events are taken in file order, which
     /// is time order for a thread written by one provider.
-    fn thread_slices(
+    pub(super) fn thread_slices(
         &mut self,
         offset: u64,
         (pid, tid): (u64, u64),
@@ -1356,7 +847,7 @@ impl Checker {
         }
     }
 
-    fn blob(&mut self, offset: u64, header: u64) {
+    pub(super) fn blob(&mut self, offset: u64, header: u64) {
         let blob_type = BlobType(BlobRecord::BLOB_TYPE.get(header) as u8);
         match blob_type {
             BlobType::LAST_BRANCH => self.add(FindingKind::LbrBlobSkipped, offset, || {
@@ -1373,7 +864,7 @@ impl Checker {
         }
     }
 
-    fn kernel_object(&mut self, offset: u64, c: &mut Cursor<'_>) -> Result<(), Dropped> {
+    pub(super) fn kernel_object(&mut self, offset: u64, c: &mut Cursor<'_>) -> Result<(), Dropped> {
         let header = c.header();
         let Some(koid) = c.word() else {
             return Err(self.malformed(offset, "a Kernel Object record"));
@@ -1428,7 +919,7 @@ impl Checker {
         Ok(())
     }
 
-    fn without_process(&mut self, offset: u64, tid: u64, why: &str) {
+    pub(super) fn without_process(&mut self, offset: u64, tid: u64, why: &str) {
         if !self.reported_without_process.insert(tid) {
             return;
         }
@@ -1440,7 +931,7 @@ impl Checker {
         });
     }
 
-    fn scheduling(&mut self, offset: u64, c: &mut Cursor<'_>) -> Result<(), Dropped> {
+    pub(super) fn scheduling(&mut self, offset: u64, c: &mut Cursor<'_>) -> Result<(), Dropped> {
         let header = c.header();
         let raw = SchedulingRecord::SCHEDULING_TYPE.get(header) as u8;
         let Some(kind) = SchedulingType::from_raw(raw) else {
@@ -1548,7 +1039,12 @@ impl Checker {
         Ok(())
     }
 
-    fn i32_weight(&mut self, offset: u64, a: &ArgInfo, side: &str) -> Result<i32, Dropped> {
+    pub(super) fn i32_weight(
+        &mut self,
+        offset: u64,
+        a: &ArgInfo,
+        side: &str,
+    ) -> Result<i32, Dropped> {
         match (a.kind, a.i32_value) {
             (Some(ArgType::I32), Some(v)) => Ok(v),
             _ => {
@@ -1566,7 +1062,7 @@ impl Checker {
 
     /// One side of a legacy context switch: Perfetto calls it idle when the thread's process
     /// (from Kernel Object records, not from the record) is 0 and its priority is 0.
-    fn legacy_side(&mut self, offset: u64, side: &str, tid: u64, priority: u64) {
+    pub(super) fn legacy_side(&mut self, offset: u64, side: &str, tid: u64, priority: u64) {
         let pid = self.process_of.get(&tid).copied().unwrap_or(0);
         let idle = pid == 0 && priority == 0;
         if tid == 0 {
@@ -1594,7 +1090,7 @@ impl Checker {
     }
 
     /// One side of a type-1 context switch: idle when its weight is INT32_MIN.
-    fn weighted_side(&mut self, offset: u64, side: &str, tid: u64, weight: i32) {
+    pub(super) fn weighted_side(&mut self, offset: u64, side: &str, tid: u64, weight: i32) {
         let idle = weight == PERFETTO_IDLE_WEIGHT;
         if tid == 0 && !idle {
             self.add(FindingKind::IdleNotRecognized, offset, || {
@@ -1608,7 +1104,7 @@ impl Checker {
         }
     }
 
-    fn check_process(&mut self, offset: u64, tid: u64) {
+    pub(super) fn check_process(&mut self, offset: u64, tid: u64) {
         if self.process_of.get(&tid).copied().unwrap_or(0) == 0 {
             self.without_process(
                 offset,
@@ -1636,69 +1132,5 @@ fn add(
     finding.count += 1;
     if finding.offsets.len() < MAX_OFFSETS && finding.offsets.last() != Some(&offset) {
         finding.offsets.push(offset);
-    }
-}
-
-/// Reads an FXT archive as Perfetto's FXT importer would and reports every place where the
-/// importer stops, drops, misattributes or skips something (see the module docs). Reads one
-/// record at a time: memory stays bounded by the largest record (large records are skipped,
-/// not held) plus the per-provider tables.
-pub fn check_for_perfetto<R: Read>(reader: R) -> Result<PerfettoReport, PerfettoCheckError> {
-    let mut input = Input { reader, offset: 0 };
-    let mut checker = Checker::new();
-    checker.run(&mut input)?;
-    Ok(checker.finish(input.offset))
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn ticks_to_ns_matches_perfetto_arithmetic() {
-        // 1 tick = 1 ns: identity, up to i64::MAX.
-        assert_eq!(perfetto_ticks_to_ns(12_345, 1_000_000_000), Some(12_345));
-        assert_eq!(
-            perfetto_ticks_to_ns(i64::MAX as u64, 1_000_000_000),
-            Some(i64::MAX)
-        );
-        assert_eq!(perfetto_ticks_to_ns(1 << 63, 1_000_000_000), None);
-        assert_eq!(perfetto_ticks_to_ns(5, 0), None);
-        // 2 GHz: exact below 2^32 ticks.
-        assert_eq!(perfetto_ticks_to_ns(4_000, 2_000_000_000), Some(2_000));
-        // 3 GHz above 2^32 ticks: the high part goes through the truncated factor
-        // floor(1e9 * 2^32 / 3e9) = 1431655765, not 1431655765.33.
-        let ticks = (5u64 << 32) + 3_000;
-        assert_eq!(
-            perfetto_ticks_to_ns(ticks, 3_000_000_000),
-            Some(5 * 1_431_655_765 + 1_000)
-        );
-        // A slow clock overflows the high part's multiplication.
-        assert_eq!(perfetto_ticks_to_ns(u64::MAX, 1_000), None);
-    }
-
-    #[test]
-    fn string_tags() {
-        assert_eq!(StringTag::of(b"process"), StringTag::Process);
-        assert_eq!(StringTag::of(b"processes"), StringTag::Other);
-        assert_eq!(
-            StringTag::of(b"fxtrace: 3 records Dropped"),
-            StringTag::Drop
-        );
-        assert_eq!(StringTag::of(b"lost_samples"), StringTag::Drop);
-        assert_eq!(StringTag::of(b""), StringTag::Other);
-    }
-
-    #[test]
-    fn kinds_are_named_and_sourced() {
-        let mut names = HashSet::new();
-        for kind in FindingKind::ALL {
-            assert!(names.insert(kind.name()), "{kind:?}");
-            assert!(!kind.perfetto_source().is_empty());
-        }
-        assert_eq!(FindingKind::ZeroSizeRecord.severity(), Severity::Error);
-        assert_eq!(FindingKind::SchedOutOfOrder.severity(), Severity::Warning);
-        assert_eq!(FindingKind::LbrBlobSkipped.severity(), Severity::Note);
-        assert!(Severity::Note < Severity::Warning && Severity::Warning < Severity::Error);
     }
 }
