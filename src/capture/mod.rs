@@ -54,6 +54,7 @@ pub mod fxt;
 pub mod lbr;
 pub mod maps;
 pub mod merge;
+mod open;
 pub mod permissions;
 mod pids;
 pub mod probe;
@@ -67,6 +68,7 @@ pub mod sys;
 pub mod time;
 pub mod tracefs;
 pub mod tracepoint;
+mod worker;
 
 pub use attr::{BranchSampleFormat, BranchSampling, EventAttr, PerfEventKind, SampleFormat};
 pub use events::{

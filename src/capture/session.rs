@@ -54,9 +54,8 @@
 //! sources are delivered first, once. Every drop, skip and error is counted in
 //! [`CaptureStats`].
 
-use std::collections::{HashMap, HashSet};
+use std::collections::HashMap;
 use std::io;
-use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
@@ -66,19 +65,21 @@ use std::time::Duration;
 use thiserror::Error;
 
 use super::attr::{BranchSampling, EventAttr, PerfEventKind};
-use super::decode::{known_pid, Decoded, Pending, Skip, StreamDecoder};
-use super::events::{CaptureEvent, LostKind, SwitchSides, ThreadInfo, Unsupported};
-use super::maps::{BuildIdCache, MapsSynthesis};
+use super::decode::StreamDecoder;
+use super::events::{CaptureEvent, Unsupported};
+use super::maps::BuildIdCache;
 use super::merge::Merger;
+use super::open::*;
 use super::permissions::{is_permission_error, is_unsupported_error, Need, PerfPermissions};
 use super::pids::PidResolver;
-use super::procfs::{online_cpus, TaskRegistry, SCAN_TASK_LIMIT};
-use super::records::{ParseError, RecordLayout, TaskName};
-use super::ring::{PerfRing, RingError};
+use super::procfs::{online_cpus, TaskRegistry};
+use super::records::{ParseError, RecordLayout};
+use super::ring::RingError;
 use super::switch::SchedSwitchFormat;
 use super::sys::{PerfIoctl, RealSys, Sys};
-use super::time::{MeasuredMapping, PerfTimeConverter};
-use super::tracefs::{Tracefs, TracefsError};
+use super::time::PerfTimeConverter;
+use super::tracefs::TracefsError;
+use super::worker::*;
 use crate::fd_guard::{FdLost, GuardedFd, WakePipe};
 
 /// Whose context switches to capture.
@@ -263,33 +264,33 @@ pub enum CaptureError {
 /// with `Relaxed`; `Capture::stats` may read slightly stale values while running, and the
 /// thread's join makes the final values visible to `Capture::stop`.
 #[derive(Debug, Default)]
-struct Counters {
-    lost_records: AtomicU64,
-    lost_samples: AtomicU64,
-    lost_reports: AtomicU64,
-    unknown_records: AtomicU64,
-    unexpected_samples: AtomicU64,
-    throttles: AtomicU64,
-    parse_errors: AtomicU64,
-    corrupt_bytes: AtomicU64,
-    switches: AtomicU64,
-    branch_samples: AtomicU64,
-    mmaps: AtomicU64,
-    mmaps_synthesized: AtomicU64,
-    mmaps_not_synthesized: AtomicU64,
-    maps_unreadable: AtomicU64,
-    data_mappings: AtomicU64,
-    threads: AtomicU64,
-    delivered: AtomicU64,
-    reordered: AtomicU64,
-    late: AtomicU64,
-    deferred_events: AtomicU64,
-    unknown_process_threads: AtomicU64,
-    proc_scan_threads: AtomicU64,
-    proc_scan_failures: AtomicU64,
+pub(super) struct Counters {
+    pub(super) lost_records: AtomicU64,
+    pub(super) lost_samples: AtomicU64,
+    pub(super) lost_reports: AtomicU64,
+    pub(super) unknown_records: AtomicU64,
+    pub(super) unexpected_samples: AtomicU64,
+    pub(super) throttles: AtomicU64,
+    pub(super) parse_errors: AtomicU64,
+    pub(super) corrupt_bytes: AtomicU64,
+    pub(super) switches: AtomicU64,
+    pub(super) branch_samples: AtomicU64,
+    pub(super) mmaps: AtomicU64,
+    pub(super) mmaps_synthesized: AtomicU64,
+    pub(super) mmaps_not_synthesized: AtomicU64,
+    pub(super) maps_unreadable: AtomicU64,
+    pub(super) data_mappings: AtomicU64,
+    pub(super) threads: AtomicU64,
+    pub(super) delivered: AtomicU64,
+    pub(super) reordered: AtomicU64,
+    pub(super) late: AtomicU64,
+    pub(super) deferred_events: AtomicU64,
+    pub(super) unknown_process_threads: AtomicU64,
+    pub(super) proc_scan_threads: AtomicU64,
+    pub(super) proc_scan_failures: AtomicU64,
 }
 
-fn bump(counter: &AtomicU64, by: u64) {
+pub(super) fn bump(counter: &AtomicU64, by: u64) {
     // ATOMICS: a statistic (see `Counters`): Relaxed.
     counter.fetch_add(by, Ordering::Relaxed);
 }
@@ -378,196 +379,6 @@ impl Counters {
             proc_scan_threads: g(&self.proc_scan_threads),
             proc_scan_failures: g(&self.proc_scan_failures),
         }
-    }
-}
-
-// === opening ===
-
-struct RingSlot {
-    ring: PerfRing,
-    decoder: StreamDecoder,
-}
-
-struct OpenFailure {
-    kind: PerfEventKind,
-    pid: i32,
-    cpu: i32,
-    error: Result<io::Error, RingError>,
-}
-
-impl OpenFailure {
-    fn errno(&self) -> Option<i32> {
-        match &self.error {
-            Ok(e) => e.raw_os_error(),
-            Err(RingError::Map { source, .. }) => source.raw_os_error(),
-            Err(_) => None,
-        }
-    }
-
-    fn into_error(self, perms: &PerfPermissions, need: Need) -> CaptureError {
-        let errno = self.errno();
-        match self.error {
-            Ok(source) => CaptureError::Open {
-                event: self.kind,
-                pid: self.pid,
-                cpu: self.cpu,
-                remedy: is_permission_error(&source).then(|| perms.remedy(need, errno)),
-                source,
-            },
-            Err(source) => CaptureError::Ring {
-                event: self.kind,
-                cpu: self.cpu,
-                remedy: matches!(errno, Some(libc::EPERM) | Some(libc::ENOMEM))
-                    .then(|| perms.remedy(Need::RingMemory, errno)),
-                source,
-            },
-        }
-    }
-
-    fn describe(&self) -> String {
-        match &self.error {
-            Ok(e) => format!("perf_event_open(pid {}, cpu {}): {e}", self.pid, self.cpu),
-            Err(e) => format!("cpu {}: {e}", self.cpu),
-        }
-    }
-}
-
-/// Rings and redirected member descriptors opened for one kind of event.
-#[derive(Default)]
-struct OpenSet {
-    rings: Vec<(u32, PerfRing)>,
-    members: Vec<GuardedFd>,
-}
-
-struct Opener<'a> {
-    sys: &'a Arc<dyn Sys>,
-    pages: usize,
-}
-
-impl Opener<'_> {
-    fn open(&self, attr: &EventAttr, pid: i32, cpu: u32) -> Result<OwnedFd, OpenFailure> {
-        self.sys
-            .perf_event_open(attr, pid, cpu as i32, None)
-            .map_err(|e| OpenFailure {
-                kind: attr.kind(),
-                pid,
-                cpu: cpu as i32,
-                error: Ok(e),
-            })
-    }
-
-    fn map(&self, kind: PerfEventKind, fd: OwnedFd, cpu: u32) -> Result<PerfRing, OpenFailure> {
-        PerfRing::map(self.sys.clone(), fd, self.pages).map_err(|e| OpenFailure {
-            kind,
-            pid: -1,
-            cpu: cpu as i32,
-            error: Err(e),
-        })
-    }
-
-    /// One event per CPU, `pid = -1`.
-    fn per_cpu(&self, attr: &EventAttr, cpus: &[u32]) -> Result<OpenSet, OpenFailure> {
-        let mut set = OpenSet::default();
-        for &cpu in cpus {
-            let fd = self.open(attr, -1, cpu)?;
-            set.rings.push((cpu, self.map(attr.kind(), fd, cpu)?));
-        }
-        Ok(set)
-    }
-
-    /// One event per (thread of `pid`, CPU), one ring per CPU, the rest `SET_OUTPUT` into it.
-    fn per_thread(
-        &self,
-        attr: &EventAttr,
-        pid: u32,
-        cpus: &[u32],
-        registry: &TaskRegistry,
-    ) -> Result<OpenSet, OpenError> {
-        let mut set = OpenSet::default();
-        let mut leader: HashMap<u32, usize> = HashMap::new();
-        let mut opened: HashSet<u32> = HashSet::new();
-        for _round in 0..16 {
-            let tids = registry.list_threads(pid).map_err(|source| {
-                OpenError::Fatal(CaptureError::System {
-                    what: format!("listing threads of process {pid}"),
-                    source,
-                })
-            })?;
-            let new: Vec<u32> = tids.into_iter().filter(|t| !opened.contains(t)).collect();
-            if new.is_empty() {
-                return Ok(set);
-            }
-            for tid in new {
-                opened.insert(tid);
-                for &cpu in cpus {
-                    let fd = match self.open(attr, tid as i32, cpu) {
-                        Ok(fd) => fd,
-                        // The thread exited between listing and opening.
-                        Err(f) if f.errno() == Some(libc::ESRCH) => break,
-                        Err(f) => return Err(OpenError::Failure(f)),
-                    };
-                    match leader.get(&cpu) {
-                        Some(&i) => {
-                            self.sys
-                                .ioctl(fd.as_fd(), PerfIoctl::SetOutput(set.rings[i].1.fd()))
-                                .map_err(|source| {
-                                    OpenError::Fatal(CaptureError::Ioctl {
-                                        what: "SET_OUTPUT",
-                                        source,
-                                    })
-                                })?;
-                            let fd = GuardedFd::new(fd, "perf event").map_err(|source| {
-                                OpenError::Fatal(CaptureError::System {
-                                    what: "fstat of a perf event descriptor".into(),
-                                    source,
-                                })
-                            })?;
-                            set.members.push(fd);
-                        }
-                        None => {
-                            let ring =
-                                self.map(attr.kind(), fd, cpu).map_err(OpenError::Failure)?;
-                            leader.insert(cpu, set.rings.len());
-                            set.rings.push((cpu, ring));
-                        }
-                    }
-                }
-            }
-        }
-        Ok(set)
-    }
-}
-
-/// Why opening a set of events stopped.
-enum OpenError {
-    /// A syscall refused one event (classified by the caller: fatal or unsupported).
-    Failure(OpenFailure),
-    /// Anything else.
-    Fatal(CaptureError),
-}
-
-impl OpenError {
-    fn into_error(self, perms: &PerfPermissions, need: Need) -> CaptureError {
-        match self {
-            Self::Failure(f) => f.into_error(perms, need),
-            Self::Fatal(e) => e,
-        }
-    }
-}
-
-/// Picks the clock: the caller's, else the mmap page of a probe event, else a measured mapping.
-fn choose_clock(sys: &Arc<dyn Sys>, config: &CaptureConfig) -> PerfTimeConverter {
-    if let Some(c) = config.clock {
-        return c;
-    }
-    let probe = sys
-        .perf_event_open(&EventAttr::clock_probe(), 0, -1, None)
-        .ok()
-        .and_then(|fd| PerfRing::map(sys.clone(), fd, 0).ok())
-        .and_then(|ring| ring.tsc_conversion().ok().flatten());
-    match probe {
-        Some(c) => PerfTimeConverter::MmapPage(c),
-        None => PerfTimeConverter::Measured(MeasuredMapping::measure(Duration::from_millis(10))),
     }
 }
 
@@ -848,409 +659,5 @@ impl Drop for Capture {
     fn drop(&mut self) {
         // Errors here have no one to go to; `stop` is the way to see them.
         let _ = self.shutdown();
-    }
-}
-
-/// Opens `sched:sched_switch` on every CPU, or says why not.
-fn open_tracepoint(
-    opener: &Opener<'_>,
-    config: &CaptureConfig,
-    perms: &PerfPermissions,
-    cpus: &[u32],
-    source: super::time::PerfClock,
-    watermark: u32,
-) -> Result<(OpenSet, EventAttr, Arc<SchedSwitchFormat>), Unsupported> {
-    let what = "sched:sched_switch tracepoint".to_owned();
-    let fallback = "falling back to PERF_RECORD_SWITCH_CPU_WIDE (no priorities, states only \
-                    preempted/blocked)";
-    let tracefs = match &config.tracefs {
-        TracefsChoice::Skip => {
-            return Err(Unsupported {
-                what,
-                errno: None,
-                hint: format!("tracepoint disabled by configuration; {fallback}"),
-            })
-        }
-        TracefsChoice::At(path) => Ok(Tracefs::at(path)),
-        TracefsChoice::Auto { may_mount } => Tracefs::open(*may_mount, perms.root),
-    };
-    let read = tracefs.and_then(|t| {
-        let id = t.tracepoint_id("sched", "sched_switch")?;
-        let format = t.tracepoint_format("sched", "sched_switch")?;
-        Ok((id, format))
-        // `t` (and a mount fxtrace made) is released here: the events do not need tracefs.
-    });
-    let (id, format) = read.map_err(|e| Unsupported {
-        what: what.clone(),
-        errno: None,
-        hint: format!("{e}; {fallback}"),
-    })?;
-    let fmt = SchedSwitchFormat::from_format(&format).map_err(|e| Unsupported {
-        what: what.clone(),
-        errno: None,
-        hint: format!("{e}; {fallback}"),
-    })?;
-    let attr = EventAttr::sched_switch_tracepoint(id, source)
-        .with_mmaps(config.mmaps)
-        .with_wakeup_watermark(watermark);
-    let set = opener.per_cpu(&attr, cpus).map_err(|f| Unsupported {
-        what: what.clone(),
-        errno: f.errno(),
-        hint: format!(
-            "{}{}; {fallback}",
-            f.describe(),
-            if f.error.as_ref().is_ok_and(is_permission_error) {
-                format!("; {}", perms.remedy(Need::RawTracepoint, f.errno()))
-            } else {
-                String::new()
-            }
-        ),
-    })?;
-    Ok((set, attr, Arc::new(fmt)))
-}
-
-// === the capture thread ===
-
-struct Delivery {
-    /// Pids (see [`super::pids`]); also the registry of names.
-    resolver: PidResolver,
-    /// Build-ids of mapped files, read once per file.
-    build_ids: BuildIdCache,
-    /// Threads announced, with the pid they were announced with.
-    announced: HashMap<u32, Option<u32>>,
-    counters: Arc<Counters>,
-    sink: Box<dyn FnMut(CaptureEvent) + Send>,
-}
-
-impl Delivery {
-    /// Takes the next event in timestamp order (perf time `perf_time`); delivers it and any
-    /// events it unblocks once their threads' processes are known (see [`super::pids`]).
-    fn deliver(&mut self, perf_time: u64, pending: Pending) {
-        self.resolver.offer(perf_time, pending);
-        self.release(false);
-    }
-
-    /// Delivers what the resolver lets go; `finished`: everything (end of capture).
-    fn release(&mut self, finished: bool) {
-        while let Some(pending) = self.resolver.next_ready(finished) {
-            self.process(pending);
-        }
-        let s = self.resolver.stats();
-        // ATOMICS: statistics, see `Counters`.
-        self.counters
-            .deferred_events
-            .store(s.deferred, Ordering::Relaxed);
-    }
-
-    fn process(&mut self, pending: Pending) {
-        let Pending {
-            mut event,
-            names,
-            inode,
-        } = pending;
-        match &mut event {
-            CaptureEvent::ContextSwitch(cs) => {
-                let (prev_name, next_name) = match &names {
-                    Some((p, n)) => (Some(p), Some(n)),
-                    None => (None, None),
-                };
-                if cs.sides != SwitchSides::IncomingOnly {
-                    self.announce(cs.time, cs.prev_tid, cs.prev_pid, prev_name);
-                }
-                if cs.sides != SwitchSides::OutgoingOnly {
-                    self.announce(cs.time, cs.next_tid, cs.next_pid, next_name);
-                }
-                bump(&self.counters.switches, 1);
-            }
-            CaptureEvent::Comm(c) => self.resolver.registry.note_name(c.tid, &c.name),
-            CaptureEvent::Mmap(m) => {
-                if m.build_id.is_none() {
-                    m.build_id = self.build_ids.get(&m.path, inode);
-                }
-                bump(&self.counters.mmaps, 1);
-            }
-            CaptureEvent::Branch(b) => {
-                self.announce(b.time, b.tid, known_pid(b.pid), None);
-                bump(&self.counters.branch_samples, 1);
-            }
-            CaptureEvent::Fork(_)
-            | CaptureEvent::Exit(_)
-            | CaptureEvent::Lost(_)
-            | CaptureEvent::Thread(_)
-            | CaptureEvent::Unsupported(_) => {}
-        }
-        self.emit(event);
-    }
-
-    /// Announces `tid` before its first event, and again when its process changes (a pid
-    /// learnt after a thread went out unresolved, a tid reused by another process). A thread
-    /// announced without a process is counted ([`CaptureStats::unknown_process_threads`]).
-    fn announce(&mut self, time: u64, tid: u32, pid: Option<u32>, name: Option<&TaskName>) {
-        let first = match self.announced.get(&tid) {
-            None => true,
-            Some(&before) if pid.is_some() && pid != before => false,
-            Some(_) => return,
-        };
-        let registry = &mut self.resolver.registry;
-        if let Some(n) = name {
-            registry.note_name(tid, &n.to_string_lossy());
-        }
-        let info = ThreadInfo {
-            time,
-            tid,
-            pid,
-            name: registry.thread_name(tid),
-            process_name: pid.and_then(|p| registry.process_name(p)),
-        };
-        self.announced.insert(tid, pid);
-        if first {
-            bump(&self.counters.threads, 1);
-            if pid.is_none() && tid != 0 {
-                bump(&self.counters.unknown_process_threads, 1);
-            }
-        }
-        self.emit(CaptureEvent::Thread(info));
-    }
-
-    fn emit(&mut self, event: CaptureEvent) {
-        bump(&self.counters.delivered, 1);
-        (self.sink)(event);
-    }
-}
-
-/// Which mappings to read from `/proc` when the capture thread starts.
-struct Synthesize {
-    proc_root: PathBuf,
-    /// `None`: every process.
-    pid: Option<u32>,
-    /// Their time stamp.
-    time: u64,
-}
-
-/// How [`Capture::stop`] reaches the capture thread.
-#[derive(Debug)]
-struct StopSignal {
-    /// Wakes the thread at once (polled with the rings).
-    pipe: WakePipe,
-    /// Rules: set by `Capture::shutdown`, read by the capture thread every round, so it stops
-    /// even when the program took the pipe. ATOMICS: `Relaxed`: a flag, nothing is published
-    /// through it (the thread's join orders what follows).
-    requested: AtomicBool,
-}
-
-struct Worker {
-    sys: Arc<dyn Sys>,
-    synthesize: Option<Synthesize>,
-    slots: Vec<RingSlot>,
-    members: Vec<GuardedFd>,
-    stop: Arc<StopSignal>,
-    conv: PerfTimeConverter,
-    merger: Merger<Pending>,
-    /// Scan `/proc` for the tasks alive at start (system-wide capture).
-    scan_proc: bool,
-    /// ... with thread names (the switch source carries none).
-    scan_thread_names: bool,
-    slack: u64,
-    poll_ms: i32,
-    delivery: Delivery,
-    unsupported: Vec<Unsupported>,
-}
-
-impl Worker {
-    /// What is delivered first, with the events already enabled: the unsupported sources,
-    /// the `/proc` task scan and the synthesized mappings.
-    fn prepare(&mut self) {
-        for u in std::mem::take(&mut self.unsupported) {
-            self.delivery.emit(CaptureEvent::Unsupported(u));
-        }
-        if self.scan_proc {
-            // The events are enabled: a task alive now is in the scan or, if it starts later,
-            // announced by its FORK record. Rings fill meanwhile; nothing is delivered before.
-            let c = &self.delivery.counters;
-            let registry = &mut self.delivery.resolver.registry;
-            match registry.scan(SCAN_TASK_LIMIT, self.scan_thread_names) {
-                Ok(scan) => {
-                    bump(&c.proc_scan_threads, scan.threads);
-                    bump(
-                        &c.proc_scan_failures,
-                        scan.failures + u64::from(scan.truncated),
-                    );
-                }
-                Err(_) => bump(&c.proc_scan_failures, 1),
-            }
-        }
-        if let Some(s) = self.synthesize.take() {
-            self.synthesize_maps(&s);
-        }
-    }
-
-    fn run(mut self) -> Result<(), CaptureError> {
-        let mut fds: Vec<libc::pollfd> = self
-            .slots
-            .iter()
-            .map(|s| s.ring.fd().as_raw_fd())
-            .chain([self.stop.pipe.read_end().raw()])
-            .map(|fd| libc::pollfd {
-                fd,
-                events: libc::POLLIN,
-                revents: 0,
-            })
-            .collect();
-        let stop_index = fds.len() - 1;
-        loop {
-            if let Err(e) = self.sys.poll(&mut fds, self.poll_ms) {
-                // Deliver what the rings and the pid resolver hold before giving up.
-                self.finish(None);
-                return Err(CaptureError::Poll(e));
-            }
-            // ATOMICS: see `StopSignal::requested`.
-            let stopping = self.stop.requested.load(Ordering::Relaxed);
-            let mut lost = self.stop.pipe.check().err();
-            for (p, slot) in fds[..stop_index].iter_mut().zip(&self.slots) {
-                if p.revents == 0 || p.fd < 0 {
-                    continue;
-                }
-                // Something to act on: first make sure the number is still the event (a
-                // number the program closed polls POLLNVAL; one it reused may poll readable).
-                if let Err(l) = slot.ring.checked_fd() {
-                    lost = lost.or(Some(l));
-                    p.fd = -1;
-                } else if p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
-                    // The monitored task is gone: drain below, then stop polling this ring
-                    // (a hung-up descriptor would make every poll return at once).
-                    p.fd = -1;
-                }
-            }
-            if stopping || lost.is_some() {
-                self.finish(lost.as_ref());
-                return lost.map_or(Ok(()), |l| Err(CaptureError::DescriptorLost(l)));
-            }
-            self.drain_all();
-            let delivery = &mut self.delivery;
-            self.merger.release(|t, p| delivery.deliver(t, p));
-            self.publish_merge_counters();
-        }
-    }
-
-    /// Delivers the executable mappings in `/proc` (see the module docs).
-    fn synthesize_maps(&mut self, s: &Synthesize) {
-        let d = &mut self.delivery;
-        let found = MapsSynthesis::read(&s.proc_root, s.pid, s.time, &mut d.build_ids);
-        let c = &d.counters;
-        bump(&c.mmaps_synthesized, found.maps.len() as u64);
-        bump(
-            &c.mmaps_not_synthesized,
-            found.mappings_skipped + found.processes_skipped,
-        );
-        bump(&c.maps_unreadable, found.unreadable);
-        bump(&c.parse_errors, found.bad_lines);
-        for m in found.maps {
-            // Stamped before every kernel record; nothing is held yet, so the perf time given
-            // to the pid resolver only has to be no later than theirs.
-            d.deliver(
-                0,
-                Pending {
-                    event: CaptureEvent::Mmap(m),
-                    names: None,
-                    inode: None,
-                },
-            );
-        }
-    }
-
-    /// The last round: disable the events (only those whose numbers are still ours), drain
-    /// every ring (the mappings stay valid without the descriptors), deliver everything, then
-    /// say why the capture stopped early, if it did.
-    fn finish(&mut self, lost: Option<&FdLost>) {
-        for fd in self
-            .slots
-            .iter()
-            .map(|s| s.ring.guarded_fd())
-            .chain(self.members.iter())
-        {
-            // A failed disable only means records may still arrive; the final drain below
-            // reads up to the head either way.
-            if let Ok(fd) = fd.checked() {
-                let _ = self.sys.ioctl(fd, PerfIoctl::Disable);
-            }
-        }
-        self.drain_all();
-        let delivery = &mut self.delivery;
-        self.merger.flush(|t, p| delivery.deliver(t, p));
-        self.delivery.release(true);
-        self.publish_merge_counters();
-        if let Some(lost) = lost {
-            self.delivery.emit(CaptureEvent::Unsupported(Unsupported {
-                what: "context-switch capture".into(),
-                errno: None,
-                hint: CaptureError::DescriptorLost(*lost).to_string(),
-            }));
-        }
-    }
-
-    fn publish_merge_counters(&self) {
-        let c = &self.delivery.counters;
-        // ATOMICS: statistics, see `Counters`.
-        c.reordered
-            .store(self.merger.reordered(), Ordering::Relaxed);
-        c.late.store(self.merger.late(), Ordering::Relaxed);
-    }
-
-    fn drain_all(&mut self) {
-        self.conv.refresh(Duration::from_millis(100));
-        if let PerfTimeConverter::MmapPage(_) = self.conv {
-            // The kernel may update the parameters (e.g. TSC recalibration): follow it.
-            if let Some(Ok(Some(c))) = self.slots.first().map(|s| s.ring.tsc_conversion()) {
-                self.conv = PerfTimeConverter::MmapPage(c);
-            }
-        }
-        let counters = self.delivery.counters.clone();
-        for (stream, slot) in self.slots.iter_mut().enumerate() {
-            let now = self.conv.perf_now();
-            let mut reader = slot.ring.reader();
-            let mut since_release = 0u32;
-            while let Some(next) = reader.next_record() {
-                let raw = match next {
-                    Ok(raw) => raw,
-                    Err(e) => {
-                        if let RingError::Corrupt { skipped, .. } = e {
-                            bump(&counters.corrupt_bytes, skipped);
-                        }
-                        bump(&counters.parse_errors, 1);
-                        continue;
-                    }
-                };
-                match slot.decoder.decode(&raw, &self.conv) {
-                    Ok(Decoded::Event { perf_time, pending }) => {
-                        if let CaptureEvent::Lost(l) = &pending.event {
-                            bump(&counters.lost_reports, 1);
-                            match l.kind {
-                                LostKind::Records => bump(&counters.lost_records, l.count),
-                                LostKind::Samples => bump(&counters.lost_samples, l.count),
-                            }
-                        }
-                        self.merger.push(stream, perf_time, pending);
-                    }
-                    Ok(Decoded::Skipped(Skip::Unknown)) => bump(&counters.unknown_records, 1),
-                    Ok(Decoded::Skipped(Skip::Throttle)) => bump(&counters.throttles, 1),
-                    Ok(Decoded::Skipped(Skip::UnexpectedSample)) => {
-                        bump(&counters.unexpected_samples, 1)
-                    }
-                    Ok(Decoded::Skipped(Skip::SwitchInPair)) => {}
-                    Ok(Decoded::Skipped(Skip::DataMapping)) => bump(&counters.data_mappings, 1),
-                    Err(_) => bump(&counters.parse_errors, 1),
-                }
-                // Hand consumed space back to the kernel during long batches, not only at the
-                // end, so a burst keeps flowing while it is decoded.
-                since_release += 1;
-                if since_release == 256 {
-                    reader.release_consumed();
-                    since_release = 0;
-                }
-            }
-            reader.commit();
-            self.merger
-                .mark_caught_up(stream, now.saturating_sub(self.slack));
-        }
     }
 }

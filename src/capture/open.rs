@@ -1,0 +1,277 @@
+//! Opening a capture's perf events: the rings of each CPU or thread, the tracepoint, the
+//! clock, and what could not be opened (part of [`super::session::Capture::start`]).
+
+use std::collections::{HashMap, HashSet};
+use std::io;
+use std::os::fd::{AsFd, OwnedFd};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::attr::{EventAttr, PerfEventKind};
+use super::decode::StreamDecoder;
+use super::events::Unsupported;
+use super::permissions::{is_permission_error, Need, PerfPermissions};
+use super::procfs::TaskRegistry;
+use super::ring::{PerfRing, RingError};
+use super::session::*;
+use super::switch::SchedSwitchFormat;
+use super::sys::{PerfIoctl, Sys};
+use super::time::{MeasuredMapping, PerfTimeConverter};
+use super::tracefs::Tracefs;
+use crate::fd_guard::GuardedFd;
+
+pub(super) struct RingSlot {
+    pub(super) ring: PerfRing,
+    pub(super) decoder: StreamDecoder,
+}
+
+pub(super) struct OpenFailure {
+    pub(super) kind: PerfEventKind,
+    pub(super) pid: i32,
+    pub(super) cpu: i32,
+    pub(super) error: Result<io::Error, RingError>,
+}
+
+impl OpenFailure {
+    pub(super) fn errno(&self) -> Option<i32> {
+        match &self.error {
+            Ok(e) => e.raw_os_error(),
+            Err(RingError::Map { source, .. }) => source.raw_os_error(),
+            Err(_) => None,
+        }
+    }
+
+    pub(super) fn into_error(self, perms: &PerfPermissions, need: Need) -> CaptureError {
+        let errno = self.errno();
+        match self.error {
+            Ok(source) => CaptureError::Open {
+                event: self.kind,
+                pid: self.pid,
+                cpu: self.cpu,
+                remedy: is_permission_error(&source).then(|| perms.remedy(need, errno)),
+                source,
+            },
+            Err(source) => CaptureError::Ring {
+                event: self.kind,
+                cpu: self.cpu,
+                remedy: matches!(errno, Some(libc::EPERM) | Some(libc::ENOMEM))
+                    .then(|| perms.remedy(Need::RingMemory, errno)),
+                source,
+            },
+        }
+    }
+
+    pub(super) fn describe(&self) -> String {
+        match &self.error {
+            Ok(e) => format!("perf_event_open(pid {}, cpu {}): {e}", self.pid, self.cpu),
+            Err(e) => format!("cpu {}: {e}", self.cpu),
+        }
+    }
+}
+
+/// Rings and redirected member descriptors opened for one kind of event.
+#[derive(Default)]
+pub(super) struct OpenSet {
+    pub(super) rings: Vec<(u32, PerfRing)>,
+    pub(super) members: Vec<GuardedFd>,
+}
+
+pub(super) struct Opener<'a> {
+    pub(super) sys: &'a Arc<dyn Sys>,
+    pub(super) pages: usize,
+}
+
+impl Opener<'_> {
+    pub(super) fn open(
+        &self,
+        attr: &EventAttr,
+        pid: i32,
+        cpu: u32,
+    ) -> Result<OwnedFd, OpenFailure> {
+        self.sys
+            .perf_event_open(attr, pid, cpu as i32, None)
+            .map_err(|e| OpenFailure {
+                kind: attr.kind(),
+                pid,
+                cpu: cpu as i32,
+                error: Ok(e),
+            })
+    }
+
+    pub(super) fn map(
+        &self,
+        kind: PerfEventKind,
+        fd: OwnedFd,
+        cpu: u32,
+    ) -> Result<PerfRing, OpenFailure> {
+        PerfRing::map(self.sys.clone(), fd, self.pages).map_err(|e| OpenFailure {
+            kind,
+            pid: -1,
+            cpu: cpu as i32,
+            error: Err(e),
+        })
+    }
+
+    /// One event per CPU, `pid = -1`.
+    pub(super) fn per_cpu(&self, attr: &EventAttr, cpus: &[u32]) -> Result<OpenSet, OpenFailure> {
+        let mut set = OpenSet::default();
+        for &cpu in cpus {
+            let fd = self.open(attr, -1, cpu)?;
+            set.rings.push((cpu, self.map(attr.kind(), fd, cpu)?));
+        }
+        Ok(set)
+    }
+
+    /// One event per (thread of `pid`, CPU), one ring per CPU, the rest `SET_OUTPUT` into it.
+    pub(super) fn per_thread(
+        &self,
+        attr: &EventAttr,
+        pid: u32,
+        cpus: &[u32],
+        registry: &TaskRegistry,
+    ) -> Result<OpenSet, OpenError> {
+        let mut set = OpenSet::default();
+        let mut leader: HashMap<u32, usize> = HashMap::new();
+        let mut opened: HashSet<u32> = HashSet::new();
+        for _round in 0..16 {
+            let tids = registry.list_threads(pid).map_err(|source| {
+                OpenError::Fatal(CaptureError::System {
+                    what: format!("listing threads of process {pid}"),
+                    source,
+                })
+            })?;
+            let new: Vec<u32> = tids.into_iter().filter(|t| !opened.contains(t)).collect();
+            if new.is_empty() {
+                return Ok(set);
+            }
+            for tid in new {
+                opened.insert(tid);
+                for &cpu in cpus {
+                    let fd = match self.open(attr, tid as i32, cpu) {
+                        Ok(fd) => fd,
+                        // The thread exited between listing and opening.
+                        Err(f) if f.errno() == Some(libc::ESRCH) => break,
+                        Err(f) => return Err(OpenError::Failure(f)),
+                    };
+                    match leader.get(&cpu) {
+                        Some(&i) => {
+                            self.sys
+                                .ioctl(fd.as_fd(), PerfIoctl::SetOutput(set.rings[i].1.fd()))
+                                .map_err(|source| {
+                                    OpenError::Fatal(CaptureError::Ioctl {
+                                        what: "SET_OUTPUT",
+                                        source,
+                                    })
+                                })?;
+                            let fd = GuardedFd::new(fd, "perf event").map_err(|source| {
+                                OpenError::Fatal(CaptureError::System {
+                                    what: "fstat of a perf event descriptor".into(),
+                                    source,
+                                })
+                            })?;
+                            set.members.push(fd);
+                        }
+                        None => {
+                            let ring =
+                                self.map(attr.kind(), fd, cpu).map_err(OpenError::Failure)?;
+                            leader.insert(cpu, set.rings.len());
+                            set.rings.push((cpu, ring));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(set)
+    }
+}
+
+/// Why opening a set of events stopped.
+pub(super) enum OpenError {
+    /// A syscall refused one event (classified by the caller: fatal or unsupported).
+    Failure(OpenFailure),
+    /// Anything else.
+    Fatal(CaptureError),
+}
+
+impl OpenError {
+    pub(super) fn into_error(self, perms: &PerfPermissions, need: Need) -> CaptureError {
+        match self {
+            Self::Failure(f) => f.into_error(perms, need),
+            Self::Fatal(e) => e,
+        }
+    }
+}
+
+/// Picks the clock: the caller's, else the mmap page of a probe event, else a measured mapping.
+pub(super) fn choose_clock(sys: &Arc<dyn Sys>, config: &CaptureConfig) -> PerfTimeConverter {
+    if let Some(c) = config.clock {
+        return c;
+    }
+    let probe = sys
+        .perf_event_open(&EventAttr::clock_probe(), 0, -1, None)
+        .ok()
+        .and_then(|fd| PerfRing::map(sys.clone(), fd, 0).ok())
+        .and_then(|ring| ring.tsc_conversion().ok().flatten());
+    match probe {
+        Some(c) => PerfTimeConverter::MmapPage(c),
+        None => PerfTimeConverter::Measured(MeasuredMapping::measure(Duration::from_millis(10))),
+    }
+}
+
+/// Opens `sched:sched_switch` on every CPU, or says why not.
+pub(super) fn open_tracepoint(
+    opener: &Opener<'_>,
+    config: &CaptureConfig,
+    perms: &PerfPermissions,
+    cpus: &[u32],
+    source: super::time::PerfClock,
+    watermark: u32,
+) -> Result<(OpenSet, EventAttr, Arc<SchedSwitchFormat>), Unsupported> {
+    let what = "sched:sched_switch tracepoint".to_owned();
+    let fallback = "falling back to PERF_RECORD_SWITCH_CPU_WIDE (no priorities, states only \
+                    preempted/blocked)";
+    let tracefs = match &config.tracefs {
+        TracefsChoice::Skip => {
+            return Err(Unsupported {
+                what,
+                errno: None,
+                hint: format!("tracepoint disabled by configuration; {fallback}"),
+            })
+        }
+        TracefsChoice::At(path) => Ok(Tracefs::at(path)),
+        TracefsChoice::Auto { may_mount } => Tracefs::open(*may_mount, perms.root),
+    };
+    let read = tracefs.and_then(|t| {
+        let id = t.tracepoint_id("sched", "sched_switch")?;
+        let format = t.tracepoint_format("sched", "sched_switch")?;
+        Ok((id, format))
+        // `t` (and a mount fxtrace made) is released here: the events do not need tracefs.
+    });
+    let (id, format) = read.map_err(|e| Unsupported {
+        what: what.clone(),
+        errno: None,
+        hint: format!("{e}; {fallback}"),
+    })?;
+    let fmt = SchedSwitchFormat::from_format(&format).map_err(|e| Unsupported {
+        what: what.clone(),
+        errno: None,
+        hint: format!("{e}; {fallback}"),
+    })?;
+    let attr = EventAttr::sched_switch_tracepoint(id, source)
+        .with_mmaps(config.mmaps)
+        .with_wakeup_watermark(watermark);
+    let set = opener.per_cpu(&attr, cpus).map_err(|f| Unsupported {
+        what: what.clone(),
+        errno: f.errno(),
+        hint: format!(
+            "{}{}; {fallback}",
+            f.describe(),
+            if f.error.as_ref().is_ok_and(is_permission_error) {
+                format!("; {}", perms.remedy(Need::RawTracepoint, f.errno()))
+            } else {
+                String::new()
+            }
+        ),
+    })?;
+    Ok((set, attr, Arc::new(fmt)))
+}

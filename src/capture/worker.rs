@@ -1,0 +1,373 @@
+//! The capture thread: draining the rings, merging per-CPU streams, resolving each thread's
+//! process, and delivering [`CaptureEvent`]s (started by [`super::session::Capture::start`]).
+
+use std::collections::HashMap;
+use std::os::fd::AsRawFd;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+use super::decode::{known_pid, Decoded, Pending, Skip};
+use super::events::{CaptureEvent, LostKind, SwitchSides, ThreadInfo, Unsupported};
+use super::maps::{BuildIdCache, MapsSynthesis};
+use super::merge::Merger;
+use super::open::*;
+use super::pids::PidResolver;
+use super::procfs::SCAN_TASK_LIMIT;
+use super::records::TaskName;
+use super::ring::RingError;
+use super::session::*;
+use super::sys::{PerfIoctl, Sys};
+use super::time::PerfTimeConverter;
+use crate::fd_guard::{FdLost, GuardedFd, WakePipe};
+
+pub(super) struct Delivery {
+    /// Pids (see [`super::pids`]); also the registry of names.
+    pub(super) resolver: PidResolver,
+    /// Build-ids of mapped files, read once per file.
+    pub(super) build_ids: BuildIdCache,
+    /// Threads announced, with the pid they were announced with.
+    pub(super) announced: HashMap<u32, Option<u32>>,
+    pub(super) counters: Arc<Counters>,
+    pub(super) sink: Box<dyn FnMut(CaptureEvent) + Send>,
+}
+
+impl Delivery {
+    /// Takes the next event in timestamp order (perf time `perf_time`); delivers it and any
+    /// events it unblocks once their threads' processes are known (see [`super::pids`]).
+    pub(super) fn deliver(&mut self, perf_time: u64, pending: Pending) {
+        self.resolver.offer(perf_time, pending);
+        self.release(false);
+    }
+
+    /// Delivers what the resolver lets go; `finished`: everything (end of capture).
+    pub(super) fn release(&mut self, finished: bool) {
+        while let Some(pending) = self.resolver.next_ready(finished) {
+            self.process(pending);
+        }
+        let s = self.resolver.stats();
+        // ATOMICS: statistics, see `Counters`.
+        self.counters
+            .deferred_events
+            .store(s.deferred, Ordering::Relaxed);
+    }
+
+    pub(super) fn process(&mut self, pending: Pending) {
+        let Pending {
+            mut event,
+            names,
+            inode,
+        } = pending;
+        match &mut event {
+            CaptureEvent::ContextSwitch(cs) => {
+                let (prev_name, next_name) = match &names {
+                    Some((p, n)) => (Some(p), Some(n)),
+                    None => (None, None),
+                };
+                if cs.sides != SwitchSides::IncomingOnly {
+                    self.announce(cs.time, cs.prev_tid, cs.prev_pid, prev_name);
+                }
+                if cs.sides != SwitchSides::OutgoingOnly {
+                    self.announce(cs.time, cs.next_tid, cs.next_pid, next_name);
+                }
+                bump(&self.counters.switches, 1);
+            }
+            CaptureEvent::Comm(c) => self.resolver.registry.note_name(c.tid, &c.name),
+            CaptureEvent::Mmap(m) => {
+                if m.build_id.is_none() {
+                    m.build_id = self.build_ids.get(&m.path, inode);
+                }
+                bump(&self.counters.mmaps, 1);
+            }
+            CaptureEvent::Branch(b) => {
+                self.announce(b.time, b.tid, known_pid(b.pid), None);
+                bump(&self.counters.branch_samples, 1);
+            }
+            CaptureEvent::Fork(_)
+            | CaptureEvent::Exit(_)
+            | CaptureEvent::Lost(_)
+            | CaptureEvent::Thread(_)
+            | CaptureEvent::Unsupported(_) => {}
+        }
+        self.emit(event);
+    }
+
+    /// Announces `tid` before its first event, and again when its process changes (a pid
+    /// learnt after a thread went out unresolved, a tid reused by another process). A thread
+    /// announced without a process is counted ([`CaptureStats::unknown_process_threads`]).
+    pub(super) fn announce(
+        &mut self,
+        time: u64,
+        tid: u32,
+        pid: Option<u32>,
+        name: Option<&TaskName>,
+    ) {
+        let first = match self.announced.get(&tid) {
+            None => true,
+            Some(&before) if pid.is_some() && pid != before => false,
+            Some(_) => return,
+        };
+        let registry = &mut self.resolver.registry;
+        if let Some(n) = name {
+            registry.note_name(tid, &n.to_string_lossy());
+        }
+        let info = ThreadInfo {
+            time,
+            tid,
+            pid,
+            name: registry.thread_name(tid),
+            process_name: pid.and_then(|p| registry.process_name(p)),
+        };
+        self.announced.insert(tid, pid);
+        if first {
+            bump(&self.counters.threads, 1);
+            if pid.is_none() && tid != 0 {
+                bump(&self.counters.unknown_process_threads, 1);
+            }
+        }
+        self.emit(CaptureEvent::Thread(info));
+    }
+
+    pub(super) fn emit(&mut self, event: CaptureEvent) {
+        bump(&self.counters.delivered, 1);
+        (self.sink)(event);
+    }
+}
+
+/// Which mappings to read from `/proc` when the capture thread starts.
+pub(super) struct Synthesize {
+    pub(super) proc_root: PathBuf,
+    /// `None`: every process.
+    pub(super) pid: Option<u32>,
+    /// Their time stamp.
+    pub(super) time: u64,
+}
+
+/// How [`Capture::stop`] reaches the capture thread.
+#[derive(Debug)]
+pub(super) struct StopSignal {
+    /// Wakes the thread at once (polled with the rings).
+    pub(super) pipe: WakePipe,
+    /// Rules: set by `Capture::shutdown`, read by the capture thread every round, so it stops
+    /// even when the program took the pipe. ATOMICS: `Relaxed`: a flag, nothing is published
+    /// through it (the thread's join orders what follows).
+    pub(super) requested: AtomicBool,
+}
+
+pub(super) struct Worker {
+    pub(super) sys: Arc<dyn Sys>,
+    pub(super) synthesize: Option<Synthesize>,
+    pub(super) slots: Vec<RingSlot>,
+    pub(super) members: Vec<GuardedFd>,
+    pub(super) stop: Arc<StopSignal>,
+    pub(super) conv: PerfTimeConverter,
+    pub(super) merger: Merger<Pending>,
+    /// Scan `/proc` for the tasks alive at start (system-wide capture).
+    pub(super) scan_proc: bool,
+    /// ... with thread names (the switch source carries none).
+    pub(super) scan_thread_names: bool,
+    pub(super) slack: u64,
+    pub(super) poll_ms: i32,
+    pub(super) delivery: Delivery,
+    pub(super) unsupported: Vec<Unsupported>,
+}
+
+impl Worker {
+    /// What is delivered first, with the events already enabled: the unsupported sources,
+    /// the `/proc` task scan and the synthesized mappings.
+    pub(super) fn prepare(&mut self) {
+        for u in std::mem::take(&mut self.unsupported) {
+            self.delivery.emit(CaptureEvent::Unsupported(u));
+        }
+        if self.scan_proc {
+            // The events are enabled: a task alive now is in the scan or, if it starts later,
+            // announced by its FORK record. Rings fill meanwhile; nothing is delivered before.
+            let c = &self.delivery.counters;
+            let registry = &mut self.delivery.resolver.registry;
+            match registry.scan(SCAN_TASK_LIMIT, self.scan_thread_names) {
+                Ok(scan) => {
+                    bump(&c.proc_scan_threads, scan.threads);
+                    bump(
+                        &c.proc_scan_failures,
+                        scan.failures + u64::from(scan.truncated),
+                    );
+                }
+                Err(_) => bump(&c.proc_scan_failures, 1),
+            }
+        }
+        if let Some(s) = self.synthesize.take() {
+            self.synthesize_maps(&s);
+        }
+    }
+
+    pub(super) fn run(mut self) -> Result<(), CaptureError> {
+        let mut fds: Vec<libc::pollfd> = self
+            .slots
+            .iter()
+            .map(|s| s.ring.fd().as_raw_fd())
+            .chain([self.stop.pipe.read_end().raw()])
+            .map(|fd| libc::pollfd {
+                fd,
+                events: libc::POLLIN,
+                revents: 0,
+            })
+            .collect();
+        let stop_index = fds.len() - 1;
+        loop {
+            if let Err(e) = self.sys.poll(&mut fds, self.poll_ms) {
+                // Deliver what the rings and the pid resolver hold before giving up.
+                self.finish(None);
+                return Err(CaptureError::Poll(e));
+            }
+            // ATOMICS: see `StopSignal::requested`.
+            let stopping = self.stop.requested.load(Ordering::Relaxed);
+            let mut lost = self.stop.pipe.check().err();
+            for (p, slot) in fds[..stop_index].iter_mut().zip(&self.slots) {
+                if p.revents == 0 || p.fd < 0 {
+                    continue;
+                }
+                // Something to act on: first make sure the number is still the event (a
+                // number the program closed polls POLLNVAL; one it reused may poll readable).
+                if let Err(l) = slot.ring.checked_fd() {
+                    lost = lost.or(Some(l));
+                    p.fd = -1;
+                } else if p.revents & (libc::POLLHUP | libc::POLLERR | libc::POLLNVAL) != 0 {
+                    // The monitored task is gone: drain below, then stop polling this ring
+                    // (a hung-up descriptor would make every poll return at once).
+                    p.fd = -1;
+                }
+            }
+            if stopping || lost.is_some() {
+                self.finish(lost.as_ref());
+                return lost.map_or(Ok(()), |l| Err(CaptureError::DescriptorLost(l)));
+            }
+            self.drain_all();
+            let delivery = &mut self.delivery;
+            self.merger.release(|t, p| delivery.deliver(t, p));
+            self.publish_merge_counters();
+        }
+    }
+
+    /// Delivers the executable mappings in `/proc` (see the module docs).
+    pub(super) fn synthesize_maps(&mut self, s: &Synthesize) {
+        let d = &mut self.delivery;
+        let found = MapsSynthesis::read(&s.proc_root, s.pid, s.time, &mut d.build_ids);
+        let c = &d.counters;
+        bump(&c.mmaps_synthesized, found.maps.len() as u64);
+        bump(
+            &c.mmaps_not_synthesized,
+            found.mappings_skipped + found.processes_skipped,
+        );
+        bump(&c.maps_unreadable, found.unreadable);
+        bump(&c.parse_errors, found.bad_lines);
+        for m in found.maps {
+            // Stamped before every kernel record; nothing is held yet, so the perf time given
+            // to the pid resolver only has to be no later than theirs.
+            d.deliver(
+                0,
+                Pending {
+                    event: CaptureEvent::Mmap(m),
+                    names: None,
+                    inode: None,
+                },
+            );
+        }
+    }
+
+    /// The last round: disable the events (only those whose numbers are still ours), drain
+    /// every ring (the mappings stay valid without the descriptors), deliver everything, then
+    /// say why the capture stopped early, if it did.
+    pub(super) fn finish(&mut self, lost: Option<&FdLost>) {
+        for fd in self
+            .slots
+            .iter()
+            .map(|s| s.ring.guarded_fd())
+            .chain(self.members.iter())
+        {
+            // A failed disable only means records may still arrive; the final drain below
+            // reads up to the head either way.
+            if let Ok(fd) = fd.checked() {
+                let _ = self.sys.ioctl(fd, PerfIoctl::Disable);
+            }
+        }
+        self.drain_all();
+        let delivery = &mut self.delivery;
+        self.merger.flush(|t, p| delivery.deliver(t, p));
+        self.delivery.release(true);
+        self.publish_merge_counters();
+        if let Some(lost) = lost {
+            self.delivery.emit(CaptureEvent::Unsupported(Unsupported {
+                what: "context-switch capture".into(),
+                errno: None,
+                hint: CaptureError::DescriptorLost(*lost).to_string(),
+            }));
+        }
+    }
+
+    pub(super) fn publish_merge_counters(&self) {
+        let c = &self.delivery.counters;
+        // ATOMICS: statistics, see `Counters`.
+        c.reordered
+            .store(self.merger.reordered(), Ordering::Relaxed);
+        c.late.store(self.merger.late(), Ordering::Relaxed);
+    }
+
+    pub(super) fn drain_all(&mut self) {
+        self.conv.refresh(Duration::from_millis(100));
+        if let PerfTimeConverter::MmapPage(_) = self.conv {
+            // The kernel may update the parameters (e.g. TSC recalibration): follow it.
+            if let Some(Ok(Some(c))) = self.slots.first().map(|s| s.ring.tsc_conversion()) {
+                self.conv = PerfTimeConverter::MmapPage(c);
+            }
+        }
+        let counters = self.delivery.counters.clone();
+        for (stream, slot) in self.slots.iter_mut().enumerate() {
+            let now = self.conv.perf_now();
+            let mut reader = slot.ring.reader();
+            let mut since_release = 0u32;
+            while let Some(next) = reader.next_record() {
+                let raw = match next {
+                    Ok(raw) => raw,
+                    Err(e) => {
+                        if let RingError::Corrupt { skipped, .. } = e {
+                            bump(&counters.corrupt_bytes, skipped);
+                        }
+                        bump(&counters.parse_errors, 1);
+                        continue;
+                    }
+                };
+                match slot.decoder.decode(&raw, &self.conv) {
+                    Ok(Decoded::Event { perf_time, pending }) => {
+                        if let CaptureEvent::Lost(l) = &pending.event {
+                            bump(&counters.lost_reports, 1);
+                            match l.kind {
+                                LostKind::Records => bump(&counters.lost_records, l.count),
+                                LostKind::Samples => bump(&counters.lost_samples, l.count),
+                            }
+                        }
+                        self.merger.push(stream, perf_time, pending);
+                    }
+                    Ok(Decoded::Skipped(Skip::Unknown)) => bump(&counters.unknown_records, 1),
+                    Ok(Decoded::Skipped(Skip::Throttle)) => bump(&counters.throttles, 1),
+                    Ok(Decoded::Skipped(Skip::UnexpectedSample)) => {
+                        bump(&counters.unexpected_samples, 1)
+                    }
+                    Ok(Decoded::Skipped(Skip::SwitchInPair)) => {}
+                    Ok(Decoded::Skipped(Skip::DataMapping)) => bump(&counters.data_mappings, 1),
+                    Err(_) => bump(&counters.parse_errors, 1),
+                }
+                // Hand consumed space back to the kernel during long batches, not only at the
+                // end, so a burst keeps flowing while it is decoded.
+                since_release += 1;
+                if since_release == 256 {
+                    reader.release_consumed();
+                    since_release = 0;
+                }
+            }
+            reader.commit();
+            self.merger
+                .mark_caught_up(stream, now.saturating_sub(self.slack));
+        }
+    }
+}
