@@ -9,9 +9,7 @@ use std::time::Duration;
 use clap::Args;
 
 use fxtrace::protocol::control::{Message, SessionFigures};
-use fxtrace::protocol::transport::{default_socket_path, ControlConn, SOCKET_FILE_NAME};
-use fxtrace_tools::manager::lifecycle::remove_stale_session_dirs;
-use fxtrace_tools::manager::recorder::{runtime_dir, SESSION_DIR_PREFIX};
+use fxtrace_tools::manager::status::{ask_status, session_socket_pattern, session_sockets};
 
 /// Arguments of `fxtrace status`.
 #[derive(Debug, Args)]
@@ -33,46 +31,12 @@ pub(crate) enum StatusError {
     Output(io::Error),
 }
 
-/// The sockets to ask.
+/// The sockets to ask: the one given, else every session of this user.
 fn candidates(args: &StatusArgs) -> Vec<PathBuf> {
-    if let Some(p) = &args.socket {
-        return vec![p.clone()];
+    match &args.socket {
+        Some(p) => vec![p.clone()],
+        None => session_sockets(),
     }
-    let mut out = vec![default_socket_path()];
-    // Directories of recorders killed by SIGKILL are not sessions: remove them first.
-    remove_stale_session_dirs(&runtime_dir());
-    if let Ok(entries) = std::fs::read_dir(runtime_dir()) {
-        let mut sessions: Vec<PathBuf> = entries
-            .filter_map(Result::ok)
-            .filter(|e| {
-                e.file_name()
-                    .to_string_lossy()
-                    .starts_with(SESSION_DIR_PREFIX)
-            })
-            .map(|e| e.path().join(SOCKET_FILE_NAME))
-            .filter(|p| p.exists())
-            .collect();
-        sessions.sort();
-        out.extend(sessions);
-    }
-    out
-}
-
-/// One session's answer, or why there is none. The figures are asked for first; a manager
-/// of an earlier control revision hangs up on that request, and is asked again without.
-fn ask(path: &Path) -> Result<Message, String> {
-    ask_once(path, true).or_else(|_| ask_once(path, false))
-}
-
-fn ask_once(path: &Path, figures: bool) -> Result<Message, String> {
-    let mut conn =
-        ControlConn::connect(path, Duration::from_millis(200)).map_err(|e| e.to_string())?;
-    conn.set_recv_timeout(Some(Duration::from_secs(2)))
-        .map_err(|e| e.to_string())?;
-    conn.send_msg(&Message::StatusRequest { figures }, &[])
-        .map_err(|e| e.to_string())?;
-    let (reply, _) = conn.recv_msg().map_err(|e| e.to_string())?;
-    Ok(reply)
 }
 
 /// The figures, one line each, indented.
@@ -157,7 +121,7 @@ pub(crate) fn run(args: &StatusArgs) -> Result<ExitCode, StatusError> {
     let mut out = io::stdout().lock();
     let mut found = 0;
     for path in &paths {
-        match ask(path) {
+        match ask_status(path) {
             Ok(reply) => {
                 found += 1;
                 print(&mut out, path, &reply).map_err(StatusError::Output)?;
@@ -172,10 +136,7 @@ pub(crate) fn run(args: &StatusArgs) -> Result<ExitCode, StatusError> {
     if found == 0 {
         let mut looked: Vec<String> = paths.iter().map(|p| p.display().to_string()).collect();
         if args.socket.is_none() {
-            looked.push(format!(
-                "{}/{SESSION_DIR_PREFIX}*/{SOCKET_FILE_NAME}",
-                runtime_dir().display()
-            ));
+            looked.push(session_socket_pattern());
         }
         return Err(StatusError::NoSession(looked.join(", ")));
     }

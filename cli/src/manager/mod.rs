@@ -8,6 +8,9 @@
 //! - [`archive`]: the FXT stream written (magic, provider metadata, framing-checked records).
 //! - [`recorder`]: `fxtrace record` as a library: run a command under a fresh session.
 //! - [`report`]: per-provider statistics and the summary table.
+//! - [`status`]: the status client (`fxtrace status`): this user's sessions, and what each says.
+//! - [`kernel`]: the kernel provider and its section of a recording; [`lifecycle`]: the
+//!   recorded command's process group, the recorder's death, stale session directories.
 //! - `conn`: nonblocking control-frame reading.
 //!
 //! The manager uses the `format` codec only for framing and the records it composes itself
@@ -24,6 +27,7 @@ pub mod recorder;
 pub mod report;
 pub mod server;
 pub mod session;
+pub mod status;
 
 pub use archive::{Archive, ArchiveError};
 pub use drain::{Drain, DrainError, DrainStats};
