@@ -366,7 +366,7 @@ unsafe fn is_enabled_slow(category: *const c_char) -> c_int {
         // SAFETY: the caller's promise; the borrow ends within the call.
         let category = unsafe { c_text(category) };
         with_current(|context| {
-            let generation = context.started_generation()?;
+            let generation = context.event_generation(category)?;
             Some(category_enabled_by_content(context, generation, category))
         })
         .flatten()

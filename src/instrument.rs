@@ -372,7 +372,7 @@ fn with_args<R>(
 /// The trace generation if `site`'s category is enabled in the current trace.
 #[inline(always)]
 fn enabled_generation(context: &Context, site: &CallSite) -> Option<u32> {
-    let generation = context.started_generation()?;
+    let generation = context.event_generation(site.category())?;
     context.category_enabled(site).then_some(generation)
 }
 

@@ -450,7 +450,7 @@ fn begin_generation(
     site: Option<&'static CallSite>,
 ) -> Option<u32> {
     with_current(|context| {
-        let generation = context.started_generation()?;
+        let generation = context.event_generation(category)?;
         let enabled = match (site, name) {
             (Some(site), _) => context.category_enabled(site),
             // A memoised pair has an enabled category (and needs no table probe).

@@ -291,7 +291,7 @@ impl Visit for EventVisitor {
 
 /// The current trace's generation if `category` is enabled in it.
 fn enabled_generation(context: &Context, category: &'static str) -> Option<u32> {
-    let generation = context.started_generation()?;
+    let generation = context.event_generation(category)?;
     context
         .is_category_enabled_cached(category)
         .then_some(generation)

@@ -10,8 +10,9 @@ use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use super::context::Context;
 
-/// Rules: number of started contexts in the process; incremented by `start`, decremented when a
-/// stop completes. Read by every category check.
+/// Rules: number of started or armed contexts in the process; incremented by `start` (or
+/// `arm`, which the start then takes over), decremented when a stop completes (or by
+/// `disarm`). Read by every category check.
 /// ATOMICS: `Relaxed`: a hint that only decides whether to look further; a check racing with a
 /// start or stop may answer either way, as in Fuchsia.
 pub(crate) static ACTIVE_CONTEXTS: AtomicUsize = AtomicUsize::new(0);
@@ -98,6 +99,8 @@ impl Context {
         }
         let (started, generation) = self.inner().gate_generation_now();
         if !started {
+            // Counted while armed: the event this check guards is lost (see `Context::arm`).
+            self.inner().count_call_before_start(Some(site.category));
             return false;
         }
         // ATOMICS: `Relaxed`: see `CallSite::state`.

@@ -275,6 +275,20 @@ struct State {
     dirty: bool,
     categories: Arc<CategoryFilter>,
     last_fence_error: Option<String>,
+    /// Set by [`Context::arm`] while a start is expected; taken by the start.
+    armed: Option<Armed>,
+}
+
+/// A context that expects a start ([`Context::arm`]): calls before it are counted as dropped
+/// records of the trace that start begins.
+#[derive(Debug)]
+struct Armed {
+    /// Raw drop total when armed: the start takes it as its base, so the drops counted while
+    /// armed belong to the trace it begins.
+    dropped_base: u64,
+    /// The categories the coming trace enables: a call of another category is not an event
+    /// of that trace, so it is not counted.
+    categories: Arc<CategoryFilter>,
 }
 
 static NEXT_CONTEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -312,6 +326,10 @@ pub(crate) struct Inner {
     /// ATOMICS: `Relaxed` counter; exact at stop because those attempts happen before the stop
     /// grace period's `Acquire` scan or not at all (tracing off).
     pub(crate) unslotted_drops: CachePadded<AtomicU64>,
+    /// Rules: mirrors `State::armed.is_some()`; written under the switch mutex, read by calls
+    /// that found the trace not started, to decide (without the mutex) whether to count them.
+    /// ATOMICS: `Relaxed`: a hint; the count is decided again under the mutex.
+    armed: AtomicBool,
     /// Rules (streaming): `ready[i]` mirrors `buffers[i] == Ready`; written under the switch
     /// mutex (a switch stores `false` for the new buffer only after resetting the allocator
     /// word), read by writers that found their buffer full, to drop without taking the mutex.
@@ -396,6 +414,7 @@ impl Context {
             fences: Fences::new(config.fence),
             slots: WriterSlots::new(slots),
             unslotted_drops: CachePadded::new(AtomicU64::new(0)),
+            armed: AtomicBool::new(false),
             ready: [AtomicBool::new(false), AtomicBool::new(true)],
             string_index: AtomicU32::new(1),
             thread_index: AtomicU32::new(1),
@@ -417,6 +436,7 @@ impl Context {
                 dirty: false,
                 categories: Arc::new(CategoryFilter::all()),
                 last_fence_error: None,
+                armed: None,
             }),
             handler,
             buffer,
@@ -438,12 +458,53 @@ impl Context {
         }
     }
 
-    /// Enter a writer section on the calling thread, or `None` if tracing is off (not counted)
-    /// or the attempt must be dropped (counted: re-entrant call from the same thread, or no
+    /// Enter a writer section on the calling thread, or `None` if tracing is off (not counted,
+    /// unless the context is armed: [`Self::arm`]) or the attempt must be dropped (counted: re-entrant call from the same thread, or no
     /// writer slot free). Dropping the [`Writer`] leaves the section.
     #[inline]
     pub fn acquire(&self) -> Option<Writer<'_>> {
         writer::acquire(&self.inner)
+    }
+
+    /// Expect a start: the provider was initialized for a trace of `categories` that has not
+    /// started yet (Fuchsia's "initialized" state). Until the start, every event call that
+    /// finds this context installed, and every direct [`Self::acquire`], of an enabled
+    /// category is counted as a dropped record of the trace that start begins (reported in
+    /// its `num_records_dropped`) instead of being lost without a trace. Valid only while
+    /// stopped; arming an armed context replaces its categories.
+    pub fn arm(&self, categories: CategoryFilter) -> Result<(), EngineError> {
+        let inner = &*self.inner;
+        let mut st = inner.lock();
+        if st.phase != TraceState::Stopped {
+            return Err(EngineError::BadState {
+                op: "arm",
+                state: st.phase,
+            });
+        }
+        let categories = Arc::new(categories);
+        match &mut st.armed {
+            Some(armed) => armed.categories = categories,
+            None => {
+                st.armed = Some(Armed {
+                    dropped_base: inner.raw_dropped(),
+                    categories,
+                });
+                // ATOMICS: `Relaxed`: see `Inner::armed`; call sites reach the context (and
+                // count) once `ACTIVE_CONTEXTS` is non-zero.
+                inner.armed.store(true, Ordering::Relaxed);
+                ACTIVE_CONTEXTS.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        Ok(())
+    }
+
+    /// No start is coming after all (the session stopped or ended first): leave the state
+    /// [`Self::arm`] entered. Returns the calls counted as dropped while armed (0 when not
+    /// armed).
+    pub fn disarm(&self) -> u64 {
+        let inner = &*self.inner;
+        let mut st = inner.lock();
+        inner.disarm(&mut st)
     }
 
     /// Start tracing. Valid only while stopped. Writes no record: a trace that readers decode
@@ -491,6 +552,15 @@ impl Context {
         }
         let header = inner.buffer.header();
         let raw_dropped = inner.raw_dropped();
+        // The calls an armed context counted since `arm` are drops of the trace this start
+        // begins (no call can add to them while the mutex is held).
+        let (raw_dropped, dropped_before_start) = match &st.armed {
+            Some(armed) => (
+                armed.dropped_base,
+                raw_dropped.saturating_sub(armed.dropped_base),
+            ),
+            None => (raw_dropped, 0),
+        };
         match mode {
             StartMode::ClearEntire => {
                 if st.dirty {
@@ -509,12 +579,18 @@ impl Context {
                 inner.thread_index.store(1, Ordering::Relaxed);
                 inner.reset_rolling(&mut st)?;
                 st.dropped_base = raw_dropped;
+                // ATOMICS: `Relaxed`: while stopped; published by the start's gate store.
+                header
+                    .num_records_dropped
+                    .store(dropped_before_start, Ordering::Relaxed);
             }
             StartMode::ClearNondurable => {
                 inner.reset_rolling(&mut st)?;
                 st.dropped_base = raw_dropped;
                 // ATOMICS: `Relaxed`: while stopped; published by the start's gate store.
-                header.num_records_dropped.store(0, Ordering::Relaxed);
+                header
+                    .num_records_dropped
+                    .store(dropped_before_start, Ordering::Relaxed);
             }
             StartMode::Retain => {}
         }
@@ -554,8 +630,14 @@ impl Context {
             }
             _ => false,
         };
-        // ATOMICS: `Relaxed`: a hint for call sites (see `category`).
-        ACTIVE_CONTEXTS.fetch_add(1, Ordering::Relaxed);
+        if st.armed.take().is_some() {
+            // Armed, it already counts in `ACTIVE_CONTEXTS`.
+            // ATOMICS: `Relaxed`: see `Inner::armed`.
+            inner.armed.store(false, Ordering::Relaxed);
+        } else {
+            // ATOMICS: `Relaxed`: a hint for call sites (see `category`).
+            ACTIVE_CONTEXTS.fetch_add(1, Ordering::Relaxed);
+        }
         // ATOMICS: `Release`: zeroed buffers, reset allocators and the leading record
         // happen-before any writer that sees the started gate.
         inner.gate.store(gate, Ordering::Release);
@@ -823,6 +905,7 @@ impl Drop for Inner {
             self.gate.store(0, Ordering::Release);
             let _ = self.finish_stop(&mut st);
         }
+        self.disarm(&mut st);
     }
 }
 
@@ -857,6 +940,40 @@ impl Inner {
     fn raw_dropped(&self) -> u64 {
         // ATOMICS: `Relaxed` counters; see the fields.
         self.slots.dropped_total() + self.unslotted_drops.load(Ordering::Relaxed)
+    }
+
+    /// A call found the trace not started: if the context is armed and `category` (`None`: a
+    /// direct writer, no category) is one the coming trace enables, count it as a dropped
+    /// record of that trace. Off the record path: only calls between [`Context::arm`] and the
+    /// start (or a call racing with a start) take the mutex.
+    #[cold]
+    #[inline(never)]
+    pub(crate) fn count_call_before_start(&self, category: Option<&str>) {
+        // ATOMICS: `Relaxed`: see `armed`.
+        if !self.armed.load(Ordering::Relaxed) {
+            return;
+        }
+        let st = self.lock();
+        let counted = match (&st.armed, category) {
+            (Some(armed), Some(category)) => armed.categories.is_enabled(category),
+            (Some(_), None) => true,
+            // The start came in between: the call still missed the trace it began.
+            (None, _) => st.phase == TraceState::Started,
+        };
+        if counted {
+            self.count_unslotted_drop();
+        }
+    }
+
+    /// Leave the armed state without a start; returns the calls it counted as dropped.
+    fn disarm(&self, st: &mut State) -> u64 {
+        let Some(armed) = st.armed.take() else {
+            return 0;
+        };
+        // ATOMICS: `Relaxed`: see `armed` and `ACTIVE_CONTEXTS`.
+        self.armed.store(false, Ordering::Relaxed);
+        ACTIVE_CONTEXTS.fetch_sub(1, Ordering::Relaxed);
+        self.raw_dropped().saturating_sub(armed.dropped_base)
     }
 
     /// Count one drop that no slot can take.

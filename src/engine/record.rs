@@ -215,6 +215,18 @@ impl Context {
         started.then_some(generation)
     }
 
+    /// [`Self::started_generation`] for an event (or a check that guards one) of `category`:
+    /// when the trace is not started but the context is armed ([`Context::arm`]), the call
+    /// is counted as a dropped record of the coming trace.
+    #[inline(always)]
+    pub(crate) fn event_generation(&self, category: &str) -> Option<u32> {
+        let generation = self.started_generation();
+        if generation.is_none() {
+            self.inner().count_call_before_start(Some(category));
+        }
+        generation
+    }
+
     /// `trace_acquire_context_for_category`, plus the timestamp: if `category` is enabled,
     /// read the clock, enter a writer section, and return it with the category's ref and the
     /// ticks. The clock is read once the category is known to be enabled but before the
@@ -228,7 +240,7 @@ impl Context {
     ) -> Option<(TraceWriter<'_>, StringRef<'static>, u64)> {
         const ON_INDEXED: u8 =
             FLAG_CATEGORY_CHECKED | FLAG_CATEGORY_ENABLED | FLAG_INDEX_ATTEMPTED | FLAG_INDEX_OK;
-        let generation = self.started_generation()?;
+        let generation = self.event_generation(category)?;
         let cache = cache::current();
         if cache.adopt(generation) {
             if let Lookup::Found { entry, .. } = cache.lookup(category) {
@@ -263,7 +275,7 @@ impl Context {
         kind: EventKind,
         args: &[Arg<'_>],
     ) -> bool {
-        let Some(generation) = self.started_generation() else {
+        let Some(generation) = self.event_generation(category) else {
             return true;
         };
         self.event_memoised_in(generation, None, (category, name), kind, args)
@@ -354,10 +366,11 @@ impl Context {
 
     /// Whether `category` is enabled in the current trace, answered once per thread per
     /// trace generation and then from the thread's cache (Fuchsia's `kCategoryChecked`).
-    /// False when the trace is not started. Needs no writer section.
+    /// False when the trace is not started (counted as a drop while armed, as the event it
+    /// guards is lost: see [`Context::arm`]). Needs no writer section.
     #[inline]
     pub fn is_category_enabled_cached(&self, category: &'static str) -> bool {
-        let Some(generation) = self.started_generation() else {
+        let Some(generation) = self.event_generation(category) else {
             return false;
         };
         let cache = cache::current();

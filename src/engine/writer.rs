@@ -178,6 +178,8 @@ pub(crate) fn acquire(inner: &Arc<Inner>) -> Option<Writer<'_>> {
     // ATOMICS: `Relaxed` pre-check so that "tracing off" costs one load; the authoritative load
     // follows the announcement.
     if inner.gate.load(Ordering::Relaxed) & GATE_STARTED == 0 {
+        // Counted while armed (a direct writer has no category: every attempt counts).
+        inner.count_call_before_start(None);
         return None;
     }
     let t = thread_state();

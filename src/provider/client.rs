@@ -217,6 +217,10 @@ impl Shared {
             }
             started
         };
+        if !was_started {
+            // The trace this provider was initialized for did not start.
+            self.context.disarm();
+        }
         if was_started {
             // On a timeout the header ends stay 0 and the manager scans the buffer; the records
             // it finds are whole (headers are committed last), so STOPPED is still the truth
@@ -280,6 +284,7 @@ impl Shared {
         if self.context.state() != TraceState::Stopped {
             let _ = self.context.stop(self.stop_timeout);
         }
+        self.context.disarm();
         // Best effort: the manager sees the hang-up even while the handle keeps the fd. Never
         // on a number the program reused: that would shut down the program's socket.
         if let Ok(fifo) = self.fifo.checked() {
@@ -361,6 +366,9 @@ impl Provider {
             ..options.context
         };
         let context = Context::new(buffer, config, handler)?;
+        // Initialize means a trace of these categories is coming: calls before its start are
+        // counted as dropped records of it, not lost without a count.
+        context.arm(CategoryFilter::new(categories.iter().cloned()))?;
         // Control messages from here on are read by the control thread, which polls first; a
         // frame stalled half-way for this long ends the session.
         conn.set_recv_timeout(Some(Duration::from_secs(1)))?;

@@ -7,6 +7,7 @@
 mod traced_support;
 
 mod async_fn;
+mod before_start;
 mod c_api;
 mod compiled_out;
 mod examples;

@@ -309,3 +309,53 @@ fn providers_that_exit_normally_are_not_lost() {
         }
     }
 }
+
+/// A provider initialized by a session that has not started yet: what it writes before the
+/// start is counted as dropped in that trace's report (before: lost without a count,
+/// `dropped 0`), and what it writes after is recorded.
+#[test]
+fn writes_before_the_start_are_counted_as_dropped() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("m.sock");
+    let (mut m, out) = manager(&socket, BufferingMode::Oneshot, 256 << 10);
+    let mut events = Vec::new();
+    let opts = ProviderOptions {
+        socket_path: Some(socket.clone()),
+        exit_hook: false,
+        ..ProviderOptions::default()
+    };
+    let provider = std::thread::scope(|s| {
+        let h = s.spawn(|| {
+            Provider::connect_with("early-writer", &opts)
+                .unwrap()
+                .unwrap()
+        });
+        drive(&mut m, &mut events, Duration::from_secs(5), |_, _| {
+            h.is_finished()
+        });
+        h.join().unwrap()
+    });
+    assert_eq!(
+        write(&provider, 40, 0),
+        0,
+        "nothing is written before the start"
+    );
+    m.start(None).unwrap();
+    drive(&mut m, &mut events, Duration::from_secs(5), |m, _| {
+        m.session().state() == SessionState::Started
+    });
+    assert!(provider.wait_started(Duration::from_secs(5)));
+    assert_eq!(write(&provider, 10, 100), 10);
+    m.stop(true).unwrap();
+    drive(&mut m, &mut events, Duration::from_secs(5), |m, _| {
+        m.session().state() == SessionState::Stopped
+    });
+    let reports = m.reports();
+    m.finish().unwrap();
+    let report = reports.iter().find(|r| r.name == "early-writer").unwrap();
+    assert_eq!(report.records_dropped, 40, "{report:?}");
+    let archive = decode(&out.bytes());
+    let part = archive.one("early-writer");
+    let seqs: Vec<u64> = part.events.iter().map(|e| e.seq).collect();
+    assert_eq!(seqs, (100..110).collect::<Vec<_>>());
+}

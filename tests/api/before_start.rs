@@ -1,0 +1,93 @@
+//! Calls made after a provider was initialized but before its trace started are counted as
+//! dropped records of that trace (issue 13 and 14: "events written before a start are counted
+//! as dropped, never silently lost"), through every way a program writes: the record API with
+//! and without a call site, `#[traced]`, the `tracing` layer, direct writers. Calls of a
+//! category the coming trace does not enable are not counted, and nothing is counted once the
+//! context is disarmed.
+
+#![cfg(feature = "instrument")]
+
+use crate::traced_support::serial;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use fxtrace::buffer::header::BufferingMode;
+use fxtrace::buffer::TraceBuffer;
+use fxtrace::engine::{global, start_trace, CategoryFilter, Context, ContextConfig, NoHandler};
+use fxtrace::engine::{StartMode, TraceState};
+use fxtrace::{instant, traced, Scope, TraceStr};
+
+#[traced(category = "app")]
+fn traced_call() -> u32 {
+    7
+}
+
+fn armed_context(categories: &[&str]) -> Context {
+    let buffer = TraceBuffer::create(1 << 20).expect("memfd buffer");
+    let config = ContextConfig {
+        mode: BufferingMode::Oneshot,
+        ..ContextConfig::default()
+    };
+    let context = Context::new(buffer, config, Arc::new(NoHandler)).expect("context");
+    context
+        .arm(CategoryFilter::new(categories.iter().copied()))
+        .expect("a stopped context can be armed");
+    context
+}
+
+#[test]
+fn calls_before_the_start_of_an_armed_context_are_counted_as_dropped() {
+    let _serial = serial();
+    let context = armed_context(&["app"]);
+    global::install(context.clone()).expect("no other context installed");
+    // Before the start: five calls of "app", two of a category the trace will not enable.
+    instant("app", "static name", Scope::Thread, &[]);
+    let inline_name = String::from("inline name");
+    instant("app", TraceStr::Inline(&inline_name), Scope::Thread, &[]);
+    assert_eq!(traced_call(), 7);
+    {
+        use tracing_subscriber::layer::SubscriberExt;
+        let subscriber = tracing_subscriber::registry().with(fxtrace::TracingLayer::new());
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info!(target: "app", "from tracing");
+        });
+    }
+    assert!(context.acquire().is_none(), "not started: no writer");
+    instant("other", "not in the trace", Scope::Thread, &[]);
+    instant("other", "not in the trace", Scope::Process, &[]);
+
+    assert!(start_trace(
+        &context,
+        StartMode::ClearEntire,
+        CategoryFilter::new(["app"])
+    )
+    .unwrap());
+    instant("app", "after the start", Scope::Thread, &[]);
+    let context = global::uninstall().expect("uninstall").expect("installed");
+    let report = context.stop(Duration::from_secs(5)).expect("stop");
+    assert_eq!(
+        report.records_dropped, 5,
+        "every call of an enabled category before the start is one dropped record"
+    );
+    let header = context.buffer().header().load();
+    assert_eq!(header.num_records_dropped, 5, "and the manager reads it");
+}
+
+#[test]
+fn a_disarmed_context_counts_nothing_more() {
+    let _serial = serial();
+    let context = armed_context(&[]);
+    global::install(context.clone()).expect("no other context installed");
+    instant("any", "before", Scope::Thread, &[]);
+    instant("any", "before", Scope::Thread, &[]);
+    assert_eq!(context.disarm(), 2, "two calls counted while armed");
+    instant("any", "after disarm", Scope::Thread, &[]);
+    assert_eq!(context.disarm(), 0, "not armed any more");
+    let context = global::uninstall().expect("uninstall").expect("installed");
+    assert_eq!(context.state(), TraceState::Stopped);
+    // A later start without arming begins a trace with no drops.
+    assert!(start_trace(&context, StartMode::ClearEntire, CategoryFilter::all()).unwrap());
+    let report = context.stop(Duration::from_secs(5)).expect("stop");
+    assert_eq!(report.records_dropped, 0);
+}
