@@ -17,8 +17,9 @@
 //! For instruction counts, which do not depend on the load: `FXTRACE_BENCH_CALLS=N
 //! FXTRACE_BENCH_CANDIDATE=instant_0args` makes the bench binary run only that candidate `N`
 //! times under a standalone circular session and exit; run it under `valgrind
-//! --tool=callgrind` with two values of `N` and divide the difference of the totals by the
-//! difference of the calls (set-up cancels out).
+//! --tool=callgrind --collect-atstart=no --toggle-collect='*counted_loop*'` (the calls only,
+//! not the session's set-up and read-out) with two values of `N` and divide the difference
+//! of the totals by the difference of the calls.
 
 mod support;
 
@@ -29,7 +30,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 /// `FXTRACE_BENCH_CALLS` mode (see the module docs): run one candidate and exit.
 fn counted_calls() {
     use fxtrace::buffer::header::BufferingMode;
-    use fxtrace::{Arg, ArgValue, Scope};
 
     let Some(calls) = std::env::var("FXTRACE_BENCH_CALLS")
         .ok()
@@ -40,26 +40,39 @@ fn counted_calls() {
     let candidate = std::env::var("FXTRACE_BENCH_CANDIDATE").unwrap_or_default();
     let session =
         fxtrace::standalone::start(BufferingMode::Circular, 64 << 20).expect("standalone session");
-    for i in 0..calls {
-        match candidate.as_str() {
-            "rdtscp" => {
-                black_box(fxtrace::clock::ticks());
-            }
-            "instant_0args" => fxtrace::instant("bench", "instant", Scope::Thread, &[]),
-            "instant_2args" => {
-                let args = [
-                    Arg::new("count", ArgValue::U64(black_box(i))),
-                    Arg::new("flag", ArgValue::I32(black_box(-1))),
-                ];
-                fxtrace::instant("bench", "instant2", Scope::Thread, &args)
-            }
-            "duration_complete" => drop(fxtrace::duration("bench", "duration")),
-            other => panic!("unknown FXTRACE_BENCH_CANDIDATE {other:?}"),
-        }
-    }
+    counted_loop(&candidate, calls);
     let (_, report) = session.finish_to_vec().expect("finish");
     assert_eq!(report.stop.records_dropped, 0);
     std::process::exit(0);
+}
+
+/// The calls of the `FXTRACE_BENCH_CALLS` mode, out of line so that callgrind can count this
+/// function alone (`--toggle-collect=*counted_loop*`): the session's set-up and its read-out
+/// (which grows with the number of records) are left out.
+#[inline(never)]
+fn counted_loop(candidate: &str, calls: u64) {
+    use fxtrace::{Arg, ArgValue, Scope};
+
+    // One loop per candidate: the dispatch is not repeated per call.
+    match candidate {
+        "rdtscp" => (0..calls).for_each(|_| {
+            black_box(fxtrace::clock::ticks());
+        }),
+        "instant_0args" => {
+            (0..calls).for_each(|_| fxtrace::instant("bench", "instant", Scope::Thread, &[]))
+        }
+        "instant_2args" => (0..calls).for_each(|i| {
+            let args = [
+                Arg::new("count", ArgValue::U64(black_box(i))),
+                Arg::new("flag", ArgValue::I32(black_box(-1))),
+            ];
+            fxtrace::instant("bench", "instant2", Scope::Thread, &args)
+        }),
+        "duration_complete" => {
+            (0..calls).for_each(|_| drop(fxtrace::duration("bench", "duration")))
+        }
+        other => panic!("unknown FXTRACE_BENCH_CANDIDATE {other:?}"),
+    }
 }
 
 /// The clock alone, and what it is compared with.
