@@ -67,7 +67,7 @@
 //! record path: full buffers drop and count.
 
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, RwLock, RwLockWriteGuard};
 use std::time::{Duration, Instant};
 
 use crossbeam_utils::{Backoff, CachePadded};
@@ -286,9 +286,6 @@ struct Armed {
     /// Raw drop total when armed: the start takes it as its base, so the drops counted while
     /// armed belong to the trace it begins.
     dropped_base: u64,
-    /// The categories the coming trace enables: a call of another category is not an event
-    /// of that trace, so it is not counted.
-    categories: Arc<CategoryFilter>,
 }
 
 static NEXT_CONTEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -327,9 +324,16 @@ pub(crate) struct Inner {
     /// grace period's `Acquire` scan or not at all (tracing off).
     pub(crate) unslotted_drops: CachePadded<AtomicU64>,
     /// Rules: mirrors `State::armed.is_some()`; written under the switch mutex, read by calls
-    /// that found the trace not started, to decide (without the mutex) whether to count them.
-    /// ATOMICS: `Relaxed`: a hint; the count is decided again under the mutex.
+    /// that found the trace not started, to decide whether to count them.
+    /// ATOMICS: `Relaxed`: a hint; a call racing with `arm` or the start may miss it, as a
+    /// call racing with a start may miss the trace.
     armed: AtomicBool,
+    /// Rules: the categories the coming trace enables while armed (a call of another category
+    /// is not an event of that trace, so it is not counted); `None` otherwise. Written under
+    /// the switch mutex (arm, the start, disarm); read by the counting calls, which never take
+    /// the switch mutex: a start must not wait behind threads calling in a loop (the lock is
+    /// write-preferring, so it does not).
+    armed_categories: RwLock<Option<Arc<CategoryFilter>>>,
     /// Rules (streaming): `ready[i]` mirrors `buffers[i] == Ready`; written under the switch
     /// mutex (a switch stores `false` for the new buffer only after resetting the allocator
     /// word), read by writers that found their buffer full, to drop without taking the mutex.
@@ -415,6 +419,7 @@ impl Context {
             slots: WriterSlots::new(slots),
             unslotted_drops: CachePadded::new(AtomicU64::new(0)),
             armed: AtomicBool::new(false),
+            armed_categories: RwLock::new(None),
             ready: [AtomicBool::new(false), AtomicBool::new(true)],
             string_index: AtomicU32::new(1),
             thread_index: AtomicU32::new(1),
@@ -481,13 +486,12 @@ impl Context {
                 state: st.phase,
             });
         }
-        let categories = Arc::new(categories);
+        *inner.armed_categories_mut() = Some(Arc::new(categories));
         match &mut st.armed {
-            Some(armed) => armed.categories = categories,
+            Some(_) => {}
             None => {
                 st.armed = Some(Armed {
                     dropped_base: inner.raw_dropped(),
-                    categories,
                 });
                 // ATOMICS: `Relaxed`: see `Inner::armed`; call sites reach the context (and
                 // count) once `ACTIVE_CONTEXTS` is non-zero.
@@ -551,9 +555,13 @@ impl Context {
             });
         }
         let header = inner.buffer.header();
+        if st.armed.is_some() {
+            // From here until the gate opens every call counts, whatever its category.
+            *inner.armed_categories_mut() = None;
+        }
         let raw_dropped = inner.raw_dropped();
         // The calls an armed context counted since `arm` are drops of the trace this start
-        // begins (no call can add to them while the mutex is held).
+        // begins; those counted from here on are too (they stay above its base).
         let (raw_dropped, dropped_before_start) = match &st.armed {
             Some(armed) => (
                 armed.dropped_base,
@@ -953,16 +961,29 @@ impl Inner {
         if !self.armed.load(Ordering::Relaxed) {
             return;
         }
-        let st = self.lock();
-        let counted = match (&st.armed, category) {
-            (Some(armed), Some(category)) => armed.categories.is_enabled(category),
-            (Some(_), None) => true,
-            // The start came in between: the call still missed the trace it began.
-            (None, _) => st.phase == TraceState::Started,
+        // A poisoned lock holds an `Option<Arc<_>>` written in one store: still consistent.
+        let categories = self
+            .armed_categories
+            .read()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        // `None`: a start is under way (or the call raced with one): the call missed the
+        // trace it begins, whatever its category.
+        let counted = match (categories.as_deref(), category) {
+            (Some(categories), Some(category)) => categories.is_enabled(category),
+            _ => true,
         };
+        drop(categories);
         if counted {
             self.count_unslotted_drop();
         }
+    }
+
+    /// The armed categories, for writing (under the switch mutex).
+    fn armed_categories_mut(&self) -> RwLockWriteGuard<'_, Option<Arc<CategoryFilter>>> {
+        // A poisoned lock holds an `Option<Arc<_>>` written in one store: still consistent.
+        self.armed_categories
+            .write()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Leave the armed state without a start; returns the calls it counted as dropped.
@@ -970,6 +991,7 @@ impl Inner {
         let Some(armed) = st.armed.take() else {
             return 0;
         };
+        *self.armed_categories_mut() = None;
         // ATOMICS: `Relaxed`: see `armed` and `ACTIVE_CONTEXTS`.
         self.armed.store(false, Ordering::Relaxed);
         ACTIVE_CONTEXTS.fetch_sub(1, Ordering::Relaxed);

@@ -91,3 +91,57 @@ fn a_disarmed_context_counts_nothing_more() {
     let report = context.stop(Duration::from_secs(5)).expect("stop");
     assert_eq!(report.records_dropped, 0);
 }
+
+/// Threads calling in a tight loop on an armed context do not hold its start back (the count
+/// takes no lock the start needs; an earlier version took the switch mutex per call and the
+/// start waited behind two looping threads for over a minute on a loaded machine), and every
+/// call is either counted as dropped or written.
+#[test]
+fn calls_in_a_loop_do_not_hold_the_start_back() {
+    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+    let _serial = serial();
+    let context = armed_context(&["app"]);
+    global::install(context.clone()).expect("no other context installed");
+    let stop = AtomicBool::new(false);
+    let calls = AtomicU64::new(0);
+    std::thread::scope(|s| {
+        for _ in 0..2 {
+            s.spawn(|| {
+                let mut n = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    instant("app", "looping", Scope::Thread, &[]);
+                    n += 1;
+                }
+                calls.fetch_add(n, Ordering::Relaxed);
+            });
+        }
+        // Let both threads run into the armed path first.
+        while context.stats().records_dropped < 1000 {
+            std::thread::yield_now();
+        }
+        let (done_tx, done_rx) = std::sync::mpsc::channel();
+        let starter = context.clone();
+        s.spawn(move || {
+            let started = start_trace(
+                &starter,
+                StartMode::ClearEntire,
+                CategoryFilter::new(["app"]),
+            );
+            let _ = done_tx.send(started.map_err(|e| e.to_string()));
+        });
+        let started = done_rx.recv_timeout(Duration::from_secs(30));
+        stop.store(true, Ordering::Relaxed);
+        assert!(
+            matches!(started, Ok(Ok(true))),
+            "the start did not complete beside looping callers: {started:?}"
+        );
+    });
+    let context = global::uninstall().expect("uninstall").expect("installed");
+    let stop_report = context.stop(Duration::from_secs(5)).expect("stop");
+    let calls = calls.load(Ordering::Relaxed);
+    assert!(stop_report.records_dropped >= 1000, "{stop_report:?}");
+    assert!(
+        stop_report.records_dropped <= calls,
+        "{stop_report:?} of {calls} calls"
+    );
+}
