@@ -359,3 +359,62 @@ fn writes_before_the_start_are_counted_as_dropped() {
     let seqs: Vec<u64> = part.events.iter().map(|e| e.seq).collect();
     assert_eq!(seqs, (100..110).collect::<Vec<_>>());
 }
+
+/// A streaming provider's writers can fill its buffer between the start (the gate opens) and
+/// the provider's STARTED: its SAVE_BUFFER then arrives while the manager still waits for
+/// STARTED. It is served (before: ignored, so the provider waited for BUFFER_SAVED forever and
+/// dropped everything after; `record::lifecycle::a_killed_recorder_leaves_whole_records_only`
+/// stalled that way under load).
+#[test]
+fn a_save_requested_before_started_is_served() {
+    use fxtrace::buffer::header::HEADER_SIZE;
+    use fxtrace::protocol::control::Message;
+    use fxtrace::protocol::fifo::{FifoPacket, BUFFER_SAVED, SAVE_BUFFER};
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use support::{filler_records, FakeProvider, INIT_RECORD};
+
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("m.sock");
+    let (mut m, out) = manager(&socket, BufferingMode::Streaming, 64 << 10);
+    m.start(None).unwrap();
+    let mut events = Vec::new();
+    let started_sent = AtomicBool::new(false);
+    let saved = std::thread::scope(|s| {
+        let fake = s.spawn(|| {
+            let mut p = FakeProvider::register(&socket, "early-save");
+            p.expect_start();
+            let mut h = p.init_header();
+            p.put_words(HEADER_SIZE, &INIT_RECORD);
+            p.put_words(p.geometry().rolling_offset(0), &filler_records(3));
+            h.rolling_data_end[0] = 48;
+            p.buffer.header().store(&h);
+            // The save request comes first, STARTED after it.
+            p.send(FifoPacket::new(SAVE_BUFFER, 0, 0, 16));
+            let saved = p.recv_packet(Duration::from_secs(10));
+            p.send_started();
+            started_sent.store(true, Ordering::SeqCst);
+            assert!(matches!(p.recv(), Some(Message::Stop)));
+            p.send(fxtrace::protocol::fifo::ProviderPacket::Stopped.to_packet());
+            saved
+        });
+        drive(&mut m, &mut events, Duration::from_secs(20), |_, _| {
+            started_sent.load(Ordering::SeqCst) || fake.is_finished()
+        });
+        m.stop(true).unwrap();
+        drive(&mut m, &mut events, Duration::from_secs(20), |_, _| {
+            fake.is_finished()
+        });
+        fake.join().unwrap()
+    });
+    drive(&mut m, &mut events, Duration::from_secs(10), |m, _| {
+        m.session().state() == SessionState::Stopped
+    });
+    m.finish().unwrap();
+    let saved = saved.expect("BUFFER_SAVED within 10 s");
+    assert_eq!(saved.request, BUFFER_SAVED, "{saved:?}");
+    let archive = decode(&out.bytes());
+    assert!(
+        archive.one("early-save").inits >= 3,
+        "the saved records are archived"
+    );
+}

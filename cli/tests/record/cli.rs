@@ -455,7 +455,11 @@ fn a_duration_without_a_command_traces_whoever_joins() {
         .output()
         .unwrap();
     let status_out = String::from_utf8_lossy(&status.stdout);
-    assert!(status.status.success(), "{status_out}");
+    assert!(
+        status.status.success(),
+        "{status_out}{}",
+        String::from_utf8_lossy(&status.stderr)
+    );
     assert!(status_out.contains("STARTED"), "{status_out}");
     let b = support::spawn_probe(&socket, &["--name", "second", "--events", "200"]);
     let b = parse_probe(&String::from_utf8_lossy(

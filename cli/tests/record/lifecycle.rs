@@ -196,7 +196,8 @@ fn a_killed_recorder_leaves_whole_records_only() {
         .arg("--")
         .arg(&example)
         .args(["--threads", "2", "--events", "100000000"])
-        .stderr(Stdio::null())
+        .stdout(Stdio::null())
+        .stderr(std::fs::File::create(dir.join("stderr.txt")).unwrap())
         .spawn()
         .unwrap();
     // Killed however the test ends.
@@ -209,9 +210,13 @@ fn a_killed_recorder_leaves_whole_records_only() {
     }
     let mut rec = KillOnDrop(rec);
     // Let it save a few buffers, then kill it mid-stream.
-    assert!(wait_until(Duration::from_secs(60), || {
-        std::fs::metadata(&out).is_ok_and(|m| m.len() > 600_000)
-    }));
+    assert!(
+        wait_until(Duration::from_secs(60), || {
+            std::fs::metadata(&out).is_ok_and(|m| m.len() > 600_000)
+        }),
+        "the recording did not grow past 600 KB; the recorder said: {}",
+        std::fs::read_to_string(dir.join("stderr.txt")).unwrap_or_default()
+    );
     std::thread::sleep(Duration::from_millis(150));
     rec.0.kill().unwrap();
     rec.0.wait().unwrap();

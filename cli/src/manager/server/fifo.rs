@@ -158,10 +158,18 @@ impl Manager {
         let Some(t) = self.tracees.get_mut(&id) else {
             return false;
         };
+        // `Starting` too: a provider opens its gate before it sends STARTED, and its writers
+        // can fill a small buffer and ask for a save in between; ignoring that request left
+        // the provider waiting for BUFFER_SAVED forever, dropping everything.
         if t.mode != BufferingMode::Streaming
             || !matches!(
                 phase,
-                Some(ProviderPhase::Started | ProviderPhase::Stopping | ProviderPhase::Terminating)
+                Some(
+                    ProviderPhase::Starting
+                        | ProviderPhase::Started
+                        | ProviderPhase::Stopping
+                        | ProviderPhase::Terminating
+                )
             )
         {
             // trace_manager ignores these with a warning.
