@@ -8,4 +8,5 @@ pub mod check;
 pub mod convert;
 pub mod manager;
 pub mod output_file;
+pub mod preload_lib;
 pub mod report;

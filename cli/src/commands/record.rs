@@ -19,6 +19,7 @@ use fxtrace_tools::manager::kernel::{KernelProviderError, KernelSection, LbrStat
 use fxtrace_tools::manager::recorder::{
     stop_on_signals, RecordConfig, Recorder, RecorderError, StopReason,
 };
+use fxtrace_tools::preload_lib::preload_library;
 
 use super::progress::{self, StatusLine};
 use super::record_notes;
@@ -251,7 +252,9 @@ impl RecordArgs {
             .filter(|c| !c.is_empty())
             .collect();
         let env = if self.preload {
-            vec![preload_env(&preload_library()?)]
+            vec![preload_env(&preload_library().map_err(|e| {
+                RecordCliError::BadArgument(format!("--preload: {e}"))
+            })?)]
         } else {
             Vec::new()
         };
@@ -278,42 +281,6 @@ impl RecordArgs {
 }
 
 // === --preload ===
-
-/// The preload object's file name.
-const PRELOAD_LIB: &str = "libfxtrace_preload.so";
-/// Where `--preload` finds the object, if set.
-const PRELOAD_LIB_ENV: &str = "FXTRACE_PRELOAD_LIB";
-
-/// `FXTRACE_PRELOAD_LIB`, else `libfxtrace_preload.so` next to this executable.
-fn preload_library() -> Result<PathBuf, RecordCliError> {
-    find_preload_library(std::env::var_os(PRELOAD_LIB_ENV), std::env::current_exe())
-}
-
-/// The object at `explicit`, else next to `exe`; it must exist. Absolute, since the command
-/// may change directory.
-fn find_preload_library(
-    explicit: Option<OsString>,
-    exe: std::io::Result<PathBuf>,
-) -> Result<PathBuf, RecordCliError> {
-    let path = match explicit {
-        Some(path) => PathBuf::from(path),
-        None => exe
-            .map_err(|e| {
-                RecordCliError::BadArgument(format!(
-                    "--preload: cannot locate this executable ({e}); set {PRELOAD_LIB_ENV}"
-                ))
-            })?
-            .with_file_name(PRELOAD_LIB),
-    };
-    if !path.is_file() {
-        return Err(RecordCliError::BadArgument(format!(
-            "--preload: {} not found; build it next to fxtrace (cargo build -p \
-             fxtrace-preload) or set {PRELOAD_LIB_ENV} to its path",
-            path.display()
-        )));
-    }
-    Ok(std::path::absolute(&path).unwrap_or(path))
-}
 
 /// `LD_PRELOAD` for the command: `library` first, then what the environment already preloads.
 fn preload_env(library: &std::path::Path) -> (OsString, OsString) {
@@ -486,31 +453,8 @@ mod tests {
     }
 
     #[test]
-    fn preload_finds_the_object_and_keeps_ld_preload() {
-        let dir = tempfile::tempdir().unwrap();
-        let lib = dir.path().join(PRELOAD_LIB);
-        let exe = dir.path().join("fxtrace");
-        assert!(matches!(
-            find_preload_library(None, Ok(exe.clone())),
-            Err(RecordCliError::BadArgument(m)) if m.contains("not found")
-        ));
-        std::fs::write(&lib, b"").unwrap();
-        assert_eq!(find_preload_library(None, Ok(exe)).unwrap(), lib);
-        let other = dir.path().join("other.so");
-        assert!(find_preload_library(
-            Some(other.clone().into()),
-            Err(std::io::ErrorKind::NotFound.into())
-        )
-        .is_err());
-        std::fs::write(&other, b"").unwrap();
-        assert_eq!(
-            find_preload_library(
-                Some(other.clone().into()),
-                Err(std::io::ErrorKind::NotFound.into())
-            )
-            .unwrap(),
-            other
-        );
+    fn preload_keeps_ld_preload() {
+        let lib = std::path::PathBuf::from("/opt/fxtrace/libfxtrace_preload.so");
         assert_eq!(
             preload_env_with(&lib, Some("/x/a.so".into())).1,
             OsString::from(format!("{}:/x/a.so", lib.display()))
