@@ -13,10 +13,12 @@ use fxtrace::protocol::transport::{
 use super::lifecycle::remove_stale_session_dirs;
 use super::recorder::{runtime_dir, SESSION_DIR_PREFIX};
 
-/// How long connecting to a session may take.
-const CONNECT_TIMEOUT: Duration = Duration::from_millis(200);
-/// How long a session may take to answer.
-const REPLY_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long connecting to a session may take (a refused or absent socket fails at once; this
+/// bounds a listen queue that is full).
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(1);
+/// How long a session may take to answer: its manager answers between two polls, but on a
+/// loaded machine a poll turn can take seconds (2 s was seen to expire in the test suite).
+const REPLY_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The sockets of this user's sessions: the per-user default socket, then every
 /// `fxtrace record` session directory (directories whose recorder is gone are removed first).
