@@ -531,6 +531,20 @@ fn refusals(events: &[ManagerEvent], text: &str) -> usize {
         .count()
 }
 
+/// A manager with small buffers and short start/stop timeouts (providers of a flood never
+/// answer Start).
+fn lockout_config(socket: &std::path::Path) -> ManagerConfig {
+    ManagerConfig {
+        session: SessionConfig {
+            buffer_size_bytes: 64 << 10,
+            start_timeout: Duration::from_millis(300),
+            stop_timeout: Duration::from_millis(500),
+            ..SessionConfig::default()
+        },
+        ..ManagerConfig::new(socket)
+    }
+}
+
 /// One user floods the table (here 8 slots, 2 kept for the traced command): its registrations
 /// beyond the 6 open slots are refused, the traced command's own provider is still accepted
 /// and traced completely, and a provider that never answered Start is evicted for a newcomer.
@@ -539,15 +553,7 @@ fn refusals(events: &[ManagerEvent], text: &str) -> usize {
 fn one_user_cannot_lock_the_traced_command_out() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("m.sock");
-    let mut config = ManagerConfig {
-        session: SessionConfig {
-            buffer_size_bytes: 64 << 10,
-            start_timeout: Duration::from_millis(300),
-            stop_timeout: Duration::from_millis(500),
-            ..SessionConfig::default()
-        },
-        ..ManagerConfig::new(&socket)
-    };
+    let mut config = lockout_config(&socket);
     config.max_providers = 8;
     config.reserved_for_traced = 2;
     config.max_per_uid = 8;
@@ -618,15 +624,7 @@ fn one_user_cannot_lock_the_traced_command_out() {
 fn three_hundred_registrations_leave_room_for_the_traced_command() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("m.sock");
-    let config = ManagerConfig {
-        session: SessionConfig {
-            buffer_size_bytes: 64 << 10,
-            start_timeout: Duration::from_millis(300),
-            stop_timeout: Duration::from_millis(500),
-            ..SessionConfig::default()
-        },
-        ..ManagerConfig::new(&socket)
-    };
+    let config = lockout_config(&socket);
     let (max_providers, reserved, max_per_pid) = (
         config.max_providers,
         config.reserved_for_traced,
