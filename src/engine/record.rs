@@ -138,6 +138,10 @@ pub fn start_trace(
 }
 
 /// `""` is the empty ref; anything else inline.
+/// The argument of a process's kernel object record that names the instruction its
+/// timestamps were read with ([`crate::clock::TICKS_INSTRUCTION`]).
+pub const CLOCK_ARG: &str = "fxtrace.clock";
+
 #[inline(always)]
 fn inline_ref(s: &str) -> StringRef<'_> {
     if s.is_empty() {
@@ -599,11 +603,17 @@ impl<'c> TraceWriter<'c> {
         let pid = cache::process_id();
         let tid = self.cache.thread_id();
         if cache::claim_process_record(self.generation()) {
+            // The instruction the process's timestamps were read with (issue 11: the opt-in
+            // `rdtsc` clock is recorded in the trace): `rdtscp`, `rdtsc` or `clock_gettime`.
+            let clock = [Arg {
+                name: self.static_string_ref(CLOCK_ARG),
+                value: ArgValue::Str(self.static_string_ref(crate::clock::TICKS_INSTRUCTION)),
+            }];
             let _ = self.write_durable(&KernelObject {
                 koid: pid,
                 object_type: ObjectType::PROCESS,
                 name: inline_ref(cache::process_name()),
-                args: &[],
+                args: &clock,
             });
         }
         let mut buf = [0u8; 16];

@@ -145,3 +145,31 @@ fn calls_in_a_loop_do_not_hold_the_start_back() {
         "{stop_report:?} of {calls} calls"
     );
 }
+
+/// The process's kernel object record names the instruction its timestamps were read with
+/// (`rdtscp` by default, `rdtsc` with the cargo feature), so a reader knows which clock a
+/// trace used.
+#[test]
+fn the_process_record_names_the_clock() {
+    use fxtrace::format::{DecodedRecord, DecodedValue, Decoder, ObjectType};
+    let _serial = serial();
+    let session = fxtrace::standalone::start(BufferingMode::Oneshot, 1 << 20).expect("session");
+    instant("app", "one", Scope::Thread, &[]);
+    let (bytes, _) = session.finish_to_vec().expect("finish");
+    let clocks: Vec<String> = Decoder::new(&bytes)
+        .filter_map(|r| match r.expect("decodes").record {
+            DecodedRecord::KernelObject {
+                object_type, args, ..
+            } if object_type == ObjectType::PROCESS => args
+                .into_iter()
+                .find(|a| a.name == fxtrace::engine::record::CLOCK_ARG)
+                .map(|a| match a.value {
+                    DecodedValue::Str(s) => s.into_owned(),
+                    other => panic!("clock argument {other:?}"),
+                }),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(clocks, [fxtrace::clock::TICKS_INSTRUCTION]);
+    assert!(["rdtscp", "rdtsc", "clock_gettime"].contains(&clocks[0].as_str()));
+}
