@@ -57,10 +57,10 @@ use super::state::LinuxThreadState;
 use crate::format::lbr::{LbrBranch, LbrPayload, LBR_MAX_BRANCHES};
 use crate::format::mmap::{MmapRecord, MMAP_BLOB_NAME, MMAP_MAX_BUILD_ID, MMAP_MAX_PATH};
 use crate::format::{
-    Arg, ArgValue, Blob, BlobType, ContextSwitch, Encode, EncodeError, Event, EventKind,
-    Initialization, KernelObject, Log, ObjectType, ProviderEvent, ProviderInfo, Record,
-    RecordWriter, SchedContextSwitch, StringRecord, StringRef, ThreadRecord, ThreadRef,
-    ThreadState, MAGIC_WORD, MAX_RECORD_WORDS, MAX_STRING_INDEX, MAX_STRING_LEN, MAX_THREAD_INDEX,
+    Arg, ArgValue, BatchError, BatchOut, BatchWriter, Blob, BlobType, ContextSwitch, EncodeError,
+    Event, EventKind, Initialization, KernelObject, Log, ObjectType, ProviderEvent, ProviderInfo,
+    Record, RecordWriter, SchedContextSwitch, StringRecord, StringRef, ThreadRecord, ThreadRef,
+    ThreadState, MAX_STRING_INDEX, MAX_STRING_LEN, MAX_THREAD_INDEX,
     PROVIDER_EVENT_BUFFER_OVERFLOW,
 };
 
@@ -106,83 +106,68 @@ impl<S: RecordSink + ?Sized> RecordSink for &mut S {
     }
 }
 
-/// Streams records to any [`Write`] (a file, a pipe), buffered: records are encoded in place
-/// at the end of a word buffer (no size pass, no copy) and written out in chunks of about
-/// 64 KiB. Call [`FxtStreamSink::finish`] (or [`FxtStreamSink::flush`]) at the end: dropping
-/// the sink loses what is still buffered.
+/// Streams records to any [`Write`] (a file, a pipe): the format's [`BatchWriter`] in batches of
+/// about 64 KiB. Call [`FxtStreamSink::finish`] (or [`FxtStreamSink::flush`]) at the end:
+/// dropping the sink loses what is still buffered.
 #[derive(Debug)]
-pub struct FxtStreamSink<W: Write> {
-    out: W,
-    /// Always `CHUNK_WORDS + MAX_RECORD_WORDS` long, so any record fits behind `used`.
-    buffer: Vec<u64>,
-    used: usize,
-    bytes: u64,
-}
+pub struct FxtStreamSink<W: Write>(BatchWriter<WriteBatches<W>>);
 
 /// Words buffered before a write to the underlying writer (64 KiB).
 const CHUNK_WORDS: usize = 8 * 1024;
 
+/// A [`Write`] as the output of a [`BatchWriter`].
+#[derive(Debug)]
+struct WriteBatches<W>(W);
+
+impl<W: Write> BatchOut for WriteBatches<W> {
+    type Error = io::Error;
+
+    fn write_batch(&mut self, words: &[u64]) -> io::Result<()> {
+        // SAFETY: `words` is a live, initialised `[u64]`; viewing its memory as bytes (align 1,
+        // same length in bytes, no padding in u64) is always valid, and the view ends with
+        // this call.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), std::mem::size_of_val(words))
+        };
+        self.0.write_all(bytes)
+    }
+}
+
 impl<W: Write> FxtStreamSink<W> {
     /// A sink writing to `out`, nothing written yet.
     pub fn new(out: W) -> Self {
-        Self {
-            out,
-            buffer: vec![0; CHUNK_WORDS + MAX_RECORD_WORDS],
-            used: 0,
-            bytes: 0,
-        }
+        Self(BatchWriter::new(WriteBatches(out), CHUNK_WORDS))
     }
 
     /// A sink whose stream starts with the magic number record, as a trace file does.
     pub fn with_magic(out: W) -> Self {
-        let mut sink = Self::new(out);
-        sink.buffer[0] = MAGIC_WORD;
-        sink.used = 1;
-        sink.bytes = 8;
-        sink
+        Self(BatchWriter::with_magic(WriteBatches(out), CHUNK_WORDS))
     }
 
     /// Bytes accepted so far (written or buffered).
     pub fn bytes(&self) -> u64 {
-        self.bytes
+        self.0.bytes()
     }
 
     /// Writes out everything buffered and flushes the writer.
     pub fn flush(&mut self) -> io::Result<()> {
-        self.write_out()?;
-        self.out.flush()
+        self.0.flush()?;
+        self.0.out_mut().0.flush()
     }
 
     /// Flushes and returns the writer.
     pub fn finish(mut self) -> io::Result<W> {
         self.flush()?;
-        Ok(self.out)
-    }
-
-    fn write_out(&mut self) -> io::Result<()> {
-        let words = &self.buffer[..self.used];
-        // SAFETY: `words` is a live, initialised `[u64]`; viewing its memory as bytes (align 1,
-        // same length in bytes, no padding in u64) is always valid, and the view ends before
-        // `self.buffer` is touched again.
-        let bytes = unsafe {
-            std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), std::mem::size_of_val(words))
-        };
-        self.out.write_all(bytes)?;
-        self.used = 0;
-        Ok(())
+        Ok(self.0.into_out().0)
     }
 }
 
 impl<W: Write> RecordSink for FxtStreamSink<W> {
     fn push(&mut self, record: &Record<'_>) -> Result<usize, SinkError> {
-        // The tail always holds MAX_RECORD_WORDS, the largest record there is.
-        let written = record.write(&mut self.buffer[self.used..])?;
-        self.used += written;
-        self.bytes += 8 * written as u64;
-        if self.used >= CHUNK_WORDS {
-            self.write_out()?;
-        }
-        Ok(written)
+        self.0.push(record).map_err(|e| match e {
+            BatchError::Encode(e) => SinkError::Encode(e),
+            BatchError::Out(e) => SinkError::Io(e),
+        })
     }
 }
 
@@ -1162,7 +1147,7 @@ mod tests {
         let (sink, stats) = w.finish().unwrap();
         assert_eq!(stats.unindexed_threads, 3, "10, 11, the recorder");
         assert!(stats.dropped_records >= 3);
-        let mut bytes = words_to_bytes(&[MAGIC_WORD]);
+        let mut bytes = words_to_bytes(&[crate::format::MAGIC_WORD]);
         bytes.extend(sink.0.to_bytes());
         let records: Vec<_> = Decoder::new(&bytes).map(|d| d.unwrap().record).collect();
         assert!(records.iter().any(|r| matches!(

@@ -96,4 +96,4 @@ pub use types::{
     MAX_RECORD_WORDS, MAX_STRING_INDEX, MAX_STRING_LEN, MAX_THREAD_INDEX,
     PROVIDER_EVENT_BUFFER_OVERFLOW, TRACE_INFO_TYPE_MAGIC,
 };
-pub use writer::{encode_to_vec, words_to_bytes, RecordWriter};
+pub use writer::{encode_to_vec, words_to_bytes, BatchError, BatchOut, BatchWriter, RecordWriter};
