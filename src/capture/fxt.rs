@@ -1176,6 +1176,83 @@ mod tests {
         assert_eq!(threads, vec![(1, 10), (2, 11), (1, 12), (3, 7)]);
     }
 
+    /// The local table with an epoch the test moves on.
+    #[derive(Debug, Default)]
+    struct Epochs {
+        table: LocalRefs,
+        epoch: u64,
+    }
+
+    impl RefTable<RecordWriter> for Epochs {
+        fn epoch(&mut self, _sink: &mut RecordWriter) -> Option<u64> {
+            Some(self.epoch)
+        }
+        fn register_string(
+            &mut self,
+            sink: &mut RecordWriter,
+            value: &str,
+        ) -> Result<Registration<u16>, SinkError> {
+            self.table.register_string(sink, value)
+        }
+        fn register_thread(
+            &mut self,
+            sink: &mut RecordWriter,
+            pid: u64,
+            tid: u64,
+        ) -> Result<Registration<u8>, SinkError> {
+            self.table.register_thread(sink, pid, tid)
+        }
+        fn release_thread(&mut self, index: u8) {
+            RefTable::<RecordWriter>::release_thread(&mut self.table, index);
+        }
+    }
+
+    #[test]
+    fn a_new_epoch_registers_and_names_everything_again() {
+        let mut w =
+            KernelTraceWriter::with_refs(RecordWriter::with_magic(), Epochs::default(), config())
+                .unwrap();
+        w.handle(&CaptureEvent::Thread(ThreadInfo {
+            time: 150,
+            tid: 10,
+            pid: Some(10),
+            name: Some("main".into()),
+            process_name: Some("app".into()),
+        }))
+        .unwrap();
+        w.handle(&switch(200, 10, 0, LinuxThreadState::Blocked))
+            .unwrap();
+        let registrations = |w: &KernelTraceWriter<RecordWriter, Epochs>| {
+            let bytes = w.sink().to_bytes();
+            let mut threads = 0;
+            let mut names = 0;
+            for d in Decoder::new(&bytes) {
+                match d.unwrap().record {
+                    DecodedRecord::Thread { thread, .. } if thread.tid == 10 => threads += 1,
+                    DecodedRecord::KernelObject { koid: 10, .. } => names += 1,
+                    _ => {}
+                }
+            }
+            (threads, names)
+        };
+        assert_eq!(
+            registrations(&w),
+            (1, 2),
+            "thread 10 and process 10 named once"
+        );
+        // Same epoch: nothing again.
+        w.handle(&switch(300, 0, 10, LinuxThreadState::Running))
+            .unwrap();
+        assert_eq!(registrations(&w), (1, 2));
+        w.refs.epoch = 1;
+        w.handle(&switch(400, 10, 0, LinuxThreadState::Blocked))
+            .unwrap();
+        assert_eq!(registrations(&w), (2, 4), "registered and named again");
+        let stats = w.stats();
+        assert_eq!((stats.epochs, stats.names_replayed), (1, 2));
+        assert_eq!(stats.threads, 2, "10 and the idle task, each counted once");
+    }
+
     /// A sink whose buffer is "full" for every Thread and String record.
     #[derive(Debug, Default)]
     struct NoRegistrations(RecordWriter);
