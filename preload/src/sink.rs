@@ -459,4 +459,29 @@ mod tests {
         assert!(sink.push(&log).unwrap() > 0);
         assert_eq!(sink.stats().written, 3, "{:?}", sink.stats());
     }
+
+    /// Cost of the in-process capture path (kernel writer + engine sink), for callgrind:
+    /// `FXTRACE_SWITCHES=N cargo test -p fxtrace-preload --release capture_path_cost -- --ignored`.
+    #[test]
+    #[ignore]
+    fn capture_path_cost() {
+        let _s = serial();
+        let n: u64 = std::env::var("FXTRACE_SWITCHES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1000);
+        let session = standalone::start(BufferingMode::Circular, 1 << 22).unwrap();
+        let context: Context = session.context().clone();
+        let mut writer =
+            KernelTraceWriter::with_refs(EngineSink::new(context), EngineRefs, config()).unwrap();
+        writer.handle(&thread(101, "main")).unwrap();
+        writer.handle(&thread(102, "worker")).unwrap();
+        for i in 0..n {
+            let (a, b) = if i % 2 == 0 { (101, 102) } else { (102, 101) };
+            writer.handle(&switch(10 + i, a, b)).unwrap();
+        }
+        let (_, stats) = writer.finish().unwrap();
+        assert_eq!(stats.context_switches, n);
+        drop(session);
+    }
 }
