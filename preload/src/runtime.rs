@@ -45,13 +45,13 @@ use fxtrace::provider::{Provider, ProviderOptions, ProviderState};
 use crate::hooks;
 use crate::log::log;
 use crate::opt::{self, CaptureMode, Options};
-use crate::sink::EngineSink;
+use crate::sink::{EngineRefs, EngineSink};
 
 /// How often the flusher checks whether the manager ended the session, and whether its pipes
 /// are still its own.
 pub(crate) const SESSION_CHECK: Duration = Duration::from_millis(100);
 
-type SharedWriter = Arc<Mutex<Option<KernelTraceWriter<EngineSink>>>>;
+type SharedWriter = Arc<Mutex<Option<KernelTraceWriter<EngineSink, EngineRefs>>>>;
 
 /// The preload object's state in a traced process, owned by the flusher thread.
 struct Runtime {
@@ -252,7 +252,8 @@ fn new_writer(provider: &Provider, context: &fxtrace::engine::Context) -> Shared
         recorder: (std::process::id(), tid),
     };
     // The engine sink never returns I/O errors, so this cannot fail.
-    let writer = KernelTraceWriter::new(EngineSink::new(context.clone()), config).ok();
+    let writer =
+        KernelTraceWriter::with_refs(EngineSink::new(context.clone()), EngineRefs, config).ok();
     Arc::new(Mutex::new(writer))
 }
 

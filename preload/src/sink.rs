@@ -1,20 +1,23 @@
 //! [`EngineSink`]: the capture's FXT records ([`KernelTraceWriter`]) written into this
-//! process's own engine buffer, next to the records of the program's instrumentation.
+//! process's own engine buffer, next to the records of the program's instrumentation, and
+//! [`EngineRefs`]: the engine's string and thread tables as the writer's [`RefTable`].
 //!
-//! The kernel trace writer numbers strings and threads in tables of its own, as if it owned a
-//! provider section. Here it shares the section with the engine's per-thread caches, which
-//! allocate indices from the same two tables; its indices are therefore *virtual*:
+//! The writer shares the section with the engine's per-thread caches, so it takes its string
+//! and thread indices from the engine's two tables (`Context::alloc_string_index`,
+//! `Context::alloc_thread_index`), and its records refer to engine indices as they are: no
+//! record is translated. An index belongs to one trace generation: the table's epoch is the
+//! generation, and the writer registers again (and names its threads and processes again)
+//! when a new trace starts. Every registration and record is written in a writer section of
+//! the generation the writer observed at its last epoch check; one that finds another
+//! generation (a trace restarted in between) is not written (counted in
+//! [`EngineSinkStats::stale_generation`]), as its indices would mean nothing there.
 //!
-//! - A String or Thread record from the writer is not written; the sink remembers what the
-//!   virtual index stands for.
-//! - A record that refers to a virtual index is written with an engine index, registered (with
-//!   an engine-allocated index, durable String or Thread record) the first time it is used in
-//!   each trace generation. When the engine's tables are full, the ref is written inline.
-//! - Kernel Object records (process and thread names) are written to the durable buffer with
-//!   inline refs and kept; when a new trace starts (a new generation: the manager cleared the
-//!   buffer) they are written again before anything else, so every trace names its threads.
+//! - Kernel Object records (process and thread names) and registrations go to the durable
+//!   buffer, everything else to the rolling buffer.
 //! - Metadata (provider info, initialization, provider events) is the manager's and the
-//!   engine's to write; it is skipped and counted.
+//!   engine's to write; it is skipped and counted. String and Thread records pushed as records
+//!   (not registered through [`EngineRefs`]) would claim indices the engine did not hand out:
+//!   they are refused and counted as dropped.
 //!
 //! Records that arrive while no trace is running are discarded and counted
 //! ([`EngineSinkStats::outside_trace`]), as the engine does not count instrumentation calls
@@ -22,100 +25,48 @@
 //! writer slot) is returned as [`SinkError::Full`], which the kernel trace writer counts as
 //! dropped (the engine counts it too, in the buffer header).
 
-use fxtrace::capture::{RecordSink, SinkError};
+#[cfg(doc)]
+use fxtrace::capture::KernelTraceWriter;
+use fxtrace::capture::{RecordSink, RefTable, Registration, SinkError};
 use fxtrace::engine::{Context, RecordError, TraceWriter};
-use fxtrace::format::{
-    Arg, ArgValue, Blob, ContextSwitch, Encode, EncodeError, Event, KernelObject, LargeBlob,
-    LargeBlobMetadata, Log, ProcessRef, Record, SchedContextSwitch, SchedThreadWakeup,
-    StringRecord, StringRef, ThreadRecord, ThreadRef, UserspaceObject, MAX_ARGS, MAX_STRING_INDEX,
-};
+use fxtrace::format::{Record, StringRecord, ThreadRecord};
 
 /// What an [`EngineSink`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub(crate) struct EngineSinkStats {
-    /// Records written into the engine buffer (registrations and name replays included).
+    /// Records written into the engine buffer (registrations included).
     pub(crate) written: u64,
     /// Records the engine refused while tracing (full buffer, no writer slot, encode limits).
     pub(crate) dropped: u64,
     /// Records discarded because no trace was running.
     pub(crate) outside_trace: u64,
+    /// Records and registrations not written because a new trace started after the writer's
+    /// last epoch check (their indices belong to the previous one).
+    pub(crate) stale_generation: u64,
     /// Metadata records skipped (the manager and the engine write their own).
     pub(crate) metadata_skipped: u64,
     /// String and Thread registrations written with an engine index.
     pub(crate) registrations: u64,
-    /// Refs written inline because the engine's string or thread table was full.
-    pub(crate) inline_refs: u64,
-    /// Refs to a virtual index the writer never defined (written as empty / koid 0), and
-    /// definitions of an index out of range (ignored).
-    pub(crate) unknown_refs: u64,
-    /// Name records written again at the start of a new trace.
-    pub(crate) names_replayed: u64,
-}
-
-/// An already encoded record (a name record kept for later traces).
-#[derive(Debug, Clone, PartialEq, Eq)]
-struct EncodedRecord(Box<[u64]>);
-
-impl Encode for EncodedRecord {
-    fn words(&self) -> Result<usize, EncodeError> {
-        Ok(self.0.len())
-    }
-
-    fn write(&self, out: &mut [u64]) -> Result<usize, EncodeError> {
-        let (n, available) = (self.0.len(), out.len());
-        let dst = out.get_mut(..n).ok_or(EncodeError::BufferTooSmall {
-            needed: n,
-            available,
-        })?;
-        dst.copy_from_slice(&self.0);
-        Ok(n)
-    }
-
-    fn write_body(&self, body: &mut [u64]) -> Result<(u64, usize), EncodeError> {
-        let n = self.0.len();
-        let (&header, rest) = self.0.split_first().ok_or(EncodeError::BufferTooSmall {
-            needed: 1,
-            available: 0,
-        })?;
-        let available = body.len() + 1;
-        let dst = body.get_mut(..n - 1).ok_or(EncodeError::BufferTooSmall {
-            needed: n,
-            available,
-        })?;
-        dst.copy_from_slice(rest);
-        Ok((header, n))
-    }
-}
-
-/// What the writer's virtual indices stand for.
-#[derive(Debug)]
-struct Definitions {
-    /// Virtual string index → text.
-    strings: Vec<Option<Box<str>>>,
-    /// Virtual thread index → (pid, tid).
-    threads: Vec<Option<(u64, u64)>>,
-}
-
-/// Engine indices registered for virtual ones, each valid in one generation.
-#[derive(Debug)]
-struct Registrations {
-    /// Virtual string index → (generation, engine index); generation 0 = none.
-    strings: Vec<(u32, u16)>,
-    /// Virtual thread index → (generation, engine index).
-    threads: Vec<(u32, u8)>,
 }
 
 /// A [`RecordSink`] writing into `context` (see the module docs).
 #[derive(Debug)]
 pub(crate) struct EngineSink {
     context: Context,
-    defs: Definitions,
-    regs: Registrations,
-    /// Name records, by (koid, object type), encoded with inline refs.
-    names: Vec<((u64, u8), EncodedRecord)>,
-    /// The generation whose trace has the names written (0 = none yet).
-    named_generation: u32,
+    /// The generation the writer's indices belong to (its last epoch check).
+    generation: Option<u32>,
     stats: EngineSinkStats,
+}
+
+/// The engine's string and thread tables as a [`RefTable`] of an [`EngineSink`].
+#[derive(Debug, Clone, Copy, Default)]
+pub(crate) struct EngineRefs;
+
+/// Where one record goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Buffer {
+    Durable,
+    Rolling,
 }
 
 impl EngineSink {
@@ -123,16 +74,7 @@ impl EngineSink {
     pub(crate) fn new(context: Context) -> Self {
         Self {
             context,
-            defs: Definitions {
-                strings: Vec::new(),
-                threads: Vec::new(),
-            },
-            regs: Registrations {
-                strings: Vec::new(),
-                threads: Vec::new(),
-            },
-            names: Vec::new(),
-            named_generation: 0,
+            generation: None,
             stats: EngineSinkStats::default(),
         }
     }
@@ -142,128 +84,102 @@ impl EngineSink {
         self.stats
     }
 
-    /// Keep a name record (replacing the previous one for the same object).
-    fn keep_name(&mut self, key: (u64, u8), record: EncodedRecord) {
-        match self.names.iter_mut().find(|(k, _)| *k == key) {
-            Some((_, kept)) => *kept = record,
-            None => self.names.push((key, record)),
-        }
-    }
-
-    /// A kernel object record: resolve its refs, keep it, write it (durable).
-    fn kernel_object(&mut self, object: &KernelObject<'_>) -> Result<usize, SinkError> {
-        let mut args = [EMPTY_ARG; MAX_ARGS];
-        let n = object.args.len().min(MAX_ARGS);
-        for (slot, arg) in args.iter_mut().zip(&object.args[..n]) {
-            *slot = Arg {
-                name: self.defs.text_ref(arg.name, &mut self.stats),
-                value: match arg.value {
-                    ArgValue::Str(s) => ArgValue::Str(self.defs.text_ref(s, &mut self.stats)),
-                    other => other,
-                },
-            };
-        }
-        let resolved = KernelObject {
-            koid: object.koid,
-            object_type: object.object_type,
-            name: self.defs.text_ref(object.name, &mut self.stats),
-            args: &args[..n],
-        };
-        let mut words = vec![0u64; resolved.words()?];
-        resolved.write(&mut words)?;
-        let record = EncodedRecord(words.into_boxed_slice());
-        let size = record.0.len();
-        self.keep_name((object.koid, object.object_type.0), record);
-
-        let Self {
-            context,
-            names,
-            named_generation,
-            stats,
-            ..
-        } = self;
-        let Some(mut writer) = writer_or_reason(context, stats)? else {
-            return Ok(0);
-        };
-        if *named_generation != writer.generation() {
-            // The replay writes the record just kept, with every other one.
-            replay_names(names, named_generation, stats, &mut writer);
-            return Ok(size);
-        }
-        let Some((_, record)) = names
-            .iter()
-            .find(|(k, _)| *k == (object.koid, object.object_type.0))
-        else {
-            return Ok(0);
-        };
-        let written = writer.write_durable(record);
-        count(stats, written)
-    }
-
-    /// Any other record: refs translated, written to the rolling buffer.
-    fn rolling(&mut self, record: &Record<'_>) -> Result<usize, SinkError> {
-        let Self {
-            context,
-            defs,
-            regs,
-            names,
-            named_generation,
-            stats,
-        } = self;
-        let Some(mut writer) = writer_or_reason(context, stats)? else {
-            return Ok(0);
-        };
-        replay_names(names, named_generation, stats, &mut writer);
-        let mut remap = Remap {
-            defs,
-            regs,
-            stats,
-            writer: &mut writer,
-        };
-        let written = remap.write(record);
-        drop(writer);
-        count(stats, written)
-    }
-}
-
-/// A writer section on `context`; `None` (counted) if no trace is running; `Full` if the
-/// engine refused while tracing (it counted the drop).
-fn writer_or_reason<'c>(
-    context: &'c Context,
-    stats: &mut EngineSinkStats,
-) -> Result<Option<TraceWriter<'c>>, SinkError> {
-    match context.trace_writer() {
-        Some(writer) => Ok(Some(writer)),
-        None if context.started_generation().is_none() => {
-            stats.outside_trace += 1;
-            Ok(None)
-        }
-        None => {
-            stats.dropped += 1;
-            Err(SinkError::Full)
-        }
-    }
-}
-
-/// In a new generation, write every kept name record (before anything else of this sink).
-fn replay_names(
-    names: &[((u64, u8), EncodedRecord)],
-    named_generation: &mut u32,
-    stats: &mut EngineSinkStats,
-    writer: &mut TraceWriter<'_>,
-) {
-    let generation = writer.generation();
-    if *named_generation == generation {
-        return;
-    }
-    *named_generation = generation;
-    for (_, record) in names {
-        match writer.write_durable(record) {
-            Ok(_) => {
-                stats.names_replayed += 1;
-                stats.written += 1;
+    /// A writer section of the writer's generation; `None` if no trace is running (counted
+    /// when `record` says the caller is a record, not a registration) or another one is
+    /// (counted); `Full` if the engine refused while tracing (it counted the drop).
+    fn section(&mut self, record: bool) -> Result<Option<TraceWriter<'_>>, SinkError> {
+        match self.context.trace_writer() {
+            Some(writer) if Some(writer.generation()) == self.generation => Ok(Some(writer)),
+            Some(_) => {
+                self.stats.stale_generation += 1;
+                Ok(None)
             }
-            Err(_) => stats.dropped += 1,
+            None if self.context.started_generation().is_none() => {
+                self.stats.outside_trace += u64::from(record);
+                Ok(None)
+            }
+            None => {
+                self.stats.dropped += 1;
+                Err(SinkError::Full)
+            }
+        }
+    }
+
+    /// Writes `record` into `buffer` of the writer's generation (0 words when it was
+    /// discarded, see [`Self::section`]).
+    fn write(&mut self, buffer: Buffer, record: &Record<'_>) -> Result<usize, SinkError> {
+        let Some(mut writer) = self.section(true)? else {
+            return Ok(0);
+        };
+        let written = match buffer {
+            Buffer::Durable => writer.write_durable(record),
+            Buffer::Rolling => writer.write(record),
+        };
+        drop(writer);
+        count(&mut self.stats, written)
+    }
+}
+
+impl RefTable<EngineSink> for EngineRefs {
+    fn epoch(&mut self, sink: &mut EngineSink) -> Option<u64> {
+        let generation = sink.context.started_generation()?;
+        sink.generation = Some(generation);
+        Some(u64::from(generation))
+    }
+
+    fn register_string(
+        &mut self,
+        sink: &mut EngineSink,
+        value: &str,
+    ) -> Result<Registration<u16>, SinkError> {
+        let Some(mut writer) = sink.section(false)? else {
+            return Ok(Registration::Discarded);
+        };
+        let Some(index) = writer.context().alloc_string_index() else {
+            return Ok(Registration::TableFull);
+        };
+        let written = writer.write_durable(&StringRecord { index, value });
+        drop(writer);
+        Ok(registered(&mut sink.stats, index, written))
+    }
+
+    fn register_thread(
+        &mut self,
+        sink: &mut EngineSink,
+        pid: u64,
+        tid: u64,
+    ) -> Result<Registration<u8>, SinkError> {
+        let Some(mut writer) = sink.section(false)? else {
+            return Ok(Registration::Discarded);
+        };
+        let Some(index) = writer.context().alloc_thread_index() else {
+            return Ok(Registration::TableFull);
+        };
+        let written = writer.write_durable(&ThreadRecord { index, pid, tid });
+        drop(writer);
+        Ok(registered(&mut sink.stats, index, written))
+    }
+
+    /// Engine indices are not reused within a trace: nothing to give back.
+    fn release_thread(&mut self, _index: u8) {}
+}
+
+/// Count a registration's outcome.
+fn registered<I>(
+    stats: &mut EngineSinkStats,
+    index: I,
+    written: Result<usize, RecordError>,
+) -> Registration<I> {
+    match written {
+        Ok(words) => {
+            stats.written += 1;
+            stats.registrations += 1;
+            Registration::Index { index, words }
+        }
+        // The index is lost, as when the engine's own registration fails.
+        Err(_) => {
+            stats.dropped += 1;
+            Registration::Refused
         }
     }
 }
@@ -289,253 +205,9 @@ fn count(
     }
 }
 
-const EMPTY_ARG: Arg<'static> = Arg {
-    name: StringRef::Empty,
-    value: ArgValue::Null,
-};
-
-impl Definitions {
-    /// The text a ref stands for, inline (virtual indices resolved).
-    fn text_ref<'a>(&'a self, r: StringRef<'a>, stats: &mut EngineSinkStats) -> StringRef<'a> {
-        match r {
-            StringRef::Index(i) => {
-                match self.strings.get(usize::from(i)).and_then(|s| s.as_deref()) {
-                    Some(text) => StringRef::Inline(text),
-                    None => {
-                        stats.unknown_refs += 1;
-                        StringRef::Empty
-                    }
-                }
-            }
-            other => other,
-        }
-    }
-}
-
-/// Translation of one record's refs to engine refs, registering them as needed.
-struct Remap<'d, 'w, 'c> {
-    defs: &'d Definitions,
-    regs: &'d mut Registrations,
-    stats: &'d mut EngineSinkStats,
-    writer: &'w mut TraceWriter<'c>,
-}
-
-impl<'d> Remap<'d, '_, '_> {
-    /// The engine ref for a (possibly virtual) string ref.
-    fn string<'a>(&mut self, r: StringRef<'a>) -> StringRef<'a>
-    where
-        'd: 'a,
-    {
-        let StringRef::Index(virtual_index) = r else {
-            return r;
-        };
-        let Some(text) = self
-            .defs
-            .strings
-            .get(usize::from(virtual_index))
-            .and_then(|s| s.as_deref())
-        else {
-            self.stats.unknown_refs += 1;
-            return StringRef::Empty;
-        };
-        let generation = self.writer.generation();
-        let (registered_in, index) = self.regs.strings[usize::from(virtual_index)];
-        if registered_in == generation {
-            return StringRef::Index(index);
-        }
-        let registered = self.writer.context().alloc_string_index().filter(|&index| {
-            self.writer
-                .write_durable(&StringRecord { index, value: text })
-                .is_ok()
-        });
-        match registered {
-            Some(index) => {
-                self.stats.registrations += 1;
-                self.stats.written += 1;
-                self.regs.strings[usize::from(virtual_index)] = (generation, index);
-                StringRef::Index(index)
-            }
-            None => {
-                self.stats.inline_refs += 1;
-                StringRef::Inline(text)
-            }
-        }
-    }
-
-    /// The engine ref for a (possibly virtual) thread ref.
-    fn thread(&mut self, r: ThreadRef) -> ThreadRef {
-        let ThreadRef::Index(virtual_index) = r else {
-            return r;
-        };
-        let Some((pid, tid)) = self
-            .defs
-            .threads
-            .get(usize::from(virtual_index))
-            .copied()
-            .flatten()
-        else {
-            self.stats.unknown_refs += 1;
-            return ThreadRef::Inline { pid: 0, tid: 0 };
-        };
-        let generation = self.writer.generation();
-        let (registered_in, index) = self.regs.threads[usize::from(virtual_index)];
-        if registered_in == generation {
-            return ThreadRef::Index(index);
-        }
-        let registered = self.writer.context().alloc_thread_index().filter(|&index| {
-            self.writer
-                .write_durable(&ThreadRecord { index, pid, tid })
-                .is_ok()
-        });
-        match registered {
-            Some(index) => {
-                self.stats.registrations += 1;
-                self.stats.written += 1;
-                self.regs.threads[usize::from(virtual_index)] = (generation, index);
-                ThreadRef::Index(index)
-            }
-            None => {
-                self.stats.inline_refs += 1;
-                ThreadRef::Inline { pid, tid }
-            }
-        }
-    }
-
-    fn process(&mut self, r: ProcessRef) -> ProcessRef {
-        match r {
-            ProcessRef::Index(i) => match self.thread(ThreadRef::Index(i)) {
-                ThreadRef::Index(index) => ProcessRef::Index(index),
-                ThreadRef::Inline { pid, .. } => ProcessRef::Inline(pid),
-            },
-            inline => inline,
-        }
-    }
-
-    /// `args` translated into `out`; returns the translated slice.
-    fn args<'a, 'o>(&mut self, args: &[Arg<'a>], out: &'o mut [Arg<'a>; MAX_ARGS]) -> &'o [Arg<'a>]
-    where
-        'd: 'a,
-    {
-        let n = args.len().min(MAX_ARGS);
-        for (slot, arg) in out.iter_mut().zip(&args[..n]) {
-            *slot = Arg {
-                name: self.string(arg.name),
-                value: match arg.value {
-                    ArgValue::Str(s) => ArgValue::Str(self.string(s)),
-                    other => other,
-                },
-            };
-        }
-        &out[..n]
-    }
-
-    /// Translate `record` and write it into the rolling buffer.
-    fn write<'a>(&mut self, record: &Record<'a>) -> Result<usize, RecordError>
-    where
-        'd: 'a,
-    {
-        let mut buf = [EMPTY_ARG; MAX_ARGS];
-        let translated: Record<'_> = match *record {
-            Record::Event(ref e) => Record::Event(Event {
-                ticks: e.ticks,
-                thread: self.thread(e.thread),
-                category: self.string(e.category),
-                name: self.string(e.name),
-                args: self.args(e.args, &mut buf),
-                kind: e.kind,
-            }),
-            Record::Blob(ref b) => Record::Blob(Blob {
-                name: self.string(b.name),
-                blob_type: b.blob_type,
-                payload: b.payload,
-            }),
-            Record::UserspaceObject(ref u) => Record::UserspaceObject(UserspaceObject {
-                pointer: u.pointer,
-                process: self.process(u.process),
-                name: self.string(u.name),
-                args: self.args(u.args, &mut buf),
-            }),
-            Record::ContextSwitch(ref c) => Record::ContextSwitch(ContextSwitch {
-                outgoing: self.thread(c.outgoing),
-                incoming: self.thread(c.incoming),
-                ..*c
-            }),
-            Record::SchedContextSwitch(ref c) => Record::SchedContextSwitch(SchedContextSwitch {
-                args: self.args(c.args, &mut buf),
-                ..*c
-            }),
-            Record::SchedThreadWakeup(ref w) => Record::SchedThreadWakeup(SchedThreadWakeup {
-                args: self.args(w.args, &mut buf),
-                ..*w
-            }),
-            Record::Log(ref l) => Record::Log(Log {
-                ticks: l.ticks,
-                thread: self.thread(l.thread),
-                message: l.message,
-            }),
-            Record::LargeBlob(ref l) => {
-                let category = self.string(l.category);
-                let name = self.string(l.name);
-                let metadata = l.metadata.as_ref().map(|m| LargeBlobMetadata {
-                    ticks: m.ticks,
-                    thread: self.thread(m.thread),
-                    args: self.args(m.args, &mut buf),
-                });
-                Record::LargeBlob(LargeBlob {
-                    category,
-                    name,
-                    metadata,
-                    payload: l.payload,
-                })
-            }
-            // Handled by `EngineSink::push` before translation.
-            Record::KernelObject(_)
-            | Record::String(_)
-            | Record::Thread(_)
-            | Record::MagicNumber(_)
-            | Record::ProviderInfo(_)
-            | Record::ProviderSection(_)
-            | Record::ProviderEvent(_)
-            | Record::Initialization(_) => return Ok(0),
-        };
-        self.writer.write(&translated)
-    }
-}
-
 impl RecordSink for EngineSink {
     fn push(&mut self, record: &Record<'_>) -> Result<usize, SinkError> {
-        match *record {
-            Record::String(StringRecord { index, value }) => {
-                if index == 0 || index > MAX_STRING_INDEX {
-                    self.stats.unknown_refs += 1;
-                    return Ok(0);
-                }
-                let i = usize::from(index);
-                // The writer numbers strings 1, 2, ...: the tables grow one entry at a time.
-                if self.defs.strings.len() <= i {
-                    self.defs.strings.resize(i + 1, None);
-                    self.regs.strings.resize(i + 1, (0, 0));
-                }
-                self.defs.strings[i] = Some(value.into());
-                self.regs.strings[i] = (0, 0);
-                Ok(0)
-            }
-            Record::Thread(ThreadRecord { index, pid, tid }) => {
-                // (A u8 index is at most MAX_THREAD_INDEX.)
-                if index == 0 {
-                    self.stats.unknown_refs += 1;
-                    return Ok(0);
-                }
-                let i = usize::from(index);
-                if self.defs.threads.len() <= i {
-                    self.defs.threads.resize(i + 1, None);
-                    self.regs.threads.resize(i + 1, (0, 0));
-                }
-                // The writer reuses the indices of exited threads: a new registration each time.
-                self.defs.threads[i] = Some((pid, tid));
-                self.regs.threads[i] = (0, 0);
-                Ok(0)
-            }
+        match record {
             Record::MagicNumber(_)
             | Record::ProviderInfo(_)
             | Record::ProviderSection(_)
@@ -544,8 +216,12 @@ impl RecordSink for EngineSink {
                 self.stats.metadata_skipped += 1;
                 Ok(0)
             }
-            Record::KernelObject(ref object) => self.kernel_object(object),
-            ref other => self.rolling(other),
+            Record::String(_) | Record::Thread(_) => {
+                self.stats.dropped += 1;
+                Err(SinkError::Full)
+            }
+            Record::KernelObject(_) => self.write(Buffer::Durable, record),
+            _ => self.write(Buffer::Rolling, record),
         }
     }
 }
@@ -650,7 +326,8 @@ mod tests {
         let context: Context = session.context().clone();
         // The engine registers strings and threads of its own first (indices 1, 2, ...).
         fxtrace::instant("app", "before", fxtrace::Scope::Thread, &[]);
-        let mut writer = KernelTraceWriter::new(EngineSink::new(context), config()).unwrap();
+        let mut writer =
+            KernelTraceWriter::with_refs(EngineSink::new(context), EngineRefs, config()).unwrap();
         for event in [
             thread(101, "main"),
             thread(102, "worker"),
@@ -718,7 +395,8 @@ mod tests {
             standalone::start_with(StandaloneConfig::new(BufferingMode::Oneshot, 1 << 20)).unwrap();
         let context = session.context().clone();
         let mut writer =
-            KernelTraceWriter::new(EngineSink::new(context.clone()), config()).unwrap();
+            KernelTraceWriter::with_refs(EngineSink::new(context.clone()), EngineRefs, config())
+                .unwrap();
         writer.handle(&thread(101, "main")).unwrap();
         writer.handle(&switch(10, 101, 0)).unwrap();
         // Stop, then switches arrive while no trace runs.
@@ -731,8 +409,9 @@ mod tests {
         // threads get engine indices of the new generation.
         fxtrace::engine::start_trace(&context, StartMode::ClearEntire, Default::default()).unwrap();
         writer.handle(&switch(12, 102, 101)).unwrap();
-        let (sink, _) = writer.finish().unwrap();
-        assert!(sink.stats().names_replayed >= 3, "{:?}", sink.stats());
+        let (_, stats) = writer.finish().unwrap();
+        assert_eq!(stats.epochs, 1, "{stats:?}");
+        assert!(stats.names_replayed >= 3, "{stats:?}");
         let (bytes, _) = session.finish_to_vec().unwrap();
         let records = decode(&bytes);
         assert_eq!(switches(&records), vec![(102, 101)]);
@@ -742,16 +421,67 @@ mod tests {
     }
 
     #[test]
-    fn encoded_records_copy_exactly() {
-        let record = EncodedRecord(vec![1, 2, 3].into_boxed_slice());
-        assert_eq!(record.words(), Ok(3));
-        let mut out = [0u64; 4];
-        assert_eq!(record.write(&mut out), Ok(3));
-        assert_eq!(out, [1, 2, 3, 0]);
-        let mut body = [0u64; 2];
-        assert_eq!(record.write_body(&mut body), Ok((1, 3)));
-        assert_eq!(body, [2, 3]);
-        assert!(record.write(&mut [0u64; 2]).is_err());
-        assert!(record.write_body(&mut [0u64; 1]).is_err());
+    fn nothing_is_written_with_indices_of_an_earlier_trace() {
+        let _s = serial();
+        let session =
+            standalone::start_with(StandaloneConfig::new(BufferingMode::Oneshot, 1 << 20)).unwrap();
+        let context = session.context().clone();
+        let mut sink = EngineSink::new(context.clone());
+        let first = EngineRefs.epoch(&mut sink).expect("a trace runs");
+        let log = Record::Log(fxtrace::format::Log {
+            ticks: 5,
+            thread: fxtrace::format::ThreadRef::Inline { pid: 1, tid: 2 },
+            message: "kept",
+        });
+        assert!(sink.push(&log).unwrap() > 0);
+        assert!(matches!(
+            EngineRefs.register_string(&mut sink, "s").unwrap(),
+            Registration::Index { .. }
+        ));
+        // A new trace starts before the writer checks its epoch again.
+        context.stop(std::time::Duration::from_secs(1)).unwrap();
+        fxtrace::engine::start_trace(&context, StartMode::ClearEntire, Default::default()).unwrap();
+        assert_eq!(sink.push(&log).unwrap(), 0);
+        assert_eq!(
+            EngineRefs.register_thread(&mut sink, 1, 2).unwrap(),
+            Registration::Discarded
+        );
+        assert_eq!(sink.stats().stale_generation, 2);
+        // String and Thread records that did not come from the engine's tables are refused.
+        let foreign = Record::String(StringRecord {
+            index: 1,
+            value: "x",
+        });
+        assert!(matches!(sink.push(&foreign), Err(SinkError::Full)));
+        // After the check, the new trace's indices.
+        let second = EngineRefs.epoch(&mut sink).unwrap();
+        assert_ne!(first, second);
+        assert!(sink.push(&log).unwrap() > 0);
+        assert_eq!(sink.stats().written, 3, "{:?}", sink.stats());
+    }
+
+    /// Cost of the in-process capture path (kernel writer + engine sink), for callgrind:
+    /// `FXTRACE_SWITCHES=N cargo test -p fxtrace-preload --release capture_path_cost -- --ignored`.
+    #[test]
+    #[ignore]
+    fn capture_path_cost() {
+        let _s = serial();
+        let n: u64 = std::env::var("FXTRACE_SWITCHES")
+            .ok()
+            .and_then(|v| v.parse().ok())
+            .unwrap_or(1000);
+        let session = standalone::start(BufferingMode::Circular, 1 << 22).unwrap();
+        let context: Context = session.context().clone();
+        let mut writer =
+            KernelTraceWriter::with_refs(EngineSink::new(context), EngineRefs, config()).unwrap();
+        writer.handle(&thread(101, "main")).unwrap();
+        writer.handle(&thread(102, "worker")).unwrap();
+        for i in 0..n {
+            let (a, b) = if i % 2 == 0 { (101, 102) } else { (102, 101) };
+            writer.handle(&switch(10 + i, a, b)).unwrap();
+        }
+        let (_, stats) = writer.finish().unwrap();
+        assert_eq!(stats.context_switches, n);
+        drop(session);
     }
 }

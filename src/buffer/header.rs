@@ -1,7 +1,8 @@
 //! The trace buffer's 128-byte header, its geometry, and the record framing a reader checks.
 //!
 //! Provider (the engine) and manager both map the same sealed memfd. This module is what they
-//! agree on, so it depends on nothing else in the crate: the manager reads buffers with it and
+//! agree on, so it depends on nothing else in the crate but `format` (whose record framing walk
+//! the chunk-aware scanner runs inside each chunk run): the manager reads buffers with it and
 //! never imports `engine`.
 //!
 //! # Layout (Fuchsia's `trace_buffer_header`, `shared/spec/fuchsia-notes.md` §1.1)
@@ -70,6 +71,8 @@
 use core::mem::{align_of, offset_of, size_of};
 use core::sync::atomic::{AtomicU16, AtomicU32, AtomicU64, AtomicU8, Ordering};
 
+use crate::format::{CheckedRecords, FramingError, ScanStop};
+
 // === layout constants ===
 
 /// Size of the header in bytes.
@@ -136,15 +139,6 @@ pub const LARGE_RECORD_SIZE_MASK: u64 = 0xffff_ffff;
 pub const MAX_RECORD_WORDS: u64 = RECORD_SIZE_MASK;
 /// Largest record the engine writes, in bytes (32760).
 pub const MAX_RECORD_BYTES: u64 = MAX_RECORD_WORDS * 8;
-
-/// The size in words that a record header word declares (bits 4..15, or 4..35 for type 15).
-pub const fn record_size_words(header: u64) -> u64 {
-    if header & RECORD_TYPE_MASK == LARGE_RECORD_TYPE {
-        (header >> RECORD_SIZE_SHIFT) & LARGE_RECORD_SIZE_MASK
-    } else {
-        (header >> RECORD_SIZE_SHIFT) & RECORD_SIZE_MASK
-    }
-}
 
 /// `header` with its size field replaced by `words` (which must fit the field).
 pub const fn with_record_size_words(header: u64, words: u64) -> u64 {
@@ -767,15 +761,6 @@ pub enum ChunkFramingError {
     BadChunkSize(u64),
 }
 
-/// Why a record is malformed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum MalformedReason {
-    /// A non-zero header word declaring size 0.
-    ZeroSize,
-    /// The record would run past the end of its chunk run or of the data.
-    PastEnd,
-}
-
 /// Where a scan ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChunkScanStop {
@@ -783,16 +768,10 @@ pub enum ChunkScanStop {
     Running,
     /// Every byte up to the data end was accounted for.
     Complete,
-    /// A malformed record at `offset` (from the start of the buffer slice); nothing from that
-    /// offset on was yielded.
-    Malformed {
-        /// Byte offset of the bad header word.
-        offset: u64,
-        /// The header word.
-        header: u64,
-        /// What is wrong with it.
-        reason: MalformedReason,
-    },
+    /// A malformed record (its offset counts from the start of the buffer slice; an error of
+    /// kind `PastEnd` counts the room left in the record's chunk run); nothing from that offset
+    /// on was yielded.
+    Malformed(FramingError),
 }
 
 /// Counters of a scan.
@@ -808,7 +787,7 @@ pub struct ScanStats {
     pub skipped_bytes: u64,
 }
 
-/// Iterator over the dense record bytes of one buffer; see [`scan_records`].
+/// Iterator over the record runs of one buffer; see [`scan_records`].
 #[derive(Debug, Clone)]
 pub struct RecordScan<'a> {
     bytes: &'a [u8],
@@ -820,9 +799,10 @@ pub struct RecordScan<'a> {
     stats: ScanStats,
 }
 
-/// Walk one buffer's bytes `[0, data_end)` and yield its well-framed records as contiguous byte
-/// runs (each a whole number of records, never containing a zero header word), skipping chunk
-/// tags, zero tails and stale chunks. The scan stops at the first malformed record; see
+/// Walk one buffer's bytes `[0, data_end)` and yield its well-framed records as contiguous runs
+/// of [`CheckedRecords`] (each a whole number of records, never containing a zero header word),
+/// skipping chunk tags, zero tails and stale chunks. Inside a run the walk is `format`'s
+/// ([`CheckedRecords::prefix`]); only the chunk logic is here. The scan stops at the first malformed record; see
 /// [`RecordScan::stop`] for where and why. A record that ends exactly at `data_end` is yielded.
 ///
 /// `bytes` must not be written while it is scanned: pass a copy made with `pread`, or a mapping
@@ -864,7 +844,7 @@ pub fn copy_records(
 ) -> Result<(ChunkScanStop, ScanStats), ChunkFramingError> {
     let mut scan = scan_records(bytes, data_end, framing)?;
     for run in scan.by_ref() {
-        out.extend_from_slice(run);
+        out.extend_from_slice(run.bytes());
     }
     Ok((scan.stop(), scan.stats()))
 }
@@ -930,9 +910,9 @@ impl<'a> RecordScan<'a> {
 }
 
 impl<'a> Iterator for RecordScan<'a> {
-    type Item = &'a [u8];
+    type Item = CheckedRecords<'a>;
 
-    fn next(&mut self) -> Option<&'a [u8]> {
+    fn next(&mut self) -> Option<CheckedRecords<'a>> {
         loop {
             if self.stop != ChunkScanStop::Running {
                 return None;
@@ -941,34 +921,25 @@ impl<'a> Iterator for RecordScan<'a> {
                 self.stop = ChunkScanStop::Complete;
                 return None;
             }
+            // The run is one dense stretch of records: `format`'s framing walk.
             let start = self.pos;
-            let mut end_of_records = start;
-            while self.pos < self.run_end {
-                let header = self.word(self.pos);
-                if header == 0 {
+            let (records, stop) = CheckedRecords::prefix(&self.bytes[start..self.run_end]);
+            self.pos += records.len();
+            self.stats.records += records.records() as u64;
+            self.stats.record_bytes += records.len() as u64;
+            match stop {
+                ScanStop::End => {}
+                ScanStop::ZeroWord => {
                     // Rest of the run unused (dense: rest of the data).
                     self.stats.skipped_bytes += (self.run_end - self.pos) as u64;
                     self.pos = self.run_end;
-                    break;
                 }
-                let words = record_size_words(header);
-                let room = ((self.run_end - self.pos) / 8) as u64;
-                if words == 0 || words > room {
-                    self.stop = ChunkScanStop::Malformed {
-                        offset: self.pos as u64,
-                        header,
-                        reason: if words == 0 {
-                            MalformedReason::ZeroSize
-                        } else {
-                            MalformedReason::PastEnd
-                        },
-                    };
-                    break;
+                ScanStop::Error(e) => {
+                    self.stop = ChunkScanStop::Malformed(FramingError {
+                        offset: start + e.offset,
+                        kind: e.kind,
+                    });
                 }
-                self.pos += words as usize * 8;
-                end_of_records = self.pos;
-                self.stats.records += 1;
-                self.stats.record_bytes += words * 8;
             }
             if self.pos >= self.run_end {
                 self.in_run = false;
@@ -976,8 +947,8 @@ impl<'a> Iterator for RecordScan<'a> {
                     self.pos = self.bytes.len();
                 }
             }
-            if end_of_records > start {
-                return Some(&self.bytes[start..end_of_records]);
+            if !records.is_empty() {
+                return Some(records);
             }
         }
     }
@@ -1035,12 +1006,17 @@ mod tests {
 
     #[test]
     fn record_size_field_and_large_records() {
-        assert_eq!(record_size_words(0x34), 3);
-        assert_eq!(record_size_words(0xfff4), 4095);
-        assert_eq!(record_size_words((5000 << 4) | 15), 5000);
+        use crate::format::record_words;
+        assert_eq!(record_words(0x34), 3);
+        assert_eq!(record_words(0xfff4), 4095);
+        assert_eq!(record_words((5000 << 4) | 15), 5000);
         assert_eq!(
             with_record_size_words(0xffff_0000_0000_fff4, 3),
             0xffff_0000_0000_0034
+        );
+        assert_eq!(
+            record_words(with_record_size_words((1 << 4) | 15, 5000)),
+            5000
         );
         assert_eq!(MAX_RECORD_BYTES, 32760);
     }

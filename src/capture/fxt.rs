@@ -2,7 +2,10 @@
 //!
 //! [`KernelTraceWriter`] turns the timestamp-ordered [`CaptureEvent`]s of a capture session into
 //! FXT records and pushes them into a [`RecordSink`]: an in-memory [`RecordWriter`], a file or
-//! pipe ([`FxtStreamSink`]), or (later) the in-process engine's buffer.
+//! pipe ([`FxtStreamSink`]), the recorder's section, or the in-process engine's buffer. Its
+//! string and thread indices come from a [`RefTable`]: a table of its own ([`LocalRefs`]), or
+//! inside a traced process the engine's tables (the preload object's), so records are written
+//! with the indices they keep.
 //!
 //! | capture event | FXT records |
 //! |---|---|
@@ -17,9 +20,11 @@
 //!
 //! # Thread table
 //!
-//! Thread refs use indices 1..=255 while the table has room; a thread switched out for the last
-//! time (state dying or dead) gives its index back, and the next new thread re-registers it with
-//! a new Thread record. When no index is free, refs go inline (pid and tid in the record) and the
+//! Thread refs use indices while the table has room (the local table: 1..=255); a thread
+//! switched out for the last time (state dying or dead) gives its index back, and the next new
+//! thread re-registers it with a new Thread record. When the table's epoch changes (a new trace
+//! in the engine) every string and thread is registered again at its next use and every known
+//! process and thread name is written again ([`KernelTraceStats::names_replayed`]). When no index is free, refs go inline (pid and tid in the record) and the
 //! thread is counted in [`KernelTraceStats::unindexed_threads`]. A switch side the source does not
 //! know (per-process capture: the other task is outside the process) is written as thread koid
 //! 0 of process 0, like the idle task.
@@ -53,14 +58,14 @@ use super::events::{
     BranchSample, CaptureEvent, Lost, LostKind, MemoryMap, SwitchEvent, SwitchSides, TaskComm,
     TaskExit, TaskFork, ThreadInfo, Unsupported,
 };
+use super::refs::{LocalRefs, RefTable, Registration};
 use super::state::LinuxThreadState;
 use crate::format::lbr::{LbrBranch, LbrPayload, LBR_MAX_BRANCHES};
 use crate::format::mmap::{MmapRecord, MMAP_BLOB_NAME, MMAP_MAX_BUILD_ID, MMAP_MAX_PATH};
 use crate::format::{
-    Arg, ArgValue, Blob, BlobType, ContextSwitch, Encode, EncodeError, Event, EventKind,
-    Initialization, KernelObject, Log, ObjectType, ProviderEvent, ProviderInfo, Record,
-    RecordWriter, SchedContextSwitch, StringRecord, StringRef, ThreadRecord, ThreadRef,
-    ThreadState, MAGIC_WORD, MAX_RECORD_WORDS, MAX_STRING_INDEX, MAX_STRING_LEN, MAX_THREAD_INDEX,
+    Arg, ArgValue, BatchError, BatchOut, BatchWriter, Blob, BlobType, ContextSwitch, EncodeError,
+    Event, EventKind, Initialization, KernelObject, Log, ObjectType, ProviderEvent, ProviderInfo,
+    Record, RecordWriter, SchedContextSwitch, StringRef, ThreadRef, ThreadState, MAX_STRING_LEN,
     PROVIDER_EVENT_BUFFER_OVERFLOW,
 };
 
@@ -106,83 +111,68 @@ impl<S: RecordSink + ?Sized> RecordSink for &mut S {
     }
 }
 
-/// Streams records to any [`Write`] (a file, a pipe), buffered: records are encoded in place
-/// at the end of a word buffer (no size pass, no copy) and written out in chunks of about
-/// 64 KiB. Call [`FxtStreamSink::finish`] (or [`FxtStreamSink::flush`]) at the end: dropping
-/// the sink loses what is still buffered.
+/// Streams records to any [`Write`] (a file, a pipe): the format's [`BatchWriter`] in batches of
+/// about 64 KiB. Call [`FxtStreamSink::finish`] (or [`FxtStreamSink::flush`]) at the end:
+/// dropping the sink loses what is still buffered.
 #[derive(Debug)]
-pub struct FxtStreamSink<W: Write> {
-    out: W,
-    /// Always `CHUNK_WORDS + MAX_RECORD_WORDS` long, so any record fits behind `used`.
-    buffer: Vec<u64>,
-    used: usize,
-    bytes: u64,
-}
+pub struct FxtStreamSink<W: Write>(BatchWriter<WriteBatches<W>>);
 
 /// Words buffered before a write to the underlying writer (64 KiB).
 const CHUNK_WORDS: usize = 8 * 1024;
 
+/// A [`Write`] as the output of a [`BatchWriter`].
+#[derive(Debug)]
+struct WriteBatches<W>(W);
+
+impl<W: Write> BatchOut for WriteBatches<W> {
+    type Error = io::Error;
+
+    fn write_batch(&mut self, words: &[u64]) -> io::Result<()> {
+        // SAFETY: `words` is a live, initialised `[u64]`; viewing its memory as bytes (align 1,
+        // same length in bytes, no padding in u64) is always valid, and the view ends with
+        // this call.
+        let bytes = unsafe {
+            std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), std::mem::size_of_val(words))
+        };
+        self.0.write_all(bytes)
+    }
+}
+
 impl<W: Write> FxtStreamSink<W> {
     /// A sink writing to `out`, nothing written yet.
     pub fn new(out: W) -> Self {
-        Self {
-            out,
-            buffer: vec![0; CHUNK_WORDS + MAX_RECORD_WORDS],
-            used: 0,
-            bytes: 0,
-        }
+        Self(BatchWriter::new(WriteBatches(out), CHUNK_WORDS))
     }
 
     /// A sink whose stream starts with the magic number record, as a trace file does.
     pub fn with_magic(out: W) -> Self {
-        let mut sink = Self::new(out);
-        sink.buffer[0] = MAGIC_WORD;
-        sink.used = 1;
-        sink.bytes = 8;
-        sink
+        Self(BatchWriter::with_magic(WriteBatches(out), CHUNK_WORDS))
     }
 
     /// Bytes accepted so far (written or buffered).
     pub fn bytes(&self) -> u64 {
-        self.bytes
+        self.0.bytes()
     }
 
     /// Writes out everything buffered and flushes the writer.
     pub fn flush(&mut self) -> io::Result<()> {
-        self.write_out()?;
-        self.out.flush()
+        self.0.flush()?;
+        self.0.out_mut().0.flush()
     }
 
     /// Flushes and returns the writer.
     pub fn finish(mut self) -> io::Result<W> {
         self.flush()?;
-        Ok(self.out)
-    }
-
-    fn write_out(&mut self) -> io::Result<()> {
-        let words = &self.buffer[..self.used];
-        // SAFETY: `words` is a live, initialised `[u64]`; viewing its memory as bytes (align 1,
-        // same length in bytes, no padding in u64) is always valid, and the view ends before
-        // `self.buffer` is touched again.
-        let bytes = unsafe {
-            std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), std::mem::size_of_val(words))
-        };
-        self.out.write_all(bytes)?;
-        self.used = 0;
-        Ok(())
+        Ok(self.0.into_out().0)
     }
 }
 
 impl<W: Write> RecordSink for FxtStreamSink<W> {
     fn push(&mut self, record: &Record<'_>) -> Result<usize, SinkError> {
-        // The tail always holds MAX_RECORD_WORDS, the largest record there is.
-        let written = record.write(&mut self.buffer[self.used..])?;
-        self.used += written;
-        self.bytes += 8 * written as u64;
-        if self.used >= CHUNK_WORDS {
-            self.write_out()?;
-        }
-        Ok(written)
+        self.0.push(record).map_err(|e| match e {
+            BatchError::Encode(e) => SinkError::Encode(e),
+            BatchError::Out(e) => SinkError::Io(e),
+        })
     }
 }
 
@@ -239,6 +229,11 @@ pub struct KernelTraceStats {
     pub late: u64,
     /// Records the sink refused (encode limits, full buffer): not in the trace.
     pub dropped_records: u64,
+    /// New epochs of the string and thread table (a new trace in the engine): everything
+    /// registered again, every name written again.
+    pub epochs: u64,
+    /// Name records (Kernel Object) written again at the start of a new epoch.
+    pub names_replayed: u64,
 }
 
 impl KernelTraceStats {
@@ -327,22 +322,26 @@ type IdSet = HashSet<u32, BuildHasherDefault<IdHasher>>;
 struct ThreadSlot {
     pid: u32,
     index: Option<u8>,
+    /// Registered in an earlier epoch: register again before use.
+    stale: bool,
 }
 
-/// Converts capture events into FXT records (see the module docs).
+/// Converts capture events into FXT records (see the module docs). String and thread indices
+/// come from `T` ([`LocalRefs`], a table of its own, unless said otherwise).
 #[derive(Debug)]
-pub struct KernelTraceWriter<S: RecordSink> {
+pub struct KernelTraceWriter<S: RecordSink, T: RefTable<S> = LocalRefs> {
     sink: S,
+    refs: T,
+    /// The epoch of `refs` the registrations below belong to.
+    epoch: Option<u64>,
     config: KernelTraceConfig,
     stats: KernelTraceStats,
     threads: IdMap<ThreadSlot>,
-    free_indexes: Vec<u8>,
-    next_index: u16,
     strings: HashMap<String, u16>,
-    next_string: u16,
     cpu_names: IdMap<Option<u16>>,
     released: IdSet,
-    thread_names: IdMap<String>,
+    /// The last name written for each thread, with the process it was written under.
+    thread_names: IdMap<(Option<u32>, String)>,
     process_names: IdMap<String>,
     /// Threads written with [`UNKNOWN_PROCESS_KOID`].
     unknown_process: IdSet,
@@ -356,8 +355,17 @@ pub struct KernelTraceWriter<S: RecordSink> {
 }
 
 impl<S: RecordSink> KernelTraceWriter<S> {
-    /// Starts the provider's section: Provider Info metadata, then the Initialization record.
-    pub fn new(mut sink: S, config: KernelTraceConfig) -> Result<Self, SinkError> {
+    /// Starts the provider's section (Provider Info metadata, then the Initialization record),
+    /// numbering strings and threads in a table of its own.
+    pub fn new(sink: S, config: KernelTraceConfig) -> Result<Self, SinkError> {
+        Self::with_refs(sink, LocalRefs::default(), config)
+    }
+}
+
+impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
+    /// Starts the provider's section: Provider Info metadata, then the Initialization record;
+    /// strings and threads are registered through `refs`.
+    pub fn with_refs(mut sink: S, refs: T, config: KernelTraceConfig) -> Result<Self, SinkError> {
         let mut stats = KernelTraceStats::default();
         for record in [
             Record::ProviderInfo(ProviderInfo {
@@ -373,14 +381,13 @@ impl<S: RecordSink> KernelTraceWriter<S> {
         }
         Ok(Self {
             sink,
+            refs,
+            epoch: None,
             last_time: config.start_ticks,
             config,
             stats,
             threads: IdMap::default(),
-            free_indexes: Vec::new(),
-            next_index: 1,
             strings: HashMap::new(),
-            next_string: 1,
             cpu_names: IdMap::default(),
             released: IdSet::default(),
             thread_names: IdMap::default(),
@@ -410,6 +417,7 @@ impl<S: RecordSink> KernelTraceWriter<S> {
 
     /// Converts one event. Only an I/O error is returned; refused records are counted.
     pub fn handle(&mut self, event: &CaptureEvent) -> Result<(), SinkError> {
+        self.check_epoch()?;
         if let Some(time) = event.time() {
             if time < self.last_time {
                 self.stats.late += 1;
@@ -439,6 +447,7 @@ impl<S: RecordSink> KernelTraceWriter<S> {
     /// Ends the section: a summary event with the totals (and the buffer-overflow metadata if
     /// anything was lost and not yet reported); returns the sink and the final counters.
     pub fn finish(mut self) -> Result<(S, KernelTraceStats), SinkError> {
+        self.check_epoch()?;
         let s = self.stats;
         let recorder = self.recorder_ref()?;
         let category = self.string(FXTRACE_CATEGORY)?;
@@ -512,49 +521,108 @@ impl<S: RecordSink> KernelTraceWriter<S> {
         if let Some(&index) = self.strings.get(value) {
             return Ok(StringRef::Index(index));
         }
-        if self.next_string > MAX_STRING_INDEX {
-            self.stats.unindexed_strings += 1;
-            return Ok(StringRef::Inline(value));
-        }
-        let index = self.next_string;
-        if !self.try_push(&Record::String(StringRecord { index, value }))? {
+        match self.refs.register_string(&mut self.sink, value)? {
+            Registration::Index { index, words } => {
+                self.count_registration(words);
+                self.strings.insert(value.to_owned(), index);
+                Ok(StringRef::Index(index))
+            }
+            Registration::TableFull => {
+                self.stats.unindexed_strings += 1;
+                Ok(StringRef::Inline(value))
+            }
             // Not registered: refer to it inline this time, try again next time.
-            return Ok(StringRef::Inline(value));
+            Registration::Refused => {
+                self.stats.dropped_records += 1;
+                Ok(StringRef::Inline(value))
+            }
+            Registration::Discarded => Ok(StringRef::Inline(value)),
         }
-        self.next_string += 1;
-        self.strings.insert(value.to_owned(), index);
-        Ok(StringRef::Index(index))
     }
 
-    /// The ref of thread `tid`, registering it (or re-registering it under a new pid).
+    fn count_registration(&mut self, words: usize) {
+        self.stats.records += 1;
+        self.stats.words += words as u64;
+    }
+
+    /// Registers thread (`pid`, `tid`) through the table: its index, or `None` (inline;
+    /// counted unless nothing can be written now), and whether to try again at the next use
+    /// (nothing could be written).
+    fn register_thread(&mut self, pid: u32, tid: u32) -> Result<(Option<u8>, bool), SinkError> {
+        self.stats.thread_records += 1;
+        let registration =
+            self.refs
+                .register_thread(&mut self.sink, u64::from(pid), u64::from(tid))?;
+        Ok(match registration {
+            Registration::Index { index, words } => {
+                self.count_registration(words);
+                (Some(index), false)
+            }
+            Registration::TableFull => {
+                self.stats.unindexed_threads += 1;
+                (None, false)
+            }
+            Registration::Refused => {
+                self.stats.dropped_records += 1;
+                self.stats.unindexed_threads += 1;
+                (None, false)
+            }
+            Registration::Discarded => (None, true),
+        })
+    }
+
+    /// Before each event: when the table's epoch changed, everything registered before is
+    /// void; register again on use, and write every known name again now.
+    fn check_epoch(&mut self) -> Result<(), SinkError> {
+        let Some(epoch) = self.refs.epoch(&mut self.sink) else {
+            return Ok(());
+        };
+        if self.epoch == Some(epoch) {
+            return Ok(());
+        }
+        if self.epoch.replace(epoch).is_some() {
+            self.stats.epochs += 1;
+        }
+        self.strings.clear();
+        self.cpu_names.clear();
+        for slot in self.threads.values_mut() {
+            slot.stale = true;
+            slot.index = None;
+        }
+        let processes: Vec<(u32, String)> = self.process_names.drain().collect();
+        let threads: Vec<(u32, (Option<u32>, String))> = self.thread_names.drain().collect();
+        for (pid, name) in processes {
+            self.name_process(pid, &name)?;
+            self.stats.names_replayed += 1;
+        }
+        for (tid, (pid, name)) in threads {
+            self.name_thread(tid, pid, &name)?;
+            self.stats.names_replayed += 1;
+        }
+        Ok(())
+    }
+
+    /// The ref of thread `tid`, registering it (or re-registering it under a new pid, or in a
+    /// new epoch).
     fn thread_ref(&mut self, tid: u32, pid: Option<u32>) -> Result<ThreadRef, SinkError> {
         if let Some(slot) = self.threads.get_mut(&tid) {
-            let slot = match pid {
-                Some(p) if p != slot.pid => {
-                    slot.pid = p;
-                    *slot
-                }
+            let pid_changed = pid.is_some_and(|p| p != slot.pid);
+            if !pid_changed && !slot.stale {
                 // The common case: known thread, same process.
-                _ => return Ok(slot_ref(tid, *slot)),
-            };
-            // The thread's name record carries its process: name it again.
-            self.thread_names.remove(&tid);
-            let mut slot = slot;
-            if let Some(index) = slot.index {
-                self.stats.thread_records += 1;
-                let record = Record::Thread(ThreadRecord {
-                    index,
-                    pid: u64::from(slot.pid),
-                    tid: u64::from(tid),
-                });
-                if !self.try_push(&record)? {
-                    // The index still means the old (pid, tid) to a reader: go inline.
-                    self.free_indexes.push(index);
-                    self.stats.unindexed_threads += 1;
-                    slot.index = None;
-                    self.threads.insert(tid, slot);
-                }
+                return Ok(slot_ref(tid, *slot));
             }
+            let mut slot = *slot;
+            if pid_changed {
+                // The thread's name record carries its process: name it again.
+                self.thread_names.remove(&tid);
+                slot.pid = pid.unwrap_or(slot.pid);
+            }
+            if let Some(index) = slot.index.take() {
+                // The index still means the old (pid, tid) to a reader: a new registration.
+                self.refs.release_thread(index);
+            }
+            (slot.index, slot.stale) = self.register_thread(slot.pid, tid)?;
+            self.threads.insert(tid, slot);
             return Ok(slot_ref(tid, slot));
         }
         let pid = match pid {
@@ -562,34 +630,8 @@ impl<S: RecordSink> KernelTraceWriter<S> {
             None => self.unknown_process(tid)?,
         };
         self.stats.threads += 1;
-        let index = self.free_indexes.pop().or_else(|| {
-            (self.next_index <= u16::from(MAX_THREAD_INDEX)).then(|| {
-                self.next_index += 1;
-                (self.next_index - 1) as u8
-            })
-        });
-        let index = match index {
-            Some(index) => {
-                self.stats.thread_records += 1;
-                let record = Record::Thread(ThreadRecord {
-                    index,
-                    pid: u64::from(pid),
-                    tid: u64::from(tid),
-                });
-                if self.try_push(&record)? {
-                    Some(index)
-                } else {
-                    self.free_indexes.push(index);
-                    self.stats.unindexed_threads += 1;
-                    None
-                }
-            }
-            None => {
-                self.stats.unindexed_threads += 1;
-                None
-            }
-        };
-        let slot = ThreadSlot { pid, index };
+        let (index, stale) = self.register_thread(pid, tid)?;
+        let slot = ThreadSlot { pid, index, stale };
         self.threads.insert(tid, slot);
         Ok(slot_ref(tid, slot))
     }
@@ -611,7 +653,7 @@ impl<S: RecordSink> KernelTraceWriter<S> {
     fn release_thread(&mut self, tid: u32) {
         if let Some(slot) = self.threads.remove(&tid) {
             if let Some(index) = slot.index {
-                self.free_indexes.push(index);
+                self.refs.release_thread(index);
             }
         }
         self.thread_names.remove(&tid);
@@ -626,7 +668,7 @@ impl<S: RecordSink> KernelTraceWriter<S> {
     /// A Kernel Object record naming thread `tid` (with its process koid when known), unless
     /// that name was the last one written for it.
     fn name_thread(&mut self, tid: u32, pid: Option<u32>, name: &str) -> Result<(), SinkError> {
-        if self.thread_names.get(&tid).is_some_and(|n| n == name) {
+        if self.thread_names.get(&tid).is_some_and(|(_, n)| n == name) {
             return Ok(());
         }
         let process = self.string("process")?;
@@ -641,7 +683,7 @@ impl<S: RecordSink> KernelTraceWriter<S> {
             name: StringRef::Inline(name),
             args: args.as_slice(),
         }))?;
-        self.thread_names.insert(tid, name.to_owned());
+        self.thread_names.insert(tid, (pid, name.to_owned()));
         Ok(())
     }
 
@@ -703,7 +745,7 @@ impl<S: RecordSink> KernelTraceWriter<S> {
         // A tid whose earlier thread died: the capture layer announces a tid once per session,
         // so name the new thread here, with the name it inherits from its parent.
         if self.released.remove(&fork.tid) {
-            if let Some(name) = self.thread_names.get(&fork.ptid).cloned() {
+            if let Some((_, name)) = self.thread_names.get(&fork.ptid).cloned() {
                 self.name_thread(fork.tid, Some(fork.pid), &name)?;
             }
         }
@@ -1134,6 +1176,83 @@ mod tests {
         assert_eq!(threads, vec![(1, 10), (2, 11), (1, 12), (3, 7)]);
     }
 
+    /// The local table with an epoch the test moves on.
+    #[derive(Debug, Default)]
+    struct Epochs {
+        table: LocalRefs,
+        epoch: u64,
+    }
+
+    impl RefTable<RecordWriter> for Epochs {
+        fn epoch(&mut self, _sink: &mut RecordWriter) -> Option<u64> {
+            Some(self.epoch)
+        }
+        fn register_string(
+            &mut self,
+            sink: &mut RecordWriter,
+            value: &str,
+        ) -> Result<Registration<u16>, SinkError> {
+            self.table.register_string(sink, value)
+        }
+        fn register_thread(
+            &mut self,
+            sink: &mut RecordWriter,
+            pid: u64,
+            tid: u64,
+        ) -> Result<Registration<u8>, SinkError> {
+            self.table.register_thread(sink, pid, tid)
+        }
+        fn release_thread(&mut self, index: u8) {
+            RefTable::<RecordWriter>::release_thread(&mut self.table, index);
+        }
+    }
+
+    #[test]
+    fn a_new_epoch_registers_and_names_everything_again() {
+        let mut w =
+            KernelTraceWriter::with_refs(RecordWriter::with_magic(), Epochs::default(), config())
+                .unwrap();
+        w.handle(&CaptureEvent::Thread(ThreadInfo {
+            time: 150,
+            tid: 10,
+            pid: Some(10),
+            name: Some("main".into()),
+            process_name: Some("app".into()),
+        }))
+        .unwrap();
+        w.handle(&switch(200, 10, 0, LinuxThreadState::Blocked))
+            .unwrap();
+        let registrations = |w: &KernelTraceWriter<RecordWriter, Epochs>| {
+            let bytes = w.sink().to_bytes();
+            let mut threads = 0;
+            let mut names = 0;
+            for d in Decoder::new(&bytes) {
+                match d.unwrap().record {
+                    DecodedRecord::Thread { thread, .. } if thread.tid == 10 => threads += 1,
+                    DecodedRecord::KernelObject { koid: 10, .. } => names += 1,
+                    _ => {}
+                }
+            }
+            (threads, names)
+        };
+        assert_eq!(
+            registrations(&w),
+            (1, 2),
+            "thread 10 and process 10 named once"
+        );
+        // Same epoch: nothing again.
+        w.handle(&switch(300, 0, 10, LinuxThreadState::Running))
+            .unwrap();
+        assert_eq!(registrations(&w), (1, 2));
+        w.refs.epoch = 1;
+        w.handle(&switch(400, 10, 0, LinuxThreadState::Blocked))
+            .unwrap();
+        assert_eq!(registrations(&w), (2, 4), "registered and named again");
+        let stats = w.stats();
+        assert_eq!((stats.epochs, stats.names_replayed), (1, 2));
+        assert_eq!(stats.threads, 2, "10 and the idle task, each counted once");
+    }
+
     /// A sink whose buffer is "full" for every Thread and String record.
     #[derive(Debug, Default)]
     struct NoRegistrations(RecordWriter);
@@ -1162,7 +1281,7 @@ mod tests {
         let (sink, stats) = w.finish().unwrap();
         assert_eq!(stats.unindexed_threads, 3, "10, 11, the recorder");
         assert!(stats.dropped_records >= 3);
-        let mut bytes = words_to_bytes(&[MAGIC_WORD]);
+        let mut bytes = words_to_bytes(&[crate::format::MAGIC_WORD]);
         bytes.extend(sink.0.to_bytes());
         let records: Vec<_> = Decoder::new(&bytes).map(|d| d.unwrap().record).collect();
         assert!(records.iter().any(|r| matches!(

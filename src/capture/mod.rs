@@ -60,6 +60,7 @@ mod pids;
 pub mod probe;
 pub mod procfs;
 pub mod records;
+pub mod refs;
 pub mod ring;
 pub mod session;
 pub mod state;
@@ -85,6 +86,7 @@ pub use maps::{read_build_id, BuildIdCache, MapsLine, MapsSynthesis};
 pub use merge::Merger;
 pub use permissions::{Need, PerfPermissions};
 pub use records::{MmapFile, ParseError, PerfMmap, PerfRecord, RecordLayout, TaskName};
+pub use refs::{LocalRefs, RefTable, Registration};
 pub use ring::{PerfRing, RawData, RawRecord, RingError, RingReader};
 pub use session::{
     Capture, CaptureConfig, CaptureError, CaptureReport, CaptureStats, CaptureTarget, SwitchSource,

@@ -172,7 +172,7 @@ impl Collected {
     fn append(&mut self, region: &[u8], end: u64, framing: Framing) -> Result<(), StandaloneError> {
         let (stop, stats) = copy_records(region, end, framing, &mut self.bytes)?;
         self.records += stats.records;
-        if matches!(stop, ChunkScanStop::Malformed { .. }) {
+        if matches!(stop, ChunkScanStop::Malformed(_)) {
             self.malformed_regions += 1;
         }
         Ok(())

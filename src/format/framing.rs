@@ -47,11 +47,7 @@ pub struct Scan {
 /// every record in it has a non-zero size and lies entirely inside `bytes`. Stops at a zero
 /// header word (the end of data in a zero-filled buffer). Never reads record contents.
 pub fn scan_records(bytes: &[u8]) -> Scan {
-    scan_with(bytes.len(), |offset| {
-        bytes
-            .get(offset..offset + 8)
-            .map(|w| u64::from_ne_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]))
-    })
+    scan_with(bytes.len(), |offset| word_at(bytes, offset))
 }
 
 /// [`scan_records`] over words (e.g. a provider buffer mapped as `u64`s).
@@ -88,6 +84,113 @@ fn scan_with(len: usize, word_at: impl Fn(usize) -> Option<u64>) -> Scan {
         records,
         stop,
     }
+}
+
+/// Bytes that are whole, well-framed records: every header declares a non-zero size that fits,
+/// there is no zero header word and no trailing byte. A value exists only after a scan walked
+/// the bytes ([`CheckedRecords::check`], [`CheckedRecords::prefix`]), so whoever receives one
+/// (the trace manager's archive) copies the bytes without walking them again.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CheckedRecords<'a> {
+    bytes: &'a [u8],
+    records: usize,
+}
+
+impl<'a> CheckedRecords<'a> {
+    /// `bytes` if they are whole, well-framed records; else where and why they are not (a zero
+    /// header word is [`FramingErrorKind::ZeroSize`] with header 0).
+    pub fn check(bytes: &'a [u8]) -> Result<Self, FramingError> {
+        let (checked, stop) = Self::prefix(bytes);
+        match stop {
+            ScanStop::End => Ok(checked),
+            ScanStop::Error(e) => Err(e),
+            ScanStop::ZeroWord => Err(FramingError {
+                offset: checked.len(),
+                kind: FramingErrorKind::ZeroSize { header: 0 },
+            }),
+        }
+    }
+
+    /// The well-formed prefix of `bytes` ([`scan_records`]) and why the scan stopped there.
+    pub fn prefix(bytes: &'a [u8]) -> (Self, ScanStop) {
+        let scan = scan_records(bytes);
+        let checked = Self {
+            bytes: &bytes[..scan.valid_len],
+            records: scan.records,
+        };
+        (checked, scan.stop)
+    }
+
+    /// The records' bytes.
+    pub fn bytes(&self) -> &'a [u8] {
+        self.bytes
+    }
+
+    /// Number of records.
+    pub fn records(&self) -> usize {
+        self.records
+    }
+
+    /// Length in bytes.
+    pub fn len(&self) -> usize {
+        self.bytes.len()
+    }
+
+    /// Whether there is no record.
+    pub fn is_empty(&self) -> bool {
+        self.bytes.is_empty()
+    }
+
+    /// Each record's byte offset and header word, in order.
+    pub fn headers(&self) -> impl Iterator<Item = (usize, u64)> + 'a {
+        let bytes = self.bytes;
+        let mut offset = 0;
+        std::iter::from_fn(move || {
+            let header = word_at(bytes, offset)?;
+            let at = offset;
+            // The bytes were checked: every size is non-zero and fits.
+            offset += record_words(header) * 8;
+            Some((at, header))
+        })
+    }
+
+    /// The runs of records left when those whose header `leave_out` accepts are taken out, and
+    /// how many were taken out. Each run is itself checked records (it starts and ends on a
+    /// record boundary); no run is empty.
+    pub fn without(&self, mut leave_out: impl FnMut(u64) -> bool) -> (Vec<Self>, usize) {
+        let mut runs = Vec::new();
+        let mut left_out = 0;
+        let mut run_start = 0;
+        let mut run_records = 0;
+        for (offset, header) in self.headers() {
+            if leave_out(header) {
+                if run_records > 0 {
+                    runs.push(Self {
+                        bytes: &self.bytes[run_start..offset],
+                        records: run_records,
+                    });
+                }
+                left_out += 1;
+                run_start = offset + record_words(header) * 8;
+                run_records = 0;
+            } else {
+                run_records += 1;
+            }
+        }
+        if run_records > 0 {
+            runs.push(Self {
+                bytes: &self.bytes[run_start..],
+                records: run_records,
+            });
+        }
+        (runs, left_out)
+    }
+}
+
+fn word_at(bytes: &[u8], offset: usize) -> Option<u64> {
+    bytes
+        .get(offset..offset.checked_add(8)?)
+        .map(|w| u64::from_ne_bytes([w[0], w[1], w[2], w[3], w[4], w[5], w[6], w[7]]))
 }
 
 /// Checks that the record starting with `header` has a non-zero size that fits in
@@ -179,5 +282,42 @@ mod tests {
             })
         );
         assert_eq!(scan_records(&[]).stop, ScanStop::End);
+    }
+
+    #[test]
+    fn checked_records_check_and_split() {
+        let data = bytes(&[0x24, 1, 0x14, 0x24, 2]);
+        let checked = CheckedRecords::check(&data).unwrap();
+        assert_eq!((checked.records(), checked.len()), (3, 40));
+        assert_eq!(
+            checked.headers().collect::<Vec<_>>(),
+            [(0, 0x24), (16, 0x14), (24, 0x24)]
+        );
+        let (runs, left_out) = checked.without(|h| h == 0x14);
+        assert_eq!(left_out, 1);
+        assert_eq!(runs.len(), 2);
+        assert_eq!((runs[0].bytes(), runs[0].records()), (&data[..16], 1));
+        assert_eq!((runs[1].bytes(), runs[1].records()), (&data[24..], 1));
+        let (runs, left_out) = checked.without(|h| h == 0x24);
+        assert_eq!(
+            (runs.len(), runs[0].bytes(), left_out),
+            (1, &data[16..24], 2)
+        );
+        // A zero word, a record past the end and trailing bytes are refused.
+        let zero = bytes(&[0x14, 0]);
+        assert_eq!(
+            CheckedRecords::check(&zero),
+            Err(FramingError {
+                offset: 8,
+                kind: FramingErrorKind::ZeroSize { header: 0 }
+            })
+        );
+        assert!(CheckedRecords::check(&bytes(&[0x24, 1, 0x34])).is_err());
+        assert!(CheckedRecords::check(&[1, 2, 3]).is_err());
+        let (prefix, stop) = CheckedRecords::prefix(&zero);
+        assert_eq!(
+            (prefix.records(), prefix.len(), stop),
+            (1, 8, ScanStop::ZeroWord)
+        );
     }
 }

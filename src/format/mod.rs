@@ -34,7 +34,9 @@
 //!
 //! [`record_type`], [`record_words`] and [`scan_records`] find record boundaries without
 //! decoding contents: what a trace manager needs to salvage a buffer "up to the last
-//! well-formed record".
+//! well-formed record". [`CheckedRecords`] carries bytes a scan accepted, so they are not
+//! walked twice. This is the one record-header walk of the crate: the chunk-aware scanner of a
+//! live buffer (`buffer::header`) runs it inside each chunk run.
 //!
 //! # Decoding
 //!
@@ -77,7 +79,8 @@ pub use decoded::{
 };
 pub use error::{DecodeError, DecodeErrorKind, EncodeError, FramingError, FramingErrorKind};
 pub use framing::{
-    check_frame, record_type, record_words, scan_records, scan_words, Scan, ScanStop,
+    check_frame, record_type, record_words, scan_records, scan_words, CheckedRecords, Scan,
+    ScanStop,
 };
 pub use record::{
     Blob, ContextSwitch, Encode, Event, EventKind, Initialization, KernelObject, LargeBlob,
@@ -93,4 +96,4 @@ pub use types::{
     MAX_RECORD_WORDS, MAX_STRING_INDEX, MAX_STRING_LEN, MAX_THREAD_INDEX,
     PROVIDER_EVENT_BUFFER_OVERFLOW, TRACE_INFO_TYPE_MAGIC,
 };
-pub use writer::{encode_to_vec, words_to_bytes, RecordWriter};
+pub use writer::{encode_to_vec, words_to_bytes, BatchError, BatchOut, BatchWriter, RecordWriter};

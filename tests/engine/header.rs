@@ -3,6 +3,7 @@
 
 use fxtrace::buffer::header::*;
 use fxtrace::buffer::TraceBuffer;
+use fxtrace::format::{FramingError, FramingErrorKind};
 
 // === geometry ===
 
@@ -339,11 +340,14 @@ fn dense_scan_includes_a_record_ending_exactly_at_the_end() {
     assert_eq!(out, bytes(&words[..3]));
     assert_eq!(
         stop,
-        ChunkScanStop::Malformed {
+        ChunkScanStop::Malformed(FramingError {
             offset: 24,
-            header: words[3],
-            reason: MalformedReason::PastEnd
-        }
+            kind: FramingErrorKind::PastEnd {
+                header: words[3],
+                words: 5,
+                available: 32
+            }
+        })
     );
 }
 
@@ -357,11 +361,10 @@ fn dense_scan_reports_a_zero_size_record_offset() {
     assert_eq!(out, bytes(&words[..2]));
     assert_eq!(
         stop,
-        ChunkScanStop::Malformed {
+        ChunkScanStop::Malformed(FramingError {
             offset: 16,
-            header: 4,
-            reason: MalformedReason::ZeroSize
-        }
+            kind: FramingErrorKind::ZeroSize { header: 4 }
+        })
     );
 }
 
@@ -491,11 +494,14 @@ fn chunked_scan_rejects_a_record_crossing_its_chunk() {
     assert_eq!(out, bytes(&event(2, 0)));
     assert_eq!(
         stop,
-        ChunkScanStop::Malformed {
+        ChunkScanStop::Malformed(FramingError {
             offset: 24,
-            header: 4 | (2 << 4),
-            reason: MalformedReason::PastEnd
-        }
+            kind: FramingErrorKind::PastEnd {
+                header: 4 | (2 << 4),
+                words: 2,
+                available: 8
+            }
+        })
     );
 }
 
@@ -519,7 +525,12 @@ fn scan_yields_contiguous_runs() {
     };
     let runs: Vec<(usize, usize)> = scan_records(&buf, buf.len() as u64, framing)
         .unwrap()
-        .map(|run| (run.as_ptr() as usize - buf.as_ptr() as usize, run.len()))
+        .map(|run| {
+            (
+                run.bytes().as_ptr() as usize - buf.as_ptr() as usize,
+                run.len(),
+            )
+        })
         .collect();
     assert_eq!(
         runs,

@@ -14,8 +14,7 @@ use std::thread::JoinHandle;
 use std::time::Duration;
 
 use fxtrace::buffer::header::{
-    copy_records, record_size_words, BufferingMode, ChunkScanStop, Framing, HeaderFields,
-    HEADER_SIZE,
+    copy_records, BufferingMode, ChunkScanStop, Framing, HeaderFields, HEADER_SIZE,
 };
 use fxtrace::buffer::TraceBuffer;
 use fxtrace::engine::{BufferHandler, Context, WeakContext, Writer};
@@ -94,7 +93,7 @@ pub fn decode(bytes: &[u8]) -> Vec<Rec> {
     let mut i = 0;
     while i < words.len() {
         let header = words[i];
-        let size = record_size_words(header) as usize;
+        let size = fxtrace::format::record_words(header);
         assert!(
             size >= 1 && i + size <= words.len(),
             "bad framing at word {i}: {header:#x}"

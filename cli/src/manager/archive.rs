@@ -13,17 +13,18 @@
 //!   records …
 //! ```
 //!
-//! The archive checks the framing of every run of records it is given (sizes and bounds, with
-//! [`fxtrace::format::scan_records`]) and never decodes their contents: a provider's records reach
-//! the output byte for byte. The only records the manager composes itself are metadata records
+//! The archive takes records only as [`CheckedRecords`] (bytes whose framing a scan accepted:
+//! the drain's chunk-aware scanner, or [`CheckedRecords::check`]), so it never walks their
+//! framing itself, and it never decodes their contents: a provider's records reach the output
+//! byte for byte. The only records the manager composes itself are metadata records
 //! and the visible drop/loss markers of [`Archive::marker`].
 
 use std::collections::BTreeSet;
 use std::io::{self, Write};
 
 use fxtrace::format::{
-    self, Arg, ArgValue, Encode, EncodeError, Event, EventKind, FramingError, ProviderEvent,
-    ProviderInfo, ProviderSection, StringRef, ThreadRef, MAGIC_WORD,
+    self, Arg, ArgValue, CheckedRecords, Encode, EncodeError, Event, EventKind, FramingError,
+    ProviderEvent, ProviderInfo, ProviderSection, StringRef, ThreadRef, MAGIC_WORD,
 };
 
 /// Why the archive could not take some data.
@@ -32,7 +33,7 @@ pub enum ArchiveError {
     /// Writing the output failed.
     #[error("writing the trace output: {0}")]
     Io(#[from] io::Error),
-    /// Bytes handed to [`Archive::write_records`] are not whole, well-framed records.
+    /// Bytes meant for the archive are not whole, well-framed records.
     #[error("refusing records that are not well framed: {0}")]
     Framing(FramingError),
     /// Records were written outside a provider's section.
@@ -105,39 +106,34 @@ impl<W: Write> Archive<W> {
         self.push("provider event", &ProviderEvent { provider_id, event })
     }
 
-    /// Append `bytes`, which must be whole records, after checking their framing (every header
-    /// declares a non-zero size that fits; no zero word, no trailing bytes). Returns the number
-    /// of records. Nothing is written when the check fails.
-    pub fn write_records(&mut self, bytes: &[u8]) -> Result<u64, ArchiveError> {
+    /// Append `records`. Returns the number of records.
+    pub fn write_records(&mut self, records: CheckedRecords<'_>) -> Result<u64, ArchiveError> {
         if self.current.is_none() {
             return Err(ArchiveError::NoSection);
         }
-        let scan = check_framing(bytes)?;
-        self.out.write_all(bytes)?;
-        self.bytes += bytes.len() as u64;
-        self.records += scan.records as u64;
-        Ok(scan.records as u64)
+        self.out.write_all(records.bytes())?;
+        self.bytes += records.len() as u64;
+        self.records += records.records() as u64;
+        Ok(records.records() as u64)
     }
 
-    /// [`Self::write_records`] for bytes taken from a provider's buffer: the same framing check,
-    /// then every provider metadata record (provider info, section or event) is left out, as
-    /// only the manager writes those (a provider that wrote one would rename a provider or add
-    /// records to another's section). Returns (records written, metadata records left out).
-    pub fn write_provider_records(&mut self, bytes: &[u8]) -> Result<(u64, u64), ArchiveError> {
-        let runs = provider_metadata_free_runs(bytes);
-        if runs.forged == 0 {
-            return Ok((self.write_records(bytes)?, 0));
-        }
+    /// [`Self::write_records`] for records taken from a provider's buffer: every provider
+    /// metadata record (provider info, section or event) is left out, as only the manager writes
+    /// those (a provider that wrote one would rename a provider or add records to another's
+    /// section). Returns (records written, metadata records left out).
+    pub fn write_provider_records(
+        &mut self,
+        records: CheckedRecords<'_>,
+    ) -> Result<(u64, u64), ArchiveError> {
         if self.current.is_none() {
             return Err(ArchiveError::NoSection);
         }
-        // Check the framing of the whole before writing any part of it.
-        check_framing(bytes)?;
+        let (runs, forged) = records.without(is_provider_metadata);
         let mut written = 0;
-        for (start, end) in runs.kept {
-            written += self.write_records(&bytes[start..end])?;
+        for run in runs {
+            written += self.write_records(run)?;
         }
-        Ok((written, runs.forged))
+        Ok((written, forged as u64))
     }
 
     /// A visible marker in the current provider's section: an instant event in category
@@ -234,54 +230,6 @@ pub fn truncate_to_complete_records(file: &std::fs::File) -> io::Result<Complete
     Ok(CompletePrefix { bytes: at, records })
 }
 
-/// `bytes` are whole, well-framed records (see [`Archive::write_records`]).
-fn check_framing(bytes: &[u8]) -> Result<format::Scan, ArchiveError> {
-    let scan = format::scan_records(bytes);
-    match scan.stop {
-        format::ScanStop::End => Ok(scan),
-        format::ScanStop::Error(e) => Err(ArchiveError::Framing(e)),
-        format::ScanStop::ZeroWord => Err(ArchiveError::Framing(FramingError {
-            offset: scan.valid_len,
-            kind: format::FramingErrorKind::ZeroSize { header: 0 },
-        })),
-    }
-}
-
-/// The byte ranges of a run of records that hold no provider metadata record, and how many
-/// such records lie between them.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct MetadataFreeRuns {
-    kept: Vec<(usize, usize)>,
-    forged: u64,
-}
-
-/// Split `bytes` (records; the walk stops at the first badly framed one, which the framing
-/// check then refuses) around its provider info / section / event metadata records.
-fn provider_metadata_free_runs(bytes: &[u8]) -> MetadataFreeRuns {
-    let mut runs = MetadataFreeRuns::default();
-    let mut offset = 0;
-    let mut run_start = 0;
-    while let Some(word) = bytes.get(offset..offset + 8) {
-        let header = u64::from_ne_bytes(word.try_into().unwrap_or([0; 8]));
-        let len = format::record_words(header) * 8;
-        if len == 0 || offset + len > bytes.len() {
-            break;
-        }
-        if is_provider_metadata(header) {
-            if run_start < offset {
-                runs.kept.push((run_start, offset));
-            }
-            runs.forged += 1;
-            run_start = offset + len;
-        }
-        offset += len;
-    }
-    if run_start < bytes.len() {
-        runs.kept.push((run_start, bytes.len()));
-    }
-    runs
-}
-
 /// A provider info, provider section or provider event metadata record header.
 fn is_provider_metadata(header: u64) -> bool {
     use format::fields::MetadataRecord;
@@ -327,18 +275,15 @@ mod tests {
         let bytes = format::words_to_bytes(&words);
         let mut a = Archive::new(Vec::new()).unwrap();
         a.begin_provider(1, "p").unwrap();
-        assert_eq!(a.write_provider_records(&bytes).unwrap(), (2, 1));
+        let checked = CheckedRecords::check(&bytes).unwrap();
+        assert_eq!(a.write_provider_records(checked).unwrap(), (2, 1));
         let out = a.into_inner().unwrap();
         let ids: Vec<_> = Decoder::new(&out).map(|d| d.unwrap().provider).collect();
         // magic, info(1), init, init: nothing claims provider 9.
         assert_eq!(ids.len(), 4);
         assert!(ids.iter().all(|id| *id != Some(9)), "{ids:?}");
-        // Badly framed input is refused whole, forged records or not.
-        let mut a = Archive::new(Vec::new()).unwrap();
-        a.begin_provider(1, "p").unwrap();
-        let before = a.bytes_written();
-        assert!(a.write_provider_records(&bytes[..bytes.len() - 8]).is_err());
-        assert_eq!(a.bytes_written(), before);
+        // Badly framed input never becomes records the archive takes, forged records or not.
+        assert!(CheckedRecords::check(&bytes[..bytes.len() - 8]).is_err());
     }
 
     fn records(bytes: &[u8]) -> Vec<(Option<u32>, String)> {
@@ -385,38 +330,34 @@ mod tests {
     }
 
     #[test]
-    fn write_records_checks_framing_and_writes_nothing_on_error() {
+    fn write_records_needs_a_section_and_checked_records() {
         let mut a = Archive::new(Vec::new()).unwrap();
+        let one = 0x11u64.to_ne_bytes();
         assert!(matches!(
-            a.write_records(&0x11u64.to_ne_bytes()),
+            a.write_records(CheckedRecords::check(&one).unwrap()),
             Err(ArchiveError::NoSection)
         ));
         a.begin_provider(7, "p").unwrap();
-        let before = a.bytes_written();
-        // A 2-word record followed by a record claiming 3 words with only 1 left.
+        // A 2-word record followed by a record claiming 3 words with only 1 left; a zero
+        // word; trailing bytes: none of them are records.
         let bad: Vec<u8> = [0x24u64, 1, 0x34]
             .iter()
             .flat_map(|w| w.to_ne_bytes())
             .collect();
-        assert!(matches!(
-            a.write_records(&bad),
-            Err(ArchiveError::Framing(_))
-        ));
+        assert!(CheckedRecords::check(&bad).is_err());
         let zero: Vec<u8> = [0x14u64, 0].iter().flat_map(|w| w.to_ne_bytes()).collect();
-        assert!(matches!(
-            a.write_records(&zero),
-            Err(ArchiveError::Framing(_))
-        ));
-        assert!(matches!(
-            a.write_records(&[1, 2, 3]),
-            Err(ArchiveError::Framing(_))
-        ));
-        assert_eq!(a.bytes_written(), before);
+        assert!(CheckedRecords::check(&zero).is_err());
+        assert!(CheckedRecords::check(&[1, 2, 3]).is_err());
+        let before = a.bytes_written();
         let good: Vec<u8> = [0x24u64, 1, 0x14]
             .iter()
             .flat_map(|w| w.to_ne_bytes())
             .collect();
-        assert_eq!(a.write_records(&good).unwrap(), 2);
+        assert_eq!(
+            a.write_records(CheckedRecords::check(&good).unwrap())
+                .unwrap(),
+            2
+        );
         assert_eq!(a.bytes_written(), before + 24);
     }
 

@@ -7,7 +7,8 @@
 //! out with `pread` inside the bounds the validated geometry gives, and every region goes
 //! through the chunk-aware record scanner of [`fxtrace::buffer::header`], which yields only
 //! whole, well-framed records (unused chunk tails, stale chunks and zero words never reach the
-//! archive) and stops at the first malformed one. A scan that stops early is not an error: what
+//! archive) as [`fxtrace::format::CheckedRecords`], so the archive copies them without walking
+//! their framing again, and stops at the first malformed one. A scan that stops early is not an error: what
 //! came before it is kept and the stop is reported in [`DrainStats::problems`].
 
 use std::io::Write;
@@ -422,15 +423,9 @@ impl Drain {
             Region::Rolling(_) => self.stats.rolling_bytes += copied,
         }
         self.stats.skipped_bytes += scan.stats().skipped_bytes;
-        if let ChunkScanStop::Malformed {
-            offset: at,
-            header,
-            reason,
-        } = scan.stop()
-        {
+        if let ChunkScanStop::Malformed(error) = scan.stop() {
             self.stats.problems.push(format!(
-                "{region}: malformed record at offset {at} (header {header:#018x}, {reason:?}); \
-                 the rest of the region was skipped"
+                "{region}: malformed record {error}; the rest of the region was skipped"
             ));
         }
         Ok(())

@@ -42,7 +42,7 @@ use super::lifecycle;
 use super::report::{ProviderReport, RefusedPeer, SectionReport, SummaryTable};
 use super::server::{Manager, ManagerConfig, ManagerError, ManagerEvent, Waker};
 use super::session::{SessionConfig, SessionState};
-use fxtrace::format::{self, EncodeError, Record};
+use fxtrace::format::{self, BatchError, BatchOut, BatchWriter, EncodeError, Record};
 use fxtrace::protocol::control::{BufferingMode, SessionFigures};
 use fxtrace::protocol::transport::{ListenerOptions, SOCKET_ENV, SOCKET_FILE_NAME};
 
@@ -473,20 +473,38 @@ pub enum SectionError {
 }
 
 /// Encodes records for a section of the archive and ships them to the recorder in batches of
-/// about 64 KiB (the first batch at once, so that a source started before the command opens
-/// the archive). Provider Info and Provider Section records are left out: the archive writes
-/// its own, under the section's id. Call [`SectionSink::flush`] at the end.
+/// about 64 KiB (the format's [`BatchWriter`]; the first batch at once, so that a source started
+/// before the command opens the archive). Provider Info and Provider Section records are left
+/// out: the archive writes its own, under the section's id. Call [`SectionSink::flush`] at the
+/// end.
 #[derive(Debug)]
 pub struct SectionSink {
     id: u32,
-    words: Vec<u64>,
-    tx: Sender<Vec<u8>>,
-    waker: Waker,
+    batch: BatchWriter<SectionBatches>,
     sent_any: bool,
 }
 
 /// Words per batch (64 KiB).
 const SECTION_BATCH_WORDS: usize = 8 * 1024;
+
+/// The channel to the recorder as the output of a [`BatchWriter`].
+#[derive(Debug)]
+struct SectionBatches {
+    tx: Sender<Vec<u8>>,
+    waker: Waker,
+}
+
+impl BatchOut for SectionBatches {
+    type Error = SectionError;
+
+    fn write_batch(&mut self, words: &[u64]) -> Result<(), SectionError> {
+        self.tx
+            .send(format::words_to_bytes(words))
+            .map_err(|_| SectionError::Closed)?;
+        self.waker.wake();
+        Ok(())
+    }
+}
 
 impl SectionSink {
     /// The provider id of the section in the archive.
@@ -497,34 +515,23 @@ impl SectionSink {
     /// Encode one record into the batch; returns its size in words (0 for the provider
     /// metadata left out).
     pub fn push(&mut self, record: &Record<'_>) -> Result<usize, SectionError> {
-        use format::Encode;
         if matches!(record, Record::ProviderInfo(_) | Record::ProviderSection(_)) {
             return Ok(0);
         }
-        let n = record.words()?;
-        let start = self.words.len();
-        self.words.resize(start + n, 0);
-        if let Err(e) = record.write(&mut self.words[start..]) {
-            self.words.truncate(start);
-            return Err(e.into());
-        }
-        if !self.sent_any || self.words.len() >= SECTION_BATCH_WORDS {
-            self.flush()?;
+        let n = self.batch.push(record).map_err(|e| match e {
+            BatchError::Encode(e) => SectionError::Encode(e),
+            BatchError::Out(e) => e,
+        })?;
+        if !self.sent_any {
+            self.batch.flush()?;
+            self.sent_any = true;
         }
         Ok(n)
     }
 
     /// Ship what is buffered.
     pub fn flush(&mut self) -> Result<(), SectionError> {
-        if self.words.is_empty() {
-            return Ok(());
-        }
-        let batch = format::words_to_bytes(&self.words);
-        self.words.clear();
-        self.tx.send(batch).map_err(|_| SectionError::Closed)?;
-        self.sent_any = true;
-        self.waker.wake();
-        Ok(())
+        self.batch.flush()
     }
 }
 
@@ -552,9 +559,13 @@ impl Recorder {
         });
         SectionSink {
             id,
-            words: Vec::new(),
-            tx,
-            waker: self.manager.waker(),
+            batch: BatchWriter::new(
+                SectionBatches {
+                    tx,
+                    waker: self.manager.waker(),
+                },
+                SECTION_BATCH_WORDS,
+            ),
             sent_any: false,
         }
     }

@@ -39,6 +39,7 @@ use super::report::{ProviderReport, RefusedPeer};
 use super::session::{
     ProviderId, Session, SessionConfig, SessionState, StartError, StateError, StopError,
 };
+use fxtrace::format::CheckedRecords;
 use fxtrace::protocol::control::{BufferDisposition, SessionFigures, MAX_OUTPUT_NAME_LEN};
 use fxtrace::protocol::transport::{ControlListener, ListenerOptions, TransportError};
 use registry::{Pending, Tracee};
@@ -490,6 +491,7 @@ impl Manager {
                 std::io::Error::other(reason.clone()),
             )));
         }
+        let records = CheckedRecords::check(records).map_err(ArchiveError::Framing)?;
         if self.archive.current_provider() != Some(id) {
             self.archive.begin_provider(id, name)?;
         }
