@@ -44,7 +44,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use crate::clock;
 use crate::engine::category::tracing_maybe_on;
 use crate::engine::global::with_current;
-use crate::engine::record::{TraceStr, TraceWriter};
+use crate::engine::record::{Scope, TraceStr, TraceWriter};
 use crate::engine::Context;
 use crate::format::{Arg, ArgValue, EventKind, StringRef, MAX_STRING_LEN};
 
@@ -132,6 +132,101 @@ thread_local! {
             next: Cell::new(0),
         }
     };
+}
+
+/// Entries of the per-thread cache of `_static` strings, by address.
+const STATIC_TEXT_ENTRIES: usize = 32;
+
+#[allow(clippy::declare_interior_mutable_const)] // array-repeat initialiser only
+const EMPTY_STATIC_TEXT: Cell<(usize, &str)> = Cell::new((0, ""));
+
+thread_local! {
+    /// `_static` strings already read, by address (two-way set associative: a call's category
+    /// and name never evict each other): their promise (unchanged at the same address until
+    /// the process exits) makes the address the key. Plain data, `const`-initialised, no
+    /// destructor, like [`CATEGORIES`].
+    static STATIC_TEXT: [Cell<(usize, &'static str)>; STATIC_TEXT_ENTRIES] =
+        const { [EMPTY_STATIC_TEXT; STATIC_TEXT_ENTRIES] };
+}
+
+/// The first of the two cache entries `key` may occupy (Fibonacci hashing of the address).
+fn static_text_set(key: usize) -> usize {
+    const BITS: u32 = STATIC_TEXT_ENTRIES.trailing_zeros();
+    ((key as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - BITS)) as usize & !1
+}
+
+/// The texts of a `_static` call's two C strings, each read (`strlen`, UTF-8 check) once per
+/// thread and address; one thread-local access when both are cached.
+///
+/// # Safety
+///
+/// Each pointer is `NULL` or a valid NUL-terminated string that lives, unchanged, at its
+/// address until the process exits.
+#[inline(always)]
+unsafe fn static_texts(a: *const c_char, b: *const c_char) -> (&'static str, &'static str) {
+    let lookup = |cache: &[Cell<(usize, &'static str)>; STATIC_TEXT_ENTRIES], key: usize| {
+        let set = static_text_set(key);
+        let (first, second) = (cache[set].get(), cache[set + 1].get());
+        if first.0 == key {
+            Some(first.1)
+        } else if second.0 == key {
+            Some(second.1)
+        } else {
+            None
+        }
+    };
+    let (ka, kb) = (a as usize, b as usize);
+    let hit = STATIC_TEXT
+        .try_with(|cache| lookup(cache, ka).zip(lookup(cache, kb)))
+        .ok()
+        .flatten();
+    match hit {
+        Some(texts) => texts,
+        // SAFETY: forwarded caller's promise.
+        None => unsafe { (static_text(a), static_text(b)) },
+    }
+}
+
+/// One `_static` string: from the cache, else read and cached ([`static_texts`]'s slow path).
+///
+/// # Safety
+///
+/// As [`static_texts`].
+#[cold]
+#[inline(never)]
+unsafe fn static_text(p: *const c_char) -> &'static str {
+    let key = p as usize;
+    if key == 0 {
+        return "";
+    }
+    let set = static_text_set(key);
+    let cached = STATIC_TEXT
+        .try_with(|cache| {
+            [cache[set].get(), cache[set + 1].get()]
+                .into_iter()
+                .find(|entry| entry.0 == key)
+                .map(|entry| entry.1)
+        })
+        .ok()
+        .flatten();
+    if let Some(text) = cached {
+        return text;
+    }
+    // SAFETY: the caller's promise: the string lives, unchanged, for the rest of the process.
+    let text: &'static str = unsafe { c_text(p) };
+    // An empty way first, else the first way (a third address in the set evicts it). While
+    // the thread is being torn down there is no cache: the text is simply returned.
+    let _ = STATIC_TEXT.try_with(|cache| {
+        let way = if cache[set].get().0 == 0 {
+            set
+        } else if cache[set + 1].get().0 == 0 {
+            set + 1
+        } else {
+            set
+        };
+        cache[way].set((key, text));
+    });
+    text
 }
 
 /// Whether `category` (any text) is enabled in trace `generation` of `context`, through the
@@ -251,8 +346,7 @@ unsafe fn emit(
         Strings::Static => {
             // SAFETY: the caller promised strings that live, unchanged, for the rest of the
             // process: `'static`.
-            let (category, name): (&'static str, &'static str) =
-                unsafe { (c_text(category), c_text(name)) };
+            let (category, name) = unsafe { static_texts(category, name) };
             write_event(category.into(), name.into(), kind, value);
         }
         Strings::Inline => {
@@ -267,6 +361,39 @@ unsafe fn emit(
             );
         }
     }));
+}
+
+/// The slow paths of the `_static` instant and duration functions: the strings from the
+/// per-thread address cache, then the Rust facade's own path (the thread's event memo: no
+/// table probe for a known pair), so a `_static` call costs what `fxtrace::instant` costs
+/// plus the cache lookup. One function per kind (no kind to pass or match); each swallows
+/// any panic.
+macro_rules! static_emitters {
+    ($($(#[$doc:meta])* $name:ident => $facade:ident($($extra:expr),*);)*) => {$(
+        $(#[$doc])*
+        ///
+        /// # Safety
+        ///
+        /// As [`emit`] with [`Strings::Static`].
+        #[cold]
+        #[inline(never)]
+        unsafe fn $name(category: *const c_char, name: *const c_char) {
+            let _ = catch_unwind(AssertUnwindSafe(|| {
+                // SAFETY: the caller's promise (static strings).
+                let (category, name) = unsafe { static_texts(category, name) };
+                crate::trace::$facade(category, name, $($extra),*);
+            }));
+        }
+    )*};
+}
+
+static_emitters! {
+    /// `fxtrace_instant_static`'s slow path.
+    emit_static_instant => instant(Scope::Thread, &[]);
+    /// `fxtrace_duration_begin_static`'s slow path.
+    emit_static_duration_begin => duration_begin(&[]);
+    /// `fxtrace_duration_end_static`'s slow path.
+    emit_static_duration_end => duration_end(&[]);
 }
 
 // === the exported functions ===
@@ -386,7 +513,7 @@ unsafe fn is_enabled_slow(category: *const c_char) -> c_int {
 pub unsafe extern "C" fn fxtrace_instant_static(category: *const c_char, name: *const c_char) {
     if tracing_maybe_on() {
         // SAFETY: forwarded caller's promise (static strings).
-        unsafe { emit(category, name, Strings::Static, EventKind::Instant, None) }
+        unsafe { emit_static_instant(category, name) }
     }
 }
 
@@ -402,15 +529,7 @@ pub unsafe extern "C" fn fxtrace_duration_begin_static(
 ) {
     if tracing_maybe_on() {
         // SAFETY: forwarded caller's promise (static strings).
-        unsafe {
-            emit(
-                category,
-                name,
-                Strings::Static,
-                EventKind::DurationBegin,
-                None,
-            )
-        }
+        unsafe { emit_static_duration_begin(category, name) }
     }
 }
 
@@ -423,15 +542,7 @@ pub unsafe extern "C" fn fxtrace_duration_begin_static(
 pub unsafe extern "C" fn fxtrace_duration_end_static(category: *const c_char, name: *const c_char) {
     if tracing_maybe_on() {
         // SAFETY: forwarded caller's promise (static strings).
-        unsafe {
-            emit(
-                category,
-                name,
-                Strings::Static,
-                EventKind::DurationEnd,
-                None,
-            )
-        }
+        unsafe { emit_static_duration_end(category, name) }
     }
 }
 
@@ -489,6 +600,45 @@ pub unsafe extern "C" fn fxtrace_alert(name: *const c_char) -> c_int {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn static_text_is_read_once_per_address() {
+        let a = c"first";
+        let b = c"second";
+        // SAFETY: C string literals: static and unchanged.
+        unsafe {
+            assert_eq!(super::static_text(a.as_ptr()), "first");
+            assert_eq!(super::static_text(b.as_ptr()), "second");
+            assert_eq!(super::static_text(std::ptr::null()), "");
+        }
+        let cached = |p: *const std::ffi::c_char| {
+            let set = super::static_text_set(p as usize);
+            super::STATIC_TEXT
+                .with(|c| [c[set].get().0, c[set + 1].get().0].contains(&(p as usize)))
+        };
+        assert!(cached(a.as_ptr()) && cached(b.as_ptr()));
+        // Two addresses of one set keep each other.
+        let s1 = 0x1000usize;
+        let s2 = (1..)
+            .map(|i| s1 + 8 * i)
+            .find(|&k| super::static_text_set(k) == super::static_text_set(s1))
+            .unwrap();
+        let set = super::static_text_set(s1);
+        super::STATIC_TEXT.with(|c| {
+            c[set].set((0, ""));
+            c[set + 1].set((0, ""));
+        });
+        // Not dereferenced when cached: pretend both were read.
+        super::STATIC_TEXT.with(|c| {
+            c[set].set((s1, "one"));
+            c[set + 1].set((s2, "two"));
+        });
+        // SAFETY: both addresses are cached, so neither is read.
+        unsafe {
+            assert_eq!(super::static_text(s1 as *const std::ffi::c_char), "one");
+            assert_eq!(super::static_text(s2 as *const std::ffi::c_char), "two");
+        }
+    }
+
     use super::*;
 
     #[test]

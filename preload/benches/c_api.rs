@@ -32,7 +32,55 @@ fn call(f: unsafe extern "C" fn(*const c_char, *const c_char)) {
     unsafe { f(black_box(CAT.as_ptr()), black_box(NAME.as_ptr())) }
 }
 
+/// `FXTRACE_BENCH_CALLS=N FXTRACE_BENCH_CANDIDATE=…` mode, for instruction counts (as in
+/// `benches/engine.rs`): run one candidate N times under a standalone circular session and
+/// exit. Under `valgrind --tool=callgrind --collect-atstart=no
+/// --toggle-collect='*counted_loop*'` only the calls are counted.
+fn counted_calls() {
+    let Some(calls) = std::env::var("FXTRACE_BENCH_CALLS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    else {
+        return;
+    };
+    let candidate = std::env::var("FXTRACE_BENCH_CANDIDATE").unwrap_or_default();
+    if candidate.starts_with("disabled_") {
+        // No session: the disabled path.
+        counted_loop(&candidate, calls);
+        std::process::exit(0);
+    }
+    let session =
+        fxtrace::standalone::start(BufferingMode::Circular, 64 << 20).expect("standalone session");
+    counted_loop(&candidate, calls);
+    let (_, report) = session.finish_to_vec().expect("finish");
+    assert_eq!(report.stop.records_dropped, 0);
+    std::process::exit(0);
+}
+
+/// One loop per candidate (no per-call dispatch), out of line for callgrind's toggle.
+#[inline(never)]
+fn counted_loop(candidate: &str, calls: u64) {
+    match candidate {
+        "rust_instant" => {
+            (0..calls).for_each(|_| fxtrace::instant("bench", "event", fxtrace::Scope::Thread, &[]))
+        }
+        "instant_static" | "disabled_instant_static" => {
+            (0..calls).for_each(|_| call(fxtrace_instant_static))
+        }
+        "disabled_rust_instant" => {
+            (0..calls).for_each(|_| fxtrace::instant("bench", "event", fxtrace::Scope::Thread, &[]))
+        }
+        "instant_inline" => (0..calls).for_each(|_| call(fxtrace_instant)),
+        "duration_pair_static" => (0..calls).for_each(|_| {
+            call(fxtrace_duration_begin_static);
+            call(fxtrace_duration_end_static);
+        }),
+        other => panic!("unknown FXTRACE_BENCH_CANDIDATE {other:?}"),
+    }
+}
+
 fn c_api_benches(c: &mut Criterion) {
+    counted_calls();
     let mut g = c.benchmark_group("c_api");
     g.measurement_time(Duration::from_secs(2))
         .warm_up_time(Duration::from_millis(500));
