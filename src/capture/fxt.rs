@@ -48,8 +48,9 @@
 //! limits, a full buffer) are counted in [`KernelTraceStats::dropped_records`]; an I/O error
 //! stops the writer and is returned.
 
-use std::collections::{HashMap, HashSet};
-use std::hash::{BuildHasherDefault, Hasher};
+use std::collections::HashMap;
+
+use super::ids::{IdMap, IdSet};
 use std::io::{self, Write};
 
 use thiserror::Error;
@@ -277,31 +278,6 @@ impl KernelTraceConfig {
     }
 }
 
-/// Hashes the small integer keys of the writer's tables (tids, pids, cpus) with one multiply
-/// (Fibonacci hashing): ids are not attacker-chosen, and SipHash cost more than the rest of a
-/// context switch's conversion.
-#[derive(Debug, Default, Clone, Copy)]
-struct IdHasher(u64);
-
-impl Hasher for IdHasher {
-    fn finish(&self) -> u64 {
-        self.0
-    }
-
-    fn write(&mut self, bytes: &[u8]) {
-        for &b in bytes {
-            self.0 = (self.0.rotate_left(8) ^ u64::from(b)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-        }
-    }
-
-    fn write_u32(&mut self, id: u32) {
-        self.0 = (self.0 ^ u64::from(id)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
-    }
-}
-
-/// A map keyed by ids.
-type IdMap<V> = HashMap<u32, V, BuildHasherDefault<IdHasher>>;
-
 /// What a remembered mapping costs, approximately: its fields, path and build-id.
 fn remembered_size(map: &MemoryMap) -> usize {
     std::mem::size_of::<MemoryMap>() + map.path.len() + map.build_id.as_ref().map_or(0, Vec::len)
@@ -314,8 +290,6 @@ pub const MAX_REMEMBERED_MAPPINGS: usize = 1 << 18;
 /// How many bytes of remembered mappings (paths, build-ids and about 100 bytes of fields each)
 /// the writer keeps at most: in the preload object this memory is the traced program's.
 pub const MAX_REMEMBERED_BYTES: usize = 32 << 20;
-/// A set of ids.
-type IdSet = HashSet<u32, BuildHasherDefault<IdHasher>>;
 
 /// A registered thread.
 #[derive(Debug, Clone, Copy)]

@@ -51,6 +51,7 @@ pub mod events;
 #[cfg(feature = "test-support")]
 pub mod fake;
 pub mod fxt;
+mod ids;
 pub mod lbr;
 pub mod maps;
 pub mod merge;

@@ -27,7 +27,9 @@
 //! pid `None`; the capture layer counts the thread and the writer marks it
 //! ([`super::fxt::UNKNOWN_PROCESS_KOID`]).
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::VecDeque;
+
+use super::ids::IdMap;
 
 use super::decode::{known_pid, Pending};
 use super::events::{CaptureEvent, SwitchEvent, SwitchSides};
@@ -74,7 +76,7 @@ pub(crate) struct PidResolver {
     /// Names and pids; the session reads names from it too.
     pub(crate) registry: TaskRegistry,
     held: VecDeque<Held>,
-    waiting: HashMap<u32, Wait>,
+    waiting: IdMap<Wait>,
     newest: u64,
     window: u64,
     max_held: usize,
@@ -92,7 +94,7 @@ impl PidResolver {
         Self {
             registry,
             held: VecDeque::new(),
-            waiting: HashMap::new(),
+            waiting: IdMap::default(),
             newest: 0,
             window,
             max_held: max_held.max(1),

@@ -16,7 +16,7 @@
 //! The `/proc` root is a parameter so tests can use a synthetic tree;
 //! `/sys/devices/system/cpu/online` parsing is here too.
 
-use std::collections::HashMap;
+use super::ids::IdMap;
 use std::fs;
 use std::io;
 use std::path::{Path, PathBuf};
@@ -48,8 +48,8 @@ pub const SCAN_TASK_LIMIT: usize = 1 << 20;
 #[derive(Debug)]
 pub struct TaskRegistry {
     proc_root: PathBuf,
-    threads: HashMap<u32, ThreadEntry>,
-    processes: HashMap<u32, Option<String>>,
+    threads: IdMap<ThreadEntry>,
+    processes: IdMap<Option<String>>,
     proc_reads: u64,
 }
 
@@ -64,8 +64,8 @@ impl TaskRegistry {
     pub fn new(proc_root: impl Into<PathBuf>) -> Self {
         Self {
             proc_root: proc_root.into(),
-            threads: HashMap::new(),
-            processes: HashMap::new(),
+            threads: IdMap::default(),
+            processes: IdMap::default(),
             proc_reads: 0,
         }
     }

@@ -710,6 +710,13 @@ impl TaskName {
 
     /// From a view in the ring.
     pub fn from_raw(raw: &RawData<'_>) -> Self {
+        // The usual case, a `comm[16]` field (TASK_COMM_LEN): one fixed-size copy, no `memcpy`
+        // call.
+        if raw.len() == 16 {
+            if let Some(comm) = raw.array_at::<16>(0) {
+                return Self::from_bytes(&comm);
+            }
+        }
         let mut buf = [0u8; Self::CAPACITY];
         let len = raw.len().min(Self::CAPACITY);
         // In range by construction.

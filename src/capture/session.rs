@@ -54,7 +54,6 @@
 //! sources are delivered first, once. Every drop, skip and error is counted in
 //! [`CaptureStats`].
 
-use std::collections::HashMap;
 use std::io;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -67,6 +66,7 @@ use thiserror::Error;
 use super::attr::{BranchSampling, EventAttr, PerfEventKind};
 use super::decode::StreamDecoder;
 use super::events::{CaptureEvent, Unsupported};
+use super::ids::IdMap;
 use super::maps::BuildIdCache;
 use super::merge::Merger;
 use super::open::*;
@@ -603,7 +603,7 @@ impl Capture {
             delivery: Delivery {
                 resolver: PidResolver::new(registry),
                 build_ids: BuildIdCache::new(),
-                announced: HashMap::new(),
+                announced: IdMap::default(),
                 counters: counters.clone(),
                 sink: Box::new(sink),
             },

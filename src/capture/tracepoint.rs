@@ -64,17 +64,16 @@ pub struct FieldDesc {
 impl FieldDesc {
     /// Reads the field as an integer (sizes 1, 2, 4, 8; sign-extended when signed).
     pub fn read_int(&self, raw: &RawData<'_>) -> Option<i64> {
-        let mut buf = [0u8; 8];
-        let bytes = buf.get_mut(..self.size)?;
-        raw.copy_to(self.offset, bytes)?;
+        // Fixed-size reads: a load each, no `memcpy` call per field.
+        let at = self.offset;
         Some(match (self.size, self.signed) {
-            (1, true) => i64::from(buf[0] as i8),
-            (1, false) => i64::from(buf[0]),
-            (2, true) => i64::from(i16::from_ne_bytes([buf[0], buf[1]])),
-            (2, false) => i64::from(u16::from_ne_bytes([buf[0], buf[1]])),
-            (4, true) => i64::from(i32::from_ne_bytes([buf[0], buf[1], buf[2], buf[3]])),
-            (4, false) => i64::from(u32::from_ne_bytes([buf[0], buf[1], buf[2], buf[3]])),
-            (8, _) => i64::from_ne_bytes(buf),
+            (1, true) => i64::from(i8::from_ne_bytes(raw.array_at(at)?)),
+            (1, false) => i64::from(u8::from_ne_bytes(raw.array_at(at)?)),
+            (2, true) => i64::from(i16::from_ne_bytes(raw.array_at(at)?)),
+            (2, false) => i64::from(u16::from_ne_bytes(raw.array_at(at)?)),
+            (4, true) => i64::from(i32::from_ne_bytes(raw.array_at(at)?)),
+            (4, false) => i64::from(u32::from_ne_bytes(raw.array_at(at)?)),
+            (8, _) => i64::from_ne_bytes(raw.array_at(at)?),
             _ => return None,
         })
     }

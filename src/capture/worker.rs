@@ -1,7 +1,6 @@
 //! The capture thread: draining the rings, merging per-CPU streams, resolving each thread's
 //! process, and delivering [`CaptureEvent`]s (started by [`super::session::Capture::start`]).
 
-use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -10,6 +9,7 @@ use std::time::Duration;
 
 use super::decode::{known_pid, Decoded, Pending, Skip};
 use super::events::{CaptureEvent, LostKind, SwitchSides, ThreadInfo, Unsupported};
+use super::ids::IdMap;
 use super::maps::{BuildIdCache, MapsSynthesis};
 use super::merge::Merger;
 use super::open::*;
@@ -28,7 +28,7 @@ pub(super) struct Delivery {
     /// Build-ids of mapped files, read once per file.
     pub(super) build_ids: BuildIdCache,
     /// Threads announced, with the pid they were announced with.
-    pub(super) announced: HashMap<u32, Option<u32>>,
+    pub(super) announced: IdMap<Option<u32>>,
     pub(super) counters: Arc<Counters>,
     pub(super) sink: Box<dyn FnMut(CaptureEvent) + Send>,
 }

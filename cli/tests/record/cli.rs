@@ -432,7 +432,9 @@ fn a_duration_without_a_command_traces_whoever_joins() {
     let socket = dir.path().join("s.sock");
     let out = dir.path().join("trace.fxt");
     let child = fxtrace()
-        .args(["record", "--duration", "1.5", "-m", "streaming", "--socket"])
+        // Long enough for two probes and a status call on a loaded machine (1.5 s was not:
+        // the session had ended when `status` asked).
+        .args(["record", "--duration", "4", "-m", "streaming", "--socket"])
         .arg(&socket)
         .arg("-o")
         .arg(&out)

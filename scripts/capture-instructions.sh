@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# Instructions per context switch of the system-wide capture pipeline (capture thread: ring
+# reader, decoding, merge, delivery, FXT conversion), without a kernel: benches/capture.rs on
+# the in-memory perf, under callgrind, counting the capture thread only (`Worker::run`), for
+# N and 2N switches; prints (total(2N) - total(N)) / N. Needs valgrind.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+n="${1:-50000}"
+if ! command -v valgrind >/dev/null 2>&1; then
+    echo "capture-instructions: skipped (valgrind missing)"
+    exit 0
+fi
+bench="$(cargo bench -p fxtrace-benches --features capture --bench capture --no-run \
+    --message-format=json 2>/dev/null |
+    grep '"kind":\["bench"\]' | grep '"name":"capture"' |
+    sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)"
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+total() {
+    FXTRACE_BENCH_CALLS="$1" valgrind --tool=callgrind --collect-atstart=no \
+        --toggle-collect='*Worker::run*' --callgrind-out-file="$work/cg.$1.%p" "$bench" \
+        >"$work/log.$1" 2>&1
+    sed -n 's/^summary: *\([0-9]*\).*/\1/p' "$work"/cg."$1".* | sort -n | tail -n 1
+}
+small="$(total "$n")"
+large="$(total $((2 * n)))"
+echo "capture thread: $(((large - small) / n)) instructions per context switch"
