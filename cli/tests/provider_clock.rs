@@ -164,6 +164,7 @@ fn the_managers_clock_rate_is_taken_before_first_use_only() {
                 name: "raw".into(),
                 known_categories: Vec::new(),
                 accepts_ticks_per_second,
+                waits_for_session: false,
             },
             &[],
         )

@@ -132,6 +132,12 @@ pub(crate) fn init() {
         exit_hook: false,
         ..ProviderOptions::default()
     };
+    if options.socket.as_ref().map_or(true, |s| s.is_empty()) {
+        // Not under `fxtrace record`: follow the trace service (`fxtrace daemon`). The
+        // capture runs while a session of it traces this process.
+        follow(&name, options, complaints);
+        return;
+    }
     let provider = match Provider::connect_with(&name, &provider_options) {
         Ok(Some(provider)) => provider,
         Ok(None) => {
@@ -219,6 +225,67 @@ pub(crate) fn init() {
     if options.signals {
         let taken = hooks::install_signal_handlers();
         log!("flushing on signals {taken:?} (those left at their default action)");
+    }
+}
+
+/// Register with the trace service and, for each session of it that traces this process,
+/// start the per-process capture (stopped when the session ends). The provider's own exit
+/// hook stops tracing at exit; the service salvages what the capture had not flushed.
+fn follow(name: &str, options: Options, complaints: Vec<String>) {
+    let provider_options = ProviderOptions {
+        stop_timeout: options.flush,
+        ..ProviderOptions::default()
+    };
+    let hook = move |provider: &Provider| -> Box<dyn Send> {
+        log!("session started: provider {}", provider.id());
+        global::with_writer(|w| {
+            let _ = w.thread_ref();
+            for complaint in &complaints {
+                let message = format!("fxtrace-preload: {complaint}");
+                let _ = w.log(fxtrace::clock::ticks(), &message);
+            }
+        });
+        let writer = new_writer(provider, provider.context());
+        let capture = match options.capture {
+            CaptureMode::Switches => start_capture(&options, &writer),
+            CaptureMode::None => None,
+        };
+        Box::new(SessionCapture { capture, writer })
+    };
+    match fxtrace::provider::follow_service(name, &provider_options, Box::new(hook)) {
+        Ok(()) => log!(
+            "following the trace service: {:?}",
+            fxtrace::provider::service_status().map(|s| s.state)
+        ),
+        Err(e) => log!("not following the trace service: {e}"),
+    }
+}
+
+/// The capture of one session of the trace service: stopped, and its last events written,
+/// when the session ends.
+struct SessionCapture {
+    capture: Option<Capture>,
+    writer: SharedWriter,
+}
+
+impl Drop for SessionCapture {
+    fn drop(&mut self) {
+        if let Some(capture) = self.capture.take() {
+            // The capture thread's last events go into the writer before it stops.
+            if let Err(e) = capture.stop() {
+                log!("capture: {e}");
+            }
+        }
+        // The session's context is stopped by now: what the writer still has is refused by
+        // the engine and counted as dropped.
+        let taken = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take();
+        if let Some(Ok((_, stats))) = taken.map(|w| w.finish()) {
+            log!(
+                "session capture: {} switches, {} threads",
+                stats.context_switches,
+                stats.threads
+            );
+        }
     }
 }
 

@@ -30,6 +30,8 @@
 //! | 5 | Terminate | manager → provider | — |
 //! | 6 | StatusRequest | client → manager | optionally `features: u32` (below) |
 //! | 7 | StatusReply | manager → client | `state: u8` (FIDL SessionState 1..7), `providers: list<{id: u32, pid: u32, name: str}>` (≤ [`MAX_STATUS_PROVIDERS`]), `categories: list<str>`, then optionally the session's figures (below) |
+//! | 8 | Registered | service → provider | `provider_id: u32`, `joining: u8` (0 or 1) |
+//! | 9 | Controller | controller ↔ service | `fds: u8` (≤ [`MAX_CONTROLLER_FDS`]), `len: u32` (≤ [`MAX_CONTROLLER_BODY`]), `len` bytes of UTF-8 JSON; carries `fds` descriptors |
 //!
 //! ## Optional trailing fields (revision 2 of version 1)
 //!
@@ -58,6 +60,14 @@
 //! A manager of an earlier revision hangs up on a StatusRequest with `features`: the client
 //! then asks again without them.
 //!
+//! Revision 4 adds the trace service (`fxtrace daemon`): Register's `features` bit 1,
+//! [`FEATURE_WAITS_FOR_SESSION`], says the provider can wait, registered and idle, for a
+//! session; a service answers [`Message::Registered`] (tag 8) at once and sends Initialize
+//! on the same connection when a session takes the provider in. A session manager
+//! (`fxtrace record`) ignores the bit and answers Initialize as before. Controllers speak to
+//! the service in [`Message::Controller`] frames (tag 9): a JSON document whose schema the
+//! tools define, with the output file's descriptor when a controller hands one over.
+//!
 //! A decoder accepts each message with or without its trailing field. A first-revision
 //! *manager* refuses a Register that carries `features` (trailing bytes): a provider of this
 //! revision needs a manager of this revision or later.
@@ -76,6 +86,7 @@
 //!     name: "app".into(),
 //!     known_categories: vec![],
 //!     accepts_ticks_per_second: false,
+//!     waits_for_session: false,
 //! };
 //! let frame = msg.encode()?;
 //! assert_eq!(&frame[..8], &[17, 0, 0, 0, 1, 0, 1, 0]); // body length 17, version 1, tag 1
@@ -93,6 +104,17 @@ pub const CONTROL_PROTOCOL_VERSION: u16 = 1;
 
 /// Register `features` bit 0: the provider accepts `ticks_per_second` in Initialize.
 pub const FEATURE_TICKS_PER_SECOND: u32 = 1;
+
+/// Register `features` bit 1: the provider registers with a trace service and waits for a
+/// session: a service answers [`Message::Registered`] at once and sends Initialize only when
+/// a session wants the provider (a session manager ignores the bit and answers Initialize).
+pub const FEATURE_WAITS_FOR_SESSION: u32 = 2;
+
+/// Largest body of a [`Message::Controller`] message (bytes of its JSON document).
+pub const MAX_CONTROLLER_BODY: usize = 512 << 10;
+
+/// Most descriptors one [`Message::Controller`] message carries.
+pub const MAX_CONTROLLER_FDS: u8 = 1;
 
 /// Size of the length prefix that starts every frame.
 pub const FRAME_PREFIX_LEN: usize = 4;
@@ -139,6 +161,7 @@ pub const MAX_BODY_LEN: usize = BODY_HEADER_LEN
     + FIGURES_MAX;
 
 const _: () = assert!(MAX_BODY_LEN <= u32::MAX as usize);
+const _: () = assert!(BODY_HEADER_LEN + 1 + 4 + MAX_CONTROLLER_BODY <= MAX_BODY_LEN);
 const _: () = assert!(BODY_HEADER_LEN + 1 + 4 + CATEGORIES_MAX <= MAX_BODY_LEN);
 
 const TAG_REGISTER: u16 = 1;
@@ -148,6 +171,8 @@ const TAG_STOP: u16 = 4;
 const TAG_TERMINATE: u16 = 5;
 const TAG_STATUS_REQUEST: u16 = 6;
 const TAG_STATUS_REPLY: u16 = 7;
+const TAG_REGISTERED: u16 = 8;
+const TAG_CONTROLLER: u16 = 9;
 
 /// A control frame that cannot be encoded or decoded.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -482,6 +507,28 @@ pub enum Message {
         /// The provider accepts the manager's clock rate in Initialize (`features` bit 0,
         /// [`FEATURE_TICKS_PER_SECOND`]; `false` encodes as a first-revision Register).
         accepts_ticks_per_second: bool,
+        /// The provider waits for a session (`features` bit 1,
+        /// [`FEATURE_WAITS_FOR_SESSION`]): a trace service may answer
+        /// [`Message::Registered`] and send Initialize later.
+        waits_for_session: bool,
+    },
+    /// Trace service → provider: registered, idle until a session wants it (then
+    /// Initialize follows on the same connection).
+    Registered {
+        /// The provider's id at the service.
+        provider_id: u32,
+        /// A session is running and this provider joins it: Initialize and Start follow at
+        /// once.
+        joining: bool,
+    },
+    /// Controller ↔ trace service: one request or reply of the controller protocol, a JSON
+    /// document (its schema is the tools' `service::protocol`), with `fds` descriptors (at most
+    /// [`MAX_CONTROLLER_FDS`]: the output file a controller opened).
+    Controller {
+        /// The JSON document (≤ [`MAX_CONTROLLER_BODY`] bytes).
+        body: String,
+        /// Descriptors that travel with it.
+        fds: u8,
     },
     /// Manager → provider: the trace configuration; comes with two fds, the buffer memfd
     /// then the FIFO socket.
@@ -536,6 +583,8 @@ impl Message {
             Message::Terminate => TAG_TERMINATE,
             Message::StatusRequest { .. } => TAG_STATUS_REQUEST,
             Message::StatusReply { .. } => TAG_STATUS_REPLY,
+            Message::Registered { .. } => TAG_REGISTERED,
+            Message::Controller { .. } => TAG_CONTROLLER,
         }
     }
 
@@ -545,10 +594,11 @@ impl Message {
     }
 
     /// How many file descriptors travel with this message: 2 for Initialize (memfd, FIFO),
-    /// 0 for every other message.
+    /// what a Controller message declares, 0 for every other message.
     pub fn fd_count(&self) -> usize {
         match self {
             Message::Initialize { .. } => 2,
+            Message::Controller { fds, .. } => usize::from(*fds),
             _ => 0,
         }
     }
@@ -565,13 +615,49 @@ impl Message {
                 name,
                 known_categories,
                 accepts_ticks_per_second,
+                waits_for_session,
             } => {
                 put_u32(&mut w, *pid);
                 put_str(&mut w, "provider name", name, MAX_PROVIDER_NAME_LEN)?;
                 put_categories(&mut w, known_categories)?;
-                if *accepts_ticks_per_second {
-                    put_u32(&mut w, FEATURE_TICKS_PER_SECOND);
+                let features = if *accepts_ticks_per_second {
+                    FEATURE_TICKS_PER_SECOND
+                } else {
+                    0
+                } | if *waits_for_session {
+                    FEATURE_WAITS_FOR_SESSION
+                } else {
+                    0
+                };
+                if features != 0 {
+                    put_u32(&mut w, features);
                 }
+            }
+            Message::Registered {
+                provider_id,
+                joining,
+            } => {
+                put_u32(&mut w, *provider_id);
+                w.push(u8::from(*joining));
+            }
+            Message::Controller { body, fds } => {
+                if body.len() > MAX_CONTROLLER_BODY {
+                    return Err(ControlError::TooLong {
+                        field: "controller document",
+                        len: body.len(),
+                        max: MAX_CONTROLLER_BODY,
+                    });
+                }
+                if *fds > MAX_CONTROLLER_FDS {
+                    return Err(ControlError::InvalidValue {
+                        field: "controller descriptors",
+                        value: u64::from(*fds),
+                    });
+                }
+                w.push(*fds);
+                // ≤ MAX_CONTROLLER_BODY < u32::MAX.
+                put_u32(&mut w, body.len() as u32);
+                w.extend_from_slice(body.as_bytes());
             }
             Message::Initialize {
                 buffering_mode,
@@ -661,15 +747,57 @@ impl Message {
         }
         let tag = r.u16("tag")?;
         let msg = match tag {
-            TAG_REGISTER => Message::Register {
-                pid: r.u32("pid")?,
-                name: r.str("provider name", MAX_PROVIDER_NAME_LEN)?,
-                known_categories: r.categories()?,
-                accepts_ticks_per_second: match r.optional_u32("features")? {
-                    Some(features) => features & FEATURE_TICKS_PER_SECOND != 0,
-                    None => false,
+            TAG_REGISTER => {
+                let pid = r.u32("pid")?;
+                let name = r.str("provider name", MAX_PROVIDER_NAME_LEN)?;
+                let known_categories = r.categories()?;
+                // Unknown bits are ignored (a later revision's features).
+                let features = r.optional_u32("features")?.unwrap_or(0);
+                Message::Register {
+                    pid,
+                    name,
+                    known_categories,
+                    accepts_ticks_per_second: features & FEATURE_TICKS_PER_SECOND != 0,
+                    waits_for_session: features & FEATURE_WAITS_FOR_SESSION != 0,
+                }
+            }
+            TAG_REGISTERED => Message::Registered {
+                provider_id: r.u32("provider id")?,
+                joining: match r.u8("joining")? {
+                    0 => false,
+                    1 => true,
+                    value => {
+                        return Err(ControlError::InvalidValue {
+                            field: "joining",
+                            value: u64::from(value),
+                        })
+                    }
                 },
             },
+            TAG_CONTROLLER => {
+                let fds = r.u8("controller descriptors")?;
+                if fds > MAX_CONTROLLER_FDS {
+                    return Err(ControlError::InvalidValue {
+                        field: "controller descriptors",
+                        value: u64::from(fds),
+                    });
+                }
+                let len = r.u32("controller document")? as usize;
+                if len > MAX_CONTROLLER_BODY {
+                    return Err(ControlError::TooLong {
+                        field: "controller document",
+                        len,
+                        max: MAX_CONTROLLER_BODY,
+                    });
+                }
+                let bytes = r.take(len, "controller document")?;
+                let body = std::str::from_utf8(bytes)
+                    .map_err(|_| ControlError::InvalidUtf8 {
+                        field: "controller document",
+                    })?
+                    .to_owned();
+                Message::Controller { body, fds }
+            }
             TAG_INITIALIZE => {
                 let buffering_mode = BufferingMode::from_fidl(r.u8("buffering mode")?)?;
                 let provider_id = r.u32("provider id")?;
@@ -767,6 +895,8 @@ fn tag_name(tag: u16) -> &'static str {
         TAG_TERMINATE => "Terminate",
         TAG_STATUS_REQUEST => "StatusRequest",
         TAG_STATUS_REPLY => "StatusReply",
+        TAG_REGISTERED => "Registered",
+        TAG_CONTROLLER => "Controller",
         _ => "unknown",
     }
 }
@@ -991,6 +1121,7 @@ mod tests {
             name: "ab".into(),
             known_categories: Vec::new(),
             accepts_ticks_per_second: false,
+            waits_for_session: false,
         };
         let bytes = m.encode().expect("encodes");
         assert_eq!(
@@ -1005,6 +1136,36 @@ mod tests {
             ]
         );
         assert_eq!(Message::decode(&bytes), Ok(m));
+    }
+
+    #[test]
+    fn registered_and_controller_wire_bytes() {
+        let m = Message::Registered {
+            provider_id: 0x0102_0304,
+            joining: true,
+        };
+        let bytes = m.encode().expect("encodes");
+        assert_eq!(bytes, [9, 0, 0, 0, 1, 0, 8, 0, 4, 3, 2, 1, 1]);
+        assert_eq!(Message::decode(&bytes), Ok(m));
+        let mut bad = bytes.clone();
+        bad[12] = 2;
+        assert!(Message::decode(&bad).is_err(), "joining is 0 or 1");
+        let c = Message::Controller {
+            body: "{}".into(),
+            fds: 1,
+        };
+        assert_eq!(c.fd_count(), 1);
+        let bytes = c.encode().expect("encodes");
+        assert_eq!(bytes, [11, 0, 0, 0, 1, 0, 9, 0, 1, 2, 0, 0, 0, b'{', b'}']);
+        assert_eq!(Message::decode(&bytes), Ok(c));
+        let mut two_fds = bytes.clone();
+        two_fds[8] = 2;
+        assert!(Message::decode(&two_fds).is_err(), "at most one descriptor");
+        let too_long = Message::Controller {
+            body: "x".repeat(MAX_CONTROLLER_BODY + 1),
+            fds: 0,
+        };
+        assert!(too_long.encode().is_err());
     }
 
     #[test]
@@ -1048,6 +1209,7 @@ mod tests {
             name: "ab".into(),
             known_categories: Vec::new(),
             accepts_ticks_per_second: true,
+            waits_for_session: false,
         };
         let bytes = register.encode().expect("encodes");
         let first_revision = [
@@ -1063,16 +1225,29 @@ mod tests {
             Message::decode(&first_revision),
             Ok(Message::Register {
                 accepts_ticks_per_second: false,
+                waits_for_session: false,
                 ..
             })
         ));
         // Unknown feature bits are ignored; a cut `features` field is refused.
         let mut other_bits = bytes.clone();
-        other_bits[20] = 0xfe;
+        other_bits[20] = 0xfc;
         assert!(matches!(
             Message::decode(&other_bits),
             Ok(Message::Register {
                 accepts_ticks_per_second: false,
+                waits_for_session: false,
+                ..
+            })
+        ));
+        // Bit 1: the provider waits for a session (revision 4).
+        let mut waits = bytes.clone();
+        waits[20] = 0x03;
+        assert!(matches!(
+            Message::decode(&waits),
+            Ok(Message::Register {
+                accepts_ticks_per_second: true,
+                waits_for_session: true,
                 ..
             })
         ));
@@ -1202,6 +1377,7 @@ mod tests {
             name: long.clone(),
             known_categories: Vec::new(),
             accepts_ticks_per_second: false,
+            waits_for_session: false,
         };
         assert_eq!(
             too_long.encode(),
@@ -1263,6 +1439,7 @@ mod tests {
             name: "p".into(),
             known_categories: Vec::new(),
             accepts_ticks_per_second: false,
+            waits_for_session: false,
         }
         .encode()
         .expect("encodes");
@@ -1367,16 +1544,28 @@ mod tests {
                 any::<u32>(),
                 name_strategy(MAX_PROVIDER_NAME_LEN),
                 cats(),
+                any::<bool>(),
                 any::<bool>()
             )
-                .prop_map(|(pid, name, known_categories, accepts_ticks_per_second)| {
-                    Message::Register {
-                        pid,
-                        name,
-                        known_categories,
-                        accepts_ticks_per_second,
+                .prop_map(
+                    |(pid, name, known_categories, accepts_ticks_per_second, waits_for_session)| {
+                        Message::Register {
+                            pid,
+                            name,
+                            known_categories,
+                            accepts_ticks_per_second,
+                            waits_for_session,
+                        }
                     }
-                }),
+                ),
+            (any::<u32>(), any::<bool>()).prop_map(|(provider_id, joining)| {
+                Message::Registered {
+                    provider_id,
+                    joining,
+                }
+            }),
+            ("[ -~]{0,200}", 0u8..=MAX_CONTROLLER_FDS)
+                .prop_map(|(body, fds)| Message::Controller { body, fds }),
             (mode, cats(), any::<u32>(), proptest::option::of(1u64..)).prop_map(
                 |(buffering_mode, categories, provider_id, ticks_per_second)| {
                     Message::Initialize {

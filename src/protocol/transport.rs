@@ -33,7 +33,7 @@
 //! let listener = ControlListener::bind(&dir.path().join("fxtrace.sock"))?;
 //! let mut provider = ControlConn::connect(listener.path(), Duration::from_secs(1))?;
 //! let mut manager = listener.accept()?;
-//! provider.send_msg(&Message::Register { pid: std::process::id(), name: "demo".into(), known_categories: vec![], accepts_ticks_per_second: false }, &[])?;
+//! provider.send_msg(&Message::Register { pid: std::process::id(), name: "demo".into(), known_categories: vec![], accepts_ticks_per_second: false, waits_for_session: false }, &[])?;
 //! let (msg, fds) = manager.recv_msg()?;
 //! assert!(matches!(msg, Message::Register { .. }) && fds.is_empty());
 //!
@@ -375,6 +375,34 @@ impl ControlListener {
         }
     }
 
+    /// A socket already bound and listening that this process was handed (systemd socket
+    /// activation), accepting peers by `policy`. Its file is never removed by this listener:
+    /// it belongs to whoever created it.
+    pub fn from_listening(fd: OwnedFd, policy: PeerPolicy) -> Result<Self, TransportError> {
+        let addr: UnixAddr = socket::getsockname(fd.as_raw_fd()).map_err(sys("getsockname"))?;
+        let path = addr.path().map(Path::to_owned).ok_or(TransportError::Sys {
+            op: "getsockname (not a path-bound Unix socket)",
+            source: Errno::EINVAL,
+        })?;
+        // The socket must be a listening stream socket: `SO_ACCEPTCONN`.
+        let listening = socket::getsockopt(&fd, sockopt::AcceptConn)
+            .map_err(sys("getsockopt(SO_ACCEPTCONN)"))?;
+        if !listening {
+            return Err(TransportError::Sys {
+                op: "the handed-over socket is not listening",
+                source: Errno::EINVAL,
+            });
+        }
+        Ok(ControlListener {
+            fd,
+            path,
+            // No file identity: Drop never removes the file.
+            file_id: (u64::MAX, u64::MAX),
+            manager_uid: unistd::geteuid().as_raw(),
+            policy,
+        })
+    }
+
     /// The socket path.
     pub fn path(&self) -> &Path {
         &self.path
@@ -700,6 +728,30 @@ fn recv_with_fds(
     buf: &mut [u8],
     fds: &mut Vec<OwnedFd>,
 ) -> Result<usize, TransportError> {
+    recv_with_fds_flags(fd, buf, fds, 0)
+}
+
+/// One nonblocking `recvmsg` on a stream socket (a poll loop's read): data into `buf`,
+/// `SCM_RIGHTS` descriptors (close-on-exec) appended to `fds`. `Ok(None)`: nothing to read
+/// now; `Ok(Some(0))`: end of stream.
+pub fn try_recv_with_fds(
+    fd: BorrowedFd<'_>,
+    buf: &mut [u8],
+    fds: &mut Vec<OwnedFd>,
+) -> Result<Option<usize>, TransportError> {
+    match recv_with_fds_flags(fd, buf, fds, libc::MSG_DONTWAIT) {
+        Err(TransportError::TimedOut { .. }) => Ok(None),
+        Err(TransportError::PeerClosed) => Ok(Some(0)),
+        r => r.map(Some),
+    }
+}
+
+fn recv_with_fds_flags(
+    fd: BorrowedFd<'_>,
+    buf: &mut [u8],
+    fds: &mut Vec<OwnedFd>,
+    flags: libc::c_int,
+) -> Result<usize, TransportError> {
     const INT: usize = std::mem::size_of::<libc::c_int>();
     // u64 storage aligns the buffer for `cmsghdr`.
     let mut control = [0u64; 16];
@@ -719,7 +771,7 @@ fn recv_with_fds(
     let n = loop {
         // SAFETY: `msg` points at `iov` (which covers `buf`) and at `control`
         // (`controllen` bytes), all alive and exclusively borrowed for the call.
-        let n = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC) };
+        let n = unsafe { libc::recvmsg(fd.as_raw_fd(), &mut msg, libc::MSG_CMSG_CLOEXEC | flags) };
         match Errno::result(n) {
             Err(Errno::EINTR) => continue,
             Err(Errno::EAGAIN) => return Err(TransportError::TimedOut { op: "receive" }),
@@ -1000,6 +1052,7 @@ mod tests {
                     name: "app".into(),
                     known_categories: Vec::new(),
                     accepts_ticks_per_second: false,
+                    waits_for_session: false,
                 },
                 &[],
             )
@@ -1012,6 +1065,7 @@ mod tests {
                 name: "app".into(),
                 known_categories: Vec::new(),
                 accepts_ticks_per_second: false,
+                waits_for_session: false,
             }
         );
         assert!(fds.is_empty());

@@ -23,6 +23,7 @@
 //! dropping thread and does not join a control thread nobody can wake.
 
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Once};
 use std::thread::JoinHandle;
@@ -322,19 +323,25 @@ impl Provider {
         options: &ProviderOptions,
     ) -> Result<Option<Provider>, ProviderError> {
         let name = super::truncate(name, MAX_PROVIDER_NAME_LEN).to_owned();
-        let registered = match register(&name, options, options.accept_manager_clock) {
-            // A manager of control revision 1 refuses Register's trailing clock field and
-            // closes the connection: register again without it.
-            Err(ProviderError::Transport(TransportError::PeerClosed))
-                if options.accept_manager_clock =>
-            {
-                register(&name, options, false)
-            }
-            other => other,
-        };
-        let Some((conn, msg, mut fds)) = registered? else {
+        let path = options
+            .socket_path
+            .clone()
+            .unwrap_or_else(default_socket_path);
+        let Some((conn, msg, fds)) = register_at(&path, &name, options, false)? else {
             return Ok(None);
         };
+        Self::from_initialize(name, conn, msg, fds, options).map(Some)
+    }
+
+    /// The provider a manager's Initialize (`msg`, with its descriptors `fds`) on `conn`
+    /// sets up: the buffer mapped, the context armed, the control thread serving `conn`.
+    pub(super) fn from_initialize(
+        name: String,
+        conn: ControlConn,
+        msg: Message,
+        mut fds: Vec<OwnedFd>,
+        options: &ProviderOptions,
+    ) -> Result<Provider, ProviderError> {
         let Message::Initialize {
             buffering_mode,
             categories,
@@ -418,7 +425,7 @@ impl Provider {
             // events before the start are counted by the engine as it can.
             provider.wait_started(options.start_wait);
         }
-        Ok(Some(provider))
+        Ok(provider)
     }
 
     /// The engine context over the shared buffer: install it as the process's current context,
@@ -500,6 +507,18 @@ impl Provider {
         .state
     }
 
+    /// Wait, without a bound, until the session is over ([`ProviderState::Disconnected`]).
+    pub(super) fn wait_session_end(&self) {
+        let mut status = self.shared.lock();
+        while status.state != ProviderState::Disconnected {
+            status = self
+                .shared
+                .changed
+                .wait(status)
+                .unwrap_or_else(|p| p.into_inner());
+        }
+    }
+
     fn wait_for(&self, timeout: Duration, done: impl Fn(&Status) -> bool) -> StatusSnapshot {
         let deadline = Instant::now() + timeout;
         let mut status = self.shared.lock();
@@ -569,20 +588,42 @@ impl Drop for Provider {
 }
 
 /// What a Register gets back: the connection, the manager's answer and its descriptors.
-type Registered = (ControlConn, Message, Vec<OwnedFd>);
+pub(super) type Registered = (ControlConn, Message, Vec<OwnedFd>);
 
-/// Connect and send Register (with the clock field when `accepts_ticks_per_second`); the
-/// manager's answer. `Ok(None)`: no manager.
-fn register(
+/// Connect to the manager at `path` and register as `name` (saying whether the provider
+/// waits for a session, `waits_for_session`); the manager's answer. `Ok(None)`: no manager.
+/// A manager of control revision 1 refuses Register's trailing features field and closes
+/// the connection: then the provider registers again without it (and cannot wait).
+pub(super) fn register_at(
+    path: &Path,
+    name: &str,
+    options: &ProviderOptions,
+    waits_for_session: bool,
+) -> Result<Option<Registered>, ProviderError> {
+    let features = options.accept_manager_clock || waits_for_session;
+    match register_once(
+        path,
+        name,
+        options,
+        options.accept_manager_clock,
+        waits_for_session,
+    ) {
+        Err(ProviderError::Transport(TransportError::PeerClosed)) if features => {
+            register_once(path, name, options, false, false)
+        }
+        other => other,
+    }
+}
+
+/// Connect and send one Register; the manager's answer. `Ok(None)`: no manager.
+fn register_once(
+    path: &Path,
     name: &str,
     options: &ProviderOptions,
     accepts_ticks_per_second: bool,
+    waits_for_session: bool,
 ) -> Result<Option<Registered>, ProviderError> {
-    let path = options
-        .socket_path
-        .clone()
-        .unwrap_or_else(default_socket_path);
-    let mut conn = match ControlConn::connect(&path, options.connect_timeout) {
+    let mut conn = match ControlConn::connect(path, options.connect_timeout) {
         Ok(conn) => conn,
         Err(TransportError::NoManager { .. }) => return Ok(None),
         Err(e) => return Err(e.into()),
@@ -595,6 +636,7 @@ fn register(
             name: name.to_owned(),
             known_categories: options.known_categories.clone(),
             accepts_ticks_per_second,
+            waits_for_session,
         },
         &[],
     )?;
@@ -628,20 +670,25 @@ fn sys_error(op: &'static str) -> impl Fn(std::io::Error) -> ProviderError {
 
 /// The control socket's number and identity (the transport owns the descriptor).
 #[derive(Debug, Clone, Copy)]
-struct ControlFd {
+pub(super) struct ControlFd {
     fd: RawFd,
     identity: FdIdentity,
 }
 
 impl ControlFd {
-    fn of(conn: &ControlConn) -> std::io::Result<Self> {
+    pub(super) fn of(conn: &ControlConn) -> std::io::Result<Self> {
         Ok(Self {
             fd: conn.as_fd().as_raw_fd(),
             identity: FdIdentity::of(conn.as_fd())?,
         })
     }
 
-    fn check(&self) -> Result<(), FdLost> {
+    /// Close the connection, only while its number is still the control socket.
+    pub(super) fn drop_if_ours(&self, conn: ControlConn) {
+        fd_guard::drop_if_ours(conn, self.fd, &self.identity);
+    }
+
+    pub(super) fn check(&self) -> Result<(), FdLost> {
         match self.identity.check(self.fd) {
             FdStatus::Ours => Ok(()),
             status => Err(FdLost {

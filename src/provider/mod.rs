@@ -45,12 +45,17 @@
 //! take over.
 
 mod client;
+mod service;
 
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
 pub use client::{Provider, ProviderState, ProviderStats};
+pub use service::{
+    follow_service, service_socket_paths, service_status, ServiceState, ServiceStatus, SessionHook,
+    RETRY_INTERVAL, SYSTEM_SOCKET_PATH,
+};
 
 use crate::buffer::BufferError;
 use crate::engine::{ContextConfig, EngineError};
@@ -141,19 +146,33 @@ pub enum ProviderError {
     Global(#[from] crate::engine::global::GlobalError),
 }
 
-/// Connect this process to the trace manager (the one `fxtrace record` points to with
-/// `FXTRACE_SOCKET`, else the per-user default) as provider `name`, and route every piece of
+/// Connect this process to fxtrace as provider `name`, and route every piece of
 /// instrumentation in the process (`fxtrace::instant`, `#[traced]`, the C API) into the buffer
-/// it gets. Keep the returned provider alive for as long as the program should be traceable.
+/// of whichever session traces it.
 ///
-/// `Ok(None)` when no manager is listening: that costs one failed `connect`, and
-/// instrumentation then stays off (one relaxed load per call site).
+/// - Under `fxtrace record` (`FXTRACE_SOCKET` is set): join that session. `Some(provider)`:
+///   keep it alive for as long as the program should be traced; `None`: nobody listens there.
+/// - Otherwise: follow the trace service (`fxtrace daemon`, see [`service_socket_paths`]).
+///   The process registers with it now if it is running, or when it appears (a background
+///   thread watches for it, with no syscall while nothing happens), stays idle at the cost of
+///   a disabled call site, joins every session the service starts for it, and registers again
+///   when the service restarts. Returns `None` (no session handle to keep: the registration
+///   lasts as long as the process); when a session is already running for the process, it has
+///   joined it (waiting at most [`DEFAULT_START_WAIT`] for the start) when this returns.
+///   [`service_status`] says where it stands. A session manager listening at the default
+///   socket (an older `fxtrace record` setup) is joined as under `fxtrace record`.
 pub fn connect(name: &str) -> Result<Option<Provider>, ProviderError> {
-    let Some(provider) = Provider::connect(name)? else {
-        return Ok(None);
-    };
-    provider.install_global()?;
-    Ok(Some(provider))
+    let options = ProviderOptions::default();
+    let name = truncate(name, crate::protocol::control::MAX_PROVIDER_NAME_LEN);
+    if std::env::var_os(crate::protocol::transport::SOCKET_ENV).is_some_and(|p| !p.is_empty()) {
+        let Some(provider) = Provider::connect_with(name, &options)? else {
+            return Ok(None);
+        };
+        provider.install_global()?;
+        return Ok(Some(provider));
+    }
+    follow_service(name, &options, Box::new(|_| Box::new(())))?;
+    Ok(None)
 }
 
 /// The provider alerts go through: the last one connected in this process.

@@ -18,6 +18,7 @@ mod progress;
 mod record;
 mod record_notes;
 mod report;
+mod service;
 mod stats;
 mod status;
 
@@ -39,7 +40,10 @@ EXAMPLES:
     fxtrace record -m circular --stop-on-alert oom -- ./server   flight recorder
     fxtrace record -m streaming -b 64K -- ./app   small buffers, saved while tracing
     sudo fxtrace record -a -- ./app       also every CPU's context switches, same archive
-    fxtrace status                        state and providers of running sessions";
+    fxtrace status                        state and providers of running sessions
+    fxtrace daemon &                      the trace service: programs register with it
+    fxtrace start --duration 10 -o now.fxt   trace the running services for 10 s
+    fxtrace start --detach -m circular    a flight recorder; later: fxtrace stop";
 
 /// Fuchsia tracing (FXT) on Linux.
 #[derive(Debug, Parser)]
@@ -75,6 +79,19 @@ enum Command {
     Status(status::StatusArgs),
     /// Check a trace against Perfetto's FXT importer: what it would stop at, drop or skip.
     Check(check::CheckArgs),
+    /// Run the trace service: programs register with it when they start and stay idle until
+    /// a controller (`fxtrace start`) traces them.
+    Daemon(service::DaemonArgs),
+    /// List the providers registered with the trace service (no session needed).
+    Providers(service::ListArgs),
+    /// List the categories the trace service's providers declared (no session needed).
+    Categories(service::ListArgs),
+    /// Start a session of the trace service: trace the running programs registered with it.
+    Start(service::StartArgs),
+    /// Stop a session of the trace service and write its trace.
+    Stop(service::StopArgs),
+    /// End a session of the trace service (its providers go back to idle).
+    Terminate(service::TerminateArgs),
 }
 
 /// Why a subcommand failed. Each message names the file and the problem.
@@ -108,11 +125,17 @@ pub(crate) enum CliError {
     /// `status` found no session, or could not print.
     #[error(transparent)]
     Status(#[from] status::StatusError),
+    /// A trace service command failed.
+    #[error(transparent)]
+    Service(#[from] service::ServiceCliError),
 }
 
 /// Runs the chosen subcommand.
 pub(crate) fn run(cli: Cli) -> Result<ExitCode, CliError> {
-    if !matches!(cli.command, Command::Record(_)) {
+    if !matches!(
+        cli.command,
+        Command::Record(_) | Command::Daemon(_) | Command::Start(_)
+    ) {
         die_on_closed_pipe();
     }
     match cli.command {
@@ -124,6 +147,12 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Record(args) => Ok(record::run(args)?),
         Command::Status(args) => Ok(status::run(&args)?),
         Command::Check(args) => check::run(&args),
+        Command::Daemon(args) => Ok(service::daemon(&args)?),
+        Command::Providers(args) => Ok(service::providers(&args)?),
+        Command::Categories(args) => Ok(service::categories(&args)?),
+        Command::Start(args) => Ok(service::start(&args)?),
+        Command::Stop(args) => Ok(service::stop(&args)?),
+        Command::Terminate(args) => Ok(service::terminate(&args)?),
     }
 }
 

@@ -157,7 +157,7 @@ fn parse_owner(s: &str) -> Result<(u32, u32), String> {
 }
 
 /// `64k`, `4M`, `1G`, or a bare number of MiB, as bytes.
-fn parse_size(s: &str) -> Result<u64, String> {
+pub(super) fn parse_size(s: &str) -> Result<u64, String> {
     let s = s.trim();
     let not_a_size = || format!("-b {s:?}: not a size (e.g. 4 for 4 MiB, 64K, 16M, 1G)");
     let (digits, unit) = match s.char_indices().last() {

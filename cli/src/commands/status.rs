@@ -120,6 +120,14 @@ pub(crate) fn run(args: &StatusArgs) -> Result<ExitCode, StatusError> {
     let paths = candidates(args);
     let mut out = io::stdout().lock();
     let mut found = 0;
+    // The trace service, when one answers (at --socket, or the default).
+    if let Some(printed) = super::service::print_service_status(&mut out, args.socket.as_deref()) {
+        printed.map_err(StatusError::Output)?;
+        if args.socket.is_some() {
+            return Ok(ExitCode::SUCCESS);
+        }
+        found += 1;
+    }
     for path in &paths {
         match ask_status(path) {
             Ok(reply) => {

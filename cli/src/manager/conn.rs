@@ -1,10 +1,12 @@
 //! A control connection as the manager's event loop uses it: reads never block (whatever bytes
 //! are there are buffered until a whole frame has arrived), sends are bounded by a timeout.
 //!
-//! Peers never send file descriptors to the manager; any that arrive with a plain `recv` are
-//! discarded (closed) by the kernel.
+//! Providers never send file descriptors to the manager; any that arrive with a plain `recv`
+//! are discarded (closed) by the kernel. A connection made with [`FramedConn::with_fds`] (the
+//! trace service's: a controller hands over its output file) keeps the descriptors that arrive,
+//! in order, for [`FramedConn::take_fds`], at most [`MAX_QUEUED_FDS`] at a time.
 
-use std::os::fd::{AsFd, AsRawFd, BorrowedFd};
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::time::Duration;
 
 use nix::errno::Errno;
@@ -27,7 +29,13 @@ pub(super) struct FramedConn {
     /// Largest frame body accepted; a larger one is refused from its prefix, before its bytes
     /// are buffered.
     max_body: usize,
+    /// Descriptors received and not taken yet (`None`: descriptors are not accepted).
+    fds: Option<Vec<OwnedFd>>,
 }
+
+/// Most descriptors a [`FramedConn::with_fds`] connection holds before they are taken: more
+/// is a protocol violation.
+pub(super) const MAX_QUEUED_FDS: usize = 4;
 
 /// What a read found.
 #[derive(Debug)]
@@ -51,6 +59,12 @@ pub(super) enum ConnError {
     #[error("reading the control socket: {0}")]
     Recv(Errno),
     /// A frame announces a body larger than this connection accepts.
+    /// More descriptors than messages carry.
+    #[error("sent more file descriptors than its messages carry (at most {MAX_QUEUED_FDS})")]
+    TooManyFds,
+    /// A message that says it carries descriptors arrived without them.
+    #[error("a {0} message arrived without the descriptors it declares")]
+    MissingFds(&'static str),
     #[error("a message of {len} bytes, more than the {max} bytes allowed")]
     Oversized {
         /// The announced body length.
@@ -69,7 +83,25 @@ impl FramedConn {
             conn,
             rx: Vec::new(),
             max_body,
+            fds: None,
         })
+    }
+
+    /// Like [`Self::new`], keeping the descriptors that arrive (see the module docs).
+    pub(super) fn with_fds(conn: ControlConn, max_body: usize) -> Result<Self, ConnError> {
+        let mut framed = Self::new(conn, max_body)?;
+        framed.fds = Some(Vec::new());
+        Ok(framed)
+    }
+
+    /// The `n` oldest descriptors received, for a message whose `fd_count` is `n`.
+    pub(super) fn take_fds(&mut self, msg: &Message) -> Result<Vec<OwnedFd>, ConnError> {
+        let n = msg.fd_count();
+        match &mut self.fds {
+            Some(queue) if queue.len() >= n => Ok(queue.drain(..n).collect()),
+            _ if n == 0 => Ok(Vec::new()),
+            _ => Err(ConnError::MissingFds(msg.name())),
+        }
     }
 
     /// The connection.
@@ -82,11 +114,30 @@ impl FramedConn {
         let mut closed = false;
         let mut chunk = [0u8; READ_CHUNK];
         loop {
-            match socket::recv(
-                self.conn.as_fd().as_raw_fd(),
-                &mut chunk,
-                MsgFlags::MSG_DONTWAIT,
-            ) {
+            let got = match &mut self.fds {
+                Some(queue) => {
+                    let got = fxtrace::protocol::transport::try_recv_with_fds(
+                        self.conn.as_fd(),
+                        &mut chunk,
+                        queue,
+                    );
+                    if queue.len() > MAX_QUEUED_FDS {
+                        queue.clear();
+                        return Err(ConnError::TooManyFds);
+                    }
+                    match got {
+                        Ok(Some(n)) => Ok(n),
+                        Ok(None) => Err(Errno::EAGAIN),
+                        Err(e) => return Err(e.into()),
+                    }
+                }
+                None => socket::recv(
+                    self.conn.as_fd().as_raw_fd(),
+                    &mut chunk,
+                    MsgFlags::MSG_DONTWAIT,
+                ),
+            };
+            match got {
                 Ok(0) => {
                     closed = true;
                     break;
@@ -163,6 +214,7 @@ mod tests {
             name: "piece".into(),
             known_categories: Vec::new(),
             accepts_ticks_per_second: false,
+            waits_for_session: false,
         }
         .encode()
         .unwrap();

@@ -11,6 +11,8 @@
 //! - [`status`]: the status client (`fxtrace status`): this user's sessions, and what each says.
 //! - [`kernel`]: the kernel provider and its section of a recording; [`lifecycle`]: the
 //!   recorded command's process group, the recorder's death, stale session directories.
+//! - [`service`]: the trace service (`fxtrace daemon`): a registry providers stay in, sessions
+//!   started and stopped by controllers, the controller protocol and its client.
 //! - `conn`: nonblocking control-frame reading.
 //!
 //! The manager uses the `format` codec only for framing and the records it composes itself
@@ -26,6 +28,7 @@ pub mod lifecycle;
 pub mod recorder;
 pub mod report;
 pub mod server;
+pub mod service;
 pub mod session;
 pub mod status;
 

@@ -35,6 +35,7 @@ use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use super::archive::{Archive, ArchiveError};
+use super::conn::FramedConn;
 use super::report::{ProviderReport, RefusedPeer};
 use super::session::{
     ProviderId, Session, SessionConfig, SessionState, StartError, StateError, StopError,
@@ -42,6 +43,7 @@ use super::session::{
 use fxtrace::format::CheckedRecords;
 use fxtrace::protocol::control::{BufferDisposition, SessionFigures, MAX_OUTPUT_NAME_LEN};
 use fxtrace::protocol::transport::{ControlListener, ListenerOptions, TransportError};
+pub(crate) use registry::Registration;
 use registry::{Pending, Tracee};
 
 /// Most providers one manager serves at once (each has a buffer).
@@ -212,7 +214,7 @@ pub struct Waker {
 }
 
 impl Waker {
-    fn new() -> Result<Self, ManagerError> {
+    pub(in crate::manager) fn new() -> Result<Self, ManagerError> {
         let fd = EventFd::from_flags(EfdFlags::EFD_CLOEXEC | EfdFlags::EFD_NONBLOCK).map_err(
             |source| ManagerError::Sys {
                 op: "eventfd",
@@ -234,8 +236,14 @@ impl Waker {
         self.fd.as_fd().as_raw_fd()
     }
 
-    fn drain(&self) {
+    pub(in crate::manager) fn drain(&self) {
         let _ = self.fd.read();
+    }
+}
+
+impl AsFd for Waker {
+    fn as_fd(&self) -> BorrowedFd<'_> {
+        self.fd.as_fd()
     }
 }
 
@@ -253,7 +261,9 @@ enum Target {
 /// The trace manager: one session, its providers, and the archive it writes.
 pub struct Manager {
     config: ManagerConfig,
-    listener: ControlListener,
+    /// `None` for a session of the trace service: its providers are handed over
+    /// ([`Manager::adopt`]), not accepted.
+    listener: Option<ControlListener>,
     waker: Waker,
     session: Session,
     archive: Archive<Box<dyn Write + Send>>,
@@ -271,7 +281,7 @@ pub struct Manager {
 impl std::fmt::Debug for Manager {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Manager")
-            .field("socket", &self.listener.path())
+            .field("socket", &self.config.socket_path)
             .field("state", &self.session.state())
             .field("providers", &self.tracees.len())
             .finish_non_exhaustive()
@@ -291,6 +301,27 @@ impl Manager {
         listener
             .set_nonblocking(true)
             .map_err(ManagerError::Listen)?;
+        Self::with_listener(config, Some(listener), output)
+    }
+
+    /// A manager that listens nowhere: a session of the trace service, whose providers are
+    /// handed over with [`Self::adopt`] (`config.socket_path` is only shown).
+    pub(crate) fn without_listener(
+        config: ManagerConfig,
+        output: Box<dyn Write + Send>,
+    ) -> Result<Self, ManagerError> {
+        let size = config.session.buffer_size_bytes;
+        if !fxtrace::buffer::is_valid_buffer_size(size) {
+            return Err(ManagerError::BufferSize(size));
+        }
+        Self::with_listener(config, None, output)
+    }
+
+    fn with_listener(
+        config: ManagerConfig,
+        listener: Option<ControlListener>,
+        output: Box<dyn Write + Send>,
+    ) -> Result<Self, ManagerError> {
         let waker = Waker::new()?;
         let mut session = Session::new();
         // A fresh session is READY, so initialize cannot fail.
@@ -322,7 +353,27 @@ impl Manager {
 
     /// The socket providers connect to.
     pub fn socket_path(&self) -> &Path {
-        self.listener.path()
+        self.listener
+            .as_ref()
+            .map_or(&self.config.socket_path, ControlListener::path)
+    }
+
+    /// Take in a provider the trace service registered (`conn`, its Register `registration`):
+    /// it gets its buffer and Initialize now (and Start, if the session is tracing), as if it
+    /// had registered here. The connection's credentials are the provider's own.
+    pub(in crate::manager) fn adopt(&mut self, conn: FramedConn, registration: Registration) {
+        self.register(conn, registration);
+    }
+
+    /// Write what follows into a new archive on `output` (the magic number first): a restart
+    /// of the session given a new output file. The current archive is flushed first.
+    pub(crate) fn replace_output(
+        &mut self,
+        output: Box<dyn Write + Send>,
+    ) -> Result<(), ManagerError> {
+        self.archive.flush()?;
+        self.archive = Archive::new(output)?;
+        Ok(())
     }
 
     /// Let the traced command `pid` and its descendants use the reserved provider slots.
@@ -399,8 +450,10 @@ impl Manager {
         let mut targets = Vec::new();
         let mut fds: Vec<PollFd<'_>> = Vec::new();
         let readable = PollFlags::POLLIN;
-        fds.push(PollFd::new(self.listener.as_fd(), readable));
-        targets.push(Target::Listener);
+        if let Some(listener) = &self.listener {
+            fds.push(PollFd::new(listener.as_fd(), readable));
+            targets.push(Target::Listener);
+        }
         fds.push(PollFd::new(self.waker.fd.as_fd(), readable));
         targets.push(Target::Waker);
         for p in &self.pending {
@@ -496,6 +549,11 @@ impl Manager {
             self.archive.begin_provider(id, name)?;
         }
         Ok(self.archive.write_records(records)?)
+    }
+
+    /// Flush the archive's output (a stop of a session that goes on).
+    pub fn flush_archive(&mut self) -> Result<(), ManagerError> {
+        Ok(self.archive.flush()?)
     }
 
     /// Per-provider statistics so far.
@@ -609,6 +667,7 @@ pub(crate) mod test_support {
             name: name.into(),
             known_categories: Vec::new(),
             accepts_ticks_per_second: true,
+            waits_for_session: false,
         };
         conn.send_msg(&register, &[]).expect("send Register");
         pump(manager, |e| {

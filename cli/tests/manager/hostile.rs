@@ -62,6 +62,7 @@ fn hostile(
                         name: "again".into(),
                         known_categories: Vec::new(),
                         accepts_ticks_per_second: false,
+                        waits_for_session: false,
                     },
                     &[],
                 )
@@ -357,6 +358,7 @@ fn a_peer_of_another_uid_is_refused() {
         name: "root".into(),
         known_categories: Vec::new(),
         accepts_ticks_per_second: false,
+        waits_for_session: false,
     }
     .encode()
     .unwrap();
@@ -519,6 +521,7 @@ fn raw_register(socket: &std::path::Path, name: &str) -> transport::ControlConn 
         name: name.into(),
         known_categories: Vec::new(),
         accepts_ticks_per_second: false,
+        waits_for_session: false,
     };
     conn.send_msg(&register, &[]).unwrap();
     conn
@@ -714,6 +717,7 @@ fn oversized_registrations_are_refused_before_they_are_buffered() {
         name: "big".into(),
         known_categories: Vec::new(),
         accepts_ticks_per_second: false,
+        waits_for_session: false,
     }
     .encode()
     .unwrap();

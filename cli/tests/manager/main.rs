@@ -8,9 +8,12 @@ const WORKSPACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 
 #[path = "../../../tests/daemon/mod.rs"]
 mod daemon;
+#[path = "../service_support/mod.rs"]
+mod service_support;
 #[path = "../support/mod.rs"]
 mod support;
 
 mod hostile;
 mod init_order;
+mod service;
 mod sessions;

@@ -8,8 +8,11 @@ const WORKSPACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 
 #[path = "../preload_support/mod.rs"]
 mod preload_support;
+#[path = "../service_support/mod.rs"]
+mod service_support;
 
 mod c_api_example;
 mod exec;
 mod no_manager;
 mod record;
+mod service;

@@ -22,7 +22,7 @@ fn snippet() -> Result<(), Box<dyn std::error::Error>> {
     tracing_subscriber::registry()
         .with(fxtrace::TracingLayer::new())
         .init();
-    let _provider = fxtrace::connect("my-service")?; // None when no session is listening
+    let _provider = fxtrace::connect("my-service")?; // joins `fxtrace record`, or the trace service
     for _ in 0..ROUNDS {
         fxtrace::instant(
             "net",

@@ -179,11 +179,12 @@ fn status_asks_an_older_manager_again_without_figures() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("old.sock");
     let listener = UnixListener::bind(&socket).unwrap();
-    // A manager of control revision 2: it hangs up on a StatusRequest with trailing bytes
-    // and answers a plain one with a reply without figures.
+    // A manager of control revision 2: it hangs up on a controller frame (a trace service's
+    // status request) and on a StatusRequest with trailing bytes, and answers a plain one with
+    // a reply without figures.
     let old_manager = std::thread::spawn(move || {
         let mut requests = Vec::new();
-        for stream in listener.incoming().take(2) {
+        for stream in listener.incoming().take(3) {
             let mut stream = stream.unwrap();
             let mut prefix = [0u8; 4];
             stream.read_exact(&mut prefix).unwrap();
@@ -211,8 +212,9 @@ fn status_asks_an_older_manager_again_without_figures() {
     assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
     assert!(stdout.contains(": STARTED"), "{stdout}");
     assert!(stdout.contains("an older fxtrace"), "{stdout}");
-    // First with the features word, then without.
-    assert_eq!(old_manager.join().unwrap(), [8, 4]);
+    // The service's status first (24 bytes: `{"op":"status"}` in a controller frame), then
+    // the session's with the features word, then without.
+    assert_eq!(old_manager.join().unwrap(), [24, 8, 4]);
 }
 
 /// Runs `fxtrace record ARGS` with standard error on a new pseudo-terminal (100 columns);

@@ -9,7 +9,7 @@ use std::io::{self, Write};
 use std::os::fd::{AsFd, AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex, OnceLock};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use fxtrace::buffer::header::{self, BufferGeometry, HeaderFields};
@@ -25,27 +25,35 @@ use fxtrace_tools::manager::{Manager, ManagerEvent};
 /// `examples/provider_probe`, built next to the test binaries (`cargo test` builds examples;
 /// when it is missing, e.g. with `cargo test --test NAME`, it is built here once).
 pub fn probe() -> PathBuf {
-    static PATH: OnceLock<PathBuf> = OnceLock::new();
-    PATH.get_or_init(|| {
-        let exe = std::env::current_exe().expect("current_exe");
-        let profile_dir = exe.parent().and_then(Path::parent).expect("target dir");
-        let path = profile_dir.join("examples/provider_probe");
-        let release = profile_dir.ends_with("release");
-        // Always ask cargo: a no-op when up to date, a rebuild when the example changed.
-        let mut cmd = Command::new(env!("CARGO"));
-        cmd.args(["build", "--quiet", "--example", "provider_probe"])
-            .current_dir(crate::WORKSPACE);
-        if release {
-            cmd.arg("--release");
-        }
-        let status = cmd
-            .status()
-            .expect("run cargo build --example provider_probe");
-        assert!(status.success(), "building examples/provider_probe failed");
-        assert!(path.exists(), "{} missing after the build", path.display());
-        path
-    })
-    .clone()
+    example("provider_probe")
+}
+
+/// The example program `name`, built next to the test binaries (see [`probe`]).
+pub fn example(name: &str) -> PathBuf {
+    static PATHS: std::sync::Mutex<BTreeMap<String, PathBuf>> =
+        std::sync::Mutex::new(BTreeMap::new());
+    let mut paths = PATHS.lock().unwrap_or_else(|p| p.into_inner());
+    if let Some(path) = paths.get(name) {
+        return path.clone();
+    }
+    let exe = std::env::current_exe().expect("current_exe");
+    let profile_dir = exe.parent().and_then(Path::parent).expect("target dir");
+    let path = profile_dir.join("examples").join(name);
+    let release = profile_dir.ends_with("release");
+    // Always ask cargo: a no-op when up to date, a rebuild when the example changed.
+    let mut cmd = Command::new(env!("CARGO"));
+    cmd.args(["build", "--quiet", "-p", "fxtrace", "--example", name])
+        .current_dir(crate::WORKSPACE);
+    if release {
+        cmd.arg("--release");
+    }
+    let status = cmd
+        .status()
+        .unwrap_or_else(|e| panic!("run cargo build --example {name}: {e}"));
+    assert!(status.success(), "building examples/{name} failed");
+    assert!(path.exists(), "{} missing after the build", path.display());
+    paths.insert(name.to_owned(), path.clone());
+    path
 }
 
 /// A copy of the executable `exe` in `dir`, runnable by every user: a process run as another
@@ -294,6 +302,7 @@ impl FakeProvider {
                 name: name.into(),
                 known_categories: Vec::new(),
                 accepts_ticks_per_second: false,
+                waits_for_session: false,
             },
             &[],
         )

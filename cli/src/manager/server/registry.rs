@@ -96,8 +96,11 @@ impl Tracee {
 
 impl Manager {
     pub(super) fn accept_all(&mut self) {
+        let Some(listener) = &self.listener else {
+            return;
+        };
         loop {
-            match self.listener.accept() {
+            match listener.accept() {
                 Ok(conn) => {
                     let peer_pid = conn.peer_pid();
                     match FramedConn::new(conn, MAX_REGISTRATION_BODY) {
@@ -272,6 +275,7 @@ impl Manager {
                 name,
                 known_categories,
                 accepts_ticks_per_second,
+                ..
             }) => {
                 let registration = Registration {
                     claimed_pid: claimed,
@@ -518,11 +522,12 @@ fn is_descendant(pid: i32, root: u32) -> bool {
 }
 
 /// What a Register message asks for.
-pub(super) struct Registration {
-    pub(super) claimed_pid: u32,
-    pub(super) name: String,
-    pub(super) known_categories: Vec<String>,
-    pub(super) accepts_ticks_per_second: bool,
+#[derive(Debug, Clone)]
+pub(crate) struct Registration {
+    pub(crate) claimed_pid: u32,
+    pub(crate) name: String,
+    pub(crate) known_categories: Vec<String>,
+    pub(crate) accepts_ticks_per_second: bool,
 }
 
 #[cfg(test)]
@@ -553,6 +558,7 @@ mod tests {
             name: "second".into(),
             known_categories: Vec::new(),
             accepts_ticks_per_second: true,
+            waits_for_session: false,
         };
         conn.send_msg(&register, &[]).unwrap();
         let events = pump(&mut m, |e| refused_with(e, "already connected"));
@@ -573,6 +579,7 @@ mod tests {
             name: "c".into(),
             known_categories: Vec::new(),
             accepts_ticks_per_second: true,
+            waits_for_session: false,
         };
         conn.send_msg(&register, &[]).unwrap();
         pump(&mut m, |e| refused_with(e, "at most 2 per process"));

@@ -1,0 +1,303 @@
+//! The controller protocol of the trace service: what `fxtrace providers`, `categories`,
+//! `start`, `stop`, `terminate` and `status` say to `fxtrace daemon`, and what it answers.
+//!
+//! Each message is one control frame of tag 9 ([`Message::Controller`]) holding one JSON
+//! document: a [`Request`] from the controller, a [`Reply`] (to the controller's last request,
+//! in order) or an [`Event`] (about a session the controller started and stays attached to)
+//! from the service. A `start` that writes an archive carries the output file's descriptor: the
+//! controller opens (creates) the file itself, so the archive belongs to the controller's user
+//! and the service never opens a path on anyone's behalf.
+//!
+//! It mirrors `fuchsia.tracing.controller`: `providers`/`categories` are the Provisioner's
+//! `GetProviders`/`GetKnownCategories` (no session needed); `start` is
+//! `InitializeTracing` + `StartTracing` (or `StartTracing` alone on an existing session, with a
+//! buffer disposition), `stop` is `StopTracing`, `terminate` is `TerminateTracing`.
+
+use serde::{Deserialize, Serialize};
+
+use fxtrace::protocol::control::{Message, MAX_CONTROLLER_BODY};
+
+/// A controller's request.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(tag = "op", rename_all = "kebab-case", deny_unknown_fields)]
+pub enum Request {
+    /// `GetProviders`: the providers this controller may trace.
+    Providers {},
+    /// `GetKnownCategories`: the categories those providers declared.
+    Categories {},
+    /// Create a session and start it, or start an existing one again.
+    Start(Box<StartRequest>),
+    /// Stop a session, writing (or discarding) what its providers hold.
+    Stop {
+        /// The session (`None`: this user's only session).
+        session: Option<u32>,
+        /// Write the providers' buffers to the session's archive.
+        write: bool,
+    },
+    /// End a session: providers are told to terminate and go back to idle.
+    Terminate {
+        /// The session (`None`: this user's only session).
+        session: Option<u32>,
+    },
+    /// The service, its providers and every session this controller may see.
+    Status {},
+}
+
+/// How to start.
+#[derive(Debug, Clone, PartialEq, Eq, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StartRequest {
+    /// Start this existing session again instead of creating one.
+    pub session: Option<u32>,
+    /// At a restart: what to do with the providers' buffers (`clear`, `clear-nondurable`,
+    /// `retain`).
+    pub disposition: Option<String>,
+    /// Buffering mode (`oneshot`, `circular`, `streaming`).
+    pub mode: Option<String>,
+    /// Buffer size per provider, bytes.
+    pub buffer_size: Option<u64>,
+    /// Enabled categories (empty: all).
+    #[serde(default)]
+    pub categories: Vec<String>,
+    /// Stop (and write) after this long, then end the session.
+    pub duration_ms: Option<u64>,
+    /// Stop (and write) when a provider raises this alert, then end the session.
+    pub stop_on_alert: Option<String>,
+    /// Only providers of these processes (empty: any).
+    #[serde(default)]
+    pub pids: Vec<u32>,
+    /// Only providers of these names (empty: any).
+    #[serde(default)]
+    pub names: Vec<String>,
+    /// Record every CPU's context switches too (the kernel provider, in the service).
+    #[serde(default)]
+    pub system_wide: bool,
+    /// The session outlives its controller (otherwise a controller that goes away ends it).
+    #[serde(default)]
+    pub detach: bool,
+    /// The output file's name, as `status` shows it (the file itself travels as a descriptor).
+    pub output: Option<String>,
+}
+
+/// The service's answer to one request.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "reply", rename_all = "kebab-case")]
+pub enum Reply {
+    /// The request failed: `error` says why and what to do.
+    Error {
+        /// The message.
+        error: String,
+    },
+    /// `providers`.
+    Providers {
+        /// Registered providers.
+        providers: Vec<ProviderInfo>,
+    },
+    /// `categories`.
+    Categories {
+        /// Known categories, sorted, without duplicates.
+        categories: Vec<String>,
+    },
+    /// `start`: the session is tracing.
+    Started {
+        /// The session.
+        session: u32,
+        /// Providers in it.
+        providers: u32,
+        /// Providers that did not acknowledge the start in time.
+        timed_out: u32,
+        /// Notes (a kernel provider that could not start, …).
+        #[serde(default)]
+        notes: Vec<String>,
+    },
+    /// `stop`: the session stopped; its archive holds what was written.
+    Stopped(SessionInfo),
+    /// `terminate`: the session is over.
+    Terminated {
+        /// The session.
+        session: u32,
+    },
+    /// `status`.
+    Status(StatusReport),
+}
+
+/// Something that happened to a session its attached controller started.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "event", rename_all = "kebab-case")]
+pub enum Event {
+    /// The session stopped (its duration passed, an alert, or another controller's `stop`).
+    Stopped {
+        /// Why.
+        reason: String,
+        /// The session then.
+        info: SessionInfo,
+    },
+    /// The session ended.
+    Ended {
+        /// The session.
+        session: u32,
+        /// Why.
+        reason: String,
+    },
+}
+
+/// What the service sends: a reply or an event.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(untagged)]
+pub enum FromService {
+    /// A reply.
+    Reply(Reply),
+    /// An event.
+    Event(Event),
+}
+
+/// One registered provider.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ProviderInfo {
+    /// Its id at the service.
+    pub id: u32,
+    /// Its process.
+    pub pid: u32,
+    /// Its name.
+    pub name: String,
+    /// Its process's user.
+    pub uid: u32,
+    /// `idle`, or `session N`.
+    pub state: String,
+}
+
+/// One session.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct SessionInfo {
+    /// The session's id.
+    pub session: u32,
+    /// Its state (FIDL names: `STARTED`, `STOPPED`, …).
+    pub state: String,
+    /// Buffering mode.
+    pub mode: String,
+    /// Buffer size per provider, bytes.
+    pub buffer_size: u64,
+    /// Providers in it now.
+    pub providers: u32,
+    /// Records written to the archive so far.
+    pub records_written: u64,
+    /// Bytes written to the archive so far.
+    pub bytes_written: u64,
+    /// Records the providers dropped.
+    pub records_dropped: u64,
+    /// The output's name (empty: none).
+    pub output: String,
+    /// The controller's user.
+    pub owner_uid: u32,
+    /// Outlives its controller.
+    pub detached: bool,
+    /// Per-provider problems and losses reported so far.
+    #[serde(default)]
+    pub problems: Vec<String>,
+}
+
+/// The answer to `status`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct StatusReport {
+    /// The service's pid.
+    pub pid: u32,
+    /// The service's user.
+    pub uid: u32,
+    /// Its socket.
+    pub socket: String,
+    /// Providers registered (those the controller may see).
+    pub providers: Vec<ProviderInfo>,
+    /// Sessions (those the controller may see).
+    pub sessions: Vec<SessionInfo>,
+}
+
+/// A document that is not a message of this protocol.
+#[derive(Debug, thiserror::Error)]
+#[error("controller message: {0}")]
+pub struct ProtocolError(String);
+
+fn frame<T: Serialize>(value: &T, fds: u8) -> Result<Message, ProtocolError> {
+    let body = serde_json::to_string(value).map_err(|e| ProtocolError(e.to_string()))?;
+    if body.len() > MAX_CONTROLLER_BODY {
+        return Err(ProtocolError(format!(
+            "{} bytes, more than {MAX_CONTROLLER_BODY}",
+            body.len()
+        )));
+    }
+    Ok(Message::Controller { body, fds })
+}
+
+impl Request {
+    /// The frame carrying this request with `fds` descriptors.
+    pub fn to_message(&self, fds: u8) -> Result<Message, ProtocolError> {
+        frame(self, fds)
+    }
+
+    /// The request in a controller document.
+    pub fn parse(body: &str) -> Result<Request, ProtocolError> {
+        serde_json::from_str(body).map_err(|e| ProtocolError(e.to_string()))
+    }
+}
+
+impl FromService {
+    /// The frame carrying this reply or event.
+    pub fn to_message(&self) -> Result<Message, ProtocolError> {
+        frame(self, 0)
+    }
+
+    /// A reply or event in a service document.
+    pub fn parse(body: &str) -> Result<FromService, ProtocolError> {
+        serde_json::from_str(body).map_err(|e| ProtocolError(e.to_string()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_round_trip_and_unknown_fields_are_refused() {
+        let start = Request::Start(Box::new(StartRequest {
+            mode: Some("circular".into()),
+            buffer_size: Some(1 << 20),
+            names: vec!["svc".into()],
+            detach: true,
+            ..StartRequest::default()
+        }));
+        let Message::Controller { body, fds } = start.to_message(1).unwrap() else {
+            panic!()
+        };
+        assert_eq!(fds, 1);
+        assert!(body.starts_with(r#"{"op":"start""#), "{body}");
+        assert_eq!(Request::parse(&body).unwrap(), start);
+        let stop = Request::parse(r#"{"op":"stop","session":3,"write":true}"#).unwrap();
+        assert_eq!(
+            stop,
+            Request::Stop {
+                session: Some(3),
+                write: true
+            }
+        );
+        assert!(Request::parse(r#"{"op":"providers","extra":1}"#).is_err());
+        assert!(Request::parse(r#"{"op":"format-disk"}"#).is_err());
+        assert!(Request::parse("not json").is_err());
+    }
+
+    #[test]
+    fn replies_and_events_are_told_apart() {
+        let reply = FromService::Reply(Reply::Terminated { session: 2 });
+        let Message::Controller { body, .. } = reply.to_message().unwrap() else {
+            panic!()
+        };
+        assert_eq!(body, r#"{"reply":"terminated","session":2}"#);
+        assert_eq!(FromService::parse(&body).unwrap(), reply);
+        let event = FromService::Event(Event::Ended {
+            session: 2,
+            reason: "terminated".into(),
+        });
+        let Message::Controller { body, .. } = event.to_message().unwrap() else {
+            panic!()
+        };
+        assert_eq!(FromService::parse(&body).unwrap(), event);
+    }
+}

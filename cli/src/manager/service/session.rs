@@ -1,0 +1,250 @@
+//! One session of the trace service: a listener-less [`Manager`] in a thread of its own,
+//! driven by commands from the service's loop and reporting back what happened.
+//!
+//! The service hands providers over ([`Command::Adopt`]: their registered connections), and
+//! relays the controller's start, stop and terminate. The thread stops the session by itself
+//! when its duration passes or when the alert it waits for is raised, and then ends it.
+
+use std::io::Write;
+use std::sync::mpsc::{Receiver, Sender};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use super::protocol::SessionInfo;
+use crate::manager::conn::FramedConn;
+use crate::manager::server::{Manager, ManagerEvent, Registration, Waker};
+use fxtrace::protocol::control::{BufferDisposition, SessionState};
+
+/// What the service asks of a session.
+pub(in crate::manager) enum Command {
+    /// Take in a provider the service registered.
+    Adopt(FramedConn, Registration),
+    /// Start (again), with what to do with the buffers, and a new output (else append).
+    Start {
+        disposition: BufferDisposition,
+        output: Option<Box<dyn Write + Send>>,
+    },
+    /// Stop, writing the buffers into the archive (or not).
+    Stop { write: bool },
+    /// Stop (writing, if tracing) and end the session.
+    Terminate { reason: String },
+}
+
+/// What a session tells the service.
+#[derive(Debug)]
+pub(super) enum News {
+    /// Tracing.
+    Started {
+        session: u32,
+        providers: u32,
+        timed_out: u32,
+    },
+    /// A command could not be carried out.
+    Refused { session: u32, error: String },
+    /// Stopped; the archive holds what was written.
+    Stopped {
+        session: u32,
+        reason: String,
+        info: SessionInfo,
+    },
+    /// Over (the thread is finishing).
+    Ended { session: u32, reason: String },
+}
+
+/// How a session runs, beyond the manager's configuration.
+pub(super) struct Plan {
+    pub(super) id: u32,
+    pub(super) duration: Option<Duration>,
+    pub(super) stop_on_alert: Option<String>,
+}
+
+/// Most problems kept per session for `status`.
+const MAX_PROBLEMS: usize = 64;
+
+/// The session thread's body.
+pub(super) fn run(
+    mut manager: Manager,
+    plan: Plan,
+    commands: Receiver<Command>,
+    news: Sender<News>,
+    service: Waker,
+    info: Arc<Mutex<SessionInfo>>,
+) {
+    let tell = |n: News| {
+        // The service outlives its sessions' threads; a closed channel means it is exiting.
+        let _ = news.send(n);
+        service.wake();
+    };
+    let mut deadline: Option<Instant> = None;
+    // Why the session is stopping (for the event); whether it ends once stopped.
+    let mut stopping: Option<String> = None;
+    let mut end_after_stop: Option<String> = None;
+    let mut problems: Vec<String> = Vec::new();
+    let reason = 'session: loop {
+        let wait = deadline.map_or(Duration::from_millis(250), |d| {
+            d.saturating_duration_since(Instant::now())
+                .min(Duration::from_millis(250))
+        });
+        let outcome = match manager.poll(&[], Some(wait)) {
+            Ok(outcome) => outcome,
+            Err(e) => break format!("the session failed: {e}"),
+        };
+        for event in outcome.events {
+            match event {
+                ManagerEvent::StartAcknowledged { timed_out } => {
+                    deadline = plan.duration.map(|d| Instant::now() + d);
+                    tell(News::Started {
+                        session: plan.id,
+                        providers: manager.session().providers().count() as u32,
+                        timed_out: timed_out.len() as u32,
+                    });
+                }
+                ManagerEvent::StopAcknowledged { timed_out } => {
+                    if !timed_out.is_empty() {
+                        push_problem(
+                            &mut problems,
+                            format!(
+                                "{} providers did not acknowledge the stop in time (salvaged)",
+                                timed_out.len()
+                            ),
+                        );
+                    }
+                    if let Err(e) = manager.flush_archive() {
+                        push_problem(&mut problems, format!("writing the archive: {e}"));
+                    }
+                    let snapshot = snapshot(&manager, &plan, &info, &problems);
+                    tell(News::Stopped {
+                        session: plan.id,
+                        reason: stopping.take().unwrap_or_else(|| "stopped".into()),
+                        info: snapshot,
+                    });
+                    if let Some(reason) = end_after_stop.take() {
+                        if let Err(e) = manager.terminate() {
+                            break 'session format!("{reason} (terminate: {e})");
+                        }
+                        end_after_stop = Some(reason);
+                    }
+                }
+                ManagerEvent::Terminated => {
+                    break 'session end_after_stop.take().unwrap_or_else(|| "terminated".into());
+                }
+                ManagerEvent::Alert { name, .. }
+                    if plan.stop_on_alert.as_deref() == Some(name.as_str())
+                        && manager.session().state() == SessionState::Started =>
+                {
+                    let why = format!("alert {name:?} raised");
+                    if manager.stop(true).is_ok() {
+                        stopping = Some(why.clone());
+                        end_after_stop = Some(why);
+                    }
+                }
+                ManagerEvent::ProviderLost { id, reason } => {
+                    push_problem(&mut problems, format!("provider {id} lost: {reason}"))
+                }
+                ManagerEvent::ProviderProblem { id, message } => {
+                    push_problem(&mut problems, format!("provider {id}: {message}"))
+                }
+                ManagerEvent::Refused { reason, .. } => push_problem(&mut problems, reason),
+                _ => {}
+            }
+        }
+        if deadline.is_some_and(|d| Instant::now() >= d)
+            && manager.session().state() == SessionState::Started
+        {
+            deadline = None;
+            let why = "its duration passed".to_owned();
+            if manager.stop(true).is_ok() {
+                stopping = Some(why.clone());
+                end_after_stop = Some(why);
+            }
+        }
+        while let Ok(command) = commands.try_recv() {
+            match command {
+                Command::Adopt(conn, registration) => manager.adopt(conn, registration),
+                Command::Start {
+                    disposition,
+                    output,
+                } => {
+                    let replaced = match output {
+                        Some(output) => manager.replace_output(output).map_err(|e| e.to_string()),
+                        None => Ok(()),
+                    };
+                    let started = replaced
+                        .and_then(|()| manager.start(Some(disposition)).map_err(|e| e.to_string()));
+                    if let Err(error) = started {
+                        tell(News::Refused {
+                            session: plan.id,
+                            error: format!("cannot start session {}: {error}", plan.id),
+                        });
+                    }
+                }
+                Command::Stop { write } => {
+                    if let Err(e) = manager.stop(write) {
+                        tell(News::Refused {
+                            session: plan.id,
+                            error: format!("cannot stop session {}: {e}", plan.id),
+                        });
+                    } else {
+                        stopping = Some("stopped by a controller".into());
+                    }
+                }
+                Command::Terminate { reason } => match manager.session().state() {
+                    SessionState::Started | SessionState::Starting => {
+                        // Never lose what was traced: stop and write first.
+                        if manager.stop(true).is_ok() {
+                            stopping = Some(reason.clone());
+                        }
+                        end_after_stop = Some(reason);
+                    }
+                    SessionState::Stopping => end_after_stop = Some(reason),
+                    _ => match manager.terminate() {
+                        Ok(()) => end_after_stop = Some(reason),
+                        Err(_) => break 'session reason,
+                    },
+                },
+            }
+        }
+        *info.lock().unwrap_or_else(|p| p.into_inner()) =
+            snapshot(&manager, &plan, &info, &problems);
+    };
+    // The archive is flushed and every provider connection closed (they register again).
+    let reason = match manager.finish() {
+        Ok(_) => reason,
+        Err(e) => format!("{reason}; writing the archive failed: {e}"),
+    };
+    tell(News::Ended {
+        session: plan.id,
+        reason,
+    });
+}
+
+fn push_problem(problems: &mut Vec<String>, problem: String) {
+    if problems.len() < MAX_PROBLEMS {
+        problems.push(problem);
+    }
+}
+
+/// The session as `status` shows it.
+fn snapshot(
+    manager: &Manager,
+    plan: &Plan,
+    info: &Mutex<SessionInfo>,
+    problems: &[String],
+) -> SessionInfo {
+    let figures = manager.snapshot();
+    let previous = info.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    SessionInfo {
+        session: plan.id,
+        state: manager.session().state().name().to_owned(),
+        mode: figures.buffering_mode.as_str().to_owned(),
+        buffer_size: figures.buffer_size_bytes,
+        providers: figures.providers,
+        records_written: figures.records_written,
+        bytes_written: figures.bytes_written,
+        records_dropped: figures.records_dropped,
+        output: previous.output,
+        owner_uid: previous.owner_uid,
+        detached: previous.detached,
+        problems: problems.to_vec(),
+    }
+}

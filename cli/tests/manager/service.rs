@@ -1,0 +1,387 @@
+//! The trace service with a real `fxtrace daemon` process, real services
+//! (`examples/service`) and the controller commands.
+
+use std::os::unix::process::CommandExt;
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use fxtrace::protocol::control::Message;
+use fxtrace::protocol::transport::ControlConn;
+
+use crate::service_support::{Daemon, FXTRACE};
+use crate::support::{example, runnable_by_all};
+
+/// `examples/service`, running `seconds`, looking for the service at `socket`.
+fn service(socket: &Path, seconds: u32) -> Child {
+    Command::new(example("service"))
+        .arg(seconds.to_string())
+        .env("FXTRACE_SOCKET", "")
+        .env("XDG_RUNTIME_DIR", socket.parent().unwrap())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn examples/service")
+}
+
+/// Requests (instant events named "request") in an archive.
+fn requests(path: &Path) -> usize {
+    use fxtrace::format::{DecodedRecord, Decoder};
+    let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
+    Decoder::new(&bytes)
+        .map(|r| r.unwrap_or_else(|e| panic!("{}: {e}", path.display())))
+        .filter(|r| matches!(&r.record, DecodedRecord::Event(e) if e.name == "request"))
+        .count()
+}
+
+#[test]
+fn a_service_started_before_the_daemon_registers_when_it_appears_and_is_traced() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("fxtrace.sock");
+    let mut svc = service(&socket, 30);
+    std::thread::sleep(Duration::from_millis(300));
+    let daemon = Daemon::start(dir.path());
+    daemon.wait_providers("service-example", 1);
+    assert!(daemon.ok(&["providers"]).contains("idle"));
+    let out = dir.path().join("now.fxt");
+    daemon.ok(&["start", "--duration", "1", "-o", out.to_str().unwrap()]);
+    let n = requests(&out);
+    // One request per 10 ms for 1 s (the service sleeps between them).
+    assert!(n >= 20, "{n} requests in a 1 s trace");
+    // After the session the service is idle again, registered anew.
+    daemon.wait_providers("service-example", 1);
+    let log = daemon.stop();
+    assert!(log.contains("session 1 ended"), "{log}");
+    let _ = svc.kill();
+    let _ = svc.wait();
+}
+
+#[test]
+fn a_daemon_restarted_while_a_service_runs_traces_it_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("fxtrace.sock");
+    let first = Daemon::start(dir.path());
+    let mut svc = service(&socket, 30);
+    first.wait_providers("service-example", 1);
+    let log = first.stop();
+    assert!(log.contains("registered"), "{log}");
+    let second = Daemon::start(dir.path());
+    second.wait_providers("service-example", 1);
+    let out = dir.path().join("again.fxt");
+    second.ok(&["start", "--duration", "0.5", "-o", out.to_str().unwrap()]);
+    assert!(requests(&out) >= 10, "{} requests", requests(&out));
+    let _ = svc.kill();
+    let _ = svc.wait();
+}
+
+#[test]
+fn a_detached_session_is_started_and_stopped_twice_with_clear_and_retain() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("fxtrace.sock");
+    let daemon = Daemon::start(dir.path());
+    let mut svc = service(&socket, 30);
+    daemon.wait_providers("service-example", 1);
+    let first = dir.path().join("first.fxt");
+    let id = daemon
+        .ok(&[
+            "start",
+            "--detach",
+            "-m",
+            "circular",
+            "-o",
+            first.to_str().unwrap(),
+        ])
+        .trim()
+        .to_owned();
+    assert_eq!(id, "1");
+    std::thread::sleep(Duration::from_millis(400));
+    assert!(daemon
+        .ok(&["status"])
+        .contains("session 1: STARTED (detached)"));
+    daemon.ok(&["stop"]);
+    let after_first = requests(&first);
+    assert!(after_first >= 5, "{after_first} requests");
+    // CLEAR into a new file: only what came after the restart.
+    let second = dir.path().join("second.fxt");
+    daemon.ok(&[
+        "start",
+        "--session",
+        &id,
+        "--clear",
+        "-o",
+        second.to_str().unwrap(),
+    ]);
+    std::thread::sleep(Duration::from_millis(400));
+    daemon.ok(&["stop", "--session", &id]);
+    let cleared = requests(&second);
+    assert!(
+        cleared >= 5,
+        "{cleared} requests after the clearing restart"
+    );
+    // RETAIN, appended to the same file: the second file grows.
+    daemon.ok(&["start", "--session", &id, "--retain"]);
+    std::thread::sleep(Duration::from_millis(400));
+    daemon.ok(&["stop", "--session", &id]);
+    let retained = requests(&second);
+    assert!(retained > cleared, "{retained} <= {cleared} after RETAIN");
+    assert_eq!(requests(&first), after_first, "the first archive is closed");
+    daemon.ok(&["terminate"]);
+    assert!(!daemon.ok(&["status"]).contains("session 1"));
+    let _ = svc.kill();
+    let _ = svc.wait();
+}
+
+#[test]
+fn a_controller_that_goes_away_ends_its_session_and_its_trace_is_written() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("fxtrace.sock");
+    let daemon = Daemon::start(dir.path());
+    let mut svc = service(&socket, 30);
+    daemon.wait_providers("service-example", 1);
+    let out = dir.path().join("attached.fxt");
+    let mut controller = Command::new(FXTRACE)
+        .args(["start", "-o", out.to_str().unwrap(), "--socket"])
+        .arg(&daemon.socket)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    daemon.wait_log("session 1 started", Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(500));
+    controller.kill().unwrap();
+    controller.wait().unwrap();
+    daemon.wait_log("session 1 ended", Duration::from_secs(10));
+    assert!(daemon.log().contains("its controller went away"));
+    assert!(requests(&out) >= 10, "{} requests", requests(&out));
+    let _ = svc.kill();
+    let _ = svc.wait();
+}
+
+#[test]
+fn ctrl_c_on_an_attached_controller_stops_and_writes() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("fxtrace.sock");
+    let daemon = Daemon::start(dir.path());
+    let mut svc = service(&socket, 30);
+    daemon.wait_providers("service-example", 1);
+    let out = dir.path().join("ctrlc.fxt");
+    let controller = Command::new(FXTRACE)
+        .args(["start", "-o", out.to_str().unwrap(), "--socket"])
+        .arg(&daemon.socket)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    daemon.wait_log("session 1 started", Duration::from_secs(10));
+    std::thread::sleep(Duration::from_millis(300));
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(controller.id() as i32, libc::SIGINT) };
+    let output = controller.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(stderr.contains("STOPPED"), "{stderr}");
+    assert!(requests(&out) >= 5);
+    let _ = svc.kill();
+    let _ = svc.wait();
+}
+
+#[test]
+fn controller_commands_name_the_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = Command::new(FXTRACE)
+        .args(["providers", "--socket"])
+        .arg(dir.path().join("none.sock"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert!(!missing.status.success());
+    assert!(
+        err.contains("no trace service") && err.contains("fxtrace daemon"),
+        "{err}"
+    );
+    let daemon = Daemon::start(dir.path());
+    let stop = daemon.ctl(&["stop"]);
+    assert!(!stop.status.success());
+    assert!(
+        String::from_utf8_lossy(&stop.stderr).contains("no session is running"),
+        "{}",
+        String::from_utf8_lossy(&stop.stderr)
+    );
+    let bad = daemon.ctl(&["start", "-b", "3K", "-o", "/dev/null"]);
+    assert!(!bad.status.success());
+    // A second daemon on a live socket refuses to start.
+    let second = Command::new(FXTRACE)
+        .args(["daemon", "--socket"])
+        .arg(&daemon.socket)
+        .output()
+        .unwrap();
+    assert!(!second.status.success());
+    let err = String::from_utf8_lossy(&second.stderr);
+    assert!(err.contains("cannot listen"), "{err}");
+}
+
+/// Run as root only: a process of another uid.
+fn root_or_skip(test: &str) -> bool {
+    if nix::unistd::geteuid().is_root() {
+        return true;
+    }
+    println!("skipped {test}: needs root (to run a provider as another user)");
+    false
+}
+
+#[test]
+fn a_provider_of_another_uid_is_refused_unless_the_policy_allows_it() {
+    if !root_or_skip("a_provider_of_another_uid_is_refused_unless_the_policy_allows_it") {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    // The root service's directory, then the user's service's (writable by that user).
+    let root_dir = tmp.path().join("root");
+    let user_dir = tmp.path().join("user");
+    for d in [&root_dir, &user_dir] {
+        std::fs::create_dir(d).unwrap();
+        std::fs::set_permissions(d, std::fs::Permissions::from_mode(0o777)).unwrap();
+    }
+    let exe = runnable_by_all(&example("service"), tmp.path());
+    let nobody = 65534;
+    let spawn_as_nobody = |dir: &Path| {
+        Command::new(&exe)
+            .arg("30")
+            .env("FXTRACE_SOCKET", "")
+            .env("XDG_RUNTIME_DIR", dir)
+            .uid(nobody)
+            .gid(nobody)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    // Root's service: uid 65534 is neither root nor (here) in group fxtrace.
+    let root_daemon = Daemon::start(&root_dir);
+    let mut refused = spawn_as_nobody(&root_dir);
+    root_daemon.wait_log("may not register", Duration::from_secs(10));
+    assert!(root_daemon.log().contains("group \"fxtrace\""));
+    assert!(!root_daemon.ok(&["providers"]).contains("service-example"));
+    let _ = refused.kill();
+    let _ = refused.wait();
+    drop(root_daemon);
+    // A service of that user takes it.
+    let users_daemon = Daemon::start_as(&user_dir, Some(nobody));
+    let mut accepted = spawn_as_nobody(&user_dir);
+    // (Root's controller is not this service's user: the log tells.)
+    users_daemon.wait_log("\"service-example\" (pid", Duration::from_secs(10));
+    assert!(users_daemon.log().contains("uid 65534) registered"));
+    let _ = accepted.kill();
+    let _ = accepted.wait();
+}
+
+/// `/proc/PID/status`'s VmRSS, KiB.
+fn rss_kib(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("VmRSS:"))
+        .and_then(|v| v.trim().trim_end_matches("kB").trim().parse().ok())
+        .unwrap()
+}
+
+/// utime + stime of `pid`, clock ticks.
+fn cpu_ticks(pid: u32) -> u64 {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+    let after = &stat[stat.rfind(')').unwrap() + 2..];
+    let f: Vec<&str> = after.split(' ').collect();
+    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+}
+
+/// Register `n` waiting providers over raw connections from this process's children (16 per
+/// process, the per-process bound).
+fn idle_providers(socket: &Path, n: usize) -> Vec<Child> {
+    let per = 16;
+    (0..n.div_ceil(per))
+        .map(|i| {
+            let count = per.min(n - i * per);
+            Command::new(std::env::current_exe().unwrap())
+                .args(["--exact", "service::idle_provider_child", "--nocapture"])
+                .env(
+                    "FXTRACE_IDLE_CHILD",
+                    format!("{}:{count}", socket.display()),
+                )
+                .stdout(Stdio::piped())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap()
+        })
+        .collect()
+}
+
+/// Not a test of its own: the body of [`idle_providers`]' children.
+#[test]
+fn idle_provider_child() {
+    let Ok(spec) = std::env::var("FXTRACE_IDLE_CHILD") else {
+        return;
+    };
+    let (socket, count) = spec.rsplit_once(':').unwrap();
+    let mut conns = Vec::new();
+    for i in 0..count.parse::<usize>().unwrap() {
+        let mut conn = ControlConn::connect(Path::new(socket), Duration::from_secs(5)).unwrap();
+        conn.send_msg(
+            &Message::Register {
+                pid: std::process::id(),
+                name: format!("idle-{i}"),
+                known_categories: vec!["idle".into()],
+                accepts_ticks_per_second: true,
+                waits_for_session: true,
+            },
+            &[],
+        )
+        .unwrap();
+        let (msg, _) = conn.recv_msg().unwrap();
+        assert!(
+            matches!(msg, Message::Registered { joining: false, .. }),
+            "{msg:?}"
+        );
+        conns.push(conn);
+    }
+    println!("registered {count}");
+    // Until the parent kills this process.
+    std::thread::sleep(Duration::from_secs(120));
+}
+
+#[test]
+fn two_hundred_idle_providers_cost_the_daemon_little_memory_and_no_cpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start(dir.path());
+    let pid = daemon.child.id();
+    let rss_before = rss_kib(pid);
+    let mut children = idle_providers(&daemon.socket, 200);
+    for c in &mut children {
+        // The child's test harness prints its own lines first.
+        let out = std::io::BufReader::new(c.stdout.take().unwrap());
+        use std::io::BufRead;
+        let registered = out
+            .lines()
+            .map_while(Result::ok)
+            .any(|l| l.starts_with("registered"));
+        assert!(registered, "a child did not register its providers");
+    }
+    let listed = daemon.ok(&["providers"]);
+    assert_eq!(listed.lines().filter(|l| l.contains("idle-")).count(), 200);
+    assert_eq!(daemon.ok(&["categories"]).trim(), "idle");
+    let rss = rss_kib(pid);
+    let ticks = cpu_ticks(pid);
+    std::thread::sleep(Duration::from_secs(2));
+    let idle_ticks = cpu_ticks(pid) - ticks;
+    println!(
+        "200 idle providers: daemon RSS {rss_before} KiB -> {rss} KiB; CPU while idle for 2 s: \
+         {idle_ticks} ticks"
+    );
+    assert!(
+        rss < 50 * 1024,
+        "daemon RSS {rss} KiB with 200 idle providers"
+    );
+    assert_eq!(idle_ticks, 0, "the daemon used CPU while idle");
+    for mut c in children {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
