@@ -31,6 +31,79 @@ use super::recorder::{
 
 // === impl KernelProvider ===
 
+// === impl SessionKernel ===
+
+/// The kernel provider in a session of the trace service (`fxtrace start --system-wide`):
+/// started at each start of the session, its records written into the session's archive as
+/// they come ([`SessionKernel::pump`]), stopped (and its last records written, or discarded)
+/// when the session stops.
+#[derive(Debug)]
+pub(crate) struct SessionKernel {
+    id: u32,
+    provider: Option<KernelProvider<KernelSink>>,
+    batches: std::sync::mpsc::Receiver<Vec<u8>>,
+}
+
+/// Name of the kernel provider's section.
+const KERNEL_SECTION: &str = "kernel";
+
+impl SessionKernel {
+    /// Start system-wide capture (no LBR) into a section of `manager`'s archive.
+    pub(crate) fn start(manager: &mut super::Manager) -> Result<Self, KernelProviderError> {
+        let id = manager.reserve_provider_id();
+        let (sink, batches) = SectionSink::channel(id, manager.waker());
+        let config = KernelProviderConfig {
+            trace: KernelTraceConfig {
+                provider_id: id,
+                ..KernelTraceConfig::kernel()
+            },
+            ..KernelProviderConfig::system_wide(None)
+        };
+        let provider = KernelProvider::start(config, KernelSink(sink))?;
+        Ok(Self {
+            id,
+            provider: Some(provider),
+            batches,
+        })
+    }
+
+    /// Write the batches that arrived into the archive. Returns the records written.
+    pub(crate) fn pump(&mut self, manager: &mut super::Manager) -> Result<u64, String> {
+        let mut records = 0;
+        while let Ok(batch) = self.batches.try_recv() {
+            records += manager
+                .write_section(self.id, KERNEL_SECTION, &batch)
+                .map_err(|e| e.to_string())?;
+        }
+        Ok(records)
+    }
+
+    /// Stop capturing; write what is left (`write`) or discard it. Returns the capture's
+    /// counters for the session's notes.
+    pub(crate) fn stop(
+        mut self,
+        manager: &mut super::Manager,
+        write: bool,
+    ) -> Result<String, String> {
+        let outcome = match self.provider.take() {
+            Some(provider) => provider.stop().map_err(|e| e.to_string())?,
+            None => return Ok(String::new()),
+        };
+        let mut sink = outcome.sink;
+        sink.0.flush().map_err(|e| e.to_string())?;
+        drop(sink);
+        if write {
+            self.pump(manager)?;
+        }
+        Ok(format!(
+            "kernel provider: {} context switches, {} threads, {} records lost",
+            outcome.trace.context_switches,
+            outcome.trace.threads,
+            outcome.capture.lost_records + outcome.capture.lost_samples
+        ))
+    }
+}
+
 /// What a [`KernelProvider`] captures and how its section is labelled.
 #[derive(Debug, Clone)]
 pub struct KernelProviderConfig {

@@ -533,6 +533,18 @@ impl SectionSink {
     pub fn flush(&mut self) -> Result<(), SectionError> {
         self.batch.flush()
     }
+
+    /// A sink for section `id` whose batches arrive on the returned receiver, `waker` woken
+    /// after each (the manager's loop that writes them).
+    pub(crate) fn channel(id: u32, waker: Waker) -> (SectionSink, Receiver<Vec<u8>>) {
+        let (tx, rx) = mpsc::channel();
+        let sink = SectionSink {
+            id,
+            batch: BatchWriter::new(SectionBatches { tx, waker }, SECTION_BATCH_WORDS),
+            sent_any: false,
+        };
+        (sink, rx)
+    }
 }
 
 /// The recorder's end of a section.
@@ -547,7 +559,7 @@ impl Recorder {
     /// [`Self::run`] (the id is then the first of the session: 1).
     pub fn section_sink(&mut self, name: &str) -> SectionSink {
         let id = self.manager.reserve_provider_id();
-        let (tx, rx) = mpsc::channel();
+        let (sink, rx) = SectionSink::channel(id, self.manager.waker());
         self.sections.push(SectionIn {
             report: SectionReport {
                 id,
@@ -557,17 +569,7 @@ impl Recorder {
             },
             rx,
         });
-        SectionSink {
-            id,
-            batch: BatchWriter::new(
-                SectionBatches {
-                    tx,
-                    waker: self.manager.waker(),
-                },
-                SECTION_BATCH_WORDS,
-            ),
-            sent_any: false,
-        }
+        sink
     }
 
     /// Have `source` stopped (after the providers) when the recording ends.

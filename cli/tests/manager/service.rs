@@ -385,3 +385,50 @@ fn two_hundred_idle_providers_cost_the_daemon_little_memory_and_no_cpu() {
         let _ = c.wait();
     }
 }
+
+#[test]
+fn system_wide_from_the_service_records_every_cpus_context_switches() {
+    if !root_or_skip("system_wide_from_the_service_records_every_cpus_context_switches") {
+        return;
+    }
+    use fxtrace::format::{DecodedRecord, Decoder};
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("fxtrace.sock");
+    let daemon = Daemon::start(dir.path());
+    let mut svc = service(&socket, 30);
+    daemon.wait_providers("service-example", 1);
+    let out = dir.path().join("wide.fxt");
+    let started = daemon.ctl(&[
+        "start",
+        "-a",
+        "--duration",
+        "1",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&started.stderr);
+    assert!(started.status.success(), "{err}");
+    let bytes = std::fs::read(&out).unwrap();
+    let mut providers = Vec::new();
+    let mut switches = 0;
+    for r in Decoder::new(&bytes) {
+        match r.unwrap().record {
+            DecodedRecord::ProviderInfo { name, .. } => providers.push(name.to_string()),
+            DecodedRecord::ContextSwitch { .. } => switches += 1,
+            _ => {}
+        }
+    }
+    providers.sort();
+    if err.contains("no context switches") {
+        // No perf here (a container without perf_event access): said, not silently empty.
+        println!("skipped the switch count: {err}");
+        assert_eq!(providers, ["service-example"]);
+    } else {
+        assert_eq!(providers, ["kernel", "service-example"], "{err}");
+        // The service alone sleeps 100 times a second.
+        assert!(switches >= 50, "{switches} context switches in 1 s");
+    }
+    daemon.wait_log("session 1 ended", Duration::from_secs(10));
+    let _ = svc.kill();
+    let _ = svc.wait();
+}

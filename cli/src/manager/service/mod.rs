@@ -946,12 +946,12 @@ impl Service {
                 "uid {uid} already has {of_uid} sessions (at most {MAX_SESSIONS_PER_UID} per user)"
             ));
         }
-        if start.system_wide {
-            return Err(
-                "--system-wide is not available from the trace service yet: use sudo fxtrace \
-                 record --system-wide"
-                    .into(),
-            );
+        if start.system_wide && !self.config.policy.is_admin(peer) {
+            return Err(format!(
+                "--system-wide records every process's context switches: only root, the \
+                 service's user or a member of group {:?} may ask for it",
+                policy::ADMIN_GROUP
+            ));
         }
         if start.disposition.is_some() {
             return Err("a buffer disposition applies to a restart (--session ID)".into());
@@ -1001,6 +1001,7 @@ impl Service {
             id,
             duration: start.duration_ms.map(Duration::from_millis),
             stop_on_alert: start.stop_on_alert.clone(),
+            system_wide: start.system_wide,
         };
         let thread = {
             let news = self.news_tx.clone();
@@ -1118,6 +1119,7 @@ impl Service {
             News::Started {
                 providers,
                 timed_out,
+                notes,
                 ..
             } => answered(
                 self,
@@ -1126,7 +1128,7 @@ impl Service {
                     session,
                     providers,
                     timed_out,
-                    notes: Vec::new(),
+                    notes,
                 },
             ),
             News::Refused { error, .. } => {

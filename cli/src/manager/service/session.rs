@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use super::protocol::SessionInfo;
 use crate::manager::conn::FramedConn;
+use crate::manager::kernel::SessionKernel;
 use crate::manager::server::{Manager, ManagerEvent, Registration, Waker};
 use fxtrace::protocol::control::{BufferDisposition, SessionState};
 
@@ -38,6 +39,7 @@ pub(super) enum News {
         session: u32,
         providers: u32,
         timed_out: u32,
+        notes: Vec<String>,
     },
     /// A command could not be carried out.
     Refused { session: u32, error: String },
@@ -56,6 +58,8 @@ pub(super) struct Plan {
     pub(super) id: u32,
     pub(super) duration: Option<Duration>,
     pub(super) stop_on_alert: Option<String>,
+    /// Every CPU's context switches too (the kernel provider), from each start to each stop.
+    pub(super) system_wide: bool,
 }
 
 /// Most problems kept per session for `status`.
@@ -80,6 +84,10 @@ pub(super) fn run(
     let mut stopping: Option<String> = None;
     let mut end_after_stop: Option<String> = None;
     let mut problems: Vec<String> = Vec::new();
+    let mut kernel: Option<SessionKernel> = None;
+    // Notes for the next Started news; whether the stop under way writes.
+    let mut start_notes: Vec<String> = Vec::new();
+    let mut stop_writes = true;
     let reason = 'session: loop {
         let wait = deadline.map_or(Duration::from_millis(250), |d| {
             d.saturating_duration_since(Instant::now())
@@ -97,6 +105,7 @@ pub(super) fn run(
                         session: plan.id,
                         providers: manager.session().providers().count() as u32,
                         timed_out: timed_out.len() as u32,
+                        notes: std::mem::take(&mut start_notes),
                     });
                 }
                 ManagerEvent::StopAcknowledged { timed_out } => {
@@ -108,6 +117,12 @@ pub(super) fn run(
                                 timed_out.len()
                             ),
                         );
+                    }
+                    if let Some(k) = kernel.take() {
+                        match k.stop(&mut manager, stop_writes) {
+                            Ok(note) => push_problem(&mut problems, note),
+                            Err(e) => push_problem(&mut problems, format!("kernel provider: {e}")),
+                        }
                     }
                     if let Err(e) = manager.flush_archive() {
                         push_problem(&mut problems, format!("writing the archive: {e}"));
@@ -133,6 +148,7 @@ pub(super) fn run(
                         && manager.session().state() == SessionState::Started =>
                 {
                     let why = format!("alert {name:?} raised");
+                    stop_writes = true;
                     if manager.stop(true).is_ok() {
                         stopping = Some(why.clone());
                         end_after_stop = Some(why);
@@ -153,6 +169,7 @@ pub(super) fn run(
         {
             deadline = None;
             let why = "its duration passed".to_owned();
+            stop_writes = true;
             if manager.stop(true).is_ok() {
                 stopping = Some(why.clone());
                 end_after_stop = Some(why);
@@ -171,6 +188,19 @@ pub(super) fn run(
                     };
                     let started = replaced
                         .and_then(|()| manager.start(Some(disposition)).map_err(|e| e.to_string()));
+                    if started.is_ok() && plan.system_wide && kernel.is_none() {
+                        match SessionKernel::start(&mut manager) {
+                            Ok(k) => kernel = Some(k),
+                            Err(e) => {
+                                let note = format!(
+                                    "no context switches (--system-wide): {e} (the trace \
+                                     service must run as root, or with CAP_PERFMON)"
+                                );
+                                push_problem(&mut problems, note.clone());
+                                start_notes.push(note);
+                            }
+                        }
+                    }
                     if let Err(error) = started {
                         tell(News::Refused {
                             session: plan.id,
@@ -179,6 +209,7 @@ pub(super) fn run(
                     }
                 }
                 Command::Stop { write } => {
+                    stop_writes = write;
                     if let Err(e) = manager.stop(write) {
                         tell(News::Refused {
                             session: plan.id,
@@ -191,6 +222,7 @@ pub(super) fn run(
                 Command::Terminate { reason } => match manager.session().state() {
                     SessionState::Started | SessionState::Starting => {
                         // Never lose what was traced: stop and write first.
+                        stop_writes = true;
                         if manager.stop(true).is_ok() {
                             stopping = Some(reason.clone());
                         }
@@ -204,9 +236,18 @@ pub(super) fn run(
                 },
             }
         }
+        if let Some(k) = kernel.as_mut() {
+            if let Err(e) = k.pump(&mut manager) {
+                push_problem(&mut problems, format!("kernel provider: {e}"));
+            }
+        }
         *info.lock().unwrap_or_else(|p| p.into_inner()) =
             snapshot(&manager, &plan, &info, &problems);
     };
+    if let Some(k) = kernel.take() {
+        // The session ended without a stop (it failed): keep what the capture has.
+        let _ = k.stop(&mut manager, true);
+    }
     // The archive is flushed and every provider connection closed (they register again).
     let reason = match manager.finish() {
         Ok(_) => reason,
