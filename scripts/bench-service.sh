@@ -57,19 +57,21 @@ echo "## waiting for a service that is not there (10 s)"
 svc=$!; pids+=($svc)
 sleep 1
 tid=$(grep -l fxtrace-service /proc/$svc/task/*/comm | head -1 | cut -d/ -f5)
+# Wake-ups first, untouched (strace's attach and detach wake the thread themselves).
 before=$(awk '/^voluntary_ctxt_switches/ {print $2}' /proc/$svc/task/$tid/status)
+sleep 10
+after=$(awk '/^voluntary_ctxt_switches/ {print $2}' /proc/$svc/task/$tid/status)
+echo "fxtrace-service thread: $((after - before)) wake-ups in 10 s (voluntary context switches)"
 if command -v strace >/dev/null; then
     timeout -s INT 10 strace -c -p "$tid" -o "$work/strace.txt" 2>/dev/null || true
     calls=$(awk '$NF=="total" {print $(NF-1)}' "$work/strace.txt")
-    echo "fxtrace-service thread: ${calls:-0} syscalls in 10 s (strace -c)"
+    echo "fxtrace-service thread: ${calls:-0} syscalls in 10 s (strace -c; attaching restarts the blocked read)"
 else
     sleep 10
     echo "strace not installed: syscall count not measured"
 fi
-after=$(awk '/^voluntary_ctxt_switches/ {print $2}' /proc/$svc/task/$tid/status)
-echo "fxtrace-service thread: $((after - before)) wake-ups in 10 s (voluntary context switches)"
 "$fxtrace" daemon --socket "$sock" 2>>"$work/daemon.log" &
-pids+=($!)
+daemon=$!; pids+=($daemon)
 t0=$(date +%s.%N)
 for _ in $(seq 200); do
     "$fxtrace" providers --socket "$sock" 2>/dev/null | grep -q service-example && break
@@ -108,4 +110,4 @@ for round in 1 2 3; do
     echo "| $round | $(( (t1 - t0) / 1000000 )) | $(( (t3 - t2) / 1000000 )) | $(stat -c %s "$work/r$round.fxt") |"
 done
 echo
-echo "daemon RSS with $n providers: $(awk '/^VmRSS/ {print $2, $3}' /proc/${pids[0]}/status 2>/dev/null || echo '?')"
+echo "daemon RSS with $n providers: $(awk '/^VmRSS/ {print $2, $3}' /proc/$daemon/status 2>/dev/null || echo '?')"
