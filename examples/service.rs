@@ -34,7 +34,9 @@ fn handle(n: u64) -> u64 {
 
 fn main() {
     let seconds: Option<f64> = std::env::args().nth(1).and_then(|s| s.parse().ok());
-    match fxtrace::connect("service-example") {
+    // FXTRACE_SERVICE_NAME: run as a differently named service (tests run several).
+    let name = std::env::var("FXTRACE_SERVICE_NAME").unwrap_or_else(|_| "service-example".into());
+    match fxtrace::connect(&name) {
         Ok(Some(_)) => eprintln!("service: under fxtrace record"),
         Ok(None) => {}
         Err(e) => eprintln!("service: not traced: {e}"),

@@ -432,3 +432,142 @@ fn system_wide_from_the_service_records_every_cpus_context_switches() {
     let _ = svc.kill();
     let _ = svc.wait();
 }
+
+/// Provider names in an archive, sorted.
+fn provider_names(path: &Path) -> Vec<String> {
+    use fxtrace::format::{DecodedRecord, Decoder};
+    let bytes = std::fs::read(path).unwrap();
+    let mut names: Vec<String> = Decoder::new(&bytes)
+        .filter_map(|r| match r.unwrap().record {
+            DecodedRecord::ProviderInfo { name, .. } => Some(name.to_string()),
+            _ => None,
+        })
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn a_provider_that_starts_during_a_session_joins_it_and_names_choose_providers() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("fxtrace.sock");
+    let daemon = Daemon::start(dir.path());
+    let named = |name: &str| {
+        Command::new(example("service"))
+            .arg("30")
+            .env("FXTRACE_SOCKET", "")
+            .env("XDG_RUNTIME_DIR", socket.parent().unwrap())
+            .env("FXTRACE_SERVICE_NAME", name)
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap()
+    };
+    let mut early = named("early");
+    daemon.wait_providers("early", 1);
+    let out = dir.path().join("joined.fxt");
+    daemon.ok(&[
+        "start",
+        "--detach",
+        "--name",
+        "early",
+        "late",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    // Started while the session runs: `late` joins it, `other` is not chosen.
+    let mut late = named("late");
+    let mut other = named("other");
+    daemon.wait_log("\"late\"", Duration::from_secs(10));
+    daemon.wait_providers("other", 1);
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !daemon
+        .ok(&["providers"])
+        .lines()
+        .any(|l| l.contains("session 1") && l.ends_with("late"))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "late did not join: {}",
+            daemon.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    daemon.ok(&["stop"]);
+    assert_eq!(provider_names(&out), ["early", "late"]);
+    assert!(daemon
+        .ok(&["providers"])
+        .lines()
+        .any(|l| l.contains("idle") && l.ends_with("other")));
+    daemon.ok(&["terminate"]);
+    for c in [&mut early, &mut late, &mut other] {
+        let _ = c.kill();
+        let _ = c.wait();
+    }
+}
+
+#[test]
+fn a_stale_socket_is_replaced_and_a_systemd_socket_is_taken_over() {
+    let dir = tempfile::tempdir().unwrap();
+    // A daemon killed with SIGKILL leaves its socket file behind.
+    let mut killed = Daemon::start(dir.path());
+    killed.child.kill().unwrap();
+    killed.child.wait().unwrap();
+    assert!(killed.socket.exists());
+    let again = Daemon::start(dir.path());
+    assert!(again.ok(&["status"]).contains("trace service at"));
+    drop(again);
+    drop(killed);
+
+    // Socket activation: the socket is bound and listening before the daemon starts, passed
+    // as descriptor 3 with LISTEN_FDS/LISTEN_PID (set by a shell, whose pid exec keeps).
+    let socket = dir.path().join("activated.sock");
+    let listener = std::os::unix::net::UnixListener::bind(&socket).unwrap();
+    let log = dir.path().join("activated.log");
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&listener);
+    let mut daemon = Command::new("/bin/sh");
+    daemon
+        .args(["-c", "LISTEN_PID=$$ LISTEN_FDS=1 exec \"$0\" daemon"])
+        .arg(crate::service_support::FXTRACE)
+        .stderr(std::fs::File::create(&log).unwrap());
+    // SAFETY: dup2 and fcntl are async-signal-safe; the listener is open in the parent.
+    unsafe {
+        daemon.pre_exec(move || {
+            if libc::dup2(fd, 3) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
+    let mut child = daemon.spawn().unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !std::fs::read_to_string(&log)
+        .unwrap()
+        .contains("listening at")
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "{}",
+            std::fs::read_to_string(&log).unwrap()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let text = std::fs::read_to_string(&log).unwrap();
+    assert!(text.contains(&socket.display().to_string()), "{text}");
+    assert!(
+        !text.starts_with('['),
+        "no timestamps under systemd: {text}"
+    );
+    let status = Command::new(crate::service_support::FXTRACE)
+        .args(["status", "--socket"])
+        .arg(&socket)
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&status.stdout).contains("trace service at"));
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(child.id() as i32, libc::SIGTERM) };
+    assert!(child.wait().unwrap().success());
+    // The socket is systemd's: the daemon leaves it in place.
+    assert!(socket.exists());
+}
