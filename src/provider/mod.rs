@@ -54,7 +54,7 @@ use std::time::Duration;
 pub use client::{Provider, ProviderState, ProviderStats};
 pub use service::{
     follow_service, service_socket_paths, service_status, ServiceState, ServiceStatus, SessionHook,
-    RETRY_INTERVAL, SYSTEM_SOCKET_PATH,
+    MAX_RETRY_INTERVAL, RETRY_INTERVAL, SYSTEM_SOCKET_PATH,
 };
 
 use crate::buffer::BufferError;

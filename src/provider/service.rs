@@ -14,7 +14,9 @@
 //! 3. No service: the thread watches the sockets' directories with inotify (the nearest
 //!    existing ancestor when a directory does not exist yet) and sleeps in `read` until
 //!    something is created there: no syscall while nothing happens. A socket that exists
-//!    but refuses is tried again at most once per second ([`RETRY_INTERVAL`]).
+//!    but nobody listens on (a service that died) is tried again when its directory changes
+//!    (a new service replaces it) or after a back-off that doubles from [`RETRY_INTERVAL`] to
+//!    [`MAX_RETRY_INTERVAL`]; a service that refuses the process, after the same back-off.
 //!
 //! A process whose program closes the service thread's descriptors loses its registration
 //! (checked with [`crate::fd_guard`] before every use, as the provider's control thread does)
@@ -43,6 +45,10 @@ pub const SYSTEM_SOCKET_PATH: &str = "/run/fxtrace/fxtrace.sock";
 /// Least time between two registration attempts at a socket that exists but did not
 /// register the provider (stale, refusing, or failing).
 pub const RETRY_INTERVAL: Duration = Duration::from_secs(1);
+
+/// Longest wait between attempts that keep failing (a service that refuses this process, a
+/// socket nobody listens on and whose directory does not change).
+pub const MAX_RETRY_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Where a provider looks for the trace service, in order: the user's own service
 /// (`$XDG_RUNTIME_DIR/fxtrace.sock`, else `/tmp/fxtrace-<euid>.sock`), then the system's
@@ -277,6 +283,9 @@ fn run(
     mut next: Option<Attempt>,
 ) {
     let mut last_attempt = Instant::now();
+    // Attempts in a row that found a socket but no registration (stale, refusing): each
+    // doubles the wait before the next, up to [`MAX_RETRY_INTERVAL`].
+    let mut fruitless: u32 = 0;
     loop {
         let outcome = match next.take() {
             Some(outcome) => outcome,
@@ -292,15 +301,36 @@ fn run(
         match outcome {
             Attempt::NoService => {
                 shared.update(|s| s.state = ServiceState::Waiting);
-                wait_for_socket(paths);
+                let Some(watch) = Watch::new(paths) else {
+                    std::thread::sleep(backoff(fruitless));
+                    fruitless = fruitless.saturating_add(1);
+                    continue;
+                };
+                if paths.iter().any(|p| p.exists()) {
+                    // A socket nobody listens on (a service that died), or one created
+                    // between the attempt and the watch: try once more at the retry pace,
+                    // then wait for the directory to change, or the back-off.
+                    fruitless = fruitless.saturating_add(1);
+                    if fruitless > 1 {
+                        watch.wait(Some(backoff(fruitless)));
+                    }
+                } else {
+                    fruitless = 0;
+                    watch.wait(None);
+                }
             }
-            Attempt::Failed(why) => shared.update(|s| {
-                s.state = ServiceState::Waiting;
-                s.last_error = Some(why);
-            }),
+            Attempt::Failed(why) => {
+                shared.update(|s| {
+                    s.state = ServiceState::Waiting;
+                    s.last_error = Some(why);
+                });
+                std::thread::sleep(backoff(fruitless));
+                fruitless = fruitless.saturating_add(1);
+            }
             Attempt::Registered {
                 socket, conn, id, ..
             } => {
+                fruitless = 0;
                 shared.update(|s| {
                     s.state = ServiceState::Idle {
                         socket: socket.clone(),
@@ -398,19 +428,11 @@ fn wait_for_initialize(mut conn: ControlConn) -> Result<Registered, Option<Strin
     }
 }
 
-/// Sleep until something is created where one of `paths` would be (its directory, or the
-/// nearest existing ancestor of it), or return at once when one of them exists. Without
-/// inotify, sleeps [`RETRY_INTERVAL`].
-fn wait_for_socket(paths: &[PathBuf]) {
-    let Some(watch) = Watch::new(paths) else {
-        std::thread::sleep(RETRY_INTERVAL);
-        return;
-    };
-    // Created between the attempt and the watch: try again (at the retry pace).
-    if paths.iter().any(|p| p.exists()) {
-        return;
-    }
-    watch.wait();
+/// The wait after `fruitless` attempts in a row that found no service to register with.
+fn backoff(fruitless: u32) -> Duration {
+    RETRY_INTERVAL
+        .saturating_mul(1 << fruitless.min(6))
+        .min(MAX_RETRY_INTERVAL)
 }
 
 /// An inotify descriptor watching the directories where the sockets would appear.
@@ -446,14 +468,21 @@ impl Watch {
         (watched > 0).then_some(Watch { fd })
     }
 
-    /// Block until an event arrives (or the descriptor stops being ours: then sleep the retry
-    /// interval instead).
-    fn wait(&self) {
+    /// Block until an event arrives, or `timeout` passes (or the descriptor stops being
+    /// ours: then sleep the retry interval instead).
+    fn wait(&self, timeout: Option<Duration>) {
         let mut buf = [0u64; 512];
         let Ok(fd) = self.fd.checked() else {
             std::thread::sleep(RETRY_INTERVAL);
             return;
         };
+        if let Some(timeout) = timeout {
+            let ms = u16::try_from(timeout.as_millis()).unwrap_or(u16::MAX);
+            let mut fds = [PollFd::new(fd, PollFlags::POLLIN)];
+            if let Ok(0) = poll(&mut fds, PollTimeout::from(ms)) {
+                return;
+            }
+        }
         loop {
             // SAFETY: `buf` is writable for its whole size; `fd` is the inotify instance.
             let n = unsafe {
@@ -523,7 +552,7 @@ mod tests {
             })
         };
         let t = Instant::now();
-        watch.wait();
+        watch.wait(None);
         assert!(t.elapsed() >= Duration::from_millis(40), "woke too early");
         maker.join().unwrap();
     }

@@ -571,3 +571,49 @@ fn a_stale_socket_is_replaced_and_a_systemd_socket_is_taken_over() {
     // The socket is systemd's: the daemon leaves it in place.
     assert!(socket.exists());
 }
+
+/// Voluntary context switches (wake-ups) of `pid`'s thread named `comm`.
+fn wakeups(pid: u32, comm: &str) -> u64 {
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let task = task.unwrap().path();
+        if std::fs::read_to_string(task.join("comm"))
+            .unwrap_or_default()
+            .trim()
+            == comm
+        {
+            let status = std::fs::read_to_string(task.join("status")).unwrap();
+            return status
+                .lines()
+                .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+                .and_then(|v| v.trim().parse().ok())
+                .unwrap();
+        }
+    }
+    panic!("no thread {comm} in process {pid}");
+}
+
+#[test]
+fn a_waiting_provider_sleeps_beside_a_stale_socket_and_registers_when_a_service_replaces_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("fxtrace.sock");
+    // A socket file nobody listens on: what a service killed with SIGKILL leaves.
+    drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+    let mut svc = service(&socket, 30);
+    std::thread::sleep(Duration::from_millis(500));
+    let before = wakeups(svc.id(), "fxtrace-service");
+    std::thread::sleep(Duration::from_secs(3));
+    let woke = wakeups(svc.id(), "fxtrace-service") - before;
+    // Attempts back off (1, 2, 4 s …): a few wake-ups, not one per poll.
+    assert!(woke <= 4, "{woke} wake-ups in 3 s beside a stale socket");
+    let started = std::time::Instant::now();
+    let daemon = Daemon::start(dir.path());
+    daemon.wait_providers("service-example", 1);
+    // The new socket wakes the watch: no need to wait out the back-off.
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "registered {:?} after the service replaced the stale socket",
+        started.elapsed()
+    );
+    let _ = svc.kill();
+    let _ = svc.wait();
+}
