@@ -176,12 +176,16 @@ struct Session {
     pids: BTreeSet<u32>,
     names: BTreeSet<String>,
     any_uid: bool,
+    /// Set by the session's thread when it is finishing (see `Plan::ending`).
+    ending: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl Session {
     fn wants(&self, p: &Provider) -> bool {
-        (self.any_uid || p.uid == self.owner_uid)
+        // ATOMICS: `Relaxed` flag (see `Plan::ending`).
+        !self.ending.load(Ordering::Relaxed)
+            && (self.any_uid || p.uid == self.owner_uid)
             && (self.pids.is_empty() || self.pids.contains(&p.pid))
             && (self.names.is_empty() || self.names.contains(&p.name))
     }
@@ -1002,7 +1006,9 @@ impl Service {
             duration: start.duration_ms.map(Duration::from_millis),
             stop_on_alert: start.stop_on_alert.clone(),
             system_wide: start.system_wide,
+            ending: Arc::new(AtomicBool::new(false)),
         };
+        let ending = plan.ending.clone();
         let thread = {
             let news = self.news_tx.clone();
             let waker = self.waker.clone();
@@ -1021,6 +1027,7 @@ impl Service {
             pids: start.pids.iter().copied().collect(),
             names: start.names.iter().cloned().collect(),
             any_uid: self.config.policy.is_admin(peer),
+            ending,
             thread: Some(thread),
         };
         // The idle providers it wants, then the start.

@@ -60,6 +60,11 @@ pub(super) struct Plan {
     pub(super) stop_on_alert: Option<String>,
     /// Every CPU's context switches too (the kernel provider), from each start to each stop.
     pub(super) system_wide: bool,
+    /// Set when the session stops taking providers in (it is finishing): the service hands
+    /// a provider that registers then to no one.
+    /// ATOMICS: `Relaxed` flag; a provider handed over anyway is closed with the session's
+    /// command queue and registers again.
+    pub(super) ending: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Most problems kept per session for `status`.
@@ -248,6 +253,9 @@ pub(super) fn run(
         // The session ended without a stop (it failed): keep what the capture has.
         let _ = k.stop(&mut manager, true);
     }
+    // ATOMICS: see `Plan::ending`.
+    plan.ending
+        .store(true, std::sync::atomic::Ordering::Relaxed);
     // The archive is flushed and every provider connection closed (they register again).
     let reason = match manager.finish() {
         Ok(_) => reason,
