@@ -33,6 +33,20 @@ pub(super) struct FramedConn {
     fds: Option<Vec<OwnedFd>>,
 }
 
+/// The index of the connection that has waited longest (earliest `deadline`) among `pending`:
+/// the one to close when too many wait to say who they are (a real peer speaks at once, so a
+/// flood of silent connections only pushes out itself). 0 when `pending` is empty.
+pub(super) fn longest_waiting<T>(
+    pending: &[T],
+    deadline: impl Fn(&T) -> std::time::Instant,
+) -> usize {
+    pending
+        .iter()
+        .enumerate()
+        .min_by_key(|(_, p)| deadline(p))
+        .map_or(0, |(i, _)| i)
+}
+
 /// Most descriptors a [`FramedConn::with_fds`] connection holds before they are taken: more
 /// is a protocol violation.
 pub(super) const MAX_QUEUED_FDS: usize = 4;

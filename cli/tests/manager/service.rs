@@ -2,7 +2,7 @@
 //! (`examples/service`) and the controller commands.
 
 use std::os::unix::process::CommandExt;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
@@ -22,6 +22,48 @@ fn service(socket: &Path, seconds: u32) -> Child {
         .stderr(Stdio::piped())
         .spawn()
         .expect("spawn examples/service")
+}
+
+/// A daemon in a fresh directory with `examples/service` registered with it (killed first
+/// when this is dropped).
+struct WithService {
+    dir: tempfile::TempDir,
+    daemon: Daemon,
+    svc: Child,
+}
+
+impl WithService {
+    fn new() -> WithService {
+        let dir = tempfile::tempdir().unwrap();
+        let daemon = Daemon::start(dir.path());
+        let svc = service(&dir.path().join("fxtrace.sock"), 30);
+        daemon.wait_providers("service-example", 1);
+        WithService { dir, daemon, svc }
+    }
+
+    /// A file in the directory, as a string argument.
+    fn file(&self, name: &str) -> PathBuf {
+        self.dir.path().join(name)
+    }
+}
+
+impl Drop for WithService {
+    fn drop(&mut self) {
+        let _ = self.svc.kill();
+        let _ = self.svc.wait();
+    }
+}
+
+/// `fxtrace start -o out` attached to `daemon`, once its session 1 is tracing.
+fn attached_controller(daemon: &Daemon, out: &Path) -> Child {
+    let controller = Command::new(FXTRACE)
+        .args(["start", "-o", out.to_str().unwrap(), "--socket"])
+        .arg(&daemon.socket)
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    daemon.wait_log("session 1 started", Duration::from_secs(10));
+    controller
 }
 
 /// Requests (instant events named "request") in an archive.
@@ -76,13 +118,10 @@ fn a_daemon_restarted_while_a_service_runs_traces_it_again() {
 
 #[test]
 fn a_detached_session_is_started_and_stopped_twice_with_clear_and_retain() {
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("fxtrace.sock");
-    let daemon = Daemon::start(dir.path());
-    let mut svc = service(&socket, 30);
-    daemon.wait_providers("service-example", 1);
-    let first = dir.path().join("first.fxt");
-    let id = daemon
+    let fixture = WithService::new();
+    let first = fixture.file("first.fxt");
+    let id = fixture
+        .daemon
         .ok(&[
             "start",
             "--detach",
@@ -95,15 +134,16 @@ fn a_detached_session_is_started_and_stopped_twice_with_clear_and_retain() {
         .to_owned();
     assert_eq!(id, "1");
     std::thread::sleep(Duration::from_millis(400));
-    assert!(daemon
+    assert!(fixture
+        .daemon
         .ok(&["status"])
         .contains("session 1: STARTED (detached)"));
-    daemon.ok(&["stop"]);
+    fixture.daemon.ok(&["stop"]);
     let after_first = requests(&first);
     assert!(after_first >= 5, "{after_first} requests");
     // CLEAR into a new file: only what came after the restart.
-    let second = dir.path().join("second.fxt");
-    daemon.ok(&[
+    let second = fixture.file("second.fxt");
+    fixture.daemon.ok(&[
         "start",
         "--session",
         &id,
@@ -112,65 +152,43 @@ fn a_detached_session_is_started_and_stopped_twice_with_clear_and_retain() {
         second.to_str().unwrap(),
     ]);
     std::thread::sleep(Duration::from_millis(400));
-    daemon.ok(&["stop", "--session", &id]);
+    fixture.daemon.ok(&["stop", "--session", &id]);
     let cleared = requests(&second);
     assert!(
         cleared >= 5,
         "{cleared} requests after the clearing restart"
     );
     // RETAIN, appended to the same file: the second file grows.
-    daemon.ok(&["start", "--session", &id, "--retain"]);
+    fixture.daemon.ok(&["start", "--session", &id, "--retain"]);
     std::thread::sleep(Duration::from_millis(400));
-    daemon.ok(&["stop", "--session", &id]);
+    fixture.daemon.ok(&["stop", "--session", &id]);
     let retained = requests(&second);
     assert!(retained > cleared, "{retained} <= {cleared} after RETAIN");
     assert_eq!(requests(&first), after_first, "the first archive is closed");
-    daemon.ok(&["terminate"]);
-    assert!(!daemon.ok(&["status"]).contains("session 1"));
-    let _ = svc.kill();
-    let _ = svc.wait();
+    fixture.daemon.ok(&["terminate"]);
+    assert!(!fixture.daemon.ok(&["status"]).contains("session 1"));
 }
 
 #[test]
 fn a_controller_that_goes_away_ends_its_session_and_its_trace_is_written() {
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("fxtrace.sock");
-    let daemon = Daemon::start(dir.path());
-    let mut svc = service(&socket, 30);
-    daemon.wait_providers("service-example", 1);
-    let out = dir.path().join("attached.fxt");
-    let mut controller = Command::new(FXTRACE)
-        .args(["start", "-o", out.to_str().unwrap(), "--socket"])
-        .arg(&daemon.socket)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    daemon.wait_log("session 1 started", Duration::from_secs(10));
+    let fixture = WithService::new();
+    let out = fixture.file("attached.fxt");
+    let mut controller = attached_controller(&fixture.daemon, &out);
     std::thread::sleep(Duration::from_millis(500));
     controller.kill().unwrap();
     controller.wait().unwrap();
-    daemon.wait_log("session 1 ended", Duration::from_secs(10));
-    assert!(daemon.log().contains("its controller went away"));
+    fixture
+        .daemon
+        .wait_log("session 1 ended", Duration::from_secs(10));
+    assert!(fixture.daemon.log().contains("its controller went away"));
     assert!(requests(&out) >= 10, "{} requests", requests(&out));
-    let _ = svc.kill();
-    let _ = svc.wait();
 }
 
 #[test]
 fn ctrl_c_on_an_attached_controller_stops_and_writes() {
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("fxtrace.sock");
-    let daemon = Daemon::start(dir.path());
-    let mut svc = service(&socket, 30);
-    daemon.wait_providers("service-example", 1);
-    let out = dir.path().join("ctrlc.fxt");
-    let controller = Command::new(FXTRACE)
-        .args(["start", "-o", out.to_str().unwrap(), "--socket"])
-        .arg(&daemon.socket)
-        .stderr(Stdio::piped())
-        .spawn()
-        .unwrap();
-    daemon.wait_log("session 1 started", Duration::from_secs(10));
+    let fixture = WithService::new();
+    let out = fixture.file("ctrlc.fxt");
+    let controller = attached_controller(&fixture.daemon, &out);
     std::thread::sleep(Duration::from_millis(300));
     // SAFETY: kill(2) on our own child.
     unsafe { libc::kill(controller.id() as i32, libc::SIGINT) };
@@ -179,8 +197,6 @@ fn ctrl_c_on_an_attached_controller_stops_and_writes() {
     assert!(output.status.success(), "{stderr}");
     assert!(stderr.contains("STOPPED"), "{stderr}");
     assert!(requests(&out) >= 5);
-    let _ = svc.kill();
-    let _ = svc.wait();
 }
 
 #[test]
@@ -392,13 +408,9 @@ fn system_wide_from_the_service_records_every_cpus_context_switches() {
         return;
     }
     use fxtrace::format::{DecodedRecord, Decoder};
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("fxtrace.sock");
-    let daemon = Daemon::start(dir.path());
-    let mut svc = service(&socket, 30);
-    daemon.wait_providers("service-example", 1);
-    let out = dir.path().join("wide.fxt");
-    let started = daemon.ctl(&[
+    let fixture = WithService::new();
+    let out = fixture.file("wide.fxt");
+    let started = fixture.daemon.ctl(&[
         "start",
         "-a",
         "--duration",
@@ -428,9 +440,9 @@ fn system_wide_from_the_service_records_every_cpus_context_switches() {
         // The service alone sleeps 100 times a second.
         assert!(switches >= 50, "{switches} context switches in 1 s");
     }
-    daemon.wait_log("session 1 ended", Duration::from_secs(10));
-    let _ = svc.kill();
-    let _ = svc.wait();
+    fixture
+        .daemon
+        .wait_log("session 1 ended", Duration::from_secs(10));
 }
 
 /// Provider names in an archive, sorted.

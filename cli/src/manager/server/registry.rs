@@ -11,7 +11,7 @@ use nix::poll::PollFlags;
 use super::fifo::FifoRead;
 use super::{Manager, ManagerEvent};
 use super::{MAX_PENDING, MAX_REGISTRATION_BODY};
-use crate::manager::conn::{ConnError, FramedConn, ReadOutcome};
+use crate::manager::conn::{longest_waiting, ConnError, FramedConn, ReadOutcome};
 use crate::manager::drain::Drain;
 use crate::manager::report::{ProviderReport, RefusedPeer};
 use crate::manager::session::{ProviderId, ProviderPhase};
@@ -106,14 +106,7 @@ impl Manager {
                     match FramedConn::new(conn, MAX_REGISTRATION_BODY) {
                         Ok(conn) => {
                             if self.pending.len() >= MAX_PENDING {
-                                // The oldest has waited longest; a real provider registers at
-                                // once, so a flood of silent connections only pushes out itself.
-                                let oldest = self
-                                    .pending
-                                    .iter()
-                                    .enumerate()
-                                    .min_by_key(|(_, p)| p.deadline)
-                                    .map_or(0, |(i, _)| i);
+                                let oldest = longest_waiting(&self.pending, |p| p.deadline);
                                 let oldest = self.pending.swap_remove(oldest);
                                 self.events.push(ManagerEvent::Refused {
                                     pid: Some(oldest.conn.conn().peer_pid()),

@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
-use super::conn::{ConnError, FramedConn, ReadOutcome};
+use super::conn::{longest_waiting, ConnError, FramedConn, ReadOutcome};
 use super::server::{Manager, ManagerConfig, Registration, Waker};
 use super::session::SessionConfig;
 use fxtrace::protocol::control::{
@@ -426,12 +426,7 @@ impl Service {
             match self.listener.accept() {
                 Ok(conn) => {
                     if self.pending.len() >= MAX_PENDING {
-                        let oldest = self
-                            .pending
-                            .iter()
-                            .enumerate()
-                            .min_by_key(|(_, p)| p.deadline)
-                            .map_or(0, |(i, _)| i);
+                        let oldest = longest_waiting(&self.pending, |p| p.deadline);
                         self.pending.swap_remove(oldest);
                         self.log(format_args!(
                             "fxtrace daemon: more than {MAX_PENDING} connections waiting to say \
