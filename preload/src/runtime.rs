@@ -232,8 +232,16 @@ pub(crate) fn init() {
 /// start the per-process capture (stopped when the session ends). The provider's own exit
 /// hook stops tracing at exit; the service salvages what the capture had not flushed.
 fn follow(name: &str, options: Options, complaints: Vec<String>) {
+    // As under `fxtrace record`: FXTRACE_PRELOAD_START_WAIT_MS bounds the wait for a running
+    // session's start, and under `dlopen` (our threads wait for the loader) nothing waits.
+    let start_wait = if options.start_wait.is_zero() || !new_threads_run() {
+        Duration::ZERO
+    } else {
+        options.start_wait
+    };
     let provider_options = ProviderOptions {
         stop_timeout: options.flush,
+        start_wait,
         ..ProviderOptions::default()
     };
     let hook = move |provider: &Provider| -> Box<dyn Send> {

@@ -32,6 +32,7 @@
 //! | 7 | StatusReply | manager → client | `state: u8` (FIDL SessionState 1..7), `providers: list<{id: u32, pid: u32, name: str}>` (≤ [`MAX_STATUS_PROVIDERS`]), `categories: list<str>`, then optionally the session's figures (below) |
 //! | 8 | Registered | service → provider | `provider_id: u32`, `joining: u8` (0 or 1) |
 //! | 9 | Controller | controller ↔ service | `fds: u8` (≤ [`MAX_CONTROLLER_FDS`]), `len: u32` (≤ [`MAX_CONTROLLER_BODY`]), `len` bytes of UTF-8 JSON; carries `fds` descriptors |
+//! | 10 | Refused | service → provider | `reason: str` (≤ [`MAX_REFUSAL_LEN`] bytes): the rule that refused the registration; the service closes the connection after it |
 //!
 //! ## Optional trailing fields (revision 2 of version 1)
 //!
@@ -173,6 +174,10 @@ const TAG_STATUS_REQUEST: u16 = 6;
 const TAG_STATUS_REPLY: u16 = 7;
 const TAG_REGISTERED: u16 = 8;
 const TAG_CONTROLLER: u16 = 9;
+const TAG_REFUSED: u16 = 10;
+
+/// Longest reason a [`Message::Refused`] carries (bytes).
+pub const MAX_REFUSAL_LEN: usize = 1024;
 
 /// A control frame that cannot be encoded or decoded.
 #[derive(Debug, Clone, PartialEq, Eq, Error)]
@@ -521,6 +526,12 @@ pub enum Message {
         /// once.
         joining: bool,
     },
+    /// Trace service → provider: the registration is refused, for this reason (the rule it
+    /// broke); the service closes the connection after it.
+    Refused {
+        /// Why (≤ [`MAX_REFUSAL_LEN`] bytes).
+        reason: String,
+    },
     /// Controller ↔ trace service: one request or reply of the controller protocol, a JSON
     /// document (its schema is the tools' `service::protocol`), with `fds` descriptors (at most
     /// [`MAX_CONTROLLER_FDS`]: the output file a controller opened).
@@ -585,6 +596,7 @@ impl Message {
             Message::StatusReply { .. } => TAG_STATUS_REPLY,
             Message::Registered { .. } => TAG_REGISTERED,
             Message::Controller { .. } => TAG_CONTROLLER,
+            Message::Refused { .. } => TAG_REFUSED,
         }
     }
 
@@ -639,6 +651,9 @@ impl Message {
             } => {
                 put_u32(&mut w, *provider_id);
                 w.push(u8::from(*joining));
+            }
+            Message::Refused { reason } => {
+                put_str(&mut w, "refusal reason", reason, MAX_REFUSAL_LEN)?
             }
             Message::Controller { body, fds } => {
                 if body.len() > MAX_CONTROLLER_BODY {
@@ -774,6 +789,9 @@ impl Message {
                     }
                 },
             },
+            TAG_REFUSED => Message::Refused {
+                reason: r.str("refusal reason", MAX_REFUSAL_LEN)?,
+            },
             TAG_CONTROLLER => {
                 let fds = r.u8("controller descriptors")?;
                 if fds > MAX_CONTROLLER_FDS {
@@ -897,6 +915,7 @@ fn tag_name(tag: u16) -> &'static str {
         TAG_STATUS_REPLY => "StatusReply",
         TAG_REGISTERED => "Registered",
         TAG_CONTROLLER => "Controller",
+        TAG_REFUSED => "Refused",
         _ => "unknown",
     }
 }
@@ -1566,6 +1585,7 @@ mod tests {
             }),
             ("[ -~]{0,200}", 0u8..=MAX_CONTROLLER_FDS)
                 .prop_map(|(body, fds)| Message::Controller { body, fds }),
+            "[ -~]{0,200}".prop_map(|reason| Message::Refused { reason }),
             (mode, cats(), any::<u32>(), proptest::option::of(1u64..)).prop_map(
                 |(buffering_mode, categories, provider_id, ticks_per_second)| {
                     Message::Initialize {

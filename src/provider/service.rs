@@ -193,7 +193,9 @@ pub fn follow_service(
     *slot = Some(shared.clone());
     drop(slot);
     if joining && !options.start_wait.is_zero() {
-        let deadline = Instant::now() + options.start_wait;
+        // A wait too long for the clock is no bound at all: cap it at an hour.
+        let start_wait = options.start_wait.min(Duration::from_secs(3600));
+        let deadline = Instant::now() + start_wait;
         let mut status = shared.lock();
         while !matches!(status.state, ServiceState::Tracing { .. }) {
             let left = deadline.saturating_duration_since(Instant::now());
@@ -256,6 +258,12 @@ fn attempt(paths: &[PathBuf], name: &str, options: &ProviderOptions) -> Attempt 
                     socket: path.clone(),
                     registered,
                 }
+            }
+            Ok(Some((_, Message::Refused { reason }, _))) => {
+                failure = Some(format!(
+                    "{}: the service refused this process: {reason}",
+                    path.display()
+                ))
             }
             Ok(Some((_, other, _))) => {
                 failure = Some(format!(
@@ -405,9 +413,12 @@ fn wait_for_initialize(mut conn: ControlConn) -> Result<Registered, Option<Strin
         }
     }
     if let Err(lost) = control.check() {
+        // Never close a number the program took.
+        control.drop_if_ours(conn);
         return Err(Some(lost.to_string()));
     }
     if let Err(e) = conn.set_recv_timeout(Some(Duration::from_secs(1))) {
+        control.drop_if_ours(conn);
         return Err(Some(e.to_string()));
     }
     match conn.recv_msg() {

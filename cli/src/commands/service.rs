@@ -3,7 +3,6 @@
 
 use std::fs::File;
 use std::os::fd::AsFd;
-use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
@@ -20,6 +19,7 @@ use fxtrace_tools::manager::service::protocol::{
 use fxtrace_tools::manager::service::{
     default_service_socket, systemd_listen_fd, Service, ServiceConfig, ServiceError,
 };
+use fxtrace_tools::output_file::OutputFile;
 
 /// Why a service command failed.
 #[derive(Debug, thiserror::Error)]
@@ -267,19 +267,14 @@ pub(crate) struct StartArgs {
     clear: bool,
 }
 
-/// Create (or truncate) the output, never through a symlink.
-fn create_output(path: &Path) -> Result<File, ServiceCliError> {
-    File::options()
-        .write(true)
-        .create(true)
-        .truncate(true)
-        .mode(0o644)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_CLOEXEC)
-        .open(path)
-        .map_err(|source| ServiceCliError::Output {
-            path: path.to_owned(),
-            source,
-        })
+/// A fresh output next to `path` (`fxtrace record`'s rules: a new file under a temporary
+/// name, put in place, the previous one kept as `FILE.old`, once the session has started;
+/// removed if it does not start).
+fn create_output(path: &Path) -> Result<OutputFile, ServiceCliError> {
+    OutputFile::create(path).map_err(|source| ServiceCliError::Output {
+        path: path.to_owned(),
+        source,
+    })
 }
 
 static INTERRUPTED: AtomicBool = AtomicBool::new(false);
@@ -335,7 +330,27 @@ pub(crate) fn start(args: &StartArgs) -> Result<ExitCode, ServiceCliError> {
         }),
     }));
     let mut controller = connect("start", &args.socket)?;
-    let reply = call("start", &mut controller, &request, output.as_ref())?;
+    let reply = call(
+        "start",
+        &mut controller,
+        &request,
+        output.as_ref().map(OutputFile::file),
+    )?;
+    if let Some(mut out) = output {
+        // The service writes through its descriptor: the file keeps growing at its name.
+        match out.commit() {
+            Ok(Some(old)) => note!("the previous trace was kept as {}", old.display()),
+            Ok(None) => {}
+            Err(source) => {
+                return Err(ServiceCliError::Output {
+                    path: out.path().to_owned(),
+                    source,
+                })
+            }
+        }
+        // Dropping a committed output leaves the file.
+        drop(out);
+    }
     let Reply::Started {
         session,
         providers,
@@ -503,6 +518,8 @@ pub(crate) fn print_service_status(
 ) -> Option<std::io::Result<()>> {
     let path = socket.map_or_else(controller_socket, Path::to_owned);
     let mut controller = Controller::connect(&path).ok()?;
+    // A stuck service must not hang `status`.
+    controller.set_reply_timeout(Duration::from_secs(5));
     let reply = controller.call(&Request::Status {}, None, |_| {}).ok()?;
     let Reply::Status(report) = reply else {
         return None;

@@ -31,7 +31,14 @@ pub(super) struct FramedConn {
     max_body: usize,
     /// Descriptors received and not taken yet (`None`: descriptors are not accepted).
     fds: Option<Vec<OwnedFd>>,
+    /// Frames queued by [`FramedConn::queue`] and not sent yet (bytes from `tx_sent` on).
+    tx: Vec<u8>,
+    tx_sent: usize,
 }
+
+/// Most bytes a connection may have queued and unsent ([`FramedConn::queue`]): a peer that
+/// does not read its answers is dropped beyond this.
+pub(super) const MAX_QUEUED_BYTES: usize = 2 << 20;
 
 /// The index of the connection that has waited longest (earliest `deadline`) among `pending`:
 /// the one to close when too many wait to say who they are (a real peer speaks at once, so a
@@ -76,6 +83,9 @@ pub(super) enum ConnError {
     /// More descriptors than messages carry.
     #[error("sent more file descriptors than its messages carry (at most {MAX_QUEUED_FDS})")]
     TooManyFds,
+    /// The peer does not read what is sent to it.
+    #[error("it does not read its answers ({0} bytes queued)")]
+    NotReading(usize),
     /// A message that says it carries descriptors arrived without them.
     #[error("a {0} message arrived without the descriptors it declares")]
     MissingFds(&'static str),
@@ -98,6 +108,8 @@ impl FramedConn {
             rx: Vec::new(),
             max_body,
             fds: None,
+            tx: Vec::new(),
+            tx_sent: 0,
         })
     }
 
@@ -193,6 +205,48 @@ impl FramedConn {
         } else {
             ReadOutcome::Messages(messages)
         })
+    }
+
+    /// Queue `msg` (no descriptors) and send what the socket takes now, never blocking: the
+    /// rest goes out with [`Self::flush_queued`] when `poll` says the socket is writable. A
+    /// peer with more than [`MAX_QUEUED_BYTES`] unsent is refused ([`ConnError::NotReading`]).
+    pub(super) fn queue(&mut self, msg: &Message) -> Result<(), ConnError> {
+        let frame = msg.encode()?;
+        let queued = self.tx.len() - self.tx_sent + frame.len();
+        if queued > MAX_QUEUED_BYTES {
+            return Err(ConnError::NotReading(queued));
+        }
+        self.tx.extend_from_slice(&frame);
+        self.flush_queued()
+    }
+
+    /// Send what is queued without blocking.
+    pub(super) fn flush_queued(&mut self) -> Result<(), ConnError> {
+        while self.tx_sent < self.tx.len() {
+            match socket::send(
+                self.conn.as_fd().as_raw_fd(),
+                &self.tx[self.tx_sent..],
+                MsgFlags::MSG_DONTWAIT | MsgFlags::MSG_NOSIGNAL,
+            ) {
+                Ok(n) => self.tx_sent += n,
+                Err(Errno::EINTR) => continue,
+                Err(Errno::EAGAIN) => break,
+                Err(Errno::EPIPE | Errno::ECONNRESET) => {
+                    return Err(ConnError::Transport(TransportError::PeerClosed))
+                }
+                Err(e) => return Err(ConnError::Recv(e)),
+            }
+        }
+        if self.tx_sent == self.tx.len() {
+            self.tx.clear();
+            self.tx_sent = 0;
+        }
+        Ok(())
+    }
+
+    /// Bytes queued and not sent yet.
+    pub(super) fn queued(&self) -> usize {
+        self.tx.len() - self.tx_sent
     }
 
     /// Send a message (with its file descriptors), blocking at most [`SEND_TIMEOUT`].

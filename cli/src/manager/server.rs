@@ -360,9 +360,14 @@ impl Manager {
 
     /// Take in a provider the trace service registered (`conn`, its Register `registration`):
     /// it gets its buffer and Initialize now (and Start, if the session is tracing), as if it
-    /// had registered here. The connection's credentials are the provider's own.
-    pub(in crate::manager) fn adopt(&mut self, conn: FramedConn, registration: Registration) {
-        self.register(conn, registration);
+    /// had registered here. The connection's credentials are the provider's own. Its id in
+    /// this session, or `None` when it was refused (a [`ManagerEvent::Refused`] says why).
+    pub(in crate::manager) fn adopt(
+        &mut self,
+        conn: FramedConn,
+        registration: Registration,
+    ) -> Option<ProviderId> {
+        self.register(conn, registration)
     }
 
     /// Write what follows into a new archive on `output` (the magic number first): a restart

@@ -276,7 +276,7 @@ impl Manager {
                     known_categories,
                     accepts_ticks_per_second,
                 };
-                self.register(pending.conn, registration);
+                let _ = self.register(pending.conn, registration);
             }
             Some(Message::StatusRequest { figures }) => {
                 let reply = self.status_reply(figures);
@@ -311,7 +311,12 @@ impl Manager {
         }
     }
 
-    pub(super) fn register(&mut self, mut conn: FramedConn, registration: Registration) {
+    /// Register a provider; its id, or `None` when it was refused (the reason is an event).
+    pub(super) fn register(
+        &mut self,
+        mut conn: FramedConn,
+        registration: Registration,
+    ) -> Option<ProviderId> {
         let Registration {
             claimed_pid,
             name,
@@ -329,7 +334,7 @@ impl Manager {
                 pid: Some(peer_pid),
                 reason: format!("provider {name:?} refused: {why}"),
             });
-            return;
+            return None;
         }
         // SO_PEERCRED is authoritative (translated into this pid namespace).
         let pid = u32::try_from(peer_pid).unwrap_or(claimed_pid);
@@ -347,7 +352,7 @@ impl Manager {
                     pid: Some(peer_pid),
                     reason: format!("provider {name:?}: cannot create its buffer: {e}"),
                 });
-                return;
+                return None;
             }
         };
         // A buffer made by `create` always keeps its descriptor.
@@ -358,7 +363,7 @@ impl Manager {
                     pid: Some(peer_pid),
                     reason: format!("provider {name:?}: its buffer has no descriptor: {e}"),
                 });
-                return;
+                return None;
             }
         };
         let now = Instant::now();
@@ -405,9 +410,10 @@ impl Manager {
             .push(ManagerEvent::ProviderRegistered { id, pid, name });
         if let Err(e) = sent {
             self.lose(id, format!("sending Initialize failed: {e}"), true, now);
-            return;
+            return None;
         }
         self.run(commands, now);
+        Some(id)
     }
 
     pub(super) fn read_control(&mut self, id: ProviderId) {

@@ -39,6 +39,7 @@ pub enum ControllerError {
 pub struct Controller {
     conn: ControlConn,
     socket: PathBuf,
+    reply_timeout: Duration,
 }
 
 impl Controller {
@@ -55,7 +56,13 @@ impl Controller {
         Ok(Controller {
             conn,
             socket: socket.to_owned(),
+            reply_timeout: REPLY_TIMEOUT,
         })
+    }
+
+    /// How long [`Self::call`] waits for a reply (default [`REPLY_TIMEOUT`]).
+    pub fn set_reply_timeout(&mut self, timeout: Duration) {
+        self.reply_timeout = timeout;
     }
 
     /// The service's socket.
@@ -107,7 +114,7 @@ impl Controller {
     ) -> Result<Reply, ControllerError> {
         self.send(request, output)?;
         loop {
-            match self.receive(Some(REPLY_TIMEOUT))? {
+            match self.receive(Some(self.reply_timeout))? {
                 FromService::Reply(Reply::Error { error }) => {
                     return Err(ControllerError::Refused(error))
                 }

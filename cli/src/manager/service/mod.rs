@@ -23,7 +23,7 @@ pub mod policy;
 pub mod protocol;
 mod session;
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::fs::File;
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::{Path, PathBuf};
@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
-use super::conn::{longest_waiting, ConnError, FramedConn, ReadOutcome};
+use super::conn::{longest_waiting, FramedConn, ReadOutcome};
 use super::server::{Manager, ManagerConfig, Registration, Waker};
 use super::session::SessionConfig;
 use fxtrace::protocol::control::{
@@ -65,6 +65,18 @@ pub const MAX_CONTROLLERS_PER_UID: usize = 16;
 pub const MAX_PENDING: usize = 64;
 /// Largest message a peer of the service may send (a controller's request, a Register).
 pub const MAX_REQUEST_BODY: usize = 64 << 10;
+/// How long a session waits for providers to acknowledge Start, Stop and Terminate before
+/// going on without them (salvaging their buffers).
+pub const SESSION_STOP_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long the service waits, when it stops, for its sessions to stop, write and end: more
+/// than a stop and a terminate of a session whose providers do not answer.
+pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(15);
+/// How long the listener rests after accepting failed for want of descriptors.
+pub const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
+/// Descriptors a provider in a session holds in the service (its connection, its FIFO end,
+/// its buffer's memfd while it is mapped), and those kept for everything else.
+const FDS_PER_PROVIDER: u64 = 3;
+const FDS_RESERVED: u64 = 256;
 /// How long a new connection may take to say who it is.
 pub const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -115,6 +127,9 @@ pub enum ServiceError {
         #[source]
         source: std::io::Error,
     },
+    /// The wake-up eventfd could not be made.
+    #[error("cannot set up the service's wake-up: {0}")]
+    Waker(#[source] super::ManagerError),
     /// `poll` or the wake eventfd failed.
     #[error("{op}: {source}")]
     Sys {
@@ -154,7 +169,16 @@ struct Controller {
     peer: Peer,
     /// The request being carried out, answered when its session reports.
     waiting: Option<(u32, Waiting)>,
+    /// Requests received and not handled yet: one is handled at a time, once the last answer
+    /// is carried out and sent (at most [`MAX_BACKLOG`]).
+    backlog: VecDeque<(Message, Vec<OwnedFd>)>,
+    /// A one-shot client (a status request of `fxtrace record`'s protocol): closed once its
+    /// answer is sent.
+    close_when_sent: bool,
 }
+
+/// Most requests a controller may send ahead of their answers.
+pub const MAX_BACKLOG: usize = 8;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Waiting {
@@ -211,6 +235,13 @@ pub struct Service {
     next_provider: u32,
     next_session: u32,
     next_controller: u64,
+    /// The service is stopping: no new session, no provider joins one.
+    stopping: bool,
+    /// Accepting failed for want of descriptors: the listener is not polled until then.
+    listener_paused_until: Option<Instant>,
+    /// Most providers registered at once: [`MAX_PROVIDERS`], or fewer when the descriptor
+    /// limit allows fewer.
+    max_providers: usize,
 }
 
 impl std::fmt::Debug for Service {
@@ -251,12 +282,10 @@ impl Service {
                 path: config.socket_path.clone(),
                 source,
             })?;
-        let waker = Waker::new().map_err(|_| ServiceError::Sys {
-            op: "eventfd",
-            source: Errno::last(),
-        })?;
+        let waker = Waker::new().map_err(ServiceError::Waker)?;
         // Sessions hand this rate to providers; measure it now, not in the loop.
         let _ = fxtrace::clock::info();
+        let max_providers = provider_capacity(raise_descriptor_limit());
         let (news_tx, news) = mpsc::channel();
         Ok(Service {
             config,
@@ -271,6 +300,9 @@ impl Service {
             next_provider: 1,
             next_session: 1,
             next_controller: 1,
+            stopping: false,
+            listener_paused_until: None,
+            max_providers,
         })
     }
 
@@ -311,7 +343,7 @@ impl Service {
             // ATOMICS: `Relaxed`: a flag; the wake-up that follows its store is what matters.
             if shutdown.load(Ordering::Relaxed) && shutdown_deadline.is_none() {
                 self.log("fxtrace daemon: stopping: ending every session (written)");
-                shutdown_deadline = Some(Instant::now() + Duration::from_secs(10));
+                shutdown_deadline = Some(Instant::now() + SHUTDOWN_TIMEOUT);
                 for session in self.sessions.values() {
                     session.send(Command::Terminate {
                         reason: "the trace service is stopping".into(),
@@ -320,17 +352,23 @@ impl Service {
             }
             if let Some(deadline) = shutdown_deadline {
                 if self.sessions.is_empty() || Instant::now() >= deadline {
-                    for (id, session) in std::mem::take(&mut self.sessions) {
-                        if session.thread.as_ref().is_some_and(|t| !t.is_finished()) {
-                            self.log(format_args!(
-                                "fxtrace daemon: session {id} did not end in time"
-                            ));
+                    for (id, mut session) in std::mem::take(&mut self.sessions) {
+                        if let Some(thread) = session.thread.take() {
+                            if !thread.is_finished() {
+                                self.log(format_args!(
+                                    "fxtrace daemon: session {id} did not end in time: its \
+                                     archive is closed with what was written"
+                                ));
+                            }
+                            // Its providers' timeouts bound the wait.
+                            let _ = thread.join();
                         }
                     }
                     self.log("fxtrace daemon: stopped");
                     return Ok(());
                 }
             }
+            self.stopping = shutdown_deadline.is_some();
             self.turn(shutdown_deadline)?;
         }
     }
@@ -350,6 +388,16 @@ impl Service {
         if let Some(s) = shutdown {
             deadline = Some(deadline.map_or(s, |d| d.min(s)));
         }
+        let listen = match self.listener_paused_until {
+            Some(until) if until > now => {
+                deadline = Some(deadline.map_or(until, |d| d.min(until)));
+                false
+            }
+            _ => {
+                self.listener_paused_until = None;
+                true
+            }
+        };
         let timeout = match deadline {
             None => PollTimeout::NONE,
             Some(d) => {
@@ -358,11 +406,13 @@ impl Service {
             }
         };
         let mut targets = Vec::new();
-        let ready: Vec<Target> = {
+        let ready: Vec<(Target, PollFlags)> = {
             let mut fds = Vec::new();
             let readable = PollFlags::POLLIN;
-            fds.push(PollFd::new(self.listener.as_fd(), readable));
-            targets.push(Target::Listener);
+            if listen {
+                fds.push(PollFd::new(self.listener.as_fd(), readable));
+                targets.push(Target::Listener);
+            }
             fds.push(PollFd::new(self.waker.as_fd(), readable));
             targets.push(Target::Waker);
             for (i, p) in self.pending.iter().enumerate() {
@@ -376,7 +426,13 @@ impl Service {
                 }
             }
             for (key, c) in &self.controllers {
-                fds.push(PollFd::new(c.conn.as_fd(), readable));
+                // Writable matters only while an answer is queued.
+                let flags = if c.conn.queued() > 0 {
+                    readable | PollFlags::POLLOUT
+                } else {
+                    readable
+                };
+                fds.push(PollFd::new(c.conn.as_fd(), flags));
                 targets.push(Target::Controller(*key));
             }
             match poll(&mut fds, timeout) {
@@ -385,20 +441,29 @@ impl Service {
             }
             fds.iter()
                 .zip(&targets)
-                .filter(|(fd, _)| fd.revents().is_some_and(|r| !r.is_empty()))
-                .map(|(_, t)| *t)
+                .filter_map(|(fd, t)| {
+                    let revents = fd.revents().unwrap_or(PollFlags::empty());
+                    (!revents.is_empty()).then_some((*t, revents))
+                })
                 .collect()
         };
         // Pending connections are handled last and by index, highest first, so indices stay
         // valid while some are removed.
         let mut pending_ready = Vec::new();
-        for target in ready {
+        for (target, revents) in ready {
             match target {
                 Target::Listener => self.accept_all(),
                 Target::Waker => self.waker.drain(),
                 Target::Pending(i) => pending_ready.push(i),
                 Target::Idle(id) => self.read_idle(id),
-                Target::Controller(key) => self.read_controller(key),
+                Target::Controller(key) => {
+                    if revents.contains(PollFlags::POLLOUT) {
+                        self.flush_controller(key);
+                    }
+                    if revents.intersects(!PollFlags::POLLOUT) {
+                        self.read_controller(key);
+                    }
+                }
             }
         }
         pending_ready.sort_unstable_by(|a, b| b.cmp(a));
@@ -418,7 +483,60 @@ impl Service {
         while let Ok(news) = self.news.try_recv() {
             self.on_news(news);
         }
+        self.serve_backlogs();
         Ok(())
+    }
+
+    /// Handle the next request of every controller that is free (no request under way, its
+    /// last answer sent).
+    fn serve_backlogs(&mut self) {
+        loop {
+            let ready: Vec<u64> = self
+                .controllers
+                .iter()
+                .filter(|(_, c)| {
+                    c.waiting.is_none() && c.conn.queued() == 0 && !c.backlog.is_empty()
+                })
+                .map(|(k, _)| *k)
+                .collect();
+            if ready.is_empty() {
+                return;
+            }
+            for key in ready {
+                let Some((msg, fds)) = self
+                    .controllers
+                    .get_mut(&key)
+                    .and_then(|c| c.backlog.pop_front())
+                else {
+                    continue;
+                };
+                match msg {
+                    Message::Controller { body, .. } => self.handle_request(key, &body, fds),
+                    other => self.reply(
+                        key,
+                        Reply::Error {
+                            error: format!("unexpected {} message from a controller", other.name()),
+                        },
+                    ),
+                }
+            }
+        }
+    }
+
+    /// The controller's socket is writable: send what is queued.
+    fn flush_controller(&mut self, key: u64) {
+        let Some(c) = self.controllers.get_mut(&key) else {
+            return;
+        };
+        let result = c.conn.flush_queued();
+        let done = c.close_when_sent && c.conn.queued() == 0;
+        if let Err(e) = result {
+            let pid = c.conn.conn().peer_pid();
+            self.log(format_args!("fxtrace daemon: controller pid {pid}: {e}"));
+            self.controller_gone(key);
+        } else if done {
+            self.controllers.remove(&key);
+        }
     }
 
     fn accept_all(&mut self) {
@@ -454,8 +572,26 @@ impl Service {
                     source: Errno::ECONNABORTED | Errno::EINTR,
                     ..
                 }) => {}
+                Err(TransportError::Sys {
+                    source:
+                        source @ (Errno::EMFILE | Errno::ENFILE | Errno::ENOBUFS | Errno::ENOMEM),
+                    ..
+                }) => {
+                    // Out of descriptors: the connection stays queued and the listener
+                    // readable; stop polling it for a while instead of spinning.
+                    self.listener_paused_until = Some(Instant::now() + ACCEPT_PAUSE);
+                    self.log(format_args!(
+                        "fxtrace daemon: cannot accept connections: {source} ({} providers, {} \
+                         controllers, {} waiting): pausing {} ms",
+                        self.providers.len(),
+                        self.controllers.len(),
+                        self.pending.len(),
+                        ACCEPT_PAUSE.as_millis()
+                    ));
+                    return;
+                }
                 Err(e) => {
-                    self.log(format_args!("fxtrace daemon: accept failed: {e}"));
+                    self.log(format_args!("fxtrace daemon: {e}"));
                     return;
                 }
             }
@@ -478,8 +614,9 @@ impl Service {
                 return;
             }
         };
-        let Pending { mut conn, .. } = self.pending.swap_remove(index);
-        let Some(first) = messages.into_iter().next() else {
+        let Pending { conn, .. } = self.pending.swap_remove(index);
+        let mut messages = messages.into_iter();
+        let Some(first) = messages.next() else {
             return; // closed before saying anything
         };
         match first {
@@ -490,6 +627,14 @@ impl Service {
                 accepts_ticks_per_second,
                 waits_for_session,
             } => {
+                if let Some(next) = messages.next() {
+                    self.log(format_args!(
+                        "fxtrace daemon: pid {pid}: {} sent before its registration was \
+                         answered: closed",
+                        next.name()
+                    ));
+                    return;
+                }
                 let registration = Registration {
                     claimed_pid,
                     name,
@@ -498,74 +643,98 @@ impl Service {
                 };
                 self.register(conn, registration, waits_for_session);
             }
-            Message::Controller { ref body, .. } => {
-                let fds = match conn.take_fds(&first) {
-                    Ok(fds) => fds,
-                    Err(e) => {
-                        self.log(format_args!("fxtrace daemon: controller pid {pid}: {e}"));
-                        return;
-                    }
-                };
-                let cred = conn.conn().peer();
-                let peer = Peer::of(conn.as_fd(), cred);
-                let of_uid = self
-                    .controllers
-                    .values()
-                    .filter(|c| c.peer.cred.uid == cred.uid)
-                    .count();
-                if of_uid >= MAX_CONTROLLERS_PER_UID {
-                    let reply = Reply::Error {
-                        error: format!(
-                            "uid {} already has {of_uid} controllers connected (at most \
-                             {MAX_CONTROLLERS_PER_UID})",
-                            cred.uid
-                        ),
-                    };
-                    let _ = send(&mut conn, &FromService::Reply(reply));
-                    return;
-                }
-                let key = self.next_controller;
-                self.next_controller += 1;
-                self.controllers.insert(
-                    key,
-                    Controller {
-                        conn,
-                        peer,
-                        waiting: None,
-                    },
-                );
-                let body = body.clone();
-                self.handle_request(key, &body, fds);
-            }
-            Message::StatusRequest { .. } => {
-                // A status client of `fxtrace record`'s protocol: the registry as a session.
-                let state = if self.sessions.is_empty() {
-                    SessionState::Ready
-                } else {
-                    SessionState::Started
-                };
-                let providers = self
-                    .providers
-                    .iter()
-                    .map(|(id, p)| StatusEntry {
-                        id: *id,
-                        pid: p.pid,
-                        name: p.name.clone(),
-                    })
-                    .take(fxtrace::protocol::control::MAX_STATUS_PROVIDERS)
-                    .collect();
-                let reply = Message::StatusReply {
-                    state,
-                    providers,
-                    categories: self.categories(None),
-                    figures: None,
-                };
-                let _ = conn.send(&reply, &[]);
+            Message::Controller { .. } | Message::StatusRequest { .. } => {
+                let one_shot = matches!(first, Message::StatusRequest { .. });
+                let requests: Vec<Message> = std::iter::once(first).chain(messages).collect();
+                self.new_controller(conn, requests, one_shot);
             }
             other => self.log(format_args!(
                 "fxtrace daemon: pid {pid}: unexpected first message {}",
                 other.name()
             )),
+        }
+    }
+
+    /// A connection whose first message is a controller's request (or a status request of
+    /// `fxtrace record`'s protocol, answered once, `one_shot`).
+    fn new_controller(&mut self, mut conn: FramedConn, requests: Vec<Message>, one_shot: bool) {
+        let cred = conn.conn().peer();
+        let peer = Peer::of(conn.as_fd(), cred);
+        let of_uid = self
+            .controllers
+            .values()
+            .filter(|c| c.peer.cred.uid == cred.uid)
+            .count();
+        if of_uid >= MAX_CONTROLLERS_PER_UID {
+            let reply = FromService::Reply(Reply::Error {
+                error: format!(
+                    "uid {} already has {of_uid} controllers connected (at most \
+                     {MAX_CONTROLLERS_PER_UID})",
+                    cred.uid
+                ),
+            });
+            // A fresh connection's buffer takes this; a peer that cannot is dropped anyway.
+            if let Ok(msg) = reply.to_message() {
+                let _ = conn.queue(&msg);
+            }
+            return;
+        }
+        let key = self.next_controller;
+        self.next_controller += 1;
+        self.controllers.insert(
+            key,
+            Controller {
+                conn,
+                peer: peer.clone(),
+                waiting: None,
+                backlog: VecDeque::new(),
+                close_when_sent: one_shot,
+            },
+        );
+        if one_shot {
+            let reply = self.legacy_status(&peer);
+            if let Some(c) = self.controllers.get_mut(&key) {
+                if c.conn.queue(&reply).is_err() || c.conn.queued() == 0 {
+                    self.controllers.remove(&key);
+                }
+            }
+            return;
+        }
+        if let Err(e) = self.take_requests(key, requests) {
+            self.log(format_args!(
+                "fxtrace daemon: controller pid {}: {e}",
+                cred.pid
+            ));
+            self.controller_gone(key);
+        }
+    }
+
+    /// The registry as a session, for a status client of `fxtrace record`'s protocol: what
+    /// `peer` may see.
+    fn legacy_status(&self, peer: &Peer) -> Message {
+        let state = if self.sessions.is_empty() {
+            SessionState::Ready
+        } else {
+            SessionState::Started
+        };
+        let providers = self
+            .providers
+            .iter()
+            .filter(|(_, p)| self.config.policy.may_trace(peer, p.uid))
+            .map(|(id, p)| StatusEntry {
+                id: *id,
+                pid: p.pid,
+                name: p.name.clone(),
+            })
+            .take(fxtrace::protocol::control::MAX_STATUS_PROVIDERS)
+            .collect();
+        let mut categories = self.categories(Some(peer));
+        categories.truncate(fxtrace::protocol::control::MAX_CATEGORIES);
+        Message::StatusReply {
+            state,
+            providers,
+            categories,
+            figures: None,
         }
     }
 
@@ -575,16 +744,26 @@ impl Service {
         let peer = Peer::of(conn.as_fd(), cred);
         let name = registration.name.clone();
         let pid = u32::try_from(cred.pid).unwrap_or(registration.claimed_pid);
-        if let Err(why) = self.config.policy.may_register(&peer) {
+        let admitted = self
+            .config
+            .policy
+            .may_register(&peer)
+            .and_then(|()| self.admit(pid, cred.uid));
+        if let Err(why) = admitted {
             self.log(format_args!(
                 "fxtrace daemon: provider {name:?} (pid {pid}) refused: {why}"
             ));
-            return;
-        }
-        if let Err(why) = self.admit(pid, cred.uid) {
-            self.log(format_args!(
-                "fxtrace daemon: provider {name:?} (pid {pid}) refused: {why}"
-            ));
+            // The provider learns the rule (and backs off); the connection closes after it.
+            let reason = crate::manager::archive::truncate_str(
+                &why,
+                fxtrace::protocol::control::MAX_REFUSAL_LEN,
+            );
+            let _ = conn.send(
+                &Message::Refused {
+                    reason: reason.into(),
+                },
+                &[],
+            );
             return;
         }
         let id = self.next_provider;
@@ -599,7 +778,7 @@ impl Service {
         let session = self
             .sessions
             .iter()
-            .find(|(_, s)| s.wants(&provider))
+            .find(|(_, s)| !self.stopping && s.wants(&provider))
             .map(|(sid, _)| *sid);
         if !waits && session.is_none() {
             self.log(format_args!(
@@ -624,7 +803,7 @@ impl Service {
             Some(sid) => {
                 provider.place = Place::Session(sid);
                 if let Some(s) = self.sessions.get(&sid) {
-                    s.send(Command::Adopt(conn, provider.registration.clone()));
+                    s.send(Command::Adopt(id, conn, provider.registration.clone()));
                 }
                 self.log(format_args!(
                     "fxtrace daemon: provider {id} {name:?} (pid {pid}) registered and joined \
@@ -644,8 +823,18 @@ impl Service {
 
     /// Per-process, per-user and total bounds on registered providers.
     fn admit(&self, pid: u32, uid: u32) -> Result<(), String> {
-        if self.providers.len() >= MAX_PROVIDERS {
-            return Err(format!("{MAX_PROVIDERS} providers already registered"));
+        if self.providers.len() >= self.max_providers {
+            return Err(format!(
+                "{} providers already registered (at most {}{})",
+                self.providers.len(),
+                self.max_providers,
+                if self.max_providers < MAX_PROVIDERS {
+                    ": the service's descriptor limit (RLIMIT_NOFILE, LimitNOFILE= in its \
+                     unit) allows no more"
+                } else {
+                    ""
+                }
+            ));
         }
         let of_pid = self.providers.values().filter(|p| p.pid == pid).count();
         if of_pid >= MAX_PROVIDERS_PER_PID {
@@ -701,45 +890,41 @@ impl Service {
         let Some(c) = self.controllers.get_mut(&key) else {
             return;
         };
+        let pid = c.conn.conn().peer_pid();
         let (messages, closed) = match c.conn.read_available() {
             Ok(ReadOutcome::Messages(m)) => (m, false),
             Ok(ReadOutcome::Closed(m)) => (m, true),
             Err(e) => {
-                let pid = c.conn.conn().peer_pid();
                 self.log(format_args!("fxtrace daemon: controller pid {pid}: {e}"));
                 self.controller_gone(key);
                 return;
             }
         };
-        for msg in messages {
-            let Some(c) = self.controllers.get_mut(&key) else {
-                return;
-            };
-            let fds = match c.conn.take_fds(&msg) {
-                Ok(fds) => fds,
-                Err(e) => {
-                    self.reply(
-                        key,
-                        Reply::Error {
-                            error: e.to_string(),
-                        },
-                    );
-                    continue;
-                }
-            };
-            match msg {
-                Message::Controller { body, .. } => self.handle_request(key, &body, fds),
-                other => self.reply(
-                    key,
-                    Reply::Error {
-                        error: format!("unexpected {} message from a controller", other.name()),
-                    },
-                ),
-            }
+        if let Err(e) = self.take_requests(key, messages) {
+            self.log(format_args!("fxtrace daemon: controller pid {pid}: {e}"));
+            self.controller_gone(key);
+            return;
         }
         if closed {
             self.controller_gone(key);
         }
+    }
+
+    /// Put `messages` (with their descriptors) in the controller's backlog.
+    fn take_requests(&mut self, key: u64, messages: Vec<Message>) -> Result<(), String> {
+        let Some(c) = self.controllers.get_mut(&key) else {
+            return Ok(());
+        };
+        for msg in messages {
+            let fds = c.conn.take_fds(&msg).map_err(|e| e.to_string())?;
+            if c.backlog.len() >= MAX_BACKLOG {
+                return Err(format!(
+                    "more than {MAX_BACKLOG} requests sent ahead of their answers"
+                ));
+            }
+            c.backlog.push_back((msg, fds));
+        }
+        Ok(())
     }
 
     /// A controller went away: its attached sessions are stopped (written) and ended.
@@ -767,11 +952,25 @@ impl Service {
         self.send_to(key, &FromService::Reply(reply));
     }
 
+    /// Queue `what` for controller `key` (never blocking); an answer too large for a frame
+    /// becomes an error that says so. A controller that does not read is dropped.
     fn send_to(&mut self, key: u64, what: &FromService) {
         let Some(c) = self.controllers.get_mut(&key) else {
             return;
         };
-        if let Err(e) = send(&mut c.conn, what) {
+        let msg = match what.to_message() {
+            Ok(msg) => msg,
+            Err(e) => {
+                let error = FromService::Reply(Reply::Error {
+                    error: format!("the answer does not fit in a message ({e}): ask for fewer providers with --name or --pid"),
+                });
+                match error.to_message() {
+                    Ok(msg) => msg,
+                    Err(_) => return,
+                }
+            }
+        };
+        if let Err(e) = c.conn.queue(&msg) {
             let pid = c.conn.conn().peer_pid();
             self.log(format_args!("fxtrace daemon: controller pid {pid}: {e}"));
             self.controller_gone(key);
@@ -793,18 +992,6 @@ impl Service {
         let Some(peer) = self.controllers.get(&key).map(|c| c.peer.clone()) else {
             return;
         };
-        if self
-            .controllers
-            .get(&key)
-            .is_some_and(|c| c.waiting.is_some())
-        {
-            return self.reply(
-                key,
-                Reply::Error {
-                    error: "a request is already being carried out on this connection".into(),
-                },
-            );
-        }
         match request {
             Request::Providers {} => {
                 let providers = self.visible_providers(&peer);
@@ -838,7 +1025,10 @@ impl Service {
             }
             Request::Stop { session, write } => match self.resolve(&peer, session) {
                 Ok(id) => {
-                    self.sessions[&id].send(Command::Stop { write });
+                    self.sessions[&id].send(Command::Stop {
+                        write,
+                        from: Some(key),
+                    });
                     self.wait(key, id, Waiting::Stop);
                 }
                 Err(error) => self.reply(key, Reply::Error { error }),
@@ -934,6 +1124,9 @@ impl Service {
         start: StartRequest,
         output: Option<File>,
     ) -> Result<u32, String> {
+        if self.stopping {
+            return Err("the trace service is stopping".into());
+        }
         let uid = peer.cred.uid;
         let of_uid = self
             .sessions
@@ -969,14 +1162,42 @@ impl Service {
             }
             session_config.buffer_size_bytes = size;
         }
+        if start.categories.len() > fxtrace::protocol::control::MAX_CATEGORIES {
+            return Err(format!(
+                "{} categories: at most {} may be enabled",
+                start.categories.len(),
+                fxtrace::protocol::control::MAX_CATEGORIES
+            ));
+        }
+        if let Some(long) = start
+            .categories
+            .iter()
+            .find(|c| c.len() > fxtrace::protocol::control::MAX_CATEGORY_NAME_LEN)
+        {
+            return Err(format!(
+                "category {long:?} is longer than {} bytes",
+                fxtrace::protocol::control::MAX_CATEGORY_NAME_LEN
+            ));
+        }
         session_config.categories = start.categories.clone();
+        // A provider that does not answer Stop is salvaged after this, well inside the
+        // service's shutdown bound and a controller's patience.
+        session_config.stop_timeout = SESSION_STOP_TIMEOUT;
+        session_config.start_timeout = SESSION_STOP_TIMEOUT;
+        // Unbuffered: what the archive has taken is in the file (a killed service loses
+        // nothing it had written), as with `fxtrace record`.
         let output: Box<dyn std::io::Write + Send> = match output {
-            Some(file) => Box::new(std::io::BufWriter::with_capacity(1 << 20, file)),
+            Some(file) => Box::new(file),
             None => Box::new(std::io::sink()),
         };
         let id = self.next_session;
         let mut config = ManagerConfig::new(format!("{}#{id}", self.listener.path().display()));
         config.session = session_config;
+        // The service's own bounds hold; a session has no traced command to keep slots for.
+        config.max_providers = MAX_PROVIDERS;
+        config.max_per_uid = MAX_PROVIDERS_PER_UID;
+        config.max_per_pid = MAX_PROVIDERS_PER_PID;
+        config.reserved_for_traced = 0;
         config.output_name = start.output.clone().unwrap_or_default();
         let manager = Manager::without_listener(config, output).map_err(|e| e.to_string())?;
         self.next_session += 1;
@@ -1010,7 +1231,23 @@ impl Service {
             let info = info.clone();
             std::thread::Builder::new()
                 .name(format!("fxtrace-session-{id}"))
-                .spawn(move || session::run(manager, plan, rx, news, waker, info))
+                .spawn(move || {
+                    let (news_after, waker_after) = (news.clone(), waker.clone());
+                    let body = std::panic::AssertUnwindSafe(|| {
+                        session::run(manager, plan, rx, news, waker, info)
+                    });
+                    if std::panic::catch_unwind(body).is_err() {
+                        // A bug: the service must still forget the session and tell its
+                        // controllers (its providers' connections closed with the unwinding).
+                        let _ = news_after.send(News::Ended {
+                            session: id,
+                            reason: "its thread failed (a bug in fxtrace): the archive holds \
+                                     what was written before"
+                                .into(),
+                        });
+                        waker_after.wake();
+                    }
+                })
                 .map_err(|e| format!("starting the session's thread: {e}"))?
         };
         let session = Session {
@@ -1027,7 +1264,7 @@ impl Service {
         };
         // The idle providers it wants, then the start.
         let mut joined = 0;
-        for p in self.providers.values_mut() {
+        for (pid, p) in self.providers.iter_mut() {
             if !session.wants(p) {
                 continue;
             }
@@ -1035,13 +1272,14 @@ impl Service {
                 let Place::Idle(conn) = std::mem::replace(&mut p.place, Place::Session(id)) else {
                     continue;
                 };
-                session.send(Command::Adopt(conn, p.registration.clone()));
+                session.send(Command::Adopt(*pid, conn, p.registration.clone()));
                 joined += 1;
             }
         }
         session.send(Command::Start {
             disposition: BufferDisposition::ClearEntire,
             output: None,
+            from: Some(key),
         });
         self.log(format_args!(
             "fxtrace daemon: session {id} started by uid {uid} with {joined} providers{}",
@@ -1080,13 +1318,12 @@ impl Service {
             Ok(id) => &self.sessions[&id],
             Err(error) => return self.reply(key, Reply::Error { error }),
         };
-        let output = output.map(|file| {
-            Box::new(std::io::BufWriter::with_capacity(1 << 20, file))
-                as Box<dyn std::io::Write + Send>
-        });
+        let name = start.output.clone().unwrap_or_default();
+        let output = output.map(|file| (Box::new(file) as Box<dyn std::io::Write + Send>, name));
         session.send(Command::Start {
             disposition,
             output,
+            from: Some(key),
         });
         self.wait(key, id, Waiting::Start);
     }
@@ -1095,6 +1332,7 @@ impl Service {
         let session = match &news {
             News::Started { session, .. }
             | News::Refused { session, .. }
+            | News::ProviderLeft { session, .. }
             | News::Stopped { session, .. }
             | News::Ended { session, .. } => *session,
         };
@@ -1133,17 +1371,23 @@ impl Service {
                     notes,
                 },
             ),
-            News::Refused { error, .. } => {
-                for (k, _) in &waiting {
-                    if let Some(c) = self.controllers.get_mut(k) {
+            News::Refused { to, error, .. } => {
+                // Only the controller whose command was refused.
+                if let Some(k) = to {
+                    if let Some(c) = self.controllers.get_mut(&k) {
                         c.waiting = None;
                     }
-                    self.reply(
-                        *k,
-                        Reply::Error {
-                            error: error.clone(),
-                        },
-                    );
+                    self.reply(k, Reply::Error { error });
+                }
+            }
+            News::ProviderLeft { provider, .. } => {
+                // It registers again by itself (if it still runs).
+                if self
+                    .providers
+                    .get(&provider)
+                    .is_some_and(|p| matches!(p.place, Place::Session(s) if s == session))
+                {
+                    self.providers.remove(&provider);
                 }
             }
             News::Stopped { reason, info, .. } => {
@@ -1194,9 +1438,25 @@ impl Service {
     }
 }
 
-fn send(conn: &mut FramedConn, what: &FromService) -> Result<(), String> {
-    let msg = what.to_message().map_err(|e| e.to_string())?;
-    conn.send(&msg, &[]).map_err(|e: ConnError| e.to_string())
+/// Raise this process's soft descriptor limit to its hard limit; the soft limit then.
+fn raise_descriptor_limit() -> u64 {
+    use nix::sys::resource::{getrlimit, setrlimit, Resource};
+    match getrlimit(Resource::RLIMIT_NOFILE) {
+        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
+            Ok(()) => hard,
+            Err(_) => soft,
+        },
+        Ok((soft, _)) => soft,
+        Err(_) => 1024,
+    }
+}
+
+/// Providers the service can hold with `nofile` descriptors.
+fn provider_capacity(nofile: u64) -> usize {
+    let usable = nofile.saturating_sub(FDS_RESERVED) / FDS_PER_PROVIDER;
+    usize::try_from(usable)
+        .unwrap_or(usize::MAX)
+        .clamp(16, MAX_PROVIDERS)
 }
 
 /// Create `/run/fxtrace` (0755, root's) for the system socket.

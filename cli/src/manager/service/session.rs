@@ -16,17 +16,20 @@ use crate::manager::kernel::SessionKernel;
 use crate::manager::server::{Manager, ManagerEvent, Registration, Waker};
 use fxtrace::protocol::control::{BufferDisposition, SessionState};
 
-/// What the service asks of a session.
+/// What the service asks of a session. `from`: the controller that asked (a refusal goes to
+/// it alone).
 pub(in crate::manager) enum Command {
-    /// Take in a provider the service registered.
-    Adopt(FramedConn, Registration),
-    /// Start (again), with what to do with the buffers, and a new output (else append).
+    /// Take in a provider the service registered (its id at the service).
+    Adopt(u32, FramedConn, Registration),
+    /// Start (again), with what to do with the buffers, and a new output (else append) with
+    /// its name.
     Start {
         disposition: BufferDisposition,
-        output: Option<Box<dyn Write + Send>>,
+        output: Option<(Box<dyn Write + Send>, String)>,
+        from: Option<u64>,
     },
     /// Stop, writing the buffers into the archive (or not).
-    Stop { write: bool },
+    Stop { write: bool, from: Option<u64> },
     /// Stop (writing, if tracing) and end the session.
     Terminate { reason: String },
 }
@@ -41,8 +44,15 @@ pub(super) enum News {
         timed_out: u32,
         notes: Vec<String>,
     },
-    /// A command could not be carried out.
-    Refused { session: u32, error: String },
+    /// A command of controller `to` could not be carried out.
+    Refused {
+        session: u32,
+        to: Option<u64>,
+        error: String,
+    },
+    /// A provider the service handed over is no longer in the session (refused, lost, gone):
+    /// its id at the service.
+    ProviderLeft { session: u32, provider: u32 },
     /// Stopped; the archive holds what was written.
     Stopped {
         session: u32,
@@ -93,6 +103,13 @@ pub(super) fn run(
     // Notes for the next Started news; whether the stop under way writes.
     let mut start_notes: Vec<String> = Vec::new();
     let mut stop_writes = true;
+    // The session's providers: id in the manager → id at the service.
+    let mut adopted: std::collections::BTreeMap<u32, u32> = std::collections::BTreeMap::new();
+    let mut output_name = info
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .output
+        .clone();
     let reason = 'session: loop {
         let wait = deadline.map_or(Duration::from_millis(250), |d| {
             d.saturating_duration_since(Instant::now())
@@ -132,7 +149,7 @@ pub(super) fn run(
                     if let Err(e) = manager.flush_archive() {
                         push_problem(&mut problems, format!("writing the archive: {e}"));
                     }
-                    let snapshot = snapshot(&manager, &plan, &info, &problems);
+                    let snapshot = snapshot(&manager, &plan, &info, &problems, &output_name);
                     tell(News::Stopped {
                         session: plan.id,
                         reason: stopping.take().unwrap_or_else(|| "stopped".into()),
@@ -160,7 +177,21 @@ pub(super) fn run(
                     }
                 }
                 ManagerEvent::ProviderLost { id, reason } => {
-                    push_problem(&mut problems, format!("provider {id} lost: {reason}"))
+                    push_problem(&mut problems, format!("provider {id} lost: {reason}"));
+                    if let Some(provider) = adopted.remove(&id) {
+                        tell(News::ProviderLeft {
+                            session: plan.id,
+                            provider,
+                        });
+                    }
+                }
+                ManagerEvent::ProviderGone { id } => {
+                    if let Some(provider) = adopted.remove(&id) {
+                        tell(News::ProviderLeft {
+                            session: plan.id,
+                            provider,
+                        });
+                    }
                 }
                 ManagerEvent::ProviderProblem { id, message } => {
                     push_problem(&mut problems, format!("provider {id}: {message}"))
@@ -182,17 +213,42 @@ pub(super) fn run(
         }
         while let Ok(command) = commands.try_recv() {
             match command {
-                Command::Adopt(conn, registration) => manager.adopt(conn, registration),
+                Command::Adopt(provider, conn, registration) => {
+                    match manager.adopt(conn, registration) {
+                        Some(id) => {
+                            adopted.insert(id, provider);
+                        }
+                        None => tell(News::ProviderLeft {
+                            session: plan.id,
+                            provider,
+                        }),
+                    }
+                }
                 Command::Start {
                     disposition,
                     output,
+                    from,
                 } => {
-                    let replaced = match output {
-                        Some(output) => manager.replace_output(output).map_err(|e| e.to_string()),
-                        None => Ok(()),
+                    // A session that is tracing (or stopping) cannot start: say so before
+                    // anything changes, the output above all.
+                    let state = manager.session().state();
+                    let started = if matches!(
+                        state,
+                        SessionState::Starting | SessionState::Started | SessionState::Stopping
+                    ) {
+                        Err(format!("it is {state}: stop it first (fxtrace stop)"))
+                    } else {
+                        let replaced = match output {
+                            Some((output, name)) => manager
+                                .replace_output(output)
+                                .map(|()| output_name = name)
+                                .map_err(|e| e.to_string()),
+                            None => Ok(()),
+                        };
+                        replaced.and_then(|()| {
+                            manager.start(Some(disposition)).map_err(|e| e.to_string())
+                        })
                     };
-                    let started = replaced
-                        .and_then(|()| manager.start(Some(disposition)).map_err(|e| e.to_string()));
                     if started.is_ok() && plan.system_wide && kernel.is_none() {
                         match SessionKernel::start(&mut manager) {
                             Ok(k) => kernel = Some(k),
@@ -209,15 +265,17 @@ pub(super) fn run(
                     if let Err(error) = started {
                         tell(News::Refused {
                             session: plan.id,
+                            to: from,
                             error: format!("cannot start session {}: {error}", plan.id),
                         });
                     }
                 }
-                Command::Stop { write } => {
+                Command::Stop { write, from } => {
                     stop_writes = write;
                     if let Err(e) = manager.stop(write) {
                         tell(News::Refused {
                             session: plan.id,
+                            to: from,
                             error: format!("cannot stop session {}: {e}", plan.id),
                         });
                     } else {
@@ -247,7 +305,7 @@ pub(super) fn run(
             }
         }
         *info.lock().unwrap_or_else(|p| p.into_inner()) =
-            snapshot(&manager, &plan, &info, &problems);
+            snapshot(&manager, &plan, &info, &problems, &output_name);
     };
     if let Some(k) = kernel.take() {
         // The session ended without a stop (it failed): keep what the capture has.
@@ -279,6 +337,7 @@ fn snapshot(
     plan: &Plan,
     info: &Mutex<SessionInfo>,
     problems: &[String],
+    output: &str,
 ) -> SessionInfo {
     let figures = manager.snapshot();
     let previous = info.lock().unwrap_or_else(|p| p.into_inner()).clone();
@@ -291,7 +350,7 @@ fn snapshot(
         records_written: figures.records_written,
         bytes_written: figures.bytes_written,
         records_dropped: figures.records_dropped,
-        output: previous.output,
+        output: output.to_owned(),
         owner_uid: previous.owner_uid,
         detached: previous.detached,
         problems: problems.to_vec(),
