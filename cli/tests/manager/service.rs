@@ -277,6 +277,10 @@ fn a_provider_of_another_uid_is_refused_unless_the_policy_allows_it() {
     let mut refused = spawn_as_nobody(&root_dir);
     root_daemon.wait_log("may not register", Duration::from_secs(10));
     assert!(root_daemon.log().contains("group \"fxtrace\""));
+    // Told the rule (a Refused message), the provider backs off: 1, 2, 4 s …
+    std::thread::sleep(Duration::from_secs(3));
+    let refusals = root_daemon.log().matches("may not register").count();
+    assert!(refusals <= 3, "{refusals} refusals in about 3 s");
     assert!(!root_daemon.ok(&["providers"]).contains("service-example"));
     let _ = refused.kill();
     let _ = refused.wait();
@@ -546,7 +550,11 @@ fn a_stale_socket_is_replaced_and_a_systemd_socket_is_taken_over() {
     // SAFETY: dup2 and fcntl are async-signal-safe; the listener is open in the parent.
     unsafe {
         daemon.pre_exec(move || {
-            if libc::dup2(fd, 3) < 0 {
+            if fd != 3 && libc::dup2(fd, 3) < 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            // Inherited by the exec (dup2 onto the same number keeps close-on-exec).
+            if libc::fcntl(3, libc::F_SETFD, 0) < 0 {
                 return Err(std::io::Error::last_os_error());
             }
             Ok(())
@@ -628,4 +636,112 @@ fn a_waiting_provider_sleeps_beside_a_stale_socket_and_registers_when_a_service_
     );
     let _ = svc.kill();
     let _ = svc.wait();
+}
+
+#[test]
+fn a_failed_start_keeps_the_previous_trace_and_a_tracing_session_keeps_its_output() {
+    let fixture = WithService::new();
+    let out = fixture.file("kept.fxt");
+    std::fs::write(&out, b"previous trace").unwrap();
+    // Refused (a bad category name): the previous file is untouched, no temporary is left.
+    let long = "c".repeat(101);
+    let refused = fixture
+        .daemon
+        .ctl(&["start", "-c", &long, "-o", out.to_str().unwrap()]);
+    assert!(!refused.status.success());
+    assert!(String::from_utf8_lossy(&refused.stderr).contains("longer than 100 bytes"));
+    assert_eq!(std::fs::read(&out).unwrap(), b"previous trace");
+    let leftovers: Vec<_> = std::fs::read_dir(fixture.dir.path())
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().ends_with(".tmp"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+    // Started: the previous file is kept as .old.
+    fixture
+        .daemon
+        .ok(&["start", "--detach", "-o", out.to_str().unwrap()]);
+    assert_eq!(
+        std::fs::read(fixture.file("kept.fxt.old")).unwrap(),
+        b"previous trace"
+    );
+    // A restart of the tracing session with a new output: refused, nothing switched.
+    let other = fixture.file("other.fxt");
+    let restart = fixture
+        .daemon
+        .ctl(&["start", "--session", "1", "-o", other.to_str().unwrap()]);
+    assert!(!restart.status.success());
+    let err = String::from_utf8_lossy(&restart.stderr);
+    assert!(err.contains("stop it first"), "{err}");
+    assert!(!other.exists());
+    std::thread::sleep(Duration::from_millis(300));
+    fixture.daemon.ok(&["stop"]);
+    assert!(requests(&out) >= 5);
+    assert!(fixture
+        .daemon
+        .ok(&["status"])
+        .contains(&out.display().to_string()));
+    fixture.daemon.ok(&["terminate"]);
+}
+
+#[test]
+fn a_controller_that_does_not_read_blocks_no_one() {
+    use fxtrace_tools::manager::service::protocol::Request;
+    let fixture = WithService::new();
+    // Eight status requests ahead of their answers, never read.
+    let mut stuck = ControlConn::connect(&fixture.daemon.socket, Duration::from_secs(1)).unwrap();
+    for _ in 0..8 {
+        stuck
+            .send_msg(&Request::Status {}.to_message(0).unwrap(), &[])
+            .unwrap();
+    }
+    let started = std::time::Instant::now();
+    for _ in 0..5 {
+        assert!(fixture
+            .daemon
+            .ok(&["providers"])
+            .contains("service-example"));
+    }
+    assert!(
+        started.elapsed() < Duration::from_secs(3),
+        "5 providers commands took {:?} beside a controller that does not read",
+        started.elapsed()
+    );
+    // Once its answers fill the socket, more requests ahead than allowed: that controller is
+    // dropped, with a reason.
+    stuck
+        .set_send_timeout(Some(Duration::from_secs(1)))
+        .unwrap();
+    for _ in 0..20_000 {
+        if stuck
+            .send_msg(&Request::Status {}.to_message(0).unwrap(), &[])
+            .is_err()
+        {
+            break;
+        }
+    }
+    fixture.daemon.wait_log(
+        "requests sent ahead of their answers",
+        Duration::from_secs(10),
+    );
+}
+
+#[test]
+fn a_provider_that_dies_during_a_session_leaves_the_registry() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("fxtrace.sock");
+    let daemon = Daemon::start(dir.path());
+    let mut svc = service(&socket, 30);
+    daemon.wait_providers("service-example", 1);
+    daemon.ok(&[
+        "start",
+        "--detach",
+        "-o",
+        dir.path().join("d.fxt").to_str().unwrap(),
+    ]);
+    svc.kill().unwrap();
+    svc.wait().unwrap();
+    daemon.wait_providers("service-example", 0);
+    daemon.ok(&["stop"]);
+    daemon.ok(&["terminate"]);
 }

@@ -1503,8 +1503,12 @@ pub fn systemd_listen_fd() -> Option<OwnedFd> {
     if pid != std::process::id() || fds == 0 {
         return None;
     }
+    // SAFETY: F_GETFD only reads descriptor 3's flags; a closed number fails with EBADF.
+    if unsafe { libc::fcntl(3, libc::F_GETFD) } < 0 {
+        return None;
+    }
     use std::os::fd::FromRawFd;
     // SAFETY: systemd passes the listening socket as descriptor 3 (SD_LISTEN_FDS_START) to
-    // this process (LISTEN_PID matched); nothing else in the process owns it.
+    // this process (LISTEN_PID matched), and it is open; nothing else in the process owns it.
     Some(unsafe { OwnedFd::from_raw_fd(3) })
 }
