@@ -604,6 +604,7 @@ impl Capture {
                 resolver: PidResolver::new(registry),
                 build_ids: BuildIdCache::new(),
                 announced: IdMap::default(),
+                recent: Box::new([None; ANNOUNCED_SLOTS]),
                 counters: counters.clone(),
                 sink: Box::new(sink),
             },

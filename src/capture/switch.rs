@@ -17,6 +17,75 @@ pub struct SchedSwitchFormat {
     next_pid: FieldDesc,
     next_prio: FieldDesc,
     states: TaskStateBits,
+    /// The same offsets, checked once, for [`Self::decode_comm16`] (`None` when a comm
+    /// field is not the kernel's `char[16]`).
+    fixed: Option<FixedLayout>,
+}
+
+/// An integer field at a known offset, of a size [`FieldDesc::expect_int`] accepted.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct IntAt {
+    offset: usize,
+    size: usize,
+    signed: bool,
+}
+
+impl IntAt {
+    fn of(f: &FieldDesc) -> Self {
+        Self {
+            offset: f.offset,
+            size: f.size,
+            signed: f.signed,
+        }
+    }
+
+    /// The field in `raw` (sign-extended when signed); `None` past the end.
+    #[inline]
+    fn read(self, raw: &[u8]) -> Option<i64> {
+        let at = self.offset;
+        Some(match (self.size, self.signed) {
+            (4, true) => i64::from(i32::from_ne_bytes(array_at(raw, at)?)),
+            (4, false) => i64::from(u32::from_ne_bytes(array_at(raw, at)?)),
+            (8, _) => i64::from_ne_bytes(array_at(raw, at)?),
+            (2, true) => i64::from(i16::from_ne_bytes(array_at(raw, at)?)),
+            (2, false) => i64::from(u16::from_ne_bytes(array_at(raw, at)?)),
+            (1, true) => i64::from(i8::from_ne_bytes(array_at(raw, at)?)),
+            (1, false) => i64::from(u8::from_ne_bytes(array_at(raw, at)?)),
+            _ => return None,
+        })
+    }
+}
+
+/// The `N` bytes of `raw` at `at` (a fixed-size load), `None` past the end.
+#[inline]
+fn array_at<const N: usize>(raw: &[u8], at: usize) -> Option<[u8; N]> {
+    raw.get(at..at.checked_add(N)?)?.try_into().ok()
+}
+
+/// Where the fields are when both comms are `char[16]` (every kernel so far).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct FixedLayout {
+    prev_comm: usize,
+    next_comm: usize,
+    prev_pid: IntAt,
+    prev_prio: IntAt,
+    prev_state: IntAt,
+    next_pid: IntAt,
+    next_prio: IntAt,
+}
+
+/// One `sched_switch` event's fields with the task names as the ring holds them
+/// (`comm[16]`, NUL-padded): what the capture thread keeps per switch, converted to a
+/// [`TaskName`] only when a thread is announced.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct Comm16Fields {
+    pub(crate) prev_comm: [u8; 16],
+    pub(crate) prev_tid: u32,
+    pub(crate) prev_prio: i64,
+    pub(crate) prev_state: i64,
+    pub(crate) next_comm: [u8; 16],
+    pub(crate) next_tid: u32,
+    pub(crate) next_prio: i64,
 }
 
 /// The fields of one `sched_switch` event.
@@ -47,16 +116,49 @@ impl SchedSwitchFormat {
                 .and_then(FieldDesc::expect_int)
                 .cloned()
         };
+        let prev_comm = format.require("prev_comm")?.clone();
+        let next_comm = format.require("next_comm")?.clone();
+        let (prev_pid, prev_prio, prev_state) =
+            (int("prev_pid")?, int("prev_prio")?, int("prev_state")?);
+        let (next_pid, next_prio) = (int("next_pid")?, int("next_prio")?);
+        let fixed = (prev_comm.size == 16 && next_comm.size == 16).then(|| FixedLayout {
+            prev_comm: prev_comm.offset,
+            next_comm: next_comm.offset,
+            prev_pid: IntAt::of(&prev_pid),
+            prev_prio: IntAt::of(&prev_prio),
+            prev_state: IntAt::of(&prev_state),
+            next_pid: IntAt::of(&next_pid),
+            next_prio: IntAt::of(&next_prio),
+        });
         Ok(Self {
-            prev_comm: format.require("prev_comm")?.clone(),
-            prev_pid: int("prev_pid")?,
-            prev_prio: int("prev_prio")?,
-            prev_state: int("prev_state")?,
-            next_comm: format.require("next_comm")?.clone(),
-            next_pid: int("next_pid")?,
-            next_prio: int("next_prio")?,
+            prev_comm,
+            prev_pid,
+            prev_prio,
+            prev_state,
+            next_comm,
+            next_pid,
+            next_prio,
             states: TaskStateBits::from_print_fmt(&format.print_fmt)
                 .unwrap_or_else(TaskStateBits::kernel_default),
+            fixed,
+        })
+    }
+
+    /// Decodes one event's contiguous raw data in place when both comms are `char[16]`:
+    /// loads at the offsets checked when the format was read, the names left as raw bytes.
+    /// `None` when the layout is another or a field lies beyond `raw` (then [`Self::decode`]
+    /// says why).
+    #[inline]
+    pub(crate) fn decode_comm16(&self, raw: &[u8]) -> Option<Comm16Fields> {
+        let f = self.fixed.as_ref()?;
+        Some(Comm16Fields {
+            prev_comm: array_at(raw, f.prev_comm)?,
+            prev_tid: f.prev_pid.read(raw)? as u32,
+            prev_prio: f.prev_prio.read(raw)?,
+            prev_state: f.prev_state.read(raw)?,
+            next_comm: array_at(raw, f.next_comm)?,
+            next_tid: f.next_pid.read(raw)? as u32,
+            next_prio: f.next_prio.read(raw)?,
         })
     }
 
