@@ -98,10 +98,22 @@ pub enum SinkError {
 pub trait RecordSink {
     /// Encodes and appends one record; returns its size in words.
     fn push(&mut self, record: &Record<'_>) -> Result<usize, SinkError>;
+
+    /// Encodes and appends one context switch, the record written per switch; returns its size
+    /// in words. The same as [`Self::push`] of a [`Record::ContextSwitch`]; sinks that encode
+    /// in place override it to encode the record type directly, without going through
+    /// [`Record`]'s dispatch over every record type.
+    fn push_context_switch(&mut self, record: &ContextSwitch) -> Result<usize, SinkError> {
+        self.push(&Record::ContextSwitch(*record))
+    }
 }
 
 impl RecordSink for RecordWriter {
     fn push(&mut self, record: &Record<'_>) -> Result<usize, SinkError> {
+        Ok(RecordWriter::push(self, record)?)
+    }
+
+    fn push_context_switch(&mut self, record: &ContextSwitch) -> Result<usize, SinkError> {
         Ok(RecordWriter::push(self, record)?)
     }
 }
@@ -109,6 +121,10 @@ impl RecordSink for RecordWriter {
 impl<S: RecordSink + ?Sized> RecordSink for &mut S {
     fn push(&mut self, record: &Record<'_>) -> Result<usize, SinkError> {
         (**self).push(record)
+    }
+
+    fn push_context_switch(&mut self, record: &ContextSwitch) -> Result<usize, SinkError> {
+        (**self).push_context_switch(record)
     }
 }
 
@@ -170,10 +186,19 @@ impl<W: Write> FxtStreamSink<W> {
 
 impl<W: Write> RecordSink for FxtStreamSink<W> {
     fn push(&mut self, record: &Record<'_>) -> Result<usize, SinkError> {
-        self.0.push(record).map_err(|e| match e {
-            BatchError::Encode(e) => SinkError::Encode(e),
-            BatchError::Out(e) => SinkError::Io(e),
-        })
+        self.0.push(record).map_err(batch_error)
+    }
+
+    fn push_context_switch(&mut self, record: &ContextSwitch) -> Result<usize, SinkError> {
+        // Encoded straight into the batch's words.
+        self.0.push(record).map_err(batch_error)
+    }
+}
+
+fn batch_error(e: BatchError<io::Error>) -> SinkError {
+    match e {
+        BatchError::Encode(e) => SinkError::Encode(e),
+        BatchError::Out(e) => SinkError::Io(e),
     }
 }
 
@@ -291,6 +316,14 @@ pub const MAX_REMEMBERED_MAPPINGS: usize = 1 << 18;
 /// the writer keeps at most: in the preload object this memory is the traced program's.
 pub const MAX_REMEMBERED_BYTES: usize = 32 << 20;
 
+/// Slots of the writer's recent-thread cache (a power of two).
+const RECENT_THREADS: usize = 256;
+
+/// The recent-thread cache slot of `tid`.
+fn recent_thread(tid: u32) -> usize {
+    tid as usize & (RECENT_THREADS - 1)
+}
+
 /// A registered thread.
 #[derive(Debug, Clone, Copy)]
 struct ThreadSlot {
@@ -311,6 +344,11 @@ pub struct KernelTraceWriter<S: RecordSink, T: RefTable<S> = LocalRefs> {
     config: KernelTraceConfig,
     stats: KernelTraceStats,
     threads: IdMap<ThreadSlot>,
+    /// Recent entries of `threads` that need no registration (not stale), direct-mapped by
+    /// the tid's low bits: both sides of a context switch are nearly always among them, and a
+    /// hit is a compare instead of a hash lookup. Rules: written with every insert into
+    /// `threads`, cleared with a removal and when a new epoch makes entries stale.
+    recent_threads: Box<[Option<(u32, ThreadSlot)>; RECENT_THREADS]>,
     strings: HashMap<String, u16>,
     cpu_names: IdMap<Option<u16>>,
     released: IdSet,
@@ -361,6 +399,7 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
             config,
             stats,
             threads: IdMap::default(),
+            recent_threads: Box::new([None; RECENT_THREADS]),
             strings: HashMap::new(),
             cpu_names: IdMap::default(),
             released: IdSet::default(),
@@ -464,7 +503,14 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
     /// As [`Self::push`], saying whether the record went in (registrations need to know: an
     /// index whose record was refused must not be referred to).
     fn try_push(&mut self, record: &Record<'_>) -> Result<bool, SinkError> {
-        match self.sink.push(record) {
+        let pushed = self.sink.push(record);
+        self.count_push(pushed)
+    }
+
+    /// Counts what a push did; returns only I/O errors.
+    #[inline]
+    fn count_push(&mut self, pushed: Result<usize, SinkError>) -> Result<bool, SinkError> {
+        match pushed {
             Ok(words) => {
                 self.stats.records += 1;
                 self.stats.words += words as u64;
@@ -559,6 +605,7 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
         }
         self.strings.clear();
         self.cpu_names.clear();
+        self.recent_threads.fill(None);
         for slot in self.threads.values_mut() {
             slot.stale = true;
             slot.index = None;
@@ -578,12 +625,32 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
 
     /// The ref of thread `tid`, registering it (or re-registering it under a new pid, or in a
     /// new epoch).
+    #[inline]
     fn thread_ref(&mut self, tid: u32, pid: Option<u32>) -> Result<ThreadRef, SinkError> {
+        if let Some((t, slot)) = self.recent_threads[recent_thread(tid)] {
+            if t == tid && pid.is_none_or(|p| p == slot.pid) {
+                // The common case: known thread, same process, nothing to register.
+                return Ok(slot_ref(tid, slot));
+            }
+        }
+        self.thread_ref_slow(tid, pid)
+    }
+
+    /// [`Self::thread_ref`] past its cache.
+    #[inline(never)]
+    fn thread_ref_slow(&mut self, tid: u32, pid: Option<u32>) -> Result<ThreadRef, SinkError> {
+        let slot = self.thread_slot(tid, pid)?;
+        self.recent_threads[recent_thread(tid)] = (!slot.stale).then_some((tid, slot));
+        Ok(slot_ref(tid, slot))
+    }
+
+    /// The entry of thread `tid` in `threads`, registering it (or re-registering it under a
+    /// new pid, or in a new epoch) first when needed.
+    fn thread_slot(&mut self, tid: u32, pid: Option<u32>) -> Result<ThreadSlot, SinkError> {
         if let Some(slot) = self.threads.get_mut(&tid) {
             let pid_changed = pid.is_some_and(|p| p != slot.pid);
             if !pid_changed && !slot.stale {
-                // The common case: known thread, same process.
-                return Ok(slot_ref(tid, *slot));
+                return Ok(*slot);
             }
             let mut slot = *slot;
             if pid_changed {
@@ -597,7 +664,7 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
             }
             (slot.index, slot.stale) = self.register_thread(slot.pid, tid)?;
             self.threads.insert(tid, slot);
-            return Ok(slot_ref(tid, slot));
+            return Ok(slot);
         }
         let pid = match pid {
             Some(pid) => pid,
@@ -607,7 +674,7 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
         let (index, stale) = self.register_thread(pid, tid)?;
         let slot = ThreadSlot { pid, index, stale };
         self.threads.insert(tid, slot);
-        Ok(slot_ref(tid, slot))
+        Ok(slot)
     }
 
     /// The process koid of `tid` whose process is unknown: 0 for the idle task, else the
@@ -625,6 +692,10 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
 
     /// Gives `tid`'s index back to the table (the thread will not run again).
     fn release_thread(&mut self, tid: u32) {
+        let recent = &mut self.recent_threads[recent_thread(tid)];
+        if recent.is_some_and(|(t, _)| t == tid) {
+            *recent = None;
+        }
         if let Some(slot) = self.threads.remove(&tid) {
             if let Some(index) = slot.index {
                 self.refs.release_thread(index);
@@ -755,15 +826,18 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
         let incoming_priority = perfetto_priority(cs.next_tid, cs.next_prio);
         self.stats.context_switches += 1;
         match u8::try_from(cs.cpu) {
-            Ok(cpu) => self.push(&Record::ContextSwitch(ContextSwitch {
-                ticks: cs.time,
-                cpu,
-                outgoing_state,
-                outgoing,
-                incoming,
-                outgoing_priority,
-                incoming_priority,
-            }))?,
+            Ok(cpu) => {
+                let pushed = self.sink.push_context_switch(&ContextSwitch {
+                    ticks: cs.time,
+                    cpu,
+                    outgoing_state,
+                    outgoing,
+                    incoming,
+                    outgoing_priority,
+                    incoming_priority,
+                });
+                self.count_push(pushed)?;
+            }
             Err(_) => {
                 self.stats.wide_cpu_switches += 1;
                 // Perfetto reads only these i32 weights on scheduling records, INT32_MIN
