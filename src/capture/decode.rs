@@ -21,8 +21,8 @@ use super::events::{
     BranchSample, CaptureEvent, Lost, LostKind, MemoryMap, SwitchEvent, SwitchSides, TaskComm,
     TaskExit, TaskFork,
 };
-use super::records::{MmapFile, ParseError, PerfRecord, RecordLayout, TaskName};
 use super::records::RECORD_SAMPLE;
+use super::records::{MmapFile, ParseError, PerfRecord, RecordLayout, TaskName};
 use super::ring::{RawData, RawRecord};
 use super::state::{fxt_priority, state_after_switch_out, LinuxThreadState, PRIORITY_UNKNOWN};
 use super::switch::SchedSwitchFormat;

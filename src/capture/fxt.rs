@@ -628,7 +628,7 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
     #[inline]
     fn thread_ref(&mut self, tid: u32, pid: Option<u32>) -> Result<ThreadRef, SinkError> {
         if let Some((t, slot)) = self.recent_threads[recent_thread(tid)] {
-            if t == tid && pid.is_none_or(|p| p == slot.pid) {
+            if t == tid && pid.map_or(true, |p| p == slot.pid) {
                 // The common case: known thread, same process, nothing to register.
                 return Ok(slot_ref(tid, slot));
             }

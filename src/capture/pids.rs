@@ -287,16 +287,16 @@ mod tests {
 
     fn switch(time: u64, prev: (u32, Option<u32>), next: u32) -> Pending {
         Pending::of(CaptureEvent::ContextSwitch(SwitchEvent {
-                time,
-                cpu: 0,
-                prev_tid: prev.0,
-                prev_pid: prev.1,
-                next_tid: next,
-                next_pid: (next == 0).then_some(0),
-                prev_state: LinuxThreadState::Blocked,
-                prev_prio: 120,
-                next_prio: 120,
-                sides: SwitchSides::Both,
+            time,
+            cpu: 0,
+            prev_tid: prev.0,
+            prev_pid: prev.1,
+            next_tid: next,
+            next_pid: (next == 0).then_some(0),
+            prev_state: LinuxThreadState::Blocked,
+            prev_prio: 120,
+            next_prio: 120,
+            sides: SwitchSides::Both,
         }))
     }
 

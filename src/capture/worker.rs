@@ -33,10 +33,13 @@ pub(super) struct Delivery {
     /// names the same few threads again and again, and a hit is a compare instead of a hash
     /// lookup. Rules: written with every insert into `announced` (entries are never removed
     /// from it), so a slot holding a tid holds its entry.
-    pub(super) recent: Box<[Option<(u32, Option<u32>)>; ANNOUNCED_SLOTS]>,
+    pub(super) recent: Box<[Option<Announced>; ANNOUNCED_SLOTS]>,
     pub(super) counters: Arc<Counters>,
     pub(super) sink: Box<dyn FnMut(CaptureEvent) + Send>,
 }
+
+/// A thread announced, with the pid it was announced with.
+pub(super) type Announced = (u32, Option<u32>);
 
 /// Slots of [`Delivery::recent`] (a power of two).
 pub(super) const ANNOUNCED_SLOTS: usize = 256;
@@ -372,7 +375,7 @@ impl Worker {
                     Ok(Decoded::Event { perf_time, pending }) => {
                         if let Pending::Other(o) = &pending {
                             if let CaptureEvent::Lost(l) = &o.event {
-                            bump(&counters.lost_reports, 1);
+                                bump(&counters.lost_reports, 1);
                                 match l.kind {
                                     LostKind::Records => bump(&counters.lost_records, l.count),
                                     LostKind::Samples => bump(&counters.lost_samples, l.count),
