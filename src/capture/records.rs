@@ -897,6 +897,63 @@ mod tests {
         assert_eq!(err, ParseError::UnsupportedSampleFormat(regs_user));
     }
 
+    /// The in-place sample read gives the fields `parse` gives, for every fixed layout, and
+    /// declines variable layouts and short bodies.
+    #[test]
+    fn in_place_sample_matches_parse() {
+        let optional = [
+            SampleFormat::IDENTIFIER,
+            SampleFormat::IP,
+            SampleFormat::TID,
+            SampleFormat::TIME,
+            SampleFormat::ADDR,
+            SampleFormat::ID,
+            SampleFormat::STREAM_ID,
+            SampleFormat::CPU,
+            SampleFormat::PERIOD,
+        ];
+        for bits in 0u32..(1 << optional.len()) {
+            let mut format = SampleFormat::RAW;
+            for (i, f) in optional.iter().enumerate() {
+                if bits & (1 << i) != 0 {
+                    format |= *f;
+                }
+            }
+            let layout =
+                RecordLayout::from_formats(format, BranchSampleFormat::empty(), true).unwrap();
+            // Each optional field 8 bytes of distinct values, then the raw size and data.
+            let mut body = Vec::new();
+            for i in 0..bits.count_ones() as u64 {
+                body.extend_from_slice(&(0x0101_0101_0000_0000 * (i + 1) + i).to_ne_bytes());
+            }
+            body.extend_from_slice(&12u32.to_ne_bytes());
+            body.extend_from_slice(b"raw-data-123");
+            let parsed = match layout.parse(&RawRecord {
+                kind: RECORD_SAMPLE,
+                misc: 0,
+                body: RawData::Single(&body),
+            }) {
+                Ok(PerfRecord::Sample(s)) => s,
+                other => panic!("{other:?}"),
+            };
+            let fast = layout.sample_in_place(&body).unwrap();
+            assert_eq!(
+                (fast.pid, fast.tid, fast.time, fast.cpu),
+                (parsed.pid, parsed.tid, parsed.time, parsed.cpu),
+                "{format:?}"
+            );
+            assert_eq!(fast.raw, &parsed.raw.unwrap().to_vec()[..]);
+            assert!(layout.sample_in_place(&body[..body.len() - 1]).is_none());
+        }
+        let chain = RecordLayout::from_formats(
+            SampleFormat::RAW | SampleFormat::CALLCHAIN,
+            BranchSampleFormat::empty(),
+            true,
+        )
+        .unwrap();
+        assert!(chain.sample_in_place(&[0; 64]).is_none());
+    }
+
     #[test]
     fn task_name_stops_at_nul() {
         let n = TaskName::from_bytes(b"worker-1\0\0\0garbage");
