@@ -61,13 +61,14 @@ use super::events::{
 };
 use super::refs::{LocalRefs, RefTable, Registration};
 use super::state::LinuxThreadState;
+use crate::format::fields::{ContextSwitchRecord, RecordHeader, SchedulingRecord};
 use crate::format::lbr::{LbrBranch, LbrPayload, LBR_MAX_BRANCHES};
 use crate::format::mmap::{MmapRecord, MMAP_BLOB_NAME, MMAP_MAX_BUILD_ID, MMAP_MAX_PATH};
 use crate::format::{
-    Arg, ArgValue, BatchError, BatchOut, BatchWriter, Blob, BlobType, ContextSwitch, EncodeError,
-    Event, EventKind, Initialization, KernelObject, Log, ObjectType, ProviderEvent, ProviderInfo,
-    Record, RecordWriter, SchedContextSwitch, StringRef, ThreadRef, ThreadState, MAX_STRING_LEN,
-    PROVIDER_EVENT_BUFFER_OVERFLOW,
+    Arg, ArgValue, BatchError, BatchOut, BatchWriter, Blob, BlobType, ContextSwitch, Encode,
+    EncodeError, Event, EventKind, Initialization, KernelObject, Log, ObjectType, ProviderEvent,
+    ProviderInfo, Record, RecordType, RecordWriter, SchedContextSwitch, SchedulingType, StringRef,
+    ThreadRef, ThreadState, MAX_STRING_LEN, PROVIDER_EVENT_BUFFER_OVERFLOW,
 };
 
 /// The process koid of threads whose process could not be learnt (see the module docs).
@@ -190,8 +191,73 @@ impl<W: Write> RecordSink for FxtStreamSink<W> {
     }
 
     fn push_context_switch(&mut self, record: &ContextSwitch) -> Result<usize, SinkError> {
-        // Encoded straight into the batch's words.
-        self.0.push(record).map_err(batch_error)
+        // Encoded straight into the batch's words: the usual two-word record as two stores.
+        match IndexedSwitch::of(record) {
+            Some(words) => self.0.push(&words),
+            None => self.0.push(record),
+        }
+        .map_err(batch_error)
+    }
+}
+
+/// A legacy context switch whose two threads are table indices (nearly every switch): its
+/// header word and timestamp, built from the format's field descriptors, so that writing it
+/// is two stores instead of [`ContextSwitch`]'s general encoder (checked against it by
+/// `indexed_switch_words_are_the_encoders`).
+#[derive(Debug, Clone, Copy)]
+struct IndexedSwitch([u64; 2]);
+
+impl IndexedSwitch {
+    /// `None` when a ref is inline (more words) or an index 0 (an encode error).
+    #[inline]
+    fn of(cs: &ContextSwitch) -> Option<Self> {
+        let (ThreadRef::Index(out), ThreadRef::Index(inc)) = (cs.outgoing, cs.incoming) else {
+            return None;
+        };
+        if out == 0 || inc == 0 {
+            return None;
+        }
+        let header = RecordHeader::TYPE.make(RecordType::Scheduling as u64)
+            | RecordHeader::SIZE.make(2)
+            | ContextSwitchRecord::CPU.make(u64::from(cs.cpu))
+            | ContextSwitchRecord::OUTGOING_STATE.make(cs.outgoing_state as u64)
+            | ContextSwitchRecord::OUTGOING_THREAD_REF.make(u64::from(out))
+            | ContextSwitchRecord::INCOMING_THREAD_REF.make(u64::from(inc))
+            | ContextSwitchRecord::OUTGOING_PRIORITY.make(u64::from(cs.outgoing_priority))
+            | ContextSwitchRecord::INCOMING_PRIORITY.make(u64::from(cs.incoming_priority))
+            | SchedulingRecord::SCHEDULING_TYPE.make(SchedulingType::LegacyContextSwitch as u64);
+        Some(Self([header, cs.ticks]))
+    }
+}
+
+impl Encode for IndexedSwitch {
+    fn words(&self) -> Result<usize, EncodeError> {
+        Ok(2)
+    }
+
+    #[inline]
+    fn write(&self, out: &mut [u64]) -> Result<usize, EncodeError> {
+        let available = out.len();
+        let Some(dst) = out.get_mut(..2) else {
+            return Err(EncodeError::BufferTooSmall {
+                needed: 2,
+                available,
+            });
+        };
+        dst.copy_from_slice(&self.0);
+        Ok(2)
+    }
+
+    fn write_body(&self, body: &mut [u64]) -> Result<(u64, usize), EncodeError> {
+        let available = body.len();
+        let Some(dst) = body.first_mut() else {
+            return Err(EncodeError::BufferTooSmall {
+                needed: 1,
+                available,
+            });
+        };
+        *dst = self.0[1];
+        Ok((self.0[0], 2))
     }
 }
 
@@ -1181,6 +1247,71 @@ mod tests {
             next_prio: 120,
             sides: SwitchSides::Both,
         })
+    }
+
+    /// The two-word context switch is word for word what the general encoder writes, for
+    /// every field's extremes; inline refs and index 0 take the general path.
+    #[test]
+    fn indexed_switch_words_are_the_encoders() {
+        let states = [
+            ThreadState::New,
+            ThreadState::Running,
+            ThreadState::Suspended,
+            ThreadState::Blocked,
+            ThreadState::Dying,
+            ThreadState::Dead,
+        ];
+        for cpu in [0u8, 1, 37, 255] {
+            for state in states {
+                for (out, inc) in [(1u8, 2u8), (255, 1), (17, 17), (128, 254)] {
+                    for (op, ip) in [(0u8, 0u8), (1, 255), (120, 139), (255, 254)] {
+                        let cs = ContextSwitch {
+                            ticks: 0xfedc_ba98_7654_3210 ^ u64::from(cpu),
+                            cpu,
+                            outgoing_state: state,
+                            outgoing: ThreadRef::Index(out),
+                            incoming: ThreadRef::Index(inc),
+                            outgoing_priority: op,
+                            incoming_priority: ip,
+                        };
+                        let mut general = RecordWriter::new();
+                        general.push(&Record::ContextSwitch(cs)).unwrap();
+                        let words = IndexedSwitch::of(&cs).unwrap();
+                        let mut direct = [0u64; 2];
+                        assert_eq!(words.write(&mut direct), Ok(2));
+                        assert_eq!(&direct[..], general.words(), "{cs:?}");
+                        let mut body = [0u64; 1];
+                        assert_eq!(words.write_body(&mut body), Ok((direct[0], 2)));
+                        assert_eq!(body[0], direct[1]);
+                        assert!(words.write(&mut [0u64; 1]).is_err());
+                        // Through the stream sink: the same bytes.
+                        let mut sink = FxtStreamSink::new(Vec::new());
+                        assert_eq!(sink.push_context_switch(&cs).unwrap(), 2);
+                        assert_eq!(sink.finish().unwrap(), words_to_bytes(general.words()));
+                    }
+                }
+            }
+        }
+        let inline = ContextSwitch {
+            ticks: 5,
+            cpu: 0,
+            outgoing_state: ThreadState::Blocked,
+            outgoing: ThreadRef::Inline { pid: 1, tid: 2 },
+            incoming: ThreadRef::Index(3),
+            outgoing_priority: 1,
+            incoming_priority: 2,
+        };
+        assert!(IndexedSwitch::of(&inline).is_none());
+        let zero = ContextSwitch {
+            outgoing: ThreadRef::Index(0),
+            ..inline
+        };
+        assert!(IndexedSwitch::of(&zero).is_none());
+        let mut sink = FxtStreamSink::new(Vec::new());
+        assert!(matches!(
+            sink.push_context_switch(&zero),
+            Err(SinkError::Encode(_))
+        ));
     }
 
     #[test]
