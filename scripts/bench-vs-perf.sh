@@ -14,6 +14,7 @@ Usage: sudo scripts/bench-vs-perf.sh [-r ROUNDS] [-m PAGES] [-n RUNS] [--fxtrace
                                      [--pingpong PATH] [--perf PATH] [--keep DIR]
                                      [--pinned-only | --no-pinned] [--pin-cpu CPU]
                                      [--pinned-rounds ROUNDS] [--pinned-runs RUNS]
+                                     [--fxtrace-before PATH]
 
   -r ROUNDS        ping-pong round trips per run (default 100000: about 400k switches)
   -m PAGES         ring size per CPU for both recorders, in pages (default 256 = 1 MiB)
@@ -26,6 +27,8 @@ Usage: sudo scripts/bench-vs-perf.sh [-r ROUNDS] [-m PAGES] [-n RUNS] [--fxtrace
   --pin-cpu CPU    the CPU the pinned workload runs on (default 0)
   --pinned-rounds ROUNDS  round trips of the pinned workload (default 200000: 400k switches)
   --pinned-runs RUNS      alternating rounds of the pinned case (default 3)
+  --fxtrace-before PATH   also run this (older) fxtrace binary in the pinned rounds, for a
+                          before/after comparison in one run
 
 Each recorder runs alone over `sleep D` (D covers the workload with room to spare) while the
 workload runs beside it, so /usr/bin/time measures the recorder's CPU only. Per run:
@@ -60,6 +63,7 @@ rounds=100000
 pages=256
 runs=3
 fxtrace_bin=""
+fxtrace_before_bin=""
 pingpong_bin=""
 perf_bin=/usr/bin/perf
 keep=""
@@ -74,6 +78,7 @@ while [ $# -gt 0 ]; do
         -m) pages="$2"; shift 2 ;;
         -n) runs="$2"; shift 2 ;;
         --fxtrace) fxtrace_bin="$2"; shift 2 ;;
+        --fxtrace-before) fxtrace_before_bin="$2"; shift 2 ;;
         --pingpong) pingpong_bin="$2"; shift 2 ;;
         --perf) perf_bin="$2"; shift 2 ;;
         --keep) keep="$2"; shift 2 ;;
@@ -290,6 +295,7 @@ pinned_record() { # config output time-file err-file
     local cmd
     case "$1" in
         fxtrace) cmd=("$fxtrace_bin" record --system-wide --no-lbr --mmap-pages "$pages" -o "$2") ;;
+        fxtrace-before) cmd=("$fxtrace_before_bin" record --system-wide --no-lbr --mmap-pages "$pages" -o "$2") ;;
         perf-sched) cmd=("$perf_bin" record -q -e sched:sched_switch -a -m "$pages" -o "$2") ;;
         perf-switch) cmd=("$perf_bin" record -q -e dummy --switch-events -a -m "$pages" -o "$2") ;;
     esac
@@ -300,6 +306,7 @@ pinned_workload() { taskset -c "$pin_cpu" "$pingpong_bin" "$pinned_rounds" >"$1"
 
 pinned_case() {
     local configs=(untraced fxtrace)
+    [ -z "$fxtrace_before_bin" ] || configs+=(fxtrace-before)
     [ "$have_perf" = no ] || configs+=(perf-sched perf-switch)
     local started load_before
     started="$(date -u '+%Y-%m-%d %H:%M UTC')"
@@ -324,7 +331,7 @@ pinned_case() {
                 echo "bench-vs-perf.sh: pinned round $r: untraced ${untraced_ms} ms" >&2
                 continue
             fi
-            out="$base.$([ "$c" = fxtrace ] && echo fxt || echo data)"
+            out="$base.$(case "$c" in fxtrace*) echo fxt ;; *) echo data ;; esac)"
             pinned_record "$c" "$out" "$base.times" "$base.err" &
             local recorder=$!
             sleep 1
@@ -335,11 +342,11 @@ pinned_case() {
         # The speeds need this round's untraced time, which may come last.
         for c in "${results[@]}"; do
             local base="$work/pinned.$r.$c" out pp="$work/pinned.$r.$c.pp" a b counts lost
-            out="$base.$([ "$c" = fxtrace ] && echo fxt || echo data)"
+            out="$base.$(case "$c" in fxtrace*) echo fxt ;; *) echo data ;; esac)"
             a="$(pp_field "$pp" ping_tid)"
             b="$(pp_field "$pp" pong_tid)"
             case "$c" in
-                fxtrace) counts="$(fxtrace_counts "$out" "$a" "$b")"; lost="$(fxtrace_lost "$base.err")" ;;
+                fxtrace*) counts="$(fxtrace_counts "$out" "$a" "$b")"; lost="$(fxtrace_lost "$base.err")" ;;
                 perf-sched) counts="$(perf_counts "$out" "$a" "$b")"; lost="$(perf_lost "$out")" ;;
                 perf-switch) counts="$(perf_switch_counts "$out" "$a" "$b")"; lost="$(perf_lost "$out")" ;;
             esac
@@ -355,7 +362,7 @@ pinned_case() {
     local load_after
     load_after="$(uptime | sed 's/.*load average: //')"
 
-    echo "Pinned case, run of $started: examples/pingpong $pinned_rounds rounds pinned to CPU $pin_cpu (taskset; ${alone_ms} ms untraced at calibration), $pinned_runs rounds alternating untraced$([ "$have_perf" = yes ] && echo ", fxtrace, perf sched_switch, perf --switch-events" || echo " and fxtrace (perf missing)"); ring $pages pages per CPU; recordings of ${pinned_duration} s; load average (uptime) $load_before before, $load_after after; $(nproc) CPUs."
+    echo "Pinned case, run of $started: examples/pingpong $pinned_rounds rounds pinned to CPU $pin_cpu (taskset; ${alone_ms} ms untraced at calibration), $pinned_runs rounds alternating ${configs[*]}$([ "$have_perf" = yes ] || echo " (perf missing)"); ring $pages pages per CPU; recordings of ${pinned_duration} s; load average (uptime) $load_before before, $load_after after; $(nproc) CPUs."
     echo
     echo "| recorder | workload speed vs untraced | recorder CPU per switch | bytes per switch | lost |"
     echo "|---|---|---|---|---|"
@@ -364,6 +371,7 @@ pinned_case() {
         [ "$c" = untraced ] && continue
         case "$c" in
             fxtrace) label="fxtrace (\`--mmap-pages $pages\`)" ;;
+            fxtrace-before) label="fxtrace before ($fxtrace_before_bin)" ;;
             perf-sched) label="\`perf record -e sched:sched_switch -a\`" ;;
             perf-switch) label="\`perf record -e dummy --switch-events -a\`" ;;
         esac
