@@ -179,9 +179,9 @@ impl MeasuredMapping {
         let delta = ns as i128 - self.start_ns as i128;
         // Converted through i64 when the value fits, which gives the same f64 and the same
         // truncated integer as i128 does: one instruction each way instead of a library call
-        // (`__floattidf`, `__fixdfti`: ~7 % of the capture thread per switch, measured with a
-        // cpu-clock profile of `fxtrace record -a` on this KVM guest, whose events use this
-        // conversion).
+        // (`__floattidf`, `__fixdfti`: with this function, 6.7 % of the recorder's samples in a
+        // cpu-clock profile of `fxtrace record -a` on a KVM guest whose events use this
+        // conversion; BENCHMARKS.md).
         let delta = match i64::try_from(delta) {
             Ok(d) => d as f64,
             Err(_) => delta as f64,
