@@ -1,14 +1,20 @@
 #!/usr/bin/env bash
 # fxtrace record --system-wide side by side with perf record -e sched:sched_switch -a, on a
-# context-switch-heavy workload (examples/pingpong: two threads bouncing a byte through pipes).
+# context-switch-heavy workload (examples/pingpong: two threads bouncing a byte through pipes),
+# then the pinned case of issue 11: the same workload pinned to one CPU (the highest switch
+# rate), untraced and under each recorder in alternating rounds.
 #
-# Needs root (both recorders capture every CPU). Prints a Markdown table for BENCHMARKS.md.
+# Needs root (the recorders capture every CPU). Prints Markdown tables for BENCHMARKS.md.
+# Without perf it says so in one line and measures fxtrace alone.
 set -euo pipefail
 
 usage() {
     cat <<'EOF'
 Usage: sudo scripts/bench-vs-perf.sh [-r ROUNDS] [-m PAGES] [-n RUNS] [--fxtrace PATH]
                                      [--pingpong PATH] [--perf PATH] [--keep DIR]
+                                     [--pinned-only | --no-pinned] [--pin-cpu CPU]
+                                     [--pinned-rounds ROUNDS] [--pinned-runs RUNS]
+                                     [--fxtrace-before PATH]
 
   -r ROUNDS        ping-pong round trips per run (default 100000: about 400k switches)
   -m PAGES         ring size per CPU for both recorders, in pages (default 256 = 1 MiB)
@@ -17,6 +23,12 @@ Usage: sudo scripts/bench-vs-perf.sh [-r ROUNDS] [-m PAGES] [-n RUNS] [--fxtrace
   --pingpong PATH  workload binary (default: target/release/examples/pingpong)
   --perf PATH      perf binary (default /usr/bin/perf)
   --keep DIR       keep traces, perf.data files and logs in DIR
+  --pinned-only    run the pinned case only;  --no-pinned: skip it
+  --pin-cpu CPU    the CPU the pinned workload runs on (default 0)
+  --pinned-rounds ROUNDS  round trips of the pinned workload (default 200000: 400k switches)
+  --pinned-runs RUNS      alternating rounds of the pinned case (default 3)
+  --fxtrace-before PATH   also run this (older) fxtrace binary in the pinned rounds, for a
+                          before/after comparison in one run
 
 Each recorder runs alone over `sleep D` (D covers the workload with room to spare) while the
 workload runs beside it, so /usr/bin/time measures the recorder's CPU only. Per run:
@@ -29,6 +41,21 @@ workload runs beside it, so /usr/bin/time measures the recorder's CPU only. Per 
 Then one run with both recorders attached at once to the same workload run, where the
 workload's switch counts should agree exactly (separate runs differ by the workload's own
 run-to-run variation).
+
+The pinned case (`taskset -c CPU pingpong ROUNDS`, both threads on one CPU, so every round
+trip is two switches on that CPU with nothing else to run): RUNS rounds, each running, in an
+order rotated from round to round, the workload untraced and under each recorder:
+  fxtrace        fxtrace record --system-wide --no-lbr --mmap-pages PAGES
+  perf-sched     perf record -e sched:sched_switch -a -m PAGES
+  perf-switch    perf record -e dummy --switch-events -a -m PAGES
+Each recorder records `sleep D` and the workload starts 1 s into it. Reported per recorder
+(median over the rounds, and the range):
+  speed          the workload's elapsed time untraced (same round) / traced
+  cpu/switch     the recorder's user + system CPU (bash `times`, ms resolution; the whole
+                 recording: start, idle polling, the workload, the end) / all switches in its
+                 output
+  bytes/switch   output file size / all switches in it
+  lost           what the kernel reported lost
 EOF
 }
 
@@ -36,18 +63,30 @@ rounds=100000
 pages=256
 runs=3
 fxtrace_bin=""
+fxtrace_before_bin=""
 pingpong_bin=""
 perf_bin=/usr/bin/perf
 keep=""
+pinned=yes
+compare=yes
+pin_cpu=0
+pinned_rounds=200000
+pinned_runs=3
 while [ $# -gt 0 ]; do
     case "$1" in
         -r) rounds="$2"; shift 2 ;;
         -m) pages="$2"; shift 2 ;;
         -n) runs="$2"; shift 2 ;;
         --fxtrace) fxtrace_bin="$2"; shift 2 ;;
+        --fxtrace-before) fxtrace_before_bin="$2"; shift 2 ;;
         --pingpong) pingpong_bin="$2"; shift 2 ;;
         --perf) perf_bin="$2"; shift 2 ;;
         --keep) keep="$2"; shift 2 ;;
+        --pinned-only) compare=no; shift ;;
+        --no-pinned) pinned=no; shift ;;
+        --pin-cpu) pin_cpu="$2"; shift 2 ;;
+        --pinned-rounds) pinned_rounds="$2"; shift 2 ;;
+        --pinned-runs) pinned_runs="$2"; shift 2 ;;
         -h|--help) usage; exit 0 ;;
         *) echo "bench-vs-perf.sh: unknown argument '$1' (see --help)" >&2; exit 2 ;;
     esac
@@ -57,9 +96,17 @@ if [ "$(id -u)" != 0 ]; then
     echo "bench-vs-perf.sh: both recorders capture every CPU: run as root (sudo)" >&2
     exit 1
 fi
-for tool in "$perf_bin" /usr/bin/time; do
-    [ -x "$tool" ] || { echo "bench-vs-perf.sh: $tool not found" >&2; exit 1; }
-done
+[ -x /usr/bin/time ] || { echo "bench-vs-perf.sh: /usr/bin/time not found" >&2; exit 1; }
+if [ -x "$perf_bin" ]; then
+    have_perf=yes
+else
+    have_perf=no
+    echo "bench-vs-perf.sh: perf is missing ($perf_bin; apt-get install linux-perf): measuring fxtrace alone"
+fi
+if [ "$pinned" = yes ] && ! command -v taskset >/dev/null 2>&1; then
+    echo "bench-vs-perf.sh: taskset (util-linux) not found: the pinned case needs it" >&2
+    exit 1
+fi
 
 here="$(cd "$(dirname "$0")/.." && pwd)"
 if [ -z "$fxtrace_bin" ] || [ -z "$pingpong_bin" ]; then
@@ -132,75 +179,236 @@ timed() { # tool output time-file err-file
     esac
 }
 
-# --- calibration ---------------------------------------------------------------------------
+# --- the comparison on every CPU ------------------------------------------------------------
 
-"$pingpong_bin" "$rounds" >"$work/calibrate.pp"
-alone_ms="$(pp_field "$work/calibrate.pp" elapsed_ms)"
-# The workload slows down while traced; give it three times its bare time plus margins.
-duration=$(( (alone_ms * 3 + 999) / 1000 + 2 ))
-echo "bench-vs-perf.sh: $rounds rounds take ${alone_ms} ms untraced; each recording lasts ${duration} s" >&2
+compare_all_cpus() {
+    # --- calibration ---------------------------------------------------------------------------
 
-# --- runs ----------------------------------------------------------------------------------
+    "$pingpong_bin" "$rounds" >"$work/calibrate.pp"
+    alone_ms="$(pp_field "$work/calibrate.pp" elapsed_ms)"
+    # The workload slows down while traced; give it three times its bare time plus margins.
+    duration=$(( (alone_ms * 3 + 999) / 1000 + 2 ))
+    echo "bench-vs-perf.sh: $rounds rounds take ${alone_ms} ms untraced; each recording lasts ${duration} s" >&2
 
-rows=()
-run_one() { # tool run
-    local tool="$1" i="$2" out pp
-    out="$work/$tool.$i.$([ "$tool" = fxtrace ] && echo fxt || echo data)"
-    pp="$work/$tool.$i.pp"
-    timed "$tool" "$out" "$work/$tool.$i.time" "$work/$tool.$i.err" &
-    local recorder=$!
-    sleep 1
-    "$pingpong_bin" "$rounds" >"$pp"
-    wait "$recorder"
-    local a b counts lost
-    a="$(pp_field "$pp" ping_tid)"
-    b="$(pp_field "$pp" pong_tid)"
-    if [ "$tool" = fxtrace ]; then
-        counts="$(fxtrace_counts "$out" "$a" "$b")"
-        lost="$(fxtrace_lost "$work/$tool.$i.err")"
-    else
-        counts="$(perf_counts "$out" "$a" "$b")"
-        lost="$(perf_lost "$out")"
+    # --- runs ----------------------------------------------------------------------------------
+
+    rows=()
+    run_one() { # tool run
+        local tool="$1" i="$2" out pp
+        out="$work/$tool.$i.$([ "$tool" = fxtrace ] && echo fxt || echo data)"
+        pp="$work/$tool.$i.pp"
+        timed "$tool" "$out" "$work/$tool.$i.time" "$work/$tool.$i.err" &
+        local recorder=$!
+        sleep 1
+        "$pingpong_bin" "$rounds" >"$pp"
+        wait "$recorder"
+        local a b counts lost
+        a="$(pp_field "$pp" ping_tid)"
+        b="$(pp_field "$pp" pong_tid)"
+        if [ "$tool" = fxtrace ]; then
+            counts="$(fxtrace_counts "$out" "$a" "$b")"
+            lost="$(fxtrace_lost "$work/$tool.$i.err")"
+        else
+            counts="$(perf_counts "$out" "$a" "$b")"
+            lost="$(perf_lost "$out")"
+        fi
+        local mine total bytes cpu
+        mine="${counts% *}"
+        total="${counts#* }"
+        bytes="$(stat -c %s "$out")"
+        cpu="$(cpu_seconds "$work/$tool.$i.time")"
+        rows+=("$(printf '| %s | %d | %d | %d | %s | %s | %d | %.1f |' \
+            "$tool" "$i" "$mine" "$total" "$lost" "$cpu" "$bytes" \
+            "$(awk -v b="$bytes" -v t="$total" 'BEGIN { print (t > 0 ? b / t : 0) }')")")
+        echo "bench-vs-perf.sh: $tool run $i: workload $mine, total $total, lost $lost, cpu ${cpu}s, $bytes bytes" >&2
+    }
+
+    for i in $(seq 1 "$runs"); do
+        run_one fxtrace "$i"
+        [ "$have_perf" = no ] || run_one perf "$i"
+    done
+
+    if [ "$have_perf" = no ]; then
+        echo "Workload: examples/pingpong $rounds rounds (${alone_ms} ms untraced); ring: $pages pages per CPU; fxtrace with --no-lbr; recordings of ${duration} s; perf missing."
+        echo
+        echo "| recorder | run | workload switches | all switches | lost | CPU s (user+sys) | output bytes | bytes/switch |"
+        echo "|---|---|---|---|---|---|---|---|"
+        printf '%s\n' "${rows[@]}"
+        return
     fi
-    local mine total bytes cpu
-    mine="${counts% *}"
-    total="${counts#* }"
-    bytes="$(stat -c %s "$out")"
-    cpu="$(cpu_seconds "$work/$tool.$i.time")"
-    rows+=("$(printf '| %s | %d | %d | %d | %s | %s | %d | %.1f |' \
-        "$tool" "$i" "$mine" "$total" "$lost" "$cpu" "$bytes" \
-        "$(awk -v b="$bytes" -v t="$total" 'BEGIN { print (t > 0 ? b / t : 0) }')")")
-    echo "bench-vs-perf.sh: $tool run $i: workload $mine, total $total, lost $lost, cpu ${cpu}s, $bytes bytes" >&2
+
+    # Both at once on the same workload run.
+    timed fxtrace "$work/both.fxt" "$work/both.fxtrace.time" "$work/both.fxtrace.err" &
+    fx_pid=$!
+    timed perf "$work/both.data" "$work/both.perf.time" "$work/both.perf.err" &
+    perf_pid=$!
+    sleep 1.5
+    "$pingpong_bin" "$rounds" >"$work/both.pp"
+    wait "$fx_pid" "$perf_pid"
+    a="$(pp_field "$work/both.pp" ping_tid)"
+    b="$(pp_field "$work/both.pp" pong_tid)"
+    fx_counts="$(fxtrace_counts "$work/both.fxt" "$a" "$b")"
+    perf_counts_both="$(perf_counts "$work/both.data" "$a" "$b")"
+    fx_mine="${fx_counts% *}"
+    perf_mine="${perf_counts_both% *}"
+    fx_lost_both="$(fxtrace_lost "$work/both.fxtrace.err")"
+    perf_lost_both="$(perf_lost "$work/both.data")"
+
+    # --- report --------------------------------------------------------------------------------
+
+    echo "Workload: examples/pingpong $rounds rounds (${alone_ms} ms untraced); ring: $pages pages per CPU for both; fxtrace with --no-lbr; recordings of ${duration} s."
+    echo
+    echo "| recorder | run | workload switches | all switches | lost | CPU s (user+sys) | output bytes | bytes/switch |"
+    echo "|---|---|---|---|---|---|---|---|"
+    printf '%s\n' "${rows[@]}"
+    echo
+    echo "Both recorders on the same workload run: fxtrace saw $fx_mine workload switches (lost $fx_lost_both), perf $perf_mine (lost $perf_lost_both): difference $(awk -v f="$fx_mine" -v p="$perf_mine" 'BEGIN { d = f - p; if (d < 0) d = -d; printf "%.3f%%", (p > 0 ? 100 * d / p : 0) }')."
 }
 
-for i in $(seq 1 "$runs"); do
-    run_one fxtrace "$i"
-    run_one perf "$i"
-done
+# --- the pinned case (issue 11) ---------------------------------------------------------------
 
-# Both at once on the same workload run.
-timed fxtrace "$work/both.fxt" "$work/both.fxtrace.time" "$work/both.fxtrace.err" &
-fx_pid=$!
-timed perf "$work/both.data" "$work/both.perf.time" "$work/both.perf.err" &
-perf_pid=$!
-sleep 1.5
-"$pingpong_bin" "$rounds" >"$work/both.pp"
-wait "$fx_pid" "$perf_pid"
-a="$(pp_field "$work/both.pp" ping_tid)"
-b="$(pp_field "$work/both.pp" pong_tid)"
-fx_counts="$(fxtrace_counts "$work/both.fxt" "$a" "$b")"
-perf_counts_both="$(perf_counts "$work/both.data" "$a" "$b")"
-fx_mine="${fx_counts% *}"
-perf_mine="${perf_counts_both% *}"
-fx_lost_both="$(fxtrace_lost "$work/both.fxtrace.err")"
-perf_lost_both="$(perf_lost "$work/both.data")"
+# Children's user + system seconds from bash's `times` output (its second line).
+children_cpu() {
+    sed -n 2p "$1" | awk '{
+        t = 0
+        for (i = 1; i <= 2; i++) { split($i, p, "m"); sub(/s$/, "", p[2]); t += p[1] * 60 + p[2] }
+        printf "%.3f", t }'
+}
 
-# --- report --------------------------------------------------------------------------------
+# Workload and total switches in a `perf record --switch-events` file: "workload total" (a
+# switch is its switch-out record; the task is the sample's, the next one is in the record).
+perf_switch_counts() {
+    "$perf_bin" script -i "$1" --show-switch-events 2>/dev/null | awk -v a="$2" -v b="$3" '
+        /PERF_RECORD_SWITCH_CPU_WIDE OUT/ {
+            total++
+            tid = ""
+            for (i = 2; i <= NF; i++) if ($i ~ /^\[[0-9]+\]$/) { tid = $(i - 1); break }
+            split($NF, n, "/")
+            if (tid == a || tid == b || n[2] == a || n[2] == b) mine++
+        }
+        END { printf "%d %d\n", mine, total }'
+}
 
-echo "Workload: examples/pingpong $rounds rounds (${alone_ms} ms untraced); ring: $pages pages per CPU for both; fxtrace with --no-lbr; recordings of ${duration} s."
-echo
-echo "| recorder | run | workload switches | all switches | lost | CPU s (user+sys) | output bytes | bytes/switch |"
-echo "|---|---|---|---|---|---|---|---|"
-printf '%s\n' "${rows[@]}"
-echo
-echo "Both recorders on the same workload run: fxtrace saw $fx_mine workload switches (lost $fx_lost_both), perf $perf_mine (lost $perf_lost_both): difference $(awk -v f="$fx_mine" -v p="$perf_mine" 'BEGIN { d = f - p; if (d < 0) d = -d; printf "%.3f%%", (p > 0 ? 100 * d / p : 0) }')."
+# One recorder of the pinned case over `sleep D`; bash's `times` (the recorder's CPU, as the
+# subshell's child) goes to the time file.
+pinned_record() { # config output time-file err-file
+    local cmd
+    case "$1" in
+        fxtrace) cmd=("$fxtrace_bin" record --system-wide --no-lbr --mmap-pages "$pages" -o "$2") ;;
+        fxtrace-before) cmd=("$fxtrace_before_bin" record --system-wide --no-lbr --mmap-pages "$pages" -o "$2") ;;
+        perf-sched) cmd=("$perf_bin" record -q -e sched:sched_switch -a -m "$pages" -o "$2") ;;
+        perf-switch) cmd=("$perf_bin" record -q -e dummy --switch-events -a -m "$pages" -o "$2") ;;
+    esac
+    ( "${cmd[@]}" -- sleep "$pinned_duration" 2>"$4"; times >"$3" )
+}
+
+pinned_workload() { taskset -c "$pin_cpu" "$pingpong_bin" "$pinned_rounds" >"$1"; }
+
+pinned_case() {
+    local configs=(untraced fxtrace)
+    [ -z "$fxtrace_before_bin" ] || configs+=(fxtrace-before)
+    [ "$have_perf" = no ] || configs+=(perf-sched perf-switch)
+    local started load_before
+    started="$(date -u '+%Y-%m-%d %H:%M UTC')"
+    load_before="$(uptime | sed 's/.*load average: //')"
+    pinned_workload "$work/pinned.calibrate.pp"
+    local alone_ms
+    alone_ms="$(pp_field "$work/pinned.calibrate.pp" elapsed_ms)"
+    pinned_duration=$(( (alone_ms * 3 + 999) / 1000 + 2 ))
+    echo "bench-vs-perf.sh: pinned: $pinned_rounds rounds on CPU $pin_cpu take ${alone_ms} ms untraced; recordings of ${pinned_duration} s" >&2
+    local rows_file="$work/pinned.rows"
+    : >"$rows_file"
+    local r k n="${#configs[@]}"
+    for r in $(seq 1 "$pinned_runs"); do
+        local untraced_ms="" order=()
+        for k in $(seq 0 $((n - 1))); do order+=("${configs[$(((k + r - 1) % n))]}"); done
+        local results=()
+        for c in "${order[@]}"; do
+            local base="$work/pinned.$r.$c" out pp="$work/pinned.$r.$c.pp"
+            if [ "$c" = untraced ]; then
+                pinned_workload "$pp"
+                untraced_ms="$(pp_field "$pp" elapsed_ms)"
+                echo "bench-vs-perf.sh: pinned round $r: untraced ${untraced_ms} ms" >&2
+                continue
+            fi
+            out="$base.$(case "$c" in fxtrace*) echo fxt ;; *) echo data ;; esac)"
+            pinned_record "$c" "$out" "$base.times" "$base.err" &
+            local recorder=$!
+            sleep 1
+            pinned_workload "$pp"
+            wait "$recorder"
+            results+=("$c")
+        done
+        # The speeds need this round's untraced time, which may come last.
+        for c in "${results[@]}"; do
+            local base="$work/pinned.$r.$c" out pp="$work/pinned.$r.$c.pp" a b counts lost
+            out="$base.$(case "$c" in fxtrace*) echo fxt ;; *) echo data ;; esac)"
+            a="$(pp_field "$pp" ping_tid)"
+            b="$(pp_field "$pp" pong_tid)"
+            case "$c" in
+                fxtrace*) counts="$(fxtrace_counts "$out" "$a" "$b")"; lost="$(fxtrace_lost "$base.err")" ;;
+                perf-sched) counts="$(perf_counts "$out" "$a" "$b")"; lost="$(perf_lost "$out")" ;;
+                perf-switch) counts="$(perf_switch_counts "$out" "$a" "$b")"; lost="$(perf_lost "$out")" ;;
+            esac
+            local ms cpu bytes
+            ms="$(pp_field "$pp" elapsed_ms)"
+            cpu="$(children_cpu "$base.times")"
+            bytes="$(stat -c %s "$out")"
+            printf '%s %d %d %d %s %s %s %s %s\n' "$c" "$r" "$ms" "$untraced_ms" \
+                "${counts% *}" "${counts#* }" "${lost:-0}" "$cpu" "$bytes" >>"$rows_file"
+            echo "bench-vs-perf.sh: pinned round $r: $c ${ms} ms, switches ${counts#* } (workload ${counts% *}), lost ${lost:-0}, cpu ${cpu}s, $bytes bytes" >&2
+        done
+    done
+    local load_after
+    load_after="$(uptime | sed 's/.*load average: //')"
+
+    echo "Pinned case, run of $started: examples/pingpong $pinned_rounds rounds pinned to CPU $pin_cpu (taskset; ${alone_ms} ms untraced at calibration), $pinned_runs rounds alternating ${configs[*]}$([ "$have_perf" = yes ] || echo " (perf missing)"); ring $pages pages per CPU; recordings of ${pinned_duration} s; load average (uptime) $load_before before, $load_after after; $(nproc) CPUs."
+    echo
+    echo "| recorder | workload speed vs untraced | recorder CPU per switch | bytes per switch | lost |"
+    echo "|---|---|---|---|---|"
+    local label
+    for c in "${configs[@]}"; do
+        [ "$c" = untraced ] && continue
+        case "$c" in
+            fxtrace) label="fxtrace (\`--mmap-pages $pages\`)" ;;
+            fxtrace-before) label="fxtrace before ($fxtrace_before_bin)" ;;
+            perf-sched) label="\`perf record -e sched:sched_switch -a\`" ;;
+            perf-switch) label="\`perf record -e dummy --switch-events -a\`" ;;
+        esac
+        awk -v c="$c" -v label="$label" '
+            function median(v, m,    i, j, t) {
+                for (i = 2; i <= m; i++) { t = v[i]; for (j = i - 1; j >= 1 && v[j] > t; j--) v[j + 1] = v[j]; v[j + 1] = t }
+                return m % 2 ? v[(m + 1) / 2] : (v[m / 2] + v[m / 2 + 1]) / 2
+            }
+            function range(v, m, fmt,    i, lo, hi) {
+                lo = hi = v[1]
+                for (i = 2; i <= m; i++) { if (v[i] < lo) lo = v[i]; if (v[i] > hi) hi = v[i] }
+                return sprintf(fmt "–" fmt, lo, hi)
+            }
+            $1 == c {
+                m++
+                speed[m] = $4 / $3; cpu[m] = 1e6 * $8 / $6; bps[m] = $9 / $6; lost = lost (m > 1 ? ", " : "") $7
+            }
+            END {
+                printf "| %s | %.2f (%s) | %.2f µs (%s) | %.1f | %s |\n", label,
+                    median(speed, m), range(speed, m, "%.2f"), median(cpu, m), range(cpu, m, "%.2f"),
+                    median(bps, m), lost
+            }' "$rows_file"
+    done
+    echo
+    echo "Medians over the rounds (range in brackets); lost per round. Per run:"
+    echo
+    echo "| recorder | round | workload ms | untraced ms (same round) | workload switches | all switches | lost | CPU s | output bytes |"
+    echo "|---|---|---|---|---|---|---|---|---|"
+    awk '{ printf "| %s | %d | %d | %d | %d | %d | %s | %s | %d |\n", $1, $2, $3, $4, $5, $6, $7, $8, $9 }' "$rows_file"
+}
+
+# --- main ------------------------------------------------------------------------------------
+
+if [ "$compare" = yes ]; then
+    compare_all_cpus
+fi
+if [ "$pinned" = yes ]; then
+    [ "$compare" = no ] || echo
+    pinned_case
+fi

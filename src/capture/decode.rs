@@ -21,20 +21,92 @@ use super::events::{
     BranchSample, CaptureEvent, Lost, LostKind, MemoryMap, SwitchEvent, SwitchSides, TaskComm,
     TaskExit, TaskFork,
 };
+use super::records::RECORD_SAMPLE;
 use super::records::{MmapFile, ParseError, PerfRecord, RecordLayout, TaskName};
-use super::ring::RawRecord;
+use super::ring::{RawData, RawRecord};
 use super::state::{fxt_priority, state_after_switch_out, LinuxThreadState, PRIORITY_UNKNOWN};
 use super::switch::SchedSwitchFormat;
 use super::time::PerfTimeConverter;
 
-/// A decoded event waiting to be merged, with the task names a switch carried.
-#[derive(Debug, Clone)]
-pub(crate) struct Pending {
+/// A decoded event waiting to be merged and delivered. Context switches, nearly every event,
+/// are held by value and kept small (about 80 bytes, moved without a `memcpy` call through the
+/// per-CPU merge and the pid resolver); every other event is boxed.
+#[derive(Debug)]
+pub(crate) enum Pending {
+    /// A context switch, with the task names its sample carried.
+    Switch(SwitchEvent, SwitchNames),
+    /// Any other event.
+    Other(Box<OtherEvent>),
+}
+
+/// An event other than a context switch, waiting in the merge.
+#[derive(Debug)]
+pub(crate) struct OtherEvent {
     pub(crate) event: CaptureEvent,
-    /// `(prev, next)` names from `sched_switch`.
-    pub(crate) names: Option<(TaskName, TaskName)>,
     /// A mapping's (major, minor, inode), to look its build-id up by.
     pub(crate) inode: Option<(u32, u32, u64)>,
+}
+
+/// The task names of a context switch, as its source gave them.
+#[derive(Debug, Clone)]
+pub(crate) enum SwitchNames {
+    /// None (`PERF_RECORD_SWITCH*`).
+    None,
+    /// `sched_switch`'s two `comm[16]` fields, as the ring held them: made into [`TaskName`]s
+    /// only when a thread is announced.
+    Comm16 { prev: [u8; 16], next: [u8; 16] },
+    /// Names read from comm fields of another size.
+    Names(Box<(TaskName, TaskName)>),
+}
+
+impl SwitchNames {
+    /// The outgoing task's name.
+    pub(crate) fn prev(&self) -> Option<TaskName> {
+        match self {
+            Self::None => None,
+            Self::Comm16 { prev, .. } => Some(TaskName::from_bytes(prev)),
+            Self::Names(n) => Some(n.0),
+        }
+    }
+
+    /// The incoming task's name.
+    pub(crate) fn next(&self) -> Option<TaskName> {
+        match self {
+            Self::None => None,
+            Self::Comm16 { next, .. } => Some(TaskName::from_bytes(next)),
+            Self::Names(n) => Some(n.1),
+        }
+    }
+}
+
+impl Pending {
+    /// `event` with no names and no inode.
+    pub(crate) fn of(event: CaptureEvent) -> Self {
+        match event {
+            CaptureEvent::ContextSwitch(cs) => Self::Switch(cs, SwitchNames::None),
+            event => Self::Other(Box::new(OtherEvent { event, inode: None })),
+        }
+    }
+
+    /// The context switch, if the event is one.
+    pub(crate) fn switch_mut(&mut self) -> Option<&mut SwitchEvent> {
+        match self {
+            Self::Switch(cs, _) => Some(cs),
+            Self::Other(o) => match &mut o.event {
+                CaptureEvent::ContextSwitch(cs) => Some(cs),
+                _ => None,
+            },
+        }
+    }
+
+    /// The event, with its names and inode dropped.
+    #[cfg(test)]
+    pub(crate) fn into_event(self) -> CaptureEvent {
+        match self {
+            Self::Switch(cs, _) => CaptureEvent::ContextSwitch(cs),
+            Self::Other(o) => o.event,
+        }
+    }
 }
 
 /// What a record became.
@@ -117,14 +189,84 @@ impl StreamDecoder {
         self.last_time
     }
 
+    /// The outgoing thread's new state and both sides of a `sched_switch` sample (its own
+    /// (pid, tid) and cpu, the tracepoint's tids, state and priorities).
+    #[allow(clippy::too_many_arguments)]
+    fn sched_switch(
+        &self,
+        fmt: &SchedSwitchFormat,
+        time: u64,
+        sample: (Option<u32>, Option<u32>, Option<u32>),
+        (prev_tid, next_tid): (u32, u32),
+        prev_state: i64,
+        (prev_prio, next_prio): (i64, i64),
+    ) -> SwitchEvent {
+        let (pid, tid, cpu) = sample;
+        let idle = |tid: u32| (tid == 0).then_some(0);
+        SwitchEvent {
+            time,
+            cpu: cpu.unwrap_or(self.cpu),
+            prev_tid,
+            prev_pid: idle(prev_tid).or_else(|| sample_pid_of_prev(pid, tid, prev_tid)),
+            next_tid,
+            next_pid: idle(next_tid),
+            prev_state: fmt.state_bits().thread_state(prev_state),
+            prev_prio: fxt_priority(prev_prio),
+            next_prio: fxt_priority(next_prio),
+            sides: SwitchSides::Both,
+        }
+    }
+
+    /// A `sched_switch` sample decoded in place, in the ring: the fixed offsets of the sample
+    /// and of the tracepoint's fields, the names kept as raw `comm[16]` bytes. `None` for
+    /// anything else (a sample split by the ring's end, another layout, a short record):
+    /// [`Self::decode`]'s general path then decodes it, or says what is wrong.
+    #[inline]
+    fn sched_switch_in_place(
+        &mut self,
+        rec: &RawRecord<'_>,
+        conv: &PerfTimeConverter,
+    ) -> Option<Decoded> {
+        let (RawData::Single(body), Some(fmt)) = (rec.body, self.sched.as_deref()) else {
+            return None;
+        };
+        let s = self.layout.sample_in_place(body)?;
+        let f = fmt.decode_comm16(s.raw)?;
+        let perf_time = s.time.unwrap_or(self.last_time);
+        let cs = self.sched_switch(
+            fmt,
+            conv.perf_to_tsc(perf_time),
+            (s.pid, s.tid, s.cpu),
+            (f.prev_tid, f.next_tid),
+            f.prev_state,
+            (f.prev_prio, f.next_prio),
+        );
+        self.last_time = perf_time;
+        Some(Decoded::Event {
+            perf_time,
+            pending: Pending::Switch(
+                cs,
+                SwitchNames::Comm16 {
+                    prev: f.prev_comm,
+                    next: f.next_comm,
+                },
+            ),
+        })
+    }
+
     pub(crate) fn decode(
         &mut self,
         rec: &RawRecord<'_>,
         conv: &PerfTimeConverter,
     ) -> Result<Decoded, ParseError> {
+        if rec.kind == RECORD_SAMPLE && self.kind == PerfEventKind::SchedSwitchTracepoint {
+            if let Some(decoded) = self.sched_switch_in_place(rec, conv) {
+                return Ok(decoded);
+            }
+        }
         let record = self.layout.parse(rec)?;
         let mut inode = None;
-        let (perf_time, event, names) = match record {
+        let (perf_time, event) = match record {
             PerfRecord::Sample(s) => {
                 let perf_time = self.stamp(s.time);
                 let time = conv.perf_to_tsc(perf_time);
@@ -132,25 +274,19 @@ impl StreamDecoder {
                 match (self.kind, &self.sched, s.raw, s.branch_stack) {
                     (PerfEventKind::SchedSwitchTracepoint, Some(fmt), Some(raw), _) => {
                         let f = fmt.decode(&raw)?;
-                        let idle = |tid: u32| (tid == 0).then_some(0);
-                        let cs = SwitchEvent {
+                        let cs = self.sched_switch(
+                            fmt,
                             time,
-                            cpu,
-                            prev_tid: f.prev_tid,
-                            prev_pid: idle(f.prev_tid)
-                                .or_else(|| sample_pid_of_prev(s.pid, s.tid, f.prev_tid)),
-                            next_tid: f.next_tid,
-                            next_pid: idle(f.next_tid),
-                            prev_state: fmt.state_bits().thread_state(f.prev_state),
-                            prev_prio: fxt_priority(f.prev_prio),
-                            next_prio: fxt_priority(f.next_prio),
-                            sides: SwitchSides::Both,
-                        };
-                        (
+                            (s.pid, s.tid, s.cpu),
+                            (f.prev_tid, f.next_tid),
+                            f.prev_state,
+                            (f.prev_prio, f.next_prio),
+                        );
+                        let names = SwitchNames::Names(Box::new((f.prev_comm, f.next_comm)));
+                        return Ok(Decoded::Event {
                             perf_time,
-                            CaptureEvent::ContextSwitch(cs),
-                            Some((f.prev_comm, f.next_comm)),
-                        )
+                            pending: Pending::Switch(cs, names),
+                        });
                     }
                     (PerfEventKind::BranchSampling, _, _, Some(stack)) => {
                         let b = BranchSample {
@@ -162,7 +298,7 @@ impl StreamDecoder {
                             hw_idx: stack.hw_idx,
                             entries: stack.entries,
                         };
-                        (perf_time, CaptureEvent::Branch(b), None)
+                        (perf_time, CaptureEvent::Branch(b))
                     }
                     (PerfEventKind::SchedSwitchTracepoint, _, None, _) => {
                         return Err(ParseError::Truncated {
@@ -238,7 +374,10 @@ impl StreamDecoder {
                         cs.sides = SwitchSides::IncomingOnly;
                     }
                 }
-                (perf_time, CaptureEvent::ContextSwitch(cs), None)
+                return Ok(Decoded::Event {
+                    perf_time,
+                    pending: Pending::Switch(cs, SwitchNames::None),
+                });
             }
             PerfRecord::Comm(c) => {
                 let perf_time = self.stamp(c.sample_id.time);
@@ -249,7 +388,7 @@ impl StreamDecoder {
                     name: c.name.to_string_lossy(),
                     exec: c.exec,
                 };
-                (perf_time, CaptureEvent::Comm(e), None)
+                (perf_time, CaptureEvent::Comm(e))
             }
             PerfRecord::Mmap(m) => {
                 if !m.executable() {
@@ -275,7 +414,7 @@ impl StreamDecoder {
                     build_id,
                     synthesized: false,
                 };
-                (perf_time, CaptureEvent::Mmap(e), None)
+                (perf_time, CaptureEvent::Mmap(e))
             }
             PerfRecord::Fork(t) => {
                 let perf_time = self.stamp(Some(t.sample_id.time.unwrap_or(t.time)));
@@ -286,7 +425,7 @@ impl StreamDecoder {
                     tid: t.tid,
                     ptid: t.ptid,
                 };
-                (perf_time, CaptureEvent::Fork(e), None)
+                (perf_time, CaptureEvent::Fork(e))
             }
             PerfRecord::Exit(t) => {
                 let perf_time = self.stamp(Some(t.sample_id.time.unwrap_or(t.time)));
@@ -297,7 +436,7 @@ impl StreamDecoder {
                     tid: t.tid,
                     ptid: t.ptid,
                 };
-                (perf_time, CaptureEvent::Exit(e), None)
+                (perf_time, CaptureEvent::Exit(e))
             }
             PerfRecord::Lost {
                 lost, sample_id, ..
@@ -310,11 +449,7 @@ impl StreamDecoder {
         };
         Ok(Decoded::Event {
             perf_time,
-            pending: Pending {
-                event,
-                names,
-                inode,
-            },
+            pending: Pending::Other(Box::new(OtherEvent { event, inode })),
         })
     }
 
@@ -325,7 +460,7 @@ impl StreamDecoder {
         time: Option<u64>,
         cpu: Option<u32>,
         conv: &PerfTimeConverter,
-    ) -> (u64, CaptureEvent, Option<(TaskName, TaskName)>) {
+    ) -> (u64, CaptureEvent) {
         let perf_time = self.stamp(time);
         let e = Lost {
             time: conv.perf_to_tsc(perf_time),
@@ -333,7 +468,7 @@ impl StreamDecoder {
             kind,
             count,
         };
-        (perf_time, CaptureEvent::Lost(e), None)
+        (perf_time, CaptureEvent::Lost(e))
     }
 }
 

@@ -61,13 +61,14 @@ use super::events::{
 };
 use super::refs::{LocalRefs, RefTable, Registration};
 use super::state::LinuxThreadState;
+use crate::format::fields::{ContextSwitchRecord, RecordHeader, SchedulingRecord};
 use crate::format::lbr::{LbrBranch, LbrPayload, LBR_MAX_BRANCHES};
 use crate::format::mmap::{MmapRecord, MMAP_BLOB_NAME, MMAP_MAX_BUILD_ID, MMAP_MAX_PATH};
 use crate::format::{
-    Arg, ArgValue, BatchError, BatchOut, BatchWriter, Blob, BlobType, ContextSwitch, EncodeError,
-    Event, EventKind, Initialization, KernelObject, Log, ObjectType, ProviderEvent, ProviderInfo,
-    Record, RecordWriter, SchedContextSwitch, StringRef, ThreadRef, ThreadState, MAX_STRING_LEN,
-    PROVIDER_EVENT_BUFFER_OVERFLOW,
+    Arg, ArgValue, BatchError, BatchOut, BatchWriter, Blob, BlobType, ContextSwitch, Encode,
+    EncodeError, Event, EventKind, Initialization, KernelObject, Log, ObjectType, ProviderEvent,
+    ProviderInfo, Record, RecordType, RecordWriter, SchedContextSwitch, SchedulingType, StringRef,
+    ThreadRef, ThreadState, MAX_STRING_LEN, PROVIDER_EVENT_BUFFER_OVERFLOW,
 };
 
 /// The process koid of threads whose process could not be learnt (see the module docs).
@@ -98,10 +99,22 @@ pub enum SinkError {
 pub trait RecordSink {
     /// Encodes and appends one record; returns its size in words.
     fn push(&mut self, record: &Record<'_>) -> Result<usize, SinkError>;
+
+    /// Encodes and appends one context switch, the record written per switch; returns its size
+    /// in words. The same as [`Self::push`] of a [`Record::ContextSwitch`]; sinks that encode
+    /// in place override it to encode the record type directly, without going through
+    /// [`Record`]'s dispatch over every record type.
+    fn push_context_switch(&mut self, record: &ContextSwitch) -> Result<usize, SinkError> {
+        self.push(&Record::ContextSwitch(*record))
+    }
 }
 
 impl RecordSink for RecordWriter {
     fn push(&mut self, record: &Record<'_>) -> Result<usize, SinkError> {
+        Ok(RecordWriter::push(self, record)?)
+    }
+
+    fn push_context_switch(&mut self, record: &ContextSwitch) -> Result<usize, SinkError> {
         Ok(RecordWriter::push(self, record)?)
     }
 }
@@ -109,6 +122,10 @@ impl RecordSink for RecordWriter {
 impl<S: RecordSink + ?Sized> RecordSink for &mut S {
     fn push(&mut self, record: &Record<'_>) -> Result<usize, SinkError> {
         (**self).push(record)
+    }
+
+    fn push_context_switch(&mut self, record: &ContextSwitch) -> Result<usize, SinkError> {
+        (**self).push_context_switch(record)
     }
 }
 
@@ -170,10 +187,84 @@ impl<W: Write> FxtStreamSink<W> {
 
 impl<W: Write> RecordSink for FxtStreamSink<W> {
     fn push(&mut self, record: &Record<'_>) -> Result<usize, SinkError> {
-        self.0.push(record).map_err(|e| match e {
-            BatchError::Encode(e) => SinkError::Encode(e),
-            BatchError::Out(e) => SinkError::Io(e),
-        })
+        self.0.push(record).map_err(batch_error)
+    }
+
+    fn push_context_switch(&mut self, record: &ContextSwitch) -> Result<usize, SinkError> {
+        // Encoded straight into the batch's words: the usual two-word record as two stores.
+        match IndexedSwitch::of(record) {
+            Some(words) => self.0.push(&words),
+            None => self.0.push(record),
+        }
+        .map_err(batch_error)
+    }
+}
+
+/// A legacy context switch whose two threads are table indices (nearly every switch): its
+/// header word and timestamp, built from the format's field descriptors, so that writing it
+/// is two stores instead of [`ContextSwitch`]'s general encoder (checked against it by
+/// `indexed_switch_words_are_the_encoders`).
+#[derive(Debug, Clone, Copy)]
+struct IndexedSwitch([u64; 2]);
+
+impl IndexedSwitch {
+    /// `None` when a ref is inline (more words) or an index 0 (an encode error).
+    #[inline]
+    fn of(cs: &ContextSwitch) -> Option<Self> {
+        let (ThreadRef::Index(out), ThreadRef::Index(inc)) = (cs.outgoing, cs.incoming) else {
+            return None;
+        };
+        if out == 0 || inc == 0 {
+            return None;
+        }
+        let header = RecordHeader::TYPE.make(RecordType::Scheduling as u64)
+            | RecordHeader::SIZE.make(2)
+            | ContextSwitchRecord::CPU.make(u64::from(cs.cpu))
+            | ContextSwitchRecord::OUTGOING_STATE.make(cs.outgoing_state as u64)
+            | ContextSwitchRecord::OUTGOING_THREAD_REF.make(u64::from(out))
+            | ContextSwitchRecord::INCOMING_THREAD_REF.make(u64::from(inc))
+            | ContextSwitchRecord::OUTGOING_PRIORITY.make(u64::from(cs.outgoing_priority))
+            | ContextSwitchRecord::INCOMING_PRIORITY.make(u64::from(cs.incoming_priority))
+            | SchedulingRecord::SCHEDULING_TYPE.make(SchedulingType::LegacyContextSwitch as u64);
+        Some(Self([header, cs.ticks]))
+    }
+}
+
+impl Encode for IndexedSwitch {
+    fn words(&self) -> Result<usize, EncodeError> {
+        Ok(2)
+    }
+
+    #[inline]
+    fn write(&self, out: &mut [u64]) -> Result<usize, EncodeError> {
+        let available = out.len();
+        let Some(dst) = out.get_mut(..2) else {
+            return Err(EncodeError::BufferTooSmall {
+                needed: 2,
+                available,
+            });
+        };
+        dst.copy_from_slice(&self.0);
+        Ok(2)
+    }
+
+    fn write_body(&self, body: &mut [u64]) -> Result<(u64, usize), EncodeError> {
+        let available = body.len();
+        let Some(dst) = body.first_mut() else {
+            return Err(EncodeError::BufferTooSmall {
+                needed: 1,
+                available,
+            });
+        };
+        *dst = self.0[1];
+        Ok((self.0[0], 2))
+    }
+}
+
+fn batch_error(e: BatchError<io::Error>) -> SinkError {
+    match e {
+        BatchError::Encode(e) => SinkError::Encode(e),
+        BatchError::Out(e) => SinkError::Io(e),
     }
 }
 
@@ -291,6 +382,14 @@ pub const MAX_REMEMBERED_MAPPINGS: usize = 1 << 18;
 /// the writer keeps at most: in the preload object this memory is the traced program's.
 pub const MAX_REMEMBERED_BYTES: usize = 32 << 20;
 
+/// Slots of the writer's recent-thread cache (a power of two).
+const RECENT_THREADS: usize = 256;
+
+/// The recent-thread cache slot of `tid`.
+fn recent_thread(tid: u32) -> usize {
+    tid as usize & (RECENT_THREADS - 1)
+}
+
 /// A registered thread.
 #[derive(Debug, Clone, Copy)]
 struct ThreadSlot {
@@ -311,6 +410,11 @@ pub struct KernelTraceWriter<S: RecordSink, T: RefTable<S> = LocalRefs> {
     config: KernelTraceConfig,
     stats: KernelTraceStats,
     threads: IdMap<ThreadSlot>,
+    /// Recent entries of `threads` that need no registration (not stale), direct-mapped by
+    /// the tid's low bits: both sides of a context switch are nearly always among them, and a
+    /// hit is a compare instead of a hash lookup. Rules: written with every insert into
+    /// `threads`, cleared with a removal and when a new epoch makes entries stale.
+    recent_threads: Box<[Option<(u32, ThreadSlot)>; RECENT_THREADS]>,
     strings: HashMap<String, u16>,
     cpu_names: IdMap<Option<u16>>,
     released: IdSet,
@@ -361,6 +465,7 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
             config,
             stats,
             threads: IdMap::default(),
+            recent_threads: Box::new([None; RECENT_THREADS]),
             strings: HashMap::new(),
             cpu_names: IdMap::default(),
             released: IdSet::default(),
@@ -464,7 +569,14 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
     /// As [`Self::push`], saying whether the record went in (registrations need to know: an
     /// index whose record was refused must not be referred to).
     fn try_push(&mut self, record: &Record<'_>) -> Result<bool, SinkError> {
-        match self.sink.push(record) {
+        let pushed = self.sink.push(record);
+        self.count_push(pushed)
+    }
+
+    /// Counts what a push did; returns only I/O errors.
+    #[inline]
+    fn count_push(&mut self, pushed: Result<usize, SinkError>) -> Result<bool, SinkError> {
+        match pushed {
             Ok(words) => {
                 self.stats.records += 1;
                 self.stats.words += words as u64;
@@ -559,6 +671,7 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
         }
         self.strings.clear();
         self.cpu_names.clear();
+        self.recent_threads.fill(None);
         for slot in self.threads.values_mut() {
             slot.stale = true;
             slot.index = None;
@@ -578,12 +691,32 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
 
     /// The ref of thread `tid`, registering it (or re-registering it under a new pid, or in a
     /// new epoch).
+    #[inline]
     fn thread_ref(&mut self, tid: u32, pid: Option<u32>) -> Result<ThreadRef, SinkError> {
+        if let Some((t, slot)) = self.recent_threads[recent_thread(tid)] {
+            if t == tid && pid.map_or(true, |p| p == slot.pid) {
+                // The common case: known thread, same process, nothing to register.
+                return Ok(slot_ref(tid, slot));
+            }
+        }
+        self.thread_ref_slow(tid, pid)
+    }
+
+    /// [`Self::thread_ref`] past its cache.
+    #[inline(never)]
+    fn thread_ref_slow(&mut self, tid: u32, pid: Option<u32>) -> Result<ThreadRef, SinkError> {
+        let slot = self.thread_slot(tid, pid)?;
+        self.recent_threads[recent_thread(tid)] = (!slot.stale).then_some((tid, slot));
+        Ok(slot_ref(tid, slot))
+    }
+
+    /// The entry of thread `tid` in `threads`, registering it (or re-registering it under a
+    /// new pid, or in a new epoch) first when needed.
+    fn thread_slot(&mut self, tid: u32, pid: Option<u32>) -> Result<ThreadSlot, SinkError> {
         if let Some(slot) = self.threads.get_mut(&tid) {
             let pid_changed = pid.is_some_and(|p| p != slot.pid);
             if !pid_changed && !slot.stale {
-                // The common case: known thread, same process.
-                return Ok(slot_ref(tid, *slot));
+                return Ok(*slot);
             }
             let mut slot = *slot;
             if pid_changed {
@@ -597,7 +730,7 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
             }
             (slot.index, slot.stale) = self.register_thread(slot.pid, tid)?;
             self.threads.insert(tid, slot);
-            return Ok(slot_ref(tid, slot));
+            return Ok(slot);
         }
         let pid = match pid {
             Some(pid) => pid,
@@ -607,7 +740,7 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
         let (index, stale) = self.register_thread(pid, tid)?;
         let slot = ThreadSlot { pid, index, stale };
         self.threads.insert(tid, slot);
-        Ok(slot_ref(tid, slot))
+        Ok(slot)
     }
 
     /// The process koid of `tid` whose process is unknown: 0 for the idle task, else the
@@ -625,6 +758,10 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
 
     /// Gives `tid`'s index back to the table (the thread will not run again).
     fn release_thread(&mut self, tid: u32) {
+        let recent = &mut self.recent_threads[recent_thread(tid)];
+        if recent.is_some_and(|(t, _)| t == tid) {
+            *recent = None;
+        }
         if let Some(slot) = self.threads.remove(&tid) {
             if let Some(index) = slot.index {
                 self.refs.release_thread(index);
@@ -755,15 +892,18 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
         let incoming_priority = perfetto_priority(cs.next_tid, cs.next_prio);
         self.stats.context_switches += 1;
         match u8::try_from(cs.cpu) {
-            Ok(cpu) => self.push(&Record::ContextSwitch(ContextSwitch {
-                ticks: cs.time,
-                cpu,
-                outgoing_state,
-                outgoing,
-                incoming,
-                outgoing_priority,
-                incoming_priority,
-            }))?,
+            Ok(cpu) => {
+                let pushed = self.sink.push_context_switch(&ContextSwitch {
+                    ticks: cs.time,
+                    cpu,
+                    outgoing_state,
+                    outgoing,
+                    incoming,
+                    outgoing_priority,
+                    incoming_priority,
+                });
+                self.count_push(pushed)?;
+            }
             Err(_) => {
                 self.stats.wide_cpu_switches += 1;
                 // Perfetto reads only these i32 weights on scheduling records, INT32_MIN
@@ -1107,6 +1247,71 @@ mod tests {
             next_prio: 120,
             sides: SwitchSides::Both,
         })
+    }
+
+    /// The two-word context switch is word for word what the general encoder writes, for
+    /// every field's extremes; inline refs and index 0 take the general path.
+    #[test]
+    fn indexed_switch_words_are_the_encoders() {
+        let states = [
+            ThreadState::New,
+            ThreadState::Running,
+            ThreadState::Suspended,
+            ThreadState::Blocked,
+            ThreadState::Dying,
+            ThreadState::Dead,
+        ];
+        for cpu in [0u8, 1, 37, 255] {
+            for state in states {
+                for (out, inc) in [(1u8, 2u8), (255, 1), (17, 17), (128, 254)] {
+                    for (op, ip) in [(0u8, 0u8), (1, 255), (120, 139), (255, 254)] {
+                        let cs = ContextSwitch {
+                            ticks: 0xfedc_ba98_7654_3210 ^ u64::from(cpu),
+                            cpu,
+                            outgoing_state: state,
+                            outgoing: ThreadRef::Index(out),
+                            incoming: ThreadRef::Index(inc),
+                            outgoing_priority: op,
+                            incoming_priority: ip,
+                        };
+                        let mut general = RecordWriter::new();
+                        general.push(&Record::ContextSwitch(cs)).unwrap();
+                        let words = IndexedSwitch::of(&cs).unwrap();
+                        let mut direct = [0u64; 2];
+                        assert_eq!(words.write(&mut direct), Ok(2));
+                        assert_eq!(&direct[..], general.words(), "{cs:?}");
+                        let mut body = [0u64; 1];
+                        assert_eq!(words.write_body(&mut body), Ok((direct[0], 2)));
+                        assert_eq!(body[0], direct[1]);
+                        assert!(words.write(&mut [0u64; 1]).is_err());
+                        // Through the stream sink: the same bytes.
+                        let mut sink = FxtStreamSink::new(Vec::new());
+                        assert_eq!(sink.push_context_switch(&cs).unwrap(), 2);
+                        assert_eq!(sink.finish().unwrap(), words_to_bytes(general.words()));
+                    }
+                }
+            }
+        }
+        let inline = ContextSwitch {
+            ticks: 5,
+            cpu: 0,
+            outgoing_state: ThreadState::Blocked,
+            outgoing: ThreadRef::Inline { pid: 1, tid: 2 },
+            incoming: ThreadRef::Index(3),
+            outgoing_priority: 1,
+            incoming_priority: 2,
+        };
+        assert!(IndexedSwitch::of(&inline).is_none());
+        let zero = ContextSwitch {
+            outgoing: ThreadRef::Index(0),
+            ..inline
+        };
+        assert!(IndexedSwitch::of(&zero).is_none());
+        let mut sink = FxtStreamSink::new(Vec::new());
+        assert!(matches!(
+            sink.push_context_switch(&zero),
+            Err(SinkError::Encode(_))
+        ));
     }
 
     #[test]

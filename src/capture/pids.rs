@@ -116,11 +116,25 @@ impl PidResolver {
     /// Takes the next event (perf time `perf_time`, offered in timestamp order): learns what it
     /// says about pids, fills what is known into a context switch, and queues it. Take the
     /// events that may go out with [`Self::next_ready`].
-    pub(crate) fn offer(&mut self, perf_time: u64, mut pending: Pending) {
+    #[cfg(test)]
+    pub(crate) fn offer(&mut self, perf_time: u64, pending: Pending) {
+        if let Some(pending) = self.admit(perf_time, pending) {
+            self.held.push_back(Held {
+                perf_time,
+                pending,
+                waits: [None, None],
+            });
+        }
+    }
+
+    /// As [`Self::offer`], except that an event which may go out at once (nothing is held
+    /// and its threads' processes are known: nearly always) is handed back instead of being
+    /// queued and taken out again.
+    pub(crate) fn admit(&mut self, perf_time: u64, mut pending: Pending) -> Option<Pending> {
         self.newest = self.newest.max(perf_time);
-        self.learn(&pending.event);
+        self.learn(&pending);
         let mut waits = [None, None];
-        if let CaptureEvent::ContextSwitch(cs) = &mut pending.event {
+        if let Some(cs) = pending.switch_mut() {
             let [prev, next] = sides(cs);
             if prev {
                 cs.prev_pid = cs.prev_pid.or_else(|| self.registry.pid_of(cs.prev_tid));
@@ -143,12 +157,15 @@ impl PidResolver {
                     .or_insert(Wait { pid: None, refs: 0 })
                     .refs += 1;
             }
+        } else if self.held.is_empty() {
+            return Some(pending);
         }
         self.held.push_back(Held {
             perf_time,
             pending,
             waits,
         });
+        None
     }
 
     /// The oldest queued event, if it may go out: its unknown sides are resolved, or it waited
@@ -187,7 +204,7 @@ impl PidResolver {
                 Some(_) => self.stats.resolved += 1,
                 None => self.stats.unresolved += 1,
             }
-            if let CaptureEvent::ContextSwitch(cs) = &mut pending.event {
+            if let Some(cs) = pending.switch_mut() {
                 if side == 0 {
                     cs.prev_pid = pid;
                 } else {
@@ -198,34 +215,36 @@ impl PidResolver {
         Some(pending)
     }
 
-    /// Notes every (pid, tid) fact `event` carries.
-    fn learn(&mut self, event: &CaptureEvent) {
+    /// Notes every (pid, tid) fact `pending` carries.
+    fn learn(&mut self, pending: &Pending) {
         let mut facts: [Option<(u32, u32)>; 2] = [None, None];
-        match event {
-            CaptureEvent::ContextSwitch(cs) => {
-                let [prev, next] = sides(cs);
-                if prev {
-                    facts[0] = cs.prev_pid.map(|p| (p, cs.prev_tid));
-                }
-                if next {
-                    facts[1] = cs.next_pid.map(|p| (p, cs.next_tid));
-                }
+        let event = match pending {
+            Pending::Switch(cs, _) => {
+                facts = switch_facts(cs);
+                None
             }
+            Pending::Other(o) => Some(&o.event),
+        };
+        match event {
+            None => {}
+            Some(CaptureEvent::ContextSwitch(cs)) => facts = switch_facts(cs),
             // The parent is the task that forked (`current`); for EXIT the kernel fills
             // `ptid` with a pid, so only the task's own pair is used there.
-            CaptureEvent::Fork(f) => {
+            Some(CaptureEvent::Fork(f)) => {
                 facts = [Some((f.pid, f.tid)), Some((f.ppid, f.ptid))];
                 self.registry.inherit_name(f.tid, f.ptid);
             }
-            CaptureEvent::Exit(x) => facts[0] = Some((x.pid, x.tid)),
-            CaptureEvent::Comm(c) => facts[0] = Some((c.pid, c.tid)),
-            CaptureEvent::Branch(b) => facts[0] = Some((b.pid, b.tid)),
+            Some(CaptureEvent::Exit(x)) => facts[0] = Some((x.pid, x.tid)),
+            Some(CaptureEvent::Comm(c)) => facts[0] = Some((c.pid, c.tid)),
+            Some(CaptureEvent::Branch(b)) => facts[0] = Some((b.pid, b.tid)),
             // A kernel MMAP2 names the mapping task; a synthesized one comes from /proc.
-            CaptureEvent::Mmap(m) if !m.synthesized => facts[0] = Some((m.pid, m.tid)),
-            CaptureEvent::Mmap(_)
-            | CaptureEvent::Lost(_)
-            | CaptureEvent::Thread(_)
-            | CaptureEvent::Unsupported(_) => {}
+            Some(CaptureEvent::Mmap(m)) if !m.synthesized => facts[0] = Some((m.pid, m.tid)),
+            Some(
+                CaptureEvent::Mmap(_)
+                | CaptureEvent::Lost(_)
+                | CaptureEvent::Thread(_)
+                | CaptureEvent::Unsupported(_),
+            ) => {}
         }
         for (pid, tid) in facts.into_iter().flatten() {
             let Some(pid) = known_pid(pid) else { continue };
@@ -233,11 +252,23 @@ impl PidResolver {
                 continue;
             }
             self.registry.note_thread(pid, tid);
+            if self.waiting.is_empty() {
+                continue;
+            }
             if let Some(w) = self.waiting.get_mut(&tid) {
                 w.pid.get_or_insert(pid);
             }
         }
     }
+}
+
+/// The (pid, tid) facts a context switch carries: its known sides.
+fn switch_facts(cs: &SwitchEvent) -> [Option<(u32, u32)>; 2] {
+    let [prev, next] = sides(cs);
+    [
+        cs.prev_pid.filter(|_| prev).map(|p| (p, cs.prev_tid)),
+        cs.next_pid.filter(|_| next).map(|p| (p, cs.next_tid)),
+    ]
 }
 
 /// Which sides of `cs` name a thread: `[outgoing, incoming]`.
@@ -255,22 +286,18 @@ mod tests {
     use crate::capture::state::LinuxThreadState;
 
     fn switch(time: u64, prev: (u32, Option<u32>), next: u32) -> Pending {
-        Pending {
-            event: CaptureEvent::ContextSwitch(SwitchEvent {
-                time,
-                cpu: 0,
-                prev_tid: prev.0,
-                prev_pid: prev.1,
-                next_tid: next,
-                next_pid: (next == 0).then_some(0),
-                prev_state: LinuxThreadState::Blocked,
-                prev_prio: 120,
-                next_prio: 120,
-                sides: SwitchSides::Both,
-            }),
-            names: None,
-            inode: None,
-        }
+        Pending::of(CaptureEvent::ContextSwitch(SwitchEvent {
+            time,
+            cpu: 0,
+            prev_tid: prev.0,
+            prev_pid: prev.1,
+            next_tid: next,
+            next_pid: (next == 0).then_some(0),
+            prev_state: LinuxThreadState::Blocked,
+            prev_prio: 120,
+            next_prio: 120,
+            sides: SwitchSides::Both,
+        }))
     }
 
     fn resolver() -> PidResolver {
@@ -280,7 +307,7 @@ mod tests {
 
     fn ready(r: &mut PidResolver, finished: bool) -> Vec<SwitchEvent> {
         std::iter::from_fn(|| r.next_ready(finished))
-            .filter_map(|p| match p.event {
+            .filter_map(|p| match p.into_event() {
                 CaptureEvent::ContextSwitch(cs) => Some(cs),
                 _ => None,
             })
@@ -315,17 +342,13 @@ mod tests {
         let mut r = resolver();
         r.offer(
             5,
-            Pending {
-                event: CaptureEvent::Fork(TaskFork {
-                    time: 5,
-                    pid: 300,
-                    ppid: 300,
-                    tid: 301,
-                    ptid: 300,
-                }),
-                names: None,
-                inode: None,
-            },
+            Pending::of(CaptureEvent::Fork(TaskFork {
+                time: 5,
+                pid: 300,
+                ppid: 300,
+                tid: 301,
+                ptid: 300,
+            })),
         );
         r.offer(6, switch(6, (0, Some(0)), 301));
         let out = ready(&mut r, false);
@@ -366,17 +389,13 @@ mod tests {
         r.offer(100, switch(100, (0, Some(0)), 88));
         r.offer(
             105,
-            Pending {
-                event: CaptureEvent::Exit(TaskExit {
-                    time: 105,
-                    pid: 80,
-                    ppid: 1,
-                    tid: 88,
-                    ptid: 1,
-                }),
-                names: None,
-                inode: None,
-            },
+            Pending::of(CaptureEvent::Exit(TaskExit {
+                time: 105,
+                pid: 80,
+                ppid: 1,
+                tid: 88,
+                ptid: 1,
+            })),
         );
         let out = ready(&mut r, false);
         assert_eq!(out[0].next_pid, Some(80));
@@ -424,17 +443,13 @@ mod tests {
         r.offer(1, switch(1, (0, Some(0)), 66));
         r.offer(
             2,
-            Pending {
-                event: CaptureEvent::Exit(TaskExit {
-                    time: 2,
-                    pid: u32::MAX,
-                    ppid: 1,
-                    tid: 66,
-                    ptid: 1,
-                }),
-                names: None,
-                inode: None,
-            },
+            Pending::of(CaptureEvent::Exit(TaskExit {
+                time: 2,
+                pid: u32::MAX,
+                ppid: 1,
+                tid: 66,
+                ptid: 1,
+            })),
         );
         assert!(ready(&mut r, false).is_empty());
         assert_eq!(r.registry.known_pid(66), None);

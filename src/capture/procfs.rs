@@ -44,11 +44,24 @@ pub struct ProcScan {
 /// The most tasks one [`TaskRegistry::scan`] notes (the registry's memory bound at start).
 pub const SCAN_TASK_LIMIT: usize = 1 << 20;
 
+/// Slots of [`TaskRegistry`]'s recent-pid cache (a power of two).
+const RECENT_SLOTS: usize = 256;
+
+/// The recent-pid cache slot of `tid`.
+fn recent_slot(tid: u32) -> usize {
+    tid as usize & (RECENT_SLOTS - 1)
+}
+
 /// Cached tid → (pid, name) and pid → process name.
 #[derive(Debug)]
 pub struct TaskRegistry {
     proc_root: PathBuf,
     threads: IdMap<ThreadEntry>,
+    /// Recent tid → pid answers of `threads`, direct-mapped by the tid's low bits (tid 0:
+    /// empty): a context switch asks for the same few threads again and again, and a hit is a
+    /// load and a compare instead of a hash lookup. Rules: every change of a thread's pid in
+    /// `threads` writes its slot here too (`note_thread`, `pid_of`).
+    recent: Box<[(u32, u32); RECENT_SLOTS]>,
     processes: IdMap<Option<String>>,
     proc_reads: u64,
 }
@@ -65,6 +78,7 @@ impl TaskRegistry {
         Self {
             proc_root: proc_root.into(),
             threads: IdMap::default(),
+            recent: Box::new([(0, 0); RECENT_SLOTS]),
             processes: IdMap::default(),
             proc_reads: 0,
         }
@@ -72,7 +86,14 @@ impl TaskRegistry {
 
     /// Records that `tid` belongs to `pid`.
     pub fn note_thread(&mut self, pid: u32, tid: u32) {
+        let slot = &mut self.recent[recent_slot(tid)];
+        if tid != 0 && *slot == (tid, pid) {
+            return; // known already, the common case: every switch-out says it again
+        }
         self.threads.entry(tid).or_default().pid = Some(Some(pid));
+        if tid != 0 {
+            *slot = (tid, pid);
+        }
     }
 
     /// The process id of `tid` if the registry knows it, without reading `/proc`.
@@ -151,12 +172,22 @@ impl TaskRegistry {
         if tid == 0 {
             return Some(0);
         }
+        let slot = recent_slot(tid);
+        if self.recent[slot].0 == tid {
+            return Some(self.recent[slot].1);
+        }
         if let Some(Some(pid)) = self.threads.get(&tid).map(|e| e.pid) {
+            if let Some(pid) = pid {
+                self.recent[slot] = (tid, pid);
+            }
             return pid;
         }
         self.proc_reads += 1;
         let pid = read_tgid(&self.proc_root.join(tid.to_string()).join("status"));
         self.threads.entry(tid).or_default().pid = Some(pid);
+        if let Some(pid) = pid {
+            self.recent[slot] = (tid, pid);
+        }
         pid
     }
 

@@ -291,8 +291,10 @@ pub(super) struct Counters {
 }
 
 pub(super) fn bump(counter: &AtomicU64, by: u64) {
-    // ATOMICS: a statistic (see `Counters`): Relaxed.
-    counter.fetch_add(by, Ordering::Relaxed);
+    // ATOMICS: a statistic (see `Counters`): Relaxed. Its one writer is the capture thread (or
+    // the starting thread before it is spawned, which the spawn orders before it), so a load
+    // and a store add without a locked read-modify-write on every event.
+    counter.store(counter.load(Ordering::Relaxed) + by, Ordering::Relaxed);
 }
 
 /// A snapshot of a session's counters.
@@ -604,6 +606,7 @@ impl Capture {
                 resolver: PidResolver::new(registry),
                 build_ids: BuildIdCache::new(),
                 announced: IdMap::default(),
+                recent: Box::new([None; ANNOUNCED_SLOTS]),
                 counters: counters.clone(),
                 sink: Box::new(sink),
             },

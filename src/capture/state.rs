@@ -86,6 +86,10 @@ pub fn state_after_switch_out(preempted: bool) -> LinuxThreadState {
 pub struct TaskStateBits {
     letters: Vec<(u64, String)>,
     preempt: u64,
+    /// The bits of `X` (dead) and `Z` (dying), 0 when the kernel has no such letter: looked
+    /// up once here, not by name at every switch ([`Self::thread_state`]).
+    dead: u64,
+    dying: u64,
 }
 
 impl TaskStateBits {
@@ -101,9 +105,24 @@ impl TaskStateBits {
             (0x40, "P"),
             (0x80, "I"),
         ];
+        Self::with_letters(
+            letters.iter().map(|&(b, l)| (b, l.to_owned())).collect(),
+            0x100,
+        )
+    }
+
+    fn with_letters(letters: Vec<(u64, String)>, preempt: u64) -> Self {
+        let bit = |letter: &str| {
+            letters
+                .iter()
+                .find(|(_, l)| l == letter)
+                .map_or(0, |&(b, _)| b)
+        };
         Self {
-            letters: letters.iter().map(|&(b, l)| (b, l.to_owned())).collect(),
-            preempt: 0x100,
+            dead: bit("X"),
+            dying: bit("Z"),
+            letters,
+            preempt,
         }
     }
 
@@ -119,10 +138,8 @@ impl TaskStateBits {
             }
         }
         let highest = letters.iter().map(|&(bit, _)| bit).max()?;
-        Some(Self {
-            preempt: highest.checked_shl(1).filter(|&p| p > highest)?,
-            letters,
-        })
+        let preempt = highest.checked_shl(1).filter(|&p| p > highest)?;
+        Some(Self::with_letters(letters, preempt))
     }
 
     /// The preempt marker bit.
@@ -145,12 +162,11 @@ impl TaskStateBits {
             return LinuxThreadState::Suspended;
         }
         let flags = state & (self.preempt - 1);
-        let has = |letter| self.bit(letter).is_some_and(|b| flags & b != 0);
         if flags == 0 {
             LinuxThreadState::Suspended
-        } else if has("X") {
+        } else if flags & self.dead != 0 {
             LinuxThreadState::Dead
-        } else if has("Z") {
+        } else if flags & self.dying != 0 {
             LinuxThreadState::Dying
         } else {
             LinuxThreadState::Blocked

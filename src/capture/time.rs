@@ -85,9 +85,20 @@ impl TscConversion {
 
     /// perf time → TSC ticks: the smallest tick count whose [`Self::tsc_to_perf`] is `>= time`.
     pub fn perf_to_tsc(&self, time: u64) -> u64 {
-        let delta = u128::from(time.wrapping_sub(self.time_zero));
-        let mult = u128::from(self.time_mult);
-        let cyc = (delta << self.time_shift).div_ceil(mult);
+        let delta = time.wrapping_sub(self.time_zero);
+        let mult = u64::from(self.time_mult);
+        let shift = u32::from(self.time_shift);
+        if shift <= 32 {
+            // The same value in u64 arithmetic (no 128-bit division call): with
+            // delta = q * mult + r, ceil((delta << shift) / mult) is
+            // (q << shift) + ceil((r << shift) / mult), and r << shift < 2^64 since r < 2^32;
+            // the wrapping sum is the u128 result cut to 64 bits, as below.
+            let (q, r) = (delta / mult, delta % mult);
+            return q
+                .wrapping_shl(shift)
+                .wrapping_add((r << shift).div_ceil(mult));
+        }
+        let cyc = (u128::from(delta) << shift).div_ceil(u128::from(mult));
         cyc as u64
     }
 }
@@ -166,10 +177,27 @@ impl MeasuredMapping {
     /// `CLOCK_MONOTONIC_RAW` nanoseconds → TSC ticks.
     pub fn ns_to_tsc(&self, ns: u64) -> u64 {
         let delta = ns as i128 - self.start_ns as i128;
-        let ticks = (delta as f64 * self.ticks_per_ns) as i128;
+        // Converted through i64 when the value fits, which gives the same f64 and the same
+        // truncated integer as i128 does: one instruction each way instead of a library call
+        // (`__floattidf`, `__fixdfti`: with this function, 6.7 % of the recorder's samples in a
+        // cpu-clock profile of `fxtrace record -a` on a KVM guest whose events use this
+        // conversion; BENCHMARKS.md).
+        let delta = match i64::try_from(delta) {
+            Ok(d) => d as f64,
+            Err(_) => delta as f64,
+        };
+        let product = delta * self.ticks_per_ns;
+        let ticks = if product.abs() < I64_LIMIT {
+            i128::from(product as i64)
+        } else {
+            product as i128
+        };
         (self.start_tsc as i128 + ticks).clamp(0, u64::MAX as i128) as u64
     }
 }
+
+/// 2^63: every f64 of smaller magnitude truncates to the same integer as i64 and as i128.
+const I64_LIMIT: f64 = 9_223_372_036_854_775_808.0;
 
 /// One (CLOCK_MONOTONIC_RAW ns, TSC) pair: the tightest of eight rdtscp brackets.
 fn anchor() -> (u64, u64) {
@@ -314,6 +342,56 @@ mod tests {
         assert_eq!(m.ns_to_tsc(3_000), 15_000);
         m.advance_to(2_500, 1); // not later: ignored
         assert_eq!(m.ns_to_tsc(3_000), 15_000);
+    }
+
+    #[test]
+    fn mmap_page_inverse_is_the_u128_one_at_every_magnitude() {
+        let reference = |c: &TscConversion, time: u64| {
+            let delta = u128::from(time.wrapping_sub(c.time_zero));
+            (delta << c.time_shift).div_ceil(u128::from(c.time_mult)) as u64
+        };
+        for (zero, mult, shift) in [
+            (0, 1 << 31, 31),
+            (123_456_789, 2_796_202_667, 32),
+            (u64::MAX - 5, 1, 0),
+            (1 << 40, u32::MAX, 10),
+            (99, 3, 33),
+            (7, u32::MAX, 63),
+        ] {
+            let c = TscConversion::new(zero, mult, shift).unwrap();
+            for time in [0, 1, zero, zero.wrapping_add(1), 1 << 33, 1 << 62, u64::MAX] {
+                assert_eq!(c.perf_to_tsc(time), reference(&c, time), "{c:?} at {time}");
+            }
+        }
+    }
+
+    #[test]
+    fn measured_conversion_is_the_i128_one_at_every_magnitude() {
+        let reference = |m: &MeasuredMapping, ns: u64| {
+            let delta = ns as i128 - m.start_ns as i128;
+            let ticks = (delta as f64 * m.ticks_per_ns) as i128;
+            (m.start_tsc as i128 + ticks).clamp(0, u64::MAX as i128) as u64
+        };
+        for (start_ns, start_tsc, rate) in [
+            (1_000_000_000, 5_000_000_000, 2.4),
+            (u64::MAX - 10, 1 << 40, 3.1),
+            (7, u64::MAX - 1000, 1e12),
+            (1 << 62, 0, 0.5),
+        ] {
+            let m = MeasuredMapping::new(start_ns, start_tsc, rate);
+            for ns in [
+                0,
+                1,
+                start_ns,
+                start_ns.wrapping_add(12_345),
+                start_ns.wrapping_sub(999),
+                1 << 40,
+                1 << 63,
+                u64::MAX,
+            ] {
+                assert_eq!(m.ns_to_tsc(ns), reference(&m, ns), "{m:?} at {ns}");
+            }
+        }
     }
 
     #[test]

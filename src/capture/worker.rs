@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::decode::{known_pid, Decoded, Pending, Skip};
+use super::decode::{known_pid, Decoded, OtherEvent, Pending, Skip};
 use super::events::{CaptureEvent, LostKind, SwitchSides, ThreadInfo, Unsupported};
 use super::ids::IdMap;
 use super::maps::{BuildIdCache, MapsSynthesis};
@@ -29,16 +29,30 @@ pub(super) struct Delivery {
     pub(super) build_ids: BuildIdCache,
     /// Threads announced, with the pid they were announced with.
     pub(super) announced: IdMap<Option<u32>>,
+    /// Recent entries of `announced`, direct-mapped by the tid's low bits: a context switch
+    /// names the same few threads again and again, and a hit is a compare instead of a hash
+    /// lookup. Rules: written with every insert into `announced` (entries are never removed
+    /// from it), so a slot holding a tid holds its entry.
+    pub(super) recent: Box<[Option<Announced>; ANNOUNCED_SLOTS]>,
     pub(super) counters: Arc<Counters>,
     pub(super) sink: Box<dyn FnMut(CaptureEvent) + Send>,
 }
+
+/// A thread announced, with the pid it was announced with.
+pub(super) type Announced = (u32, Option<u32>);
+
+/// Slots of [`Delivery::recent`] (a power of two).
+pub(super) const ANNOUNCED_SLOTS: usize = 256;
 
 impl Delivery {
     /// Takes the next event in timestamp order (perf time `perf_time`); delivers it and any
     /// events it unblocks once their threads' processes are known (see [`super::pids`]).
     pub(super) fn deliver(&mut self, perf_time: u64, pending: Pending) {
-        self.resolver.offer(perf_time, pending);
-        self.release(false);
+        match self.resolver.admit(perf_time, pending) {
+            // Nothing held before it, nothing unknown: straight on.
+            Some(pending) => self.process(pending),
+            None => self.release(false),
+        }
     }
 
     /// Delivers what the resolver lets go; `finished`: everything (end of capture).
@@ -54,24 +68,27 @@ impl Delivery {
     }
 
     pub(super) fn process(&mut self, pending: Pending) {
-        let Pending {
-            mut event,
-            names,
-            inode,
-        } = pending;
+        let (cs, names) = match pending {
+            Pending::Switch(cs, names) => (cs, names),
+            Pending::Other(other) => return self.process_other(*other),
+        };
+        if cs.sides != SwitchSides::IncomingOnly {
+            self.announce(cs.time, cs.prev_tid, cs.prev_pid, || names.prev());
+        }
+        if cs.sides != SwitchSides::OutgoingOnly {
+            self.announce(cs.time, cs.next_tid, cs.next_pid, || names.next());
+        }
+        bump(&self.counters.switches, 1);
+        self.emit(CaptureEvent::ContextSwitch(cs));
+    }
+
+    /// [`Self::process`] for every event but a context switch held as [`Pending::Switch`].
+    fn process_other(&mut self, other: OtherEvent) {
+        let OtherEvent { mut event, inode } = other;
         match &mut event {
             CaptureEvent::ContextSwitch(cs) => {
-                let (prev_name, next_name) = match &names {
-                    Some((p, n)) => (Some(p), Some(n)),
-                    None => (None, None),
-                };
-                if cs.sides != SwitchSides::IncomingOnly {
-                    self.announce(cs.time, cs.prev_tid, cs.prev_pid, prev_name);
-                }
-                if cs.sides != SwitchSides::OutgoingOnly {
-                    self.announce(cs.time, cs.next_tid, cs.next_pid, next_name);
-                }
-                bump(&self.counters.switches, 1);
+                let cs = *cs;
+                return self.process(Pending::Switch(cs, super::decode::SwitchNames::None));
             }
             CaptureEvent::Comm(c) => self.resolver.registry.note_name(c.tid, &c.name),
             CaptureEvent::Mmap(m) => {
@@ -81,7 +98,7 @@ impl Delivery {
                 bump(&self.counters.mmaps, 1);
             }
             CaptureEvent::Branch(b) => {
-                self.announce(b.time, b.tid, known_pid(b.pid), None);
+                self.announce(b.time, b.tid, known_pid(b.pid), || None);
                 bump(&self.counters.branch_samples, 1);
             }
             CaptureEvent::Fork(_)
@@ -96,18 +113,41 @@ impl Delivery {
     /// Announces `tid` before its first event, and again when its process changes (a pid
     /// learnt after a thread went out unresolved, a tid reused by another process). A thread
     /// announced without a process is counted ([`CaptureStats::unknown_process_threads`]).
+    /// `name`: the name the event carried, asked for only when the thread is announced.
+    #[inline]
     pub(super) fn announce(
         &mut self,
         time: u64,
         tid: u32,
         pid: Option<u32>,
-        name: Option<&TaskName>,
+        name: impl FnOnce() -> Option<TaskName>,
     ) {
-        let first = match self.announced.get(&tid) {
-            None => true,
-            Some(&before) if pid.is_some() && pid != before => false,
-            Some(_) => return,
+        let slot = tid as usize & (ANNOUNCED_SLOTS - 1);
+        let before = match self.recent[slot] {
+            Some((t, before)) if t == tid => Some(before),
+            _ => self.announced.get(&tid).copied(),
         };
+        let first = match before {
+            None => true,
+            Some(before) if pid.is_some() && pid != before => false,
+            Some(before) => {
+                self.recent[slot] = Some((tid, before));
+                return;
+            }
+        };
+        self.announce_new(time, tid, pid, name(), first);
+    }
+
+    /// The announcement itself (see [`Self::announce`]).
+    #[inline(never)]
+    fn announce_new(
+        &mut self,
+        time: u64,
+        tid: u32,
+        pid: Option<u32>,
+        name: Option<TaskName>,
+        first: bool,
+    ) {
         let registry = &mut self.resolver.registry;
         if let Some(n) = name {
             registry.note_name(tid, &n.to_string_lossy());
@@ -120,6 +160,7 @@ impl Delivery {
             process_name: pid.and_then(|p| registry.process_name(p)),
         };
         self.announced.insert(tid, pid);
+        self.recent[tid as usize & (ANNOUNCED_SLOTS - 1)] = Some((tid, pid));
         if first {
             bump(&self.counters.threads, 1);
             if pid.is_none() && tid != 0 {
@@ -264,14 +305,7 @@ impl Worker {
         for m in found.maps {
             // Stamped before every kernel record; nothing is held yet, so the perf time given
             // to the pid resolver only has to be no later than theirs.
-            d.deliver(
-                0,
-                Pending {
-                    event: CaptureEvent::Mmap(m),
-                    names: None,
-                    inode: None,
-                },
-            );
+            d.deliver(0, Pending::of(CaptureEvent::Mmap(m)));
         }
     }
 
@@ -339,11 +373,13 @@ impl Worker {
                 };
                 match slot.decoder.decode(&raw, &self.conv) {
                     Ok(Decoded::Event { perf_time, pending }) => {
-                        if let CaptureEvent::Lost(l) = &pending.event {
-                            bump(&counters.lost_reports, 1);
-                            match l.kind {
-                                LostKind::Records => bump(&counters.lost_records, l.count),
-                                LostKind::Samples => bump(&counters.lost_samples, l.count),
+                        if let Pending::Other(o) = &pending {
+                            if let CaptureEvent::Lost(l) = &o.event {
+                                bump(&counters.lost_reports, 1);
+                                match l.kind {
+                                    LostKind::Records => bump(&counters.lost_records, l.count),
+                                    LostKind::Samples => bump(&counters.lost_samples, l.count),
+                                }
                             }
                         }
                         self.merger.push(stream, perf_time, pending);
