@@ -205,12 +205,12 @@ impl<W: Write> RecordSink for FxtStreamSink<W> {
 /// is two stores instead of [`ContextSwitch`]'s general encoder (checked against it by
 /// `indexed_switch_words_are_the_encoders`).
 #[derive(Debug, Clone, Copy)]
-struct IndexedSwitch([u64; 2]);
+pub struct IndexedSwitch([u64; 2]);
 
 impl IndexedSwitch {
     /// `None` when a ref is inline (more words) or an index 0 (an encode error).
     #[inline]
-    fn of(cs: &ContextSwitch) -> Option<Self> {
+    pub fn of(cs: &ContextSwitch) -> Option<Self> {
         let (ThreadRef::Index(out), ThreadRef::Index(inc)) = (cs.outgoing, cs.incoming) else {
             return None;
         };

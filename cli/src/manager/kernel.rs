@@ -280,10 +280,21 @@ struct KernelSink(SectionSink);
 
 impl RecordSink for KernelSink {
     fn push(&mut self, record: &Record<'_>) -> Result<usize, SinkError> {
-        self.0.push(record).map_err(|e| match e {
-            SectionError::Encode(e) => SinkError::Encode(e),
-            SectionError::Closed => SinkError::Io(io::Error::other(e.to_string())),
-        })
+        self.0.push(record).map_err(section_error)
+    }
+
+    fn push_context_switch(
+        &mut self,
+        record: &fxtrace::format::ContextSwitch,
+    ) -> Result<usize, SinkError> {
+        self.0.push_context_switch(record).map_err(section_error)
+    }
+}
+
+fn section_error(e: SectionError) -> SinkError {
+    match e {
+        SectionError::Encode(e) => SinkError::Encode(e),
+        SectionError::Closed => SinkError::Io(io::Error::other(e.to_string())),
     }
 }
 

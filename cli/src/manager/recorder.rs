@@ -42,7 +42,10 @@ use super::lifecycle;
 use super::report::{ProviderReport, RefusedPeer, SectionReport, SummaryTable};
 use super::server::{Manager, ManagerConfig, ManagerError, ManagerEvent, Waker};
 use super::session::{SessionConfig, SessionState};
-use fxtrace::format::{self, BatchError, BatchOut, BatchWriter, EncodeError, Record};
+use fxtrace::capture::fxt::IndexedSwitch;
+use fxtrace::format::{
+    self, BatchError, BatchOut, BatchWriter, ContextSwitch, Encode, EncodeError, Record,
+};
 use fxtrace::protocol::control::{BufferingMode, SessionFigures};
 use fxtrace::protocol::transport::{ListenerOptions, SOCKET_ENV, SOCKET_FILE_NAME};
 
@@ -518,6 +521,19 @@ impl SectionSink {
         if matches!(record, Record::ProviderInfo(_) | Record::ProviderSection(_)) {
             return Ok(0);
         }
+        self.push_encoded(record)
+    }
+
+    /// Encode one context switch into the batch (the two-word form when both threads are
+    /// indexed: two stores instead of the general encoder).
+    pub fn push_context_switch(&mut self, record: &ContextSwitch) -> Result<usize, SectionError> {
+        match IndexedSwitch::of(record) {
+            Some(words) => self.push_encoded(&words),
+            None => self.push_encoded(record),
+        }
+    }
+
+    fn push_encoded<R: Encode + ?Sized>(&mut self, record: &R) -> Result<usize, SectionError> {
         let n = self.batch.push(record).map_err(|e| match e {
             BatchError::Encode(e) => SectionError::Encode(e),
             BatchError::Out(e) => e,
@@ -1178,6 +1194,36 @@ fn wait_child(child: &mut Child, pidfd: Option<&OwnedFd>, limit: Duration) -> Op
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_section_writes_a_context_switch_as_the_general_encoder_does() {
+        use fxtrace::format::{ThreadRef, ThreadState};
+        let waker = Waker::new().unwrap();
+        for (outgoing, incoming) in [
+            (ThreadRef::Index(3), ThreadRef::Index(7)),
+            (ThreadRef::Inline { pid: 1, tid: 2 }, ThreadRef::Index(7)),
+        ] {
+            let cs = ContextSwitch {
+                ticks: 12345,
+                cpu: 3,
+                outgoing_state: ThreadState::Blocked,
+                outgoing,
+                incoming,
+                outgoing_priority: 20,
+                incoming_priority: 0,
+            };
+            let (mut fast, fast_rx) = SectionSink::channel(1, waker.clone());
+            let (mut general, general_rx) = SectionSink::channel(1, waker.clone());
+            fast.push_context_switch(&cs).unwrap();
+            general.push(&Record::ContextSwitch(cs)).unwrap();
+            fast.flush().unwrap();
+            general.flush().unwrap();
+            let fast: Vec<u8> = fast_rx.try_iter().flatten().collect();
+            let general: Vec<u8> = general_rx.try_iter().flatten().collect();
+            assert!(!fast.is_empty());
+            assert_eq!(fast, general);
+        }
+    }
 
     #[test]
     fn status_descriptions() {
