@@ -44,7 +44,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use crate::clock;
 use crate::engine::category::tracing_maybe_on;
 use crate::engine::global::with_current;
-use crate::engine::record::{Scope, TraceStr, TraceWriter};
+use crate::engine::record::{TraceStr, TraceWriter};
 use crate::engine::Context;
 use crate::format::{Arg, ArgValue, EventKind, StringRef, MAX_STRING_LEN};
 
@@ -134,29 +134,35 @@ thread_local! {
     };
 }
 
-/// Entries of the per-thread cache of `_static` strings, by address.
+/// Entries of the per-thread cache of `_static` string pairs, by their two addresses.
 const STATIC_TEXT_ENTRIES: usize = 32;
 
+/// A `_static` call's two strings, keyed by their addresses (0, 0: empty).
+type StaticPair = (usize, usize, &'static str, &'static str);
+
 #[allow(clippy::declare_interior_mutable_const)] // array-repeat initialiser only
-const EMPTY_STATIC_TEXT: Cell<(usize, &str)> = Cell::new((0, ""));
+const EMPTY_STATIC_PAIR: Cell<StaticPair> = Cell::new((0, 0, "", ""));
 
 thread_local! {
-    /// `_static` strings already read, by address (two-way set associative: a call's category
-    /// and name never evict each other): their promise (unchanged at the same address until
-    /// the process exits) makes the address the key. Plain data, `const`-initialised, no
-    /// destructor, like [`CATEGORIES`].
-    static STATIC_TEXT: [Cell<(usize, &'static str)>; STATIC_TEXT_ENTRIES] =
-        const { [EMPTY_STATIC_TEXT; STATIC_TEXT_ENTRIES] };
+    /// `_static` string pairs already read, by their addresses (two-way set associative):
+    /// their promise (unchanged at the same address until the process exits) makes the
+    /// addresses the key; one comparison of both finds a call site's pair. Plain data,
+    /// `const`-initialised, no destructor, like [`CATEGORIES`].
+    static STATIC_TEXT: [Cell<StaticPair>; STATIC_TEXT_ENTRIES] =
+        const { [EMPTY_STATIC_PAIR; STATIC_TEXT_ENTRIES] };
 }
 
-/// The first of the two cache entries `key` may occupy (Fibonacci hashing of the address).
-fn static_text_set(key: usize) -> usize {
+/// The first of the two cache entries the pair (`a`, `b`) may occupy (Fibonacci hashing of
+/// the addresses).
+fn static_text_set(a: usize, b: usize) -> usize {
     const BITS: u32 = STATIC_TEXT_ENTRIES.trailing_zeros();
-    ((key as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - BITS)) as usize & !1
+    let key = (a as u64) ^ (b as u64).rotate_left(29);
+    (key.wrapping_mul(0x9e37_79b9_7f4a_7c15) >> (64 - BITS)) as usize & !1
 }
 
-/// The texts of a `_static` call's two C strings, each read (`strlen`, UTF-8 check) once per
-/// thread and address; one thread-local access when both are cached.
+/// The texts of a `_static` call's two C strings, each pair read (`strlen`, UTF-8 check) once
+/// per thread and pair of addresses; one thread-local access and one comparison of both
+/// addresses when cached.
 ///
 /// # Safety
 ///
@@ -164,69 +170,64 @@ fn static_text_set(key: usize) -> usize {
 /// address until the process exits.
 #[inline(always)]
 unsafe fn static_texts(a: *const c_char, b: *const c_char) -> (&'static str, &'static str) {
-    let lookup = |cache: &[Cell<(usize, &'static str)>; STATIC_TEXT_ENTRIES], key: usize| {
-        let set = static_text_set(key);
-        let (first, second) = (cache[set].get(), cache[set + 1].get());
-        if first.0 == key {
-            Some(first.1)
-        } else if second.0 == key {
-            Some(second.1)
-        } else {
-            None
-        }
-    };
     let (ka, kb) = (a as usize, b as usize);
+    let set = static_text_set(ka, kb);
     let hit = STATIC_TEXT
-        .try_with(|cache| lookup(cache, ka).zip(lookup(cache, kb)))
+        .try_with(|cache| {
+            let first = cache[set].get();
+            if (first.0, first.1) == (ka, kb) {
+                return Some((first.2, first.3));
+            }
+            let second = cache[set + 1].get();
+            ((second.0, second.1) == (ka, kb)).then_some((second.2, second.3))
+        })
         .ok()
         .flatten();
     match hit {
         Some(texts) => texts,
         // SAFETY: forwarded caller's promise.
-        None => unsafe { (static_text(a), static_text(b)) },
+        None => unsafe { static_texts_slow(a, b, set) },
     }
 }
 
-/// One `_static` string: from the cache, else read and cached ([`static_texts`]'s slow path).
+/// [`static_texts`]'s miss: read both strings and cache the pair.
 ///
 /// # Safety
 ///
 /// As [`static_texts`].
 #[cold]
 #[inline(never)]
-unsafe fn static_text(p: *const c_char) -> &'static str {
-    let key = p as usize;
-    if key == 0 {
-        return "";
-    }
-    let set = static_text_set(key);
-    let cached = STATIC_TEXT
-        .try_with(|cache| {
-            [cache[set].get(), cache[set + 1].get()]
-                .into_iter()
-                .find(|entry| entry.0 == key)
-                .map(|entry| entry.1)
-        })
-        .ok()
-        .flatten();
-    if let Some(text) = cached {
-        return text;
-    }
-    // SAFETY: the caller's promise: the string lives, unchanged, for the rest of the process.
-    let text: &'static str = unsafe { c_text(p) };
-    // An empty way first, else the first way (a third address in the set evicts it). While
-    // the thread is being torn down there is no cache: the text is simply returned.
+unsafe fn static_texts_slow(
+    a: *const c_char,
+    b: *const c_char,
+    set: usize,
+) -> (&'static str, &'static str) {
+    let read = |p: *const c_char| -> &'static str {
+        if p.is_null() {
+            return "";
+        }
+        // SAFETY: the caller's promise: the string lives, unchanged, for the rest of the
+        // process.
+        unsafe { c_text(p) }
+    };
+    let (ta, tb) = (read(a), read(b));
+    // An empty way first, else the first way (a third pair in the set evicts it). While the
+    // thread is being torn down there is no cache: the texts are simply returned.
     let _ = STATIC_TEXT.try_with(|cache| {
-        let way = if cache[set].get().0 == 0 {
+        let empty = |i: usize| {
+            let e = cache[i].get();
+            (e.0, e.1) == (0, 0)
+        };
+        let way = if empty(set) {
             set
-        } else if cache[set + 1].get().0 == 0 {
+        } else if empty(set + 1) {
             set + 1
         } else {
             set
         };
-        cache[way].set((key, text));
+        cache[way].set((a as usize, b as usize, ta, tb));
     });
-    text
+    (ta, tb)
 }
 
 /// Whether `category` (any text) is enabled in trace `generation` of `context`, through the
@@ -369,7 +370,7 @@ unsafe fn emit(
 /// plus the cache lookup. One function per kind (no kind to pass or match); each swallows
 /// any panic.
 macro_rules! static_emitters {
-    ($($(#[$doc:meta])* $name:ident => $facade:ident($($extra:expr),*);)*) => {$(
+    ($($(#[$doc:meta])* $name:ident => $kind:expr;)*) => {$(
         $(#[$doc])*
         ///
         /// # Safety
@@ -381,7 +382,9 @@ macro_rules! static_emitters {
             let _ = catch_unwind(AssertUnwindSafe(|| {
                 // SAFETY: the caller's promise (static strings).
                 let (category, name) = unsafe { static_texts(category, name) };
-                crate::trace::$facade(category, name, $($extra),*);
+                // The facade's memoised path itself (the exported function checked that
+                // tracing may be on): a thread-scoped event of static strings, no arguments.
+                crate::trace::emit_memoised(category, name, $kind, &[]);
             }));
         }
     )*};
@@ -389,11 +392,11 @@ macro_rules! static_emitters {
 
 static_emitters! {
     /// `fxtrace_instant_static`'s slow path.
-    emit_static_instant => instant(Scope::Thread, &[]);
+    emit_static_instant => EventKind::Instant;
     /// `fxtrace_duration_begin_static`'s slow path.
-    emit_static_duration_begin => duration_begin(&[]);
+    emit_static_duration_begin => EventKind::DurationBegin;
     /// `fxtrace_duration_end_static`'s slow path.
-    emit_static_duration_end => duration_end(&[]);
+    emit_static_duration_end => EventKind::DurationEnd;
 }
 
 // === the exported functions ===
@@ -601,41 +604,42 @@ pub unsafe extern "C" fn fxtrace_alert(name: *const c_char) -> c_int {
 #[cfg(test)]
 mod tests {
     #[test]
-    fn static_text_is_read_once_per_address() {
+    fn static_texts_are_read_once_per_pair_of_addresses() {
         let a = c"first";
         let b = c"second";
-        // SAFETY: C string literals: static and unchanged.
+        // SAFETY: C string literals: static and unchanged; NULL is allowed.
         unsafe {
-            assert_eq!(super::static_text(a.as_ptr()), "first");
-            assert_eq!(super::static_text(b.as_ptr()), "second");
-            assert_eq!(super::static_text(std::ptr::null()), "");
+            assert_eq!(super::static_texts(a.as_ptr(), b.as_ptr()), ("first", "second"));
+            assert_eq!(super::static_texts(std::ptr::null(), b.as_ptr()), ("", "second"));
         }
-        let cached = |p: *const std::ffi::c_char| {
-            let set = super::static_text_set(p as usize);
-            super::STATIC_TEXT
-                .with(|c| [c[set].get().0, c[set + 1].get().0].contains(&(p as usize)))
+        let cached = |x: usize, y: usize| {
+            let set = super::static_text_set(x, y);
+            super::STATIC_TEXT.with(|c| {
+                [c[set].get(), c[set + 1].get()]
+                    .iter()
+                    .any(|e| (e.0, e.1) == (x, y))
+            })
         };
-        assert!(cached(a.as_ptr()) && cached(b.as_ptr()));
-        // Two addresses of one set keep each other.
-        let s1 = 0x1000usize;
-        let s2 = (1..)
-            .map(|i| s1 + 8 * i)
-            .find(|&k| super::static_text_set(k) == super::static_text_set(s1))
+        assert!(cached(a.as_ptr() as usize, b.as_ptr() as usize));
+        assert!(cached(0, b.as_ptr() as usize));
+        // Two pairs of one set keep each other, and a cached pair is not read again.
+        let p1 = (0x1000usize, 0x2000usize);
+        let set = super::static_text_set(p1.0, p1.1);
+        let p2 = (1..)
+            .map(|i| (0x1000 + 8 * i, 0x2000))
+            .find(|&(x, y)| super::static_text_set(x, y) == set)
             .unwrap();
-        let set = super::static_text_set(s1);
         super::STATIC_TEXT.with(|c| {
-            c[set].set((0, ""));
-            c[set + 1].set((0, ""));
+            c[set].set((p1.0, p1.1, "one", "uno"));
+            c[set + 1].set((p2.0, p2.1, "two", "dos"));
         });
-        // Not dereferenced when cached: pretend both were read.
-        super::STATIC_TEXT.with(|c| {
-            c[set].set((s1, "one"));
-            c[set + 1].set((s2, "two"));
-        });
-        // SAFETY: both addresses are cached, so neither is read.
+        // SAFETY: both pairs are cached, so no address is read.
         unsafe {
-            assert_eq!(super::static_text(s1 as *const std::ffi::c_char), "one");
-            assert_eq!(super::static_text(s2 as *const std::ffi::c_char), "two");
+            let texts = |(x, y): (usize, usize)| {
+                super::static_texts(x as *const std::ffi::c_char, y as *const std::ffi::c_char)
+            };
+            assert_eq!(texts(p1), ("one", "uno"));
+            assert_eq!(texts(p2), ("two", "dos"));
         }
     }
 

@@ -121,7 +121,12 @@ fn emit(
 /// path that fills it. Not generic, so that the whole path is compiled (and inlined) inside
 /// this crate.
 #[inline(never)]
-fn emit_memoised(category: &'static str, name: &'static str, kind: EventKind, args: &[Arg<'_>]) {
+pub(crate) fn emit_memoised(
+    category: &'static str,
+    name: &'static str,
+    kind: EventKind,
+    args: &[Arg<'_>],
+) {
     with_current(|context| {
         if context.event_memoised(category, name, kind, args) {
             return;
