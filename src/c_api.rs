@@ -609,8 +609,14 @@ mod tests {
         let b = c"second";
         // SAFETY: C string literals: static and unchanged; NULL is allowed.
         unsafe {
-            assert_eq!(super::static_texts(a.as_ptr(), b.as_ptr()), ("first", "second"));
-            assert_eq!(super::static_texts(std::ptr::null(), b.as_ptr()), ("", "second"));
+            assert_eq!(
+                super::static_texts(a.as_ptr(), b.as_ptr()),
+                ("first", "second")
+            );
+            assert_eq!(
+                super::static_texts(std::ptr::null(), b.as_ptr()),
+                ("", "second")
+            );
         }
         let cached = |x: usize, y: usize| {
             let set = super::static_text_set(x, y);

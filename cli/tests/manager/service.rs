@@ -745,3 +745,21 @@ fn a_provider_that_dies_during_a_session_leaves_the_registry() {
     daemon.ok(&["stop"]);
     daemon.ok(&["terminate"]);
 }
+
+#[test]
+fn stop_no_write_discards_what_the_providers_hold() {
+    let fixture = WithService::new();
+    let out = fixture.file("discarded.fxt");
+    fixture
+        .daemon
+        .ok(&["start", "--detach", "-o", out.to_str().unwrap()]);
+    std::thread::sleep(Duration::from_millis(300));
+    fixture.daemon.ok(&["stop", "--no-write"]);
+    assert_eq!(requests(&out), 0, "events were written despite --no-write");
+    // The session goes on: started again, stopped with writing.
+    fixture.daemon.ok(&["start", "--session", "1", "--clear"]);
+    std::thread::sleep(Duration::from_millis(300));
+    fixture.daemon.ok(&["stop"]);
+    assert!(requests(&out) >= 5);
+    fixture.daemon.ok(&["terminate"]);
+}
