@@ -330,35 +330,56 @@ pub(crate) fn start(args: &StartArgs) -> Result<ExitCode, ServiceCliError> {
         }),
     }));
     let mut controller = connect("start", &args.socket)?;
+    if !args.detach && args.session.is_none() {
+        // Ctrl-C from now on stops the session and writes it (checked once it is tracing).
+        for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
+            // SAFETY: the handler only stores an atomic flag.
+            unsafe { libc::signal(signal, on_interrupt as *const () as libc::sighandler_t) };
+        }
+    }
     let reply = call(
         "start",
         &mut controller,
         &request,
         output.as_ref().map(OutputFile::file),
     )?;
+    if !matches!(reply, Reply::Started { .. } | Reply::Stopped(_)) {
+        // Nothing was written: the fresh file goes (the previous trace stays).
+        return Err(unexpected("start", &reply));
+    }
     if let Some(mut out) = output {
         // The service writes through its descriptor: the file keeps growing at its name.
         match out.commit() {
             Ok(Some(old)) => note!("the previous trace was kept as {}", old.display()),
             Ok(None) => {}
             Err(source) => {
-                return Err(ServiceCliError::Output {
-                    path: out.path().to_owned(),
-                    source,
-                })
+                let at = out.current_path().to_owned();
+                // The service writes into it: keep it where it is and say where.
+                std::mem::forget(out);
+                return Err(ServiceCliError::Output { path: at, source });
             }
         }
         // Dropping a committed output leaves the file.
         drop(out);
     }
-    let Reply::Started {
-        session,
-        providers,
-        timed_out,
-        notes,
-    } = reply
-    else {
-        return Err(unexpected("start", &reply));
+    let (session, providers, timed_out, notes) = match reply {
+        Reply::Started {
+            session,
+            providers,
+            timed_out,
+            notes,
+        } => (session, providers, timed_out, notes),
+        Reply::Stopped(info) => {
+            // Stopped (by another controller, its duration, the service's end) before every
+            // provider had acknowledged the start: what was written is in the file.
+            note!(
+                "session {} stopped before its start completed",
+                info.session
+            );
+            print_session(&info);
+            return Ok(ExitCode::SUCCESS);
+        }
+        other => return Err(unexpected("start", &other)),
     };
     for n in notes {
         note!("{n}");
@@ -385,10 +406,6 @@ pub(crate) fn start(args: &StartArgs) -> Result<ExitCode, ServiceCliError> {
 /// Stay with the session until it stops (duration, alert, another controller's stop, or
 /// Ctrl-C here, which stops it and writes the archive).
 fn attached(controller: &mut Controller, session: u32) -> Result<ExitCode, ServiceCliError> {
-    for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP] {
-        // SAFETY: the handler only stores an atomic flag.
-        unsafe { libc::signal(signal, on_interrupt as *const () as libc::sighandler_t) };
-    }
     let fail = |source| ServiceCliError::Controller {
         command: "start",
         source,

@@ -79,6 +79,9 @@ pub(super) enum ConnError {
     /// `recv` failed.
     #[error("reading the control socket: {0}")]
     Recv(Errno),
+    /// `send` failed.
+    #[error("writing the control socket: {0}")]
+    Send(Errno),
     /// A frame announces a body larger than this connection accepts.
     /// More descriptors than messages carry.
     #[error("sent more file descriptors than its messages carry (at most {MAX_QUEUED_FDS})")]
@@ -234,7 +237,7 @@ impl FramedConn {
                 Err(Errno::EPIPE | Errno::ECONNRESET) => {
                     return Err(ConnError::Transport(TransportError::PeerClosed))
                 }
-                Err(e) => return Err(ConnError::Recv(e)),
+                Err(e) => return Err(ConnError::Send(e)),
             }
         }
         if self.tx_sent == self.tx.len() {

@@ -763,3 +763,70 @@ fn stop_no_write_discards_what_the_providers_hold() {
     assert!(requests(&out) >= 5);
     fixture.daemon.ok(&["terminate"]);
 }
+
+/// A provider registered with the service over a raw connection that never answers
+/// (Initialize comes; no STARTED is ever sent). Keep it alive for the test.
+fn silent_provider(socket: &Path) -> ControlConn {
+    let mut conn = ControlConn::connect(socket, Duration::from_secs(1)).unwrap();
+    conn.send_msg(
+        &Message::Register {
+            pid: std::process::id(),
+            name: "silent".into(),
+            known_categories: Vec::new(),
+            accepts_ticks_per_second: false,
+            waits_for_session: true,
+        },
+        &[],
+    )
+    .unwrap();
+    let (msg, _) = conn.recv_msg().unwrap();
+    assert!(matches!(msg, Message::Registered { .. }), "{msg:?}");
+    conn
+}
+
+#[test]
+fn a_start_stopped_before_it_completes_is_answered_and_its_trace_kept() {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start(dir.path());
+    let _silent = silent_provider(&daemon.socket);
+    daemon.wait_providers("silent", 1);
+    let out = dir.path().join("early.fxt");
+    let controller = attached_controller(&daemon, &out);
+    // The start waits for the silent provider (up to 5 s): stop it meanwhile.
+    daemon.ok(&["stop"]);
+    let output = controller.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{err}");
+    assert!(err.contains("stopped before its start completed"), "{err}");
+    let bytes = std::fs::read(&out).unwrap();
+    assert!(bytes.starts_with(&fxtrace::format::MAGIC_WORD.to_le_bytes()));
+}
+
+#[test]
+fn a_terminate_sent_just_before_closing_is_carried_out() {
+    use fxtrace_tools::manager::service::protocol::{FromService, Request};
+    let fixture = WithService::new();
+    let out = fixture.file("closing.fxt");
+    fixture
+        .daemon
+        .ok(&["start", "--detach", "-o", out.to_str().unwrap()]);
+    std::thread::sleep(Duration::from_millis(300));
+    let mut raw = ControlConn::connect(&fixture.daemon.socket, Duration::from_secs(1)).unwrap();
+    raw.send_msg(&Request::Status {}.to_message(0).unwrap(), &[])
+        .unwrap();
+    let (reply, _) = raw.recv_msg().unwrap();
+    let Message::Controller { body, .. } = reply else {
+        panic!("{reply:?}")
+    };
+    assert!(FromService::parse(&body).is_ok());
+    raw.send_msg(
+        &Request::Terminate { session: None }.to_message(0).unwrap(),
+        &[],
+    )
+    .unwrap();
+    drop(raw);
+    fixture
+        .daemon
+        .wait_log("session 1 ended", Duration::from_secs(10));
+    assert!(requests(&out) >= 1);
+}

@@ -175,6 +175,9 @@ struct Controller {
     /// A one-shot client (a status request of `fxtrace record`'s protocol): closed once its
     /// answer is sent.
     close_when_sent: bool,
+    /// The controller closed its end: its requests still queued are carried out (a stop or
+    /// a terminate sent just before closing counts), then it is forgotten, this same turn.
+    closing: bool,
 }
 
 /// Most requests a controller may send ahead of their answers.
@@ -354,14 +357,16 @@ impl Service {
                 if self.sessions.is_empty() || Instant::now() >= deadline {
                     for (id, mut session) in std::mem::take(&mut self.sessions) {
                         if let Some(thread) = session.thread.take() {
-                            if !thread.is_finished() {
+                            if thread.is_finished() {
+                                let _ = thread.join();
+                            } else {
+                                // Blocked (an archive on a stuck file system?): waiting would
+                                // only get the service killed. What it wrote is in the file.
                                 self.log(format_args!(
                                     "fxtrace daemon: session {id} did not end in time: its \
-                                     archive is closed with what was written"
+                                     archive holds what was written"
                                 ));
                             }
-                            // Its providers' timeouts bound the wait.
-                            let _ = thread.join();
                         }
                     }
                     self.log("fxtrace daemon: stopped");
@@ -495,12 +500,13 @@ impl Service {
                 .controllers
                 .iter()
                 .filter(|(_, c)| {
-                    c.waiting.is_none() && c.conn.queued() == 0 && !c.backlog.is_empty()
+                    !c.backlog.is_empty()
+                        && (c.closing || (c.waiting.is_none() && c.conn.queued() == 0))
                 })
                 .map(|(k, _)| *k)
                 .collect();
             if ready.is_empty() {
-                return;
+                break;
             }
             for key in ready {
                 let Some((msg, fds)) = self
@@ -520,6 +526,15 @@ impl Service {
                     ),
                 }
             }
+        }
+        let closed: Vec<u64> = self
+            .controllers
+            .iter()
+            .filter(|(_, c)| c.closing)
+            .map(|(k, _)| *k)
+            .collect();
+        for key in closed {
+            self.controller_gone(key);
         }
     }
 
@@ -689,6 +704,7 @@ impl Service {
                 waiting: None,
                 backlog: VecDeque::new(),
                 close_when_sent: one_shot,
+                closing: false,
             },
         );
         if one_shot {
@@ -906,7 +922,9 @@ impl Service {
             return;
         }
         if closed {
-            self.controller_gone(key);
+            if let Some(c) = self.controllers.get_mut(&key) {
+                c.closing = true;
+            }
         }
     }
 
@@ -955,7 +973,7 @@ impl Service {
     /// Queue `what` for controller `key` (never blocking); an answer too large for a frame
     /// becomes an error that says so. A controller that does not read is dropped.
     fn send_to(&mut self, key: u64, what: &FromService) {
-        let Some(c) = self.controllers.get_mut(&key) else {
+        let Some(c) = self.controllers.get_mut(&key).filter(|c| !c.closing) else {
             return;
         };
         let msg = match what.to_message() {
@@ -1345,39 +1363,55 @@ impl Service {
             })
             .collect();
         let owner = self.sessions.get(&session).and_then(|s| s.owner);
-        let answered = |svc: &mut Service, what: Waiting, reply: Reply| {
-            for (k, w) in &waiting {
-                if *w == what {
-                    if let Some(c) = svc.controllers.get_mut(k) {
-                        c.waiting = None;
-                    }
-                    svc.reply(*k, reply.clone());
-                }
+        // Answer controller `to` if it waits for `what` on this session: each command is
+        // answered once, to the controller that sent it. Returns whether it was answered.
+        let answer = |svc: &mut Service, to: Option<u64>, what: Waiting, reply: Reply| {
+            let Some(k) = to else {
+                return false;
+            };
+            let Some(c) = svc.controllers.get_mut(&k) else {
+                return false;
+            };
+            if c.waiting != Some((session, what)) {
+                return false;
             }
+            c.waiting = None;
+            svc.reply(k, reply);
+            true
         };
         match news {
             News::Started {
+                to,
                 providers,
                 timed_out,
                 notes,
                 ..
-            } => answered(
-                self,
-                Waiting::Start,
-                Reply::Started {
-                    session,
-                    providers,
-                    timed_out,
-                    notes,
-                },
-            ),
+            } => {
+                answer(
+                    self,
+                    to,
+                    Waiting::Start,
+                    Reply::Started {
+                        session,
+                        providers,
+                        timed_out,
+                        notes,
+                    },
+                );
+            }
             News::Refused { to, error, .. } => {
-                // Only the controller whose command was refused.
-                if let Some(k) = to {
-                    if let Some(c) = self.controllers.get_mut(&k) {
-                        c.waiting = None;
+                // Only the controller whose command was refused, if that command still waits.
+                for what in [Waiting::Start, Waiting::Stop] {
+                    if answer(
+                        self,
+                        to,
+                        what,
+                        Reply::Error {
+                            error: error.clone(),
+                        },
+                    ) {
+                        break;
                     }
-                    self.reply(k, Reply::Error { error });
                 }
             }
             News::ProviderLeft { provider, .. } => {
@@ -1390,19 +1424,27 @@ impl Service {
                     self.providers.remove(&provider);
                 }
             }
-            News::Stopped { reason, info, .. } => {
+            News::Stopped {
+                to,
+                start_to,
+                reason,
+                info,
+                ..
+            } => {
                 self.log(format_args!(
                     "fxtrace daemon: session {session} stopped ({reason}): {} records, {} bytes \
                      written",
                     info.records_written, info.bytes_written
                 ));
-                let stop_waiters: Vec<u64> = waiting
-                    .iter()
-                    .filter(|(_, w)| *w == Waiting::Stop)
-                    .map(|(k, _)| *k)
-                    .collect();
-                answered(self, Waiting::Stop, Reply::Stopped(info.clone()));
-                if let Some(owner) = owner.filter(|o| !stop_waiters.contains(o)) {
+                let stopper = answer(self, to, Waiting::Stop, Reply::Stopped(info.clone()))
+                    .then_some(to)
+                    .flatten();
+                // A start that had not completed: its answer is the stop (the archive holds
+                // what was written).
+                let starter = answer(self, start_to, Waiting::Start, Reply::Stopped(info.clone()))
+                    .then_some(start_to)
+                    .flatten();
+                if let Some(owner) = owner.filter(|o| Some(*o) != stopper && Some(*o) != starter) {
                     self.send_to(owner, &FromService::Event(Event::Stopped { reason, info }));
                 }
             }
@@ -1411,6 +1453,7 @@ impl Service {
                     "fxtrace daemon: session {session} ended ({reason})"
                 ));
                 if let Some(mut s) = self.sessions.remove(&session) {
+                    // It sent Ended last: the thread is returning.
                     if let Some(t) = s.thread.take() {
                         let _ = t.join();
                     }

@@ -40,6 +40,8 @@ pub(super) enum News {
     /// Tracing.
     Started {
         session: u32,
+        /// The controller whose start this was.
+        to: Option<u64>,
         providers: u32,
         timed_out: u32,
         notes: Vec<String>,
@@ -56,6 +58,10 @@ pub(super) enum News {
     /// Stopped; the archive holds what was written.
     Stopped {
         session: u32,
+        /// The controller whose stop this was (`None`: the duration, an alert, a terminate).
+        to: Option<u64>,
+        /// The controller whose start had not completed when the session stopped.
+        start_to: Option<u64>,
         reason: String,
         info: SessionInfo,
     },
@@ -103,6 +109,9 @@ pub(super) fn run(
     // Notes for the next Started news; whether the stop under way writes.
     let mut start_notes: Vec<String> = Vec::new();
     let mut stop_writes = true;
+    // Who asked for the start or the stop under way (answered when it completes).
+    let mut start_from: Option<u64> = None;
+    let mut stop_from: Option<u64> = None;
     // The session's providers: id in the manager → id at the service.
     let mut adopted: std::collections::BTreeMap<u32, u32> = std::collections::BTreeMap::new();
     let mut output_name = info
@@ -125,6 +134,7 @@ pub(super) fn run(
                     deadline = plan.duration.map(|d| Instant::now() + d);
                     tell(News::Started {
                         session: plan.id,
+                        to: start_from.take(),
                         providers: manager.session().providers().count() as u32,
                         timed_out: timed_out.len() as u32,
                         notes: std::mem::take(&mut start_notes),
@@ -152,6 +162,8 @@ pub(super) fn run(
                     let snapshot = snapshot(&manager, &plan, &info, &problems, &output_name);
                     tell(News::Stopped {
                         session: plan.id,
+                        to: stop_from.take(),
+                        start_to: start_from.take(),
                         reason: stopping.take().unwrap_or_else(|| "stopped".into()),
                         info: snapshot,
                     });
@@ -229,26 +241,41 @@ pub(super) fn run(
                     output,
                     from,
                 } => {
-                    // A session that is tracing (or stopping) cannot start: say so before
-                    // anything changes, the output above all.
+                    // Only an initialized or stopped session starts: say so before anything
+                    // changes, the output above all.
                     let state = manager.session().state();
-                    let started = if matches!(
-                        state,
-                        SessionState::Starting | SessionState::Started | SessionState::Stopping
-                    ) {
-                        Err(format!("it is {state}: stop it first (fxtrace stop)"))
-                    } else {
-                        let replaced = match output {
-                            Some((output, name)) => manager
-                                .replace_output(output)
-                                .map(|()| output_name = name)
-                                .map_err(|e| e.to_string()),
-                            None => Ok(()),
+                    let started =
+                        if !matches!(state, SessionState::Initialized | SessionState::Stopped) {
+                            Err(match state {
+                                SessionState::Starting
+                                | SessionState::Started
+                                | SessionState::Stopping => {
+                                    format!("it is {state}: stop it first (fxtrace stop)")
+                                }
+                                _ => format!("it is {state}: it is ending"),
+                            })
+                        } else {
+                            let replaced = match output {
+                                Some((output, name)) => manager
+                                    .replace_output(output)
+                                    .map(|()| Some(name))
+                                    .map_err(|e| e.to_string()),
+                                None => Ok(None),
+                            };
+                            replaced.and_then(|name| {
+                                manager
+                                    .start(Some(disposition))
+                                    .map(|()| {
+                                        if let Some(name) = name {
+                                            output_name = name;
+                                        }
+                                    })
+                                    .map_err(|e| e.to_string())
+                            })
                         };
-                        replaced.and_then(|()| {
-                            manager.start(Some(disposition)).map_err(|e| e.to_string())
-                        })
-                    };
+                    if started.is_ok() {
+                        start_from = from;
+                    }
                     if started.is_ok() && plan.system_wide && kernel.is_none() {
                         match SessionKernel::start(&mut manager) {
                             Ok(k) => kernel = Some(k),
@@ -271,7 +298,6 @@ pub(super) fn run(
                     }
                 }
                 Command::Stop { write, from } => {
-                    stop_writes = write;
                     if let Err(e) = manager.stop(write) {
                         tell(News::Refused {
                             session: plan.id,
@@ -279,6 +305,8 @@ pub(super) fn run(
                             error: format!("cannot stop session {}: {e}", plan.id),
                         });
                     } else {
+                        stop_writes = write;
+                        stop_from = from;
                         stopping = Some("stopped by a controller".into());
                     }
                 }
