@@ -282,6 +282,7 @@ fn system_wide_sched_switch_sees_the_workload() {
     let cs = switches(&events);
     let pid = std::process::id();
     let mut total_ins = 0;
+    let mut exits = 0;
     for tid in [ping, pong] {
         let outs: Vec<_> = cs.iter().filter(|c| c.prev_tid == tid).collect();
         let ins = cs.iter().filter(|c| c.next_tid == tid).count();
@@ -299,23 +300,38 @@ fn system_wide_sched_switch_sees_the_workload() {
             .iter()
             .all(|c| c.prev_pid == Some(pid) && c.sides == SwitchSides::Both));
         // The tracepoint reports the exit: the thread's last switch-out is X (autoreaped
-        // thread) or Z, every earlier one blocked or preempted.
+        // thread) or Z, every earlier one blocked or preempted. This guest's kernel sometimes
+        // emits no sched_switch for a switch (see below; about 1 run in 10 here, with the
+        // capture of 2026-11-23 as with today's): when the exit's is the one missing, the
+        // thread shows no X/Z and at most one switch-out per round.
         let (last, earlier) = outs.split_last().unwrap();
-        assert!(
-            matches!(
-                last.prev_state,
-                LinuxThreadState::Dead | LinuxThreadState::Dying
-            ),
-            "last switch-out of an exiting thread: {:?}",
-            last.prev_state
+        let exited = matches!(
+            last.prev_state,
+            LinuxThreadState::Dead | LinuxThreadState::Dying
         );
-        assert_states(earlier, rounds);
+        if exited {
+            exits += 1;
+            assert_states(earlier, rounds);
+        } else {
+            assert!(
+                outs.len() <= rounds,
+                "tid {tid}: {} switch-outs and none of them the exit ({:?} last)",
+                outs.len(),
+                last.prev_state
+            );
+            println!("tid {tid}: the kernel reported no switch-out for the exit");
+            assert_states(&outs, rounds);
+        }
         assert!(
             outs.iter().all(|c| c.prev_prio == 120),
             "nice 0 is prio 120"
         );
     }
     assert!(total_ins > 0, "the workload threads are seen switching in");
+    assert!(
+        exits > 0,
+        "neither thread's exit was reported (X or Z): the state mapping is wrong"
+    );
     // Both directions between our two threads and the others are consistent per CPU: every
     // switch's next is the following switch's prev on that CPU, except after a switch to the
     // idle task: this guest kernel reports no sched_switch for some exits from idle (`perf
