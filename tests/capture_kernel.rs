@@ -70,7 +70,12 @@ fn ping_pong(rounds: usize) -> (u32, u32) {
             gettid()
         })
         .unwrap();
-    (ping.join().unwrap(), pong.join().unwrap())
+    let tids = (ping.join().unwrap(), pong.join().unwrap());
+    // `join` returns when the kernel clears the thread's tid (futex wake in `exit`), before
+    // the thread's last `schedule()`: its exit switch comes a little later. Let it reach the
+    // rings before the caller stops the capture.
+    std::thread::sleep(std::time::Duration::from_millis(50));
+    tids
 }
 
 type Events = Arc<Mutex<Vec<CaptureEvent>>>;
@@ -300,10 +305,11 @@ fn system_wide_sched_switch_sees_the_workload() {
             .iter()
             .all(|c| c.prev_pid == Some(pid) && c.sides == SwitchSides::Both));
         // The tracepoint reports the exit: the thread's last switch-out is X (autoreaped
-        // thread) or Z, every earlier one blocked or preempted. This guest's kernel sometimes
-        // emits no sched_switch for a switch (see below; about 1 run in 10 here, with the
-        // capture of 2026-11-23 as with today's): when the exit's is the one missing, the
-        // thread shows no X/Z and at most one switch-out per round.
+        // thread) or Z, every earlier one blocked or preempted. (Before `ping_pong` waited
+        // for the exits after `join`, the capture sometimes stopped before them: 1 run in
+        // 6-12.) This guest's kernel also drops some sched_switch events (see below): when
+        // the exit's is the one missing, the thread shows no X/Z and at most one switch-out
+        // per round.
         let (last, earlier) = outs.split_last().unwrap();
         let exited = matches!(
             last.prev_state,
@@ -343,8 +349,12 @@ fn system_wide_sched_switch_sees_the_workload() {
             .windows(2)
             .filter(|w| w[0].next_tid == w[1].prev_tid || w[0].next_tid == 0)
             .count();
+        // The capture lost nothing (`lost_records` is 0 below); a break is a switch the
+        // kernel did not report. Seen here: 1 or 2 in about 1000 per CPU, more under load.
+        let breaks = on.len().saturating_sub(chained + 1);
+        println!("cpu {cpu}: {chained} of {} chained", on.len());
         assert!(
-            chained + 1 >= on.len(),
+            breaks <= 2 + on.len() / 100,
             "cpu {cpu}: {chained} of {} chained",
             on.len()
         );
