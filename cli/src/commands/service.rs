@@ -452,26 +452,32 @@ fn attached(controller: &mut Controller, session: u32) -> Result<ExitCode, Servi
 }
 
 fn print_session(info: &SessionInfo) {
-    note!(
-        "session {}: {} ({}, {} per provider), {} providers, {} records / {} bytes written, {} \
-         dropped{}",
-        info.session,
-        info.state,
-        info.mode,
-        indicatif::HumanBytes(info.buffer_size),
-        info.providers,
-        info.records_written,
-        info.bytes_written,
-        info.records_dropped,
-        if info.output.is_empty() {
-            String::new()
-        } else {
-            format!(", output {}", info.output)
-        }
-    );
+    note!("{}", session_line(info));
     for p in &info.problems {
         note!("  {p}");
     }
+}
+
+/// One session in one line, as `start`, `stop` and `status` print it.
+fn session_line(s: &SessionInfo) -> String {
+    format!(
+        "session {}: {}{}, {} ({} per provider), {} providers, {} records / {} bytes written, \
+         {} dropped, output {}",
+        s.session,
+        s.state,
+        if s.detached { " (detached)" } else { "" },
+        s.mode,
+        indicatif::HumanBytes(s.buffer_size),
+        s.providers,
+        s.records_written,
+        s.bytes_written,
+        s.records_dropped,
+        if s.output.is_empty() {
+            "(none)"
+        } else {
+            &s.output
+        }
+    )
 }
 
 /// Arguments of `fxtrace stop`.
@@ -555,25 +561,7 @@ fn print_report(out: &mut impl std::io::Write, r: &StatusReport) -> std::io::Res
         r.sessions.len()
     )?;
     for s in &r.sessions {
-        writeln!(
-            out,
-            "  session {}: {}{}, {} ({} per provider), {} providers, {} records / {} bytes \
-             written, {} dropped, output {}",
-            s.session,
-            s.state,
-            if s.detached { " (detached)" } else { "" },
-            s.mode,
-            indicatif::HumanBytes(s.buffer_size),
-            s.providers,
-            s.records_written,
-            s.bytes_written,
-            s.records_dropped,
-            if s.output.is_empty() {
-                "(none)"
-            } else {
-                &s.output
-            }
-        )?;
+        writeln!(out, "  {}", session_line(s))?;
     }
     if !r.providers.is_empty() {
         writeln!(

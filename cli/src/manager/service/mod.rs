@@ -744,7 +744,7 @@ impl Service {
             })
             .take(fxtrace::protocol::control::MAX_STATUS_PROVIDERS)
             .collect();
-        let mut categories = self.categories(Some(peer));
+        let mut categories = self.categories(peer);
         categories.truncate(fxtrace::protocol::control::MAX_CATEGORIES);
         Message::StatusReply {
             state,
@@ -1016,7 +1016,7 @@ impl Service {
                 self.reply(key, Reply::Providers { providers });
             }
             Request::Categories {} => {
-                let categories = self.categories(Some(&peer));
+                let categories = self.categories(&peer);
                 self.reply(key, Reply::Categories { categories });
             }
             Request::Status {} => {
@@ -1117,11 +1117,12 @@ impl Service {
             .collect()
     }
 
-    fn categories(&self, peer: Option<&Peer>) -> Vec<String> {
+    /// The categories declared by the providers `peer` may trace, sorted, once each.
+    fn categories(&self, peer: &Peer) -> Vec<String> {
         let set: BTreeSet<&String> = self
             .providers
             .values()
-            .filter(|p| peer.map_or(true, |peer| self.config.policy.may_trace(peer, p.uid)))
+            .filter(|p| self.config.policy.may_trace(peer, p.uid))
             .flat_map(|p| &p.registration.known_categories)
             .collect();
         set.into_iter().cloned().collect()
@@ -1240,6 +1241,8 @@ impl Service {
             duration: start.duration_ms.map(Duration::from_millis),
             stop_on_alert: start.stop_on_alert.clone(),
             system_wide: start.system_wide,
+            owner_uid: uid,
+            detached: start.detach,
             ending: Arc::new(AtomicBool::new(false)),
         };
         let ending = plan.ending.clone();

@@ -76,6 +76,10 @@ pub(super) struct Plan {
     pub(super) stop_on_alert: Option<String>,
     /// Every CPU's context switches too (the kernel provider), from each start to each stop.
     pub(super) system_wide: bool,
+    /// The controller's user, and whether the session outlives its controller (as `status`
+    /// shows them).
+    pub(super) owner_uid: u32,
+    pub(super) detached: bool,
     /// Set when the session stops taking providers in (it is finishing): the service hands
     /// a provider that registers then to no one.
     /// ATOMICS: `Relaxed` flag; a provider handed over anyway is closed with the session's
@@ -159,7 +163,7 @@ pub(super) fn run(
                     if let Err(e) = manager.flush_archive() {
                         push_problem(&mut problems, format!("writing the archive: {e}"));
                     }
-                    let snapshot = snapshot(&manager, &plan, &info, &problems, &output_name);
+                    let snapshot = snapshot(&manager, &plan, &problems, &output_name);
                     tell(News::Stopped {
                         session: plan.id,
                         to: stop_from.take(),
@@ -333,7 +337,7 @@ pub(super) fn run(
             }
         }
         *info.lock().unwrap_or_else(|p| p.into_inner()) =
-            snapshot(&manager, &plan, &info, &problems, &output_name);
+            snapshot(&manager, &plan, &problems, &output_name);
     };
     if let Some(k) = kernel.take() {
         // The session ended without a stop (it failed): keep what the capture has.
@@ -360,15 +364,8 @@ fn push_problem(problems: &mut Vec<String>, problem: String) {
 }
 
 /// The session as `status` shows it.
-fn snapshot(
-    manager: &Manager,
-    plan: &Plan,
-    info: &Mutex<SessionInfo>,
-    problems: &[String],
-    output: &str,
-) -> SessionInfo {
+fn snapshot(manager: &Manager, plan: &Plan, problems: &[String], output: &str) -> SessionInfo {
     let figures = manager.snapshot();
-    let previous = info.lock().unwrap_or_else(|p| p.into_inner()).clone();
     SessionInfo {
         session: plan.id,
         state: manager.session().state().name().to_owned(),
@@ -379,8 +376,8 @@ fn snapshot(
         bytes_written: figures.bytes_written,
         records_dropped: figures.records_dropped,
         output: output.to_owned(),
-        owner_uid: previous.owner_uid,
-        detached: previous.detached,
+        owner_uid: plan.owner_uid,
+        detached: plan.detached,
         problems: problems.to_vec(),
     }
 }
