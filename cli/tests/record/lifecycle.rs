@@ -169,9 +169,10 @@ fn a_recorder_killed_by_sigkill_takes_its_command_group_along() {
         "the command's sleep outlived a killed recorder: {:?}",
         pids_with(&tag)
     );
-    // The next `status` removes what the killed recorder left.
-    if let Some(session_dir) = session_dir {
-        assert!(session_dir.exists());
+    // The next `status` removes what the killed recorder left. (Another test of this binary
+    // running `fxtrace status` at the same moment may be that next `status`: then the
+    // directory is already gone, which is the point.)
+    if let Some(session_dir) = session_dir.filter(|d| d.exists()) {
         let _ = Command::new(FXTRACE)
             .arg("status")
             .env_remove("XDG_RUNTIME_DIR")
