@@ -40,7 +40,7 @@ use std::task::{Context as TaskContext, Poll};
 use crate::clock;
 use crate::engine::category::tracing_maybe_on;
 use crate::engine::global::with_current;
-use crate::engine::record::TraceWriter;
+use crate::engine::record::{self, TraceWriter};
 use crate::engine::Context;
 use crate::format::{Arg, ArgValue, EventKind, StringRef, MAX_ARGS};
 
@@ -443,7 +443,8 @@ impl<S: Site> Span<S, 0> {
         if !tracing_maybe_on() {
             return Self::OFF;
         }
-        match enter_slow(S::call_site()) {
+        let site = S::call_site();
+        match site.enabled_in_latest().or_else(|| enter_slow(site)) {
             Some(generation) => Span {
                 generation,
                 mode: Mode::Complete,
@@ -503,8 +504,11 @@ fn end_slow(
         }
         let _ = match mode {
             Mode::Complete if args.is_empty() => {
+                // Fills the thread's event memo: the next end of this site takes the
+                // installed context's path.
                 let kind = EventKind::DurationComplete { end_ticks: end };
-                writer.event(start, category, name, kind, &[])
+                let category = (category, writer.string_ref(category));
+                writer.event_memoising(start, category, name, kind, &[])
             }
             Mode::Complete if args.len() <= SMALL_ARGS => {
                 write_complete::<SMALL_ARGS>(&mut writer, (start, end), category, name, args)
@@ -549,6 +553,13 @@ impl<S: Site, const N: usize> Drop for Span<S, N> {
     fn drop(&mut self) {
         if self.generation != 0 {
             let end = clock::ticks();
+            let (category, name) = (S::call_site().category(), S::name());
+            if N == 0 && self.mode == Mode::Complete {
+                let span = (self.start, end);
+                if record::installed_duration_complete(self.generation, span, category, name) {
+                    return;
+                }
+            }
             end_slow(
                 self.generation,
                 self.mode,

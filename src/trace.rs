@@ -41,9 +41,9 @@
 use crate::clock;
 use crate::engine::category::tracing_maybe_on;
 use crate::engine::global::with_current;
-use crate::engine::record::TraceWriter;
+use crate::engine::record::{self, TraceWriter};
 use crate::engine::Context;
-use crate::format::{EventKind, StringRef};
+use crate::format::{EventKind, EventType, StringRef};
 
 pub use crate::engine::category::CallSite;
 pub use crate::engine::record::{Scope, TraceStr};
@@ -112,6 +112,11 @@ fn emit(
     args: &[Arg<'_>],
 ) {
     match (site, name, scope) {
+        (None, TraceStr::Static(name), Scope::Thread)
+            if args.is_empty() && kind.data_word().is_none() =>
+        {
+            emit_memoised_plain(category, name, kind.event_type())
+        }
         (None, TraceStr::Static(name), Scope::Thread) => emit_memoised(category, name, kind, args),
         _ => emit_general(category, site, name, scope, kind, args),
     }
@@ -122,6 +127,30 @@ fn emit(
 /// this crate.
 #[inline(never)]
 pub(crate) fn emit_memoised(
+    category: &'static str,
+    name: &'static str,
+    kind: EventKind,
+    args: &[Arg<'_>],
+) {
+    if !record::installed_event_memoised(None, None, (category, name), kind, args) {
+        emit_memoised_slow(category, name, kind, args);
+    }
+}
+
+/// [`emit_memoised`] of an event without arguments nor type-specific word (an instant, a
+/// duration begin or end): the shortest path, a two-word record.
+#[inline(always)]
+fn emit_memoised_plain(category: &'static str, name: &'static str, event_type: EventType) {
+    if !record::installed_plain_event(category, name, event_type) {
+        emit_memoised_slow(category, name, EventKind::from_parts(event_type, 0), &[]);
+    }
+}
+
+/// [`emit_memoised`] when the installed context's path does not apply: through the current
+/// context's read-side section, the memo, else the general path that fills it.
+#[cold]
+#[inline(never)]
+fn emit_memoised_slow(
     category: &'static str,
     name: &'static str,
     kind: EventKind,
@@ -439,7 +468,15 @@ pub fn duration_with_args<'a>(
         generation: 0,
     };
     if tracing_maybe_on() {
-        if let Some(generation) = begin_generation(category.name(), guard.name, category.site()) {
+        let memoised = match (category.site(), guard.name) {
+            (None, TraceStr::Static(name)) => {
+                record::memoised_latest_generation(category.name(), name)
+            }
+            _ => None,
+        };
+        let generation = memoised
+            .or_else(|| begin_generation(category.name(), guard.name, category.site()));
+        if let Some(generation) = generation {
             guard.generation = generation;
             guard.start = clock::ticks();
         }
@@ -471,9 +508,15 @@ fn begin_generation(
 
 impl DurationGuard<'_> {
     #[inline(never)]
-    fn end(&mut self) {
-        let end = clock::ticks();
+    fn end(&mut self, end: u64) {
         let kind = EventKind::DurationComplete { end_ticks: end };
+        if let TraceStr::Static(name) = self.name {
+            let pair = (self.category, name);
+            let (generation, start) = (Some(self.generation), Some(self.start));
+            if record::installed_event_memoised(generation, start, pair, kind, self.args) {
+                return;
+            }
+        }
         with_current(|context| {
             if let TraceStr::Static(name) = self.name {
                 let pair = (self.category, name);
@@ -507,7 +550,14 @@ impl Drop for DurationGuard<'_> {
     #[inline]
     fn drop(&mut self) {
         if self.generation != 0 {
-            self.end();
+            let end = clock::ticks();
+            if let (TraceStr::Static(name), true) = (self.name, self.args.is_empty()) {
+                let span = (self.start, end);
+                if record::installed_duration_complete(self.generation, span, self.category, name) {
+                    return;
+                }
+            }
+            self.end(end);
         }
     }
 }

@@ -34,7 +34,8 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 
-use crate::format::{ThreadRef, MAX_STRING_LEN};
+use crate::format::fields::{EventRecord, RecordHeader};
+use crate::format::{RecordType, ThreadRef, MAX_STRING_LEN};
 
 /// Most strings one thread caches per generation (Fuchsia's `kMaxStringEntries`).
 pub const MAX_STRING_ENTRIES: usize = 256;
@@ -94,9 +95,27 @@ pub(crate) struct Memo {
     pub(crate) name_index: u16,
     /// The thread's index.
     pub(crate) thread_index: u8,
+    /// An indexed event record's header with these three refs (record type Event; event
+    /// type and size left zero), computed once when the memo is filled.
+    pub(crate) refs_header: u64,
+}
+
+/// The header word of an event record of type Event with indexed refs (event type and size
+/// zero).
+fn indexed_refs_header(category_index: u16, name_index: u16, thread_index: u8) -> u64 {
+    RecordHeader::TYPE.make(RecordType::Event as u64)
+        | EventRecord::THREAD_REF.make(u64::from(thread_index))
+        | EventRecord::CATEGORY_REF.make(u64::from(category_index))
+        | EventRecord::NAME_REF.make(u64::from(name_index))
 }
 
 impl Memo {
+    /// The generation the indices belong to.
+    #[inline(always)]
+    pub(crate) fn generation(&self) -> u32 {
+        self.generation
+    }
+
     /// A filled memo with these indices (for encoder tests).
     #[cfg(test)]
     pub(crate) fn for_test(category_index: u16, name_index: u16, thread_index: u8) -> Self {
@@ -105,6 +124,7 @@ impl Memo {
             category_index,
             name_index,
             thread_index,
+            refs_header: indexed_refs_header(category_index, name_index, thread_index),
             ..EMPTY_MEMO
         }
     }
@@ -119,6 +139,7 @@ const EMPTY_MEMO: Memo = Memo {
     category_index: 0,
     name_index: 0,
     thread_index: 0,
+    refs_header: 0,
 };
 
 #[inline(always)]
@@ -288,12 +309,20 @@ impl ThreadCache {
         category: &'static str,
         name: &'static str,
     ) -> Option<Memo> {
+        self.memo_any(category, name)
+            .filter(|memo| memo.generation == generation)
+    }
+
+    /// The memo of (`category`, `name`) in whichever generation it was filled: the caller
+    /// compares [`Memo::generation`] with the trace it writes to.
+    #[inline(always)]
+    pub(crate) fn memo_any(&self, category: &'static str, name: &'static str) -> Option<Memo> {
         let memo = self.memos[memo_slot(category, name)].get();
-        (memo.generation == generation
-            && memo.name == name.as_ptr() as usize
+        (memo.name == name.as_ptr() as usize
             && memo.category == category.as_ptr() as usize
             && memo.name_len as usize == name.len()
             && memo.category_len as usize == category.len())
+        // An empty memo has a null name address, which no string has.
         .then_some(memo)
     }
 
@@ -316,6 +345,7 @@ impl ThreadCache {
             category_index,
             name_index,
             thread_index,
+            refs_header: indexed_refs_header(category_index, name_index, thread_index),
         });
     }
 

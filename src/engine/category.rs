@@ -86,6 +86,18 @@ impl CallSite {
     pub fn category(&self) -> &'static str {
         self.category
     }
+
+    /// The generation of the trace started last in the process, if this site's cached answer
+    /// says its category is enabled there: the begin of a span without a read-side section
+    /// (a hint, as [`super::context::latest_generation`]; the span's end writes only into
+    /// that trace).
+    #[inline(always)]
+    pub(crate) fn enabled_in_latest(&self) -> Option<u32> {
+        let latest = super::context::latest_generation();
+        // ATOMICS: `Relaxed`: see `CallSite::state`.
+        let state = self.state.load(Ordering::Relaxed);
+        (state == ((latest as u64) << 2 | SITE_ENABLED) && latest != 0).then_some(latest)
+    }
 }
 
 impl Context {

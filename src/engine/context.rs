@@ -291,6 +291,21 @@ struct Armed {
 static NEXT_CONTEXT_ID: AtomicU64 = AtomicU64::new(1);
 static NEXT_GENERATION: AtomicU32 = AtomicU32::new(1);
 
+/// Rules: the generation of the trace started last in the process (by any context), 0 before
+/// the first start; written by each start, under its context's switch mutex.
+/// ATOMICS: `Relaxed`: a hint for the begin of a span (`latest_generation`), which takes a
+/// timestamp when its cached answer is for this generation; the record at the span's end is
+/// written only if that generation is still running, checked in a writer section.
+static LATEST_GENERATION: AtomicU32 = AtomicU32::new(0);
+
+/// The generation of the trace started last in the process (a hint: see
+/// [`LATEST_GENERATION`]).
+#[inline(always)]
+pub(crate) fn latest_generation() -> u32 {
+    // ATOMICS: see `LATEST_GENERATION`.
+    LATEST_GENERATION.load(Ordering::Relaxed)
+}
+
 fn next_generation() -> u32 {
     loop {
         // ATOMICS: `Relaxed`: a unique counter (Fuchsia's `g_next_generation`).
@@ -317,7 +332,11 @@ pub(crate) struct Inner {
     pub(crate) rolling: RollingAllocator,
     pub(crate) durable: DurableAllocator,
     pub(crate) fences: Fences,
-    pub(crate) slots: WriterSlots,
+    /// The writer slots. Shared with the leases of the threads that use them, so that a slot
+    /// stays valid memory for as long as a thread may still announce itself in it (the
+    /// installed context's path announces before it knows the context is alive: see
+    /// `writer::with_installed_writer`).
+    pub(crate) slots: Arc<WriterSlots>,
     /// Rules: drops that no writer slot can take (re-entrant attempts, threads without a slot);
     /// `fetch_add` by any thread.
     /// ATOMICS: `Relaxed` counter; exact at stop because those attempts happen before the stop
@@ -416,7 +435,7 @@ impl Context {
                 geometry.durable_buffer_size,
             ),
             fences: Fences::new(config.fence),
-            slots: WriterSlots::new(slots),
+            slots: Arc::new(WriterSlots::new(slots)),
             unslotted_drops: CachePadded::new(AtomicU64::new(0)),
             armed: AtomicBool::new(false),
             armed_categories: RwLock::new(None),
@@ -616,6 +635,8 @@ impl Context {
         let _ = inner.buffer.prefault();
         st.dirty = true;
         st.generation = next_generation();
+        // ATOMICS: see `LATEST_GENERATION`.
+        LATEST_GENERATION.store(st.generation, Ordering::Relaxed);
         st.categories = Arc::new(categories);
         st.phase = TraceState::Started;
         let flags = GATE_STARTED

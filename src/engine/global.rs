@@ -66,6 +66,7 @@ use super::cache;
 use super::context::Context;
 use super::record::TraceWriter;
 use super::slots::{FencePolicy, Fences};
+use super::writer;
 use crate::sys::SysError;
 
 /// Errors of install and uninstall.
@@ -92,6 +93,21 @@ pub enum GlobalError {
 /// section loads `Acquire`. The swap that retires a pointer is ordered before the slot scan
 /// by the heavy fence.
 static CURRENT: AtomicPtr<Context> = AtomicPtr::new(ptr::null_mut());
+
+/// Rules: the id of the installed context's engine (`Inner::id`, never 0), or 0 when none
+/// is installed; written with [`CURRENT`], under [`LOCK`] (and by the fork child handler).
+/// Read by the installed context's one-announcement path (`writer::with_installed_writer`),
+/// after the thread announced itself in its writer slot.
+/// ATOMICS: stores `Release` after the `CURRENT` store; the path's load is `Acquire`. A
+/// retiring store is ordered before the writer-slot scan by the grace period's heavy fence.
+static INSTALLED_ID: AtomicU64 = AtomicU64::new(0);
+
+/// The installed context's engine id, 0 when none is installed (see [`INSTALLED_ID`]).
+#[inline(always)]
+pub(crate) fn installed_id() -> u64 {
+    // ATOMICS: `Acquire`: see `INSTALLED_ID`.
+    INSTALLED_ID.load(Ordering::Acquire)
+}
 
 /// Serialises install, replace and uninstall (never taken on the record path).
 static LOCK: Mutex<()> = Mutex::new(());
@@ -387,6 +403,12 @@ pub fn is_installed() -> bool {
 
 // === writers of the pointer ===
 
+/// Whether the calling thread is inside a read-side or a writer section, which a grace
+/// period would wait for.
+fn inside_section() -> bool {
+    Section::is_open() || writer::in_any_section()
+}
+
 fn lock() -> MutexGuard<'static, ()> {
     // The guarded data is `()`: a poisoned lock protects nothing that could be inconsistent.
     LOCK.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -407,7 +429,7 @@ fn prepare() {
 
 /// Install `context` as the process's current context. Fails if one is already installed.
 pub fn install(context: Context) -> Result<(), GlobalError> {
-    if Section::is_open() {
+    if inside_section() {
         return Err(GlobalError::InsideSection);
     }
     let _guard = lock();
@@ -416,23 +438,29 @@ pub fn install(context: Context) -> Result<(), GlobalError> {
     if !CURRENT.load(Ordering::Relaxed).is_null() {
         return Err(GlobalError::AlreadyInstalled);
     }
+    let id = context.inner().id;
     let boxed = Box::into_raw(Box::new(context));
     // ATOMICS: `Release`: see `CURRENT`.
     CURRENT.store(boxed, Ordering::Release);
+    // ATOMICS: `Release`: see `INSTALLED_ID`.
+    INSTALLED_ID.store(id, Ordering::Release);
     Ok(())
 }
 
 /// Install `context` in place of the current one (if any), which is returned once no thread
 /// can reach it any more.
 pub fn replace(context: Context) -> Result<Option<Context>, GlobalError> {
-    if Section::is_open() {
+    if inside_section() {
         return Err(GlobalError::InsideSection);
     }
     let _guard = lock();
     prepare();
+    let id = context.inner().id;
     let boxed = Box::into_raw(Box::new(context));
     // ATOMICS: `AcqRel`: publish the new context (`Release`), and read the old one.
     let old = CURRENT.swap(boxed, Ordering::AcqRel);
+    // ATOMICS: `Release`: see `INSTALLED_ID`.
+    INSTALLED_ID.store(id, Ordering::Release);
     retire(old)
 }
 
@@ -440,19 +468,21 @@ pub fn replace(context: Context) -> Result<Option<Context>, GlobalError> {
 /// section that might have loaded it has ended). Writers already inside the context's own
 /// writer sections are then also done, since those sections nest inside reader sections.
 pub fn uninstall() -> Result<Option<Context>, GlobalError> {
-    if Section::is_open() {
+    if inside_section() {
         return Err(GlobalError::InsideSection);
     }
     let _guard = lock();
     // ATOMICS: `AcqRel`, as in `replace`.
     let old = CURRENT.swap(ptr::null_mut(), Ordering::AcqRel);
+    // ATOMICS: `Release`: see `INSTALLED_ID`.
+    INSTALLED_ID.store(0, Ordering::Release);
     retire(old)
 }
 
 /// Uninstall only if the installed context is `context` (same shared state). Returns whether
 /// it was.
 pub(crate) fn uninstall_if(context: &Context) -> Result<bool, GlobalError> {
-    if Section::is_open() {
+    if inside_section() {
         return Err(GlobalError::InsideSection);
     }
     let _guard = lock();
@@ -467,6 +497,8 @@ pub(crate) fn uninstall_if(context: &Context) -> Result<bool, GlobalError> {
     // ATOMICS: `Release`, as every store of `CURRENT` (a null publishes nothing; ordered
     // before the grace period's scan by its heavy fence).
     CURRENT.store(ptr::null_mut(), Ordering::Release);
+    // ATOMICS: `Release`: see `INSTALLED_ID`.
+    INSTALLED_ID.store(0, Ordering::Release);
     retire(current)?;
     Ok(true)
 }
@@ -476,7 +508,9 @@ fn retire(old: *mut Context) -> Result<Option<Context>, GlobalError> {
     if old.is_null() {
         return Ok(None);
     }
-    if let Err(error) = synchronize() {
+    // SAFETY: `old` came from `Box::into_raw` and is freed below, not before.
+    let slots = &unsafe { &*old }.inner().slots;
+    if let Err(error) = synchronize().and_then(|()| slots.wait_quiescent(fences())) {
         // Readers cannot be proven gone: keep the box alive forever rather than risk a
         // use-after-free; the caller learns why.
         return Err(error.into());
@@ -517,6 +551,7 @@ fn synchronize() -> Result<(), SysError> {
 extern "C" fn child_after_fork() {
     // ATOMICS: `Relaxed` everywhere: the child has a single thread.
     CURRENT.store(ptr::null_mut(), Ordering::Relaxed);
+    INSTALLED_ID.store(0, Ordering::Relaxed);
     let own = LOCAL.with(|l| l.slot.get());
     for slot in all_slots() {
         if !ptr::eq(slot, own) {

@@ -43,12 +43,12 @@ use super::cache::{
 };
 use super::category::CategoryFilter;
 use super::context::{Context, EngineError, StartMode};
-use super::writer::{Slot, Writer};
+use super::writer::{self, Slot, Writer};
 use crate::clock;
-use crate::format::fields::{EventRecord, RecordHeader};
+use crate::format::fields::EventRecord;
 use crate::format::{
-    Arg, ArgValue, Blob, BlobType, Encode, EncodeError, Event, EventKind, Initialization,
-    KernelObject, Log, ObjectType, ProcessRef, RecordType, SchedContextSwitch, StringRecord,
+    Arg, ArgValue, Blob, BlobType, Encode, EncodeError, Event, EventKind, EventType, Initialization,
+    KernelObject, Log, ObjectType, ProcessRef, SchedContextSwitch, StringRecord,
     StringRef, ThreadRecord, ThreadRef, ThreadState, UserspaceObject, MAX_ARGS,
 };
 
@@ -318,38 +318,7 @@ impl Context {
         if writer.generation() != generation {
             return false; // a new trace started in between: resolve again
         }
-        if args.is_empty() {
-            // Two or three words, written straight into the reserved slot.
-            let data = kind.data_word();
-            let words = 2 + usize::from(data.is_some());
-            if let Some(mut slot) = writer.reserve(words) {
-                let payload = slot.payload();
-                payload[0] = ticks;
-                if let Some(data) = data {
-                    payload[1] = data;
-                }
-                slot.commit(indexed_event_header(&kind, memo));
-            }
-            return true;
-        }
-        let event = Event {
-            ticks,
-            thread: ThreadRef::Index(memo.thread_index),
-            category: StringRef::Index(memo.category_index),
-            name: StringRef::Index(memo.name_index),
-            args,
-            kind,
-        };
-        match event.words() {
-            Ok(words) => {
-                if let Some(slot) = writer.reserve(words) {
-                    // Sized by `words()`: encoding cannot fail here.
-                    let _ = encode_and_commit(slot, &event, words);
-                }
-            }
-            // Counted as dropped: an empty reservation released without commit.
-            Err(_) => drop(writer.reserve(1)),
-        }
+        write_memoised(&mut writer, memo, ticks, kind, args);
         true
     }
 
@@ -380,6 +349,132 @@ impl Context {
         let cache = cache::current();
         let cached = cache.adopt(generation);
         category_enabled_in(self, cached.then_some(cache), category)
+    }
+}
+
+/// The installed context's path for a thread-scoped event of `'static` strings that the
+/// thread's event memo knows (see `engine::cache`): the memo, the clock, one announcement
+/// (`writer::with_installed_writer`), the record. No read-side section of the current
+/// context, no table probe. `generation`: the trace the event belongs to (a duration's
+/// begin), `None` for the running one; `ticks`: `None` reads the clock.
+///
+/// `true`: written (or dropped and counted). `false`: this path does not apply (memo miss,
+/// another trace, the thread not bound to the installed context, not started): nothing was
+/// written or counted, and the caller takes the general path.
+#[inline(always)]
+pub(crate) fn installed_event_memoised(
+    generation: Option<u32>,
+    ticks: Option<u64>,
+    (category, name): (&'static str, &'static str),
+    kind: EventKind,
+    args: &[Arg<'_>],
+) -> bool {
+    let Some(memo) = cache::current().memo_any(category, name) else {
+        return false;
+    };
+    if generation.is_some_and(|generation| generation != memo.generation()) {
+        return false;
+    }
+    let ticks = ticks.unwrap_or_else(clock::ticks);
+    if args.is_empty() {
+        let header = indexed_event_header(kind.event_type(), memo);
+        return match kind.data_word() {
+            None => writer::installed_record(memo.generation(), header, [ticks]),
+            Some(data) => writer::installed_record(memo.generation(), header, [ticks, data]),
+        };
+    }
+    writer::with_installed_writer(|writer| {
+        if writer.generation() != memo.generation() {
+            return false; // another trace: resolve again
+        }
+        write_memoised(writer, memo, ticks, kind, args);
+        true
+    })
+    .unwrap_or(false)
+}
+
+/// [`installed_event_memoised`] for an event without arguments nor type-specific word (an
+/// instant, a duration begin or end) at the current time: a two-word record.
+#[inline(always)]
+pub(crate) fn installed_plain_event(
+    category: &'static str,
+    name: &'static str,
+    event_type: EventType,
+) -> bool {
+    let Some(memo) = cache::current().memo_any(category, name) else {
+        return false;
+    };
+    let ticks = clock::ticks();
+    let header = indexed_event_header(event_type, memo);
+    writer::installed_record(memo.generation(), header, [ticks])
+}
+
+/// The generation of the trace started last in the process, if the thread's event memo
+/// knows (`category`, `name`) in it, which implies that the category is enabled there: the
+/// begin of a duration without a writer section. The end writes only if that trace is still
+/// the installed context's running one ([`installed_duration_complete`]); `None`: ask the
+/// general path.
+#[inline(always)]
+pub(crate) fn memoised_latest_generation(category: &'static str, name: &'static str) -> Option<u32> {
+    let memo = cache::current().memo_any(category, name)?;
+    (memo.generation() == super::context::latest_generation()).then_some(memo.generation())
+}
+
+/// The duration-complete record of a span of `'static` strings without arguments that began
+/// at `start` in trace `generation`, ending at `end`, on the installed context's path (see
+/// [`installed_event_memoised`]; same answers).
+#[inline(always)]
+pub(crate) fn installed_duration_complete(
+    generation: u32,
+    (start, end): (u64, u64),
+    category: &'static str,
+    name: &'static str,
+) -> bool {
+    let Some(memo) = cache::current().memo_any(category, name) else {
+        return false;
+    };
+    if memo.generation() != generation {
+        return false;
+    }
+    let header = indexed_event_header(EventType::DurationComplete, memo);
+    writer::installed_record(generation, header, [start, end])
+}
+
+/// Write a thread-scoped event from its memo, at `ticks`, in `writer`'s section (of the
+/// memo's generation). Drops are counted by the reservation.
+#[inline(always)]
+fn write_memoised(writer: &mut Writer<'_>, memo: cache::Memo, ticks: u64, kind: EventKind, args: &[Arg<'_>]) {
+    if args.is_empty() {
+        // Two or three words, written straight into the reserved slot.
+        let data = kind.data_word();
+        let words = 2 + usize::from(data.is_some());
+        if let Some(mut slot) = writer.reserve(words) {
+            let payload = slot.payload();
+            payload[0] = ticks;
+            if let Some(data) = data {
+                payload[1] = data;
+            }
+            slot.commit(indexed_event_header(kind.event_type(), memo));
+        }
+        return;
+    }
+    let event = Event {
+        ticks,
+        thread: ThreadRef::Index(memo.thread_index),
+        category: StringRef::Index(memo.category_index),
+        name: StringRef::Index(memo.name_index),
+        args,
+        kind,
+    };
+    match event.words() {
+        Ok(words) => {
+            if let Some(slot) = writer.reserve(words) {
+                // Sized by `words()`: encoding cannot fail here.
+                let _ = encode_and_commit(slot, &event, words);
+            }
+        }
+        // Counted as dropped: an empty reservation released without commit.
+        Err(_) => drop(writer.reserve(1)),
     }
 }
 
@@ -959,12 +1054,8 @@ impl<'c> TraceWriter<'c> {
 /// indices of `memo` (size field left 0: [`Slot::commit`] sets it). Equal to what the
 /// [`Event`] encoder writes (tested).
 #[inline(always)]
-fn indexed_event_header(kind: &EventKind, memo: cache::Memo) -> u64 {
-    RecordHeader::TYPE.make(RecordType::Event as u64)
-        | EventRecord::EVENT_TYPE.make(kind.event_type() as u64)
-        | EventRecord::THREAD_REF.make(u64::from(memo.thread_index))
-        | EventRecord::CATEGORY_REF.make(u64::from(memo.category_index))
-        | EventRecord::NAME_REF.make(u64::from(memo.name_index))
+fn indexed_event_header(event_type: EventType, memo: cache::Memo) -> u64 {
+    memo.refs_header | EventRecord::EVENT_TYPE.make(event_type as u64)
 }
 
 /// Encode `record` into `slot` and commit it (the slot is dropped, and counted, on error).
@@ -1007,7 +1098,7 @@ mod tests {
             let mut words = [0u64; 4];
             let n = event.write(&mut words).unwrap();
             assert_eq!(n, 2 + usize::from(kind.data_word().is_some()), "{kind:?}");
-            let header = with_record_size_words(indexed_event_header(&kind, memo), n as u64);
+            let header = with_record_size_words(indexed_event_header(kind.event_type(), memo), n as u64);
             assert_eq!(header, words[0], "{kind:?}");
             assert_eq!(words[1], 77);
             assert_eq!(

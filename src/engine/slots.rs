@@ -32,7 +32,9 @@
 use std::sync::atomic::{compiler_fence, fence, AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::OnceLock;
 
-use crossbeam_utils::CachePadded;
+use std::time::Duration;
+
+use crossbeam_utils::{Backoff, CachePadded};
 
 use crate::sys::{self, SysError};
 
@@ -307,6 +309,23 @@ impl WriterSlots {
             .zip(&grace.seqs)
             .filter(|(_, &seq)| seq != 0)
             .map(|(slot, _)| &**slot)
+    }
+
+    /// A whole grace period, waited for by the calling thread (no `wanted` flags): returns
+    /// once every writer that was inside a section when it began has left it. For
+    /// `global::uninstall`, whose writers may hold the context only through their slots.
+    pub(crate) fn wait_quiescent(&self, fences: Fences) -> Result<(), SysError> {
+        let mut grace = Grace::with_capacity(self.high_water());
+        self.begin_grace(fences, &mut grace, false)?;
+        let backoff = Backoff::new();
+        while !self.is_grace_complete(&mut grace) {
+            if backoff.is_completed() {
+                std::thread::sleep(Duration::from_micros(50));
+            } else {
+                backoff.snooze();
+            }
+        }
+        Ok(())
     }
 
     /// Number of writers of the snapshot still in flight.

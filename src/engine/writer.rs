@@ -33,17 +33,19 @@
 use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
 use std::ptr;
-use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Weak};
+use std::sync::atomic::{compiler_fence, fence, AtomicU64, Ordering};
+use std::sync::Arc;
 
 use super::allocator::{
-    gate_generation, gate_open, gate_wrapped, Taken, GATE_STARTED, HOLD_ALLOCATING, PIN_CAPACITY,
-    WRAPPED_MASK,
+    gate_generation, gate_open, gate_wrapped, make_gate, Taken, GATE_STARTED, GENERATION_MASK,
+    HOLD_ALLOCATING, PIN_CAPACITY, WRAPPED_MASK,
 };
 use super::context::Inner;
-use super::slots::WriterSlot;
+use super::global;
+use super::slots::{WriterSlot, WriterSlots};
 use crate::buffer::header::{
-    make_chunk_tag, with_record_size_words, BufferingMode, MAX_RECORD_WORDS,
+    make_chunk_tag, with_record_size_words, BufferingMode, MAX_RECORD_WORDS, RECORD_SIZE_MASK,
+    RECORD_SIZE_SHIFT,
 };
 
 /// A chunk cursor: `pos` is where the next record goes (the word there is zero), `end` the end
@@ -67,8 +69,13 @@ const NO_CHUNK: Chunk = Chunk {
 struct ThreadState {
     /// Id of the context this thread's slot belongs to (0 = none).
     context_id: Cell<u64>,
-    /// That context's slot (valid while a context with `context_id` is alive).
+    /// That context (dereferenced only while it is known to be alive: by a caller holding
+    /// it, or by [`with_installed_writer`] once it has seen it installed).
+    inner: Cell<*const Inner>,
+    /// That context's slot: null, or a slot of the table the thread's lease keeps alive.
     slot: Cell<*const WriterSlot>,
+    /// Whether that context's light fence is a compiler fence (`membarrier` registered).
+    compiler_fence: Cell<bool>,
     /// Local copy of the slot's `seq` (the owner is the only writer).
     seq: Cell<u64>,
     /// Inside a writer section (of any context): re-entrancy guard.
@@ -81,7 +88,9 @@ thread_local! {
     static THREAD: ThreadState = const {
         ThreadState {
             context_id: Cell::new(0),
+            inner: Cell::new(ptr::null()),
             slot: Cell::new(ptr::null()),
+            compiler_fence: Cell::new(false),
             seq: Cell::new(0),
             busy: Cell::new(false),
             chunk: Cell::new(NO_CHUNK),
@@ -93,9 +102,11 @@ thread_local! {
     static LEASE: RefCell<Option<Lease>> = const { RefCell::new(None) };
 }
 
-/// A thread's claim on a writer slot of a context.
+/// A thread's claim on a writer slot of a context. It keeps the context's slot table alive
+/// (not the context): the thread may announce itself in its slot before it knows whether the
+/// context still exists ([`with_installed_writer`]).
 struct Lease {
-    context: Weak<Inner>,
+    slots: Arc<WriterSlots>,
     context_id: u64,
     index: usize,
 }
@@ -105,21 +116,38 @@ impl Drop for Lease {
         let _ = THREAD.try_with(|t| {
             if t.context_id.get() == self.context_id {
                 t.context_id.set(0);
+                t.inner.set(ptr::null());
                 t.slot.set(ptr::null());
                 t.chunk.set(NO_CHUNK);
             }
         });
-        if let Some(inner) = self.context.upgrade() {
-            inner.slots.release(self.index);
+        self.slots.release(self.index);
+    }
+}
+
+impl ThreadState {
+    /// The light fence of the context the thread is bound to (`Fences::light`).
+    #[inline(always)]
+    fn light_fence(&self) {
+        if self.compiler_fence.get() {
+            compiler_fence(Ordering::SeqCst);
+        } else {
+            fence(Ordering::SeqCst);
         }
     }
 }
 
+#[inline(always)]
 fn thread_state() -> &'static ThreadState {
     // SAFETY: `THREAD` has a const initialiser and no destructor, so its storage lives as long
     // as the thread; every reference we hand out is used on this thread only (`Writer` and
     // `Slot` are `!Send`) and never outlives it.
     THREAD.with(|t| unsafe { &*(t as *const ThreadState) })
+}
+
+/// Is the calling thread inside a writer section (of any context)?
+pub(crate) fn in_any_section() -> bool {
+    THREAD.try_with(|t| t.busy.get()).unwrap_or(false)
 }
 
 /// Is the calling thread inside a writer section of `inner`?
@@ -147,10 +175,12 @@ fn bind(inner: &Arc<Inner>, t: &ThreadState) -> bool {
             // store; the value is even (that owner was quiescent).
             t.seq.set(slot.seq.load(Ordering::Relaxed));
             t.slot.set(slot);
+            t.inner.set(Arc::as_ptr(inner));
+            t.compiler_fence.set(inner.fences.uses_membarrier());
             t.chunk.set(NO_CHUNK);
             t.context_id.set(inner.id);
             *lease = Some(Lease {
-                context: Arc::downgrade(inner),
+                slots: Arc::clone(&inner.slots),
                 context_id: inner.id,
                 index,
             });
@@ -209,12 +239,218 @@ pub(crate) fn acquire(inner: &Arc<Inner>) -> Option<Writer<'_>> {
         thread: t,
         slot,
         gate,
+        installed: false,
         _not_send: PhantomData,
     };
     if gate & GATE_STARTED == 0 {
         return None; // dropping `writer` leaves the section
     }
     Some(writer)
+}
+
+/// Run `f` in a writer section on the process's installed context (`engine::global`),
+/// entered with one announcement: the thread's writer slot keeps the context alive, as
+/// `global::uninstall` waits for the writer slots of the context it removes.
+///
+/// The calling thread must already be bound to the installed context (its first record in a
+/// context goes through [`acquire`]). Then: announce in the slot (an odd `seq`, the light
+/// fence), load the installed context's id, and only if it is the thread's context use it.
+/// By the Dekker pattern with `global::uninstall` (clear the id, heavy fence, wait for the
+/// context's odd slots), a thread that saw its context installed after announcing is waited
+/// for, so the context outlives the section; a thread that saw another id touches nothing of
+/// the context (its slot belongs to a table its lease keeps alive).
+///
+/// `None` (nothing written, nothing counted): the thread is not bound to the installed
+/// context, is already inside a writer section, or the trace is not started. The caller then
+/// takes the general path, which handles and counts each of those cases.
+#[inline(always)]
+pub(crate) fn with_installed_writer<R>(f: impl FnOnce(&mut Writer<'_>) -> R) -> Option<R> {
+    let t = thread_state();
+    if t.busy.get() {
+        return None;
+    }
+    // SAFETY: a non-null `slot` is in the table that the thread's lease keeps alive.
+    let slot = unsafe { t.slot.get().as_ref() }?;
+    t.busy.set(true);
+    let seq = t.seq.get() + 1;
+    t.seq.set(seq);
+    // ATOMICS: `Release` (see `WriterSlot::seq`), then the light fence: the id and gate
+    // loads below cannot be ordered before this store (Dekker with the heavy fences of
+    // `global::uninstall` and of the engine's grace periods).
+    slot.seq.store(seq, Ordering::Release);
+    t.light_fence();
+    if global::installed_id() != t.context_id.get() {
+        leave_unused(t, slot);
+        return None;
+    }
+    // SAFETY: the installed context is the one this thread is bound to (ids are never
+    // reused), and it stays alive until this section ends (see above).
+    let inner = unsafe { &*t.inner.get() };
+    // ATOMICS: `Acquire`: pairs with the engine's `Release` gate stores.
+    let gate = inner.gate.load(Ordering::Acquire);
+    let mut writer = Writer {
+        inner,
+        thread: t,
+        slot,
+        gate,
+        installed: true,
+        _not_send: PhantomData,
+    };
+    if gate & GATE_STARTED == 0 {
+        return None; // dropping `writer` leaves the section
+    }
+    Some(f(&mut writer))
+}
+
+/// A record of `N + 1` words (`header`, then `payload`) of trace `generation` on the
+/// installed context's path (see [`with_installed_writer`]), written straight into the
+/// thread's chunk: the whole section inlined, no [`Writer`] or [`Slot`] built unless the
+/// chunk needs a refill. `header` is an event record's with its size field zero (set
+/// here).
+///
+/// `true`: written, or dropped and counted. `false`: the path does not apply (see
+/// [`with_installed_writer`]) or the running trace is not `generation`: nothing was written
+/// or counted.
+#[inline(always)]
+pub(crate) fn installed_record<const N: usize>(
+    generation: u32,
+    header: u64,
+    payload: [u64; N],
+) -> bool {
+    const { assert!(N >= 1 && N < 8) };
+    let t = thread_state();
+    if t.busy.get() {
+        return false;
+    }
+    // SAFETY: a non-null `slot` is in the table that the thread's lease keeps alive.
+    let Some(slot) = (unsafe { t.slot.get().as_ref() }) else {
+        return false;
+    };
+    t.busy.set(true);
+    let seq = t.seq.get() + 1;
+    t.seq.set(seq);
+    // ATOMICS: as in `with_installed_writer`.
+    slot.seq.store(seq, Ordering::Release);
+    t.light_fence();
+    if global::installed_id() != t.context_id.get() {
+        leave_unused(t, slot);
+        return false;
+    }
+    // SAFETY: as in `with_installed_writer`.
+    let inner = unsafe { &*t.inner.get() };
+    // ATOMICS: `Acquire`: pairs with the engine's `Release` gate stores.
+    let gate = inner.gate.load(Ordering::Acquire);
+    let words = N + 1;
+    let chunk = t.chunk.get();
+    let expected = make_gate(generation, 0, GATE_STARTED);
+    if gate & make_gate(GENERATION_MASK, 0, GATE_STARTED) != expected
+        || chunk.gate != gate
+        || (chunk.end as usize - chunk.pos as usize) < words * 8
+    {
+        return installed_record_slow(t, inner, slot, gate, expected, header, &payload);
+    }
+    debug_assert_eq!(header >> RECORD_SIZE_SHIFT & RECORD_SIZE_MASK, 0, "set here");
+    let header = header | (words as u64) << RECORD_SIZE_SHIFT;
+    // SAFETY: the chunk belongs to the installed context (its gate is the running one) and
+    // has room for `words` words, which only this thread writes; `next` is within the chunk.
+    unsafe {
+        let next = chunk.pos.add(words);
+        if next < chunk.end {
+            // ATOMICS: `Relaxed`: the terminator, published by the header's `Release` store.
+            AtomicU64::from_ptr(next).store(0, Ordering::Relaxed);
+        }
+        chunk.pos.add(1).cast::<[u64; N]>().write(payload);
+        // ATOMICS: `Release`: a reader that sees the header sees the payload and terminator.
+        AtomicU64::from_ptr(chunk.pos).store(header, Ordering::Release);
+        // The cursor alone moves (`Cell::set` would store the whole chunk).
+        (*t.chunk.as_ptr()).pos = next;
+    }
+    let seq = seq + 1;
+    t.seq.set(seq);
+    // ATOMICS: as in `Writer::drop`.
+    slot.seq.store(seq, Ordering::Release);
+    t.light_fence();
+    // ATOMICS: `Relaxed`: see `WriterSlot::wanted`.
+    if slot.wanted.load(Ordering::Relaxed) {
+        slot.wanted.store(false, Ordering::Relaxed);
+        serve_installed(t, slot);
+    }
+    t.busy.set(false);
+    true
+}
+
+/// [`installed_record`] past its announcement when the trace is not `expected` (the gate's
+/// started bit and generation) or the chunk cannot take the record: a [`Writer`] on the
+/// section, then its reservation (refill, drop counting) or nothing.
+#[cold]
+#[inline(never)]
+fn installed_record_slow(
+    t: &'static ThreadState,
+    inner: &Inner,
+    slot: &WriterSlot,
+    gate: u64,
+    expected: u64,
+    header: u64,
+    payload: &[u64],
+) -> bool {
+    let mut writer = Writer {
+        inner,
+        thread: t,
+        slot,
+        gate,
+        installed: true,
+        _not_send: PhantomData,
+    };
+    if gate & make_gate(GENERATION_MASK, 0, GATE_STARTED) != expected {
+        return false; // dropping `writer` leaves the section
+    }
+    if let Some(mut reserved) = writer.reserve(payload.len() + 1) {
+        reserved.payload().copy_from_slice(payload);
+        reserved.commit(header);
+    }
+    true
+}
+
+/// Leave a section of [`with_installed_writer`] that found another context installed.
+#[cold]
+#[inline(never)]
+fn leave_unused(t: &ThreadState, slot: &WriterSlot) {
+    let seq = t.seq.get() + 1;
+    t.seq.set(seq);
+    // ATOMICS: `Release`, as every leaving store (nothing was written).
+    slot.seq.store(seq, Ordering::Release);
+    t.busy.set(false);
+}
+
+/// A writer of the installed context left its section and found `wanted`: the hand-off it
+/// was asked to report to may be waiting for it. The context may be gone by now, so announce
+/// again and, if it is still installed, take a reference to it before leaving and running the
+/// service routine.
+#[cold]
+#[inline(never)]
+fn serve_installed(t: &ThreadState, slot: &WriterSlot) {
+    let seq = t.seq.get() + 1;
+    t.seq.set(seq);
+    // ATOMICS: as in `with_installed_writer` (the full fence: a cold path).
+    slot.seq.store(seq, Ordering::Release);
+    fence(Ordering::SeqCst);
+    let inner = (global::installed_id() == t.context_id.get()).then(|| {
+        let inner = t.inner.get();
+        // SAFETY: the context is alive (installed, and this section is waited for);
+        // `t.inner` is `Arc::as_ptr` of one of its `Arc`s, so adding a strong count and
+        // taking it back as an `Arc` is sound.
+        unsafe {
+            Arc::increment_strong_count(inner);
+            Arc::from_raw(inner)
+        }
+    });
+    let seq = seq + 1;
+    t.seq.set(seq);
+    // ATOMICS: `Release`, as every leaving store.
+    slot.seq.store(seq, Ordering::Release);
+    if let Some(inner) = inner {
+        inner.service();
+    }
 }
 
 /// A writer section on the calling thread: reserve records through it; dropping it leaves the
@@ -225,6 +461,9 @@ pub struct Writer<'c> {
     slot: &'c WriterSlot,
     /// Gate value this section runs under (refreshed on chunk refills).
     gate: u64,
+    /// Entered by [`with_installed_writer`]: nothing keeps the context alive once the
+    /// section is left.
+    installed: bool,
     _not_send: PhantomData<*const ()>,
 }
 
@@ -246,11 +485,17 @@ impl Drop for Writer<'_> {
         // the light fence orders it before the `wanted` load (pairs with the heavy fence after
         // the scan sets `wanted`).
         self.slot.seq.store(seq, Ordering::Release);
-        self.inner.fences.light();
+        // The thread's copy of the context's fence choice: past the store above, the context
+        // of an installed section may already be gone.
+        self.thread.light_fence();
         // ATOMICS: `Relaxed`: see `WriterSlot::wanted`.
         if self.slot.wanted.load(Ordering::Relaxed) {
             self.slot.wanted.store(false, Ordering::Relaxed);
-            self.inner.service();
+            if self.installed {
+                serve_installed(self.thread, self.slot);
+            } else {
+                self.inner.service();
+            }
         }
         self.thread.busy.set(false);
     }
