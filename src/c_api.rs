@@ -46,7 +46,7 @@ use crate::engine::category::tracing_maybe_on;
 use crate::engine::global::with_current;
 use crate::engine::record::{TraceStr, TraceWriter};
 use crate::engine::Context;
-use crate::format::{Arg, ArgValue, EventKind, StringRef, MAX_STRING_LEN};
+use crate::format::{Arg, ArgValue, EventKind, EventType, StringRef, MAX_STRING_LEN};
 
 /// Categories whose enabled answer one thread caches (by content) per trace.
 pub const CATEGORY_CACHE_ENTRIES: usize = 8;
@@ -384,7 +384,7 @@ macro_rules! static_emitters {
                 let (category, name) = unsafe { static_texts(category, name) };
                 // The facade's memoised path itself (the exported function checked that
                 // tracing may be on): a thread-scoped event of static strings, no arguments.
-                crate::trace::emit_memoised(category, name, $kind, &[]);
+                crate::trace::emit_memoised_plain(category, name, $kind);
             }));
         }
     )*};
@@ -392,11 +392,11 @@ macro_rules! static_emitters {
 
 static_emitters! {
     /// `fxtrace_instant_static`'s slow path.
-    emit_static_instant => EventKind::Instant;
+    emit_static_instant => EventType::Instant;
     /// `fxtrace_duration_begin_static`'s slow path.
-    emit_static_duration_begin => EventKind::DurationBegin;
+    emit_static_duration_begin => EventType::DurationBegin;
     /// `fxtrace_duration_end_static`'s slow path.
-    emit_static_duration_end => EventKind::DurationEnd;
+    emit_static_duration_end => EventType::DurationEnd;
 }
 
 // === the exported functions ===

@@ -140,7 +140,7 @@ pub(crate) fn emit_memoised(
 /// [`emit_memoised`] of an event without arguments nor type-specific word (an instant, a
 /// duration begin or end): the shortest path, a two-word record.
 #[inline(always)]
-fn emit_memoised_plain(category: &'static str, name: &'static str, event_type: EventType) {
+pub(crate) fn emit_memoised_plain(category: &'static str, name: &'static str, event_type: EventType) {
     if !record::installed_plain_event(category, name, event_type) {
         emit_memoised_slow(category, name, EventKind::from_parts(event_type, 0), &[]);
     }

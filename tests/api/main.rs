@@ -11,5 +11,6 @@ mod before_start;
 mod c_api;
 mod compiled_out;
 mod examples;
+mod installed;
 mod sync;
 mod tracing_layer;

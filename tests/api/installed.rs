@@ -1,0 +1,128 @@
+//! The installed context's one-announcement path (issue 11): a thread that wrote into one
+//! session's context writes into the next one; spans that begin in one trace are not written
+//! into another; `uninstall` refuses to wait for its own writer section; and sessions come
+//! and go while other threads write without a torn or misplaced record.
+
+#![cfg(feature = "instrument")]
+
+use crate::traced_support::{decode_events, serial, trace};
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+use fxtrace::buffer::header::BufferingMode;
+use fxtrace::engine::global::{self, GlobalError};
+use fxtrace::format::{DecodedEventKind, Decoder};
+use fxtrace::{duration, instant, standalone, traced, Scope};
+
+#[traced(category = "app")]
+fn traced_call(x: u32) -> u32 {
+    x + 1
+}
+
+fn count(events: &[crate::traced_support::Ev], name: &str, complete: bool) -> usize {
+    events
+        .iter()
+        .filter(|e| e.name == name && e.is_complete() == complete)
+        .count()
+}
+
+#[test]
+fn a_thread_writes_into_each_new_session_through_its_memo() {
+    let _serial = serial();
+    // The same call sites in three sessions in a row: the first call of each pair takes the
+    // general path (binding the thread, filling the memo), the next ones the installed path.
+    for round in 0..3 {
+        let ((), events) = trace(|| {
+            for _ in 0..5 {
+                instant("app", "repeat", Scope::Thread, &[]);
+                let _span = duration("app", "span");
+                assert_eq!(traced_call(round), round + 1);
+            }
+        });
+        assert_eq!(count(&events, "repeat", false), 5, "round {round}");
+        assert_eq!(count(&events, "span", true), 5, "round {round}");
+        assert_eq!(count(&events, "api::installed::traced_call", true), 5, "round {round}");
+    }
+}
+
+#[test]
+fn a_span_that_began_in_another_session_is_not_written() {
+    let _serial = serial();
+    let first = standalone::start(BufferingMode::Oneshot, 1 << 20).expect("session");
+    drop(duration("app", "cross")); // fills the memo in the first trace
+    let open = duration("app", "cross");
+    let (bytes, _) = first.finish_to_vec().expect("finish");
+    assert_eq!(count(&decode_events(&bytes), "cross", true), 1);
+
+    let second = standalone::start(BufferingMode::Oneshot, 1 << 20).expect("session");
+    drop(open); // began in the first trace: not written into the second
+    drop(duration("app", "cross")); // the memo is refreshed by the general path
+    drop(duration("app", "cross")); // and then used
+    let (bytes, report) = second.finish_to_vec().expect("finish");
+    assert_eq!(count(&decode_events(&bytes), "cross", true), 2);
+    assert_eq!(report.stop.records_dropped, 0);
+}
+
+#[test]
+fn uninstall_from_inside_a_writer_section_is_refused() {
+    let _serial = serial();
+    let session = standalone::start(BufferingMode::Oneshot, 1 << 20).expect("session");
+    let writer = session.context().acquire().expect("started");
+    assert!(
+        matches!(global::uninstall(), Err(GlobalError::InsideSection)),
+        "waiting for its own section would never end"
+    );
+    drop(writer);
+    instant("app", "still installed", Scope::Thread, &[]);
+    let (bytes, _) = session.finish_to_vec().expect("finish");
+    assert_eq!(count(&decode_events(&bytes), "still installed", false), 1);
+}
+
+#[test]
+fn sessions_come_and_go_while_threads_write() {
+    let _serial = serial();
+    let stop = Arc::new(AtomicBool::new(false));
+    let writers: Vec<_> = (0..2)
+        .map(|_| {
+            let stop = Arc::clone(&stop);
+            std::thread::spawn(move || {
+                let mut calls = 0u64;
+                while !stop.load(Ordering::Relaxed) {
+                    instant("app", "spin", Scope::Thread, &[]);
+                    let _span = duration("app", "spin span");
+                    calls += 1;
+                }
+                calls
+            })
+        })
+        .collect();
+    let mut written = 0;
+    for round in 0..20 {
+        let mode = if round % 2 == 0 {
+            BufferingMode::Oneshot
+        } else {
+            BufferingMode::Circular
+        };
+        let session = standalone::start(mode, 1 << 20).expect("session");
+        std::thread::sleep(std::time::Duration::from_millis(3));
+        let (bytes, report) = session.finish_to_vec().expect("finish");
+        let records = Decoder::new(&bytes)
+            .map(|r| r.expect("every record decodes"))
+            .count() as u64;
+        assert!(records >= report.records, "{records} < {report}");
+        for event in decode_events(&bytes) {
+            assert!(
+                matches!(
+                    event.kind,
+                    DecodedEventKind::Instant | DecodedEventKind::DurationComplete { .. }
+                ),
+                "only the writers' events: {event:?}"
+            );
+        }
+        written += report.records;
+    }
+    stop.store(true, Ordering::Relaxed);
+    let calls: u64 = writers.into_iter().map(|w| w.join().unwrap()).sum();
+    assert!(calls > 0 && written > 0, "calls {calls}, records {written}");
+}
