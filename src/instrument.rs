@@ -40,7 +40,7 @@ use std::task::{Context as TaskContext, Poll};
 use crate::clock;
 use crate::engine::category::tracing_maybe_on;
 use crate::engine::global::with_current;
-use crate::engine::record::{self, TraceWriter};
+use crate::engine::record::{self, SpanMemo, TraceWriter};
 use crate::engine::Context;
 use crate::format::{Arg, ArgValue, EventKind, StringRef, MAX_ARGS};
 
@@ -395,6 +395,8 @@ pub struct Span<S: Site, const N: usize> {
     mode: Mode,
     start: u64,
     args: [(&'static str, ArgValue<'static>); N],
+    /// What the begin learned from the thread's event memo, for the end.
+    memo: SpanMemo,
     site: PhantomData<fn() -> S>,
 }
 
@@ -417,6 +419,7 @@ impl<S: Site, const N: usize> Span<S, N> {
         mode: Mode::Complete,
         start: 0,
         args: [("", ArgValue::Null); N],
+        memo: SpanMemo::NONE,
         site: PhantomData,
     };
 
@@ -444,12 +447,21 @@ impl<S: Site> Span<S, 0> {
             return Self::OFF;
         }
         let site = S::call_site();
-        match site.enabled_in_latest().or_else(|| enter_slow(site)) {
-            Some(generation) => Span {
+        // The thread's memo knows the site's pair once a call has ended on this thread in
+        // the latest trace; else the site's cached answer, else the general path.
+        let begun = record::memoised_latest_generation(site.category(), S::name())
+            .or_else(|| {
+                site.enabled_in_latest()
+                    .or_else(|| enter_slow(site))
+                    .map(|generation| (generation, SpanMemo::NONE))
+            });
+        match begun {
+            Some((generation, memo)) => Span {
                 generation,
                 mode: Mode::Complete,
                 start: clock::ticks(),
                 args: [],
+                memo,
                 site: PhantomData,
             },
             None => Self::OFF,
@@ -556,7 +568,9 @@ impl<S: Site, const N: usize> Drop for Span<S, N> {
             let (category, name) = (S::call_site().category(), S::name());
             if N == 0 && self.mode == Mode::Complete {
                 let span = (self.start, end);
-                if record::installed_duration_complete(self.generation, span, category, name) {
+                if record::installed_span_end(self.generation, self.memo, span)
+                    || record::installed_duration_complete(self.generation, span, (category, name))
+                {
                     return;
                 }
             }

@@ -41,7 +41,7 @@
 use crate::clock;
 use crate::engine::category::tracing_maybe_on;
 use crate::engine::global::with_current;
-use crate::engine::record::{self, TraceWriter};
+use crate::engine::record::{self, SpanMemo, TraceWriter};
 use crate::engine::Context;
 use crate::format::{EventKind, EventType, StringRef};
 
@@ -445,6 +445,8 @@ pub struct DurationGuard<'a> {
     start: u64,
     /// Generation of the trace the duration began in; 0 = inert.
     generation: u32,
+    /// What the begin learned from the thread's event memo, for the end.
+    memo: SpanMemo,
 }
 
 /// Begin a duration that ends when the returned guard is dropped.
@@ -466,6 +468,7 @@ pub fn duration_with_args<'a>(
         args,
         start: 0,
         generation: 0,
+        memo: SpanMemo::NONE,
     };
     if tracing_maybe_on() {
         let memoised = match (category.site(), guard.name) {
@@ -474,10 +477,13 @@ pub fn duration_with_args<'a>(
             }
             _ => None,
         };
-        let generation = memoised
-            .or_else(|| begin_generation(category.name(), guard.name, category.site()));
-        if let Some(generation) = generation {
+        let begun = memoised.or_else(|| {
+            begin_generation(category.name(), guard.name, category.site())
+                .map(|generation| (generation, SpanMemo::NONE))
+        });
+        if let Some((generation, memo)) = begun {
             guard.generation = generation;
+            guard.memo = memo;
             guard.start = clock::ticks();
         }
     }
@@ -551,10 +557,17 @@ impl Drop for DurationGuard<'_> {
     fn drop(&mut self) {
         if self.generation != 0 {
             let end = clock::ticks();
-            if let (TraceStr::Static(name), true) = (self.name, self.args.is_empty()) {
+            if self.args.is_empty() {
                 let span = (self.start, end);
-                if record::installed_duration_complete(self.generation, span, self.category, name) {
+                if record::installed_span_end(self.generation, self.memo, span) {
                     return;
+                }
+                // Ended on another thread, or begun on the general path.
+                if let TraceStr::Static(name) = self.name {
+                    let pair = (self.category, name);
+                    if record::installed_duration_complete(self.generation, span, pair) {
+                        return;
+                    }
                 }
             }
             self.end(end);

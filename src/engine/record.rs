@@ -409,15 +409,51 @@ pub(crate) fn installed_plain_event(
     writer::installed_record(memo.generation(), header, [ticks])
 }
 
+/// What a span's begin learned from the thread's event memo, so that its end on the same
+/// thread writes without looking the memo up again: the duration-complete record's header
+/// (refs and event type) and the thread it is valid on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct SpanMemo {
+    /// The header (size field zero); 0: nothing learned.
+    header: u64,
+    /// [`writer::thread_key`] of the thread whose memo it came from.
+    thread: usize,
+}
+
+impl SpanMemo {
+    /// Nothing learned: the end looks the memo up.
+    pub(crate) const NONE: SpanMemo = SpanMemo {
+        header: 0,
+        thread: 0,
+    };
+}
+
 /// The generation of the trace started last in the process, if the thread's event memo
 /// knows (`category`, `name`) in it, which implies that the category is enabled there: the
-/// begin of a duration without a writer section. The end writes only if that trace is still
-/// the installed context's running one ([`installed_duration_complete`]); `None`: ask the
-/// general path.
+/// begin of a duration without a writer section, with what its end needs. The end writes
+/// only if that trace is still the installed context's running one
+/// ([`installed_span_end`]); `None`: ask the general path.
 #[inline(always)]
-pub(crate) fn memoised_latest_generation(category: &'static str, name: &'static str) -> Option<u32> {
+pub(crate) fn memoised_latest_generation(
+    category: &'static str,
+    name: &'static str,
+) -> Option<(u32, SpanMemo)> {
     let memo = cache::current().memo_any(category, name)?;
-    (memo.generation() == super::context::latest_generation()).then_some(memo.generation())
+    (memo.generation() == super::context::latest_generation()).then(|| {
+        let header = indexed_event_header(EventType::DurationComplete, memo);
+        let thread = writer::thread_key();
+        (memo.generation(), SpanMemo { header, thread })
+    })
+}
+
+/// The end of a span begun with a [`SpanMemo`]: its duration-complete record from `start`
+/// to `end` in trace `generation`, on the installed context's path, if the span ends on the
+/// thread it began on (same answers as [`installed_event_memoised`]).
+#[inline(always)]
+pub(crate) fn installed_span_end(generation: u32, memo: SpanMemo, span: (u64, u64)) -> bool {
+    memo.header != 0
+        && memo.thread == writer::thread_key()
+        && writer::installed_record(generation, memo.header, [span.0, span.1])
 }
 
 /// The duration-complete record of a span of `'static` strings without arguments that began
@@ -427,8 +463,7 @@ pub(crate) fn memoised_latest_generation(category: &'static str, name: &'static 
 pub(crate) fn installed_duration_complete(
     generation: u32,
     (start, end): (u64, u64),
-    category: &'static str,
-    name: &'static str,
+    (category, name): (&'static str, &'static str),
 ) -> bool {
     let Some(memo) = cache::current().memo_any(category, name) else {
         return false;

@@ -145,6 +145,13 @@ fn thread_state() -> &'static ThreadState {
     THREAD.with(|t| unsafe { &*(t as *const ThreadState) })
 }
 
+/// A number that identifies the calling thread among live threads (the address of its
+/// writer state): what per-thread data remembered elsewhere was valid for.
+#[inline(always)]
+pub(crate) fn thread_key() -> usize {
+    thread_state() as *const ThreadState as usize
+}
+
 /// Is the calling thread inside a writer section (of any context)?
 pub(crate) fn in_any_section() -> bool {
     THREAD.try_with(|t| t.busy.get()).unwrap_or(false)

@@ -13,7 +13,7 @@ use tracing_subscriber::layer::SubscriberExt;
 
 use crate::ideal::IdealRing;
 use crate::measure::{self, Ratio, Scaling, Settings};
-use crate::tsc::rdtsc;
+use crate::tsc::{rdtsc, rdtscp};
 use crate::Error;
 
 /// fxtrace's standalone buffer: circular, so that it never fills (nothing is dropped) and,
@@ -63,8 +63,16 @@ const fn ratio(name: &'static str, what: &'static str) -> Candidate {
 pub(crate) const ALL: &[Candidate] = &[
     ratio("rdtsc", "`_rdtsc()`"),
     ratio(
+        "rdtscp_pair",
+        "two `rdtscp` (the floor of a span with two timestamps)",
+    ),
+    ratio(
         "ideal",
         "ideal writer: rdtscp + fetch_add + 3 stores, pre-faulted ring",
+    ),
+    ratio(
+        "ideal_span",
+        "ideal span: two rdtscp + fetch_add + 3 stores, pre-faulted ring",
     ),
     Candidate {
         name: "tracy_zone",
@@ -229,9 +237,21 @@ pub(crate) fn run(name: &str, settings: &Settings) -> Result<Outcome, Error> {
     }
     match name {
         "rdtsc" => Ok(no_consumer(one(settings, rdtsc)?, "clock read")),
+        "rdtscp_pair" => Ok(no_consumer(
+            one(settings, || black_box(rdtscp()).wrapping_add(black_box(rdtscp())))?,
+            "clock reads",
+        )),
         "ideal" => {
             let ring = IdealRing::new(IDEAL_RING);
             let measured = one(settings, || ring.write(0x0004_0000_0003_0024, 7))?;
+            Ok(no_consumer(
+                measured,
+                &format!("{} words written", ring.written_words()),
+            ))
+        }
+        "ideal_span" => {
+            let ring = IdealRing::new(IDEAL_RING);
+            let measured = one(settings, || ring.write_span(0x0004_0000_0003_0034))?;
             Ok(no_consumer(
                 measured,
                 &format!("{} words written", ring.written_words()),

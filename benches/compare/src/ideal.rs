@@ -56,6 +56,21 @@ impl IdealRing {
         word(2).store(arg, Ordering::Relaxed);
     }
 
+    /// One span of nothing: two timestamps, then the event (header, start, end), as a
+    /// duration-complete record is written.
+    #[inline(always)]
+    pub(crate) fn write_span(&self, header: u64) {
+        let start = rdtscp();
+        let end = rdtscp();
+        // ATOMICS: as in `write`.
+        let at = self.cursor.0.fetch_add(3, Ordering::Relaxed);
+        let word = |k: u64| &self.words[((at + k) & self.mask) as usize];
+        // ATOMICS: as in `write`.
+        word(0).store(header, Ordering::Relaxed);
+        word(1).store(start, Ordering::Relaxed);
+        word(2).store(end, Ordering::Relaxed);
+    }
+
     /// Words reserved so far.
     pub(crate) fn written_words(&self) -> u64 {
         // ATOMICS: relaxed: read after the writing threads were joined.

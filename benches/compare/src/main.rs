@@ -323,7 +323,7 @@ fn orchestrate(options: &Options) -> Result<bool, Error> {
     println!(
         "Run of {started}: {} CPUs, `{}`, Linux {}{}; nice {}; load average (1/5/15 min) {load_before} \
          at the start, {load_after} at the end. {} rounds, {} ms blocks, {} candidate blocks per \
-         process; `rdtscp` = {rdtscp} (median over all processes).\n",
+         process; `rdtscp` = {rdtscp} (median over all processes); fxtrace's clock: `{}`.\n",
         machine.cpus,
         machine.cpu,
         machine.kernel,
@@ -332,6 +332,7 @@ fn orchestrate(options: &Options) -> Result<bool, Error> {
         options.rounds,
         options.settings.block.as_millis(),
         options.settings.pairs,
+        fxtrace::clock::TICKS_INSTRUCTION,
     );
     println!("{}", table::summary(&results));
     println!("Per candidate:\n\n{}", table::details(&chosen, &results));

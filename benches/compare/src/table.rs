@@ -68,8 +68,16 @@ enum Row {
 const ROWS: &[Row] = &[
     Row::One("`_rdtsc()`", "rdtsc"),
     Row::One(
+        "two `rdtscp` (the floor of a span's two timestamps)",
+        "rdtscp_pair",
+    ),
+    Row::One(
         "ideal writer (rdtscp + fetch_add + 3 stores, pre-faulted ring)",
         "ideal",
+    ),
+    Row::One(
+        "ideal span (two rdtscp + fetch_add + 3 stores, pre-faulted ring)",
+        "ideal_span",
     ),
     Row::One(
         "**Tracy** zone (`tracy_client::span!`, drain attached)",
