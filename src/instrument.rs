@@ -446,15 +446,21 @@ impl<S: Site> Span<S, 0> {
         if !tracing_maybe_on() {
             return Self::OFF;
         }
+        Self::begin()
+    }
+
+    /// [`Self::enter`] with tracing on: out of line, so that a traced function stays small
+    /// enough to be inlined where its caller would inline it untraced.
+    #[inline(never)]
+    fn begin() -> Self {
         let site = S::call_site();
         // The thread's memo knows the site's pair once a call has ended on this thread in
         // the latest trace; else the site's cached answer, else the general path.
-        let begun = record::memoised_latest_generation(site.category(), S::name())
-            .or_else(|| {
-                site.enabled_in_latest()
-                    .or_else(|| enter_slow(site))
-                    .map(|generation| (generation, SpanMemo::NONE))
-            });
+        let begun = record::memoised_latest_generation(site.category(), S::name()).or_else(|| {
+            site.enabled_in_latest()
+                .or_else(|| enter_slow(site))
+                .map(|generation| (generation, SpanMemo::NONE))
+        });
         match begun {
             Some((generation, memo)) => Span {
                 generation,
@@ -564,26 +570,34 @@ impl<S: Site, const N: usize> Drop for Span<S, N> {
     #[inline(always)]
     fn drop(&mut self) {
         if self.generation != 0 {
-            let end = clock::ticks();
-            let (category, name) = (S::call_site().category(), S::name());
-            if N == 0 && self.mode == Mode::Complete {
-                let span = (self.start, end);
-                if record::installed_span_end(self.generation, self.memo, span)
-                    || record::installed_duration_complete(self.generation, span, (category, name))
-                {
-                    return;
-                }
-            }
-            end_slow(
-                self.generation,
-                self.mode,
-                self.start,
-                end,
-                S::call_site().category(),
-                S::name(),
-                &self.args,
-            );
+            self.end();
         }
+    }
+}
+
+impl<S: Site, const N: usize> Span<S, N> {
+    /// The end of a call that began in a trace: out of line, as [`Span::begin`].
+    #[inline(never)]
+    fn end(&mut self) {
+        let end = clock::ticks();
+        let (category, name) = (S::call_site().category(), S::name());
+        if N == 0 && self.mode == Mode::Complete {
+            let span = (self.start, end);
+            if record::installed_span_end(self.generation, self.memo, span)
+                || record::installed_duration_complete(self.generation, span, (category, name))
+            {
+                return;
+            }
+        }
+        end_slow(
+            self.generation,
+            self.mode,
+            self.start,
+            end,
+            category,
+            name,
+            &self.args,
+        );
     }
 }
 

@@ -140,7 +140,11 @@ pub(crate) fn emit_memoised(
 /// [`emit_memoised`] of an event without arguments nor type-specific word (an instant, a
 /// duration begin or end): the shortest path, a two-word record.
 #[inline(always)]
-pub(crate) fn emit_memoised_plain(category: &'static str, name: &'static str, event_type: EventType) {
+pub(crate) fn emit_memoised_plain(
+    category: &'static str,
+    name: &'static str,
+    event_type: EventType,
+) {
     if !record::installed_plain_event(category, name, event_type) {
         emit_memoised_slow(category, name, EventKind::from_parts(event_type, 0), &[]);
     }
@@ -221,7 +225,7 @@ fn emit_log(category: &'static str, site: Option<&'static CallSite>, message: &s
 }
 
 /// Instant event: something happened now.
-#[inline]
+#[inline(always)]
 pub fn instant<'a>(
     category: impl Category,
     name: impl Into<TraceStr<'a>>,
@@ -264,7 +268,7 @@ pub fn counter<'a>(
 
 /// Duration begin event; pair it with [`duration_end`] on the same thread (or use
 /// [`duration`]).
-#[inline]
+#[inline(always)]
 pub fn duration_begin<'a>(
     category: impl Category,
     name: impl Into<TraceStr<'a>>,
@@ -284,7 +288,7 @@ pub fn duration_begin<'a>(
 }
 
 /// Duration end event.
-#[inline]
+#[inline(always)]
 pub fn duration_end<'a>(category: impl Category, name: impl Into<TraceStr<'a>>, args: &[Arg<'_>]) {
     if tracing_maybe_on() {
         let kind = EventKind::DurationEnd;

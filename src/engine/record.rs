@@ -47,8 +47,8 @@ use super::writer::{self, Slot, Writer};
 use crate::clock;
 use crate::format::fields::EventRecord;
 use crate::format::{
-    Arg, ArgValue, Blob, BlobType, Encode, EncodeError, Event, EventKind, EventType, Initialization,
-    KernelObject, Log, ObjectType, ProcessRef, SchedContextSwitch, StringRecord,
+    Arg, ArgValue, Blob, BlobType, Encode, EncodeError, Event, EventKind, EventType,
+    Initialization, KernelObject, Log, ObjectType, ProcessRef, SchedContextSwitch, StringRecord,
     StringRef, ThreadRecord, ThreadRef, ThreadState, UserspaceObject, MAX_ARGS,
 };
 
@@ -478,7 +478,13 @@ pub(crate) fn installed_duration_complete(
 /// Write a thread-scoped event from its memo, at `ticks`, in `writer`'s section (of the
 /// memo's generation). Drops are counted by the reservation.
 #[inline(always)]
-fn write_memoised(writer: &mut Writer<'_>, memo: cache::Memo, ticks: u64, kind: EventKind, args: &[Arg<'_>]) {
+fn write_memoised(
+    writer: &mut Writer<'_>,
+    memo: cache::Memo,
+    ticks: u64,
+    kind: EventKind,
+    args: &[Arg<'_>],
+) {
     if args.is_empty() {
         // Two or three words, written straight into the reserved slot.
         let data = kind.data_word();
@@ -1133,7 +1139,8 @@ mod tests {
             let mut words = [0u64; 4];
             let n = event.write(&mut words).unwrap();
             assert_eq!(n, 2 + usize::from(kind.data_word().is_some()), "{kind:?}");
-            let header = with_record_size_words(indexed_event_header(kind.event_type(), memo), n as u64);
+            let header =
+                with_record_size_words(indexed_event_header(kind.event_type(), memo), n as u64);
             assert_eq!(header, words[0], "{kind:?}");
             assert_eq!(words[1], 77);
             assert_eq!(

@@ -356,7 +356,11 @@ pub(crate) fn installed_record<const N: usize>(
     {
         return installed_record_slow(t, inner, slot, gate, expected, header, &payload);
     }
-    debug_assert_eq!(header >> RECORD_SIZE_SHIFT & RECORD_SIZE_MASK, 0, "set here");
+    debug_assert_eq!(
+        header >> RECORD_SIZE_SHIFT & RECORD_SIZE_MASK,
+        0,
+        "set here"
+    );
     let header = header | (words as u64) << RECORD_SIZE_SHIFT;
     // SAFETY: the chunk belongs to the installed context (its gate is the running one) and
     // has room for `words` words, which only this thread writes; `next` is within the chunk.

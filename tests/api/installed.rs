@@ -42,7 +42,11 @@ fn a_thread_writes_into_each_new_session_through_its_memo() {
         });
         assert_eq!(count(&events, "repeat", false), 5, "round {round}");
         assert_eq!(count(&events, "span", true), 5, "round {round}");
-        assert_eq!(count(&events, "api::installed::traced_call", true), 5, "round {round}");
+        assert_eq!(
+            count(&events, "api::installed::traced_call", true),
+            5,
+            "round {round}"
+        );
     }
 }
 
