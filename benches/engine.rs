@@ -71,8 +71,28 @@ fn counted_loop(candidate: &str, calls: u64) {
         "duration_complete" => {
             (0..calls).for_each(|_| drop(fxtrace::duration("bench", "duration")))
         }
+        "traced" => (0..calls).for_each(|i| {
+            black_box(traced_plain(i, 3));
+        }),
+        "traced_2args" => (0..calls).for_each(|i| {
+            black_box(traced_args(i, 3));
+        }),
         other => panic!("unknown FXTRACE_BENCH_CANDIDATE {other:?}"),
     }
+}
+
+/// A traced call (`FXTRACE_BENCH_CANDIDATE=traced`).
+#[fxtrace::traced(category = "bench")]
+#[inline(never)]
+fn traced_plain(a: u64, b: u64) -> u64 {
+    black_box(a).wrapping_mul(black_box(b))
+}
+
+/// A traced call with two integer arguments (`FXTRACE_BENCH_CANDIDATE=traced_2args`).
+#[fxtrace::traced(category = "bench", args(a, b))]
+#[inline(never)]
+fn traced_args(a: u64, b: u64) -> u64 {
+    black_box(a).wrapping_mul(black_box(b))
 }
 
 /// The clock alone, and what it is compared with.

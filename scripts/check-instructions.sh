@@ -26,8 +26,10 @@ cd "$(dirname "$0")/.."
 declare -A BUDGET=(
     [instant_0args]="${FXTRACE_BUDGET_INSTANT_0ARGS:-245}"
     [duration_complete]="${FXTRACE_BUDGET_DURATION:-335}"
+    [traced]="${FXTRACE_BUDGET_TRACED:-1000}"
+    [traced_2args]="${FXTRACE_BUDGET_TRACED_2ARGS:-1000}"
 )
-CANDIDATES=(rdtscp instant_0args duration_complete)
+CANDIDATES=(rdtscp instant_0args duration_complete traced traced_2args)
 
 print_only=0
 if [ "${1:-}" = "--print" ]; then

@@ -234,6 +234,7 @@ impl Debug for ArgIn<'_> {
 }
 
 /// A scalar value (no borrowed data) as `'static`; `None` for strings and blobs.
+#[inline(always)]
 fn scalar(value: ArgValue<'_>) -> Option<ArgValue<'static>> {
     Some(match value {
         ArgValue::Null => ArgValue::Null,
@@ -250,15 +251,16 @@ fn scalar(value: ArgValue<'_>) -> Option<ArgValue<'static>> {
 }
 
 /// Copy `args` into `out` if every one is scalar.
+#[inline(always)]
 fn copy_scalars(args: &[ArgIn<'_>], out: &mut [(&'static str, ArgValue<'static>)]) -> bool {
     for (slot, arg) in out.iter_mut().zip(args) {
-        match *arg {
-            ArgIn::Value(name, value) => match scalar(value) {
-                Some(value) => *slot = (name, value),
-                None => return false,
-            },
-            ArgIn::Debug(..) => return false,
-        }
+        let ArgIn::Value(name, value) = *arg else {
+            return false;
+        };
+        let Some(value) = scalar(value) else {
+            return false;
+        };
+        *slot = (name, value);
     }
     true
 }
@@ -426,8 +428,26 @@ impl<S: Site, const N: usize> Span<S, N> {
     /// Enter a call whose arguments are `args` (call only when [`maybe_on`]).
     #[inline(always)]
     pub fn enter_args(args: [ArgIn<'_>; N]) -> Self {
+        Self::begin_args(args)
+    }
+
+    /// [`Self::enter_args`], out of line (see [`Span::begin`]). Scalar arguments of a pair
+    /// the thread's memo knows in the latest trace need no section: they are kept for the
+    /// end's record.
+    #[inline(never)]
+    fn begin_args(args: [ArgIn<'_>; N]) -> Self {
         let mut span = Self::OFF;
         let site = S::call_site();
+        if let Some((generation, memo)) =
+            record::memoised_latest_generation(site.category(), S::name())
+        {
+            if copy_scalars(&args, &mut span.args) {
+                span.generation = generation;
+                span.memo = memo;
+                span.start = clock::ticks();
+                return span;
+            }
+        }
         if let Some((generation, mode)) = enter_args_slow(site, S::name(), &args, &mut span.args) {
             span.generation = generation;
             span.mode = mode;
@@ -563,7 +583,10 @@ fn write_complete<const M: usize>(
         };
     }
     let kind = EventKind::DurationComplete { end_ticks: end };
-    writer.event(start, category, name, kind, &built[..args.len()])
+    // Fills the thread's event memo (the argument names are interned above): the next end
+    // of this site takes the installed context's path.
+    let category = (category, writer.string_ref(category));
+    writer.event_memoising(start, category, name, kind, &built[..args.len()])
 }
 
 impl<S: Site, const N: usize> Drop for Span<S, N> {
@@ -581,11 +604,16 @@ impl<S: Site, const N: usize> Span<S, N> {
     fn end(&mut self) {
         let end = clock::ticks();
         let (category, name) = (S::call_site().category(), S::name());
-        if N == 0 && self.mode == Mode::Complete {
+        if self.mode == Mode::Complete {
             let span = (self.start, end);
-            if record::installed_span_end(self.generation, self.memo, span)
-                || record::installed_duration_complete(self.generation, span, (category, name))
-            {
+            let written = if N == 0 {
+                record::installed_span_end(self.generation, self.memo, span)
+                    || record::installed_duration_complete(self.generation, span, (category, name))
+            } else {
+                let pair = (category, name);
+                record::installed_span_end_with_args(self.generation, span, pair, &self.args)
+            };
+            if written {
                 return;
             }
         }

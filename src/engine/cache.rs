@@ -283,6 +283,19 @@ impl ThreadCache {
         }
     }
 
+    /// The string index of `s` if this cache serves `generation` and holds one for it
+    /// (no insertion: the general path interns).
+    #[inline(always)]
+    pub(crate) fn index_of(&self, generation: u32, s: &'static str) -> Option<u16> {
+        if self.generation.get() != generation {
+            return None;
+        }
+        match self.lookup(s) {
+            Lookup::Found { entry, .. } if entry.flags & FLAG_INDEX_OK != 0 => Some(entry.index),
+            _ => None,
+        }
+    }
+
     /// Store what is known about `s` at `slot` (from [`Self::lookup`], in the same
     /// generation, with no insertion in between). `index` matters when `flags` has
     /// [`FLAG_INDEX_OK`].

@@ -46,6 +46,7 @@ use super::context::{Context, EngineError, StartMode};
 use super::writer::{self, Slot, Writer};
 use crate::clock;
 use crate::format::fields::EventRecord;
+use crate::format::indexed_scalar_arg;
 use crate::format::{
     Arg, ArgValue, Blob, BlobType, Encode, EncodeError, Event, EventKind, EventType,
     Initialization, KernelObject, Log, ObjectType, ProcessRef, SchedContextSwitch, StringRecord,
@@ -379,8 +380,8 @@ pub(crate) fn installed_event_memoised(
     if args.is_empty() {
         let header = indexed_event_header(kind.event_type(), memo);
         return match kind.data_word() {
-            None => writer::installed_record(memo.generation(), header, [ticks]),
-            Some(data) => writer::installed_record(memo.generation(), header, [ticks, data]),
+            None => writer::installed_record(memo.generation(), header, &[ticks]),
+            Some(data) => writer::installed_record(memo.generation(), header, &[ticks, data]),
         };
     }
     writer::with_installed_writer(|writer| {
@@ -406,7 +407,7 @@ pub(crate) fn installed_plain_event(
     };
     let ticks = clock::ticks();
     let header = indexed_event_header(event_type, memo);
-    writer::installed_record(memo.generation(), header, [ticks])
+    writer::installed_record(memo.generation(), header, &[ticks])
 }
 
 /// What a span's begin learned from the thread's event memo, so that its end on the same
@@ -453,7 +454,7 @@ pub(crate) fn memoised_latest_generation(
 pub(crate) fn installed_span_end(generation: u32, memo: SpanMemo, span: (u64, u64)) -> bool {
     memo.header != 0
         && memo.thread == writer::thread_key()
-        && writer::installed_record(generation, memo.header, [span.0, span.1])
+        && writer::installed_record(generation, memo.header, &[span.0, span.1])
 }
 
 /// The duration-complete record of a span of `'static` strings without arguments that began
@@ -472,7 +473,7 @@ pub(crate) fn installed_duration_complete(
         return false;
     }
     let header = indexed_event_header(EventType::DurationComplete, memo);
-    writer::installed_record(generation, header, [start, end])
+    writer::installed_record(generation, header, &[start, end])
 }
 
 /// Write a thread-scoped event from its memo, at `ticks`, in `writer`'s section (of the
@@ -507,16 +508,74 @@ fn write_memoised(
         args,
         kind,
     };
+    write_event_in(writer, &event);
+}
+
+/// Write `event` in `writer`'s section: sized, reserved, encoded in place. A record that
+/// cannot be encoded or has no room is dropped and counted.
+#[inline(always)]
+fn write_event_in(writer: &mut Writer<'_>, event: &Event<'_>) {
     match event.words() {
         Ok(words) => {
             if let Some(slot) = writer.reserve(words) {
                 // Sized by `words()`: encoding cannot fail here.
-                let _ = encode_and_commit(slot, &event, words);
+                let _ = encode_and_commit(slot, event, words);
             }
         }
         // Counted as dropped: an empty reservation released without commit.
         Err(_) => drop(writer.reserve(1)),
     }
+}
+
+/// Most arguments of a span that [`installed_span_end_with_args`] writes (more take the
+/// general path).
+pub(crate) const INSTALLED_SPAN_ARGS: usize = 4;
+
+/// The end of a span of `'static` strings with scalar arguments: its duration-complete
+/// record from `start` to `end` in trace `generation`, on the installed context's path, when
+/// the thread's memo knows the pair and its string cache the argument names in that trace
+/// (the general path interns them: the next end finds them). The record is encoded in
+/// place: header, start, each argument's words, end. Same answers as
+/// [`installed_event_memoised`].
+#[inline(always)]
+pub(crate) fn installed_span_end_with_args(
+    generation: u32,
+    (start, end): (u64, u64),
+    (category, name): (&'static str, &'static str),
+    args: &[(&'static str, ArgValue<'static>)],
+) -> bool {
+    if args.len() > INSTALLED_SPAN_ARGS {
+        return false;
+    }
+    let cache = cache::current();
+    let Some(memo) = cache.memo_any(category, name) else {
+        return false;
+    };
+    if memo.generation() != generation {
+        return false;
+    }
+    let mut payload = [0u64; 2 + 2 * INSTALLED_SPAN_ARGS];
+    payload[0] = start;
+    let mut len = 1;
+    for &(arg_name, value) in args {
+        let Some(index) = cache.index_of(generation, arg_name) else {
+            return false;
+        };
+        let Some((arg_header, value_word)) = indexed_scalar_arg(index, value) else {
+            return false;
+        };
+        payload[len] = arg_header;
+        len += 1;
+        if let Some(word) = value_word {
+            payload[len] = word;
+            len += 1;
+        }
+    }
+    payload[len] = end;
+    len += 1;
+    let header = indexed_event_header(EventType::DurationComplete, memo)
+        | EventRecord::ARGUMENT_COUNT.make(args.len() as u64);
+    writer::installed_record(generation, header, &payload[..len])
 }
 
 /// The event writers that differ only in their [`EventKind`] (and its id): each is

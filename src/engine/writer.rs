@@ -309,7 +309,11 @@ pub(crate) fn with_installed_writer<R>(f: impl FnOnce(&mut Writer<'_>) -> R) -> 
     Some(f(&mut writer))
 }
 
-/// A record of `N + 1` words (`header`, then `payload`) of trace `generation` on the
+/// Most payload words of an [`installed_record`].
+pub(crate) const MAX_INSTALLED_PAYLOAD: usize = 15;
+
+/// A record of `payload.len() + 1` words (`header`, then `payload`, at most
+/// [`MAX_INSTALLED_PAYLOAD`] words) of trace `generation` on the
 /// installed context's path (see [`with_installed_writer`]), written straight into the
 /// thread's chunk: the whole section inlined, no [`Writer`] or [`Slot`] built unless the
 /// chunk needs a refill. `header` is an event record's with its size field zero (set
@@ -319,12 +323,11 @@ pub(crate) fn with_installed_writer<R>(f: impl FnOnce(&mut Writer<'_>) -> R) -> 
 /// [`with_installed_writer`]) or the running trace is not `generation`: nothing was written
 /// or counted.
 #[inline(always)]
-pub(crate) fn installed_record<const N: usize>(
-    generation: u32,
-    header: u64,
-    payload: [u64; N],
-) -> bool {
-    const { assert!(N >= 1 && N < 8) };
+pub(crate) fn installed_record(generation: u32, header: u64, payload: &[u64]) -> bool {
+    debug_assert!((1..=MAX_INSTALLED_PAYLOAD).contains(&payload.len()));
+    if payload.len() > MAX_INSTALLED_PAYLOAD {
+        return false;
+    }
     let t = thread_state();
     if t.busy.get() {
         return false;
@@ -347,14 +350,14 @@ pub(crate) fn installed_record<const N: usize>(
     let inner = unsafe { &*t.inner.get() };
     // ATOMICS: `Acquire`: pairs with the engine's `Release` gate stores.
     let gate = inner.gate.load(Ordering::Acquire);
-    let words = N + 1;
+    let words = payload.len() + 1;
     let chunk = t.chunk.get();
     let expected = make_gate(generation, 0, GATE_STARTED);
     if gate & make_gate(GENERATION_MASK, 0, GATE_STARTED) != expected
         || chunk.gate != gate
         || (chunk.end as usize - chunk.pos as usize) < words * 8
     {
-        return installed_record_slow(t, inner, slot, gate, expected, header, &payload);
+        return installed_record_slow(t, inner, slot, gate, expected, header, payload);
     }
     debug_assert_eq!(
         header >> RECORD_SIZE_SHIFT & RECORD_SIZE_MASK,
@@ -370,7 +373,9 @@ pub(crate) fn installed_record<const N: usize>(
             // ATOMICS: `Relaxed`: the terminator, published by the header's `Release` store.
             AtomicU64::from_ptr(next).store(0, Ordering::Relaxed);
         }
-        chunk.pos.add(1).cast::<[u64; N]>().write(payload);
+        for (i, &word) in payload.iter().enumerate() {
+            chunk.pos.add(1 + i).write(word);
+        }
         // ATOMICS: `Release`: a reader that sees the header sees the payload and terminator.
         AtomicU64::from_ptr(chunk.pos).store(header, Ordering::Release);
         // The cursor alone moves (`Cell::set` would store the whole chunk).

@@ -132,6 +132,38 @@ impl<'a> Arg<'a> {
     }
 }
 
+/// A scalar argument named by string index `name_index`, encoded: its header word and, for
+/// a 64-bit value, the value word. `None` for a string or blob value (not scalar). The same
+/// words as [`Arg::emit`] writes for `Arg::new(StringRef::Index(name_index), value)`.
+#[inline(always)]
+pub(crate) fn indexed_scalar_arg(
+    name_index: u16,
+    value: ArgValue<'_>,
+) -> Option<(u64, Option<u64>)> {
+    let (arg_type, data, extra) = match value {
+        ArgValue::Null => (ArgType::Null, 0, None),
+        ArgValue::I32(v) => (
+            ArgType::I32,
+            Int32Argument::VALUE.make(u64::from(v as u32)),
+            None,
+        ),
+        ArgValue::U32(v) => (ArgType::U32, Int32Argument::VALUE.make(u64::from(v)), None),
+        ArgValue::Bool(v) => (ArgType::Bool, BoolArgument::VALUE.make(u64::from(v)), None),
+        ArgValue::I64(v) => (ArgType::I64, 0, Some(v as u64)),
+        ArgValue::U64(v) => (ArgType::U64, 0, Some(v)),
+        ArgValue::F64(v) => (ArgType::F64, 0, Some(v.to_bits())),
+        ArgValue::Pointer(v) => (ArgType::Pointer, 0, Some(v)),
+        ArgValue::Koid(v) => (ArgType::Koid, 0, Some(v)),
+        ArgValue::Str(_) | ArgValue::Blob(_) => return None,
+    };
+    let words = 1 + u64::from(extra.is_some());
+    let header = ArgumentHeader::TYPE.make(u64::from(arg_type.raw()))
+        | ArgumentHeader::SIZE.make(words)
+        | ArgumentHeader::NAME_REF.make(u64::from(name_index))
+        | data;
+    Some((header, extra))
+}
+
 /// Appends `args` and returns their count, after checking there are at most 15.
 #[inline(always)]
 pub(crate) fn emit_args<S: Sink>(args: &[Arg<'_>], s: &mut S) -> Result<u64, EncodeError> {
@@ -164,6 +196,33 @@ mod tests {
         arg.emit(&mut c).unwrap();
         assert_eq!(c.finish(), Ok(n));
         out
+    }
+
+    #[test]
+    fn indexed_scalar_args_are_what_emit_writes() {
+        let values = [
+            ArgValue::Null,
+            ArgValue::I32(-7),
+            ArgValue::U32(u32::MAX),
+            ArgValue::Bool(true),
+            ArgValue::I64(-1),
+            ArgValue::U64(0x1234_5678_9abc_def0),
+            ArgValue::F64(2.5),
+            ArgValue::Pointer(0xdead_beef),
+            ArgValue::Koid(42),
+        ];
+        for value in values {
+            let (header, extra) = indexed_scalar_arg(0x7abc, value).expect("scalar");
+            let mut words = vec![header];
+            words.extend(extra);
+            assert_eq!(
+                words,
+                encode(&Arg::new(StringRef::Index(0x7abc), value)),
+                "{value:?}"
+            );
+        }
+        assert!(indexed_scalar_arg(1, ArgValue::Str(StringRef::Index(2))).is_none());
+        assert!(indexed_scalar_arg(1, ArgValue::Blob(&[1])).is_none());
     }
 
     #[test]
