@@ -77,7 +77,38 @@ fn counted_loop(candidate: &str, calls: u64) {
         "traced_2args" => (0..calls).for_each(|i| {
             black_box(traced_args(i, 3));
         }),
+        #[cfg(feature = "tracing")]
+        "layer_span" | "layer_event" | "noop_layer_span" | "noop_layer_event" => {
+            layer_loop(candidate, calls)
+        }
         other => panic!("unknown FXTRACE_BENCH_CANDIDATE {other:?}"),
+    }
+}
+
+/// `tracing` spans or events through the registry with fxtrace's layer (`layer_*`) or a
+/// layer that does nothing (`noop_layer_*`, the registry's own cost): the candidates of the
+/// issue-11 comparison table, one `info_span!` with one `u64` field entered and exited, or one
+/// `info!` with one `u64` field and a message.
+#[cfg(feature = "tracing")]
+fn layer_loop(candidate: &str, calls: u64) {
+    use tracing_subscriber::layer::SubscriberExt;
+
+    struct Noop;
+    impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for Noop {}
+
+    let _default = if candidate.starts_with("noop") {
+        tracing::subscriber::set_default(tracing_subscriber::registry().with(Noop))
+    } else {
+        tracing::subscriber::set_default(
+            tracing_subscriber::registry().with(fxtrace::TracingLayer::new()),
+        )
+    };
+    if candidate.ends_with("span") {
+        (0..calls).for_each(|i| {
+            tracing::info_span!("bench_span", n = black_box(i)).in_scope(|| black_box(i));
+        })
+    } else {
+        (0..calls).for_each(|i| tracing::info!(n = black_box(i), "bench event"))
     }
 }
 

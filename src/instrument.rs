@@ -522,14 +522,16 @@ fn enter_args_slow(
     .flatten()
 }
 
+/// The end of a span of `'static` strings begun in trace `generation` on the general path
+/// (the current context's writer section): its duration-complete record from `start` to
+/// `end` with scalar `args` (interning the strings and teaching the thread's event memo, so
+/// that the next end takes the installed context's path), or its duration-end record.
 #[inline(never)]
-fn end_slow(
+pub(crate) fn end_slow(
     generation: u32,
     mode: Mode,
-    start: u64,
-    end: u64,
-    category: &'static str,
-    name: &'static str,
+    (start, end): (u64, u64),
+    (category, name): (&'static str, &'static str),
     args: &[(&'static str, ArgValue<'static>)],
 ) {
     with_current(|context| {
@@ -617,13 +619,12 @@ impl<S: Site, const N: usize> Span<S, N> {
                 return;
             }
         }
+        let span = (self.start, end);
         end_slow(
             self.generation,
             self.mode,
-            self.start,
-            end,
-            category,
-            name,
+            span,
+            (category, name),
             &self.args,
         );
     }

@@ -31,8 +31,11 @@
 //!
 //! - A span is recorded if a trace was running with its category enabled when it was
 //!   created; a span created before the trace started writes nothing.
-//! - A span's fields are kept (owned) in the span's extensions only while a trace is running
-//!   with its category enabled: one allocation per span then, none otherwise.
+//! - A span's fields are kept in the span's extensions only while a trace is running with its
+//!   category enabled. Up to four scalar fields are kept inline: the extension's box (the
+//!   registry's own, one per span that records) is then the only allocation; text fields or
+//!   more fields take one more. Such a span's record is written on the engine's
+//!   one-announcement path once its thread has written the span's name in the trace.
 //! - Events with string or `Debug` fields format into a per-thread scratch buffer (no
 //!   allocation once warm).
 //! - Texts are cut at [`MAX_TEXT`] bytes; an event or span has at most 15 arguments
@@ -43,7 +46,7 @@
 use std::cell::{Cell, RefCell};
 use std::fmt::{self, Write as _};
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -54,9 +57,10 @@ use tracing_subscriber::registry::LookupSpan;
 use crate::clock;
 use crate::engine::category::tracing_maybe_on;
 use crate::engine::global::with_current;
-use crate::engine::record::{Scope, TraceStr, TraceWriter};
+use crate::engine::record::{self, Scope, TraceStr, TraceWriter, INSTALLED_SPAN_ARGS};
 use crate::engine::Context;
 use crate::format::{Arg, ArgValue, Event, EventKind, StringRef, ThreadRef, MAX_ARGS};
+use crate::instrument;
 
 /// Longest text argument (string field, `Debug` text, message) written, in bytes.
 pub const MAX_TEXT: usize = 4096;
@@ -113,6 +117,13 @@ fn current_tid() -> u64 {
 
 // === values ===
 
+/// Spans whose async begin was written and whose close has not run yet: while 0, a close
+/// has nothing to write and does not look its span up.
+/// ATOMICS: `Relaxed`: the close of a span runs after every enter of it (the registry's
+/// reference count orders them: `Release` decrements, an `Acquire` fence before the close),
+/// so the close of a span whose async begin was written sees this count's increment.
+static ASYNC_SPANS: AtomicUsize = AtomicUsize::new(0);
+
 /// A field value kept with a span.
 #[derive(Debug, Clone, PartialEq)]
 enum Owned {
@@ -129,12 +140,83 @@ struct SpanData {
     /// Creation time and thread (for the async begin).
     created: u64,
     creator_tid: u64,
-    fields: Vec<(&'static str, Owned)>,
+    fields: SpanFields,
     /// Rules: set once, by the first thread that enters the span on a thread other than
     /// its creator's, which then writes the async begin; read at close.
     /// ATOMICS: `Relaxed` `swap`: only its single winner matters; the close that reads it
     /// runs after every enter/exit of the span (the registry's span lifecycle orders them).
     async_begun: AtomicBool,
+}
+
+/// A span's fields: inline while they are few scalars, owned in a `Vec` otherwise.
+#[derive(Debug)]
+enum SpanFields {
+    /// At most [`INSTALLED_SPAN_ARGS`] fields, all scalar: no allocation.
+    Scalars {
+        fields: [(&'static str, ArgValue<'static>); INSTALLED_SPAN_ARGS],
+        len: usize,
+    },
+    /// Any fields.
+    Owned(Vec<(&'static str, Owned)>),
+}
+
+impl SpanFields {
+    const EMPTY: SpanFields = SpanFields::Scalars {
+        fields: [("", ArgValue::Null); INSTALLED_SPAN_ARGS],
+        len: 0,
+    };
+
+    /// Set field `name` (replacing an earlier value of the same name).
+    fn set(&mut self, name: &'static str, value: Owned) {
+        if let (SpanFields::Scalars { fields, len }, Owned::Scalar(scalar)) = (&mut *self, &value) {
+            if let Some(slot) = fields[..*len].iter_mut().find(|(n, _)| *n == name) {
+                slot.1 = *scalar;
+                return;
+            }
+            if *len < INSTALLED_SPAN_ARGS {
+                fields[*len] = (name, *scalar);
+                *len += 1;
+                return;
+            }
+        }
+        if let SpanFields::Scalars { fields, len } = self {
+            let owned = fields[..*len]
+                .iter()
+                .map(|&(name, value)| (name, Owned::Scalar(value)))
+                .collect();
+            *self = SpanFields::Owned(owned);
+        }
+        if let SpanFields::Owned(owned) = self {
+            match owned.iter_mut().find(|(n, _)| *n == name) {
+                Some(slot) => slot.1 = value,
+                None => owned.push((name, value)),
+            }
+        }
+    }
+
+    /// Number of fields.
+    fn len(&self) -> usize {
+        match self {
+            SpanFields::Scalars { len, .. } => *len,
+            SpanFields::Owned(owned) => owned.len(),
+        }
+    }
+
+    /// Field `i` (`i < len()`) as an argument value.
+    fn get(&self, i: usize) -> (&'static str, ArgValue<'_>) {
+        match self {
+            SpanFields::Scalars { fields, .. } => fields[i],
+            SpanFields::Owned(owned) => {
+                let (name, value) = &owned[i];
+                let value = match value {
+                    Owned::Scalar(v) => *v,
+                    Owned::Text(t) if t.is_empty() => ArgValue::Str(StringRef::Empty),
+                    Owned::Text(t) => ArgValue::Str(StringRef::Inline(t)),
+                };
+                (*name, value)
+            }
+        }
+    }
 }
 
 /// Cut `s` to [`MAX_TEXT`] bytes at a character boundary.
@@ -181,17 +263,14 @@ fn push_debug(text: &mut String, value: &dyn fmt::Debug) -> Range<usize> {
     start..text.len()
 }
 
-/// Span fields, owned.
+/// Span fields, kept.
 struct SpanVisitor<'f> {
-    fields: &'f mut Vec<(&'static str, Owned)>,
+    fields: &'f mut SpanFields,
 }
 
 impl SpanVisitor<'_> {
     fn set(&mut self, name: &'static str, value: Owned) {
-        match self.fields.iter_mut().find(|(n, _)| *n == name) {
-            Some(slot) => slot.1 = value,
-            None => self.fields.push((name, value)),
-        }
+        self.fields.set(name, value);
     }
 }
 
@@ -312,7 +391,7 @@ fn with_writer_in(generation: u32, f: impl FnOnce(&mut TraceWriter<'_>)) {
 /// do not all fit.
 fn span_args<'a>(
     writer: &mut TraceWriter<'_>,
-    fields: &'a [(&'static str, Owned)],
+    fields: &'a SpanFields,
     out: &mut [Arg<'a>; MAX_ARGS],
 ) -> usize {
     let fit = if fields.len() > MAX_ARGS {
@@ -320,13 +399,9 @@ fn span_args<'a>(
     } else {
         fields.len()
     };
-    for (slot, (name, value)) in out.iter_mut().zip(&fields[..fit]) {
-        let value = match value {
-            Owned::Scalar(v) => *v,
-            Owned::Text(t) if t.is_empty() => ArgValue::Str(StringRef::Empty),
-            Owned::Text(t) => ArgValue::Str(StringRef::Inline(t)),
-        };
-        *slot = Arg::new(writer.string_ref(*name), value);
+    for (i, slot) in out.iter_mut().enumerate().take(fit) {
+        let (name, value) = fields.get(i);
+        *slot = Arg::new(writer.string_ref(name), value);
     }
     if fit < fields.len() {
         let dropped = (fields.len() - fit) as u32;
@@ -352,21 +427,26 @@ where
             return;
         }
         let metadata = attrs.metadata();
-        let category = metadata.target();
-        let Some(generation) = with_current(|c| enabled_generation(c, category)).flatten() else {
-            return;
+        let (category, name) = (metadata.target(), metadata.name());
+        // The thread's memo answers for a span it already wrote in the latest trace.
+        let generation = match record::memoised_latest_generation(category, name) {
+            Some((generation, _)) => generation,
+            None => match with_current(|c| enabled_generation(c, category)).flatten() {
+                Some(generation) => generation,
+                None => return,
+            },
         };
         let Some(span) = ctx.span(id) else {
             return;
         };
-        let mut fields = Vec::new();
+        let mut fields = SpanFields::EMPTY;
         attrs.record(&mut SpanVisitor {
             fields: &mut fields,
         });
         span.extensions_mut().insert(SpanData {
             generation,
             category,
-            name: metadata.name(),
+            name,
             created: clock::ticks(),
             creator_tid: current_tid(),
             fields,
@@ -400,6 +480,7 @@ where
         let tid = current_tid();
         // ATOMICS: see `SpanData::async_begun`.
         if tid != data.creator_tid && !data.async_begun.swap(true, Ordering::Relaxed) {
+            ASYNC_SPANS.fetch_add(1, Ordering::Relaxed);
             write_async_begin(id.into_u64(), data);
         }
         let entered = Entered {
@@ -436,6 +517,18 @@ where
         let Some(data) = extensions.get::<SpanData>() else {
             return;
         };
+        let span = (entered.start, end);
+        let pair = (data.category, data.name);
+        if let SpanFields::Scalars { fields, len } = &data.fields {
+            // The engine's one-announcement path; the first record of the span's name in a
+            // trace goes through the general one (and teaches the thread's memo).
+            let fields = &fields[..*len];
+            if !record::installed_span_end_with_args(entered.generation, span, pair, fields) {
+                let mode = instrument::Mode::Complete;
+                instrument::end_slow(entered.generation, mode, span, pair, fields);
+            }
+            return;
+        }
         with_writer_in(entered.generation, |writer| {
             let mut args = [EMPTY_ARG; MAX_ARGS];
             let n = span_args(writer, &data.fields, &mut args);
@@ -445,6 +538,9 @@ where
     }
 
     fn on_close(&self, id: Id, ctx: LayerContext<'_, S>) {
+        if ASYNC_SPANS.load(Ordering::Relaxed) == 0 {
+            return;
+        }
         let Some(span) = ctx.span(&id) else {
             return;
         };
@@ -454,6 +550,7 @@ where
         };
         // ATOMICS: see `SpanData::async_begun`.
         if data.async_begun.load(Ordering::Relaxed) {
+            ASYNC_SPANS.fetch_sub(1, Ordering::Relaxed);
             let ticks = clock::ticks();
             with_writer_in(data.generation, |writer| {
                 let kind = EventKind::AsyncEnd { id: id.into_u64() };

@@ -92,6 +92,66 @@ fn a_span_entered_twice_gives_two_durations() {
 }
 
 #[test]
+fn repeated_spans_keep_their_fields_on_the_one_announcement_path() {
+    let _s = serial();
+    let ((), events) = trace(|| {
+        with_layer(|| {
+            // After the first, each span of a name ends on the installed context's path.
+            for i in 0..3u64 {
+                let span = tracing::info_span!(
+                    "step",
+                    i,
+                    neg = -(i as i64),
+                    ok = i % 2 == 0,
+                    late = tracing::field::Empty,
+                );
+                span.record("late", i * 10);
+                span.in_scope(|| {});
+            }
+            // Four scalar fields are kept inline; a fifth recorded later moves them out.
+            for i in 0..2u64 {
+                let span = tracing::info_span!(
+                    "wide",
+                    a = i,
+                    b = 1u64,
+                    c = 2u64,
+                    d = 3u64,
+                    e = tracing::field::Empty,
+                );
+                span.in_scope(|| {});
+                span.record("e", 4u64);
+                span.in_scope(|| {});
+            }
+        })
+    });
+    let steps: Vec<&Ev> = events.iter().filter(|e| e.name == "step").collect();
+    assert_eq!(steps.len(), 3, "{events:?}");
+    for (i, step) in (0u64..).zip(&steps) {
+        let expected = [
+            ("i".to_owned(), DecodedValue::U64(i)),
+            ("neg".to_owned(), DecodedValue::I64(-(i as i64))),
+            ("ok".to_owned(), DecodedValue::Bool(i % 2 == 0)),
+            ("late".to_owned(), DecodedValue::U64(i * 10)),
+        ];
+        assert_eq!(step.args, expected, "step {i}");
+        assert!(step.is_complete());
+    }
+    let wide: Vec<&Ev> = events.iter().filter(|e| e.name == "wide").collect();
+    assert_eq!(wide.len(), 4, "{events:?}");
+    for (n, span) in wide.iter().enumerate() {
+        let i = (n / 2) as u64;
+        assert_eq!(span.arg("a"), Some(&DecodedValue::U64(i)), "wide {n}");
+        assert_eq!(span.arg("d"), Some(&DecodedValue::U64(3)), "wide {n}");
+        let e = (n % 2 == 1).then_some(&DecodedValue::U64(4));
+        assert_eq!(
+            span.arg("e"),
+            e,
+            "wide {n}: recorded before the second entry only"
+        );
+    }
+}
+
+#[test]
 fn events_become_instants_named_by_their_message() {
     let _s = serial();
     let ((), events) = trace(|| {
