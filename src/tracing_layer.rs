@@ -65,6 +65,10 @@ use crate::instrument;
 /// Longest text argument (string field, `Debug` text, message) written, in bytes.
 pub const MAX_TEXT: usize = 4096;
 
+/// Name of an event's level argument. A `static`, so that every use is the one address the
+/// thread's string cache knows it by (string literals are not guaranteed to be merged).
+static LEVEL: &str = "level";
+
 /// Name of the argument counting fields that did not fit in one record.
 const FIELDS_DROPPED: &str = "fields_dropped";
 
@@ -564,8 +568,12 @@ where
             return;
         }
         let metadata = event.metadata();
-        let category = metadata.target();
-        let Some(generation) = with_current(|c| enabled_generation(c, category)).flatten() else {
+        let (category, site) = (metadata.target(), metadata.name());
+        // The thread's memo of the call site answers once the site wrote in the latest trace.
+        let memoised = record::memoised_latest_generation(category, site).map(|(g, _)| g);
+        let Some(generation) =
+            memoised.or_else(|| with_current(|c| enabled_generation(c, category)).flatten())
+        else {
             return;
         };
         let ticks = clock::ticks();
@@ -579,39 +587,89 @@ where
             dropped: 0,
         };
         event.record(&mut visitor);
-        with_writer_in(generation, |writer| {
-            let visitor = &visitor;
-            let mut args = [EMPTY_ARG; MAX_ARGS];
-            let mut n = 0;
-            for (name, value) in &visitor.args[..visitor.len] {
-                let value = match value {
-                    EventValue::Scalar(v) => *v,
-                    EventValue::Text(range) if range.is_empty() => ArgValue::Str(StringRef::Empty),
-                    EventValue::Text(range) => {
-                        ArgValue::Str(StringRef::Inline(&visitor.text[range.clone()]))
-                    }
-                };
-                args[n] = Arg::new(writer.string_ref(*name), value);
-                n += 1;
-            }
-            if visitor.dropped > 0 {
-                // The last field slot gives way to the count.
-                n = n.min(EventVisitor::FIELD_SLOTS - 1);
-                let dropped = visitor.dropped + (visitor.len - n) as u32;
-                args[n] = Arg::new(writer.string_ref(FIELDS_DROPPED), ArgValue::U32(dropped));
-                n += 1;
-            }
-            let level = writer.string_ref(metadata.level().as_str());
-            args[n] = Arg::new(writer.string_ref("level"), ArgValue::Str(level));
-            n += 1;
-            let name = match &visitor.message {
-                Some(range) if !range.is_empty() => TraceStr::Inline(&visitor.text[range.clone()]),
-                _ => TraceStr::Static(metadata.name()),
-            };
-            let _ = writer.instant(ticks, category, name, Scope::Thread, &args[..n]);
-        });
+        let written = memoised.is_some()
+            && visitor.dropped == 0
+            && write_event_installed(generation, ticks, (category, site), metadata, &visitor);
+        if !written {
+            write_event(generation, ticks, (category, site), metadata, &visitor);
+        }
         SCRATCH.with(|s| s.set(visitor.text));
     }
+}
+
+/// The message of an event, if it has a non-empty one.
+fn message(visitor: &EventVisitor) -> Option<&str> {
+    match &visitor.message {
+        Some(range) if !range.is_empty() => Some(&visitor.text[range.clone()]),
+        _ => None,
+    }
+}
+
+/// A field's value as an argument value (texts from the visitor's scratch text).
+fn event_value<'v>(visitor: &'v EventVisitor, value: &EventValue) -> ArgValue<'v> {
+    match value {
+        EventValue::Scalar(v) => *v,
+        EventValue::Text(range) if range.is_empty() => ArgValue::Str(StringRef::Empty),
+        EventValue::Text(range) => ArgValue::Str(StringRef::Inline(&visitor.text[range.clone()])),
+    }
+}
+
+/// An event on the engine's one-announcement path (its fields all fit), once its thread has
+/// written at its call site in this trace; `false`: nothing written, take [`write_event`].
+fn write_event_installed(
+    generation: u32,
+    ticks: u64,
+    site: (&'static str, &'static str),
+    metadata: &tracing::Metadata<'_>,
+    visitor: &EventVisitor,
+) -> bool {
+    let mut args = [("", ArgValue::Null); MAX_ARGS];
+    for (slot, (name, value)) in args.iter_mut().zip(&visitor.args[..visitor.len]) {
+        *slot = (*name, event_value(visitor, value));
+    }
+    let level = ArgValue::Str(StringRef::Inline(metadata.level().as_str()));
+    args[visitor.len] = (LEVEL, level);
+    let args = &args[..=visitor.len];
+    record::installed_instant(generation, ticks, site, message(visitor), args)
+}
+
+/// An event on the general path (the current context's writer section), which also interns
+/// its strings and teaches the thread's memo its call site, for [`write_event_installed`].
+fn write_event(
+    generation: u32,
+    ticks: u64,
+    (category, site): (&'static str, &'static str),
+    metadata: &tracing::Metadata<'_>,
+    visitor: &EventVisitor,
+) {
+    with_writer_in(generation, |writer| {
+        let mut args = [EMPTY_ARG; MAX_ARGS];
+        let mut n = 0;
+        for (name, value) in &visitor.args[..visitor.len] {
+            args[n] = Arg::new(writer.string_ref(*name), event_value(visitor, value));
+            n += 1;
+        }
+        if visitor.dropped > 0 {
+            // The last field slot gives way to the count.
+            n = n.min(EventVisitor::FIELD_SLOTS - 1);
+            let dropped = visitor.dropped + (visitor.len - n) as u32;
+            args[n] = Arg::new(writer.string_ref(FIELDS_DROPPED), ArgValue::U32(dropped));
+            n += 1;
+        }
+        let level = writer.string_ref(metadata.level().as_str());
+        args[n] = Arg::new(writer.string_ref(LEVEL), ArgValue::Str(level));
+        n += 1;
+        let name = match message(visitor) {
+            Some(message) => TraceStr::Inline(message),
+            None => TraceStr::Static(site),
+        };
+        if writer
+            .instant(ticks, category, name, Scope::Thread, &args[..n])
+            .is_ok()
+        {
+            writer.memoise_site(category, site);
+        }
+    });
 }
 
 /// The async begin of a span that crossed threads: at its creation time, on its creating

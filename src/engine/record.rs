@@ -578,6 +578,61 @@ pub(crate) fn installed_span_end_with_args(
     writer::installed_record(generation, header, &payload[..len])
 }
 
+/// A thread-scoped instant of trace `generation` at `ticks` on the installed context's path,
+/// with the category and thread refs of the thread's memo of (`category`, `site`) (see
+/// [`TraceWriter::memoise_site`]), named `name` inline (`None`: the site's own name), with
+/// `args` whose `'static` names the thread's string cache knows in that trace (the general
+/// path interns them: the next record finds them). Same answers as
+/// [`installed_event_memoised`].
+pub(crate) fn installed_instant(
+    generation: u32,
+    ticks: u64,
+    (category, site): (&'static str, &'static str),
+    name: Option<&str>,
+    args: &[(&'static str, ArgValue<'_>)],
+) -> bool {
+    let cache = cache::current();
+    let Some(memo) = cache.memo_any(category, site) else {
+        return false;
+    };
+    if memo.generation() != generation || args.len() > MAX_ARGS {
+        return false;
+    }
+    let mut built = [Arg {
+        name: StringRef::Empty,
+        value: ArgValue::Null,
+    }; MAX_ARGS];
+    for (slot, &(arg_name, value)) in built.iter_mut().zip(args) {
+        let Some(index) = cache.index_of(generation, arg_name) else {
+            return false;
+        };
+        *slot = Arg {
+            name: StringRef::Index(index),
+            value,
+        };
+    }
+    let name = match name {
+        Some(name) if !name.is_empty() => StringRef::Inline(name),
+        _ => StringRef::Index(memo.name_index),
+    };
+    let event = Event {
+        ticks,
+        thread: ThreadRef::Index(memo.thread_index),
+        category: StringRef::Index(memo.category_index),
+        name,
+        args: &built[..args.len()],
+        kind: EventKind::Instant,
+    };
+    writer::with_installed_writer(|writer| {
+        if writer.generation() != generation {
+            return false; // another trace: resolve again
+        }
+        write_event_in(writer, &event);
+        true
+    })
+    .unwrap_or(false)
+}
+
 /// The event writers that differ only in their [`EventKind`] (and its id): each is
 /// [`TraceWriter::event`] with `ticks, category, name`, the kind's own parameters, then `args`.
 macro_rules! event_writers {
@@ -935,14 +990,7 @@ impl<'c> TraceWriter<'c> {
         kind: EventKind,
         args: &[Arg<'_>],
     ) -> Result<(), RecordError> {
-        let thread = self.thread_ref();
-        let name_ref = self.static_string_ref(name);
-        if let (true, StringRef::Index(c), StringRef::Index(n), ThreadRef::Index(t)) =
-            (self.cached, category_ref, name_ref, thread)
-        {
-            self.cache
-                .remember(self.generation(), (category, c), (name, n), t);
-        }
+        let (thread, name_ref) = self.memoise((category, category_ref), name);
         self.write(&Event {
             ticks,
             thread,
@@ -952,6 +1000,33 @@ impl<'c> TraceWriter<'c> {
             kind,
         })
         .map(drop)
+    }
+
+    /// The thread's ref and `name`'s (interned), remembered with `category`'s in the thread's
+    /// event memo when all three are indices.
+    fn memoise(
+        &mut self,
+        (category, category_ref): (&'static str, StringRef<'static>),
+        name: &'static str,
+    ) -> (ThreadRef, StringRef<'static>) {
+        let thread = self.thread_ref();
+        let name_ref = self.static_string_ref(name);
+        if let (true, StringRef::Index(c), StringRef::Index(n), ThreadRef::Index(t)) =
+            (self.cached, category_ref, name_ref, thread)
+        {
+            self.cache
+                .remember(self.generation(), (category, c), (name, n), t);
+        }
+        (thread, name_ref)
+    }
+
+    /// Intern `category` and `site` and remember the pair in the thread's event memo, for a
+    /// front end whose records of a call site are not named by the site's `'static` name
+    /// (a `tracing` event is named by its message): its next records there take
+    /// [`installed_instant`].
+    pub(crate) fn memoise_site(&mut self, category: &'static str, site: &'static str) {
+        let category_ref = self.static_string_ref(category);
+        self.memoise((category, category_ref), site);
     }
 
     /// Instant event at `ticks`.

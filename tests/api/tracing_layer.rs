@@ -187,6 +187,43 @@ fn events_become_instants_named_by_their_message() {
 }
 
 #[test]
+fn repeated_events_keep_their_message_and_fields_on_the_one_announcement_path() {
+    let _s = serial();
+    let ((), events) = trace(|| {
+        with_layer(|| {
+            // After the first, each event of a call site goes the installed context's path.
+            for i in 0..3u64 {
+                tracing::info!(count = i, text = "t", "tick {i}");
+                tracing::warn!(flag = i == 1);
+            }
+        })
+    });
+    assert_eq!(events.len(), 6, "{events:?}");
+    for (i, pair) in (0u64..).zip(events.chunks(2)) {
+        let (tick, bare) = (&pair[0], &pair[1]);
+        assert_eq!(tick.name, format!("tick {i}"));
+        assert_eq!(tick.category, "api::tracing_layer");
+        assert_eq!(
+            tick.args,
+            [
+                ("count".to_owned(), DecodedValue::U64(i)),
+                ("text".to_owned(), str_value("t")),
+                ("level".to_owned(), str_value("INFO")),
+            ],
+            "tick {i}"
+        );
+        assert!(
+            bare.name.starts_with("event tests/api/tracing_layer.rs:"),
+            "{}",
+            bare.name
+        );
+        assert_eq!(bare.arg("flag"), Some(&DecodedValue::Bool(i == 1)));
+        assert_eq!(bare.arg("level"), Some(&str_value("WARN")));
+        assert!(tick.tid == gettid() && bare.tid == gettid());
+    }
+}
+
+#[test]
 fn too_many_fields_are_counted() {
     let _s = serial();
     let ((), events) = trace(|| {
