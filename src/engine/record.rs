@@ -584,6 +584,7 @@ pub(crate) fn installed_span_end_with_args(
 /// `args` whose `'static` names the thread's string cache knows in that trace (the general
 /// path interns them: the next record finds them). Same answers as
 /// [`installed_event_memoised`].
+#[cfg(feature = "tracing")]
 pub(crate) fn installed_instant(
     generation: u32,
     ticks: u64,
@@ -1024,6 +1025,7 @@ impl<'c> TraceWriter<'c> {
     /// front end whose records of a call site are not named by the site's `'static` name
     /// (a `tracing` event is named by its message): its next records there take
     /// [`installed_instant`].
+    #[cfg(feature = "tracing")]
     pub(crate) fn memoise_site(&mut self, category: &'static str, site: &'static str) {
         let category_ref = self.static_string_ref(category);
         self.memoise((category, category_ref), site);
