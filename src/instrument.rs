@@ -613,7 +613,13 @@ impl<S: Site, const N: usize> Span<S, N> {
                     || record::installed_duration_complete(self.generation, span, (category, name))
             } else {
                 let pair = (category, name);
-                record::installed_span_end_with_args(self.generation, span, pair, &self.args)
+                record::installed_span_end_with_args(
+                    self.generation,
+                    self.memo,
+                    span,
+                    pair,
+                    &self.args,
+                )
             };
             if written {
                 return;

@@ -57,7 +57,7 @@ use tracing_subscriber::registry::LookupSpan;
 use crate::clock;
 use crate::engine::category::tracing_maybe_on;
 use crate::engine::global::with_current;
-use crate::engine::record::{self, Scope, TraceStr, TraceWriter, INSTALLED_SPAN_ARGS};
+use crate::engine::record::{self, Scope, SpanMemo, TraceStr, TraceWriter, INSTALLED_SPAN_ARGS};
 use crate::engine::Context;
 use crate::format::{Arg, ArgValue, Event, EventKind, StringRef, ThreadRef, MAX_ARGS};
 use crate::instrument;
@@ -527,7 +527,13 @@ where
             // The engine's one-announcement path; the first record of the span's name in a
             // trace goes through the general one (and teaches the thread's memo).
             let fields = &fields[..*len];
-            if !record::installed_span_end_with_args(entered.generation, span, pair, fields) {
+            if !record::installed_span_end_with_args(
+                entered.generation,
+                SpanMemo::NONE,
+                span,
+                pair,
+                fields,
+            ) {
                 let mode = instrument::Mode::Complete;
                 instrument::end_slow(entered.generation, mode, span, pair, fields);
             }

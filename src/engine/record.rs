@@ -535,11 +535,13 @@ pub(crate) const INSTALLED_SPAN_ARGS: usize = 4;
 /// record from `start` to `end` in trace `generation`, on the installed context's path, when
 /// the thread's memo knows the pair and its string cache the argument names in that trace
 /// (the general path interns them: the next end finds them). The record is encoded in
-/// place: header, start, each argument's words, end. Same answers as
-/// [`installed_event_memoised`].
+/// place: header, start, each argument's words, end. `memo`: what the span's begin learned
+/// (the header without a memo lookup when the span ends on the thread it began on). Same
+/// answers as [`installed_event_memoised`].
 #[inline(always)]
 pub(crate) fn installed_span_end_with_args(
     generation: u32,
+    memo: SpanMemo,
     (start, end): (u64, u64),
     (category, name): (&'static str, &'static str),
     args: &[(&'static str, ArgValue<'static>)],
@@ -548,12 +550,16 @@ pub(crate) fn installed_span_end_with_args(
         return false;
     }
     let cache = cache::current();
-    let Some(memo) = cache.memo_any(category, name) else {
-        return false;
+    let header = if memo.header != 0 && memo.thread == writer::thread_key() {
+        memo.header
+    } else {
+        match cache.memo_any(category, name) {
+            Some(memo) if memo.generation() == generation => {
+                indexed_event_header(EventType::DurationComplete, memo)
+            }
+            _ => return false,
+        }
     };
-    if memo.generation() != generation {
-        return false;
-    }
     let mut payload = [0u64; 2 + 2 * INSTALLED_SPAN_ARGS];
     payload[0] = start;
     let mut len = 1;
@@ -573,8 +579,7 @@ pub(crate) fn installed_span_end_with_args(
     }
     payload[len] = end;
     len += 1;
-    let header = indexed_event_header(EventType::DurationComplete, memo)
-        | EventRecord::ARGUMENT_COUNT.make(args.len() as u64);
+    let header = header | EventRecord::ARGUMENT_COUNT.make(args.len() as u64);
     writer::installed_record(generation, header, &payload[..len])
 }
 
