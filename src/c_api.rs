@@ -34,7 +34,9 @@
 //!
 //! No function unwinds into C: the engine returns errors rather than panicking, and the
 //! enabled path runs inside [`std::panic::catch_unwind`] anyway (a panic is swallowed and the
-//! event dropped). Records that cannot be written (full buffer, re-entrant call from a signal
+//! event dropped), except the `_static` instant and duration calls' fast path (the thread's
+//! event memo found by the strings' addresses, then a record written into the thread's chunk),
+//! which reads no string, allocates nothing and indexes only masked ranges. Records that cannot be written (full buffer, re-entrant call from a signal
 //! handler on a thread already writing) are counted as dropped by the engine.
 
 use std::cell::Cell;
@@ -44,7 +46,7 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use crate::clock;
 use crate::engine::category::tracing_maybe_on;
 use crate::engine::global::with_current;
-use crate::engine::record::{TraceStr, TraceWriter};
+use crate::engine::record::{self, TraceStr, TraceWriter};
 use crate::engine::Context;
 use crate::format::{Arg, ArgValue, EventKind, EventType, StringRef, MAX_STRING_LEN};
 
@@ -364,21 +366,39 @@ unsafe fn emit(
     }));
 }
 
-/// The slow paths of the `_static` instant and duration functions: the strings from the
-/// per-thread address cache, then the Rust facade's own path (the thread's event memo: no
-/// table probe for a known pair), so a `_static` call costs what `fxtrace::instant` costs
-/// plus the cache lookup. One function per kind (no kind to pass or match); each swallows
-/// any panic.
+/// The `_static` instant and duration functions once tracing may be on. First the fast
+/// path: the thread's event memo found by the two addresses alone (their promise makes the
+/// address the key), then the installed context's record path; it runs outside
+/// `catch_unwind`, as nothing on it reads the strings, allocates, formats or indexes out of a
+/// masked range. Otherwise the slow path, in `catch_unwind` (a panic is swallowed): the
+/// strings from the per-thread address cache (each pair read once per thread), then the Rust
+/// facade's own path (the thread's event memo, which it teaches). Out of line, so that the
+/// exported function stays a load and a branch when tracing is off. One pair of functions per
+/// kind (no kind to pass or match).
 macro_rules! static_emitters {
-    ($($(#[$doc:meta])* $name:ident => $kind:expr;)*) => {$(
+    ($($(#[$doc:meta])* $name:ident, $slow:ident => $kind:expr;)*) => {$(
         $(#[$doc])*
+        ///
+        /// # Safety
+        ///
+        /// As [`emit`] with [`Strings::Static`].
+        #[inline(never)]
+        unsafe fn $name(category: *const c_char, name: *const c_char) {
+            let (c, n) = (category as usize, name as usize);
+            if !record::installed_plain_event_by_address(c, n, $kind) {
+                // SAFETY: forwarded caller's promise.
+                unsafe { $slow(category, name) }
+            }
+        }
+
+        /// The slow path of the function above.
         ///
         /// # Safety
         ///
         /// As [`emit`] with [`Strings::Static`].
         #[cold]
         #[inline(never)]
-        unsafe fn $name(category: *const c_char, name: *const c_char) {
+        unsafe fn $slow(category: *const c_char, name: *const c_char) {
             let _ = catch_unwind(AssertUnwindSafe(|| {
                 // SAFETY: the caller's promise (static strings).
                 let (category, name) = unsafe { static_texts(category, name) };
@@ -391,12 +411,12 @@ macro_rules! static_emitters {
 }
 
 static_emitters! {
-    /// `fxtrace_instant_static`'s slow path.
-    emit_static_instant => EventType::Instant;
-    /// `fxtrace_duration_begin_static`'s slow path.
-    emit_static_duration_begin => EventType::DurationBegin;
-    /// `fxtrace_duration_end_static`'s slow path.
-    emit_static_duration_end => EventType::DurationEnd;
+    /// `fxtrace_instant_static` when tracing may be on.
+    emit_static_instant, emit_static_instant_slow => EventType::Instant;
+    /// `fxtrace_duration_begin_static` when tracing may be on.
+    emit_static_duration_begin, emit_static_duration_begin_slow => EventType::DurationBegin;
+    /// `fxtrace_duration_end_static` when tracing may be on.
+    emit_static_duration_end, emit_static_duration_end_slow => EventType::DurationEnd;
 }
 
 // === the exported functions ===

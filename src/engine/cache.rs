@@ -144,7 +144,13 @@ const EMPTY_MEMO: Memo = Memo {
 
 #[inline(always)]
 fn memo_slot(category: &'static str, name: &'static str) -> usize {
-    ((name.as_ptr() as usize ^ (category.as_ptr() as usize >> 4)) >> 3) & (MEMO_SLOTS - 1)
+    memo_slot_of(category.as_ptr() as usize, name.as_ptr() as usize)
+}
+
+/// [`memo_slot`] of the strings at addresses `category` and `name`.
+#[inline(always)]
+fn memo_slot_of(category: usize, name: usize) -> usize {
+    ((name ^ (category >> 4)) >> 3) & (MEMO_SLOTS - 1)
 }
 
 /// The thread's own ref in the current generation.
@@ -337,6 +343,18 @@ impl ThreadCache {
             && memo.category_len as usize == category.len())
         // An empty memo has a null name address, which no string has.
         .then_some(memo)
+    }
+
+    /// The memo of the pair whose strings are at addresses `category` and `name`, whatever
+    /// their lengths: for the C API's `_static` strings, whose promise (unchanged at the same
+    /// address until the process exits) makes the address alone the key; their lengths were
+    /// read when the pair was remembered.
+    #[cfg(feature = "c-api")]
+    #[inline(always)]
+    pub(crate) fn memo_by_address(&self, category: usize, name: usize) -> Option<Memo> {
+        let memo = self.memos[memo_slot_of(category, name)].get();
+        // An empty memo has a null name address: a NULL name (an empty text) never matches.
+        (memo.name == name && memo.category == category && name != 0).then_some(memo)
     }
 
     /// Remember the indices of (`category`, `name`) events in `generation` (replacing whatever

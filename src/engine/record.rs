@@ -410,6 +410,24 @@ pub(crate) fn installed_plain_event(
     writer::installed_record(memo.generation(), header, &[ticks])
 }
 
+/// [`installed_plain_event`] for a pair known by its strings' addresses alone (the C API's
+/// `_static` strings: see `ThreadCache::memo_by_address`): nothing is read from the strings.
+/// Same answers; nothing on this path allocates, formats or indexes out of a masked range.
+#[cfg(feature = "c-api")]
+#[inline(always)]
+pub(crate) fn installed_plain_event_by_address(
+    category: usize,
+    name: usize,
+    event_type: EventType,
+) -> bool {
+    let Some(memo) = cache::current().memo_by_address(category, name) else {
+        return false;
+    };
+    let ticks = clock::ticks();
+    let header = indexed_event_header(event_type, memo);
+    writer::installed_record(memo.generation(), header, &[ticks])
+}
+
 /// What a span's begin learned from the thread's event memo, so that its end on the same
 /// thread writes without looking the memo up again: the duration-complete record's header
 /// (refs and event type) and the thread it is valid on.

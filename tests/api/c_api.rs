@@ -154,6 +154,39 @@ fn every_function_writes_its_event() {
 }
 
 #[test]
+fn repeated_static_calls_keep_their_strings_on_the_address_keyed_path() {
+    let _s = serial();
+    let session = session(&[]);
+    // After the first, each call of a pair is found by its two addresses alone.
+    for _ in 0..3 {
+        // SAFETY: literals.
+        unsafe {
+            fxtrace_duration_begin_static(c"lit".as_ptr(), c"again work".as_ptr());
+            fxtrace_instant_static(c"lit".as_ptr(), c"again".as_ptr());
+            fxtrace_duration_end_static(c"lit".as_ptr(), c"again work".as_ptr());
+        }
+    }
+    let (bytes, report) = session.finish_to_vec().unwrap();
+    assert_eq!(report.stop.records_dropped, 0);
+    let records = decode(&bytes);
+    let got: Vec<(String, String, DecodedEventKind)> = events(&records)
+        .iter()
+        .map(|e| (e.category.to_string(), e.name.to_string(), e.kind))
+        .collect();
+    let one = [
+        ("lit", "again work", DecodedEventKind::DurationBegin),
+        ("lit", "again", DecodedEventKind::Instant),
+        ("lit", "again work", DecodedEventKind::DurationEnd),
+    ];
+    let want: Vec<_> = (0..3)
+        .flat_map(|_| one.iter())
+        .map(|(c, n, k)| (c.to_string(), n.to_string(), *k))
+        .collect();
+    assert_eq!(got, want);
+    assert!(events(&records).iter().all(|e| e.args.is_empty()));
+}
+
+#[test]
 fn plain_calls_copy_their_strings() {
     let _s = serial();
     let session = session(&[]);
