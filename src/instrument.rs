@@ -77,6 +77,12 @@ pub trait Site {
     fn call_site() -> &'static CallSite;
     /// The event name.
     fn name() -> &'static str;
+    /// The category, as a constant where the expansion knows it (the thread memo's slot is
+    /// then computed at compile time); by default the call site's.
+    #[inline(always)]
+    fn category() -> &'static str {
+        Self::call_site().category()
+    }
 }
 
 // === arguments ===
@@ -439,7 +445,7 @@ impl<S: Site, const N: usize> Span<S, N> {
         let mut span = Self::OFF;
         let site = S::call_site();
         if let Some((generation, memo)) =
-            record::memoised_latest_generation(site.category(), S::name())
+            record::memoised_latest_generation(S::category(), S::name())
         {
             if copy_scalars(&args, &mut span.args) {
                 span.generation = generation;
@@ -476,7 +482,7 @@ impl<S: Site> Span<S, 0> {
         let site = S::call_site();
         // The thread's memo knows the site's pair once a call has ended on this thread in
         // the latest trace; else the site's cached answer, else the general path.
-        let begun = record::memoised_latest_generation(site.category(), S::name()).or_else(|| {
+        let begun = record::memoised_latest_generation(S::category(), S::name()).or_else(|| {
             site.enabled_in_latest()
                 .or_else(|| enter_slow(site))
                 .map(|generation| (generation, SpanMemo::NONE))
@@ -605,7 +611,7 @@ impl<S: Site, const N: usize> Span<S, N> {
     #[inline(never)]
     fn end(&mut self) {
         let end = clock::ticks();
-        let (category, name) = (S::call_site().category(), S::name());
+        let (category, name) = (S::category(), S::name());
         if self.mode == Mode::Complete {
             let span = (self.start, end);
             let written = if N == 0 {

@@ -207,6 +207,10 @@ pub(crate) fn expand(args: TracedArgs, f: &TracedFn, instrument: bool) -> syn::R
             fn name() -> &'static str {
                 #name
             }
+            #[inline(always)]
+            fn category() -> &'static str {
+                #category
+            }
         }
     };
     let arg_inputs: Vec<TokenStream> = specs.iter().map(|s| arg_input(&support, s)).collect();
