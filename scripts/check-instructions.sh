@@ -11,8 +11,8 @@
 # (callgrind collects inside `counted_loop` alone: before 2026-11-24 the session's read-out,
 # which grows with N, was counted too, ~47 instructions per call). Two runs, N = 200000 and
 # N = 100000; (total2 - total1) / 100000 is the cost of one call. The loop and the candidate
-# dispatch are included (`rdtscp`, 1 instruction itself, shows them): the budget of a candidate is compared after subtracting the loop, i.e.
-# count(candidate) - (count(rdtscp) - 1).
+# dispatch are included (`rdtscp`, 1 instruction itself, shows them): the budget of a
+# candidate is compared after subtracting the loop, i.e. count(candidate) - (count(rdtscp) - 1).
 #
 # Needs valgrind: installed with apt-get when missing and running as root; otherwise the
 # script prints one line saying why and exits 0 (skip).

@@ -33,11 +33,10 @@
 //! # Safety against the caller
 //!
 //! No function unwinds into C: the engine returns errors rather than panicking, and the
-//! enabled path runs inside [`std::panic::catch_unwind`] anyway (a panic is swallowed and the
-//! event dropped), except the `_static` instant and duration calls' fast path (the thread's
-//! event memo found by the strings' addresses, then a record written into the thread's chunk),
-//! which reads no string, allocates nothing and indexes only masked ranges. Records that cannot be written (full buffer, re-entrant call from a signal
-//! handler on a thread already writing) are counted as dropped by the engine.
+//! enabled path runs inside [`std::panic::catch_unwind`] anyway (a panic, say in a buffer
+//! handler the program installed, is swallowed and the event dropped). Records that cannot
+//! be written (full buffer, re-entrant call from a signal handler on a thread already
+//! writing) are counted as dropped by the engine.
 
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, CStr};
@@ -368,11 +367,10 @@ unsafe fn emit(
 
 /// The `_static` instant and duration functions once tracing may be on. First the fast
 /// path: the thread's event memo found by the two addresses alone (their promise makes the
-/// address the key), then the installed context's record path; it runs outside
-/// `catch_unwind`, as nothing on it reads the strings, allocates, formats or indexes out of a
-/// masked range. Otherwise the slow path, in `catch_unwind` (a panic is swallowed): the
+/// address the key), then the installed context's record path. Otherwise the slow path: the
 /// strings from the per-thread address cache (each pair read once per thread), then the Rust
-/// facade's own path (the thread's event memo, which it teaches). Out of line, so that the
+/// facade's own path (the thread's event memo, which it teaches). Both run in
+/// `catch_unwind` (a panic is swallowed, the event dropped). Out of line, so that the
 /// exported function stays a load and a branch when tracing is off. One pair of functions per
 /// kind (no kind to pass or match).
 macro_rules! static_emitters {
@@ -385,7 +383,12 @@ macro_rules! static_emitters {
         #[inline(never)]
         unsafe fn $name(category: *const c_char, name: *const c_char) {
             let (c, n) = (category as usize, name as usize);
-            if !record::installed_plain_event_by_address(c, n, $kind) {
+            // A full rolling buffer or a service request can run user code (a buffer
+            // handler) on this path too: a panic there is swallowed, the event dropped.
+            let written = catch_unwind(AssertUnwindSafe(|| {
+                record::installed_plain_event_by_address(c, n, $kind)
+            }));
+            if matches!(written, Ok(false)) {
                 // SAFETY: forwarded caller's promise.
                 unsafe { $slow(category, name) }
             }
@@ -405,6 +408,7 @@ macro_rules! static_emitters {
                 // The facade's memoised path itself (the exported function checked that
                 // tracing may be on): a thread-scoped event of static strings, no arguments.
                 crate::trace::emit_memoised_plain(category, name, $kind);
+                record::claim_pair_by_address(category, name);
             }));
         }
     )*};

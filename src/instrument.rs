@@ -78,7 +78,8 @@ pub trait Site {
     /// The event name.
     fn name() -> &'static str;
     /// The category, as a constant where the expansion knows it (the thread memo's slot is
-    /// then computed at compile time); by default the call site's.
+    /// then computed at compile time); by default the call site's. Its text must be the
+    /// call site's, and every call must answer the same address (the memo's key).
     #[inline(always)]
     fn category() -> &'static str {
         Self::call_site().category()

@@ -467,8 +467,8 @@ pub fn duration_with_args<'a>(
     args: &'a [Arg<'a>],
 ) -> DurationGuard<'a> {
     let name = name.into();
-    // The guard is built once, from the begin's answers (built first and then updated, it
-    // was copied on the way out: ~20 instructions per call).
+    // The guard is built once, from the begin's answers (a guard built and then updated is
+    // copied on the way out).
     let mut begun = None;
     if tracing_maybe_on() {
         begun = match (category.site(), name) {

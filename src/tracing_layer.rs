@@ -123,9 +123,11 @@ fn current_tid() -> u64 {
 
 /// Spans whose async begin was written and whose close has not run yet: while 0, a close
 /// has nothing to write and does not look its span up.
-/// ATOMICS: `Relaxed`: the close of a span runs after every enter of it (the registry's
-/// reference count orders them: `Release` decrements, an `Acquire` fence before the close),
-/// so the close of a span whose async begin was written sees this count's increment.
+/// ATOMICS: `Relaxed`. It counts claimed async begins (`SpanData::async_begun` swapped to
+/// true, once per span); each decrement is the close of a span whose claim incremented it.
+/// That close runs after every enter of the span: `tracing_subscriber::Registry::try_close`
+/// decrements the span's reference count with `Release` and fences with `Acquire` before the
+/// close, so the close sees the increment and the count never goes below 0.
 static ASYNC_SPANS: AtomicUsize = AtomicUsize::new(0);
 
 /// A field value kept with a span.
@@ -214,12 +216,20 @@ impl SpanFields {
                 let (name, value) = &owned[i];
                 let value = match value {
                     Owned::Scalar(v) => *v,
-                    Owned::Text(t) if t.is_empty() => ArgValue::Str(StringRef::Empty),
-                    Owned::Text(t) => ArgValue::Str(StringRef::Inline(t)),
+                    Owned::Text(t) => text_value(t),
                 };
                 (*name, value)
             }
         }
+    }
+}
+
+/// A recorded text field's value: inline, or the empty ref for an empty text.
+fn text_value(text: &str) -> ArgValue<'_> {
+    if text.is_empty() {
+        ArgValue::Str(StringRef::Empty)
+    } else {
+        ArgValue::Str(StringRef::Inline(text))
     }
 }
 
@@ -615,8 +625,7 @@ fn message(visitor: &EventVisitor) -> Option<&str> {
 fn event_value<'v>(visitor: &'v EventVisitor, value: &EventValue) -> ArgValue<'v> {
     match value {
         EventValue::Scalar(v) => *v,
-        EventValue::Text(range) if range.is_empty() => ArgValue::Str(StringRef::Empty),
-        EventValue::Text(range) => ArgValue::Str(StringRef::Inline(&visitor.text[range.clone()])),
+        EventValue::Text(range) => text_value(&visitor.text[range.clone()]),
     }
 }
 

@@ -195,12 +195,18 @@ pub(crate) fn expand(args: TracedArgs, f: &TracedFn, instrument: bool) -> syn::R
     };
     // The call site as a zero-sized type: the guard carries no pointer to it, so the
     // disabled path only stores "inert".
+    // The category written once. `category()` reads one static (a load LLVM folds: the
+    // thread memo's slot is computed at compile time), so the begin and the end of a call
+    // key the memo by the same address wherever each is compiled.
     let site = quote! {
         struct __FxtraceSite;
+        const __FXTRACE_CATEGORY_TEXT: &str = #category;
+        static __FXTRACE_CATEGORY: &str = __FXTRACE_CATEGORY_TEXT;
         impl #support::Site for __FxtraceSite {
             #[inline(always)]
             fn call_site() -> &'static #support::CallSite {
-                static __FXTRACE_SITE: #support::CallSite = #support::CallSite::new(#category);
+                static __FXTRACE_SITE: #support::CallSite =
+                    #support::CallSite::new(__FXTRACE_CATEGORY_TEXT);
                 &__FXTRACE_SITE
             }
             #[inline(always)]
@@ -209,7 +215,7 @@ pub(crate) fn expand(args: TracedArgs, f: &TracedFn, instrument: bool) -> syn::R
             }
             #[inline(always)]
             fn category() -> &'static str {
-                #category
+                __FXTRACE_CATEGORY
             }
         }
     };

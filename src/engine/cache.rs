@@ -76,6 +76,14 @@ const EMPTY_ENTRY: Entry = Entry {
     flags: 0,
 };
 
+/// In [`Memo`]'s `category_len`: the C API's `_static` path claimed the memo
+/// ([`ThreadCache::claim_by_address`]), so its two addresses alone name the pair. No memoised
+/// string's length has this bit (only indexed strings are memoised: at most `MAX_STRING_LEN`
+/// bytes), so the Rust API's lookup by (address, length) does not find a claimed memo: it
+/// fills its own.
+#[cfg(feature = "c-api")]
+const CLAIMED_BY_ADDRESS: u32 = 1 << 31;
+
 /// Slots of the event memo (a power of two).
 const MEMO_SLOTS: usize = 16;
 const _: () = assert!(MEMO_SLOTS.is_power_of_two());
@@ -346,15 +354,30 @@ impl ThreadCache {
     }
 
     /// The memo of the pair whose strings are at addresses `category` and `name`, whatever
-    /// their lengths: for the C API's `_static` strings, whose promise (unchanged at the same
-    /// address until the process exits) makes the address alone the key; their lengths were
-    /// read when the pair was remembered.
+    /// their lengths, if the C API's `_static` path claimed it ([`Self::claim_by_address`]):
+    /// their promise (unchanged at the same address until the process exits) makes the
+    /// address alone the key. A memo the Rust API filled with other lengths at the same
+    /// addresses (`&S[..3]` of the same bytes) is not claimed, so never answers here.
     #[cfg(feature = "c-api")]
     #[inline(always)]
     pub(crate) fn memo_by_address(&self, category: usize, name: usize) -> Option<Memo> {
         let memo = self.memos[memo_slot_of(category, name)].get();
         // An empty memo has a null name address: a NULL name (an empty text) never matches.
-        (memo.name == name && memo.category == category && name != 0).then_some(memo)
+        let claimed = memo.category_len & CLAIMED_BY_ADDRESS != 0;
+        (memo.name == name && memo.category == category && claimed && name != 0).then_some(memo)
+    }
+
+    /// Mark the memo of (`category`, `name`), if remembered with exactly these strings, as
+    /// found by their addresses alone: the C API's `_static` path, whose strings are the
+    /// whole C strings at those addresses, after writing through the memoised path.
+    #[cfg(feature = "c-api")]
+    pub(crate) fn claim_by_address(&self, category: &'static str, name: &'static str) {
+        if let Some(memo) = self.memo_any(category, name) {
+            self.memos[memo_slot(category, name)].set(Memo {
+                category_len: memo.category_len | CLAIMED_BY_ADDRESS,
+                ..memo
+            });
+        }
     }
 
     /// Remember the indices of (`category`, `name`) events in `generation` (replacing whatever

@@ -412,7 +412,7 @@ pub(crate) fn installed_plain_event(
 
 /// [`installed_plain_event`] for a pair known by its strings' addresses alone (the C API's
 /// `_static` strings: see `ThreadCache::memo_by_address`): nothing is read from the strings.
-/// Same answers; nothing on this path allocates, formats or indexes out of a masked range.
+/// Same answers.
 #[cfg(feature = "c-api")]
 #[inline(always)]
 pub(crate) fn installed_plain_event_by_address(
@@ -426,6 +426,13 @@ pub(crate) fn installed_plain_event_by_address(
     let ticks = clock::ticks();
     let header = indexed_event_header(event_type, memo);
     writer::installed_record(memo.generation(), header, &[ticks])
+}
+
+/// After the C API's `_static` slow path wrote (`category`, `name`) through the memoised
+/// path: let [`installed_plain_event_by_address`] find the pair by its addresses from now on.
+#[cfg(feature = "c-api")]
+pub(crate) fn claim_pair_by_address(category: &'static str, name: &'static str) {
+    cache::current().claim_by_address(category, name);
 }
 
 /// What a span's begin learned from the thread's event memo, so that its end on the same
@@ -449,7 +456,8 @@ impl SpanMemo {
 
 /// The generation of the trace started last in the process, if the thread's event memo
 /// knows (`category`, `name`) in it, which implies that the category is enabled there: the
-/// begin of a duration without a writer section, with what its end needs. The end writes
+/// begin of a span (a duration guard, `#[traced]`, a `tracing` span) or a layer event
+/// without a writer section, with what its end needs. The end writes
 /// only if that trace is still the installed context's running one
 /// ([`installed_span_end`]); `None`: ask the general path.
 #[inline(always)]

@@ -187,6 +187,31 @@ fn repeated_static_calls_keep_their_strings_on_the_address_keyed_path() {
 }
 
 #[test]
+fn a_rust_call_on_a_prefix_of_a_static_c_string_does_not_answer_for_the_c_call() {
+    let _s = serial();
+    let session = session(&[]);
+    // One static holding both C strings: the Rust call names prefixes at the same addresses.
+    static BYTES: &str = "lit\0tick tock\0";
+    let category = BYTES.as_ptr().cast::<c_char>();
+    // SAFETY: within BYTES.
+    let name = unsafe { category.add(4) };
+    // SAFETY: NUL-terminated strings inside a static.
+    unsafe { fxtrace_instant_static(category, name) };
+    fxtrace::instant(&BYTES[..3], &BYTES[4..8], fxtrace::Scope::Thread, &[]);
+    // SAFETY: as above.
+    unsafe { fxtrace_instant_static(category, name) };
+    let (bytes, report) = session.finish_to_vec().unwrap();
+    assert_eq!(report.stop.records_dropped, 0);
+    let records = decode(&bytes);
+    let got: Vec<(String, String)> = events(&records)
+        .iter()
+        .map(|e| (e.category.to_string(), e.name.to_string()))
+        .collect();
+    let want = [("lit", "tick tock"), ("lit", "tick"), ("lit", "tick tock")];
+    assert_eq!(got, want.map(|(c, n)| (c.to_string(), n.to_string())));
+}
+
+#[test]
 fn plain_calls_copy_their_strings() {
     let _s = serial();
     let session = session(&[]);
