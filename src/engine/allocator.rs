@@ -76,6 +76,18 @@ pub(crate) const fn make_gate(generation: u32, wrapped_count: u32, flags: u64) -
         | wrapped_count as u64
 }
 
+/// The high half of an open gate of the started trace `generation`
+/// (`make_gate(generation, _, GATE_STARTED) >> 32`): a gate whose high half equals it is
+/// started, not durable-full, and of that generation, whatever its wrapped count.
+pub(crate) const fn open_gate_high(generation: u32) -> u32 {
+    (make_gate(generation, 0, GATE_STARTED) >> GATE_GENERATION_SHIFT) as u32
+}
+
+/// The high half of a gate value (see [`open_gate_high`]).
+pub(crate) const fn gate_high(gate: u64) -> u32 {
+    (gate >> GATE_GENERATION_SHIFT) as u32
+}
+
 /// The full wrapped count in a gate value.
 pub(crate) const fn gate_wrapped(gate: u64) -> u32 {
     gate as u32

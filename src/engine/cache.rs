@@ -34,6 +34,7 @@ use std::cell::Cell;
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::OnceLock;
 
+use super::allocator::open_gate_high;
 use crate::format::fields::{EventRecord, RecordHeader};
 use crate::format::{RecordType, ThreadRef, MAX_STRING_LEN};
 
@@ -76,13 +77,23 @@ const EMPTY_ENTRY: Entry = Entry {
     flags: 0,
 };
 
-/// In [`Memo`]'s `category_len`: the C API's `_static` path claimed the memo
-/// ([`ThreadCache::claim_by_address`]), so its two addresses alone name the pair. No memoised
+/// In [`Memo`]'s `lengths` (the category's length's top bit): the C API's `_static` path
+/// claimed the memo ([`ThreadCache::claim_by_address`]), so its two addresses alone name the
+/// pair. No memoised
 /// string's length has this bit (only indexed strings are memoised: at most `MAX_STRING_LEN`
 /// bytes), so the Rust API's lookup by (address, length) does not find a claimed memo: it
 /// fills its own.
 #[cfg(feature = "c-api")]
-const CLAIMED_BY_ADDRESS: u32 = 1 << 31;
+const CLAIMED_BY_ADDRESS: u64 = 1 << 31;
+
+/// The two lengths of a memoised pair in one word: the category's in the low half, the
+/// name's in the high half (memoised strings are indexed: at most `MAX_STRING_LEN` bytes; a
+/// looked-up string of 4 GiB or more is compared modulo 2^32, as only a prefix of itself at
+/// the same address could match).
+#[inline(always)]
+fn memo_lengths(category: &str, name: &str) -> u64 {
+    (category.len() as u64 & 0xffff_ffff) | (name.len() as u64) << 32
+}
 
 /// Slots of the event memo (a power of two).
 const MEMO_SLOTS: usize = 16;
@@ -93,10 +104,12 @@ const _: () = assert!(MEMO_SLOTS.is_power_of_two());
 pub(crate) struct Memo {
     /// Generation the indices belong to (0 = empty; generations are never 0).
     generation: u32,
-    category_len: u32,
+    /// `open_gate_high(generation)`, what the record path compares the gate with.
+    open_gate: u32,
+    /// [`memo_lengths`] of the pair (one comparison on the hot path).
+    lengths: u64,
     category: usize,
     name: usize,
-    name_len: u32,
     /// String index of the category.
     pub(crate) category_index: u16,
     /// String index of the name.
@@ -124,11 +137,18 @@ impl Memo {
         self.generation
     }
 
+    /// The high half of the generation's open gate ([`open_gate_high`]).
+    #[inline(always)]
+    pub(crate) fn open_gate(&self) -> u32 {
+        self.open_gate
+    }
+
     /// A filled memo with these indices (for encoder tests).
     #[cfg(test)]
     pub(crate) fn for_test(category_index: u16, name_index: u16, thread_index: u8) -> Self {
         Self {
             generation: 1,
+            open_gate: open_gate_high(1),
             category_index,
             name_index,
             thread_index,
@@ -140,10 +160,10 @@ impl Memo {
 
 const EMPTY_MEMO: Memo = Memo {
     generation: 0,
-    category_len: 0,
+    open_gate: 0,
+    lengths: 0,
     category: 0,
     name: 0,
-    name_len: 0,
     category_index: 0,
     name_index: 0,
     thread_index: 0,
@@ -345,12 +365,13 @@ impl ThreadCache {
     #[inline(always)]
     pub(crate) fn memo_any(&self, category: &'static str, name: &'static str) -> Option<Memo> {
         let memo = self.memos[memo_slot(category, name)].get();
-        (memo.name == name.as_ptr() as usize
-            && memo.category == category.as_ptr() as usize
-            && memo.name_len as usize == name.len()
-            && memo.category_len as usize == category.len())
+        // The three equalities as one test: the compiler merges the comparisons anyway (the
+        // loads cannot fault), and written so it needs no flag juggling.
+        let differ = (memo.name ^ name.as_ptr() as usize) as u64
+            | (memo.category ^ category.as_ptr() as usize) as u64
+            | (memo.lengths ^ memo_lengths(category, name));
         // An empty memo has a null name address, which no string has.
-        .then_some(memo)
+        (differ == 0).then_some(memo)
     }
 
     /// The memo of the pair whose strings are at addresses `category` and `name`, whatever
@@ -362,9 +383,9 @@ impl ThreadCache {
     #[inline(always)]
     pub(crate) fn memo_by_address(&self, category: usize, name: usize) -> Option<Memo> {
         let memo = self.memos[memo_slot_of(category, name)].get();
-        // An empty memo has a null name address: a NULL name (an empty text) never matches.
-        let claimed = memo.category_len & CLAIMED_BY_ADDRESS != 0;
-        (memo.name == name && memo.category == category && claimed && name != 0).then_some(memo)
+        // An empty memo is not claimed: a NULL name (an empty text) never matches.
+        let claimed = memo.lengths & CLAIMED_BY_ADDRESS != 0;
+        (memo.name == name && memo.category == category && claimed).then_some(memo)
     }
 
     /// Mark the memo of (`category`, `name`), if remembered with exactly these strings, as
@@ -374,7 +395,7 @@ impl ThreadCache {
     pub(crate) fn claim_by_address(&self, category: &'static str, name: &'static str) {
         if let Some(memo) = self.memo_any(category, name) {
             self.memos[memo_slot(category, name)].set(Memo {
-                category_len: memo.category_len | CLAIMED_BY_ADDRESS,
+                lengths: memo.lengths | CLAIMED_BY_ADDRESS,
                 ..memo
             });
         }
@@ -392,10 +413,10 @@ impl ThreadCache {
     ) {
         self.memos[memo_slot(category, name)].set(Memo {
             generation,
-            category_len: category.len() as u32,
+            open_gate: open_gate_high(generation),
+            lengths: memo_lengths(category, name),
             category: category.as_ptr() as usize,
             name: name.as_ptr() as usize,
-            name_len: name.len() as u32,
             category_index,
             name_index,
             thread_index,

@@ -37,6 +37,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+use super::allocator::open_gate_high;
 use super::cache::{
     self, Lookup, ThreadCache, ThreadSlot, FLAG_CATEGORY_CHECKED, FLAG_CATEGORY_ENABLED,
     FLAG_INDEX_ATTEMPTED, FLAG_INDEX_OK,
@@ -380,8 +381,8 @@ pub(crate) fn installed_event_memoised(
     if args.is_empty() {
         let header = indexed_event_header(kind.event_type(), memo);
         return match kind.data_word() {
-            None => writer::installed_record(memo.generation(), header, &[ticks]),
-            Some(data) => writer::installed_record(memo.generation(), header, &[ticks, data]),
+            None => writer::installed_record(memo.open_gate(), header, [ticks], 1),
+            Some(data) => writer::installed_record(memo.open_gate(), header, [ticks, data], 2),
         };
     }
     writer::with_installed_writer(|writer| {
@@ -407,7 +408,7 @@ pub(crate) fn installed_plain_event(
     };
     let ticks = clock::ticks();
     let header = indexed_event_header(event_type, memo);
-    writer::installed_record(memo.generation(), header, &[ticks])
+    writer::installed_record(memo.open_gate(), header, [ticks], 1)
 }
 
 /// [`installed_plain_event`] for a pair known by its strings' addresses alone (the C API's
@@ -425,7 +426,7 @@ pub(crate) fn installed_plain_event_by_address(
     };
     let ticks = clock::ticks();
     let header = indexed_event_header(event_type, memo);
-    writer::installed_record(memo.generation(), header, &[ticks])
+    writer::installed_record(memo.open_gate(), header, [ticks], 1)
 }
 
 /// After the C API's `_static` slow path wrote (`category`, `name`) through the memoised
@@ -480,7 +481,7 @@ pub(crate) fn memoised_latest_generation(
 pub(crate) fn installed_span_end(generation: u32, memo: SpanMemo, span: (u64, u64)) -> bool {
     memo.header != 0
         && memo.thread == writer::thread_key()
-        && writer::installed_record(generation, memo.header, &[span.0, span.1])
+        && writer::installed_record(open_gate_high(generation), memo.header, [span.0, span.1], 2)
 }
 
 /// The duration-complete record of a span of `'static` strings without arguments that began
@@ -499,7 +500,7 @@ pub(crate) fn installed_duration_complete(
         return false;
     }
     let header = indexed_event_header(EventType::DurationComplete, memo);
-    writer::installed_record(generation, header, &[start, end])
+    writer::installed_record(open_gate_high(generation), header, [start, end], 2)
 }
 
 /// Write a thread-scoped event from its memo, at `ticks`, in `writer`'s section (of the
@@ -606,7 +607,7 @@ pub(crate) fn installed_span_end_with_args(
     payload[len] = end;
     len += 1;
     let header = header | EventRecord::ARGUMENT_COUNT.make(args.len() as u64);
-    writer::installed_record(generation, header, &payload[..len])
+    writer::installed_record(open_gate_high(generation), header, payload, len)
 }
 
 /// A thread-scoped instant of trace `generation` at `ticks` on the installed context's path,

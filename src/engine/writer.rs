@@ -37,8 +37,8 @@ use std::sync::atomic::{compiler_fence, fence, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::allocator::{
-    gate_generation, gate_open, gate_wrapped, make_gate, Taken, GATE_STARTED, GENERATION_MASK,
-    HOLD_ALLOCATING, PIN_CAPACITY, WRAPPED_MASK,
+    gate_generation, gate_high, gate_open, gate_wrapped, make_gate, Taken, GATE_STARTED,
+    GENERATION_MASK, HOLD_ALLOCATING, PIN_CAPACITY, WRAPPED_MASK,
 };
 use super::context::Inner;
 use super::global;
@@ -129,11 +129,11 @@ impl ThreadState {
     /// The light fence of the context the thread is bound to (`Fences::light`).
     #[inline(always)]
     fn light_fence(&self) {
-        if self.compiler_fence.get() {
-            compiler_fence(Ordering::SeqCst);
-        } else {
+        if !self.compiler_fence.get() {
             fence(Ordering::SeqCst);
         }
+        // As in `Fences::light`: after the branch, not in an arm of its own.
+        compiler_fence(Ordering::SeqCst);
     }
 }
 
@@ -312,20 +312,27 @@ pub(crate) fn with_installed_writer<R>(f: impl FnOnce(&mut Writer<'_>) -> R) -> 
 /// Most payload words of an [`installed_record`].
 pub(crate) const MAX_INSTALLED_PAYLOAD: usize = 15;
 
-/// A record of `payload.len() + 1` words (`header`, then `payload`, at most
-/// [`MAX_INSTALLED_PAYLOAD`] words) of trace `generation` on the
-/// installed context's path (see [`with_installed_writer`]), written straight into the
-/// thread's chunk: the whole section inlined, no [`Writer`] or [`Slot`] built unless the
-/// chunk needs a refill. `header` is an event record's with its size field zero (set
-/// here).
+/// A record of `len + 1` words (`header`, then `payload[..len]`, at most
+/// [`MAX_INSTALLED_PAYLOAD`] words; `payload` by value, so that its words stay in registers
+/// unless the cold path needs them in memory) of the trace whose open gate's high half is
+/// `open_gate` ([`open_gate_high`](super::allocator::open_gate_high) of its generation, which
+/// a memo keeps computed) on the installed context's path (see [`with_installed_writer`]),
+/// written straight into the thread's chunk: the whole section inlined, no [`Writer`] or
+/// [`Slot`] built unless the chunk needs a refill. `header` is an event record's with its
+/// size field zero (set here).
 ///
 /// `true`: written, or dropped and counted. `false`: the path does not apply (see
-/// [`with_installed_writer`]) or the running trace is not `generation`: nothing was written
-/// or counted.
+/// [`with_installed_writer`]) or the running trace is not that one: nothing was written or
+/// counted.
 #[inline(always)]
-pub(crate) fn installed_record(generation: u32, header: u64, payload: &[u64]) -> bool {
-    debug_assert!((1..=MAX_INSTALLED_PAYLOAD).contains(&payload.len()));
-    if payload.len() > MAX_INSTALLED_PAYLOAD {
+pub(crate) fn installed_record<const N: usize>(
+    open_gate: u32,
+    header: u64,
+    payload: [u64; N],
+    len: usize,
+) -> bool {
+    debug_assert!((1..=MAX_INSTALLED_PAYLOAD.min(N)).contains(&len));
+    if len > MAX_INSTALLED_PAYLOAD || len > N {
         return false;
     }
     let t = thread_state();
@@ -337,12 +344,15 @@ pub(crate) fn installed_record(generation: u32, header: u64, payload: &[u64]) ->
         return false;
     };
     t.busy.set(true);
+    // The thread's copy `t.seq` is brought up to date only when the section ends or leaves
+    // for a cold path (which reads it): nothing else reads it meanwhile, as `busy` keeps
+    // every other section of this thread out.
     let seq = t.seq.get() + 1;
-    t.seq.set(seq);
     // ATOMICS: as in `with_installed_writer`.
     slot.seq.store(seq, Ordering::Release);
     t.light_fence();
     if global::installed_id() != t.context_id.get() {
+        t.seq.set(seq);
         leave_unused(t, slot);
         return false;
     }
@@ -350,14 +360,18 @@ pub(crate) fn installed_record(generation: u32, header: u64, payload: &[u64]) ->
     let inner = unsafe { &*t.inner.get() };
     // ATOMICS: `Acquire`: pairs with the engine's `Release` gate stores.
     let gate = inner.gate.load(Ordering::Acquire);
-    let words = payload.len() + 1;
+    let words = len + 1;
     let chunk = t.chunk.get();
-    let expected = make_gate(generation, 0, GATE_STARTED);
-    if gate & make_gate(GENERATION_MASK, 0, GATE_STARTED) != expected
-        || chunk.gate != gate
-        || (chunk.end as usize - chunk.pos as usize) < words * 8
-    {
-        return installed_record_slow(t, inner, slot, gate, expected, header, payload);
+    // Where the next record would go: the fast path takes the record only if the chunk has
+    // room for it and for the terminator after it (a record that fills the chunk exactly
+    // takes the slow path), so the terminator is stored unconditionally.
+    let next = chunk.pos as usize + words * 8;
+    // An open gate of `generation` (a durable-full one takes the slow path, which counts the
+    // drop), the one the chunk was taken under.
+    if gate_high(gate) != open_gate || chunk.gate != gate || next >= chunk.end as usize {
+        t.seq.set(seq);
+        let generation = open_gate & GENERATION_MASK;
+        return installed_record_slow(t, inner, slot, (gate, generation), header, payload, len);
     }
     debug_assert_eq!(
         header >> RECORD_SIZE_SHIFT & RECORD_SIZE_MASK,
@@ -366,14 +380,13 @@ pub(crate) fn installed_record(generation: u32, header: u64, payload: &[u64]) ->
     );
     let header = header | (words as u64) << RECORD_SIZE_SHIFT;
     // SAFETY: the chunk belongs to the installed context (its gate is the running one) and
-    // has room for `words` words, which only this thread writes; `next` is within the chunk.
+    // has room for `words` words and the terminator after them, which only this thread
+    // writes; `next` is within the chunk.
     unsafe {
         let next = chunk.pos.add(words);
-        if next < chunk.end {
-            // ATOMICS: `Relaxed`: the terminator, published by the header's `Release` store.
-            AtomicU64::from_ptr(next).store(0, Ordering::Relaxed);
-        }
-        for (i, &word) in payload.iter().enumerate() {
+        // ATOMICS: `Relaxed`: the terminator, published by the header's `Release` store.
+        AtomicU64::from_ptr(next).store(0, Ordering::Relaxed);
+        for (i, &word) in payload[..len].iter().enumerate() {
             chunk.pos.add(1 + i).write(word);
         }
         // ATOMICS: `Release`: a reader that sees the header sees the payload and terminator.
@@ -395,20 +408,22 @@ pub(crate) fn installed_record(generation: u32, header: u64, payload: &[u64]) ->
     true
 }
 
-/// [`installed_record`] past its announcement when the trace is not `expected` (the gate's
-/// started bit and generation) or the chunk cannot take the record: a [`Writer`] on the
-/// section, then its reservation (refill, drop counting) or nothing.
+/// [`installed_record`] past its announcement when the gate is not an open one of trace
+/// `generation`, or not the chunk's, or the chunk cannot take the record and a terminator: a
+/// [`Writer`] on the section, then, if the trace is `generation` and started, its
+/// reservation (refill, drop counting), else nothing.
 #[cold]
 #[inline(never)]
-fn installed_record_slow(
+fn installed_record_slow<const N: usize>(
     t: &'static ThreadState,
     inner: &Inner,
     slot: &WriterSlot,
-    gate: u64,
-    expected: u64,
+    (gate, generation): (u64, u32),
     header: u64,
-    payload: &[u64],
+    payload: [u64; N],
+    len: usize,
 ) -> bool {
+    let payload = &payload[..len];
     let mut writer = Writer {
         inner,
         thread: t,
@@ -417,6 +432,7 @@ fn installed_record_slow(
         installed: true,
         _not_send: PhantomData,
     };
+    let expected = make_gate(generation, 0, GATE_STARTED);
     if gate & make_gate(GENERATION_MASK, 0, GATE_STARTED) != expected {
         return false; // dropping `writer` leaves the section
     }
