@@ -402,6 +402,25 @@ mod tests {
     use super::*;
 
     #[test]
+    fn the_open_gate_high_half_names_started_open_gates_of_one_generation() {
+        for wrapped in [0, 1, u32::MAX] {
+            let gate = make_gate(5, wrapped, GATE_STARTED);
+            assert_eq!(gate_high(gate), open_gate_high(5));
+            assert_eq!(
+                gate_high(make_gate(5 + (1 << 30), wrapped, GATE_STARTED)),
+                open_gate_high(5)
+            );
+            assert_ne!(gate_high(gate | GATE_DURABLE_FULL), open_gate_high(5));
+            assert_ne!(gate_high(make_gate(5, wrapped, 0)), open_gate_high(5));
+            assert_ne!(
+                gate_high(make_gate(6, wrapped, GATE_STARTED)),
+                open_gate_high(5)
+            );
+        }
+        assert_eq!(open_gate_high(5) & GENERATION_MASK, 5);
+    }
+
+    #[test]
     fn packing_matches_the_classic_layout() {
         let word = pack(0x1ff_ffff_fff8, 0xabcde);
         assert_eq!(word, 0xabcd_e1ff_ffff_fff8);

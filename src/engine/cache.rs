@@ -85,6 +85,7 @@ const EMPTY_ENTRY: Entry = Entry {
 /// fills its own.
 #[cfg(feature = "c-api")]
 const CLAIMED_BY_ADDRESS: u64 = 1 << 31;
+const _: () = assert!((MAX_STRING_LEN as u64) < 1 << 31);
 
 /// The two lengths of a memoised pair in one word: the category's in the low half, the
 /// name's in the high half (memoised strings are indexed: at most `MAX_STRING_LEN` bytes; a
@@ -563,6 +564,26 @@ fn utf8_prefix(bytes: &[u8]) -> &str {
 mod tests {
     use super::*;
 
+    #[cfg(feature = "c-api")]
+    #[test]
+    fn a_memo_the_c_api_claims_is_found_by_address_only() {
+        let c = current();
+        let (cat, name): (&'static str, &'static str) = ("claim_cat", "claim_name");
+        let (cat_at, name_at) = (cat.as_ptr() as usize, name.as_ptr() as usize);
+        c.remember(7, (cat, 3), (name, 4), 5);
+        assert_eq!(c.memo_by_address(cat_at, name_at), None, "not claimed yet");
+        c.claim_by_address(cat, name);
+        let m = c.memo_by_address(cat_at, name_at).expect("claimed");
+        assert_eq!((m.category_index, m.name_index, m.generation()), (3, 4, 7));
+        assert_eq!(c.memo(7, cat, name), None, "the Rust lookup fills its own");
+        c.remember(7, (cat, 3), (name, 4), 5);
+        assert_eq!(
+            c.memo_by_address(cat_at, name_at),
+            None,
+            "refilled: unclaimed"
+        );
+    }
+
     #[test]
     fn the_event_memo_answers_its_pair_in_its_generation_only() {
         let c = current();
@@ -579,6 +600,12 @@ mod tests {
             None,
             "a prefix is another string"
         );
+        assert_eq!(
+            c.memo(7, &cat[..4], name),
+            None,
+            "so is a category's prefix"
+        );
+        assert_eq!(m.open_gate(), open_gate_high(7));
         assert_eq!(c.memo(7, cat, other), None);
         // A pair sharing the slot replaces it.
         let mut evicted = false;

@@ -366,8 +366,8 @@ pub(crate) fn installed_record<const N: usize>(
     // room for it and for the terminator after it (a record that fills the chunk exactly
     // takes the slow path), so the terminator is stored unconditionally.
     let next = chunk.pos as usize + words * 8;
-    // An open gate of `generation` (a durable-full one takes the slow path, which counts the
-    // drop), the one the chunk was taken under.
+    // An open gate of the memo's trace (`open_gate`; a durable-full one takes the slow path,
+    // which counts the drop), the one the chunk was taken under.
     if gate_high(gate) != open_gate || chunk.gate != gate || next >= chunk.end as usize {
         t.seq.set(seq);
         let generation = open_gate & GENERATION_MASK;
@@ -481,7 +481,21 @@ fn serve_installed(t: &ThreadState, slot: &WriterSlot) {
     // ATOMICS: `Release`, as every leaving store.
     slot.seq.store(seq, Ordering::Release);
     if let Some(inner) = inner {
+        let _leaving = LeavingOnUnwind(t);
         inner.service();
+    }
+}
+
+/// Clears the thread's `busy` flag when dropped: held across the service routine a writer
+/// runs after leaving its section (its slot's `seq` is already even; `busy` stays set so that
+/// the routine's own records do not re-enter), so that a panic out of it (a buffer handler
+/// the program installed; the C API swallows it) does not leave the thread marked inside a
+/// section for good, every later record of it dropped.
+struct LeavingOnUnwind<'t>(&'t ThreadState);
+
+impl Drop for LeavingOnUnwind<'_> {
+    fn drop(&mut self) {
+        self.0.busy.set(false);
     }
 }
 
@@ -526,6 +540,7 @@ impl Drop for Writer<'_> {
             if self.installed {
                 serve_installed(self.thread, self.slot);
             } else {
+                let _leaving = LeavingOnUnwind(self.thread);
                 self.inner.service();
             }
         }
@@ -846,5 +861,22 @@ impl Drop for Slot<'_> {
             // SAFETY: as in `commit`.
             unsafe { AtomicU64::from_ptr(self.record) }.store(filler, Ordering::Release);
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_panic_out_of_the_service_routine_leaves_no_section_behind() {
+        let t = thread_state();
+        t.busy.set(true);
+        let caught = std::panic::catch_unwind(|| {
+            let _leaving = LeavingOnUnwind(thread_state());
+            panic!("a buffer handler panics");
+        });
+        assert!(caught.is_err());
+        assert!(!in_any_section(), "busy cleared on unwind");
     }
 }
