@@ -435,36 +435,34 @@ impl<S: Site, const N: usize> Span<S, N> {
     /// Enter a call whose arguments are `args` (call only when [`maybe_on`]).
     #[inline(always)]
     pub fn enter_args(args: [ArgIn<'_>; N]) -> Self {
-        // Built where the caller keeps it and filled in place: a guard returned from the
-        // out-of-line begin would be copied out (a `memcpy` of the arguments).
-        let mut span = Self::OFF;
-        span.begin_args(args);
-        span
+        Self::begin_args(args)
     }
 
-    /// [`Self::enter_args`], out of line (see [`Span::begin`]), filling an inert guard.
-    /// Scalar arguments of a pair the thread's memo knows in the latest trace need no
-    /// section: they are kept for the end's record.
+    /// [`Self::enter_args`], out of line (see [`Span::begin`]). Scalar arguments of a pair
+    /// the thread's memo knows in the latest trace need no section: they are kept for the
+    /// end's record.
     #[inline(never)]
-    fn begin_args(&mut self, args: [ArgIn<'_>; N]) {
+    fn begin_args(args: [ArgIn<'_>; N]) -> Self {
+        let mut span = Self::OFF;
         let site = S::call_site();
         if let Some((generation, memo)) =
             record::memoised_latest_generation(S::category(), S::name())
         {
-            if copy_scalars(&args, &mut self.args) {
-                self.generation = generation;
-                self.memo = memo;
-                self.start = clock::ticks();
-                return;
+            if copy_scalars(&args, &mut span.args) {
+                span.generation = generation;
+                span.memo = memo;
+                span.start = clock::ticks();
+                return span;
             }
         }
-        if let Some((generation, mode)) = enter_args_slow(site, S::name(), &args, &mut self.args) {
-            self.generation = generation;
-            self.mode = mode;
+        if let Some((generation, mode)) = enter_args_slow(site, S::name(), &args, &mut span.args) {
+            span.generation = generation;
+            span.mode = mode;
             if mode == Mode::Complete {
-                self.start = clock::ticks();
+                span.start = clock::ticks();
             }
         }
+        span
     }
 }
 
