@@ -77,9 +77,10 @@ pub trait Site {
     fn call_site() -> &'static CallSite;
     /// The event name.
     fn name() -> &'static str;
-    /// The category, as a constant where the expansion knows it (the thread memo's slot is
-    /// then computed at compile time); by default the call site's. Its text must be the
-    /// call site's, and every call must answer the same address (the memo's key).
+    /// The category, as a constant where the expansion knows it (its address is then an
+    /// immediate, not a load from the call site's static); by default the call site's. Its
+    /// text must be the call site's, and every call must answer the same address (the memo's
+    /// key).
     #[inline(always)]
     fn category() -> &'static str {
         Self::call_site().category()

@@ -195,9 +195,10 @@ pub(crate) fn expand(args: TracedArgs, f: &TracedFn, instrument: bool) -> syn::R
     };
     // The call site as a zero-sized type: the guard carries no pointer to it, so the
     // disabled path only stores "inert".
-    // The category written once. `category()` reads one static (a load LLVM folds: the
-    // thread memo's slot is computed at compile time), so the begin and the end of a call
-    // key the memo by the same address wherever each is compiled.
+    // The category written once. `category()` reads one immutable static, a load the
+    // compiler folds into the string's address (the call site's static, which holds an atomic,
+    // would be read at run time), so the begin and the end of a call key the memo by the same
+    // address wherever each is compiled.
     let site = quote! {
         struct __FxtraceSite;
         const __FXTRACE_CATEGORY_TEXT: &str = #category;

@@ -79,10 +79,10 @@ const EMPTY_ENTRY: Entry = Entry {
 
 /// In [`Memo`]'s `lengths` (the category's length's top bit): the C API's `_static` path
 /// claimed the memo ([`ThreadCache::claim_by_address`]), so its two addresses alone name the
-/// pair. No memoised
-/// string's length has this bit (only indexed strings are memoised: at most `MAX_STRING_LEN`
-/// bytes), so the Rust API's lookup by (address, length) does not find a claimed memo: it
-/// fills its own.
+/// pair. No memoised string's length has this bit (only indexed strings are memoised: at
+/// most `MAX_STRING_LEN` bytes), so the Rust API's lookup by (address, length) does not find
+/// a claimed memo: it fills its own. (A thread calling the same pair from Rust and from C
+/// alternately makes each call refill the memo: slower, never wrong.)
 #[cfg(feature = "c-api")]
 const CLAIMED_BY_ADDRESS: u64 = 1 << 31;
 const _: () = assert!((MAX_STRING_LEN as u64) < 1 << 31);

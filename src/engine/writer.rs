@@ -331,7 +331,13 @@ pub(crate) fn installed_record<const N: usize>(
     payload: [u64; N],
     len: usize,
 ) -> bool {
+    // Checked before the announcement: a failed assertion must not leave the section open.
     debug_assert!((1..=MAX_INSTALLED_PAYLOAD.min(N)).contains(&len));
+    debug_assert_eq!(
+        header >> RECORD_SIZE_SHIFT & RECORD_SIZE_MASK,
+        0,
+        "set here"
+    );
     if len > MAX_INSTALLED_PAYLOAD || len > N {
         return false;
     }
@@ -373,11 +379,6 @@ pub(crate) fn installed_record<const N: usize>(
         let generation = open_gate & GENERATION_MASK;
         return installed_record_slow(t, inner, slot, (gate, generation), header, payload, len);
     }
-    debug_assert_eq!(
-        header >> RECORD_SIZE_SHIFT & RECORD_SIZE_MASK,
-        0,
-        "set here"
-    );
     let header = header | (words as u64) << RECORD_SIZE_SHIFT;
     // SAFETY: the chunk belongs to the installed context (its gate is the running one) and
     // has room for `words` words and the terminator after them, which only this thread

@@ -136,17 +136,18 @@ fn sessions_come_and_go_while_threads_write() {
 #[test]
 fn records_of_mixed_sizes_across_many_chunk_ends_are_all_written() {
     let _serial = serial();
-    // 2-word instants with a 3-word span every 7th: the words left at a chunk's end take
-    // every parity, so some records end exactly at a chunk's end (the installed path leaves
-    // those to the general reservation) and others do not fit (a refill).
+    // 2-word instants with a 3-word span every 7th, ~580 KB across ~36 chunk ends: the words
+    // left at a chunk's end take every parity, so some records end exactly at a chunk's end
+    // (the installed path leaves those to the general reservation) and others do not fit (a
+    // refill).
     let ((), events) = trace(|| {
-        for i in 0..6000 {
+        for i in 0..30_000 {
             instant("app", "fill", Scope::Thread, &[]);
             if i % 7 == 0 {
                 let _span = duration("app", "odd");
             }
         }
     });
-    assert_eq!(count(&events, "fill", false), 6000);
-    assert_eq!(count(&events, "odd", true), 858);
+    assert_eq!(count(&events, "fill", false), 30_000);
+    assert_eq!(count(&events, "odd", true), 4286);
 }
