@@ -151,3 +151,33 @@ fn records_of_mixed_sizes_across_many_chunk_ends_are_all_written() {
     assert_eq!(count(&events, "fill", false), 30_000);
     assert_eq!(count(&events, "odd", true), 4286);
 }
+
+#[test]
+fn once_the_durable_buffer_is_full_every_installed_record_is_counted_dropped() {
+    let _serial = serial();
+    let mut config = standalone::StandaloneConfig::new(BufferingMode::Circular, 64 * 1024);
+    config.chunk_size = 4096;
+    let session = standalone::start_with(config).expect("session");
+    let ctx = session.context().clone();
+    // The thread's memo knows the pair: later calls take the installed path.
+    for _ in 0..3 {
+        instant("app", "durable full", Scope::Thread, &[]);
+    }
+    let mut writer = ctx.acquire().expect("started");
+    let mut filled = 0;
+    while let Some(mut slot) = writer.reserve_durable(7) {
+        slot.payload().fill(0);
+        // A string record with index 0 (a filler readers skip).
+        slot.commit(2 | (7 << 4));
+        filled += 1;
+    }
+    drop(writer);
+    assert!(filled > 0 && ctx.stats().durable_buffer_full);
+    let before = ctx.records_dropped();
+    for _ in 0..5 {
+        instant("app", "durable full", Scope::Thread, &[]);
+    }
+    assert_eq!(ctx.records_dropped(), before + 5, "each one counted");
+    let (_, report) = session.finish_to_vec().expect("finish");
+    assert!(report.stop.records_dropped >= before + 5);
+}
