@@ -366,8 +366,8 @@ impl ThreadCache {
     #[inline(always)]
     pub(crate) fn memo_any(&self, category: &'static str, name: &'static str) -> Option<Memo> {
         let memo = self.memos[memo_slot(category, name)].get();
-        // The three equalities as one test: the compiler merges the comparisons anyway (the
-        // loads cannot fault), and written so it needs no flag juggling.
+        // The three equalities as one expression: written as an `&&` chain, the compiler
+        // merged them into `sete`/`or` and two branches (4 instructions more).
         let differ = (memo.name ^ name.as_ptr() as usize) as u64
             | (memo.category ^ category.as_ptr() as usize) as u64
             | (memo.lengths ^ memo_lengths(category, name));

@@ -102,6 +102,10 @@ fn membarrier_available() -> bool {
 }
 
 impl Fences {
+    /// `fence(SeqCst)` on both sides (no `membarrier`): what a thread bound to no context
+    /// holds.
+    pub(crate) const SEQ_CST: Fences = Fences { membarrier: false };
+
     pub(crate) fn new(policy: FencePolicy) -> Self {
         let membarrier = match policy {
             FencePolicy::Auto => membarrier_available(),

@@ -33,7 +33,7 @@
 use std::cell::{Cell, RefCell};
 use std::marker::PhantomData;
 use std::ptr;
-use std::sync::atomic::{compiler_fence, fence, AtomicU64, Ordering};
+use std::sync::atomic::{fence, AtomicU64, Ordering};
 use std::sync::Arc;
 
 use super::allocator::{
@@ -42,7 +42,7 @@ use super::allocator::{
 };
 use super::context::Inner;
 use super::global;
-use super::slots::{WriterSlot, WriterSlots};
+use super::slots::{Fences, WriterSlot, WriterSlots};
 use crate::buffer::header::{
     make_chunk_tag, with_record_size_words, BufferingMode, MAX_RECORD_WORDS, RECORD_SIZE_MASK,
     RECORD_SIZE_SHIFT,
@@ -74,8 +74,9 @@ struct ThreadState {
     inner: Cell<*const Inner>,
     /// That context's slot: null, or a slot of the table the thread's lease keeps alive.
     slot: Cell<*const WriterSlot>,
-    /// Whether that context's light fence is a compiler fence (`membarrier` registered).
-    compiler_fence: Cell<bool>,
+    /// That context's fence pair (its light fence is a compiler fence once `membarrier` is
+    /// registered), copied so that it is read without the context.
+    fences: Cell<Fences>,
     /// Local copy of the slot's `seq` (the owner is the only writer).
     seq: Cell<u64>,
     /// Inside a writer section (of any context): re-entrancy guard.
@@ -90,7 +91,7 @@ thread_local! {
             context_id: Cell::new(0),
             inner: Cell::new(ptr::null()),
             slot: Cell::new(ptr::null()),
-            compiler_fence: Cell::new(false),
+            fences: Cell::new(Fences::SEQ_CST),
             seq: Cell::new(0),
             busy: Cell::new(false),
             chunk: Cell::new(NO_CHUNK),
@@ -129,11 +130,7 @@ impl ThreadState {
     /// The light fence of the context the thread is bound to (`Fences::light`).
     #[inline(always)]
     fn light_fence(&self) {
-        if !self.compiler_fence.get() {
-            fence(Ordering::SeqCst);
-        }
-        // As in `Fences::light`: after the branch, not in an arm of its own.
-        compiler_fence(Ordering::SeqCst);
+        self.fences.get().light();
     }
 }
 
@@ -183,7 +180,7 @@ fn bind(inner: &Arc<Inner>, t: &ThreadState) -> bool {
             t.seq.set(slot.seq.load(Ordering::Relaxed));
             t.slot.set(slot);
             t.inner.set(Arc::as_ptr(inner));
-            t.compiler_fence.set(inner.fences.uses_membarrier());
+            t.fences.set(inner.fences);
             t.chunk.set(NO_CHUNK);
             t.context_id.set(inner.id);
             *lease = Some(Lease {
