@@ -42,7 +42,7 @@ use crate::engine::category::tracing_maybe_on;
 use crate::engine::global::with_current;
 use crate::engine::record::{self, SpanMemo, TraceWriter};
 use crate::engine::Context;
-use crate::format::{Arg, ArgValue, EventKind, StringRef, MAX_ARGS};
+use crate::format::{Arg, ArgValue, EventKind, ScalarArg, StringRef, MAX_ARGS};
 
 pub use crate::engine::category::CallSite;
 
@@ -84,6 +84,67 @@ pub trait Site {
     #[inline(always)]
     fn category() -> &'static str {
         Self::call_site().category()
+    }
+    /// The names of the arguments, in the order the guard is given them (empty by default).
+    #[inline(always)]
+    fn arg_names() -> &'static [ArgName] {
+        &[]
+    }
+}
+
+/// An argument name of a `#[traced]` call site (a `static` the expansion declares), with the
+/// string index it had in the latest trace that wrote it: the end of a call finds the index
+/// with one load instead of a lookup in the thread's string cache.
+///
+/// An index belongs to the trace, not to the thread that registered it (its string record is
+/// in the trace's durable buffer), so every thread may use it in that trace.
+#[derive(Debug)]
+pub struct ArgName {
+    name: &'static str,
+    /// `generation << 16 | index` of the last trace that wrote the name as an index; 0: none
+    /// (generations are never 0).
+    /// Rules: written (`Relaxed`) by any thread whose string cache holds the name's index in
+    /// that generation; a value names one index of one trace, so a stale one is only a miss.
+    /// ATOMICS: `Relaxed`: one atomic word carries both halves, and it publishes no other
+    /// data (the index's string record is the trace's, written before the index was known).
+    indexed: AtomicU64,
+}
+
+impl ArgName {
+    /// An argument named `name`.
+    pub const fn new(name: &'static str) -> Self {
+        ArgName {
+            name,
+            indexed: AtomicU64::new(0),
+        }
+    }
+
+    /// The name.
+    pub fn name(&self) -> &'static str {
+        self.name
+    }
+
+    /// The name's string index in trace `generation`: remembered here, else the calling
+    /// thread's string cache's (then remembered).
+    #[inline(always)]
+    fn index(&self, generation: u32) -> Option<u16> {
+        // ATOMICS: see `indexed`.
+        let indexed = self.indexed.load(Ordering::Relaxed);
+        if indexed >> 16 == u64::from(generation) {
+            return Some(indexed as u16);
+        }
+        self.index_slow(generation)
+    }
+
+    #[inline(never)]
+    fn index_slow(&self, generation: u32) -> Option<u16> {
+        let index = record::string_index(generation, self.name)?;
+        // ATOMICS: see `indexed`.
+        self.indexed.store(
+            u64::from(generation) << 16 | u64::from(index),
+            Ordering::Relaxed,
+        );
+        Some(index)
     }
 }
 
@@ -230,6 +291,15 @@ impl<'a> ArgIn<'a> {
             ArgIn::Value(name, _) | ArgIn::Debug(name, _) => name,
         }
     }
+
+    /// The value encoded, if it is a scalar (not a string, blob or `Debug` value).
+    #[inline(always)]
+    fn scalar(&self) -> Option<ScalarArg> {
+        match *self {
+            ArgIn::Value(_, value) => ScalarArg::new(value),
+            ArgIn::Debug(..) => None,
+        }
+    }
 }
 
 impl Debug for ArgIn<'_> {
@@ -239,38 +309,6 @@ impl Debug for ArgIn<'_> {
             ArgIn::Debug(name, _) => f.debug_tuple("Debug").field(name).finish(),
         }
     }
-}
-
-/// A scalar value (no borrowed data) as `'static`; `None` for strings and blobs.
-#[inline(always)]
-fn scalar(value: ArgValue<'_>) -> Option<ArgValue<'static>> {
-    Some(match value {
-        ArgValue::Null => ArgValue::Null,
-        ArgValue::I32(v) => ArgValue::I32(v),
-        ArgValue::U32(v) => ArgValue::U32(v),
-        ArgValue::I64(v) => ArgValue::I64(v),
-        ArgValue::U64(v) => ArgValue::U64(v),
-        ArgValue::F64(v) => ArgValue::F64(v),
-        ArgValue::Pointer(v) => ArgValue::Pointer(v),
-        ArgValue::Koid(v) => ArgValue::Koid(v),
-        ArgValue::Bool(v) => ArgValue::Bool(v),
-        ArgValue::Str(_) | ArgValue::Blob(_) => return None,
-    })
-}
-
-/// Copy `args` into `out` if every one is scalar.
-#[inline(always)]
-fn copy_scalars(args: &[ArgIn<'_>], out: &mut [(&'static str, ArgValue<'static>)]) -> bool {
-    for (slot, arg) in out.iter_mut().zip(args) {
-        let ArgIn::Value(name, value) = *arg else {
-            return false;
-        };
-        let Some(value) = scalar(value) else {
-            return false;
-        };
-        *slot = (name, value);
-    }
-    true
 }
 
 /// `Debug` texts of one call, on the stack.
@@ -404,7 +442,9 @@ pub struct Span<S: Site, const N: usize> {
     generation: u32,
     mode: Mode,
     start: u64,
-    args: [(&'static str, ArgValue<'static>); N],
+    /// The arguments, encoded at entry (mode [`Mode::Complete`]; named by
+    /// [`Site::arg_names`]).
+    args: [ScalarArg; N],
     /// What the begin learned from the thread's event memo, for the end.
     memo: SpanMemo,
     site: PhantomData<fn() -> S>,
@@ -428,59 +468,32 @@ impl<S: Site, const N: usize> Span<S, N> {
         generation: 0,
         mode: Mode::Complete,
         start: 0,
-        args: [("", ArgValue::Null); N],
+        args: [ScalarArg::NULL; N],
         memo: SpanMemo::NONE,
         site: PhantomData,
     };
 
-    /// Enter a call whose arguments are `args` (call only when [`maybe_on`]).
+    /// Enter a call whose arguments are `args`, named as [`Site::arg_names`] (call only when
+    /// [`maybe_on`]). Scalar arguments are encoded here, inline, where their types are known
+    /// (so a `u64` argument is its value and a constant header); any other kind takes
+    /// [`Self::begin_args`].
     #[inline(always)]
     pub fn enter_args(args: [ArgIn<'_>; N]) -> Self {
-        Self::begin_args(args)
-    }
-
-    /// [`Self::enter_args`], out of line (see [`Span::begin`]). Scalar arguments of a pair
-    /// the thread's memo knows in the latest trace need no section: they are kept for the
-    /// end's record.
-    #[inline(never)]
-    fn begin_args(args: [ArgIn<'_>; N]) -> Self {
-        let mut span = Self::OFF;
-        let site = S::call_site();
-        if let Some((generation, memo)) =
-            record::memoised_latest_generation(S::category(), S::name())
-        {
-            if copy_scalars(&args, &mut span.args) {
-                span.generation = generation;
-                span.memo = memo;
-                span.start = clock::ticks();
-                return span;
+        let mut scalars = [ScalarArg::NULL; N];
+        for (slot, arg) in scalars.iter_mut().zip(&args) {
+            match arg.scalar() {
+                Some(scalar) => *slot = scalar,
+                None => return Self::begin_args(&args),
             }
         }
-        if let Some((generation, mode)) = enter_args_slow(site, S::name(), &args, &mut span.args) {
-            span.generation = generation;
-            span.mode = mode;
-            if mode == Mode::Complete {
-                span.start = clock::ticks();
-            }
-        }
-        span
-    }
-}
-
-impl<S: Site> Span<S, 0> {
-    /// Enter a call with no arguments: with no trace running, one relaxed load and a branch.
-    #[inline(always)]
-    pub fn enter() -> Self {
-        if !tracing_maybe_on() {
-            return Self::OFF;
-        }
-        Self::begin()
+        Self::begin(scalars)
     }
 
-    /// [`Self::enter`] with tracing on: out of line, so that a traced function stays small
-    /// enough to be inlined where its caller would inline it untraced.
+    /// A call with scalar arguments (or none): out of line, so that a traced function stays
+    /// small enough to be inlined where its caller would inline it untraced. The arguments
+    /// are kept for the end's duration-complete record.
     #[inline(never)]
-    fn begin() -> Self {
+    fn begin(args: [ScalarArg; N]) -> Self {
         let site = S::call_site();
         // The thread's memo knows the site's pair once a call has ended on this thread in
         // the latest trace; else the site's cached answer, else the general path.
@@ -494,12 +507,37 @@ impl<S: Site> Span<S, 0> {
                 generation,
                 mode: Mode::Complete,
                 start: clock::ticks(),
-                args: [],
+                args,
                 memo,
                 site: PhantomData,
             },
             None => Self::OFF,
         }
+    }
+
+    /// A call with a string or `Debug` argument: the arguments borrow the parameters, so they
+    /// are written now, on a duration-begin record (the end writes a duration-end record).
+    #[inline(never)]
+    fn begin_args(args: &[ArgIn<'_>]) -> Self {
+        match enter_args_slow(S::call_site(), S::name(), args) {
+            Some(generation) => Span {
+                generation,
+                mode: Mode::BeginEnd,
+                ..Self::OFF
+            },
+            None => Self::OFF,
+        }
+    }
+}
+
+impl<S: Site> Span<S, 0> {
+    /// Enter a call with no arguments: with no trace running, one relaxed load and a branch.
+    #[inline(always)]
+    pub fn enter() -> Self {
+        if !tracing_maybe_on() {
+            return Self::OFF;
+        }
+        Self::begin([])
     }
 }
 
@@ -508,24 +546,18 @@ fn enter_slow(site: &'static CallSite) -> Option<u32> {
     with_current(|context| enabled_generation(context, site)).flatten()
 }
 
+/// The duration-begin record of a call with `args` at `site`: the trace's generation if
+/// written.
 #[inline(never)]
-fn enter_args_slow(
-    site: &'static CallSite,
-    name: &'static str,
-    args: &[ArgIn<'_>],
-    out: &mut [(&'static str, ArgValue<'static>)],
-) -> Option<(u32, Mode)> {
+fn enter_args_slow(site: &'static CallSite, name: &'static str, args: &[ArgIn<'_>]) -> Option<u32> {
     with_current(|context| {
         let generation = enabled_generation(context, site)?;
-        if copy_scalars(args, out) {
-            return Some((generation, Mode::Complete));
-        }
         with_args(context, generation, args, |writer, args| {
             let kind = EventKind::DurationBegin;
             writer.event(clock::ticks(), site.category(), name, kind, args)
         })?
         .ok()?;
-        Some((generation, Mode::BeginEnd))
+        Some(generation)
     })
     .flatten()
 }
@@ -620,27 +652,43 @@ impl<S: Site, const N: usize> Span<S, N> {
                 record::installed_span_end(self.generation, self.memo, span)
                     || record::installed_duration_complete(self.generation, span, (category, name))
             } else {
-                let pair = (category, name);
+                let (generation, names) = (self.generation, S::arg_names());
                 record::installed_span_end_with_args(
-                    self.generation,
+                    generation,
                     self.memo,
                     span,
-                    pair,
+                    (category, name),
                     &self.args,
+                    |i| names.get(i)?.index(generation),
                 )
             };
             if written {
                 return;
             }
         }
+        self.end_slow(end);
+    }
+
+    /// [`Self::end`] on the general path ([`end_slow`]).
+    #[cold]
+    #[inline(never)]
+    fn end_slow(&self, end: u64) {
+        let pair = (S::category(), S::name());
         let span = (self.start, end);
-        end_slow(
-            self.generation,
-            self.mode,
-            span,
-            (category, name),
-            &self.args,
-        );
+        if self.mode == Mode::BeginEnd {
+            return end_slow(self.generation, self.mode, span, pair, &[]);
+        }
+        let mut args = [("", ArgValue::Null); N];
+        for ((slot, arg), name) in args.iter_mut().zip(&self.args).zip(S::arg_names()) {
+            *slot = (name.name(), arg.value());
+        }
+        // A site whose names do not match its arguments (not the expansion's) writes none.
+        let args = if S::arg_names().len() == N {
+            &args[..]
+        } else {
+            &[]
+        };
+        end_slow(self.generation, self.mode, span, pair, args);
     }
 }
 

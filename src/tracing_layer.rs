@@ -59,7 +59,7 @@ use crate::engine::category::tracing_maybe_on;
 use crate::engine::global::with_current;
 use crate::engine::record::{self, Scope, SpanMemo, TraceStr, TraceWriter, INSTALLED_SPAN_ARGS};
 use crate::engine::Context;
-use crate::format::{Arg, ArgValue, Event, EventKind, StringRef, ThreadRef, MAX_ARGS};
+use crate::format::{Arg, ArgValue, Event, EventKind, ScalarArg, StringRef, ThreadRef, MAX_ARGS};
 use crate::instrument;
 
 /// Longest text argument (string field, `Debug` text, message) written, in bytes.
@@ -157,9 +157,11 @@ struct SpanData {
 /// A span's fields: inline while they are few scalars, owned in a `Vec` otherwise.
 #[derive(Debug)]
 enum SpanFields {
-    /// At most [`INSTALLED_SPAN_ARGS`] fields, all scalar: no allocation.
+    /// At most [`INSTALLED_SPAN_ARGS`] fields, all scalar, encoded for the record (but for
+    /// their names' indices): no allocation.
     Scalars {
-        fields: [(&'static str, ArgValue<'static>); INSTALLED_SPAN_ARGS],
+        names: [&'static str; INSTALLED_SPAN_ARGS],
+        values: [ScalarArg; INSTALLED_SPAN_ARGS],
         len: usize,
     },
     /// Any fields.
@@ -168,27 +170,34 @@ enum SpanFields {
 
 impl SpanFields {
     const EMPTY: SpanFields = SpanFields::Scalars {
-        fields: [("", ArgValue::Null); INSTALLED_SPAN_ARGS],
+        names: [""; INSTALLED_SPAN_ARGS],
+        values: [ScalarArg::NULL; INSTALLED_SPAN_ARGS],
         len: 0,
     };
 
     /// Set field `name` (replacing an earlier value of the same name).
     fn set(&mut self, name: &'static str, value: Owned) {
-        if let (SpanFields::Scalars { fields, len }, Owned::Scalar(scalar)) = (&mut *self, &value) {
-            if let Some(slot) = fields[..*len].iter_mut().find(|(n, _)| *n == name) {
-                slot.1 = *scalar;
+        let scalar = match &value {
+            Owned::Scalar(v) => ScalarArg::new(*v),
+            Owned::Text(_) => None,
+        };
+        if let (SpanFields::Scalars { names, values, len }, Some(scalar)) = (&mut *self, scalar) {
+            if let Some(at) = names[..*len].iter().position(|n| *n == name) {
+                values[at] = scalar;
                 return;
             }
             if *len < INSTALLED_SPAN_ARGS {
-                fields[*len] = (name, *scalar);
+                names[*len] = name;
+                values[*len] = scalar;
                 *len += 1;
                 return;
             }
         }
-        if let SpanFields::Scalars { fields, len } = self {
-            let owned = fields[..*len]
+        if let SpanFields::Scalars { names, values, len } = self {
+            let owned = names[..*len]
                 .iter()
-                .map(|&(name, value)| (name, Owned::Scalar(value)))
+                .zip(&values[..*len])
+                .map(|(&name, value)| (name, Owned::Scalar(value.value())))
                 .collect();
             *self = SpanFields::Owned(owned);
         }
@@ -211,7 +220,7 @@ impl SpanFields {
     /// Field `i` (`i < len()`) as an argument value.
     fn get(&self, i: usize) -> (&'static str, ArgValue<'_>) {
         match self {
-            SpanFields::Scalars { fields, .. } => fields[i],
+            SpanFields::Scalars { names, values, .. } => (names[i], values[i].value()),
             SpanFields::Owned(owned) => {
                 let (name, value) = &owned[i];
                 let value = match value {
@@ -533,19 +542,24 @@ where
         };
         let span = (entered.start, end);
         let pair = (data.category, data.name);
-        if let SpanFields::Scalars { fields, len } = &data.fields {
+        if let SpanFields::Scalars { names, values, len } = &data.fields {
             // The engine's one-announcement path; the first record of the span's name in a
             // trace goes through the general one (and teaches the thread's memo).
-            let fields = &fields[..*len];
+            let generation = entered.generation;
             if !record::installed_span_end_with_args(
-                entered.generation,
+                generation,
                 SpanMemo::NONE,
                 span,
                 pair,
-                fields,
+                &values[..*len],
+                |i| record::string_index(generation, names[i]),
             ) {
+                let mut fields = [("", ArgValue::Null); INSTALLED_SPAN_ARGS];
+                for (field, (&name, value)) in fields.iter_mut().zip(names.iter().zip(values)) {
+                    *field = (name, value.value());
+                }
                 let mode = instrument::Mode::Complete;
-                instrument::end_slow(entered.generation, mode, span, pair, fields);
+                instrument::end_slow(generation, mode, span, pair, &fields[..*len]);
             }
             return;
         }
@@ -642,8 +656,11 @@ fn write_event_installed(
     for (slot, (name, value)) in args.iter_mut().zip(&visitor.args[..visitor.len]) {
         *slot = (*name, event_value(visitor, value));
     }
-    let level = ArgValue::Str(StringRef::Inline(metadata.level().as_str()));
-    args[visitor.len] = (LEVEL, level);
+    // The level's text by its index, as the general path writes it (which interns it).
+    let Some(level) = record::string_index(generation, metadata.level().as_str()) else {
+        return false;
+    };
+    args[visitor.len] = (LEVEL, ArgValue::Str(StringRef::Index(level)));
     let args = &args[..=visitor.len];
     record::installed_instant(generation, ticks, site, message(visitor), args)
 }

@@ -199,6 +199,20 @@ pub(crate) fn expand(args: TracedArgs, f: &TracedFn, instrument: bool) -> syn::R
     // compiler folds into the string's address (the call site's static, which holds an atomic,
     // would be read at run time), so the begin and the end of a call key the memo by the same
     // address wherever each is compiled.
+    // The argument names, in the guard's order, each with the string index it last had
+    // (see `ArgName`).
+    let arg_names = (!specs.is_empty()).then(|| {
+        let labels = specs.iter().map(|s| s.ident.to_string());
+        let n = specs.len();
+        quote! {
+            #[inline(always)]
+            fn arg_names() -> &'static [#support::ArgName] {
+                static __FXTRACE_ARG_NAMES: [#support::ArgName; #n] =
+                    [#(#support::ArgName::new(#labels)),*];
+                &__FXTRACE_ARG_NAMES
+            }
+        }
+    });
     let site = quote! {
         struct __FxtraceSite;
         const __FXTRACE_CATEGORY_TEXT: &str = #category;
@@ -218,6 +232,7 @@ pub(crate) fn expand(args: TracedArgs, f: &TracedFn, instrument: bool) -> syn::R
             fn category() -> &'static str {
                 __FXTRACE_CATEGORY
             }
+            #arg_names
         }
     };
     let arg_inputs: Vec<TokenStream> = specs.iter().map(|s| arg_input(&support, s)).collect();

@@ -47,7 +47,7 @@ use super::context::{Context, EngineError, StartMode};
 use super::writer::{self, Slot, Writer};
 use crate::clock;
 use crate::format::fields::EventRecord;
-use crate::format::indexed_scalar_arg;
+use crate::format::ScalarArg;
 use crate::format::{
     Arg, ArgValue, Blob, BlobType, Encode, EncodeError, Event, EventKind, EventType,
     Initialization, KernelObject, Log, ObjectType, ProcessRef, SchedContextSwitch, StringRecord,
@@ -560,54 +560,57 @@ pub(crate) const INSTALLED_SPAN_ARGS: usize = 4;
 
 /// The end of a span of `'static` strings with scalar arguments: its duration-complete
 /// record from `start` to `end` in trace `generation`, on the installed context's path, when
-/// the thread's memo knows the pair and its string cache the argument names in that trace
-/// (the general path interns them: the next end finds them). The record is encoded in
-/// place: header, start, each argument's words, end. `memo`: what the span's begin learned
-/// (the header without a memo lookup when the span ends on the thread it began on). Same
-/// answers as [`installed_event_memoised`].
+/// the thread's memo knows the pair and `name_index` answers the string index of argument
+/// `i`'s name in that trace (see [`string_index`]; the general path interns them: the next
+/// end finds them). The record is encoded in place: header, start, each argument's words,
+/// end. `memo`: what the span's begin learned (the header without a memo lookup when the
+/// span ends on the thread it began on). Same answers as [`installed_event_memoised`].
 #[inline(always)]
 pub(crate) fn installed_span_end_with_args(
     generation: u32,
     memo: SpanMemo,
     (start, end): (u64, u64),
     (category, name): (&'static str, &'static str),
-    args: &[(&'static str, ArgValue<'static>)],
+    args: &[ScalarArg],
+    mut name_index: impl FnMut(usize) -> Option<u16>,
 ) -> bool {
     if args.len() > INSTALLED_SPAN_ARGS {
         return false;
     }
-    let cache = cache::current();
     let header = if memo.header != 0 && memo.thread == writer::thread_key() {
         memo.header
     } else {
-        match cache.memo_any(category, name) {
+        match cache::current().memo_any(category, name) {
             Some(memo) if memo.generation() == generation => {
                 indexed_event_header(EventType::DurationComplete, memo)
             }
             _ => return false,
         }
     };
+    // Room for the start, every argument's two words, the end.
     let mut payload = [0u64; 2 + 2 * INSTALLED_SPAN_ARGS];
     payload[0] = start;
     let mut len = 1;
-    for &(arg_name, value) in args {
-        let Some(index) = cache.index_of(generation, arg_name) else {
+    for (i, arg) in args.iter().enumerate() {
+        let Some(index) = name_index(i) else {
             return false;
         };
-        let Some((arg_header, value_word)) = indexed_scalar_arg(index, value) else {
-            return false;
-        };
-        payload[len] = arg_header;
-        len += 1;
-        if let Some(word) = value_word {
-            payload[len] = word;
-            len += 1;
-        }
+        payload[len] = arg.header(index);
+        // Overwritten by what follows when the argument is one word.
+        payload[len + 1] = arg.word();
+        len += arg.words();
     }
     payload[len] = end;
     len += 1;
     let header = header | EventRecord::ARGUMENT_COUNT.make(args.len() as u64);
     writer::installed_record(open_gate_high(generation), header, payload, len)
+}
+
+/// The string index of `s` in trace `generation` if the calling thread's string cache holds
+/// one (no insertion: the general path interns).
+#[inline(always)]
+pub(crate) fn string_index(generation: u32, s: &'static str) -> Option<u16> {
+    cache::current().index_of(generation, s)
 }
 
 /// A thread-scoped instant of trace `generation` at `ticks` on the installed context's path,
@@ -620,6 +623,26 @@ pub(crate) fn installed_span_end_with_args(
 pub(crate) fn installed_instant(
     generation: u32,
     ticks: u64,
+    site: (&'static str, &'static str),
+    name: Option<&str>,
+    args: &[(&'static str, ArgValue<'_>)],
+) -> bool {
+    // A small argument array when it suffices: fewer bytes to initialise.
+    if args.len() <= INSTALLED_SPAN_ARGS {
+        installed_instant_in::<INSTALLED_SPAN_ARGS>(generation, ticks, site, name, args)
+    } else {
+        installed_instant_in::<MAX_ARGS>(generation, ticks, site, name, args)
+    }
+}
+
+/// [`installed_instant`] with room for `M` arguments. The record is encoded on the stack
+/// and written with [`writer::installed_record`] when it fits its payload (the usual case),
+/// else reserved and encoded in place.
+#[cfg(feature = "tracing")]
+#[inline(always)]
+fn installed_instant_in<const M: usize>(
+    generation: u32,
+    ticks: u64,
     (category, site): (&'static str, &'static str),
     name: Option<&str>,
     args: &[(&'static str, ArgValue<'_>)],
@@ -628,13 +651,13 @@ pub(crate) fn installed_instant(
     let Some(memo) = cache.memo_any(category, site) else {
         return false;
     };
-    if memo.generation() != generation || args.len() > MAX_ARGS {
+    if memo.generation() != generation || args.len() > M {
         return false;
     }
     let mut built = [Arg {
         name: StringRef::Empty,
         value: ArgValue::Null,
-    }; MAX_ARGS];
+    }; M];
     for (slot, &(arg_name, value)) in built.iter_mut().zip(args) {
         let Some(index) = cache.index_of(generation, arg_name) else {
             return false;
@@ -656,11 +679,27 @@ pub(crate) fn installed_instant(
         args: &built[..args.len()],
         kind: EventKind::Instant,
     };
+    let mut payload = [0u64; writer::MAX_INSTALLED_PAYLOAD];
+    match event.write_body(&mut payload) {
+        Ok((header, words)) => {
+            let header = crate::buffer::header::with_record_size_words(header, 0);
+            writer::installed_record(memo.open_gate(), header, payload, words - 1)
+        }
+        // Too large for the payload, or not encodable (dropped and counted there).
+        Err(_) => installed_event_reserved(generation, &event),
+    }
+}
+
+/// `event` of trace `generation` reserved and encoded in place on the installed context's
+/// path (see [`writer::with_installed_writer`]; same answers as [`installed_event_memoised`]).
+#[cfg(feature = "tracing")]
+#[inline(never)]
+fn installed_event_reserved(generation: u32, event: &Event<'_>) -> bool {
     writer::with_installed_writer(|writer| {
         if writer.generation() != generation {
             return false; // another trace: resolve again
         }
-        write_event_in(writer, &event);
+        write_event_in(writer, event);
         true
     })
     .unwrap_or(false)

@@ -328,14 +328,15 @@ pub(crate) fn installed_record<const N: usize>(
     payload: [u64; N],
     len: usize,
 ) -> bool {
+    const { assert!(N <= MAX_INSTALLED_PAYLOAD) };
     // Checked before the announcement: a failed assertion must not leave the section open.
-    debug_assert!((1..=MAX_INSTALLED_PAYLOAD.min(N)).contains(&len));
+    debug_assert!((1..=N).contains(&len));
     debug_assert_eq!(
         header >> RECORD_SIZE_SHIFT & RECORD_SIZE_MASK,
         0,
         "set here"
     );
-    if len > MAX_INSTALLED_PAYLOAD || len > N {
+    if len > N {
         return false;
     }
     let t = thread_state();
@@ -365,28 +366,30 @@ pub(crate) fn installed_record<const N: usize>(
     let gate = inner.gate.load(Ordering::Acquire);
     let words = len + 1;
     let chunk = t.chunk.get();
-    // Where the next record would go: the fast path takes the record only if the chunk has
-    // room for it and for the terminator after it (a record that fills the chunk exactly
-    // takes the slow path), so the terminator is stored unconditionally.
-    let next = chunk.pos as usize + words * 8;
+    // The fast path writes all `N` payload words (a fixed-size copy: no loop or `memcpy`
+    // call for a variable `len`; the words past `len` are overwritten by the terminator and
+    // the next record), so it takes the record only if the chunk has room for the header,
+    // `N` words and the terminator after them (a record that would fill the chunk exactly
+    // takes the slow path); the terminator is then stored unconditionally.
+    let reach = chunk.pos as usize + (N + 1) * 8;
     // An open gate of the memo's trace (`open_gate`; a durable-full one takes the slow path,
     // which counts the drop), the one the chunk was taken under.
-    if gate_high(gate) != open_gate || chunk.gate != gate || next >= chunk.end as usize {
+    if gate_high(gate) != open_gate || chunk.gate != gate || reach >= chunk.end as usize {
         t.seq.set(seq);
         let generation = open_gate & GENERATION_MASK;
         return installed_record_slow(t, inner, slot, (gate, generation), header, payload, len);
     }
     let header = header | (words as u64) << RECORD_SIZE_SHIFT;
     // SAFETY: the chunk belongs to the installed context (its gate is the running one) and
-    // has room for `words` words and the terminator after them, which only this thread
-    // writes; `next` is within the chunk.
+    // has room for the header, `N` words and the word after them, which only this thread
+    // writes (no reader looks past the terminator before a header published there); `next`
+    // (at most `N + 1` words on) is within the chunk.
     unsafe {
         let next = chunk.pos.add(words);
+        chunk.pos.add(1).cast::<[u64; N]>().write(payload);
+        // After the payload, which may have covered it.
         // ATOMICS: `Relaxed`: the terminator, published by the header's `Release` store.
         AtomicU64::from_ptr(next).store(0, Ordering::Relaxed);
-        for (i, &word) in payload[..len].iter().enumerate() {
-            chunk.pos.add(1 + i).write(word);
-        }
         // ATOMICS: `Release`: a reader that sees the header sees the payload and terminator.
         AtomicU64::from_ptr(chunk.pos).store(header, Ordering::Release);
         // The cursor alone moves (`Cell::set` would store the whole chunk).

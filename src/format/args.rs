@@ -132,36 +132,87 @@ impl<'a> Arg<'a> {
     }
 }
 
-/// A scalar argument named by string index `name_index`, encoded: its header word and, for
-/// a 64-bit value, the value word. `None` for a string or blob value (not scalar). The same
-/// words as [`Arg::emit`] writes for `Arg::new(StringRef::Index(name_index), value)`.
-#[inline(always)]
-pub(crate) fn indexed_scalar_arg(
-    name_index: u16,
-    value: ArgValue<'_>,
-) -> Option<(u64, Option<u64>)> {
-    let (arg_type, data, extra) = match value {
-        ArgValue::Null => (ArgType::Null, 0, None),
-        ArgValue::I32(v) => (
-            ArgType::I32,
-            Int32Argument::VALUE.make(u64::from(v as u32)),
-            None,
-        ),
-        ArgValue::U32(v) => (ArgType::U32, Int32Argument::VALUE.make(u64::from(v)), None),
-        ArgValue::Bool(v) => (ArgType::Bool, BoolArgument::VALUE.make(u64::from(v)), None),
-        ArgValue::I64(v) => (ArgType::I64, 0, Some(v as u64)),
-        ArgValue::U64(v) => (ArgType::U64, 0, Some(v)),
-        ArgValue::F64(v) => (ArgType::F64, 0, Some(v.to_bits())),
-        ArgValue::Pointer(v) => (ArgType::Pointer, 0, Some(v)),
-        ArgValue::Koid(v) => (ArgType::Koid, 0, Some(v)),
-        ArgValue::Str(_) | ArgValue::Blob(_) => return None,
+/// A scalar argument (any value but a string or a blob) encoded but for its name: its header
+/// word with the name ref left zero, and its value word, which follows the header when the
+/// header's size is 2 words. Kept by span guards between their begin and their end, so that
+/// the end only adds the name's string index.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub(crate) struct ScalarArg {
+    header: u64,
+    word: u64,
+}
+
+impl ScalarArg {
+    /// A null argument (a placeholder in fixed-size arrays).
+    pub(crate) const NULL: ScalarArg = ScalarArg {
+        header: ArgumentHeader::TYPE.make(ArgType::Null.raw() as u64)
+            | ArgumentHeader::SIZE.make(1),
+        word: 0,
     };
-    let words = 1 + u64::from(extra.is_some());
-    let header = ArgumentHeader::TYPE.make(u64::from(arg_type.raw()))
-        | ArgumentHeader::SIZE.make(words)
-        | ArgumentHeader::NAME_REF.make(u64::from(name_index))
-        | data;
-    Some((header, extra))
+
+    /// `value` encoded; `None` for a string or blob value (not scalar). Folds to constants
+    /// where the value's variant is known.
+    #[inline(always)]
+    pub(crate) fn new(value: ArgValue<'_>) -> Option<ScalarArg> {
+        let (arg_type, data, word) = match value {
+            ArgValue::Null => (ArgType::Null, 0, None),
+            ArgValue::I32(v) => (
+                ArgType::I32,
+                Int32Argument::VALUE.make(u64::from(v as u32)),
+                None,
+            ),
+            ArgValue::U32(v) => (ArgType::U32, Int32Argument::VALUE.make(u64::from(v)), None),
+            ArgValue::Bool(v) => (ArgType::Bool, BoolArgument::VALUE.make(u64::from(v)), None),
+            ArgValue::I64(v) => (ArgType::I64, 0, Some(v as u64)),
+            ArgValue::U64(v) => (ArgType::U64, 0, Some(v)),
+            ArgValue::F64(v) => (ArgType::F64, 0, Some(v.to_bits())),
+            ArgValue::Pointer(v) => (ArgType::Pointer, 0, Some(v)),
+            ArgValue::Koid(v) => (ArgType::Koid, 0, Some(v)),
+            ArgValue::Str(_) | ArgValue::Blob(_) => return None,
+        };
+        let words = 1 + u64::from(word.is_some());
+        Some(ScalarArg {
+            header: ArgumentHeader::TYPE.make(u64::from(arg_type.raw()))
+                | ArgumentHeader::SIZE.make(words)
+                | data,
+            word: word.unwrap_or(0),
+        })
+    }
+
+    /// Size of the encoded argument: 1 or 2 words.
+    #[inline(always)]
+    pub(crate) fn words(self) -> usize {
+        ArgumentHeader::SIZE.get(self.header) as usize
+    }
+
+    /// The header word, named by string index `name_index`.
+    #[inline(always)]
+    pub(crate) fn header(self, name_index: u16) -> u64 {
+        self.header | ArgumentHeader::NAME_REF.make(u64::from(name_index))
+    }
+
+    /// The value word (meaningful when [`Self::words`] is 2).
+    #[inline(always)]
+    pub(crate) fn word(self) -> u64 {
+        self.word
+    }
+
+    /// The value it was made from.
+    pub(crate) fn value(self) -> ArgValue<'static> {
+        let int32 = Int32Argument::VALUE.get(self.header);
+        match ArgType::from_raw(ArgumentHeader::TYPE.get(self.header) as u8) {
+            Some(ArgType::I32) => ArgValue::I32(int32 as u32 as i32),
+            Some(ArgType::U32) => ArgValue::U32(int32 as u32),
+            Some(ArgType::Bool) => ArgValue::Bool(BoolArgument::VALUE.get(self.header) != 0),
+            Some(ArgType::I64) => ArgValue::I64(self.word as i64),
+            Some(ArgType::U64) => ArgValue::U64(self.word),
+            Some(ArgType::F64) => ArgValue::F64(f64::from_bits(self.word)),
+            Some(ArgType::Pointer) => ArgValue::Pointer(self.word),
+            Some(ArgType::Koid) => ArgValue::Koid(self.word),
+            // Only scalars are made: the rest is `Null`.
+            _ => ArgValue::Null,
+        }
+    }
 }
 
 /// Appends `args` and returns their count, after checking there are at most 15.
@@ -199,12 +250,13 @@ mod tests {
     }
 
     #[test]
-    fn indexed_scalar_args_are_what_emit_writes() {
+    fn scalar_args_are_what_emit_writes_and_give_their_value_back() {
         let values = [
             ArgValue::Null,
             ArgValue::I32(-7),
             ArgValue::U32(u32::MAX),
             ArgValue::Bool(true),
+            ArgValue::Bool(false),
             ArgValue::I64(-1),
             ArgValue::U64(0x1234_5678_9abc_def0),
             ArgValue::F64(2.5),
@@ -212,17 +264,21 @@ mod tests {
             ArgValue::Koid(42),
         ];
         for value in values {
-            let (header, extra) = indexed_scalar_arg(0x7abc, value).expect("scalar");
-            let mut words = vec![header];
-            words.extend(extra);
+            let scalar = ScalarArg::new(value).expect("scalar");
+            let mut words = vec![scalar.header(0x7abc)];
+            if scalar.words() == 2 {
+                words.push(scalar.word());
+            }
             assert_eq!(
                 words,
                 encode(&Arg::new(StringRef::Index(0x7abc), value)),
                 "{value:?}"
             );
+            assert_eq!(scalar.value(), value);
         }
-        assert!(indexed_scalar_arg(1, ArgValue::Str(StringRef::Index(2))).is_none());
-        assert!(indexed_scalar_arg(1, ArgValue::Blob(&[1])).is_none());
+        assert_eq!(ScalarArg::new(ArgValue::Null), Some(ScalarArg::NULL));
+        assert!(ScalarArg::new(ArgValue::Str(StringRef::Index(2))).is_none());
+        assert!(ScalarArg::new(ArgValue::Blob(&[1])).is_none());
     }
 
     #[test]

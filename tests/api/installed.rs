@@ -12,12 +12,17 @@ use std::sync::Arc;
 
 use fxtrace::buffer::header::BufferingMode;
 use fxtrace::engine::global::{self, GlobalError};
-use fxtrace::format::{DecodedEventKind, Decoder};
+use fxtrace::format::{DecodedEventKind, DecodedValue, Decoder};
 use fxtrace::{duration, instant, standalone, traced, Scope};
 
 #[traced(category = "app")]
 fn traced_call(x: u32) -> u32 {
     x + 1
+}
+
+#[traced(category = "app", args(left, right))]
+fn traced_pair(left: u64, right: u32) -> u64 {
+    left + u64::from(right)
 }
 
 fn count(events: &[crate::traced_support::Ev], name: &str, complete: bool) -> usize {
@@ -180,4 +185,59 @@ fn once_the_durable_buffer_is_full_every_installed_record_is_counted_dropped() {
     assert_eq!(ctx.records_dropped(), before + 5, "each one counted");
     let (_, report) = session.finish_to_vec().expect("finish");
     assert!(report.stop.records_dropped >= before + 5);
+}
+
+#[test]
+fn argument_names_keep_their_index_per_trace_and_serve_every_thread() {
+    let _serial = serial();
+    // A call site's argument names remember their string index per trace (`ArgName`): in
+    // each new trace other strings come first, so a remembered index of an earlier trace
+    // would name another string; threads other than the first use the remembered index.
+    const EXTRA: [&str; 3] = ["extra0", "extra1", "extra2"];
+    for round in 0..3u64 {
+        let ((), events) = trace(|| {
+            for name in &EXTRA[..round as usize] {
+                instant("app", *name, Scope::Thread, &[]);
+            }
+            for i in 0..4 {
+                traced_pair(round, i);
+            }
+            let threads: Vec<_> = (1..3u64)
+                .map(|t| {
+                    std::thread::spawn(move || {
+                        for i in 0..4 {
+                            traced_pair(round * 10 + t, i);
+                        }
+                    })
+                })
+                .collect();
+            for thread in threads {
+                thread.join().expect("thread");
+            }
+        });
+        let calls: Vec<_> = events
+            .iter()
+            .filter(|e| e.name == "api::installed::traced_pair")
+            .collect();
+        assert_eq!(calls.len(), 12, "round {round}");
+        let mut seen = Vec::new();
+        for call in calls {
+            assert!(call.is_complete(), "round {round}: {call:?}");
+            let names: Vec<&str> = call.args.iter().map(|(n, _)| n.as_str()).collect();
+            assert_eq!(names, ["left", "right"], "round {round}: {call:?}");
+            let (Some(DecodedValue::U64(left)), Some(DecodedValue::U32(right))) =
+                (call.arg("left"), call.arg("right"))
+            else {
+                panic!("round {round}: {call:?}");
+            };
+            seen.push((*left, *right));
+        }
+        seen.sort_unstable();
+        let mut expected: Vec<(u64, u32)> = [round, round * 10 + 1, round * 10 + 2]
+            .into_iter()
+            .flat_map(|left| (0..4).map(move |right| (left, right)))
+            .collect();
+        expected.sort_unstable();
+        assert_eq!(seen, expected, "round {round}");
+    }
 }
