@@ -623,71 +623,95 @@ pub(crate) fn string_index(generation: u32, s: &'static str) -> Option<u16> {
 pub(crate) fn installed_instant(
     generation: u32,
     ticks: u64,
-    site: (&'static str, &'static str),
-    name: Option<&str>,
-    args: &[(&'static str, ArgValue<'_>)],
-) -> bool {
-    // A small argument array when it suffices: fewer bytes to initialise.
-    if args.len() <= INSTALLED_SPAN_ARGS {
-        installed_instant_in::<INSTALLED_SPAN_ARGS>(generation, ticks, site, name, args)
-    } else {
-        installed_instant_in::<MAX_ARGS>(generation, ticks, site, name, args)
-    }
-}
-
-/// [`installed_instant`] with room for `M` arguments. The record is encoded on the stack
-/// and written with [`writer::installed_record`] when it fits its payload (the usual case),
-/// else reserved and encoded in place.
-#[cfg(feature = "tracing")]
-#[inline(always)]
-fn installed_instant_in<const M: usize>(
-    generation: u32,
-    ticks: u64,
     (category, site): (&'static str, &'static str),
     name: Option<&str>,
     args: &[(&'static str, ArgValue<'_>)],
 ) -> bool {
+    use crate::format::{Cursor, Sink};
+
     let cache = cache::current();
     let Some(memo) = cache.memo_any(category, site) else {
         return false;
     };
-    if memo.generation() != generation || args.len() > M {
+    if memo.generation() != generation || args.len() > MAX_ARGS {
         return false;
     }
+    let name = name.filter(|name| !name.is_empty());
+    // Encoded on the stack, for `installed_record`: the timestamp, the inline name, each
+    // argument (a scalar's words directly, others through the codec's own encoder).
+    let mut payload = [0u64; writer::MAX_INSTALLED_PAYLOAD];
+    let mut out = Cursor::new(&mut payload);
+    out.word(ticks);
+    let mut header = indexed_event_header(EventType::Instant, memo)
+        | EventRecord::ARGUMENT_COUNT.make(args.len() as u64);
+    if let Some(name) = name {
+        let Ok(name_ref) = StringRef::Inline(name).encode() else {
+            return installed_instant_reserved(generation, ticks, memo, Some(name), args);
+        };
+        header = EventRecord::NAME_REF.set(header, u64::from(name_ref));
+        out.stream(name.as_bytes());
+    }
+    for &(arg_name, value) in args {
+        let Some(index) = cache.index_of(generation, arg_name) else {
+            return false;
+        };
+        match ScalarArg::new(value) {
+            Some(scalar) => {
+                out.word(scalar.header(index));
+                if scalar.words() == 2 {
+                    out.word(scalar.word());
+                }
+            }
+            None => {
+                if Arg::new(StringRef::Index(index), value)
+                    .emit(&mut out)
+                    .is_err()
+                {
+                    return installed_instant_reserved(generation, ticks, memo, name, args);
+                }
+            }
+        }
+    }
+    match out.finish() {
+        Ok(len) => writer::installed_record(memo.open_gate(), header, payload, len),
+        // Larger than the payload: reserved and encoded in place.
+        Err(_) => installed_instant_reserved(generation, ticks, memo, name, args),
+    }
+}
+
+/// [`installed_instant`] for a record larger than an installed record's payload, or one
+/// that cannot be encoded (then dropped and counted): reserved and encoded in place.
+#[cfg(feature = "tracing")]
+#[cold]
+#[inline(never)]
+fn installed_instant_reserved(
+    generation: u32,
+    ticks: u64,
+    memo: cache::Memo,
+    name: Option<&str>,
+    args: &[(&'static str, ArgValue<'_>)],
+) -> bool {
+    let cache = cache::current();
     let mut built = [Arg {
         name: StringRef::Empty,
         value: ArgValue::Null,
-    }; M];
+    }; MAX_ARGS];
+    let args = &args[..args.len().min(MAX_ARGS)];
     for (slot, &(arg_name, value)) in built.iter_mut().zip(args) {
         let Some(index) = cache.index_of(generation, arg_name) else {
             return false;
         };
-        *slot = Arg {
-            name: StringRef::Index(index),
-            value,
-        };
+        *slot = Arg::new(StringRef::Index(index), value);
     }
-    let name = match name {
-        Some(name) if !name.is_empty() => StringRef::Inline(name),
-        _ => StringRef::Index(memo.name_index),
-    };
     let event = Event {
         ticks,
         thread: ThreadRef::Index(memo.thread_index),
         category: StringRef::Index(memo.category_index),
-        name,
+        name: name.map_or(StringRef::Index(memo.name_index), StringRef::Inline),
         args: &built[..args.len()],
         kind: EventKind::Instant,
     };
-    let mut payload = [0u64; writer::MAX_INSTALLED_PAYLOAD];
-    match event.write_body(&mut payload) {
-        Ok((header, words)) => {
-            let header = crate::buffer::header::with_record_size_words(header, 0);
-            writer::installed_record(memo.open_gate(), header, payload, words - 1)
-        }
-        // Too large for the payload, or not encodable (dropped and counted there).
-        Err(_) => installed_event_reserved(generation, &event),
-    }
+    installed_event_reserved(generation, &event)
 }
 
 /// `event` of trace `generation` reserved and encoded in place on the installed context's

@@ -89,6 +89,8 @@ pub use record::{
     SchedContextSwitch, SchedThreadWakeup, StringRecord, ThreadRecord, UserspaceObject,
 };
 pub use refs::{ProcessRef, StringRef, ThreadRef, STRING_REF_INLINE_FLAG};
+#[cfg(feature = "tracing")]
+pub(crate) use sink::{Cursor, Sink};
 pub use summary::{Summary, DROP_MARKER_ARG, MARKER_CATEGORY};
 pub use types::{
     ticks_to_ns, ArgType, BlobType, EventType, LargeBlobFormat, MetadataType, ObjectType,

@@ -224,6 +224,34 @@ fn repeated_events_keep_their_message_and_fields_on_the_one_announcement_path() 
 }
 
 #[test]
+fn repeated_events_larger_than_an_installed_record_are_written_whole() {
+    let _s = serial();
+    // A message and a text field longer than an installed record's payload (15 words): after
+    // the first event, each takes the installed path's reserved encoding.
+    let long = "x".repeat(200);
+    let ((), events) = trace(|| {
+        with_layer(|| {
+            for i in 0..3u64 {
+                tracing::info!(count = i, text = long.as_str(), "{long} {i}");
+            }
+        })
+    });
+    assert_eq!(events.len(), 3, "{events:?}");
+    for (i, event) in (0u64..).zip(&events) {
+        assert_eq!(event.name, format!("{long} {i}"));
+        assert_eq!(
+            event.args,
+            [
+                ("count".to_owned(), DecodedValue::U64(i)),
+                ("text".to_owned(), str_value(&long)),
+                ("level".to_owned(), str_value("INFO")),
+            ],
+            "event {i}"
+        );
+    }
+}
+
+#[test]
 fn too_many_fields_are_counted() {
     let _s = serial();
     let ((), events) = trace(|| {
