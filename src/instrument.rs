@@ -85,66 +85,12 @@ pub trait Site {
     fn category() -> &'static str {
         Self::call_site().category()
     }
-    /// The names of the arguments, in the order the guard is given them (empty by default).
+    /// The names of the arguments, in the order the guard is given them (empty by default):
+    /// a `static` of the expansion, whose address also keys their indices in the thread's
+    /// memo.
     #[inline(always)]
-    fn arg_names() -> &'static [ArgName] {
+    fn arg_names() -> &'static [&'static str] {
         &[]
-    }
-}
-
-/// An argument name of a `#[traced]` call site (a `static` the expansion declares), with the
-/// string index it had in the latest trace that wrote it: the end of a call finds the index
-/// with one load instead of a lookup in the thread's string cache.
-///
-/// An index belongs to the trace, not to the thread that registered it (its string record is
-/// in the trace's durable buffer), so every thread may use it in that trace.
-#[derive(Debug)]
-pub struct ArgName {
-    name: &'static str,
-    /// `generation << 16 | index` of the last trace that wrote the name as an index; 0: none
-    /// (generations are never 0).
-    /// Rules: written (`Relaxed`) by any thread whose string cache holds the name's index in
-    /// that generation; a value names one index of one trace, so a stale one is only a miss.
-    /// ATOMICS: `Relaxed`: one atomic word carries both halves, and it publishes no other
-    /// data (the index's string record is the trace's, written before the index was known).
-    indexed: AtomicU64,
-}
-
-impl ArgName {
-    /// An argument named `name`.
-    pub const fn new(name: &'static str) -> Self {
-        ArgName {
-            name,
-            indexed: AtomicU64::new(0),
-        }
-    }
-
-    /// The name.
-    pub fn name(&self) -> &'static str {
-        self.name
-    }
-
-    /// The name's string index in trace `generation`: remembered here, else the calling
-    /// thread's string cache's (then remembered).
-    #[inline(always)]
-    fn index(&self, generation: u32) -> Option<u16> {
-        // ATOMICS: see `indexed`.
-        let indexed = self.indexed.load(Ordering::Relaxed);
-        if indexed >> 16 == u64::from(generation) {
-            return Some(indexed as u16);
-        }
-        self.index_slow(generation)
-    }
-
-    #[inline(never)]
-    fn index_slow(&self, generation: u32) -> Option<u16> {
-        let index = record::string_index(generation, self.name)?;
-        // ATOMICS: see `indexed`.
-        self.indexed.store(
-            u64::from(generation) << 16 | u64::from(index),
-            Ordering::Relaxed,
-        );
-        Some(index)
     }
 }
 
@@ -496,12 +442,15 @@ impl<S: Site, const N: usize> Span<S, N> {
     fn begin(args: [ScalarArg; N]) -> Self {
         let site = S::call_site();
         // The thread's memo knows the site's pair once a call has ended on this thread in
-        // the latest trace; else the site's cached answer, else the general path.
-        let begun = record::memoised_latest_generation(S::category(), S::name()).or_else(|| {
-            site.enabled_in_latest()
-                .or_else(|| enter_slow(site))
-                .map(|generation| (generation, SpanMemo::NONE))
-        });
+        // the latest trace (and the arguments' indices, once one has ended on the installed
+        // path); else the site's cached answer, else the general path.
+        let pair = (S::category(), S::name());
+        let begun =
+            record::memoised_latest_generation(pair.0, pair.1, Self::args_key()).or_else(|| {
+                site.enabled_in_latest()
+                    .or_else(|| enter_slow(site))
+                    .map(|generation| (generation, SpanMemo::NONE))
+            });
         match begun {
             Some((generation, memo)) => Span {
                 generation,
@@ -652,21 +601,56 @@ impl<S: Site, const N: usize> Span<S, N> {
                 record::installed_span_end(self.generation, self.memo, span)
                     || record::installed_duration_complete(self.generation, span, (category, name))
             } else {
-                let (generation, names) = (self.generation, S::arg_names());
-                record::installed_span_end_with_args(
-                    generation,
-                    self.memo,
-                    span,
-                    (category, name),
-                    &self.args,
-                    |i| names.get(i)?.index(generation),
-                )
+                let pair = (category, name);
+                match self.memo.arg_indices_here() {
+                    0 => self.end_learning(span),
+                    indices => record::installed_span_end_with_args(
+                        self.generation,
+                        self.memo,
+                        span,
+                        pair,
+                        &self.args,
+                        indices,
+                    ),
+                }
             };
             if written {
                 return;
             }
         }
         self.end_slow(end);
+    }
+
+    /// [`Self::end`] when the begin did not learn the arguments' indices from the thread's
+    /// memo: from the thread's string cache, then remembered with the memo for the next
+    /// begins on this thread. `false`: not written (the general path writes, and interns).
+    #[inline(never)]
+    fn end_learning(&self, span: (u64, u64)) -> bool {
+        let (generation, pair) = (self.generation, (S::category(), S::name()));
+        let names = S::arg_names();
+        if names.len() != N {
+            return false;
+        }
+        let Some(indices) = record::arg_name_indices(generation, names) else {
+            return false;
+        };
+        let written = record::installed_span_end_with_args(
+            generation, self.memo, span, pair, &self.args, indices,
+        );
+        if written {
+            record::remember_arg_indices(generation, pair, Self::args_key(), indices);
+        }
+        written
+    }
+
+    /// The key of the site's argument names in the thread's memo: their address (0: none).
+    #[inline(always)]
+    fn args_key() -> usize {
+        if N == 0 {
+            0
+        } else {
+            S::arg_names().as_ptr() as usize
+        }
     }
 
     /// [`Self::end`] on the general path ([`end_slow`]).
@@ -679,8 +663,8 @@ impl<S: Site, const N: usize> Span<S, N> {
             return end_slow(self.generation, self.mode, span, pair, &[]);
         }
         let mut args = [("", ArgValue::Null); N];
-        for ((slot, arg), name) in args.iter_mut().zip(&self.args).zip(S::arg_names()) {
-            *slot = (name.name(), arg.value());
+        for ((slot, arg), &name) in args.iter_mut().zip(&self.args).zip(S::arg_names()) {
+            *slot = (name, arg.value());
         }
         // A site whose names do not match its arguments (not the expansion's) writes none.
         let args = if S::arg_names().len() == N {

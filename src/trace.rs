@@ -473,7 +473,7 @@ pub fn duration_with_args<'a>(
     if tracing_maybe_on() {
         begun = match (category.site(), name) {
             (None, TraceStr::Static(name)) => {
-                record::memoised_latest_generation(category.name(), name)
+                record::memoised_latest_generation(category.name(), name, 0)
             }
             _ => None,
         }

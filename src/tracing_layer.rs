@@ -452,7 +452,7 @@ where
         let metadata = attrs.metadata();
         let (category, name) = (metadata.target(), metadata.name());
         // The thread's memo answers for a span it already wrote in the latest trace.
-        let generation = match record::memoised_latest_generation(category, name) {
+        let generation = match record::memoised_latest_generation(category, name, 0) {
             Some((generation, _)) => generation,
             None => match with_current(|c| enabled_generation(c, category)).flatten() {
                 Some(generation) => generation,
@@ -546,14 +546,19 @@ where
             // The engine's one-announcement path; the first record of the span's name in a
             // trace goes through the general one (and teaches the thread's memo).
             let generation = entered.generation;
-            if !record::installed_span_end_with_args(
-                generation,
-                SpanMemo::NONE,
-                span,
-                pair,
-                &values[..*len],
-                |i| record::string_index(generation, names[i]),
-            ) {
+            let written =
+                record::arg_name_indices(generation, &names[..*len]).is_some_and(|indices| {
+                    let values = &values[..*len];
+                    record::installed_span_end_with_args(
+                        generation,
+                        SpanMemo::NONE,
+                        span,
+                        pair,
+                        values,
+                        indices,
+                    )
+                });
+            if !written {
                 let mut fields = [("", ArgValue::Null); INSTALLED_SPAN_ARGS];
                 for (field, (&name, value)) in fields.iter_mut().zip(names.iter().zip(values)) {
                     *field = (name, value.value());
@@ -600,7 +605,7 @@ where
         let metadata = event.metadata();
         let (category, site) = (metadata.target(), metadata.name());
         // The thread's memo of the call site answers once the site wrote in the latest trace.
-        let memoised = record::memoised_latest_generation(category, site).map(|(g, _)| g);
+        let memoised = record::memoised_latest_generation(category, site, 0).map(|(g, _)| g);
         let Some(generation) =
             memoised.or_else(|| with_current(|c| enabled_generation(c, category)).flatten())
         else {

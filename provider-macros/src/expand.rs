@@ -193,26 +193,25 @@ pub(crate) fn expand(args: TracedArgs, f: &TracedFn, instrument: bool) -> syn::R
         Some(lit) => lit.to_token_stream(),
         None => quote!(#support::fn_path(::core::any::type_name::<__FxtraceSite>())),
     };
+    // The argument names, in the guard's order (their static's address keys their indices
+    // in the thread's memo).
+    let arg_names = (!specs.is_empty()).then(|| {
+        let labels = specs.iter().map(|s| s.ident.to_string());
+        let n = specs.len();
+        quote! {
+            #[inline(always)]
+            fn arg_names() -> &'static [&'static str] {
+                static __FXTRACE_ARG_NAMES: [&str; #n] = [#(#labels),*];
+                &__FXTRACE_ARG_NAMES
+            }
+        }
+    });
     // The call site as a zero-sized type: the guard carries no pointer to it, so the
     // disabled path only stores "inert".
     // The category written once. `category()` reads one immutable static, a load the
     // compiler folds into the string's address (the call site's static, which holds an atomic,
     // would be read at run time), so the begin and the end of a call key the memo by the same
     // address wherever each is compiled.
-    // The argument names, in the guard's order, each with the string index it last had
-    // (see `ArgName`).
-    let arg_names = (!specs.is_empty()).then(|| {
-        let labels = specs.iter().map(|s| s.ident.to_string());
-        let n = specs.len();
-        quote! {
-            #[inline(always)]
-            fn arg_names() -> &'static [#support::ArgName] {
-                static __FXTRACE_ARG_NAMES: [#support::ArgName; #n] =
-                    [#(#support::ArgName::new(#labels)),*];
-                &__FXTRACE_ARG_NAMES
-            }
-        }
-    });
     let site = quote! {
         struct __FxtraceSite;
         const __FXTRACE_CATEGORY_TEXT: &str = #category;

@@ -120,7 +120,16 @@ pub(crate) struct Memo {
     /// An indexed event record's header with these three refs (record type Event; event
     /// type and size left zero), computed once when the memo is filled.
     pub(crate) refs_header: u64,
+    /// The key of the argument names whose indices [`Self::arg_indices`] holds (the address of
+    /// a `#[traced]` call site's names; 0: none).
+    pub(crate) args_key: usize,
+    /// String indices of up to [`MEMO_ARGS`] argument names in this generation, 16 bits each
+    /// (first name lowest), registered by this thread; valid when `args_key` is set.
+    pub(crate) arg_indices: u64,
 }
+
+/// Most argument names whose indices a memo keeps: four 16-bit indices in one word.
+pub(crate) const MEMO_ARGS: usize = 4;
 
 /// The header word of an event record of type Event with indexed refs (event type and size
 /// zero).
@@ -169,6 +178,8 @@ const EMPTY_MEMO: Memo = Memo {
     name_index: 0,
     thread_index: 0,
     refs_header: 0,
+    args_key: 0,
+    arg_indices: 0,
 };
 
 #[inline(always)]
@@ -422,7 +433,29 @@ impl ThreadCache {
             name_index,
             thread_index,
             refs_header: indexed_refs_header(category_index, name_index, thread_index),
+            args_key: 0,
+            arg_indices: 0,
         });
+    }
+
+    /// Remember the string indices of the argument names keyed `args_key` with the memo of
+    /// (`category`, `name`), if it is the one of `generation` (a memo refilled later starts
+    /// without them). `arg_indices`: this thread's indices, packed as [`Memo::arg_indices`].
+    #[inline]
+    pub(crate) fn remember_args(
+        &self,
+        generation: u32,
+        (category, name): (&'static str, &'static str),
+        args_key: usize,
+        arg_indices: u64,
+    ) {
+        if let Some(memo) = self.memo(generation, category, name) {
+            self.memos[memo_slot(category, name)].set(Memo {
+                args_key,
+                arg_indices,
+                ..memo
+            });
+        }
     }
 
     /// Entries cached in the current generation.

@@ -445,6 +445,9 @@ pub(crate) struct SpanMemo {
     header: u64,
     /// [`writer::thread_key`] of the thread whose memo it came from.
     thread: usize,
+    /// The string indices of the span's argument names, packed as
+    /// [`cache::Memo::arg_indices`], if the memo had them; 0: not learned.
+    arg_indices: u64,
 }
 
 impl SpanMemo {
@@ -452,7 +455,19 @@ impl SpanMemo {
     pub(crate) const NONE: SpanMemo = SpanMemo {
         header: 0,
         thread: 0,
+        arg_indices: 0,
     };
+
+    /// The argument names' indices, packed, if the begin learned them on the calling thread
+    /// (they are its own registrations); 0 otherwise.
+    #[inline(always)]
+    pub(crate) fn arg_indices_here(&self) -> u64 {
+        if self.thread == writer::thread_key() {
+            self.arg_indices
+        } else {
+            0
+        }
+    }
 }
 
 /// The generation of the trace started last in the process, if the thread's event memo
@@ -461,16 +476,29 @@ impl SpanMemo {
 /// without a writer section, with what its end needs. The end writes
 /// only if that trace is still the installed context's running one
 /// ([`installed_span_end`]); `None`: ask the general path.
+/// `args_key`: the key of the span's argument names ([`remember_arg_indices`]; 0: none),
+/// whose indices the memo may hold.
 #[inline(always)]
 pub(crate) fn memoised_latest_generation(
     category: &'static str,
     name: &'static str,
+    args_key: usize,
 ) -> Option<(u32, SpanMemo)> {
     let memo = cache::current().memo_any(category, name)?;
     (memo.generation() == super::context::latest_generation()).then(|| {
         let header = indexed_event_header(EventType::DurationComplete, memo);
         let thread = writer::thread_key();
-        (memo.generation(), SpanMemo { header, thread })
+        let arg_indices = if args_key != 0 && memo.args_key == args_key {
+            memo.arg_indices
+        } else {
+            0
+        };
+        let span = SpanMemo {
+            header,
+            thread,
+            arg_indices,
+        };
+        (memo.generation(), span)
     })
 }
 
@@ -555,16 +583,18 @@ fn write_event_in(writer: &mut Writer<'_>, event: &Event<'_>) {
 }
 
 /// Most arguments of a span that [`installed_span_end_with_args`] writes (more take the
-/// general path).
-pub(crate) const INSTALLED_SPAN_ARGS: usize = 4;
+/// general path): as many as a memo keeps the names' indices of.
+pub(crate) const INSTALLED_SPAN_ARGS: usize = cache::MEMO_ARGS;
 
 /// The end of a span of `'static` strings with scalar arguments: its duration-complete
 /// record from `start` to `end` in trace `generation`, on the installed context's path, when
-/// the thread's memo knows the pair and `name_index` answers the string index of argument
-/// `i`'s name in that trace (see [`string_index`]; the general path interns them: the next
-/// end finds them). The record is encoded in place: header, start, each argument's words,
-/// end. `memo`: what the span's begin learned (the header without a memo lookup when the
-/// span ends on the thread it began on). Same answers as [`installed_event_memoised`].
+/// the thread's memo knows the pair. `name_indices`: the string indices of the arguments'
+/// names in that trace, packed 16 bits each (first lowest; [`arg_name_indices`]), registered
+/// by the calling thread (an index registered by another thread may be defined later in the
+/// buffer than this record: oneshot mode keeps string records in the writers' chunks). The
+/// record is encoded in place: header, start, each argument's words, end. `memo`: what the
+/// span's begin learned (the header without a memo lookup when the span ends on the thread it
+/// began on). Same answers as [`installed_event_memoised`].
 #[inline(always)]
 pub(crate) fn installed_span_end_with_args(
     generation: u32,
@@ -572,7 +602,7 @@ pub(crate) fn installed_span_end_with_args(
     (start, end): (u64, u64),
     (category, name): (&'static str, &'static str),
     args: &[ScalarArg],
-    mut name_index: impl FnMut(usize) -> Option<u16>,
+    name_indices: u64,
 ) -> bool {
     if args.len() > INSTALLED_SPAN_ARGS {
         return false;
@@ -592,10 +622,7 @@ pub(crate) fn installed_span_end_with_args(
     payload[0] = start;
     let mut len = 1;
     for (i, arg) in args.iter().enumerate() {
-        let Some(index) = name_index(i) else {
-            return false;
-        };
-        payload[len] = arg.header(index);
+        payload[len] = arg.header((name_indices >> (16 * i)) as u16);
         // Overwritten by what follows when the argument is one word.
         payload[len + 1] = arg.word();
         len += arg.words();
@@ -606,8 +633,38 @@ pub(crate) fn installed_span_end_with_args(
     writer::installed_record(open_gate_high(generation), header, payload, len)
 }
 
+/// The string indices of `names` (at most [`INSTALLED_SPAN_ARGS`]) in trace `generation`,
+/// packed 16 bits each, if the calling thread's string cache holds them all (no insertion:
+/// the general path interns).
+#[inline(never)]
+pub(crate) fn arg_name_indices(generation: u32, names: &[&'static str]) -> Option<u64> {
+    if names.len() > INSTALLED_SPAN_ARGS {
+        return None;
+    }
+    let cache = cache::current();
+    let mut packed = 0;
+    for (i, name) in names.iter().enumerate() {
+        packed |= u64::from(cache.index_of(generation, name)?) << (16 * i);
+    }
+    Some(packed)
+}
+
+/// Remember `name_indices` ([`arg_name_indices`]) with the calling thread's memo of the pair in
+/// `generation`, keyed `args_key` (the address of the names; never 0): the next begin of a
+/// span of that pair and names learns them ([`memoised_latest_generation`]).
+#[inline(never)]
+pub(crate) fn remember_arg_indices(
+    generation: u32,
+    pair: (&'static str, &'static str),
+    args_key: usize,
+    name_indices: u64,
+) {
+    cache::current().remember_args(generation, pair, args_key, name_indices);
+}
+
 /// The string index of `s` in trace `generation` if the calling thread's string cache holds
 /// one (no insertion: the general path interns).
+#[cfg(feature = "tracing")]
 #[inline(always)]
 pub(crate) fn string_index(generation: u32, s: &'static str) -> Option<u16> {
     cache::current().index_of(generation, s)

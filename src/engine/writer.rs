@@ -410,7 +410,8 @@ pub(crate) fn installed_record<const N: usize>(
 }
 
 /// [`installed_record`] past its announcement when the gate is not an open one of trace
-/// `generation`, or not the chunk's, or the chunk cannot take the record and a terminator: a
+/// `generation`, or not the chunk's, or the chunk has no room for the header, the whole
+/// `N`-word payload and a terminator: a
 /// [`Writer`] on the section, then, if the trace is `generation` and started, its
 /// reservation (refill, drop counting), else nothing.
 #[cold]

@@ -188,11 +188,11 @@ fn once_the_durable_buffer_is_full_every_installed_record_is_counted_dropped() {
 }
 
 #[test]
-fn argument_names_keep_their_index_per_trace_and_serve_every_thread() {
+fn argument_indices_are_remembered_per_trace_and_per_thread() {
     let _serial = serial();
-    // A call site's argument names remember their string index per trace (`ArgName`): in
-    // each new trace other strings come first, so a remembered index of an earlier trace
-    // would name another string; threads other than the first use the remembered index.
+    // A thread's memo remembers a call site's argument indices per trace: in each new trace
+    // other strings come first, so a remembered index of an earlier trace would name another
+    // string; every thread writes its own.
     const EXTRA: [&str; 3] = ["extra0", "extra1", "extra2"];
     for round in 0..3u64 {
         let ((), events) = trace(|| {
@@ -240,4 +240,37 @@ fn argument_names_keep_their_index_per_trace_and_serve_every_thread() {
         expected.sort_unstable();
         assert_eq!(seen, expected, "round {round}");
     }
+}
+
+#[test]
+fn a_thread_never_writes_another_threads_argument_index() {
+    let _serial = serial();
+    // Oneshot: string records are written into the registering thread's chunk. The main
+    // thread writes first (its chunk comes first), a second thread registers the names in a
+    // later chunk; the main thread's next call must use its own indices, not the second
+    // thread's (defined later in the buffer: the trace would not decode).
+    let ((), events) = trace(|| {
+        traced_pair(1, 1);
+        std::thread::spawn(|| {
+            traced_pair(2, 2);
+            traced_pair(3, 3);
+        })
+        .join()
+        .expect("thread");
+        traced_pair(4, 4);
+        traced_pair(5, 5);
+    });
+    let mut seen: Vec<u64> = events
+        .iter()
+        .filter(|e| e.name == "api::installed::traced_pair")
+        .map(|e| match (e.arg("left"), e.arg("right")) {
+            (Some(DecodedValue::U64(left)), Some(DecodedValue::U32(right))) => {
+                assert_eq!(*left, u64::from(*right), "{e:?}");
+                *left
+            }
+            _ => panic!("{e:?}"),
+        })
+        .collect();
+    seen.sort_unstable();
+    assert_eq!(seen, [1, 2, 3, 4, 5]);
 }
