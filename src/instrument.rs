@@ -601,17 +601,9 @@ impl<S: Site, const N: usize> Span<S, N> {
                 record::installed_span_end(self.generation, self.memo, span)
                     || record::installed_duration_complete(self.generation, span, (category, name))
             } else {
-                let pair = (category, name);
                 match self.memo.arg_indices_here() {
                     0 => self.end_learning(span),
-                    indices => record::installed_span_end_with_args(
-                        self.generation,
-                        self.memo,
-                        span,
-                        pair,
-                        &self.args,
-                        indices,
-                    ),
+                    indices => self.end_with_args(span, indices),
                 }
             };
             if written {
@@ -634,13 +626,33 @@ impl<S: Site, const N: usize> Span<S, N> {
         let Some(indices) = record::arg_name_indices(generation, names) else {
             return false;
         };
-        let written = record::installed_span_end_with_args(
-            generation, self.memo, span, pair, &self.args, indices,
-        );
+        let written = self.end_with_args(span, indices);
         if written {
             record::remember_arg_indices(generation, pair, Self::args_key(), indices);
         }
         written
+    }
+
+    /// [`record::installed_span_end_with_args`] with the names' `indices`, its payload sized
+    /// for `N` arguments (a constant choice).
+    #[inline(always)]
+    fn end_with_args(&self, span: (u64, u64), indices: u64) -> bool {
+        let (generation, memo, args) = (self.generation, self.memo, &self.args[..]);
+        let pair = (S::category(), S::name());
+        match N {
+            0 | 1 => record::installed_span_end_with_args::<4>(
+                generation, memo, span, pair, args, indices,
+            ),
+            2 => record::installed_span_end_with_args::<6>(
+                generation, memo, span, pair, args, indices,
+            ),
+            3 => record::installed_span_end_with_args::<8>(
+                generation, memo, span, pair, args, indices,
+            ),
+            _ => record::installed_span_end_with_args::<{ record::INSTALLED_SPAN_PAYLOAD }>(
+                generation, memo, span, pair, args, indices,
+            ),
+        }
     }
 
     /// The key of the site's argument names in the thread's memo: their address (0: none).

@@ -57,7 +57,9 @@ use tracing_subscriber::registry::LookupSpan;
 use crate::clock;
 use crate::engine::category::tracing_maybe_on;
 use crate::engine::global::with_current;
-use crate::engine::record::{self, Scope, SpanMemo, TraceStr, TraceWriter, INSTALLED_SPAN_ARGS};
+use crate::engine::record::{
+    self, Scope, SpanMemo, TraceStr, TraceWriter, INSTALLED_SPAN_ARGS, INSTALLED_SPAN_PAYLOAD,
+};
 use crate::engine::Context;
 use crate::format::{Arg, ArgValue, Event, EventKind, ScalarArg, StringRef, ThreadRef, MAX_ARGS};
 use crate::instrument;
@@ -549,7 +551,7 @@ where
             let written =
                 record::arg_name_indices(generation, &names[..*len]).is_some_and(|indices| {
                     let values = &values[..*len];
-                    record::installed_span_end_with_args(
+                    record::installed_span_end_with_args::<INSTALLED_SPAN_PAYLOAD>(
                         generation,
                         SpanMemo::NONE,
                         span,

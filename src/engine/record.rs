@@ -586,6 +586,10 @@ fn write_event_in(writer: &mut Writer<'_>, event: &Event<'_>) {
 /// general path): as many as a memo keeps the names' indices of.
 pub(crate) const INSTALLED_SPAN_ARGS: usize = cache::MEMO_ARGS;
 
+/// Payload words of a span end with up to [`INSTALLED_SPAN_ARGS`] arguments (start, two words
+/// per argument, end).
+pub(crate) const INSTALLED_SPAN_PAYLOAD: usize = 2 + 2 * INSTALLED_SPAN_ARGS;
+
 /// The end of a span of `'static` strings with scalar arguments: its duration-complete
 /// record from `start` to `end` in trace `generation`, on the installed context's path, when
 /// the thread's memo knows the pair. `name_indices`: the string indices of the arguments'
@@ -594,9 +598,11 @@ pub(crate) const INSTALLED_SPAN_ARGS: usize = cache::MEMO_ARGS;
 /// buffer than this record: oneshot mode keeps string records in the writers' chunks). The
 /// record is encoded in place: header, start, each argument's words, end. `memo`: what the
 /// span's begin learned (the header without a memo lookup when the span ends on the thread it
-/// began on). Same answers as [`installed_event_memoised`].
+/// began on). `M`: the payload's words, at least `2 + 2 * args.len()` (a caller that knows
+/// its argument count sizes it exactly: fewer words to copy). Same answers as
+/// [`installed_event_memoised`].
 #[inline(always)]
-pub(crate) fn installed_span_end_with_args(
+pub(crate) fn installed_span_end_with_args<const M: usize>(
     generation: u32,
     memo: SpanMemo,
     (start, end): (u64, u64),
@@ -604,7 +610,7 @@ pub(crate) fn installed_span_end_with_args(
     args: &[ScalarArg],
     name_indices: u64,
 ) -> bool {
-    if args.len() > INSTALLED_SPAN_ARGS {
+    if args.len() > INSTALLED_SPAN_ARGS || 2 + 2 * args.len() > M {
         return false;
     }
     let header = if memo.header != 0 && memo.thread == writer::thread_key() {
@@ -618,7 +624,7 @@ pub(crate) fn installed_span_end_with_args(
         }
     };
     // Room for the start, every argument's two words, the end.
-    let mut payload = [0u64; 2 + 2 * INSTALLED_SPAN_ARGS];
+    let mut payload = [0u64; M];
     payload[0] = start;
     let mut len = 1;
     for (i, arg) in args.iter().enumerate() {

@@ -386,7 +386,12 @@ pub(crate) fn installed_record<const N: usize>(
     // (at most `N + 1` words on) is within the chunk.
     unsafe {
         let next = chunk.pos.add(words);
-        chunk.pos.add(1).cast::<[u64; N]>().write(payload);
+        for (i, &word) in payload.iter().enumerate() {
+            // ATOMICS: `Relaxed`, published by the header's `Release` store. One store per
+            // word: a plain array write is merged into 16-byte moves through the stack,
+            // whose load of two 8-byte stores cannot be forwarded (a stall per record).
+            AtomicU64::from_ptr(chunk.pos.add(1 + i)).store(word, Ordering::Relaxed);
+        }
         // After the payload, which may have covered it.
         // ATOMICS: `Relaxed`: the terminator, published by the header's `Release` store.
         AtomicU64::from_ptr(next).store(0, Ordering::Relaxed);
