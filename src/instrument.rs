@@ -432,14 +432,19 @@ impl<S: Site, const N: usize> Span<S, N> {
                 None => return Self::begin_args(&args),
             }
         }
-        Self::begin(scalars)
+        // Stored here, into the guard the begin returned (kept for the end's record; inert
+        // in an inert guard): handed to the begin, they would be stored word by word and
+        // loaded back whole, a load that no store can forward.
+        let mut span = Self::begin();
+        span.args = scalars;
+        span
     }
 
-    /// A call with scalar arguments (or none): out of line, so that a traced function stays
-    /// small enough to be inlined where its caller would inline it untraced. The arguments
-    /// are kept for the end's duration-complete record.
+    /// A call with scalar arguments (set by the caller) or none: out of line, so that a
+    /// traced function stays small enough to be inlined where its caller would inline it
+    /// untraced.
     #[inline(never)]
-    fn begin(args: [ScalarArg; N]) -> Self {
+    fn begin() -> Self {
         let site = S::call_site();
         // The thread's memo knows the site's pair once a call has ended on this thread in
         // the latest trace (and the arguments' indices, once one has ended on the installed
@@ -456,7 +461,7 @@ impl<S: Site, const N: usize> Span<S, N> {
                 generation,
                 mode: Mode::Complete,
                 start: clock::ticks(),
-                args,
+                args: [ScalarArg::NULL; N],
                 memo,
                 site: PhantomData,
             },
@@ -486,7 +491,7 @@ impl<S: Site> Span<S, 0> {
         if !tracing_maybe_on() {
             return Self::OFF;
         }
-        Self::begin([])
+        Self::begin()
     }
 }
 
