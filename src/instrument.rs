@@ -660,13 +660,16 @@ impl<S: Site, const N: usize> Span<S, N> {
         }
     }
 
-    /// The key of the site's argument names in the thread's memo: their address (0: none).
+    /// The key of the site's argument names in the thread's memo: their address plus their
+    /// count, which the address's alignment leaves unique up to 7 names (more never use the
+    /// memo); 0: none.
     #[inline(always)]
     fn args_key() -> usize {
+        const { assert!(record::INSTALLED_SPAN_ARGS < std::mem::align_of::<&str>()) };
         if N == 0 {
             0
         } else {
-            S::arg_names().as_ptr() as usize
+            S::arg_names().as_ptr() as usize + N
         }
     }
 

@@ -24,7 +24,8 @@
 //! (category, name, thread) in one generation, so that a repeated call site needs no table
 //! probe at all: one slot picked by address bits, three compares (`memo`). An entry is filled
 //! only once all three are indices; it carries its generation, so a new trace invalidates it
-//! without clearing anything.
+//! without clearing anything. It may also keep the indices of a `#[traced]` site's argument
+//! names (keyed by the site's names), registered by this thread like every index here.
 //!
 //! Everything here is thread-local plain data with a `const` initialiser and no destructor: no
 //! allocation, no destructor registration, no lock, and re-entrancy cannot observe a

@@ -438,7 +438,8 @@ pub(crate) fn claim_pair_by_address(category: &'static str, name: &'static str) 
 
 /// What a span's begin learned from the thread's event memo, so that its end on the same
 /// thread writes without looking the memo up again: the duration-complete record's header
-/// (refs and event type) and the thread it is valid on.
+/// (refs and event type), the indices of its arguments' names if the memo had them, and the
+/// thread both are valid on.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) struct SpanMemo {
     /// The header (size field zero); 0: nothing learned.
@@ -642,7 +643,7 @@ pub(crate) fn installed_span_end_with_args<const M: usize>(
 /// The string indices of `names` (at most [`INSTALLED_SPAN_ARGS`]) in trace `generation`,
 /// packed 16 bits each, if the calling thread's string cache holds them all (no insertion:
 /// the general path interns).
-#[inline(never)]
+#[inline]
 pub(crate) fn arg_name_indices(generation: u32, names: &[&'static str]) -> Option<u64> {
     if names.len() > INSTALLED_SPAN_ARGS {
         return None;

@@ -366,11 +366,11 @@ pub(crate) fn installed_record<const N: usize>(
     let gate = inner.gate.load(Ordering::Acquire);
     let words = len + 1;
     let chunk = t.chunk.get();
-    // The fast path writes all `N` payload words (a fixed-size copy: no loop or `memcpy`
-    // call for a variable `len`; the words past `len` are overwritten by the terminator and
-    // the next record), so it takes the record only if the chunk has room for the header,
-    // `N` words and the terminator after them (a record that would fill the chunk exactly
-    // takes the slow path); the terminator is then stored unconditionally.
+    // The fast path writes all `N` payload words (a copy of constant length, unrolled: no
+    // `memcpy` call for a variable `len`; the words past `len` are overwritten by the
+    // terminator and the next record), so it takes the record only if the chunk has room for
+    // the header, `N` words and the terminator after them (a record that would fill the chunk
+    // exactly takes the slow path); the terminator is then stored unconditionally.
     let reach = chunk.pos as usize + (N + 1) * 8;
     // An open gate of the memo's trace (`open_gate`; a durable-full one takes the slow path,
     // which counts the drop), the one the chunk was taken under.

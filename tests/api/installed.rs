@@ -274,3 +274,106 @@ fn a_thread_never_writes_another_threads_argument_index() {
     seen.sort_unstable();
     assert_eq!(seen, [1, 2, 3, 4, 5]);
 }
+
+#[traced(category = "app", name = "shared_pair", args(alpha))]
+fn shared_one(alpha: u64) -> u64 {
+    alpha
+}
+
+#[traced(category = "app", name = "shared_pair", args(beta, gamma))]
+fn shared_two(beta: u32, gamma: u64) -> u64 {
+    u64::from(beta) + gamma
+}
+
+#[test]
+fn two_sites_of_one_pair_keep_their_own_argument_names() {
+    let _serial = serial();
+    // One memo slot per (category, name) pair: the argument indices it keeps are those of
+    // one site's names (keyed by them); the other site's calls must not use them.
+    let ((), events) = trace(|| {
+        for i in 0..6u64 {
+            shared_one(i);
+            shared_one(i);
+            shared_two(i as u32, i);
+            shared_two(i as u32, i);
+        }
+    });
+    let mut ones = 0;
+    let mut twos = 0;
+    for e in events.iter().filter(|e| e.name == "shared_pair") {
+        let names: Vec<&str> = e.args.iter().map(|(n, _)| n.as_str()).collect();
+        match names.as_slice() {
+            ["alpha"] => ones += 1,
+            ["beta", "gamma"] => twos += 1,
+            other => panic!("{other:?} {e:?}"),
+        }
+    }
+    assert_eq!((ones, twos), (12, 12));
+}
+
+#[traced(category = "app", args(a, b, c))]
+fn three(a: u32, b: bool, c: u64) -> u64 {
+    u64::from(a) + u64::from(b) + c
+}
+
+#[traced(category = "app", args(a, b, c, d))]
+fn four(a: u64, b: i64, c: f64, d: u64) -> u64 {
+    a.wrapping_add(b as u64)
+        .wrapping_add(c as u64)
+        .wrapping_add(d)
+}
+
+#[traced(category = "app", args(a, b, c, d, e))]
+fn five(a: u64, b: u64, c: u64, d: u64, e: u32) -> u64 {
+    a + b + c + d + u64::from(e)
+}
+
+#[test]
+fn three_four_and_five_mixed_arguments_on_every_thread_and_trace() {
+    let _serial = serial();
+    // Payloads of 8 and 10 words (three and four arguments, one-word values past the second
+    // slot) on the installed path; five arguments take the general one.
+    for round in 0..2u64 {
+        let ((), events) = trace(|| {
+            let work = move || {
+                for i in 0..5u64 {
+                    three(i as u32, i % 2 == 0, i + round);
+                    four(i, -(i as i64), 0.5, i + round);
+                    five(i, i, i, i, i as u32);
+                }
+            };
+            work();
+            std::thread::spawn(work).join().unwrap();
+            work();
+        });
+        for (name, names, n) in [
+            ("api::installed::three", &["a", "b", "c"][..], 15),
+            ("api::installed::four", &["a", "b", "c", "d"][..], 15),
+            ("api::installed::five", &["a", "b", "c", "d", "e"][..], 15),
+        ] {
+            let calls: Vec<_> = events.iter().filter(|e| e.name == name).collect();
+            assert_eq!(calls.len(), n, "{name}");
+            for c in calls {
+                let got: Vec<&str> = c.args.iter().map(|(n, _)| n.as_str()).collect();
+                assert_eq!(got, names, "{c:?}");
+                if name.ends_with("four") {
+                    assert_eq!(c.arg("c"), Some(&DecodedValue::F64(0.5)), "{c:?}");
+                    let (Some(DecodedValue::U64(a)), Some(DecodedValue::I64(b))) =
+                        (c.arg("a"), c.arg("b"))
+                    else {
+                        panic!()
+                    };
+                    assert_eq!(*b, -(*a as i64));
+                }
+                if name.ends_with("three") {
+                    let (Some(DecodedValue::U32(a)), Some(DecodedValue::Bool(b))) =
+                        (c.arg("a"), c.arg("b"))
+                    else {
+                        panic!("{c:?}")
+                    };
+                    assert_eq!(*b, a % 2 == 0);
+                }
+            }
+        }
+    }
+}
