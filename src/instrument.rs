@@ -518,16 +518,18 @@ fn enter_args_slow(site: &'static CallSite, name: &'static str, args: &[ArgIn<'_
 
 /// The end of a span of `'static` strings begun in trace `generation` on the general path
 /// (the current context's writer section): its duration-complete record from `start` to
-/// `end` with scalar `args` (interning the strings and teaching the thread's event memo, so
-/// that the next end takes the installed context's path), or its duration-end record.
+/// `end` with scalar arguments `values` named `names` (side by side; interning the strings
+/// and teaching the thread's event memo, so that the next end takes the installed context's
+/// path), or its duration-end record.
 #[inline(never)]
 pub(crate) fn end_slow(
     generation: u32,
     mode: Mode,
     (start, end): (u64, u64),
     (category, name): (&'static str, &'static str),
-    args: &[(&'static str, ArgValue<'static>)],
+    (names, values): (&[&'static str], &[ScalarArg]),
 ) {
+    let args = (names, &values[..values.len().min(names.len())]);
     with_current(|context| {
         let Some(mut writer) = context.trace_writer() else {
             return;
@@ -537,14 +539,14 @@ pub(crate) fn end_slow(
             return;
         }
         let _ = match mode {
-            Mode::Complete if args.is_empty() => {
+            Mode::Complete if args.1.is_empty() => {
                 // Fills the thread's event memo: the next end of this site takes the
                 // installed context's path.
                 let kind = EventKind::DurationComplete { end_ticks: end };
                 let category = (category, writer.string_ref(category));
                 writer.event_memoising(start, category, name, kind, &[])
             }
-            Mode::Complete if args.len() <= SMALL_ARGS => {
+            Mode::Complete if args.1.len() <= SMALL_ARGS => {
                 write_complete::<SMALL_ARGS>(&mut writer, (start, end), category, name, args)
             }
             Mode::Complete => {
@@ -558,31 +560,32 @@ pub(crate) fn end_slow(
 /// Arguments up to which [`write_complete`] uses a small array (fewer bytes to initialise).
 const SMALL_ARGS: usize = 4;
 
-/// A duration-complete record with `args` (at most `M`), names interned.
+/// A duration-complete record with arguments `values` named `names` (at most `M`), names
+/// interned.
 #[inline(always)]
 fn write_complete<const M: usize>(
     writer: &mut TraceWriter<'_>,
     (start, end): (u64, u64),
     category: &'static str,
     name: &'static str,
-    args: &[(&'static str, ArgValue<'static>)],
+    (names, values): (&[&'static str], &[ScalarArg]),
 ) -> Result<(), crate::engine::RecordError> {
     let mut built = [Arg {
         name: StringRef::Empty,
         value: ArgValue::Null,
     }; M];
-    let args = &args[..args.len().min(M)];
-    for (slot, &(name, value)) in built.iter_mut().zip(args) {
+    let values = &values[..values.len().min(M)];
+    for ((slot, &name), value) in built.iter_mut().zip(names).zip(values) {
         *slot = Arg {
             name: writer.string_ref(name),
-            value,
+            value: value.value(),
         };
     }
     let kind = EventKind::DurationComplete { end_ticks: end };
     // Fills the thread's event memo (the argument names are interned above): the next end
     // of this site takes the installed context's path.
     let category = (category, writer.string_ref(category));
-    writer.event_memoising(start, category, name, kind, &built[..args.len()])
+    writer.event_memoising(start, category, name, kind, &built[..values.len()])
 }
 
 impl<S: Site, const N: usize> Drop for Span<S, N> {
@@ -679,18 +682,13 @@ impl<S: Site, const N: usize> Span<S, N> {
     fn end_slow(&self, end: u64) {
         let pair = (S::category(), S::name());
         let span = (self.start, end);
-        if self.mode == Mode::BeginEnd {
-            return end_slow(self.generation, self.mode, span, pair, &[]);
-        }
-        let mut args = [("", ArgValue::Null); N];
-        for ((slot, arg), &name) in args.iter_mut().zip(&self.args).zip(S::arg_names()) {
-            *slot = (name, arg.value());
-        }
-        // A site whose names do not match its arguments (not the expansion's) writes none.
-        let args = if S::arg_names().len() == N {
-            &args[..]
+        // A site whose names do not match its arguments (not the expansion's) writes none;
+        // a begin record carried them already.
+        let names = S::arg_names();
+        let args = if self.mode == Mode::Complete && names.len() == N {
+            (names, &self.args[..])
         } else {
-            &[]
+            (&[][..], &[][..])
         };
         end_slow(self.generation, self.mode, span, pair, args);
     }

@@ -561,12 +561,9 @@ where
                     )
                 });
             if !written {
-                let mut fields = [("", ArgValue::Null); INSTALLED_SPAN_ARGS];
-                for (field, (&name, value)) in fields.iter_mut().zip(names.iter().zip(values)) {
-                    *field = (name, value.value());
-                }
                 let mode = instrument::Mode::Complete;
-                instrument::end_slow(generation, mode, span, pair, &fields[..*len]);
+                let fields = (&names[..*len], &values[..*len]);
+                instrument::end_slow(generation, mode, span, pair, fields);
             }
             return;
         }

@@ -775,19 +775,12 @@ fn installed_instant_reserved(
         args: &built[..args.len()],
         kind: EventKind::Instant,
     };
-    installed_event_reserved(generation, &event)
-}
-
-/// `event` of trace `generation` reserved and encoded in place on the installed context's
-/// path (see [`writer::with_installed_writer`]; same answers as [`installed_event_memoised`]).
-#[cfg(feature = "tracing")]
-#[inline(never)]
-fn installed_event_reserved(generation: u32, event: &Event<'_>) -> bool {
+    // On the installed context's path (see `writer::with_installed_writer`).
     writer::with_installed_writer(|writer| {
         if writer.generation() != generation {
             return false; // another trace: resolve again
         }
-        write_event_in(writer, event);
+        write_event_in(writer, &event);
         true
     })
     .unwrap_or(false)
