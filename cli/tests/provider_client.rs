@@ -469,7 +469,12 @@ fn dropping_a_provider_robbed_of_its_descriptors_stops_tracing_and_closes_nothin
         start.elapsed() < Duration::from_secs(1),
         "no join on a thread nobody wakes"
     );
-    assert_eq!(context.state(), TraceState::Stopped);
+    assert_eq!(
+        context.state(),
+        TraceState::Stopped,
+        "after the drop: {:?}",
+        context.stop(Duration::from_millis(10))
+    );
     assert_intact(&mut files);
 }
 

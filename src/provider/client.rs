@@ -25,7 +25,7 @@
 use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd, RawFd};
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::{Arc, Condvar, Mutex, MutexGuard, Once};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Once, TryLockError};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
@@ -67,7 +67,8 @@ pub enum ProviderState {
 pub struct ProviderStats {
     /// SAVE_BUFFER packets sent.
     pub save_requests: u64,
-    /// BUFFER_SAVED packets received.
+    /// BUFFER_SAVED packets received and handled (the buffer they name is writable again,
+    /// when the answer was the awaited one).
     pub buffers_saved: u64,
     /// Packets that could not be sent (FIFO full or closed).
     pub packets_lost: u64,
@@ -102,13 +103,19 @@ pub(super) struct Shared {
     clock_handoff: Option<Result<(), ClockSetError>>,
     status: Mutex<Status>,
     changed: Condvar,
+    /// Rules: held for the whole of [`Shared::stop`], so that a stop that finds another one
+    /// under way (the handle's drop while the control thread stops for a lost descriptor)
+    /// returns only once the trace is stopped; at exit only tried, for a bounded time
+    /// ([`Shared::stop_at_exit`]). Taken before `status`, never while holding it.
+    stopping: Mutex<()>,
     counters: Arc<Counters>,
 }
 
 #[derive(Debug, Default)]
 struct Counters {
     /// Rules: incremented by whichever thread sends or receives; read by `stats`.
-    /// ATOMICS: `Relaxed` counters (statistics only).
+    /// ATOMICS: `Relaxed` counters (statistics only), but `buffers_saved` is incremented with
+    /// `Release` once the answer is handled and read with `Acquire`.
     save_requests: AtomicU64,
     buffers_saved: AtomicU64,
     packets_lost: AtomicU64,
@@ -208,8 +215,35 @@ impl Shared {
         self.send(&ProviderPacket::STARTED.to_packet());
     }
 
-    /// Stop tracing (if it is on) and, when `report` or tracing was on, send STOPPED.
+    /// Stop tracing (if it is on) and, when `report` or tracing was on, send STOPPED. Returns
+    /// once the trace is stopped, also when another thread's stop was under way.
     fn stop(&self, timeout: Duration, report: bool) {
+        // A poisoned lock only means a stop panicked: the next one stops all the same.
+        let _stopping = self.stopping.lock().unwrap_or_else(|p| p.into_inner());
+        self.stop_now(timeout, report);
+    }
+
+    /// [`Self::stop`] at process exit, which must not hang: a stop under way (on another
+    /// thread, or on this one, interrupted by a signal handler that exits) is waited for
+    /// only until `timeout`, then this one goes ahead beside it.
+    fn stop_at_exit(&self, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        let _stopping = loop {
+            match self.stopping.try_lock() {
+                Ok(guard) => break Some(guard),
+                Err(TryLockError::Poisoned(p)) => break Some(p.into_inner()),
+                Err(TryLockError::WouldBlock) if Instant::now() < deadline => {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+                Err(TryLockError::WouldBlock) => break None,
+            }
+        };
+        let left = deadline.saturating_duration_since(Instant::now());
+        self.stop_now(left.max(Duration::from_millis(1)), false);
+    }
+
+    /// [`Self::stop`]'s work, with `stopping` held (or given up on at exit).
+    fn stop_now(&self, timeout: Duration, report: bool) {
         let was_started = {
             let mut status = self.lock();
             let started = status.state == ProviderState::Started;
@@ -398,6 +432,7 @@ impl Provider {
                 starts: 0,
             }),
             changed: Condvar::new(),
+            stopping: Mutex::new(()),
             counters,
         });
         // A session that is already tracing sends Start right behind Initialize.
@@ -477,10 +512,11 @@ impl Provider {
     /// Protocol counters.
     pub fn stats(&self) -> ProviderStats {
         let c = &self.shared.counters;
-        // ATOMICS: `Relaxed` reads of statistics.
+        // ATOMICS: `Relaxed` reads of statistics, but `buffers_saved`'s `Acquire` (see where
+        // it is counted).
         ProviderStats {
             save_requests: c.save_requests.load(Ordering::Relaxed),
-            buffers_saved: c.buffers_saved.load(Ordering::Relaxed),
+            buffers_saved: c.buffers_saved.load(Ordering::Acquire),
             packets_lost: c.packets_lost.load(Ordering::Relaxed),
             starts: self.shared.lock().starts,
         }
@@ -780,15 +816,16 @@ fn serve_fifo(shared: &Shared) -> Option<String> {
                     wrapped_count,
                     durable_data_end,
                 }) => {
-                    // ATOMICS: `Relaxed` counter.
-                    shared
-                        .counters
-                        .buffers_saved
-                        .fetch_add(1, Ordering::Relaxed);
                     // Fuchsia ignores ZX_ERR_BAD_STATE here (a stale or repeated answer).
                     let _ = shared
                         .context
                         .mark_buffer_saved(wrapped_count, durable_data_end);
+                    // Counted once handled. ATOMICS: `Release`: a reader of the count (`stats`,
+                    // `Acquire`) sees what the answer did (the saved buffer reset).
+                    shared
+                        .counters
+                        .buffers_saved
+                        .fetch_add(1, Ordering::Release);
                 }
                 Err(e) => return Some(format!("FIFO protocol violation by the manager: {e}")),
             },
@@ -812,10 +849,11 @@ fn install_exit_hook() {
 }
 
 /// At process exit: stop the current provider's context (bounded) and send STOPPED, so the
-/// manager reads exact ends. Never blocks on a lock another thread holds.
+/// manager reads exact ends. Never blocks on a lock another thread holds for long (a stop
+/// under way is waited for only until [`EXIT_STOP_TIMEOUT`]).
 extern "C" fn at_exit() {
     if let Some(shared) = super::current() {
-        shared.stop(EXIT_STOP_TIMEOUT, false);
+        shared.stop_at_exit(EXIT_STOP_TIMEOUT);
     }
 }
 
