@@ -32,9 +32,10 @@
 //!
 //! # Safety against the caller
 //!
-//! No function unwinds into C: the engine returns errors rather than panicking, and the
-//! enabled path runs inside [`std::panic::catch_unwind`] anyway (a panic, say in a buffer
-//! handler the program installed, is swallowed and the event dropped). Records that cannot
+//! No function unwinds into C: the engine returns errors rather than panicking; the `_static`
+//! functions' fast path calls nothing, and every other part of the enabled path runs inside
+//! [`std::panic::catch_unwind`] (a panic, say in a buffer handler the program installed, is
+//! swallowed and the event dropped). Records that cannot
 //! be written (full buffer, re-entrant call from a signal handler on a thread already
 //! writing) are counted as dropped by the engine.
 
@@ -45,7 +46,9 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use crate::clock;
 use crate::engine::category::tracing_maybe_on;
 use crate::engine::global::with_current;
+use crate::engine::record::ByAddress;
 use crate::engine::record::{self, TraceStr, TraceWriter};
+use crate::engine::writer::{self, Attempt, SlowRecord};
 use crate::engine::Context;
 use crate::format::{Arg, ArgValue, EventKind, EventType, StringRef, MAX_STRING_LEN};
 
@@ -369,12 +372,20 @@ unsafe fn emit(
 /// path: the thread's event memo found by the two addresses alone (their promise makes the
 /// address the key), then the installed context's record path. Otherwise the slow path: the
 /// strings from the per-thread address cache (each pair read once per thread), then the Rust
-/// facade's own path (the thread's event memo, which it teaches). Both run in
-/// `catch_unwind` (a panic is swallowed, the event dropped). Out of line, so that the
-/// exported function stays a load and a branch when tracing is off. One pair of functions per
+/// facade's own path (the thread's event memo, which it teaches). Out of line, so that the
+/// exported function stays a load and a branch when tracing is off. One set of functions per
 /// kind (no kind to pass or match).
+///
+/// The fast path calls nothing: every other case of the record path ends in a tail call
+/// (with at most six arguments, in registers) to a cold function, and the two addresses are
+/// not kept past the memo (read back from it), so that the fast path saves few registers
+/// (4, against 6 when it called the record path's cold functions itself). Each cold
+/// function that can run the program's code (a full rolling buffer's or a service request's
+/// buffer handler) runs it in `catch_unwind`: a panic is swallowed, the event dropped, and
+/// never unwinds into C.
 macro_rules! static_emitters {
-    ($($(#[$doc:meta])* $name:ident, $slow:ident => $kind:expr;)*) => {$(
+    ($($(#[$doc:meta])* $name:ident, $slow:ident, $unused:ident, $refill:ident
+        => $kind:expr;)*) => {$(
         $(#[$doc])*
         ///
         /// # Safety
@@ -383,14 +394,37 @@ macro_rules! static_emitters {
         #[inline(never)]
         unsafe fn $name(category: *const c_char, name: *const c_char) {
             let (c, n) = (category as usize, name as usize);
-            // A full rolling buffer or a service request can run user code (a buffer
-            // handler) on this path too: a panic there is swallowed, the event dropped.
-            let written = catch_unwind(AssertUnwindSafe(|| {
-                record::installed_plain_event_by_address(c, n, $kind)
-            }));
-            if matches!(written, Ok(false)) {
+            let (pair, attempt) = match record::try_installed_plain_event_by_address(c, n, $kind) {
+                ByAddress::Tried(pair, attempt) => (pair, attempt),
                 // SAFETY: forwarded caller's promise.
-                unsafe { $slow(category, name) }
+                ByAddress::NotApplicable => return unsafe { $slow(category, name) },
+            };
+            // Past the memo, the addresses are read back from it in the cold cases rather
+            // than kept in two registers all along the fast path: the same values (the memo
+            // was found by them once the thread was claimed, when no call of this thread, a
+            // signal handler's, can replace it).
+            let strings = || {
+                let (c, n) = pair.addresses();
+                (c as *const c_char, n as *const c_char)
+            };
+            match attempt {
+                Attempt::Written => {}
+                // Only for a record longer than its payload: one word of one never is (the
+                // arm folds away).
+                Attempt::NotApplicable => unreachable!("a 1-word payload fits"),
+                Attempt::Unused => {
+                    let (category, name) = strings();
+                    // SAFETY: forwarded caller's promise (the same two addresses); the
+                    // section is open (`Unused`).
+                    unsafe { $unused(category, name) }
+                }
+                Attempt::Slow(record) => {
+                    let (category, name) = strings();
+                    let (open_gate, header, [ticks]) = record.into_parts();
+                    // SAFETY: as above; the section is open and these are its record's parts.
+                    unsafe { $refill(category, name, open_gate, header, ticks) }
+                }
+                Attempt::Wanted => serve_wanted_section(),
             }
         }
 
@@ -411,16 +445,71 @@ macro_rules! static_emitters {
                 record::claim_pair_by_address(category, name);
             }));
         }
+
+        /// The fast path found another context installed: leave its section, then the slow
+        /// path.
+        ///
+        /// # Safety
+        ///
+        /// As [`emit`] with [`Strings::Static`]; the fast path's section is open (it ended
+        /// with [`Attempt::Unused`]).
+        #[cold]
+        #[inline(never)]
+        unsafe fn $unused(category: *const c_char, name: *const c_char) {
+            writer::leave_unused_section();
+            // SAFETY: forwarded caller's promise.
+            unsafe { $slow(category, name) }
+        }
+
+        /// The fast path's record needs a chunk refill or its trace is not running: write it
+        /// on the open section's slow path (which may run the program's buffer handler),
+        /// else the slow path.
+        ///
+        /// # Safety
+        ///
+        /// As [`emit`] with [`Strings::Static`]; the fast path's section is open and the
+        /// record's parts are its (it ended with [`Attempt::Slow`]).
+        #[cold]
+        #[inline(never)]
+        unsafe fn $refill(
+            category: *const c_char,
+            name: *const c_char,
+            open_gate: u32,
+            header: u64,
+            ticks: u64,
+        ) {
+            let written = catch_unwind(AssertUnwindSafe(|| {
+                // SAFETY: the caller's promise: the parts of the open section's record.
+                unsafe { SlowRecord::from_parts(open_gate, header, [ticks]) }.write()
+            }));
+            if matches!(written, Ok(false)) {
+                // SAFETY: forwarded caller's promise.
+                unsafe { $slow(category, name) }
+            }
+        }
     )*};
+}
+
+/// Finish the fast path's [`Attempt::Wanted`] (the record is written): report to the buffer
+/// hand-off that asked, whose service routine may run the program's buffer handler (a panic
+/// there is swallowed).
+#[cold]
+#[inline(never)]
+fn serve_wanted_section() {
+    let _ = catch_unwind(writer::serve_wanted_section);
 }
 
 static_emitters! {
     /// `fxtrace_instant_static` when tracing may be on.
-    emit_static_instant, emit_static_instant_slow => EventType::Instant;
+    emit_static_instant, emit_static_instant_slow, emit_static_instant_unused,
+        emit_static_instant_refill => EventType::Instant;
     /// `fxtrace_duration_begin_static` when tracing may be on.
-    emit_static_duration_begin, emit_static_duration_begin_slow => EventType::DurationBegin;
+    emit_static_duration_begin, emit_static_duration_begin_slow,
+        emit_static_duration_begin_unused, emit_static_duration_begin_refill
+        => EventType::DurationBegin;
     /// `fxtrace_duration_end_static` when tracing may be on.
-    emit_static_duration_end, emit_static_duration_end_slow => EventType::DurationEnd;
+    emit_static_duration_end, emit_static_duration_end_slow, emit_static_duration_end_unused,
+        emit_static_duration_end_refill => EventType::DurationEnd;
 }
 
 // === the exported functions ===

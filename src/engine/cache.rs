@@ -129,6 +129,29 @@ pub(crate) struct Memo {
     pub(crate) arg_indices: u64,
 }
 
+/// The calling thread's memo of a pair that the C API's `_static` path claimed (see
+/// [`ThreadCache::claimed_by_address`]). Not `Send` (a thread's own cache).
+#[cfg(feature = "c-api")]
+#[derive(Clone, Copy)]
+pub(crate) struct ClaimedPair<'c>(&'c Cell<Memo>);
+
+#[cfg(feature = "c-api")]
+impl ClaimedPair<'_> {
+    /// The memo.
+    #[inline(always)]
+    pub(crate) fn memo(self) -> Memo {
+        self.0.get()
+    }
+
+    /// The addresses of its category and name (read from the memo: a pair changes only when
+    /// the thread remembers another pair in its slot).
+    #[inline(always)]
+    pub(crate) fn addresses(self) -> (usize, usize) {
+        let memo = self.0.get();
+        (memo.category, memo.name)
+    }
+}
+
 /// Most argument names whose indices a memo keeps: four 16-bit indices in one word.
 pub(crate) const MEMO_ARGS: usize = 4;
 
@@ -387,18 +410,25 @@ impl ThreadCache {
         (differ == 0).then_some(memo)
     }
 
-    /// The memo of the pair whose strings are at addresses `category` and `name`, whatever
-    /// their lengths, if the C API's `_static` path claimed it ([`Self::claim_by_address`]):
-    /// their promise (unchanged at the same address until the process exits) makes the
-    /// address alone the key. A memo the Rust API filled with other lengths at the same
-    /// addresses (`&S[..3]` of the same bytes) is not claimed, so never answers here.
+    /// The thread's memo of the pair whose strings are at addresses `category` and `name`,
+    /// whatever their lengths, if the C API's `_static` path claimed it
+    /// ([`Self::claim_by_address`]): their promise (unchanged at the same address until the
+    /// process exits) makes the address alone the key. A memo the Rust API filled with other
+    /// lengths at the same addresses (`&S[..3]` of the same bytes) is not claimed, so never
+    /// answers here. A handle, which also gives the two addresses back: a caller that keeps
+    /// the handle need not keep them.
     #[cfg(feature = "c-api")]
     #[inline(always)]
-    pub(crate) fn memo_by_address(&self, category: usize, name: usize) -> Option<Memo> {
-        let memo = self.memos[memo_slot_of(category, name)].get();
+    pub(crate) fn claimed_by_address(
+        &self,
+        category: usize,
+        name: usize,
+    ) -> Option<ClaimedPair<'_>> {
+        let cell = &self.memos[memo_slot_of(category, name)];
+        let memo = cell.get();
         // An empty memo is not claimed: a NULL name (an empty text) never matches.
         let claimed = memo.lengths & CLAIMED_BY_ADDRESS != 0;
-        (memo.name == name && memo.category == category && claimed).then_some(memo)
+        (memo.name == name && memo.category == category && claimed).then_some(ClaimedPair(cell))
     }
 
     /// Mark the memo of (`category`, `name`), if remembered with exactly these strings, as
@@ -605,14 +635,21 @@ mod tests {
         let (cat, name): (&'static str, &'static str) = ("claim_cat", "claim_name");
         let (cat_at, name_at) = (cat.as_ptr() as usize, name.as_ptr() as usize);
         c.remember(7, (cat, 3), (name, 4), 5);
-        assert_eq!(c.memo_by_address(cat_at, name_at), None, "not claimed yet");
+        assert_eq!(
+            c.claimed_by_address(cat_at, name_at).map(ClaimedPair::memo),
+            None,
+            "not claimed yet"
+        );
         c.claim_by_address(cat, name);
-        let m = c.memo_by_address(cat_at, name_at).expect("claimed");
+        let m = c
+            .claimed_by_address(cat_at, name_at)
+            .map(ClaimedPair::memo)
+            .expect("claimed");
         assert_eq!((m.category_index, m.name_index, m.generation()), (3, 4, 7));
         assert_eq!(c.memo(7, cat, name), None, "the Rust lookup fills its own");
         c.remember(7, (cat, 3), (name, 4), 5);
         assert_eq!(
-            c.memo_by_address(cat_at, name_at),
+            c.claimed_by_address(cat_at, name_at).map(ClaimedPair::memo),
             None,
             "refilled: unclaimed"
         );

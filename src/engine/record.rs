@@ -411,22 +411,47 @@ pub(crate) fn installed_plain_event(
     writer::installed_record(memo.open_gate(), header, [ticks], 1)
 }
 
-/// [`installed_plain_event`] for a pair known by its strings' addresses alone (the C API's
-/// `_static` strings: see `ThreadCache::memo_by_address`): nothing is read from the strings.
-/// Same answers.
+/// [`installed_plain_event`]'s fast path for a pair known by its strings' addresses alone
+/// (the C API's `_static` strings: see `ThreadCache::claimed_by_address`), nothing read from
+/// the strings, each other case handed back for the caller to finish. The memo is looked up
+/// once the thread is claimed ([`writer::ThreadClaim`]): then no call of this thread (a signal
+/// handler's) can replace it, so the caller may read the pair's addresses back from it
+/// ([`cache::ClaimedPair::addresses`]) rather than keep them.
 #[cfg(feature = "c-api")]
 #[inline(always)]
-pub(crate) fn installed_plain_event_by_address(
+pub(crate) fn try_installed_plain_event_by_address(
     category: usize,
     name: usize,
     event_type: EventType,
-) -> bool {
-    let Some(memo) = cache::current().memo_by_address(category, name) else {
-        return false;
+) -> ByAddress {
+    let Some(claim) = writer::claim_installed() else {
+        return ByAddress::NotApplicable;
     };
+    let Some(pair) = cache::current().claimed_by_address(category, name) else {
+        claim.release();
+        return ByAddress::NotApplicable;
+    };
+    let memo = pair.memo();
     let ticks = clock::ticks();
     let header = indexed_event_header(event_type, memo);
-    writer::installed_record(memo.open_gate(), header, [ticks], 1)
+    // Debug builds: checked before the section is announced (a failed assertion leaves the
+    // claim behind, never an announced section that `uninstall` would wait for).
+    writer::debug_assert_record::<1>(header, 1);
+    let attempt = match claim.announce() {
+        Some(section) => section.record(memo.open_gate(), header, [ticks], 1),
+        None => writer::Attempt::Unused,
+    };
+    ByAddress::Tried(pair, attempt)
+}
+
+/// How [`try_installed_plain_event_by_address`] ended.
+#[cfg(feature = "c-api")]
+#[must_use]
+pub(crate) enum ByAddress {
+    /// No claimed memo of the pair, or the installed path does not apply: no section open.
+    NotApplicable,
+    /// The record's attempt, with the pair's memo.
+    Tried(cache::ClaimedPair<'static>, writer::Attempt<1>),
 }
 
 /// After the C API's `_static` slow path wrote (`category`, `name`) through the memoised

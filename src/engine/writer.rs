@@ -328,108 +328,389 @@ pub(crate) fn installed_record<const N: usize>(
     payload: [u64; N],
     len: usize,
 ) -> bool {
-    const { assert!(N <= MAX_INSTALLED_PAYLOAD) };
-    // Checked before the announcement: a failed assertion must not leave the section open.
+    finish_attempt(try_installed_record(open_gate, header, payload, len))
+}
+
+/// Finish an [`Attempt`] as [`installed_record`] does (the cold cases by calls); the answer
+/// is `installed_record`'s.
+#[inline(always)]
+pub(crate) fn finish_attempt<const N: usize>(attempt: Attempt<N>) -> bool {
+    match attempt {
+        Attempt::Written => true,
+        Attempt::NotApplicable => false,
+        Attempt::Unused => {
+            leave_unused_section();
+            false
+        }
+        Attempt::Slow(record) => record.write(),
+        Attempt::Wanted => {
+            serve_wanted_section();
+            true
+        }
+    }
+}
+
+/// How [`try_installed_record`] ended. Each case but the first two leaves the thread's
+/// section open, for the caller to finish with the cold function the case names, as its last
+/// step: a caller whose own fallback is a call (the C API's `_static` functions) then ends in
+/// tail calls only and needs no stack frame on its fast path.
+#[must_use]
+pub(crate) enum Attempt<const N: usize> {
+    /// Written; the section is left.
+    Written,
+    /// The installed path does not apply (the thread is inside a section, or not bound to a
+    /// context); no section was entered.
+    NotApplicable,
+    /// The installed context is not the thread's: leave with [`leave_unused_section`], then
+    /// take the caller's own path.
+    Unused,
+    /// The record needs the slow path (a chunk refill, a gate that is not the memo's open
+    /// one): [`SlowRecord::write`].
+    Slow(SlowRecord<N>),
+    /// Written, and a buffer hand-off asked this writer to report: leave with
+    /// [`serve_wanted_section`].
+    Wanted,
+}
+
+/// A record that [`try_installed_record`] could not write on its fast path, its section
+/// still open.
+#[must_use]
+pub(crate) struct SlowRecord<const N: usize> {
+    open_gate: u32,
+    header: u64,
+    payload: [u64; N],
+    len: usize,
+}
+
+impl<const N: usize> SlowRecord<N> {
+    /// Its trace's open gate (high half), header and payload words (all `N`: a
+    /// [`try_installed_record`] of `N` words with a `len` below `N` is not split here), for a
+    /// caller that passes them to a cold function in registers.
+    #[cfg(feature = "c-api")]
+    #[inline(always)]
+    pub(crate) fn into_parts(self) -> (u32, u64, [u64; N]) {
+        debug_assert_eq!(self.len, N);
+        (self.open_gate, self.header, self.payload)
+    }
+
+    /// The record of [`Self::into_parts`] again (`len` = `N`).
+    ///
+    /// # Safety
+    ///
+    /// The parts are those of a record whose section is still open on this thread.
+    #[cfg(feature = "c-api")]
+    #[inline(always)]
+    pub(crate) unsafe fn from_parts(open_gate: u32, header: u64, payload: [u64; N]) -> Self {
+        Self {
+            open_gate,
+            header,
+            payload,
+            len: N,
+        }
+    }
+
+    /// Write it through a [`Writer`] on the open section (refill, drop counting), which is
+    /// left then. The answer is [`installed_record`]'s.
+    #[inline(always)]
+    pub(crate) fn write(self) -> bool {
+        installed_record_slow(self.open_gate, self.header, self.payload, self.len)
+    }
+}
+
+/// [`installed_record`]'s fast path alone: no call, every other case handed back to the
+/// caller (see [`Attempt`]).
+#[inline(always)]
+pub(crate) fn try_installed_record<const N: usize>(
+    open_gate: u32,
+    header: u64,
+    payload: [u64; N],
+    len: usize,
+) -> Attempt<N> {
+    // Checked before the section is entered: a failed assertion must not leave it open.
+    debug_assert_record::<N>(header, len);
+    if len > N {
+        return Attempt::NotApplicable;
+    }
+    match enter_installed() {
+        Ok(section) => section.record(open_gate, header, payload, len),
+        Err(NotEntered::NotApplicable) => Attempt::NotApplicable,
+        Err(NotEntered::Unused) => Attempt::Unused,
+    }
+}
+
+/// Debug builds: an installed record's `len` is 1..=`N` and its `header` leaves the size
+/// field (set by the path) zero. Checked before a section is entered.
+#[inline(always)]
+pub(crate) fn debug_assert_record<const N: usize>(header: u64, len: usize) {
     debug_assert!((1..=N).contains(&len));
     debug_assert_eq!(
         header >> RECORD_SIZE_SHIFT & RECORD_SIZE_MASK,
         0,
         "set here"
     );
-    if len > N {
-        return false;
-    }
+}
+
+/// Why [`enter_installed`] opened no section for its caller.
+pub(crate) enum NotEntered {
+    /// As [`Attempt::NotApplicable`]: no section was entered.
+    NotApplicable,
+    /// As [`Attempt::Unused`]: a section is open, for [`leave_unused_section`].
+    Unused,
+}
+
+/// A section of the installed context's path, open on the calling thread (`busy` set, its
+/// slot announced, the installed context checked to be the thread's): write one record with
+/// [`Self::record`], or leave it with [`Self::leave`]. Not `Send` (the thread's own state).
+#[must_use]
+pub(crate) struct InstalledSection {
+    t: &'static ThreadState,
+    slot: &'static WriterSlot,
+    /// The announced (odd) `seq`, not yet copied into `t.seq`.
+    seq: u64,
+}
+
+/// Open a section of the installed context's path: [`try_installed_record`]'s first half.
+#[inline(always)]
+pub(crate) fn enter_installed() -> Result<InstalledSection, NotEntered> {
+    claim_installed()
+        .ok_or(NotEntered::NotApplicable)?
+        .announce()
+        .ok_or(NotEntered::Unused)
+}
+
+/// The calling thread kept out of every other section (`busy` set) while it prepares a
+/// section of the installed context's path, not yet announced: what it reads meanwhile (its
+/// memo) no call of the same thread (a signal handler's) can change. Announce it with
+/// [`Self::announce`], or give it up with [`Self::release`].
+#[must_use]
+pub(crate) struct ThreadClaim {
+    t: &'static ThreadState,
+    slot: &'static WriterSlot,
+}
+
+/// Claim the calling thread for a section of the installed context's path; `None` as
+/// [`NotEntered::NotApplicable`].
+#[inline(always)]
+pub(crate) fn claim_installed() -> Option<ThreadClaim> {
     let t = thread_state();
     if t.busy.get() {
-        return false;
+        return None;
     }
     // SAFETY: a non-null `slot` is in the table that the thread's lease keeps alive.
-    let Some(slot) = (unsafe { t.slot.get().as_ref() }) else {
-        return false;
-    };
+    let slot = unsafe { t.slot.get().as_ref() }?;
     t.busy.set(true);
-    // The thread's copy `t.seq` is brought up to date only when the section ends or leaves
-    // for a cold path (which reads it): nothing else reads it meanwhile, as `busy` keeps
-    // every other section of this thread out.
-    let seq = t.seq.get() + 1;
-    // ATOMICS: as in `with_installed_writer`.
-    slot.seq.store(seq, Ordering::Release);
-    t.light_fence();
-    if global::installed_id() != t.context_id.get() {
-        t.seq.set(seq);
-        leave_unused(t, slot);
-        return false;
+    Some(ThreadClaim { t, slot })
+}
+
+impl ThreadClaim {
+    /// Give the claim up: nothing was announced.
+    #[cfg(feature = "c-api")]
+    #[inline(always)]
+    pub(crate) fn release(self) {
+        self.t.busy.set(false);
     }
-    // SAFETY: as in `with_installed_writer`.
+
+    /// Announce the section and check that the installed context is the thread's; `None` as
+    /// [`NotEntered::Unused`] (the section is open, for [`leave_unused_section`]).
+    #[inline(always)]
+    pub(crate) fn announce(self) -> Option<InstalledSection> {
+        let Self { t, slot } = self;
+        // The thread's copy `t.seq` is brought up to date only when the section ends or
+        // leaves for a cold path (which reads it): nothing else reads it meanwhile, as `busy`
+        // keeps every other section of this thread out.
+        let seq = t.seq.get() + 1;
+        // ATOMICS: as in `with_installed_writer`.
+        slot.seq.store(seq, Ordering::Release);
+        t.light_fence();
+        if global::installed_id() != t.context_id.get() {
+            t.seq.set(seq);
+            return None;
+        }
+        Some(InstalledSection { t, slot, seq })
+    }
+}
+
+impl InstalledSection {
+    /// Leave the section without writing.
+    #[inline(always)]
+    pub(crate) fn leave(self) {
+        self.detach();
+        // SAFETY: detached just now: the section is open.
+        unsafe { leave_open_section() };
+    }
+
+    /// Keep the section open for a cold function to leave with [`leave_open_section`] (so
+    /// that the caller reaches it by a tail call).
+    #[inline(always)]
+    pub(crate) fn detach(self) {
+        self.t.seq.set(self.seq);
+    }
+
+    /// [`try_installed_record`]'s second half: the record of `len + 1` words (see
+    /// [`installed_record`]) in this section. Never [`Attempt::Unused`];
+    /// [`Attempt::NotApplicable`] only for a `len` above `N` (a caller's error: the section is
+    /// left, nothing written).
+    #[inline(always)]
+    pub(crate) fn record<const N: usize>(
+        self,
+        open_gate: u32,
+        header: u64,
+        payload: [u64; N],
+        len: usize,
+    ) -> Attempt<N> {
+        const { assert!(N <= MAX_INSTALLED_PAYLOAD) };
+        // (The debug checks of `header` and `len`, `debug_assert_record`, are the caller's,
+        // before its section: a failed assertion must not leave the section open.)
+        if len > N {
+            // A caller's error (`try_installed_record` checks first): nothing written.
+            self.leave();
+            return Attempt::NotApplicable;
+        }
+        let Self { t, slot, seq } = self;
+        // SAFETY: as in `with_installed_writer`.
+        let inner = unsafe { &*t.inner.get() };
+        // ATOMICS: `Acquire`: pairs with the engine's `Release` gate stores.
+        let gate = inner.gate.load(Ordering::Acquire);
+        let words = len + 1;
+        let chunk = t.chunk.get();
+        // The fast path writes all `N` payload words (a copy of constant length, unrolled: no
+        // `memcpy` call for a variable `len`; the words past `len` are overwritten by the
+        // terminator and the next record), so it takes the record only if the chunk has room
+        // for the header, `N` words and the terminator after them (a record that would fill
+        // the chunk exactly takes the slow path); the terminator is then stored
+        // unconditionally.
+        let reach = chunk.pos as usize + (N + 1) * 8;
+        // An open gate of the memo's trace (`open_gate`; a durable-full one takes the slow
+        // path, which counts the drop), the one the chunk was taken under.
+        if gate_high(gate) != open_gate || chunk.gate != gate || reach >= chunk.end as usize {
+            t.seq.set(seq);
+            return Attempt::Slow(SlowRecord {
+                open_gate,
+                header,
+                payload,
+                len,
+            });
+        }
+        let header = header | (words as u64) << RECORD_SIZE_SHIFT;
+        // SAFETY: the chunk belongs to the installed context (its gate is the running one) and
+        // has room for the header, `N` words and the word after them, which only this thread
+        // writes (no reader looks past the terminator before a header published there); `next`
+        // (at most `N + 1` words on) is within the chunk.
+        unsafe {
+            let next = chunk.pos.add(words);
+            for (i, &word) in payload.iter().enumerate() {
+                // ATOMICS: `Relaxed`, published by the header's `Release` store. One store per
+                // word: a plain array write is merged into 16-byte moves through the stack,
+                // whose load of two 8-byte stores cannot be forwarded (a stall per record).
+                AtomicU64::from_ptr(chunk.pos.add(1 + i)).store(word, Ordering::Relaxed);
+            }
+            // After the payload, which may have covered it.
+            // ATOMICS: `Relaxed`: the terminator, published by the header's `Release` store.
+            AtomicU64::from_ptr(next).store(0, Ordering::Relaxed);
+            // ATOMICS: `Release`: a reader that sees the header sees the payload and terminator.
+            AtomicU64::from_ptr(chunk.pos).store(header, Ordering::Release);
+            // The cursor alone moves (`Cell::set` would store the whole chunk).
+            (*t.chunk.as_ptr()).pos = next;
+        }
+        let seq = seq + 1;
+        t.seq.set(seq);
+        // ATOMICS: as in `Writer::drop`.
+        slot.seq.store(seq, Ordering::Release);
+        t.light_fence();
+        // ATOMICS: `Relaxed`: see `WriterSlot::wanted`.
+        if slot.wanted.load(Ordering::Relaxed) {
+            // `busy` stays set until `serve_wanted_section` has served.
+            return Attempt::Wanted;
+        }
+        t.busy.set(false);
+        Attempt::Written
+    }
+}
+
+/// The calling thread's open section of [`try_installed_record`] (or of an
+/// [`InstalledSection`]) and its slot.
+///
+/// # Safety
+///
+/// Only while such a section is open on this thread (it returned [`Attempt::Unused`],
+/// [`Attempt::Slow`] or [`Attempt::Wanted`], or is being left, not yet finished).
+#[inline(always)]
+unsafe fn open_installed_section() -> (&'static ThreadState, &'static WriterSlot) {
+    let t = thread_state();
+    // SAFETY: the open section found `slot` non-null, and the thread's lease keeps its table
+    // alive at least until the section is left (the caller's promise: it is open).
+    (t, unsafe { &*t.slot.get() })
+}
+
+/// Leave the installed context's open section, nothing written, and report to a buffer
+/// hand-off that asked meanwhile (as [`Writer`]'s drop does).
+///
+/// # Safety
+///
+/// An [`InstalledSection`] of this thread was detached ([`InstalledSection::detach`]) and
+/// not left since.
+#[cold]
+#[inline(never)]
+pub(crate) unsafe fn leave_open_section() {
+    // SAFETY: the caller's promise: the section is open.
+    let (t, slot) = unsafe { open_installed_section() };
+    // SAFETY: as in `with_installed_writer`: the section checked that the installed context
+    // is the thread's, and it stays alive until the section is left.
     let inner = unsafe { &*t.inner.get() };
     // ATOMICS: `Acquire`: pairs with the engine's `Release` gate stores.
     let gate = inner.gate.load(Ordering::Acquire);
-    let words = len + 1;
-    let chunk = t.chunk.get();
-    // The fast path writes all `N` payload words (a copy of constant length, unrolled: no
-    // `memcpy` call for a variable `len`; the words past `len` are overwritten by the
-    // terminator and the next record), so it takes the record only if the chunk has room for
-    // the header, `N` words and the terminator after them (a record that would fill the chunk
-    // exactly takes the slow path); the terminator is then stored unconditionally.
-    let reach = chunk.pos as usize + (N + 1) * 8;
-    // An open gate of the memo's trace (`open_gate`; a durable-full one takes the slow path,
-    // which counts the drop), the one the chunk was taken under.
-    if gate_high(gate) != open_gate || chunk.gate != gate || reach >= chunk.end as usize {
-        t.seq.set(seq);
-        let generation = open_gate & GENERATION_MASK;
-        return installed_record_slow(t, inner, slot, (gate, generation), header, payload, len);
-    }
-    let header = header | (words as u64) << RECORD_SIZE_SHIFT;
-    // SAFETY: the chunk belongs to the installed context (its gate is the running one) and
-    // has room for the header, `N` words and the word after them, which only this thread
-    // writes (no reader looks past the terminator before a header published there); `next`
-    // (at most `N + 1` words on) is within the chunk.
-    unsafe {
-        let next = chunk.pos.add(words);
-        for (i, &word) in payload.iter().enumerate() {
-            // ATOMICS: `Relaxed`, published by the header's `Release` store. One store per
-            // word: a plain array write is merged into 16-byte moves through the stack,
-            // whose load of two 8-byte stores cannot be forwarded (a stall per record).
-            AtomicU64::from_ptr(chunk.pos.add(1 + i)).store(word, Ordering::Relaxed);
-        }
-        // After the payload, which may have covered it.
-        // ATOMICS: `Relaxed`: the terminator, published by the header's `Release` store.
-        AtomicU64::from_ptr(next).store(0, Ordering::Relaxed);
-        // ATOMICS: `Release`: a reader that sees the header sees the payload and terminator.
-        AtomicU64::from_ptr(chunk.pos).store(header, Ordering::Release);
-        // The cursor alone moves (`Cell::set` would store the whole chunk).
-        (*t.chunk.as_ptr()).pos = next;
-    }
-    let seq = seq + 1;
-    t.seq.set(seq);
-    // ATOMICS: as in `Writer::drop`.
-    slot.seq.store(seq, Ordering::Release);
-    t.light_fence();
-    // ATOMICS: `Relaxed`: see `WriterSlot::wanted`.
-    if slot.wanted.load(Ordering::Relaxed) {
-        slot.wanted.store(false, Ordering::Relaxed);
-        serve_installed(t, slot);
-    }
-    t.busy.set(false);
-    true
+    drop(Writer {
+        inner,
+        thread: t,
+        slot,
+        gate,
+        installed: true,
+        _not_send: PhantomData,
+    });
 }
 
-/// [`installed_record`] past its announcement when the gate is not an open one of trace
-/// `generation`, or not the chunk's, or the chunk has no room for the header, the whole
-/// `N`-word payload and a terminator: a
-/// [`Writer`] on the section, then, if the trace is `generation` and started, its
-/// reservation (refill, drop counting), else nothing.
+/// Finish an [`Attempt::Unused`]: leave the section, nothing written.
+#[cold]
+#[inline(never)]
+pub(crate) fn leave_unused_section() {
+    // SAFETY: called for an `Attempt::Unused`, whose section is open.
+    let (t, slot) = unsafe { open_installed_section() };
+    leave_unused(t, slot);
+}
+
+/// Finish an [`Attempt::Wanted`]: report to the hand-off that asked (its service routine may
+/// run the program's buffer handler, which may panic; the thread is then out of its section
+/// all the same), then clear the thread's section.
+#[cold]
+#[inline(never)]
+pub(crate) fn serve_wanted_section() {
+    // SAFETY: called for an `Attempt::Wanted`, whose section (`busy`) is still open.
+    let (t, slot) = unsafe { open_installed_section() };
+    slot.wanted.store(false, Ordering::Relaxed);
+    serve_installed(t, slot);
+    t.busy.set(false);
+}
+
+/// [`SlowRecord::write`]: a [`Writer`] on the open section (its thread, slot and installed
+/// context read again: the section keeps them; the gate loaded again: any value seen while
+/// the section is open is as good as the first), then, if the trace is the memo's
+/// (`open_gate`'s generation) and started, its reservation (refill, drop counting), else
+/// nothing.
 #[cold]
 #[inline(never)]
 fn installed_record_slow<const N: usize>(
-    t: &'static ThreadState,
-    inner: &Inner,
-    slot: &WriterSlot,
-    (gate, generation): (u64, u32),
+    open_gate: u32,
     header: u64,
     payload: [u64; N],
     len: usize,
 ) -> bool {
+    // SAFETY: called for an `Attempt::Slow`, whose section is open.
+    let (t, slot) = unsafe { open_installed_section() };
+    // SAFETY: as in `with_installed_writer`: the section checked that the installed context
+    // is the thread's, and it stays alive until the section is left.
+    let inner = unsafe { &*t.inner.get() };
+    // ATOMICS: `Acquire`: pairs with the engine's `Release` gate stores.
+    let gate = inner.gate.load(Ordering::Acquire);
     let payload = &payload[..len];
     let mut writer = Writer {
         inner,
@@ -439,6 +720,7 @@ fn installed_record_slow<const N: usize>(
         installed: true,
         _not_send: PhantomData,
     };
+    let generation = open_gate & GENERATION_MASK;
     let expected = make_gate(generation, 0, GATE_STARTED);
     if gate & make_gate(GENERATION_MASK, 0, GATE_STARTED) != expected {
         return false; // dropping `writer` leaves the section
@@ -885,5 +1167,55 @@ mod tests {
         });
         assert!(caught.is_err());
         assert!(!in_any_section(), "busy cleared on unwind");
+    }
+
+    /// A writer on the installed path that finds its slot's `wanted` flag when it leaves (a
+    /// buffer hand-off's scan saw it inside its section) reports, clears the flag and leaves:
+    /// the Rust facade's path, and the C API's `_static` one, which finishes the case itself.
+    /// The only test of this binary that installs a context.
+    #[test]
+    fn installed_writers_that_find_their_slot_wanted_serve_and_leave() {
+        use crate::trace::{instant, Scope};
+
+        let session = crate::standalone::start(crate::BufferingMode::Circular, 1 << 20)
+            .expect("a standalone session");
+        let wanted = || {
+            let t = thread_state();
+            // SAFETY: bound (the first call below binds the thread): the slot is in the
+            // table its lease keeps alive.
+            unsafe { &(*t.slot.get()).wanted }
+        };
+        // The first calls bind the thread and fill its memos; the next ones take the
+        // installed path.
+        let calls: [&dyn Fn(); 2] = [
+            &|| instant("test", "wanted", Scope::Thread, &[]),
+            #[cfg(feature = "c-api")]
+            // SAFETY: C string literals: static, NUL-terminated.
+            &|| unsafe { crate::c_api::fxtrace_instant_static(c"test".as_ptr(), c"c".as_ptr()) },
+            #[cfg(not(feature = "c-api"))]
+            &|| instant("test", "wanted", Scope::Thread, &[]),
+        ];
+        let mut written = 0;
+        for call in calls {
+            call();
+            call();
+            wanted().store(true, Ordering::Relaxed);
+            call();
+            assert!(!wanted().load(Ordering::Relaxed), "the writer reported");
+            assert!(!in_any_section(), "and left its section");
+            call();
+            written += 4;
+        }
+        let (bytes, report) = session.finish_to_vec().expect("finish");
+        assert_eq!(report.stop.records_dropped, 0);
+        // This test's events only (another test of this binary may call the C API while
+        // the session is installed).
+        let events = crate::format::Decoder::new(&bytes)
+            .map(|r| r.expect("decodes"))
+            .filter(|r| {
+                matches!(&r.record, crate::format::DecodedRecord::Event(e) if e.category == "test")
+            })
+            .count();
+        assert_eq!(events, written, "every call written, once");
     }
 }

@@ -187,6 +187,91 @@ fn repeated_static_calls_keep_their_strings_on_the_address_keyed_path() {
 }
 
 #[test]
+fn static_calls_write_into_each_new_session_across_many_chunk_ends() {
+    let _s = serial();
+    // One writer thread through three sessions: it stays bound to the previous session's
+    // context (a session binds only the thread that starts it), so its first call of each
+    // session finds another context installed and takes the slow path; ~640 KB of records per
+    // session take many chunk refills.
+    let (go, rounds) = std::sync::mpsc::channel::<()>();
+    let (done, finished) = std::sync::mpsc::channel::<()>();
+    let writer = std::thread::spawn(move || {
+        for () in rounds {
+            for _ in 0..10_000 {
+                // SAFETY: literals.
+                unsafe {
+                    fxtrace_instant_static(c"lit".as_ptr(), c"many".as_ptr());
+                    fxtrace_duration_begin_static(c"lit".as_ptr(), c"many span".as_ptr());
+                    fxtrace_duration_end_static(c"lit".as_ptr(), c"many span".as_ptr());
+                }
+            }
+            done.send(()).unwrap();
+        }
+    });
+    for round in 0..3 {
+        let session = session(&[]);
+        go.send(()).unwrap();
+        finished.recv().unwrap();
+        let (bytes, report) = session.finish_to_vec().unwrap();
+        assert_eq!(report.stop.records_dropped, 0, "round {round}");
+        let records = decode(&bytes);
+        let events = events(&records);
+        let count = |name: &str, kind: DecodedEventKind| {
+            events
+                .iter()
+                .filter(|e| e.name == name && e.kind == kind)
+                .count()
+        };
+        assert_eq!(
+            count("many", DecodedEventKind::Instant),
+            10_000,
+            "round {round}"
+        );
+        assert_eq!(
+            count("many span", DecodedEventKind::DurationBegin),
+            10_000,
+            "round {round}"
+        );
+        assert_eq!(
+            count("many span", DecodedEventKind::DurationEnd),
+            10_000,
+            "round {round}"
+        );
+    }
+    drop(go);
+    writer.join().unwrap();
+}
+
+#[test]
+fn static_calls_on_a_full_durable_buffer_are_each_counted_dropped() {
+    let _s = serial();
+    let mut config = StandaloneConfig::new(BufferingMode::Circular, 64 * 1024);
+    config.chunk_size = 4096;
+    let session = standalone::start_with(config).expect("session");
+    let ctx = session.context().clone();
+    // The thread's memo knows the pair: later calls take the address-keyed fast path.
+    for _ in 0..3 {
+        // SAFETY: literals.
+        unsafe { fxtrace_instant_static(c"lit".as_ptr(), c"durable full".as_ptr()) };
+    }
+    let mut writer = ctx.acquire().expect("started");
+    while let Some(mut slot) = writer.reserve_durable(7) {
+        slot.payload().fill(0);
+        // A string record with index 0 (a filler readers skip).
+        slot.commit(2 | (7 << 4));
+    }
+    drop(writer);
+    assert!(ctx.stats().durable_buffer_full);
+    let before = ctx.records_dropped();
+    for _ in 0..5 {
+        // SAFETY: literals.
+        unsafe { fxtrace_instant_static(c"lit".as_ptr(), c"durable full".as_ptr()) };
+    }
+    assert_eq!(ctx.records_dropped(), before + 5, "each one counted");
+    session.finish_to_vec().expect("finish");
+}
+
+#[test]
 fn a_rust_call_on_a_prefix_of_a_static_c_string_does_not_answer_for_the_c_call() {
     let _s = serial();
     let session = session(&[]);

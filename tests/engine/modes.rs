@@ -935,3 +935,113 @@ fn dropping_a_started_context_finalises_the_header() {
     );
     assert_eq!(read.durable.len() + read.rolling.len(), 10);
 }
+
+/// The installed context's record path in streaming mode (`engine::global`, as the preload
+/// object installs it), with C API `_static` calls and Rust `instant` calls on three threads
+/// while a slow saver switches the rolling buffers: every call's record is saved, read at
+/// stop, or counted dropped, none written twice. Along the way the path takes its chunk
+/// refills, buffer switches and full buffers (drops); a hand-off that waits for one of these
+/// writers is rare here (see `engine::writer`'s unit test of that case).
+#[test]
+fn installed_c_and_rust_calls_in_streaming_mode_are_saved_or_counted() {
+    use fxtrace::c_api::{fxtrace_duration_begin_static, fxtrace_instant_static};
+    use fxtrace::engine::global;
+    use fxtrace::format::{DecodedEventKind, DecodedRecord, Decoder};
+
+    let buffer = TraceBuffer::create(128 * 1024).unwrap();
+    let mapping = TraceBuffer::from_fd(buffer.try_clone_fd().unwrap()).unwrap();
+    let (mut saver, handler, link) = Saver::raw(mapping, Duration::from_millis(2));
+    let config = ContextConfig {
+        mode: BufferingMode::Streaming,
+        chunk_size: 4096,
+        ..ContextConfig::default()
+    };
+    let ctx = Context::new(buffer, config, handler).unwrap();
+    link.connect(&ctx);
+    ctx.start(StartMode::ClearEntire, CategoryFilter::all())
+        .unwrap();
+    global::install(ctx.clone()).expect("install");
+
+    // Each writer makes at least `CALLS` calls, and goes on (in batches) until the saver has
+    // saved two buffers, so that the writers overlap the switches whatever the machine's
+    // speed; at most `MAX_CALLS`.
+    const CALLS: u64 = 40_000;
+    const BATCH: u64 = 1000;
+    const MAX_CALLS: u64 = 20_000_000;
+    let start = Arc::new(Barrier::new(3));
+    let writers: Vec<_> = (0..3)
+        .map(|i| {
+            let start = start.clone();
+            let saved = saver.saved.clone();
+            std::thread::spawn(move || {
+                start.wait();
+                let mut calls = 0;
+                while calls < CALLS || (saved.lock().unwrap().saves < 2 && calls < MAX_CALLS) {
+                    for _ in 0..BATCH {
+                        match i {
+                            // SAFETY: C string literals (static, NUL-terminated).
+                            0 => unsafe {
+                                fxtrace_instant_static(c"s".as_ptr(), c"c call".as_ptr())
+                            },
+                            // SAFETY: as above.
+                            1 => unsafe {
+                                fxtrace_duration_begin_static(c"s".as_ptr(), c"c begin".as_ptr())
+                            },
+                            _ => fxtrace::instant("s", "rust call", fxtrace::Scope::Thread, &[]),
+                        }
+                    }
+                    calls += BATCH;
+                }
+                calls
+            })
+        })
+        .collect();
+    let calls: u64 = writers.into_iter().map(|w| w.join().unwrap()).sum();
+    global::uninstall().expect("uninstall");
+    let report = ctx.stop(STOP).unwrap();
+    saver.finish();
+    let saved = saver.saved.lock().unwrap();
+    assert!(saved.saves >= 2, "only {} saves", saved.saves);
+    let skip = saved
+        .last_wrapped
+        .is_some_and(|l| report.wrapped_count == 0 || l >= report.wrapped_count - 1);
+    // An archive: the magic number record, then the records saved and read at stop.
+    let mut bytes = fxtrace::format::MAGIC_WORD.to_le_bytes().to_vec();
+    bytes.extend(&saved.raw);
+    bytes.extend(final_read_raw(
+        &snapshot(ctx.buffer()),
+        saved.last_durable_end,
+        skip,
+    ));
+    // Each call's timestamp once: a record written twice would repeat one.
+    let mut found: [BTreeSet<u64>; 3] = Default::default();
+    for record in Decoder::new(&bytes) {
+        let record = record.expect("every saved record decodes");
+        if let DecodedRecord::Event(event) = &record.record {
+            let which = match (&*event.name, event.kind) {
+                ("c call", DecodedEventKind::Instant) => 0,
+                ("c begin", DecodedEventKind::DurationBegin) => 1,
+                ("rust call", DecodedEventKind::Instant) => 2,
+                other => panic!("unexpected event {other:?}"),
+            };
+            assert!(
+                found[which].insert(event.time.ticks),
+                "written twice: {event:?}"
+            );
+        }
+    }
+    let events = found.iter().map(BTreeSet::len).sum::<usize>() as u64;
+    assert!(events > 0, "events were saved");
+    // Every call not saved was counted dropped, and nothing else was (the string and thread
+    // records, in the durable buffer, all fit).
+    assert_eq!(
+        events + report.records_dropped,
+        calls,
+        "{events} events saved + {} dropped",
+        report.records_dropped
+    );
+    assert!(
+        report.records_dropped > 0,
+        "the slow saver made the writers drop"
+    );
+}

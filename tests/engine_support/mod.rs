@@ -155,6 +155,47 @@ pub struct FinalRead {
 /// then the current one. A zero data end (never finalised, e.g. after a crash) means "scan the
 /// whole buffer".
 pub fn final_read(bytes: &[u8], from_durable: u64, skip_earlier: bool) -> FinalRead {
+    let (mut durable, mut rolling) = (Vec::new(), Vec::new());
+    let header = final_regions(
+        bytes,
+        from_durable,
+        skip_earlier,
+        |region, end, framing, d| {
+            let records = scan_decode(region, end, framing);
+            if d { &mut durable } else { &mut rolling }.extend(records);
+        },
+    );
+    FinalRead {
+        header,
+        durable,
+        rolling,
+    }
+}
+
+/// [`final_read`] as bytes: the records of every region read, in archive order (real FXT
+/// records, not this module's test records).
+pub fn final_read_raw(bytes: &[u8], from_durable: u64, skip_earlier: bool) -> Vec<u8> {
+    let mut out = Vec::new();
+    final_regions(
+        bytes,
+        from_durable,
+        skip_earlier,
+        |region, end, framing, _| {
+            let (stop, _) = copy_records(region, end, framing, &mut out).expect("framing args");
+            assert_eq!(stop, ChunkScanStop::Complete, "scan stopped early");
+        },
+    );
+    out
+}
+
+/// The regions of [`final_read`], each given to `read` (its bytes, data end, framing, and
+/// whether it is the durable buffer), in archive order; the header.
+fn final_regions(
+    bytes: &[u8],
+    from_durable: u64,
+    skip_earlier: bool,
+    mut read: impl FnMut(&[u8], u64, Framing, bool),
+) -> HeaderFields {
     let header = HeaderFields::from_bytes(bytes[..128].try_into().unwrap());
     let geometry = header
         .validate(bytes.len() as u64)
@@ -162,10 +203,6 @@ pub fn final_read(bytes: &[u8], from_durable: u64, skip_earlier: bool) -> FinalR
     header
         .validate_fxtrace_extension()
         .expect("extension validates");
-    let mut out = FinalRead {
-        header,
-        ..FinalRead::default()
-    };
     if geometry.mode != BufferingMode::Oneshot {
         let start = HEADER_SIZE as usize;
         let durable = &bytes[start..start + geometry.durable_buffer_size as usize];
@@ -175,23 +212,23 @@ pub fn final_read(bytes: &[u8], from_durable: u64, skip_earlier: bool) -> FinalR
             header.durable_data_end
         };
         let region = &durable[from_durable as usize..];
-        out.durable = scan_decode(region, end - from_durable, Framing::Dense);
+        read(region, end - from_durable, Framing::Dense, true);
     }
     let wc = header.wrapped_count;
-    let rolling = |index: usize, wrapped: u32| -> Vec<Rec> {
+    let mut rolling = |index: usize, wrapped: u32| {
         let off = geometry.rolling_offset(index) as usize;
         let buf = &bytes[off..off + geometry.rolling_buffer_size as usize];
         let end = match header.rolling_data_end[index] {
             0 => geometry.rolling_buffer_size,
             e => e,
         };
-        scan_decode(buf, end, header.rolling_framing(wrapped))
+        read(buf, end, header.rolling_framing(wrapped), false);
     };
     if wc > 0 && geometry.mode != BufferingMode::Oneshot && !skip_earlier {
-        out.rolling.extend(rolling(((wc - 1) & 1) as usize, wc - 1));
+        rolling(((wc - 1) & 1) as usize, wc - 1);
     }
-    out.rolling.extend(rolling((wc & 1) as usize, wc));
-    out
+    rolling((wc & 1) as usize, wc);
+    header
 }
 
 /// Copy the whole buffer with `pread`.
@@ -211,6 +248,11 @@ pub struct Saver {
 
 #[derive(Debug, Default)]
 pub struct SavedData {
+    /// Keep each saved region's records as bytes in `raw` (real FXT records, not this
+    /// module's test records) instead of decoding them into `records`.
+    pub keep_raw: bool,
+    /// The saved records' bytes, in save order (with `keep_raw`).
+    pub raw: Vec<u8>,
     pub records: Vec<Rec>,
     pub last_wrapped: Option<u32>,
     pub last_durable_end: u64,
@@ -251,9 +293,7 @@ pub fn save_buffer(mapping: &TraceBuffer, saved: &mut SavedData, wc: u32, dde: u
                 dde - saved.last_durable_end,
             )
             .unwrap();
-        saved
-            .records
-            .extend(scan_decode(&bytes, bytes.len() as u64, Framing::Dense));
+        saved.keep(&bytes, bytes.len() as u64, Framing::Dense);
     }
     let index = (wc & 1) as usize;
     let end = header.rolling_data_end[index];
@@ -261,24 +301,53 @@ pub fn save_buffer(mapping: &TraceBuffer, saved: &mut SavedData, wc: u32, dde: u
     let bytes = mapping
         .copy_range(geometry.rolling_offset(index), end)
         .unwrap();
-    saved
-        .records
-        .extend(scan_decode(&bytes, end, header.rolling_framing(wc)));
+    saved.keep(&bytes, end, header.rolling_framing(wc));
     saved.last_wrapped = Some(wc);
     saved.last_durable_end = dde;
     saved.saves += 1;
 }
 
+impl SavedData {
+    /// Keep the records of one saved region.
+    fn keep(&mut self, bytes: &[u8], data_end: u64, framing: Framing) {
+        if self.keep_raw {
+            let (stop, _) =
+                copy_records(bytes, data_end, framing, &mut self.raw).expect("framing args");
+            assert_eq!(stop, ChunkScanStop::Complete, "scan stopped early");
+        } else {
+            self.records.extend(scan_decode(bytes, data_end, framing));
+        }
+    }
+}
+
 impl Saver {
     /// A handler and the saver thread behind it. `delay` is slept before each save.
     pub fn new(mapping: TraceBuffer, delay: Duration) -> (Self, Arc<ChannelHandler>, SaverLink) {
+        Self::with(mapping, delay, SavedData::default())
+    }
+
+    /// [`Self::new`] keeping the saved records as bytes (`SavedData::raw`): for real FXT
+    /// records.
+    pub fn raw(mapping: TraceBuffer, delay: Duration) -> (Self, Arc<ChannelHandler>, SaverLink) {
+        let saved = SavedData {
+            keep_raw: true,
+            ..SavedData::default()
+        };
+        Self::with(mapping, delay, saved)
+    }
+
+    fn with(
+        mapping: TraceBuffer,
+        delay: Duration,
+        saved: SavedData,
+    ) -> (Self, Arc<ChannelHandler>, SaverLink) {
         let (tx, rx) = mpsc::channel::<(u32, u64)>();
         let notified = Arc::new(AtomicU64::new(0));
         let handler = Arc::new(ChannelHandler {
             tx: Mutex::new(tx.clone()),
             notified: notified.clone(),
         });
-        let saved = Arc::new(Mutex::new(SavedData::default()));
+        let saved = Arc::new(Mutex::new(saved));
         let link = SaverLink {
             ctx: Arc::new(Mutex::new(None)),
         };

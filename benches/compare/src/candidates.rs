@@ -1,6 +1,7 @@
 //! The candidates: one row each, run in a process of its own (`--child NAME`), so that no
 //! candidate's threads, allocations or global subscriber disturb another's.
 
+use std::ffi::c_char;
 use std::hint::black_box;
 use std::io::Write;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -82,6 +83,10 @@ pub(crate) const ALL: &[Candidate] = &[
     },
     ratio("fastrace_local_span", "fastrace `LocalSpan` (reporter set)"),
     ratio("fx_instant", "fxtrace `instant` (0 args, static strings)"),
+    ratio(
+        "fx_c_instant_static",
+        "fxtrace C API `fxtrace_instant_static`, through the C ABI",
+    ),
     ratio("fx_duration", "fxtrace `duration` guard"),
     ratio("fx_traced", "fxtrace `#[traced]` call"),
     ratio("fx_traced_args", "fxtrace `#[traced]` with `args(a, b)`"),
@@ -272,6 +277,20 @@ pub(crate) fn run(name: &str, settings: &Settings) -> Result<Outcome, Error> {
                 fxtrace::instant("bench", "instant", Scope::Thread, &[])
             })
         }),
+        "fx_c_instant_static" => {
+            // Called as a C program calls the shared object: through a function pointer the
+            // compiler cannot see through (no inlining across the C ABI), with the addresses
+            // of two literals.
+            let call: unsafe extern "C" fn(*const c_char, *const c_char) =
+                black_box(fxtrace::c_api::fxtrace_instant_static);
+            in_fxtrace_session(|| {
+                one(settings, || {
+                    // SAFETY: two C string literals: NUL-terminated, unchanged at the same
+                    // address until the process exits (the `_static` contract).
+                    unsafe { call(c"bench".as_ptr(), c"instant".as_ptr()) }
+                })
+            })
+        }
         "fx_duration" => in_fxtrace_session(|| {
             one(settings, || {
                 let _span = fxtrace::duration("bench", "duration");

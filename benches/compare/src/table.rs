@@ -88,6 +88,10 @@ const ROWS: &[Row] = &[
         "fastrace_local_span",
     ),
     Row::One("fxtrace `instant` (0 args, static strings)", "fx_instant"),
+    Row::One(
+        "fxtrace C API `fxtrace_instant_static` (through the C ABI)",
+        "fx_c_instant_static",
+    ),
     Row::One("fxtrace `duration` guard", "fx_duration"),
     Row::One("fxtrace `#[traced]` call", "fx_traced"),
     Row::One("fxtrace `#[traced]` with `args(a, b)`", "fx_traced_args"),
