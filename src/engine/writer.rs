@@ -289,18 +289,8 @@ pub(crate) fn with_installed_writer<R>(f: impl FnOnce(&mut Writer<'_>) -> R) -> 
     }
     // SAFETY: the installed context is the one this thread is bound to (ids are never
     // reused), and it stays alive until this section ends (see above).
-    let inner = unsafe { &*t.inner.get() };
-    // ATOMICS: `Acquire`: pairs with the engine's `Release` gate stores.
-    let gate = inner.gate.load(Ordering::Acquire);
-    let mut writer = Writer {
-        inner,
-        thread: t,
-        slot,
-        gate,
-        installed: true,
-        _not_send: PhantomData,
-    };
-    if gate & GATE_STARTED == 0 {
+    let mut writer = unsafe { installed_writer(t, slot) };
+    if writer.gate & GATE_STARTED == 0 {
         return None; // dropping `writer` leaves the section
     }
     Some(f(&mut writer))
@@ -652,21 +642,48 @@ unsafe fn open_installed_section() -> (&'static ThreadState, &'static WriterSlot
 #[cold]
 #[inline(never)]
 pub(crate) unsafe fn leave_open_section() {
-    // SAFETY: the caller's promise: the section is open.
-    let (t, slot) = unsafe { open_installed_section() };
-    // SAFETY: as in `with_installed_writer`: the section checked that the installed context
-    // is the thread's, and it stays alive until the section is left.
+    // SAFETY: the caller's promise: the section is open; it checked that the installed
+    // context is the thread's.
+    drop(unsafe { open_section_writer() });
+}
+
+/// A [`Writer`] on the thread's open section of the installed context (leaving it when
+/// dropped), its gate loaded now.
+///
+/// # Safety
+///
+/// `slot` is the thread's (`t`'s) slot, announced in a section that is open, and that
+/// section found the installed context to be the thread's: it stays alive until the section
+/// is left.
+#[inline(always)]
+unsafe fn installed_writer(t: &'static ThreadState, slot: &'static WriterSlot) -> Writer<'static> {
+    // SAFETY: the caller's promise: the context is alive while the section is open.
     let inner = unsafe { &*t.inner.get() };
     // ATOMICS: `Acquire`: pairs with the engine's `Release` gate stores.
     let gate = inner.gate.load(Ordering::Acquire);
-    drop(Writer {
+    Writer {
         inner,
         thread: t,
         slot,
         gate,
         installed: true,
         _not_send: PhantomData,
-    });
+    }
+}
+
+/// [`installed_writer`] on the section [`open_installed_section`] finds.
+///
+/// # Safety
+///
+/// As [`open_installed_section`], and the section checked that the installed context is the
+/// thread's (any case but [`Attempt::Unused`]).
+#[inline(always)]
+unsafe fn open_section_writer() -> Writer<'static> {
+    // SAFETY: the caller's promise.
+    unsafe {
+        let (t, slot) = open_installed_section();
+        installed_writer(t, slot)
+    }
 }
 
 /// Finish an [`Attempt::Unused`]: leave the section, nothing written.
@@ -704,22 +721,11 @@ fn installed_record_slow<const N: usize>(
     payload: [u64; N],
     len: usize,
 ) -> bool {
-    // SAFETY: called for an `Attempt::Slow`, whose section is open.
-    let (t, slot) = unsafe { open_installed_section() };
-    // SAFETY: as in `with_installed_writer`: the section checked that the installed context
-    // is the thread's, and it stays alive until the section is left.
-    let inner = unsafe { &*t.inner.get() };
-    // ATOMICS: `Acquire`: pairs with the engine's `Release` gate stores.
-    let gate = inner.gate.load(Ordering::Acquire);
+    // SAFETY: called for an `Attempt::Slow`, whose section is open and found the installed
+    // context to be the thread's.
+    let mut writer = unsafe { open_section_writer() };
+    let gate = writer.gate;
     let payload = &payload[..len];
-    let mut writer = Writer {
-        inner,
-        thread: t,
-        slot,
-        gate,
-        installed: true,
-        _not_send: PhantomData,
-    };
     let generation = open_gate & GENERATION_MASK;
     let expected = make_gate(generation, 0, GATE_STARTED);
     if gate & make_gate(GENERATION_MASK, 0, GATE_STARTED) != expected {
