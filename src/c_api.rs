@@ -376,6 +376,10 @@ unsafe fn emit(
 /// exported function stays a load and a branch when tracing is off. One set of functions per
 /// kind (no kind to pass or match).
 ///
+/// All are `extern "C"`, which cannot unwind (each catches what it must), so that a call
+/// between them needs no landing pad and can be a tail call: the exported function jumps to
+/// the fast path, which jumps to a cold function.
+///
 /// The fast path calls nothing: every other case of the record path ends in a tail call
 /// (with at most six arguments, in registers) to a cold function, and the two addresses are
 /// not kept past the memo (read back from it), so that the fast path saves few registers
@@ -392,7 +396,7 @@ macro_rules! static_emitters {
         ///
         /// As [`emit`] with [`Strings::Static`].
         #[inline(never)]
-        unsafe fn $name(category: *const c_char, name: *const c_char) {
+        unsafe extern "C" fn $name(category: *const c_char, name: *const c_char) {
             let (c, n) = (category as usize, name as usize);
             let (pair, attempt) = match record::try_installed_plain_event_by_address(c, n, $kind) {
                 ByAddress::Tried(pair, attempt) => (pair, attempt),
@@ -435,7 +439,7 @@ macro_rules! static_emitters {
         /// As [`emit`] with [`Strings::Static`].
         #[cold]
         #[inline(never)]
-        unsafe fn $slow(category: *const c_char, name: *const c_char) {
+        unsafe extern "C" fn $slow(category: *const c_char, name: *const c_char) {
             let _ = catch_unwind(AssertUnwindSafe(|| {
                 // SAFETY: the caller's promise (static strings).
                 let (category, name) = unsafe { static_texts(category, name) };
@@ -455,7 +459,7 @@ macro_rules! static_emitters {
         /// with [`Attempt::Unused`]).
         #[cold]
         #[inline(never)]
-        unsafe fn $unused(category: *const c_char, name: *const c_char) {
+        unsafe extern "C" fn $unused(category: *const c_char, name: *const c_char) {
             writer::leave_unused_section();
             // SAFETY: forwarded caller's promise.
             unsafe { $slow(category, name) }
@@ -471,7 +475,7 @@ macro_rules! static_emitters {
         /// record's parts are its (it ended with [`Attempt::Slow`]).
         #[cold]
         #[inline(never)]
-        unsafe fn $refill(
+        unsafe extern "C" fn $refill(
             category: *const c_char,
             name: *const c_char,
             open_gate: u32,
@@ -495,7 +499,7 @@ macro_rules! static_emitters {
 /// there is swallowed).
 #[cold]
 #[inline(never)]
-fn serve_wanted_section() {
+extern "C" fn serve_wanted_section() {
     let _ = catch_unwind(writer::serve_wanted_section);
 }
 
