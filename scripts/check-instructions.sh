@@ -20,7 +20,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Budgets: instructions per call, loop excluded, with a margin over the measured figure
-# (BENCHMARKS.md, "Engine"; 2026-11-25 late evening, calls only: instant_0args 57,
+# (BENCHMARKS.md, "Engine"; 2026-11-25 night, calls only: instant_0args 55, duration_complete
+# 108, traced 140, traced_2args 204 (the record path's cold exits reshaped); late evening 57,
 # duration_complete 112, traced 146, traced_2args 208 (arguments encoded at entry, their
 # names' indices kept by the thread's memo); that evening 57, 112, 147, 385; that morning 70,
 # 120, 166, 414; before the one-announcement path, 2026-11-24: 226, 311, -, 824). Issue 11's target for
