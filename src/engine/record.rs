@@ -455,7 +455,7 @@ pub(crate) enum ByAddress {
 }
 
 /// After the C API's `_static` slow path wrote (`category`, `name`) through the memoised
-/// path: let [`installed_plain_event_by_address`] find the pair by its addresses from now on.
+/// path: let [`try_installed_plain_event_by_address`] find the pair by its addresses from now on.
 #[cfg(feature = "c-api")]
 pub(crate) fn claim_pair_by_address(category: &'static str, name: &'static str) {
     cache::current().claim_by_address(category, name);

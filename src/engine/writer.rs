@@ -471,7 +471,7 @@ pub(crate) fn enter_installed() -> Result<InstalledSection, NotEntered> {
 /// The calling thread kept out of every other section (`busy` set) while it prepares a
 /// section of the installed context's path, not yet announced: what it reads meanwhile (its
 /// memo) no call of the same thread (a signal handler's) can change. Announce it with
-/// [`Self::announce`], or give it up with [`Self::release`].
+/// [`Self::announce`], or give it up with `release` (the C API's, when its memo is missing).
 #[must_use]
 pub(crate) struct ThreadClaim {
     t: &'static ThreadState,
