@@ -33,8 +33,9 @@
 //! are not dropped while rolling records are (they live in the durable buffer), and thread
 //! records are never dropped at all. The durable buffer is not reused; once it fills, tracing
 //! stops for this context (every later record is dropped and counted), the header says so
-//! (`durable_data_end`, [`FLAG_DURABLE_BUFFER_FULL`]), and [`StopReport::durable_buffer_full`]
-//! reports it.
+//! (`durable_data_end`,
+//! [`FLAG_DURABLE_BUFFER_FULL`](crate::buffer::header::FLAG_DURABLE_BUFFER_FULL)), and
+//! [`StopReport::durable_buffer_full`] reports it.
 //!
 //! # Chunks (fxtrace)
 //!

@@ -25,15 +25,16 @@
 //!    buffering mode, the categories, the sealed memfd the manager created, the provider's
 //!    end of the FIFO, and the manager's clock rate, which the process's clock takes
 //!    ([`crate::clock::set_ticks_per_second`]) so that no traced process measures its TSC.
-//! 3. It maps the memfd and builds an engine [`Context`] over it (the engine initialises the
-//!    header) with a [`crate::engine::BufferHandler`] that sends SAVE_BUFFER in streaming mode.
+//! 3. It maps the memfd and builds an engine [`Context`](crate::engine::Context) over it (the
+//!    engine initialises the header) with a [`crate::engine::BufferHandler`] that sends
+//!    SAVE_BUFFER in streaming mode.
 //! 4. A background thread (`fxtrace-provider`) serves the manager: Start → start the context
 //!    (clearing as the disposition says; the start writes the initialization record before
 //!    any other thread can write, at the first start and after every clearing start, as
 //!    Fuchsia's engine does) → STARTED (version 1); Stop → stop the context (waits
 //!    for writers in flight, bounded) → STOPPED; Terminate → stop, then close; BUFFER_SAVED →
-//!    [`Context::mark_buffer_saved`]. Anything else from the manager ends the session, as
-//!    Fuchsia's provider does.
+//!    [`Context::mark_buffer_saved`](crate::engine::Context::mark_buffer_saved). Anything
+//!    else from the manager ends the session, as Fuchsia's provider does.
 //! 5. If the manager goes away (its end of the socket or FIFO closes), tracing stops cleanly
 //!    and the program carries on; nothing ever blocks a writer.
 //! 6. When the process exits normally (`exit`, or returning from `main`), an `atexit` hook stops
