@@ -34,10 +34,11 @@
 //!
 //! No function unwinds into C: the engine returns errors rather than panicking; the `_static`
 //! functions' fast path calls nothing, and every other part of the enabled path runs inside
-//! [`std::panic::catch_unwind`] (a panic, say in a buffer handler the program installed, is
-//! swallowed and the event dropped). Records that cannot
-//! be written (full buffer, re-entrant call from a signal handler on a thread already
-//! writing) are counted as dropped by the engine.
+//! [`catch_panic`] (a panic, say in a buffer handler the program installed, is swallowed and
+//! the event dropped). The functions are `extern "C"`, so a panic that escaped anyway would
+//! abort the process (Rust 1.81 and later), never unwind into C. Records that cannot be
+//! written (full buffer, re-entrant call from a signal handler on a thread already writing)
+//! are counted as dropped by the engine.
 
 use std::cell::Cell;
 use std::ffi::{c_char, c_int, CStr};
@@ -59,6 +60,22 @@ pub const CATEGORY_CACHE_MAX_LEN: usize = 32;
 
 /// Name of the counter event's argument that carries the value.
 pub const COUNTER_VALUE_ARG: &str = "value";
+
+/// Run `f`, catching a panic: its value, or `None` after a panic, which is swallowed. The
+/// panic's payload is dropped inside `catch_unwind` too (a payload whose destructor panics
+/// would otherwise unwind into C, which aborts the process), and leaked if that panics again.
+/// What every C entry point runs the program's code (a buffer handler) in.
+pub fn catch_panic<T>(f: impl FnOnce() -> T) -> Option<T> {
+    match catch_unwind(AssertUnwindSafe(f)) {
+        Ok(value) => Some(value),
+        Err(payload) => {
+            if let Err(again) = catch_unwind(AssertUnwindSafe(move || drop(payload))) {
+                std::mem::forget(again);
+            }
+            None
+        }
+    }
+}
 
 // === strings ===
 
@@ -347,7 +364,7 @@ unsafe fn emit(
     kind: EventKind,
     value: Option<i64>,
 ) {
-    let _ = catch_unwind(AssertUnwindSafe(|| match strings {
+    catch_panic(|| match strings {
         Strings::Static => {
             // SAFETY: the caller promised strings that live, unchanged, for the rest of the
             // process: `'static`.
@@ -365,7 +382,7 @@ unsafe fn emit(
                 value,
             );
         }
-    }));
+    });
 }
 
 /// The `_static` instant and duration functions once tracing may be on. First the fast
@@ -440,14 +457,14 @@ macro_rules! static_emitters {
         #[cold]
         #[inline(never)]
         unsafe extern "C" fn $slow(category: *const c_char, name: *const c_char) {
-            let _ = catch_unwind(AssertUnwindSafe(|| {
+            catch_panic(|| {
                 // SAFETY: the caller's promise (static strings).
                 let (category, name) = unsafe { static_texts(category, name) };
                 // The facade's memoised path itself (the exported function checked that
                 // tracing may be on): a thread-scoped event of static strings, no arguments.
                 crate::trace::emit_memoised_plain(category, name, $kind);
                 record::claim_pair_by_address(category, name);
-            }));
+            });
         }
 
         /// The fast path found another context installed: leave its section, then the slow
@@ -482,11 +499,11 @@ macro_rules! static_emitters {
             header: u64,
             ticks: u64,
         ) {
-            let written = catch_unwind(AssertUnwindSafe(|| {
+            let written = catch_panic(|| {
                 // SAFETY: the caller's promise: the parts of the open section's record.
                 unsafe { SlowRecord::from_parts(open_gate, header, [ticks]) }.write()
-            }));
-            if matches!(written, Ok(false)) {
+            });
+            if written == Some(false) {
                 // SAFETY: forwarded caller's promise.
                 unsafe { $slow(category, name) }
             }
@@ -500,7 +517,7 @@ macro_rules! static_emitters {
 #[cold]
 #[inline(never)]
 extern "C" fn serve_wanted_section() {
-    let _ = catch_unwind(writer::serve_wanted_section);
+    catch_panic(writer::serve_wanted_section);
 }
 
 static_emitters! {
@@ -609,7 +626,7 @@ pub unsafe extern "C" fn fxtrace_is_category_enabled(category: *const c_char) ->
 #[cold]
 #[inline(never)]
 unsafe fn is_enabled_slow(category: *const c_char) -> c_int {
-    catch_unwind(AssertUnwindSafe(|| {
+    catch_panic(|| {
         // SAFETY: the caller's promise; the borrow ends within the call.
         let category = unsafe { c_text(category) };
         with_current(|context| {
@@ -618,7 +635,7 @@ unsafe fn is_enabled_slow(category: *const c_char) -> c_int {
         })
         .flatten()
         .unwrap_or(false)
-    }))
+    })
     .map_or(0, c_int::from)
 }
 
@@ -698,7 +715,7 @@ pub unsafe extern "C" fn fxtrace_alert(name: *const c_char) -> c_int {
     if name.is_null() {
         return -1;
     }
-    catch_unwind(AssertUnwindSafe(|| {
+    catch_panic(|| {
         // SAFETY: the caller's promise; the borrow ends within the call.
         let bytes = unsafe { CStr::from_ptr(name) }.to_bytes();
         let Ok(name) = std::str::from_utf8(bytes) else {
@@ -714,12 +731,34 @@ pub unsafe extern "C" fn fxtrace_alert(name: *const c_char) -> c_int {
             Ok(sent) => c_int::from(sent),
             Err(_) => -1,
         }
-    }))
+    })
     .unwrap_or(0)
 }
 
 #[cfg(test)]
 mod tests {
+    use super::catch_panic;
+
+    #[test]
+    fn a_panic_is_swallowed_even_when_its_payload_panics_as_it_is_dropped() {
+        struct PanicsOnDrop;
+        impl Drop for PanicsOnDrop {
+            fn drop(&mut self) {
+                panic!("the payload's destructor panics");
+            }
+        }
+        assert_eq!(catch_panic(|| 7), Some(7));
+        assert_eq!(
+            catch_panic(|| panic!("a buffer handler panics")),
+            None::<()>
+        );
+        assert_eq!(
+            catch_panic(|| std::panic::panic_any(PanicsOnDrop)),
+            None::<()>,
+            "swallowed, the payload leaked rather than unwinding out of its drop"
+        );
+    }
+
     #[test]
     fn static_texts_are_read_once_per_pair_of_addresses() {
         let a = c"first";

@@ -44,7 +44,7 @@ extern "C" fn preload_init(
     _envp: *const *const libc::c_char,
 ) {
     // A panic must not cross into the loader; whatever happened, the program runs on.
-    let _ = std::panic::catch_unwind(runtime::init);
+    fxtrace::c_api::catch_panic(runtime::init);
 }
 
 #[cfg(not(test))]
