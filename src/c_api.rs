@@ -47,7 +47,6 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use crate::clock;
 use crate::engine::category::tracing_maybe_on;
 use crate::engine::global::with_current;
-use crate::engine::record::ByAddress;
 use crate::engine::record::{self, TraceStr, TraceWriter};
 use crate::engine::writer::{self, Attempt, SlowRecord};
 use crate::engine::Context;
@@ -415,10 +414,10 @@ macro_rules! static_emitters {
         #[inline(never)]
         unsafe extern "C" fn $name(category: *const c_char, name: *const c_char) {
             let (c, n) = (category as usize, name as usize);
-            let (pair, attempt) = match record::try_installed_plain_event_by_address(c, n, $kind) {
-                ByAddress::Tried(pair, attempt) => (pair, attempt),
+            let Some((pair, attempt)) = record::try_installed_plain_event_by_address(c, n, $kind)
+            else {
                 // SAFETY: forwarded caller's promise.
-                ByAddress::NotApplicable => return unsafe { $slow(category, name) },
+                return unsafe { $slow(category, name) };
             };
             // Past the memo, the addresses are read back from it in the cold cases rather
             // than kept in two registers all along the fast path: the same values (the memo
@@ -430,9 +429,8 @@ macro_rules! static_emitters {
             };
             match attempt {
                 Attempt::Written => {}
-                // Only for a record longer than its payload: one word of one never is (the
-                // arm folds away).
-                Attempt::NotApplicable => unreachable!("a 1-word payload fits"),
+                // Never from an entered section (the arm folds away).
+                Attempt::NotApplicable => unreachable!("a section's record is never refused"),
                 Attempt::Unused => {
                     let (category, name) = strings();
                     // SAFETY: forwarded caller's promise (the same two addresses); the

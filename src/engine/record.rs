@@ -413,7 +413,9 @@ pub(crate) fn installed_plain_event(
 
 /// [`installed_plain_event`]'s fast path for a pair known by its strings' addresses alone
 /// (the C API's `_static` strings: see `ThreadCache::claimed_by_address`), nothing read from
-/// the strings, each other case handed back for the caller to finish. The memo is looked up
+/// the strings: `None` if the installed path does not apply or the thread has no claimed memo
+/// of the pair (no section open), else the memo and the record's attempt, each case but
+/// `Written` handed back for the caller to finish. The memo is looked up
 /// once the thread is claimed ([`writer::ThreadClaim`]): then no call of this thread (a signal
 /// handler's) can replace it, so the caller may read the pair's addresses back from it
 /// ([`cache::ClaimedPair::addresses`]) rather than keep them.
@@ -423,13 +425,11 @@ pub(crate) fn try_installed_plain_event_by_address(
     category: usize,
     name: usize,
     event_type: EventType,
-) -> ByAddress {
-    let Some(claim) = writer::claim_installed() else {
-        return ByAddress::NotApplicable;
-    };
+) -> Option<(cache::ClaimedPair<'static>, writer::Attempt<1>)> {
+    let claim = writer::claim_installed()?;
     let Some(pair) = cache::current().claimed_by_address(category, name) else {
         claim.release();
-        return ByAddress::NotApplicable;
+        return None;
     };
     let memo = pair.memo();
     let ticks = clock::ticks();
@@ -441,17 +441,7 @@ pub(crate) fn try_installed_plain_event_by_address(
         Some(section) => section.record(memo.open_gate(), header, [ticks], 1),
         None => writer::Attempt::Unused,
     };
-    ByAddress::Tried(pair, attempt)
-}
-
-/// How [`try_installed_plain_event_by_address`] ended.
-#[cfg(feature = "c-api")]
-#[must_use]
-pub(crate) enum ByAddress {
-    /// No claimed memo of the pair, or the installed path does not apply: no section open.
-    NotApplicable,
-    /// The record's attempt, with the pair's memo.
-    Tried(cache::ClaimedPair<'static>, writer::Attempt<1>),
+    Some((pair, attempt))
 }
 
 /// After the C API's `_static` slow path wrote (`category`, `name`) through the memoised

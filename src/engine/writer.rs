@@ -521,25 +521,10 @@ impl ThreadClaim {
 }
 
 impl InstalledSection {
-    /// Leave the section without writing.
-    #[inline(always)]
-    pub(crate) fn leave(self) {
-        self.detach();
-        // SAFETY: detached just now: the section is open.
-        unsafe { leave_open_section() };
-    }
-
-    /// Keep the section open for a cold function to leave with [`leave_open_section`] (so
-    /// that the caller reaches it by a tail call).
-    #[inline(always)]
-    pub(crate) fn detach(self) {
-        self.t.seq.set(self.seq);
-    }
-
     /// [`try_installed_record`]'s second half: the record of `len + 1` words (see
-    /// [`installed_record`]) in this section. Never [`Attempt::Unused`];
-    /// [`Attempt::NotApplicable`] only for a `len` above `N` (a caller's error: the section is
-    /// left, nothing written).
+    /// [`installed_record`]) in this section. Never [`Attempt::NotApplicable`] or
+    /// [`Attempt::Unused`] (a `len` above `N`, a caller's error, is an [`Attempt::Slow`]
+    /// whose write leaves the section and answers `false`).
     #[inline(always)]
     pub(crate) fn record<const N: usize>(
         self,
@@ -551,11 +536,6 @@ impl InstalledSection {
         const { assert!(N <= MAX_INSTALLED_PAYLOAD) };
         // (The debug checks of `header` and `len`, `debug_assert_record`, are the caller's,
         // before its section: a failed assertion must not leave the section open.)
-        if len > N {
-            // A caller's error (`try_installed_record` checks first): nothing written.
-            self.leave();
-            return Attempt::NotApplicable;
-        }
         let Self { t, slot, seq } = self;
         // SAFETY: as in `with_installed_writer`.
         let inner = unsafe { &*t.inner.get() };
@@ -572,7 +552,11 @@ impl InstalledSection {
         let reach = chunk.pos as usize + (N + 1) * 8;
         // An open gate of the memo's trace (`open_gate`; a durable-full one takes the slow
         // path, which counts the drop), the one the chunk was taken under.
-        if gate_high(gate) != open_gate || chunk.gate != gate || reach >= chunk.end as usize {
+        if gate_high(gate) != open_gate
+            || chunk.gate != gate
+            || reach >= chunk.end as usize
+            || len > N
+        {
             t.seq.set(seq);
             return Attempt::Slow(SlowRecord {
                 open_gate,
@@ -630,21 +614,6 @@ unsafe fn open_installed_section() -> (&'static ThreadState, &'static WriterSlot
     // SAFETY: the open section found `slot` non-null, and the thread's lease keeps its table
     // alive at least until the section is left (the caller's promise: it is open).
     (t, unsafe { &*t.slot.get() })
-}
-
-/// Leave the installed context's open section, nothing written, and report to a buffer
-/// hand-off that asked meanwhile (as [`Writer`]'s drop does).
-///
-/// # Safety
-///
-/// An [`InstalledSection`] of this thread was detached ([`InstalledSection::detach`]) and
-/// not left since.
-#[cold]
-#[inline(never)]
-pub(crate) unsafe fn leave_open_section() {
-    // SAFETY: the caller's promise: the section is open; it checked that the installed
-    // context is the thread's.
-    drop(unsafe { open_section_writer() });
 }
 
 /// A [`Writer`] on the thread's open section of the installed context (leaving it when
@@ -725,7 +694,9 @@ fn installed_record_slow<const N: usize>(
     // context to be the thread's.
     let mut writer = unsafe { open_section_writer() };
     let gate = writer.gate;
-    let payload = &payload[..len];
+    let Some(payload) = payload.get(..len) else {
+        return false; // a `len` above `N`, a caller's error: dropping `writer` leaves
+    };
     let generation = open_gate & GENERATION_MASK;
     let expected = make_gate(generation, 0, GATE_STARTED);
     if gate & make_gate(GENERATION_MASK, 0, GATE_STARTED) != expected {
