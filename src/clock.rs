@@ -342,6 +342,26 @@ pub fn ticks() -> u64 {
     unsafe { core::arch::x86_64::_rdtsc() }
 }
 
+/// Current tick count read with plain `rdtsc` whatever the build's clock: for a timestamp
+/// that marks no measured edge (a `tracing` span's creation, kept for an async begin), where
+/// about half an `rdtscp` is saved and a read up to the out-of-order window early is harmless.
+/// The same counter as [`ticks`]; never later than a [`ticks`] that follows it.
+#[cfg(target_arch = "x86_64")]
+#[inline(always)]
+#[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+pub(crate) fn ticks_unordered() -> u64 {
+    // SAFETY: `_rdtsc` reads the TSC; every x86_64 CPU has the instruction.
+    unsafe { core::arch::x86_64::_rdtsc() }
+}
+
+/// [`ticks`] on targets without a TSC.
+#[cfg(not(target_arch = "x86_64"))]
+#[inline(always)]
+#[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+pub(crate) fn ticks_unordered() -> u64 {
+    ticks()
+}
+
 /// Current tick count and the number of the CPU it was read on (`rdtscp`; the CPU number
 /// is the low 12 bits of `TSC_AUX`, which Linux sets to `node << 12 | cpu`).
 #[cfg(target_arch = "x86_64")]

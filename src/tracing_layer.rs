@@ -18,7 +18,7 @@
 //! |---|---|
 //! | target | category (enabled by the trace's category filter) |
 //! | span, each enter → exit on a thread | one duration-complete record on that thread, named after the span, with the span's fields |
-//! | span entered on a thread other than the one that created it (a future that moved, a task spawned elsewhere) | also an async-begin record (creation time, creating thread, the fields) and, when the span closes, an async-end record; correlation id = the span id |
+//! | span entered on a thread other than the one that created it (a future that moved, a task spawned elsewhere) | also, at that thread's first exit of it, an async-begin record (creation time, creating thread, the fields) and, when the span closes, an async-end record; correlation id = the span id |
 //! | event | instant event (thread scope) named by its `message` (the metadata name, e.g. `event src/main.rs:12`, when it has none), with the other fields and `level` as arguments |
 //! | field `i64` / `u64` / `f64` / `bool` / `&str` | typed argument `i64` / `u64` / `f64` / `bool` / string |
 //! | field recorded by `Debug` (`?x`, `%x`, `i128`, errors) | string argument with the `Debug` text; only then is anything formatted |
@@ -107,7 +107,6 @@ thread_local! {
 #[derive(Debug, Clone, Copy)]
 struct Entered {
     span: u64,
-    generation: u32,
     start: u64,
 }
 
@@ -126,8 +125,9 @@ fn current_tid() -> u64 {
 /// Spans whose async begin was written and whose close has not run yet: while 0, a close
 /// has nothing to write and does not look its span up.
 /// ATOMICS: `Relaxed`. It counts claimed async begins (`SpanData::async_begun` swapped to
-/// true, once per span); each decrement is the close of a span whose claim incremented it.
-/// That close runs after every enter of the span: `tracing_subscriber::Registry::try_close`
+/// true, once per span, at an exit); each decrement is the close of a span whose claim
+/// incremented it. That close runs after every exit of the span (each runs while its thread
+/// holds a handle to the span): `tracing_subscriber::Registry::try_close`
 /// decrements the span's reference count with `Release` and fences with `Acquire` before the
 /// close, so the close sees the increment and the count never goes below 0.
 static ASYNC_SPANS: AtomicUsize = AtomicUsize::new(0);
@@ -145,14 +145,15 @@ struct SpanData {
     generation: u32,
     category: &'static str,
     name: &'static str,
-    /// Creation time and thread (for the async begin).
+    /// Creation time (read unordered: [`clock::ticks_unordered`]) and thread, for the
+    /// async begin.
     created: u64,
     creator_tid: u64,
     fields: SpanFields,
-    /// Rules: set once, by the first thread that enters the span on a thread other than
-    /// its creator's, which then writes the async begin; read at close.
+    /// Rules: set once, by the first exit of the span on a thread other than its creator's,
+    /// which then writes the async begin; read at close.
     /// ATOMICS: `Relaxed` `swap`: only its single winner matters; the close that reads it
-    /// runs after every enter/exit of the span (the registry's span lifecycle orders them).
+    /// runs after every exit of the span (the registry's span lifecycle orders them).
     async_begun: AtomicBool,
 }
 
@@ -472,7 +473,7 @@ where
             generation,
             category,
             name,
-            created: clock::ticks(),
+            created: clock::ticks_unordered(),
             creator_tid: current_tid(),
             fields,
             async_begun: AtomicBool::new(false),
@@ -491,26 +492,13 @@ where
         }
     }
 
-    fn on_enter(&self, id: &Id, ctx: LayerContext<'_, S>) {
+    fn on_enter(&self, id: &Id, _ctx: LayerContext<'_, S>) {
         if !tracing_maybe_on() {
             return;
         }
-        let Some(span) = ctx.span(id) else {
-            return;
-        };
-        let extensions = span.extensions();
-        let Some(data) = extensions.get::<SpanData>() else {
-            return;
-        };
-        let tid = current_tid();
-        // ATOMICS: see `SpanData::async_begun`.
-        if tid != data.creator_tid && !data.async_begun.swap(true, Ordering::Relaxed) {
-            ASYNC_SPANS.fetch_add(1, Ordering::Relaxed);
-            write_async_begin(id.into_u64(), data);
-        }
+        // No lookup here: the exit looks the span up once, for its record and its async begin.
         let entered = Entered {
             span: id.into_u64(),
-            generation: data.generation,
             start: clock::ticks(),
         };
         ENTERED.with(|stack| {
@@ -542,12 +530,17 @@ where
         let Some(data) = extensions.get::<SpanData>() else {
             return;
         };
+        // ATOMICS: see `SpanData::async_begun`.
+        if current_tid() != data.creator_tid && !data.async_begun.swap(true, Ordering::Relaxed) {
+            ASYNC_SPANS.fetch_add(1, Ordering::Relaxed);
+            write_async_begin(span_id, data);
+        }
         let span = (entered.start, end);
         let pair = (data.category, data.name);
         if let SpanFields::Scalars { names, values, len } = &data.fields {
             // The engine's one-announcement path; the first record of the span's name in a
             // trace goes through the general one (and teaches the thread's memo).
-            let generation = entered.generation;
+            let generation = data.generation;
             let written =
                 record::arg_name_indices(generation, &names[..*len]).is_some_and(|indices| {
                     let values = &values[..*len];
@@ -567,7 +560,7 @@ where
             }
             return;
         }
-        with_writer_in(entered.generation, |writer| {
+        with_writer_in(data.generation, |writer| {
             let mut args = [EMPTY_ARG; MAX_ARGS];
             let n = span_args(writer, &data.fields, &mut args);
             let kind = EventKind::DurationComplete { end_ticks: end };

@@ -330,6 +330,49 @@ fn a_span_that_crosses_threads_gets_an_async_pair() {
     assert_eq!(working.tid, worker);
 }
 
+#[test]
+fn a_span_entered_on_both_threads_gets_one_async_pair_and_each_duration() {
+    let _s = serial();
+    let ((creator, worker), events) = trace(|| {
+        with_layer(|| {
+            let span = tracing::info_span!("task");
+            let creator = gettid();
+            span.in_scope(|| {});
+            let dispatch = tracing::dispatcher::get_default(|d| d.clone());
+            let moved = span.clone();
+            let worker = std::thread::spawn(move || {
+                tracing::dispatcher::with_default(&dispatch, || {
+                    moved.in_scope(|| {});
+                    moved.in_scope(|| {});
+                });
+                gettid()
+            })
+            .join()
+            .unwrap();
+            span.in_scope(|| {});
+            (creator, worker)
+        })
+    });
+    let count = |f: fn(&DecodedEventKind) -> bool| events.iter().filter(|e| f(&e.kind)).count();
+    assert_eq!(
+        count(|k| matches!(k, DecodedEventKind::AsyncBegin { .. })),
+        1,
+        "{events:?}"
+    );
+    assert_eq!(count(|k| matches!(k, DecodedEventKind::AsyncEnd { .. })), 1);
+    let tids: Vec<u64> = events
+        .iter()
+        .filter(|e| e.is_complete())
+        .map(|e| e.tid)
+        .collect();
+    assert_eq!(
+        tids.iter().filter(|&&t| t == creator).count(),
+        2,
+        "{tids:?}"
+    );
+    assert_eq!(tids.iter().filter(|&&t| t == worker).count(), 2, "{tids:?}");
+}
+
 /// Counts the events it sees.
 struct Counting(Arc<AtomicUsize>);
 
