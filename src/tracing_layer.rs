@@ -45,6 +45,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::fmt::{self, Write as _};
+use std::mem::MaybeUninit;
 use std::ops::Range;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 
@@ -97,9 +98,9 @@ impl TracingLayer {
 thread_local! {
     /// Spans entered on this thread and not yet exited, innermost last.
     static ENTERED: RefCell<Vec<Entered>> = const { RefCell::new(Vec::new()) };
-    /// Scratch text of the event being written (taken while in use, so a nested event
-    /// formatting inside a field's `Debug` gets its own).
-    static SCRATCH: Cell<String> = const { Cell::new(String::new()) };
+    /// Scratch text of the event being written (borrowed while in use: a nested event,
+    /// formatted inside a field's `Debug`, gets a string of its own).
+    static SCRATCH: RefCell<String> = const { RefCell::new(String::new()) };
     /// This thread's kernel id, 0 until asked.
     static TID: Cell<u64> = const { Cell::new(0) };
 }
@@ -328,66 +329,128 @@ impl Visit for SpanVisitor<'_> {
     }
 }
 
-/// Event fields, written into a scratch buffer.
-struct EventVisitor {
-    text: String,
+/// Event fields: scalars as they are, texts (the message, string and `Debug` fields) written
+/// into a scratch string.
+struct EventVisitor<'t> {
+    text: &'t mut String,
     message: Option<Range<usize>>,
-    args: [(&'static str, EventValue); MAX_ARGS],
+    /// The fields, `len` of them (a text field is a `Null` placeholder whose text is in
+    /// `text_ranges`), then room for `level`: uninitialised past `len`, so that an event does
+    /// not fill the whole array first.
+    fields: [MaybeUninit<(&'static str, ArgValue<'static>)>; MAX_ARGS],
+    /// Byte ranges in `text` of the text fields, by slot (those set in `text_slots`).
+    text_ranges: [(u32, u32); MAX_ARGS],
+    /// Bit `i` set: field `i` is a text.
+    text_slots: u16,
     len: usize,
     /// Fields that did not fit.
     dropped: u32,
 }
 
-#[derive(Debug, Clone)]
-enum EventValue {
-    Scalar(ArgValue<'static>),
-    Text(Range<usize>),
-}
-
-impl EventVisitor {
+impl<'t> EventVisitor<'t> {
     /// Room for fields: one slot is kept for `level`.
     const FIELD_SLOTS: usize = MAX_ARGS - 1;
 
-    fn push(&mut self, name: &'static str, value: EventValue) {
+    fn new(text: &'t mut String) -> Self {
+        EventVisitor {
+            text,
+            message: None,
+            fields: [const { MaybeUninit::uninit() }; MAX_ARGS],
+            text_ranges: [(0, 0); MAX_ARGS],
+            text_slots: 0,
+            len: 0,
+            dropped: 0,
+        }
+    }
+
+    fn push(&mut self, name: &'static str, value: ArgValue<'static>) -> Option<usize> {
         if self.len < Self::FIELD_SLOTS {
-            self.args[self.len] = (name, value);
+            self.fields[self.len].write((name, value));
             self.len += 1;
+            Some(self.len - 1)
         } else {
             self.dropped += 1;
+            None
+        }
+    }
+
+    fn push_text(&mut self, name: &'static str, range: Range<usize>) {
+        if let Some(slot) = self.push(name, ArgValue::Null) {
+            // Texts are at most `MAX_TEXT` bytes each, `MAX_ARGS` of them and the message.
+            self.text_ranges[slot] = (range.start as u32, range.end as u32);
+            self.text_slots |= 1 << slot;
+        }
+    }
+
+    /// The fields as pushed (text fields as placeholders: see [`Self::value`]).
+    fn fields(&self) -> &[(&'static str, ArgValue<'static>)] {
+        // SAFETY: `push` initialised `fields[..len]` (it writes a slot before counting it);
+        // `MaybeUninit<T>` has the layout of `T`.
+        unsafe { std::slice::from_raw_parts(self.fields.as_ptr().cast(), self.len) }
+    }
+
+    /// Field `i`'s value (`i < len`), texts from the scratch text.
+    fn value(&self, i: usize) -> ArgValue<'_> {
+        if self.text_slots & (1 << i) != 0 {
+            let (start, end) = self.text_ranges[i];
+            text_value(&self.text[start as usize..end as usize])
+        } else {
+            self.fields()[i].1
+        }
+    }
+
+    /// `f` of the visitor whose fields are followed by `last` (in the slot kept for `level`).
+    fn with_last<R>(
+        &mut self,
+        last: (&'static str, ArgValue<'static>),
+        f: impl FnOnce(&Self) -> R,
+    ) -> R {
+        self.fields[self.len].write(last);
+        self.len += 1;
+        let answer = f(self);
+        self.len -= 1;
+        answer
+    }
+
+    /// The event's message, if it has a non-empty one.
+    fn message(&self) -> Option<&str> {
+        match &self.message {
+            Some(range) if !range.is_empty() => Some(&self.text[range.clone()]),
+            _ => None,
         }
     }
 }
 
-impl Visit for EventVisitor {
+impl Visit for EventVisitor<'_> {
     fn record_f64(&mut self, field: &Field, value: f64) {
-        self.push(field.name(), EventValue::Scalar(ArgValue::F64(value)));
+        self.push(field.name(), ArgValue::F64(value));
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
-        self.push(field.name(), EventValue::Scalar(ArgValue::I64(value)));
+        self.push(field.name(), ArgValue::I64(value));
     }
 
     fn record_u64(&mut self, field: &Field, value: u64) {
-        self.push(field.name(), EventValue::Scalar(ArgValue::U64(value)));
+        self.push(field.name(), ArgValue::U64(value));
     }
 
     fn record_bool(&mut self, field: &Field, value: bool) {
-        self.push(field.name(), EventValue::Scalar(ArgValue::Bool(value)));
+        self.push(field.name(), ArgValue::Bool(value));
     }
 
     fn record_str(&mut self, field: &Field, value: &str) {
         let start = self.text.len();
         self.text.push_str(cut(value));
         let range = start..self.text.len();
-        self.push(field.name(), EventValue::Text(range));
+        self.push_text(field.name(), range);
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        let range = push_debug(&mut self.text, value);
+        let range = push_debug(self.text, value);
         if field.name() == "message" && self.message.is_none() {
             self.message = Some(range);
         } else {
-            self.push(field.name(), EventValue::Text(range));
+            self.push_text(field.name(), range);
         }
     }
 }
@@ -604,39 +667,30 @@ where
             return;
         };
         let ticks = clock::ticks();
-        let mut text = SCRATCH.with(Cell::take);
-        text.clear();
-        let mut visitor = EventVisitor {
-            text,
-            message: None,
-            args: std::array::from_fn(|_| ("", EventValue::Scalar(ArgValue::Null))),
-            len: 0,
-            dropped: 0,
+        let write = |text: &mut String| {
+            text.clear();
+            let mut visitor = EventVisitor::new(text);
+            event.record(&mut visitor);
+            let written = memoised.is_some()
+                && visitor.dropped == 0
+                && write_event_installed(
+                    generation,
+                    ticks,
+                    (category, site),
+                    metadata,
+                    &mut visitor,
+                );
+            if !written {
+                write_event(generation, ticks, (category, site), metadata, &visitor);
+            }
         };
-        event.record(&mut visitor);
-        let written = memoised.is_some()
-            && visitor.dropped == 0
-            && write_event_installed(generation, ticks, (category, site), metadata, &visitor);
-        if !written {
-            write_event(generation, ticks, (category, site), metadata, &visitor);
+        // A nested event (formatted inside a field's `Debug`), or one written as the thread
+        // exits, writes through a string of its own.
+        let scratch =
+            SCRATCH.try_with(|scratch| scratch.try_borrow_mut().map(|mut text| write(&mut text)));
+        if !matches!(scratch, Ok(Ok(()))) {
+            write(&mut String::new());
         }
-        SCRATCH.with(|s| s.set(visitor.text));
-    }
-}
-
-/// The message of an event, if it has a non-empty one.
-fn message(visitor: &EventVisitor) -> Option<&str> {
-    match &visitor.message {
-        Some(range) if !range.is_empty() => Some(&visitor.text[range.clone()]),
-        _ => None,
-    }
-}
-
-/// A field's value as an argument value (texts from the visitor's scratch text).
-fn event_value<'v>(visitor: &'v EventVisitor, value: &EventValue) -> ArgValue<'v> {
-    match value {
-        EventValue::Scalar(v) => *v,
-        EventValue::Text(range) => text_value(&visitor.text[range.clone()]),
     }
 }
 
@@ -647,19 +701,26 @@ fn write_event_installed(
     ticks: u64,
     site: (&'static str, &'static str),
     metadata: &tracing::Metadata<'_>,
-    visitor: &EventVisitor,
+    visitor: &mut EventVisitor<'_>,
 ) -> bool {
-    let mut args = [("", ArgValue::Null); MAX_ARGS];
-    for (slot, (name, value)) in args.iter_mut().zip(&visitor.args[..visitor.len]) {
-        *slot = (*name, event_value(visitor, value));
-    }
     // The level's text by its index, as the general path writes it (which interns it).
     let Some(level) = record::string_index(generation, metadata.level().as_str()) else {
         return false;
     };
-    args[visitor.len] = (LEVEL, ArgValue::Str(StringRef::Index(level)));
+    let level = (LEVEL, ArgValue::Str(StringRef::Index(level)));
+    if visitor.text_slots == 0 {
+        // Scalars only: the fields as they are, without a copy.
+        return visitor.with_last(level, |visitor| {
+            record::installed_instant(generation, ticks, site, visitor.message(), visitor.fields())
+        });
+    }
+    let mut args = [("", ArgValue::Null); MAX_ARGS];
+    for (i, slot) in args.iter_mut().enumerate().take(visitor.len) {
+        *slot = (visitor.fields()[i].0, visitor.value(i));
+    }
+    args[visitor.len] = level;
     let args = &args[..=visitor.len];
-    record::installed_instant(generation, ticks, site, message(visitor), args)
+    record::installed_instant(generation, ticks, site, visitor.message(), args)
 }
 
 /// An event on the general path (the current context's writer section), which also interns
@@ -669,13 +730,13 @@ fn write_event(
     ticks: u64,
     (category, site): (&'static str, &'static str),
     metadata: &tracing::Metadata<'_>,
-    visitor: &EventVisitor,
+    visitor: &EventVisitor<'_>,
 ) {
     with_writer_in(generation, |writer| {
         let mut args = [EMPTY_ARG; MAX_ARGS];
         let mut n = 0;
-        for (name, value) in &visitor.args[..visitor.len] {
-            args[n] = Arg::new(writer.string_ref(*name), event_value(visitor, value));
+        for (i, &(name, _)) in visitor.fields().iter().enumerate() {
+            args[n] = Arg::new(writer.string_ref(name), visitor.value(i));
             n += 1;
         }
         if visitor.dropped > 0 {
@@ -688,7 +749,7 @@ fn write_event(
         let level = writer.string_ref(metadata.level().as_str());
         args[n] = Arg::new(writer.string_ref(LEVEL), ArgValue::Str(level));
         n += 1;
-        let name = match message(visitor) {
+        let name = match visitor.message() {
             Some(message) => TraceStr::Inline(message),
             None => TraceStr::Static(site),
         };
