@@ -18,7 +18,7 @@
 //! |---|---|
 //! | target | category (enabled by the trace's category filter) |
 //! | span, each enter → exit on a thread | one duration-complete record on that thread, named after the span, with the span's fields |
-//! | span entered on a thread other than the one that created it (a future that moved, a task spawned elsewhere) | also, at that thread's first exit of it, an async-begin record (creation time, creating thread, the fields) and, when the span closes, an async-end record; correlation id = the span id |
+//! | span entered on a thread other than the one that created it (a future that moved, a task spawned elsewhere) | also an async-begin record (creation time, creating thread, the fields) and, when the span closes, an async-end record; correlation id = the span id |
 //! | event | instant event (thread scope) named by its `message` (the metadata name, e.g. `event src/main.rs:12`, when it has none), with the other fields and `level` as arguments |
 //! | field `i64` / `u64` / `f64` / `bool` / `&str` | typed argument `i64` / `u64` / `f64` / `bool` / string |
 //! | field recorded by `Debug` (`?x`, `%x`, `i128`, errors) | string argument with the `Debug` text; only then is anything formatted |
@@ -36,8 +36,11 @@
 //!   registry's own, one per span that records) is then the only allocation; text fields or
 //!   more fields take one more. Such a span's record is written on the engine's
 //!   one-announcement path once its thread has written the span's name in the trace.
+//! - A span's enter looks the span up only on a thread other than its creator's (to write
+//!   the async begin there); its exit looks it up once, for its record.
 //! - Events with string or `Debug` fields format into a per-thread scratch buffer (no
-//!   allocation once warm).
+//!   allocation once warm; an event emitted while another's field is formatted takes a
+//!   string of its own).
 //! - Texts are cut at [`MAX_TEXT`] bytes; an event or span has at most 15 arguments
 //!   (`level` included): further fields are replaced by one `fields_dropped` count.
 //! - Span ids are reused by the registry after a span closes, so an async id is unique only
@@ -57,6 +60,7 @@ use tracing_subscriber::registry::LookupSpan;
 
 use crate::clock;
 use crate::engine::category::tracing_maybe_on;
+use crate::engine::context::latest_generation;
 use crate::engine::global::with_current;
 use crate::engine::record::{
     self, Scope, SpanMemo, TraceStr, TraceWriter, INSTALLED_SPAN_ARGS, INSTALLED_SPAN_PAYLOAD,
@@ -96,8 +100,8 @@ impl TracingLayer {
 // === per-thread state ===
 
 thread_local! {
-    /// Spans entered on this thread and not yet exited, innermost last.
-    static ENTERED: RefCell<Vec<Entered>> = const { RefCell::new(Vec::new()) };
+    /// This thread's spans: those it entered, those it created.
+    static SPANS: RefCell<ThreadSpans> = const { RefCell::new(ThreadSpans::NEW) };
     /// Scratch text of the event being written (borrowed while in use: a nested event,
     /// formatted inside a field's `Debug`, gets a string of its own).
     static SCRATCH: RefCell<String> = const { RefCell::new(String::new()) };
@@ -109,6 +113,71 @@ thread_local! {
 struct Entered {
     span: u64,
     start: u64,
+}
+
+/// How many of the spans a thread created last it remembers ([`ThreadSpans::created`]).
+const CREATED_HINTS: usize = 8;
+
+/// A thread's spans.
+struct ThreadSpans {
+    /// Entered and not yet exited, innermost last.
+    entered: Vec<Entered>,
+    /// The latest trace when `entered` was last pushed to: the entries of an older trace
+    /// (whose exits ran with no trace running) are dropped at the next enter.
+    generation: u32,
+    /// The ids of the last spans this thread created that a trace records: a hint that an
+    /// enter of one of them is on its creator's thread (ids are reused once a span closes, so
+    /// the exit checks again), and needs no lookup for an async begin.
+    created: [u64; CREATED_HINTS],
+    next_created: usize,
+}
+
+impl ThreadSpans {
+    const NEW: ThreadSpans = ThreadSpans {
+        entered: Vec::new(),
+        generation: 0,
+        created: [0; CREATED_HINTS],
+        next_created: 0,
+    };
+
+    fn note_created(&mut self, span: u64) {
+        self.created[self.next_created] = span;
+        self.next_created = (self.next_created + 1) % CREATED_HINTS;
+    }
+
+    fn created_here(&self, span: u64) -> bool {
+        // Most often the span the thread created last.
+        let last = (self.next_created + CREATED_HINTS - 1) % CREATED_HINTS;
+        self.created[last] == span || self.created.contains(&span)
+    }
+
+    /// Push `entered`, first dropping what was entered before trace `latest` started.
+    #[inline]
+    fn enter(&mut self, entered: Entered, latest: u32) {
+        if self.generation != latest {
+            self.entered.clear();
+            self.generation = latest;
+        }
+        if self.entered.len() == MAX_ENTERED {
+            self.forget_oldest();
+        }
+        self.entered.push(entered);
+    }
+
+    #[cold]
+    fn forget_oldest(&mut self) {
+        self.entered.remove(0);
+    }
+
+    #[inline]
+    fn exit(&mut self, span: u64) -> Option<Entered> {
+        // Most often the innermost.
+        if self.entered.last().is_some_and(|e| e.span == span) {
+            return self.entered.pop();
+        }
+        let at = self.entered.iter().rposition(|e| e.span == span)?;
+        Some(self.entered.remove(at))
+    }
 }
 
 fn current_tid() -> u64 {
@@ -126,9 +195,9 @@ fn current_tid() -> u64 {
 /// Spans whose async begin was written and whose close has not run yet: while 0, a close
 /// has nothing to write and does not look its span up.
 /// ATOMICS: `Relaxed`. It counts claimed async begins (`SpanData::async_begun` swapped to
-/// true, once per span, at an exit); each decrement is the close of a span whose claim
-/// incremented it. That close runs after every exit of the span (each runs while its thread
-/// holds a handle to the span): `tracing_subscriber::Registry::try_close`
+/// true, once per span, at an enter or an exit); each decrement is the close of a span whose
+/// claim incremented it. That close runs after every enter and exit of the span (each runs
+/// while its thread holds a handle to the span): `tracing_subscriber::Registry::try_close`
 /// decrements the span's reference count with `Release` and fences with `Acquire` before the
 /// close, so the close sees the increment and the count never goes below 0.
 static ASYNC_SPANS: AtomicUsize = AtomicUsize::new(0);
@@ -151,10 +220,11 @@ struct SpanData {
     created: u64,
     creator_tid: u64,
     fields: SpanFields,
-    /// Rules: set once, by the first exit of the span on a thread other than its creator's,
-    /// which then writes the async begin; read at close.
+    /// Rules: set once, by the first enter (or exit) of the span on a thread other than its
+    /// creator's, which then writes the async begin; read at close.
     /// ATOMICS: `Relaxed` `swap`: only its single winner matters; the close that reads it
-    /// runs after every exit of the span (the registry's span lifecycle orders them).
+    /// runs after every enter and exit of the span (the registry's span lifecycle orders
+    /// them).
     async_begun: AtomicBool,
 }
 
@@ -376,7 +446,9 @@ impl<'t> EventVisitor<'t> {
 
     fn push_text(&mut self, name: &'static str, range: Range<usize>) {
         if let Some(slot) = self.push(name, ArgValue::Null) {
-            // Texts are at most `MAX_TEXT` bytes each, `MAX_ARGS` of them and the message.
+            // The scratch holds one event's texts: the message and at most 32 fields (a
+            // `tracing` field set's limit), each cut at `MAX_TEXT` bytes.
+            debug_assert!(u32::try_from(range.end).is_ok());
             self.text_ranges[slot] = (range.start as u32, range.end as u32);
             self.text_slots |= 1 << slot;
         }
@@ -541,9 +613,15 @@ where
             fields,
             async_begun: AtomicBool::new(false),
         });
+        let _ = SPANS.try_with(|spans| spans.borrow_mut().note_created(id.into_u64()));
     }
 
     fn on_record(&self, id: &Id, values: &Record<'_>, ctx: LayerContext<'_, S>) {
+        // With no trace running, no span's fields can be written again (a span records only
+        // in the trace it was created in).
+        if !tracing_maybe_on() {
+            return;
+        }
         let Some(span) = ctx.span(id) else {
             return;
         };
@@ -555,22 +633,29 @@ where
         }
     }
 
-    fn on_enter(&self, id: &Id, _ctx: LayerContext<'_, S>) {
+    fn on_enter(&self, id: &Id, ctx: LayerContext<'_, S>) {
         if !tracing_maybe_on() {
             return;
         }
-        // No lookup here: the exit looks the span up once, for its record and its async begin.
+        let span_id = id.into_u64();
+        // A span this thread created needs no lookup here: the exit looks it up once, for its
+        // record. Another (a span that moved here) is looked up now, so that its async begin
+        // is in the trace even if the trace stops before this thread exits it.
+        let created_here = SPANS
+            .try_with(|spans| spans.borrow().created_here(span_id))
+            .unwrap_or(false);
+        if !created_here {
+            if let Some(span) = ctx.span(id) {
+                if let Some(data) = span.extensions().get::<SpanData>() {
+                    begin_async_if_moved(span_id, data);
+                }
+            }
+        }
         let entered = Entered {
-            span: id.into_u64(),
+            span: span_id,
             start: clock::ticks(),
         };
-        ENTERED.with(|stack| {
-            let mut stack = stack.borrow_mut();
-            if stack.len() == MAX_ENTERED {
-                stack.remove(0);
-            }
-            stack.push(entered);
-        });
+        let _ = SPANS.try_with(|spans| spans.borrow_mut().enter(entered, latest_generation()));
     }
 
     fn on_exit(&self, id: &Id, ctx: LayerContext<'_, S>) {
@@ -579,11 +664,11 @@ where
         }
         let end = clock::ticks();
         let span_id = id.into_u64();
-        let Some(entered) = ENTERED.with(|stack| {
-            let mut stack = stack.borrow_mut();
-            let at = stack.iter().rposition(|e| e.span == span_id)?;
-            Some(stack.remove(at))
-        }) else {
+        let Some(entered) = SPANS
+            .try_with(|spans| spans.borrow_mut().exit(span_id))
+            .ok()
+            .flatten()
+        else {
             return;
         };
         let Some(span) = ctx.span(id) else {
@@ -593,11 +678,9 @@ where
         let Some(data) = extensions.get::<SpanData>() else {
             return;
         };
-        // ATOMICS: see `SpanData::async_begun`.
-        if current_tid() != data.creator_tid && !data.async_begun.swap(true, Ordering::Relaxed) {
-            ASYNC_SPANS.fetch_add(1, Ordering::Relaxed);
-            write_async_begin(span_id, data);
-        }
+        // Unless its enter wrote it (a span entered here whose id the thread's hint took for
+        // one of its own).
+        begin_async_if_moved(span_id, data);
         let span = (entered.start, end);
         let pair = (data.category, data.name);
         if let SpanFields::Scalars { names, values, len } = &data.fields {
@@ -762,6 +845,17 @@ fn write_event(
     });
 }
 
+/// The async begin of span `id` if the calling thread is not its creator and no thread has
+/// written it yet.
+#[inline]
+fn begin_async_if_moved(id: u64, data: &SpanData) {
+    // ATOMICS: see `SpanData::async_begun`.
+    if current_tid() != data.creator_tid && !data.async_begun.swap(true, Ordering::Relaxed) {
+        ASYNC_SPANS.fetch_add(1, Ordering::Relaxed);
+        write_async_begin(id, data);
+    }
+}
+
 /// The async begin of a span that crossed threads: at its creation time, on its creating
 /// thread (an inline thread ref), with its fields.
 fn write_async_begin(id: u64, data: &SpanData) {
@@ -782,4 +876,48 @@ fn write_async_begin(id: u64, data: &SpanData) {
             kind: EventKind::AsyncBegin { id },
         });
     });
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entered(span: u64) -> Entered {
+        Entered { span, start: span }
+    }
+
+    #[test]
+    fn a_threads_entered_spans_of_an_older_trace_are_dropped_at_the_next_enter() {
+        let mut spans = ThreadSpans::NEW;
+        spans.enter(entered(1), 7);
+        spans.enter(entered(2), 7);
+        assert_eq!(spans.exit(2).map(|e| e.span), Some(2));
+        // Span 1's exit ran with no trace running: its entry stayed.
+        spans.enter(entered(3), 8);
+        assert_eq!(spans.exit(1).map(|e| e.span), None);
+        assert_eq!(spans.exit(3).map(|e| e.span), Some(3));
+        assert!(spans.entered.is_empty());
+    }
+
+    #[test]
+    fn a_thread_remembers_the_last_spans_it_created() {
+        let mut spans = ThreadSpans::NEW;
+        for id in 1..=CREATED_HINTS as u64 + 1 {
+            spans.note_created(id);
+        }
+        assert!(!spans.created_here(1), "the oldest is forgotten");
+        assert!((2..=CREATED_HINTS as u64 + 1).all(|id| spans.created_here(id)));
+        assert!(!spans.created_here(100));
+    }
+
+    #[test]
+    fn at_most_max_entered_spans_are_kept_the_oldest_forgotten() {
+        let mut spans = ThreadSpans::NEW;
+        for id in 1..=MAX_ENTERED as u64 + 1 {
+            spans.enter(entered(id), 1);
+        }
+        assert_eq!(spans.entered.len(), MAX_ENTERED);
+        assert_eq!(spans.exit(1).map(|e| e.span), None);
+        assert_eq!(spans.exit(2).map(|e| e.span), Some(2));
+    }
 }
