@@ -150,8 +150,9 @@ impl ScalarArg {
         word: 0,
     };
 
-    /// `value` encoded; `None` for a string or blob value (not scalar). Folds to constants
-    /// where the value's variant is known.
+    /// `value` encoded; `None` for an inline string or a blob (a payload of their own), or an
+    /// index out of range. A string by index (or the empty string) is one header word, like
+    /// a scalar. Folds to constants where the value's variant is known.
     #[inline(always)]
     pub(crate) fn new(value: ArgValue<'_>) -> Option<ScalarArg> {
         let (arg_type, data, word) = match value {
@@ -168,7 +169,15 @@ impl ScalarArg {
             ArgValue::F64(v) => (ArgType::F64, 0, Some(v.to_bits())),
             ArgValue::Pointer(v) => (ArgType::Pointer, 0, Some(v)),
             ArgValue::Koid(v) => (ArgType::Koid, 0, Some(v)),
-            ArgValue::Str(_) | ArgValue::Blob(_) => return None,
+            ArgValue::Str(text @ (StringRef::Index(_) | StringRef::Empty)) => match text.encode() {
+                Ok(text) => (
+                    ArgType::Str,
+                    StringArgument::VALUE_REF.make(u64::from(text)),
+                    None,
+                ),
+                Err(_) => return None,
+            },
+            ArgValue::Str(StringRef::Inline(_)) | ArgValue::Blob(_) => return None,
         };
         let words = 1 + u64::from(word.is_some());
         Some(ScalarArg {
@@ -209,7 +218,11 @@ impl ScalarArg {
             Some(ArgType::F64) => ArgValue::F64(f64::from_bits(self.word)),
             Some(ArgType::Pointer) => ArgValue::Pointer(self.word),
             Some(ArgType::Koid) => ArgValue::Koid(self.word),
-            // Only scalars are made: the rest is `Null`.
+            Some(ArgType::Str) => match StringArgument::VALUE_REF.get(self.header) as u16 {
+                0 => ArgValue::Str(StringRef::Empty),
+                index => ArgValue::Str(StringRef::Index(index)),
+            },
+            // Only the kinds above are made: the rest is `Null`.
             _ => ArgValue::Null,
         }
     }
@@ -262,6 +275,9 @@ mod tests {
             ArgValue::F64(2.5),
             ArgValue::Pointer(0xdead_beef),
             ArgValue::Koid(42),
+            ArgValue::Str(StringRef::Index(2)),
+            ArgValue::Str(StringRef::Index(0x7fff)),
+            ArgValue::Str(StringRef::Empty),
         ];
         for value in values {
             let scalar = ScalarArg::new(value).expect("scalar");
@@ -277,7 +293,9 @@ mod tests {
             assert_eq!(scalar.value(), value);
         }
         assert_eq!(ScalarArg::new(ArgValue::Null), Some(ScalarArg::NULL));
-        assert!(ScalarArg::new(ArgValue::Str(StringRef::Index(2))).is_none());
+        assert!(ScalarArg::new(ArgValue::Str(StringRef::Inline("text"))).is_none());
+        assert!(ScalarArg::new(ArgValue::Str(StringRef::Index(0))).is_none());
+        assert!(ScalarArg::new(ArgValue::Str(StringRef::Index(0x8000))).is_none());
         assert!(ScalarArg::new(ArgValue::Blob(&[1])).is_none());
     }
 
