@@ -36,8 +36,9 @@
 //!   registry's own, one per span that records) is then the only allocation; text fields or
 //!   more fields take one more. Such a span's record is written on the engine's
 //!   one-announcement path once its thread has written the span's name in the trace.
-//! - A span's enter looks the span up only on a thread other than its creator's (to write
-//!   the async begin there); its exit looks it up once, for its record.
+//! - A span's enter does not look the span up when it is one of the last eight spans its
+//!   thread created that record (the usual case); others are looked up (a span entered on
+//!   another thread, for its async begin). Its exit looks it up once, for its record.
 //! - Events with string or `Debug` fields format into a per-thread scratch buffer (no
 //!   allocation once warm; an event emitted while another's field is formatted takes a
 //!   string of its own).
@@ -59,8 +60,7 @@ use tracing_subscriber::layer::{Context as LayerContext, Layer};
 use tracing_subscriber::registry::LookupSpan;
 
 use crate::clock;
-use crate::engine::category::tracing_maybe_on;
-use crate::engine::context::latest_generation;
+use crate::engine::category::{quiet_epoch, tracing_maybe_on};
 use crate::engine::global::with_current;
 use crate::engine::record::{
     self, Scope, SpanMemo, TraceStr, TraceWriter, INSTALLED_SPAN_ARGS, INSTALLED_SPAN_PAYLOAD,
@@ -122,9 +122,9 @@ const CREATED_HINTS: usize = 8;
 struct ThreadSpans {
     /// Entered and not yet exited, innermost last.
     entered: Vec<Entered>,
-    /// The latest trace when `entered` was last pushed to: the entries of an older trace
-    /// (whose exits ran with no trace running) are dropped at the next enter.
-    generation: u32,
+    /// [`quiet_epoch`] when `entered` was last pushed to: once every context has stopped since
+    /// (the only way an exit is skipped, leaving its entry here), the next enter drops them.
+    epoch: u32,
     /// The ids of the last spans this thread created that a trace records: a hint that an
     /// enter of one of them is on its creator's thread (ids are reused once a span closes, so
     /// the exit checks again), and needs no lookup for an async begin.
@@ -135,7 +135,7 @@ struct ThreadSpans {
 impl ThreadSpans {
     const NEW: ThreadSpans = ThreadSpans {
         entered: Vec::new(),
-        generation: 0,
+        epoch: 0,
         created: [0; CREATED_HINTS],
         next_created: 0,
     };
@@ -151,12 +151,12 @@ impl ThreadSpans {
         self.created[last] == span || self.created.contains(&span)
     }
 
-    /// Push `entered`, first dropping what was entered before trace `latest` started.
+    /// Push `entered`, first dropping what was entered before [`quiet_epoch`] became `epoch`.
     #[inline]
-    fn enter(&mut self, entered: Entered, latest: u32) {
-        if self.generation != latest {
+    fn enter(&mut self, entered: Entered, epoch: u32) {
+        if self.epoch != epoch {
             self.entered.clear();
-            self.generation = latest;
+            self.epoch = epoch;
         }
         if self.entered.len() == MAX_ENTERED {
             self.forget_oldest();
@@ -655,7 +655,7 @@ where
             span: span_id,
             start: clock::ticks(),
         };
-        let _ = SPANS.try_with(|spans| spans.borrow_mut().enter(entered, latest_generation()));
+        let _ = SPANS.try_with(|spans| spans.borrow_mut().enter(entered, quiet_epoch()));
     }
 
     fn on_exit(&self, id: &Id, ctx: LayerContext<'_, S>) {
@@ -887,7 +887,7 @@ mod tests {
     }
 
     #[test]
-    fn a_threads_entered_spans_of_an_older_trace_are_dropped_at_the_next_enter() {
+    fn a_threads_entered_spans_from_before_every_context_stopped_are_dropped_at_the_next_enter() {
         let mut spans = ThreadSpans::NEW;
         spans.enter(entered(1), 7);
         spans.enter(entered(2), 7);

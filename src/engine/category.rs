@@ -6,21 +6,51 @@
 //! trace started anywhere in the process the check is one relaxed load of a global and a
 //! branch.
 
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use super::context::Context;
 
-/// Rules: number of started or armed contexts in the process; incremented by `start` (or
-/// `arm`, which the start then takes over), decremented when a stop completes (or by
-/// `disarm`). Read by every category check.
+/// Rules: the low 32 bits count the started or armed contexts in the process (incremented by
+/// `start`, or by `arm`, which the start then takes over; decremented when a stop completes, or
+/// by `disarm`); the high 32 bits count the times that count fell to 0 (every context stopped:
+/// what a thread began before belongs to a trace that has stopped). One word, so that a thread
+/// that sees a later start also sees the fall before it. Read by every category check.
 /// ATOMICS: `Relaxed`: a hint that only decides whether to look further; a check racing with a
 /// start or stop may answer either way, as in Fuchsia.
-pub(crate) static ACTIVE_CONTEXTS: AtomicUsize = AtomicUsize::new(0);
+static ACTIVE_CONTEXTS: AtomicU64 = AtomicU64::new(0);
 
 /// Is any context in this process tracing? One relaxed load.
 #[inline(always)]
 pub fn tracing_maybe_on() -> bool {
-    ACTIVE_CONTEXTS.load(Ordering::Relaxed) != 0
+    // ATOMICS: see `ACTIVE_CONTEXTS`.
+    ACTIVE_CONTEXTS.load(Ordering::Relaxed) as u32 != 0
+}
+
+/// A context started or armed: count it in [`tracing_maybe_on`].
+pub(crate) fn context_active() {
+    // ATOMICS: see `ACTIVE_CONTEXTS`.
+    ACTIVE_CONTEXTS.fetch_add(1, Ordering::Relaxed);
+}
+
+/// A context's stop completed, or it was disarmed: stop counting it (the last one also ends
+/// the [`quiet_epoch`]).
+pub(crate) fn context_inactive() {
+    // ATOMICS: see `ACTIVE_CONTEXTS`.
+    let _ = ACTIVE_CONTEXTS.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |word| {
+        debug_assert_ne!(word as u32, 0, "a context left that was not counted");
+        Some(match word as u32 {
+            1 => ((word >> 32) + 1) << 32,
+            _ => word - 1,
+        })
+    });
+}
+
+/// How many times every context of the process had stopped: what a thread began (a `tracing`
+/// span entered) under an earlier value belongs to a trace that has stopped.
+#[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+pub(crate) fn quiet_epoch() -> u32 {
+    // ATOMICS: see `ACTIVE_CONTEXTS`.
+    (ACTIVE_CONTEXTS.load(Ordering::Relaxed) >> 32) as u32
 }
 
 /// The categories a trace enables (`trace-provider/session.cc`): an empty list enables all; an

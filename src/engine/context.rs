@@ -77,7 +77,7 @@ use super::allocator::{
     gate_generation, gate_wrapped, make_gate, packed_offset, DurableAllocator, RollingAllocator,
     Taken, GATE_DURABLE_FULL, GATE_STARTED, GENERATION_MASK,
 };
-use super::category::{CategoryFilter, ACTIVE_CONTEXTS};
+use super::category::{context_active, context_inactive, CategoryFilter};
 use super::slots::{FencePolicy, Fences, Grace, WriterSlots};
 use super::writer::{self, Writer};
 use crate::buffer::header::{
@@ -514,9 +514,9 @@ impl Context {
                     dropped_base: inner.raw_dropped(),
                 });
                 // ATOMICS: `Relaxed`: see `Inner::armed`; call sites reach the context (and
-                // count) once `ACTIVE_CONTEXTS` is non-zero.
+                // count) once `category::tracing_maybe_on` says so.
                 inner.armed.store(true, Ordering::Relaxed);
-                ACTIVE_CONTEXTS.fetch_add(1, Ordering::Relaxed);
+                context_active();
             }
         }
         Ok(())
@@ -661,12 +661,12 @@ impl Context {
             _ => false,
         };
         if st.armed.take().is_some() {
-            // Armed, it already counts in `ACTIVE_CONTEXTS`.
+            // Armed, it already counts as active.
             // ATOMICS: `Relaxed`: see `Inner::armed`.
             inner.armed.store(false, Ordering::Relaxed);
         } else {
-            // ATOMICS: `Relaxed`: a hint for call sites (see `category`).
-            ACTIVE_CONTEXTS.fetch_add(1, Ordering::Relaxed);
+            // A hint for call sites (see `category`).
+            context_active();
         }
         // ATOMICS: `Release`: zeroed buffers, reset allocators and the leading record
         // happen-before any writer that sees the started gate.
@@ -1014,9 +1014,9 @@ impl Inner {
             return 0;
         };
         *self.armed_categories_mut() = None;
-        // ATOMICS: `Relaxed`: see `armed` and `ACTIVE_CONTEXTS`.
+        // ATOMICS: `Relaxed`: see `armed` and `category::tracing_maybe_on`.
         self.armed.store(false, Ordering::Relaxed);
-        ACTIVE_CONTEXTS.fetch_sub(1, Ordering::Relaxed);
+        context_inactive();
         self.raw_dropped().saturating_sub(armed.dropped_base)
     }
 
@@ -1103,8 +1103,8 @@ impl Inner {
             }
         }
         st.phase = TraceState::Stopped;
-        // ATOMICS: `Relaxed` hint for call sites.
-        ACTIVE_CONTEXTS.fetch_sub(1, Ordering::Relaxed);
+        // A hint for call sites.
+        context_inactive();
         let report = StopReport {
             wrapped_count: st.wrapped_count,
             durable_data_end,

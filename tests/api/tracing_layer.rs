@@ -466,6 +466,37 @@ fn a_span_still_entered_on_another_thread_when_the_trace_stops_has_its_async_beg
 }
 
 #[test]
+fn a_span_entered_while_another_context_starts_and_stops_keeps_its_duration() {
+    use fxtrace::buffer::TraceBuffer;
+    use fxtrace::engine::record::start_trace;
+    use fxtrace::engine::{CategoryFilter, Context, ContextConfig, NoHandler, StartMode};
+
+    let _s = serial();
+    let ((), events) = trace(|| {
+        with_layer(|| {
+            let outer = tracing::info_span!("outer").entered();
+            // Another context of the process (not the installed one) starts and stops a trace
+            // of its own: the installed trace runs on.
+            let buffer = TraceBuffer::create(1 << 20).expect("memfd");
+            let other = Context::new(buffer, ContextConfig::default(), Arc::new(NoHandler))
+                .expect("context");
+            assert!(start_trace(&other, StartMode::ClearEntire, CategoryFilter::all()).unwrap());
+            tracing::info_span!("inner").in_scope(|| {});
+            other.stop(std::time::Duration::from_secs(5)).expect("stop");
+            tracing::info_span!("after").in_scope(|| {});
+            drop(outer);
+        })
+    });
+    let mut names: Vec<&str> = events
+        .iter()
+        .filter(|e| e.is_complete())
+        .map(|e| e.name.as_str())
+        .collect();
+    names.sort_unstable();
+    assert_eq!(names, ["after", "inner", "outer"], "{events:?}");
+}
+
+#[test]
 fn a_span_entered_on_both_threads_gets_one_async_pair_and_each_duration() {
     let _s = serial();
     let ((creator, worker), events) = trace(|| {
