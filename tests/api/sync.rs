@@ -394,6 +394,21 @@ fn string_arguments_ride_on_a_begin_record() {
 }
 
 #[test]
+fn empty_string_arguments_are_kept_with_the_call_and_written_at_its_end() {
+    let _s = serial();
+    // Empty texts need no payload: encoded at entry like numbers, written once at the end.
+    let (n, events) = trace(|| (0..3).map(|_| strings("", String::new())).sum::<usize>());
+    assert_eq!(n, 0);
+    assert_eq!(events.len(), 3, "{events:?}");
+    for call in &events {
+        assert!(call.is_complete(), "{call:?}");
+        assert_eq!(call.name, "api::sync::strings");
+        assert_eq!(call.arg("s"), Some(&str_value("")));
+        assert_eq!(call.arg("owned"), Some(&str_value("")));
+    }
+}
+
+#[test]
 fn debug_arguments_are_formatted_only_when_asked() {
     let _s = serial();
     let req = Request { id: 3, path: "/a" };
