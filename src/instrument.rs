@@ -8,12 +8,14 @@
 //!
 //! # What is written
 //!
-//! - [`Span`] with no argument, or only scalar ones (integers, floats, bools, pointers): one
-//!   duration-complete record at exit, with both timestamps and the arguments (copied into
-//!   the guard at entry). This is the cheapest path: two clock reads and one record.
-//! - [`Span`] with a string or `Debug` argument: the arguments borrow the parameters, which
-//!   the body may move or mutate, so they are written at entry on a duration-begin record,
-//!   and the exit writes a duration-end record.
+//! - [`Span`] with no argument, or only scalar ones (integers, floats, bools, pointers, empty
+//!   strings): one duration-complete record at exit, with both timestamps and the arguments
+//!   (copied into the guard at entry). This is the cheapest path: two clock reads and one
+//!   record.
+//! - [`Span`] with a non-empty string or a `Debug` argument: the arguments borrow the
+//!   parameters, which the body may move or mutate, so they are written at entry on a
+//!   duration-begin record, and the exit writes a duration-end record. (Which of the two a
+//!   call takes depends on its arguments' values: an empty string is the first kind.)
 //! - [`AsyncSpan`]: an async-begin record at the first poll (with the arguments), a
 //!   duration-complete record per poll on the polling thread, an async-end record when the
 //!   future completes, or when it is dropped unfinished (then with `cancelled = true`). The
@@ -238,7 +240,8 @@ impl<'a> ArgIn<'a> {
         }
     }
 
-    /// The value encoded, if it is a scalar (not a string, blob or `Debug` value).
+    /// The value encoded, if it fits in the guard as a scalar does (not a non-empty string,
+    /// a blob or a `Debug` value).
     #[inline(always)]
     fn scalar(&self) -> Option<ScalarArg> {
         match *self {
@@ -420,9 +423,9 @@ impl<S: Site, const N: usize> Span<S, N> {
     };
 
     /// Enter a call whose arguments are `args`, named as [`Site::arg_names`] (call only when
-    /// [`maybe_on`]). Scalar arguments are encoded here, inline, where their types are known
-    /// (so a `u64` argument is its value and a constant header); any other kind takes
-    /// [`Self::begin_args`].
+    /// [`maybe_on`]). Scalar arguments (and empty strings) are encoded here, inline, where
+    /// their types are known (so a `u64` argument is its value and a constant header); any
+    /// other kind takes [`Self::begin_args`].
     #[inline(always)]
     pub fn enter_args(args: [ArgIn<'_>; N]) -> Self {
         let mut scalars = [ScalarArg::NULL; N];

@@ -60,7 +60,7 @@ use tracing_subscriber::layer::{Context as LayerContext, Layer};
 use tracing_subscriber::registry::LookupSpan;
 
 use crate::clock;
-use crate::engine::category::{quiet_epoch, tracing_maybe_on};
+use crate::engine::category::{active_epoch, tracing_maybe_on};
 use crate::engine::global::with_current;
 use crate::engine::record::{
     self, Scope, SpanMemo, TraceStr, TraceWriter, INSTALLED_SPAN_ARGS, INSTALLED_SPAN_PAYLOAD,
@@ -122,7 +122,7 @@ const CREATED_HINTS: usize = 8;
 struct ThreadSpans {
     /// Entered and not yet exited, innermost last.
     entered: Vec<Entered>,
-    /// [`quiet_epoch`] when `entered` was last pushed to: once every context has stopped since
+    /// The epoch of [`active_epoch`] when `entered` was last pushed to: once every context has stopped since
     /// (the only way an exit is skipped, leaving its entry here), the next enter drops them.
     epoch: u32,
     /// The ids of the last spans this thread created that a trace records: a hint that an
@@ -151,7 +151,8 @@ impl ThreadSpans {
         self.created[last] == span || self.created.contains(&span)
     }
 
-    /// Push `entered`, first dropping what was entered before [`quiet_epoch`] became `epoch`.
+    /// Push `entered`, first dropping what was entered before the quiet epoch became `epoch`
+    /// ([`active_epoch`]).
     #[inline]
     fn enter(&mut self, entered: Entered, epoch: u32) {
         if self.epoch != epoch {
@@ -389,7 +390,12 @@ impl Visit for SpanVisitor<'_> {
     }
 
     fn record_str(&mut self, field: &Field, value: &str) {
-        self.set(field.name(), Owned::Text(cut(value).to_owned()));
+        let value = match value {
+            // No text to keep: one word, like a number (the fields stay inline).
+            "" => Owned::Scalar(ArgValue::Str(StringRef::Empty)),
+            text => Owned::Text(cut(text).to_owned()),
+        };
+        self.set(field.name(), value);
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
@@ -634,9 +640,9 @@ where
     }
 
     fn on_enter(&self, id: &Id, ctx: LayerContext<'_, S>) {
-        if !tracing_maybe_on() {
+        let Some(epoch) = active_epoch() else {
             return;
-        }
+        };
         let span_id = id.into_u64();
         // A span this thread created needs no lookup here: the exit looks it up once, for its
         // record. Another (a span that moved here) is looked up now, so that its async begin
@@ -655,7 +661,7 @@ where
             span: span_id,
             start: clock::ticks(),
         };
-        let _ = SPANS.try_with(|spans| spans.borrow_mut().enter(entered, quiet_epoch()));
+        let _ = SPANS.try_with(|spans| spans.borrow_mut().enter(entered, epoch));
     }
 
     fn on_exit(&self, id: &Id, ctx: LayerContext<'_, S>) {

@@ -45,9 +45,10 @@ mod expand;
 ///
 /// - A function: one duration-complete record (begin and end ticks) when it returns, by any
 ///   way: normally, early `return`, `?`, or a panic that unwinds. Scalar arguments ride on
-///   that record. When an argument is a string or `: debug`, the arguments are written at
-///   entry on a duration-begin record (the body may move the string) and the exit writes a
-///   duration-end record.
+///   that record. When an argument is a non-empty string or `: debug`, the arguments are
+///   written at entry on a duration-begin record (the body may move the string) and the exit
+///   writes a duration-end record (so a call's records depend on its arguments' values: an
+///   empty string rides on the one duration-complete record).
 /// - An `async fn`: the future is instrumented (no guard is held across `.await`): an async
 ///   begin record (with the arguments) at the first poll, one duration per poll on the thread
 ///   that polled, and an async end when the future completes (or is dropped unfinished: then

@@ -33,24 +33,31 @@ pub(crate) fn context_active() {
 }
 
 /// A context's stop completed, or it was disarmed: stop counting it (the last one also ends
-/// the [`quiet_epoch`]).
+/// the quiet epoch: [`active_epoch`]).
 pub(crate) fn context_inactive() {
     // ATOMICS: see `ACTIVE_CONTEXTS`.
     let _ = ACTIVE_CONTEXTS.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |word| {
-        debug_assert_ne!(word as u32, 0, "a context left that was not counted");
-        Some(match word as u32 {
-            1 => ((word >> 32) + 1) << 32,
-            _ => word - 1,
-        })
+        Some(one_context_left(word))
     });
 }
 
-/// How many times every context of the process had stopped: what a thread began (a `tracing`
-/// span entered) under an earlier value belongs to a trace that has stopped.
+/// The active-context word once one context has left.
+fn one_context_left(word: u64) -> u64 {
+    debug_assert_ne!(word as u32, 0, "a context left that was not counted");
+    match word as u32 {
+        1 => ((word >> 32) + 1) << 32,
+        _ => word - 1,
+    }
+}
+
+/// With a context maybe tracing ([`tracing_maybe_on`]), how many times every context of the
+/// process had stopped before: what a thread began (a `tracing` span entered) under an
+/// earlier value belongs to a trace that has stopped. One relaxed load for both answers.
 #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
-pub(crate) fn quiet_epoch() -> u32 {
+pub(crate) fn active_epoch() -> Option<u32> {
     // ATOMICS: see `ACTIVE_CONTEXTS`.
-    (ACTIVE_CONTEXTS.load(Ordering::Relaxed) >> 32) as u32
+    let word = ACTIVE_CONTEXTS.load(Ordering::Relaxed);
+    (word as u32 != 0).then_some((word >> 32) as u32)
 }
 
 /// The categories a trace enables (`trace-provider/session.cc`): an empty list enables all; an
@@ -175,6 +182,26 @@ impl Context {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_active_word_counts_contexts_and_the_times_all_stopped() {
+        let word = 0;
+        let word = word + 1; // a start
+        let word = word + 1; // another
+        let word = one_context_left(word);
+        assert_eq!((word as u32, word >> 32), (1, 0), "one left: no epoch yet");
+        let word = one_context_left(word);
+        assert_eq!(
+            (word as u32, word >> 32),
+            (0, 1),
+            "all stopped: the epoch moves"
+        );
+        let word = one_context_left(word + 1);
+        assert_eq!((word as u32, word >> 32), (0, 2));
+        // The epoch wraps without touching the count.
+        let word = one_context_left((u64::from(u32::MAX) << 32) + 1);
+        assert_eq!(word, 0);
+    }
 
     #[test]
     fn filter_rules() {

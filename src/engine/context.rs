@@ -1120,8 +1120,11 @@ impl Inner {
 
     /// Generation currently in the gate (0 if never started).
     pub(crate) fn gate_generation_now(&self) -> (bool, u32) {
-        // ATOMICS: `Relaxed`: call-site caching tolerates a stale answer for one call.
-        let gate = self.gate.load(Ordering::Relaxed);
+        // ATOMICS: `Acquire` (a plain load on x86): call-site caching tolerates a stale answer
+        // for one call, but a thread that learns a generation here must then also see the
+        // active-context word as the start left it (`category::active_epoch`: pairs with the
+        // start's `Release` gate store, after its count increment).
+        let gate = self.gate.load(Ordering::Acquire);
         (gate & GATE_STARTED != 0, gate_generation(gate))
     }
 }

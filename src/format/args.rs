@@ -132,7 +132,8 @@ impl<'a> Arg<'a> {
     }
 }
 
-/// A scalar argument (any value but a string or a blob) encoded but for its name: its header
+/// A scalar argument (any value but a blob or an inline string: a string by index, or the
+/// empty string, is one header word like an integer) encoded but for its name: its header
 /// word with the name ref left zero, and its value word, which follows the header when the
 /// header's size is 2 words. Kept by span guards between their begin and their end, so that
 /// the end only adds the name's string index.

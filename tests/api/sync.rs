@@ -142,7 +142,7 @@ fn consume(s: String) -> usize {
 
 #[traced(args(s, owned))]
 fn strings(s: &str, owned: String) -> usize {
-    // The body moves the string: strings ride on a begin record written at entry.
+    // The body moves the string: non-empty strings ride on a begin record written at entry.
     s.len() + consume(owned)
 }
 

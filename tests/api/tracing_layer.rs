@@ -250,6 +250,29 @@ fn repeated_events_with_text_fields_among_scalars_keep_each_in_its_place() {
     }
 }
 
+#[test]
+fn span_fields_of_empty_text_are_written_as_empty_strings() {
+    let _s = serial();
+    let ((), events) = trace(|| {
+        with_layer(|| {
+            for i in 0..2u64 {
+                tracing::info_span!("blank", note = "", n = i).in_scope(|| {});
+            }
+        })
+    });
+    assert_eq!(events.len(), 2, "{events:?}");
+    for (i, span) in (0u64..).zip(&events) {
+        assert!(span.is_complete());
+        assert_eq!(
+            span.args,
+            [
+                ("note".to_owned(), str_value("")),
+                ("n".to_owned(), DecodedValue::U64(i)),
+            ]
+        );
+    }
+}
+
 /// Emits an event of its own when formatted.
 struct Noisy;
 
