@@ -122,8 +122,9 @@ const CREATED_HINTS: usize = 8;
 struct ThreadSpans {
     /// Entered and not yet exited, innermost last.
     entered: Vec<Entered>,
-    /// The epoch of [`active_epoch`] when `entered` was last pushed to: once every context has stopped since
-    /// (the only way an exit is skipped, leaving its entry here), the next enter drops them.
+    /// The epoch of [`active_epoch`] when `entered` was last pushed to: once every context
+    /// has stopped since (the only way an exit is skipped, leaving its entry here), the next
+    /// enter drops them.
     epoch: u32,
     /// The ids of the last spans this thread created that a trace records: a hint that an
     /// enter of one of them is on its creator's thread (ids are reused once a span closes, so
