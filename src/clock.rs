@@ -338,8 +338,7 @@ pub fn ticks() -> u64 {
 #[cfg(all(target_arch = "x86_64", feature = "rdtsc"))]
 #[inline(always)]
 pub fn ticks() -> u64 {
-    // SAFETY: `_rdtsc` reads the TSC; every x86_64 CPU has the instruction.
-    unsafe { core::arch::x86_64::_rdtsc() }
+    ticks_unordered()
 }
 
 /// Current tick count read with plain `rdtsc` whatever the build's clock: for a timestamp
@@ -348,7 +347,7 @@ pub fn ticks() -> u64 {
 /// The same counter as [`ticks`]; never later than a [`ticks`] that follows it.
 #[cfg(target_arch = "x86_64")]
 #[inline(always)]
-#[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+#[cfg_attr(not(any(feature = "tracing", feature = "rdtsc")), allow(dead_code))]
 pub(crate) fn ticks_unordered() -> u64 {
     // SAFETY: `_rdtsc` reads the TSC; every x86_64 CPU has the instruction.
     unsafe { core::arch::x86_64::_rdtsc() }

@@ -652,11 +652,7 @@ where
             .try_with(|spans| spans.borrow().created_here(span_id))
             .unwrap_or(false);
         if !created_here {
-            if let Some(span) = ctx.span(id) {
-                if let Some(data) = span.extensions().get::<SpanData>() {
-                    begin_async_if_moved(span_id, data);
-                }
-            }
+            with_span_data(&ctx, id, |data| begin_async_if_moved(span_id, data));
         }
         let entered = Entered {
             span: span_id,
@@ -678,46 +674,11 @@ where
         else {
             return;
         };
-        let Some(span) = ctx.span(id) else {
-            return;
-        };
-        let extensions = span.extensions();
-        let Some(data) = extensions.get::<SpanData>() else {
-            return;
-        };
-        // Unless its enter wrote it (a span entered here whose id the thread's hint took for
-        // one of its own).
-        begin_async_if_moved(span_id, data);
-        let span = (entered.start, end);
-        let pair = (data.category, data.name);
-        if let SpanFields::Scalars { names, values, len } = &data.fields {
-            // The engine's one-announcement path; the first record of the span's name in a
-            // trace goes through the general one (and teaches the thread's memo).
-            let generation = data.generation;
-            let written =
-                record::arg_name_indices(generation, &names[..*len]).is_some_and(|indices| {
-                    let values = &values[..*len];
-                    record::installed_span_end_with_args::<INSTALLED_SPAN_PAYLOAD>(
-                        generation,
-                        SpanMemo::NONE,
-                        span,
-                        pair,
-                        values,
-                        indices,
-                    )
-                });
-            if !written {
-                let mode = instrument::Mode::Complete;
-                let fields = (&names[..*len], &values[..*len]);
-                instrument::end_slow(generation, mode, span, pair, fields);
-            }
-            return;
-        }
-        with_writer_in(data.generation, |writer| {
-            let mut args = [EMPTY_ARG; MAX_ARGS];
-            let n = span_args(writer, &data.fields, &mut args);
-            let kind = EventKind::DurationComplete { end_ticks: end };
-            let _ = writer.event(entered.start, data.category, data.name, kind, &args[..n]);
+        with_span_data(&ctx, id, |data| {
+            // Unless its enter wrote it (a span entered here whose id the thread's hint took
+            // for one of its own).
+            begin_async_if_moved(span_id, data);
+            write_span_end(data, (entered.start, end));
         });
     }
 
@@ -725,22 +686,17 @@ where
         if ASYNC_SPANS.load(Ordering::Relaxed) == 0 {
             return;
         }
-        let Some(span) = ctx.span(&id) else {
-            return;
-        };
-        let extensions = span.extensions();
-        let Some(data) = extensions.get::<SpanData>() else {
-            return;
-        };
-        // ATOMICS: see `SpanData::async_begun`.
-        if data.async_begun.load(Ordering::Relaxed) {
-            ASYNC_SPANS.fetch_sub(1, Ordering::Relaxed);
-            let ticks = clock::ticks();
-            with_writer_in(data.generation, |writer| {
-                let kind = EventKind::AsyncEnd { id: id.into_u64() };
-                let _ = writer.event(ticks, data.category, data.name, kind, &[]);
-            });
-        }
+        with_span_data(&ctx, &id, |data| {
+            // ATOMICS: see `SpanData::async_begun`.
+            if data.async_begun.load(Ordering::Relaxed) {
+                ASYNC_SPANS.fetch_sub(1, Ordering::Relaxed);
+                let ticks = clock::ticks();
+                with_writer_in(data.generation, |writer| {
+                    let kind = EventKind::AsyncEnd { id: id.into_u64() };
+                    let _ = writer.event(ticks, data.category, data.name, kind, &[]);
+                });
+            }
+        });
     }
 
     fn on_event(&self, event: &TracingEvent<'_>, _ctx: LayerContext<'_, S>) {
@@ -849,6 +805,56 @@ fn write_event(
         {
             writer.memoise_site(category, site);
         }
+    });
+}
+
+/// `f` of what the layer keeps with span `id`, if the span is live and was recorded.
+#[inline]
+fn with_span_data<S, R>(
+    ctx: &LayerContext<'_, S>,
+    id: &Id,
+    f: impl FnOnce(&SpanData) -> R,
+) -> Option<R>
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    let span = ctx.span(id)?;
+    let extensions = span.extensions();
+    extensions.get::<SpanData>().map(f)
+}
+
+/// The duration-complete record of one enter → exit of a recorded span, `span` its start and
+/// end ticks.
+#[inline]
+fn write_span_end(data: &SpanData, span: (u64, u64)) {
+    let pair = (data.category, data.name);
+    if let SpanFields::Scalars { names, values, len } = &data.fields {
+        // The engine's one-announcement path; the first record of the span's name in a
+        // trace goes through the general one (and teaches the thread's memo).
+        let generation = data.generation;
+        let written = record::arg_name_indices(generation, &names[..*len]).is_some_and(|indices| {
+            let values = &values[..*len];
+            record::installed_span_end_with_args::<INSTALLED_SPAN_PAYLOAD>(
+                generation,
+                SpanMemo::NONE,
+                span,
+                pair,
+                values,
+                indices,
+            )
+        });
+        if !written {
+            let mode = instrument::Mode::Complete;
+            let fields = (&names[..*len], &values[..*len]);
+            instrument::end_slow(generation, mode, span, pair, fields);
+        }
+        return;
+    }
+    with_writer_in(data.generation, |writer| {
+        let mut args = [EMPTY_ARG; MAX_ARGS];
+        let n = span_args(writer, &data.fields, &mut args);
+        let kind = EventKind::DurationComplete { end_ticks: span.1 };
+        let _ = writer.event(span.0, data.category, data.name, kind, &args[..n]);
     });
 }
 
