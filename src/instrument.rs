@@ -2,9 +2,13 @@
 //! stable API: call [`crate::traced`] instead).
 //!
 //! A synchronous function becomes a [`Span`] guard, an `async fn` an [`AsyncSpan`] carried
-//! by an [`Instrumented`] future. Every entry point is `#[inline(always)]` down to one relaxed
-//! load of the engine's "any trace started" count and a branch; all the work with a trace
-//! running is in non-generic `#[inline(never)]` functions compiled once, in this crate.
+//! by an [`Instrumented`] future. A synchronous function without arguments runs its body
+//! through [`Span::call`]: in place with no trace running, so that its untraced call keeps
+//! the plain function's code (no guard, no frame for the traced path), and otherwise in a
+//! small out-of-line function around the body that holds the guard. Every entry point is
+//! `#[inline(always)]` down to one relaxed load of the engine's "any trace started" count and
+//! a branch; all the work with a trace running is in non-generic `#[inline(never)]` functions
+//! compiled once, in this crate.
 //!
 //! # What is written
 //!
@@ -495,6 +499,24 @@ impl<S: Site> Span<S, 0> {
             return Self::OFF;
         }
         Self::begin()
+    }
+
+    /// Run `body`, the body of a traced function without arguments: with no trace running,
+    /// as the plain function would (one relaxed load and a branch more, and no guard or
+    /// frame of the traced path), otherwise inside a span.
+    #[inline(always)]
+    pub fn call<R>(body: impl FnOnce() -> R) -> R {
+        if !tracing_maybe_on() {
+            return body();
+        }
+        Self::call_traced(body)
+    }
+
+    /// Out of line: the traced path's frame (the guard, kept across the body) stays here.
+    #[inline(never)]
+    fn call_traced<R>(body: impl FnOnce() -> R) -> R {
+        let _span = Self::begin();
+        body()
     }
 }
 

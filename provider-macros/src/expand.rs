@@ -162,6 +162,18 @@ fn mentions_impl(ty: &Type) -> bool {
     scan(ty.to_token_stream())
 }
 
+/// Whether the function's body can run as a closure: not when it returns `!` (not a type a
+/// closure's caller can name on stable) or tracks its caller (a closure would hide the
+/// caller's location).
+fn closure_body_fits(f: &TracedFn) -> bool {
+    let never = matches!(&f.sig.output, ReturnType::Type(_, ty) if matches!(**ty, Type::Never(_)));
+    let track_caller = f
+        .outer_attrs
+        .iter()
+        .any(|a| a.path().is_ident("track_caller"));
+    !never && !track_caller
+}
+
 /// The whole expansion; with `instrument` false, only the checks (the function is returned
 /// untouched).
 pub(crate) fn expand(args: TracedArgs, f: &TracedFn, instrument: bool) -> syn::Result<TokenStream> {
@@ -266,6 +278,18 @@ pub(crate) fn expand(args: TracedArgs, f: &TracedFn, instrument: bool) -> syn::R
             #site
             let __fxtrace_span = #span;
             #support::instrument::<_, #ret>(__fxtrace_span, async move #block).await
+        }
+    } else if n == 0 && closure_body_fits(f) {
+        // The body as a closure, run in place with no trace running: the disabled path needs
+        // no guard and no frame of the traced one. `move`, called once: a body that returns a
+        // reborrow of a parameter (`&mut self` -> `&mut T`) still compiles.
+        let ret = match &sig.output {
+            ReturnType::Type(_, ty) if !mentions_impl(ty) => quote!(-> #ty),
+            _ => quote!(),
+        };
+        quote! {
+            #site
+            #support::Span::<__FxtraceSite, 0>::call(move || #ret #block)
         }
     } else {
         let guard = if n == 0 {
@@ -375,7 +399,7 @@ mod tests {
     }
 
     #[test]
-    fn sync_expansion_uses_the_guard_and_a_zero_sized_site() {
+    fn sync_expansion_runs_the_body_as_a_closure_with_a_zero_sized_site() {
         let out = expand_str(
             quote!(),
             quote!(
@@ -388,7 +412,10 @@ mod tests {
         .unwrap();
         assert!(out.contains("struct __FxtraceSite"), "{out}");
         assert!(
-            out.contains(":: fxtrace :: __private :: Span :: < __FxtraceSite , 0 > :: enter ()")
+            out.contains(
+                ":: fxtrace :: __private :: Span :: < __FxtraceSite , 0 > :: call (move || -> u32"
+            ),
+            "{out}"
         );
         assert!(
             out.contains(":: core :: module_path ! ()"),
@@ -397,6 +424,45 @@ mod tests {
         assert!(
             out.contains("type_name :: < __FxtraceSite >"),
             "default name"
+        );
+    }
+
+    #[test]
+    fn sync_expansion_keeps_the_guard_where_a_closure_does_not_fit() {
+        let guard = ":: fxtrace :: __private :: Span :: < __FxtraceSite , 0 > :: enter ()";
+        for item in [
+            quote!(
+                fn never() -> ! {
+                    loop {}
+                }
+            ),
+            quote!(
+                #[track_caller]
+                fn located() {}
+            ),
+        ] {
+            let out = expand_str(quote!(), item, true).unwrap();
+            assert!(out.contains(guard), "{out}");
+            assert!(!out.contains(":: call ("), "{out}");
+        }
+        let with_args = quote!(
+            fn f(a: u32) {}
+        );
+        let out = expand_str(quote!(args(a)), with_args, true).unwrap();
+        assert!(out.contains("enter_args"), "{out}");
+        let out = expand_str(
+            quote!(),
+            quote!(
+                fn g() -> impl Sized {
+                    1
+                }
+            ),
+            true,
+        )
+        .unwrap();
+        assert!(
+            out.contains(":: call (move || {"),
+            "opaque: not annotated: {out}"
         );
     }
 

@@ -49,6 +49,12 @@ mod expand;
 ///   written at entry on a duration-begin record (the body may move the string) and the exit
 ///   writes a duration-end record (so a call's records depend on its arguments' values: an
 ///   empty string rides on the one duration-complete record).
+/// - A function without `args(..)` runs its body as a `move` closure called once, in place
+///   when no trace runs (the untraced call then costs what the plain function costs, plus one
+///   load and a branch), inside the span otherwise. Parameters the body uses are therefore
+///   dropped inside the span, where a plain body drops them after its last local. A function
+///   returning `!` or marked `#[track_caller]` keeps its body in place (a guard ends the
+///   span).
 /// - An `async fn`: the future is instrumented (no guard is held across `.await`): an async
 ///   begin record (with the arguments) at the first poll, one duration per poll on the thread
 ///   that polled, and an async end when the future completes (or is dropped unfinished: then

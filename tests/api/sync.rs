@@ -111,6 +111,70 @@ impl Reset for Counter {
 #[traced(category = "db", name = "query")]
 fn renamed() {}
 
+// A function without arguments runs its body as a closure: what that could break.
+
+impl Counter {
+    /// A reborrow of `&mut self`.
+    #[traced]
+    fn count_mut(&mut self) -> &mut u64 {
+        &mut self.n
+    }
+}
+
+/// Returns of different types coerced to the declared one.
+#[traced]
+fn shape(round: bool) -> Box<dyn fmt::Debug> {
+    if round {
+        return Box::new(1.5f64);
+    }
+    Box::new("square")
+}
+
+/// The caller's location (the body stays in the function).
+#[traced]
+#[track_caller]
+fn caller_line() -> u32 {
+    std::panic::Location::caller().line()
+}
+
+/// Never returns.
+#[traced]
+fn diverges() -> ! {
+    panic!("diverges")
+}
+
+/// An unsafe function.
+///
+/// # Safety
+/// `p` points to a readable `u32`.
+#[traced]
+unsafe fn read(p: *const u32) -> u32 {
+    // SAFETY: the caller's promise.
+    unsafe { *p }
+}
+
+/// An opaque return type borrowing a parameter.
+#[traced]
+fn evens(v: &[u32]) -> impl Iterator<Item = &u32> + '_ {
+    v.iter().filter(|x| *x % 2 == 0)
+}
+
+/// Records when it is dropped, with the trace's clock.
+struct Dropped<'a>(&'a std::cell::Cell<u64>);
+
+impl Drop for Dropped<'_> {
+    fn drop(&mut self) {
+        self.0.set(fxtrace::clock::ticks());
+    }
+}
+
+/// Takes a parameter it drops.
+#[traced]
+fn takes(d: Dropped<'_>) -> u32 {
+    let _ = &d;
+    1
+}
+
 #[traced(args(a, b, c, d, e, f, g, h, p, m))]
 #[allow(clippy::too_many_arguments)]
 fn typed(
@@ -467,4 +531,62 @@ fn many_threads_each_get_their_own_durations() {
         assert_eq!(mine[2].name, "api::sync::outer");
         assert!(mine[0].inside(mine[2]) && mine[1].inside(mine[2]));
     }
+}
+
+#[test]
+fn bodies_without_arguments_behave_as_the_plain_function() {
+    let _s = serial();
+    let run = || {
+        let mut c = Counter::default();
+        *c.count_mut() += 5;
+        let shapes = format!("{:?} {:?}", shape(true), shape(false));
+        // The caller's line, and this one.
+        let line = (caller_line(), line!());
+        let diverged = std::panic::catch_unwind(|| diverges()).is_err();
+        let x = 7u32;
+        // SAFETY: `&x` is a valid, aligned `u32`.
+        let read = unsafe { read(&x) };
+        let evens: Vec<u32> = evens(&[1, 2, 3, 4]).copied().collect();
+        (c.n, shapes, line, diverged, read, evens)
+    };
+    // No trace running (the closure runs in place), then inside spans.
+    let untraced = run();
+    let (line, line_here) = untraced.2;
+    assert_eq!(line, line_here, "#[track_caller] sees its caller");
+    let shapes = "1.5 \"square\"".to_owned();
+    assert_eq!(untraced, (5, shapes, (line, line), true, 7, vec![2, 4]));
+    let (traced, events) = trace(run);
+    assert_eq!(traced, untraced);
+    assert!(events.iter().all(Ev::is_complete));
+    let mut names = names(&events);
+    names.sort();
+    assert_eq!(
+        names,
+        [
+            "api::sync::Counter::count_mut",
+            "api::sync::caller_line",
+            "api::sync::diverges",
+            "api::sync::evens",
+            "api::sync::read",
+            "api::sync::shape",
+            "api::sync::shape",
+        ]
+    );
+}
+
+#[test]
+fn a_parameter_the_body_takes_is_dropped_inside_the_span() {
+    let _s = serial();
+    let dropped = std::cell::Cell::new(0);
+    let (one, events) = trace(|| takes(Dropped(&dropped)));
+    assert_eq!(one, 1);
+    assert_eq!(names(&events), ["api::sync::takes"]);
+    let span = &events[0];
+    assert!(
+        (span.start..=span.end()).contains(&dropped.get()),
+        "dropped at {} outside {}..={}",
+        dropped.get(),
+        span.start,
+        span.end()
+    );
 }
