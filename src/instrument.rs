@@ -2,13 +2,14 @@
 //! stable API: call [`crate::traced`] instead).
 //!
 //! A synchronous function becomes a [`Span`] guard, an `async fn` an [`AsyncSpan`] carried
-//! by an [`Instrumented`] future. A synchronous function without arguments runs its body
-//! through [`Span::call`]: in place with no trace running, so that its untraced call keeps
-//! the plain function's code (no guard, no frame for the traced path), and otherwise in a
-//! small out-of-line function around the body that holds the guard. Every entry point is
-//! `#[inline(always)]` down to one relaxed load of the engine's "any trace started" count and
-//! a branch; all the work with a trace running is in non-generic `#[inline(never)]` functions
-//! compiled once, in this crate.
+//! by an [`Instrumented`] future. A synchronous function's body, with its guard first, runs
+//! as a closure through [`Span::call`]: in place with no trace running (the guard then
+//! known inert, so the untraced call keeps the plain function's code, without the traced
+//! path's guard or frame), otherwise from an out-of-line function generic over the closure
+//! (compiled in the caller's crate, with the body). Every entry point is `#[inline(always)]`
+//! down to one relaxed load of the engine's "any trace started" count and a branch; the
+//! begin and end with a trace running are non-generic `#[inline(never)]` functions compiled
+//! once, in this crate.
 //!
 //! # What is written
 //!
@@ -426,6 +427,23 @@ impl<S: Site, const N: usize> Span<S, N> {
         site: PhantomData,
     };
 
+    /// Run `body`, the body of a traced function, told whether a trace may be running (the
+    /// body enters its guard only then): in place with no trace running, so that the call
+    /// costs what the plain function costs plus one relaxed load and a branch, and out of
+    /// line otherwise (the traced path's frame stays there).
+    #[inline(always)]
+    pub fn call<R>(body: impl FnOnce(bool) -> R) -> R {
+        if !tracing_maybe_on() {
+            return body(false);
+        }
+        Self::call_traced(body)
+    }
+
+    #[inline(never)]
+    fn call_traced<R>(body: impl FnOnce(bool) -> R) -> R {
+        body(true)
+    }
+
     /// Enter a call whose arguments are `args`, named as [`Site::arg_names`] (call only when
     /// [`maybe_on`]). Scalar arguments (and empty strings) are encoded here, inline, where
     /// their types are known (so a `u64` argument is its value and a constant header); any
@@ -492,31 +510,11 @@ impl<S: Site, const N: usize> Span<S, N> {
 }
 
 impl<S: Site> Span<S, 0> {
-    /// Enter a call with no arguments: with no trace running, one relaxed load and a branch.
+    /// Enter a call with no arguments (call only when [`maybe_on`]; the guard is inert when
+    /// no trace running enables the call site).
     #[inline(always)]
     pub fn enter() -> Self {
-        if !tracing_maybe_on() {
-            return Self::OFF;
-        }
         Self::begin()
-    }
-
-    /// Run `body`, the body of a traced function without arguments: with no trace running,
-    /// as the plain function would (one relaxed load and a branch more, and no guard or
-    /// frame of the traced path), otherwise inside a span.
-    #[inline(always)]
-    pub fn call<R>(body: impl FnOnce() -> R) -> R {
-        if !tracing_maybe_on() {
-            return body();
-        }
-        Self::call_traced(body)
-    }
-
-    /// Out of line: the traced path's frame (the guard, kept across the body) stays here.
-    #[inline(never)]
-    fn call_traced<R>(body: impl FnOnce() -> R) -> R {
-        let _span = Self::begin();
-        body()
     }
 }
 

@@ -162,16 +162,22 @@ fn mentions_impl(ty: &Type) -> bool {
     scan(ty.to_token_stream())
 }
 
-/// Whether the function's body can run as a closure: not when it returns `!` (not a type a
-/// closure's caller can name on stable) or tracks its caller (a closure would hide the
-/// caller's location).
-fn closure_body_fits(f: &TracedFn) -> bool {
-    let never = matches!(&f.sig.output, ReturnType::Type(_, ty) if matches!(**ty, Type::Never(_)));
+/// The return annotation of the closure a synchronous body runs in, or `None` where the body
+/// stays in place: a return type that mentions `impl Trait` (no closure can be annotated with
+/// it, and without the annotation the body would lose the expected type that its closures'
+/// parameters and its coercions are inferred from), or a function marked `#[track_caller]`
+/// (a closure would hide the caller's location).
+fn closure_return(f: &TracedFn) -> Option<TokenStream> {
     let track_caller = f
         .outer_attrs
         .iter()
         .any(|a| a.path().is_ident("track_caller"));
-    !never && !track_caller
+    match &f.sig.output {
+        _ if track_caller => None,
+        ReturnType::Default => Some(TokenStream::new()),
+        ReturnType::Type(_, ty) if mentions_impl(ty) => None,
+        ReturnType::Type(_, ty) => Some(quote!(-> #ty)),
+    }
 }
 
 /// The whole expansion; with `instrument` false, only the checks (the function is returned
@@ -248,6 +254,7 @@ pub(crate) fn expand(args: TracedArgs, f: &TracedFn, instrument: bool) -> syn::R
     };
     let arg_inputs: Vec<TokenStream> = specs.iter().map(|s| arg_input(&support, s)).collect();
     let n = specs.len();
+    let n_lit = proc_macro2::Literal::usize_unsuffixed(n);
 
     let TracedFn {
         outer_attrs,
@@ -279,30 +286,23 @@ pub(crate) fn expand(args: TracedArgs, f: &TracedFn, instrument: bool) -> syn::R
             let __fxtrace_span = #span;
             #support::instrument::<_, #ret>(__fxtrace_span, async move #block).await
         }
-    } else if n == 0 && closure_body_fits(f) {
-        // The body as a closure, run in place with no trace running: the disabled path needs
-        // no guard and no frame of the traced one. `move`, called once: a body that returns a
-        // reborrow of a parameter (`&mut self` -> `&mut T`) still compiles.
-        let ret = match &sig.output {
-            ReturnType::Type(_, ty) if !mentions_impl(ty) => quote!(-> #ty),
-            _ => quote!(),
-        };
+    } else if let Some(ret) = closure_return(f) {
+        // The body as a closure called once, told whether a trace may be running: run in
+        // place when none is (the guard is then known inert: the untraced call keeps the
+        // plain function's code, without the traced path's guard or frame), and from an
+        // out-of-line function otherwise. `move` (and the `FnOnce` bound): a body that returns
+        // a reborrow of a parameter (`&mut self` -> `&mut T`) still compiles. The guard is
+        // the closure's first local, so parameters still drop after the span's end.
+        let guard = guard(&support, &n_lit, &arg_inputs, quote!(__fxtrace_on));
         quote! {
             #site
-            #support::Span::<__FxtraceSite, 0>::call(move || #ret #block)
+            #support::Span::<__FxtraceSite, #n_lit>::call(move |__fxtrace_on: bool| #ret {
+                let __fxtrace_guard = #guard;
+                #block
+            })
         }
     } else {
-        let guard = if n == 0 {
-            quote!(#support::Span::<__FxtraceSite, 0>::enter())
-        } else {
-            quote!(
-                if #support::maybe_on() {
-                    #support::Span::<__FxtraceSite, #n>::enter_args([#(#arg_inputs),*])
-                } else {
-                    #support::Span::<__FxtraceSite, #n>::OFF
-                }
-            )
-        };
+        let guard = guard(&support, &n_lit, &arg_inputs, quote!(#support::maybe_on()));
         quote! {
             #site
             let __fxtrace_guard = #guard;
@@ -316,6 +316,28 @@ pub(crate) fn expand(args: TracedArgs, f: &TracedFn, instrument: bool) -> syn::R
             #body
         }
     })
+}
+
+/// A synchronous call's guard: entered when `on` (a `bool` expression: whether a trace may
+/// be running), inert otherwise.
+fn guard(
+    support: &TokenStream,
+    n: &proc_macro2::Literal,
+    arg_inputs: &[TokenStream],
+    on: TokenStream,
+) -> TokenStream {
+    let entered = if arg_inputs.is_empty() {
+        quote!(#support::Span::<__FxtraceSite, 0>::enter())
+    } else {
+        quote!(#support::Span::<__FxtraceSite, #n>::enter_args([#(#arg_inputs),*]))
+    };
+    quote!(
+        if #on {
+            #entered
+        } else {
+            #support::Span::<__FxtraceSite, #n>::OFF
+        }
+    )
 }
 
 /// One `ArgIn` expression, spanned on the parameter named in `args(..)` so that a type
@@ -413,7 +435,7 @@ mod tests {
         assert!(out.contains("struct __FxtraceSite"), "{out}");
         assert!(
             out.contains(
-                ":: fxtrace :: __private :: Span :: < __FxtraceSite , 0 > :: call (move || -> u32"
+                ":: fxtrace :: __private :: Span :: < __FxtraceSite , 0 > :: call (move | __fxtrace_on : bool | -> u32"
             ),
             "{out}"
         );
@@ -428,12 +450,17 @@ mod tests {
     }
 
     #[test]
-    fn sync_expansion_keeps_the_guard_where_a_closure_does_not_fit() {
+    fn sync_expansion_keeps_the_guard_in_place_where_a_closure_does_not_fit() {
         let guard = ":: fxtrace :: __private :: Span :: < __FxtraceSite , 0 > :: enter ()";
         for item in [
             quote!(
-                fn never() -> ! {
-                    loop {}
+                fn opaque() -> impl Fn(&str) -> usize {
+                    |s| s.len()
+                }
+            ),
+            quote!(
+                fn nested() -> Result<Box<dyn Iterator<Item = impl Debug>>, E> {
+                    Ok(Box::new(std::iter::once(1)))
                 }
             ),
             quote!(
@@ -449,20 +476,26 @@ mod tests {
             fn f(a: u32) {}
         );
         let out = expand_str(quote!(args(a)), with_args, true).unwrap();
-        assert!(out.contains("enter_args"), "{out}");
+        assert!(
+            out.contains(
+                "call (move | __fxtrace_on : bool | { let __fxtrace_guard = if __fxtrace_on { \
+                 :: fxtrace :: __private :: Span :: < __FxtraceSite , 1 > :: enter_args"
+            ),
+            "arguments, in a closure: {out}"
+        );
         let out = expand_str(
             quote!(),
             quote!(
-                fn g() -> impl Sized {
-                    1
+                fn never() -> ! {
+                    loop {}
                 }
             ),
             true,
         )
         .unwrap();
         assert!(
-            out.contains(":: call (move || {"),
-            "opaque: not annotated: {out}"
+            out.contains("call (move | __fxtrace_on : bool | -> ! {"),
+            "{out}"
         );
     }
 

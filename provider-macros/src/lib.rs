@@ -49,12 +49,17 @@ mod expand;
 ///   written at entry on a duration-begin record (the body may move the string) and the exit
 ///   writes a duration-end record (so a call's records depend on its arguments' values: an
 ///   empty string rides on the one duration-complete record).
-/// - A function without `args(..)` runs its body as a `move` closure called once, in place
-///   when no trace runs (the untraced call then costs what the plain function costs, plus one
-///   load and a branch), inside the span otherwise. Parameters the body uses are therefore
-///   dropped inside the span, where a plain body drops them after its last local. A function
-///   returning `!` or marked `#[track_caller]` keeps its body in place (a guard ends the
-///   span).
+/// - A synchronous body runs as a `move` closure called once: in place when no trace runs
+///   (the untraced call then costs what the plain function costs, plus one load and a
+///   branch), from an out-of-line function around it otherwise. So:
+///   - the body is compiled once per path (up to twice the plain function's code);
+///   - parameters still drop after the span ends, but those the body uses drop in the order
+///     it first uses them (a plain function drops them in reverse order of declaration);
+///   - names that `type_name` gives to items declared in the body gain a `{{closure}}`
+///     segment (a `#[traced]` function nested in another's body: set its `name`);
+///   - a function whose return type mentions `impl Trait`, or marked `#[track_caller]`,
+///     keeps its body in place (a `#[track_caller]` inherited from a trait's declaration is
+///     not visible to the attribute: write it on the method too).
 /// - An `async fn`: the future is instrumented (no guard is held across `.await`): an async
 ///   begin record (with the arguments) at the first poll, one duration per poll on the thread
 ///   that polled, and an async end when the future completes (or is dropped unfinished: then

@@ -111,7 +111,8 @@ impl Reset for Counter {
 #[traced(category = "db", name = "query")]
 fn renamed() {}
 
-// A function without arguments runs its body as a closure: what that could break.
+// A synchronous body runs as a closure (in place for some return types): what that could
+// break.
 
 impl Counter {
     /// A reborrow of `&mut self`.
@@ -159,6 +160,22 @@ fn evens(v: &[u32]) -> impl Iterator<Item = &u32> + '_ {
     v.iter().filter(|x| *x % 2 == 0)
 }
 
+/// An opaque closure type: its parameter's type is inferred from the declared return type.
+#[traced]
+fn measure() -> impl Fn(&str) -> usize {
+    |s| s.len()
+}
+
+/// An opaque type beside a coercion (`Box<Failed>` to `Box<dyn Debug>`) that the declared
+/// return type drives.
+#[traced]
+fn opened(ok: bool) -> Result<impl fmt::Debug, Box<dyn fmt::Debug>> {
+    if !ok {
+        return Err(Box::new(Failed(3)));
+    }
+    Ok(1u32)
+}
+
 /// Records when it is dropped, with the trace's clock.
 struct Dropped<'a>(&'a std::cell::Cell<u64>);
 
@@ -173,6 +190,13 @@ impl Drop for Dropped<'_> {
 fn takes(d: Dropped<'_>) -> u32 {
     let _ = &d;
     1
+}
+
+/// The same, with an argument.
+#[traced(args(n))]
+fn takes_n(d: Dropped<'_>, n: u32) -> u32 {
+    let _ = &d;
+    n
 }
 
 #[traced(args(a, b, c, d, e, f, g, h, p, m))]
@@ -547,14 +571,22 @@ fn bodies_without_arguments_behave_as_the_plain_function() {
         // SAFETY: `&x` is a valid, aligned `u32`.
         let read = unsafe { read(&x) };
         let evens: Vec<u32> = evens(&[1, 2, 3, 4]).copied().collect();
-        (c.n, shapes, line, diverged, read, evens)
+        let opaque = (
+            measure()("four"),
+            format!("{:?} {:?}", opened(true), opened(false)),
+        );
+        (c.n, shapes, line, diverged, read, evens, opaque)
     };
     // No trace running (the closure runs in place), then inside spans.
     let untraced = run();
     let (line, line_here) = untraced.2;
     assert_eq!(line, line_here, "#[track_caller] sees its caller");
     let shapes = "1.5 \"square\"".to_owned();
-    assert_eq!(untraced, (5, shapes, (line, line), true, 7, vec![2, 4]));
+    let opaque = (4, "Ok(1) Err(Failed(3))".to_owned());
+    assert_eq!(
+        untraced,
+        (5, shapes, (line, line), true, 7, vec![2, 4], opaque)
+    );
     let (traced, events) = trace(run);
     assert_eq!(traced, untraced);
     assert!(events.iter().all(Ev::is_complete));
@@ -567,6 +599,9 @@ fn bodies_without_arguments_behave_as_the_plain_function() {
             "api::sync::caller_line",
             "api::sync::diverges",
             "api::sync::evens",
+            "api::sync::measure",
+            "api::sync::opened",
+            "api::sync::opened",
             "api::sync::read",
             "api::sync::shape",
             "api::sync::shape",
@@ -575,18 +610,19 @@ fn bodies_without_arguments_behave_as_the_plain_function() {
 }
 
 #[test]
-fn a_parameter_the_body_takes_is_dropped_inside_the_span() {
+fn parameters_are_dropped_after_the_span_as_after_a_plain_bodys_locals() {
     let _s = serial();
-    let dropped = std::cell::Cell::new(0);
-    let (one, events) = trace(|| takes(Dropped(&dropped)));
-    assert_eq!(one, 1);
-    assert_eq!(names(&events), ["api::sync::takes"]);
-    let span = &events[0];
-    assert!(
-        (span.start..=span.end()).contains(&dropped.get()),
-        "dropped at {} outside {}..={}",
-        dropped.get(),
-        span.start,
-        span.end()
-    );
+    let (dropped, dropped_n) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
+    let (sum, events) = trace(|| takes(Dropped(&dropped)) + takes_n(Dropped(&dropped_n), 2));
+    assert_eq!(sum, 3);
+    assert_eq!(names(&events), ["api::sync::takes", "api::sync::takes_n"]);
+    for (span, dropped) in events.iter().zip([dropped.get(), dropped_n.get()]) {
+        assert!(
+            dropped > span.end(),
+            "{}: dropped at {dropped}, span {}..={}",
+            span.name,
+            span.start,
+            span.end()
+        );
+    }
 }
