@@ -2,12 +2,13 @@
 //! stable API: call [`crate::traced`] instead).
 //!
 //! A synchronous function becomes a [`Span`] guard, an `async fn` an [`AsyncSpan`] carried
-//! by an [`Instrumented`] future. A synchronous function's body, with its guard first, runs
-//! as a closure through [`Span::call`]: in place with no trace running (the guard then
-//! known inert, so the untraced call keeps the plain function's code, without the traced
-//! path's guard or frame), otherwise from an out-of-line function generic over the closure
-//! (compiled in the caller's crate, with the body). Every entry point is `#[inline(always)]`
-//! down to one relaxed load of the engine's "any trace started" count and a branch; the
+//! by an [`Instrumented`] future. A synchronous function's body (when its parameters are cheap
+//! to move), with its guard first, runs as a closure through [`Span::call`]: in place with no
+//! trace running (the guard then known inert, so the untraced call keeps the plain function's
+//! code, without the traced path's guard or frame), otherwise from an out-of-line function
+//! generic over the closure (compiled in the caller's crate, with the body). With no trace
+//! running, a traced call costs one relaxed load of the engine's "any trace started" count and
+//! a branch (`Span::call`, the guard's and the future's checks, all `#[inline(always)]`); the
 //! begin and end with a trace running are non-generic `#[inline(never)]` functions compiled
 //! once, in this crate.
 //!

@@ -8,8 +8,8 @@ use proc_macro2::{TokenStream, TokenTree};
 use quote::{quote, quote_spanned, ToTokens};
 use syn::spanned::Spanned;
 use syn::{
-    AttrStyle, Attribute, Error, FnArg, ImplItemFn, ItemFn, Pat, ReturnType, Signature,
-    TraitItemFn, Type,
+    AttrStyle, Attribute, Error, FnArg, ImplItemFn, ItemFn, Pat, PathArguments, ReturnType,
+    Signature, TraitItemFn, Type,
 };
 
 use crate::args::{ArgKind, ArgSpec, TracedArgs};
@@ -152,31 +152,79 @@ fn check_args(sig: &Signature, specs: &[ArgSpec]) -> syn::Result<()> {
 
 /// Whether a return type mentions `impl Trait` (which a turbofish cannot name).
 fn mentions_impl(ty: &Type) -> bool {
-    fn scan(tokens: TokenStream) -> bool {
-        tokens.into_iter().any(|t| match t {
-            TokenTree::Ident(i) => i == "impl",
-            TokenTree::Group(g) => scan(g.stream()),
-            _ => false,
+    scan_type(ty, &|t| matches!(t, TokenTree::Ident(i) if i == "impl"))
+}
+
+/// Whether a return type mentions `impl Trait` or a macro (`!`), which may expand to one.
+fn mentions_impl_or_macro(ty: &Type) -> bool {
+    scan_type(ty, &|t| match t {
+        TokenTree::Ident(i) => i == "impl",
+        TokenTree::Punct(p) => p.as_char() == '!',
+        _ => false,
+    })
+}
+
+/// Whether any token of `ty` (in groups too) is one `hit` answers true for.
+fn scan_type(ty: &Type, hit: &dyn Fn(&TokenTree) -> bool) -> bool {
+    fn scan(tokens: TokenStream, hit: &dyn Fn(&TokenTree) -> bool) -> bool {
+        tokens.into_iter().any(|t| match &t {
+            TokenTree::Group(g) => scan(g.stream(), hit),
+            _ => hit(&t),
         })
     }
-    scan(ty.to_token_stream())
+    scan(ty.to_token_stream(), hit)
 }
 
 /// The return annotation of the closure a synchronous body runs in, or `None` where the body
-/// stays in place: a return type that mentions `impl Trait` (no closure can be annotated with
-/// it, and without the annotation the body would lose the expected type that its closures'
-/// parameters and its coercions are inferred from), or a function marked `#[track_caller]`
-/// (a closure would hide the caller's location).
+/// stays in place:
+/// - a parameter that may be large to move into the closure (judged by its spelling: see
+///   [`cheap_to_move`]): the copy, and a closure then too large to inline, would cost the
+///   untraced call more than the closure saves;
+/// - a return type that mentions `impl Trait`, or a macro that may expand to one (no closure
+///   can be annotated with it, and without the annotation the body would lose the expected
+///   type that its closures' parameters and its coercions are inferred from);
+/// - a function marked `#[track_caller]` (a closure would hide the caller's location).
 fn closure_return(f: &TracedFn) -> Option<TokenStream> {
     let track_caller = f
         .outer_attrs
         .iter()
         .any(|a| a.path().is_ident("track_caller"));
+    let cheap_parameters = f.sig.inputs.iter().all(|input| match input {
+        FnArg::Receiver(r) => {
+            r.reference.is_some() || (r.colon_token.is_some() && cheap_to_move(&r.ty))
+        }
+        FnArg::Typed(t) => cheap_to_move(&t.ty),
+    });
     match &f.sig.output {
-        _ if track_caller => None,
+        _ if track_caller || !cheap_parameters => None,
         ReturnType::Default => Some(TokenStream::new()),
-        ReturnType::Type(_, ty) if mentions_impl(ty) => None,
+        ReturnType::Type(_, ty) if mentions_impl_or_macro(ty) => None,
         ReturnType::Type(_, ty) => Some(quote!(-> #ty)),
+    }
+}
+
+/// Whether a value of type `ty` is a few words at most, whatever its parameters: references,
+/// pointers, primitive scalars, and the owning pointers `Box`, `Rc`, `Arc`, `String` and `Vec`.
+fn cheap_to_move(ty: &Type) -> bool {
+    const SCALARS: [&str; 17] = [
+        "u8", "u16", "u32", "u64", "u128", "usize", "i8", "i16", "i32", "i64", "i128", "isize",
+        "f32", "f64", "bool", "char", "String",
+    ];
+    match ty {
+        Type::Reference(_) | Type::Ptr(_) | Type::BareFn(_) => true,
+        Type::Paren(t) => cheap_to_move(&t.elem),
+        Type::Group(t) => cheap_to_move(&t.elem),
+        Type::Path(t) if t.qself.is_none() => t.path.segments.last().is_some_and(|last| {
+            let name = last.ident.to_string();
+            match last.arguments {
+                PathArguments::None => SCALARS.contains(&name.as_str()),
+                PathArguments::AngleBracketed(_) => {
+                    matches!(name.as_str(), "Box" | "Rc" | "Arc" | "Vec")
+                }
+                PathArguments::Parenthesized(_) => false,
+            }
+        }),
+        _ => false,
     }
 }
 
@@ -264,6 +312,7 @@ pub(crate) fn expand(args: TracedArgs, f: &TracedFn, instrument: bool) -> syn::R
         ..
     } = f;
 
+    let stmts = &block.stmts;
     let body = if sig.asyncness.is_some() {
         let ret = match &sig.output {
             ReturnType::Default => quote!(()),
@@ -292,13 +341,15 @@ pub(crate) fn expand(args: TracedArgs, f: &TracedFn, instrument: bool) -> syn::R
         // plain function's code, without the traced path's guard or frame), and from an
         // out-of-line function otherwise. `move` (and the `FnOnce` bound): a body that returns
         // a reborrow of a parameter (`&mut self` -> `&mut T`) still compiles. The guard is
-        // the closure's first local, so parameters still drop after the span's end.
+        // the closure's first local, so parameters still drop after the span's end. The
+        // body's braces are the expansion's (its own would draw `unused_braces` on the
+        // user's code).
         let guard = guard(&support, &n_lit, &arg_inputs, quote!(__fxtrace_on));
         quote! {
             #site
             #support::Span::<__FxtraceSite, #n_lit>::call(move |__fxtrace_on: bool| #ret {
                 let __fxtrace_guard = #guard;
-                #block
+                { #(#stmts)* }
             })
         }
     } else {
@@ -306,7 +357,7 @@ pub(crate) fn expand(args: TracedArgs, f: &TracedFn, instrument: bool) -> syn::R
         quote! {
             #site
             let __fxtrace_guard = #guard;
-            #block
+            { #(#stmts)* }
         }
     };
     Ok(quote! {
@@ -464,14 +515,59 @@ mod tests {
                 }
             ),
             quote!(
+                fn made() -> opaque!() {
+                    0..3
+                }
+            ),
+            quote!(
+                fn never() -> ! {
+                    loop {}
+                }
+            ),
+            quote!(
                 #[track_caller]
                 fn located() {}
             ),
+            quote!(
+                fn large(pad: [u64; 64]) {}
+            ),
+            quote!(
+                fn by_value(self) {}
+            ),
+            quote!(
+                fn pair((a, b): (u32, u32)) {}
+            ),
+            quote!(
+                fn generic<T>(t: T) {}
+            ),
         ] {
             let out = expand_str(quote!(), item, true).unwrap();
-            assert!(out.contains(guard), "{out}");
+            assert!(
+                out.contains(&format!(
+                    "if :: fxtrace :: __private :: maybe_on () {{ {guard}"
+                )),
+                "{out}"
+            );
             assert!(!out.contains(":: call ("), "{out}");
         }
+        // Parameters cheap to move take the closure.
+        let cheap = quote!(
+            fn f(
+                &mut self,
+                s: &str,
+                v: Vec<u8>,
+                b: Box<dyn Fn()>,
+                n: u64,
+                p: *const u8,
+                o: String,
+            ) {
+            }
+        );
+        let out = expand_str(quote!(), cheap, true).unwrap();
+        assert!(
+            out.contains(":: call (move | __fxtrace_on : bool |"),
+            "{out}"
+        );
         let with_args = quote!(
             fn f(a: u32) {}
         );
@@ -482,20 +578,6 @@ mod tests {
                  :: fxtrace :: __private :: Span :: < __FxtraceSite , 1 > :: enter_args"
             ),
             "arguments, in a closure: {out}"
-        );
-        let out = expand_str(
-            quote!(),
-            quote!(
-                fn never() -> ! {
-                    loop {}
-                }
-            ),
-            true,
-        )
-        .unwrap();
-        assert!(
-            out.contains("call (move | __fxtrace_on : bool | -> ! {"),
-            "{out}"
         );
     }
 

@@ -49,17 +49,23 @@ mod expand;
 ///   written at entry on a duration-begin record (the body may move the string) and the exit
 ///   writes a duration-end record (so a call's records depend on its arguments' values: an
 ///   empty string rides on the one duration-complete record).
-/// - A synchronous body runs as a `move` closure called once: in place when no trace runs
-///   (the untraced call then costs what the plain function costs, plus one load and a
-///   branch), from an out-of-line function around it otherwise. So:
-///   - the body is compiled once per path (up to twice the plain function's code);
+/// - A synchronous body runs as a `move` closure called once when every parameter is cheap to
+///   move (references, pointers, primitive scalars, `Box`, `Rc`, `Arc`, `String`, `Vec`):
+///   in place when no trace runs (the untraced call then costs what the plain function costs,
+///   plus one load and a branch), from an out-of-line function around it otherwise. So:
+///   - the body is compiled once per path (up to twice the plain function's code), and
+///     profiles and backtraces show it as `{{closure}}` under an extra `call_traced` frame
+///     while a trace runs;
 ///   - parameters still drop after the span ends, but those the body uses drop in the order
 ///     it first uses them (a plain function drops them in reverse order of declaration);
 ///   - names that `type_name` gives to items declared in the body gain a `{{closure}}`
-///     segment (a `#[traced]` function nested in another's body: set its `name`);
-///   - a function whose return type mentions `impl Trait`, or marked `#[track_caller]`,
-///     keeps its body in place (a `#[track_caller]` inherited from a trait's declaration is
-///     not visible to the attribute: write it on the method too).
+///     segment (a `#[traced]` function nested in another's body: set its `name`).
+///
+///   The body stays in place (a guard around it, and a few more instructions when no trace
+///   runs) for a parameter of any other type (a copy into the closure could cost more than the
+///   closure saves), a return type that mentions `impl Trait` or a macro, `#[track_caller]`
+///   (one inherited from a trait's declaration is not visible to the attribute: write it on
+///   the method too).
 /// - An `async fn`: the future is instrumented (no guard is held across `.await`): an async
 ///   begin record (with the arguments) at the first poll, one duration per poll on the thread
 ///   that polled, and an async end when the future completes (or is dropped unfinished: then

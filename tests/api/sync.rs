@@ -185,18 +185,26 @@ impl Drop for Dropped<'_> {
     }
 }
 
-/// Takes a parameter it drops.
+/// Takes a parameter it drops (boxed: a parameter type that may be large keeps the body in
+/// place, this one runs as a closure).
 #[traced]
-fn takes(d: Dropped<'_>) -> u32 {
+fn takes(d: Box<Dropped<'_>>) -> u32 {
     let _ = &d;
     1
 }
 
 /// The same, with an argument.
 #[traced(args(n))]
-fn takes_n(d: Dropped<'_>, n: u32) -> u32 {
+fn takes_n(d: Box<Dropped<'_>>, n: u32) -> u32 {
     let _ = &d;
     n
+}
+
+/// The same, in place (a parameter that may be large to move).
+#[traced]
+fn takes_in_place(d: Dropped<'_>) -> u32 {
+    let _ = &d;
+    1
 }
 
 #[traced(args(a, b, c, d, e, f, g, h, p, m))]
@@ -612,11 +620,22 @@ fn bodies_without_arguments_behave_as_the_plain_function() {
 #[test]
 fn parameters_are_dropped_after_the_span_as_after_a_plain_bodys_locals() {
     let _s = serial();
-    let (dropped, dropped_n) = (std::cell::Cell::new(0), std::cell::Cell::new(0));
-    let (sum, events) = trace(|| takes(Dropped(&dropped)) + takes_n(Dropped(&dropped_n), 2));
-    assert_eq!(sum, 3);
-    assert_eq!(names(&events), ["api::sync::takes", "api::sync::takes_n"]);
-    for (span, dropped) in events.iter().zip([dropped.get(), dropped_n.get()]) {
+    let dropped = [0; 3].map(std::cell::Cell::new);
+    let (sum, events) = trace(|| {
+        takes(Box::new(Dropped(&dropped[0])))
+            + takes_n(Box::new(Dropped(&dropped[1])), 2)
+            + takes_in_place(Dropped(&dropped[2]))
+    });
+    assert_eq!(sum, 4);
+    assert_eq!(
+        names(&events),
+        [
+            "api::sync::takes",
+            "api::sync::takes_n",
+            "api::sync::takes_in_place"
+        ]
+    );
+    for (span, dropped) in events.iter().zip(dropped.map(|d| d.get())) {
         assert!(
             dropped > span.end(),
             "{}: dropped at {dropped}, span {}..={}",
