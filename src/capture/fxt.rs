@@ -331,7 +331,7 @@ pub struct KernelTraceStats {
 impl KernelTraceStats {
     /// Whether the trace misses anything the kernel or fxtrace dropped.
     pub fn lost_anything(&self) -> bool {
-        self.lost_records + self.lost_samples + self.dropped_records > 0
+        self.lost_records > 0 || self.lost_samples > 0 || self.dropped_records > 0
     }
 }
 
@@ -1087,11 +1087,11 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
     fn lost(&mut self, lost: &Lost) -> Result<(), SinkError> {
         let what = match lost.kind {
             LostKind::Records => {
-                self.stats.lost_records += lost.count;
+                self.stats.lost_records = self.stats.lost_records.saturating_add(lost.count);
                 "records"
             }
             LostKind::Samples => {
-                self.stats.lost_samples += lost.count;
+                self.stats.lost_samples = self.stats.lost_samples.saturating_add(lost.count);
                 "samples"
             }
         };

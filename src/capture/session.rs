@@ -293,8 +293,12 @@ pub(super) struct Counters {
 pub(super) fn bump(counter: &AtomicU64, by: u64) {
     // ATOMICS: a statistic (see `Counters`): Relaxed. Its one writer is the capture thread (or
     // the starting thread before it is spawned, which the spawn orders before it), so a load
-    // and a store add without a locked read-modify-write on every event.
-    counter.store(counter.load(Ordering::Relaxed) + by, Ordering::Relaxed);
+    // and a store add without a locked read-modify-write on every event. Saturating: `by`
+    // may come from the kernel's ring (a lost count), which a corrupt record can make huge.
+    counter.store(
+        counter.load(Ordering::Relaxed).saturating_add(by),
+        Ordering::Relaxed,
+    );
 }
 
 /// A snapshot of a session's counters.

@@ -57,7 +57,9 @@ impl Summary {
                         _ => None,
                     });
                     if let (Some(n), Some(id)) = (count, self.current_provider) {
-                        *self.records_dropped.entry(id).or_default() += n;
+                        // Saturating: a marker's count is the trace's word, not ours.
+                        let total = self.records_dropped.entry(id).or_default();
+                        *total = total.saturating_add(n);
                     }
                 }
             }

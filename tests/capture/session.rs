@@ -541,3 +541,47 @@ fn only_unsupported_lbr_is_nothing_to_capture() {
         "{err}"
     );
 }
+
+/// Two LOST records whose counts sum past `u64::MAX` (a corrupt ring): the capture thread
+/// keeps going, delivers what it decoded, and the loss saturates instead of wrapping to a
+/// small number (or panicking on the overflow).
+#[test]
+fn lost_counts_past_u64_max_saturate_and_the_capture_goes_on() {
+    let tfs = tempfile::tempdir().unwrap();
+    let proc = tempfile::tempdir().unwrap();
+    tracefs(tfs.path());
+    proc_tree(proc.path(), &[10, 11]);
+    let sys = FakeSys::new();
+    sys.set_clock(0, 1 << 31, 31);
+    let cfg = config(CaptureConfig::system_wide(), tfs.path(), proc.path());
+    let (events, sink) = sink();
+    let capture = Capture::start_with(sys.clone(), root_perms(), cfg, sink).unwrap();
+    let t = base();
+    let cpu0 = sys.ring(PerfEventKind::SchedSwitchTracepoint, 0).unwrap();
+    assert!(cpu0.write_record(
+        RECORD_SAMPLE,
+        0,
+        &switch_sample(t + 100, 0, ("server", 10, 0x1), ("worker", 11))
+    ));
+    for i in 0..2u64 {
+        let lost = RecordBytes::new()
+            .u64(1)
+            .u64(1 << 63)
+            .sample_id(0, 0, t + 200 + i, 0)
+            .build();
+        assert!(cpu0.write_record(RECORD_LOST, 0, &lost));
+    }
+    cpu0.wake();
+    let stats = capture
+        .stop()
+        .expect("the capture survives huge lost counts");
+    assert_eq!(stats.lost_records, u64::MAX);
+    assert_eq!(stats.lost_reports, 2);
+    let events = events.lock().unwrap();
+    assert!(
+        events
+            .iter()
+            .any(|e| matches!(e, CaptureEvent::ContextSwitch(cs) if cs.next_tid == 11)),
+        "the switch decoded before the losses is delivered"
+    );
+}

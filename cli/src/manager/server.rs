@@ -579,18 +579,27 @@ impl Manager {
     /// The session's running figures, read now (buffers' headers included): what
     /// `fxtrace status` and the progress line of `fxtrace record` show.
     pub fn snapshot(&self) -> SessionFigures {
-        let mut buffered_bytes = 0;
-        let mut records_dropped = 0;
+        let mut buffered_bytes = 0u64;
+        let mut records_dropped = 0u64;
         for t in self.tracees.values() {
             match &t.buffer {
                 Some(buffer) if !t.ignore_data => {
                     let h = buffer.header().load();
                     // What the buffer holds now (in streaming mode, saved halves too).
-                    buffered_bytes +=
-                        h.durable_data_end + h.rolling_data_end[0] + h.rolling_data_end[1];
-                    records_dropped += h.num_records_dropped;
+                    // Saturating: the header is the provider's memory, any value it likes.
+                    buffered_bytes = [
+                        h.durable_data_end,
+                        h.rolling_data_end[0],
+                        h.rolling_data_end[1],
+                    ]
+                    .into_iter()
+                    .fold(buffered_bytes, u64::saturating_add);
+                    records_dropped = records_dropped.saturating_add(h.num_records_dropped);
                 }
-                _ => records_dropped += t.drain.stats().records_dropped,
+                _ => {
+                    records_dropped =
+                        records_dropped.saturating_add(t.drain.stats().records_dropped)
+                }
             }
         }
         let session = self.session.config();
