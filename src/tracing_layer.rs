@@ -362,18 +362,18 @@ fn push_debug(text: &mut String, value: &dyn fmt::Debug) -> Range<usize> {
     start..text.len()
 }
 
-/// Span fields, kept.
-struct SpanVisitor<'f> {
-    fields: &'f mut SpanFields,
+/// Span fields as values to keep, each handed to `set` (name, value).
+struct SpanVisitor<F: FnMut(&'static str, Owned)> {
+    set: F,
 }
 
-impl SpanVisitor<'_> {
+impl<F: FnMut(&'static str, Owned)> SpanVisitor<F> {
     fn set(&mut self, name: &'static str, value: Owned) {
-        self.fields.set(name, value);
+        (self.set)(name, value);
     }
 }
 
-impl Visit for SpanVisitor<'_> {
+impl<F: FnMut(&'static str, Owned)> Visit for SpanVisitor<F> {
     fn record_f64(&mut self, field: &Field, value: f64) {
         self.set(field.name(), Owned::Scalar(ArgValue::F64(value)));
     }
@@ -491,6 +491,16 @@ impl<'t> EventVisitor<'t> {
         answer
     }
 
+    /// A text field at `range` of the scratch: the event's message (its first `message`
+    /// field, recorded by `Debug` as the macros do or as a `&str`), or an argument.
+    fn text_field(&mut self, field: &Field, range: Range<usize>) {
+        if field.name() == "message" && self.message.is_none() {
+            self.message = Some(range);
+        } else {
+            self.push_text(field.name(), range);
+        }
+    }
+
     /// The event's message, if it has a non-empty one.
     fn message(&self) -> Option<&str> {
         match &self.message {
@@ -521,16 +531,12 @@ impl Visit for EventVisitor<'_> {
         let start = self.text.len();
         self.text.push_str(cut(value));
         let range = start..self.text.len();
-        self.push_text(field.name(), range);
+        self.text_field(field, range);
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
         let range = push_debug(self.text, value);
-        if field.name() == "message" && self.message.is_none() {
-            self.message = Some(range);
-        } else {
-            self.push_text(field.name(), range);
-        }
+        self.text_field(field, range);
     }
 }
 
@@ -609,9 +615,11 @@ where
         };
         let mut fields = SpanFields::EMPTY;
         attrs.record(&mut SpanVisitor {
-            fields: &mut fields,
+            set: |name, value| fields.set(name, value),
         });
-        span.extensions_mut().insert(SpanData {
+        // `replace`, not `insert`: a subscriber given the layer twice creates each span's data
+        // twice (each copy of the layer then writes its own records, as asked).
+        span.extensions_mut().replace(SpanData {
             generation,
             category,
             name,
@@ -632,11 +640,23 @@ where
         let Some(span) = ctx.span(id) else {
             return;
         };
+        if span.extensions().get::<SpanData>().is_none() {
+            return;
+        }
+        // The values are visited with no lock held: a value's `Debug` is the program's code,
+        // and a panic in it while the span's extensions were locked would poison them for
+        // every later enter, exit and close of the span (a second panic, in a guard's drop
+        // during that unwind, aborts the process). Then applied under the lock, which runs
+        // none of the program's code.
+        let mut recorded = Vec::new();
+        values.record(&mut SpanVisitor {
+            set: |name, value| recorded.push((name, value)),
+        });
         let mut extensions = span.extensions_mut();
         if let Some(data) = extensions.get_mut::<SpanData>() {
-            values.record(&mut SpanVisitor {
-                fields: &mut data.fields,
-            });
+            for (name, value) in recorded {
+                data.fields.set(name, value);
+            }
         }
     }
 

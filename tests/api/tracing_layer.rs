@@ -187,6 +187,70 @@ fn events_become_instants_named_by_their_message() {
 }
 
 #[test]
+fn a_message_given_as_a_str_names_the_event_as_a_formatted_one_does() {
+    let _s = serial();
+    let ((), events) = trace(|| {
+        with_layer(|| {
+            tracing::info!(message = "plain", n = 1u64);
+            tracing::info!(message = %"shown");
+        })
+    });
+    assert_eq!(events.len(), 2, "{events:?}");
+    assert_eq!(events[0].name, "plain");
+    assert_eq!(events[0].arg("message"), None, "{:?}", events[0].args);
+    assert_eq!(events[0].arg("n"), Some(&DecodedValue::U64(1)));
+    assert_eq!(events[1].name, "shown");
+}
+
+/// A value whose `Debug` panics.
+struct PanickingDebug;
+
+impl std::fmt::Debug for PanickingDebug {
+    fn fmt(&self, _: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        panic!("a Debug that panics")
+    }
+}
+
+#[test]
+fn a_panic_in_a_recorded_values_debug_leaves_the_span_usable() {
+    let _s = serial();
+    let ((), events) = trace(|| {
+        with_layer(|| {
+            let span = tracing::info_span!("kept", x = tracing::field::Empty, n = 1u64);
+            // Inside the span: the unwind exits it (the guard's drop runs the layer's exit).
+            let caught = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                span.in_scope(|| span.record("x", tracing::field::debug(PanickingDebug)));
+            }));
+            assert!(caught.is_err(), "the program's panic reaches the program");
+            span.record("n", 2u64);
+            span.in_scope(|| {});
+        })
+    });
+    let kept: Vec<&Ev> = events.iter().filter(|e| e.name == "kept").collect();
+    assert_eq!(kept.len(), 2, "both enters are written: {events:?}");
+    assert!(kept.iter().all(|e| e.arg("x").is_none()));
+    assert_eq!(kept[1].arg("n"), Some(&DecodedValue::U64(2)));
+}
+
+#[test]
+fn the_layer_given_twice_writes_each_span_twice_and_does_not_panic() {
+    let _s = serial();
+    let ((), events) = trace(|| {
+        let subscriber = tracing_subscriber::registry()
+            .with(TracingLayer::new())
+            .with(TracingLayer::new());
+        tracing::subscriber::with_default(subscriber, || {
+            tracing::info_span!("twice", n = 3u64).in_scope(|| {});
+        })
+    });
+    let twice: Vec<&Ev> = events.iter().filter(|e| e.name == "twice").collect();
+    assert_eq!(twice.len(), 2, "{events:?}");
+    assert!(twice
+        .iter()
+        .all(|e| e.arg("n") == Some(&DecodedValue::U64(3))));
+}
+
+#[test]
 fn repeated_events_keep_their_message_and_fields_on_the_one_announcement_path() {
     let _s = serial();
     let ((), events) = trace(|| {
