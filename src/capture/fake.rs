@@ -220,6 +220,8 @@ struct FakeState {
     by_fd: HashMap<RawFd, usize>,
     fail: Option<FailRule>,
     clock: Option<(u64, u32, u16)>,
+    /// `poll` fails with this errno from now on.
+    poll_errno: Option<i32>,
 }
 
 /// An in-memory [`Sys`] (see the module docs).
@@ -263,6 +265,11 @@ impl FakeSys {
         rule: impl Fn(&EventAttr, i32, i32) -> Option<i32> + Send + Sync + 'static,
     ) {
         self.lock().fail = Some(Box::new(rule));
+    }
+
+    /// Makes every `poll` from now on fail with `errno` (a capture thread that cannot wait).
+    pub fn fail_polls(&self, errno: i32) {
+        self.lock().poll_errno = Some(errno);
     }
 
     /// Control pages mapped from now on advertise `cap_user_time_zero` with these parameters.
@@ -444,6 +451,9 @@ impl Sys for FakeSys {
     }
 
     fn poll(&self, fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {
+        if let Some(errno) = self.lock().poll_errno {
+            return Err(io::Error::from_raw_os_error(errno));
+        }
         let ready = super::sys::RealSys.poll(fds, timeout_ms)?;
         // Emulate perf's wakeup reset: a fake event stops being readable once polled.
         let fake: Vec<RawFd> = {

@@ -28,6 +28,7 @@ use fxtrace::format::Record;
 use super::recorder::{
     ExternalSource, RecordReport, Recorder, SectionError, SectionSink, StopReason,
 };
+use super::report::SectionLosses;
 
 // === impl KernelProvider ===
 
@@ -85,22 +86,17 @@ impl SessionKernel {
         manager: &mut super::Manager,
         write: bool,
     ) -> Result<String, String> {
-        let outcome = match self.provider.take() {
+        let mut outcome = match self.provider.take() {
             Some(provider) => provider.stop().map_err(|e| e.to_string())?,
             None => return Ok(String::new()),
         };
-        let mut sink = outcome.sink;
-        sink.0.flush().map_err(|e| e.to_string())?;
-        drop(sink);
+        outcome.sink.0.flush().map_err(|e| e.to_string())?;
+        let line = outcome.describe();
+        drop(outcome);
         if write {
             self.pump(manager)?;
         }
-        Ok(format!(
-            "kernel provider: {} context switches, {} threads, {} records lost",
-            outcome.trace.context_switches,
-            outcome.trace.threads,
-            outcome.capture.lost_records + outcome.capture.lost_samples
-        ))
+        Ok(line)
     }
 }
 
@@ -178,6 +174,28 @@ pub struct KernelProviderOutcome<S> {
     pub capture: CaptureStats,
     /// The conversion's counters.
     pub trace: KernelTraceStats,
+    /// Why the capture failed while running or stopping, if it did: the events it delivered
+    /// before are in the section all the same (closed as usual), and [`Self::capture`] holds
+    /// the counters read just before the stop.
+    pub capture_error: Option<CaptureError>,
+}
+
+impl<S> KernelProviderOutcome<S> {
+    /// One line for a log: what was captured, and the capture's failure if any.
+    pub fn describe(&self) -> String {
+        let failure = match &self.capture_error {
+            Some(e) => format!("; the capture failed: {e} (what it delivered before is kept)"),
+            None => String::new(),
+        };
+        format!(
+            "kernel provider: {} context switches, {} threads, {} records lost{failure}",
+            self.trace.context_switches,
+            self.trace.threads,
+            self.capture
+                .lost_records
+                .saturating_add(self.capture.lost_samples)
+        )
+    }
 }
 
 impl<S: RecordSink + Send + 'static> KernelProvider<S> {
@@ -238,10 +256,16 @@ impl<S: RecordSink + Send + 'static> KernelProvider<S> {
     }
 
     /// Stops the capture, writes what is left and the section's closing records, and returns
-    /// the sink with the counters.
+    /// the sink with the counters. A capture that failed (its thread, a poll) still closes
+    /// the section with what it delivered: the failure is in
+    /// [`KernelProviderOutcome::capture_error`].
     pub fn stop(self) -> Result<KernelProviderOutcome<S>, KernelProviderError> {
         let report = self.capture.report().clone();
-        let capture = self.capture.stop()?;
+        let counted = self.capture.stats();
+        let (capture, capture_error) = match self.capture.stop() {
+            Ok(stats) => (stats, None),
+            Err(e) => (counted, Some(e)),
+        };
         let mut shared = lock(&self.shared);
         if let Some(source) = shared.error.take() {
             return Err(KernelProviderError::Write {
@@ -268,6 +292,7 @@ impl<S: RecordSink + Send + 'static> KernelProvider<S> {
             report,
             capture,
             trace,
+            capture_error,
         })
     }
 }
@@ -306,6 +331,8 @@ type KernelOutcome = Arc<Mutex<Option<Result<KernelProviderOutcome<KernelSink>, 
 struct KernelSource {
     provider: Option<KernelProvider<KernelSink>>,
     outcome: KernelOutcome,
+    /// Its section's id.
+    section: u32,
 }
 
 impl ExternalSource for KernelSource {
@@ -322,9 +349,30 @@ impl ExternalSource for KernelSource {
                 .map_err(|e| e.to_string()),
             Err(e) => Err(e.to_string()),
         };
-        let error = result.as_ref().err().cloned();
+        // A failed capture's section is kept (the summary says why it ended early); the
+        // recorder logs the failure too.
+        let error = match &result {
+            Ok(outcome) => outcome.capture_error.as_ref().map(|_| outcome.describe()),
+            Err(e) => Some(e.clone()),
+        };
         *self.outcome.lock().unwrap_or_else(|p| p.into_inner()) = Some(result);
         error.map_or(Ok(()), Err)
+    }
+
+    fn losses(&self) -> Vec<(u32, SectionLosses)> {
+        match &*self.outcome.lock().unwrap_or_else(|p| p.into_inner()) {
+            Some(Ok(outcome)) => vec![(
+                self.section,
+                SectionLosses {
+                    records_dropped: outcome.trace.dropped_records,
+                    records_lost: outcome
+                        .capture
+                        .lost_records
+                        .saturating_add(outcome.capture.lost_samples),
+                },
+            )],
+            _ => Vec::new(),
+        }
     }
 }
 
@@ -346,6 +394,7 @@ impl KernelSection {
         ring_pages: usize,
     ) -> Result<Self, KernelProviderError> {
         let sink = recorder.section_sink("kernel");
+        let section = sink.id();
         let config = KernelProviderConfig {
             capture: CaptureConfig {
                 ring_pages,
@@ -362,6 +411,7 @@ impl KernelSection {
         recorder.add_external(Box::new(KernelSource {
             provider: Some(provider),
             outcome: outcome.clone(),
+            section,
         }));
         Ok(Self {
             lbr,
@@ -408,6 +458,7 @@ impl KernelSection {
             unsupported: outcome.report.unsupported,
             capture: outcome.capture,
             trace: outcome.trace,
+            capture_error: outcome.capture_error.map(|e| e.to_string()),
             stopped_by: report.stop_reason.clone(),
             command_status: report.command_status,
             elapsed: report.elapsed,
@@ -446,6 +497,9 @@ pub struct KernelSummary {
     pub capture: CaptureStats,
     /// The conversion's counters.
     pub trace: KernelTraceStats,
+    /// Why the capture failed before the end, if it did (what it delivered before is in the
+    /// trace).
+    pub capture_error: Option<String>,
     /// Why it stopped.
     pub stopped_by: StopReason,
     /// The command's exit status, if one ran and ended.
@@ -513,8 +567,27 @@ impl fmt::Display for KernelSummary {
                 writeln!(f, "  note: {} unavailable: {}", u.what, u.hint)?;
             }
         }
+        if let Some(e) = &self.capture_error {
+            writeln!(
+                f,
+                "  error: the capture failed before the end: {e}; what it delivered before is in \
+                 the trace"
+            )?;
+        }
         let damage = [
             ("records that failed to parse", c.parse_errors),
+            (
+                "ring bytes skipped after a corrupt record header",
+                c.corrupt_bytes,
+            ),
+            (
+                "records of a type fxtrace did not ask for, skipped",
+                c.unknown_records,
+            ),
+            (
+                "samples from events that should give none, skipped",
+                c.unexpected_samples,
+            ),
             ("events out of time order", t.late),
             ("records the trace could not hold", t.dropped_records),
             ("LBR entries beyond 32", t.lbr_entries_truncated),

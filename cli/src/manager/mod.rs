@@ -38,6 +38,6 @@ pub use recorder::{
     ExternalSource, OutputFailure, RecordConfig, RecordReport, Recorder, RecorderError,
     SectionError, SectionSink, StopHandle, StopReason,
 };
-pub use report::{ProviderReport, RefusedPeer, SectionReport, SummaryTable};
+pub use report::{ProviderReport, RefusedPeer, SectionLosses, SectionReport, SummaryTable};
 pub use server::{Manager, ManagerConfig, ManagerError, ManagerEvent, PollOutcome, Waker};
 pub use session::{Session, SessionConfig};

@@ -39,7 +39,7 @@ use nix::sys::signal::{self, SaFlags, SigAction, SigHandler, SigSet, Signal};
 
 use super::archive::{truncate_to_complete_records, ArchiveError};
 use super::lifecycle;
-use super::report::{ProviderReport, RefusedPeer, SectionReport, SummaryTable};
+use super::report::{ProviderReport, RefusedPeer, SectionLosses, SectionReport, SummaryTable};
 use super::server::{Manager, ManagerConfig, ManagerError, ManagerEvent, Waker};
 use super::session::{SessionConfig, SessionState};
 use fxtrace::capture::fxt::IndexedSwitch;
@@ -462,6 +462,11 @@ fn session_dir() -> Result<PathBuf, RecorderError> {
 pub trait ExternalSource: Send + std::fmt::Debug {
     /// Stop producing and push the last records into the sink (flushing it) before returning.
     fn stop(&mut self) -> Result<(), String>;
+
+    /// Once stopped: what each of its sections lost, by section id (for the summary table).
+    fn losses(&self) -> Vec<(u32, SectionLosses)> {
+        Vec::new()
+    }
 }
 
 /// Why a [`SectionSink`] refused a record.
@@ -582,6 +587,7 @@ impl Recorder {
                 name: name.to_owned(),
                 records: 0,
                 bytes: 0,
+                losses: None,
             },
             rx,
         });
@@ -880,6 +886,11 @@ impl Recorder {
         for mut source in std::mem::take(&mut self.externals) {
             if let Err(e) = source.stop() {
                 log(&format!("stopping {source:?}: {e}"));
+            }
+            for (id, losses) in source.losses() {
+                if let Some(s) = self.sections.iter_mut().find(|s| s.report.id == id) {
+                    s.report.losses = Some(losses);
+                }
             }
         }
         if output_failure.is_none() {

@@ -57,6 +57,17 @@ pub struct SectionReport {
     pub records: u64,
     /// Bytes written.
     pub bytes: u64,
+    /// What the section lost, once its source has said (`None`: not reported).
+    pub losses: Option<SectionLosses>,
+}
+
+/// What a section from outside the protocol lost.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct SectionLosses {
+    /// Records fxtrace could not write into the section (counted in it).
+    pub records_dropped: u64,
+    /// Records its source lost before fxtrace saw them (the kernel's full rings).
+    pub records_lost: u64,
 }
 
 /// A connection refused because of its peer credentials.
@@ -140,6 +151,13 @@ impl fmt::Display for SummaryTable<'_> {
         }
         for s in self.sections {
             let name = super::archive::truncate_str(&s.name, 20);
+            let (dropped, lost) = match s.losses {
+                Some(l) => (
+                    l.records_dropped.to_string(),
+                    if l.records_lost > 0 { "LOST" } else { "no" },
+                ),
+                None => ("-".to_owned(), "-"),
+            };
             writeln!(
                 f,
                 "{:>4} {:>8}  {:<20} {:>10} {:>12} {:>9}  {:<9} {:<5}",
@@ -148,9 +166,9 @@ impl fmt::Display for SummaryTable<'_> {
                 name,
                 s.records,
                 s.bytes,
-                "-",
+                dropped,
                 "built-in",
-                "no",
+                lost,
             )?;
         }
         if self.providers.is_empty() && self.sections.is_empty() {
@@ -234,12 +252,25 @@ mod tests {
         };
         let table = SummaryTable {
             providers: &[p],
-            sections: &[SectionReport {
-                id: 9,
-                name: "kernel".into(),
-                records: 5,
-                bytes: 40,
-            }],
+            sections: &[
+                SectionReport {
+                    id: 9,
+                    name: "kernel".into(),
+                    records: 5,
+                    bytes: 40,
+                    losses: Some(SectionLosses {
+                        records_dropped: 4,
+                        records_lost: 22,
+                    }),
+                },
+                SectionReport {
+                    id: 10,
+                    name: "quiet".into(),
+                    records: 1,
+                    bytes: 8,
+                    losses: None,
+                },
+            ],
             refused: &[RefusedPeer { pid: 7, uid: 65534 }],
             output: std::path::Path::new("/tmp/t.fxt"),
             output_bytes: 123,
@@ -263,8 +294,14 @@ mod tests {
              buffer 1% used, wrapped 2 times, 2 streaming saves"
         ));
         assert!(table.ends_with("trace written to /tmp/t.fxt (123 bytes)"));
-        assert!(table.contains("kernel"));
-        assert!(table.contains("built-in"));
+        let kernel = table.lines().find(|l| l.contains("kernel")).unwrap();
+        assert!(kernel.contains("built-in"), "{kernel}");
+        assert!(
+            kernel.contains(" 4 ") && kernel.trim_end().ends_with("LOST"),
+            "the kernel's losses in its row: {kernel}"
+        );
+        let quiet = table.lines().find(|l| l.contains("quiet")).unwrap();
+        assert!(quiet.trim_end().ends_with('-'), "not reported: {quiet}");
         let line = table.lines().nth(1).unwrap();
         assert!(line.contains(" 80 "), "bytes column: {line}");
     }

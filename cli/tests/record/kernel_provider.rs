@@ -737,6 +737,67 @@ fn kernel_provider_over_fake_perf_counts_losses_and_notes_missing_lbr() {
     );
 }
 
+/// A capture that fails while running (here its `poll`) keeps what it delivered before: the
+/// section is closed as usual, holds the switch, and the outcome names the failure.
+#[test]
+fn a_capture_that_fails_while_running_keeps_its_section() {
+    let tfs = tempfile::tempdir().unwrap();
+    let proc = tempfile::tempdir().unwrap();
+    tracefs(tfs.path());
+    proc_tree(proc.path(), &[10, 11]);
+    let sys = FakeSys::new();
+    sys.set_clock(0, 1 << 31, 31);
+    let provider = KernelProvider::start_with(
+        sys.clone(),
+        root_perms(),
+        fake_config(tfs.path(), proc.path(), false),
+        RecordWriter::with_magic(),
+    )
+    .unwrap();
+    let t = base();
+    let cpu0 = sys.ring(PerfEventKind::SchedSwitchTracepoint, 0).unwrap();
+    assert!(cpu0.write_record(
+        RECORD_SAMPLE,
+        0,
+        &switch_sample(t + 100, 0, ("server", 10, 0x1), ("worker", 11))
+    ));
+    // From the next wait on, the capture thread's `poll` fails: the wake ends the wait it is
+    // in, it drains the switch, and its next `poll` fails.
+    sys.fail_polls(libc::ENOMEM);
+    cpu0.wake();
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while provider.capture_stats().switches == 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the switch is never delivered"
+        );
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    // The thread polls again right after the drain that delivered the switch.
+    std::thread::sleep(Duration::from_millis(200));
+    let outcome = provider.stop().expect("the section is kept");
+    let error = outcome
+        .capture_error
+        .as_ref()
+        .expect("the failure is reported");
+    assert!(error.to_string().contains("poll"), "{error}");
+    assert!(
+        outcome.describe().contains("the capture failed"),
+        "{}",
+        outcome.describe()
+    );
+    assert_eq!(outcome.trace.context_switches, 1);
+    assert_eq!(outcome.capture.switches, 1);
+    let bytes = outcome.sink.to_bytes();
+    let records = decode(&bytes);
+    assert!(
+        records
+            .iter()
+            .any(|d| matches!(d.record, DecodedRecord::ContextSwitch { .. })),
+        "{records:?}"
+    );
+}
+
 #[test]
 fn synthetic_lbr_sample_round_trips_into_a_blob() {
     let tfs = tempfile::tempdir().unwrap();
