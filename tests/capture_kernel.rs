@@ -496,3 +496,108 @@ fn lbr_unsupported_is_reported_once_and_switches_go_on() {
         }
     }
 }
+
+/// Voluntary plus involuntary context switches of thread `tid` of this process so far.
+fn switch_outs(tid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/self/task/{tid}/status")).unwrap();
+    status
+        .lines()
+        .filter(|l| {
+            l.starts_with("voluntary_ctxt_switches") || l.starts_with("nonvoluntary_ctxt_switches")
+        })
+        .filter_map(|l| l.split(':').nth(1)?.trim().parse::<u64>().ok())
+        .sum()
+}
+
+/// A ring that fills while the sink is slow, right before the stop: the kernel writes no
+/// LOST record after the stop, so the losses are counted from the events' own counts
+/// (`PERF_FORMAT_LOST`): every switch-out of the workload is captured or counted lost.
+#[test]
+fn switches_lost_just_before_the_stop_are_counted() {
+    let _s = serial();
+    if !require_root() {
+        return;
+    }
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let block = Arc::new(AtomicBool::new(false));
+    let blocked = Arc::new(AtomicBool::new(false));
+    let release = Arc::new(AtomicBool::new(false));
+    let outs: Arc<Mutex<Vec<u32>>> = Arc::default();
+    let (b, bd, r, o) = (
+        block.clone(),
+        blocked.clone(),
+        release.clone(),
+        outs.clone(),
+    );
+    let config = CaptureConfig {
+        ring_pages: 1,
+        ..CaptureConfig::system_wide()
+    };
+    let capture = match Capture::start(config, move |event| {
+        if let CaptureEvent::ContextSwitch(cs) = &event {
+            o.lock().unwrap().push(cs.prev_tid);
+        }
+        // A sink that stalls once (a slow writer) until released.
+        if b.load(Ordering::SeqCst) && !bd.swap(true, Ordering::SeqCst) {
+            while !r.load(Ordering::SeqCst) {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+    }) {
+        Ok(capture) => capture,
+        Err(e) => {
+            println!("skipped: system-wide capture unavailable: {e}");
+            return;
+        }
+    };
+    std::thread::sleep(Duration::from_millis(100));
+    block.store(true, Ordering::SeqCst);
+    while !blocked.load(Ordering::SeqCst) {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+    let me = gettid();
+    let (to_pong, pong_rx) = std::sync::mpsc::sync_channel::<u32>(0);
+    let (to_ping, ping_rx) = std::sync::mpsc::sync_channel::<u32>(0);
+    let (tid_tx, tid_rx) = std::sync::mpsc::channel();
+    let ponger = std::thread::spawn(move || {
+        tid_tx.send(gettid()).unwrap();
+        while let Ok(v) = pong_rx.recv() {
+            if to_ping.send(v).is_err() {
+                break;
+            }
+        }
+    });
+    let pong = tid_rx.recv().unwrap();
+    let before = switch_outs(me) + switch_outs(pong);
+    for i in 0..3000 {
+        to_pong.send(i).unwrap();
+        ping_rx.recv().unwrap();
+    }
+    let after = switch_outs(me) + switch_outs(pong);
+    drop(to_pong);
+    ponger.join().unwrap();
+    // Stop while the sink is still stalled: the capture thread disables, then drains.
+    let releaser = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(300));
+        release.store(true, Ordering::SeqCst);
+    });
+    let stats = capture.stop().unwrap();
+    releaser.join().unwrap();
+    let happened = after - before;
+    let captured = outs
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|&&t| t == me || t == pong)
+        .count() as u64;
+    println!(
+        "switch-outs of the two threads: {happened}; captured {captured}; lost {} ({} \
+         counted at the stop)",
+        stats.lost_records, stats.lost_unreported
+    );
+    assert!(
+        captured + stats.lost_records + stats.lost_samples >= happened,
+        "{} switch-outs vanished uncounted",
+        happened - captured - stats.lost_records - stats.lost_samples
+    );
+}

@@ -132,6 +132,10 @@ impl EventAttr {
         let mut raw = b::perf_event_attr::default();
         raw.size = size_of::<b::perf_event_attr>() as u32;
         raw.set_disabled(1);
+        // A `read` of the event then ends with the records its ring had no room for: the
+        // losses of the last moments before the stop, which no `PERF_RECORD_LOST` reports
+        // (the kernel writes one only before the next record that fits).
+        raw.read_format = b::PERF_FORMAT_LOST as u64;
         if clock == PerfClock::MonotonicRaw {
             raw.set_use_clockid(1);
             raw.clockid = libc::CLOCK_MONOTONIC_RAW;
@@ -284,6 +288,20 @@ impl EventAttr {
     /// `branch_sample_type`.
     pub fn branch_format(&self) -> BranchSampleFormat {
         BranchSampleFormat::from_bits_retain(self.raw.branch_sample_type)
+    }
+
+    /// `read_format` has `PERF_FORMAT_LOST` (Linux 6.0): a `read` of the event gives its
+    /// count, then the records it lost for want of room in its ring.
+    pub fn counts_lost(&self) -> bool {
+        self.raw.read_format & b::PERF_FORMAT_LOST as u64 != 0
+    }
+
+    /// The same event without `PERF_FORMAT_LOST`, for kernels before 6.0 (which refuse the
+    /// bit with `EINVAL`).
+    pub fn without_lost_count(&self) -> Self {
+        let mut attr = self.clone();
+        attr.raw.read_format &= !(b::PERF_FORMAT_LOST as u64);
+        attr
     }
 
     /// `sample_id_all`: side-band records end with a `sample_id` trailer.

@@ -165,6 +165,11 @@ pub(crate) struct StreamDecoder {
 }
 
 impl StreamDecoder {
+    /// The CPU of the ring it decodes.
+    pub(crate) fn cpu(&self) -> u32 {
+        self.cpu
+    }
+
     pub(crate) fn new(
         kind: PerfEventKind,
         cpu: u32,

@@ -195,6 +195,8 @@ struct FakeEvent {
     output: Option<usize>,
     enabled: bool,
     live: bool,
+    /// What a `read` reports as lost (`PERF_FORMAT_LOST`).
+    lost: u64,
 }
 
 /// What a test can see of a fake event.
@@ -308,6 +310,19 @@ impl FakeSys {
             })
     }
 
+    /// Makes the live `kind` event on `cpu` report `lost` records lost when read (its
+    /// `PERF_FORMAT_LOST` count: a ring that filled up with no `PERF_RECORD_LOST` after).
+    pub fn set_lost(&self, kind: PerfEventKind, cpu: i32, lost: u64) {
+        let mut state = self.lock();
+        if let Some(e) = state
+            .events
+            .iter_mut()
+            .find(|e| e.live && e.attr.kind() == kind && e.cpu == cpu)
+        {
+            e.lost = lost;
+        }
+    }
+
     /// The producer side of the mapping of `fd` (from [`Sys::perf_event_open`]).
     pub fn ring_of(&self, fd: BorrowedFd<'_>) -> Option<FakeRing> {
         let state = self.lock();
@@ -388,6 +403,7 @@ impl Sys for FakeSys {
             output: None,
             enabled: !attr.disabled(),
             live: true,
+            lost: 0,
         });
         Ok(fd)
     }
@@ -478,6 +494,27 @@ impl Sys for FakeSys {
             let _ = check_errno(ret as i64);
         }
         Ok(ready)
+    }
+
+    fn read(&self, fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+        let state = self.lock();
+        let event = state
+            .by_fd
+            .get(&fd.as_raw_fd())
+            .map(|&i| &state.events[i])
+            .filter(|e| e.live)
+            .ok_or_else(|| io::Error::from_raw_os_error(libc::EBADF))?;
+        // The count (always 0 here), then the lost records when asked for.
+        let mut words = vec![0u64];
+        if event.attr.counts_lost() {
+            words.push(event.lost);
+        }
+        let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+        if buf.len() < bytes.len() {
+            return Err(io::Error::from_raw_os_error(libc::ENOSPC));
+        }
+        buf[..bytes.len()].copy_from_slice(&bytes);
+        Ok(bytes.len())
     }
 
     fn page_size(&self) -> usize {

@@ -23,6 +23,8 @@ use crate::fd_guard::GuardedFd;
 pub(super) struct RingSlot {
     pub(super) ring: PerfRing,
     pub(super) decoder: StreamDecoder,
+    /// Records `PERF_RECORD_LOST` reported lost in this ring so far.
+    pub(super) reported_lost: u64,
 }
 
 pub(super) struct OpenFailure {
@@ -73,7 +75,8 @@ impl OpenFailure {
 #[derive(Default)]
 pub(super) struct OpenSet {
     pub(super) rings: Vec<(u32, PerfRing)>,
-    pub(super) members: Vec<GuardedFd>,
+    /// With the CPU of the ring each writes into.
+    pub(super) members: Vec<(u32, GuardedFd)>,
 }
 
 pub(super) struct Opener<'a> {
@@ -88,14 +91,20 @@ impl Opener<'_> {
         pid: i32,
         cpu: u32,
     ) -> Result<OwnedFd, OpenFailure> {
-        self.sys
-            .perf_event_open(attr, pid, cpu as i32, None)
-            .map_err(|e| OpenFailure {
-                kind: attr.kind(),
-                pid,
-                cpu: cpu as i32,
-                error: Ok(e),
-            })
+        let opened = match self.sys.perf_event_open(attr, pid, cpu as i32, None) {
+            // A kernel before 6.0 does not know `PERF_FORMAT_LOST`: the event without it
+            // (its last losses before the stop then go uncounted, as before 6.0 they must).
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) && attr.counts_lost() => self
+                .sys
+                .perf_event_open(&attr.without_lost_count(), pid, cpu as i32, None),
+            opened => opened,
+        };
+        opened.map_err(|e| OpenFailure {
+            kind: attr.kind(),
+            pid,
+            cpu: cpu as i32,
+            error: Ok(e),
+        })
     }
 
     pub(super) fn map(
@@ -169,7 +178,7 @@ impl Opener<'_> {
                                     source,
                                 })
                             })?;
-                            set.members.push(fd);
+                            set.members.push((cpu, fd));
                         }
                         None => {
                             let ring =

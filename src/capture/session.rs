@@ -268,6 +268,7 @@ pub(super) struct Counters {
     pub(super) lost_records: AtomicU64,
     pub(super) lost_samples: AtomicU64,
     pub(super) lost_reports: AtomicU64,
+    pub(super) lost_unreported: AtomicU64,
     pub(super) unknown_records: AtomicU64,
     pub(super) unexpected_samples: AtomicU64,
     pub(super) throttles: AtomicU64,
@@ -310,6 +311,11 @@ pub struct CaptureStats {
     pub lost_samples: u64,
     /// LOST / LOST_SAMPLES records seen.
     pub lost_reports: u64,
+    /// Of [`Self::lost_records`], those no `PERF_RECORD_LOST` reported: records a ring had no
+    /// room for in the last moments before the stop (the kernel reports a loss only before
+    /// the next record that fits), counted at the stop from each event's own count
+    /// (`PERF_FORMAT_LOST`, Linux 6.0; not counted on older kernels).
+    pub lost_unreported: u64,
     /// Records of types fxtrace did not request, skipped.
     pub unknown_records: u64,
     /// Samples on events that should produce none, skipped.
@@ -364,6 +370,7 @@ impl Counters {
             lost_records: g(&self.lost_records),
             lost_samples: g(&self.lost_samples),
             lost_reports: g(&self.lost_reports),
+            lost_unreported: g(&self.lost_unreported),
             unknown_records: g(&self.unknown_records),
             unexpected_samples: g(&self.unexpected_samples),
             throttles: g(&self.throttles),
@@ -443,16 +450,28 @@ impl Capture {
         let registry = TaskRegistry::new(config.proc_root.clone());
         let mut unsupported = Vec::new();
         let mut slots: Vec<RingSlot> = Vec::new();
-        let mut members: Vec<GuardedFd> = Vec::new();
+        let mut members: Vec<(usize, GuardedFd)> = Vec::new();
         let mut events = 0usize;
         let mut add = |set: OpenSet, attr: &EventAttr, sched: Option<Arc<SchedSwitchFormat>>| {
             let layout = RecordLayout::new(attr)?;
             events += set.rings.len() + set.members.len();
+            let first = slots.len();
             for (cpu, ring) in set.rings {
                 let decoder = StreamDecoder::new(attr.kind(), cpu, layout, sched.clone());
-                slots.push(RingSlot { ring, decoder });
+                slots.push(RingSlot {
+                    ring,
+                    decoder,
+                    reported_lost: 0,
+                });
             }
-            members.extend(set.members);
+            // Each member writes into its set's ring of its CPU.
+            for (cpu, member) in set.members {
+                let ring = slots[first..]
+                    .iter()
+                    .position(|s| s.decoder.cpu() == cpu)
+                    .map_or(first, |i| first + i);
+                members.push((ring, member));
+            }
             Ok::<(), CaptureError>(())
         };
 
@@ -556,7 +575,7 @@ impl Capture {
         for fd in slots
             .iter()
             .map(|s| s.ring.fd())
-            .chain(members.iter().map(|m| {
+            .chain(members.iter().map(|(_, m)| {
                 // SAFETY: just opened by this function; the number is the event's.
                 unsafe { std::os::fd::BorrowedFd::borrow_raw(m.raw()) }
             }))

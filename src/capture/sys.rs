@@ -70,8 +70,23 @@ pub trait Sys: Send + Sync + fmt::Debug {
     /// `poll(fds, timeout_ms)`, retried on `EINTR`; returns the number of ready descriptors.
     fn poll(&self, fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize>;
 
+    /// `read(fd, buf)`, retried on `EINTR`; returns the bytes read.
+    fn read(&self, fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize>;
+
     /// The page size perf mappings are made of.
     fn page_size(&self) -> usize;
+}
+
+/// The records perf event `fd` lost for want of room in its ring since it was opened
+/// (`PERF_FORMAT_LOST`, [`EventAttr::counts_lost`]); `None` when its `read` does not say
+/// (an event opened without the bit, or a failed read).
+pub(crate) fn lost_count(sys: &dyn Sys, fd: BorrowedFd<'_>) -> Option<u64> {
+    // `read_format` = LOST alone: `u64 value, u64 lost`; without the bit, the value alone.
+    let mut buf = [0u8; 16];
+    match sys.read(fd, &mut buf) {
+        Ok(16) => Some(u64::from_ne_bytes(buf[8..].try_into().ok()?)),
+        _ => None,
+    }
 }
 
 /// The kernel.
@@ -142,6 +157,19 @@ impl Sys for RealSys {
         // remaining users.
         let ret = unsafe { libc::munmap(addr.as_ptr().cast(), len) };
         check_errno(i64::from(ret)).map(drop)
+    }
+
+    fn read(&self, fd: BorrowedFd<'_>, buf: &mut [u8]) -> io::Result<usize> {
+        loop {
+            // SAFETY: `buf` is a live, exclusively borrowed buffer of `buf.len()` bytes; the
+            // descriptor is live for the call.
+            let ret = unsafe { libc::read(fd.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len()) };
+            match check_errno(ret as i64) {
+                Ok(n) => return Ok(n as usize),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            }
+        }
     }
 
     fn poll(&self, fds: &mut [libc::pollfd], timeout_ms: i32) -> io::Result<usize> {

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::decode::{known_pid, Decoded, OtherEvent, Pending, Skip};
-use super::events::{CaptureEvent, LostKind, SwitchSides, ThreadInfo, Unsupported};
+use super::events::{CaptureEvent, Lost, LostKind, SwitchSides, ThreadInfo, Unsupported};
 use super::ids::IdMap;
 use super::maps::{BuildIdCache, MapsSynthesis};
 use super::merge::Merger;
@@ -18,7 +18,7 @@ use super::procfs::SCAN_TASK_LIMIT;
 use super::records::TaskName;
 use super::ring::RingError;
 use super::session::*;
-use super::sys::{PerfIoctl, Sys};
+use super::sys::{lost_count, PerfIoctl, Sys};
 use super::time::PerfTimeConverter;
 use crate::fd_guard::{FdLost, GuardedFd, WakePipe};
 
@@ -200,7 +200,8 @@ pub(super) struct Worker {
     pub(super) sys: Arc<dyn Sys>,
     pub(super) synthesize: Option<Synthesize>,
     pub(super) slots: Vec<RingSlot>,
-    pub(super) members: Vec<GuardedFd>,
+    /// Redirected events, with the index of the slot whose ring they write into.
+    pub(super) members: Vec<(usize, GuardedFd)>,
     pub(super) stop: Arc<StopSignal>,
     pub(super) conv: PerfTimeConverter,
     pub(super) merger: Merger<Pending>,
@@ -317,7 +318,7 @@ impl Worker {
             .slots
             .iter()
             .map(|s| s.ring.guarded_fd())
-            .chain(self.members.iter())
+            .chain(self.members.iter().map(|(_, m)| m))
         {
             // A failed disable only means records may still arrive; the final drain below
             // reads up to the head either way.
@@ -330,11 +331,55 @@ impl Worker {
         self.merger.flush(|t, p| delivery.deliver(t, p));
         self.delivery.release(true);
         self.publish_merge_counters();
+        self.report_unreported_losses();
         if let Some(lost) = lost {
             self.delivery.emit(CaptureEvent::Unsupported(Unsupported {
                 what: "context-switch capture".into(),
                 errno: None,
                 hint: CaptureError::DescriptorLost(*lost).to_string(),
+            }));
+        }
+    }
+
+    /// After the last drain: the records each ring had no room for that no `PERF_RECORD_LOST`
+    /// reported (the kernel writes one only before the next record that fits, and after the
+    /// stop none comes), from its events' own counts (`PERF_FORMAT_LOST`): counted and
+    /// delivered as a loss, one per ring, after every other event.
+    fn report_unreported_losses(&mut self) {
+        let mut lost: Vec<Option<u64>> = self
+            .slots
+            .iter()
+            .map(|s| {
+                let fd = s.ring.checked_fd().ok()?;
+                lost_count(&*self.sys, fd)
+            })
+            .collect();
+        for (ring, member) in &self.members {
+            let count = member
+                .checked()
+                .ok()
+                .and_then(|fd| lost_count(&*self.sys, fd));
+            if let (Some(total), Some(count)) =
+                (lost.get_mut(*ring).and_then(|l| l.as_mut()), count)
+            {
+                *total = total.saturating_add(count);
+            }
+        }
+        let time = crate::clock::ticks();
+        for (slot, lost) in self.slots.iter().zip(lost) {
+            let unreported = lost.unwrap_or(0).saturating_sub(slot.reported_lost);
+            if unreported == 0 {
+                continue;
+            }
+            let counters = &self.delivery.counters;
+            bump(&counters.lost_records, unreported);
+            bump(&counters.lost_unreported, unreported);
+            bump(&counters.lost_reports, 1);
+            self.delivery.emit(CaptureEvent::Lost(Lost {
+                time,
+                cpu: slot.decoder.cpu(),
+                kind: LostKind::Records,
+                count: unreported,
             }));
         }
     }
@@ -377,7 +422,11 @@ impl Worker {
                             if let CaptureEvent::Lost(l) = &o.event {
                                 bump(&counters.lost_reports, 1);
                                 match l.kind {
-                                    LostKind::Records => bump(&counters.lost_records, l.count),
+                                    LostKind::Records => {
+                                        bump(&counters.lost_records, l.count);
+                                        slot.reported_lost =
+                                            slot.reported_lost.saturating_add(l.count);
+                                    }
                                     LostKind::Samples => bump(&counters.lost_samples, l.count),
                                 }
                             }

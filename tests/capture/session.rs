@@ -585,3 +585,82 @@ fn lost_counts_past_u64_max_saturate_and_the_capture_goes_on() {
         "the switch decoded before the losses is delivered"
     );
 }
+
+/// Records a ring had no room for in the last moments before the stop (no LOST record after
+/// them: the kernel writes one only before the next record that fits) are counted from each
+/// event's own count at the stop and delivered as a loss of their CPU, after every event;
+/// what LOST records reported is not counted twice.
+#[test]
+fn losses_no_lost_record_reported_are_counted_at_the_stop() {
+    let tfs = tempfile::tempdir().unwrap();
+    let proc = tempfile::tempdir().unwrap();
+    tracefs(tfs.path());
+    proc_tree(proc.path(), &[10, 11]);
+    let sys = FakeSys::new();
+    sys.set_clock(0, 1 << 31, 31);
+    let cfg = config(CaptureConfig::system_wide(), tfs.path(), proc.path());
+    let (events, sink) = sink();
+    let capture = Capture::start_with(sys.clone(), root_perms(), cfg, sink).unwrap();
+    assert!(sys
+        .events()
+        .iter()
+        .all(|e| e.attr.counts_lost() || e.attr.kind() != PerfEventKind::SchedSwitchTracepoint));
+    let t = base();
+    let cpu0 = sys.ring(PerfEventKind::SchedSwitchTracepoint, 0).unwrap();
+    assert!(cpu0.write_record(
+        RECORD_SAMPLE,
+        0,
+        &switch_sample(t + 100, 0, ("server", 10, 0x1), ("worker", 11))
+    ));
+    let lost = RecordBytes::new()
+        .u64(1)
+        .u64(5)
+        .sample_id(0, 0, t + 150, 0)
+        .build();
+    assert!(cpu0.write_record(RECORD_LOST, 0, &lost));
+    cpu0.wake();
+    // CPU 0's event lost 12 in all: 5 reported above, 7 after; CPU 1's lost 3, unreported.
+    sys.set_lost(PerfEventKind::SchedSwitchTracepoint, 0, 12);
+    sys.set_lost(PerfEventKind::SchedSwitchTracepoint, 1, 3);
+    let stats = capture.stop().unwrap();
+    assert_eq!(stats.lost_records, 15);
+    assert_eq!(stats.lost_unreported, 10);
+    assert_eq!(stats.lost_reports, 3);
+    let events = events.lock().unwrap();
+    let losses: Vec<(u32, u64)> = events
+        .iter()
+        .filter_map(|e| match e {
+            CaptureEvent::Lost(l) if l.kind == LostKind::Records => Some((l.cpu, l.count)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(losses, [(0, 5), (0, 7), (1, 3)]);
+    assert!(
+        matches!(events.last(), Some(CaptureEvent::Lost(_))),
+        "the stop's losses come after every event"
+    );
+}
+
+/// A kernel before 6.0 refuses `PERF_FORMAT_LOST` with `EINVAL`: the events are opened
+/// without it and the capture runs as before (its last losses then go uncounted).
+#[test]
+fn a_kernel_without_the_lost_count_opens_the_events_without_it() {
+    let tfs = tempfile::tempdir().unwrap();
+    let proc = tempfile::tempdir().unwrap();
+    tracefs(tfs.path());
+    proc_tree(proc.path(), &[10, 11]);
+    let sys = FakeSys::new();
+    sys.set_clock(0, 1 << 31, 31);
+    sys.fail_when(|attr, _, _| attr.counts_lost().then_some(libc::EINVAL));
+    let cfg = config(CaptureConfig::system_wide(), tfs.path(), proc.path());
+    let (_events, sink) = sink();
+    let capture = Capture::start_with(sys.clone(), root_perms(), cfg, sink).unwrap();
+    assert!(sys
+        .events()
+        .iter()
+        .filter(|e| e.attr.kind() == PerfEventKind::SchedSwitchTracepoint)
+        .all(|e| !e.attr.counts_lost()));
+    sys.set_lost(PerfEventKind::SchedSwitchTracepoint, 0, 4);
+    let stats = capture.stop().unwrap();
+    assert_eq!((stats.lost_records, stats.lost_unreported), (0, 0));
+}

@@ -524,9 +524,13 @@ impl fmt::Display for KernelSummary {
             "  context switches: {} (from {source})",
             t.context_switches
         )?;
+        let at_stop = match c.lost_unreported {
+            0 => String::new(),
+            n => format!(", {n} of the records counted at the stop (no LOST record after them)"),
+        };
         writeln!(
             f,
-            "  lost: {} records, {} samples{}",
+            "  lost: {} records, {} samples{}{at_stop}",
             t.lost_records,
             t.lost_samples,
             if t.lost_anything() {
