@@ -33,9 +33,11 @@
 //!
 //! # Limits
 //!
-//! String values longer than [`MAX_TEXT`] bytes are cut at a character boundary; `Debug`
-//! text is cut at [`MAX_DEBUG_TEXT`] bytes per argument (and [`DEBUG_BUFFER`] per call) and
-//! then ends with `…`. Argument names are interned like every `&'static str`.
+//! String values longer than [`MAX_TEXT`] bytes are cut at a character boundary, and
+//! shorter still (the longest first) when a call's texts together exceed one record (32 760
+//! bytes): the record is written, never dropped for its size; `Debug` text is cut at
+//! [`MAX_DEBUG_TEXT`] bytes per argument (and [`DEBUG_BUFFER`] per call) and then ends with
+//! `…`. Argument names are interned like every `&'static str`.
 
 use std::fmt::{self, Debug};
 use std::future::Future;

@@ -42,7 +42,9 @@
 //! - Events with string or `Debug` fields format into a per-thread scratch buffer (no
 //!   allocation once warm; an event emitted while another's field is formatted takes a
 //!   string of its own).
-//! - Texts are cut at [`MAX_TEXT`] bytes; an event or span has at most 15 arguments
+//! - Texts are cut at [`MAX_TEXT`] bytes, and shorter still (the longest first) when an
+//!   event's or span's texts together exceed one record (32 760 bytes): the record is
+//!   written, never dropped for its size; an event or span has at most 15 arguments
 //!   (`level` included): further fields are replaced by one `fields_dropped` count.
 //! - Span ids are reused by the registry after a span closes, so an async id is unique only
 //!   among live spans (async begin/end pairs with the same id do not overlap).
@@ -897,7 +899,7 @@ fn write_async_begin(id: u64, data: &SpanData) {
         let n = span_args(writer, &data.fields, &mut args);
         let category = writer.string_ref(data.category);
         let name = writer.string_ref(data.name);
-        let _ = writer.write(&Event {
+        let _ = writer.write_event(&Event {
             ticks: data.created,
             thread: ThreadRef::Inline {
                 pid: u64::from(std::process::id()),

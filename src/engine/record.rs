@@ -47,7 +47,7 @@ use super::context::{Context, EngineError, StartMode};
 use super::writer::{self, Slot, Writer};
 use crate::clock;
 use crate::format::fields::EventRecord;
-use crate::format::ScalarArg;
+use crate::format::{fit_args, ScalarArg, MAX_RECORD_WORDS};
 use crate::format::{
     Arg, ArgValue, Blob, BlobType, Encode, EncodeError, Event, EventKind, EventType,
     Initialization, KernelObject, Log, ObjectType, ProcessRef, SchedContextSwitch, StringRecord,
@@ -582,8 +582,9 @@ fn write_memoised(
     write_event_in(writer, &event);
 }
 
-/// Write `event` in `writer`'s section: sized, reserved, encoded in place. A record that
-/// cannot be encoded or has no room is dropped and counted.
+/// Write `event` in `writer`'s section: sized, reserved, encoded in place. A record whose
+/// inline texts together exceed a record is written with them cut to fit ([`fit_args`]);
+/// one that cannot be encoded or has no room is dropped and counted.
 #[inline(always)]
 fn write_event_in(writer: &mut Writer<'_>, event: &Event<'_>) {
     match event.words() {
@@ -593,8 +594,44 @@ fn write_event_in(writer: &mut Writer<'_>, event: &Event<'_>) {
                 let _ = encode_and_commit(slot, event, words);
             }
         }
+        Err(EncodeError::RecordTooLarge { .. } | EncodeError::ArgumentTooLarge { .. }) => {
+            write_event_in_cut(writer, event)
+        }
         // Counted as dropped: an empty reservation released without commit.
         Err(_) => drop(writer.reserve(1)),
+    }
+}
+
+/// `event`'s arguments with their inline texts cut so that the record fits
+/// ([`fit_args`], in the room its other words leave); `None` if even that fails.
+fn fit_event_args<'a, 'o>(
+    event: &Event<'a>,
+    out: &'o mut [Arg<'a>; MAX_ARGS],
+) -> Option<&'o [Arg<'a>]> {
+    let others = Event {
+        args: &[],
+        ..*event
+    }
+    .words()
+    .ok()?;
+    fit_args(event.args, MAX_RECORD_WORDS.checked_sub(others)?, out)
+}
+
+/// [`write_event_in`] of an event too large for one record (see
+/// [`TraceWriter::write_event`]).
+#[cold]
+#[inline(never)]
+fn write_event_in_cut(writer: &mut Writer<'_>, event: &Event<'_>) {
+    let mut cut = [Arg::new(StringRef::Empty, ArgValue::Null); MAX_ARGS];
+    let fitted = fit_event_args(event, &mut cut);
+    match (fitted, fitted.map(|args| Event { args, ..*event }.words())) {
+        (Some(args), Some(Ok(words))) => {
+            if let Some(slot) = writer.reserve(words) {
+                let _ = encode_and_commit(slot, &Event { args, ..*event }, words);
+            }
+        }
+        // Counted as dropped: an empty reservation released without commit.
+        _ => drop(writer.reserve(1)),
     }
 }
 
@@ -1136,7 +1173,7 @@ impl<'c> TraceWriter<'c> {
     ) -> Result<(), RecordError> {
         let thread = self.thread_ref();
         let name = self.string_ref(name);
-        self.write(&Event {
+        self.write_event(&Event {
             ticks,
             thread,
             category,
@@ -1145,6 +1182,38 @@ impl<'c> TraceWriter<'c> {
             kind,
         })
         .map(drop)
+    }
+
+    /// Write an event record (as [`Self::write`]); one whose inline texts together exceed a
+    /// record is written with them cut to fit ([`fit_args`]), not dropped.
+    #[inline(always)]
+    pub(crate) fn write_event(&mut self, event: &Event<'_>) -> Result<usize, RecordError> {
+        let words = match event.words() {
+            Ok(words) => words,
+            Err(EncodeError::RecordTooLarge { .. } | EncodeError::ArgumentTooLarge { .. }) => {
+                return self.write_event_cut(event);
+            }
+            Err(error) => {
+                self.count_invalid();
+                return Err(RecordError::Encode(error));
+            }
+        };
+        match self.writer.reserve(words) {
+            Some(slot) => encode_and_commit(slot, event, words),
+            None => Err(RecordError::Dropped),
+        }
+    }
+
+    /// [`Self::write_event`] of an event too large for one record: its texts cut to fit
+    /// the room its other words leave; dropped (and counted) only if even that fails.
+    #[cold]
+    #[inline(never)]
+    fn write_event_cut(&mut self, event: &Event<'_>) -> Result<usize, RecordError> {
+        let mut cut = [Arg::new(StringRef::Empty, ArgValue::Null); MAX_ARGS];
+        match fit_event_args(event, &mut cut) {
+            Some(args) => self.write(&Event { args, ..*event }),
+            None => self.write(event),
+        }
     }
 
     /// [`Self::event_with_category`] for a thread-scoped event of a `'static` name, which also
@@ -1159,7 +1228,7 @@ impl<'c> TraceWriter<'c> {
         args: &[Arg<'_>],
     ) -> Result<(), RecordError> {
         let (thread, name_ref) = self.memoise((category, category_ref), name);
-        self.write(&Event {
+        self.write_event(&Event {
             ticks,
             thread,
             category: category_ref,

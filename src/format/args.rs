@@ -229,6 +229,65 @@ impl ScalarArg {
     }
 }
 
+/// `args` with their inline string values cut, at character boundaries, so that together
+/// they take at most `room` words: the longest texts are cut first, all to one common length
+/// (texts shorter than it are kept whole). The cut arguments are written into `out`.
+/// `None`: more than [`MAX_ARGS`] arguments, an argument that does not encode, or one that
+/// does not fit even with every text emptied. For a front end whose texts together exceed
+/// one record (each is already cut to its own limit): the record is written with shorter
+/// texts rather than dropped.
+pub(crate) fn fit_args<'a, 'o>(
+    args: &[Arg<'a>],
+    room: usize,
+    out: &'o mut [Arg<'a>; MAX_ARGS],
+) -> Option<&'o [Arg<'a>]> {
+    let slots = out.get_mut(..args.len())?;
+    slots.copy_from_slice(args);
+    let args = slots;
+    let text_words = |arg: &Arg<'_>| match arg.value {
+        ArgValue::Str(StringRef::Inline(text)) => stream_words(text.len()),
+        _ => 0,
+    };
+    // Every argument's words but its text's.
+    let mut fixed = 0usize;
+    for arg in args.iter() {
+        fixed += match arg.value {
+            ArgValue::Str(StringRef::Inline(_)) => {
+                arg.name.encode().ok()?;
+                1 + arg.name.stream_words()
+            }
+            _ => arg.words().ok()?,
+        };
+    }
+    let budget = room.checked_sub(fixed)?;
+    // The largest common cap (in words) whose capped texts fit the budget.
+    let longest = args.iter().map(text_words).max().unwrap_or(0);
+    let capped = |cap: usize| args.iter().map(|a| text_words(a).min(cap)).sum::<usize>();
+    let (mut fits, mut too_big) = (0, longest + 1);
+    while too_big - fits > 1 {
+        let mid = fits + (too_big - fits) / 2;
+        if capped(mid) <= budget {
+            fits = mid;
+        } else {
+            too_big = mid;
+        }
+    }
+    for arg in args.iter_mut() {
+        if let ArgValue::Str(StringRef::Inline(text)) = arg.value {
+            let mut end = text.len().min(fits * 8);
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            arg.value = ArgValue::Str(if end == 0 {
+                StringRef::Empty
+            } else {
+                StringRef::Inline(&text[..end])
+            });
+        }
+    }
+    Some(args)
+}
+
 /// Appends `args` and returns their count, after checking there are at most 15.
 #[inline(always)]
 pub(crate) fn emit_args<S: Sink>(args: &[Arg<'_>], s: &mut S) -> Result<u64, EncodeError> {
@@ -253,6 +312,67 @@ pub(crate) fn check_arg_count(args: &[Arg<'_>]) -> Result<u64, EncodeError> {
 mod tests {
     use super::*;
     use crate::format::sink::Cursor;
+
+    fn total_words(args: &[Arg<'_>]) -> usize {
+        args.iter().map(|a| a.words().unwrap()).sum()
+    }
+
+    #[test]
+    fn fitted_args_cut_the_longest_texts_to_one_length_and_keep_the_rest() {
+        let long = "x".repeat(5000);
+        let longer = "é".repeat(4000); // 8000 bytes, two per character
+        let args = [
+            Arg::new(StringRef::Index(1), ArgValue::Str(StringRef::Inline(&long))),
+            Arg::new(StringRef::Index(2), ArgValue::U64(7)),
+            Arg::new(
+                StringRef::Index(3),
+                ArgValue::Str(StringRef::Inline("short")),
+            ),
+            Arg::new(
+                StringRef::Index(4),
+                ArgValue::Str(StringRef::Inline(&longer)),
+            ),
+        ];
+        let room = 1000;
+        let mut out = [Arg::new(StringRef::Empty, ArgValue::Null); MAX_ARGS];
+        let fitted = fit_args(&args, room, &mut out).expect("fits");
+        assert_eq!(fitted.len(), 4);
+        assert!(total_words(fitted) <= room, "{}", total_words(fitted));
+        // Fixed words: 4 headers, the u64's value, "short"'s one word: 6; the two long texts
+        // share the other 994 words, 497 each (3 976 bytes), the second at a character
+        // boundary.
+        let text = |i: usize| match fitted[i].value {
+            ArgValue::Str(StringRef::Inline(t)) => t,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(text(0).len(), 497 * 8);
+        assert_eq!(text(2), "short");
+        assert_eq!(text(3).len(), 497 * 8);
+        assert!(longer.starts_with(text(3)));
+        assert_eq!(fitted[1], args[1]);
+        // Room for everything: unchanged.
+        let mut out = [Arg::new(StringRef::Empty, ArgValue::Null); MAX_ARGS];
+        let exact = total_words(&args);
+        assert_eq!(fit_args(&args, exact, &mut out), Some(&args[..]));
+    }
+
+    #[test]
+    fn args_that_cannot_fit_even_without_their_texts_are_refused() {
+        let args = [
+            Arg::new(StringRef::Index(1), ArgValue::U64(1)),
+            Arg::new(
+                StringRef::Index(2),
+                ArgValue::Str(StringRef::Inline("text")),
+            ),
+        ];
+        let mut out = [Arg::new(StringRef::Empty, ArgValue::Null); MAX_ARGS];
+        // Two words for the u64, one header for the text: 3.
+        assert!(fit_args(&args, 2, &mut out).is_none());
+        let fitted = fit_args(&args, 3, &mut out).expect("the text emptied");
+        assert_eq!(fitted[1].value, ArgValue::Str(StringRef::Empty));
+        let sixteen = [Arg::new(StringRef::Index(1), ArgValue::Null); MAX_ARGS + 1];
+        assert!(fit_args(&sixteen, 4095, &mut out).is_none());
+    }
 
     fn encode(arg: &Arg<'_>) -> Vec<u64> {
         let n = arg.words().unwrap();

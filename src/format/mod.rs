@@ -71,7 +71,7 @@ mod summary;
 mod types;
 mod writer;
 
-pub(crate) use args::ScalarArg;
+pub(crate) use args::{fit_args, ScalarArg};
 pub use args::{Arg, ArgValue};
 pub use decode::{Decoder, SkipCounts, StreamDecoder, DEFAULT_TICKS_PER_SECOND};
 pub use decoded::{

@@ -645,3 +645,39 @@ fn parameters_are_dropped_after_the_span_as_after_a_plain_bodys_locals() {
         );
     }
 }
+
+#[traced(args(a, b, c, d, e, f, g, h))]
+#[allow(clippy::too_many_arguments)]
+fn eight_texts(a: &str, b: &str, c: &str, d: &str, e: &str, f: &str, g: &str, h: &str) {
+    std::hint::black_box((a, b, c, d, e, f, g, h));
+}
+
+/// Eight texts of 4 096 bytes each (every one at its own limit) exceed one record (32 760
+/// bytes): the span is written with them cut to fit, not dropped (`trace` asserts nothing was
+/// dropped).
+#[test]
+fn a_span_whose_texts_exceed_a_record_is_written_with_them_cut() {
+    let _s = serial();
+    let long = "z".repeat(5000);
+    let l = long.as_str();
+    let ((), events) = trace(|| eight_texts(l, l, l, l, l, l, l, l));
+    let mut kinds: Vec<String> = events.iter().map(|e| format!("{:?}", e.kind)).collect();
+    kinds.sort();
+    // Text arguments are written with the begin (the end has none).
+    assert_eq!(kinds, ["DurationBegin", "DurationEnd"]);
+    let span = events
+        .iter()
+        .find(|e| e.kind == DecodedEventKind::DurationBegin)
+        .unwrap();
+    assert_eq!(span.args.len(), 8);
+    for (name, value) in &span.args {
+        let DecodedValue::Str(text) = value else {
+            panic!("{name}: {value:?}");
+        };
+        assert!(
+            (3_000..4_096).contains(&text.len()) && text.bytes().all(|b| b == b'z'),
+            "{name}: {} bytes",
+            text.len()
+        );
+    }
+}

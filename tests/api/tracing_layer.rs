@@ -250,6 +250,71 @@ fn the_layer_given_twice_writes_each_span_twice_and_does_not_panic() {
         .all(|e| e.arg("n") == Some(&DecodedValue::U64(3))));
 }
 
+/// Eight text fields of 4 096 bytes each (each at the layer's own limit) exceed one record:
+/// the event and the span are written with them cut to fit, not dropped (`trace` asserts
+/// nothing was dropped), on the first call and on the memoised path after.
+#[test]
+fn events_and_spans_whose_texts_exceed_a_record_are_written_with_them_cut() {
+    let _s = serial();
+    let long = "y".repeat(5000);
+    let l = long.as_str();
+    let ((), events) = trace(|| {
+        with_layer(|| {
+            for _ in 0..2 {
+                tracing::info!(
+                    a = l,
+                    b = l,
+                    c = l,
+                    d = l,
+                    e = l,
+                    f = l,
+                    g = l,
+                    h = l,
+                    "big"
+                );
+            }
+            tracing::info_span!(
+                "wide",
+                a = l,
+                b = l,
+                c = l,
+                d = l,
+                e = l,
+                f = l,
+                g = l,
+                h = l
+            )
+            .in_scope(|| {});
+        })
+    });
+    assert_eq!(events.len(), 3, "{events:?}");
+    for event in &events {
+        let texts: Vec<usize> = event
+            .args
+            .iter()
+            .filter(|(name, _)| name != "level")
+            .map(|(name, value)| match value {
+                DecodedValue::Str(text) if text.bytes().all(|b| b == b'y') => text.len(),
+                other => panic!("{name}: {other:?}"),
+            })
+            .collect();
+        assert_eq!(texts.len(), 8, "{}: {:?}", event.name, event.args);
+        assert!(
+            texts.iter().all(|n| (3_000..4_096).contains(n)),
+            "{}: {texts:?}",
+            event.name
+        );
+    }
+    assert_eq!(
+        (
+            events[0].name.as_str(),
+            events[1].name.as_str(),
+            events[2].name.as_str()
+        ),
+        ("big", "big", "wide")
+    );
+}
+
 #[test]
 fn repeated_events_keep_their_message_and_fields_on_the_one_announcement_path() {
     let _s = serial();
