@@ -326,12 +326,21 @@ pub struct KernelTraceStats {
     pub epochs: u64,
     /// Name records (Kernel Object) written again at the start of a new epoch.
     pub names_replayed: u64,
+    /// Ring records the capture could not parse, as it counted them
+    /// ([`KernelTraceWriter::note_capture_damage`]): not in the trace.
+    pub unparsed_records: u64,
+    /// Ring bytes the capture skipped after a corrupt record header (as it counted them).
+    pub corrupt_bytes: u64,
 }
 
 impl KernelTraceStats {
     /// Whether the trace misses anything the kernel or fxtrace dropped.
     pub fn lost_anything(&self) -> bool {
-        self.lost_records > 0 || self.lost_samples > 0 || self.dropped_records > 0
+        self.lost_records > 0
+            || self.lost_samples > 0
+            || self.dropped_records > 0
+            || self.unparsed_records > 0
+            || self.corrupt_bytes > 0
     }
 }
 
@@ -523,10 +532,21 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
         }
     }
 
+    /// Note what the capture itself could not read (records that failed to parse, bytes
+    /// skipped after a corrupt header: [`super::CaptureStats`]): written in the summary
+    /// event, and marked as a loss ([`PROVIDER_EVENT_BUFFER_OVERFLOW`]) at [`Self::finish`].
+    pub fn note_capture_damage(&mut self, unparsed_records: u64, corrupt_bytes: u64) {
+        self.stats.unparsed_records = unparsed_records;
+        self.stats.corrupt_bytes = corrupt_bytes;
+    }
+
     /// Ends the section: a summary event with the totals (and the buffer-overflow metadata if
     /// anything was lost and not yet reported); returns the sink and the final counters.
     pub fn finish(mut self) -> Result<(S, KernelTraceStats), SinkError> {
         self.check_epoch()?;
+        if self.stats.unparsed_records > 0 || self.stats.corrupt_bytes > 0 {
+            self.report_overflow()?;
+        }
         let s = self.stats;
         let recorder = self.recorder_ref()?;
         let category = self.string(FXTRACE_CATEGORY)?;
@@ -544,6 +564,8 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
             Arg::new("lost_samples", ArgValue::U64(s.lost_samples)),
             Arg::new("late", ArgValue::U64(s.late)),
             Arg::new("dropped_records", ArgValue::U64(s.dropped_records)),
+            Arg::new("unparsed_records", ArgValue::U64(s.unparsed_records)),
+            Arg::new("corrupt_bytes", ArgValue::U64(s.corrupt_bytes)),
         ];
         self.push(&Record::Event(Event {
             ticks: self.last_time,

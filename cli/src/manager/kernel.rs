@@ -273,7 +273,7 @@ impl<S: RecordSink + Send + 'static> KernelProvider<S> {
                 unwritten: shared.unwritten,
             });
         }
-        let writer = shared
+        let mut writer = shared
             .writer
             .take()
             .ok_or_else(|| KernelProviderError::Write {
@@ -281,6 +281,7 @@ impl<S: RecordSink + Send + 'static> KernelProvider<S> {
                 unwritten: 0,
             })?;
         drop(shared);
+        writer.note_capture_damage(capture.parse_errors, capture.corrupt_bytes);
         let (sink, trace) = writer
             .finish()
             .map_err(|source| KernelProviderError::Write {

@@ -798,6 +798,59 @@ fn a_capture_that_fails_while_running_keeps_its_section() {
     );
 }
 
+/// A ring record the capture cannot parse is not in the trace: the section says so (its
+/// summary event counts it, and the buffer-overflow metadata marks the section as lossy).
+#[test]
+fn records_the_capture_could_not_parse_are_marked_in_the_section() {
+    let tfs = tempfile::tempdir().unwrap();
+    let proc = tempfile::tempdir().unwrap();
+    tracefs(tfs.path());
+    proc_tree(proc.path(), &[10, 11]);
+    let sys = FakeSys::new();
+    sys.set_clock(0, 1 << 31, 31);
+    let provider = KernelProvider::start_with(
+        sys.clone(),
+        root_perms(),
+        fake_config(tfs.path(), proc.path(), false),
+        RecordWriter::with_magic(),
+    )
+    .unwrap();
+    let t = base();
+    let cpu0 = sys.ring(PerfEventKind::SchedSwitchTracepoint, 0).unwrap();
+    assert!(cpu0.write_record(
+        RECORD_SAMPLE,
+        0,
+        &switch_sample(t + 100, 0, ("server", 10, 0x1), ("worker", 11))
+    ));
+    // A sample too short for its sample_type: it fails to parse.
+    assert!(cpu0.write_record(RECORD_SAMPLE, 0, &[0u8; 8]));
+    cpu0.wake();
+    let outcome = provider.stop().unwrap();
+    assert_eq!(outcome.capture.parse_errors, 1);
+    assert_eq!(outcome.trace.unparsed_records, 1);
+    assert!(outcome.trace.lost_anything());
+    let bytes = outcome.sink.to_bytes();
+    let records = decode(&bytes);
+    assert!(records.iter().any(|d| matches!(
+        d.record,
+        DecodedRecord::ProviderEvent {
+            provider_id: 1,
+            event: PROVIDER_EVENT_BUFFER_OVERFLOW
+        }
+    )));
+    let summary = records
+        .iter()
+        .find_map(|d| match &d.record {
+            DecodedRecord::Event(e) if e.name == "fxtrace: kernel capture summary" => Some(e),
+            _ => None,
+        })
+        .expect("the summary event");
+    assert!(summary
+        .args
+        .iter()
+        .any(|a| a.name == "unparsed_records" && a.value == DecodedValue::U64(1)));
+}
+
 #[test]
 fn synthetic_lbr_sample_round_trips_into_a_blob() {
     let tfs = tempfile::tempdir().unwrap();
