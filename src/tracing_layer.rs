@@ -199,8 +199,8 @@ fn current_tid() -> u64 {
 /// Spans whose async begin was written and whose close has not run yet: while 0, a close
 /// has nothing to write and does not look its span up.
 /// ATOMICS: `Relaxed`. It counts claimed async begins (`SpanData::async_begun` swapped to
-/// true, once per span, at an enter or an exit); each decrement is the close of a span whose
-/// claim incremented it. That close runs after every enter and exit of the span (each runs
+/// true, once per span, at an enter or an exit); each decrement is the close that swapped it
+/// back to false, once per span. That close runs after every enter and exit of the span (each runs
 /// while its thread holds a handle to the span): `tracing_subscriber::Registry::try_close`
 /// decrements the span's reference count with `Release` and fences with `Acquire` before the
 /// close, so the close sees the increment and the count never goes below 0.
@@ -225,10 +225,11 @@ struct SpanData {
     creator_tid: u64,
     fields: SpanFields,
     /// Rules: set once, by the first enter (or exit) of the span on a thread other than its
-    /// creator's, which then writes the async begin; read at close.
-    /// ATOMICS: `Relaxed` `swap`: only its single winner matters; the close that reads it
-    /// runs after every enter and exit of the span (the registry's span lifecycle orders
-    /// them).
+    /// creator's, which then writes the async begin; cleared once, by the close that writes
+    /// the async end (the span's data is shared by every copy of the layer in a subscriber:
+    /// one async pair however many copies close it).
+    /// ATOMICS: `Relaxed` `swap`s: only each one's single winner matters; the closes run
+    /// after every enter and exit of the span (the registry's span lifecycle orders them).
     async_begun: AtomicBool,
 }
 
@@ -710,7 +711,7 @@ where
         }
         with_span_data(&ctx, &id, |data| {
             // ATOMICS: see `SpanData::async_begun`.
-            if data.async_begun.load(Ordering::Relaxed) {
+            if data.async_begun.swap(false, Ordering::Relaxed) {
                 ASYNC_SPANS.fetch_sub(1, Ordering::Relaxed);
                 let ticks = clock::ticks();
                 with_writer_in(data.generation, |writer| {

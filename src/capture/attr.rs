@@ -222,7 +222,9 @@ impl EventAttr {
 
     /// A dummy event opened only to read the clock parameters of its mmap page.
     pub fn clock_probe() -> Self {
-        Self::dummy(PerfEventKind::ClockProbe, PerfClock::PerfDefault)
+        // Never read: only its mmap page is. Without `PERF_FORMAT_LOST`, so that a kernel
+        // before 6.0 opens it as before.
+        Self::dummy(PerfEventKind::ClockProbe, PerfClock::PerfDefault).without_lost_count()
     }
 
     /// Follow threads created later (`inherit = 1`).

@@ -280,6 +280,7 @@ pub(super) struct Counters {
     pub(super) mmaps_synthesized: AtomicU64,
     pub(super) mmaps_not_synthesized: AtomicU64,
     pub(super) maps_unreadable: AtomicU64,
+    pub(super) maps_bad_lines: AtomicU64,
     pub(super) data_mappings: AtomicU64,
     pub(super) threads: AtomicU64,
     pub(super) delivered: AtomicU64,
@@ -340,6 +341,8 @@ pub struct CaptureStats {
     pub mmaps_not_synthesized: u64,
     /// Processes whose `/proc/PID/maps` could not be read (gone, or not permitted).
     pub maps_unreadable: u64,
+    /// Lines of `/proc/PID/maps` that did not parse: their mappings are not in the trace.
+    pub maps_bad_lines: u64,
     /// Non-executable mapping records, skipped.
     pub data_mappings: u64,
     /// Threads announced.
@@ -382,6 +385,7 @@ impl Counters {
             mmaps_synthesized: g(&self.mmaps_synthesized),
             mmaps_not_synthesized: g(&self.mmaps_not_synthesized),
             maps_unreadable: g(&self.maps_unreadable),
+            maps_bad_lines: g(&self.maps_bad_lines),
             data_mappings: g(&self.data_mappings),
             threads: g(&self.threads),
             delivered: g(&self.delivered),
@@ -662,9 +666,17 @@ impl Capture {
 
     /// Stops capturing: disables the events, drains every ring, delivers what is left, and
     /// returns the final counters (or the capture thread's error).
-    pub fn stop(mut self) -> Result<CaptureStats, CaptureError> {
-        self.shutdown()?;
-        Ok(self.counters.snapshot())
+    pub fn stop(self) -> Result<CaptureStats, CaptureError> {
+        let (stats, outcome) = self.stop_with_stats();
+        outcome.map(|()| stats)
+    }
+
+    /// [`Self::stop`], with the counters after the last drain whatever the outcome: a
+    /// capture that failed (its thread, a poll, a descriptor the program took) still
+    /// delivered what it had, and these count it.
+    pub fn stop_with_stats(mut self) -> (CaptureStats, Result<(), CaptureError>) {
+        let outcome = self.shutdown();
+        (self.counters.snapshot(), outcome)
     }
 
     fn shutdown(&mut self) -> Result<(), CaptureError> {

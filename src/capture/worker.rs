@@ -302,7 +302,7 @@ impl Worker {
             found.mappings_skipped + found.processes_skipped,
         );
         bump(&c.maps_unreadable, found.unreadable);
-        bump(&c.parse_errors, found.bad_lines);
+        bump(&c.maps_bad_lines, found.bad_lines);
         for m in found.maps {
             // Stamped before every kernel record; nothing is held yet, so the perf time given
             // to the pid resolver only has to be no later than theirs.

@@ -232,6 +232,54 @@ fn a_panic_in_a_recorded_values_debug_leaves_the_span_usable() {
     assert_eq!(kept[1].arg("n"), Some(&DecodedValue::U64(2)));
 }
 
+/// The layer given twice shares each span's data: spans that cross threads get one async
+/// pair each, however many copies of the layer close them.
+#[test]
+fn the_layer_given_twice_writes_one_async_pair_per_span_that_moves() {
+    let _s = serial();
+    let ((), events) = trace(|| {
+        let subscriber = tracing_subscriber::registry()
+            .with(TracingLayer::new())
+            .with(TracingLayer::new());
+        tracing::subscriber::with_default(subscriber, || {
+            let a = tracing::info_span!("a");
+            let b = tracing::info_span!("b");
+            let dispatch = tracing::dispatcher::get_default(|d| d.clone());
+            std::thread::spawn(move || {
+                tracing::dispatcher::with_default(&dispatch, || {
+                    a.in_scope(|| {});
+                    b.in_scope(|| {});
+                    drop(a);
+                    drop(b);
+                });
+            })
+            .join()
+            .unwrap();
+        })
+    });
+    let count = |name: &str, end: bool| {
+        events
+            .iter()
+            .filter(|e| e.name == name)
+            .filter(|e| match e.kind {
+                DecodedEventKind::AsyncBegin { .. } => !end,
+                DecodedEventKind::AsyncEnd { .. } => end,
+                _ => false,
+            })
+            .count()
+    };
+    assert_eq!(
+        [
+            count("a", false),
+            count("a", true),
+            count("b", false),
+            count("b", true)
+        ],
+        [1, 1, 1, 1],
+        "{events:?}"
+    );
+}
+
 #[test]
 fn the_layer_given_twice_writes_each_span_twice_and_does_not_panic() {
     let _s = serial();

@@ -642,7 +642,8 @@ fn losses_no_lost_record_reported_are_counted_at_the_stop() {
 }
 
 /// A kernel before 6.0 refuses `PERF_FORMAT_LOST` with `EINVAL`: the events are opened
-/// without it and the capture runs as before (its last losses then go uncounted).
+/// without it and the capture runs as before (its last losses then go uncounted), with the
+/// clock of the probe event's mmap page as before.
 #[test]
 fn a_kernel_without_the_lost_count_opens_the_events_without_it() {
     let tfs = tempfile::tempdir().unwrap();
@@ -660,7 +661,55 @@ fn a_kernel_without_the_lost_count_opens_the_events_without_it() {
         .iter()
         .filter(|e| e.attr.kind() == PerfEventKind::SchedSwitchTracepoint)
         .all(|e| !e.attr.counts_lost()));
+    assert!(
+        matches!(
+            capture.report().clock,
+            fxtrace::capture::PerfTimeConverter::MmapPage(_)
+        ),
+        "{:?}",
+        capture.report().clock
+    );
     sys.set_lost(PerfEventKind::SchedSwitchTracepoint, 0, 4);
     let stats = capture.stop().unwrap();
     assert_eq!((stats.lost_records, stats.lost_unreported), (0, 0));
+}
+
+/// A capture that fails during its stop (here its sink panics in the last drain) still
+/// gives the counters of that drain: the LOST record it read is counted.
+#[test]
+fn a_capture_failing_at_the_stop_still_gives_its_final_counters() {
+    let tfs = tempfile::tempdir().unwrap();
+    let proc = tempfile::tempdir().unwrap();
+    tracefs(tfs.path());
+    proc_tree(proc.path(), &[10, 11]);
+    let sys = FakeSys::new();
+    sys.set_clock(0, 1 << 31, 31);
+    let mut cfg = config(CaptureConfig::system_wide(), tfs.path(), proc.path());
+    // The thread waits in `poll` until the stop wakes it.
+    cfg.poll_interval = std::time::Duration::from_secs(30);
+    let capture = Capture::start_with(sys.clone(), root_perms(), cfg, |event| {
+        if matches!(event, CaptureEvent::ContextSwitch(_)) {
+            panic!("a sink that fails");
+        }
+    })
+    .unwrap();
+    let t = base();
+    let cpu0 = sys.ring(PerfEventKind::SchedSwitchTracepoint, 0).unwrap();
+    let lost = RecordBytes::new()
+        .u64(1)
+        .u64(5)
+        .sample_id(0, 0, t + 50, 0)
+        .build();
+    assert!(cpu0.write_record(RECORD_LOST, 0, &lost));
+    assert!(cpu0.write_record(
+        RECORD_SAMPLE,
+        0,
+        &switch_sample(t + 100, 0, ("server", 10, 0x1), ("worker", 11))
+    ));
+    let (stats, outcome) = capture.stop_with_stats();
+    assert!(
+        matches!(outcome, Err(CaptureError::Thread(_))),
+        "{outcome:?}"
+    );
+    assert_eq!((stats.lost_records, stats.lost_reports), (5, 1));
 }

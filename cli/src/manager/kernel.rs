@@ -175,8 +175,8 @@ pub struct KernelProviderOutcome<S> {
     /// The conversion's counters.
     pub trace: KernelTraceStats,
     /// Why the capture failed while running or stopping, if it did: the events it delivered
-    /// before are in the section all the same (closed as usual), and [`Self::capture`] holds
-    /// the counters read just before the stop.
+    /// before are in the section all the same (closed as usual), and [`Self::capture`]
+    /// counts them.
     pub capture_error: Option<CaptureError>,
 }
 
@@ -261,11 +261,8 @@ impl<S: RecordSink + Send + 'static> KernelProvider<S> {
     /// [`KernelProviderOutcome::capture_error`].
     pub fn stop(self) -> Result<KernelProviderOutcome<S>, KernelProviderError> {
         let report = self.capture.report().clone();
-        let counted = self.capture.stats();
-        let (capture, capture_error) = match self.capture.stop() {
-            Ok(stats) => (stats, None),
-            Err(e) => (counted, Some(e)),
-        };
+        let (capture, outcome) = self.capture.stop_with_stats();
+        let capture_error = outcome.err();
         let mut shared = lock(&self.shared);
         if let Some(source) = shared.error.take() {
             return Err(KernelProviderError::Write {
@@ -366,10 +363,13 @@ impl ExternalSource for KernelSource {
                 self.section,
                 SectionLosses {
                     records_dropped: outcome.trace.dropped_records,
+                    // What the kernel lost, and the ring records the capture could not
+                    // read (the section marks both).
                     records_lost: outcome
                         .capture
                         .lost_records
-                        .saturating_add(outcome.capture.lost_samples),
+                        .saturating_add(outcome.capture.lost_samples)
+                        .saturating_add(outcome.trace.unparsed_records),
                 },
             )],
             _ => Vec::new(),
@@ -592,6 +592,10 @@ impl fmt::Display for KernelSummary {
             (
                 "samples from events that should give none, skipped",
                 c.unexpected_samples,
+            ),
+            (
+                "lines of /proc/PID/maps that did not parse",
+                c.maps_bad_lines,
             ),
             ("events out of time order", t.late),
             ("records the trace could not hold", t.dropped_records),

@@ -66,7 +66,8 @@ pub struct SectionReport {
 pub struct SectionLosses {
     /// Records fxtrace could not write into the section (counted in it).
     pub records_dropped: u64,
-    /// Records its source lost before fxtrace saw them (the kernel's full rings).
+    /// Records its source lost before fxtrace saw them (the kernel's full rings), or could
+    /// not read.
     pub records_lost: u64,
 }
 

@@ -851,6 +851,29 @@ fn records_the_capture_could_not_parse_are_marked_in_the_section() {
         .any(|a| a.name == "unparsed_records" && a.value == DecodedValue::U64(1)));
 }
 
+/// A line of `/proc/PID/maps` that does not parse is counted as such, not as a ring record
+/// the capture could not read: the section is not marked lossy for it.
+#[test]
+fn a_bad_proc_maps_line_does_not_mark_the_section_lossy() {
+    let tfs = tempfile::tempdir().unwrap();
+    let proc = tempfile::tempdir().unwrap();
+    tracefs(tfs.path());
+    proc_tree(proc.path(), &[10, 11]);
+    std::fs::write(proc.path().join("10/maps"), "garbage\n").unwrap();
+    let sys = FakeSys::new();
+    sys.set_clock(0, 1 << 31, 31);
+    let mut cfg = fake_config(tfs.path(), proc.path(), false);
+    cfg.capture.mmaps = true;
+    let provider =
+        KernelProvider::start_with(sys.clone(), root_perms(), cfg, RecordWriter::with_magic())
+            .unwrap();
+    let outcome = provider.stop().unwrap();
+    assert_eq!(outcome.capture.maps_bad_lines, 1);
+    assert_eq!(outcome.capture.parse_errors, 0);
+    assert_eq!(outcome.trace.unparsed_records, 0);
+    assert!(!outcome.trace.lost_anything());
+}
+
 #[test]
 fn synthetic_lbr_sample_round_trips_into_a_blob() {
     let tfs = tempfile::tempdir().unwrap();
