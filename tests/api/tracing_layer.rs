@@ -21,6 +21,14 @@ fn with_layer<R>(f: impl FnOnce() -> R) -> R {
     tracing::subscriber::with_default(subscriber, f)
 }
 
+/// [`with_layer`] with the layer given twice (a configuration mistake that must not panic).
+fn with_layer_twice<R>(f: impl FnOnce() -> R) -> R {
+    let subscriber = tracing_subscriber::registry()
+        .with(TracingLayer::new())
+        .with(TracingLayer::new());
+    tracing::subscriber::with_default(subscriber, f)
+}
+
 fn only<'a>(events: &'a [Ev], name: &str) -> &'a Ev {
     let found: Vec<&Ev> = events.iter().filter(|e| e.name == name).collect();
     assert_eq!(found.len(), 1, "{name} in {events:?}");
@@ -238,10 +246,7 @@ fn a_panic_in_a_recorded_values_debug_leaves_the_span_usable() {
 fn the_layer_given_twice_writes_one_async_pair_per_span_that_moves() {
     let _s = serial();
     let ((), events) = trace(|| {
-        let subscriber = tracing_subscriber::registry()
-            .with(TracingLayer::new())
-            .with(TracingLayer::new());
-        tracing::subscriber::with_default(subscriber, || {
+        with_layer_twice(|| {
             let a = tracing::info_span!("a");
             let b = tracing::info_span!("b");
             let dispatch = tracing::dispatcher::get_default(|d| d.clone());
@@ -284,10 +289,7 @@ fn the_layer_given_twice_writes_one_async_pair_per_span_that_moves() {
 fn the_layer_given_twice_writes_each_span_twice_and_does_not_panic() {
     let _s = serial();
     let ((), events) = trace(|| {
-        let subscriber = tracing_subscriber::registry()
-            .with(TracingLayer::new())
-            .with(TracingLayer::new());
-        tracing::subscriber::with_default(subscriber, || {
+        with_layer_twice(|| {
             tracing::info_span!("twice", n = 3u64).in_scope(|| {});
         })
     });

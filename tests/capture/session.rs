@@ -547,13 +547,9 @@ fn only_unsupported_lbr_is_nothing_to_capture() {
 /// small number (or panicking on the overflow).
 #[test]
 fn lost_counts_past_u64_max_saturate_and_the_capture_goes_on() {
-    let tfs = tempfile::tempdir().unwrap();
-    let proc = tempfile::tempdir().unwrap();
-    tracefs(tfs.path());
-    proc_tree(proc.path(), &[10, 11]);
-    let sys = FakeSys::new();
-    sys.set_clock(0, 1 << 31, 31);
-    let cfg = config(CaptureConfig::system_wide(), tfs.path(), proc.path());
+    let m = fake_machine(&[10, 11]);
+    let (tfs, proc, sys) = (m.tfs.path(), m.proc.path(), &m.sys);
+    let cfg = config(CaptureConfig::system_wide(), tfs, proc);
     let (events, sink) = sink();
     let capture = Capture::start_with(sys.clone(), root_perms(), cfg, sink).unwrap();
     let t = base();
@@ -592,13 +588,9 @@ fn lost_counts_past_u64_max_saturate_and_the_capture_goes_on() {
 /// what LOST records reported is not counted twice.
 #[test]
 fn losses_no_lost_record_reported_are_counted_at_the_stop() {
-    let tfs = tempfile::tempdir().unwrap();
-    let proc = tempfile::tempdir().unwrap();
-    tracefs(tfs.path());
-    proc_tree(proc.path(), &[10, 11]);
-    let sys = FakeSys::new();
-    sys.set_clock(0, 1 << 31, 31);
-    let cfg = config(CaptureConfig::system_wide(), tfs.path(), proc.path());
+    let m = fake_machine(&[10, 11]);
+    let (tfs, proc, sys) = (m.tfs.path(), m.proc.path(), &m.sys);
+    let cfg = config(CaptureConfig::system_wide(), tfs, proc);
     let (events, sink) = sink();
     let capture = Capture::start_with(sys.clone(), root_perms(), cfg, sink).unwrap();
     assert!(sys
@@ -646,14 +638,10 @@ fn losses_no_lost_record_reported_are_counted_at_the_stop() {
 /// clock of the probe event's mmap page as before.
 #[test]
 fn a_kernel_without_the_lost_count_opens_the_events_without_it() {
-    let tfs = tempfile::tempdir().unwrap();
-    let proc = tempfile::tempdir().unwrap();
-    tracefs(tfs.path());
-    proc_tree(proc.path(), &[10, 11]);
-    let sys = FakeSys::new();
-    sys.set_clock(0, 1 << 31, 31);
+    let m = fake_machine(&[10, 11]);
+    let (tfs, proc, sys) = (m.tfs.path(), m.proc.path(), &m.sys);
     sys.fail_when(|attr, _, _| attr.counts_lost().then_some(libc::EINVAL));
-    let cfg = config(CaptureConfig::system_wide(), tfs.path(), proc.path());
+    let cfg = config(CaptureConfig::system_wide(), tfs, proc);
     let (_events, sink) = sink();
     let capture = Capture::start_with(sys.clone(), root_perms(), cfg, sink).unwrap();
     assert!(sys
@@ -678,13 +666,9 @@ fn a_kernel_without_the_lost_count_opens_the_events_without_it() {
 /// gives the counters of that drain: the LOST record it read is counted.
 #[test]
 fn a_capture_failing_at_the_stop_still_gives_its_final_counters() {
-    let tfs = tempfile::tempdir().unwrap();
-    let proc = tempfile::tempdir().unwrap();
-    tracefs(tfs.path());
-    proc_tree(proc.path(), &[10, 11]);
-    let sys = FakeSys::new();
-    sys.set_clock(0, 1 << 31, 31);
-    let mut cfg = config(CaptureConfig::system_wide(), tfs.path(), proc.path());
+    let m = fake_machine(&[10, 11]);
+    let (tfs, proc, sys) = (m.tfs.path(), m.proc.path(), &m.sys);
+    let mut cfg = config(CaptureConfig::system_wide(), tfs, proc);
     // The thread waits in `poll` until the stop wakes it.
     cfg.poll_interval = std::time::Duration::from_secs(30);
     let capture = Capture::start_with(sys.clone(), root_perms(), cfg, |event| {

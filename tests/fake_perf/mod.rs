@@ -8,7 +8,9 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use fxtrace::capture::{CaptureConfig, CaptureEvent, PerfPermissions, RecordBytes, TracefsChoice};
+use fxtrace::capture::{
+    CaptureConfig, CaptureEvent, FakeSys, PerfPermissions, RecordBytes, TracefsChoice,
+};
 
 /// `sched_switch` format of a 6.x kernel.
 pub(crate) const FORMAT: &str = "name: sched_switch
@@ -166,4 +168,23 @@ pub(crate) fn config(target: CaptureConfig, tracefs_dir: &Path, proc_dir: &Path)
         ring_pages: 1,
         ..target
     }
+}
+
+/// A fake machine for one capture: a fake tracefs, a fake `/proc` with threads `tids`, and
+/// a fake perf whose control pages give the mmap-page clock (2^31 / 2^31: one tick per
+/// nanosecond). The directories live as long as the value.
+pub(crate) struct FakeMachine {
+    pub(crate) tfs: tempfile::TempDir,
+    pub(crate) proc: tempfile::TempDir,
+    pub(crate) sys: Arc<FakeSys>,
+}
+
+pub(crate) fn fake_machine(tids: &[u32]) -> FakeMachine {
+    let tfs = tempfile::tempdir().unwrap();
+    let proc = tempfile::tempdir().unwrap();
+    tracefs(tfs.path());
+    proc_tree(proc.path(), tids);
+    let sys = FakeSys::new();
+    sys.set_clock(0, 1 << 31, 31);
+    FakeMachine { tfs, proc, sys }
 }

@@ -5,7 +5,7 @@
 //! switch ordered correctly between two `clock::ticks()` reads of the same thread.
 
 use crate::fake_perf;
-use fake_perf::{base, proc_tree, root_perms, switch_sample, tracefs};
+use fake_perf::{base, fake_machine, proc_tree, root_perms, switch_sample, tracefs};
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::path::Path;
@@ -741,16 +741,12 @@ fn kernel_provider_over_fake_perf_counts_losses_and_notes_missing_lbr() {
 /// section is closed as usual, holds the switch, and the outcome names the failure.
 #[test]
 fn a_capture_that_fails_while_running_keeps_its_section() {
-    let tfs = tempfile::tempdir().unwrap();
-    let proc = tempfile::tempdir().unwrap();
-    tracefs(tfs.path());
-    proc_tree(proc.path(), &[10, 11]);
-    let sys = FakeSys::new();
-    sys.set_clock(0, 1 << 31, 31);
+    let m = fake_machine(&[10, 11]);
+    let (tfs, proc, sys) = (m.tfs.path(), m.proc.path(), &m.sys);
     let provider = KernelProvider::start_with(
         sys.clone(),
         root_perms(),
-        fake_config(tfs.path(), proc.path(), false),
+        fake_config(tfs, proc, false),
         RecordWriter::with_magic(),
     )
     .unwrap();
@@ -802,16 +798,12 @@ fn a_capture_that_fails_while_running_keeps_its_section() {
 /// summary event counts it, and the buffer-overflow metadata marks the section as lossy).
 #[test]
 fn records_the_capture_could_not_parse_are_marked_in_the_section() {
-    let tfs = tempfile::tempdir().unwrap();
-    let proc = tempfile::tempdir().unwrap();
-    tracefs(tfs.path());
-    proc_tree(proc.path(), &[10, 11]);
-    let sys = FakeSys::new();
-    sys.set_clock(0, 1 << 31, 31);
+    let m = fake_machine(&[10, 11]);
+    let (tfs, proc, sys) = (m.tfs.path(), m.proc.path(), &m.sys);
     let provider = KernelProvider::start_with(
         sys.clone(),
         root_perms(),
-        fake_config(tfs.path(), proc.path(), false),
+        fake_config(tfs, proc, false),
         RecordWriter::with_magic(),
     )
     .unwrap();
@@ -855,14 +847,10 @@ fn records_the_capture_could_not_parse_are_marked_in_the_section() {
 /// the capture could not read: the section is not marked lossy for it.
 #[test]
 fn a_bad_proc_maps_line_does_not_mark_the_section_lossy() {
-    let tfs = tempfile::tempdir().unwrap();
-    let proc = tempfile::tempdir().unwrap();
-    tracefs(tfs.path());
-    proc_tree(proc.path(), &[10, 11]);
-    std::fs::write(proc.path().join("10/maps"), "garbage\n").unwrap();
-    let sys = FakeSys::new();
-    sys.set_clock(0, 1 << 31, 31);
-    let mut cfg = fake_config(tfs.path(), proc.path(), false);
+    let m = fake_machine(&[10, 11]);
+    let (tfs, proc, sys) = (m.tfs.path(), m.proc.path(), &m.sys);
+    std::fs::write(proc.join("10/maps"), "garbage\n").unwrap();
+    let mut cfg = fake_config(tfs, proc, false);
     cfg.capture.mmaps = true;
     let provider =
         KernelProvider::start_with(sys.clone(), root_perms(), cfg, RecordWriter::with_magic())
