@@ -1019,15 +1019,28 @@ impl<'c> Writer<'c> {
             return None;
         }
         match self.inner.durable.reserve(words as u64 * 8) {
-            Ok(record) => Some(Slot {
-                record,
-                words,
-                kind: SlotKind::Durable,
-                thread: self.thread,
-                slot: self.slot,
-                inner: self.inner,
-                _borrow: PhantomData,
-            }),
+            Ok(record) => {
+                // The durable buffer is one dense stretch that every thread appends to: a
+                // record whose header is still 0 would end it for a reader. Until the commit
+                // (or the drop) writes the real header, the slot reads as a filler record of
+                // its size, so that a writer dying mid-record (a crash, a stop that timed
+                // out) hides none of the records reserved after it.
+                // ATOMICS: `Relaxed`: read only after this writer's section ends (a stop's
+                // or a save's grace period) or after the process died; the commit's
+                // `Release` store to the same word supersedes it.
+                // SAFETY: as in `commit`: the slot's first word, exclusive to this writer.
+                unsafe { AtomicU64::from_ptr(record) }
+                    .store(durable_filler(words), Ordering::Relaxed);
+                Some(Slot {
+                    record,
+                    words,
+                    kind: SlotKind::Durable,
+                    thread: self.thread,
+                    slot: self.slot,
+                    inner: self.inner,
+                    _borrow: PhantomData,
+                })
+            }
             Err(offset) => {
                 self.inner.on_durable_full(offset);
                 self.count_drop();
@@ -1121,13 +1134,20 @@ impl Drop for Slot<'_> {
         }
         if self.kind == SlotKind::Durable {
             self.payload().fill(0);
-            const STRING_RECORD: u64 = 2;
-            let filler = with_record_size_words(STRING_RECORD, self.words as u64);
             // ATOMICS: `Release`, as a commit.
             // SAFETY: as in `commit`.
-            unsafe { AtomicU64::from_ptr(self.record) }.store(filler, Ordering::Release);
+            unsafe { AtomicU64::from_ptr(self.record) }
+                .store(durable_filler(self.words), Ordering::Release);
         }
     }
+}
+
+/// The header of a durable slot not (or not yet) committed: a String record of index 0 and
+/// length 0 (which readers ignore) of the slot's `words`, so that the durable data stays
+/// dense.
+fn durable_filler(words: usize) -> u64 {
+    const STRING_RECORD: u64 = 2;
+    with_record_size_words(STRING_RECORD, words as u64)
 }
 
 #[cfg(test)]

@@ -640,6 +640,27 @@ fn uncommitted_slots_count_as_dropped_and_keep_buffers_dense() {
     );
 }
 
+/// A durable slot whose writer never commits it nor drops it (a thread that died
+/// mid-record, here `forget`) reads as a filler of its size from the moment it is reserved:
+/// the durable records reserved after it stay readable.
+#[test]
+fn a_durable_slot_never_finished_hides_none_of_the_records_after_it() {
+    let ctx = started(BufferingMode::Circular, 64 * 1024, 4096);
+    {
+        let mut writer = ctx.acquire().unwrap();
+        let slot = writer.reserve_durable(5).unwrap();
+        std::mem::forget(slot);
+        assert!(write_durable(&mut writer, 1, 2, 4));
+    }
+    let report = ctx.stop(STOP).unwrap();
+    assert_eq!(report.durable_data_end, 9 * 8);
+    let read = final_read(&snapshot(ctx.buffer()), 0, false);
+    assert_eq!(
+        read.durable.iter().map(|r| r.seq).collect::<Vec<_>>(),
+        vec![2]
+    );
+}
+
 #[test]
 fn reentrant_acquire_is_dropped_and_counted() {
     let ctx = started(BufferingMode::Oneshot, 16 * 1024, 4096);

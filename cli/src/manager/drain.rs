@@ -410,25 +410,56 @@ impl Drain {
         region: Region,
         archive: &mut Archive<W>,
     ) -> Result<(), DrainError> {
-        let mut scan = scan_records(bytes, data_end, framing)?;
-        let mut copied = 0u64;
-        for run in scan.by_ref() {
-            let (written, forged) = archive.write_provider_records(run)?;
-            self.stats.records += written;
-            self.stats.forged_metadata += forged;
-            copied += run.len() as u64;
-        }
-        match region {
-            Region::Durable => self.stats.durable_bytes += copied,
-            Region::Rolling(_) => self.stats.rolling_bytes += copied,
-        }
-        self.stats.skipped_bytes += scan.stats().skipped_bytes;
-        if let ChunkScanStop::Malformed(error) = scan.stop() {
+        let mut from = 0usize;
+        loop {
+            let bytes = &bytes[from.min(bytes.len())..];
+            let data_end = data_end.saturating_sub(from as u64);
+            let mut scan = scan_records(bytes, data_end, framing)?;
+            let mut copied = 0u64;
+            for run in scan.by_ref() {
+                let (written, forged) = archive.write_provider_records(run)?;
+                self.stats.records += written;
+                self.stats.forged_metadata += forged;
+                copied += run.len() as u64;
+            }
+            match region {
+                Region::Durable => self.stats.durable_bytes += copied,
+                Region::Rolling(_) => self.stats.rolling_bytes += copied,
+            }
+            let skipped = scan.stats().skipped_bytes;
+            if let ChunkScanStop::Malformed(error) = scan.stop() {
+                self.stats.skipped_bytes += skipped;
+                self.stats.problems.push(format!(
+                    "{region}: malformed record {error}; the rest of the region was skipped"
+                ));
+                return Ok(());
+            }
+            // The durable buffer is one dense stretch: a zero word ends its data, unless a
+            // writer died (or was still writing when the trace stopped) between reserving a
+            // record and writing its first word. Records follow such a hole if any word after
+            // it is not zero (the buffer is zeroed at a clearing start and only appended to).
+            let hole = match region {
+                Region::Durable if skipped > 0 => {
+                    let zero_at = (data_end - skipped) as usize;
+                    bytes[zero_at..data_end as usize]
+                        .chunks_exact(8)
+                        .position(|word| word != [0; 8])
+                        .map(|words| (zero_at, words * 8))
+                }
+                _ => None,
+            };
+            let Some((zero_at, len)) = hole else {
+                self.stats.skipped_bytes += skipped;
+                return Ok(());
+            };
+            self.stats.skipped_bytes += len as u64;
             self.stats.problems.push(format!(
-                "{region}: malformed record {error}; the rest of the region was skipped"
+                "{region}: {len} bytes at offset {} were never written (a record whose writer \
+                 stopped or died before writing it); the records after them are kept",
+                from + zero_at
             ));
+            from += zero_at + len;
         }
-        Ok(())
     }
 }
 
@@ -705,6 +736,31 @@ mod tests {
         );
         assert_eq!(drain.stats().saves, 2);
         assert_eq!(drain.stats().records, 6);
+    }
+
+    /// A provider that died between reserving a durable record and writing its first word
+    /// leaves zero words in the middle of the durable data: the records after them are kept,
+    /// and the hole is reported.
+    #[test]
+    fn durable_records_after_a_never_written_one_are_kept_and_the_hole_reported() {
+        let (buffer, g) = buffer(BufferingMode::Circular, 0);
+        let (a, b) = (rec(1), rec(2));
+        // rec 1, two words never written, rec 2; durable_data_end 0: the provider died.
+        put_words(&buffer, g.durable_offset(), &[a[0], a[1], 0, 0, b[0], b[1]]);
+        let mut archive = Archive::new(Vec::new()).unwrap();
+        let mut drain = Drain::new(BufferingMode::Circular);
+        drain.read_out(&buffer, &mut archive, 1, "p").unwrap();
+        let got: Vec<String> = tags(&archive.into_inner().unwrap())
+            .into_iter()
+            .map(|(_, what)| what)
+            .collect();
+        assert_eq!(got, ["magic", "section 1", "rec 1", "rec 2"]);
+        let problems = &drain.stats().problems;
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(
+            problems[0].contains("16 bytes at offset 16"),
+            "{problems:?}"
+        );
     }
 
     #[test]
