@@ -181,15 +181,23 @@ pub struct LbrReport {
     /// Every mapping read, in trace order.
     mappings: Vec<Mapping>,
     /// Indexes into `mappings`, by process.
-    mappings_by_pid: HashMap<u32, Vec<usize>>,
+    mappings_by_pid: HashMap<u32, MappingIndex>,
+    /// Every mapping, by start (for an address whose process is unknown).
+    all_mappings: MappingIndex,
     /// Branch address → the mapping it was first resolved to.
     address_mappings: HashMap<u64, usize>,
     invalid_mmaps: u64,
     ambiguous_addresses: u64,
     /// Why LBR was not sampled, as the recorder wrote it into the trace (its log records
-    /// `fxtrace: LBR … unavailable…`), each once.
+    /// `fxtrace: LBR … unavailable…`), each once, at most [`MAX_UNAVAILABLE_REASONS`].
     lbr_unavailable: Vec<String>,
+    /// Distinct such messages beyond [`MAX_UNAVAILABLE_REASONS`], counted.
+    lbr_unavailable_more: u64,
 }
+
+/// Distinct "LBR unavailable" messages kept (a recorder writes one or two; a trace with
+/// more is counted, not kept: checking each against those kept stays cheap).
+pub const MAX_UNAVAILABLE_REASONS: usize = 16;
 
 /// The result of reading a whole trace.
 #[derive(Debug)]
@@ -296,7 +304,12 @@ impl LbrReport {
                 if is_lbr_unavailable(message)
                     && !self.lbr_unavailable.iter().any(|m| m == message) =>
             {
-                self.lbr_unavailable.push(message.to_string());
+                if self.lbr_unavailable.len() < MAX_UNAVAILABLE_REASONS {
+                    self.lbr_unavailable.push(message.to_string());
+                } else {
+                    // Not told apart from those counted before: an upper bound.
+                    self.lbr_unavailable_more += 1;
+                }
             }
             _ => {}
         }
@@ -307,6 +320,12 @@ impl LbrReport {
     /// order. Empty when the trace says nothing about it.
     pub fn lbr_unavailable(&self) -> &[String] {
         &self.lbr_unavailable
+    }
+
+    /// Messages of that kind beyond the [`MAX_UNAVAILABLE_REASONS`] kept, counted (each
+    /// repetition of one of them too, once the limit is reached).
+    pub fn lbr_unavailable_more(&self) -> u64 {
+        self.lbr_unavailable_more
     }
 
     fn switch(&mut self, cpu: u16, ns: u64, incoming_tid: u64) {
@@ -343,39 +362,32 @@ impl LbrReport {
             path: PathBuf::from(std::ffi::OsStr::from_bytes(m.path)),
         };
         let index = self.mappings.len();
+        self.mappings_by_pid
+            .entry(m.pid)
+            .or_default()
+            .insert(&mapping, index);
+        self.all_mappings.insert(&mapping, index);
         self.mappings.push(mapping);
-        self.mappings_by_pid.entry(m.pid).or_default().push(index);
     }
 
     /// The mapping of `pid` holding `address` at `ns` (see the module docs).
     fn mapping_in(&self, pid: u32, ns: u64, address: u64) -> Option<usize> {
         let candidates = self.mappings_by_pid.get(&pid)?;
-        let covering = || {
-            candidates
-                .iter()
-                .copied()
-                .filter(|&i| self.mappings[i].contains(address))
-        };
+        let covering = || candidates.covering(&self.mappings, address);
         covering()
             .filter(|&i| self.mappings[i].time_ns <= ns)
             .max_by_key(|&i| (self.mappings[i].time_ns, i))
             .or_else(|| covering().min_by_key(|&i| (self.mappings[i].time_ns, i)))
     }
 
-    /// A mapping holding `address` when the process is unknown: only if all agree.
+    /// A mapping holding `address` when the process is unknown: only if all agree (the
+    /// first recorded of them).
     fn mapping_anywhere(&self, address: u64) -> Option<usize> {
-        let mut found: Option<usize> = None;
-        for (i, m) in self.mappings.iter().enumerate() {
-            if !m.contains(address) {
-                continue;
-            }
-            match found {
-                None => found = Some(i),
-                Some(f) if same_file_here(&self.mappings[f], m) => {}
-                Some(_) => return None,
-            }
-        }
-        found
+        let covering = || self.all_mappings.covering(&self.mappings, address);
+        let found = covering().min()?;
+        covering()
+            .all(|i| same_file_here(&self.mappings[found], &self.mappings[i]))
+            .then_some(found)
     }
 
     fn resolve(&mut self, pid: Option<u32>, ns: u64, address: u64) {
@@ -507,8 +519,69 @@ fn same_file_here(a: &Mapping, b: &Mapping) -> bool {
         && a.start.wrapping_sub(a.pgoff) == b.start.wrapping_sub(b.pgoff)
 }
 
+/// Mappings by start address, to find those holding an address without a scan of all of
+/// them (a report over many mappings and samples was quadratic).
+#[derive(Debug, Default)]
+struct MappingIndex {
+    /// (start, index into the report's mappings).
+    by_start: std::collections::BTreeSet<(u64, usize)>,
+    /// The longest mapping's length: no mapping starting further below an address holds it.
+    max_len: u64,
+}
+
+impl MappingIndex {
+    fn insert(&mut self, mapping: &Mapping, index: usize) {
+        self.by_start.insert((mapping.start, index));
+        self.max_len = self.max_len.max(mapping.len);
+    }
+
+    /// The indices of the mappings holding `address`, by start.
+    fn covering<'m>(
+        &'m self,
+        mappings: &'m [Mapping],
+        address: u64,
+    ) -> impl Iterator<Item = usize> + 'm {
+        let lowest = address.saturating_sub(self.max_len.saturating_sub(1));
+        self.by_start
+            .range((lowest, 0)..=(address, usize::MAX))
+            .map(|&(_, i)| i)
+            .filter(move |&i| mappings[i].contains(address))
+    }
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_mapping_index_finds_every_mapping_holding_an_address() {
+        let mapping = |start: u64, len: u64| Mapping {
+            pid: 1,
+            time_ns: 0,
+            start,
+            len,
+            pgoff: 0,
+            build_id: None,
+            path: PathBuf::from("/bin/x"),
+        };
+        let mappings = [
+            mapping(0x1000, 0x1000),
+            mapping(0x1800, 0x100),
+            mapping(0x10_0000, 0x10_0000),
+            mapping(0x3000, 0x1000),
+        ];
+        let mut index = MappingIndex::default();
+        for (i, m) in mappings.iter().enumerate() {
+            index.insert(m, i);
+        }
+        let holding = |address| index.covering(&mappings, address).collect::<Vec<_>>();
+        assert_eq!(holding(0x1850), [0, 1]);
+        assert_eq!(holding(0x1fff), [0]);
+        assert_eq!(holding(0x2000), [] as [usize; 0]);
+        assert_eq!(holding(0x3000), [3]);
+        assert_eq!(holding(0x1f_ffff), [2]);
+        assert_eq!(holding(0x20_0000), [] as [usize; 0]);
+    }
+
     use super::*;
 
     #[test]

@@ -157,6 +157,13 @@ pub fn write_lbr_text(
         for why in report.lbr_unavailable() {
             writeln!(out, "  recorded reason: {why}")?;
         }
+        if report.lbr_unavailable_more() > 0 {
+            writeln!(
+                out,
+                "  and {} more such messages (not shown)",
+                report.lbr_unavailable_more()
+            )?;
+        }
     } else {
         writeln!(
             out,

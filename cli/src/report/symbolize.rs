@@ -301,6 +301,37 @@ fn load_dwarf(file: &object::File<'_>) -> Result<Option<Dwarf>, gimli::Error> {
     addr2line::Context::from_dwarf(dwarf).map(Some)
 }
 
+/// Largest binary read to name addresses, in bytes: a larger file is reported, not read.
+pub const MAX_BINARY_BYTES: u64 = 4 << 30;
+
+/// The bytes of the binary at `path`: a regular file of at most [`MAX_BINARY_BYTES`] (a
+/// trace names the mapped files, and a crafted one can name `/dev/zero` or a FIFO: those are
+/// refused without blocking, and nothing larger than the bound is read).
+pub fn read_binary(path: &Path) -> std::io::Result<Vec<u8>> {
+    use std::io::{Error, ErrorKind, Read};
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = std::fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK)
+        .open(path)?;
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Err(Error::new(ErrorKind::InvalidInput, "not a regular file"));
+    }
+    if meta.len() > MAX_BINARY_BYTES {
+        return Err(Error::new(
+            ErrorKind::InvalidInput,
+            format!(
+                "{} bytes, more than the {MAX_BINARY_BYTES} read to name addresses",
+                meta.len()
+            ),
+        ));
+    }
+    let mut data = Vec::with_capacity(meta.len() as usize);
+    file.take(MAX_BINARY_BYTES).read_to_end(&mut data)?;
+    Ok(data)
+}
+
 impl Symbolizer {
     /// No binaries: every address stays unsymbolized.
     pub fn new() -> Self {
@@ -309,7 +340,7 @@ impl Symbolizer {
 
     /// Reads and adds a binary.
     pub fn add(&mut self, spec: &BinarySpec) -> Result<&BinaryInfo, SymbolizeError> {
-        let data = std::fs::read(&spec.path).map_err(|source| SymbolizeError::Read {
+        let data = read_binary(&spec.path).map_err(|source| SymbolizeError::Read {
             path: spec.path.clone(),
             source,
         })?;
@@ -340,7 +371,7 @@ impl Symbolizer {
             return Some(&self.mapped[i].2);
         }
         let index = self.mapped.len();
-        let state = match std::fs::read(&mapping.path) {
+        let state = match read_binary(&mapping.path) {
             Err(e) => MappedFile::Unreadable(e.to_string()),
             Ok(data) => match Binary::parse(&mapping.path, &data, None) {
                 Err(SymbolizeError::Parse { source, .. }) => MappedFile::NotElf(source.to_string()),
@@ -569,6 +600,22 @@ impl Binary {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn only_regular_files_are_read_as_binaries_and_without_blocking() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("bin");
+        std::fs::write(&file, b"bytes").unwrap();
+        assert_eq!(read_binary(&file).unwrap(), b"bytes");
+        // A trace can name any path: a device that never ends, a FIFO no one writes.
+        let err = read_binary(Path::new("/dev/zero")).unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let err = read_binary(&fifo).unwrap_err();
+        assert!(err.to_string().contains("not a regular file"), "{err}");
+    }
+
     use super::*;
 
     #[test]

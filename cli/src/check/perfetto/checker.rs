@@ -96,8 +96,49 @@ pub(super) struct Tally {
 pub(super) struct ThreadSlices {
     /// Duration begins not yet ended.
     pub(super) open_begins: u32,
-    /// Duration-complete slices not yet over: (start, end) in ns.
-    pub(super) completes: Vec<(i64, i64)>,
+    /// Duration-complete slices not yet over.
+    pub(super) completes: OpenCompletes,
+}
+
+/// Duration-complete slices not yet over on one thread, by end (the next to close first)
+/// and by start: each event closes the ones it reaches and asks whether one encloses it, in
+/// logarithmic time (a thread with many overlapping slices made a scan of all of them per
+/// event quadratic).
+#[derive(Debug, Default)]
+pub(super) struct OpenCompletes {
+    /// (end, start) in ns, smallest end first.
+    by_end: std::collections::BinaryHeap<std::cmp::Reverse<(i64, i64)>>,
+    /// Start → how many open slices start there.
+    starts: BTreeMap<i64, u32>,
+}
+
+impl OpenCompletes {
+    /// Closes the slices over at `ts` (a slice is closed by the first event at or after its
+    /// end).
+    fn close_reached(&mut self, ts: i64) {
+        while let Some(&std::cmp::Reverse((end, start))) = self.by_end.peek() {
+            if end > ts {
+                break;
+            }
+            self.by_end.pop();
+            if let Some(n) = self.starts.get_mut(&start) {
+                *n -= 1;
+                if *n == 0 {
+                    self.starts.remove(&start);
+                }
+            }
+        }
+    }
+
+    fn push(&mut self, start: i64, end: i64) {
+        self.by_end.push(std::cmp::Reverse((end, start)));
+        *self.starts.entry(start).or_default() += 1;
+    }
+
+    /// Whether an open slice started at or before `ts`.
+    fn any_started_by(&self, ts: i64) -> bool {
+        self.starts.keys().next().is_some_and(|&start| start <= ts)
+    }
 }
 
 /// An argument as far as the checker needs it.
@@ -810,7 +851,7 @@ impl Checker {
         // Perfetto's thread track: UpdateThread(uint32 tid, uint32 pid).
         let slices = self.slices.entry((pid as u32, tid as u32)).or_default();
         // A complete slice is closed by the first event at or after its end.
-        slices.completes.retain(|&(_, end)| end > ts);
+        slices.completes.close_reached(ts);
         match event_type {
             EventType::DurationBegin => slices.open_begins += 1,
             EventType::DurationEnd => {
@@ -827,12 +868,11 @@ impl Checker {
             }
             EventType::DurationComplete => {
                 if let Some(end) = complete_end.filter(|&end| end > ts) {
-                    slices.completes.push((ts, end));
+                    slices.completes.push(ts, end);
                 }
             }
             EventType::FlowBegin | EventType::FlowStep | EventType::FlowEnd => {
-                let enclosed = slices.open_begins > 0
-                    || slices.completes.iter().any(|&(start, _)| start <= ts);
+                let enclosed = slices.open_begins > 0 || slices.completes.any_started_by(ts);
                 if !enclosed {
                     self.add(FindingKind::FlowWithoutEnclosingSlice, offset, || {
                         format!(
@@ -1132,5 +1172,25 @@ fn add(
     finding.count += 1;
     if finding.offsets.len() < MAX_OFFSETS && finding.offsets.last() != Some(&offset) {
         finding.offsets.push(offset);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::OpenCompletes;
+
+    #[test]
+    fn open_completes_close_at_their_end_and_say_whether_one_encloses() {
+        let mut open = OpenCompletes::default();
+        open.push(10, 100);
+        open.push(20, 50);
+        open.push(20, 60);
+        assert!(open.any_started_by(10));
+        assert!(!open.any_started_by(9));
+        open.close_reached(60);
+        // (20, 50) and (20, 60) closed: only the one starting at 10 is left.
+        assert!(open.any_started_by(15));
+        open.close_reached(100);
+        assert!(!open.any_started_by(1000), "all closed");
     }
 }

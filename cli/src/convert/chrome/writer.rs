@@ -2,8 +2,9 @@
 //! state that pairing needs kept in between.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{self, Write};
+use std::rc::Rc;
 
 use fxtrace::format::lbr::LbrSample;
 use fxtrace::format::{
@@ -94,8 +95,32 @@ struct LbrCounts {
 #[derive(Debug)]
 struct OpenSlice {
     begin: u64,
-    cat: String,
-    name: String,
+    cat: Rc<str>,
+    name: Rc<str>,
+}
+
+/// The category and name texts of open durations, one copy of each text shared by all of
+/// them (a trace's strings are up to 32 KB each, and one begin event of 16 bytes can name
+/// two of them: a copy per open duration made memory grow thousands of times faster than
+/// the input). Forgotten at [`Self::MAX_TEXTS`] (the open durations keep theirs).
+#[derive(Debug, Default)]
+struct SharedTexts(HashSet<Rc<str>>);
+
+impl SharedTexts {
+    /// Texts remembered at most; then the set starts over.
+    const MAX_TEXTS: usize = 4096;
+
+    fn get(&mut self, text: &str) -> Rc<str> {
+        if let Some(shared) = self.0.get(text) {
+            return shared.clone();
+        }
+        if self.0.len() >= Self::MAX_TEXTS {
+            self.0.clear();
+        }
+        let shared: Rc<str> = Rc::from(text);
+        self.0.insert(shared.clone());
+        shared
+    }
 }
 
 /// Converts decoded FXT records to Chrome trace-event JSON as they arrive.
@@ -109,6 +134,8 @@ pub struct ChromeJsonWriter<W: Write> {
     out: W,
     /// Per thread, its open durations, innermost last (never empty).
     open: HashMap<Thread, Vec<OpenSlice>>,
+    /// Their category and name texts.
+    open_texts: SharedTexts,
     cpus: HashMap<u16, CpuTrack>,
     threads: HashMap<u64, KnownThread>,
     providers: BTreeMap<u32, String>,
@@ -191,6 +218,7 @@ impl<W: Write> ChromeJsonWriter<W> {
         Ok(ChromeJsonWriter {
             out,
             open: HashMap::new(),
+            open_texts: SharedTexts::default(),
             cpus: HashMap::new(),
             threads: HashMap::new(),
             providers: BTreeMap::new(),
@@ -443,10 +471,14 @@ impl<W: Write> ChromeJsonWriter<W> {
                 self.out.write_all(b"}")?;
             }
             DecodedEventKind::DurationBegin => {
+                let (cat, name) = (
+                    self.open_texts.get(&e.category),
+                    self.open_texts.get(&e.name),
+                );
                 self.open.entry(e.thread).or_default().push(OpenSlice {
                     begin: ts,
-                    cat: e.category.to_string(),
-                    name: e.name.to_string(),
+                    cat,
+                    name,
                 });
                 self.head_named("B", ts, pid, tid, &e.category, &e.name)?;
                 self.args(&e.args, None)?;
@@ -872,6 +904,21 @@ enum MetaValue<'a> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn open_durations_share_one_copy_of_each_text() {
+        let mut texts = SharedTexts::default();
+        let a = texts.get("a long category");
+        let b = texts.get("a long category");
+        assert!(Rc::ptr_eq(&a, &b));
+        assert_eq!(&*texts.get("other"), "other");
+        for i in 0..SharedTexts::MAX_TEXTS {
+            texts.get(&i.to_string());
+        }
+        assert!(texts.0.len() <= SharedTexts::MAX_TEXTS, "bounded");
+        assert_eq!(&*a, "a long category", "kept by the open durations");
+    }
+
     use super::*;
 
     fn arg(name: &'static str, value: DecodedValue<'static>) -> DecodedArg<'static> {

@@ -344,7 +344,7 @@ pub fn write_fxt<W: Write>(
             strings: &mut strings,
             out: &mut out,
             stats: &mut stats,
-            stack: Vec::new(),
+            stack: CallStack::default(),
             last_ts: None,
             repairs: ThreadRepairs::default(),
         };
@@ -657,8 +657,8 @@ struct ThreadConverter<'c, W: Write> {
     strings: &'c mut Strings,
     out: &'c mut FxtOut<W>,
     stats: &'c mut ImportStats,
-    /// Open frames, outermost first.
-    stack: Vec<FunctionId>,
+    /// Open frames.
+    stack: CallStack,
     /// The thread's latest timestamp so far.
     last_ts: Option<u64>,
     repairs: ThreadRepairs,
@@ -810,7 +810,7 @@ impl<W: Write> ThreadConverter<'_, W> {
     /// Closes `func_id`'s innermost frame, and any frames above it (counted); an exit of a
     /// function not on the stack is dropped (counted).
     fn exit(&mut self, ts: u64, func_id: FunctionId) -> Result<(), ImportError> {
-        let Some(depth) = self.stack.iter().rposition(|f| *f == func_id) else {
+        let Some(depth) = self.stack.innermost(func_id) else {
             self.repairs.dropped_exits += 1;
             return Ok(());
         };
@@ -936,8 +936,64 @@ impl<W: Write> ThreadConverter<'_, W> {
     }
 }
 
+/// A thread's open frames, outermost first, with how many frames each function has open:
+/// an exit of a function with none open (a log cut mid-call, a hostile one) is answered
+/// without walking the stack.
+#[derive(Debug, Default)]
+struct CallStack {
+    frames: Vec<FunctionId>,
+    open: HashMap<FunctionId, u32>,
+}
+
+impl CallStack {
+    fn push(&mut self, func_id: FunctionId) {
+        self.frames.push(func_id);
+        *self.open.entry(func_id).or_default() += 1;
+    }
+
+    fn pop(&mut self) -> Option<FunctionId> {
+        let func_id = self.frames.pop()?;
+        if let Some(n) = self.open.get_mut(&func_id) {
+            *n -= 1;
+            if *n == 0 {
+                self.open.remove(&func_id);
+            }
+        }
+        Some(func_id)
+    }
+
+    fn len(&self) -> usize {
+        self.frames.len()
+    }
+
+    /// The depth of `func_id`'s innermost open frame. Walks only the frames above it, which
+    /// the exit then closes.
+    fn innermost(&self, func_id: FunctionId) -> Option<usize> {
+        if !self.open.contains_key(&func_id) {
+            return None;
+        }
+        self.frames.iter().rposition(|f| *f == func_id)
+    }
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_call_stack_finds_the_innermost_open_frame_of_a_function() {
+        let mut stack = CallStack::default();
+        for f in [1, 2, 1, 3] {
+            stack.push(f);
+        }
+        assert_eq!(stack.innermost(1), Some(2));
+        assert_eq!(stack.innermost(3), Some(3));
+        assert_eq!(stack.innermost(4), None, "never opened");
+        assert_eq!(stack.pop(), Some(3));
+        assert_eq!(stack.innermost(3), None, "closed");
+        assert_eq!((stack.pop(), stack.innermost(1)), (Some(1), Some(0)));
+        assert_eq!(stack.len(), 2);
+    }
+
     use super::*;
 
     #[test]
