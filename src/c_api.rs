@@ -163,13 +163,49 @@ type StaticPair = (usize, usize, &'static str, &'static str);
 #[allow(clippy::declare_interior_mutable_const)] // array-repeat initialiser only
 const EMPTY_STATIC_PAIR: Cell<StaticPair> = Cell::new((0, 0, "", ""));
 
+/// A thread's cache of `_static` string pairs.
+struct StaticTexts {
+    /// Set while the thread reads or writes `entries`: a call from a signal handler that
+    /// interrupted it finds the flag set and neither reads nor writes the cache (an entry
+    /// is several words: read or written half, a text's pointer could go with another's
+    /// length). It reads its two strings itself.
+    busy: Cell<bool>,
+    entries: [Cell<StaticPair>; STATIC_TEXT_ENTRIES],
+}
+
 thread_local! {
     /// `_static` string pairs already read, by their addresses (two-way set associative):
     /// their promise (unchanged at the same address until the process exits) makes the
     /// addresses the key; one comparison of both finds a call site's pair. Plain data,
     /// `const`-initialised, no destructor, like [`CATEGORIES`].
-    static STATIC_TEXT: [Cell<StaticPair>; STATIC_TEXT_ENTRIES] =
-        const { [EMPTY_STATIC_PAIR; STATIC_TEXT_ENTRIES] };
+    static STATIC_TEXT: StaticTexts = const {
+        StaticTexts {
+            busy: Cell::new(false),
+            entries: [EMPTY_STATIC_PAIR; STATIC_TEXT_ENTRIES],
+        }
+    };
+}
+
+/// `f` of the thread's `_static` cache entries, marked busy meanwhile; `None` while the
+/// thread is torn down, or inside a signal handler that interrupted its own use of them.
+#[inline(always)]
+fn with_static_entries<R>(f: impl FnOnce(&[Cell<StaticPair>]) -> R) -> Option<R> {
+    STATIC_TEXT
+        .try_with(|cache| {
+            if cache.busy.get() {
+                return None;
+            }
+            cache.busy.set(true);
+            // Keeps the entries' accesses between the two flag stores (a signal handler is
+            // the only other code that can run on this thread meanwhile).
+            std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+            let answer = f(&cache.entries);
+            std::sync::atomic::compiler_fence(std::sync::atomic::Ordering::SeqCst);
+            cache.busy.set(false);
+            Some(answer)
+        })
+        .ok()
+        .flatten()
 }
 
 /// The first of the two cache entries the pair (`a`, `b`) may occupy (Fibonacci hashing of
@@ -192,17 +228,15 @@ fn static_text_set(a: usize, b: usize) -> usize {
 unsafe fn static_texts(a: *const c_char, b: *const c_char) -> (&'static str, &'static str) {
     let (ka, kb) = (a as usize, b as usize);
     let set = static_text_set(ka, kb);
-    let hit = STATIC_TEXT
-        .try_with(|cache| {
-            let first = cache[set].get();
-            if (first.0, first.1) == (ka, kb) {
-                return Some((first.2, first.3));
-            }
-            let second = cache[set + 1].get();
-            ((second.0, second.1) == (ka, kb)).then_some((second.2, second.3))
-        })
-        .ok()
-        .flatten();
+    let hit = with_static_entries(|cache| {
+        let first = cache[set].get();
+        if (first.0, first.1) == (ka, kb) {
+            return Some((first.2, first.3));
+        }
+        let second = cache[set + 1].get();
+        ((second.0, second.1) == (ka, kb)).then_some((second.2, second.3))
+    })
+    .flatten();
     match hit {
         Some(texts) => texts,
         // SAFETY: forwarded caller's promise.
@@ -232,8 +266,9 @@ unsafe fn static_texts_slow(
     };
     let (ta, tb) = (read(a), read(b));
     // An empty way first, else the first way (a third pair in the set evicts it). While the
-    // thread is being torn down there is no cache: the texts are simply returned.
-    let _ = STATIC_TEXT.try_with(|cache| {
+    // thread is being torn down, or in a signal handler that interrupted the thread's own use
+    // of the cache, the texts are simply returned.
+    let _ = with_static_entries(|cache| {
         let empty = |i: usize| {
             let e = cache[i].get();
             (e.0, e.1) == (0, 0)
@@ -757,6 +792,34 @@ mod tests {
         );
     }
 
+    /// A call from a signal handler that interrupted the thread's own use of the `_static`
+    /// cache (simulated: the busy flag set) neither reads an entry (which could be half
+    /// written) nor writes one: it reads its strings itself.
+    #[test]
+    fn static_texts_leave_the_cache_alone_while_it_is_in_use() {
+        let (a, b) = (c"handler category", c"handler name");
+        let (ka, kb) = (a.as_ptr() as usize, b.as_ptr() as usize);
+        let set = super::static_text_set(ka, kb);
+        super::STATIC_TEXT.with(|c| {
+            // An entry as an interrupted write could leave it: the keys, other texts.
+            c.entries[set].set((ka, kb, "half", "written"));
+            c.busy.set(true);
+        });
+        // SAFETY: C string literals: static and unchanged.
+        let texts = unsafe { super::static_texts(a.as_ptr(), b.as_ptr()) };
+        assert_eq!(texts, ("handler category", "handler name"));
+        super::STATIC_TEXT.with(|c| {
+            assert_eq!(
+                c.entries[set].get(),
+                (ka, kb, "half", "written"),
+                "not written"
+            );
+            assert!(c.busy.get(), "left to the interrupted code");
+            c.busy.set(false);
+            c.entries[set].set((0, 0, "", ""));
+        });
+    }
+
     #[test]
     fn static_texts_are_read_once_per_pair_of_addresses() {
         let a = c"first";
@@ -775,6 +838,7 @@ mod tests {
         let cached = |x: usize, y: usize| {
             let set = super::static_text_set(x, y);
             super::STATIC_TEXT.with(|c| {
+                let c = &c.entries;
                 [c[set].get(), c[set + 1].get()]
                     .iter()
                     .any(|e| (e.0, e.1) == (x, y))
@@ -790,6 +854,7 @@ mod tests {
             .find(|&(x, y)| super::static_text_set(x, y) == set)
             .unwrap();
         super::STATIC_TEXT.with(|c| {
+            let c = &c.entries;
             c[set].set((p1.0, p1.1, "one", "uno"));
             c[set + 1].set((p2.0, p2.1, "two", "dos"));
         });

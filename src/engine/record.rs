@@ -602,19 +602,32 @@ fn write_event_in(writer: &mut Writer<'_>, event: &Event<'_>) {
     }
 }
 
-/// `event`'s arguments with their inline texts cut so that the record fits
-/// ([`fit_args`], in the room its other words leave); `None` if even that fails.
-fn fit_event_args<'a, 'o>(
-    event: &Event<'a>,
-    out: &'o mut [Arg<'a>; MAX_ARGS],
-) -> Option<&'o [Arg<'a>]> {
-    let others = Event {
+/// Longest inline category or name kept in an event too large for one record, in bytes.
+const FITTED_NAME_BYTES: usize = 4096;
+
+/// `event` cut to fit one record: an inline category or name longer than
+/// [`FITTED_NAME_BYTES`] cut to it, then the arguments' inline texts cut into the room the
+/// rest leaves ([`fit_args`]); `None` if even that fails.
+fn fit_event<'o>(event: &Event<'o>, out: &'o mut [Arg<'o>; MAX_ARGS]) -> Option<Event<'o>> {
+    let cut_inline = |s: StringRef<'o>| match s {
+        StringRef::Inline(text) if text.len() > FITTED_NAME_BYTES => {
+            let mut end = FITTED_NAME_BYTES;
+            while !text.is_char_boundary(end) {
+                end -= 1;
+            }
+            StringRef::Inline(&text[..end])
+        }
+        other => other,
+    };
+    let named = Event {
+        category: cut_inline(event.category),
+        name: cut_inline(event.name),
         args: &[],
         ..*event
-    }
-    .words()
-    .ok()?;
-    fit_args(event.args, MAX_RECORD_WORDS.checked_sub(others)?, out)
+    };
+    let room = MAX_RECORD_WORDS.checked_sub(named.words().ok()?)?;
+    let args = fit_args(event.args, room, out)?;
+    Some(Event { args, ..named })
 }
 
 /// [`write_event_in`] of an event too large for one record (see
@@ -623,11 +636,11 @@ fn fit_event_args<'a, 'o>(
 #[inline(never)]
 fn write_event_in_cut(writer: &mut Writer<'_>, event: &Event<'_>) {
     let mut cut = [Arg::new(StringRef::Empty, ArgValue::Null); MAX_ARGS];
-    let fitted = fit_event_args(event, &mut cut);
-    match (fitted, fitted.map(|args| Event { args, ..*event }.words())) {
-        (Some(args), Some(Ok(words))) => {
+    let fitted = fit_event(event, &mut cut);
+    match fitted.map(|event| (event.words(), event)) {
+        Some((Ok(words), event)) => {
             if let Some(slot) = writer.reserve(words) {
-                let _ = encode_and_commit(slot, &Event { args, ..*event }, words);
+                let _ = encode_and_commit(slot, &event, words);
             }
         }
         // Counted as dropped: an empty reservation released without commit.
@@ -1205,13 +1218,13 @@ impl<'c> TraceWriter<'c> {
     }
 
     /// [`Self::write_event`] of an event too large for one record: its texts cut to fit
-    /// the room its other words leave; dropped (and counted) only if even that fails.
+    /// ([`fit_event`]); dropped (and counted) only if even that fails.
     #[cold]
     #[inline(never)]
     fn write_event_cut(&mut self, event: &Event<'_>) -> Result<usize, RecordError> {
         let mut cut = [Arg::new(StringRef::Empty, ArgValue::Null); MAX_ARGS];
-        match fit_event_args(event, &mut cut) {
-            Some(args) => self.write(&Event { args, ..*event }),
+        match fit_event(event, &mut cut) {
+            Some(fitted) => self.write(&fitted),
             None => self.write(event),
         }
     }

@@ -1012,7 +1012,19 @@ impl<'c> Writer<'c> {
     /// (counted).
     pub fn reserve_durable(&mut self, words: usize) -> Option<Slot<'_>> {
         if self.inner.mode == BufferingMode::Oneshot {
-            return self.reserve(words);
+            let slot = self.reserve(words)?;
+            if slot.kind == SlotKind::Run {
+                // A record larger than a chunk lies in a run of its own, after the thread's
+                // chunk in the buffer; the thread's later records may use what it defines (a
+                // string's index), so they must follow it: the thread leaves its chunk (the
+                // rest of it reads as unused) and takes the next one after the run.
+                let chunk = slot.thread.chunk.get();
+                slot.thread.chunk.set(Chunk {
+                    pos: chunk.end,
+                    ..chunk
+                });
+            }
+            return Some(slot);
         }
         if words == 0 || words > MAX_RECORD_WORDS as usize || !gate_open(self.gate) {
             self.count_drop();

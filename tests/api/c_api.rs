@@ -350,6 +350,46 @@ fn null_invalid_utf8_and_long_strings() {
     assert_eq!(got[4], (String::new(), 0));
 }
 
+/// A category and a name each within the string limit, but together larger than one record:
+/// the event is written with them cut, not dropped.
+#[test]
+fn a_category_and_name_larger_than_a_record_together_are_cut_not_dropped() {
+    let _s = serial();
+    let session = session(&[]);
+    let (category, name) = (owned(&"c".repeat(20_000)), owned(&"n".repeat(20_000)));
+    // SAFETY: NUL-terminated strings alive for the call.
+    unsafe { fxtrace_instant(p(&category), p(&name)) };
+    let (bytes, report) = session.finish_to_vec().unwrap();
+    assert_eq!(report.stop.records_dropped, 0);
+    let records = decode(&bytes);
+    let got: Vec<(usize, usize)> = events(&records)
+        .iter()
+        .map(|e| (e.category.len(), e.name.len()))
+        .collect();
+    assert_eq!(got, [(4096, 4096)]);
+}
+
+/// A `_static` string longer than a chunk (its definition in a run of its own) is defined
+/// before the events that use it: the trace decodes.
+#[test]
+fn a_static_string_longer_than_a_chunk_is_defined_before_its_uses() {
+    let _s = serial();
+    let session = session(&[]);
+    // Leaked: `_static` strings live until the process exits.
+    let long: &'static [u8] = Box::leak(owned(&"s".repeat(20_000)).into_boxed_slice());
+    // SAFETY: static, unchanged C strings.
+    unsafe {
+        fxtrace_instant_static(p(long), c"nm".as_ptr());
+        fxtrace_instant_static(p(long), c"nm".as_ptr());
+    }
+    let (bytes, report) = session.finish_to_vec().unwrap();
+    assert_eq!(report.stop.records_dropped, 0);
+    // `decode` fails on a string index used before its definition.
+    let records = decode(&bytes);
+    let got: Vec<usize> = events(&records).iter().map(|e| e.category.len()).collect();
+    assert_eq!(got, [20_000, 20_000]);
+}
+
 #[test]
 fn category_answers_follow_the_session_not_the_address() {
     let _s = serial();

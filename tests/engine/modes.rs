@@ -661,6 +661,24 @@ fn a_durable_slot_never_finished_hides_none_of_the_records_after_it() {
     );
 }
 
+/// In oneshot mode a durable record larger than a chunk (a long string's definition) gets
+/// a run of its own after the thread's chunk: the thread's next records must follow it in
+/// the buffer, where a reader meets the definition before its uses.
+#[test]
+fn a_durable_record_larger_than_a_chunk_precedes_the_threads_next_records() {
+    let ctx = started(BufferingMode::Oneshot, 64 * 1024, 4096);
+    {
+        let mut writer = ctx.acquire().unwrap();
+        assert!(write_event(&mut writer, 1, 1, 3));
+        assert!(write_durable(&mut writer, 1, 2, 600), "4 800 bytes: a run");
+        assert!(write_event(&mut writer, 1, 3, 3));
+    }
+    ctx.stop(STOP).unwrap();
+    let read = final_read(&snapshot(ctx.buffer()), 0, false);
+    let order: Vec<u64> = read.rolling.iter().map(|r| r.seq).collect();
+    assert_eq!(order, [1, 2, 3]);
+}
+
 #[test]
 fn reentrant_acquire_is_dropped_and_counted() {
     let ctx = started(BufferingMode::Oneshot, 16 * 1024, 4096);
