@@ -104,7 +104,11 @@ fn build_preload(workspace: &Path, out_dir: &Path, embedded: &Path) -> Result<()
     for var in ["CARGO_TARGET_DIR", "CARGO_BUILD_TARGET_DIR", "RUSTFLAGS"] {
         command.env_remove(var);
     }
+    // No stdin: the nested cargo probes rustc with `rustc -`, which reads its program from
+    // stdin; inherited from the outer build (a CI script's, a terminal's), stray input there
+    // failed the probe and the object went unembedded.
     let status = command
+        .stdin(std::process::Stdio::null())
         .status()
         .map_err(|e| format!("cannot run cargo: {e}"))?;
     if !status.success() {
