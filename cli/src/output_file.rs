@@ -7,6 +7,12 @@
 //! entry (a symlink planted under the output's name is moved to `FILE.old`, never followed),
 //! and [`OutputFile::chown`] changes the owner through the descriptor of the file this process
 //! created, never through a path another user could swap.
+//!
+//! An output that exists and is not a regular file (`/dev/null`, `/dev/stdout`, a FIFO, a
+//! terminal) is written in place: never renamed aside, replaced, removed or given away. (As
+//! root, `-o /dev/null` once moved the system's `/dev/null` to `/dev/null.old` and left a
+//! regular file in its place.) A symbolic link to one is followed only outside directories
+//! that others may write to; there it is moved aside as any other entry.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -29,6 +35,8 @@ pub struct OutputFile {
     tmp: Option<PathBuf>,
     /// The previous output, moved aside to `FILE.old` by [`OutputFile::commit`].
     kept_old: Option<PathBuf>,
+    /// An existing non-regular file written in place (see the module docs).
+    in_place: bool,
 }
 
 /// `FILE.old`: where the previous output is kept.
@@ -39,12 +47,22 @@ pub fn old_path(path: &Path) -> PathBuf {
 }
 
 impl OutputFile {
-    /// Create a fresh temporary file (mode 0644 before umask) next to `path`.
+    /// Create a fresh temporary file (mode 0644 before umask) next to `path`; or, when
+    /// `path` is an existing non-regular file, open it for writing in place.
     pub fn create(path: &Path) -> io::Result<Self> {
         let dir = match path.parent() {
             Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
             _ => PathBuf::from("."),
         };
+        if let Some(file) = open_in_place(path, &dir)? {
+            return Ok(Self {
+                file,
+                path: path.to_path_buf(),
+                tmp: None,
+                kept_old: None,
+                in_place: true,
+            });
+        }
         let name = path.file_name().ok_or_else(|| {
             io::Error::new(
                 io::ErrorKind::InvalidInput,
@@ -73,6 +91,7 @@ impl OutputFile {
                         path: path.to_path_buf(),
                         tmp: Some(tmp),
                         kept_old: None,
+                        in_place: false,
                     })
                 }
                 // A leftover of a killed process with the same pid: take the next name.
@@ -97,9 +116,18 @@ impl OutputFile {
         self.tmp.as_deref().unwrap_or(&self.path)
     }
 
-    /// Give the file to `uid`/`gid` through its descriptor (`fchown`).
+    /// Give the file to `uid`/`gid` through its descriptor (`fchown`). An output written in
+    /// place (a device, a FIFO) is not this process's to give: left as it is.
     pub fn chown(&self, uid: u32, gid: u32) -> io::Result<()> {
+        if self.in_place {
+            return Ok(());
+        }
         std::os::unix::fs::fchown(&self.file, Some(uid), Some(gid))
+    }
+
+    /// Whether the output is an existing non-regular file written in place.
+    pub fn in_place(&self) -> bool {
+        self.in_place
     }
 
     /// Move any existing entry at the final name to `FILE.old` (replacing an older one), then
@@ -136,6 +164,9 @@ impl OutputFile {
     /// Remove the output (at whichever name it has) and put a previous output kept as
     /// `FILE.old` back in place: as if nothing had been written.
     pub fn discard(mut self) -> io::Result<()> {
+        if self.in_place {
+            return Ok(());
+        }
         match self.tmp.take() {
             Some(tmp) => std::fs::remove_file(tmp),
             None => {
@@ -147,6 +178,31 @@ impl OutputFile {
             }
         }
     }
+}
+
+/// `path` opened for writing in place if it is an existing file other than a regular file or
+/// a directory (see the module docs); `None` to write it the usual way. A symbolic link is
+/// followed only when `dir` is not writable by others.
+fn open_in_place(path: &Path, dir: &Path) -> io::Result<Option<File>> {
+    let Ok(link) = std::fs::symlink_metadata(path) else {
+        return Ok(None);
+    };
+    if link.file_type().is_symlink() {
+        let shared = std::fs::metadata(dir).map_or(true, |d| d.mode() & 0o022 != 0);
+        if shared {
+            return Ok(None);
+        }
+    }
+    match std::fs::metadata(path) {
+        Ok(target) if !target.is_file() && !target.is_dir() => {}
+        _ => return Ok(None),
+    }
+    // No `O_CREAT`, no `O_TRUNC`: the file is there and stays what it is.
+    std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_CLOEXEC)
+        .open(path)
+        .map(Some)
 }
 
 impl Drop for OutputFile {
@@ -170,6 +226,60 @@ mod tests {
         ));
         std::fs::create_dir_all(&d).unwrap();
         d
+    }
+
+    /// An existing non-regular file (here a FIFO; `/dev/null` is the case that mattered) is
+    /// written in place: not renamed aside, replaced, removed on discard, nor given away.
+    #[test]
+    fn an_existing_non_regular_file_is_written_in_place() {
+        use std::io::Read;
+        let d = dir();
+        let fifo = d.join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        let reader = {
+            let fifo = fifo.clone();
+            std::thread::spawn(move || {
+                let mut text = String::new();
+                File::open(fifo).unwrap().read_to_string(&mut text).unwrap();
+                text
+            })
+        };
+        let mut out = OutputFile::create(&fifo).unwrap();
+        assert!(out.in_place());
+        out.file().write_all(b"through the fifo").unwrap();
+        out.chown(12345, 12345).unwrap();
+        assert_eq!(out.commit().unwrap(), None);
+        out.discard().unwrap();
+        assert_eq!(reader.join().unwrap(), "through the fifo");
+        let meta = std::fs::symlink_metadata(&fifo).unwrap();
+        assert!(
+            std::os::unix::fs::FileTypeExt::is_fifo(&meta.file_type()),
+            "still the FIFO"
+        );
+        assert_ne!(meta.uid(), 12345, "not given away");
+        assert!(!old_path(&fifo).exists());
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
+    /// A symbolic link to a non-regular file in a directory others may write to (a link
+    /// planted in /tmp) is moved aside, not followed.
+    #[test]
+    fn a_planted_symlink_to_a_device_is_moved_aside() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = dir();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let path = d.join("out.fxt");
+        std::os::unix::fs::symlink("/dev/null", &path).unwrap();
+        let mut out = OutputFile::create(&path).unwrap();
+        assert!(!out.in_place());
+        out.file().write_all(b"new").unwrap();
+        out.commit().unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"new");
+        assert!(std::fs::symlink_metadata(old_path(&path))
+            .unwrap()
+            .file_type()
+            .is_symlink());
+        std::fs::remove_dir_all(d).unwrap();
     }
 
     #[test]
