@@ -11,8 +11,9 @@
 //! An output that exists and is not a regular file (`/dev/null`, `/dev/stdout`, a FIFO, a
 //! terminal) is written in place: never renamed aside, replaced, removed or given away. (As
 //! root, `-o /dev/null` once moved the system's `/dev/null` to `/dev/null.old` and left a
-//! regular file in its place.) A symbolic link to one is followed only outside directories
-//! that others may write to; there it is moved aside as any other entry.
+//! regular file in its place.) Only in a directory no one else could have put it in: owned by
+//! root or by this user, and writable by neither group nor others. Anywhere else (`/tmp`,
+//! another user's home) the entry is moved aside as any other, never followed or opened.
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -181,28 +182,41 @@ impl OutputFile {
 }
 
 /// `path` opened for writing in place if it is an existing file other than a regular file or
-/// a directory (see the module docs); `None` to write it the usual way. A symbolic link is
-/// followed only when `dir` is not writable by others.
+/// a directory, in a directory no one else could have put it in (see the module docs);
+/// `None` to write it the usual way.
 fn open_in_place(path: &Path, dir: &Path) -> io::Result<Option<File>> {
     let Ok(link) = std::fs::symlink_metadata(path) else {
         return Ok(None);
     };
-    if link.file_type().is_symlink() {
-        let shared = std::fs::metadata(dir).map_or(true, |d| d.mode() & 0o022 != 0);
-        if shared {
-            return Ok(None);
-        }
+    let Ok(parent) = std::fs::metadata(dir) else {
+        return Ok(None);
+    };
+    // SAFETY: `geteuid` has no preconditions.
+    let me = unsafe { libc::geteuid() };
+    if parent.mode() & 0o022 != 0 || (parent.uid() != 0 && parent.uid() != me) {
+        return Ok(None);
     }
     match std::fs::metadata(path) {
         Ok(target) if !target.is_file() && !target.is_dir() => {}
         _ => return Ok(None),
     }
-    // No `O_CREAT`, no `O_TRUNC`: the file is there and stays what it is.
-    std::fs::OpenOptions::new()
+    // No `O_CREAT`, no `O_TRUNC`: the file is there and stays what it is. A name that was
+    // not a link when looked at is not followed now.
+    let no_follow = if link.file_type().is_symlink() {
+        0
+    } else {
+        libc::O_NOFOLLOW
+    };
+    let file = std::fs::OpenOptions::new()
         .write(true)
-        .custom_flags(libc::O_CLOEXEC)
-        .open(path)
-        .map(Some)
+        .custom_flags(libc::O_CLOEXEC | no_follow)
+        .open(path)?;
+    // What was opened, not what was looked at.
+    let opened = file.metadata()?;
+    if opened.is_file() || opened.is_dir() {
+        return Ok(None);
+    }
+    Ok(Some(file))
 }
 
 impl Drop for OutputFile {
@@ -258,6 +272,45 @@ mod tests {
         );
         assert_ne!(meta.uid(), 12345, "not given away");
         assert!(!old_path(&fifo).exists());
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
+    /// A link in another user's directory (one they may write to, though others may not):
+    /// not followed, whatever it points at.
+    #[test]
+    fn a_link_in_another_users_directory_is_moved_aside() {
+        // SAFETY: `geteuid` has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            println!("skipped: needs root to give a directory to another user");
+            return;
+        }
+        let d = dir();
+        std::os::unix::fs::chown(&d, Some(1000), Some(1000)).unwrap();
+        let path = d.join("out.fxt");
+        std::os::unix::fs::symlink("/dev/null", &path).unwrap();
+        let mut out = OutputFile::create(&path).unwrap();
+        assert!(!out.in_place());
+        out.file().write_all(b"new").unwrap();
+        out.commit().unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), b"new");
+        std::fs::remove_dir_all(d).unwrap();
+    }
+
+    /// A FIFO in a directory others may write to (planted in /tmp by another user) is not
+    /// opened: moved aside as any other entry.
+    #[test]
+    fn a_fifo_in_a_shared_directory_is_moved_aside_not_opened() {
+        use std::os::unix::fs::PermissionsExt;
+        let d = dir();
+        std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        let fifo = d.join("out.fxt");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
+        // No reader: opening it for writing would block.
+        let mut out = OutputFile::create(&fifo).unwrap();
+        assert!(!out.in_place());
+        out.file().write_all(b"new").unwrap();
+        out.commit().unwrap();
+        assert_eq!(std::fs::read(&fifo).unwrap(), b"new");
         std::fs::remove_dir_all(d).unwrap();
     }
 

@@ -351,6 +351,12 @@ impl LbrReport {
             self.invalid_mmaps += 1;
             return;
         };
+        if m.len > LONG_MAPPING && self.all_mappings.long.len() >= MAX_LONG_MAPPINGS {
+            // Larger than any executable mapping: a few are kept (searched one by one), more
+            // would make every lookup walk them.
+            self.invalid_mmaps += 1;
+            return;
+        }
         use std::os::unix::ffi::OsStrExt;
         let mapping = Mapping {
             pid: m.pid,
@@ -470,7 +476,8 @@ impl LbrReport {
         self.cpu_name_mismatches
     }
 
-    /// `"fxtrace:mmap"` blobs whose payload did not decode.
+    /// `"fxtrace:mmap"` blobs whose payload did not decode, or that map more than 4 GiB once
+    /// 64 such were kept.
     pub fn invalid_mmaps(&self) -> u64 {
         self.invalid_mmaps
     }
@@ -519,23 +526,36 @@ fn same_file_here(a: &Mapping, b: &Mapping) -> bool {
         && a.start.wrapping_sub(a.pgoff) == b.start.wrapping_sub(b.pgoff)
 }
 
+/// A mapping longer than this (4 GiB, more than any executable's) is kept apart from the
+/// index by start: one such would make every lookup walk every mapping.
+const LONG_MAPPING: u64 = 1 << 32;
+
+/// Long mappings kept in a report; more are counted as invalid.
+const MAX_LONG_MAPPINGS: usize = 64;
+
 /// Mappings by start address, to find those holding an address without a scan of all of
 /// them (a report over many mappings and samples was quadratic).
 #[derive(Debug, Default)]
 struct MappingIndex {
-    /// (start, index into the report's mappings).
+    /// (start, index into the report's mappings) of mappings up to [`LONG_MAPPING`].
     by_start: std::collections::BTreeSet<(u64, usize)>,
-    /// The longest mapping's length: no mapping starting further below an address holds it.
+    /// Their longest length: no such mapping starting further below an address holds it.
     max_len: u64,
+    /// Longer mappings (at most [`MAX_LONG_MAPPINGS`], see `LbrReport::mmap`).
+    long: Vec<usize>,
 }
 
 impl MappingIndex {
     fn insert(&mut self, mapping: &Mapping, index: usize) {
-        self.by_start.insert((mapping.start, index));
-        self.max_len = self.max_len.max(mapping.len);
+        if mapping.len > LONG_MAPPING {
+            self.long.push(index);
+        } else {
+            self.by_start.insert((mapping.start, index));
+            self.max_len = self.max_len.max(mapping.len);
+        }
     }
 
-    /// The indices of the mappings holding `address`, by start.
+    /// The indices of the mappings holding `address`.
     fn covering<'m>(
         &'m self,
         mappings: &'m [Mapping],
@@ -545,6 +565,7 @@ impl MappingIndex {
         self.by_start
             .range((lowest, 0)..=(address, usize::MAX))
             .map(|&(_, i)| i)
+            .chain(self.long.iter().copied())
             .filter(move |&i| mappings[i].contains(address))
     }
 }
@@ -580,6 +601,14 @@ mod tests {
         assert_eq!(holding(0x3000), [3]);
         assert_eq!(holding(0x1f_ffff), [2]);
         assert_eq!(holding(0x20_0000), [] as [usize; 0]);
+        // A huge mapping is searched apart: the index by start still spans 1 MiB.
+        let mut mappings = mappings.to_vec();
+        mappings.push(mapping(0, u64::MAX / 2));
+        index.insert(&mappings[4], 4);
+        assert_eq!(index.max_len, 0x10_0000);
+        let holding = |address| index.covering(&mappings, address).collect::<Vec<_>>();
+        assert_eq!(holding(0x1850), [0, 1, 4]);
+        assert_eq!(holding(0x2000), [4]);
     }
 
     use super::*;

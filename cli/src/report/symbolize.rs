@@ -310,6 +310,10 @@ pub const MAX_BINARY_BYTES: u64 = 4 << 30;
 pub fn read_binary(path: &Path) -> std::io::Result<Vec<u8>> {
     use std::io::{Error, ErrorKind, Read};
     use std::os::unix::fs::OpenOptionsExt;
+    // Looked at before it is opened (opening some devices has effects), and again after.
+    if !std::fs::metadata(path)?.is_file() {
+        return Err(Error::new(ErrorKind::InvalidInput, "not a regular file"));
+    }
     let file = std::fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NONBLOCK)

@@ -102,12 +102,13 @@ struct OpenSlice {
 /// The category and name texts of open durations, one copy of each text shared by all of
 /// them (a trace's strings are up to 32 KB each, and one begin event of 16 bytes can name
 /// two of them: a copy per open duration made memory grow thousands of times faster than
-/// the input). Forgotten at [`Self::MAX_TEXTS`] (the open durations keep theirs).
+/// the input). At [`Self::MAX_TEXTS`], the texts no open duration holds are forgotten: the
+/// set holds at most that many plus those in use, each once.
 #[derive(Debug, Default)]
 struct SharedTexts(HashSet<Rc<str>>);
 
 impl SharedTexts {
-    /// Texts remembered at most; then the set starts over.
+    /// Texts remembered beyond those in use.
     const MAX_TEXTS: usize = 4096;
 
     fn get(&mut self, text: &str) -> Rc<str> {
@@ -115,7 +116,8 @@ impl SharedTexts {
             return shared.clone();
         }
         if self.0.len() >= Self::MAX_TEXTS {
-            self.0.clear();
+            // Held by an open duration: more than this set's own reference.
+            self.0.retain(|text| Rc::strong_count(text) > 1);
         }
         let shared: Rc<str> = Rc::from(text);
         self.0.insert(shared.clone());
@@ -917,6 +919,13 @@ mod tests {
         }
         assert!(texts.0.len() <= SharedTexts::MAX_TEXTS, "bounded");
         assert_eq!(&*a, "a long category", "kept by the open durations");
+        // Texts still held by open durations stay shared, however many others pass through.
+        let held: Vec<Rc<str>> = (0..SharedTexts::MAX_TEXTS + 1)
+            .map(|i| texts.get(&format!("held {i}")))
+            .collect();
+        for (i, text) in held.iter().enumerate() {
+            assert!(Rc::ptr_eq(text, &texts.get(&format!("held {i}"))), "{i}");
+        }
     }
 
     use super::*;
