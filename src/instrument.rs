@@ -156,11 +156,7 @@ fn text_ref(s: &str) -> StringRef<'_> {
     if s.is_empty() {
         return StringRef::Empty;
     }
-    let mut end = s.len().min(MAX_TEXT);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    StringRef::Inline(&s[..end])
+    StringRef::Inline(crate::format::truncate_str(s, MAX_TEXT))
 }
 
 impl TraceArg for str {

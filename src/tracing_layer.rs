@@ -323,11 +323,7 @@ fn text_value(text: &str) -> ArgValue<'_> {
 
 /// Cut `s` to [`MAX_TEXT`] bytes at a character boundary.
 fn cut(s: &str) -> &str {
-    let mut end = s.len().min(MAX_TEXT);
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
+    crate::format::truncate_str(s, MAX_TEXT)
 }
 
 /// A `fmt::Write` into a `String` that stops at [`MAX_TEXT`] bytes past `start`.

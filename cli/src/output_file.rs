@@ -277,6 +277,15 @@ mod tests {
 
     /// A link in another user's directory (one they may write to, though others may not):
     /// not followed, whatever it points at.
+    /// `path` is not written in place: the new output replaces the entry, kept as `.old`.
+    fn assert_written_beside(path: &Path) {
+        let mut out = OutputFile::create(path).unwrap();
+        assert!(!out.in_place());
+        out.file().write_all(b"new").unwrap();
+        out.commit().unwrap();
+        assert_eq!(std::fs::read(path).unwrap(), b"new");
+    }
+
     #[test]
     fn a_link_in_another_users_directory_is_moved_aside() {
         // SAFETY: `geteuid` has no preconditions.
@@ -288,11 +297,7 @@ mod tests {
         std::os::unix::fs::chown(&d, Some(1000), Some(1000)).unwrap();
         let path = d.join("out.fxt");
         std::os::unix::fs::symlink("/dev/null", &path).unwrap();
-        let mut out = OutputFile::create(&path).unwrap();
-        assert!(!out.in_place());
-        out.file().write_all(b"new").unwrap();
-        out.commit().unwrap();
-        assert_eq!(std::fs::read(&path).unwrap(), b"new");
+        assert_written_beside(&path);
         std::fs::remove_dir_all(d).unwrap();
     }
 
@@ -306,11 +311,7 @@ mod tests {
         let fifo = d.join("out.fxt");
         nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::S_IRWXU).unwrap();
         // No reader: opening it for writing would block.
-        let mut out = OutputFile::create(&fifo).unwrap();
-        assert!(!out.in_place());
-        out.file().write_all(b"new").unwrap();
-        out.commit().unwrap();
-        assert_eq!(std::fs::read(&fifo).unwrap(), b"new");
+        assert_written_beside(&fifo);
         std::fs::remove_dir_all(d).unwrap();
     }
 
@@ -323,11 +324,7 @@ mod tests {
         std::fs::set_permissions(&d, std::fs::Permissions::from_mode(0o1777)).unwrap();
         let path = d.join("out.fxt");
         std::os::unix::fs::symlink("/dev/null", &path).unwrap();
-        let mut out = OutputFile::create(&path).unwrap();
-        assert!(!out.in_place());
-        out.file().write_all(b"new").unwrap();
-        out.commit().unwrap();
-        assert_eq!(std::fs::read(&path).unwrap(), b"new");
+        assert_written_beside(&path);
         assert!(std::fs::symlink_metadata(old_path(&path))
             .unwrap()
             .file_type()

@@ -65,10 +65,11 @@ use crate::format::fields::{ContextSwitchRecord, RecordHeader, SchedulingRecord}
 use crate::format::lbr::{LbrBranch, LbrPayload, LBR_MAX_BRANCHES};
 use crate::format::mmap::{MmapRecord, MMAP_BLOB_NAME, MMAP_MAX_BUILD_ID, MMAP_MAX_PATH};
 use crate::format::{
-    Arg, ArgValue, BatchError, BatchOut, BatchWriter, Blob, BlobType, ContextSwitch, Encode,
-    EncodeError, Event, EventKind, Initialization, KernelObject, Log, ObjectType, ProviderEvent,
-    ProviderInfo, Record, RecordType, RecordWriter, SchedContextSwitch, SchedulingType, StringRef,
-    ThreadRef, ThreadState, MAX_STRING_LEN, PROVIDER_EVENT_BUFFER_OVERFLOW,
+    truncate_str, Arg, ArgValue, BatchError, BatchOut, BatchWriter, Blob, BlobType, ContextSwitch,
+    Encode, EncodeError, Event, EventKind, Initialization, KernelObject, Log, ObjectType,
+    ProviderEvent, ProviderInfo, Record, RecordType, RecordWriter, SchedContextSwitch,
+    SchedulingType, StringRef, ThreadRef, ThreadState, MAX_STRING_LEN,
+    PROVIDER_EVENT_BUFFER_OVERFLOW,
 };
 
 /// The process koid of threads whose process could not be learnt (see the module docs).
@@ -1153,13 +1154,13 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
         self.push(&Record::Log(Log {
             ticks,
             thread: recorder,
-            message: truncate(&message, MAX_STRING_LEN),
+            message: truncate_str(&message, MAX_STRING_LEN),
         }))?;
         let category = self.string(FXTRACE_CATEGORY)?;
         let name = format!("fxtrace: {} unavailable", u.what);
         let mut args = vec![Arg::new(
             "hint",
-            ArgValue::Str(StringRef::Inline(truncate(&u.hint, 4000))),
+            ArgValue::Str(StringRef::Inline(truncate_str(&u.hint, 4000))),
         )];
         if let Some(e) = u.errno {
             args.push(Arg::new("errno", ArgValue::I32(e)));
@@ -1168,7 +1169,7 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
             ticks,
             thread: recorder,
             category,
-            name: StringRef::Inline(truncate(&name, 1000)),
+            name: StringRef::Inline(truncate_str(&name, 1000)),
             args: &args,
             kind: EventKind::Instant,
         }))
@@ -1195,18 +1196,6 @@ pub fn fxt_state(state: LinuxThreadState) -> ThreadState {
         LinuxThreadState::Dying => ThreadState::Dying,
         LinuxThreadState::Dead => ThreadState::Dead,
     }
-}
-
-/// At most `max` bytes of `s`, cut at a character boundary.
-fn truncate(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
 
 /// The priority written for one side of a legacy context switch. Perfetto's importer takes a
@@ -1353,9 +1342,9 @@ mod tests {
 
     #[test]
     fn truncation_respects_characters() {
-        assert_eq!(truncate("héllo", 2), "h");
-        assert_eq!(truncate("héllo", 3), "hé");
-        assert_eq!(truncate("abc", 10), "abc");
+        assert_eq!(truncate_str("héllo", 2), "h");
+        assert_eq!(truncate_str("héllo", 3), "hé");
+        assert_eq!(truncate_str("abc", 10), "abc");
     }
 
     #[test]

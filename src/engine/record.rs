@@ -47,7 +47,7 @@ use super::context::{Context, EngineError, StartMode};
 use super::writer::{self, Slot, Writer};
 use crate::clock;
 use crate::format::fields::EventRecord;
-use crate::format::{fit_args, ScalarArg, MAX_RECORD_WORDS};
+use crate::format::{fit_args, truncate_str, ScalarArg, MAX_RECORD_WORDS};
 use crate::format::{
     Arg, ArgValue, Blob, BlobType, Encode, EncodeError, Event, EventKind, EventType,
     Initialization, KernelObject, Log, ObjectType, ProcessRef, SchedContextSwitch, StringRecord,
@@ -610,13 +610,7 @@ const FITTED_NAME_BYTES: usize = 4096;
 /// rest leaves ([`fit_args`]); `None` if even that fails.
 fn fit_event<'o>(event: &Event<'o>, out: &'o mut [Arg<'o>; MAX_ARGS]) -> Option<Event<'o>> {
     let cut_inline = |s: StringRef<'o>| match s {
-        StringRef::Inline(text) if text.len() > FITTED_NAME_BYTES => {
-            let mut end = FITTED_NAME_BYTES;
-            while !text.is_char_boundary(end) {
-                end -= 1;
-            }
-            StringRef::Inline(&text[..end])
-        }
+        StringRef::Inline(text) => StringRef::Inline(truncate_str(text, FITTED_NAME_BYTES)),
         other => other,
     };
     let named = Event {

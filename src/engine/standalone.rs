@@ -383,13 +383,5 @@ impl Drop for StandaloneSession {
 
 /// The provider name: the process name, cut to 255 bytes on a character boundary.
 fn provider_name() -> String {
-    let mut name = super::cache::process_name().to_owned();
-    if name.len() > MAX_PROVIDER_NAME_LEN {
-        let mut cut = MAX_PROVIDER_NAME_LEN;
-        while !name.is_char_boundary(cut) {
-            cut -= 1;
-        }
-        name.truncate(cut);
-    }
-    name
+    crate::format::truncate_str(super::cache::process_name(), MAX_PROVIDER_NAME_LEN).to_owned()
 }

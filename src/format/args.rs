@@ -274,14 +274,11 @@ pub(crate) fn fit_args<'a, 'o>(
     }
     for arg in args.iter_mut() {
         if let ArgValue::Str(StringRef::Inline(text)) = arg.value {
-            let mut end = text.len().min(fits * 8);
-            while !text.is_char_boundary(end) {
-                end -= 1;
-            }
-            arg.value = ArgValue::Str(if end == 0 {
+            let text = super::refs::truncate_str(text, fits * 8);
+            arg.value = ArgValue::Str(if text.is_empty() {
                 StringRef::Empty
             } else {
-                StringRef::Inline(&text[..end])
+                StringRef::Inline(text)
             });
         }
     }

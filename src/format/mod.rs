@@ -88,7 +88,7 @@ pub use record::{
     LargeBlobMetadata, Log, MagicNumber, ProviderEvent, ProviderInfo, ProviderSection, Record,
     SchedContextSwitch, SchedThreadWakeup, StringRecord, ThreadRecord, UserspaceObject,
 };
-pub use refs::{ProcessRef, StringRef, ThreadRef, STRING_REF_INLINE_FLAG};
+pub use refs::{truncate_str, ProcessRef, StringRef, ThreadRef, STRING_REF_INLINE_FLAG};
 #[cfg(feature = "tracing")]
 pub(crate) use sink::{Cursor, Sink};
 pub use summary::{Summary, DROP_MARKER_ARG, MARKER_CATEGORY};

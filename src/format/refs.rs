@@ -144,9 +144,29 @@ impl ProcessRef {
     }
 }
 
+/// `s` cut to at most `max` bytes at a character boundary (a text written inline under a
+/// size limit).
+pub fn truncate_str(s: &str, max: usize) -> &str {
+    if s.len() <= max {
+        return s;
+    }
+    let mut end = max;
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    &s[..end]
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn texts_are_cut_at_char_boundaries() {
+        assert_eq!(truncate_str("abcdef", 3), "abc");
+        assert_eq!(truncate_str("aéb", 2), "a");
+        assert_eq!(truncate_str("ab", 5), "ab");
+    }
 
     #[test]
     fn string_ref_values() {

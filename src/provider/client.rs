@@ -356,7 +356,7 @@ impl Provider {
         name: &str,
         options: &ProviderOptions,
     ) -> Result<Option<Provider>, ProviderError> {
-        let name = super::truncate(name, MAX_PROVIDER_NAME_LEN).to_owned();
+        let name = crate::format::truncate_str(name, MAX_PROVIDER_NAME_LEN).to_owned();
         let path = options
             .socket_path
             .clone()

@@ -164,7 +164,7 @@ pub enum ProviderError {
 ///   socket (an older `fxtrace record` setup) is joined as under `fxtrace record`.
 pub fn connect(name: &str) -> Result<Option<Provider>, ProviderError> {
     let options = ProviderOptions::default();
-    let name = truncate(name, crate::protocol::control::MAX_PROVIDER_NAME_LEN);
+    let name = crate::format::truncate_str(name, crate::protocol::control::MAX_PROVIDER_NAME_LEN);
     if std::env::var_os(crate::protocol::transport::SOCKET_ENV).is_some_and(|p| !p.is_empty()) {
         let Some(provider) = Provider::connect_with(name, &options)? else {
             return Ok(None);
@@ -213,18 +213,6 @@ pub fn alert(name: &str) -> Result<bool, ProviderError> {
     }
 }
 
-/// `s` cut to at most `max` bytes at a character boundary.
-fn truncate(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -238,12 +226,5 @@ mod tests {
             }))
         ));
         assert!(matches!(alert("ok"), Ok(false)));
-    }
-
-    #[test]
-    fn names_are_cut_at_char_boundaries() {
-        assert_eq!(truncate("abcdef", 3), "abc");
-        assert_eq!(truncate("aéb", 2), "a");
-        assert_eq!(truncate("ab", 5), "ab");
     }
 }

@@ -249,17 +249,7 @@ pub const MARKER_CATEGORY: &str = format::MARKER_CATEGORY;
 /// Longest marker name written (longer ones are cut).
 const MARKER_NAME_MAX: usize = 200;
 
-/// `s` cut to at most `max` bytes at a character boundary.
-pub(crate) fn truncate_str(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
-}
+pub(crate) use fxtrace::format::truncate_str;
 
 #[cfg(test)]
 mod tests {

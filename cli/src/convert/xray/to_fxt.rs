@@ -87,9 +87,9 @@ use std::hash::{BuildHasherDefault, Hasher};
 use std::io::{self, Write};
 
 use fxtrace::format::{
-    Arg, ArgValue, Blob, BlobType, Encode, EncodeError, Event, EventKind, Initialization,
-    KernelObject, ObjectType, ProviderInfo, StringRecord, StringRef, ThreadRecord, ThreadRef,
-    MAGIC_WORD, MAX_ARGS, MAX_BLOB_PAYLOAD, MAX_PROVIDER_NAME_LEN, MAX_STRING_INDEX,
+    truncate_str, Arg, ArgValue, Blob, BlobType, Encode, EncodeError, Event, EventKind,
+    Initialization, KernelObject, ObjectType, ProviderInfo, StringRecord, StringRef, ThreadRecord,
+    ThreadRef, MAGIC_WORD, MAX_ARGS, MAX_BLOB_PAYLOAD, MAX_PROVIDER_NAME_LEN, MAX_STRING_INDEX,
     MAX_STRING_LEN, MAX_THREAD_INDEX,
 };
 
@@ -321,7 +321,7 @@ pub fn write_fxt<W: Write>(
     let provider = format!("{PROVIDER_NAME_PREFIX}{}", options.log_name);
     out.push(&ProviderInfo {
         provider_id: PROVIDER_ID,
-        name: truncate(&provider, MAX_PROVIDER_NAME_LEN),
+        name: truncate_str(&provider, MAX_PROVIDER_NAME_LEN),
     })?;
     stats.ticks_per_second = log.header.cycle_frequency;
     if stats.ticks_per_second == 0 {
@@ -353,18 +353,6 @@ pub fn write_fxt<W: Write>(
     stats.records = out.records;
     stats.bytes = out.finish()?;
     Ok(stats)
-}
-
-/// Cuts `s` to at most `max` bytes at a character boundary.
-fn truncate(s: &str, max: usize) -> &str {
-    if s.len() <= max {
-        return s;
-    }
-    let mut end = max;
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    &s[..end]
 }
 
 // === impl FxtOut ===
@@ -547,7 +535,7 @@ impl Functions {
             };
             if name.len() > MAX_STRING_LEN {
                 stats.truncated_names += 1;
-                let cut = truncate(&name, MAX_STRING_LEN).len();
+                let cut = truncate_str(&name, MAX_STRING_LEN).len();
                 name.truncate(cut);
             }
             let index = strings.intern(&name, out)?;
@@ -578,7 +566,7 @@ fn write_threads<W: Write>(
     out: &mut FxtOut<W>,
     stats: &mut ImportStats,
 ) -> Result<Vec<ThreadRef>, ImportError> {
-    let process_name = truncate(process_name_from_log_name(log_name), MAX_STRING_LEN);
+    let process_name = truncate_str(process_name_from_log_name(log_name), MAX_STRING_LEN);
     let mut refs = Vec::with_capacity(log.threads.len());
     let mut pids = BTreeSet::new();
     for (i, t) in log.threads.iter().enumerate() {
@@ -1026,9 +1014,9 @@ mod tests {
 
     #[test]
     fn truncate_cuts_at_a_char_boundary() {
-        assert_eq!(truncate("abc", 5), "abc");
-        assert_eq!(truncate("aé", 2), "a");
-        assert_eq!(truncate("aé", 3), "aé");
+        assert_eq!(truncate_str("abc", 5), "abc");
+        assert_eq!(truncate_str("aé", 2), "a");
+        assert_eq!(truncate_str("aé", 3), "aé");
     }
 
     #[test]
