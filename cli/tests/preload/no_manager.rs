@@ -8,7 +8,7 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Output};
 
-use preload_support::{cc, compile_c, preload_lib, root};
+use preload_support::{cc, compile_c, output_within, preload_lib, root, RUN_LIMIT};
 
 /// Run `program args` with or without the object, with `FXTRACE_SOCKET` at `socket`.
 fn run(program: &str, args: &[&str], preload: bool, socket: &Path, env: &[(&str, &str)]) -> Output {
@@ -23,7 +23,7 @@ fn run(program: &str, args: &[&str], preload: bool, socket: &Path, env: &[(&str,
     for (k, v) in env {
         cmd.env(k, v);
     }
-    cmd.output().expect("the program runs")
+    output_within(&mut cmd, RUN_LIMIT)
 }
 
 fn assert_same(what: &str, plain: &Output, preloaded: &Output) {
@@ -172,4 +172,54 @@ fn the_c_example_runs_untraced_without_a_manager() {
         String::from_utf8_lossy(&out.stdout),
         format!("hello: {} {}\n", squares(200_000), 3 * squares(100_000))
     );
+}
+
+/// A program whose `main` ends with `pthread_exit` while a thread of its own runs on.
+const MAIN_LEAVES_FIRST: &str = r#"
+#include <pthread.h>
+#include <stdio.h>
+#include <time.h>
+
+static void* late(void* arg) {
+    (void)arg;
+    struct timespec ts = {0, 100000000};
+    nanosleep(&ts, NULL);
+    printf("late thread done\n");
+    return NULL;
+}
+
+int main(void) {
+    pthread_t t;
+    pthread_create(&t, NULL, late, NULL);
+    printf("main leaves\n");
+    fflush(stdout);
+    pthread_exit(NULL);
+}
+"#;
+
+#[test]
+fn a_main_ending_with_pthread_exit_ends_with_its_last_thread() {
+    let Some(_) = cc() else {
+        println!("skipped: no C compiler (cc, gcc or clang)");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let exe = compile_c(dir.path(), "main_leaves", MAIN_LEAVES_FIRST, false);
+    let exe = exe.to_str().unwrap();
+    let socket = dir.path().join("nobody.sock");
+    let plain = run(exe, &[], false, &socket, &[]);
+    assert_eq!(
+        String::from_utf8_lossy(&plain.stdout),
+        "main leaves\nlate thread done\n"
+    );
+    // Without a manager (the object follows the trace service, which is not there either),
+    // and with FXTRACE_SOCKET unset: the process ends when its late thread does, status 0.
+    let preloaded = run(exe, &[], true, &socket, &[]);
+    assert_same("pthread_exit from main", &plain, &preloaded);
+    let mut unset = Command::new(exe);
+    unset
+        .env_remove("FXTRACE_SOCKET")
+        .env("LD_PRELOAD", preload_lib());
+    let unset = output_within(&mut unset, RUN_LIMIT);
+    assert_same("pthread_exit from main, no FXTRACE_SOCKET", &plain, &unset);
 }

@@ -51,6 +51,14 @@ static void* worker(void* arg) {
     return NULL;
 }
 
+static void* late(void* arg) {
+    (void)arg;
+    for (int i = 0; i < 5; i++) nap();
+    event("late thread done");
+    printf("late thread done\n");
+    return NULL;
+}
+
 int main(int argc, char** argv) {
     instant = (instant_fn)dlsym(RTLD_DEFAULT, "fxtrace_instant");
     const char* mode = argc > 1 ? argv[1] : "return";
@@ -94,6 +102,11 @@ int main(int argc, char** argv) {
     }
     event("main done");
     if (!strcmp(mode, "exit7")) exit(7);
+    if (!strcmp(mode, "pthread_exit")) {
+        pthread_t t_late;
+        pthread_create(&t_late, NULL, late, NULL);
+        pthread_exit(NULL);
+    }
     if (!strcmp(mode, "termproc")) kill(getpid(), SIGTERM);
     if (!strcmp(mode, "term")) raise(SIGTERM);
     if (!strcmp(mode, "kill")) raise(SIGKILL);
@@ -295,10 +308,10 @@ fn ending(mode: &str, env: &[(&str, &str)]) -> Option<(i32, bool, bool, Summary,
         text(&plain.stdout),
         "{mode}: same output"
     );
-    let last = if mode == "sigwait" {
-        "sigwait got 10\n"
-    } else {
-        ""
+    let last = match mode {
+        "sigwait" => "sigwait got 10\n",
+        "pthread_exit" => "late thread done\n",
+        _ => "",
     };
     assert_eq!(text(&out.stdout), format!("threads joined\n{last}"));
     let code = out.status.code().expect("fxtrace exits normally");
@@ -348,6 +361,20 @@ fn return_and_exit_with_a_code_flush() {
         assert!(!salvaged, "{mode}: STOPPED was sent");
         check_workload(&s, perf_allowed(mode));
     }
+}
+
+#[test]
+fn a_main_ending_with_pthread_exit_ends_with_its_last_thread() {
+    // glibc ends the process when its last thread ends; the object's own threads must not
+    // keep it alive (they never end by themselves).
+    let Some((code, flushed, salvaged, s, provider)) = ending("pthread_exit", &[]) else {
+        return;
+    };
+    assert_eq!(code, 0);
+    assert!(flushed, "the exit that ended the process flushed");
+    assert!(!salvaged, "STOPPED was sent");
+    let names = s.event_names(provider as u32);
+    assert!(names.contains(&"late thread done"), "{names:?}");
 }
 
 #[test]

@@ -129,9 +129,60 @@ pub(crate) fn record_preload(
     for (k, v) in env {
         command.env(k, v);
     }
-    let out = command.output().expect("fxtrace record runs");
+    let out = output_within(&mut command, RUN_LIMIT);
     let bytes = std::fs::read(&archive).unwrap_or_default();
     (out, bytes)
+}
+
+/// How long a test waits for a program (or `fxtrace record`) to end before it calls it hung.
+pub(crate) const RUN_LIMIT: std::time::Duration = std::time::Duration::from_secs(60);
+
+/// `command.output()`, in a process group of its own, killed (the whole group) and reported
+/// as hung if it has not ended within `limit`: a hang fails its test instead of the run.
+pub(crate) fn output_within(command: &mut Command, limit: std::time::Duration) -> Output {
+    use std::io::Read;
+    use std::os::unix::process::CommandExt;
+    use std::process::Stdio;
+
+    let mut child = command
+        .process_group(0)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("the program starts");
+    let pid = child.id() as libc::pid_t;
+    let mut readers = [
+        Box::new(child.stdout.take().unwrap()) as Box<dyn Read + Send>,
+        Box::new(child.stderr.take().unwrap()),
+    ]
+    .map(|mut pipe| {
+        std::thread::spawn(move || {
+            let mut bytes = Vec::new();
+            let _ = pipe.read_to_end(&mut bytes);
+            bytes
+        })
+    })
+    .into_iter();
+    let deadline = std::time::Instant::now() + limit;
+    let status = loop {
+        if let Some(status) = child.try_wait().expect("waiting for the program") {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            // SAFETY: kill has no memory preconditions; -pid names the child's own group.
+            unsafe { libc::kill(-pid, libc::SIGKILL) };
+            let _ = child.wait();
+            panic!("{command:?} had not ended after {limit:?}: killed");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    };
+    let mut next = || readers.next().unwrap().join().unwrap();
+    Output {
+        status,
+        stdout: next(),
+        stderr: next(),
+    }
 }
 
 /// Every record of an archive; panics if it does not decode.
