@@ -43,8 +43,10 @@
 //!
 //! - Chunk *k* covers buffer offsets `[k*C, (k+1)*C)`; the last one may be shorter when the
 //!   rolling buffer size is not a multiple of C.
-//! - A writer reserves a *run* of one or more consecutive whole chunks (more than one only for a
-//!   record larger than a chunk). The first word of a run is its *chunk tag*
+//! - A writer reserves a *run* of one or more consecutive whole chunks (fxtrace's engine: a
+//!   thread's runs grow from one chunk to 16 KiB, and a larger record gets a run of its own). A
+//!   run at the end of the buffer may be shorter than its tag says. The first word of a run is
+//!   its *chunk tag*
 //!   ([`make_chunk_tag`]): [`CHUNK_TAG_MAGIC`] in bits 48..63, the run length in chunks in bits
 //!   32..47, and the buffer's full `wrapped_count` in bits 0..31. Records follow the tag densely.
 //! - **A record never crosses the end of its run.**

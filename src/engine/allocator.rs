@@ -4,9 +4,10 @@
 //! `AllocDurableRecord`, `zircon/system/ulib/trace-engine/context.cc`; `shared/spec/
 //! fuchsia-notes.md` §1.4–1.5): one `AtomicU64` packs the rolling offset with the wrapped count,
 //! and a reservation is one lock-free `fetch_add` on it. fxtrace's change is the unit: a
-//! reservation takes a *run* of whole chunks (one chunk normally, several for a record larger
-//! than a chunk) that a single thread then fills through a private cursor, so the shared word is
-//! touched once per chunk instead of once per record.
+//! reservation takes a *run* of whole chunks that a single thread then fills through a private
+//! cursor, so the shared word is touched once per run instead of once per record. A thread's
+//! runs grow from one chunk to `thread_run_chunks` (doubling at each); a record larger than
+//! that gets a run of its own.
 //!
 //! Packing (classic engine, §1.4) — chosen over the 2025 CAS-loop packing (§1.6) because a
 //! `fetch_add` never fails and never retries, and with chunks the word is cold anyway:
@@ -222,6 +223,9 @@ pub(crate) struct RollingAllocator {
     starts: [*mut u8; 2],
     size: u64,
     chunk: u64,
+    /// The most chunks a thread takes at once for its own records (see
+    /// [`thread_run_chunks`](super::context::thread_run_chunks)).
+    thread_run: u64,
     pins: [PinList; 2],
 }
 
@@ -239,8 +243,14 @@ impl RollingAllocator {
             starts,
             size,
             chunk,
+            thread_run: super::context::thread_run_chunks(chunk, size),
             pins: [PinList::new(), PinList::new()],
         }
+    }
+
+    /// The most chunks a thread takes at once for its own records.
+    pub(crate) fn thread_run_chunks(&self) -> u64 {
+        self.thread_run
     }
 
     pub(crate) fn rolling_size(&self) -> u64 {

@@ -159,8 +159,14 @@ impl Default for ContextConfig {
     }
 }
 
-/// Default chunk size: 16 KiB.
-pub const DEFAULT_CHUNK_SIZE: u64 = 16 * 1024;
+/// Default chunk size: 1 KiB. A thread's first run is one chunk; each later one is twice the
+/// last, up to [`MAX_THREAD_RUN`]: a thread that writes a few records and ends leaves at most
+/// a chunk unused (a oneshot buffer of 4 MiB holds the records of 4 096 such threads), and a
+/// busy thread still touches the shared allocator once per 16 KiB.
+pub const DEFAULT_CHUNK_SIZE: u64 = 1024;
+/// The largest run, in bytes, a thread takes at once for its own records (a record larger
+/// than its run gets a run of its own).
+pub const MAX_THREAD_RUN: u64 = 16 * 1024;
 /// Smallest chunk size the engine uses.
 pub const MIN_ENGINE_CHUNK_SIZE: u64 = 64;
 /// Default writer-thread capacity.
@@ -179,6 +185,13 @@ pub fn chunk_size_for(requested: u64, rolling_buffer_size: u64) -> u64 {
     };
     let cap = floor_pow2(rolling_buffer_size / 4).max(MIN_ENGINE_CHUNK_SIZE);
     floor_pow2(requested.max(MIN_ENGINE_CHUNK_SIZE)).min(cap)
+}
+
+/// The most chunks of `chunk` bytes a thread takes at once in rolling buffers of
+/// `rolling_buffer_size` bytes: [`MAX_THREAD_RUN`] bytes, at most a quarter of a rolling
+/// buffer, at least one chunk.
+pub(crate) fn thread_run_chunks(chunk: u64, rolling_buffer_size: u64) -> u64 {
+    (MAX_THREAD_RUN.min(rolling_buffer_size / 4) / chunk.max(1)).max(1)
 }
 
 /// Errors of context operations.
@@ -1141,5 +1154,16 @@ mod tests {
         assert_eq!(chunk_size_for(20_000, 16 << 20), 16 * 1024);
         assert_eq!(chunk_size_for(1, 16 << 20), 64);
         assert_eq!(chunk_size_for(1 << 40, 1 << 30), 1 << 28);
+    }
+
+    #[test]
+    fn thread_runs_grow_to_16_kib_and_a_quarter_of_the_buffer_at_most() {
+        assert_eq!(thread_run_chunks(1024, 4 << 20), 16);
+        assert_eq!(thread_run_chunks(16 * 1024, 4 << 20), 1);
+        assert_eq!(thread_run_chunks(64 * 1024, 4 << 20), 1);
+        assert_eq!(thread_run_chunks(64, 4 << 20), 256);
+        // A 16 KiB rolling buffer: runs of at most 4 KiB.
+        assert_eq!(thread_run_chunks(256, 16 * 1024), 16);
+        assert_eq!(thread_run_chunks(1024, 1856), 1);
     }
 }

@@ -27,6 +27,7 @@ pub use category::{tracing_maybe_on, CallSite, CategoryFilter};
 pub use context::{
     chunk_size_for, BufferHandler, Context, ContextConfig, EngineError, EngineStats, NoHandler,
     StartMode, StopReport, TraceState, WeakContext, DEFAULT_CHUNK_SIZE, DEFAULT_MAX_WRITER_THREADS,
+    MAX_THREAD_RUN,
 };
 pub use record::{start_trace, RecordError, Scope, TraceStr, TraceWriter};
 pub use slots::FencePolicy;

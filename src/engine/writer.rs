@@ -81,8 +81,12 @@ struct ThreadState {
     seq: Cell<u64>,
     /// Inside a writer section (of any context): re-entrancy guard.
     busy: Cell<bool>,
-    /// Current chunk (of `context_id`'s buffer).
+    /// Current chunk (of `context_id`'s buffer): a run of one or more chunks.
     chunk: Cell<Chunk>,
+    /// Chunks the thread's next run takes: 1 for a thread new to the context, doubled at each
+    /// run up to the context's `thread_run_chunks`, so that a short-lived thread leaves little
+    /// unused.
+    next_run: Cell<u64>,
 }
 
 thread_local! {
@@ -95,6 +99,7 @@ thread_local! {
             seq: Cell::new(0),
             busy: Cell::new(false),
             chunk: Cell::new(NO_CHUNK),
+            next_run: Cell::new(1),
         }
     };
 
@@ -182,6 +187,7 @@ fn bind(inner: &Arc<Inner>, t: &ThreadState) -> bool {
             t.inner.set(Arc::as_ptr(inner));
             t.fences.set(inner.fences);
             t.chunk.set(NO_CHUNK);
+            t.next_run.set(1);
             t.context_id.set(inner.id);
             *lease = Some(Lease {
                 slots: Arc::clone(&inner.slots),
@@ -935,7 +941,11 @@ impl<'c> Writer<'c> {
                 self.slot.run_hold.store(0, Ordering::Release);
                 return Some((chunk.pos, chunk.end, SlotKind::Chunk));
             }
-            let chunks = needed.div_ceil(chunk_bytes) as u64;
+            // The thread's next run, longer if the record needs it; a record too large for any
+            // run of a thread gets a run of its own (after the thread's run in the buffer).
+            let longest = self.inner.rolling.thread_run_chunks();
+            let chunks = (needed.div_ceil(chunk_bytes) as u64).max(self.thread.next_run.get());
+            let own_run = chunks <= longest;
             attempts += 1;
             // Announce "allocating" before touching the allocator word (see
             // `WriterSlot::run_hold`); every outcome below replaces it.
@@ -953,7 +963,7 @@ impl<'c> Writer<'c> {
                     // SAFETY: the run is ours, at least two words long and 8-aligned.
                     let first = unsafe { run.start.add(1) };
                     // Publish the hold before writing anything into the run.
-                    if chunks == 1 {
+                    if own_run {
                         // ATOMICS: `Release`, see `WriterSlot::chunk_hold`.
                         self.slot.chunk_hold.store(run.hold, Ordering::Release);
                         self.slot.run_hold.store(0, Ordering::Release);
@@ -969,15 +979,17 @@ impl<'c> Writer<'c> {
                     // SAFETY: `run.start` is inside the run.
                     unsafe { AtomicU64::from_ptr(run.start) }.store(tag, Ordering::Release);
                     self.gate = run.gate;
-                    if chunks == 1 {
+                    if own_run {
                         self.thread.chunk.set(Chunk {
                             pos: first,
                             end: run.end,
                             gate: run.gate,
                         });
+                        self.thread.next_run.set((chunks * 2).min(longest));
                         return Some((first, run.end, SlotKind::Chunk));
                     }
-                    // A record larger than a chunk: its own run; the thread keeps its chunk.
+                    // A record larger than the thread's run: its own run; the thread keeps its
+                    // chunk.
                     return Some((first, run.end, SlotKind::Run));
                 }
                 Taken::Run(run) => {

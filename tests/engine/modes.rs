@@ -13,7 +13,7 @@ use fxtrace::buffer::header::{BufferingMode, FLAG_DURABLE_BUFFER_FULL};
 use fxtrace::buffer::TraceBuffer;
 use fxtrace::engine::{
     BufferHandler, CallSite, CategoryFilter, Context, ContextConfig, EngineError, FencePolicy,
-    NoHandler, StartMode, TraceState, WeakContext,
+    NoHandler, StartMode, TraceState, WeakContext, DEFAULT_CHUNK_SIZE,
 };
 
 const STOP: Duration = Duration::from_secs(5);
@@ -138,12 +138,41 @@ fn oneshot_stress_accounts_for_every_record() {
 }
 
 #[test]
+fn thousands_of_short_lived_threads_fit_a_default_oneshot_buffer() {
+    // Each thread writes one small record and ends: it leaves at most one (small) chunk
+    // unused, so 4 MiB holds thousands of them (256 when each took 16 KiB).
+    let ctx = context(
+        BufferingMode::Oneshot,
+        4 << 20,
+        ContextConfig::default().chunk_size,
+        FencePolicy::Auto,
+    );
+    ctx.start(StartMode::ClearEntire, CategoryFilter::all())
+        .unwrap();
+    const THREADS: u64 = 3000;
+    for thread in 1..=THREADS {
+        let ctx = ctx.clone();
+        std::thread::spawn(move || assert!(try_write(&ctx, thread, 0, 4, false)))
+            .join()
+            .expect("writer thread");
+    }
+    let report = ctx.stop(STOP).unwrap();
+    assert_eq!(report.records_dropped, 0);
+    let read = final_read(&snapshot(ctx.buffer()), 0, false);
+    assert_eq!(read.rolling.len() as u64, THREADS);
+    assert_eq!(
+        found_set(&read.rolling),
+        (1..=THREADS).map(|t| (t, 0)).collect::<BTreeSet<_>>()
+    );
+}
+
+#[test]
 fn oneshot_stress_with_seqcst_fences() {
     oneshot_stress(FencePolicy::SeqCstFences);
 }
 
-fn circular_stress(fence: FencePolicy) {
-    let ctx = context(BufferingMode::Circular, 256 * 1024, 4096, fence);
+fn circular_stress(fence: FencePolicy, chunk: u64) {
+    let ctx = context(BufferingMode::Circular, 256 * 1024, chunk, fence);
     ctx.start(StartMode::ClearEntire, CategoryFilter::all())
         .unwrap();
     let outcomes = run_writers(&ctx, 4, 20_000, 211);
@@ -176,21 +205,27 @@ fn circular_stress(fence: FencePolicy) {
 
 #[test]
 fn circular_stress_accounts_for_every_record() {
-    circular_stress(FencePolicy::Auto);
+    circular_stress(FencePolicy::Auto, 4096);
 }
 
 #[test]
 fn circular_stress_with_seqcst_fences() {
-    circular_stress(FencePolicy::SeqCstFences);
+    circular_stress(FencePolicy::SeqCstFences, 4096);
 }
 
-fn streaming_stress(fence: FencePolicy, delay: Duration) -> (u64, u64) {
+#[test]
+fn circular_stress_with_default_chunks() {
+    // 1 KiB chunks: each thread's runs grow from one chunk to 16.
+    circular_stress(FencePolicy::Auto, DEFAULT_CHUNK_SIZE);
+}
+
+fn streaming_stress(fence: FencePolicy, delay: Duration, chunk: u64) -> (u64, u64) {
     let buffer = TraceBuffer::create(256 * 1024).unwrap();
     let mapping = TraceBuffer::from_fd(buffer.try_clone_fd().unwrap()).unwrap();
     let (mut saver, handler, link) = Saver::new(mapping, delay);
     let config = ContextConfig {
         mode: BufferingMode::Streaming,
-        chunk_size: 4096,
+        chunk_size: chunk,
         fence,
         ..ContextConfig::default()
     };
@@ -236,18 +271,24 @@ fn streaming_stress_saves_every_written_record() {
     // How many saves happen depends on scheduling (the saver is another thread); the exact
     // set comparison inside is the point. Deterministic multi-save coverage:
     // `streaming_fast_handler_drops_nothing`.
-    let (_, saves) = streaming_stress(FencePolicy::Auto, Duration::ZERO);
+    let (_, saves) = streaming_stress(FencePolicy::Auto, Duration::ZERO, 4096);
+    assert!(saves >= 1, "saved {saves} buffers");
+}
+
+#[test]
+fn streaming_stress_with_default_chunks() {
+    let (_, saves) = streaming_stress(FencePolicy::Auto, Duration::ZERO, DEFAULT_CHUNK_SIZE);
     assert!(saves >= 1, "saved {saves} buffers");
 }
 
 #[test]
 fn streaming_stress_with_seqcst_fences() {
-    streaming_stress(FencePolicy::SeqCstFences, Duration::ZERO);
+    streaming_stress(FencePolicy::SeqCstFences, Duration::ZERO, 4096);
 }
 
 #[test]
 fn streaming_slow_handler_drops_and_counts() {
-    let (dropped, saves) = streaming_stress(FencePolicy::Auto, Duration::from_millis(30));
+    let (dropped, saves) = streaming_stress(FencePolicy::Auto, Duration::from_millis(30), 4096);
     assert!(dropped > 0, "a slow handler must cause drops");
     assert!(saves >= 1);
 }
