@@ -67,6 +67,7 @@ fn engine() -> Context {
     let ctx = Context::new(buffer, config, Arc::new(NoHandler)).expect("context");
     ctx.start(StartMode::ClearEntire, CategoryFilter::all())
         .expect("start");
+    ctx.prefault();
     ctx
 }
 

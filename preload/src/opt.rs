@@ -157,7 +157,7 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
     OptionSpec {
         name: "FXTRACE_PRELOAD_START_WAIT_MS",
         default: "250",
-        doc: "at load, wait at most this long for the manager's Start, so the program's first events are traced (0: do not wait)",
+        doc: "at load, wait at most this long for the manager's Start, so the program's first events are traced (0: do not wait); events written before the start are counted, and the summary says \"N before the trace started\"",
         parse: |v, o| {
             o.start_wait = parse_ms(v)?;
             Ok(())

@@ -20,7 +20,7 @@
 //! |     40 |    8 | `durable_data_end`     |
 //! |     48 |   16 | `rolling_data_end[2]`  |
 //! |     64 |    8 | `num_records_dropped`  |
-//! |     72 |   56 | `reserved[7]` (the first two are the fxtrace extension below) |
+//! |     72 |   56 | `reserved[7]` (the first three are the fxtrace extension below) |
 //!
 //! After the header come the durable buffer (absent in oneshot mode) and one or two rolling
 //! buffers, with no gaps ([`BufferGeometry`]).
@@ -31,13 +31,18 @@
 //! fxtrace's engine hands each writer thread a *chunk* of a rolling buffer instead and lets it
 //! bump a private cursor inside (two threads sharing one atomic offset cost 150–210 ns per record
 //! each on the reference machine, against 21 ns with private cursors). Chunks leave unused tails,
-//! so a reader needs to know where chunks are. Two reserved header words describe it:
+//! so a reader needs to know where chunks are. Reserved header words describe it, and what
+//! the engine dropped:
 //!
 //! - `reserved[0]` (offset 72) = [`SharedHeader::chunk_size`]: 0 means the plain Fuchsia layout
 //!   (dense records); otherwise the chunk size in bytes (a multiple of 8, at least
 //!   [`MIN_CHUNK_SIZE`], at most `rolling_buffer_size`).
 //! - `reserved[1]` (offset 80) = [`SharedHeader::fxtrace_flags`]: bit 0
 //!   ([`FLAG_DURABLE_BUFFER_FULL`]) says the durable buffer filled and the engine stopped tracing.
+//! - `reserved[2]` (offset 88) = [`SharedHeader::dropped_before_start`]: of
+//!   `num_records_dropped`, the records dropped before the trace started (the program wrote
+//!   them between its provider's registration and the start), so that a reader does not take
+//!   them for a full buffer.
 //!
 //! The chunked layout of one rolling buffer, when `chunk_size` = C is not 0:
 //!
@@ -110,6 +115,9 @@ pub const OFFSET_NUM_RECORDS_DROPPED: usize = 64;
 pub const OFFSET_CHUNK_SIZE: usize = 72;
 /// Byte offset of `reserved[1]`, which fxtrace uses for its flags.
 pub const OFFSET_FXTRACE_FLAGS: usize = 80;
+/// Byte offset of `reserved[2]`, which fxtrace uses for the records dropped before the
+/// trace started (a part of `num_records_dropped`).
+pub const OFFSET_DROPPED_BEFORE_START: usize = 88;
 
 /// `kMinPhysicalBufferSize`: smallest buffer (header included).
 pub const MIN_BUFFER_SIZE: u64 = 4096;
@@ -316,7 +324,8 @@ pub struct HeaderFields {
     pub rolling_data_end: [u64; 2],
     /// Records dropped so far.
     pub num_records_dropped: u64,
-    /// Reserved words; `reserved[0]` is the fxtrace chunk size, `reserved[1]` fxtrace flags.
+    /// Reserved words; `reserved[0]` is the fxtrace chunk size, `reserved[1]` fxtrace flags,
+    /// `reserved[2]` the records dropped before the start.
     pub reserved: [u64; 7],
 }
 
@@ -489,6 +498,17 @@ impl HeaderFields {
         self.reserved[1]
     }
 
+    /// Of `num_records_dropped`, those dropped before the trace started (`reserved[2]`):
+    /// calls a provider's program made between its registration and the start. Never more
+    /// than `num_records_dropped`, whatever the word says.
+    pub const fn dropped_before_start(&self) -> u64 {
+        if self.reserved[2] < self.num_records_dropped {
+            self.reserved[2]
+        } else {
+            self.num_records_dropped
+        }
+    }
+
     /// `BufferHeaderReader::Validate` exactly as §3.6, against the real buffer size. Returns the
     /// geometry the header describes. Does not look at the fxtrace extension words (see
     /// [`Self::validate_fxtrace_extension`]).
@@ -636,8 +656,12 @@ pub struct SharedHeader {
     /// Rules (fxtrace extension, `reserved[1]`): [`FLAG_DURABLE_BUFFER_FULL`] is set by the
     /// engine, under its switch mutex, when the durable buffer fills. `Release`.
     pub fxtrace_flags: AtomicU64,
+    /// Rules (fxtrace extension, `reserved[2]`): written by the engine at a clearing start,
+    /// while no writer can write: of the `num_records_dropped` it stores then, those counted
+    /// before the start. `Relaxed`, published by the start's gate and read after a stop.
+    pub dropped_before_start: AtomicU64,
     /// Rules: zero.
-    pub reserved: [AtomicU64; 5],
+    pub reserved: [AtomicU64; 4],
 }
 
 const _: () = assert!(size_of::<SharedHeader>() == HEADER_SIZE as usize);
@@ -655,6 +679,8 @@ const _: () = assert!(offset_of!(SharedHeader, rolling_data_end) == OFFSET_ROLLI
 const _: () = assert!(offset_of!(SharedHeader, num_records_dropped) == OFFSET_NUM_RECORDS_DROPPED);
 const _: () = assert!(offset_of!(SharedHeader, chunk_size) == OFFSET_CHUNK_SIZE);
 const _: () = assert!(offset_of!(SharedHeader, fxtrace_flags) == OFFSET_FXTRACE_FLAGS);
+const _: () =
+    assert!(offset_of!(SharedHeader, dropped_before_start) == OFFSET_DROPPED_BEFORE_START);
 
 impl SharedHeader {
     /// View the first 128 bytes at `ptr` as a shared header.
@@ -679,7 +705,8 @@ impl SharedHeader {
         let mut reserved = [0u64; 7];
         reserved[0] = self.chunk_size.load(a);
         reserved[1] = self.fxtrace_flags.load(a);
-        for (dst, src) in reserved[2..].iter_mut().zip(&self.reserved) {
+        reserved[2] = self.dropped_before_start.load(a);
+        for (dst, src) in reserved[3..].iter_mut().zip(&self.reserved) {
             *dst = src.load(a);
         }
         HeaderFields {
@@ -699,6 +726,18 @@ impl SharedHeader {
             num_records_dropped: self.num_records_dropped.load(a),
             reserved,
         }
+    }
+
+    /// At a clearing start, while no writer can write: the trace begins with
+    /// `dropped_before_start` records dropped, all of them before the start.
+    ///
+    /// ATOMICS: `Relaxed`: published by the start's `Release` gate store (writers) and by the
+    /// stop's `Release` stores that follow it (the manager).
+    pub fn store_dropped_at_start(&self, dropped_before_start: u64) {
+        self.num_records_dropped
+            .store(dropped_before_start, Ordering::Relaxed);
+        self.dropped_before_start
+            .store(dropped_before_start, Ordering::Relaxed);
     }
 
     /// Write every field (used for `InitBufferHeader`).
@@ -723,7 +762,8 @@ impl SharedHeader {
             .store(fields.num_records_dropped, r);
         self.chunk_size.store(fields.reserved[0], r);
         self.fxtrace_flags.store(fields.reserved[1], r);
-        for (dst, &src) in self.reserved.iter().zip(&fields.reserved[2..]) {
+        self.dropped_before_start.store(fields.reserved[2], r);
+        for (dst, &src) in self.reserved.iter().zip(&fields.reserved[3..]) {
             dst.store(src, r);
         }
         self.magic.store(fields.magic, r);
@@ -1004,6 +1044,30 @@ mod tests {
         assert_eq!(at(80), 0x99);
         assert_eq!(at(120), 0xaa);
         assert_eq!(HeaderFields::from_bytes(&b), fields);
+    }
+
+    #[test]
+    fn the_shared_view_keeps_every_reserved_word_and_the_drops_before_start() {
+        let mut words = [0u64; 16];
+        // SAFETY: 128 bytes, 8-aligned, accessed only through the view below.
+        let shared = unsafe { SharedHeader::from_ptr(words.as_mut_ptr().cast()) };
+        let fields = HeaderFields {
+            magic: MAGIC,
+            num_records_dropped: 7,
+            reserved: [1, 2, 3, 4, 5, 6, 7],
+            ..HeaderFields::default()
+        };
+        shared.store(&fields);
+        assert_eq!(shared.load(), fields);
+        assert_eq!(shared.load().dropped_before_start(), 3);
+        shared.store_dropped_at_start(4);
+        let loaded = shared.load();
+        assert_eq!((loaded.num_records_dropped, loaded.reserved[2]), (4, 4));
+        // A word above the total (a hostile provider) is held to the total.
+        let mut hostile = loaded;
+        hostile.reserved[2] = u64::MAX;
+        assert_eq!(hostile.dropped_before_start(), 4);
+        assert_eq!(OFFSET_DROPPED_BEFORE_START, OFFSET_FXTRACE_FLAGS + 8);
     }
 
     #[test]

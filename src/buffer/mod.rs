@@ -64,7 +64,7 @@ pub fn is_valid_buffer_size(size: u64) -> bool {
     (MIN_BUFFER_SIZE..=MAX_BUFFER_SIZE).contains(&size) && size % BUFFER_SIZE_GRANULE == 0
 }
 
-/// How [`TraceBuffer::prefault`] faulted the buffer in.
+/// How [`TraceBuffer::prefault`] faulted a range in.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum Prefault {
     /// One `madvise(MADV_POPULATE_WRITE)`.
@@ -224,24 +224,30 @@ impl TraceBuffer {
         Ok(())
     }
 
-    /// Fault every page of the buffer in writable, without changing
-    /// its contents, so that the record path takes no first-touch page fault: one
+    /// Fault the pages of `[offset, offset + len)` in writable, without changing their
+    /// contents, so that the record path takes no first-touch page fault there: one
     /// `madvise(MADV_POPULATE_WRITE)`, or on a kernel without it (before 5.14) an atomic
     /// no-op write (`fetch_or(0)`) to each page, harmless beside concurrent writers.
     ///
-    /// Best effort: a failure (no memory for the whole buffer now) leaves the pages to be
-    /// faulted by the writers, as without this call.
-    pub(crate) fn prefault(&self) -> Result<Prefault, BufferError> {
-        let page = BUFFER_SIZE_GRANULE as usize;
-        let start = 0;
-        // SAFETY: `start..len` is page-aligned (the mapping's length is a multiple of the
+    /// Best effort: a failure (no memory for the range now) leaves the pages to be faulted by
+    /// the writers, as without this call.
+    pub(crate) fn prefault(&self, offset: u64, len: u64) -> Result<Prefault, BufferError> {
+        self.check_range(offset, len)?;
+        let page = BUFFER_SIZE_GRANULE;
+        let start = offset / page * page;
+        let end = (offset + len).div_ceil(page) * page;
+        let end = end.min(self.len as u64) as usize;
+        let start = start as usize;
+        if start >= end {
+            return Ok(Prefault::Populated);
+        }
+        // SAFETY: `start..end` is page-aligned (the mapping's length is a multiple of the
         // granule) and inside the live mapping.
-        let populated =
-            unsafe { sys::populate_write(self.ptr.as_ptr().add(start), self.len - start) };
+        let populated = unsafe { sys::populate_write(self.ptr.as_ptr().add(start), end - start) };
         match populated {
             Ok(()) => Ok(Prefault::Populated),
             Err(e) if e.source.raw_os_error() == Some(libc::EINVAL) => {
-                for offset in (start..self.len).step_by(page) {
+                for offset in (start..end).step_by(page as usize) {
                     // SAFETY: `offset` is 8-aligned (page-aligned) and inside the mapping,
                     // which lives as long as `self`; every access to the buffer's words is
                     // atomic or by their single owner, and `fetch_or(0)` changes no bit.
@@ -350,7 +356,7 @@ mod tests {
             before < pages as usize,
             "a fresh memfd is not all resident ({before})"
         );
-        buffer.prefault().unwrap();
+        buffer.prefault(0, buffer.size()).unwrap();
         assert_eq!(resident(&buffer), pages as usize);
         // SAFETY: as above.
         let value = unsafe { buffer.as_ptr().add(last as usize).cast::<u64>().read() };

@@ -169,6 +169,9 @@ pub const DEFAULT_CHUNK_SIZE: u64 = 1024;
 pub const MAX_THREAD_RUN: u64 = 16 * 1024;
 /// Smallest chunk size the engine uses.
 pub const MIN_ENGINE_CHUNK_SIZE: u64 = 64;
+/// [`Context::prefault`] faults the buffer in slices of this many bytes (a few milliseconds
+/// each), looking between two whether the trace is still started.
+pub(crate) const PREFAULT_SLICE: u64 = 16 << 20;
 /// Default writer-thread capacity.
 pub const DEFAULT_MAX_WRITER_THREADS: usize = 256;
 
@@ -544,6 +547,31 @@ impl Context {
         inner.disarm(&mut st)
     }
 
+    /// Fault the whole buffer in, off the record path: a first pass over a fresh buffer
+    /// otherwise pays a page fault per page (up to +50 % per record). Call it after a start,
+    /// once the caller has said the trace started: writers write meanwhile (this changes no
+    /// byte), and a buffer of 1 GiB takes a few hundred milliseconds, in slices of
+    /// 16 MiB; it gives up as soon as the trace is no longer started. Best
+    /// effort: on failure (no memory for the whole buffer now) the writers fault pages in as
+    /// they go. Returns the bytes faulted in.
+    pub fn prefault(&self) -> u64 {
+        let inner = &*self.inner;
+        let size = inner.buffer.size();
+        let mut offset = 0;
+        while offset < size {
+            // ATOMICS: `Relaxed`: only a hint to stop early; a stale value costs one slice.
+            if inner.gate.load(Ordering::Relaxed) & GATE_STARTED == 0 {
+                break;
+            }
+            let len = PREFAULT_SLICE.min(size - offset);
+            if inner.buffer.prefault(offset, len).is_err() {
+                break;
+            }
+            offset += len;
+        }
+        offset
+    }
+
     /// Start tracing. Valid only while stopped. Writes no record: a trace that readers decode
     /// needs its initialization record first, which [`Self::start_with_initialization`] (or
     /// [`super::record::start_trace`]) writes before any other thread can write.
@@ -620,18 +648,12 @@ impl Context {
                 inner.thread_index.store(1, Ordering::Relaxed);
                 inner.reset_rolling(&mut st)?;
                 st.dropped_base = raw_dropped;
-                // ATOMICS: `Relaxed`: while stopped; published by the start's gate store.
-                header
-                    .num_records_dropped
-                    .store(dropped_before_start, Ordering::Relaxed);
+                header.store_dropped_at_start(dropped_before_start);
             }
             StartMode::ClearNondurable => {
                 inner.reset_rolling(&mut st)?;
                 st.dropped_base = raw_dropped;
-                // ATOMICS: `Relaxed`: while stopped; published by the start's gate store.
-                header
-                    .num_records_dropped
-                    .store(dropped_before_start, Ordering::Relaxed);
+                header.store_dropped_at_start(dropped_before_start);
             }
             StartMode::Retain => {}
         }
@@ -643,10 +665,6 @@ impl Context {
         if st.durable_full_at.is_none() {
             header.durable_data_end.store(0, Ordering::Release);
         }
-        // Off the record path: fault the whole buffer in now (a first pass over a fresh
-        // buffer otherwise pays a page fault per page, up to +50 % per record). Best effort:
-        // on failure the writers fault the pages in as they go.
-        let _ = inner.buffer.prefault();
         st.dirty = true;
         st.generation = next_generation();
         // ATOMICS: see `LATEST_GENERATION`.

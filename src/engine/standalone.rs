@@ -271,6 +271,7 @@ pub fn start_with(config: StandaloneConfig) -> Result<StandaloneSession, Standal
     if !start_trace(&context, StartMode::ClearEntire, config.categories)? {
         return Err(StandaloneError::InitializationDropped);
     }
+    context.prefault();
     global::install(context)?;
     Ok(session)
 }

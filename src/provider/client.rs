@@ -213,6 +213,13 @@ impl Shared {
         }
         self.set_state(ProviderState::Started, None);
         self.send(&ProviderPacket::STARTED.to_packet());
+        // Once the program and the manager know the trace started (it is open to writers),
+        // and on a thread of its own, so that a large buffer delays no Stop.
+        // Without that thread (none could start), the writers fault the pages in as they go.
+        let context = self.context.clone();
+        let _ = std::thread::Builder::new()
+            .name("fxtrace-prefault".into())
+            .spawn(move || context.prefault());
     }
 
     /// Stop tracing (if it is on) and, when `report` or tracing was on, send STOPPED. Returns

@@ -72,6 +72,11 @@ fn calls_before_the_start_of_an_armed_context_are_counted_as_dropped() {
     );
     let header = context.buffer().header().load();
     assert_eq!(header.num_records_dropped, 5, "and the manager reads it");
+    assert_eq!(
+        header.dropped_before_start(),
+        5,
+        "as drops before the start, not a full buffer"
+    );
 }
 
 #[test]

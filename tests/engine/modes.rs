@@ -167,6 +167,27 @@ fn thousands_of_short_lived_threads_fit_a_default_oneshot_buffer() {
 }
 
 #[test]
+fn prefault_runs_only_while_the_trace_is_started() {
+    let ctx = context(
+        BufferingMode::Circular,
+        64 << 20,
+        DEFAULT_CHUNK_SIZE,
+        FencePolicy::Auto,
+    );
+    assert_eq!(ctx.prefault(), 0, "not started: nothing faulted in");
+    ctx.start(StartMode::ClearEntire, CategoryFilter::all())
+        .unwrap();
+    // Writers write beside it; it changes no byte.
+    assert!(try_write(&ctx, 1, 0, 4, false));
+    assert_eq!(ctx.prefault(), 64 << 20, "the whole buffer");
+    assert!(try_write(&ctx, 1, 1, 4, false));
+    ctx.stop(STOP).unwrap();
+    assert_eq!(ctx.prefault(), 0, "stopped: nothing more");
+    let read = final_read(&snapshot(ctx.buffer()), 0, false);
+    assert_eq!(found_set(&read.rolling), BTreeSet::from([(1, 0), (1, 1)]));
+}
+
+#[test]
 fn oneshot_stress_with_seqcst_fences() {
     oneshot_stress(FencePolicy::SeqCstFences);
 }

@@ -94,6 +94,8 @@ pub struct DrainStats {
     pub saves: u64,
     /// Header `num_records_dropped` at the last read.
     pub records_dropped: u64,
+    /// Of those, the records dropped before the trace started (header `reserved[2]`).
+    pub records_dropped_before_start: u64,
     /// Header `wrapped_count` at the last read.
     pub wrapped_count: u32,
     /// Header `durable_data_end` at the last read (0 while running).
@@ -190,6 +192,7 @@ impl Drain {
             });
         }
         self.stats.records_dropped = fields.num_records_dropped;
+        self.stats.records_dropped_before_start = fields.dropped_before_start();
         self.stats.wrapped_count = fields.wrapped_count;
         self.stats.durable_data_end = fields.durable_data_end;
         self.stats.durable_buffer_size = geometry.durable_buffer_size;

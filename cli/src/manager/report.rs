@@ -25,6 +25,8 @@ pub struct ProviderReport {
     pub rolling_bytes: u64,
     /// Records the provider dropped (header `num_records_dropped`, last read).
     pub records_dropped: u64,
+    /// Of those, the records dropped before the trace started (header `reserved[2]`).
+    pub records_dropped_before_start: u64,
     /// Times writing wrapped between rolling buffers (header `wrapped_count`).
     pub wrapped_count: u32,
     /// `100 * durable_data_end / durable_buffer_size` (0 in oneshot mode).
@@ -101,8 +103,24 @@ pub struct SummaryTable<'a> {
 pub const NO_PROVIDER_HINT: &str = "no provider connected: the command does not link fxtrace; \
      use --preload to trace it unmodified, or --system-wide for its context switches";
 
-/// Why `p` dropped records and what keeps more, for its buffering mode.
+/// Why `p` dropped records and what keeps more: before the trace started, and after it, for
+/// its buffering mode.
 pub fn drop_hint(p: &ProviderReport) -> String {
+    let before = p.records_dropped_before_start.min(p.records_dropped);
+    let early = format!(
+        "{before} before the trace started: the program wrote them before its provider's \
+         start completed (FXTRACE_PRELOAD_START_WAIT_MS, or the provider's start_wait, makes \
+         it wait longer)"
+    );
+    match (before, p.records_dropped - before) {
+        (0, _) => full_hint(p),
+        (_, 0) => early,
+        (_, after) => format!("{early}; {after} after it: {}", full_hint(p)),
+    }
+}
+
+/// Why `p` dropped records once tracing, and what keeps more, for its buffering mode.
+fn full_hint(p: &ProviderReport) -> String {
     match p.mode {
         BufferingMode::Oneshot => "buffer full; a larger -b or -m streaming keeps more".to_owned(),
         BufferingMode::Circular => "the durable buffer (strings, threads, metadata) filled \
@@ -244,6 +262,7 @@ mod tests {
             durable_bytes: 16,
             rolling_bytes: 64,
             records_dropped: 3,
+            records_dropped_before_start: 0,
             wrapped_count: 2,
             durable_buffer_used_percent: 1,
             saves: 2,
@@ -318,6 +337,7 @@ mod tests {
             durable_bytes: 0,
             rolling_bytes: 0,
             records_dropped: 1,
+            records_dropped_before_start: 0,
             wrapped_count: 0,
             durable_buffer_used_percent: 0,
             saves: 0,
@@ -326,6 +346,26 @@ mod tests {
             problems: vec![],
         };
         assert!(drop_hint(&p).contains("-m streaming"));
+        // Drops before the start are not a full buffer.
+        p.records_dropped = 5;
+        p.records_dropped_before_start = 5;
+        let early = drop_hint(&p);
+        assert!(
+            early.starts_with("5 before the trace started") && !early.contains("buffer full"),
+            "{early}"
+        );
+        p.records_dropped_before_start = 2;
+        let both = drop_hint(&p);
+        assert!(
+            both.starts_with("2 before the trace started")
+                && both.contains("; 3 after it: buffer full"),
+            "{both}"
+        );
+        // A header word larger than the total (a hostile provider) is held to the total.
+        p.records_dropped_before_start = 9;
+        assert!(drop_hint(&p).starts_with("5 before"), "{}", drop_hint(&p));
+        p.records_dropped = 1;
+        p.records_dropped_before_start = 0;
         p.mode = BufferingMode::Streaming;
         assert!(!drop_hint(&p).contains("-m streaming"));
         assert!(drop_hint(&p).contains("0 buffers saved"));

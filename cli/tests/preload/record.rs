@@ -378,6 +378,28 @@ fn a_main_ending_with_pthread_exit_ends_with_its_last_thread() {
 }
 
 #[test]
+fn a_large_buffer_does_not_hold_the_start_back() {
+    // Faulting 512 MiB in takes longer than the object waits for the start: it happens after
+    // STARTED, beside the program, so the program's first events are kept, not dropped.
+    let dir = tempfile::tempdir().unwrap();
+    let Some(exe) = workload(dir.path()) else {
+        return;
+    };
+    let (out, bytes) = record_preload(dir.path(), &["-b", "512"], &[&exe], &[]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(!err.contains("records dropped"), "{err}");
+    assert!(!err.contains("salvaged"), "{err}");
+    let s = summary_of(&bytes);
+    let provider = s.provider("workload").expect("provider");
+    let names = s.event_names(provider);
+    for event in ["worker-0", "worker-1", "worker-2", "main done"] {
+        assert!(names.contains(&event), "{event}: {names:?}");
+    }
+    assert!(flushed(&s, provider));
+}
+
+#[test]
 fn death_by_signal_keeps_the_status_and_the_data() {
     // SIGTERM at its default action: no handler, the manager salvages the buffer.
     let Some((code, flushed, salvaged, s, _)) = ending("term", &[]) else {

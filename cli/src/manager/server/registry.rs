@@ -81,6 +81,7 @@ impl Tracee {
             durable_bytes: stats.durable_bytes,
             rolling_bytes: stats.rolling_bytes,
             records_dropped: stats.records_dropped,
+            records_dropped_before_start: stats.records_dropped_before_start,
             wrapped_count: stats.wrapped_count,
             durable_buffer_used_percent: match stats.durable_buffer_size {
                 0 => 0,
