@@ -841,6 +841,49 @@ pub struct RecordScan<'a> {
     stats: ScanStats,
 }
 
+/// Bytes [`chunked_data_extent`] reads at a time (rounded down to whole chunks).
+const EXTENT_BLOCK: u64 = 1 << 20;
+
+/// The end of lap `wrapped_count`'s data in a chunked rolling buffer of `len` bytes whose data
+/// end is unknown (a provider that died while writing): the end of the last run tagged for
+/// that lap (at most `len`), 0 if there is none. `read(offset, block)` fills `block` with the
+/// buffer's bytes at `offset`; it is called for consecutive blocks of about 1 MiB, so a
+/// caller copies the buffer only as far as its data, not whole. A chunk size below
+/// [`MIN_CHUNK_SIZE`] or not a multiple of 8 gives `len` (nothing is skipped).
+pub fn chunked_data_extent<E>(
+    len: u64,
+    chunk_size: u64,
+    wrapped_count: u32,
+    mut read: impl FnMut(u64, &mut [u8]) -> Result<(), E>,
+) -> Result<u64, E> {
+    if chunk_size < MIN_CHUNK_SIZE || chunk_size % 8 != 0 {
+        return Ok(len);
+    }
+    let block_len = (EXTENT_BLOCK / chunk_size).max(1) * chunk_size;
+    let mut block = vec![0u8; block_len.min(len) as usize];
+    let mut extent = 0;
+    let mut offset = 0;
+    while offset < len {
+        let n = block_len.min(len - offset);
+        let block = &mut block[..n as usize];
+        read(offset, block)?;
+        for at in (0..n).step_by(chunk_size as usize) {
+            let Some(word) = block.get(at as usize..at as usize + 8) else {
+                break;
+            };
+            let word = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+            if let Some((wc, run)) = parse_chunk_tag(word) {
+                if wc == wrapped_count {
+                    let end = (offset + at).saturating_add(u64::from(run) * chunk_size);
+                    extent = extent.max(end.min(len));
+                }
+            }
+        }
+        offset += n;
+    }
+    Ok(extent)
+}
+
 /// Walk one buffer's bytes `[0, data_end)` and yield its well-framed records as contiguous runs
 /// of [`CheckedRecords`] (each a whole number of records, never containing a zero header word),
 /// skipping chunk tags, zero tails and stale chunks. Inside a run the walk is `format`'s
@@ -1068,6 +1111,45 @@ mod tests {
         hostile.reserved[2] = u64::MAX;
         assert_eq!(hostile.dropped_before_start(), 4);
         assert_eq!(OFFSET_DROPPED_BEFORE_START, OFFSET_FXTRACE_FLAGS + 8);
+    }
+
+    #[test]
+    fn the_data_extent_is_the_end_of_the_last_run_of_the_lap() {
+        const C: u64 = 64;
+        let len = 3 * EXTENT_BLOCK + 5 * C;
+        let mut bytes = vec![0u8; len as usize];
+        let mut put = |at: u64, word: u64| {
+            bytes[at as usize..at as usize + 8].copy_from_slice(&word.to_le_bytes())
+        };
+        put(0, make_chunk_tag(3, 1));
+        put(10 * C, make_chunk_tag(3, 2));
+        // Past a gap of untagged chunks, in the second block.
+        put(EXTENT_BLOCK + 4 * C, make_chunk_tag(3, 1));
+        // Another lap's tag (a stale chunk) is not data.
+        put(2 * EXTENT_BLOCK, make_chunk_tag(2, 1));
+        let extent = |bytes: &[u8], len: u64, chunk: u64, wc: u32| {
+            let mut reads = Vec::new();
+            let extent = chunked_data_extent(len, chunk, wc, |offset, block: &mut [u8]| {
+                reads.push((offset, block.len()));
+                block.copy_from_slice(&bytes[offset as usize..offset as usize + block.len()]);
+                Ok::<(), ()>(())
+            })
+            .unwrap();
+            (extent, reads)
+        };
+        let (end, reads) = extent(&bytes, len, C, 3);
+        assert_eq!(end, EXTENT_BLOCK + 5 * C);
+        assert_eq!(reads.len(), 4, "blocks of 1 MiB: {reads:?}");
+        assert!(reads.windows(2).all(|w| w[0].0 + w[0].1 as u64 == w[1].0));
+        assert_eq!(extent(&bytes, len, C, 2).0, 2 * EXTENT_BLOCK + C);
+        assert_eq!(extent(&bytes, len, C, 4).0, 0, "no run of that lap");
+        // A tag claiming more chunks than remain ends at the buffer's end.
+        let mut last = vec![0u8; (4 * C) as usize];
+        last[(3 * C) as usize..(3 * C) as usize + 8]
+            .copy_from_slice(&make_chunk_tag(1, 0xffff).to_le_bytes());
+        assert_eq!(extent(&last, 4 * C, C, 1).0, 4 * C);
+        // A chunk size no reader accepts skips nothing.
+        assert_eq!(extent(&last, 4 * C, 12, 1).0, 4 * C);
     }
 
     #[test]

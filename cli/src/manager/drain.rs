@@ -15,8 +15,8 @@ use std::io::Write;
 
 use super::archive::{Archive, ArchiveError};
 use fxtrace::buffer::header::{
-    scan_records, BufferGeometry, BufferingMode, ChunkScanStop, Framing, HeaderError, HeaderFields,
-    MIN_DURABLE_BUFFER_SIZE,
+    chunked_data_extent, scan_records, BufferGeometry, BufferingMode, ChunkScanStop, Framing,
+    HeaderError, HeaderFields, MIN_DURABLE_BUFFER_SIZE,
 };
 use fxtrace::buffer::{BufferError, TraceBuffer};
 use fxtrace::format::PROVIDER_EVENT_BUFFER_OVERFLOW;
@@ -301,9 +301,22 @@ impl Drain {
     ) -> Result<(), DrainError> {
         let (fields, geometry) = self.read_header(buffer)?;
         let started = std::time::Instant::now();
-        let rolling_end = |index: usize| match fields.rolling_data_end[index] {
-            0 => geometry.rolling_buffer_size,
-            end => end,
+        // An end of 0: the provider died while writing that buffer. A chunked one is copied
+        // only as far as its last run of the lap, not whole (up to 4 GiB).
+        let rolling_end = |index: usize, framing: Framing| match fields.rolling_data_end[index] {
+            0 => match framing {
+                Framing::Chunked {
+                    chunk_size,
+                    wrapped_count,
+                } => chunked_data_extent(
+                    geometry.rolling_buffer_size,
+                    chunk_size,
+                    wrapped_count,
+                    |offset, block| buffer.read_at(geometry.rolling_offset(index) + offset, block),
+                ),
+                Framing::Dense => Ok(geometry.rolling_buffer_size),
+            },
+            end => Ok(end),
         };
         // Rolling buffers, in wrap order.
         let wrapped = fields.wrapped_count;
@@ -323,18 +336,14 @@ impl Drain {
             .into_iter()
             .map(|wrap| {
                 let index = (wrap & 1) as usize;
-                let end = rolling_end(index);
+                let framing = fields.rolling_framing(wrap);
+                let end = rolling_end(index, framing)?;
                 let bytes = copy_region(
                     buffer,
                     geometry.rolling_offset(index),
                     geometry.rolling_buffer_size.min(end),
                 )?;
-                Ok((
-                    bytes,
-                    end,
-                    fields.rolling_framing(wrap),
-                    Region::Rolling(index),
-                ))
+                Ok((bytes, end, framing, Region::Rolling(index)))
             })
             .collect::<Result<Vec<_>, DrainError>>()?;
         // Durable data not yet saved, copied last.
@@ -581,6 +590,33 @@ mod tests {
         let scan = fxtrace::format::scan_records(&bytes);
         assert_eq!(scan.stop, fxtrace::format::ScanStop::End);
         assert_eq!(scan.valid_len, bytes.len());
+    }
+
+    #[test]
+    fn a_chunked_buffer_of_a_dead_writer_is_read_to_its_last_run() {
+        // rolling_data_end 0 (the provider died): runs past untagged chunks are found, and the
+        // copy ends with the last run.
+        let chunk = 256;
+        let (buffer, g) = buffer(BufferingMode::Oneshot, chunk);
+        let base = g.rolling_offset(0);
+        put_words(
+            &buffer,
+            base,
+            &[&[make_chunk_tag(0, 1)][..], &rec(1)].concat(),
+        );
+        put_words(
+            &buffer,
+            base + 9 * chunk,
+            &[&[make_chunk_tag(0, 2)][..], &rec(2)].concat(),
+        );
+        let mut archive = Archive::new(Vec::new()).unwrap();
+        let mut drain = Drain::new(BufferingMode::Oneshot);
+        drain.read_out(&buffer, &mut archive, 3, "p").unwrap();
+        let bytes = archive.into_inner().unwrap();
+        let got: Vec<String> = tags(&bytes).into_iter().map(|(_, w)| w).collect();
+        assert_eq!(got, ["magic", "section 3", "rec 1", "rec 2"]);
+        assert!(g.rolling_buffer_size > 11 * chunk);
+        assert_eq!(drain.stats().rolling_bytes, 32);
     }
 
     #[test]
