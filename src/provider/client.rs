@@ -390,6 +390,9 @@ impl Provider {
             ticks_per_second,
         } = msg
         else {
+            if let Message::Refused { reason } = msg {
+                return Err(ProviderError::Refused(reason));
+            }
             return Err(ProviderError::Handshake(msg.name()));
         };
         // Before anything in this process reads the clock (the start's initialization
@@ -636,14 +639,16 @@ pub(super) type Registered = (ControlConn, Message, Vec<OwnedFd>);
 /// Connect to the manager at `path` and register as `name` (saying whether the provider
 /// waits for a session, `waits_for_session`); the manager's answer. `Ok(None)`: no manager.
 /// A manager of control revision 1 refuses Register's trailing features field and closes
-/// the connection: then the provider registers again without it (and cannot wait).
+/// the connection: then the provider registers again without it. Not a provider that waits
+/// for a session: only a trace service is asked that, and one that closes the connection
+/// (too many connections waiting at once) is asked again later, never with a Register that
+/// cannot wait.
 pub(super) fn register_at(
     path: &Path,
     name: &str,
     options: &ProviderOptions,
     waits_for_session: bool,
 ) -> Result<Option<Registered>, ProviderError> {
-    let features = options.accept_manager_clock || waits_for_session;
     match register_once(
         path,
         name,
@@ -651,7 +656,9 @@ pub(super) fn register_at(
         options.accept_manager_clock,
         waits_for_session,
     ) {
-        Err(ProviderError::Transport(TransportError::PeerClosed)) if features => {
+        Err(ProviderError::Transport(TransportError::PeerClosed))
+            if options.accept_manager_clock && !waits_for_session =>
+        {
             register_once(path, name, options, false, false)
         }
         other => other,

@@ -130,6 +130,9 @@ pub enum ProviderError {
     /// The manager answered Register with something other than Initialize.
     #[error("trace manager answered Register with {0} instead of Initialize")]
     Handshake(&'static str),
+    /// The manager refused the registration, saying why.
+    #[error("the trace manager refused this program: {0}")]
+    Refused(String),
     /// The buffer received could not be mapped (wrong size, missing seals, …).
     #[error("trace buffer from the manager: {0}")]
     Buffer(#[from] BufferError),

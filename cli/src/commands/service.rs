@@ -11,6 +11,7 @@ use std::time::Duration;
 use clap::Args;
 
 use fxtrace::protocol::control::BufferingMode;
+use fxtrace_tools::manager::report::printable;
 use fxtrace_tools::manager::service::client::{Controller, ControllerError};
 use fxtrace_tools::manager::service::policy::Policy;
 use fxtrace_tools::manager::service::protocol::{
@@ -113,6 +114,16 @@ pub(crate) fn daemon(args: &DaemonArgs) -> Result<ExitCode, ServiceCliError> {
         .socket
         .clone()
         .unwrap_or_else(default_service_socket);
+    if args.socket.socket.is_none()
+        && std::env::var_os(fxtrace::protocol::transport::SOCKET_ENV).is_some_and(|p| !p.is_empty())
+    {
+        note!(
+            "listening at {} because FXTRACE_SOCKET names it: programs started with \
+             FXTRACE_SOCKET set register once (as under fxtrace record) and are refused while \
+             no session runs; leave it unset for programs that should follow the service",
+            socket_path.display()
+        );
+    }
     let mut service = Service::new(ServiceConfig {
         socket_path,
         listen_fd,
@@ -122,14 +133,20 @@ pub(crate) fn daemon(args: &DaemonArgs) -> Result<ExitCode, ServiceCliError> {
     let waker = service.waker();
     // ATOMICS: `Relaxed`: published before the handlers are installed (a syscall).
     SHUTDOWN_FD.store(waker.raw_fd(), Ordering::Relaxed);
-    for signal in [libc::SIGTERM, libc::SIGINT, libc::SIGHUP] {
+    // Without SA_RESTART: a system call the loop is blocked in (a write to a slow output)
+    // fails with EINTR, so that the shutdown is not held up by it.
+    let action = nix::sys::signal::SigAction::new(
+        nix::sys::signal::SigHandler::Handler(on_shutdown_signal),
+        nix::sys::signal::SaFlags::empty(),
+        nix::sys::signal::SigSet::empty(),
+    );
+    for signal in [
+        nix::sys::signal::Signal::SIGTERM,
+        nix::sys::signal::Signal::SIGINT,
+        nix::sys::signal::Signal::SIGHUP,
+    ] {
         // SAFETY: the handler only stores an atomic and calls write(2) (async-signal-safe).
-        unsafe {
-            libc::signal(
-                signal,
-                on_shutdown_signal as *const () as libc::sighandler_t,
-            )
-        };
+        let _ = unsafe { nix::sys::signal::sigaction(signal, &action) };
     }
     // SAFETY: ignoring SIGPIPE is a plain sigaction; a controller that goes away mid-reply is
     // an EPIPE error, handled.
@@ -183,7 +200,7 @@ fn unexpected(command: &'static str, reply: &Reply) -> ServiceCliError {
 pub(crate) fn providers(args: &ListArgs) -> Result<ExitCode, ServiceCliError> {
     let mut controller = connect("providers", &args.socket)?;
     match call("providers", &mut controller, &Request::Providers {}, None)? {
-        Reply::Providers { providers } => {
+        Reply::Providers { providers, omitted } => {
             println!(
                 "{:>6} {:>8} {:>6}  {:<12} name",
                 "id", "pid", "uid", "state"
@@ -194,15 +211,23 @@ pub(crate) fn providers(args: &ListArgs) -> Result<ExitCode, ServiceCliError> {
                     p.id, p.pid, p.uid, p.state, p.name
                 );
             }
-            if providers.is_empty() {
+            if providers.is_empty() && omitted == 0 {
                 note!(
                     "no providers registered with {}",
                     controller.socket().display()
                 );
             }
+            note_omitted(omitted, "providers");
             Ok(ExitCode::SUCCESS)
         }
         other => Err(unexpected("providers", &other)),
+    }
+}
+
+/// Say that the service left `omitted` entries of a list out of its answer.
+fn note_omitted(omitted: u32, what: &str) {
+    if omitted > 0 {
+        note!("{omitted} more {what} not listed: the whole list would not fit in one answer");
     }
 }
 
@@ -210,10 +235,14 @@ pub(crate) fn providers(args: &ListArgs) -> Result<ExitCode, ServiceCliError> {
 pub(crate) fn categories(args: &ListArgs) -> Result<ExitCode, ServiceCliError> {
     let mut controller = connect("categories", &args.socket)?;
     match call("categories", &mut controller, &Request::Categories {}, None)? {
-        Reply::Categories { categories } => {
+        Reply::Categories {
+            categories,
+            omitted,
+        } => {
             for c in &categories {
-                println!("{c}");
+                println!("{}", printable(c));
             }
+            note_omitted(omitted, "categories");
             Ok(ExitCode::SUCCESS)
         }
         other => Err(unexpected("categories", &other)),
@@ -473,9 +502,9 @@ fn session_line(s: &SessionInfo) -> String {
         s.bytes_written,
         s.records_dropped,
         if s.output.is_empty() {
-            "(none)"
+            "(none)".into()
         } else {
-            &s.output
+            printable(&s.output)
         }
     )
 }
@@ -543,7 +572,19 @@ pub(crate) fn print_service_status(
     let mut controller = Controller::connect(&path).ok()?;
     // A stuck service must not hang `status`.
     controller.set_reply_timeout(Duration::from_secs(5));
-    let reply = controller.call(&Request::Status {}, None, |_| {}).ok()?;
+    let reply = match controller.call(&Request::Status {}, None, |_| {}) {
+        Ok(reply) => reply,
+        // A service answered with an error: say so rather than nothing.
+        Err(ControllerError::Refused(e)) => {
+            return Some(writeln!(
+                out,
+                "trace service at {}: no status: {e}",
+                path.display()
+            ))
+        }
+        // Not a service (`fxtrace record`'s socket answers the older status request).
+        Err(_) => return None,
+    };
     let Reply::Status(report) = reply else {
         return None;
     };
@@ -576,6 +617,13 @@ fn print_report(out: &mut impl std::io::Write, r: &StatusReport) -> std::io::Res
                 p.id, p.pid, p.uid, p.state, p.name
             )?;
         }
+    }
+    if r.providers_omitted > 0 {
+        writeln!(
+            out,
+            "  {} more providers not listed: the whole list would not fit in one answer",
+            r.providers_omitted
+        )?;
     }
     Ok(())
 }

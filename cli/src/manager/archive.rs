@@ -59,19 +59,33 @@ pub struct Archive<W: Write> {
     introduced: BTreeSet<u32>,
     /// The provider whose section the stream is in.
     current: Option<u32>,
+    /// The magic number record is still to be written (before anything else).
+    magic_pending: bool,
 }
 
 impl<W: Write> Archive<W> {
-    /// Start a stream on `out` with the magic number record.
-    pub fn new(mut out: W) -> Result<Self, ArchiveError> {
-        out.write_all(&MAGIC_WORD.to_ne_bytes())?;
+    /// A stream on `out` that starts with the magic number record. Nothing is written to `out`
+    /// until the first record, flush or [`Self::into_inner`]: whoever creates the archive
+    /// never blocks on `out` (the trace service creates sessions' archives on its event loop,
+    /// and a controller's output may be slow).
+    pub fn new(out: W) -> Result<Self, ArchiveError> {
         Ok(Self {
             out,
             bytes: 8,
             records: 1,
             introduced: BTreeSet::new(),
             current: None,
+            magic_pending: true,
         })
+    }
+
+    /// The output, after the magic number record.
+    fn out(&mut self) -> io::Result<&mut W> {
+        if self.magic_pending {
+            self.out.write_all(&MAGIC_WORD.to_ne_bytes())?;
+            self.magic_pending = false;
+        }
+        Ok(&mut self.out)
     }
 
     /// Enter provider `id`'s section: Provider Info (id, name) the first time, Provider Section
@@ -111,7 +125,7 @@ impl<W: Write> Archive<W> {
         if self.current.is_none() {
             return Err(ArchiveError::NoSection);
         }
-        self.out.write_all(records.bytes())?;
+        self.out()?.write_all(records.bytes())?;
         self.bytes += records.len() as u64;
         self.records += records.records() as u64;
         Ok(records.records() as u64)
@@ -175,7 +189,7 @@ impl<W: Write> Archive<W> {
 
     /// Flush the output.
     pub fn flush(&mut self) -> Result<(), ArchiveError> {
-        self.out.flush()?;
+        self.out()?.flush()?;
         Ok(())
     }
 
@@ -189,7 +203,7 @@ impl<W: Write> Archive<W> {
         let words = format::encode_to_vec(record)
             .map_err(|source| ArchiveError::Encode { what, source })?;
         let bytes = format::words_to_bytes(&words);
-        self.out.write_all(&bytes)?;
+        self.out()?.write_all(&bytes)?;
         self.bytes += bytes.len() as u64;
         self.records += 1;
         Ok(())

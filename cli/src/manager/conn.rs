@@ -40,16 +40,32 @@ pub(super) struct FramedConn {
 /// does not read its answers is dropped beyond this.
 pub(super) const MAX_QUEUED_BYTES: usize = 2 << 20;
 
-/// The index of the connection that has waited longest (earliest `deadline`) among `pending`:
-/// the one to close when too many wait to say who they are (a real peer speaks at once, so a
-/// flood of silent connections only pushes out itself). 0 when `pending` is empty.
-pub(super) fn longest_waiting<T>(
+/// Most connections accepted in one turn of an event loop: a flood of connections cannot
+/// keep the loop from reading the connections it has (the listener stays readable, and the
+/// next turn accepts more).
+pub(super) const MAX_ACCEPTS_PER_TURN: usize = 64;
+
+/// The index of the connection to close when too many wait to say who they are: the one that
+/// has waited longest (earliest `deadline`) among those of the user with the most waiting
+/// (`uid`). A real peer speaks at once, and connections that have spoken are read before any
+/// is accepted, so a flood of silent connections by one user pushes out only its own. 0 when
+/// `pending` is empty.
+pub(super) fn eviction_victim<T>(
     pending: &[T],
+    uid: impl Fn(&T) -> u32,
     deadline: impl Fn(&T) -> std::time::Instant,
 ) -> usize {
+    let mut counts = std::collections::HashMap::<u32, usize>::new();
+    for p in pending {
+        *counts.entry(uid(p)).or_default() += 1;
+    }
+    let Some((&most, _)) = counts.iter().max_by_key(|&(&uid, &n)| (n, uid)) else {
+        return 0;
+    };
     pending
         .iter()
         .enumerate()
+        .filter(|(_, p)| uid(p) == most)
         .min_by_key(|(_, p)| deadline(p))
         .map_or(0, |(i, _)| i)
 }
@@ -269,6 +285,22 @@ impl AsFd for FramedConn {
 mod tests {
     use super::*;
     use fxtrace::protocol::transport::ControlListener;
+
+    #[test]
+    fn the_user_with_the_most_waiting_loses_its_oldest() {
+        let t0 = std::time::Instant::now();
+        let at = |ms| t0 + std::time::Duration::from_millis(ms);
+        // (uid, deadline)
+        let pending = [(0, at(1)), (7, at(5)), (7, at(3)), (0, at(2)), (7, at(4))];
+        let victim = eviction_victim(&pending, |p| p.0, |p| p.1);
+        assert_eq!(pending[victim], (7, at(3)));
+        // One user: the oldest.
+        assert_eq!(eviction_victim(&pending[..1], |p| p.0, |p| p.1), 0);
+        assert_eq!(
+            eviction_victim::<(u32, std::time::Instant)>(&[], |p| p.0, |p| p.1),
+            0
+        );
+    }
 
     #[test]
     fn frames_arrive_in_pieces_and_close_is_seen() {

@@ -99,6 +99,20 @@ pub struct SummaryTable<'a> {
     pub command_ran: bool,
 }
 
+/// `s` with every control character (escape sequences, newlines, …) replaced by `?`, as `ps`
+/// shows names: a provider's name or a session's output name is chosen by another program,
+/// and printed on the user's terminal.
+pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
+    if s.chars().any(char::is_control) {
+        s.chars()
+            .map(|c| if c.is_control() { '?' } else { c })
+            .collect::<String>()
+            .into()
+    } else {
+        s.into()
+    }
+}
+
 /// What to do about a command that connected no provider.
 pub const NO_PROVIDER_HINT: &str = "no provider connected: the command does not link fxtrace; \
      use --preload to trace it unmodified, or --system-wide for its context switches";
@@ -324,6 +338,16 @@ mod tests {
         assert!(quiet.trim_end().ends_with('-'), "not reported: {quiet}");
         let line = table.lines().nth(1).unwrap();
         assert!(line.contains(" 80 "), "bytes column: {line}");
+    }
+
+    #[test]
+    fn control_characters_are_not_printed() {
+        assert_eq!(printable("plain name"), "plain name");
+        assert_eq!(
+            printable("\u{1b}]0;pwned\u{7}\u{1b}[2J\nx\u{9b}"),
+            "?]0;pwned??[2J?x?"
+        );
+        assert!(matches!(printable("é ok"), std::borrow::Cow::Borrowed(_)));
     }
 
     #[test]

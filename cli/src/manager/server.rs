@@ -503,9 +503,12 @@ impl Manager {
         drop(fds);
 
         let mut outcome = PollOutcome::default();
+        // New connections are accepted after the others are read, so that a connection that
+        // has spoken is read before a flood of new ones could push it out.
+        let mut accept = false;
         for (target, revents) in ready {
             match target {
-                Target::Listener => self.accept_all(),
+                Target::Listener => accept = true,
                 Target::Waker => {
                     self.waker.drain();
                     self.events.push(ManagerEvent::Woken);
@@ -515,6 +518,9 @@ impl Manager {
                 Target::Fifo(id) => self.read_fifo(id, revents),
                 Target::Extra(i) => outcome.extra_ready.push(i),
             }
+        }
+        if accept {
+            self.accept_all();
         }
         let now = Instant::now();
         self.expire_pending(now);

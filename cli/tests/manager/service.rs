@@ -830,3 +830,207 @@ fn a_terminate_sent_just_before_closing_is_carried_out() {
         .wait_log("session 1 ended", Duration::from_secs(10));
     assert!(requests(&out) >= 1);
 }
+
+#[test]
+fn an_output_that_could_block_the_service_is_refused_and_the_service_goes_on() {
+    use fxtrace_tools::manager::service::client::{Controller, ControllerError};
+    use fxtrace_tools::manager::service::protocol::{Request, StartRequest};
+    use std::os::fd::AsFd;
+
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start(dir.path());
+    let (read_end, write_end) = nix::unistd::pipe().unwrap();
+    // A full pipe that nobody reads: a write to it blocks for as long as it is held open.
+    nix::fcntl::fcntl(
+        &write_end,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::O_NONBLOCK),
+    )
+    .unwrap();
+    while nix::unistd::write(&write_end, &[0u8; 4096]).is_ok() {}
+    nix::fcntl::fcntl(
+        &write_end,
+        nix::fcntl::FcntlArg::F_SETFL(nix::fcntl::OFlag::empty()),
+    )
+    .unwrap();
+    let start = Request::Start(Box::new(StartRequest {
+        detach: true,
+        output: Some("pipe".into()),
+        ..StartRequest::default()
+    }));
+    let mut controller = Controller::connect(&daemon.socket).unwrap();
+    match controller.call(&start, Some(write_end.as_fd()), |_| {}) {
+        Err(ControllerError::Refused(error)) => {
+            assert!(error.contains("a pipe or FIFO"), "{error}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // A file open only for reading would lose the trace.
+    let path = dir.path().join("read-only");
+    std::fs::write(&path, b"").unwrap();
+    let read_only = std::fs::File::open(&path).unwrap();
+    match controller.call(&start, Some(read_only.as_fd()), |_| {}) {
+        Err(ControllerError::Refused(error)) => {
+            assert!(error.contains("not open for writing"), "{error}")
+        }
+        other => panic!("{other:?}"),
+    }
+    // Still serving everyone.
+    let providers = daemon.ctl(&["providers"]);
+    assert!(providers.status.success());
+    drop(read_end);
+    daemon.stop();
+}
+
+#[test]
+fn an_unnamed_stop_never_picks_another_users_session() {
+    if !root_or_skip("an_unnamed_stop_never_picks_another_users_session") {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let daemon = Daemon::start(tmp.path());
+    let fxtrace = runnable_by_all(Path::new(FXTRACE), tmp.path());
+    let nobody = 65534;
+    let out = tmp.path().join("nobodys.fxt");
+    let mut start = Command::new(&fxtrace);
+    start
+        .args(["start", "--detach", "-o"])
+        .arg(&out)
+        .arg("--socket")
+        .arg(&daemon.socket)
+        .uid(nobody)
+        .gid(nobody);
+    let started = output_of_a_fresh_copy(&mut start);
+    assert!(
+        started.status.success(),
+        "{}",
+        String::from_utf8_lossy(&started.stderr)
+    );
+    // Root may control it, but only by naming it.
+    let stop = daemon.ctl(&["stop", "--no-write"]);
+    assert!(!stop.status.success());
+    let err = String::from_utf8_lossy(&stop.stderr);
+    assert!(
+        err.contains("you have no session running; 1 of other users are"),
+        "{err}"
+    );
+    let status = daemon.ok(&["status"]);
+    let (_, rest) = status
+        .split_once("  session ")
+        .expect("the session is listed");
+    let (id, state) = rest.split_once(": ").unwrap();
+    assert!(state.starts_with("STARTED"), "still tracing: {status}");
+    daemon.ok(&["stop", "--session", id]);
+}
+
+#[test]
+fn a_program_registering_once_at_the_service_is_told_why_it_is_not_traced() {
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start(dir.path());
+    let options = fxtrace::provider::ProviderOptions {
+        socket_path: Some(daemon.socket.clone()),
+        ..fxtrace::provider::ProviderOptions::default()
+    };
+    match fxtrace::provider::Provider::connect_with("once", &options) {
+        Err(fxtrace::provider::ProviderError::Refused(reason)) => {
+            assert!(reason.contains("unset FXTRACE_SOCKET"), "{reason}")
+        }
+        Err(e) => panic!("{e}"),
+        Ok(p) => panic!("registered: {:?}", p.map(|p| p.id())),
+    }
+    daemon.wait_log("refused", Duration::from_secs(5));
+}
+
+/// Not a test of its own: the body of the flooding child of
+/// [`a_flood_of_silent_connections_by_one_user_does_not_keep_others_out`].
+#[test]
+fn silent_flood_child() {
+    let Ok(socket) = std::env::var("FXTRACE_FLOOD_CHILD") else {
+        return;
+    };
+    let mut held = std::collections::VecDeque::new();
+    // Until the parent kills this process: connections that never say anything.
+    loop {
+        if let Ok(conn) = std::os::unix::net::UnixStream::connect(&socket) {
+            held.push_back(conn);
+        }
+        if held.len() > 200 {
+            held.pop_front();
+        }
+    }
+}
+
+#[test]
+fn a_flood_of_silent_connections_by_one_user_does_not_keep_others_out() {
+    if !root_or_skip("a_flood_of_silent_connections_by_one_user_does_not_keep_others_out") {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let daemon = Daemon::start(tmp.path());
+    let exe = runnable_by_all(&std::env::current_exe().unwrap(), tmp.path());
+    let nobody = 65534;
+    let mut flood = Command::new(&exe);
+    flood
+        .args(["--exact", "service::silent_flood_child", "--nocapture"])
+        .env("FXTRACE_FLOOD_CHILD", &daemon.socket)
+        .uid(nobody)
+        .gid(nobody)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut flood = retry_while_busy(|| flood.spawn());
+    daemon.wait_log(
+        "connections waiting to say who they are",
+        Duration::from_secs(20),
+    );
+    // Root's providers register one after another through the flood.
+    for i in 0..20 {
+        let mut conn = ControlConn::connect(&daemon.socket, Duration::from_secs(5)).unwrap();
+        conn.send_msg(
+            &Message::Register {
+                pid: std::process::id(),
+                name: format!("through-{i}"),
+                known_categories: vec![],
+                accepts_ticks_per_second: true,
+                waits_for_session: true,
+            },
+            &[],
+        )
+        .unwrap();
+        conn.set_recv_timeout(Some(Duration::from_secs(5))).unwrap();
+        let answer = conn.recv_msg();
+        assert!(
+            matches!(answer, Ok((Message::Registered { .. }, _))),
+            "provider {i}: {answer:?}"
+        );
+    }
+    let _ = flood.kill();
+    let _ = flood.wait();
+    // The log says so once a second at most, not once per connection.
+    let lines = daemon
+        .log()
+        .matches("connections waiting to say who they are")
+        .count();
+    assert!(lines <= 30, "{lines} lines");
+}
+
+/// `command.output()` of an executable copied just now: another test's fork may still hold
+/// the copy open for writing for an instant (ETXTBSY), so that is tried again.
+fn output_of_a_fresh_copy(command: &mut Command) -> std::process::Output {
+    retry_while_busy(|| command.output())
+}
+
+/// `run()` again while it fails with ETXTBSY (see [`output_of_a_fresh_copy`]), for 2 s.
+fn retry_while_busy<T>(mut run: impl FnMut() -> std::io::Result<T>) -> T {
+    for _ in 0..100 {
+        match run() {
+            Err(e) if e.raw_os_error() == Some(libc::ETXTBSY) => {
+                std::thread::sleep(Duration::from_millis(20))
+            }
+            other => return other.unwrap(),
+        }
+    }
+    panic!("text file busy for 2 s")
+}

@@ -11,7 +11,9 @@ use nix::poll::PollFlags;
 use super::fifo::FifoRead;
 use super::{Manager, ManagerEvent};
 use super::{MAX_PENDING, MAX_REGISTRATION_BODY};
-use crate::manager::conn::{longest_waiting, ConnError, FramedConn, ReadOutcome};
+use crate::manager::conn::{
+    eviction_victim, ConnError, FramedConn, ReadOutcome, MAX_ACCEPTS_PER_TURN,
+};
 use crate::manager::drain::Drain;
 use crate::manager::report::{ProviderReport, RefusedPeer};
 use crate::manager::session::{ProviderId, ProviderPhase};
@@ -100,14 +102,19 @@ impl Manager {
         let Some(listener) = &self.listener else {
             return;
         };
-        loop {
+        // At most MAX_ACCEPTS_PER_TURN; the rest next turn.
+        for _ in 0..MAX_ACCEPTS_PER_TURN {
             match listener.accept() {
                 Ok(conn) => {
                     let peer_pid = conn.peer_pid();
                     match FramedConn::new(conn, MAX_REGISTRATION_BODY) {
                         Ok(conn) => {
                             if self.pending.len() >= MAX_PENDING {
-                                let oldest = longest_waiting(&self.pending, |p| p.deadline);
+                                let oldest = eviction_victim(
+                                    &self.pending,
+                                    |p| p.conn.conn().peer_uid(),
+                                    |p| p.deadline,
+                                );
                                 let oldest = self.pending.swap_remove(oldest);
                                 self.events.push(ManagerEvent::Refused {
                                     pid: Some(oldest.conn.conn().peer_pid()),
@@ -273,7 +280,8 @@ impl Manager {
             }) => {
                 let registration = Registration {
                     claimed_pid: claimed,
-                    name,
+                    // Printed on terminals and written in the archive.
+                    name: crate::manager::report::printable(&name).into_owned(),
                     known_categories,
                     accepts_ticks_per_second,
                 };

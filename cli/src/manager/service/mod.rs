@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
-use super::conn::{longest_waiting, FramedConn, ReadOutcome};
+use super::conn::{eviction_victim, FramedConn, ReadOutcome, MAX_ACCEPTS_PER_TURN};
 use super::server::{Manager, ManagerConfig, Registration, Waker};
 use super::session::SessionConfig;
 use fxtrace::protocol::control::{
@@ -63,6 +63,8 @@ pub const MAX_SESSIONS_PER_UID: usize = 4;
 pub const MAX_CONTROLLERS_PER_UID: usize = 16;
 /// Most connections waiting to say who they are.
 pub const MAX_PENDING: usize = 64;
+/// At most one log line per this interval about connections closed for newer ones.
+const EVICTION_LOG_INTERVAL: Duration = Duration::from_secs(1);
 /// Largest message a peer of the service may send (a controller's request, a Register).
 pub const MAX_REQUEST_BODY: usize = 64 << 10;
 /// How long a session waits for providers to acknowledge Start, Stop and Terminate before
@@ -245,6 +247,9 @@ pub struct Service {
     /// Most providers registered at once: [`MAX_PROVIDERS`], or fewer when the descriptor
     /// limit allows fewer.
     max_providers: usize,
+    /// Waiting connections closed since the last line saying so, and when that line was
+    /// logged (at most one per [`EVICTION_LOG_INTERVAL`]).
+    evicted: (u64, Option<Instant>),
 }
 
 impl std::fmt::Debug for Service {
@@ -306,6 +311,7 @@ impl Service {
             stopping: false,
             listener_paused_until: None,
             max_providers,
+            evicted: (0, None),
         })
     }
 
@@ -453,11 +459,13 @@ impl Service {
                 .collect()
         };
         // Pending connections are handled last and by index, highest first, so indices stay
-        // valid while some are removed.
+        // valid while some are removed; new connections are accepted after them, so that a
+        // connection that has spoken is read before a flood of new ones could push it out.
         let mut pending_ready = Vec::new();
+        let mut accept = false;
         for (target, revents) in ready {
             match target {
-                Target::Listener => self.accept_all(),
+                Target::Listener => accept = true,
                 Target::Waker => self.waker.drain(),
                 Target::Pending(i) => pending_ready.push(i),
                 Target::Idle(id) => self.read_idle(id),
@@ -474,6 +482,9 @@ impl Service {
         pending_ready.sort_unstable_by(|a, b| b.cmp(a));
         for i in pending_ready {
             self.read_pending(i);
+        }
+        if accept {
+            self.accept_all();
         }
         let now = Instant::now();
         let before = self.pending.len();
@@ -554,17 +565,19 @@ impl Service {
         }
     }
 
+    /// Accept new connections (at most [`MAX_ACCEPTS_PER_TURN`]; the rest next turn).
     fn accept_all(&mut self) {
-        loop {
+        for _ in 0..MAX_ACCEPTS_PER_TURN {
             match self.listener.accept() {
                 Ok(conn) => {
                     if self.pending.len() >= MAX_PENDING {
-                        let oldest = longest_waiting(&self.pending, |p| p.deadline);
-                        self.pending.swap_remove(oldest);
-                        self.log(format_args!(
-                            "fxtrace daemon: more than {MAX_PENDING} connections waiting to say \
-                             who they are: the oldest was closed"
-                        ));
+                        let victim = eviction_victim(
+                            &self.pending,
+                            |p| p.conn.conn().peer_uid(),
+                            |p| p.deadline,
+                        );
+                        let victim = self.pending.swap_remove(victim);
+                        self.note_eviction(victim.conn.conn().peer_uid());
                     }
                     // Controllers hand over their output file: descriptors are kept.
                     match FramedConn::with_fds(conn, MAX_REQUEST_BODY) {
@@ -613,6 +626,27 @@ impl Service {
         }
     }
 
+    /// A connection of `uid` waiting to say who it is was closed for a newer one. Logged at
+    /// most once per [`EVICTION_LOG_INTERVAL`], with the count since the last line, so that a
+    /// flood does not flood the log too.
+    fn note_eviction(&mut self, uid: u32) {
+        let now = Instant::now();
+        self.evicted.0 += 1;
+        if self
+            .evicted
+            .1
+            .is_some_and(|at| now.duration_since(at) < EVICTION_LOG_INTERVAL)
+        {
+            return;
+        }
+        let closed = std::mem::replace(&mut self.evicted, (0, Some(now))).0;
+        self.log(format_args!(
+            "fxtrace daemon: more than {MAX_PENDING} connections waiting to say who they are: \
+             closed {closed} since the last such line (the oldest of the user with the most \
+             waiting; last: uid {uid})"
+        ));
+    }
+
     fn read_pending(&mut self, index: usize) {
         let Some(p) = self.pending.get_mut(index) else {
             return;
@@ -652,7 +686,8 @@ impl Service {
                 }
                 let registration = Registration {
                     claimed_pid,
-                    name,
+                    // Printed on terminals and written in the archive.
+                    name: crate::manager::report::printable(&name).into_owned(),
                     known_categories,
                     accepts_ticks_per_second,
                 };
@@ -797,10 +832,22 @@ impl Service {
             .find(|(_, s)| !self.stopping && s.wants(&provider))
             .map(|(sid, _)| *sid);
         if !waits && session.is_none() {
+            // A program that registers once, as with `fxtrace record` (FXTRACE_SOCKET names
+            // this service, or an fxtrace older than the service): say why, to it and here.
+            let reason = "this is a trace service (fxtrace daemon) and none of its sessions is \
+                          running for this program: start one first (fxtrace start), or unset \
+                          FXTRACE_SOCKET so that the program follows the service and joins its \
+                          sessions as they start";
             self.log(format_args!(
-                "fxtrace daemon: provider {name:?} (pid {pid}) cannot wait for a session (an \
-                 fxtrace older than the service?) and no session is running for it: closed"
+                "fxtrace daemon: provider {name:?} (pid {pid}) registered to be traced now, \
+                 not to wait for a session, and no session is running for it: refused"
             ));
+            let _ = conn.send(
+                &Message::Refused {
+                    reason: reason.into(),
+                },
+                &[],
+            );
             return;
         }
         if waits {
@@ -976,16 +1023,29 @@ impl Service {
         let Some(c) = self.controllers.get_mut(&key).filter(|c| !c.closing) else {
             return;
         };
-        let msg = match what.to_message() {
-            Ok(msg) => msg,
-            Err(e) => {
-                let error = FromService::Reply(Reply::Error {
-                    error: format!("the answer does not fit in a message ({e}): ask for fewer providers with --name or --pid"),
-                });
-                match error.to_message() {
-                    Ok(msg) => msg,
-                    Err(_) => return,
-                }
+        // Too large for one message: lists are cut (the reply counts what it leaves out).
+        let mut shrunk = None;
+        let msg = loop {
+            let attempt = shrunk.as_ref().unwrap_or(what);
+            let error = match attempt.to_message() {
+                Ok(msg) => break msg,
+                Err(e) => e,
+            };
+            let mut smaller = attempt.clone();
+            let cut = match &mut smaller {
+                FromService::Reply(reply) => reply.shrink(),
+                FromService::Event(_) => false,
+            };
+            if cut {
+                shrunk = Some(smaller);
+                continue;
+            }
+            let error = FromService::Reply(Reply::Error {
+                error: format!("the answer does not fit in a message ({error})"),
+            });
+            match error.to_message() {
+                Ok(msg) => break msg,
+                Err(_) => return,
             }
         };
         if let Err(e) = c.conn.queue(&msg) {
@@ -1013,11 +1073,23 @@ impl Service {
         match request {
             Request::Providers {} => {
                 let providers = self.visible_providers(&peer);
-                self.reply(key, Reply::Providers { providers });
+                self.reply(
+                    key,
+                    Reply::Providers {
+                        providers,
+                        omitted: 0,
+                    },
+                );
             }
             Request::Categories {} => {
                 let categories = self.categories(&peer);
-                self.reply(key, Reply::Categories { categories });
+                self.reply(
+                    key,
+                    Reply::Categories {
+                        categories,
+                        omitted: 0,
+                    },
+                );
             }
             Request::Status {} => {
                 let report = StatusReport {
@@ -1031,11 +1103,15 @@ impl Service {
                         .filter(|s| self.config.policy.may_control(&peer, s.owner_uid).is_ok())
                         .map(|s| s.info.lock().unwrap_or_else(|p| p.into_inner()).clone())
                         .collect(),
+                    providers_omitted: 0,
                 };
                 self.reply(key, Reply::Status(report));
             }
             Request::Start(start) => {
                 let output = fds.pop().map(File::from);
+                if let Some(Err(error)) = output.as_ref().map(writable_regular_file) {
+                    return self.reply(key, Reply::Error { error });
+                }
                 match start.session {
                     Some(id) => self.restart(key, &peer, id, &start, output),
                     None => self.start(key, &peer, *start, output),
@@ -1081,18 +1157,25 @@ impl Service {
                 policy.may_control(peer, s.owner_uid)?;
                 Ok(id)
             }
+            // Unnamed: the caller's own session, never another user's (an administrator names
+            // those with --session).
             None => {
                 let mine: Vec<u32> = self
                     .sessions
                     .iter()
-                    .filter(|(_, s)| policy.may_control(peer, s.owner_uid).is_ok())
+                    .filter(|(_, s)| s.owner_uid == peer.cred.uid)
                     .map(|(id, _)| *id)
                     .collect();
+                let others = self.sessions.len() - mine.len();
                 match mine.as_slice() {
                     [id] => Ok(*id),
+                    [] if others > 0 => Err(format!(
+                        "you have no session running; {others} of other users are (fxtrace \
+                         status lists those you may control: name one with --session)"
+                    )),
                     [] => Err("no session is running (fxtrace start starts one)".into()),
                     ids => Err(format!(
-                        "{} sessions are running ({ids:?}): say which with --session",
+                        "{} of your sessions are running ({ids:?}): say which with --session",
                         ids.len()
                     )),
                 }
@@ -1230,7 +1313,11 @@ impl Service {
             records_written: 0,
             bytes_written: 0,
             records_dropped: 0,
-            output: start.output.clone().unwrap_or_default(),
+            output: crate::manager::archive::truncate_str(
+                start.output.as_deref().unwrap_or_default(),
+                fxtrace::protocol::control::MAX_OUTPUT_NAME_LEN,
+            )
+            .to_owned(),
             owner_uid: uid,
             detached: start.detach,
             problems: Vec::new(),
@@ -1557,4 +1644,36 @@ pub fn systemd_listen_fd() -> Option<OwnedFd> {
     // SAFETY: systemd passes the listening socket as descriptor 3 (SD_LISTEN_FDS_START) to
     // this process (LISTEN_PID matched), and it is open; nothing else in the process owns it.
     Some(unsafe { OwnedFd::from_raw_fd(3) })
+}
+
+/// Whether a controller's output is a regular file open for writing: anything else (a pipe
+/// or FIFO kept full, a socket, a terminal) could block the writes of the session, and a
+/// descriptor open only for reading would lose the trace.
+fn writable_regular_file(file: &File) -> Result<(), String> {
+    use std::os::unix::fs::FileTypeExt;
+    let kind = file
+        .metadata()
+        .map_err(|e| format!("the output file handed over cannot be examined: {e}"))?
+        .file_type();
+    if !kind.is_file() {
+        let what = if kind.is_fifo() {
+            "a pipe or FIFO"
+        } else if kind.is_socket() {
+            "a socket"
+        } else if kind.is_char_device() || kind.is_block_device() {
+            "a device"
+        } else {
+            "not a regular file"
+        };
+        return Err(format!(
+            "the output handed over is {what}: give -o a regular file (fxtrace start opens one)"
+        ));
+    }
+    let flags = nix::fcntl::fcntl(file, nix::fcntl::FcntlArg::F_GETFL)
+        .map_err(|e| format!("the output file handed over cannot be examined: {e}"))?;
+    let mode = flags & libc::O_ACCMODE;
+    if mode != libc::O_WRONLY && mode != libc::O_RDWR {
+        return Err("the output file handed over is not open for writing".into());
+    }
+    Ok(())
 }

@@ -92,11 +92,17 @@ pub enum Reply {
     Providers {
         /// Registered providers.
         providers: Vec<ProviderInfo>,
+        /// Providers left out: the whole list would not fit in one message.
+        #[serde(default)]
+        omitted: u32,
     },
     /// `categories`.
     Categories {
         /// Known categories, sorted, without duplicates.
         categories: Vec<String>,
+        /// Categories left out: the whole list would not fit in one message.
+        #[serde(default)]
+        omitted: u32,
     },
     /// `start`: the session is tracing.
     Started {
@@ -209,6 +215,35 @@ pub struct StatusReport {
     pub providers: Vec<ProviderInfo>,
     /// Sessions (those the controller may see).
     pub sessions: Vec<SessionInfo>,
+    /// Providers left out: the whole list would not fit in one message.
+    #[serde(default)]
+    pub providers_omitted: u32,
+}
+
+impl Reply {
+    /// Leave out the back half of this reply's list (providers or categories), counted in
+    /// its `omitted`, for a reply too large for one message. `false` when there is nothing
+    /// left to leave out.
+    pub fn shrink(&mut self) -> bool {
+        fn halve<T>(list: &mut Vec<T>, omitted: &mut u32) -> bool {
+            if list.is_empty() {
+                return false;
+            }
+            let keep = list.len() / 2;
+            *omitted = omitted.saturating_add((list.len() - keep) as u32);
+            list.truncate(keep);
+            true
+        }
+        match self {
+            Reply::Providers { providers, omitted } => halve(providers, omitted),
+            Reply::Categories {
+                categories,
+                omitted,
+            } => halve(categories, omitted),
+            Reply::Status(report) => halve(&mut report.providers, &mut report.providers_omitted),
+            _ => false,
+        }
+    }
 }
 
 /// A document that is not a message of this protocol.
@@ -254,6 +289,42 @@ impl FromService {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_reply_too_large_for_a_message_is_cut_and_counts_what_it_left_out() {
+        let providers: Vec<ProviderInfo> = (0..20_000)
+            .map(|i| ProviderInfo {
+                id: i,
+                pid: i,
+                name: format!("provider-with-a-long-name-{i:040}"),
+                uid: 0,
+                state: "idle".into(),
+            })
+            .collect();
+        let mut reply = Reply::Providers {
+            providers,
+            omitted: 0,
+        };
+        assert!(FromService::Reply(reply.clone()).to_message().is_err());
+        while FromService::Reply(reply.clone()).to_message().is_err() {
+            assert!(reply.shrink());
+        }
+        let Reply::Providers { providers, omitted } = &reply else {
+            unreachable!()
+        };
+        assert!(!providers.is_empty() && *omitted > 0);
+        assert_eq!(providers.len() + *omitted as usize, 20_000);
+        // Older replies without the count still parse.
+        let old = r#"{"reply":"categories","categories":["a"]}"#;
+        assert_eq!(
+            serde_json::from_str::<Reply>(old).unwrap(),
+            Reply::Categories {
+                categories: vec!["a".into()],
+                omitted: 0
+            }
+        );
+        assert!(!Reply::Terminated { session: 1 }.shrink());
+    }
 
     #[test]
     fn requests_round_trip_and_unknown_fields_are_refused() {
