@@ -14,6 +14,9 @@ pub mod clock;
 pub mod engine;
 pub mod fd_guard;
 pub mod format;
+/// fxtrace's own threads (for the preload object; not a stable API).
+#[doc(hidden)]
+pub mod helper_thread;
 #[doc(hidden)]
 pub mod instrument;
 pub mod protocol;

@@ -1,13 +1,16 @@
-//! `pthread_exit`, interposed: a program whose `main` ends with `pthread_exit` ends when its
-//! last thread ends, as it does without the object.
+//! A program whose main thread ends without ending the process (`pthread_exit`, `thrd_exit`,
+//! or a cancellation) ends when its last thread ends, as it does without the object.
 //!
 //! glibc ends such a process (`exit(0)`, `atexit` handlers run) when the last thread of the
-//! process ends. The object's own threads (`fxtrace-provider`, `-capture`, `-preload`,
-//! `-service`) never end on their own, so without this the process would outlive its
-//! program forever, and with every signal blocked in those threads, a `SIGTERM` could not end
-//! it either. When the main thread calls `pthread_exit`, a watcher thread starts; once the
-//! main thread has ended and only threads named `fxtrace-…` are left, it calls `exit(0)`,
-//! which flushes the trace as any exit does.
+//! process ends. The object's own threads (`fxtrace::helper_thread`: the provider's, the
+//! capture's, the flusher, the service follower) never end on their own, so without this the
+//! process would outlive its program forever, and with every signal blocked in those threads,
+//! a `SIGTERM` could not end it either.
+//!
+//! The constructor gives the main thread a thread-specific value ([`arm`]) whose destructor
+//! glibc runs when the main thread ends that way, never at `exit`. It starts a watcher
+//! thread; once the main thread has ended and only fxtrace's threads are left (known by
+//! thread id), the watcher calls `exit(0)`, which flushes the trace as any exit does.
 
 use std::ffi::c_void;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -15,37 +18,33 @@ use std::time::Duration;
 
 use crate::log::log;
 
-/// The name prefix of every thread this object (and the fxtrace library in it) starts.
-const HELPER_PREFIX: &[u8] = b"fxtrace-";
-
 /// The watcher's first and longest wait between two looks at `/proc/self/task`.
 const FIRST_WAIT: Duration = Duration::from_millis(1);
 const LONGEST_WAIT: Duration = Duration::from_millis(50);
 
-type PthreadExit = unsafe extern "C" fn(*mut c_void) -> !;
-
-/// `pthread_exit(3)`: from the main thread, first start the watcher (once).
-///
-/// # Safety
-/// As `pthread_exit`: ends the calling thread.
-#[no_mangle]
-pub unsafe extern "C" fn pthread_exit(retval: *mut c_void) -> ! {
+/// On the main thread (the constructor's, under `LD_PRELOAD`): have its end start the
+/// watcher. Elsewhere (a `dlopen` from another thread) nothing is armed.
+pub(crate) fn arm() {
     // SAFETY: getpid and gettid have no preconditions.
-    if unsafe { libc::gettid() == libc::getpid() } {
-        // A panic must not unwind into the program.
-        fxtrace::c_api::catch_panic(start_watcher);
+    if unsafe { libc::gettid() != libc::getpid() } {
+        return;
     }
-    // SAFETY: a valid C string; RTLD_NEXT looks past this object.
-    let next = unsafe { libc::dlsym(libc::RTLD_NEXT, c"pthread_exit".as_ptr()) };
-    if !next.is_null() {
-        // SAFETY: libc's `pthread_exit` has this signature and does not return.
-        unsafe { std::mem::transmute::<*mut c_void, PthreadExit>(next)(retval) }
+    let mut key: libc::pthread_key_t = 0;
+    // SAFETY: `key` is valid storage; the destructor is an `extern "C"` function that lives
+    // as long as the object (linked with `-z nodelete`).
+    if unsafe { libc::pthread_key_create(&mut key, Some(main_thread_ending)) } != 0 {
+        log!("no watch for the end of the main thread (pthread_key_create failed)");
+        return;
     }
-    // No next definition (cannot happen with glibc): end the thread without its cleanup.
-    loop {
-        // SAFETY: exit ends the calling thread only.
-        unsafe { libc::syscall(libc::SYS_exit, 0) };
-    }
+    // SAFETY: a key just created; the value is only a non-null marker (never dereferenced),
+    // without which glibc does not call the destructor.
+    unsafe { libc::pthread_setspecific(key, std::ptr::NonNull::<u8>::dangling().as_ptr().cast()) };
+}
+
+/// The main thread's thread-specific destructor: it is ending without ending the process.
+extern "C" fn main_thread_ending(_: *mut c_void) {
+    // A panic must not unwind into glibc.
+    fxtrace::c_api::catch_panic(start_watcher);
 }
 
 /// Start the watcher thread, once per process.
@@ -55,23 +54,18 @@ fn start_watcher() {
     if STARTED.swap(true, Ordering::Relaxed) {
         return;
     }
-    let spawned = std::thread::Builder::new()
-        .name("fxtrace-exit".into())
-        .spawn(watch);
-    if let Err(e) = spawned {
-        log!("the main thread called pthread_exit, but no watcher thread ({e}): the process will not end by itself once its threads have");
+    if let Err(e) = fxtrace::helper_thread::spawn("fxtrace-exit", watch) {
+        log!("the main thread ended, but no watcher thread ({e}): the process will not end by itself once its threads have");
     }
 }
 
 /// Wait until the program's own threads are gone, then end the process as glibc would.
 fn watch() {
-    // SAFETY: gettid has no preconditions.
-    let own = unsafe { libc::gettid() };
     let mut wait = FIRST_WAIT;
     loop {
         std::thread::sleep(wait);
         wait = (wait * 2).min(LONGEST_WAIT);
-        if only_helpers_left(own) {
+        if only_helpers_left(&fxtrace::helper_thread::tids()) {
             log!("the program's last thread has ended: exit(0)");
             // SAFETY: exit runs the atexit handlers (the trace's flush among them) and ends
             // the process, as glibc does when the last thread ends.
@@ -80,9 +74,9 @@ fn watch() {
     }
 }
 
-/// Whether the main thread has ended and every other thread but `own` is a helper.
+/// Whether the main thread has ended and every other thread is one of `helpers`.
 /// Unreadable entries count as the program's (the process goes on).
-fn only_helpers_left(own: libc::pid_t) -> bool {
+fn only_helpers_left(helpers: &[libc::pid_t]) -> bool {
     // SAFETY: getpid has no preconditions.
     let leader = unsafe { libc::getpid() };
     if !main_thread_ended(leader) {
@@ -92,16 +86,10 @@ fn only_helpers_left(own: libc::pid_t) -> bool {
         return false;
     };
     tasks.into_iter().all(|entry| {
-        let Some(tid) = entry
+        entry
             .ok()
             .and_then(|e| e.file_name().to_str()?.parse::<libc::pid_t>().ok())
-        else {
-            return false;
-        };
-        tid == leader
-            || tid == own
-            || std::fs::read(format!("/proc/self/task/{tid}/comm"))
-                .is_ok_and(|comm| comm.starts_with(HELPER_PREFIX))
+            .is_some_and(|tid| tid == leader || helpers.contains(&tid))
     })
 }
 
@@ -141,6 +129,6 @@ mod tests {
         assert!(!main_thread_ended(leader));
         // The test harness's main thread is alive: never "only helpers left".
         // SAFETY: gettid has no preconditions.
-        assert!(!only_helpers_left(unsafe { libc::gettid() }));
+        assert!(!only_helpers_left(&[unsafe { libc::gettid() }]));
     }
 }

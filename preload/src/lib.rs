@@ -17,8 +17,8 @@
 //! `fxtrace_duration_begin`, …), implemented by [`fxtrace::c_api`].
 //!
 //! Options: one table of `FXTRACE_*` environment variables ([`opt`], `docs/preload.md`).
-//! Exit, fork and signals: [`hooks`]; exec: [`exec`]; a `main` that ends with `pthread_exit`:
-//! [`last_thread`]. The capture's records in the engine buffer: [`sink`].
+//! Exit, fork and signals: [`hooks`]; exec: [`exec`]; a main thread that ends before the
+//! process: [`last_thread`]. The capture's records in the engine buffer: [`sink`].
 //! The sequence at load and at exit: [`runtime`].
 
 // Unit tests do not install the constructor (the test binary must not register with a
@@ -27,7 +27,7 @@
 
 pub mod exec;
 mod hooks;
-pub mod last_thread;
+mod last_thread;
 mod log;
 mod opt;
 mod runtime;

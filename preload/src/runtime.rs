@@ -78,46 +78,17 @@ fn executable_name() -> String {
         .unwrap_or_else(|| "unknown".into())
 }
 
-/// Blocks every signal on the calling thread while alive, then restores the mask.
-///
-/// Threads inherit the signal mask of the thread that creates them. Created under this
-/// guard, the preload's threads (provider control, capture, flusher) never take a signal
-/// meant for the program: a process-directed signal goes to a thread that does not block it,
-/// so a helper thread with an open mask would run the program's handler on a thread the
-/// program does not know, or, for a signal the program blocks everywhere to `sigwait` for it,
-/// die of the default action instead.
-struct BlockSignals {
-    old: libc::sigset_t,
-}
-
-impl BlockSignals {
-    fn new() -> Self {
-        // SAFETY: zeroed sigset_t values are valid storage; sigfillset and pthread_sigmask
-        // only write them.
-        unsafe {
-            let mut all: libc::sigset_t = std::mem::zeroed();
-            let mut old: libc::sigset_t = std::mem::zeroed();
-            libc::sigfillset(&mut all);
-            libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
-            Self { old }
-        }
-    }
-}
-
-impl Drop for BlockSignals {
-    fn drop(&mut self) {
-        // SAFETY: restores the mask saved by `new` on the same thread (the guard is not Send:
-        // `sigset_t` holds no pointers, but the guard lives in `init`'s frame only).
-        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
-    }
-}
-
 /// The constructor's work (see the module docs). Never panics on purpose; the caller
 /// catches any panic anyway.
 pub(crate) fn init() {
-    // Every thread started below inherits a full mask; the loading thread's mask is back as
-    // it was when this returns.
-    let _signals = BlockSignals::new();
+    // Every thread started below is an `fxtrace::helper_thread`: it blocks every signal, so
+    // it never takes one meant for the program (a process-directed signal goes to a thread
+    // that does not block it: a helper with an open mask would run the program's handler on
+    // a thread the program does not know, or die of a signal the program blocks everywhere
+    // to `sigwait` for it).
+    // Whatever follows: a main thread that ends before the process does must not leave it
+    // running forever on fxtrace's threads.
+    crate::last_thread::arm();
     let (options, complaints) = opt::from_env();
     crate::log::set_enabled(options.log);
     log!("options: {}", opt::describe(&options));
@@ -208,9 +179,7 @@ pub(crate) fn init() {
     // Armed before the flusher starts, from the pipes it will own (the flusher never closes
     // them: see `Runtime::finish`).
     hooks::arm(&runtime.request, &runtime.done, options.flush);
-    let flusher = std::thread::Builder::new()
-        .name("fxtrace-preload".into())
-        .spawn(move || runtime.serve());
+    let flusher = fxtrace::helper_thread::spawn("fxtrace-preload", move || runtime.serve());
     if let Err(e) = flusher {
         hooks::disarm();
         log!("no exit flush (thread: {e}); the manager will salvage the buffer");
@@ -306,12 +275,10 @@ fn new_threads_run() -> bool {
         static PROBE: std::cell::Cell<u8> = const { std::cell::Cell::new(0) };
     }
     let (tx, rx) = std::sync::mpsc::channel();
-    let spawned = std::thread::Builder::new()
-        .name("fxtrace-probe".into())
-        .spawn(move || {
-            PROBE.with(|p| p.set(1));
-            let _ = tx.send(());
-        });
+    let spawned = fxtrace::helper_thread::spawn("fxtrace-probe", move || {
+        PROBE.with(|p| p.set(1));
+        let _ = tx.send(());
+    });
     spawned.is_ok() && rx.recv_timeout(Duration::from_millis(20)).is_ok()
 }
 

@@ -642,9 +642,7 @@ impl Capture {
         // Before `start` returns, so that what the caller does next (say, let the traced
         // program exec) is seen either in `/proc` now or by the enabled events.
         worker.prepare();
-        let thread = std::thread::Builder::new()
-            .name("fxtrace-capture".into())
-            .spawn(move || worker.run())
+        let thread = crate::helper_thread::spawn("fxtrace-capture", move || worker.run())
             .map_err(|e| CaptureError::Thread(format!("spawn: {e}")))?;
         Ok(Self {
             report,

@@ -288,6 +288,9 @@ struct State {
     oneshot_full: bool,
     /// Raw drop total at the last clearing start.
     dropped_base: u64,
+    /// `Inner::early_drops` at the same point: what the header's `dropped_before_start` counts
+    /// from.
+    early_base: u64,
     /// Whether anything may have been written since the data area was last zeroed.
     dirty: bool,
     categories: Arc<CategoryFilter>,
@@ -303,6 +306,8 @@ struct Armed {
     /// Raw drop total when armed: the start takes it as its base, so the drops counted while
     /// armed belong to the trace it begins.
     dropped_base: u64,
+    /// `Inner::early_drops` when armed, likewise.
+    early_base: u64,
 }
 
 static NEXT_CONTEXT_ID: AtomicU64 = AtomicU64::new(1);
@@ -359,6 +364,10 @@ pub(crate) struct Inner {
     /// ATOMICS: `Relaxed` counter; exact at stop because those attempts happen before the stop
     /// grace period's `Acquire` scan or not at all (tracing off).
     pub(crate) unslotted_drops: CachePadded<AtomicU64>,
+    /// Rules: of `unslotted_drops`, the calls [`Self::count_call_before_start`] counted
+    /// (before a start, or racing with one); `fetch_add` by any thread.
+    /// ATOMICS: `Relaxed` counter, as `unslotted_drops`.
+    early_drops: AtomicU64,
     /// Rules: mirrors `State::armed.is_some()`; written under the switch mutex, read by calls
     /// that found the trace not started, to decide whether to count them.
     /// ATOMICS: `Relaxed`: a hint; a call racing with `arm` or the start may miss it, as a
@@ -454,6 +463,7 @@ impl Context {
             fences: Fences::new(config.fence),
             slots: Arc::new(WriterSlots::new(slots)),
             unslotted_drops: CachePadded::new(AtomicU64::new(0)),
+            early_drops: AtomicU64::new(0),
             armed: AtomicBool::new(false),
             armed_categories: RwLock::new(None),
             ready: [AtomicBool::new(false), AtomicBool::new(true)],
@@ -474,6 +484,7 @@ impl Context {
                 durable_full_at: None,
                 oneshot_full: false,
                 dropped_base: 0,
+                early_base: 0,
                 dirty: false,
                 categories: Arc::new(CategoryFilter::all()),
                 last_fence_error: None,
@@ -528,6 +539,7 @@ impl Context {
             None => {
                 st.armed = Some(Armed {
                     dropped_base: inner.raw_dropped(),
+                    early_base: inner.early_drops(),
                 });
                 // ATOMICS: `Relaxed`: see `Inner::armed`; call sites reach the context (and
                 // count) once `category::tracing_maybe_on` says so.
@@ -555,12 +567,21 @@ impl Context {
     /// effort: on failure (no memory for the whole buffer now) the writers fault pages in as
     /// they go. Returns the bytes faulted in.
     pub fn prefault(&self) -> u64 {
+        // ATOMICS: `Relaxed`: only a hint to stop early; a stale value costs one slice.
+        self.prefault_trace(gate_generation(self.inner.gate.load(Ordering::Relaxed)))
+    }
+
+    /// [`Self::prefault`] for the trace of generation `trace`: it stops when that one does (a
+    /// later start has a prefault of its own). Faulting a page in changes no byte, so a slice
+    /// that overlaps the next start's zeroing leaves the buffer as that zeroing makes it.
+    fn prefault_trace(&self, trace: u32) -> u64 {
         let inner = &*self.inner;
         let size = inner.buffer.size();
         let mut offset = 0;
         while offset < size {
             // ATOMICS: `Relaxed`: only a hint to stop early; a stale value costs one slice.
-            if inner.gate.load(Ordering::Relaxed) & GATE_STARTED == 0 {
+            let gate = inner.gate.load(Ordering::Relaxed);
+            if gate & GATE_STARTED == 0 || gate_generation(gate) != trace {
                 break;
             }
             let len = PREFAULT_SLICE.min(size - offset);
@@ -623,12 +644,13 @@ impl Context {
         let raw_dropped = inner.raw_dropped();
         // The calls an armed context counted since `arm` are drops of the trace this start
         // begins; those counted from here on are too (they stay above its base).
-        let (raw_dropped, dropped_before_start) = match &st.armed {
+        let (raw_dropped, dropped_before_start, early_base) = match &st.armed {
             Some(armed) => (
                 armed.dropped_base,
                 raw_dropped.saturating_sub(armed.dropped_base),
+                armed.early_base,
             ),
-            None => (raw_dropped, 0),
+            None => (raw_dropped, 0, inner.early_drops()),
         };
         match mode {
             StartMode::ClearEntire => {
@@ -648,11 +670,13 @@ impl Context {
                 inner.thread_index.store(1, Ordering::Relaxed);
                 inner.reset_rolling(&mut st)?;
                 st.dropped_base = raw_dropped;
+                st.early_base = early_base;
                 header.store_dropped_at_start(dropped_before_start);
             }
             StartMode::ClearNondurable => {
                 inner.reset_rolling(&mut st)?;
                 st.dropped_base = raw_dropped;
+                st.early_base = early_base;
                 header.store_dropped_at_start(dropped_before_start);
             }
             StartMode::Retain => {}
@@ -1003,6 +1027,24 @@ impl Inner {
         self.slots.dropped_total() + self.unslotted_drops.load(Ordering::Relaxed)
     }
 
+    fn early_drops(&self) -> u64 {
+        // ATOMICS: `Relaxed` counter; see the field.
+        self.early_drops.load(Ordering::Relaxed)
+    }
+
+    /// The header's exact drop counts for the trace `st` describes (at a switch or a stop):
+    /// `num_records_dropped`, and of those, `dropped_before_start`.
+    fn store_drop_counts(&self, st: &State) {
+        let header = self.header();
+        // ATOMICS: `Release`, for a manager reading after a save request, stop or crash.
+        header
+            .num_records_dropped
+            .store(self.raw_dropped() - st.dropped_base, Ordering::Release);
+        header
+            .dropped_before_start
+            .store(self.early_drops() - st.early_base, Ordering::Release);
+    }
+
     /// A call found the trace not started: if the context is armed and `category` (`None`: a
     /// direct writer, no category) is one the coming trace enables, count it as a dropped
     /// record of that trace. Off the record path: only calls between [`Context::arm`] and the
@@ -1027,6 +1069,12 @@ impl Inner {
         };
         drop(categories);
         if counted {
+            // ATOMICS: `Relaxed` counter, see `early_drops`; the header's running count as
+            // `publish_drop`'s (exact at every switch and stop).
+            self.early_drops.fetch_add(1, Ordering::Relaxed);
+            self.header()
+                .dropped_before_start
+                .fetch_add(1, Ordering::Relaxed);
             self.count_unslotted_drop();
         }
     }
@@ -1116,7 +1164,7 @@ impl Inner {
         header
             .wrapped_count
             .store(st.wrapped_count, Ordering::Release);
-        header.num_records_dropped.store(dropped, Ordering::Release);
+        self.store_drop_counts(st);
         // Every writer has left, so a pending retirement is complete: streaming hands the
         // buffer over now (before the caller reports stopped), circular frees it.
         let mut notification = None;
@@ -1172,6 +1220,21 @@ mod tests {
         assert_eq!(chunk_size_for(20_000, 16 << 20), 16 * 1024);
         assert_eq!(chunk_size_for(1, 16 << 20), 64);
         assert_eq!(chunk_size_for(1 << 40, 1 << 30), 1 << 28);
+    }
+
+    #[test]
+    fn a_prefault_ends_with_its_trace() {
+        let buffer = TraceBuffer::create(1 << 20).unwrap();
+        let ctx = Context::new(buffer, ContextConfig::default(), Arc::new(NoHandler)).unwrap();
+        ctx.start(StartMode::ClearEntire, CategoryFilter::all())
+            .unwrap();
+        let first = gate_generation(ctx.inner.gate.load(Ordering::Relaxed));
+        assert_eq!(ctx.prefault_trace(first), 1 << 20);
+        ctx.stop(Duration::from_secs(5)).unwrap();
+        ctx.start(StartMode::Retain, CategoryFilter::all()).unwrap();
+        assert_eq!(ctx.prefault_trace(first), 0, "the first trace is over");
+        assert_eq!(ctx.prefault(), 1 << 20, "the second one's");
+        ctx.stop(Duration::from_secs(5)).unwrap();
     }
 
     #[test]

@@ -194,9 +194,7 @@ impl Inner {
         header
             .wrapped_count
             .store(st.wrapped_count, Ordering::Release);
-        header
-            .num_records_dropped
-            .store(self.raw_dropped() - st.dropped_base, Ordering::Release);
+        self.store_drop_counts(st);
         // ATOMICS: `Release`: see `ready`.
         self.ready[current].store(false, Ordering::Release);
         // Pins for the new lap, then the gate, then the allocator word (which opens the lap;

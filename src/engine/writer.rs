@@ -210,6 +210,8 @@ pub(crate) fn adopt_chunk(inner: &Arc<Inner>, pos: *mut u64, end: *mut u64, gate
             return;
         }
         t.chunk.set(Chunk { pos, end, gate });
+        // A one-chunk run of the new trace: the thread's runs grow again from there.
+        t.next_run.set(1);
     });
 }
 
@@ -942,7 +944,11 @@ impl<'c> Writer<'c> {
                 return Some((chunk.pos, chunk.end, SlotKind::Chunk));
             }
             // The thread's next run, longer if the record needs it; a record too large for any
-            // run of a thread gets a run of its own (after the thread's run in the buffer).
+            // run of a thread gets a run of its own (after the thread's run in the buffer). A
+            // thread new to this trace starts again from one chunk.
+            if gate_generation(chunk.gate) != gate_generation(gate) {
+                self.thread.next_run.set(1);
+            }
             let longest = self.inner.rolling.thread_run_chunks();
             let chunks = (needed.div_ceil(chunk_bytes) as u64).max(self.thread.next_run.get());
             let own_run = chunks <= longest;

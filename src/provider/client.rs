@@ -194,19 +194,19 @@ impl Shared {
         // The initialization record is written by the start itself, before the gate opens
         // (the context may already be installed and other threads calling): at the first
         // start whatever the disposition, and after every start that cleared it.
-        match start_trace(&self.context, mode, filter) {
-            Ok(_) => {}
+        let started_now = match start_trace(&self.context, mode, filter) {
+            Ok(_) => true,
             // Already tracing: answer STARTED again so the manager does not wait.
             Err(EngineError::BadState {
                 state: TraceState::Started,
                 ..
-            }) => {}
+            }) => false,
             Err(e) => {
                 // No STARTED: the manager's start timeout reports this provider.
                 self.lock().end_reason = Some(format!("start failed: {e}"));
                 return;
             }
-        }
+        };
         {
             let mut status = self.lock();
             status.starts += 1;
@@ -216,10 +216,10 @@ impl Shared {
         // Once the program and the manager know the trace started (it is open to writers),
         // and on a thread of its own, so that a large buffer delays no Stop.
         // Without that thread (none could start), the writers fault the pages in as they go.
-        let context = self.context.clone();
-        let _ = std::thread::Builder::new()
-            .name("fxtrace-prefault".into())
-            .spawn(move || context.prefault());
+        if started_now {
+            let context = self.context.clone();
+            let _ = crate::helper_thread::spawn("fxtrace-prefault", move || context.prefault());
+        }
     }
 
     /// Stop tracing (if it is on) and, when `report` or tracing was on, send STOPPED. Returns
@@ -451,10 +451,10 @@ impl Provider {
         let thread = {
             let shared = shared.clone();
             let waker = waker.clone();
-            std::thread::Builder::new()
-                .name("fxtrace-provider".into())
-                .spawn(move || control_loop(&shared, conn, control, &waker))
-                .map_err(ProviderError::Thread)?
+            crate::helper_thread::spawn("fxtrace-provider", move || {
+                control_loop(&shared, conn, control, &waker)
+            })
+            .map_err(ProviderError::Thread)?
         };
         super::set_current(&shared);
         if options.exit_hook {

@@ -185,10 +185,10 @@ pub fn follow_service(
         let shared = shared.clone();
         let name = name.to_owned();
         let options = options.clone();
-        std::thread::Builder::new()
-            .name("fxtrace-service".into())
-            .spawn(move || run(&shared, &name, &options, &paths, on_session, Some(first)))
-            .map_err(ProviderError::Thread)?;
+        crate::helper_thread::spawn("fxtrace-service", move || {
+            run(&shared, &name, &options, &paths, on_session, Some(first))
+        })
+        .map_err(ProviderError::Thread)?;
     }
     *slot = Some(shared.clone());
     drop(slot);

@@ -80,6 +80,40 @@ fn calls_before_the_start_of_an_armed_context_are_counted_as_dropped() {
 }
 
 #[test]
+fn drops_before_a_retaining_start_or_with_no_start_are_told_apart_in_the_header() {
+    let _serial = serial();
+    // A retaining start (the trace's buffer is kept): the header still says the drops were
+    // before the start, not a full buffer.
+    let context = armed_context(&["app"]);
+    global::install(context.clone()).expect("no other context installed");
+    for _ in 0..3 {
+        instant("app", "before", Scope::Thread, &[]);
+    }
+    assert!(start_trace(&context, StartMode::Retain, CategoryFilter::new(["app"])).unwrap());
+    instant("app", "after the start", Scope::Thread, &[]);
+    let context = global::uninstall().expect("uninstall").expect("installed");
+    context.stop(Duration::from_secs(5)).expect("stop");
+    let header = context.buffer().header().load();
+    assert_eq!(
+        (header.num_records_dropped, header.dropped_before_start()),
+        (3, 3)
+    );
+
+    // Armed, never started (the program ended before its start came): the running counts.
+    let context = armed_context(&["app"]);
+    global::install(context.clone()).expect("no other context installed");
+    instant("app", "before", Scope::Thread, &[]);
+    instant("app", "before", Scope::Thread, &[]);
+    let header = context.buffer().header().load();
+    assert_eq!(
+        (header.num_records_dropped, header.dropped_before_start()),
+        (2, 2)
+    );
+    let context = global::uninstall().expect("uninstall").expect("installed");
+    assert_eq!(context.disarm(), 2);
+}
+
+#[test]
 fn a_disarmed_context_counts_nothing_more() {
     let _serial = serial();
     let context = armed_context(&[]);

@@ -188,6 +188,43 @@ fn prefault_runs_only_while_the_trace_is_started() {
 }
 
 #[test]
+fn a_threads_runs_grow_again_from_one_chunk_in_each_trace() {
+    use fxtrace::buffer::header::{parse_chunk_tag, BufferGeometry, HEADER_SIZE};
+    let chunk = DEFAULT_CHUNK_SIZE;
+    let size = 1 << 20;
+    let ctx = context(BufferingMode::Oneshot, size, chunk, FencePolicy::Auto);
+    // The run lengths of the chunk tags of the rolling buffer, in order.
+    let runs = |ctx: &Context| {
+        let bytes = snapshot(ctx.buffer());
+        let g = BufferGeometry::compute(BufferingMode::Oneshot, size).unwrap();
+        let base = (HEADER_SIZE + g.durable_buffer_size) as usize;
+        let mut runs = Vec::new();
+        let mut at = base;
+        while at + 8 <= bytes.len() {
+            let word = u64::from_le_bytes(bytes[at..at + 8].try_into().unwrap());
+            match parse_chunk_tag(word) {
+                Some((_, run)) => {
+                    runs.push(run);
+                    at += usize::from(run) * chunk as usize;
+                }
+                None => at += chunk as usize,
+            }
+        }
+        runs
+    };
+    for trace in 0..2 {
+        ctx.start(StartMode::ClearEntire, CategoryFilter::all())
+            .unwrap();
+        for seq in 0..2000 {
+            assert!(try_write(&ctx, 1, seq, 4, false));
+        }
+        ctx.stop(STOP).unwrap();
+        let runs = runs(&ctx);
+        assert_eq!(&runs[..6], &[1, 2, 4, 8, 16, 16], "trace {trace}: {runs:?}");
+    }
+}
+
+#[test]
 fn oneshot_stress_with_seqcst_fences() {
     oneshot_stress(FencePolicy::SeqCstFences);
 }

@@ -174,52 +174,92 @@ fn the_c_example_runs_untraced_without_a_manager() {
     );
 }
 
-/// A program whose `main` ends with `pthread_exit` while a thread of its own runs on.
+/// A program whose main thread ends before its process, while a thread of its own runs on:
+/// by `pthread_exit`, `thrd_exit`, or a cancellation; `sigwait`: the thread left blocks
+/// SIGUSR1, sends it to the process and waits for it (a helper with an open mask would die
+/// of it).
 const MAIN_LEAVES_FIRST: &str = r#"
+#define _GNU_SOURCE
 #include <pthread.h>
+#include <signal.h>
 #include <stdio.h>
+#include <string.h>
+#include <threads.h>
 #include <time.h>
+#include <unistd.h>
+
+static pthread_t main_thread;
+static const char* mode;
+
+static void nap(void) {
+    struct timespec ts = {0, 100000000};
+    nanosleep(&ts, NULL);
+}
 
 static void* late(void* arg) {
     (void)arg;
-    struct timespec ts = {0, 100000000};
-    nanosleep(&ts, NULL);
+    if (!strcmp(mode, "cancel")) pthread_cancel(main_thread);
+    nap();
+    if (!strcmp(mode, "sigwait")) {
+        sigset_t set;
+        int sig = 0;
+        sigemptyset(&set);
+        sigaddset(&set, SIGUSR1);
+        pthread_sigmask(SIG_BLOCK, &set, NULL);
+        kill(getpid(), SIGUSR1);
+        sigwait(&set, &sig);
+        printf("sigwait got %d\n", sig);
+    }
     printf("late thread done\n");
     return NULL;
 }
 
-int main(void) {
+int main(int argc, char** argv) {
+    mode = argc > 1 ? argv[1] : "pthread_exit";
+    main_thread = pthread_self();
     pthread_t t;
     pthread_create(&t, NULL, late, NULL);
     printf("main leaves\n");
     fflush(stdout);
+    if (!strcmp(mode, "thrd_exit")) thrd_exit(0);
+    if (!strcmp(mode, "cancel")) for (;;) pause();
     pthread_exit(NULL);
 }
 "#;
 
 #[test]
-fn a_main_ending_with_pthread_exit_ends_with_its_last_thread() {
+fn a_main_thread_that_ends_first_ends_the_process_with_its_last_thread() {
     let Some(_) = cc() else {
         println!("skipped: no C compiler (cc, gcc or clang)");
         return;
     };
     let dir = tempfile::tempdir().unwrap();
     let exe = compile_c(dir.path(), "main_leaves", MAIN_LEAVES_FIRST, false);
-    let exe = exe.to_str().unwrap();
+    // A program whose name starts like fxtrace's threads' is not taken for one of them.
+    let lookalike = dir.path().join("fxtrace-demo");
+    std::fs::copy(&exe, &lookalike).unwrap();
     let socket = dir.path().join("nobody.sock");
-    let plain = run(exe, &[], false, &socket, &[]);
-    assert_eq!(
-        String::from_utf8_lossy(&plain.stdout),
-        "main leaves\nlate thread done\n"
-    );
-    // Without a manager (the object follows the trace service, which is not there either),
-    // and with FXTRACE_SOCKET unset: the process ends when its late thread does, status 0.
-    let preloaded = run(exe, &[], true, &socket, &[]);
-    assert_same("pthread_exit from main", &plain, &preloaded);
-    let mut unset = Command::new(exe);
-    unset
-        .env_remove("FXTRACE_SOCKET")
-        .env("LD_PRELOAD", preload_lib());
-    let unset = output_within(&mut unset, RUN_LIMIT);
-    assert_same("pthread_exit from main, no FXTRACE_SOCKET", &plain, &unset);
+    for (program, mode) in [
+        (&exe, "pthread_exit"),
+        (&exe, "thrd_exit"),
+        (&exe, "cancel"),
+        (&exe, "sigwait"),
+        (&lookalike, "pthread_exit"),
+    ] {
+        let program = program.to_str().unwrap();
+        let plain = run(program, &[mode], false, &socket, &[]);
+        assert!(
+            String::from_utf8_lossy(&plain.stdout).ends_with("late thread done\n"),
+            "{mode}: {plain:?}"
+        );
+        // FXTRACE_SOCKET unset: the object follows the trace service (absent), with threads
+        // of its own that never end.
+        let mut unset = Command::new(program);
+        unset
+            .arg(mode)
+            .env_remove("FXTRACE_SOCKET")
+            .env("LD_PRELOAD", preload_lib());
+        let unset = output_within(&mut unset, RUN_LIMIT);
+        assert_same(&format!("{program} {mode}"), &plain, &unset);
+    }
 }

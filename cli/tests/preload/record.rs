@@ -364,7 +364,7 @@ fn return_and_exit_with_a_code_flush() {
 }
 
 #[test]
-fn a_main_ending_with_pthread_exit_ends_with_its_last_thread() {
+fn a_main_thread_ending_with_pthread_exit_ends_with_its_last_thread() {
     // glibc ends the process when its last thread ends; the object's own threads must not
     // keep it alive (they never end by themselves).
     let Some((code, flushed, salvaged, s, provider)) = ending("pthread_exit", &[]) else {

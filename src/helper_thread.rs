@@ -1,0 +1,127 @@
+//! fxtrace's own threads: a provider's control thread, the trace-service follower, the
+//! capture thread, the buffer prefault, the preload object's flusher and watcher.
+//!
+//! Each starts with every signal blocked, so that a signal sent to the process always reaches
+//! one of the program's threads (a program that blocks a signal everywhere to `sigwait` for it
+//! still gets it), and is known by its thread id while it runs, so that the preload object can
+//! tell when only fxtrace's threads are left ([`tids`]).
+
+use std::io;
+use std::sync::Mutex;
+use std::thread::JoinHandle;
+
+/// Thread ids of the helper threads running now.
+static RUNNING: Mutex<Vec<libc::pid_t>> = Mutex::new(Vec::new());
+
+/// Spawn `f` on a helper thread named `name` (at most 15 bytes are shown by the kernel).
+pub fn spawn<F, T>(name: &str, f: F) -> io::Result<JoinHandle<T>>
+where
+    F: FnOnce() -> T + Send + 'static,
+    T: Send + 'static,
+{
+    // The new thread inherits the mask in force when it is created.
+    let _blocked = AllSignalsBlocked::new();
+    std::thread::Builder::new()
+        .name(name.to_owned())
+        .spawn(move || {
+            let _running = Running::new();
+            f()
+        })
+}
+
+/// Thread ids of the helper threads running now. A helper that has just started or is just
+/// ending may be missing: callers that count threads as the program's err on the side of a
+/// program thread.
+pub fn tids() -> Vec<libc::pid_t> {
+    RUNNING.lock().unwrap_or_else(|p| p.into_inner()).clone()
+}
+
+/// The calling thread, listed in [`RUNNING`] while this lives.
+struct Running(libc::pid_t);
+
+impl Running {
+    fn new() -> Self {
+        // SAFETY: gettid has no preconditions and cannot fail.
+        let tid = unsafe { libc::gettid() };
+        RUNNING.lock().unwrap_or_else(|p| p.into_inner()).push(tid);
+        Self(tid)
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        let mut running = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(i) = running.iter().position(|&t| t == self.0) {
+            running.swap_remove(i);
+        }
+    }
+}
+
+/// Every signal blocked in the calling thread while this lives; its mask restored after.
+pub(crate) struct AllSignalsBlocked {
+    old: libc::sigset_t,
+    /// `!Send`: the mask is restored on the thread that changed it.
+    _not_send: std::marker::PhantomData<*const ()>,
+}
+
+impl AllSignalsBlocked {
+    /// Block every signal in the calling thread.
+    pub(crate) fn new() -> Self {
+        // SAFETY: zeroed sigset_t values are valid storage; sigfillset and pthread_sigmask
+        // only write them (pthread_sigmask cannot fail with a valid `how`).
+        unsafe {
+            let mut all: libc::sigset_t = std::mem::zeroed();
+            let mut old: libc::sigset_t = std::mem::zeroed();
+            libc::sigfillset(&mut all);
+            libc::pthread_sigmask(libc::SIG_BLOCK, &all, &mut old);
+            Self {
+                old,
+                _not_send: std::marker::PhantomData,
+            }
+        }
+    }
+}
+
+impl Drop for AllSignalsBlocked {
+    fn drop(&mut self) {
+        // SAFETY: restores the mask `new` saved, on the same thread (the guard is `!Send`).
+        unsafe { libc::pthread_sigmask(libc::SIG_SETMASK, &self.old, std::ptr::null_mut()) };
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn blocked(signal: libc::c_int) -> bool {
+        // SAFETY: zeroed storage; pthread_sigmask with a null new set only reads the mask.
+        unsafe {
+            let mut mask: libc::sigset_t = std::mem::zeroed();
+            libc::pthread_sigmask(libc::SIG_BLOCK, std::ptr::null(), &mut mask);
+            libc::sigismember(&mask, signal) == 1
+        }
+    }
+
+    #[test]
+    fn a_helper_blocks_every_signal_is_listed_while_it_runs_and_leaves_the_caller_as_it_was() {
+        assert!(!blocked(libc::SIGUSR2));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let (done_tx, done_rx) = std::sync::mpsc::channel::<()>();
+        let helper = spawn("fxtrace-test", move || {
+            // SAFETY: gettid has no preconditions.
+            let tid = unsafe { libc::gettid() };
+            tx.send((tid, blocked(libc::SIGUSR2), blocked(libc::SIGTERM)))
+                .unwrap();
+            done_rx.recv().unwrap();
+            tid
+        })
+        .unwrap();
+        let (tid, usr2, term) = rx.recv().unwrap();
+        assert!(usr2 && term, "signals blocked in the helper");
+        assert!(tids().contains(&tid));
+        assert!(!blocked(libc::SIGUSR2), "the caller's mask is restored");
+        done_tx.send(()).unwrap();
+        assert_eq!(helper.join().unwrap(), tid);
+        assert!(!tids().contains(&tid), "no longer listed once ended");
+    }
+}
