@@ -154,36 +154,67 @@ impl<'a> CheckedRecords<'a> {
         })
     }
 
-    /// The runs of records left when those whose header `leave_out` accepts are taken out, and
-    /// how many were taken out. Each run is itself checked records (it starts and ends on a
-    /// record boundary); no run is empty.
-    pub fn without(&self, mut leave_out: impl FnMut(u64) -> bool) -> (Vec<Self>, usize) {
-        let mut runs = Vec::new();
-        let mut left_out = 0;
-        let mut run_start = 0;
-        let mut run_records = 0;
-        for (offset, header) in self.headers() {
-            if leave_out(header) {
-                if run_records > 0 {
-                    runs.push(Self {
-                        bytes: &self.bytes[run_start..offset],
-                        records: run_records,
+    /// The runs of records left when those whose header `leave_out` accepts are taken out,
+    /// one at a time (nothing is collected: a buffer that alternates records to keep and to
+    /// leave out costs no memory per run); [`Without::left_out`] counts those taken out so
+    /// far. Each run is itself checked records (it starts and ends on a record boundary); no
+    /// run is empty.
+    pub fn without<F: FnMut(u64) -> bool>(&self, leave_out: F) -> Without<'a, F> {
+        Without {
+            bytes: self.bytes,
+            offset: 0,
+            leave_out,
+            left_out: 0,
+        }
+    }
+}
+
+/// The runs of [`CheckedRecords::without`].
+#[derive(Debug)]
+pub struct Without<'a, F> {
+    bytes: &'a [u8],
+    offset: usize,
+    leave_out: F,
+    left_out: usize,
+}
+
+impl<F> Without<'_, F> {
+    /// Records taken out so far.
+    pub fn left_out(&self) -> usize {
+        self.left_out
+    }
+}
+
+impl<'a, F: FnMut(u64) -> bool> Iterator for Without<'a, F> {
+    type Item = CheckedRecords<'a>;
+
+    fn next(&mut self) -> Option<CheckedRecords<'a>> {
+        let mut run_start = self.offset;
+        let mut records = 0;
+        while let Some(header) = word_at(self.bytes, self.offset) {
+            // The bytes were checked: every size is non-zero and fits.
+            let size = record_words(header) * 8;
+            if (self.leave_out)(header) {
+                self.left_out += 1;
+                if records > 0 {
+                    let run = &self.bytes[run_start..self.offset];
+                    self.offset += size;
+                    return Some(CheckedRecords {
+                        bytes: run,
+                        records,
                     });
                 }
-                left_out += 1;
-                run_start = offset + record_words(header) * 8;
-                run_records = 0;
+                self.offset += size;
+                run_start = self.offset;
             } else {
-                run_records += 1;
+                records += 1;
+                self.offset += size;
             }
         }
-        if run_records > 0 {
-            runs.push(Self {
-                bytes: &self.bytes[run_start..],
-                records: run_records,
-            });
-        }
-        (runs, left_out)
+        (records > 0).then(|| CheckedRecords {
+            bytes: &self.bytes[run_start..self.offset],
+            records,
+        })
     }
 }
 
@@ -293,15 +324,35 @@ mod tests {
             checked.headers().collect::<Vec<_>>(),
             [(0, 0x24), (16, 0x14), (24, 0x24)]
         );
-        let (runs, left_out) = checked.without(|h| h == 0x14);
+        let without = |leave_out: u64| {
+            let mut runs = checked.without(|h| h == leave_out);
+            let collected: Vec<_> = runs.by_ref().collect();
+            (collected, runs.left_out())
+        };
+        let (runs, left_out) = without(0x14);
         assert_eq!(left_out, 1);
         assert_eq!(runs.len(), 2);
         assert_eq!((runs[0].bytes(), runs[0].records()), (&data[..16], 1));
         assert_eq!((runs[1].bytes(), runs[1].records()), (&data[24..], 1));
-        let (runs, left_out) = checked.without(|h| h == 0x24);
+        let (runs, left_out) = without(0x24);
         assert_eq!(
             (runs.len(), runs[0].bytes(), left_out),
             (1, &data[16..24], 2)
+        );
+        // Runs of several records, and records left out at the start and the end.
+        let data = bytes(&[0x14, 0x24, 1, 0x24, 2, 0x14, 0x24, 3, 0x14]);
+        let checked = CheckedRecords::check(&data).unwrap();
+        let mut runs = checked.without(|h| h == 0x14);
+        let collected: Vec<_> = runs.by_ref().collect();
+        assert_eq!(runs.left_out(), 3);
+        assert_eq!(collected.len(), 2);
+        assert_eq!(
+            (collected[0].bytes(), collected[0].records()),
+            (&data[8..40], 2)
+        );
+        assert_eq!(
+            (collected[1].bytes(), collected[1].records()),
+            (&data[48..64], 1)
         );
         // A zero word, a record past the end and trailing bytes are refused.
         let zero = bytes(&[0x14, 0]);

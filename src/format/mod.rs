@@ -81,7 +81,7 @@ pub use decoded::{
 pub use error::{DecodeError, DecodeErrorKind, EncodeError, FramingError, FramingErrorKind};
 pub use framing::{
     check_frame, record_type, record_words, scan_records, scan_words, CheckedRecords, Scan,
-    ScanStop,
+    ScanStop, Without,
 };
 pub use record::{
     Blob, ContextSwitch, Encode, Event, EventKind, Initialization, KernelObject, LargeBlob,

@@ -61,7 +61,30 @@ pub struct Archive<W: Write> {
     current: Option<u32>,
     /// The magic number record is still to be written (before anything else).
     magic_pending: bool,
+    /// Records taken and not written yet (at most [`STAGED`] bytes): a read-out of many short
+    /// runs goes out in few writes. [`Self::flush`] writes them.
+    staged: Vec<u8>,
 }
+
+/// What [`Archive::write_provider_records`] did.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProviderRecords {
+    /// Records written.
+    pub written: u64,
+    /// Their bytes.
+    pub bytes: u64,
+    /// Provider metadata records left out (only the manager writes those).
+    pub forged: u64,
+    /// Large records over [`MAX_READABLE_LARGE_WORDS`] words left out.
+    pub oversized: u64,
+}
+
+/// The largest large record (type 15) a trace keeps, in words: Perfetto reads only bits 4..15
+/// of a large record's header for its size.
+pub const MAX_READABLE_LARGE_WORDS: usize = 4095;
+
+/// Most bytes [`Archive`] keeps before writing them.
+const STAGED: usize = 1 << 20;
 
 impl<W: Write> Archive<W> {
     /// A stream on `out` that starts with the magic number record. Nothing is written to `out`
@@ -76,7 +99,34 @@ impl<W: Write> Archive<W> {
             introduced: BTreeSet::new(),
             current: None,
             magic_pending: true,
+            staged: Vec::new(),
         })
+    }
+
+    /// Append `bytes` to the stream: staged, and written once [`STAGED`] bytes are.
+    fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
+        if self.staged.len() + bytes.len() > STAGED {
+            self.write_staged()?;
+        }
+        if bytes.len() >= STAGED {
+            self.out()?.write_all(bytes)
+        } else {
+            self.staged.extend_from_slice(bytes);
+            Ok(())
+        }
+    }
+
+    /// Write the staged bytes.
+    fn write_staged(&mut self) -> io::Result<()> {
+        if self.staged.is_empty() {
+            return Ok(());
+        }
+        let staged = std::mem::take(&mut self.staged);
+        let written = self.out().and_then(|out| out.write_all(&staged));
+        // The allocation is kept for the next records (at most STAGED bytes).
+        self.staged = staged;
+        self.staged.clear();
+        written
     }
 
     /// The output, after the magic number record.
@@ -125,29 +175,42 @@ impl<W: Write> Archive<W> {
         if self.current.is_none() {
             return Err(ArchiveError::NoSection);
         }
-        self.out()?.write_all(records.bytes())?;
+        self.put(records.bytes())?;
         self.bytes += records.len() as u64;
         self.records += records.records() as u64;
         Ok(records.records() as u64)
     }
 
-    /// [`Self::write_records`] for records taken from a provider's buffer: every provider
-    /// metadata record (provider info, section or event) is left out, as only the manager writes
-    /// those (a provider that wrote one would rename a provider or add records to another's
-    /// section). Returns (records written, metadata records left out).
+    /// [`Self::write_records`] for records taken from a provider's buffer, leaving out what a
+    /// provider must not write: every provider metadata record (provider info, section or
+    /// event: only the manager writes those; a provider that wrote one would rename a provider
+    /// or add records to another's section), and every large record over
+    /// [`MAX_READABLE_LARGE_WORDS`] words (the engine never writes one; Perfetto reads only
+    /// 12 bits of a large record's size and would misread every record after it).
     pub fn write_provider_records(
         &mut self,
         records: CheckedRecords<'_>,
-    ) -> Result<(u64, u64), ArchiveError> {
+    ) -> Result<ProviderRecords, ArchiveError> {
         if self.current.is_none() {
             return Err(ArchiveError::NoSection);
         }
-        let (runs, forged) = records.without(is_provider_metadata);
-        let mut written = 0;
-        for run in runs {
-            written += self.write_records(run)?;
+        let mut out = ProviderRecords::default();
+        let mut oversized = 0u64;
+        let mut runs = records.without(|header| {
+            let large = format::record_type(header) == format::RecordType::LargeRecord as u8
+                && format::record_words(header) > MAX_READABLE_LARGE_WORDS;
+            oversized += u64::from(large);
+            large || is_provider_metadata(header)
+        });
+        for run in runs.by_ref() {
+            out.written += self.write_records(run)?;
+            out.bytes += run.len() as u64;
         }
-        Ok((written, forged as u64))
+        let left_out = runs.left_out() as u64;
+        drop(runs);
+        out.oversized = oversized;
+        out.forged = left_out - oversized;
+        Ok(out)
     }
 
     /// A visible marker in the current provider's section: an instant event in category
@@ -187,8 +250,9 @@ impl<W: Write> Archive<W> {
         self.records
     }
 
-    /// Flush the output.
+    /// Write what is staged and flush the output.
     pub fn flush(&mut self) -> Result<(), ArchiveError> {
+        self.write_staged()?;
         self.out()?.flush()?;
         Ok(())
     }
@@ -203,7 +267,7 @@ impl<W: Write> Archive<W> {
         let words = format::encode_to_vec(record)
             .map_err(|source| ArchiveError::Encode { what, source })?;
         let bytes = format::words_to_bytes(&words);
-        self.out()?.write_all(&bytes)?;
+        self.put(&bytes)?;
         self.bytes += bytes.len() as u64;
         self.records += 1;
         Ok(())
@@ -280,11 +344,40 @@ mod tests {
         let mut a = Archive::new(Vec::new()).unwrap();
         a.begin_provider(1, "p").unwrap();
         let checked = CheckedRecords::check(&bytes).unwrap();
-        assert_eq!(a.write_provider_records(checked).unwrap(), (2, 1));
+        assert_eq!(
+            a.write_provider_records(checked).unwrap(),
+            ProviderRecords {
+                written: 2,
+                bytes: 32,
+                forged: 1,
+                oversized: 0
+            }
+        );
+        // A large record the engine never writes (over 4095 words) is left out too; one of
+        // 4095 words is kept.
+        let large = |words: u64| {
+            let mut record = vec![0u64; words as usize];
+            record[0] = 15 | (words << 4);
+            record
+        };
+        let mut words = large(4096);
+        words.extend(init);
+        words.extend(large(4095));
+        let bytes = format::words_to_bytes(&words);
+        let checked = CheckedRecords::check(&bytes).unwrap();
+        assert_eq!(
+            a.write_provider_records(checked).unwrap(),
+            ProviderRecords {
+                written: 2,
+                bytes: 16 + 4095 * 8,
+                forged: 0,
+                oversized: 1
+            }
+        );
         let out = a.into_inner().unwrap();
         let ids: Vec<_> = Decoder::new(&out).map(|d| d.unwrap().provider).collect();
-        // magic, info(1), init, init: nothing claims provider 9.
-        assert_eq!(ids.len(), 4);
+        // magic, info(1), init, init, init, large: nothing claims provider 9.
+        assert_eq!(ids.len(), 6);
         assert!(ids.iter().all(|id| *id != Some(9)), "{ids:?}");
         // Badly framed input never becomes records the archive takes, forged records or not.
         assert!(CheckedRecords::check(&bytes[..bytes.len() - 8]).is_err());

@@ -109,6 +109,8 @@ pub struct DrainStats {
     /// Provider metadata records (info, section, event) found in the buffer and left out:
     /// only the manager writes them (a protocol violation by the provider).
     pub forged_metadata: u64,
+    /// Large records over the size a trace reader reads, left out.
+    pub oversized_records: u64,
     /// Time spent copying this provider's data into the archive.
     pub copy_time: std::time::Duration,
 }
@@ -429,10 +431,11 @@ impl Drain {
             let mut scan = scan_records(bytes, data_end, framing)?;
             let mut copied = 0u64;
             for run in scan.by_ref() {
-                let (written, forged) = archive.write_provider_records(run)?;
-                self.stats.records += written;
-                self.stats.forged_metadata += forged;
-                copied += run.len() as u64;
+                let taken = archive.write_provider_records(run)?;
+                self.stats.records += taken.written;
+                self.stats.forged_metadata += taken.forged;
+                self.stats.oversized_records += taken.oversized;
+                copied += taken.bytes;
             }
             match region {
                 Region::Durable => self.stats.durable_bytes += copied,

@@ -526,6 +526,12 @@ impl Manager {
         self.expire_pending(now);
         let commands = self.session.tick(now);
         self.run(commands, now);
+        // What this turn took is in the file before the next (the archive stages records).
+        if self.archive_failed.is_none() {
+            if let Err(e) = self.archive.flush() {
+                self.archive_failure(format!("writing the trace: {e}"), now);
+            }
+        }
         if let Some(reason) = &self.archive_failed {
             return Err(ManagerError::Archive(ArchiveError::Io(
                 std::io::Error::other(reason.clone()),

@@ -74,6 +74,14 @@ impl Tracee {
                 stats.forged_metadata
             ));
         }
+        if stats.oversized_records > 0 {
+            problems.push(format!(
+                "{} large records over {} words in its buffer were dropped: fxtrace never \
+                 writes one, and Perfetto would misread every record after them",
+                stats.oversized_records,
+                crate::manager::archive::MAX_READABLE_LARGE_WORDS
+            ));
+        }
         ProviderReport {
             id: self.id,
             pid: self.pid,
