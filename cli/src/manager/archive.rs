@@ -207,7 +207,6 @@ impl<W: Write> Archive<W> {
             out.bytes += run.len() as u64;
         }
         let left_out = runs.left_out() as u64;
-        drop(runs);
         out.oversized = oversized;
         out.forged = left_out - oversized;
         Ok(out)
