@@ -66,7 +66,8 @@ fn dropped_note(summary: &Summary, id: u32) -> Option<String> {
         .provider_events
         .contains_key(&(id, PROVIDER_EVENT_BUFFER_OVERFLOW));
     match summary.records_dropped.get(&id) {
-        Some(&n) if n > 0 => Some(format!("{n} records dropped (buffer full)")),
+        // Why is in the drop marker's name (a full buffer, or before the trace started).
+        Some(&n) if n > 0 => Some(format!("{n} records dropped")),
         _ if overflowed => Some("records dropped (buffer overflow; count not recorded)".into()),
         _ => None,
     }

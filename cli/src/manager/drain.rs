@@ -105,7 +105,7 @@ pub struct DrainStats {
     /// Chunk tails, tags and stale chunks the scanner skipped, in bytes.
     pub skipped_bytes: u64,
     /// Regions whose scan stopped at a malformed record, with where and why.
-    pub problems: Vec<String>,
+    pub problems: crate::manager::report::Problems,
     /// Provider metadata records (info, section, event) found in the buffer and left out:
     /// only the manager writes them (a protocol violation by the provider).
     pub forged_metadata: u64,
@@ -405,13 +405,23 @@ impl Drain {
             len,
             size: buffer.size(),
         })?;
-        let mut bytes = std::mem::take(&mut self.scratch);
-        bytes.resize(len, 0);
+        // Saves up to SCRATCH_KEPT bytes reuse one copy buffer; a larger one is freed after
+        // its save (a streaming provider does not hold a rolling buffer's worth of the
+        // manager's memory between saves).
+        let mut bytes = if len <= SCRATCH_KEPT {
+            let mut bytes = std::mem::take(&mut self.scratch);
+            bytes.resize(len, 0);
+            bytes
+        } else {
+            vec![0; len]
+        };
         let result = buffer
             .read_at(offset, &mut bytes)
             .map_err(DrainError::from)
             .and_then(|()| self.scan_into(&bytes, data_end, framing, region, archive));
-        self.scratch = bytes;
+        if bytes.capacity() <= SCRATCH_KEPT {
+            self.scratch = bytes;
+        }
         self.stats.copy_time += started.elapsed();
         result
     }
@@ -477,6 +487,9 @@ impl Drain {
         }
     }
 }
+
+/// Most bytes of copy buffer a drain keeps between two streaming saves.
+const SCRATCH_KEPT: usize = 8 << 20;
 
 /// The first `len` bytes of the region at `offset`, copied out of the buffer.
 fn copy_region(buffer: &TraceBuffer, offset: u64, len: u64) -> Result<Vec<u8>, DrainError> {
@@ -797,7 +810,7 @@ mod tests {
             .map(|(_, what)| what)
             .collect();
         assert_eq!(got, ["magic", "section 1", "rec 1", "rec 2"]);
-        let problems = &drain.stats().problems;
+        let problems = drain.stats().problems.kept();
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(
             problems[0].contains("16 bytes at offset 16"),
@@ -816,11 +829,11 @@ mod tests {
         drain.read_out(&buffer, &mut archive, 1, "m").unwrap();
         assert_eq!(drain.stats().records, 1);
         assert_eq!(
-            drain.stats().problems.len(),
+            drain.stats().problems.kept().len(),
             1,
             "{:?}",
             drain.stats().problems
         );
-        assert!(drain.stats().problems[0].contains("offset 16"));
+        assert!(drain.stats().problems.kept()[0].contains("offset 16"));
     }
 }

@@ -222,8 +222,10 @@ pub struct RecordReport {
     pub command_pid: Option<u32>,
     /// How the command ended (`None`: no command, or still running when the recorder returned).
     pub command_status: Option<ExitStatus>,
-    /// Alerts raised by providers, in order.
+    /// Alerts raised by providers, in order: the first [`ALERTS_KEPT`].
     pub alerts: Vec<String>,
+    /// Alerts raised beyond those (counted, neither kept nor logged).
+    pub alerts_more: u64,
     /// The categories the providers declared (sorted union), to check the enabled ones
     /// against.
     pub known_categories: Vec<String>,
@@ -329,6 +331,9 @@ pub struct SignalGuard {
     _waker: Waker,
     previous: Vec<(Signal, SigAction)>,
 }
+
+/// Alerts a recording keeps and logs; later ones are counted ([`RecordReport::alerts_more`]).
+pub const ALERTS_KEPT: usize = 64;
 
 /// Make `signals` stop the recorder of `handle` cleanly (the archive is still written) instead
 /// of their default action; a second one before the recorder has reacted kills the process
@@ -738,6 +743,7 @@ impl Recorder {
         }
         let mut command_status: Option<ExitStatus> = None;
         let mut alerts = Vec::new();
+        let mut alerts_more = 0u64;
         let deadline = self.config.duration.map(|d| self.started + d);
         let mut exited_at: Option<Instant> = None;
         let mut next_progress = self.progress.as_ref().map(|p| self.started + p.interval);
@@ -803,7 +809,11 @@ impl Recorder {
             };
             let mut reason = None;
             for event in &outcome.events {
-                if let Some(line) = describe(event) {
+                // Alerts beyond the first ALERTS_KEPT are counted, not logged (a provider
+                // raising alerts in a loop must not flood the terminal).
+                let quiet =
+                    matches!(event, ManagerEvent::Alert { .. }) && alerts.len() >= ALERTS_KEPT;
+                if let Some(line) = describe(event).filter(|_| !quiet) {
                     log(&line);
                 }
                 if let ManagerEvent::ProviderRegistered { id, pid, name } = event {
@@ -835,7 +845,14 @@ impl Recorder {
                         }
                     }
                     ManagerEvent::Alert { id, name } => {
-                        alerts.push(name.clone());
+                        if alerts.len() < ALERTS_KEPT {
+                            alerts.push(name.clone());
+                            if alerts.len() == ALERTS_KEPT {
+                                log("further alerts are counted, not listed");
+                            }
+                        } else {
+                            alerts_more = alerts_more.saturating_add(1);
+                        }
                         if self.config.stop_on_alert.as_deref() == Some(name.as_str()) {
                             reason.get_or_insert(StopReason::Alert {
                                 provider: *id,
@@ -971,6 +988,7 @@ impl Recorder {
             command_pid,
             command_status,
             alerts,
+            alerts_more,
             known_categories,
             elapsed,
             output_failure,

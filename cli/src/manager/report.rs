@@ -99,6 +99,47 @@ pub struct SummaryTable<'a> {
     pub command_ran: bool,
 }
 
+/// A provider's problems: the first [`Problems::KEPT`] messages, and how many more there were
+/// (a provider that repeats a violation cannot grow the manager's memory or its log without
+/// bound).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Problems {
+    kept: Vec<String>,
+    more: u64,
+}
+
+impl Problems {
+    /// Messages kept per provider.
+    pub const KEPT: usize = 32;
+
+    /// Note `message`; `true` if it was kept (say it), `false` if only counted.
+    pub fn push(&mut self, message: String) -> bool {
+        if self.kept.len() < Self::KEPT {
+            self.kept.push(message);
+            true
+        } else {
+            self.more = self.more.saturating_add(1);
+            false
+        }
+    }
+
+    /// The messages kept, then one saying how many more there were.
+    pub fn lines(&self) -> impl Iterator<Item = String> + '_ {
+        let more = (self.more > 0).then(|| format!("{} more problems not listed", self.more));
+        self.kept.iter().cloned().chain(more)
+    }
+
+    /// The messages kept.
+    pub fn kept(&self) -> &[String] {
+        &self.kept
+    }
+
+    /// No problem at all.
+    pub fn is_empty(&self) -> bool {
+        self.kept.is_empty()
+    }
+}
+
 /// `s` with every control character (escape sequences, newlines, …) replaced by `?`, as `ps`
 /// shows names: a provider's name or a session's output name is chosen by another program,
 /// and printed on the user's terminal.
@@ -338,6 +379,18 @@ mod tests {
         assert!(quiet.trim_end().ends_with('-'), "not reported: {quiet}");
         let line = table.lines().nth(1).unwrap();
         assert!(line.contains(" 80 "), "bytes column: {line}");
+    }
+
+    #[test]
+    fn problems_keep_the_first_ones_and_count_the_rest() {
+        let mut p = Problems::default();
+        for i in 0..Problems::KEPT + 5 {
+            assert_eq!(p.push(format!("problem {i}")), i < Problems::KEPT);
+        }
+        let lines: Vec<String> = p.lines().collect();
+        assert_eq!(lines.len(), Problems::KEPT + 1);
+        assert_eq!(lines[0], "problem 0");
+        assert_eq!(lines[Problems::KEPT], "5 more problems not listed");
     }
 
     #[test]

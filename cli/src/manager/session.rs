@@ -206,6 +206,8 @@ pub struct Session {
     force_clear_on_start: bool,
     alerts: VecDeque<String>,
     alerts_dropped: u64,
+    /// The categories of providers that were lost (at most `MAX_CATEGORIES`).
+    lost_categories: BTreeSet<String>,
     aborted: bool,
 }
 
@@ -228,6 +230,7 @@ impl Session {
             force_clear_on_start: false,
             alerts: VecDeque::new(),
             alerts_dropped: 0,
+            lost_categories: BTreeSet::new(),
             aborted: false,
         }
     }
@@ -258,6 +261,7 @@ impl Session {
             .providers
             .values()
             .flat_map(|p| p.known_categories.iter().map(String::as_str))
+            .chain(self.lost_categories.iter().map(String::as_str))
             .collect();
         set.into_iter().map(str::to_owned).collect()
     }
@@ -433,6 +437,15 @@ impl Session {
             );
             p.phase = ProviderPhase::Lost;
             p.lost_reason = Some(reason.to_owned());
+            // A lost provider keeps no list of its own: its categories join one set of the
+            // session's, of at most MAX_CATEGORIES (providers that come and go in a loop do
+            // not grow the manager's memory by their categories).
+            for category in std::mem::take(&mut p.known_categories) {
+                if self.lost_categories.len() >= fxtrace::protocol::control::MAX_CATEGORIES {
+                    break;
+                }
+                self.lost_categories.insert(category);
+            }
             let collecting = match self.state {
                 SessionState::Starting | SessionState::Started => true,
                 SessionState::Stopping => self.write_results,
@@ -857,7 +870,11 @@ mod tests {
     fn known_categories_are_the_sorted_union() {
         let mut s = Session::new();
         s.register_provider(1, "a", vec!["gfx".into(), "db".into()]);
-        s.register_provider(2, "b", vec!["db".into(), "net".into()]);
+        let (b, _) = s.register_provider(2, "b", vec!["db".into(), "net".into()]);
+        assert_eq!(s.known_categories(), vec!["db", "gfx", "net"]);
+        // A lost provider's categories stay known, in the session's one set.
+        s.provider_lost(b, "gone", Instant::now());
+        assert!(s.providers[&b].known_categories.is_empty());
         assert_eq!(s.known_categories(), vec!["db", "gfx", "net"]);
     }
 }

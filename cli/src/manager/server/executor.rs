@@ -122,11 +122,15 @@ impl Manager {
     }
 
     pub(super) fn problem(&mut self, id: ProviderId, message: String) {
-        if let Some(t) = self.tracees.get_mut(&id) {
-            t.problems.push(message.clone());
+        // Said only while kept: a provider repeating a violation is not logged each time.
+        if self
+            .tracees
+            .get_mut(&id)
+            .is_some_and(|t| t.problems.push(message.clone()))
+        {
+            self.events
+                .push(ManagerEvent::ProviderProblem { id, message });
         }
-        self.events
-            .push(ManagerEvent::ProviderProblem { id, message });
     }
 
     /// Mark a provider lost, close its FIFO and connection, and run the session's reaction
@@ -208,12 +212,19 @@ impl Manager {
         let outcome = match result {
             Ok(()) => {
                 let dropped = t.drain.stats().records_dropped;
+                let early = t.drain.stats().records_dropped_before_start.min(dropped);
                 let mut r = Ok(());
                 if dropped > 0 {
+                    let name = match early {
+                        0 => format!("fxtrace: {dropped} records dropped"),
+                        _ => format!(
+                            "fxtrace: {dropped} records dropped ({early} before the trace started)"
+                        ),
+                    };
                     r = self.archive.marker(
                         fxtrace::clock::ticks(),
                         u64::from(t.pid),
-                        &format!("fxtrace: {dropped} records dropped"),
+                        &name,
                         fxtrace::format::DROP_MARKER_ARG,
                         dropped,
                     );
@@ -250,8 +261,7 @@ impl Manager {
                         id,
                         reason: message,
                     });
-                } else {
-                    t.problems.push(message.clone());
+                } else if t.problems.push(message.clone()) {
                     self.events
                         .push(ManagerEvent::ProviderProblem { id, message });
                 }

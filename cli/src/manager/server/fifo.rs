@@ -177,9 +177,10 @@ impl Manager {
                 "SAVE_BUFFER({wrapped_count}, {durable_data_end}) ignored: the provider is not \
                  streaming and started"
             );
-            t.problems.push(message.clone());
-            self.events
-                .push(ManagerEvent::ProviderProblem { id, message });
+            if t.problems.push(message.clone()) {
+                self.events
+                    .push(ManagerEvent::ProviderProblem { id, message });
+            }
             return false;
         }
         if t.buffer_saved_sent {

@@ -52,7 +52,7 @@ pub(super) struct Tracee {
     pub(super) ignore_data: bool,
     /// A BUFFER_SAVED was sent (for the "second SAVE_BUFFER" check).
     pub(super) buffer_saved_sent: bool,
-    pub(super) problems: Vec<String>,
+    pub(super) problems: crate::manager::report::Problems,
 }
 
 impl Tracee {
@@ -65,8 +65,8 @@ impl Tracee {
 
     pub(super) fn report(&self) -> ProviderReport {
         let stats = self.drain.stats();
-        let mut problems = self.problems.clone();
-        problems.extend(stats.problems.iter().cloned());
+        let mut problems: Vec<String> = self.problems.lines().collect();
+        problems.extend(stats.problems.lines());
         if stats.forged_metadata > 0 {
             problems.push(format!(
                 "protocol violation: {} provider metadata records (provider info, section or \
@@ -320,10 +320,13 @@ impl Manager {
             })
             .take(fxtrace::protocol::control::MAX_STATUS_PROVIDERS)
             .collect();
+        // As many as a reply carries (the service cuts its list the same way).
+        let mut categories = self.session.known_categories();
+        categories.truncate(fxtrace::protocol::control::MAX_CATEGORIES);
         Message::StatusReply {
             state: self.session.state(),
             providers,
-            categories: self.session.known_categories(),
+            categories,
             figures: figures.then(|| self.snapshot()),
         }
     }
@@ -398,7 +401,7 @@ impl Manager {
         drop(provider_end);
         let engine_mode = header::BufferingMode::from_raw(mode.to_engine())
             .unwrap_or(header::BufferingMode::Oneshot);
-        let mut problems = Vec::new();
+        let mut problems = crate::manager::report::Problems::default();
         if claimed_pid != pid {
             problems.push(format!(
                 "registered as pid {claimed_pid}, but the socket peer is pid {pid}"
