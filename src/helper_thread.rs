@@ -7,11 +7,17 @@
 //! tell when only fxtrace's threads are left ([`tids`]).
 
 use std::io;
-use std::sync::Mutex;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::Once;
 use std::thread::JoinHandle;
 
-/// Thread ids of the helper threads running now.
-static RUNNING: Mutex<Vec<libc::pid_t>> = Mutex::new(Vec::new());
+/// Most helper threads listed at once (a process has a handful); one beyond is not listed,
+/// and counts as a program thread.
+const SLOTS: usize = 64;
+
+/// Thread ids of the helper threads running now (0: a free slot). Lock-free, so that a
+/// `fork` child can clear it whatever another thread was doing ([`forget_in_child`]).
+static RUNNING: [AtomicI32; SLOTS] = [const { AtomicI32::new(0) }; SLOTS];
 
 /// Spawn `f` on a helper thread named `name` (at most 15 bytes are shown by the kernel).
 pub fn spawn<F, T>(name: &str, f: F) -> io::Result<JoinHandle<T>>
@@ -19,6 +25,12 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
+    static FORK_HANDLER: Once = Once::new();
+    FORK_HANDLER.call_once(|| {
+        // SAFETY: registers a handler that only stores atomics (async-signal-safe). Without
+        // it (it fails only for want of memory), a child would list its parent's helpers.
+        unsafe { libc::pthread_atfork(None, None, Some(forget_in_child)) };
+    });
     // The new thread inherits the mask in force when it is created.
     let _blocked = AllSignalsBlocked::new();
     std::thread::Builder::new()
@@ -33,26 +45,45 @@ where
 /// ending may be missing: callers that count threads as the program's err on the side of a
 /// program thread.
 pub fn tids() -> Vec<libc::pid_t> {
-    RUNNING.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    // ATOMICS: `Relaxed`: each slot is a thread id on its own; a stale read only makes a
+    // helper that is starting or ending count as a program thread for a moment.
+    RUNNING
+        .iter()
+        .map(|slot| slot.load(Ordering::Relaxed))
+        .filter(|&tid| tid != 0)
+        .collect()
 }
 
-/// The calling thread, listed in [`RUNNING`] while this lives.
-struct Running(libc::pid_t);
+/// A `fork` child has none of its parent's threads: its list starts empty (their ids may be
+/// given to the child's own threads).
+extern "C" fn forget_in_child() {
+    for slot in &RUNNING {
+        // ATOMICS: `Relaxed`: the child has one thread now.
+        slot.store(0, Ordering::Relaxed);
+    }
+}
+
+/// The calling thread, listed in [`RUNNING`] while this lives (unless every slot is taken).
+struct Running(Option<&'static AtomicI32>);
 
 impl Running {
     fn new() -> Self {
         // SAFETY: gettid has no preconditions and cannot fail.
         let tid = unsafe { libc::gettid() };
-        RUNNING.lock().unwrap_or_else(|p| p.into_inner()).push(tid);
-        Self(tid)
+        // ATOMICS: `Relaxed`: see `tids`.
+        let slot = RUNNING.iter().find(|slot| {
+            slot.compare_exchange(0, tid, Ordering::Relaxed, Ordering::Relaxed)
+                .is_ok()
+        });
+        Self(slot)
     }
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
-        let mut running = RUNNING.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(i) = running.iter().position(|&t| t == self.0) {
-            running.swap_remove(i);
+        if let Some(slot) = self.0 {
+            // ATOMICS: `Relaxed`: see `tids`.
+            slot.store(0, Ordering::Relaxed);
         }
     }
 }
@@ -123,5 +154,30 @@ mod tests {
         done_tx.send(()).unwrap();
         assert_eq!(helper.join().unwrap(), tid);
         assert!(!tids().contains(&tid), "no longer listed once ended");
+    }
+
+    #[test]
+    fn a_fork_child_lists_none_of_its_parents_helpers() {
+        let (tx, rx) = std::sync::mpsc::channel::<()>();
+        let helper = spawn("fxtrace-test", move || rx.recv()).unwrap();
+        while tids().is_empty() {
+            std::thread::yield_now();
+        }
+        // SAFETY: the child only reads atomics and calls _exit.
+        let child = unsafe { libc::fork() };
+        if child == 0 {
+            let code = i32::from(!tids().is_empty());
+            // SAFETY: ends the child without running the parent's atexit handlers.
+            unsafe { libc::_exit(code) };
+        }
+        let mut status = 0;
+        // SAFETY: waits for the child just forked.
+        assert_eq!(unsafe { libc::waitpid(child, &mut status, 0) }, child);
+        assert!(
+            libc::WIFEXITED(status) && libc::WEXITSTATUS(status) == 0,
+            "{status}"
+        );
+        tx.send(()).unwrap();
+        helper.join().unwrap().unwrap();
     }
 }

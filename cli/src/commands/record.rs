@@ -362,6 +362,13 @@ pub(crate) fn run(args: RecordArgs) -> Result<ExitCode, RecordCliError> {
     status.clear();
     let report = report?;
     note!("{}", report.summary());
+    if report.alerts_more > 0 {
+        note!(
+            "fxtrace: {} alerts raised besides the {} listed above (counted, not listed)",
+            report.alerts_more,
+            report.alerts.len()
+        );
+    }
     if !enabled.is_empty() {
         note!("categories enabled: {categories}");
     }

@@ -52,7 +52,8 @@ pub enum ArchiveError {
 /// Writes one FXT stream: the magic number, then provider sections.
 #[derive(Debug)]
 pub struct Archive<W: Write> {
-    out: W,
+    /// `None` only once [`Self::into_inner`] has taken it.
+    out: Option<W>,
     bytes: u64,
     records: u64,
     /// Providers whose Provider Info record was written.
@@ -64,6 +65,16 @@ pub struct Archive<W: Write> {
     /// Records taken and not written yet (at most [`STAGED`] bytes): a read-out of many short
     /// runs goes out in few writes. [`Self::flush`] writes them.
     staged: Vec<u8>,
+}
+
+/// An archive dropped without [`Archive::flush`] (an error or a panic on the way out) still
+/// writes what it had taken, the magic number included: the file holds every record taken.
+impl<W: Write> Drop for Archive<W> {
+    fn drop(&mut self) {
+        if self.out.is_some() {
+            let _ = self.flush();
+        }
+    }
 }
 
 /// What [`Archive::write_provider_records`] did.
@@ -93,7 +104,7 @@ impl<W: Write> Archive<W> {
     /// and a controller's output may be slow).
     pub fn new(out: W) -> Result<Self, ArchiveError> {
         Ok(Self {
-            out,
+            out: Some(out),
             bytes: 8,
             records: 1,
             introduced: BTreeSet::new(),
@@ -131,11 +142,15 @@ impl<W: Write> Archive<W> {
 
     /// The output, after the magic number record.
     fn out(&mut self) -> io::Result<&mut W> {
+        let out = self
+            .out
+            .as_mut()
+            .ok_or_else(|| io::Error::other("the archive's output was taken"))?;
         if self.magic_pending {
-            self.out.write_all(&MAGIC_WORD.to_ne_bytes())?;
+            out.write_all(&MAGIC_WORD.to_ne_bytes())?;
             self.magic_pending = false;
         }
-        Ok(&mut self.out)
+        Ok(out)
     }
 
     /// Enter provider `id`'s section: Provider Info (id, name) the first time, Provider Section
@@ -259,7 +274,9 @@ impl<W: Write> Archive<W> {
     /// Flush and return the output.
     pub fn into_inner(mut self) -> Result<W, ArchiveError> {
         self.flush()?;
-        Ok(self.out)
+        self.out
+            .take()
+            .ok_or_else(|| ArchiveError::Io(io::Error::other("the archive's output was taken")))
     }
 
     fn push<R: Encode>(&mut self, what: &'static str, record: &R) -> Result<(), ArchiveError> {

@@ -898,7 +898,11 @@ impl Recorder {
         };
 
         if output_failure.is_none() {
-            self.stop_session(&mut log)?;
+            // The stop reads every provider's buffer out: the disk may fill now too, and the
+            // file is then cut after its last whole record, as when it fills while tracing.
+            if let Err(e) = self.stop_session(&mut log) {
+                output_failure = Some(output_failed(&e).ok_or(e)?);
+            }
         }
         for mut source in std::mem::take(&mut self.externals) {
             if let Err(e) = source.stop() {
@@ -911,7 +915,9 @@ impl Recorder {
             }
         }
         if output_failure.is_none() {
-            self.drain_sections()?;
+            if let Err(e) = self.drain_sections() {
+                output_failure = Some(output_failed(&e).ok_or(e)?);
+            }
         }
 
         // The trace ended first: the command goes too (SIGTERM to its group, then SIGKILL).

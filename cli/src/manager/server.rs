@@ -565,7 +565,11 @@ impl Manager {
         if self.archive.current_provider() != Some(id) {
             self.archive.begin_provider(id, name)?;
         }
-        Ok(self.archive.write_records(records)?)
+        let written = self.archive.write_records(records)?;
+        // Written through, as a read-out is at the end of its turn: a section's batches come
+        // from outside the event loop, which may sleep long before its next turn.
+        self.archive.flush()?;
+        Ok(written)
     }
 
     /// Flush the archive's output (a stop of a session that goes on).

@@ -261,20 +261,56 @@ fn a_full_disk_names_the_file_keeps_a_valid_prefix_and_stops_the_command() {
         println!("skipped: cannot mount a tmpfs on {}", dir.display());
         return;
     }
-    let out = dir.join("t.fxt");
+    // The disk fills while tracing (streaming saves), or at the stop, when a oneshot buffer
+    // is read out.
+    let cases: [&[&str]; 2] = [
+        &["-m", "streaming", "-b", "64K"],
+        &["-m", "oneshot", "-b", "16M", "--duration", "2"],
+    ];
+    for mode in cases {
+        let out = dir.join("t.fxt");
+        let _ = std::fs::remove_file(&out);
+        let result = full_disk_case(&example, &out, mode);
+        if let Err(e) = result {
+            let _ = Command::new("umount").arg(&dir).status();
+            let _ = std::fs::remove_dir_all(&dir);
+            panic!("{mode:?}: {e}");
+        }
+    }
+    let _ = Command::new("umount").arg(&dir).status();
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// One recording onto a full disk, checked; `Err` says what failed.
+fn full_disk_case(
+    example: &std::path::Path,
+    out: &std::path::Path,
+    mode: &[&str],
+) -> Result<(), String> {
     let started = Instant::now();
     let result = Command::new(FXTRACE)
-        .args(["record", "-m", "streaming", "-b", "64K", "-o"])
-        .arg(&out)
+        .arg("record")
+        .args(mode)
+        .arg("-o")
+        .arg(out)
         .arg("--")
-        .arg(&example)
+        .arg(example)
         .args(["--threads", "2", "--events", "100000000"])
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&result.stderr).into_owned();
-    let text = stats(&out);
-    let _ = Command::new("umount").arg(&dir).status();
-    let _ = std::fs::remove_dir_all(&dir);
+    let text = stats(out);
+    std::panic::catch_unwind(|| check_full_disk(&result, &stderr, &text, out, started))
+        .map_err(|_| format!("stderr:\n{stderr}\nstats:\n{text}"))
+}
+
+fn check_full_disk(
+    result: &std::process::Output,
+    stderr: &str,
+    text: &str,
+    out: &std::path::Path,
+    started: Instant,
+) {
     assert!(!result.status.success(), "{stderr}");
     assert!(
         started.elapsed() < Duration::from_secs(30),
