@@ -299,17 +299,69 @@ pub struct CompletePrefix {
     pub records: u64,
 }
 
+/// An archive's output file that, once a write to it has failed (a full disk), is cut after
+/// its last complete record when it is dropped ([`truncate_to_complete_records`]): the file
+/// stays a valid trace of what was written whole.
+#[derive(Debug)]
+pub struct CutOnFailure {
+    file: std::fs::File,
+    failed: bool,
+}
+
+impl CutOnFailure {
+    /// Write archives to `file`.
+    pub fn new(file: std::fs::File) -> Self {
+        Self {
+            file,
+            failed: false,
+        }
+    }
+}
+
+impl Write for CutOnFailure {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        let written = self.file.write(buf);
+        self.failed |= written.is_err();
+        written
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        let flushed = self.file.flush();
+        self.failed |= flushed.is_err();
+        flushed
+    }
+}
+
+impl Drop for CutOnFailure {
+    fn drop(&mut self) {
+        if self.failed {
+            let _ = truncate_to_complete_records(&self.file);
+        }
+    }
+}
+
 /// Cuts `file` after its last complete record and returns what it holds: after a failed write
 /// (`ENOSPC`) the file may end inside a record; cut there, it is a valid trace up to the last
 /// record that was written whole. Reads only record headers.
 pub fn truncate_to_complete_records(file: &std::fs::File) -> io::Result<CompletePrefix> {
+    use std::os::fd::AsRawFd;
     use std::os::unix::fs::FileExt;
     let len = file.metadata()?.len();
+    // A descriptor open for writing only (a controller's output) is read through a second
+    // opening of the same file.
+    let reopened;
+    let reader = match file.read_at(&mut [0u8; 0], 0) {
+        Err(e) if e.raw_os_error() == Some(libc::EBADF) => {
+            reopened = std::fs::File::open(format!("/proc/self/fd/{}", file.as_raw_fd()))?;
+            &reopened
+        }
+        _ => file,
+    };
     let mut at = 0u64;
     let mut records = 0u64;
     let mut word = [0u8; 8];
     while at + 8 <= len {
-        file.read_exact_at(&mut word, at)?;
+        reader.read_exact_at(&mut word, at)?;
         let header = u64::from_ne_bytes(word);
         let size = format::record_words(header) as u64 * 8;
         if header == 0 || size == 0 || at + size > len {
@@ -397,6 +449,31 @@ mod tests {
         assert!(ids.iter().all(|id| *id != Some(9)), "{ids:?}");
         // Badly framed input never becomes records the archive takes, forged records or not.
         assert!(CheckedRecords::check(&bytes[..bytes.len() - 8]).is_err());
+    }
+
+    #[test]
+    fn a_file_whose_write_failed_is_cut_after_its_last_whole_record() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.fxt");
+        let file = std::fs::File::create(&path).unwrap();
+        let mut a = Archive::new(CutOnFailure::new(file)).unwrap();
+        a.begin_provider(1, "p").unwrap();
+        let mut out = a.into_inner().unwrap();
+        // Half of a two-word record, as a full disk leaves it.
+        out.write_all(&0x24u64.to_ne_bytes()).unwrap();
+        let whole = std::fs::metadata(&path).unwrap().len() - 8;
+        out.failed = true;
+        drop(out);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), whole);
+        // Nothing is cut when every write succeeded.
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        let mut out = CutOnFailure::new(file);
+        out.write_all(&0x24u64.to_ne_bytes()).unwrap();
+        drop(out);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), whole + 8);
     }
 
     fn records(bytes: &[u8]) -> Vec<(Option<u32>, String)> {

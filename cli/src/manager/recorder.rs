@@ -661,9 +661,9 @@ impl Recorder {
             out_file.chown(uid, gid).map_err(output_error)?;
         }
         out_file.commit().map_err(output_error)?;
-        // No user-space buffer: every record run the archive is given (a provider's whole
-        // buffer read-out, a 64 KiB section batch, a metadata record) goes to the kernel at
-        // once, so a recorder killed by SIGKILL loses only what it had not yet read.
+        // No buffer here: the archive stages one turn of the event loop's read-outs (at most
+        // 1 MiB at a time) and writes them at the end of the turn; section batches are
+        // written through. A recorder killed by SIGKILL loses what it had not yet written.
         let output = out_file.file().try_clone().map_err(output_error)?;
         let manager_config = ManagerConfig {
             listener: config.listener,

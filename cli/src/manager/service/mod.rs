@@ -250,6 +250,8 @@ pub struct Service {
     /// Waiting connections closed since the last line saying so, and when that line was
     /// logged (at most one per [`EVICTION_LOG_INTERVAL`]).
     evicted: (u64, Option<Instant>),
+    /// The user of the last connection closed that way.
+    evicted_uid: u32,
 }
 
 impl std::fmt::Debug for Service {
@@ -312,6 +314,7 @@ impl Service {
             listener_paused_until: None,
             max_providers,
             evicted: (0, None),
+            evicted_uid: 0,
         })
     }
 
@@ -486,6 +489,7 @@ impl Service {
         if accept {
             self.accept_all();
         }
+        self.log_evictions();
         let now = Instant::now();
         let before = self.pending.len();
         self.pending.retain(|p| p.deadline > now);
@@ -628,18 +632,27 @@ impl Service {
 
     /// A connection of `uid` waiting to say who it is was closed for a newer one. Logged at
     /// most once per [`EVICTION_LOG_INTERVAL`], with the count since the last line, so that a
-    /// flood does not flood the log too.
+    /// flood does not flood the log too ([`Self::log_evictions`]).
     fn note_eviction(&mut self, uid: u32) {
-        let now = Instant::now();
         self.evicted.0 += 1;
-        if self
-            .evicted
-            .1
-            .is_some_and(|at| now.duration_since(at) < EVICTION_LOG_INTERVAL)
+        self.evicted_uid = uid;
+        self.log_evictions();
+    }
+
+    /// Log the evictions not logged yet, unless a line was logged less than
+    /// [`EVICTION_LOG_INTERVAL`] ago (also called every turn, so the last ones are told).
+    fn log_evictions(&mut self) {
+        let now = Instant::now();
+        if self.evicted.0 == 0
+            || self
+                .evicted
+                .1
+                .is_some_and(|at| now.duration_since(at) < EVICTION_LOG_INTERVAL)
         {
             return;
         }
         let closed = std::mem::replace(&mut self.evicted, (0, Some(now))).0;
+        let uid = self.evicted_uid;
         self.log(format_args!(
             "fxtrace daemon: more than {MAX_PENDING} connections waiting to say who they are: \
              closed {closed} since the last such line (the oldest of the user with the most \
@@ -1286,10 +1299,10 @@ impl Service {
         // service's shutdown bound and a controller's patience.
         session_config.stop_timeout = SESSION_STOP_TIMEOUT;
         session_config.start_timeout = SESSION_STOP_TIMEOUT;
-        // Unbuffered: what the archive has taken is in the file (a killed service loses
-        // nothing it had written), as with `fxtrace record`.
+        // The archive stages one turn's read-out at most (a killed service loses no more), and
+        // a file whose write failed (a full disk) is cut after its last whole record.
         let output: Box<dyn std::io::Write + Send> = match output {
-            Some(file) => Box::new(file),
+            Some(file) => Box::new(crate::manager::archive::CutOnFailure::new(file)),
             None => Box::new(std::io::sink()),
         };
         let id = self.next_session;
@@ -1427,7 +1440,10 @@ impl Service {
             Err(error) => return self.reply(key, Reply::Error { error }),
         };
         let name = start.output.clone().unwrap_or_default();
-        let output = output.map(|file| (Box::new(file) as Box<dyn std::io::Write + Send>, name));
+        let output = output.map(|file| {
+            let file = crate::manager::archive::CutOnFailure::new(file);
+            (Box::new(file) as Box<dyn std::io::Write + Send>, name)
+        });
         session.send(Command::Start {
             disposition,
             output,

@@ -220,6 +220,9 @@ pub struct StatusReport {
     pub providers_omitted: u32,
 }
 
+/// The end of the line that replaces a session's problems in a status cut to fit a message.
+const PROBLEMS_NOT_LISTED: &str = " problems not listed: the whole answer would not fit";
+
 impl Reply {
     /// Leave out the back half of this reply's list (providers or categories), counted in
     /// its `omitted`, for a reply too large for one message. `false` when there is nothing
@@ -240,7 +243,19 @@ impl Reply {
                 categories,
                 omitted,
             } => halve(categories, omitted),
-            Reply::Status(report) => halve(&mut report.providers, &mut report.providers_omitted),
+            // Providers first; then a session's problems become one line that counts them.
+            Reply::Status(report) => {
+                halve(&mut report.providers, &mut report.providers_omitted)
+                    || report.sessions.iter_mut().any(|s| {
+                        let n = s.problems.len();
+                        let counted = n == 1 && s.problems[0].ends_with(PROBLEMS_NOT_LISTED);
+                        if n == 0 || counted {
+                            return false;
+                        }
+                        s.problems = vec![format!("{n}{PROBLEMS_NOT_LISTED}")];
+                        true
+                    })
+            }
             _ => false,
         }
     }
@@ -324,6 +339,36 @@ mod tests {
             }
         );
         assert!(!Reply::Terminated { session: 1 }.shrink());
+        // A status with no provider left to cut cuts its sessions' problems to one line each.
+        let session = SessionInfo {
+            session: 1,
+            state: "STARTED".into(),
+            mode: "oneshot".into(),
+            buffer_size: 1 << 20,
+            providers: 0,
+            records_written: 0,
+            bytes_written: 0,
+            records_dropped: 0,
+            output: String::new(),
+            owner_uid: 0,
+            detached: true,
+            problems: vec!["a".into(), "b".into()],
+        };
+        let mut status = Reply::Status(StatusReport {
+            pid: 1,
+            uid: 0,
+            socket: "s".into(),
+            providers: vec![],
+            sessions: vec![session],
+            providers_omitted: 0,
+        });
+        assert!(status.shrink());
+        let Reply::Status(report) = &status else {
+            unreachable!()
+        };
+        assert_eq!(report.sessions[0].problems.len(), 1);
+        assert!(report.sessions[0].problems[0].starts_with("2 problems not listed"));
+        assert!(!status.shrink(), "nothing more to cut");
     }
 
     #[test]
