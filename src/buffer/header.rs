@@ -884,6 +884,39 @@ pub fn chunked_data_extent<E>(
     Ok(extent)
 }
 
+/// The end of the data of a dense buffer of `len` bytes whose data end is unknown (a
+/// provider that died while writing): where its first zero header word is, or just past the
+/// header of its first record that does not fit (so that a scan still reports it), else `len`.
+/// Records are walked through `read(offset, block)`, called for blocks of about 1 MiB, so a
+/// caller copies the buffer only as far as its data, not whole.
+pub fn dense_data_extent<E>(
+    len: u64,
+    mut read: impl FnMut(u64, &mut [u8]) -> Result<(), E>,
+) -> Result<u64, E> {
+    let mut block = vec![0u8; EXTENT_BLOCK.min(len) as usize];
+    // The bytes of `block` are the buffer's from `start` for `filled` bytes.
+    let (mut start, mut filled) = (0u64, 0u64);
+    let mut at = 0u64;
+    while at + 8 <= len {
+        if at < start || at + 8 > start + filled {
+            start = at;
+            filled = EXTENT_BLOCK.min(len - at);
+            read(start, &mut block[..filled as usize])?;
+        }
+        let i = (at - start) as usize;
+        let header = u64::from_le_bytes(block[i..i + 8].try_into().expect("8 bytes"));
+        if header == 0 {
+            return Ok(at);
+        }
+        let size = crate::format::record_words(header) as u64 * 8;
+        if size == 0 || size > len - at {
+            return Ok(at + 8);
+        }
+        at += size;
+    }
+    Ok(len)
+}
+
 /// Walk one buffer's bytes `[0, data_end)` and yield its well-framed records as contiguous runs
 /// of [`CheckedRecords`] (each a whole number of records, never containing a zero header word),
 /// skipping chunk tags, zero tails and stale chunks. Inside a run the walk is `format`'s
@@ -1150,6 +1183,35 @@ mod tests {
         assert_eq!(extent(&last, 4 * C, C, 1).0, 4 * C);
         // A chunk size no reader accepts skips nothing.
         assert_eq!(extent(&last, 4 * C, 12, 1).0, 4 * C);
+    }
+
+    #[test]
+    fn a_dense_extent_ends_at_the_first_zero_word_or_the_first_record_that_does_not_fit() {
+        let extent = |words: &[u64]| {
+            let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_le_bytes()).collect();
+            dense_data_extent(bytes.len() as u64, |offset, block: &mut [u8]| {
+                block.copy_from_slice(&bytes[offset as usize..offset as usize + block.len()]);
+                Ok::<(), ()>(())
+            })
+            .unwrap()
+        };
+        // Two records (1 and 2 words), then zeros.
+        assert_eq!(extent(&[0x14, 0x24, 7, 0, 0]), 24);
+        // Full to the end.
+        assert_eq!(extent(&[0x14, 0x14]), 16);
+        // A record larger than what is left: just past its header.
+        assert_eq!(extent(&[0x14, 0x54, 0, 0]), 16);
+        // A large record claiming more words than the buffer holds.
+        assert_eq!(extent(&[15 | (1 << 30), 0]), 8);
+        assert_eq!(extent(&[]), 0);
+        // Across blocks: 100 records of 4 095 words (3.1 MiB), then zeros.
+        let mut words = Vec::new();
+        for _ in 0..100 {
+            words.push(0xfff4);
+            words.extend(std::iter::repeat(1).take(4094));
+        }
+        words.extend([0u64; 100]);
+        assert_eq!(extent(&words), 100 * 4095 * 8);
     }
 
     #[test]

@@ -15,8 +15,8 @@ use std::io::Write;
 
 use super::archive::{Archive, ArchiveError};
 use fxtrace::buffer::header::{
-    chunked_data_extent, scan_records, BufferGeometry, BufferingMode, ChunkScanStop, Framing,
-    HeaderError, HeaderFields, MIN_DURABLE_BUFFER_SIZE,
+    chunked_data_extent, dense_data_extent, scan_records, BufferGeometry, BufferingMode,
+    ChunkScanStop, Framing, HeaderError, HeaderFields, MIN_DURABLE_BUFFER_SIZE,
 };
 use fxtrace::buffer::{BufferError, TraceBuffer};
 use fxtrace::format::PROVIDER_EVENT_BUFFER_OVERFLOW;
@@ -316,7 +316,11 @@ impl Drain {
                     wrapped_count,
                     |offset, block| buffer.read_at(geometry.rolling_offset(index) + offset, block),
                 ),
-                Framing::Dense => Ok(geometry.rolling_buffer_size),
+                Framing::Dense => {
+                    dense_data_extent(geometry.rolling_buffer_size, |offset, block| {
+                        buffer.read_at(geometry.rolling_offset(index) + offset, block)
+                    })
+                }
             },
             end => Ok(end),
         };
