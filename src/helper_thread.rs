@@ -7,8 +7,7 @@
 //! tell when only fxtrace's threads are left ([`tids`]).
 
 use std::io;
-use std::sync::atomic::{AtomicI32, Ordering};
-use std::sync::Once;
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::thread::JoinHandle;
 
 /// Most helper threads listed at once (a process has a handful); one beyond is not listed,
@@ -25,12 +24,16 @@ where
     F: FnOnce() -> T + Send + 'static,
     T: Send + 'static,
 {
-    static FORK_HANDLER: Once = Once::new();
-    FORK_HANDLER.call_once(|| {
+    // A flag, not a `Once`: a fork by another thread in the middle of a `Once` would leave
+    // it running forever in the child. Two threads may both register: the handler is
+    // idempotent.
+    static FORK_HANDLER: AtomicBool = AtomicBool::new(false);
+    // ATOMICS: `Relaxed`: only claims the registration.
+    if !FORK_HANDLER.swap(true, Ordering::Relaxed) {
         // SAFETY: registers a handler that only stores atomics (async-signal-safe). Without
         // it (it fails only for want of memory), a child would list its parent's helpers.
         unsafe { libc::pthread_atfork(None, None, Some(forget_in_child)) };
-    });
+    }
     // The new thread inherits the mask in force when it is created.
     let _blocked = AllSignalsBlocked::new();
     std::thread::Builder::new()

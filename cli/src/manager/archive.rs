@@ -71,7 +71,9 @@ pub struct Archive<W: Write> {
 /// writes what it had taken, the magic number included: the file holds every record taken.
 impl<W: Write> Drop for Archive<W> {
     fn drop(&mut self) {
-        if self.out.is_some() {
+        // An archive that took nothing writes nothing (a recording that failed to start leaves
+        // an output written in place, such as a pipe, untouched).
+        if self.out.is_some() && !(self.magic_pending && self.staged.is_empty()) {
             let _ = self.flush();
         }
     }
@@ -305,29 +307,41 @@ pub struct CompletePrefix {
 #[derive(Debug)]
 pub struct CutOnFailure {
     file: std::fs::File,
+    /// The file's length when it was handed over: the archive starts there (what was in the
+    /// file before is never cut).
+    start: u64,
     failed: bool,
 }
 
 impl CutOnFailure {
-    /// Write archives to `file`.
+    /// Write archives to `file`, after what it already holds.
     pub fn new(file: std::fs::File) -> Self {
+        let start = file.metadata().map_or(0, |m| m.len());
         Self {
             file,
+            start,
             failed: false,
         }
+    }
+
+    fn note(&mut self, result: &io::Result<impl Sized>) {
+        // An interrupted write is tried again by `write_all`: not a failure.
+        self.failed |= result
+            .as_ref()
+            .is_err_and(|e| e.kind() != io::ErrorKind::Interrupted);
     }
 }
 
 impl Write for CutOnFailure {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let written = self.file.write(buf);
-        self.failed |= written.is_err();
+        self.note(&written);
         written
     }
 
     fn flush(&mut self) -> io::Result<()> {
         let flushed = self.file.flush();
-        self.failed |= flushed.is_err();
+        self.note(&flushed);
         flushed
     }
 }
@@ -335,7 +349,7 @@ impl Write for CutOnFailure {
 impl Drop for CutOnFailure {
     fn drop(&mut self) {
         if self.failed {
-            let _ = truncate_to_complete_records(&self.file);
+            let _ = truncate_to_complete_records_from(&self.file, self.start);
         }
     }
 }
@@ -344,6 +358,15 @@ impl Drop for CutOnFailure {
 /// (`ENOSPC`) the file may end inside a record; cut there, it is a valid trace up to the last
 /// record that was written whole. Reads only record headers.
 pub fn truncate_to_complete_records(file: &std::fs::File) -> io::Result<CompletePrefix> {
+    truncate_to_complete_records_from(file, 0)
+}
+
+/// [`truncate_to_complete_records`] for records that start at byte `start` of `file` (what
+/// comes before is kept as it is, and counted in neither figure but the length).
+fn truncate_to_complete_records_from(
+    file: &std::fs::File,
+    start: u64,
+) -> io::Result<CompletePrefix> {
     use std::os::fd::AsRawFd;
     use std::os::unix::fs::FileExt;
     let len = file.metadata()?.len();
@@ -357,7 +380,7 @@ pub fn truncate_to_complete_records(file: &std::fs::File) -> io::Result<Complete
         }
         _ => file,
     };
-    let mut at = 0u64;
+    let mut at = start;
     let mut records = 0u64;
     let mut word = [0u8; 8];
     while at + 8 <= len {
@@ -474,6 +497,37 @@ mod tests {
         out.write_all(&0x24u64.to_ne_bytes()).unwrap();
         drop(out);
         assert_eq!(std::fs::metadata(&path).unwrap().len(), whole + 8);
+        // What a file held before the archive was appended to it is never cut.
+        let before = b"not a trace, 24 bytes...";
+        std::fs::write(&path, before).unwrap();
+        let file = std::fs::OpenOptions::new()
+            .append(true)
+            .open(&path)
+            .unwrap();
+        let mut a = Archive::new(CutOnFailure::new(file)).unwrap();
+        a.begin_provider(1, "p").unwrap();
+        let mut out = a.into_inner().unwrap();
+        let archive = std::fs::metadata(&path).unwrap().len();
+        out.write_all(&0x24u64.to_ne_bytes()).unwrap();
+        out.failed = true;
+        drop(out);
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), archive);
+        assert!(std::fs::read(&path).unwrap().starts_with(before));
+    }
+
+    #[test]
+    fn an_archive_dropped_writes_what_it_took_and_nothing_if_it_took_nothing() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.fxt");
+        drop(Archive::new(std::fs::File::create(&path).unwrap()).unwrap());
+        assert_eq!(std::fs::metadata(&path).unwrap().len(), 0);
+        let mut a = Archive::new(std::fs::File::create(&path).unwrap()).unwrap();
+        a.begin_provider(1, "p").unwrap();
+        // Dropped without a flush (an error path): the magic number and the record.
+        drop(a);
+        let bytes = std::fs::read(&path).unwrap();
+        let ids: Vec<_> = Decoder::new(&bytes).map(|d| d.unwrap().provider).collect();
+        assert_eq!(ids.len(), 2);
     }
 
     fn records(bytes: &[u8]) -> Vec<(Option<u32>, String)> {

@@ -565,11 +565,17 @@ impl Manager {
         if self.archive.current_provider() != Some(id) {
             self.archive.begin_provider(id, name)?;
         }
-        let written = self.archive.write_records(records)?;
         // Written through, as a read-out is at the end of its turn: a section's batches come
-        // from outside the event loop, which may sleep long before its next turn.
-        self.archive.flush()?;
-        Ok(written)
+        // from outside the event loop, which may sleep long before its next turn. A failed
+        // write ends the session as one while reading a provider out does.
+        let written = self
+            .archive
+            .write_records(records)
+            .and_then(|written| self.archive.flush().map(|()| written));
+        if let Err(e) = &written {
+            self.archive_failure(e.to_string(), Instant::now());
+        }
+        Ok(written?)
     }
 
     /// Flush the archive's output (a stop of a session that goes on).

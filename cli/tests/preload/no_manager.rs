@@ -198,6 +198,8 @@ static void nap(void) {
 
 static void* late(void* arg) {
     (void)arg;
+    nap();
+    /* After main has printed and flushed (a cancellation inside its write would print twice). */
     if (!strcmp(mode, "cancel")) pthread_cancel(main_thread);
     nap();
     if (!strcmp(mode, "sigwait")) {

@@ -666,3 +666,43 @@ mod tests {
         }
     }
 }
+
+#[cfg(test)]
+mod section_tests {
+    use std::time::Duration;
+
+    use super::super::{Manager, ManagerConfig};
+    use crate::manager::session::SessionState;
+
+    /// An output that takes the magic number, then fails (a full disk).
+    struct FullDisk(usize);
+
+    impl std::io::Write for FullDisk {
+        fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+            if self.0 >= 8 {
+                return Err(std::io::Error::from_raw_os_error(libc::ENOSPC));
+            }
+            self.0 += buf.len();
+            Ok(buf.len())
+        }
+
+        fn flush(&mut self) -> std::io::Result<()> {
+            Ok(())
+        }
+    }
+
+    #[test]
+    fn a_section_batch_that_cannot_be_written_ends_the_session() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut config = ManagerConfig::new(dir.path().join("m.sock"));
+        config.session.buffer_size_bytes = 64 << 10;
+        let mut m = Manager::new(config, Box::new(FullDisk(0))).unwrap();
+        m.start(None).unwrap();
+        let id = m.reserve_provider_id();
+        let record = fxtrace::format::words_to_bytes(&[0x14]);
+        assert!(m.write_section(id, "kernel", &record).is_err());
+        // The next turn reports the failure instead of tracing on.
+        assert!(m.poll(&[], Some(Duration::from_millis(10))).is_err());
+        assert_ne!(m.session().state(), SessionState::Started);
+    }
+}
