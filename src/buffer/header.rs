@@ -891,30 +891,13 @@ pub fn chunked_data_extent<E>(
 /// caller copies the buffer only as far as its data, not whole.
 pub fn dense_data_extent<E>(
     len: u64,
-    mut read: impl FnMut(u64, &mut [u8]) -> Result<(), E>,
+    read: impl FnMut(u64, &mut [u8]) -> Result<(), E>,
 ) -> Result<u64, E> {
-    let mut block = vec![0u8; EXTENT_BLOCK.min(len) as usize];
-    // The bytes of `block` are the buffer's from `start` for `filled` bytes.
-    let (mut start, mut filled) = (0u64, 0u64);
-    let mut at = 0u64;
-    while at + 8 <= len {
-        if at < start || at + 8 > start + filled {
-            start = at;
-            filled = EXTENT_BLOCK.min(len - at);
-            read(start, &mut block[..filled as usize])?;
-        }
-        let i = (at - start) as usize;
-        let header = u64::from_le_bytes(block[i..i + 8].try_into().expect("8 bytes"));
-        if header == 0 {
-            return Ok(at);
-        }
-        let size = crate::format::record_words(header) as u64 * 8;
-        if size == 0 || size > len - at {
-            return Ok(at + 8);
-        }
-        at += size;
-    }
-    Ok(len)
+    let walk = crate::format::walk_records(len, 0, read)?;
+    Ok(match walk.stop {
+        crate::format::WalkStop::Misfit => (walk.end + 8).min(len),
+        crate::format::WalkStop::End | crate::format::WalkStop::ZeroWord => walk.end,
+    })
 }
 
 /// Walk one buffer's bytes `[0, data_end)` and yield its well-framed records as contiguous runs

@@ -218,6 +218,71 @@ impl<'a, F: FnMut(u64) -> bool> Iterator for Without<'a, F> {
     }
 }
 
+/// Where [`walk_records`] stopped.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WalkStop {
+    /// At the end of the bytes, after whole records.
+    End,
+    /// At a zero header word.
+    ZeroWord,
+    /// At a record whose size is zero or runs past the end.
+    Misfit,
+}
+
+/// Records of a dense stream walked by [`walk_records`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct RecordWalk {
+    /// The end of the last whole record (from the start of the bytes).
+    pub end: u64,
+    /// Whole records walked.
+    pub records: u64,
+    /// Why the walk ended there.
+    pub stop: WalkStop,
+}
+
+/// Walk the record headers of a dense stream of `len` bytes from byte `start` (a record
+/// boundary), reading it through `read(offset, block)` in blocks of about 1 MiB: for streams
+/// too large to hold (a trace file, a provider's buffer), only the headers are looked at.
+pub fn walk_records<E>(
+    len: u64,
+    start: u64,
+    mut read: impl FnMut(u64, &mut [u8]) -> Result<(), E>,
+) -> Result<RecordWalk, E> {
+    const BLOCK: u64 = 1 << 20;
+    let mut block = vec![0u8; BLOCK.min(len.saturating_sub(start)) as usize];
+    // The bytes of `block` are the stream's from `from` for `filled` bytes.
+    let (mut from, mut filled) = (0u64, 0u64);
+    let mut walk = RecordWalk {
+        end: start,
+        records: 0,
+        stop: WalkStop::End,
+    };
+    while walk.end + 8 <= len {
+        let at = walk.end;
+        if at < from || at + 8 > from + filled {
+            from = at;
+            filled = BLOCK.min(len - at);
+            read(from, &mut block[..filled as usize])?;
+        }
+        let header = word_at(&block, (at - from) as usize).unwrap_or(0);
+        if header == 0 {
+            walk.stop = WalkStop::ZeroWord;
+            return Ok(walk);
+        }
+        let size = record_words(header) as u64 * 8;
+        if size == 0 || size > len - at {
+            walk.stop = WalkStop::Misfit;
+            return Ok(walk);
+        }
+        walk.end += size;
+        walk.records += 1;
+    }
+    if walk.end < len {
+        walk.stop = WalkStop::Misfit;
+    }
+    Ok(walk)
+}
+
 fn word_at(bytes: &[u8], offset: usize) -> Option<u64> {
     bytes
         .get(offset..offset.checked_add(8)?)
@@ -313,6 +378,25 @@ mod tests {
             })
         );
         assert_eq!(scan_records(&[]).stop, ScanStop::End);
+    }
+
+    #[test]
+    fn a_walk_stops_after_whole_records_and_says_why() {
+        let walk = |words: &[u64], start: u64| {
+            let data = bytes(words);
+            walk_records(data.len() as u64, start, |offset, block: &mut [u8]| {
+                block.copy_from_slice(&data[offset as usize..offset as usize + block.len()]);
+                Ok::<(), ()>(())
+            })
+            .unwrap()
+        };
+        let at = |end, records, stop| RecordWalk { end, records, stop };
+        assert_eq!(walk(&[0x14, 0x24, 7], 0), at(24, 2, WalkStop::End));
+        assert_eq!(walk(&[0x14, 0, 0x14], 0), at(8, 1, WalkStop::ZeroWord));
+        assert_eq!(walk(&[0x14, 0x34, 1], 0), at(8, 1, WalkStop::Misfit));
+        // From a record boundary further in.
+        assert_eq!(walk(&[9, 0x14, 0x14], 8), at(24, 2, WalkStop::End));
+        assert_eq!(walk(&[], 0), at(0, 0, WalkStop::End));
     }
 
     #[test]

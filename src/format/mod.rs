@@ -80,8 +80,8 @@ pub use decoded::{
 };
 pub use error::{DecodeError, DecodeErrorKind, EncodeError, FramingError, FramingErrorKind};
 pub use framing::{
-    check_frame, record_type, record_words, scan_records, scan_words, CheckedRecords, Scan,
-    ScanStop, Without,
+    check_frame, record_type, record_words, scan_records, scan_words, walk_records, CheckedRecords,
+    RecordWalk, Scan, ScanStop, WalkStop, Without,
 };
 pub use record::{
     Blob, ContextSwitch, Encode, Event, EventKind, Initialization, KernelObject, LargeBlob,

@@ -380,23 +380,16 @@ fn truncate_to_complete_records_from(
         }
         _ => file,
     };
-    let mut at = start;
-    let mut records = 0u64;
-    let mut word = [0u8; 8];
-    while at + 8 <= len {
-        reader.read_exact_at(&mut word, at)?;
-        let header = u64::from_ne_bytes(word);
-        let size = format::record_words(header) as u64 * 8;
-        if header == 0 || size == 0 || at + size > len {
-            break;
-        }
-        at += size;
-        records += 1;
+    let walk = format::walk_records(len, start, |offset, block| {
+        reader.read_exact_at(block, offset)
+    })?;
+    if walk.end < len {
+        file.set_len(walk.end)?;
     }
-    if at < len {
-        file.set_len(at)?;
-    }
-    Ok(CompletePrefix { bytes: at, records })
+    Ok(CompletePrefix {
+        bytes: walk.end,
+        records: walk.records,
+    })
 }
 
 /// A provider info, provider section or provider event metadata record header.
