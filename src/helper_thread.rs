@@ -25,14 +25,15 @@ where
     T: Send + 'static,
 {
     // A flag, not a `Once`: a fork by another thread in the middle of a `Once` would leave
-    // it running forever in the child. Two threads may both register: the handler is
-    // idempotent.
+    // it running forever in the child. The flag is set once the handler is registered, so
+    // no helper is listed before it is; two threads may both register it (it is idempotent).
     static FORK_HANDLER: AtomicBool = AtomicBool::new(false);
-    // ATOMICS: `Relaxed`: only claims the registration.
-    if !FORK_HANDLER.swap(true, Ordering::Relaxed) {
+    // ATOMICS: `Acquire`/`Release`: a thread that sees the flag sees the registration.
+    if !FORK_HANDLER.load(Ordering::Acquire) {
         // SAFETY: registers a handler that only stores atomics (async-signal-safe). Without
         // it (it fails only for want of memory), a child would list its parent's helpers.
         unsafe { libc::pthread_atfork(None, None, Some(forget_in_child)) };
+        FORK_HANDLER.store(true, Ordering::Release);
     }
     // The new thread inherits the mask in force when it is created.
     let _blocked = AllSignalsBlocked::new();

@@ -314,9 +314,17 @@ pub struct CutOnFailure {
 }
 
 impl CutOnFailure {
-    /// Write archives to `file`, after what it already holds.
+    /// Write archives to `file`, from where its writes go now: its end when it is open for
+    /// appending, else its offset (what comes before is never cut).
     pub fn new(file: std::fs::File) -> Self {
-        let start = file.metadata().map_or(0, |m| m.len());
+        use std::io::Seek;
+        let appends = nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_GETFL)
+            .is_ok_and(|flags| flags & libc::O_APPEND != 0);
+        let start = if appends {
+            file.metadata().map_or(0, |m| m.len())
+        } else {
+            (&file).stream_position().unwrap_or(0)
+        };
         Self {
             file,
             start,
