@@ -102,11 +102,12 @@ fn main_thread_ended(leader: libc::pid_t) -> bool {
         .is_some_and(|state| state == b'Z')
 }
 
-/// The state letter of a `/proc/…/stat` line: the field after the command's closing `)` (the
-/// command may itself hold `)` and spaces).
+/// The state letter of a `/proc/…/stat` line.
 fn thread_state(stat: &[u8]) -> Option<u8> {
-    let close = stat.iter().rposition(|&b| b == b')')?;
-    stat.get(close + 2).copied()
+    fxtrace::capture::procfs::stat_fields(stat)
+        .next()?
+        .first()
+        .copied()
 }
 
 #[cfg(test)]

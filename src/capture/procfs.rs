@@ -256,6 +256,17 @@ fn read_tgid(status: &Path) -> Option<u32> {
         .ok()
 }
 
+/// The fields of a `/proc/PID/stat` line after the command (`pid (comm) state ppid …`: the
+/// command may hold spaces, parentheses and any byte), state first.
+pub fn stat_fields(stat: &[u8]) -> impl Iterator<Item = &[u8]> {
+    let rest = stat
+        .iter()
+        .rposition(|&b| b == b')')
+        .map_or(&[][..], |close| &stat[close + 1..]);
+    rest.split(u8::is_ascii_whitespace)
+        .filter(|field| !field.is_empty())
+}
+
 /// Parses a kernel CPU list (`0-3,5,7-8`).
 pub fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
     let mut cpus = Vec::new();

@@ -226,9 +226,16 @@ pub(crate) fn providers(args: &ListArgs) -> Result<ExitCode, ServiceCliError> {
 
 /// Say that the service left `omitted` entries of a list out of its answer.
 fn note_omitted(omitted: u32, what: &str) {
-    if omitted > 0 {
-        note!("{omitted} more {what} not listed: the whole list would not fit in one answer");
+    if let Some(line) = omitted_line(omitted, what) {
+        note!("{line}");
     }
+}
+
+/// The line saying that the service left `omitted` entries of a list out, if it did.
+fn omitted_line(omitted: u32, what: &str) -> Option<String> {
+    (omitted > 0).then(|| {
+        format!("{omitted} more {what} not listed: the whole list would not fit in one answer")
+    })
 }
 
 /// Runs `fxtrace categories`.
@@ -618,12 +625,8 @@ fn print_report(out: &mut impl std::io::Write, r: &StatusReport) -> std::io::Res
             )?;
         }
     }
-    if r.providers_omitted > 0 {
-        writeln!(
-            out,
-            "  {} more providers not listed: the whole list would not fit in one answer",
-            r.providers_omitted
-        )?;
+    if let Some(line) = omitted_line(r.providers_omitted, "providers") {
+        writeln!(out, "  {line}")?;
     }
     Ok(())
 }

@@ -524,14 +524,13 @@ fn is_descendant(pid: i32, root: u32) -> bool {
         if u32::try_from(pid) == Ok(root) {
             return true;
         }
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        // Bytes: a command name need not be UTF-8.
+        let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
             return false;
         };
-        // "pid (comm) state ppid …": comm may hold spaces and parentheses.
-        let Some(ppid) = stat
-            .rsplit_once(')')
-            .and_then(|(_, rest)| rest.split_whitespace().nth(1))
-            .and_then(|p| p.parse().ok())
+        let Some(ppid) = fxtrace::capture::procfs::stat_fields(&stat)
+            .nth(1)
+            .and_then(|p| std::str::from_utf8(p).ok()?.parse().ok())
         else {
             return false;
         };
