@@ -8,9 +8,10 @@
 //! code, without the traced path's guard or frame), otherwise from an out-of-line function
 //! generic over the closure (compiled in the caller's crate, with the body). With no trace
 //! running, a traced call costs one relaxed load of the engine's "any trace started" count and
-//! a branch (`Span::call`, the guard's and the future's checks, all `#[inline(always)]`); the
-//! begin and end with a trace running are non-generic `#[inline(never)]` functions compiled
-//! once, in this crate.
+//! a branch (`Span::call`, the guard's and the future's checks, all `#[inline(always)]`). With
+//! a trace running, a closure body's guard begins and ends inside the closure's out-of-line
+//! frame (one frame); a guard in the traced function itself calls an out-of-line begin and
+//! end, so that the function stays as small as it would be untraced.
 //!
 //! # What is written
 //!
@@ -389,8 +390,13 @@ pub enum Mode {
 }
 
 /// The guard of a traced synchronous call at site `S`, with room for `N` scalar arguments.
+///
+/// `INLINE`: the begin and the end are inlined where the guard is entered and dropped; for a
+/// body run by [`Span::call`], whose traced path is already out of line (one frame, not three).
+/// Otherwise (the guard in the traced function itself) they are out-of-line calls, so that
+/// the function stays small enough to be inlined where it would be untraced.
 #[must_use = "the duration ends when the guard is dropped"]
-pub struct Span<S: Site, const N: usize> {
+pub struct Span<S: Site, const N: usize, const INLINE: bool = false> {
     /// Generation of the trace the call began in; 0 = inert.
     generation: u32,
     mode: Mode,
@@ -403,7 +409,7 @@ pub struct Span<S: Site, const N: usize> {
     site: PhantomData<fn() -> S>,
 }
 
-impl<S: Site, const N: usize> Debug for Span<S, N> {
+impl<S: Site, const N: usize, const INLINE: bool> Debug for Span<S, N, INLINE> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("Span")
             .field("name", &S::name())
@@ -415,7 +421,7 @@ impl<S: Site, const N: usize> Debug for Span<S, N> {
     }
 }
 
-impl<S: Site, const N: usize> Span<S, N> {
+impl<S: Site, const N: usize, const INLINE: bool> Span<S, N, INLINE> {
     /// An inert guard (no trace, or the category disabled).
     pub const OFF: Self = Span {
         generation: 0,
@@ -464,11 +470,25 @@ impl<S: Site, const N: usize> Span<S, N> {
         span
     }
 
-    /// A call with scalar arguments (set by the caller) or none: out of line, so that a
-    /// traced function stays small enough to be inlined where its caller would inline it
-    /// untraced.
-    #[inline(never)]
+    /// A call with scalar arguments (set by the caller) or none: inlined or out of line
+    /// (`INLINE`; out of line, a traced function stays small enough to be inlined where its
+    /// caller would inline it untraced).
+    #[inline(always)]
     fn begin() -> Self {
+        if INLINE {
+            Self::begin_here()
+        } else {
+            Self::begin_out_of_line()
+        }
+    }
+
+    #[inline(never)]
+    fn begin_out_of_line() -> Self {
+        Self::begin_here()
+    }
+
+    #[inline(always)]
+    fn begin_here() -> Self {
         let site = S::call_site();
         // The thread's memo knows the site's pair once a call has ended on this thread in
         // the latest trace (and the arguments' indices, once one has ended on the installed
@@ -508,7 +528,7 @@ impl<S: Site, const N: usize> Span<S, N> {
     }
 }
 
-impl<S: Site> Span<S, 0> {
+impl<S: Site, const INLINE: bool> Span<S, 0, INLINE> {
     /// Enter a call with no arguments (call only when [`maybe_on`]; the guard is inert when
     /// no trace running enables the call site).
     #[inline(always)]
@@ -610,7 +630,7 @@ fn write_complete<const M: usize>(
     writer.event_memoising(start, category, name, kind, &built[..values.len()])
 }
 
-impl<S: Site, const N: usize> Drop for Span<S, N> {
+impl<S: Site, const N: usize, const INLINE: bool> Drop for Span<S, N, INLINE> {
     #[inline(always)]
     fn drop(&mut self) {
         if self.generation != 0 {
@@ -619,10 +639,25 @@ impl<S: Site, const N: usize> Drop for Span<S, N> {
     }
 }
 
-impl<S: Site, const N: usize> Span<S, N> {
-    /// The end of a call that began in a trace: out of line, as [`Span::begin`].
-    #[inline(never)]
+impl<S: Site, const N: usize, const INLINE: bool> Span<S, N, INLINE> {
+    /// The end of a call that began in a trace: inlined or out of line (`INLINE`), as
+    /// [`Span::begin`].
+    #[inline(always)]
     fn end(&mut self) {
+        if INLINE {
+            self.end_here();
+        } else {
+            self.end_out_of_line();
+        }
+    }
+
+    #[inline(never)]
+    fn end_out_of_line(&mut self) {
+        self.end_here();
+    }
+
+    #[inline(always)]
+    fn end_here(&mut self) {
         let end = clock::ticks();
         let (category, name) = (S::category(), S::name());
         if self.mode == Mode::Complete {

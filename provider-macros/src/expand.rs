@@ -341,10 +341,11 @@ pub(crate) fn expand(args: TracedArgs, f: &TracedFn, instrument: bool) -> syn::R
         // plain function's code, without the traced path's guard or frame), and from an
         // out-of-line function otherwise. `move` (and the `FnOnce` bound): a body that returns
         // a reborrow of a parameter (`&mut self` -> `&mut T`) still compiles. The guard is
-        // the closure's first local, so parameters still drop after the span's end. The
+        // the closure's first local, so parameters still drop after the span's end; its
+        // begin and end are inlined into that out-of-line function (`INLINE`: one frame). The
         // body's braces are the expansion's (its own would draw `unused_braces` on the
         // user's code).
-        let guard = guard(&support, &n_lit, &arg_inputs, quote!(__fxtrace_on));
+        let guard = guard(&support, &n_lit, &arg_inputs, quote!(__fxtrace_on), true);
         quote! {
             #site
             #support::Span::<__FxtraceSite, #n_lit>::call(move |__fxtrace_on: bool| #ret {
@@ -353,7 +354,13 @@ pub(crate) fn expand(args: TracedArgs, f: &TracedFn, instrument: bool) -> syn::R
             })
         }
     } else {
-        let guard = guard(&support, &n_lit, &arg_inputs, quote!(#support::maybe_on()));
+        let guard = guard(
+            &support,
+            &n_lit,
+            &arg_inputs,
+            quote!(#support::maybe_on()),
+            false,
+        );
         quote! {
             #site
             let __fxtrace_guard = #guard;
@@ -370,23 +377,26 @@ pub(crate) fn expand(args: TracedArgs, f: &TracedFn, instrument: bool) -> syn::R
 }
 
 /// A synchronous call's guard: entered when `on` (a `bool` expression: whether a trace may
-/// be running), inert otherwise.
+/// be running), inert otherwise; `inline`: its begin and end are inlined (the guard of a body
+/// run out of line by `Span::call`).
 fn guard(
     support: &TokenStream,
     n: &proc_macro2::Literal,
     arg_inputs: &[TokenStream],
     on: TokenStream,
+    inline: bool,
 ) -> TokenStream {
+    let span = quote!(#support::Span::<__FxtraceSite, #n, #inline>);
     let entered = if arg_inputs.is_empty() {
-        quote!(#support::Span::<__FxtraceSite, 0>::enter())
+        quote!(#span::enter())
     } else {
-        quote!(#support::Span::<__FxtraceSite, #n>::enter_args([#(#arg_inputs),*]))
+        quote!(#span::enter_args([#(#arg_inputs),*]))
     };
     quote!(
         if #on {
             #entered
         } else {
-            #support::Span::<__FxtraceSite, #n>::OFF
+            #span::OFF
         }
     )
 }
@@ -502,7 +512,8 @@ mod tests {
 
     #[test]
     fn sync_expansion_keeps_the_guard_in_place_where_a_closure_does_not_fit() {
-        let guard = ":: fxtrace :: __private :: Span :: < __FxtraceSite , 0 > :: enter ()";
+        // In the function itself: the begin and the end out of line (`INLINE` false).
+        let guard = ":: fxtrace :: __private :: Span :: < __FxtraceSite , 0 , false > :: enter ()";
         for item in [
             quote!(
                 fn opaque() -> impl Fn(&str) -> usize {
@@ -575,9 +586,9 @@ mod tests {
         assert!(
             out.contains(
                 "call (move | __fxtrace_on : bool | { let __fxtrace_guard = if __fxtrace_on { \
-                 :: fxtrace :: __private :: Span :: < __FxtraceSite , 1 > :: enter_args"
+                 :: fxtrace :: __private :: Span :: < __FxtraceSite , 1 , true > :: enter_args"
             ),
-            "arguments, in a closure: {out}"
+            "arguments, in a closure, the begin and end inlined there: {out}"
         );
     }
 
