@@ -4,7 +4,7 @@
 //! Each starts with every signal blocked, so that a signal sent to the process always reaches
 //! one of the program's threads (a program that blocks a signal everywhere to `sigwait` for it
 //! still gets it), and is known by its thread id while it runs, so that the preload object can
-//! tell when only fxtrace's threads are left ([`tids`]).
+//! tell when only fxtrace's threads are left (`tids`).
 
 use std::io;
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
