@@ -15,11 +15,12 @@ use std::io::Write;
 
 use super::archive::{Archive, ArchiveError};
 use fxtrace::buffer::header::{
-    chunked_data_extent, dense_data_extent, scan_records, BufferGeometry, BufferingMode,
-    ChunkScanStop, Framing, HeaderError, HeaderFields, MIN_DURABLE_BUFFER_SIZE,
+    chunked_data_extent, dense_data_extent, parse_chunk_tag, scan_records, BufferGeometry,
+    BufferingMode, ChunkFramingError, ChunkScanStop, Framing, HeaderError, HeaderFields,
+    MIN_DURABLE_BUFFER_SIZE,
 };
 use fxtrace::buffer::{BufferError, TraceBuffer};
-use fxtrace::format::PROVIDER_EVENT_BUFFER_OVERFLOW;
+use fxtrace::format::{CheckedRecords, FramingErrorKind, ScanStop, PROVIDER_EVENT_BUFFER_OVERFLOW};
 
 /// Why a provider's buffer could not be read. Every variant but [`DrainError::Archive`] is the
 /// provider's fault and ends only that provider; an archive error ends the session.
@@ -126,6 +127,8 @@ pub struct Drain {
     stats: DrainStats,
     /// Reused for every copy out of the buffer.
     scratch: Vec<u8>,
+    /// Bytes of a rolling buffer copied and scanned at a time ([`READ_WINDOW`]).
+    window: u64,
 }
 
 /// How much of the durable buffer a new trace keeps (the start disposition).
@@ -150,6 +153,7 @@ impl Drain {
             saved_any: false,
             stats: DrainStats::default(),
             scratch: Vec::new(),
+            window: READ_WINDOW,
         }
     }
 
@@ -289,17 +293,20 @@ impl Drain {
     /// finalised: a crashed or killed provider) means "scan the whole region". Nothing is
     /// written when the header does not validate.
     ///
-    /// The regions are copied out of the buffer rolling first, durable last, and written in
-    /// archive order (durable first). A provider that is gone without STOPPED may still be
-    /// writing (its process runs on): a thread writes its Thread/String record into the
-    /// durable buffer before any rolling record that refers to it, so a durable copy taken
-    /// after the rolling copy holds every record the copied events refer to.
+    /// `writers_done`: the provider answered STOPPED (its writers are finished). Its rolling
+    /// buffers are then copied and written a window at a time ([`READ_WINDOW`]), so the
+    /// manager never holds a whole buffer. Otherwise (a provider gone without STOPPED, whose
+    /// process may still be writing) the regions are copied out whole, rolling first, durable
+    /// last, and written in archive order (durable first): a thread writes its Thread/String
+    /// record into the durable buffer before any rolling record that refers to it, so a
+    /// durable copy taken after the rolling copy holds every record the copied events refer
+    /// to.
     pub fn read_out<W: Write>(
         &mut self,
         buffer: &TraceBuffer,
         archive: &mut Archive<W>,
-        id: u32,
-        name: &str,
+        (id, name): (u32, &str),
+        writers_done: bool,
     ) -> Result<(), DrainError> {
         let (fields, geometry) = self.read_header(buffer)?;
         let started = std::time::Instant::now();
@@ -338,6 +345,24 @@ impl Drain {
             }
         }
         rolling.push(wrapped);
+        if writers_done {
+            let durable = self.copy_durable(buffer, &fields, &geometry)?;
+            self.begin_read_out(archive, (id, name), &fields)?;
+            if let Some((bytes, len)) = durable {
+                self.scan_into((&bytes, 0), len, Framing::Dense, Region::Durable, archive)?;
+            }
+            for wrap in rolling {
+                let index = (wrap & 1) as usize;
+                let framing = fields.rolling_framing(wrap);
+                let end = rolling_end(index, framing)?;
+                let offset = geometry.rolling_offset(index);
+                let len = geometry.rolling_buffer_size;
+                let region = Region::Rolling(index);
+                self.forward(buffer, archive, offset, len, end, framing, region)?;
+            }
+            self.scratch = Vec::new();
+            return Ok(());
+        }
         let rolling = rolling
             .into_iter()
             .map(|wrap| {
@@ -353,42 +378,68 @@ impl Drain {
             })
             .collect::<Result<Vec<_>, DrainError>>()?;
         // Durable data not yet saved, copied last.
-        let mut durable = None;
-        if self.mode != BufferingMode::Oneshot {
-            let end = match fields.durable_data_end {
-                0 => geometry.durable_buffer_size,
-                end => end,
-            };
-            let from = self.last_durable_data_end.min(end);
-            if end > from {
-                let len = end - from;
-                let bytes = copy_region(buffer, geometry.durable_offset() + from, len)?;
-                durable = Some((bytes, len));
-                self.last_durable_data_end = if fields.durable_data_end == 0 {
-                    from
-                } else {
-                    end
-                };
-            }
-        }
+        let durable = self.copy_durable(buffer, &fields, &geometry)?;
         self.stats.copy_time += started.elapsed();
-        archive.begin_provider(id, name)?;
-        if fields.num_records_dropped > 0 {
-            archive.provider_event(PROVIDER_EVENT_BUFFER_OVERFLOW)?;
-        }
+        self.begin_read_out(archive, (id, name), &fields)?;
         if let Some((bytes, len)) = durable {
-            self.scan_into(&bytes, len, Framing::Dense, Region::Durable, archive)?;
+            self.scan_into((&bytes, 0), len, Framing::Dense, Region::Durable, archive)?;
         }
         for (bytes, end, framing, region) in rolling {
-            self.scan_into(&bytes, end, framing, region, archive)?;
+            self.scan_into((&bytes, 0), end, framing, region, archive)?;
         }
         // Nothing more is read until a new trace: give the copy buffer back.
         self.scratch = Vec::new();
         Ok(())
     }
 
+    /// The durable data a final read-out has not saved yet (at most the durable buffer, 1 MiB),
+    /// copied out with its length; `None` in oneshot mode or when all was saved.
+    fn copy_durable(
+        &mut self,
+        buffer: &TraceBuffer,
+        fields: &HeaderFields,
+        geometry: &BufferGeometry,
+    ) -> Result<Option<(Vec<u8>, u64)>, DrainError> {
+        if self.mode == BufferingMode::Oneshot {
+            return Ok(None);
+        }
+        let end = match fields.durable_data_end {
+            0 => geometry.durable_buffer_size,
+            end => end,
+        };
+        let from = self.last_durable_data_end.min(end);
+        if end <= from {
+            return Ok(None);
+        }
+        let len = end - from;
+        let bytes = copy_region(buffer, geometry.durable_offset() + from, len)?;
+        self.last_durable_data_end = if fields.durable_data_end == 0 {
+            from
+        } else {
+            end
+        };
+        Ok(Some((bytes, len)))
+    }
+
+    /// A final read-out's section: Provider Info/Section, then a Provider Event "buffer
+    /// overflow" when records were dropped.
+    fn begin_read_out<W: Write>(
+        &self,
+        archive: &mut Archive<W>,
+        (id, name): (u32, &str),
+        fields: &HeaderFields,
+    ) -> Result<(), DrainError> {
+        archive.begin_provider(id, name)?;
+        if fields.num_records_dropped > 0 {
+            archive.provider_event(PROVIDER_EVENT_BUFFER_OVERFLOW)?;
+        }
+        Ok(())
+    }
+
     /// Copy the first `data_end` bytes of the region `[offset, offset + len)` out of the
-    /// buffer, scan them with `framing`, and append the records found.
+    /// buffer, scan them with `framing`, and append the records found: a rolling buffer a
+    /// window at a time ([`READ_WINDOW`], cut where no record or chunk run crosses; a record
+    /// or run longer than a window is read whole), the durable buffer (at most 1 MiB) at once.
     #[allow(clippy::too_many_arguments)]
     fn forward<W: Write>(
         &mut self,
@@ -401,28 +452,58 @@ impl Drain {
         region: Region,
     ) -> Result<(), DrainError> {
         let started = std::time::Instant::now();
-        // Only `[0, data_end)` is scanned: copy no more (the end was validated against the
-        // region; a larger one is refused by the scanner below).
-        let len = data_end.min(len);
-        let len = usize::try_from(len).map_err(|_| BufferError::OutOfRange {
-            offset,
-            len,
-            size: buffer.size(),
-        })?;
-        // Saves up to SCRATCH_KEPT bytes reuse one copy buffer; a larger one is freed after
-        // its save (a streaming provider does not hold a rolling buffer's worth of the
-        // manager's memory between saves).
-        let mut bytes = if len <= SCRATCH_KEPT {
-            let mut bytes = std::mem::take(&mut self.scratch);
-            bytes.resize(len, 0);
-            bytes
-        } else {
-            vec![0; len]
+        // Only `[0, data_end)` is scanned: copy no more; an end past the region is refused
+        // as the scanner refuses it.
+        if data_end % 8 != 0 || data_end > len {
+            return Err(ChunkFramingError::BadDataEnd {
+                data_end,
+                len: usize::try_from(len).unwrap_or(usize::MAX),
+            }
+            .into());
+        }
+        let window = match (region, framing) {
+            (Region::Durable, _) => data_end,
+            // Whole chunks, so that each window starts on a chunk.
+            (Region::Rolling(_), Framing::Chunked { chunk_size, .. }) => {
+                (self.window / chunk_size).max(1) * chunk_size
+            }
+            (Region::Rolling(_), Framing::Dense) => self.window,
         };
-        let result = buffer
-            .read_at(offset, &mut bytes)
-            .map_err(DrainError::from)
-            .and_then(|()| self.scan_into(&bytes, data_end, framing, region, archive));
+        // Windows up to SCRATCH_KEPT bytes reuse one copy buffer; a larger one (a record or
+        // run longer than a window) is freed after use.
+        let mut bytes = std::mem::take(&mut self.scratch);
+        let mut pos = 0;
+        let result = loop {
+            if pos >= data_end {
+                break Ok(());
+            }
+            let mut n = window.min(data_end - pos);
+            if let Err(e) = read_window(buffer, offset + pos, n, &mut bytes) {
+                break Err(e);
+            }
+            let last = pos + n == data_end;
+            let cut = match window_cut(&bytes, framing, last) {
+                WindowCut::At(cut) => cut,
+                WindowCut::Unit(unit) => {
+                    n = unit.min(data_end - pos);
+                    if let Err(e) = read_window(buffer, offset + pos, n, &mut bytes) {
+                        break Err(e);
+                    }
+                    n
+                }
+            };
+            let piece = (&bytes[..cut as usize], pos);
+            match self.scan_into(piece, cut, framing, region, archive) {
+                Ok(Scanned::Whole) => pos += cut,
+                Ok(Scanned::ZeroWord) => {
+                    // A dense region's data ends at its first zero word: the rest is skipped.
+                    self.stats.skipped_bytes += data_end - (pos + cut);
+                    break Ok(());
+                }
+                Ok(Scanned::Malformed) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        };
         if bytes.capacity() <= SCRATCH_KEPT {
             self.scratch = bytes;
         }
@@ -430,14 +511,16 @@ impl Drain {
         result
     }
 
+    /// Scan `bytes[..data_end]`, the region's bytes from offset `base`, with `framing` and
+    /// append the records found; how the scan ended.
     fn scan_into<W: Write>(
         &mut self,
-        bytes: &[u8],
+        (bytes, base): (&[u8], u64),
         data_end: u64,
         framing: Framing,
         region: Region,
         archive: &mut Archive<W>,
-    ) -> Result<(), DrainError> {
+    ) -> Result<Scanned, DrainError> {
         let mut from = 0usize;
         loop {
             let bytes = &bytes[from.min(bytes.len())..];
@@ -456,12 +539,16 @@ impl Drain {
                 Region::Rolling(_) => self.stats.rolling_bytes += copied,
             }
             let skipped = scan.stats().skipped_bytes;
-            if let ChunkScanStop::Malformed(error) = scan.stop() {
+            if let ChunkScanStop::Malformed(mut error) = scan.stop() {
+                // Reported from the region's start.
+                error.offset = error
+                    .offset
+                    .saturating_add((base as usize).saturating_add(from));
                 self.stats.skipped_bytes += skipped;
                 self.stats.problems.push(format!(
                     "{region}: malformed record {error}; the rest of the region was skipped"
                 ));
-                return Ok(());
+                return Ok(Scanned::Malformed);
             }
             // The durable buffer is one dense stretch: a zero word ends its data, unless a
             // writer died (or was still writing when the trace stopped) between reserving a
@@ -479,13 +566,17 @@ impl Drain {
             };
             let Some((zero_at, len)) = hole else {
                 self.stats.skipped_bytes += skipped;
-                return Ok(());
+                // Dense: skipped bytes are the rest of the data after a zero word.
+                return Ok(match framing {
+                    Framing::Dense if skipped > 0 => Scanned::ZeroWord,
+                    _ => Scanned::Whole,
+                });
             };
             self.stats.skipped_bytes += len as u64;
             self.stats.problems.push(format!(
                 "{region}: {len} bytes at offset {} were never written (a record whose writer \
                  stopped or died before writing it); the records after them are kept",
-                from + zero_at
+                base as usize + from + zero_at
             ));
             from += zero_at + len;
         }
@@ -494,6 +585,96 @@ impl Drain {
 
 /// Most bytes of copy buffer a drain keeps between two streaming saves.
 const SCRATCH_KEPT: usize = 8 << 20;
+
+/// Bytes of a rolling buffer copied and scanned at a time (streaming saves, and the final
+/// read-out of a provider that answered STOPPED).
+pub const READ_WINDOW: u64 = 4 << 20;
+
+/// How [`Drain::scan_into`] ended.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Scanned {
+    /// At the end of its bytes (chunked: zero tails and stale chunks skipped on the way).
+    Whole,
+    /// At a zero word in dense framing: the end of the region's data.
+    ZeroWord,
+    /// At a malformed record: the rest of the region is skipped.
+    Malformed,
+}
+
+/// Where a window of a region is cut ([`window_cut`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum WindowCut {
+    /// Scan the window's first bytes, up to here (no record or run crosses it).
+    At(u64),
+    /// The window's first record or run is longer than the window: this many bytes.
+    Unit(u64),
+}
+
+/// Where to cut `window`, the bytes of a region from a record or chunk boundary, so that no
+/// record (dense) or chunk run (chunked) is split: after the last unit that fits; the whole
+/// window when it is the region's `last` (the scan then reports what does not fit), or when
+/// the framing ends inside it (a zero word, a malformed record: the scan stops there).
+fn window_cut(window: &[u8], framing: Framing, last: bool) -> WindowCut {
+    let len = window.len() as u64;
+    if last {
+        return WindowCut::At(len);
+    }
+    match framing {
+        Framing::Dense => match CheckedRecords::prefix(window) {
+            (_, ScanStop::Error(e)) => match e.kind {
+                FramingErrorKind::PastEnd { words, .. } if e.offset == 0 => {
+                    WindowCut::Unit((words as u64).saturating_mul(8))
+                }
+                FramingErrorKind::PastEnd { .. } => WindowCut::At(e.offset as u64),
+                _ => WindowCut::At(len),
+            },
+            _ => WindowCut::At(len),
+        },
+        Framing::Chunked {
+            chunk_size,
+            wrapped_count,
+        } => {
+            // The scanner's walk: a run tagged for the lap spans its chunks; any other chunk
+            // is skipped alone.
+            let mut at = 0u64;
+            while at + 8 <= len {
+                let word = &window[at as usize..at as usize + 8];
+                let word = u64::from_le_bytes(word.try_into().expect("8 bytes"));
+                match parse_chunk_tag(word) {
+                    Some((wc, run)) if wc == wrapped_count => {
+                        let end = at.saturating_add(u64::from(run) * chunk_size);
+                        if end > len {
+                            return match at {
+                                0 => WindowCut::Unit(end),
+                                _ => WindowCut::At(at),
+                            };
+                        }
+                        at = end;
+                    }
+                    _ => at += chunk_size,
+                }
+            }
+            WindowCut::At(at.min(len))
+        }
+    }
+}
+
+/// Fill `bytes` with the `len` bytes of the buffer at `offset`.
+fn read_window(
+    buffer: &TraceBuffer,
+    offset: u64,
+    len: u64,
+    bytes: &mut Vec<u8>,
+) -> Result<(), DrainError> {
+    let size = usize::try_from(len).map_err(|_| BufferError::OutOfRange {
+        offset,
+        len,
+        size: buffer.size(),
+    })?;
+    bytes.resize(size, 0);
+    buffer.read_at(offset, bytes)?;
+    Ok(())
+}
 
 /// The first `len` bytes of the region at `offset`, copied out of the buffer.
 fn copy_region(buffer: &TraceBuffer, offset: u64, len: u64) -> Result<Vec<u8>, DrainError> {
@@ -585,6 +766,154 @@ mod tests {
         out
     }
 
+    /// A test record of `words` words (type 4, `tag` in bits 16..), its payload `tag`.
+    fn record(tag: u64, words: u64) -> Vec<u64> {
+        let mut r = vec![tag; words as usize];
+        r[0] = 0x4 | (words << 4) | (tag << 16);
+        r
+    }
+
+    /// The final read-out of `buffer` (`mode`) copied whole (a provider gone without STOPPED)
+    /// and a window of `window` bytes at a time (one that answered STOPPED): the same
+    /// archive and counters. Returns the archive and the windowed drain.
+    fn read_out_both_ways(
+        buffer: &TraceBuffer,
+        mode: BufferingMode,
+        window: u64,
+    ) -> (Vec<u8>, Drain) {
+        let mut whole = Drain::new(mode);
+        let mut archive = Archive::new(Vec::new()).unwrap();
+        whole
+            .read_out(buffer, &mut archive, (1, "p"), false)
+            .unwrap();
+        let expected = archive.into_inner().unwrap();
+        let mut windowed = Drain::new(mode);
+        windowed.window = window;
+        let mut archive = Archive::new(Vec::new()).unwrap();
+        windowed
+            .read_out(buffer, &mut archive, (1, "p"), true)
+            .unwrap();
+        let got = archive.into_inner().unwrap();
+        assert_eq!(
+            got, expected,
+            "windowed read-out differs from the whole copy"
+        );
+        let (w, e) = (windowed.stats(), whole.stats());
+        assert_eq!(
+            (w.records, w.rolling_bytes, w.durable_bytes, w.skipped_bytes),
+            (e.records, e.rolling_bytes, e.durable_bytes, e.skipped_bytes)
+        );
+        assert_eq!(w.problems.kept(), e.problems.kept());
+        (got, windowed)
+    }
+
+    #[test]
+    fn a_chunked_buffer_is_read_a_window_at_a_time_without_splitting_a_run() {
+        let chunk = 256;
+        let (buffer, g) = buffer(BufferingMode::Oneshot, chunk);
+        let base = g.rolling_offset(0);
+        // Runs of 1, 2 and 3 chunks, full of records of 1 to 31 words, and an untagged chunk:
+        // windows of 3 chunks (and of 1: every run of 2 or 3 is longer) cut between runs.
+        let mut at = 0;
+        let mut tag = 1;
+        for (i, run) in [1u64, 2, 3, 1, 3, 2, 2, 1, 3].iter().enumerate() {
+            if i == 4 {
+                at += chunk; // never used
+            }
+            let mut words = vec![make_chunk_tag(0, *run as u16)];
+            let room = (run * chunk / 8) as usize;
+            while words.len() < room - 1 {
+                let n = (tag % 31 + 1).min((room - words.len()) as u64);
+                words.extend(record(tag, n));
+                tag += 1;
+            }
+            put_words(&buffer, base + at, &words);
+            at += run * chunk;
+        }
+        buffer.header().rolling_data_end[0].store(at, std::sync::atomic::Ordering::Release);
+        for window in [chunk, 3 * chunk, 4 * chunk] {
+            let (_, drain) = read_out_both_ways(&buffer, BufferingMode::Oneshot, window);
+            assert_eq!(drain.stats().records, tag - 1, "window {window}");
+        }
+    }
+
+    #[test]
+    fn a_dense_buffer_is_read_a_window_at_a_time_without_splitting_a_record() {
+        let (buffer, g) = buffer(BufferingMode::Oneshot, 0);
+        let base = g.rolling_offset(0);
+        let mut words = Vec::new();
+        for tag in 1..200u64 {
+            words.extend(record(tag, tag % 37 + 1));
+        }
+        // A record longer than the smaller windows (300 words: read whole), then more.
+        words.extend(record(500, 300));
+        words.extend(record(501, 2));
+        put_words(&buffer, base, &words);
+        let end = words.len() as u64 * 8;
+        buffer.header().rolling_data_end[0].store(end, std::sync::atomic::Ordering::Release);
+        for window in [64, 1000, 4096] {
+            let (_, drain) = read_out_both_ways(&buffer, BufferingMode::Oneshot, window);
+            assert_eq!(drain.stats().records, 201, "window {window}");
+            assert_eq!(drain.stats().rolling_bytes, end);
+        }
+    }
+
+    #[test]
+    fn a_windowed_dense_read_stops_at_the_first_zero_word_and_at_a_malformed_record() {
+        // Zero word: what follows it (stale records in later windows) is not data.
+        let (buffer, g) = buffer(BufferingMode::Oneshot, 0);
+        let base = g.rolling_offset(0);
+        let mut words = Vec::new();
+        for tag in 1..40u64 {
+            words.extend(record(tag, 4));
+        }
+        words.push(0);
+        for tag in 40..80u64 {
+            words.extend(record(tag, 4));
+        }
+        put_words(&buffer, base, &words);
+        let (_, drain) = read_out_both_ways(&buffer, BufferingMode::Oneshot, 128);
+        assert_eq!(drain.stats().records, 39);
+        // A malformed record (size 0) in a middle window: the rest is skipped and reported.
+        put_words(&buffer, base + 39 * 32, &[0x4]);
+        buffer.header().rolling_data_end[0]
+            .store(words.len() as u64 * 8, std::sync::atomic::Ordering::Release);
+        let (_, drain) = read_out_both_ways(&buffer, BufferingMode::Oneshot, 128);
+        assert_eq!(drain.stats().records, 39);
+        assert_eq!(drain.stats().problems.kept().len(), 1);
+    }
+
+    #[test]
+    fn a_streaming_save_is_read_a_window_at_a_time() {
+        let chunk = 256;
+        let (buffer, g) = buffer(BufferingMode::Streaming, chunk);
+        let r0 = g.rolling_offset(0);
+        let mut at = 0;
+        let mut tag = 1;
+        for run in [2u64, 1, 3, 2] {
+            let mut words = vec![make_chunk_tag(0, run as u16)];
+            while words.len() + 4 <= (run * chunk / 8) as usize {
+                words.extend(record(tag, 4));
+                tag += 1;
+            }
+            put_words(&buffer, r0 + at, &words);
+            at += run * chunk;
+        }
+        put_words(&buffer, HEADER_SIZE, &rec(1000));
+        buffer.header().rolling_data_end[0].store(at, std::sync::atomic::Ordering::Release);
+        let save = |window| {
+            let mut drain = Drain::new(BufferingMode::Streaming);
+            drain.window = window;
+            let mut archive = Archive::new(Vec::new()).unwrap();
+            drain
+                .save_buffer(&buffer, &mut archive, 1, "s", 0, 16)
+                .unwrap();
+            assert_eq!(drain.stats().records, tag, "window {window}");
+            archive.into_inner().unwrap()
+        };
+        assert_eq!(save(chunk), save(READ_WINDOW));
+    }
+
     #[test]
     fn oneshot_read_out_scans_a_zero_end_and_counts_drops() {
         let (buffer, g) = buffer(BufferingMode::Oneshot, 0);
@@ -596,7 +925,9 @@ mod tests {
             .store(5, std::sync::atomic::Ordering::Release);
         let mut archive = Archive::new(Vec::new()).unwrap();
         let mut drain = Drain::new(BufferingMode::Oneshot);
-        drain.read_out(&buffer, &mut archive, 3, "p").unwrap();
+        drain
+            .read_out(&buffer, &mut archive, (3, "p"), false)
+            .unwrap();
         let bytes = archive.into_inner().unwrap();
         let got: Vec<String> = tags(&bytes).into_iter().map(|(_, w)| w).collect();
         assert_eq!(
@@ -631,7 +962,9 @@ mod tests {
         );
         let mut archive = Archive::new(Vec::new()).unwrap();
         let mut drain = Drain::new(BufferingMode::Oneshot);
-        drain.read_out(&buffer, &mut archive, 3, "p").unwrap();
+        drain
+            .read_out(&buffer, &mut archive, (3, "p"), false)
+            .unwrap();
         let bytes = archive.into_inner().unwrap();
         let got: Vec<String> = tags(&bytes).into_iter().map(|(_, w)| w).collect();
         assert_eq!(got, ["magic", "section 3", "rec 1", "rec 2"]);
@@ -672,7 +1005,9 @@ mod tests {
         );
         let mut archive = Archive::new(Vec::new()).unwrap();
         let mut drain = Drain::new(BufferingMode::Circular);
-        drain.read_out(&buffer, &mut archive, 1, "c").unwrap();
+        drain
+            .read_out(&buffer, &mut archive, (1, "c"), false)
+            .unwrap();
         let got: Vec<String> = tags(&archive.into_inner().unwrap())
             .into_iter()
             .map(|(_, w)| w)
@@ -699,7 +1034,9 @@ mod tests {
         buffer.header().rolling_data_end[0].store(g.rolling_buffer_size + 8, Release);
         let mut archive = Archive::new(Vec::new()).unwrap();
         let mut drain = Drain::new(BufferingMode::Oneshot);
-        let err = drain.read_out(&buffer, &mut archive, 1, "x").unwrap_err();
+        let err = drain
+            .read_out(&buffer, &mut archive, (1, "x"), false)
+            .unwrap_err();
         assert!(matches!(
             err,
             DrainError::Header(HeaderError::BadRollingDataEnd { index: 0, .. })
@@ -707,11 +1044,15 @@ mod tests {
         assert_eq!(archive.bytes_written(), 8);
         // Mode mismatch.
         let (buffer, _) = self::buffer(BufferingMode::Circular, 0);
-        let err = drain.read_out(&buffer, &mut archive, 1, "x").unwrap_err();
+        let err = drain
+            .read_out(&buffer, &mut archive, (1, "x"), false)
+            .unwrap_err();
         assert!(matches!(err, DrainError::ModeMismatch { .. }));
         // Zero header (provider never initialised it).
         let blank = TraceBuffer::create(SIZE).unwrap();
-        let err = drain.read_out(&blank, &mut archive, 1, "x").unwrap_err();
+        let err = drain
+            .read_out(&blank, &mut archive, (1, "x"), false)
+            .unwrap_err();
         assert!(matches!(err, DrainError::Header(HeaderError::BadMagic(0))));
         assert_eq!(archive.bytes_written(), 8);
     }
@@ -773,7 +1114,9 @@ mod tests {
         h.rolling_data_end[0].store(16, Release);
         h.wrapped_count.store(2, Release);
         h.durable_data_end.store(32, Release);
-        drain.read_out(&buffer, &mut archive, 1, "s").unwrap();
+        drain
+            .read_out(&buffer, &mut archive, (1, "s"), false)
+            .unwrap();
         let got: Vec<String> = tags(&archive.into_inner().unwrap())
             .into_iter()
             .map(|(_, w)| w)
@@ -808,7 +1151,9 @@ mod tests {
         put_words(&buffer, g.durable_offset(), &[a[0], a[1], 0, 0, b[0], b[1]]);
         let mut archive = Archive::new(Vec::new()).unwrap();
         let mut drain = Drain::new(BufferingMode::Circular);
-        drain.read_out(&buffer, &mut archive, 1, "p").unwrap();
+        drain
+            .read_out(&buffer, &mut archive, (1, "p"), false)
+            .unwrap();
         let got: Vec<String> = tags(&archive.into_inner().unwrap())
             .into_iter()
             .map(|(_, what)| what)
@@ -830,7 +1175,9 @@ mod tests {
         buffer.header().rolling_data_end[0].store(32, std::sync::atomic::Ordering::Release);
         let mut archive = Archive::new(Vec::new()).unwrap();
         let mut drain = Drain::new(BufferingMode::Oneshot);
-        drain.read_out(&buffer, &mut archive, 1, "m").unwrap();
+        drain
+            .read_out(&buffer, &mut archive, (1, "m"), false)
+            .unwrap();
         assert_eq!(drain.stats().records, 1);
         assert_eq!(
             drain.stats().problems.kept().len(),

@@ -208,7 +208,12 @@ impl Manager {
         let Some(buffer) = t.buffer.as_ref() else {
             return;
         };
-        let result = t.drain.read_out(buffer, &mut self.archive, id, &t.name);
+        // A provider that answered STOPPED has finished writing: its buffer is read a window
+        // at a time. One lost may still be writing (see `Drain::read_out`).
+        let writers_done = t.lost.is_none();
+        let result = t
+            .drain
+            .read_out(buffer, &mut self.archive, (id, &t.name), writers_done);
         let outcome = match result {
             Ok(()) => {
                 let dropped = t.drain.stats().records_dropped;
