@@ -39,7 +39,9 @@ use nix::sys::signal::{self, SaFlags, SigAction, SigHandler, SigSet, Signal};
 
 use super::archive::{truncate_to_complete_records, ArchiveError};
 use super::lifecycle;
-use super::report::{ProviderReport, RefusedPeer, SectionLosses, SectionReport, SummaryTable};
+use super::report::{
+    ProviderReport, RefusedPeer, SectionLosses, SectionReport, SummaryTable, Throttle,
+};
 use super::server::{Manager, ManagerConfig, ManagerError, ManagerEvent, Waker};
 use super::session::{SessionConfig, SessionState};
 use fxtrace::capture::fxt::IndexedSwitch;
@@ -420,6 +422,8 @@ pub struct Recorder {
     output: OutputFile,
     /// The command was given the terminal (see [`lifecycle::prepare_command`]).
     gave_terminal: bool,
+    /// The log lines of the manager's events.
+    lines: EventLines,
 }
 
 /// A callback that receives the session's figures about every `interval` while tracing.
@@ -695,6 +699,7 @@ impl Recorder {
             progress: None,
             output: out_file,
             gave_terminal: false,
+            lines: EventLines::new(),
         })
     }
 
@@ -813,7 +818,7 @@ impl Recorder {
                 // raising alerts in a loop must not flood the terminal).
                 let quiet =
                     matches!(event, ManagerEvent::Alert { .. }) && alerts.len() >= ALERTS_KEPT;
-                if let Some(line) = describe(event).filter(|_| !quiet) {
+                if let Some(line) = self.lines.line(event, Instant::now()).filter(|_| !quiet) {
                     log(&line);
                 }
                 if let ManagerEvent::ProviderRegistered { id, pid, name } = event {
@@ -862,6 +867,9 @@ impl Recorder {
                     }
                     _ => {}
                 }
+            }
+            if let Some(line) = self.lines.pending(Instant::now()) {
+                log(&line);
             }
             if command_status.is_none() {
                 if let Some(c) = child.as_mut() {
@@ -1048,11 +1056,7 @@ impl Recorder {
             }
             while self.manager.session().state() == SessionState::Stopping {
                 let outcome = self.manager.poll(&[], None)?;
-                for event in &outcome.events {
-                    if let Some(line) = describe(event) {
-                        log(&line);
-                    }
-                }
+                self.log_events(&outcome.events, log);
             }
         }
         if self.manager.terminate().is_ok() {
@@ -1063,14 +1067,77 @@ impl Recorder {
                     break;
                 }
                 let outcome = self.manager.poll(&[], Some(left))?;
-                for event in &outcome.events {
-                    if let Some(line) = describe(event) {
-                        log(&line);
-                    }
-                }
+                self.log_events(&outcome.events, log);
             }
         }
+        if let Some(line) = self.lines.rest() {
+            log(&line);
+        }
         Ok(())
+    }
+
+    /// Log the lines of `events` (and of refusals due).
+    fn log_events(&mut self, events: &[ManagerEvent], log: &mut impl FnMut(&str)) {
+        let now = Instant::now();
+        for event in events {
+            if let Some(line) = self.lines.line(event, now) {
+                log(&line);
+            }
+        }
+        if let Some(line) = self.lines.pending(now) {
+            log(&line);
+        }
+    }
+}
+
+/// How often at most a line tells of refused connections.
+const REFUSALS_LOG_INTERVAL: Duration = Duration::from_secs(1);
+
+/// The log lines of the manager's events: refused connections told at most once per
+/// [`REFUSALS_LOG_INTERVAL`] (a flood of connections must not flood the terminal), the others
+/// as they come.
+#[derive(Debug)]
+struct EventLines {
+    refused: Throttle,
+    /// Why the last connection was refused.
+    last_refusal: String,
+}
+
+impl EventLines {
+    fn new() -> Self {
+        EventLines {
+            refused: Throttle::new(REFUSALS_LOG_INTERVAL),
+            last_refusal: String::new(),
+        }
+    }
+
+    /// The line for `event` at `now`, if one is due.
+    fn line(&mut self, event: &ManagerEvent, now: Instant) -> Option<String> {
+        if let ManagerEvent::Refused { reason, .. } = event {
+            self.refused.note();
+            self.last_refusal.clone_from(reason);
+            return self.pending(now);
+        }
+        describe(event)
+    }
+
+    /// Refusals not told yet, once the interval has passed (call it every turn).
+    fn pending(&mut self, now: Instant) -> Option<String> {
+        let due = self.refused.due(now);
+        self.refusals(due)
+    }
+
+    /// Refusals not told yet, whatever the interval (at the end).
+    fn rest(&mut self) -> Option<String> {
+        let rest = self.refused.rest();
+        self.refusals(rest)
+    }
+
+    fn refusals(&self, count: Option<u64>) -> Option<String> {
+        Some(match count? {
+            1 => format!("refused a connection: {}", self.last_refusal),
+            n => format!("refused {n} connections (the last: {})", self.last_refusal),
+        })
     }
 }
 
@@ -1092,7 +1159,6 @@ fn describe(event: &ManagerEvent) -> Option<String> {
         ManagerEvent::ProviderLost { id, reason } => format!("provider {id} lost: {reason}"),
         ManagerEvent::ProviderProblem { id, message } => format!("provider {id}: {message}"),
         ManagerEvent::Alert { id, name } => format!("provider {id} raised alert {name:?}"),
-        ManagerEvent::Refused { reason, .. } => format!("refused a connection: {reason}"),
         ManagerEvent::StartAcknowledged { timed_out } if !timed_out.is_empty() => {
             format!("start acknowledged without providers {timed_out:?} (start timeout)")
         }
@@ -1229,6 +1295,39 @@ fn wait_child(child: &mut Child, pidfd: Option<&OwnedFd>, limit: Duration) -> Op
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_flood_of_refused_connections_is_told_in_one_line_a_second() {
+        let mut lines = EventLines::new();
+        let refused = |i: i32| ManagerEvent::Refused {
+            pid: Some(i),
+            reason: format!("reason {i}"),
+        };
+        let t0 = Instant::now();
+        let told: Vec<String> = (0..100)
+            .filter_map(|i| lines.line(&refused(i), t0))
+            .collect();
+        assert_eq!(told, ["refused a connection: reason 0"]);
+        assert_eq!(lines.pending(t0 + REFUSALS_LOG_INTERVAL / 2), None);
+        assert_eq!(
+            lines.pending(t0 + REFUSALS_LOG_INTERVAL).as_deref(),
+            Some("refused 99 connections (the last: reason 99)")
+        );
+        assert_eq!(lines.line(&refused(100), t0 + REFUSALS_LOG_INTERVAL), None);
+        assert_eq!(
+            lines.rest().as_deref(),
+            Some("refused a connection: reason 100")
+        );
+        // Other events are told as they come.
+        let lost = ManagerEvent::ProviderLost {
+            id: 3,
+            reason: "gone".into(),
+        };
+        assert_eq!(
+            lines.line(&lost, t0).as_deref(),
+            Some("provider 3 lost: gone")
+        );
+    }
 
     #[test]
     fn a_section_writes_a_context_switch_as_the_general_encoder_does() {

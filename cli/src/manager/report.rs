@@ -140,6 +140,53 @@ impl Problems {
     }
 }
 
+/// A repeated event told at most once per interval: the first at once, later ones counted and
+/// told together once the interval has passed (a flood of refused or evicted connections must
+/// not flood the log too).
+#[derive(Debug, Clone)]
+pub struct Throttle {
+    interval: std::time::Duration,
+    /// Events noted and not told yet.
+    noted: u64,
+    /// When the last line was told.
+    told: Option<std::time::Instant>,
+}
+
+impl Throttle {
+    /// At most one line per `interval`.
+    pub const fn new(interval: std::time::Duration) -> Self {
+        Throttle {
+            interval,
+            noted: 0,
+            told: None,
+        }
+    }
+
+    /// Count one event.
+    pub fn note(&mut self) {
+        self.noted = self.noted.saturating_add(1);
+    }
+
+    /// The events to tell in one line at `now`, if any were noted and no line was told less
+    /// than the interval ago (call it every turn, so that the last ones are told too).
+    pub fn due(&mut self, now: std::time::Instant) -> Option<u64> {
+        if self.noted == 0
+            || self
+                .told
+                .is_some_and(|at| now.saturating_duration_since(at) < self.interval)
+        {
+            return None;
+        }
+        self.told = Some(now);
+        Some(std::mem::take(&mut self.noted))
+    }
+
+    /// The events not told yet, whatever the interval (at the end).
+    pub fn rest(&mut self) -> Option<u64> {
+        (self.noted > 0).then(|| std::mem::take(&mut self.noted))
+    }
+}
+
 /// `s` with every control character (escape sequences, newlines, …) replaced by `?`, as `ps`
 /// shows names: a provider's name or a session's output name is chosen by another program,
 /// and printed on the user's terminal.
@@ -305,6 +352,25 @@ impl fmt::Display for SummaryTable<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_throttle_tells_the_first_event_at_once_and_the_rest_counted_once_per_interval() {
+        let second = std::time::Duration::from_secs(1);
+        let mut t = Throttle::new(second);
+        let t0 = std::time::Instant::now();
+        assert_eq!(t.due(t0), None, "nothing noted");
+        t.note();
+        assert_eq!(t.due(t0), Some(1));
+        for _ in 0..99 {
+            t.note();
+        }
+        assert_eq!(t.due(t0 + second / 2), None, "within the interval");
+        assert_eq!(t.due(t0 + second), Some(99));
+        assert_eq!(t.due(t0 + 3 * second), None, "told already");
+        t.note();
+        assert_eq!(t.rest(), Some(1));
+        assert_eq!(t.rest(), None);
+    }
 
     #[test]
     fn table_lists_each_provider_and_the_output() {

@@ -36,6 +36,7 @@ use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use super::conn::{eviction_victim, FramedConn, ReadOutcome, MAX_ACCEPTS_PER_TURN};
+use super::report::Throttle;
 use super::server::{Manager, ManagerConfig, Registration, Waker};
 use super::session::SessionConfig;
 use fxtrace::protocol::control::{
@@ -247,9 +248,9 @@ pub struct Service {
     /// Most providers registered at once: [`MAX_PROVIDERS`], or fewer when the descriptor
     /// limit allows fewer.
     max_providers: usize,
-    /// Waiting connections closed since the last line saying so, and when that line was
-    /// logged (at most one per [`EVICTION_LOG_INTERVAL`]).
-    evicted: (u64, Option<Instant>),
+    /// Waiting connections closed for newer ones: logged at most once per
+    /// [`EVICTION_LOG_INTERVAL`].
+    evicted: Throttle,
     /// The user of the last connection closed that way.
     evicted_uid: u32,
 }
@@ -313,7 +314,7 @@ impl Service {
             stopping: false,
             listener_paused_until: None,
             max_providers,
-            evicted: (0, None),
+            evicted: Throttle::new(EVICTION_LOG_INTERVAL),
             evicted_uid: 0,
         })
     }
@@ -634,7 +635,7 @@ impl Service {
     /// most once per [`EVICTION_LOG_INTERVAL`], with the count since the last line, so that a
     /// flood does not flood the log too ([`Self::log_evictions`]).
     fn note_eviction(&mut self, uid: u32) {
-        self.evicted.0 += 1;
+        self.evicted.note();
         self.evicted_uid = uid;
         self.log_evictions();
     }
@@ -642,16 +643,9 @@ impl Service {
     /// Log the evictions not logged yet, unless a line was logged less than
     /// [`EVICTION_LOG_INTERVAL`] ago (also called every turn, so the last ones are told).
     fn log_evictions(&mut self) {
-        let now = Instant::now();
-        if self.evicted.0 == 0
-            || self
-                .evicted
-                .1
-                .is_some_and(|at| now.duration_since(at) < EVICTION_LOG_INTERVAL)
-        {
+        let Some(closed) = self.evicted.due(Instant::now()) else {
             return;
-        }
-        let closed = std::mem::replace(&mut self.evicted, (0, Some(now))).0;
+        };
         let uid = self.evicted_uid;
         self.log(format_args!(
             "fxtrace daemon: more than {MAX_PENDING} connections waiting to say who they are: \

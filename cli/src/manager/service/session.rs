@@ -13,6 +13,7 @@ use std::time::{Duration, Instant};
 use super::protocol::SessionInfo;
 use crate::manager::conn::FramedConn;
 use crate::manager::kernel::SessionKernel;
+use crate::manager::report::Problems;
 use crate::manager::server::{Manager, ManagerEvent, Registration, Waker};
 use fxtrace::protocol::control::{BufferDisposition, SessionState};
 
@@ -87,9 +88,6 @@ pub(super) struct Plan {
     pub(super) ending: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
-/// Most problems kept per session for `status`.
-const MAX_PROBLEMS: usize = 64;
-
 /// The session thread's body.
 pub(super) fn run(
     mut manager: Manager,
@@ -108,7 +106,8 @@ pub(super) fn run(
     // Why the session is stopping (for the event); whether it ends once stopped.
     let mut stopping: Option<String> = None;
     let mut end_after_stop: Option<String> = None;
-    let mut problems: Vec<String> = Vec::new();
+    // Kept for `status`: the first ones, and how many more.
+    let mut problems = Problems::default();
     let mut kernel: Option<SessionKernel> = None;
     // Notes for the next Started news; whether the stop under way writes.
     let mut start_notes: Vec<String> = Vec::new();
@@ -146,22 +145,20 @@ pub(super) fn run(
                 }
                 ManagerEvent::StopAcknowledged { timed_out } => {
                     if !timed_out.is_empty() {
-                        push_problem(
-                            &mut problems,
-                            format!(
-                                "{} providers did not acknowledge the stop in time (salvaged)",
-                                timed_out.len()
-                            ),
-                        );
+                        problems.push(format!(
+                            "{} providers did not acknowledge the stop in time (salvaged)",
+                            timed_out.len()
+                        ));
                     }
                     if let Some(k) = kernel.take() {
-                        match k.stop(&mut manager, stop_writes) {
-                            Ok(note) => push_problem(&mut problems, note),
-                            Err(e) => push_problem(&mut problems, format!("kernel provider: {e}")),
-                        }
+                        let problem = match k.stop(&mut manager, stop_writes) {
+                            Ok(note) => note,
+                            Err(e) => format!("kernel provider: {e}"),
+                        };
+                        problems.push(problem);
                     }
                     if let Err(e) = manager.flush_archive() {
-                        push_problem(&mut problems, format!("writing the archive: {e}"));
+                        problems.push(format!("writing the archive: {e}"));
                     }
                     let snapshot = snapshot(&manager, &plan, &problems, &output_name);
                     tell(News::Stopped {
@@ -193,7 +190,7 @@ pub(super) fn run(
                     }
                 }
                 ManagerEvent::ProviderLost { id, reason } => {
-                    push_problem(&mut problems, format!("provider {id} lost: {reason}"));
+                    problems.push(format!("provider {id} lost: {reason}"));
                     if let Some(provider) = adopted.remove(&id) {
                         tell(News::ProviderLeft {
                             session: plan.id,
@@ -210,9 +207,11 @@ pub(super) fn run(
                     }
                 }
                 ManagerEvent::ProviderProblem { id, message } => {
-                    push_problem(&mut problems, format!("provider {id}: {message}"))
+                    problems.push(format!("provider {id}: {message}"));
                 }
-                ManagerEvent::Refused { reason, .. } => push_problem(&mut problems, reason),
+                ManagerEvent::Refused { reason, .. } => {
+                    problems.push(reason);
+                }
                 _ => {}
             }
         }
@@ -288,7 +287,7 @@ pub(super) fn run(
                                     "no context switches (--system-wide): {e} (the trace \
                                      service must run as root, or with CAP_PERFMON)"
                                 );
-                                push_problem(&mut problems, note.clone());
+                                problems.push(note.clone());
                                 start_notes.push(note);
                             }
                         }
@@ -333,7 +332,7 @@ pub(super) fn run(
         }
         if let Some(k) = kernel.as_mut() {
             if let Err(e) = k.pump(&mut manager) {
-                push_problem(&mut problems, format!("kernel provider: {e}"));
+                problems.push(format!("kernel provider: {e}"));
             }
         }
         *info.lock().unwrap_or_else(|p| p.into_inner()) =
@@ -357,14 +356,8 @@ pub(super) fn run(
     });
 }
 
-fn push_problem(problems: &mut Vec<String>, problem: String) {
-    if problems.len() < MAX_PROBLEMS {
-        problems.push(problem);
-    }
-}
-
 /// The session as `status` shows it.
-fn snapshot(manager: &Manager, plan: &Plan, problems: &[String], output: &str) -> SessionInfo {
+fn snapshot(manager: &Manager, plan: &Plan, problems: &Problems, output: &str) -> SessionInfo {
     let figures = manager.snapshot();
     SessionInfo {
         session: plan.id,
@@ -378,6 +371,6 @@ fn snapshot(manager: &Manager, plan: &Plan, problems: &[String], output: &str) -
         output: output.to_owned(),
         owner_uid: plan.owner_uid,
         detached: plan.detached,
-        problems: problems.to_vec(),
+        problems: problems.lines().collect(),
     }
 }
