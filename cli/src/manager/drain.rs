@@ -129,6 +129,8 @@ pub struct Drain {
     scratch: Vec<u8>,
     /// Bytes of a rolling buffer copied and scanned at a time ([`READ_WINDOW`]).
     window: u64,
+    /// Windows read so far (the tests' evidence of the windowed path).
+    windows_read: u64,
 }
 
 /// How much of the durable buffer a new trace keeps (the start disposition).
@@ -154,6 +156,7 @@ impl Drain {
             stats: DrainStats::default(),
             scratch: Vec::new(),
             window: READ_WINDOW,
+            windows_read: 0,
         }
     }
 
@@ -258,7 +261,7 @@ impl Drain {
             self.forward(
                 buffer,
                 archive,
-                offset,
+                (offset, last),
                 len,
                 len,
                 Framing::Dense,
@@ -272,7 +275,7 @@ impl Drain {
             self.forward(
                 buffer,
                 archive,
-                geometry.rolling_offset(index),
+                (geometry.rolling_offset(index), 0),
                 geometry.rolling_buffer_size,
                 end,
                 fields.rolling_framing(wrapped_count),
@@ -293,10 +296,12 @@ impl Drain {
     /// finalised: a crashed or killed provider) means "scan the whole region". Nothing is
     /// written when the header does not validate.
     ///
-    /// `writers_done`: the provider answered STOPPED (its writers are finished). Its rolling
-    /// buffers are then copied and written a window at a time ([`READ_WINDOW`]), so the
-    /// manager never holds a whole buffer. Otherwise (a provider gone without STOPPED, whose
-    /// process may still be writing) the regions are copied out whole, rolling first, durable
+    /// `writers_done`: the provider answered STOPPED. When its header is finalised too (its
+    /// data ends set: a provider whose stop timed out sends STOPPED with them 0, its writers
+    /// maybe still running), its rolling buffers are copied and written a window at a time
+    /// ([`READ_WINDOW`]), so the manager never holds a whole buffer. Otherwise (a provider
+    /// gone without STOPPED, or whose writers may still be running) the regions are copied
+    /// out whole, rolling first, durable
     /// last, and written in archive order (durable first): a thread writes its Thread/String
     /// record into the durable buffer before any rolling record that refers to it, so a
     /// durable copy taken after the rolling copy holds every record the copied events refer
@@ -345,11 +350,22 @@ impl Drain {
             }
         }
         rolling.push(wrapped);
-        if writers_done {
+        // A provider whose stop timed out sends STOPPED anyway, with the ends of its header
+        // left 0 (its writers may still be running): only a finalised header says they are
+        // done.
+        let finalised = fields.rolling_data_end[(wrapped & 1) as usize] != 0
+            && (self.mode == BufferingMode::Oneshot || fields.durable_data_end != 0);
+        if writers_done && finalised {
             let durable = self.copy_durable(buffer, &fields, &geometry)?;
             self.begin_read_out(archive, (id, name), &fields)?;
-            if let Some((bytes, len)) = durable {
-                self.scan_into((&bytes, 0), len, Framing::Dense, Region::Durable, archive)?;
+            if let Some((bytes, len, from)) = durable {
+                self.scan_into(
+                    (&bytes, from, 0),
+                    len,
+                    Framing::Dense,
+                    Region::Durable,
+                    archive,
+                )?;
             }
             for wrap in rolling {
                 let index = (wrap & 1) as usize;
@@ -358,7 +374,7 @@ impl Drain {
                 let offset = geometry.rolling_offset(index);
                 let len = geometry.rolling_buffer_size;
                 let region = Region::Rolling(index);
-                self.forward(buffer, archive, offset, len, end, framing, region)?;
+                self.forward(buffer, archive, (offset, 0), len, end, framing, region)?;
             }
             self.scratch = Vec::new();
             return Ok(());
@@ -381,11 +397,17 @@ impl Drain {
         let durable = self.copy_durable(buffer, &fields, &geometry)?;
         self.stats.copy_time += started.elapsed();
         self.begin_read_out(archive, (id, name), &fields)?;
-        if let Some((bytes, len)) = durable {
-            self.scan_into((&bytes, 0), len, Framing::Dense, Region::Durable, archive)?;
+        if let Some((bytes, len, from)) = durable {
+            self.scan_into(
+                (&bytes, from, 0),
+                len,
+                Framing::Dense,
+                Region::Durable,
+                archive,
+            )?;
         }
         for (bytes, end, framing, region) in rolling {
-            self.scan_into((&bytes, 0), end, framing, region, archive)?;
+            self.scan_into((&bytes, 0, 0), end, framing, region, archive)?;
         }
         // Nothing more is read until a new trace: give the copy buffer back.
         self.scratch = Vec::new();
@@ -393,13 +415,14 @@ impl Drain {
     }
 
     /// The durable data a final read-out has not saved yet (at most the durable buffer, 1 MiB),
-    /// copied out with its length; `None` in oneshot mode or when all was saved.
+    /// copied out with its length and its offset in the durable buffer; `None` in oneshot mode
+    /// or when all was saved.
     fn copy_durable(
         &mut self,
         buffer: &TraceBuffer,
         fields: &HeaderFields,
         geometry: &BufferGeometry,
-    ) -> Result<Option<(Vec<u8>, u64)>, DrainError> {
+    ) -> Result<Option<(Vec<u8>, u64, u64)>, DrainError> {
         if self.mode == BufferingMode::Oneshot {
             return Ok(None);
         }
@@ -418,7 +441,7 @@ impl Drain {
         } else {
             end
         };
-        Ok(Some((bytes, len)))
+        Ok(Some((bytes, len, from)))
     }
 
     /// A final read-out's section: Provider Info/Section, then a Provider Event "buffer
@@ -440,12 +463,13 @@ impl Drain {
     /// buffer, scan them with `framing`, and append the records found: a rolling buffer a
     /// window at a time ([`READ_WINDOW`], cut where no record or chunk run crosses; a record
     /// or run longer than a window is read whole), the durable buffer (at most 1 MiB) at once.
+    /// `base`: where `offset` is in its region (for the reports of malformed records).
     #[allow(clippy::too_many_arguments)]
     fn forward<W: Write>(
         &mut self,
         buffer: &TraceBuffer,
         archive: &mut Archive<W>,
-        offset: u64,
+        (offset, base): (u64, u64),
         len: u64,
         data_end: u64,
         framing: Framing,
@@ -469,6 +493,7 @@ impl Drain {
             }
             (Region::Rolling(_), Framing::Dense) => self.window,
         };
+        debug_assert!(window > 0 && window % 8 == 0, "window {window}");
         // Windows up to SCRATCH_KEPT bytes reuse one copy buffer; a larger one (a record or
         // run longer than a window) is freed after use.
         let mut bytes = std::mem::take(&mut self.scratch);
@@ -481,8 +506,8 @@ impl Drain {
             if let Err(e) = read_window(buffer, offset + pos, n, &mut bytes) {
                 break Err(e);
             }
-            let last = pos + n == data_end;
-            let cut = match window_cut(&bytes, framing, last) {
+            self.windows_read += 1;
+            let cut = match window_cut(&bytes, framing, data_end - pos) {
                 WindowCut::At(cut) => cut,
                 WindowCut::Unit(unit) => {
                     n = unit.min(data_end - pos);
@@ -492,7 +517,7 @@ impl Drain {
                     n
                 }
             };
-            let piece = (&bytes[..cut as usize], pos);
+            let piece = (&bytes[..cut as usize], base + pos, data_end - pos - cut);
             match self.scan_into(piece, cut, framing, region, archive) {
                 Ok(Scanned::Whole) => pos += cut,
                 Ok(Scanned::ZeroWord) => {
@@ -511,11 +536,12 @@ impl Drain {
         result
     }
 
-    /// Scan `bytes[..data_end]`, the region's bytes from offset `base`, with `framing` and
-    /// append the records found; how the scan ended.
+    /// Scan `bytes[..data_end]`, the region's bytes from offset `base`, followed by `beyond`
+    /// more bytes of the region's data (a window's), with `framing` and append the records
+    /// found; how the scan ended.
     fn scan_into<W: Write>(
         &mut self,
-        (bytes, base): (&[u8], u64),
+        (bytes, base, beyond): (&[u8], u64, u64),
         data_end: u64,
         framing: Framing,
         region: Region,
@@ -540,10 +566,17 @@ impl Drain {
             }
             let skipped = scan.stats().skipped_bytes;
             if let ChunkScanStop::Malformed(mut error) = scan.stop() {
-                // Reported from the region's start.
+                // Reported from the region's start, and against the region's data end.
                 error.offset = error
                     .offset
                     .saturating_add((base as usize).saturating_add(from));
+                // (Dense: what remains is the data's; chunked: the run's, the same whole or
+                // windowed, since a window never splits a run.)
+                if let (FramingErrorKind::PastEnd { available, .. }, Framing::Dense) =
+                    (&mut error.kind, framing)
+                {
+                    *available = available.saturating_add(beyond as usize);
+                }
                 self.stats.skipped_bytes += skipped;
                 self.stats.problems.push(format!(
                     "{region}: malformed record {error}; the rest of the region was skipped"
@@ -610,21 +643,26 @@ enum WindowCut {
     Unit(u64),
 }
 
-/// Where to cut `window`, the bytes of a region from a record or chunk boundary, so that no
-/// record (dense) or chunk run (chunked) is split: after the last unit that fits; the whole
-/// window when it is the region's `last` (the scan then reports what does not fit), or when
-/// the framing ends inside it (a zero word, a malformed record: the scan stops there).
-fn window_cut(window: &[u8], framing: Framing, last: bool) -> WindowCut {
+/// Where to cut `window`, the bytes of a region from a record or chunk boundary, `remaining`
+/// of them up to the region's data end, so that no record (dense) or chunk run (chunked) is
+/// split: after the last unit that fits; the whole window when it ends the data (the scan then
+/// reports what does not fit), or when the framing ends inside it (a zero word, a malformed
+/// record, a record past the data end: the scan stops there).
+fn window_cut(window: &[u8], framing: Framing, remaining: u64) -> WindowCut {
     let len = window.len() as u64;
-    if last {
+    if len >= remaining {
         return WindowCut::At(len);
     }
     match framing {
         Framing::Dense => match CheckedRecords::prefix(window) {
             (_, ScanStop::Error(e)) => match e.kind {
-                FramingErrorKind::PastEnd { words, .. } if e.offset == 0 => {
-                    WindowCut::Unit((words as u64).saturating_mul(8))
+                // A record past the data end is malformed: not read, only reported.
+                FramingErrorKind::PastEnd { words, .. }
+                    if e.offset == 0 && (words as u64).saturating_mul(8) <= remaining =>
+                {
+                    WindowCut::Unit(words as u64 * 8)
                 }
+                FramingErrorKind::PastEnd { .. } if e.offset == 0 => WindowCut::At(len),
                 FramingErrorKind::PastEnd { .. } => WindowCut::At(e.offset as u64),
                 _ => WindowCut::At(len),
             },
@@ -794,6 +832,11 @@ mod tests {
             .read_out(buffer, &mut archive, (1, "p"), true)
             .unwrap();
         let got = archive.into_inner().unwrap();
+        assert_eq!(whole.windows_read, 0, "a provider lost: copied whole");
+        assert!(
+            windowed.windows_read > 0,
+            "STOPPED, header finalised: windows"
+        );
         assert_eq!(
             got, expected,
             "windowed read-out differs from the whole copy"
@@ -872,12 +915,12 @@ mod tests {
             words.extend(record(tag, 4));
         }
         put_words(&buffer, base, &words);
+        buffer.header().rolling_data_end[0]
+            .store(words.len() as u64 * 8, std::sync::atomic::Ordering::Release);
         let (_, drain) = read_out_both_ways(&buffer, BufferingMode::Oneshot, 128);
         assert_eq!(drain.stats().records, 39);
         // A malformed record (size 0) in a middle window: the rest is skipped and reported.
         put_words(&buffer, base + 39 * 32, &[0x4]);
-        buffer.header().rolling_data_end[0]
-            .store(words.len() as u64 * 8, std::sync::atomic::Ordering::Release);
         let (_, drain) = read_out_both_ways(&buffer, BufferingMode::Oneshot, 128);
         assert_eq!(drain.stats().records, 39);
         assert_eq!(drain.stats().problems.kept().len(), 1);
@@ -912,6 +955,172 @@ mod tests {
             archive.into_inner().unwrap()
         };
         assert_eq!(save(chunk), save(READ_WINDOW));
+    }
+
+    #[test]
+    fn a_stopped_provider_whose_header_was_not_finalised_is_copied_whole() {
+        // Its stop timed out: STOPPED came anyway, the ends are 0, writers may be running.
+        let (buffer, g) = buffer(BufferingMode::Oneshot, 0);
+        put_words(&buffer, g.rolling_offset(0), &[rec(1), rec(2)].concat());
+        let mut drain = Drain::new(BufferingMode::Oneshot);
+        drain.window = 16;
+        let mut archive = Archive::new(Vec::new()).unwrap();
+        drain
+            .read_out(&buffer, &mut archive, (1, "p"), true)
+            .unwrap();
+        assert_eq!(drain.windows_read, 0);
+        assert_eq!(drain.stats().records, 2);
+        // Circular: the durable end too must be set.
+        let (buffer, g) = self::buffer(BufferingMode::Circular, 0);
+        put_words(&buffer, g.rolling_offset(0), &rec(3));
+        buffer.header().rolling_data_end[0].store(16, std::sync::atomic::Ordering::Release);
+        let mut drain = Drain::new(BufferingMode::Circular);
+        let mut archive = Archive::new(Vec::new()).unwrap();
+        drain
+            .read_out(&buffer, &mut archive, (1, "p"), true)
+            .unwrap();
+        assert_eq!(drain.windows_read, 0);
+        buffer
+            .header()
+            .durable_data_end
+            .store(16, std::sync::atomic::Ordering::Release);
+        let mut drain = Drain::new(BufferingMode::Circular);
+        let mut archive = Archive::new(Vec::new()).unwrap();
+        drain
+            .read_out(&buffer, &mut archive, (1, "p"), true)
+            .unwrap();
+        assert_eq!(drain.windows_read, 1);
+    }
+
+    #[test]
+    fn a_malformed_durable_record_is_reported_from_the_durable_buffers_start() {
+        let (buffer, g) = buffer(BufferingMode::Streaming, 0);
+        use std::sync::atomic::Ordering::Release;
+        put_words(&buffer, g.durable_offset(), &[rec(1), rec(2)].concat());
+        put_words(&buffer, g.rolling_offset(0), &rec(3));
+        buffer.header().rolling_data_end[0].store(16, Release);
+        let mut drain = Drain::new(BufferingMode::Streaming);
+        let mut archive = Archive::new(Vec::new()).unwrap();
+        drain
+            .save_buffer(&buffer, &mut archive, 1, "s", 0, 16)
+            .unwrap();
+        // The second save's durable bytes start at 16: rec 2, then a size-0 header at 32.
+        put_words(&buffer, g.durable_offset() + 32, &[0x4]);
+        put_words(&buffer, g.rolling_offset(1), &rec(4));
+        buffer.header().rolling_data_end[1].store(16, Release);
+        drain
+            .save_buffer(&buffer, &mut archive, 1, "s", 1, 40)
+            .unwrap();
+        let problems = drain.stats().problems.kept();
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].contains("offset 32"), "{problems:?}");
+    }
+
+    mod windows_property {
+        use super::*;
+        use proptest::prelude::*;
+
+        /// A rolling buffer's contents: runs (current or stale lap) of records of any size,
+        /// untagged chunks, runs longer than the buffer, large records with 32-bit sizes.
+        #[derive(Debug, Clone)]
+        enum Unit {
+            Run {
+                stale: bool,
+                run: u16,
+                records: Vec<u64>,
+            },
+            Untagged(u64),
+            HugeRun(u16),
+            LargeRecord(u64),
+        }
+
+        fn unit() -> impl Strategy<Value = Unit> {
+            let sizes = prop_oneof![10 => 1u64..20, 1 => 20u64..600, 1 => Just(0u64)];
+            prop_oneof![
+                8 => (any::<bool>(), 1u16..12, proptest::collection::vec(sizes, 0..40))
+                    .prop_map(|(stale, run, records)| Unit::Run { stale, run, records }),
+                1 => any::<u64>().prop_map(Unit::Untagged),
+                1 => prop_oneof![Just(u16::MAX), any::<u16>()].prop_map(Unit::HugeRun),
+                1 => prop_oneof![Just(0xffff_ffffu64), 1u64..2000].prop_map(Unit::LargeRecord),
+            ]
+        }
+
+        /// The words of `units` in chunks of `chunk` words (tags left out when `dense`), at
+        /// most `total`.
+        fn layout(units: &[Unit], chunk: usize, total: usize, lap: u32, dense: bool) -> Vec<u64> {
+            let mut out = Vec::new();
+            let tag = |lap, run| {
+                if dense {
+                    Vec::new()
+                } else {
+                    vec![make_chunk_tag(lap, run)]
+                }
+            };
+            for u in units {
+                let mut words = match u {
+                    Unit::Run {
+                        stale,
+                        run,
+                        records,
+                    } => {
+                        let mut words = tag(if *stale { lap ^ 1 } else { lap }, *run);
+                        for &n in records.iter().take_while(|&&n| n > 0) {
+                            words.extend(record(7, n.min(0xfff)));
+                        }
+                        words.resize(*run as usize * chunk, 0);
+                        words
+                    }
+                    Unit::Untagged(x) => vec![*x],
+                    Unit::HugeRun(run) => [tag(lap, *run), vec![0x14]].concat(),
+                    Unit::LargeRecord(n) => [tag(lap, 1), vec![15 | (n << 4)]].concat(),
+                };
+                if !matches!(u, Unit::Run { .. }) {
+                    words.resize(chunk, 0);
+                }
+                out.extend(words);
+                if out.len() >= total {
+                    break;
+                }
+            }
+            out.truncate(total);
+            out
+        }
+
+        proptest! {
+            #![proptest_config(ProptestConfig { cases: 300, ..ProptestConfig::default() })]
+            /// Read a window at a time, any buffer reads as it does whole.
+            #[test]
+            fn a_windowed_read_out_equals_the_whole_copy(
+                units in proptest::collection::vec(unit(), 1..120),
+                chunk_words in prop_oneof![Just(0u64), Just(2u64), Just(4), Just(32), 2u64..128],
+                end in 1u64..=SIZE / 8,
+                window in prop_oneof![Just(8u64), 8u64..8192, Just(READ_WINDOW)],
+                wrapped in 0u32..3,
+                circular in any::<bool>(),
+            ) {
+                let mode = if circular { BufferingMode::Circular } else { BufferingMode::Oneshot };
+                let wrapped = if circular { wrapped } else { 0 };
+                let chunk = chunk_words * 8;
+                let buffer = TraceBuffer::create(SIZE).unwrap();
+                let g = BufferGeometry::compute(mode, SIZE).unwrap();
+                prop_assume!(chunk <= g.rolling_buffer_size);
+                let mut fields = HeaderFields::initial(&g, chunk);
+                fields.wrapped_count = wrapped;
+                let end = (end * 8).min(g.rolling_buffer_size);
+                fields.rolling_data_end = [end, end];
+                if circular {
+                    fields.durable_data_end = MIN_DURABLE_BUFFER_SIZE;
+                }
+                buffer.header().store(&fields);
+                let total = (g.rolling_buffer_size / 8) as usize;
+                for index in 0..if circular { 2 } else { 1 } {
+                    let lap = if index == (wrapped & 1) as usize { wrapped } else { wrapped.wrapping_sub(1) };
+                    let words = layout(&units, (chunk_words as usize).max(1), total, lap, chunk == 0);
+                    put_words(&buffer, g.rolling_offset(index), &words);
+                }
+                read_out_both_ways(&buffer, mode, (window & !7).max(8));
+            }
+        }
     }
 
     #[test]
