@@ -358,15 +358,7 @@ impl Drain {
         if writers_done && finalised {
             let durable = self.copy_durable(buffer, &fields, &geometry)?;
             self.begin_read_out(archive, (id, name), &fields)?;
-            if let Some((bytes, len, from)) = durable {
-                self.scan_into(
-                    (&bytes, from, 0),
-                    len,
-                    Framing::Dense,
-                    Region::Durable,
-                    archive,
-                )?;
-            }
+            self.scan_durable(durable, archive)?;
             for wrap in rolling {
                 let index = (wrap & 1) as usize;
                 let framing = fields.rolling_framing(wrap);
@@ -397,15 +389,7 @@ impl Drain {
         let durable = self.copy_durable(buffer, &fields, &geometry)?;
         self.stats.copy_time += started.elapsed();
         self.begin_read_out(archive, (id, name), &fields)?;
-        if let Some((bytes, len, from)) = durable {
-            self.scan_into(
-                (&bytes, from, 0),
-                len,
-                Framing::Dense,
-                Region::Durable,
-                archive,
-            )?;
-        }
+        self.scan_durable(durable, archive)?;
         for (bytes, end, framing, region) in rolling {
             self.scan_into((&bytes, 0, 0), end, framing, region, archive)?;
         }
@@ -442,6 +426,19 @@ impl Drain {
             end
         };
         Ok(Some((bytes, len, from)))
+    }
+
+    /// Scan the durable bytes [`Self::copy_durable`] copied, if any, into the archive.
+    fn scan_durable<W: Write>(
+        &mut self,
+        durable: Option<(Vec<u8>, u64, u64)>,
+        archive: &mut Archive<W>,
+    ) -> Result<(), DrainError> {
+        if let Some((bytes, len, from)) = durable {
+            let (framing, region) = (Framing::Dense, Region::Durable);
+            self.scan_into((&bytes, from, 0), len, framing, region, archive)?;
+        }
+        Ok(())
     }
 
     /// A final read-out's section: Provider Info/Section, then a Provider Event "buffer
