@@ -342,7 +342,7 @@ pub(crate) fn expand(args: TracedArgs, f: &TracedFn, instrument: bool) -> syn::R
         // out-of-line function otherwise. `move` (and the `FnOnce` bound): a body that returns
         // a reborrow of a parameter (`&mut self` -> `&mut T`) still compiles. The guard is
         // the closure's first local, so parameters still drop after the span's end; its
-        // begin and end are inlined into that out-of-line function (`INLINE`: one frame). The
+        // begin is inlined into that out-of-line function (`INLINE`; the end is a call). The
         // body's braces are the expansion's (its own would draw `unused_braces` on the
         // user's code).
         let guard = guard(&support, &n_lit, &arg_inputs, quote!(__fxtrace_on), true);
@@ -588,7 +588,7 @@ mod tests {
                 "call (move | __fxtrace_on : bool | { let __fxtrace_guard = if __fxtrace_on { \
                  :: fxtrace :: __private :: Span :: < __FxtraceSite , 1 , true > :: enter_args"
             ),
-            "arguments, in a closure, the begin and end inlined there: {out}"
+            "arguments, in a closure, the begin inlined there: {out}"
         );
     }
 

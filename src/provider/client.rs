@@ -264,9 +264,9 @@ impl Shared {
             self.context.disarm();
         }
         if was_started {
-            // On a timeout the header ends stay 0 and the manager scans the buffer; the records
-            // it finds are whole (headers are committed last), so STOPPED is still the truth
-            // for the manager.
+            // On a timeout the header ends stay 0 (but a oneshot buffer's once it filled) and
+            // the manager scans the buffer; the records it finds are whole (headers are
+            // committed last), so STOPPED is still the truth for the manager.
             let _ = self.context.stop(timeout);
         }
         if was_started || report {

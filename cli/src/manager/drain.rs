@@ -298,7 +298,8 @@ impl Drain {
     ///
     /// `writers_done`: the provider answered STOPPED. When its header is finalised too (its
     /// data ends set: a provider whose stop timed out sends STOPPED with them 0, its writers
-    /// maybe still running), its rolling buffers are copied and written a window at a time
+    /// maybe still running; oneshot, which has no durable buffer to order the rolling one
+    /// after, needs no more than STOPPED), its rolling buffers are copied and written a window at a time
     /// ([`READ_WINDOW`]), so the manager never holds a whole buffer. Otherwise (a provider
     /// gone without STOPPED, or whose writers may still be running) the regions are copied
     /// out whole, rolling first, durable
@@ -352,9 +353,11 @@ impl Drain {
         rolling.push(wrapped);
         // A provider whose stop timed out sends STOPPED anyway, with the ends of its header
         // left 0 (its writers may still be running): only a finalised header says they are
-        // done.
-        let finalised = fields.rolling_data_end[(wrapped & 1) as usize] != 0
-            && (self.mode == BufferingMode::Oneshot || fields.durable_data_end != 0);
+        // done. Oneshot has no durable buffer, so no order to keep: its windows are read as
+        // a whole copy would be (a live writer can change either).
+        let finalised = self.mode == BufferingMode::Oneshot
+            || (fields.rolling_data_end[(wrapped & 1) as usize] != 0
+                && fields.durable_data_end != 0);
         if writers_done && finalised {
             let durable = self.copy_durable(buffer, &fields, &geometry)?;
             self.begin_read_out(archive, (id, name), &fields)?;
@@ -957,6 +960,7 @@ mod tests {
     #[test]
     fn a_stopped_provider_whose_header_was_not_finalised_is_copied_whole() {
         // Its stop timed out: STOPPED came anyway, the ends are 0, writers may be running.
+        // Oneshot (no durable buffer: no order to keep) is read in windows all the same.
         let (buffer, g) = buffer(BufferingMode::Oneshot, 0);
         put_words(&buffer, g.rolling_offset(0), &[rec(1), rec(2)].concat());
         let mut drain = Drain::new(BufferingMode::Oneshot);
@@ -965,9 +969,9 @@ mod tests {
         drain
             .read_out(&buffer, &mut archive, (1, "p"), true)
             .unwrap();
-        assert_eq!(drain.windows_read, 0);
+        assert_eq!(drain.windows_read, 2);
         assert_eq!(drain.stats().records, 2);
-        // Circular: the durable end too must be set.
+        // Circular: both ends must be set.
         let (buffer, g) = self::buffer(BufferingMode::Circular, 0);
         put_words(&buffer, g.rolling_offset(0), &rec(3));
         buffer.header().rolling_data_end[0].store(16, std::sync::atomic::Ordering::Release);
@@ -1011,6 +1015,20 @@ mod tests {
         let problems = drain.stats().problems.kept();
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(problems[0].contains("offset 32"), "{problems:?}");
+        // The final read-out's durable bytes start at 40: rec 5, then a size-0 header at 56.
+        put_words(&buffer, g.durable_offset() + 40, &[rec(5)[0], rec(5)[1], 0x4]);
+        put_words(&buffer, g.rolling_offset(0), &rec(6));
+        let h = buffer.header();
+        h.rolling_data_end[0].store(16, Release);
+        h.wrapped_count.store(2, Release);
+        h.durable_data_end.store(64, Release);
+        drain
+            .read_out(&buffer, &mut archive, (1, "s"), true)
+            .unwrap();
+        let problems = drain.stats().problems.kept();
+        assert_eq!(problems.len(), 2, "{problems:?}");
+        assert!(problems[1].contains("offset 56"), "{problems:?}");
+        assert!(drain.windows_read > 0);
     }
 
     mod windows_property {
