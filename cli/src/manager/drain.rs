@@ -1016,7 +1016,11 @@ mod tests {
         assert_eq!(problems.len(), 1, "{problems:?}");
         assert!(problems[0].contains("offset 32"), "{problems:?}");
         // The final read-out's durable bytes start at 40: rec 5, then a size-0 header at 56.
-        put_words(&buffer, g.durable_offset() + 40, &[rec(5)[0], rec(5)[1], 0x4]);
+        put_words(
+            &buffer,
+            g.durable_offset() + 40,
+            &[rec(5)[0], rec(5)[1], 0x4],
+        );
         put_words(&buffer, g.rolling_offset(0), &rec(6));
         let h = buffer.header();
         h.rolling_data_end[0].store(16, Release);
