@@ -13,14 +13,17 @@
 
 use std::io::Write;
 
-use super::archive::{Archive, ArchiveError};
+use super::archive::{Archive, ArchiveError, MAX_READABLE_LARGE_WORDS};
 use fxtrace::buffer::header::{
     chunked_data_extent, dense_data_extent, parse_chunk_tag, scan_records, BufferGeometry,
     BufferingMode, ChunkFramingError, ChunkScanStop, Framing, HeaderError, HeaderFields,
     MIN_DURABLE_BUFFER_SIZE,
 };
 use fxtrace::buffer::{BufferError, TraceBuffer};
-use fxtrace::format::{CheckedRecords, FramingErrorKind, ScanStop, PROVIDER_EVENT_BUFFER_OVERFLOW};
+use fxtrace::format::{
+    record_type, CheckedRecords, FramingErrorKind, RecordType, ScanStop,
+    PROVIDER_EVENT_BUFFER_OVERFLOW,
+};
 
 /// Why a provider's buffer could not be read. Every variant but [`DrainError::Archive`] is the
 /// provider's fault and ends only that provider; an archive error ends the session.
@@ -129,8 +132,10 @@ pub struct Drain {
     scratch: Vec<u8>,
     /// Bytes of a rolling buffer copied and scanned at a time ([`READ_WINDOW`]).
     window: u64,
-    /// Windows read so far (the tests' evidence of the windowed path).
+    /// Windows read so far, and the most bytes read at once (the tests' evidence of the
+    /// windowed path and of its bound).
     windows_read: u64,
+    largest_read: u64,
 }
 
 /// How much of the durable buffer a new trace keeps (the start disposition).
@@ -157,6 +162,7 @@ impl Drain {
             scratch: Vec::new(),
             window: READ_WINDOW,
             windows_read: 0,
+            largest_read: 0,
         }
     }
 
@@ -461,15 +467,15 @@ impl Drain {
 
     /// Copy the first `data_end` bytes of the region `[offset, offset + len)` out of the
     /// buffer, scan them with `framing`, and append the records found: a rolling buffer a
-    /// window at a time ([`READ_WINDOW`], cut where no record or chunk run crosses; a record
-    /// or run longer than a window is read whole), the durable buffer (at most 1 MiB) at once.
-    /// `base`: where `offset` is in its region (for the reports of malformed records).
+    /// window at a time ([`READ_WINDOW`]; see [`Self::forward_range`]), the durable buffer (at
+    /// most 1 MiB) at once. `base`: where `offset` is in its region (for the reports of
+    /// malformed records).
     #[allow(clippy::too_many_arguments)]
     fn forward<W: Write>(
         &mut self,
         buffer: &TraceBuffer,
         archive: &mut Archive<W>,
-        (offset, base): (u64, u64),
+        at: (u64, u64),
         len: u64,
         data_end: u64,
         framing: Framing,
@@ -485,6 +491,31 @@ impl Drain {
             }
             .into());
         }
+        // Windows up to SCRATCH_KEPT bytes reuse one copy buffer.
+        let mut bytes = std::mem::take(&mut self.scratch);
+        let range = (at, data_end, framing, region);
+        let result = self.forward_range(buffer, archive, &mut bytes, range);
+        if bytes.capacity() <= SCRATCH_KEPT {
+            self.scratch = bytes;
+        }
+        self.stats.copy_time += started.elapsed();
+        result.map(drop)
+    }
+
+    /// [`Self::forward`]'s reading and scanning of `data_end` bytes at `offset` (`base` in the
+    /// region) through `bytes`: a rolling buffer a window at a time, cut where no record or
+    /// chunk run crosses. A record longer than a window (at most 4095 words: a trace reader's
+    /// limit) is read whole; a large record over that limit, which the archive leaves out, is
+    /// counted and not read; a chunk run longer than a window is read as the dense stretch of
+    /// records it is, a window at a time. So the manager holds about one window whatever the
+    /// provider wrote. How the scan ended.
+    fn forward_range<W: Write>(
+        &mut self,
+        buffer: &TraceBuffer,
+        archive: &mut Archive<W>,
+        bytes: &mut Vec<u8>,
+        ((offset, base), data_end, framing, region): ((u64, u64), u64, Framing, Region),
+    ) -> Result<Scanned, DrainError> {
         let window = match (region, framing) {
             (Region::Durable, _) => data_end,
             // Whole chunks, so that each window starts on a chunk.
@@ -494,46 +525,51 @@ impl Drain {
             (Region::Rolling(_), Framing::Dense) => self.window,
         };
         debug_assert!(window > 0 && window % 8 == 0, "window {window}");
-        // Windows up to SCRATCH_KEPT bytes reuse one copy buffer; a larger one (a record or
-        // run longer than a window) is freed after use.
-        let mut bytes = std::mem::take(&mut self.scratch);
         let mut pos = 0;
-        let result = loop {
-            if pos >= data_end {
-                break Ok(());
-            }
-            let mut n = window.min(data_end - pos);
-            if let Err(e) = read_window(buffer, offset + pos, n, &mut bytes) {
-                break Err(e);
-            }
+        while pos < data_end {
+            let remaining = data_end - pos;
+            read_window(buffer, offset + pos, window.min(remaining), bytes)?;
             self.windows_read += 1;
-            let cut = match window_cut(&bytes, framing, data_end - pos) {
+            self.largest_read = self.largest_read.max(window.min(remaining));
+            let cut = match window_cut(bytes, framing, remaining) {
                 WindowCut::At(cut) => cut,
+                WindowCut::Unit(unit) if framing == Framing::Dense => {
+                    read_window(buffer, offset + pos, unit, bytes)?;
+                    self.largest_read = self.largest_read.max(unit);
+                    unit
+                }
                 WindowCut::Unit(unit) => {
-                    n = unit.min(data_end - pos);
-                    if let Err(e) = read_window(buffer, offset + pos, n, &mut bytes) {
-                        break Err(e);
+                    // A chunk run longer than a window: its tag (skipped, as the scanner
+                    // skips it), then its records, a dense stretch whose zero word ends the
+                    // run, not the region.
+                    let run = unit.min(remaining);
+                    self.stats.skipped_bytes += 8;
+                    let records = ((offset + pos + 8, base + pos + 8), run - 8);
+                    let range = (records.0, records.1, Framing::Dense, region);
+                    match self.forward_range(buffer, archive, bytes, range)? {
+                        Scanned::Malformed => return Ok(Scanned::Malformed),
+                        Scanned::Whole | Scanned::ZeroWord => pos += run,
                     }
-                    n
+                    continue;
+                }
+                WindowCut::Oversized(size) => {
+                    self.stats.oversized_records += 1;
+                    pos += size;
+                    continue;
                 }
             };
-            let piece = (&bytes[..cut as usize], base + pos, data_end - pos - cut);
-            match self.scan_into(piece, cut, framing, region, archive) {
-                Ok(Scanned::Whole) => pos += cut,
-                Ok(Scanned::ZeroWord) => {
-                    // A dense region's data ends at its first zero word: the rest is skipped.
-                    self.stats.skipped_bytes += data_end - (pos + cut);
-                    break Ok(());
+            let piece = (&bytes[..cut as usize], base + pos, remaining - cut);
+            match self.scan_into(piece, cut, framing, region, archive)? {
+                Scanned::Whole => pos += cut,
+                Scanned::ZeroWord => {
+                    // A dense stretch's data ends at its first zero word: the rest is skipped.
+                    self.stats.skipped_bytes += remaining - cut;
+                    return Ok(Scanned::ZeroWord);
                 }
-                Ok(Scanned::Malformed) => break Ok(()),
-                Err(e) => break Err(e),
+                Scanned::Malformed => return Ok(Scanned::Malformed),
             }
-        };
-        if bytes.capacity() <= SCRATCH_KEPT {
-            self.scratch = bytes;
         }
-        self.stats.copy_time += started.elapsed();
-        result
+        Ok(Scanned::Whole)
     }
 
     /// Scan `bytes[..data_end]`, the region's bytes from offset `base`, followed by `beyond`
@@ -639,8 +675,12 @@ enum Scanned {
 enum WindowCut {
     /// Scan the window's first bytes, up to here (no record or run crosses it).
     At(u64),
-    /// The window's first record or run is longer than the window: this many bytes.
+    /// The window's first record or run is longer than the window (and within the data):
+    /// this many bytes.
     Unit(u64),
+    /// The window's first record is a large record the archive leaves out (over
+    /// [`MAX_READABLE_LARGE_WORDS`] words, within the data): this many bytes, not read.
+    Oversized(u64),
 }
 
 /// Where to cut `window`, the bytes of a region from a record or chunk boundary, `remaining`
@@ -657,10 +697,16 @@ fn window_cut(window: &[u8], framing: Framing, remaining: u64) -> WindowCut {
         Framing::Dense => match CheckedRecords::prefix(window) {
             (_, ScanStop::Error(e)) => match e.kind {
                 // A record past the data end is malformed: not read, only reported.
-                FramingErrorKind::PastEnd { words, .. }
+                FramingErrorKind::PastEnd { header, words, .. }
                     if e.offset == 0 && (words as u64).saturating_mul(8) <= remaining =>
                 {
-                    WindowCut::Unit(words as u64 * 8)
+                    let large = record_type(header) == RecordType::LargeRecord as u8;
+                    match words as u64 * 8 {
+                        size if large && words > MAX_READABLE_LARGE_WORDS => {
+                            WindowCut::Oversized(size)
+                        }
+                        size => WindowCut::Unit(size),
+                    }
                 }
                 FramingErrorKind::PastEnd { .. } if e.offset == 0 => WindowCut::At(len),
                 FramingErrorKind::PastEnd { .. } => WindowCut::At(e.offset as u64),
@@ -846,6 +892,16 @@ mod tests {
             (w.records, w.rolling_bytes, w.durable_bytes, w.skipped_bytes),
             (e.records, e.rolling_bytes, e.durable_bytes, e.skipped_bytes)
         );
+        assert_eq!(
+            (w.forged_metadata, w.oversized_records),
+            (e.forged_metadata, e.oversized_records)
+        );
+        // About one window at a time: a record a reader reads (4095 words) at most beyond.
+        assert!(
+            windowed.largest_read <= window.max(4095 * 8),
+            "{}",
+            windowed.largest_read
+        );
         assert_eq!(w.problems.kept(), e.problems.kept());
         (got, windowed)
     }
@@ -899,6 +955,42 @@ mod tests {
             assert_eq!(drain.stats().records, 201, "window {window}");
             assert_eq!(drain.stats().rolling_bytes, end);
         }
+    }
+
+    #[test]
+    fn a_run_longer_than_a_window_and_an_oversized_record_are_read_a_window_at_a_time() {
+        // Chunked: one run of 40 chunks of records, then a small one; windows of 2 chunks.
+        let chunk = 256;
+        let (buffer, g) = buffer(BufferingMode::Oneshot, chunk);
+        let base = g.rolling_offset(0);
+        let mut words = vec![make_chunk_tag(0, 40)];
+        let mut tag = 1;
+        while words.len() + 5 <= 40 * 32 {
+            words.extend(record(tag, tag % 5 + 1));
+            tag += 1;
+        }
+        words.resize(40 * 32, 0);
+        words.extend([&[make_chunk_tag(0, 1)][..], &rec(999)].concat());
+        put_words(&buffer, base, &words);
+        let end = 41 * chunk;
+        buffer.header().rolling_data_end[0].store(end, std::sync::atomic::Ordering::Release);
+        let (_, drain) = read_out_both_ways(&buffer, BufferingMode::Oneshot, 2 * chunk);
+        assert_eq!(drain.stats().records, tag);
+        assert!(drain.largest_read <= 2 * chunk, "{}", drain.largest_read);
+        // Dense: a large record of 5000 words (left out by the archive) between records.
+        let (buffer, g) = self::buffer(BufferingMode::Oneshot, 0);
+        let mut words = [rec(1), rec(2)].concat();
+        let mut large = vec![0x55u64; 5000];
+        large[0] = 15 | (5000 << 4);
+        words.extend(large);
+        words.extend(rec(3));
+        put_words(&buffer, g.rolling_offset(0), &words);
+        buffer.header().rolling_data_end[0]
+            .store(words.len() as u64 * 8, std::sync::atomic::Ordering::Release);
+        let (_, drain) = read_out_both_ways(&buffer, BufferingMode::Oneshot, 1024);
+        assert_eq!(drain.stats().records, 3);
+        assert_eq!(drain.stats().oversized_records, 1);
+        assert!(drain.largest_read <= 1024, "{}", drain.largest_read);
     }
 
     #[test]
@@ -1060,7 +1152,8 @@ mod tests {
                     .prop_map(|(stale, run, records)| Unit::Run { stale, run, records }),
                 1 => any::<u64>().prop_map(Unit::Untagged),
                 1 => prop_oneof![Just(u16::MAX), any::<u16>()].prop_map(Unit::HugeRun),
-                1 => prop_oneof![Just(0xffff_ffffu64), 1u64..2000].prop_map(Unit::LargeRecord),
+                1 => prop_oneof![Just(0xffff_ffffu64), 1u64..2000, 4090u64..6000]
+                    .prop_map(Unit::LargeRecord),
             ]
         }
 
