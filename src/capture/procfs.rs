@@ -267,6 +267,31 @@ pub fn stat_fields(stat: &[u8]) -> impl Iterator<Item = &[u8]> {
         .filter(|field| !field.is_empty())
 }
 
+/// Whether process `pid` can no longer run code of its own: no `/proc/PID` entry, dead, or
+/// one thread left that is a zombie or has given up its address space (a process ending:
+/// the kernel closes its files, so its sockets, only after that). A thread-group leader that
+/// ended before its other threads is a zombie too, with them still counted in
+/// `num_threads`: not ended. A pid given to another process since reads as running: callers
+/// must take "running" as the safe answer.
+pub fn process_ended(pid: u32) -> bool {
+    let stat = match std::fs::read(format!("/proc/{pid}/stat")) {
+        Ok(stat) => stat,
+        Err(e) => {
+            return e.kind() == std::io::ErrorKind::NotFound
+                || e.raw_os_error() == Some(libc::ESRCH)
+        }
+    };
+    // After the command: field 3 (the state) first, field 20 (`num_threads`) the 18th, field
+    // 23 (`vsize`, 0 without an address space) the 21st.
+    let fields: Vec<&[u8]> = stat_fields(&stat).take(21).collect();
+    let (Some(&state), Some(&threads), Some(&vsize)) =
+        (fields.first(), fields.get(17), fields.get(20))
+    else {
+        return false;
+    };
+    state == b"X" || (threads == b"1" && (state == b"Z" || vsize == b"0"))
+}
+
 /// Parses a kernel CPU list (`0-3,5,7-8`).
 pub fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
     let mut cpus = Vec::new();
@@ -300,6 +325,31 @@ pub fn online_cpus() -> io::Result<Vec<u32>> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_process_has_ended_once_it_is_a_zombie_or_reaped() {
+        assert!(!process_ended(std::process::id()), "this process runs");
+        let mut child = std::process::Command::new("true").spawn().unwrap();
+        let pid = child.id();
+        // Not reaped yet: a zombie once it exits.
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while !process_ended(pid) {
+            assert!(std::time::Instant::now() < until, "pid {pid} never ended");
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let stat = std::fs::read(format!("/proc/{pid}/stat")).unwrap();
+        assert_eq!(stat_fields(&stat).next(), Some(&b"Z"[..]), "a zombie");
+        child.wait().unwrap();
+        assert!(process_ended(pid), "reaped");
+        // A running process has not ended.
+        let mut waiter = std::process::Command::new("sh")
+            .args(["-c", "sleep 30"])
+            .spawn()
+            .unwrap();
+        assert!(!process_ended(waiter.id()));
+        waiter.kill().unwrap();
+        waiter.wait().unwrap();
+    }
 
     #[test]
     fn cpu_lists() {

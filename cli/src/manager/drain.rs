@@ -302,23 +302,18 @@ impl Drain {
     /// finalised: a crashed or killed provider) means "scan the whole region". Nothing is
     /// written when the header does not validate.
     ///
-    /// `writers_done`: the provider answered STOPPED. When its header is finalised too (its
-    /// data ends set: a provider whose stop timed out sends STOPPED with them 0, its writers
-    /// maybe still running; oneshot, which has no durable buffer to order the rolling one
-    /// after, needs no more than STOPPED), its rolling buffers are copied and written a window at a time
-    /// ([`READ_WINDOW`]), so the manager never holds a whole buffer. Otherwise (a provider
-    /// gone without STOPPED, or whose writers may still be running) the regions are copied
-    /// out whole, rolling first, durable
-    /// last, and written in archive order (durable first): a thread writes its Thread/String
-    /// record into the durable buffer before any rolling record that refers to it, so a
-    /// durable copy taken after the rolling copy holds every record the copied events refer
-    /// to.
+    /// When no writer is left ([`Writers`]), the rolling buffers are copied and written a
+    /// window at a time ([`READ_WINDOW`]), so the manager never holds a whole buffer.
+    /// Otherwise the regions are copied out whole, rolling first, durable last, and written in
+    /// archive order (durable first): a thread writes its Thread/String record into the
+    /// durable buffer before any rolling record that refers to it, so a durable copy taken
+    /// after the rolling copy holds every record the copied events refer to.
     pub fn read_out<W: Write>(
         &mut self,
         buffer: &TraceBuffer,
         archive: &mut Archive<W>,
         (id, name): (u32, &str),
-        writers_done: bool,
+        writers: Writers,
     ) -> Result<(), DrainError> {
         let (fields, geometry) = self.read_header(buffer)?;
         let started = std::time::Instant::now();
@@ -364,7 +359,12 @@ impl Drain {
         let finalised = self.mode == BufferingMode::Oneshot
             || (fields.rolling_data_end[(wrapped & 1) as usize] != 0
                 && fields.durable_data_end != 0);
-        if writers_done && finalised {
+        let windowed = match writers {
+            Writers::Ended => true,
+            Writers::Stopped => finalised,
+            Writers::MayRun => false,
+        };
+        if windowed {
             let durable = self.copy_durable(buffer, &fields, &geometry)?;
             self.begin_read_out(archive, (id, name), &fields)?;
             self.scan_durable(durable, archive)?;
@@ -652,6 +652,18 @@ impl Drain {
     }
 }
 
+/// Whether a provider's writers may still be running at its final read-out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Writers {
+    /// It answered STOPPED: its writers are done once its header is finalised too (a stop
+    /// that timed out sends STOPPED anyway, its writers maybe still running).
+    Stopped,
+    /// Its process has ended (a crash, a kill): no writer is left, whatever the header.
+    Ended,
+    /// Gone without STOPPED, its process maybe still running.
+    MayRun,
+}
+
 /// Most bytes of copy buffer a drain keeps between two streaming saves.
 const SCRATCH_KEPT: usize = 8 << 20;
 
@@ -868,14 +880,14 @@ mod tests {
         let mut whole = Drain::new(mode);
         let mut archive = Archive::new(Vec::new()).unwrap();
         whole
-            .read_out(buffer, &mut archive, (1, "p"), false)
+            .read_out(buffer, &mut archive, (1, "p"), Writers::MayRun)
             .unwrap();
         let expected = archive.into_inner().unwrap();
         let mut windowed = Drain::new(mode);
         windowed.window = window;
         let mut archive = Archive::new(Vec::new()).unwrap();
         windowed
-            .read_out(buffer, &mut archive, (1, "p"), true)
+            .read_out(buffer, &mut archive, (1, "p"), Writers::Stopped)
             .unwrap();
         let got = archive.into_inner().unwrap();
         assert_eq!(whole.windows_read, 0, "a provider lost: copied whole");
@@ -1059,7 +1071,7 @@ mod tests {
         drain.window = 16;
         let mut archive = Archive::new(Vec::new()).unwrap();
         drain
-            .read_out(&buffer, &mut archive, (1, "p"), true)
+            .read_out(&buffer, &mut archive, (1, "p"), Writers::Stopped)
             .unwrap();
         assert_eq!(drain.windows_read, 2);
         assert_eq!(drain.stats().records, 2);
@@ -1070,7 +1082,7 @@ mod tests {
         let mut drain = Drain::new(BufferingMode::Circular);
         let mut archive = Archive::new(Vec::new()).unwrap();
         drain
-            .read_out(&buffer, &mut archive, (1, "p"), true)
+            .read_out(&buffer, &mut archive, (1, "p"), Writers::Stopped)
             .unwrap();
         assert_eq!(drain.windows_read, 0);
         buffer
@@ -1080,9 +1092,44 @@ mod tests {
         let mut drain = Drain::new(BufferingMode::Circular);
         let mut archive = Archive::new(Vec::new()).unwrap();
         drain
-            .read_out(&buffer, &mut archive, (1, "p"), true)
+            .read_out(&buffer, &mut archive, (1, "p"), Writers::Stopped)
             .unwrap();
         assert_eq!(drain.windows_read, 1);
+    }
+
+    #[test]
+    fn a_provider_whose_process_ended_is_read_in_windows_whatever_its_header() {
+        // It crashed: the ends are 0, the durable buffer holds records, nothing writes now.
+        let chunk = 256;
+        let (buffer, g) = buffer(BufferingMode::Circular, chunk);
+        put_words(&buffer, g.durable_offset(), &[rec(1), rec(2)].concat());
+        let mut words = Vec::new();
+        for run in 0..20u64 {
+            words.push(make_chunk_tag(0, 1));
+            for i in 0..10 {
+                words.extend(record(run * 10 + i + 3, 3));
+            }
+            words.resize(((run + 1) * chunk / 8) as usize, 0);
+        }
+        put_words(&buffer, g.rolling_offset(0), &words);
+        let read = |writers| {
+            let mut drain = Drain::new(BufferingMode::Circular);
+            drain.window = 2 * chunk;
+            let mut archive = Archive::new(Vec::new()).unwrap();
+            drain
+                .read_out(&buffer, &mut archive, (1, "p"), writers)
+                .unwrap();
+            (archive.into_inner().unwrap(), drain)
+        };
+        let (whole, whole_drain) = read(Writers::MayRun);
+        let (windowed, drain) = read(Writers::Ended);
+        assert_eq!(whole_drain.windows_read, 0);
+        assert!(drain.windows_read >= 10, "{}", drain.windows_read);
+        assert_eq!(windowed, whole);
+        assert_eq!(drain.stats().records, 202);
+        // STOPPED with those ends (a stop that timed out): copied whole.
+        let (_, stopped) = read(Writers::Stopped);
+        assert_eq!(stopped.windows_read, 0);
     }
 
     #[test]
@@ -1119,7 +1166,7 @@ mod tests {
         h.wrapped_count.store(2, Release);
         h.durable_data_end.store(64, Release);
         drain
-            .read_out(&buffer, &mut archive, (1, "s"), true)
+            .read_out(&buffer, &mut archive, (1, "s"), Writers::Stopped)
             .unwrap();
         let problems = drain.stats().problems.kept();
         assert_eq!(problems.len(), 2, "{problems:?}");
@@ -1247,7 +1294,7 @@ mod tests {
         let mut archive = Archive::new(Vec::new()).unwrap();
         let mut drain = Drain::new(BufferingMode::Oneshot);
         drain
-            .read_out(&buffer, &mut archive, (3, "p"), false)
+            .read_out(&buffer, &mut archive, (3, "p"), Writers::MayRun)
             .unwrap();
         let bytes = archive.into_inner().unwrap();
         let got: Vec<String> = tags(&bytes).into_iter().map(|(_, w)| w).collect();
@@ -1284,7 +1331,7 @@ mod tests {
         let mut archive = Archive::new(Vec::new()).unwrap();
         let mut drain = Drain::new(BufferingMode::Oneshot);
         drain
-            .read_out(&buffer, &mut archive, (3, "p"), false)
+            .read_out(&buffer, &mut archive, (3, "p"), Writers::MayRun)
             .unwrap();
         let bytes = archive.into_inner().unwrap();
         let got: Vec<String> = tags(&bytes).into_iter().map(|(_, w)| w).collect();
@@ -1327,7 +1374,7 @@ mod tests {
         let mut archive = Archive::new(Vec::new()).unwrap();
         let mut drain = Drain::new(BufferingMode::Circular);
         drain
-            .read_out(&buffer, &mut archive, (1, "c"), false)
+            .read_out(&buffer, &mut archive, (1, "c"), Writers::MayRun)
             .unwrap();
         let got: Vec<String> = tags(&archive.into_inner().unwrap())
             .into_iter()
@@ -1356,7 +1403,7 @@ mod tests {
         let mut archive = Archive::new(Vec::new()).unwrap();
         let mut drain = Drain::new(BufferingMode::Oneshot);
         let err = drain
-            .read_out(&buffer, &mut archive, (1, "x"), false)
+            .read_out(&buffer, &mut archive, (1, "x"), Writers::MayRun)
             .unwrap_err();
         assert!(matches!(
             err,
@@ -1366,13 +1413,13 @@ mod tests {
         // Mode mismatch.
         let (buffer, _) = self::buffer(BufferingMode::Circular, 0);
         let err = drain
-            .read_out(&buffer, &mut archive, (1, "x"), false)
+            .read_out(&buffer, &mut archive, (1, "x"), Writers::MayRun)
             .unwrap_err();
         assert!(matches!(err, DrainError::ModeMismatch { .. }));
         // Zero header (provider never initialised it).
         let blank = TraceBuffer::create(SIZE).unwrap();
         let err = drain
-            .read_out(&blank, &mut archive, (1, "x"), false)
+            .read_out(&blank, &mut archive, (1, "x"), Writers::MayRun)
             .unwrap_err();
         assert!(matches!(err, DrainError::Header(HeaderError::BadMagic(0))));
         assert_eq!(archive.bytes_written(), 8);
@@ -1436,7 +1483,7 @@ mod tests {
         h.wrapped_count.store(2, Release);
         h.durable_data_end.store(32, Release);
         drain
-            .read_out(&buffer, &mut archive, (1, "s"), false)
+            .read_out(&buffer, &mut archive, (1, "s"), Writers::MayRun)
             .unwrap();
         let got: Vec<String> = tags(&archive.into_inner().unwrap())
             .into_iter()
@@ -1473,7 +1520,7 @@ mod tests {
         let mut archive = Archive::new(Vec::new()).unwrap();
         let mut drain = Drain::new(BufferingMode::Circular);
         drain
-            .read_out(&buffer, &mut archive, (1, "p"), false)
+            .read_out(&buffer, &mut archive, (1, "p"), Writers::MayRun)
             .unwrap();
         let got: Vec<String> = tags(&archive.into_inner().unwrap())
             .into_iter()
@@ -1497,7 +1544,7 @@ mod tests {
         let mut archive = Archive::new(Vec::new()).unwrap();
         let mut drain = Drain::new(BufferingMode::Oneshot);
         drain
-            .read_out(&buffer, &mut archive, (1, "m"), false)
+            .read_out(&buffer, &mut archive, (1, "m"), Writers::MayRun)
             .unwrap();
         assert_eq!(drain.stats().records, 1);
         assert_eq!(

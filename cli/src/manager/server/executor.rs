@@ -6,7 +6,7 @@ use std::time::Instant;
 
 use super::{Manager, ManagerEvent};
 use crate::manager::conn::ConnError;
-use crate::manager::drain::{DrainError, Restart};
+use crate::manager::drain::{DrainError, Restart, Writers};
 use crate::manager::session::{Command, ProviderId, ProviderPhase};
 use fxtrace::protocol::control::{BufferDisposition, Message};
 use fxtrace::protocol::transport::TransportError;
@@ -208,12 +208,17 @@ impl Manager {
         let Some(buffer) = t.buffer.as_ref() else {
             return;
         };
-        // A provider that answered STOPPED has finished writing: its buffer is read a window
-        // at a time. One lost may still be writing (see `Drain::read_out`).
-        let writers_done = t.lost.is_none();
+        // Whether its writers may still run, for how its buffer is read (`Drain::read_out`).
+        let writers = if t.lost.is_none() {
+            Writers::Stopped
+        } else if fxtrace::capture::procfs::process_ended(t.pid) {
+            Writers::Ended
+        } else {
+            Writers::MayRun
+        };
         let result = t
             .drain
-            .read_out(buffer, &mut self.archive, (id, &t.name), writers_done);
+            .read_out(buffer, &mut self.archive, (id, &t.name), writers);
         let outcome = match result {
             Ok(()) => {
                 let dropped = t.drain.stats().records_dropped;
