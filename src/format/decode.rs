@@ -65,6 +65,18 @@ impl SkipCounts {
             + self.unknown_large_type
             + self.reserved_index
     }
+
+    /// One line saying what was skipped, if anything was (a reader prints it on stderr).
+    pub fn summary(&self) -> Option<String> {
+        (self.records() > 0 || self.unknown_arg_type > 0).then(|| {
+            format!(
+                "skipped {} records and {} arguments of unknown types (run `fxtrace stats` for \
+                 details)",
+                self.records(),
+                self.unknown_arg_type
+            )
+        })
+    }
 }
 
 // === impl State ===

@@ -91,7 +91,12 @@ pub(crate) fn run(args: &ConvertArgs) -> Result<ExitCode, CliError> {
     if let Some(f) = file.as_mut() {
         f.commit().map_err(output_error)?;
     }
-    for line in done.stats.warnings() {
+    for line in done
+        .stats
+        .warnings()
+        .into_iter()
+        .chain(done.skipped.summary())
+    {
         eprintln!("fxtrace convert: {line}");
     }
     match done.decode_error {

@@ -49,14 +49,8 @@ pub(crate) fn run(args: &DumpArgs) -> Result<ExitCode, CliError> {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
         other => other.map_err(CliError::Output)?,
     }
-    let skipped = outcome.skipped;
-    if skipped.records() > 0 || skipped.unknown_arg_type > 0 {
-        eprintln!(
-            "{}: skipped {} records and {} arguments of unknown types (run `fxtrace stats` for details)",
-            source.name(),
-            skipped.records(),
-            skipped.unknown_arg_type
-        );
+    if let Some(line) = outcome.skipped.summary() {
+        eprintln!("{}: {line}", source.name());
     }
     match outcome.error {
         Some(source_error) => Err(CliError::Decode {

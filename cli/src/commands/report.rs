@@ -103,6 +103,9 @@ fn lbr(args: &LbrArgs) -> Result<ExitCode, CliError> {
         eprintln!("{error}");
         eprintln!("(the report below covers the records before that point)");
     }
+    if let Some(line) = read.skipped.summary() {
+        eprintln!("{}: {line}", input_name(&args.file));
+    }
     let mut out = io::stdout().lock();
     write_lbr_text(&mut out, &read.report, &symbols, &options)
         .and_then(|()| out.flush())

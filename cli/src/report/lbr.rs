@@ -206,6 +206,8 @@ pub struct LbrRead {
     pub report: LbrReport,
     /// Where decoding stopped early, if it did (the report covers what came before).
     pub decode_error: Option<DecodeError>,
+    /// Records and arguments the decoder skipped (unknown types).
+    pub skipped: fxtrace::format::SkipCounts,
 }
 
 fn koid_arg(args: &[DecodedArg<'_>], name: &str) -> Option<u64> {
@@ -233,7 +235,8 @@ impl LbrReport {
     pub fn read<R: Read>(input: R) -> LbrRead {
         let mut report = LbrReport::new();
         let mut decode_error = None;
-        for item in StreamDecoder::new(input) {
+        let mut decoder = StreamDecoder::new(input);
+        for item in decoder.by_ref() {
             match item {
                 Ok(d) => report.add(&d),
                 Err(e) => {
@@ -245,6 +248,7 @@ impl LbrReport {
         LbrRead {
             report,
             decode_error,
+            skipped: decoder.skipped(),
         }
     }
 

@@ -250,3 +250,41 @@ fn convert_keeps_the_previous_output_as_old() {
     assert_eq!(names, ["t.fxt", "t.json", "t.json.old"]);
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn check_stops_reading_an_endless_input_after_a_zero_size_record() {
+    // The magic number, then zeros for ever (`cat magic /dev/zero | fxtrace check -`).
+    let mut child = Command::new(FXTRACE)
+        .args(["check", "-"])
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let writer = std::thread::spawn(move || {
+        let _ = stdin.write_all(&MAGIC.to_ne_bytes());
+        let zeros = vec![0u8; 1 << 20];
+        // Until the check closes its end (EPIPE) or 2 GiB were offered.
+        for _ in 0..2048 {
+            if stdin.write_all(&zeros).is_err() {
+                return;
+            }
+        }
+    });
+    let until = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        assert!(
+            Instant::now() < until,
+            "check still reading an endless input"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let mut out = String::new();
+    std::io::Read::read_to_string(&mut child.stdout.take().unwrap(), &mut out).unwrap();
+    writer.join().unwrap();
+    assert!(
+        out.contains("more than 268435464 bytes from here on are never read"),
+        "{out}"
+    );
+}

@@ -867,3 +867,23 @@ fn cli_reports_damage_with_failure_status() {
     assert!(!missing.status.success());
     assert!(String::from_utf8_lossy(&missing.stderr).contains("/nonexistent.fxt: cannot read"));
 }
+
+#[test]
+fn convert_and_report_say_on_stderr_what_the_decoder_skipped() {
+    // The magic number, then a record of the unknown type 10 (one word).
+    let mut bytes = 0x0016_5478_4604_0010u64.to_ne_bytes().to_vec();
+    bytes.extend((0xa_u64 | 1 << 4).to_ne_bytes());
+    let out = fxtrace(&["convert", "--to", "chrome-json", "-", "-o", "-"], &bytes);
+    assert!(out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("skipped 1 records and 0 arguments of unknown types"),
+        "{stderr}"
+    );
+    let out = fxtrace(&["report", "lbr", "-"], &bytes);
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        stderr.contains("skipped 1 records and 0 arguments of unknown types"),
+        "{stderr}"
+    );
+}

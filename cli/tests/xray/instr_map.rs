@@ -204,6 +204,11 @@ fn elf_errors_are_typed() {
         InstrMap::from_bytes(b"\x7fELF\x02\x01"),
         Err(InstrMapError::Elf(_))
     ));
+    // A device is refused, not read until memory runs out.
+    let started = std::time::Instant::now();
+    let err = InstrMap::load(Path::new("/dev/zero")).unwrap_err();
+    assert!(err.to_string().contains("not a regular file"), "{err}");
+    assert!(started.elapsed() < std::time::Duration::from_secs(5));
 }
 
 fn tool(names: &[&str]) -> Option<PathBuf> {

@@ -19,6 +19,9 @@ use super::findings::*;
 use super::reader::*;
 use super::*;
 
+/// Bytes after a zero-size record (where Perfetto stops) counted for the report, at most.
+const UNREAD_COUNTED: u64 = 256 << 20;
+
 /// What a string means to Perfetto's importer: only these strings change how it reads a
 /// record, so only the tag is kept (memory stays bounded by the table size, not the text).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -273,7 +276,13 @@ impl Checker {
             let perfetto_words = RecordHeader::SIZE.get(header) as usize;
             let is_large = RecordHeader::TYPE.get(header) == RecordType::LargeRecord as u64;
             if perfetto_words == 0 {
-                let rest = input.skip(u64::MAX)?;
+                // Counted up to a bound: an endless input (a pipe from /dev/zero) must not keep
+                // the check reading.
+                let rest = input.skip(UNREAD_COUNTED + 1)?;
+                let rest = match rest {
+                    n if n > UNREAD_COUNTED => format!("more than {}", UNREAD_COUNTED + 8),
+                    n => format!("the {}", n + 8),
+                };
                 self.add(FindingKind::ZeroSizeRecord, offset, || {
                     let what = if header == 0 {
                         "a zero header word".to_owned()
@@ -286,9 +295,8 @@ impl Checker {
                         format!("header {header:#018x} with size 0")
                     };
                     format!(
-                        "{what}: Perfetto stops the whole import here; the {} bytes from here \
-                         on are never read",
-                        rest + 8
+                        "{what}: Perfetto stops the whole import here; {rest} bytes from here \
+                         on are never read"
                     )
                 });
                 self.import_stops_at = Some(offset);

@@ -99,6 +99,9 @@ pub(crate) fn write_arg_members(
     keep: impl Fn(usize, &DecodedArg<'_>) -> bool,
     mut first: bool,
 ) -> io::Result<()> {
+    // The keys written (a record has at most 15 arguments): a repeated name takes the first
+    // free `name#N`, never a key another argument has (`a`, `a#2`, `a` gives `a`, `a#2`, `a#3`).
+    let mut keys: Vec<std::borrow::Cow<'_, str>> = Vec::new();
     for (i, arg) in args.iter().enumerate() {
         if !keep(i, arg) {
             continue;
@@ -107,16 +110,14 @@ pub(crate) fn write_arg_members(
             out.write_all(b",")?;
         }
         first = false;
-        let repeats = args[..i]
-            .iter()
-            .enumerate()
-            .filter(|(j, a)| a.name == arg.name && keep(*j, a))
-            .count();
-        if repeats == 0 {
-            write_str(out, &arg.name)?;
-        } else {
-            write_str(out, &format!("{}#{}", arg.name, repeats + 1))?;
+        let mut key = std::borrow::Cow::Borrowed(&*arg.name);
+        let mut n = 1;
+        while keys.contains(&key) {
+            n += 1;
+            key = format!("{}#{n}", arg.name).into();
         }
+        write_str(out, &key)?;
+        keys.push(key);
         out.write_all(b":")?;
         write_value(out, &arg.value)?;
     }
@@ -202,6 +203,12 @@ mod tests {
         ];
         let json = text(|o| write_arg_members(o, &args, |i, _| i != 1, true));
         assert_eq!(json, "\"a\":1,\"a#2\":2,\"b\":3,\"a#3\":4");
+        let parsed: serde_json::Value = serde_json::from_str(&format!("{{{json}}}")).unwrap();
+        assert_eq!(parsed.as_object().unwrap().len(), 4);
+        // A name that is another's suffixed key: every value keeps a key of its own.
+        let args = [arg("a", 1), arg("a#2", 2), arg("a", 3), arg("a#2", 4)];
+        let json = text(|o| write_arg_members(o, &args, all, true));
+        assert_eq!(json, "\"a\":1,\"a#2\":2,\"a#3\":3,\"a#2#2\":4");
         let parsed: serde_json::Value = serde_json::from_str(&format!("{{{json}}}")).unwrap();
         assert_eq!(parsed.as_object().unwrap().len(), 4);
     }

@@ -139,7 +139,8 @@ fn read_record(
             let tid = u32_at(rec, TID).unwrap_or(0);
             let raw_pid = u32_at(rec, PID).unwrap_or(0);
             let pid = (version >= 3).then_some(raw_pid);
-            let thread = *index.entry((raw_pid, tid)).or_insert_with(|| {
+            // Before version 3 the pid bytes are undefined: one stream per thread id.
+            let thread = *index.entry((pid.unwrap_or(0), tid)).or_insert_with(|| {
                 threads.push(ThreadStream {
                     pid,
                     tid,
@@ -315,6 +316,33 @@ mod tests {
                 (130, 1, XrayEventKind::Exit { func_id: 2 })
             ]
         );
+    }
+
+    #[test]
+    fn before_version_3_a_thread_is_one_stream_whatever_its_pid_bytes() {
+        // Version 2: the pid bytes are undefined (here 0 and 1): one thread, in time order.
+        let data = [
+            header(2),
+            normal(0, 0, 1, 100, 5, 0),
+            normal(0, 0, 2, 110, 5, 1),
+            normal(0, 1, 2, 120, 5, 1),
+            normal(0, 1, 1, 130, 5, 0),
+        ]
+        .concat();
+        let (threads, _, err) = decode(&data);
+        assert_eq!(err, None);
+        assert_eq!(threads.len(), 1);
+        assert_eq!((threads[0].pid, threads[0].tid), (None, 5));
+        let tscs: Vec<u64> = threads[0].events.iter().map(|e| e.tsc).collect();
+        assert_eq!(tscs, [100, 110, 120, 130]);
+        // Version 3: the pid is the process's; two processes, two streams.
+        let data = [
+            header(3),
+            normal(0, 0, 1, 100, 5, 0),
+            normal(0, 0, 2, 110, 5, 1),
+        ]
+        .concat();
+        assert_eq!(decode(&data).0.len(), 2);
     }
 
     #[test]

@@ -168,12 +168,14 @@ pub struct InstrMap {
 }
 
 impl InstrMap {
-    /// Loads `path`: an ELF binary, or else the YAML of `llvm-xray extract`.
+    /// Loads `path`: an ELF binary, or else the YAML of `llvm-xray extract` (a regular file,
+    /// as a binary given to `report lbr`: a device or a FIFO is refused, not read for ever).
     pub fn load(path: &Path) -> Result<Self, InstrMapError> {
-        let data = std::fs::read(path).map_err(|source| InstrMapError::Io {
-            path: path.display().to_string(),
-            source,
-        })?;
+        let data =
+            crate::report::symbolize::read_binary(path).map_err(|source| InstrMapError::Io {
+                path: path.display().to_string(),
+                source,
+            })?;
         Self::from_bytes(&data)
     }
 
