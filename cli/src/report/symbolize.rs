@@ -267,6 +267,9 @@ pub struct Symbolizer {
     /// Mapped files, by path and recorded build-id, in the order loaded.
     mapped: Vec<(PathBuf, Option<Vec<u8>>, MappedFile)>,
     mapped_index: HashMap<(PathBuf, Option<Vec<u8>>), usize>,
+    /// The same, by file (device and inode): a file named by several paths (`a/../b`, a
+    /// link) is read once.
+    mapped_by_file: HashMap<(u64, u64, Option<Vec<u8>>), usize>,
     /// Binaries of the `Loaded` mapped files.
     mapped_binaries: HashMap<usize, Binary>,
 }
@@ -374,6 +377,17 @@ impl Symbolizer {
         if let Some(&i) = self.mapped_index.get(&key) {
             return Some(&self.mapped[i].2);
         }
+        let file = std::fs::metadata(&mapping.path).ok().map(|m| {
+            (
+                std::os::unix::fs::MetadataExt::dev(&m),
+                std::os::unix::fs::MetadataExt::ino(&m),
+                mapping.build_id.clone(),
+            )
+        });
+        if let Some(&i) = file.as_ref().and_then(|file| self.mapped_by_file.get(file)) {
+            self.mapped_index.insert(key, i);
+            return Some(&self.mapped[i].2);
+        }
         let index = self.mapped.len();
         let state = match read_binary(&mapping.path) {
             Err(e) => MappedFile::Unreadable(e.to_string()),
@@ -400,6 +414,9 @@ impl Symbolizer {
         };
         self.mapped.push((key.0.clone(), key.1.clone(), state));
         self.mapped_index.insert(key, index);
+        if let Some(file) = file {
+            self.mapped_by_file.insert(file, index);
+        }
         Some(&self.mapped[index].2)
     }
 
@@ -679,6 +696,37 @@ mod tests {
             "{err}"
         );
         assert_eq!(s.locate(0x1000), None);
+    }
+
+    #[test]
+    fn a_file_named_by_several_paths_is_read_once() {
+        // The test binary itself, by its path and by a spelling with `..`.
+        let exe = std::env::current_exe().unwrap();
+        let dir = exe.parent().unwrap();
+        let other = dir
+            .join("..")
+            .join(dir.file_name().unwrap())
+            .join(exe.file_name().unwrap());
+        let mapping = |path: &Path| Mapping {
+            pid: 1,
+            time_ns: 0,
+            start: 0x1000,
+            len: 0x1000,
+            pgoff: 0,
+            build_id: None,
+            path: path.to_path_buf(),
+        };
+        let mut s = Symbolizer::new();
+        assert!(s.load_mapped(&mapping(&exe)).is_some());
+        assert!(s.load_mapped(&mapping(&other)).is_some());
+        assert_eq!(s.mapped_files().count(), 1);
+        assert_eq!(s.mapped_binaries.len(), 1);
+        // Both spellings name the same binary's addresses.
+        let (a, b) = (
+            s.locate_mapped(0x1000, &mapping(&exe)),
+            s.locate_mapped(0x1000, &mapping(&other)),
+        );
+        assert_eq!((a.function, a.file_address), (b.function, b.file_address));
     }
 
     #[test]
