@@ -148,6 +148,13 @@ impl<'a> ProviderState<'a> {
         self.threads.get(&index).copied()
     }
 
+    /// Nothing to remember: no string, no thread, the default tick rate.
+    fn is_pristine(&self) -> bool {
+        self.strings.is_empty()
+            && self.threads.is_empty()
+            && self.ticks_per_second == DEFAULT_TICKS_PER_SECOND
+    }
+
     fn set_string(&mut self, index: u16, value: Cow<'a, str>) {
         self.strings.insert(index, value);
     }
@@ -164,6 +171,8 @@ struct State<'a> {
     tables: Vec<ProviderState<'a>>,
     /// Provider id → slot in `tables`.
     slots: HashMap<u32, usize>,
+    /// Slots given back by providers that left nothing to remember.
+    free: Vec<usize>,
     /// The current provider id and its slot (slot 0 while `None`).
     current: Option<u32>,
     current_slot: usize,
@@ -188,11 +197,30 @@ impl<'a> State<'a> {
         if self.tables.is_empty() {
             self.tables.push(ProviderState::default());
         }
-        let next = self.tables.len();
-        let slot = *self.slots.entry(provider_id).or_insert(next);
-        if slot == next {
-            self.tables.push(ProviderState::default());
+        // A provider left with nothing to remember gives its slot back (met again, it starts
+        // from the same empty tables): memory follows the providers that registered
+        // something, not the number of provider sections (a million one-word sections).
+        if let Some(current) = self.current {
+            let slot = self.current_slot;
+            if current != provider_id && slot != 0 && self.tables[slot].is_pristine() {
+                self.slots.remove(&current);
+                self.free.push(slot);
+            }
         }
+        let slot = match self.slots.get(&provider_id) {
+            Some(&slot) => slot,
+            None => {
+                let slot = match self.free.pop() {
+                    Some(slot) => slot,
+                    None => {
+                        self.tables.push(ProviderState::default());
+                        self.tables.len() - 1
+                    }
+                };
+                self.slots.insert(provider_id, slot);
+                slot
+            }
+        };
         self.current = Some(provider_id);
         self.current_slot = slot;
     }

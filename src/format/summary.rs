@@ -13,8 +13,11 @@ pub struct Summary {
     pub by_kind: BTreeMap<&'static str, u64>,
     /// Event records by event type name.
     pub by_event_type: BTreeMap<&'static str, u64>,
-    /// Providers seen: id → name (empty when only a provider section named it).
+    /// Providers seen: id → name (empty when only a provider section named it); the first
+    /// [`MAX_PROVIDERS_LISTED`] ids.
     pub providers: BTreeMap<u32, String>,
+    /// Provider metadata records of providers beyond those listed.
+    pub provider_records_not_listed: u64,
     /// Provider event metadata records seen: (provider id, event id) → count.
     pub provider_events: BTreeMap<(u32, u8), u64>,
     /// Earliest timestamp seen, in ns.
@@ -28,6 +31,10 @@ pub struct Summary {
     /// The provider whose section the last record was in.
     current_provider: Option<u32>,
 }
+
+/// Most providers a [`Summary`] lists (a trace of a few million one-word provider sections
+/// must not cost a map entry each).
+pub const MAX_PROVIDERS_LISTED: usize = 65_536;
 
 /// Category of the trace manager's marker events (records dropped, provider lost).
 pub const MARKER_CATEGORY: &str = "fxtrace";
@@ -64,11 +71,15 @@ impl Summary {
                 }
             }
             DecodedRecord::ProviderInfo { provider_id, name } => {
-                self.providers.insert(*provider_id, name.to_string());
+                if self.listed(*provider_id) {
+                    self.providers.insert(*provider_id, name.to_string());
+                }
                 self.current_provider = Some(*provider_id);
             }
             DecodedRecord::ProviderSection { provider_id } => {
-                self.providers.entry(*provider_id).or_default();
+                if self.listed(*provider_id) {
+                    self.providers.entry(*provider_id).or_default();
+                }
                 self.current_provider = Some(*provider_id);
             }
             DecodedRecord::ProviderEvent { provider_id, event } => {
@@ -85,6 +96,15 @@ impl Summary {
         if let Some(t) = record.end_time() {
             self.last_ns = Some(self.last_ns.map_or(t.ns, |l| l.max(t.ns)));
         }
+    }
+
+    /// Whether provider `id` is (or can still be) listed; counts its record otherwise.
+    fn listed(&mut self, id: u32) -> bool {
+        if self.providers.len() < MAX_PROVIDERS_LISTED || self.providers.contains_key(&id) {
+            return true;
+        }
+        self.provider_records_not_listed += 1;
+        false
     }
 
     /// Latest minus earliest timestamp, in ns.

@@ -95,6 +95,14 @@ fn print(
         writeln!(out, "  {kind:<22} {n}")?;
     }
     writeln!(out, "providers: {}", summary.providers.len())?;
+    if summary.provider_records_not_listed > 0 {
+        writeln!(
+            out,
+            "  (and {} provider records of providers beyond the first {} not listed)",
+            summary.provider_records_not_listed,
+            summary.providers.len()
+        )?;
+    }
     for (id, name) in &summary.providers {
         match dropped_note(summary, *id) {
             Some(note) => writeln!(out, "  {id:<6} {name:?}  {note}")?,

@@ -450,8 +450,9 @@ impl Checker {
             }
             Some(MetadataType::ProviderSection) => {
                 let id = ProviderSectionMetadata::PROVIDER_ID.get(header) as u32;
-                // `providers_[provider_id]` inserts a null provider for an unknown id.
-                self.providers.entry(id).or_insert(None);
+                // `providers_[provider_id]` inserts a null provider for an unknown id: here an
+                // absent id is that null provider (not inserted: a million one-word sections
+                // of unknown ids must not cost an entry each).
                 self.current = id;
                 self.section_at = offset;
             }
