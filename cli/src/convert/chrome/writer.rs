@@ -102,25 +102,45 @@ struct OpenSlice {
 /// The category and name texts of open durations, one copy of each text shared by all of
 /// them (a trace's strings are up to 32 KB each, and one begin event of 16 bytes can name
 /// two of them: a copy per open duration made memory grow thousands of times faster than
-/// the input). At [`Self::MAX_TEXTS`], the texts no open duration holds are forgotten: the
-/// set holds at most that many plus those in use, each once.
-#[derive(Debug, Default)]
-struct SharedTexts(HashSet<Rc<str>>);
+/// the input). When the set reaches its sweep size (at first [`Self::MAX_TEXTS`]), the texts
+/// no open duration holds are forgotten, and the next sweep waits until the set has doubled
+/// (so that texts all in use, 100 000 open durations of distinct names, do not make every
+/// new text sweep the whole set): the set holds at most twice the texts in use, or
+/// `MAX_TEXTS`, each once.
+#[derive(Debug)]
+struct SharedTexts {
+    texts: HashSet<Rc<str>>,
+    sweep_at: usize,
+    /// Sweeps so far.
+    sweeps: u64,
+}
+
+impl Default for SharedTexts {
+    fn default() -> Self {
+        SharedTexts {
+            texts: HashSet::new(),
+            sweep_at: Self::MAX_TEXTS,
+            sweeps: 0,
+        }
+    }
+}
 
 impl SharedTexts {
     /// Texts remembered beyond those in use.
     const MAX_TEXTS: usize = 4096;
 
     fn get(&mut self, text: &str) -> Rc<str> {
-        if let Some(shared) = self.0.get(text) {
+        if let Some(shared) = self.texts.get(text) {
             return shared.clone();
         }
-        if self.0.len() >= Self::MAX_TEXTS {
+        if self.texts.len() >= self.sweep_at {
             // Held by an open duration: more than this set's own reference.
-            self.0.retain(|text| Rc::strong_count(text) > 1);
+            self.texts.retain(|text| Rc::strong_count(text) > 1);
+            self.sweep_at = (2 * self.texts.len()).max(Self::MAX_TEXTS);
+            self.sweeps += 1;
         }
         let shared: Rc<str> = Rc::from(text);
-        self.0.insert(shared.clone());
+        self.texts.insert(shared.clone());
         shared
     }
 }
@@ -908,6 +928,24 @@ enum MetaValue<'a> {
 mod tests {
 
     #[test]
+    fn shared_texts_sweep_rarely_when_every_text_is_in_use() {
+        // 100 000 distinct names of open durations: every text stays in use.
+        let mut texts = super::SharedTexts::default();
+        let held: Vec<_> = (0..100_000)
+            .map(|i| texts.get(&format!("name {i}")))
+            .collect();
+        assert_eq!(texts.texts.len(), held.len());
+        // Sweeps at 4096, then each time the set doubled: a handful, not one per text.
+        assert!(texts.sweeps <= 6, "{} sweeps", texts.sweeps);
+        // Texts no longer in use are forgotten at the next sweep.
+        drop(held);
+        for i in 0..texts.sweep_at {
+            drop(texts.get(&format!("other {i}")));
+        }
+        assert!(texts.texts.len() <= super::SharedTexts::MAX_TEXTS.max(texts.sweep_at));
+    }
+
+    #[test]
     fn open_durations_share_one_copy_of_each_text() {
         let mut texts = SharedTexts::default();
         let a = texts.get("a long category");
@@ -917,7 +955,7 @@ mod tests {
         for i in 0..SharedTexts::MAX_TEXTS {
             texts.get(&i.to_string());
         }
-        assert!(texts.0.len() <= SharedTexts::MAX_TEXTS, "bounded");
+        assert!(texts.texts.len() <= SharedTexts::MAX_TEXTS, "bounded");
         assert_eq!(&*a, "a long category", "kept by the open durations");
         // Texts still held by open durations stay shared, however many others pass through.
         let held: Vec<Rc<str>> = (0..SharedTexts::MAX_TEXTS + 1)
