@@ -10,3 +10,13 @@ pub mod manager;
 pub mod output_file;
 pub mod preload_lib;
 pub mod report;
+
+/// Longest thread or process name a reader keeps for its labels, in bytes (cut at a character
+/// boundary): Zircon's names have 32 bytes at most and Linux's 16, and a crafted trace must
+/// not make each of its objects hold a copy of a 32 KB string.
+pub const MAX_KEPT_NAME: usize = 256;
+
+/// `name` as a reader keeps it ([`MAX_KEPT_NAME`]).
+pub fn kept_name(name: &str) -> String {
+    fxtrace::format::truncate_str(name, MAX_KEPT_NAME).to_owned()
+}

@@ -295,10 +295,10 @@ impl LbrReport {
                 args,
             } => {
                 if *object_type == ObjectType::PROCESS {
-                    self.processes.insert(*koid, name.to_string());
+                    self.processes.insert(*koid, crate::kept_name(name));
                 } else if *object_type == ObjectType::THREAD {
                     let t = self.threads.entry(*koid).or_default();
-                    t.name = Some(name.to_string());
+                    t.name = Some(crate::kept_name(name));
                     if let Some(pid) = koid_arg(args, "process") {
                         t.pid = Some(pid);
                     }

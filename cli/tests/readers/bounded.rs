@@ -331,3 +331,46 @@ fn many_provider_sections_cost_no_memory_each() {
     }
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn objects_naming_one_long_string_do_not_each_keep_a_copy() {
+    // A 32 000-byte string (index 1), then 20 000 thread objects named by it (352 KB): each
+    // reader that labels threads once kept a copy per object (convert, report lbr: 631 MB).
+    let dir = temp_dir("names");
+    let path = dir.join("names.fxt");
+    let mut words = vec![MAGIC];
+    let text = vec![b'A'; 32_000];
+    words.push(2 | (1 + 4000) << 4 | 1 << 16 | 32_000 << 32);
+    words.extend(
+        text.chunks(8)
+            .map(|c| u64::from_le_bytes(c.try_into().unwrap())),
+    );
+    for koid in 1..=20_000u64 {
+        // Kernel object (type 7, 2 words): object type 2 (thread), name index 1, no args.
+        words.extend([7 | 2 << 4 | 2 << 16 | 1 << 24, koid]);
+    }
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    std::fs::write(&path, bytes).unwrap();
+    let file = path.to_str().unwrap();
+    let json = dir.join("names.json");
+    for args in [
+        vec!["report", "lbr", file],
+        vec![
+            "convert",
+            "--to",
+            "chrome-json",
+            file,
+            "-o",
+            json.to_str().unwrap(),
+        ],
+    ] {
+        let run = run_limited(&args, Duration::from_secs(120))
+            .unwrap_or_else(|| panic!("fxtrace {args:?} did not finish in 120 s"));
+        assert!(
+            run.max_rss_kib < 64 * 1024,
+            "fxtrace {args:?} peaked at {} KiB",
+            run.max_rss_kib
+        );
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -584,7 +584,7 @@ impl<W: Write> ChromeJsonWriter<W> {
             .find(|a| a.name == "process")
             .and_then(|a| as_koid(&a.value));
         let known = self.threads.entry(koid).or_default();
-        known.name = Some(name.to_string());
+        known.name = Some(crate::kept_name(name));
         let Some(pid) = from_arg.or(known.pid) else {
             self.stats.thread_names_without_process += 1;
             return Ok(());
