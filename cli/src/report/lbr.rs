@@ -188,6 +188,8 @@ pub struct LbrReport {
     address_mappings: HashMap<u64, usize>,
     invalid_mmaps: u64,
     ambiguous_addresses: u64,
+    /// Branch addresses left unresolved because more than [`MAX_COVERING`] mappings hold them.
+    crowded_addresses: u64,
     /// Why LBR was not sampled, as the recorder wrote it into the trace (its log records
     /// `fxtrace: LBR … unavailable…`), each once, at most [`MAX_UNAVAILABLE_REASONS`].
     lbr_unavailable: Vec<String>,
@@ -404,6 +406,21 @@ impl LbrReport {
         if self.mappings.is_empty() {
             return;
         }
+        // Choosing among the mappings that hold an address walks them all: more than
+        // MAX_COVERING (only a crafted trace maps one address so often) leave it unresolved,
+        // counted, so that each lookup is bounded.
+        let index = match pid {
+            Some(pid) => self.mappings_by_pid.get(&pid),
+            None => Some(&self.all_mappings),
+        };
+        if index.is_some_and(|i| {
+            i.covering(&self.mappings, address)
+                .nth(MAX_COVERING)
+                .is_some()
+        }) {
+            self.crowded_addresses += 1;
+            return;
+        }
         let found = match pid {
             Some(pid) => self.mapping_in(pid, ns, address),
             None => self.mapping_anywhere(address),
@@ -491,6 +508,12 @@ impl LbrReport {
         self.ambiguous_addresses
     }
 
+    /// Branch addresses (per sample) left unresolved: more than [`MAX_COVERING`] mappings
+    /// held them.
+    pub fn crowded_addresses(&self) -> u64 {
+        self.crowded_addresses
+    }
+
     /// Every mapping in the trace, in trace order.
     pub fn mappings(&self) -> &[Mapping] {
         &self.mappings
@@ -533,6 +556,9 @@ fn same_file_here(a: &Mapping, b: &Mapping) -> bool {
 /// A mapping longer than this (4 GiB, more than any executable's) is kept apart from the
 /// index by start: one such would make every lookup walk every mapping.
 const LONG_MAPPING: u64 = 1 << 32;
+
+/// Most mappings holding one address that a lookup chooses among (see `LbrReport::resolve`).
+pub const MAX_COVERING: usize = 1024;
 
 /// Long mappings kept in a report; more are counted as invalid.
 const MAX_LONG_MAPPINGS: usize = 64;

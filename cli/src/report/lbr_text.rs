@@ -286,6 +286,18 @@ pub fn write_lbr_text(
             )
         )?;
     }
+    if report.crowded_addresses() > 0 {
+        writeln!(
+            out,
+            "note: {} left unresolved: more than {} mappings held each",
+            plural(
+                report.crowded_addresses() as usize,
+                "branch address",
+                "branch addresses"
+            ),
+            crate::report::lbr::MAX_COVERING
+        )?;
+    }
     if !any_binary && report.mappings().is_empty() {
         writeln!(
             out,

@@ -832,3 +832,37 @@ fn build_id_mismatch_and_missing_file_fall_back_to_file_offsets() {
     let out = text(&r, &symbols, 5, Breakdown::Overall);
     assert!(out.contains(&format!("{:#x} hot (", base + hot)), "{out}");
 }
+
+/// A trace where `n` mappings of one file (starts `step` bytes apart) all hold the sample's
+/// two addresses (its process unknown: any mapping may hold them).
+fn crowded_trace(n: u64, step: u64) -> Vec<u8> {
+    let mut w = RecordWriter::with_magic();
+    for i in 0..n {
+        let payload = fxtrace::format::mmap::MmapRecord {
+            pid: 7,
+            time: 5,
+            start: 0x1000 + i * step,
+            len: 0x10_0000,
+            pgoff: 0,
+            build_id: None,
+            path: b"/nonexistent/lib.so",
+        }
+        .encode()
+        .unwrap();
+        mmap_blob(&mut w, &payload);
+    }
+    lbr_blob(&mut w, "cpu0", 0, 100, &[br((0x8000, 0x8008), 1, false)]);
+    w.to_bytes()
+}
+
+#[test]
+fn an_address_held_by_too_many_mappings_is_left_unresolved_and_counted() {
+    let too_many = fxtrace_tools::report::lbr::MAX_COVERING as u64 + 1;
+    let crowded = LbrReport::read(&crowded_trace(too_many, 8)[..]).report;
+    assert_eq!(crowded.crowded_addresses(), 2, "the branch's from and to");
+    assert!(crowded.mapping_of(0x8000).is_none());
+    // Ten mappings of the file at one place: they agree, the address is resolved.
+    let fine = LbrReport::read(&crowded_trace(10, 0)[..]).report;
+    assert_eq!(fine.crowded_addresses(), 0);
+    assert!(fine.mapping_of(0x8000).is_some());
+}
