@@ -267,29 +267,57 @@ pub fn stat_fields(stat: &[u8]) -> impl Iterator<Item = &[u8]> {
         .filter(|field| !field.is_empty())
 }
 
-/// Whether process `pid` can no longer run code of its own: no `/proc/PID` entry, dead, or
-/// one thread left that is a zombie or has given up its address space (a process ending:
-/// the kernel closes its files, so its sockets, only after that). A thread-group leader that
+/// Whether process `pid` can no longer run code of its own: it does not exist (`kill(pid, 0)`
+/// says so, which neither a `hidepid` mount nor another user's process fools), it is dead, or
+/// its one thread left is a zombie or has given up its address space (a process ending: the
+/// kernel closes its files, so its sockets, only after that). A thread-group leader that
 /// ended before its other threads is a zombie too, with them still counted in
-/// `num_threads`: not ended. A pid given to another process since reads as running: callers
-/// must take "running" as the safe answer.
+/// `num_threads`: not ended. Pid 0 (a peer in another pid namespace) and a `/proc` that is
+/// not this process's pid namespace's answer "running". A pid given to another process
+/// since reads as running too: callers must take "running" as the safe answer. Not seen:
+/// another process sharing the address space (`clone(CLONE_VM)`).
 pub fn process_ended(pid: u32) -> bool {
-    let stat = match std::fs::read(format!("/proc/{pid}/stat")) {
-        Ok(stat) => stat,
-        Err(e) => {
-            return e.kind() == std::io::ErrorKind::NotFound
-                || e.raw_os_error() == Some(libc::ESRCH)
-        }
-    };
-    // After the command: field 3 (the state) first, field 20 (`num_threads`) the 18th, field
-    // 23 (`vsize`, 0 without an address space) the 21st.
-    let fields: Vec<&[u8]> = stat_fields(&stat).take(21).collect();
-    let (Some(&state), Some(&threads), Some(&vsize)) =
-        (fields.first(), fields.get(17), fields.get(20))
-    else {
+    let Ok(signed) = libc::pid_t::try_from(pid) else {
         return false;
     };
-    state == b"X" || (threads == b"1" && (state == b"Z" || vsize == b"0"))
+    if signed == 0 || !proc_is_ours() {
+        return false;
+    }
+    // SAFETY: signal 0 only checks that the process exists and may be signalled.
+    if unsafe { libc::kill(signed, 0) } != 0 {
+        return std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
+    }
+    let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
+        return false;
+    };
+    // After the command: field 3 (the state) first, field 9 (`flags`) the 7th, field 20
+    // (`num_threads`) the 18th, field 23 (`vsize`, 0 without an address space) the 21st.
+    let fields: Vec<&[u8]> = stat_fields(&stat).take(21).collect();
+    let (Some(&state), Some(&flags), Some(&threads), Some(&vsize)) = (
+        fields.first(),
+        fields.get(6),
+        fields.get(17),
+        fields.get(20),
+    ) else {
+        return false;
+    };
+    // PF_EXITING: the thread is in `exit` (a kernel thread, also without an address space,
+    // is not).
+    const PF_EXITING: u64 = 0x4;
+    let exiting = std::str::from_utf8(flags)
+        .ok()
+        .and_then(|flags| flags.parse::<u64>().ok())
+        .is_some_and(|flags| flags & PF_EXITING != 0);
+    state == b"X" || (threads == b"1" && (state == b"Z" || (exiting && vsize == b"0")))
+}
+
+/// Whether `/proc` shows this process's pid namespace (`/proc/self` is its own pid).
+fn proc_is_ours() -> bool {
+    std::fs::read_link("/proc/self").is_ok_and(|link| {
+        link.to_str()
+            .and_then(|pid| pid.parse::<u32>().ok())
+            .is_some_and(|pid| pid == std::process::id())
+    })
 }
 
 /// Parses a kernel CPU list (`0-3,5,7-8`).
@@ -337,10 +365,25 @@ mod tests {
             assert!(std::time::Instant::now() < until, "pid {pid} never ended");
             std::thread::sleep(std::time::Duration::from_millis(5));
         }
-        let stat = std::fs::read(format!("/proc/{pid}/stat")).unwrap();
-        assert_eq!(stat_fields(&stat).next(), Some(&b"Z"[..]), "a zombie");
+        // (It may be seen while still exiting, its address space gone: a zombie soon after.)
+        let zombie = || {
+            let stat = std::fs::read(format!("/proc/{pid}/stat")).unwrap();
+            let state = stat_fields(&stat).next() == Some(&b"Z"[..]);
+            state
+        };
+        while !zombie() {
+            assert!(
+                std::time::Instant::now() < until,
+                "pid {pid} never a zombie"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        assert!(process_ended(pid), "a zombie");
         child.wait().unwrap();
         assert!(process_ended(pid), "reaped");
+        // Pid 0 (a peer outside this pid namespace) and a kernel thread have not ended.
+        assert!(!process_ended(0));
+        assert!(!process_ended(2), "kthreadd");
         // A running process has not ended.
         let mut waiter = std::process::Command::new("sh")
             .args(["-c", "sleep 30"])

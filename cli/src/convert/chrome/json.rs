@@ -92,16 +92,18 @@ pub(crate) fn write_value(out: &mut impl Write, value: &DecodedValue<'_>) -> io:
 /// Writes the members of an `args` object (without braces): the arguments for which
 /// `keep(index, arg)` is true. A name repeated within one record gets a `#2`, `#3`, …
 /// suffix so that no value is shadowed by a JSON parser keeping only the last duplicate
-/// key. `first`: no member was written before (no leading comma).
+/// key. `written`: the keys the object already has (none: no leading comma), which the
+/// arguments' keys avoid too.
 pub(crate) fn write_arg_members(
     out: &mut impl Write,
     args: &[DecodedArg<'_>],
     keep: impl Fn(usize, &DecodedArg<'_>) -> bool,
-    mut first: bool,
+    written: &[&str],
 ) -> io::Result<()> {
+    let mut first = written.is_empty();
     // The keys written (a record has at most 15 arguments): a repeated name takes the first
     // free `name#N`, never a key another argument has (`a`, `a#2`, `a` gives `a`, `a#2`, `a#3`).
-    let mut keys: Vec<std::borrow::Cow<'_, str>> = Vec::new();
+    let mut keys: Vec<std::borrow::Cow<'_, str>> = written.iter().map(|&key| key.into()).collect();
     for (i, arg) in args.iter().enumerate() {
         if !keep(i, arg) {
             continue;
@@ -201,14 +203,20 @@ mod tests {
             arg("b", 3),
             arg("a", 4),
         ];
-        let json = text(|o| write_arg_members(o, &args, |i, _| i != 1, true));
+        let json = text(|o| write_arg_members(o, &args, |i, _| i != 1, &[]));
         assert_eq!(json, "\"a\":1,\"a#2\":2,\"b\":3,\"a#3\":4");
         let parsed: serde_json::Value = serde_json::from_str(&format!("{{{json}}}")).unwrap();
         assert_eq!(parsed.as_object().unwrap().len(), 4);
         // A name that is another's suffixed key: every value keeps a key of its own.
         let args = [arg("a", 1), arg("a#2", 2), arg("a", 3), arg("a#2", 4)];
-        let json = text(|o| write_arg_members(o, &args, all, true));
+        let json = text(|o| write_arg_members(o, &args, all, &[]));
         assert_eq!(json, "\"a\":1,\"a#2\":2,\"a#3\":3,\"a#2#2\":4");
+        // Keys the object has already (a wakeup's `tid`) are avoided too.
+        let args = [arg("tid", 99), arg("tid", 98)];
+        let json = text(|o| write_arg_members(o, &args, all, &["tid"]));
+        assert_eq!(json, ",\"tid#2\":99,\"tid#3\":98");
+        let args = [arg("a", 1), arg("a#2", 2), arg("a", 3), arg("a#2", 4)];
+        let json = text(|o| write_arg_members(o, &args, all, &[]));
         let parsed: serde_json::Value = serde_json::from_str(&format!("{{{json}}}")).unwrap();
         assert_eq!(parsed.as_object().unwrap().len(), 4);
     }

@@ -311,7 +311,7 @@ impl<W: Write> ChromeJsonWriter<W> {
             return Ok(());
         }
         self.out.write_all(b",\"args\":{")?;
-        write_arg_members(&mut self.out, args, |i, _| Some(i) != skip, true)?;
+        write_arg_members(&mut self.out, args, |i, _| Some(i) != skip, &[])?;
         self.out.write_all(b"}")
     }
 
@@ -456,7 +456,7 @@ impl<W: Write> ChromeJsonWriter<W> {
                     self.saw(m.time.ns);
                     self.head_named("i", m.time.ns, m.thread.pid, m.thread.tid, category, name)?;
                     self.out.write_all(b",\"s\":\"t\",\"args\":{")?;
-                    write_arg_members(&mut self.out, &m.args, all, true)?;
+                    write_arg_members(&mut self.out, &m.args, all, &[])?;
                     if !m.args.is_empty() {
                         self.out.write_all(b",")?;
                     }
@@ -489,7 +489,7 @@ impl<W: Write> ChromeJsonWriter<W> {
                 let dropped = e.args.iter().filter(|a| !is_number(&a.value)).count();
                 self.stats.counter_args_dropped += dropped as u64;
                 self.out.write_all(b",\"args\":{")?;
-                write_arg_members(&mut self.out, &e.args, |_, a| is_number(&a.value), true)?;
+                write_arg_members(&mut self.out, &e.args, |_, a| is_number(&a.value), &[])?;
                 self.out.write_all(b"}")?;
             }
             DecodedEventKind::DurationBegin => {
@@ -728,7 +728,8 @@ impl<W: Write> ChromeJsonWriter<W> {
             }
             None => self.out.write_all(b",\"end_state\":\"trace end\"")?,
         }
-        write_arg_members(&mut self.out, &r.args, all, false)?;
+        let written = ["tid", "pid", "priority", "end_state"];
+        write_arg_members(&mut self.out, &r.args, all, &written)?;
         self.out.write_all(b"}}")
     }
 
@@ -739,7 +740,7 @@ impl<W: Write> ChromeJsonWriter<W> {
         let track = CPU_TRACK_TID_BASE + u64::from(cpu);
         self.head_named("i", ns, CPU_PROCESS_PID, track, "cpu", &name)?;
         write!(self.out, ",\"s\":\"t\",\"args\":{{\"tid\":{tid}")?;
-        write_arg_members(&mut self.out, args, all, false)?;
+        write_arg_members(&mut self.out, args, all, &["tid"])?;
         self.out.write_all(b"}}")
     }
 
