@@ -525,9 +525,46 @@ impl Drain {
             (Region::Rolling(_), Framing::Dense) => self.window,
         };
         debug_assert!(window > 0 && window % 8 == 0, "window {window}");
+        // Chunks larger than a window (the provider chose the chunk size): each read by its
+        // tag alone, then its run's records window by window, or skipped unread.
+        let large_chunks = match (region, framing) {
+            (
+                Region::Rolling(_),
+                Framing::Chunked {
+                    chunk_size,
+                    wrapped_count,
+                },
+            ) => (chunk_size > self.window).then_some((chunk_size, wrapped_count)),
+            _ => None,
+        };
         let mut pos = 0;
         while pos < data_end {
             let remaining = data_end - pos;
+            if let Some((chunk_size, lap)) = large_chunks {
+                read_window(buffer, offset + pos, 8, bytes)?;
+                self.windows_read += 1;
+                self.largest_read = self.largest_read.max(8);
+                let tag = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
+                match parse_chunk_tag(tag) {
+                    Some((wc, run)) if wc == lap => {
+                        let run = (u64::from(run) * chunk_size).min(remaining);
+                        self.stats.skipped_bytes += 8;
+                        let records = ((offset + pos + 8, base + pos + 8), run - 8);
+                        let range = (records.0, records.1, Framing::Dense, region);
+                        if self.forward_range(buffer, archive, bytes, range)? == Scanned::Malformed
+                        {
+                            return Ok(Scanned::Malformed);
+                        }
+                        pos += run;
+                    }
+                    _ => {
+                        // Not this lap's: skipped, as the scanner skips it.
+                        self.stats.skipped_bytes += chunk_size.min(remaining);
+                        pos += chunk_size;
+                    }
+                }
+                continue;
+            }
             read_window(buffer, offset + pos, window.min(remaining), bytes)?;
             self.windows_read += 1;
             self.largest_read = self.largest_read.max(window.min(remaining));
@@ -1003,6 +1040,30 @@ mod tests {
         assert_eq!(drain.stats().records, 3);
         assert_eq!(drain.stats().oversized_records, 1);
         assert!(drain.largest_read <= 1024, "{}", drain.largest_read);
+    }
+
+    #[test]
+    fn chunks_larger_than_a_window_are_read_by_their_tags_and_records() {
+        // Chunks of 4 KiB (a provider may choose up to its buffer), windows of 512 bytes: a
+        // run of two chunks of records, a stale chunk, a run of one.
+        let chunk = 4096;
+        let (buffer, g) = buffer(BufferingMode::Oneshot, chunk);
+        let base = g.rolling_offset(0);
+        let mut words = vec![make_chunk_tag(0, 2)];
+        let mut tag = 1;
+        while words.len() + 7 <= 2 * 512 {
+            words.extend(record(tag, tag % 7 + 1));
+            tag += 1;
+        }
+        words.resize(2 * 512, 0);
+        words.extend([make_chunk_tag(5, 1), rec(900)[0], rec(900)[1]]);
+        words.resize(3 * 512, 0);
+        words.extend([&[make_chunk_tag(0, 1)][..], &rec(901)].concat());
+        put_words(&buffer, base, &words);
+        buffer.header().rolling_data_end[0].store(4 * chunk, std::sync::atomic::Ordering::Release);
+        let (_, drain) = read_out_both_ways(&buffer, BufferingMode::Oneshot, 512);
+        assert_eq!(drain.stats().records, tag);
+        assert!(drain.largest_read <= 512, "{}", drain.largest_read);
     }
 
     #[test]
