@@ -23,7 +23,7 @@ fn temp_dir(name: &str) -> PathBuf {
     d
 }
 
-/// How a child ended: status, peak RSS (KiB, from `wait4`), stderr.
+/// How a child ended: status, peak RSS (KiB), stderr.
 struct Run {
     status: ExitStatus,
     max_rss_kib: i64,
@@ -44,7 +44,21 @@ fn run_limited(args: &[&str], limit: Duration) -> Option<Run> {
         .unwrap();
     let pid = child.id() as libc::pid_t;
     let until = Instant::now() + limit;
+    // The child's own peak, read from /proc while it runs: `wait4`'s `ru_maxrss` also counts
+    // the address space it was spawned in (this test process's, shared until its exec), so
+    // it is used only when the child ended before a first look.
+    let mut polled_kib = 0;
     loop {
+        if let Some(kib) = std::fs::read_to_string(format!("/proc/{pid}/status"))
+            .ok()
+            .and_then(|s| {
+                s.lines()
+                    .find_map(|l| l.strip_prefix("VmHWM:"))
+                    .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<i64>().ok())
+            })
+        {
+            polled_kib = polled_kib.max(kib);
+        }
         let mut status = 0;
         // SAFETY: `rusage` is a plain C struct for which all-zero bytes are valid.
         let mut usage: libc::rusage = unsafe { std::mem::zeroed() };
@@ -53,7 +67,11 @@ fn run_limited(args: &[&str], limit: Duration) -> Option<Run> {
         if r == pid {
             return Some(Run {
                 status: ExitStatus::from_raw(status),
-                max_rss_kib: usage.ru_maxrss,
+                max_rss_kib: if polled_kib > 0 {
+                    polled_kib
+                } else {
+                    usage.ru_maxrss
+                },
                 stderr: std::fs::read_to_string(&err_path).unwrap_or_default(),
             });
         }
@@ -65,7 +83,7 @@ fn run_limited(args: &[&str], limit: Duration) -> Option<Run> {
             }
             return None;
         }
-        std::thread::sleep(Duration::from_millis(10));
+        std::thread::sleep(Duration::from_millis(2));
     }
 }
 

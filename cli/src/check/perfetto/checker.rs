@@ -170,7 +170,9 @@ impl ArgInfo {
 #[derive(Debug)]
 pub(super) struct Checker {
     pub(super) findings: BTreeMap<FindingKind, Finding>,
-    /// `providers_`: `None` for an id a Provider Section named before any Provider Info.
+    /// `providers_`: an id a Provider Section named before any Provider Info is Perfetto's
+    /// null provider, here absent (or `None`): not inserted, so that sections of many unknown
+    /// ids cost nothing.
     pub(super) providers: HashMap<u32, Option<Provider>>,
     /// Ids a Provider Info record introduced (provider 0 is registered implicitly).
     pub(super) introduced: HashSet<u32>,

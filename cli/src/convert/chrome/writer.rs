@@ -105,8 +105,9 @@ struct OpenSlice {
 /// the input). When the set reaches its sweep size (at first [`Self::MAX_TEXTS`]), the texts
 /// no open duration holds are forgotten, and the next sweep waits until the set has doubled
 /// (so that texts all in use, 100 000 open durations of distinct names, do not make every
-/// new text sweep the whole set): the set holds at most twice the texts in use, or
-/// `MAX_TEXTS`, each once.
+/// new text sweep the whole set): the set holds at most twice the texts in use at the last
+/// sweep, or `MAX_TEXTS`, each once (after a peak of open durations, as many texts no
+/// duration holds any more may wait for the next sweep).
 #[derive(Debug)]
 struct SharedTexts {
     texts: HashSet<Rc<str>>,
