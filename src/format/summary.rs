@@ -18,6 +18,8 @@ pub struct Summary {
     pub providers: BTreeMap<u32, String>,
     /// Provider metadata records of providers beyond those listed.
     pub provider_records_not_listed: u64,
+    /// Records dropped, by the markers of providers beyond those listed.
+    pub records_dropped_not_listed: u64,
     /// Provider event metadata records seen: (provider id, event id) → count.
     pub provider_events: BTreeMap<(u32, u8), u64>,
     /// Earliest timestamp seen, in ns.
@@ -64,9 +66,16 @@ impl Summary {
                         _ => None,
                     });
                     if let (Some(n), Some(id)) = (count, self.current_provider) {
-                        // Saturating: a marker's count is the trace's word, not ours.
-                        let total = self.records_dropped.entry(id).or_default();
-                        *total = total.saturating_add(n);
+                        if self.records_dropped.len() < MAX_PROVIDERS_LISTED
+                            || self.records_dropped.contains_key(&id)
+                        {
+                            // Saturating: a marker's count is the trace's word, not ours.
+                            let total = self.records_dropped.entry(id).or_default();
+                            *total = total.saturating_add(n);
+                        } else {
+                            self.records_dropped_not_listed =
+                                self.records_dropped_not_listed.saturating_add(n);
+                        }
                     }
                 }
             }
@@ -83,10 +92,14 @@ impl Summary {
                 self.current_provider = Some(*provider_id);
             }
             DecodedRecord::ProviderEvent { provider_id, event } => {
-                *self
-                    .provider_events
-                    .entry((*provider_id, *event))
-                    .or_default() += 1;
+                let key = (*provider_id, *event);
+                if self.provider_events.len() < MAX_PROVIDERS_LISTED
+                    || self.provider_events.contains_key(&key)
+                {
+                    *self.provider_events.entry(key).or_default() += 1;
+                } else {
+                    self.provider_records_not_listed += 1;
+                }
             }
             _ => {}
         }

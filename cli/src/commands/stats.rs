@@ -109,7 +109,12 @@ fn print(
             None => writeln!(out, "  {id:<6} {name:?}")?,
         }
     }
-    let total: u64 = summary.records_dropped.values().sum();
+    let total: u64 = summary
+        .records_dropped
+        .values()
+        .fold(summary.records_dropped_not_listed, |a, &n| {
+            a.saturating_add(n)
+        });
     let uncounted = summary.provider_events.keys().any(|(id, event)| {
         *event == PROVIDER_EVENT_BUFFER_OVERFLOW && !summary.records_dropped.contains_key(id)
     });

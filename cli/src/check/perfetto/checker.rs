@@ -81,6 +81,14 @@ impl Provider {
     pub(super) fn rate(&self) -> u64 {
         self.ticks_per_second.unwrap_or(1_000_000_000)
     }
+
+    /// As a Provider Info leaves it: nothing registered, nothing said.
+    fn is_pristine(&self) -> bool {
+        self.strings.is_empty()
+            && self.threads.is_empty()
+            && self.ticks_per_second.is_none()
+            && !self.warned_uninitialized
+    }
 }
 
 /// What the checker remembers per provider id across its sections.
@@ -426,6 +434,19 @@ impl Checker {
         Dropped
     }
 
+    /// The stream leaves the current provider: one an Info introduced that holds nothing
+    /// (no string, thread or rate) is dropped from the table, to come back as it was if
+    /// selected again (a million one-word Provider Info records cost no table each).
+    fn leave_current(&mut self) {
+        let current = self.current;
+        if current != 0
+            && self.introduced.contains(&current)
+            && matches!(self.providers.get(&current), Some(Some(p)) if p.is_pristine())
+        {
+            self.providers.remove(&current);
+        }
+    }
+
     pub(super) fn metadata(&mut self, offset: u64, c: &mut Cursor<'_>) {
         let header = c.header();
         let metadata_type = MetadataRecord::METADATA_TYPE.get(header) as u8;
@@ -446,6 +467,7 @@ impl Checker {
                         )
                     });
                 }
+                self.leave_current();
                 self.providers.insert(id, Some(Provider::default()));
                 self.current = id;
                 self.section_at = offset;
@@ -454,7 +476,14 @@ impl Checker {
                 let id = ProviderSectionMetadata::PROVIDER_ID.get(header) as u32;
                 // `providers_[provider_id]` inserts a null provider for an unknown id: here an
                 // absent id is that null provider (not inserted: a million one-word sections
-                // of unknown ids must not cost an entry each).
+                // of unknown ids must not cost an entry each). An introduced provider left
+                // pristine was given back (`leave_current`): it comes back as it was.
+                self.leave_current();
+                if self.introduced.contains(&id) {
+                    self.providers
+                        .entry(id)
+                        .or_insert_with(|| Some(Provider::default()));
+                }
                 self.current = id;
                 self.section_at = offset;
             }
@@ -464,7 +493,11 @@ impl Checker {
                 self.add(FindingKind::ProviderEventIgnored, offset, || {
                     format!("Provider Event metadata (provider {id}, event {event}): ignored")
                 });
-                if event == PROVIDER_EVENT_BUFFER_OVERFLOW {
+                // (Remembered for the first providers only: one-word records of a million ids
+                // must not cost a tally each.)
+                let listed = self.tallies.len() < fxtrace::format::MAX_PROVIDERS_LISTED
+                    || self.tallies.contains_key(&id);
+                if event == PROVIDER_EVENT_BUFFER_OVERFLOW && listed {
                     self.tallies
                         .entry(id)
                         .or_default()

@@ -36,8 +36,11 @@ pub struct ChromeStats {
     pub lbr_invalid: u64,
     /// Records with no Chrome JSON form, by kind (`userspace_object`, `blob`, …).
     pub not_converted: BTreeMap<&'static str, u64>,
-    /// Buffer-overflow provider events, by provider id.
+    /// Buffer-overflow provider events, by provider id (the first
+    /// [`fxtrace::format::MAX_PROVIDERS_LISTED`] providers).
     pub buffer_overflows: BTreeMap<u32, u64>,
+    /// Buffer-overflow provider events of providers beyond those.
+    pub buffer_overflows_not_listed: u64,
 }
 
 impl ChromeStats {
@@ -96,9 +99,19 @@ impl ChromeStats {
                 kinds.join(", ")
             ));
         }
-        for (provider, n) in &self.buffer_overflows {
+        // A line per provider, the first few; then how many more.
+        const LISTED: usize = 16;
+        for (provider, n) in self.buffer_overflows.iter().take(LISTED) {
             lines.push(format!(
                 "provider {provider} reported a buffer overflow {n} time(s): records were dropped while tracing"
+            ));
+        }
+        let more = self.buffer_overflows.len().saturating_sub(LISTED) as u64;
+        let events = self.buffer_overflows_not_listed;
+        if more > 0 || events > 0 {
+            lines.push(format!(
+                "{more} more providers reported buffer overflows (and {events} overflow events \
+                 of providers not listed): records were dropped while tracing"
             ));
         }
         lines

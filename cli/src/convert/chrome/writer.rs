@@ -358,7 +358,11 @@ impl<W: Write> ChromeJsonWriter<W> {
             | DecodedRecord::String { .. }
             | DecodedRecord::ProviderSection { .. } => Ok(()),
             DecodedRecord::ProviderInfo { provider_id, name } => {
-                self.providers.insert(*provider_id, name.to_string());
+                if self.providers.len() < fxtrace::format::MAX_PROVIDERS_LISTED
+                    || self.providers.contains_key(provider_id)
+                {
+                    self.providers.insert(*provider_id, name.to_string());
+                }
                 Ok(())
             }
             DecodedRecord::ProviderEvent { provider_id, event } => {
@@ -599,7 +603,14 @@ impl<W: Write> ChromeJsonWriter<W> {
             bump(&mut self.stats.not_converted, "provider_event");
             return Ok(());
         }
-        *self.stats.buffer_overflows.entry(provider_id).or_default() += 1;
+        let overflows = &mut self.stats.buffer_overflows;
+        if overflows.len() < fxtrace::format::MAX_PROVIDERS_LISTED
+            || overflows.contains_key(&provider_id)
+        {
+            *overflows.entry(provider_id).or_default() += 1;
+        } else {
+            self.stats.buffer_overflows_not_listed += 1;
+        }
         let name = match self.providers.get(&provider_id) {
             Some(n) => {
                 format!("fxtrace: provider {provider_id} ({n}) buffer overflow, records dropped")
