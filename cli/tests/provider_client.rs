@@ -26,7 +26,7 @@ use fxtrace::protocol::fifo::{FifoPacket, ManagerPacket, ProviderPacket, FIFO_PR
 use fxtrace::protocol::transport;
 use fxtrace::provider::{Provider, ProviderOptions, ProviderState};
 
-use daemon::{assert_intact, open_fds, take_over};
+use daemon::{assert_intact, open_fd_files, opened_since, take_over};
 use support::{FakeManager, FakeSession};
 
 /// Alerts go through the process's last provider: keep these tests from overlapping.
@@ -390,7 +390,9 @@ fn provider_robbed_of_its_descriptors() -> (
     use std::os::fd::AsRawFd;
 
     let manager = FakeManager::new();
-    let before = open_fds();
+    // By file, not by number: a number closed by a thread of an earlier test and given to
+    // this provider is one of its descriptors.
+    let before = open_fd_files();
     let (provider, mut s) = connect(&manager, BufferingMode::Oneshot, 64 << 10, &[]);
     s.send(&Message::Start {
         disposition: BufferDisposition::ClearEntire,
@@ -403,9 +405,8 @@ fn provider_robbed_of_its_descriptors() -> (
         s.fifo.as_raw_fd(),
         s.buffer.fd().unwrap().as_raw_fd(),
     ];
-    let ours: Vec<i32> = open_fds()
-        .difference(&before)
-        .copied()
+    let ours: Vec<i32> = opened_since(&before)
+        .into_iter()
         .filter(|fd| !manager_side.contains(fd))
         .collect();
     assert_eq!(

@@ -2,7 +2,7 @@
 //! files under the same numbers. Used by the tests of descriptors fxtrace loses to the program.
 #![allow(dead_code)]
 
-use std::collections::BTreeSet;
+use std::collections::{BTreeMap, BTreeSet};
 use std::fs::File;
 use std::io::{Read, Seek, Write};
 use std::os::fd::{AsRawFd, FromRawFd};
@@ -12,6 +12,28 @@ pub(crate) fn open_fds() -> BTreeSet<i32> {
     (0..4096)
         // SAFETY: F_GETFD only reads a descriptor's flags; a closed number fails with EBADF.
         .filter(|&fd| unsafe { libc::fcntl(fd, libc::F_GETFD) } >= 0)
+        .collect()
+}
+
+/// The descriptors open in this process (0..4096), each with the file it names (device and
+/// inode), read without opening one.
+pub(crate) fn open_fd_files() -> BTreeMap<i32, (u64, u64)> {
+    (0..4096)
+        .filter_map(|fd| {
+            // SAFETY: fstat writes into a zeroed `stat`; a closed number fails with EBADF.
+            let mut st: libc::stat = unsafe { std::mem::zeroed() };
+            (unsafe { libc::fstat(fd, &mut st) } == 0).then(|| (fd, (st.st_dev, st.st_ino)))
+        })
+        .collect()
+}
+
+/// The descriptors opened since `before` ([`open_fd_files`]): new numbers, and numbers that
+/// name another file now (a number another test's thread closed and this one was given).
+pub(crate) fn opened_since(before: &BTreeMap<i32, (u64, u64)>) -> BTreeSet<i32> {
+    open_fd_files()
+        .into_iter()
+        .filter(|(fd, file)| before.get(fd) != Some(file))
+        .map(|(fd, _)| fd)
         .collect()
 }
 
