@@ -20,9 +20,11 @@ pub(crate) fn open_fds() -> BTreeSet<i32> {
 pub(crate) fn open_fd_files() -> BTreeMap<i32, (u64, u64)> {
     (0..4096)
         .filter_map(|fd| {
-            // SAFETY: fstat writes into a zeroed `stat`; a closed number fails with EBADF.
+            // SAFETY: all-zero bytes are a valid `stat` (a plain C struct).
             let mut st: libc::stat = unsafe { std::mem::zeroed() };
-            (unsafe { libc::fstat(fd, &mut st) } == 0).then(|| (fd, (st.st_dev, st.st_ino)))
+            // SAFETY: fstat only writes into `st`; a closed number fails with EBADF.
+            let open = unsafe { libc::fstat(fd, &mut st) } == 0;
+            open.then_some((fd, (st.st_dev, st.st_ino)))
         })
         .collect()
 }
