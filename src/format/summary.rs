@@ -38,6 +38,16 @@ pub struct Summary {
 /// must not cost a map entry each).
 pub const MAX_PROVIDERS_LISTED: usize = 65_536;
 
+/// `map`'s value for `key` if the map holds it or has room for it (fewer than
+/// [`MAX_PROVIDERS_LISTED`] keys): a reader's per-provider state for the first providers only.
+pub fn listed_entry<K: Ord, V: Default>(map: &mut BTreeMap<K, V>, key: K) -> Option<&mut V> {
+    if map.len() < MAX_PROVIDERS_LISTED || map.contains_key(&key) {
+        Some(map.entry(key).or_default())
+    } else {
+        None
+    }
+}
+
 /// Category of the trace manager's marker events (records dropped, provider lost).
 pub const MARKER_CATEGORY: &str = "fxtrace";
 /// Argument of the manager's "records dropped" marker: the provider's dropped-record count.
@@ -66,39 +76,30 @@ impl Summary {
                         _ => None,
                     });
                     if let (Some(n), Some(id)) = (count, self.current_provider) {
-                        if self.records_dropped.len() < MAX_PROVIDERS_LISTED
-                            || self.records_dropped.contains_key(&id)
-                        {
-                            // Saturating: a marker's count is the trace's word, not ours.
-                            let total = self.records_dropped.entry(id).or_default();
-                            *total = total.saturating_add(n);
-                        } else {
-                            self.records_dropped_not_listed =
-                                self.records_dropped_not_listed.saturating_add(n);
-                        }
+                        // Saturating: a marker's count is the trace's word, not ours.
+                        let total = listed_entry(&mut self.records_dropped, id)
+                            .unwrap_or(&mut self.records_dropped_not_listed);
+                        *total = total.saturating_add(n);
                     }
                 }
             }
             DecodedRecord::ProviderInfo { provider_id, name } => {
-                if self.listed(*provider_id) {
-                    self.providers.insert(*provider_id, name.to_string());
+                match listed_entry(&mut self.providers, *provider_id) {
+                    Some(listed) => *listed = name.to_string(),
+                    None => self.provider_records_not_listed += 1,
                 }
                 self.current_provider = Some(*provider_id);
             }
             DecodedRecord::ProviderSection { provider_id } => {
-                if self.listed(*provider_id) {
-                    self.providers.entry(*provider_id).or_default();
+                if listed_entry(&mut self.providers, *provider_id).is_none() {
+                    self.provider_records_not_listed += 1;
                 }
                 self.current_provider = Some(*provider_id);
             }
             DecodedRecord::ProviderEvent { provider_id, event } => {
-                let key = (*provider_id, *event);
-                if self.provider_events.len() < MAX_PROVIDERS_LISTED
-                    || self.provider_events.contains_key(&key)
-                {
-                    *self.provider_events.entry(key).or_default() += 1;
-                } else {
-                    self.provider_records_not_listed += 1;
+                match listed_entry(&mut self.provider_events, (*provider_id, *event)) {
+                    Some(n) => *n += 1,
+                    None => self.provider_records_not_listed += 1,
                 }
             }
             _ => {}
@@ -109,15 +110,6 @@ impl Summary {
         if let Some(t) = record.end_time() {
             self.last_ns = Some(self.last_ns.map_or(t.ns, |l| l.max(t.ns)));
         }
-    }
-
-    /// Whether provider `id` is (or can still be) listed; counts its record otherwise.
-    fn listed(&mut self, id: u32) -> bool {
-        if self.providers.len() < MAX_PROVIDERS_LISTED || self.providers.contains_key(&id) {
-            return true;
-        }
-        self.provider_records_not_listed += 1;
-        false
     }
 
     /// Latest minus earliest timestamp, in ns.

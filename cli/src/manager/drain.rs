@@ -352,6 +352,15 @@ impl Drain {
             }
         }
         rolling.push(wrapped);
+        // Each: its index, framing and data end (the extent walk of a region never finalised).
+        let rolling = rolling
+            .into_iter()
+            .map(|wrap| {
+                let index = (wrap & 1) as usize;
+                let framing = fields.rolling_framing(wrap);
+                Ok((index, framing, rolling_end(index, framing)?))
+            })
+            .collect::<Result<Vec<_>, DrainError>>()?;
         // A provider whose stop timed out sends STOPPED anyway, with the ends of its header
         // left 0 (its writers may still be running): only a finalised header says they are
         // done. Oneshot has no durable buffer, so no order to keep: its windows are read as
@@ -368,10 +377,7 @@ impl Drain {
             let durable = self.copy_durable(buffer, &fields, &geometry)?;
             self.begin_read_out(archive, (id, name), &fields)?;
             self.scan_durable(durable, archive)?;
-            for wrap in rolling {
-                let index = (wrap & 1) as usize;
-                let framing = fields.rolling_framing(wrap);
-                let end = rolling_end(index, framing)?;
+            for (index, framing, end) in rolling {
                 let offset = geometry.rolling_offset(index);
                 let len = geometry.rolling_buffer_size;
                 let region = Region::Rolling(index);
@@ -382,15 +388,9 @@ impl Drain {
         }
         let rolling = rolling
             .into_iter()
-            .map(|wrap| {
-                let index = (wrap & 1) as usize;
-                let framing = fields.rolling_framing(wrap);
-                let end = rolling_end(index, framing)?;
-                let bytes = copy_region(
-                    buffer,
-                    geometry.rolling_offset(index),
-                    geometry.rolling_buffer_size.min(end),
-                )?;
+            .map(|(index, framing, end)| {
+                let len = geometry.rolling_buffer_size.min(end);
+                let bytes = buffer.copy_range(geometry.rolling_offset(index), len)?;
                 Ok((bytes, end, framing, Region::Rolling(index)))
             })
             .collect::<Result<Vec<_>, DrainError>>()?;
@@ -428,7 +428,7 @@ impl Drain {
             return Ok(None);
         }
         let len = end - from;
-        let bytes = copy_region(buffer, geometry.durable_offset() + from, len)?;
+        let bytes = buffer.copy_range(geometry.durable_offset() + from, len)?;
         self.last_durable_data_end = if fields.durable_data_end == 0 {
             from
         } else {
@@ -516,43 +516,35 @@ impl Drain {
         bytes: &mut Vec<u8>,
         ((offset, base), data_end, framing, region): ((u64, u64), u64, Framing, Region),
     ) -> Result<Scanned, DrainError> {
-        let window = match (region, framing) {
-            (Region::Durable, _) => data_end,
-            // Whole chunks, so that each window starts on a chunk.
-            (Region::Rolling(_), Framing::Chunked { chunk_size, .. }) => {
-                (self.window / chunk_size).max(1) * chunk_size
-            }
-            (Region::Rolling(_), Framing::Dense) => self.window,
-        };
-        debug_assert!(window > 0 && window % 8 == 0, "window {window}");
-        // Chunks larger than a window (the provider chose the chunk size): each read by its
-        // tag alone, then its run's records window by window, or skipped unread.
-        let large_chunks = match (region, framing) {
+        // Chunks larger than a window (the provider chose the chunk size) are read by their
+        // tag alone, then their run's records window by window, or skipped unread.
+        let (window, large_chunks) = match (region, framing) {
+            (Region::Durable, _) => (data_end, None),
             (
                 Region::Rolling(_),
                 Framing::Chunked {
                     chunk_size,
                     wrapped_count,
                 },
-            ) => (chunk_size > self.window).then_some((chunk_size, wrapped_count)),
-            _ => None,
+            ) if chunk_size > self.window => (8, Some((chunk_size, wrapped_count))),
+            // Whole chunks, so that each window starts on a chunk.
+            (Region::Rolling(_), Framing::Chunked { chunk_size, .. }) => {
+                (self.window / chunk_size * chunk_size, None)
+            }
+            (Region::Rolling(_), Framing::Dense) => (self.window, None),
         };
+        debug_assert!(window > 0 && window % 8 == 0, "window {window}");
         let mut pos = 0;
         while pos < data_end {
             let remaining = data_end - pos;
+            self.read_window(buffer, offset + pos, window.min(remaining), bytes)?;
             if let Some((chunk_size, lap)) = large_chunks {
-                read_window(buffer, offset + pos, 8, bytes)?;
-                self.windows_read += 1;
-                self.largest_read = self.largest_read.max(8);
                 let tag = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
                 match parse_chunk_tag(tag) {
                     Some((wc, run)) if wc == lap => {
                         let run = (u64::from(run) * chunk_size).min(remaining);
-                        self.stats.skipped_bytes += 8;
-                        let records = ((offset + pos + 8, base + pos + 8), run - 8);
-                        let range = (records.0, records.1, Framing::Dense, region);
-                        if self.forward_range(buffer, archive, bytes, range)? == Scanned::Malformed
-                        {
+                        let at = (offset + pos, base + pos);
+                        if self.forward_run(buffer, archive, bytes, (at, run, region))? {
                             return Ok(Scanned::Malformed);
                         }
                         pos += run;
@@ -565,28 +557,20 @@ impl Drain {
                 }
                 continue;
             }
-            read_window(buffer, offset + pos, window.min(remaining), bytes)?;
-            self.windows_read += 1;
-            self.largest_read = self.largest_read.max(window.min(remaining));
             let cut = match window_cut(bytes, framing, remaining) {
                 WindowCut::At(cut) => cut,
                 WindowCut::Unit(unit) if framing == Framing::Dense => {
-                    read_window(buffer, offset + pos, unit, bytes)?;
-                    self.largest_read = self.largest_read.max(unit);
+                    self.read_window(buffer, offset + pos, unit, bytes)?;
                     unit
                 }
                 WindowCut::Unit(unit) => {
-                    // A chunk run longer than a window: its tag (skipped, as the scanner
-                    // skips it), then its records, a dense stretch whose zero word ends the
-                    // run, not the region.
+                    // A chunk run longer than a window.
                     let run = unit.min(remaining);
-                    self.stats.skipped_bytes += 8;
-                    let records = ((offset + pos + 8, base + pos + 8), run - 8);
-                    let range = (records.0, records.1, Framing::Dense, region);
-                    match self.forward_range(buffer, archive, bytes, range)? {
-                        Scanned::Malformed => return Ok(Scanned::Malformed),
-                        Scanned::Whole | Scanned::ZeroWord => pos += run,
+                    let at = (offset + pos, base + pos);
+                    if self.forward_run(buffer, archive, bytes, (at, run, region))? {
+                        return Ok(Scanned::Malformed);
                     }
+                    pos += run;
                     continue;
                 }
                 WindowCut::Oversized(size) => {
@@ -607,6 +591,41 @@ impl Drain {
             }
         }
         Ok(Scanned::Whole)
+    }
+
+    /// Fill `bytes` with the `len` bytes of the buffer at `offset` (one read, counted).
+    fn read_window(
+        &mut self,
+        buffer: &TraceBuffer,
+        offset: u64,
+        len: u64,
+        bytes: &mut Vec<u8>,
+    ) -> Result<(), DrainError> {
+        let size = usize::try_from(len).map_err(|_| BufferError::OutOfRange {
+            offset,
+            len,
+            size: buffer.size(),
+        })?;
+        bytes.resize(size, 0);
+        buffer.read_at(offset, bytes)?;
+        self.windows_read += 1;
+        self.largest_read = self.largest_read.max(len);
+        Ok(())
+    }
+
+    /// The records of the chunk run of `run` bytes at `offset` (`base` in the region): its tag
+    /// skipped, as the scanner skips it, then its records, the dense stretch a zero word ends
+    /// (the run, not the region), window by window. Whether a malformed record ended the scan.
+    fn forward_run<W: Write>(
+        &mut self,
+        buffer: &TraceBuffer,
+        archive: &mut Archive<W>,
+        bytes: &mut Vec<u8>,
+        ((offset, base), run, region): ((u64, u64), u64, Region),
+    ) -> Result<bool, DrainError> {
+        self.stats.skipped_bytes += 8;
+        let range = ((offset + 8, base + 8), run - 8, Framing::Dense, region);
+        Ok(self.forward_range(buffer, archive, bytes, range)? == Scanned::Malformed)
     }
 
     /// Scan `bytes[..data_end]`, the region's bytes from offset `base`, followed by `beyond`
@@ -790,35 +809,6 @@ fn window_cut(window: &[u8], framing: Framing, remaining: u64) -> WindowCut {
             WindowCut::At(at.min(len))
         }
     }
-}
-
-/// Fill `bytes` with the `len` bytes of the buffer at `offset`.
-fn read_window(
-    buffer: &TraceBuffer,
-    offset: u64,
-    len: u64,
-    bytes: &mut Vec<u8>,
-) -> Result<(), DrainError> {
-    let size = usize::try_from(len).map_err(|_| BufferError::OutOfRange {
-        offset,
-        len,
-        size: buffer.size(),
-    })?;
-    bytes.resize(size, 0);
-    buffer.read_at(offset, bytes)?;
-    Ok(())
-}
-
-/// The first `len` bytes of the region at `offset`, copied out of the buffer.
-fn copy_region(buffer: &TraceBuffer, offset: u64, len: u64) -> Result<Vec<u8>, DrainError> {
-    let size = usize::try_from(len).map_err(|_| BufferError::OutOfRange {
-        offset,
-        len,
-        size: buffer.size(),
-    })?;
-    let mut bytes = vec![0; size];
-    buffer.read_at(offset, &mut bytes)?;
-    Ok(bytes)
 }
 
 #[derive(Debug, Clone, Copy)]

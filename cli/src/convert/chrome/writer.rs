@@ -8,8 +8,8 @@ use std::rc::Rc;
 
 use fxtrace::format::lbr::LbrSample;
 use fxtrace::format::{
-    ticks_to_ns, BlobType, DecodeError, Decoded, DecodedArg, DecodedEvent, DecodedEventKind,
-    DecodedRecord, DecodedValue, ObjectType, SkipCounts, Thread, ThreadState,
+    listed_entry, ticks_to_ns, BlobType, DecodeError, Decoded, DecodedArg, DecodedEvent,
+    DecodedEventKind, DecodedRecord, DecodedValue, ObjectType, SkipCounts, Thread, ThreadState,
     PROVIDER_EVENT_BUFFER_OVERFLOW,
 };
 
@@ -358,10 +358,8 @@ impl<W: Write> ChromeJsonWriter<W> {
             | DecodedRecord::String { .. }
             | DecodedRecord::ProviderSection { .. } => Ok(()),
             DecodedRecord::ProviderInfo { provider_id, name } => {
-                if self.providers.len() < fxtrace::format::MAX_PROVIDERS_LISTED
-                    || self.providers.contains_key(provider_id)
-                {
-                    self.providers.insert(*provider_id, name.to_string());
+                if let Some(listed) = listed_entry(&mut self.providers, *provider_id) {
+                    *listed = name.to_string();
                 }
                 Ok(())
             }
@@ -603,14 +601,8 @@ impl<W: Write> ChromeJsonWriter<W> {
             bump(&mut self.stats.not_converted, "provider_event");
             return Ok(());
         }
-        let overflows = &mut self.stats.buffer_overflows;
-        if overflows.len() < fxtrace::format::MAX_PROVIDERS_LISTED
-            || overflows.contains_key(&provider_id)
-        {
-            *overflows.entry(provider_id).or_default() += 1;
-        } else {
-            self.stats.buffer_overflows_not_listed += 1;
-        }
+        *listed_entry(&mut self.stats.buffer_overflows, provider_id)
+            .unwrap_or(&mut self.stats.buffer_overflows_not_listed) += 1;
         let name = match self.providers.get(&provider_id) {
             Some(n) => {
                 format!("fxtrace: provider {provider_id} ({n}) buffer overflow, records dropped")
