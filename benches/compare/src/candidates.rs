@@ -95,6 +95,14 @@ pub(crate) const ALL: &[Candidate] = &[
         "noop_layer_event",
         "`tracing` registry + no-op layer, event",
     ),
+    ratio(
+        "floor_layer_span",
+        "`tracing` registry + the least a recording layer does, span",
+    ),
+    ratio(
+        "floor_layer_event",
+        "`tracing` registry + the least a recording layer does, event",
+    ),
     ratio("fx_layer_span", "fxtrace `TracingLayer`, span"),
     ratio("fx_layer_event", "fxtrace `TracingLayer`, event"),
     ratio("chrome_span", "`tracing-chrome`, span"),
@@ -161,6 +169,75 @@ fn traced_args(a: u64, b: u64) -> u64 {
 struct NoopLayer;
 
 impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for NoopLayer {}
+
+/// The least any layer that records spans and events must do, and nothing more: the floor
+/// under every recording layer's cost (issue 11's `TracingLayer` targets are measured against
+/// it). A span's enter and exit each read fxtrace's clock (`rdtscp`, or `rdtsc` in a
+/// `--rdtsc` build); an event reads it once. Fields are visited, scalars taken and `Debug` fields (an event's
+/// message) formatted into a reused per-thread string. Nothing is kept per span and nothing
+/// is written: no record, no lookup of the span, no extension.
+struct FloorLayer;
+
+thread_local! {
+    /// Clock reads of the entered spans, innermost last.
+    static FLOOR_ENTERED: std::cell::RefCell<Vec<u64>> = const { std::cell::RefCell::new(Vec::new()) };
+    /// The formatted `Debug` fields of the call being recorded.
+    static FLOOR_TEXT: std::cell::RefCell<String> = const { std::cell::RefCell::new(String::new()) };
+}
+
+/// Takes each field as a recording layer must: scalars read, `Debug` fields formatted.
+struct FloorVisitor<'t>(&'t mut String);
+
+impl tracing::field::Visit for FloorVisitor<'_> {
+    fn record_u64(&mut self, _field: &tracing::field::Field, value: u64) {
+        black_box(value);
+    }
+
+    fn record_debug(&mut self, _field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
+        use std::fmt::Write as _;
+        let _ = write!(self.0, "{value:?}");
+    }
+}
+
+/// Visit `record`'s fields into the thread's text (cleared first).
+fn floor_visit(record: impl FnOnce(&mut FloorVisitor<'_>)) {
+    FLOOR_TEXT.with_borrow_mut(|text| {
+        text.clear();
+        record(&mut FloorVisitor(text));
+        black_box(text.len());
+    });
+}
+
+impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for FloorLayer {
+    fn on_new_span(
+        &self,
+        attrs: &tracing::span::Attributes<'_>,
+        _id: &tracing::span::Id,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        floor_visit(|visitor| attrs.record(visitor));
+    }
+
+    fn on_enter(&self, _id: &tracing::span::Id, _ctx: tracing_subscriber::layer::Context<'_, S>) {
+        let start = fxtrace::clock::ticks();
+        FLOOR_ENTERED.with_borrow_mut(|entered| entered.push(start));
+    }
+
+    fn on_exit(&self, _id: &tracing::span::Id, _ctx: tracing_subscriber::layer::Context<'_, S>) {
+        let end = fxtrace::clock::ticks();
+        let start = FLOOR_ENTERED.with_borrow_mut(|entered| entered.pop());
+        black_box((start, end));
+    }
+
+    fn on_event(
+        &self,
+        event: &tracing::Event<'_>,
+        _ctx: tracing_subscriber::layer::Context<'_, S>,
+    ) {
+        black_box(fxtrace::clock::ticks());
+        floor_visit(|visitor| event.record(visitor));
+    }
+}
 
 /// A `tracing` span (`name` ends with `span`) or event per call, through the subscriber set
 /// as this thread's default.
@@ -314,6 +391,14 @@ pub(crate) fn run(name: &str, settings: &Settings) -> Result<Outcome, Error> {
             Ok(no_consumer(
                 Measured::Ratio(tracing_call(name, settings)?),
                 "no-op layer: nothing recorded",
+            ))
+        }
+        "floor_layer_span" | "floor_layer_event" => {
+            let _default =
+                tracing::subscriber::set_default(tracing_subscriber::registry().with(FloorLayer));
+            Ok(no_consumer(
+                Measured::Ratio(tracing_call(name, settings)?),
+                "floor layer: clock read, fields visited, nothing written",
             ))
         }
         "fx_layer_span" | "fx_layer_event" => {

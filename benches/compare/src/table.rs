@@ -101,6 +101,11 @@ const ROWS: &[Row] = &[
         "noop_layer_event",
     ),
     Row::Pair(
+        "`tracing` registry + the least a recording layer does (clock reads, fields visited, message formatted; nothing kept or written), span / event",
+        "floor_layer_span",
+        "floor_layer_event",
+    ),
+    Row::Pair(
         "fxtrace `TracingLayer` span / event",
         "fx_layer_span",
         "fx_layer_event",
