@@ -62,6 +62,7 @@ use tracing_subscriber::layer::{Context as LayerContext, Layer};
 use tracing_subscriber::registry::LookupSpan;
 
 use crate::clock;
+use crate::engine::cache::Memo;
 use crate::engine::category::{active_epoch, tracing_maybe_on};
 use crate::engine::global::with_current;
 use crate::engine::record::{
@@ -725,9 +726,10 @@ where
         let metadata = event.metadata();
         let (category, site) = (metadata.target(), metadata.name());
         // The thread's memo of the call site answers once the site wrote in the latest trace.
-        let memoised = record::memoised_latest_generation(category, site, 0).map(|(g, _)| g);
-        let Some(generation) =
-            memoised.or_else(|| with_current(|c| enabled_generation(c, category)).flatten())
+        let memo = record::latest_memo(category, site);
+        let Some(generation) = memo
+            .map(|memo| memo.generation())
+            .or_else(|| with_current(|context| enabled_generation(context, category)).flatten())
         else {
             return;
         };
@@ -736,15 +738,10 @@ where
             text.clear();
             let mut visitor = EventVisitor::new(text);
             event.record(&mut visitor);
-            let written = memoised.is_some()
-                && visitor.dropped == 0
-                && write_event_installed(
-                    generation,
-                    ticks,
-                    (category, site),
-                    metadata,
-                    &mut visitor,
-                );
+            let written = visitor.dropped == 0
+                && memo
+                    .as_ref()
+                    .is_some_and(|memo| write_event_installed(memo, ticks, metadata, &mut visitor));
             if !written {
                 write_event(generation, ticks, (category, site), metadata, &visitor);
             }
@@ -760,23 +757,23 @@ where
 }
 
 /// An event on the engine's one-announcement path (its fields all fit), once its thread has
-/// written at its call site in this trace; `false`: nothing written, take [`write_event`].
+/// written at its call site in this trace (`memo`, [`record::latest_memo`]); `false`: nothing
+/// written, take [`write_event`].
 fn write_event_installed(
-    generation: u32,
+    memo: &Memo,
     ticks: u64,
-    site: (&'static str, &'static str),
     metadata: &tracing::Metadata<'_>,
     visitor: &mut EventVisitor<'_>,
 ) -> bool {
     // The level's text by its index, as the general path writes it (which interns it).
-    let Some(level) = record::string_index(generation, metadata.level().as_str()) else {
+    let Some(level) = record::string_index(memo.generation(), metadata.level().as_str()) else {
         return false;
     };
     let level = (LEVEL, ArgValue::Str(StringRef::Index(level)));
     if visitor.text_slots == 0 {
         // Scalars only: the fields as they are, without a copy.
         return visitor.with_last(level, |visitor| {
-            record::installed_instant(generation, ticks, site, visitor.message(), visitor.fields())
+            record::installed_instant(memo, ticks, visitor.message(), visitor.fields())
         });
     }
     let mut args = [("", ArgValue::Null); MAX_ARGS];
@@ -785,7 +782,7 @@ fn write_event_installed(
     }
     args[visitor.len] = level;
     let args = &args[..=visitor.len];
-    record::installed_instant(generation, ticks, site, visitor.message(), args)
+    record::installed_instant(memo, ticks, visitor.message(), args)
 }
 
 /// An event on the general path (the current context's writer section), which also interns

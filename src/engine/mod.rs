@@ -13,7 +13,7 @@
 //! framing live in [`crate::buffer`], shared with the provider client and the manager.
 
 mod allocator;
-mod cache;
+pub(crate) mod cache;
 pub mod category;
 pub mod context;
 pub mod global;

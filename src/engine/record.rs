@@ -500,8 +500,7 @@ pub(crate) fn memoised_latest_generation(
     name: &'static str,
     args_key: usize,
 ) -> Option<(u32, SpanMemo)> {
-    let memo = cache::current().memo_any(category, name)?;
-    (memo.generation() == super::context::latest_generation()).then(|| {
+    latest_memo(category, name).map(|memo| {
         let header = indexed_event_header(EventType::DurationComplete, memo);
         let thread = writer::thread_key();
         let arg_indices = if args_key != 0 && memo.args_key == args_key {
@@ -516,6 +515,15 @@ pub(crate) fn memoised_latest_generation(
         };
         (memo.generation(), span)
     })
+}
+
+/// The calling thread's memo of (`category`, `name`) if it was filled in the trace started
+/// last in the process (which implies that the category is enabled there): what
+/// [`memoised_latest_generation`] and a layer event ([`installed_instant`]) write with.
+#[inline(always)]
+pub(crate) fn latest_memo(category: &'static str, name: &'static str) -> Option<cache::Memo> {
+    let memo = cache::current().memo_any(category, name)?;
+    (memo.generation() == super::context::latest_generation()).then_some(memo)
 }
 
 /// The end of a span begun with a [`SpanMemo`]: its duration-complete record from `start`
@@ -736,27 +744,30 @@ pub(crate) fn string_index(generation: u32, s: &'static str) -> Option<u16> {
     cache::current().index_of(generation, s)
 }
 
-/// A thread-scoped instant of trace `generation` at `ticks` on the installed context's path,
-/// with the category and thread refs of the thread's memo of (`category`, `site`) (see
-/// [`TraceWriter::memoise_site`]), named `name` inline (`None`: the site's own name), with
-/// `args` whose `'static` names the thread's string cache knows in that trace (the general
-/// path interns them: the next record finds them). Same answers as
-/// [`installed_event_memoised`].
+/// Payload words of an [`installed_instant`] copied into the record as one block of
+/// constant length when its record is that small (most events: a short message, a few
+/// scalar fields); a larger one copies [`writer::MAX_INSTALLED_PAYLOAD`] words.
+#[cfg(feature = "tracing")]
+const SMALL_INSTANT_PAYLOAD: usize = 8;
+
+/// A thread-scoped instant at `ticks` on the installed context's path, in the trace of
+/// `memo` (the calling thread's memo of the event's call site, [`latest_memo`]; see
+/// [`TraceWriter::memoise_site`]), with its category and thread refs, named `name` inline
+/// (`None`: the site's own name), with `args` whose `'static` names the thread's string cache
+/// knows in that trace (the general path interns them: the next record finds them). Same
+/// answers as [`installed_event_memoised`].
 #[cfg(feature = "tracing")]
 pub(crate) fn installed_instant(
-    generation: u32,
+    memo: &cache::Memo,
     ticks: u64,
-    (category, site): (&'static str, &'static str),
     name: Option<&str>,
     args: &[(&'static str, ArgValue<'_>)],
 ) -> bool {
     use crate::format::{Cursor, Sink};
 
     let cache = cache::current();
-    let Some(memo) = cache.memo_any(category, site) else {
-        return false;
-    };
-    if memo.generation() != generation || args.len() > MAX_ARGS {
+    let (memo, generation) = (*memo, memo.generation());
+    if args.len() > MAX_ARGS {
         return false;
     }
     let name = name.filter(|name| !name.is_empty());
@@ -796,6 +807,11 @@ pub(crate) fn installed_instant(
         }
     }
     match out.finish() {
+        Ok(len) if len <= SMALL_INSTANT_PAYLOAD => {
+            let mut small = [0u64; SMALL_INSTANT_PAYLOAD];
+            small.copy_from_slice(&payload[..SMALL_INSTANT_PAYLOAD]);
+            writer::installed_record(memo.open_gate(), header, small, len)
+        }
         Ok(len) => writer::installed_record(memo.open_gate(), header, payload, len),
         // Larger than the payload: reserved and encoded in place.
         Err(_) => installed_instant_reserved(generation, ticks, memo, name, args),

@@ -559,6 +559,35 @@ fn repeated_events_larger_than_an_installed_record_are_written_whole() {
 }
 
 #[test]
+fn repeated_events_of_every_payload_size_are_written_whole() {
+    let _s = serial();
+    // Messages of 1 to 120 bytes from one call site: after the first event, each takes the
+    // installed path, whose record payload (timestamp, message, `count`, `level`) crosses the
+    // block copied for small records (8 words), then the largest installed payload (15
+    // words), then goes reserved.
+    let ((), events) = trace(|| {
+        with_layer(|| {
+            for len in 1..=120u64 {
+                let message = "m".repeat(len as usize);
+                tracing::info!(count = len, "{message}");
+            }
+        })
+    });
+    assert_eq!(events.len(), 120, "{events:?}");
+    for (len, event) in (1u64..).zip(&events) {
+        assert_eq!(event.name, "m".repeat(len as usize));
+        assert_eq!(
+            event.args,
+            [
+                ("count".to_owned(), DecodedValue::U64(len)),
+                ("level".to_owned(), str_value("INFO")),
+            ],
+            "message of {len} bytes"
+        );
+    }
+}
+
+#[test]
 fn too_many_fields_are_counted() {
     let _s = serial();
     let ((), events) = trace(|| {
