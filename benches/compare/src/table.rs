@@ -61,6 +61,9 @@ enum Row {
     Pair(&'static str, &'static str, &'static str),
     /// Two ratio candidates compared in ns, `a vs b`.
     Versus(&'static str, &'static str, &'static str),
+    /// What one ratio candidate costs over another, `a − b` (medians; the range from `a`'s
+    /// least less `b`'s most to `a`'s most less `b`'s least).
+    Over(&'static str, &'static str, &'static str),
     /// Two scaling candidates, `a / b`, and their quotient.
     Scaling(&'static str, &'static str, &'static str),
 }
@@ -94,6 +97,11 @@ const ROWS: &[Row] = &[
     ),
     Row::One("fxtrace `duration` guard", "fx_duration"),
     Row::One("fxtrace `#[traced]` call", "fx_traced"),
+    Row::Over(
+        "fxtrace `#[traced]` call less the same function's untraced call (the plain function)",
+        "fx_traced",
+        "plain_fn",
+    ),
     Row::One("fxtrace `#[traced]` with `args(a, b)`", "fx_traced_args"),
     Row::Pair(
         "`tracing` registry + a no-op layer, span / event",
@@ -179,6 +187,16 @@ pub(crate) fn summary(results: &Results) -> String {
                     range(b)
                 )
             }
+            Row::Over(label, a, b) => match (results.summary(a), results.summary(b)) {
+                (Some(a), Some(b)) => format!(
+                    "| {label} | {:.2} | {:.1} | {:.2}–{:.2} |",
+                    a.value - b.value,
+                    a.ns - b.ns,
+                    a.min - b.max,
+                    a.max - b.min
+                ),
+                _ => format!("| {label} | — | — | — |"),
+            },
             Row::Scaling(label, a, b) => {
                 let (a, b) = (results.summary(a), results.summary(b));
                 let quotient = match (a, b) {
