@@ -13,10 +13,14 @@
 # N = 100000; (total2 - total1) / 100000 is the cost of one call. The loop and the candidate
 # dispatch are included (`rdtscp`, 1 instruction itself, shows them): the budget of a
 # candidate is compared after subtracting the loop, i.e. count(candidate) - (count(rdtscp) - 1).
+# The `tracing` layer's candidates (a span with one field entered and exited, an event with a
+# field and a message, each beside the registry with a no-op layer) are counted the same way
+# in a second build with the library's `tracing` feature, whose own `rdtscp` gives its loop.
 #
 # Needs valgrind: installed with apt-get when missing and running as root; otherwise the
 # script prints one line saying why and exits 0 (skip).
 set -euo pipefail
+shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
 
 # Budgets: instructions per call, loop excluded, with a margin over the measured figure
@@ -34,8 +38,16 @@ declare -A BUDGET=(
     [duration_complete]="${FXTRACE_BUDGET_DURATION:-125}"
     [traced]="${FXTRACE_BUDGET_TRACED:-150}"
     [traced_2args]="${FXTRACE_BUDGET_TRACED_2ARGS:-215}"
+    # The `tracing` layer, tracing's own dispatch and registry included (its no-op-layer
+    # baselines, counted beside them, have no budget): 2026-11-26 13:10, span 2 276 (no-op
+    # layer 812), event 997 (no-op layer 124).
+    [layer_span]="${FXTRACE_BUDGET_LAYER_SPAN:-2450}"
+    [layer_event]="${FXTRACE_BUDGET_LAYER_EVENT:-1100}"
 )
 CANDIDATES=(rdtscp instant_0args duration_complete traced traced_2args)
+# Counted in a second build of the bench binary, with the library's `tracing` feature: the
+# record path's candidates keep the build without it (the feature moves their code).
+LAYER_CANDIDATES=(noop_layer_span layer_span noop_layer_event layer_event)
 
 print_only=0
 if [ "${1:-}" = "--print" ]; then
@@ -56,22 +68,30 @@ if ! command -v valgrind >/dev/null 2>&1; then
     fi
 fi
 
-# The bench binary, release profile (as `cargo bench` builds it).
-# (The build also lists the fxtrace binary: keep the bench target's artifact.)
-bench="$(cargo bench -p fxtrace-benches --no-default-features --bench engine --no-run --message-format=json 2>/dev/null |
-    grep '"kind":\["bench"\]' | grep '"name":"engine"' |
-    sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1)"
-if [ -z "$bench" ] || [ ! -x "$bench" ]; then
-    echo "check-instructions: could not build the engine bench binary" >&2
-    exit 1
-fi
+# The engine bench binary built with `--no-default-features` and these further cargo flags,
+# release profile (as `cargo bench` builds it). (The build also lists the fxtrace binary:
+# keep the bench target's artifact.)
+bench_binary() {
+    cargo bench -p fxtrace-benches --no-default-features "$@" --bench engine --no-run \
+        --message-format=json 2>/dev/null |
+        grep '"kind":\["bench"\]' | grep '"name":"engine"' |
+        sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1
+}
+engine_bench="$(bench_binary)"
+layer_bench="$(bench_binary --features tracing)"
+for bench in "$engine_bench" "$layer_bench"; do
+    if [ -z "$bench" ] || [ ! -x "$bench" ]; then
+        echo "check-instructions: could not build the engine bench binary" >&2
+        exit 1
+    fi
+done
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
-# Total instructions of one run of `candidate` with `calls` calls.
+# Total instructions of one run of `candidate` with `calls` calls of bench binary `bench`.
 total() {
-    local candidate="$1" calls="$2" out="$work/cg.$1.$2"
+    local bench="$1" candidate="$2" calls="$3" out="$work/cg.$2.$3"
     # A session may fork a helper process: one output per process (%p); the calling
     # process's is the largest.
     FXTRACE_BENCH_CALLS="$calls" FXTRACE_BENCH_CANDIDATE="$candidate" \
@@ -84,30 +104,40 @@ total() {
     sed -n 's/^summary: *\([0-9]*\).*/\1/p' "$out".* | sort -n | tail -n 1
 }
 
-declare -A PER_CALL
-for candidate in "${CANDIDATES[@]}"; do
-    small="$(total "$candidate" 100000)"
-    large="$(total "$candidate" 200000)"
-    PER_CALL[$candidate]=$(((large - small + 50000) / 100000))
-done
+# Instructions of one call of `candidate` in `bench`, the loop and dispatch included.
+per_call() {
+    local small large
+    small="$(total "$1" "$2" 100000)"
+    large="$(total "$1" "$2" 200000)"
+    echo $(((large - small + 50000) / 100000))
+}
 
-loop=$((PER_CALL[rdtscp] - 1))
 status=0
-for candidate in "${CANDIDATES[@]}"; do
-    count=${PER_CALL[$candidate]}
-    if [ "$candidate" = rdtscp ]; then
-        echo "rdtscp: $count instructions per call (loop and dispatch: $loop)"
-        continue
-    fi
-    net=$((count - loop))
-    budget="${BUDGET[$candidate]}"
-    if [ "$print_only" -eq 1 ]; then
-        echo "$candidate: $net instructions per call, loop excluded (budget $budget)"
-    elif [ "$net" -gt "$budget" ]; then
-        echo "FAIL $candidate: $net instructions per call, loop excluded; budget $budget" >&2
-        status=1
-    else
-        echo "ok $candidate: $net instructions per call, loop excluded (budget $budget)"
-    fi
-done
+# Count and check each candidate of `bench` (after `bench`, the candidates, rdtscp first: its
+# count, less its own one instruction, is the loop's and the dispatch's in that binary).
+check() {
+    local bench="$1" loop count net budget candidate
+    shift
+    loop=$(($(per_call "$bench" rdtscp) - 1))
+    echo "rdtscp: $((loop + 1)) instructions per call (loop and dispatch: $loop)"
+    for candidate in "$@"; do
+        count="$(per_call "$bench" "$candidate")"
+        net=$((count - loop))
+        budget="${BUDGET[$candidate]:-}"
+        if [ -z "$budget" ]; then
+            echo "$candidate: $net instructions per call, loop excluded (a baseline: no budget)"
+        elif [ "$print_only" -eq 1 ]; then
+            echo "$candidate: $net instructions per call, loop excluded (budget $budget)"
+        elif [ "$net" -gt "$budget" ]; then
+            echo "FAIL $candidate: $net instructions per call, loop excluded; budget $budget" >&2
+            status=1
+        else
+            echo "ok $candidate: $net instructions per call, loop excluded (budget $budget)"
+        fi
+    done
+}
+
+check "$engine_bench" "${CANDIDATES[@]:1}"
+echo "with the library's tracing feature:"
+check "$layer_bench" "${LAYER_CANDIDATES[@]}"
 exit "$status"
