@@ -5,18 +5,120 @@
 //! one of the program's threads (a program that blocks a signal everywhere to `sigwait` for it
 //! still gets it), and is known by its thread id while it runs, so that the preload object can
 //! tell when only fxtrace's threads are left (`tids`).
+//!
+//! # Two copies of this crate in one process
+//!
+//! A Rust program that links `fxtrace` and runs with `libfxtrace_preload.so` (`fxtrace record
+//! --preload`) holds two copies of this module, each with its own statics: the program's and
+//! the preload object's. The preload object's watcher ends the process once only helpers are
+//! left, so it must know the program's helpers too (the program's provider thread never ends by
+//! itself: were it counted as a program thread, a main thread ending with `pthread_exit` would
+//! leave the process running forever). The preload object therefore exports its list under
+//! [`PROCESS_LIST_SYMBOL`] ([`HelperList`], [`this_copys_list`]), and every copy lists its
+//! helpers there when a loaded object exports it, else in its own list. A copy that started
+//! helpers before such an object was loaded (a `dlopen` of the preload object later on) keeps
+//! them in its own list, unseen by the watcher.
 
+use std::ffi::CStr;
 use std::io;
-use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicUsize, Ordering};
 use std::thread::JoinHandle;
 
 /// Most helper threads listed at once (a process has a handful); one beyond is not listed,
 /// and counts as a program thread.
 const SLOTS: usize = 64;
 
+/// Most slots an exported list may claim to have (a sanity bound on what another copy hands
+/// over).
+const MAX_EXPORTED_SLOTS: usize = 4096;
+
 /// Thread ids of the helper threads running now (0: a free slot). Lock-free, so that a
-/// `fork` child can clear it whatever another thread was doing ([`forget_in_child`]).
+/// `fork` child can clear it whatever another thread was doing ([`forget_in_child`]), and so
+/// that another copy of this crate can share it ([`this_copys_list`]).
 static RUNNING: [AtomicI32; SLOTS] = [const { AtomicI32::new(0) }; SLOTS];
+
+/// The name under which a shared object exports the process's list of helper threads: a
+/// function `extern "C" fn() -> HelperList` (the preload object exports it, returning
+/// [`this_copys_list`]). Versioned: a change of [`HelperList`] takes a new name.
+pub const PROCESS_LIST_SYMBOL: &CStr = c"fxtrace_helper_threads_v1";
+
+/// A list of helper thread ids shared by the copies of this crate in one process: `len`
+/// atomic `i32` slots at `slots`, each a thread id or 0 (free), claimed with a
+/// compare-and-swap from 0 and cleared when the thread ends.
+///
+/// Whoever exports one keeps the slots mapped and in place until the process ends (the
+/// preload object is linked with `-z nodelete`).
+#[repr(C)]
+#[derive(Debug, Clone, Copy)]
+pub struct HelperList {
+    /// The first slot.
+    pub slots: *const AtomicI32,
+    /// How many slots.
+    pub len: usize,
+}
+
+/// This copy's own list, for the object that exports [`PROCESS_LIST_SYMBOL`].
+pub extern "C" fn this_copys_list() -> HelperList {
+    HelperList {
+        slots: RUNNING.as_ptr(),
+        len: RUNNING.len(),
+    }
+}
+
+/// Rules: the exported list found by [`list`] (null: none found yet), and its length; set once
+/// (the first found stays: the exporter is never unloaded), read by [`list`] and the fork
+/// child handler. ATOMICS: the length is stored `Relaxed` before the pointer's `Release`
+/// store, and read `Relaxed` after the pointer's `Acquire` load.
+static EXPORTED: AtomicPtr<AtomicI32> = AtomicPtr::new(std::ptr::null_mut());
+/// See [`EXPORTED`].
+static EXPORTED_LEN: AtomicUsize = AtomicUsize::new(0);
+
+/// The slots of an exported list already found, if any (async-signal-safe: two atomic loads).
+fn exported() -> Option<&'static [AtomicI32]> {
+    // ATOMICS: see `EXPORTED`.
+    let slots = EXPORTED.load(Ordering::Acquire);
+    if slots.is_null() {
+        return None;
+    }
+    let len = EXPORTED_LEN.load(Ordering::Relaxed);
+    // SAFETY: `slots` and `len` were checked by `find_exported` and published before the
+    // pointer: `len` live `AtomicI32`s that their exporter keeps in place for the process's
+    // life (see `HelperList`).
+    Some(unsafe { std::slice::from_raw_parts(slots, len) })
+}
+
+/// Look up [`PROCESS_LIST_SYMBOL`] among the loaded objects (`dlsym(RTLD_DEFAULT)`; not
+/// async-signal-safe: takes the dynamic loader's lock). Remembers what it finds.
+fn find_exported() -> Option<&'static [AtomicI32]> {
+    if let Some(found) = exported() {
+        return Some(found);
+    }
+    // SAFETY: a NUL-terminated name; RTLD_DEFAULT searches the global scope.
+    let symbol = unsafe { libc::dlsym(libc::RTLD_DEFAULT, PROCESS_LIST_SYMBOL.as_ptr()) };
+    if symbol.is_null() {
+        return None;
+    }
+    // SAFETY: the symbol of that (versioned) name is, by its contract, a function of this type.
+    let export: extern "C" fn() -> HelperList = unsafe { std::mem::transmute(symbol) };
+    let list = export();
+    if list.slots.is_null() || list.len == 0 || list.len > MAX_EXPORTED_SLOTS {
+        return None;
+    }
+    if std::ptr::eq(list.slots, RUNNING.as_ptr()) {
+        // This copy is the exporter: its own list is the process's.
+        return None;
+    }
+    // ATOMICS: see `EXPORTED`. Two threads may both store the same list.
+    EXPORTED_LEN.store(list.len, Ordering::Relaxed);
+    EXPORTED.store(list.slots.cast_mut(), Ordering::Release);
+    exported()
+}
+
+/// The list this copy's helpers go in: the process's (exported by a loaded object), else its
+/// own.
+fn list() -> &'static [AtomicI32] {
+    find_exported().unwrap_or(&RUNNING)
+}
 
 /// Spawn `f` on a helper thread named `name` (at most 15 bytes are shown by the kernel).
 pub fn spawn<F, T>(name: &str, f: F) -> io::Result<JoinHandle<T>>
@@ -35,23 +137,27 @@ where
         unsafe { libc::pthread_atfork(None, None, Some(forget_in_child)) };
         FORK_HANDLER.store(true, Ordering::Release);
     }
+    // Looked up here, not on the new thread: a thread started by a constructor that `dlopen`
+    // runs could not take the dynamic loader's lock (`dlsym`) before the constructor returns.
+    let list = list();
     // The new thread inherits the mask in force when it is created.
     let _blocked = AllSignalsBlocked::new();
     std::thread::Builder::new()
         .name(name.to_owned())
         .spawn(move || {
-            let _running = Running::new();
+            let _running = Running::new(list);
             f()
         })
 }
 
-/// Thread ids of the helper threads running now. A helper that has just started or is just
-/// ending may be missing: callers that count threads as the program's err on the side of a
-/// program thread.
+/// Thread ids of the helper threads running now: this copy's, and those of every copy of this
+/// crate in the process that lists its helpers in the same exported list (see the module
+/// docs). A helper that has just started or is just ending may be missing: callers that count
+/// threads as the program's err on the side of a program thread.
 pub fn tids() -> Vec<libc::pid_t> {
     // ATOMICS: `Relaxed`: each slot is a thread id on its own; a stale read only makes a
     // helper that is starting or ending count as a program thread for a moment.
-    RUNNING
+    list()
         .iter()
         .map(|slot| slot.load(Ordering::Relaxed))
         .filter(|&tid| tid != 0)
@@ -60,8 +166,9 @@ pub fn tids() -> Vec<libc::pid_t> {
 
 /// A `fork` child has none of its parent's threads: its list starts empty (their ids may be
 /// given to the child's own threads).
+/// The process's exported list too (its exporter's own handler may not be registered).
 extern "C" fn forget_in_child() {
-    for slot in &RUNNING {
+    for slot in RUNNING.iter().chain(exported().unwrap_or(&[])) {
         // ATOMICS: `Relaxed`: the child has one thread now.
         slot.store(0, Ordering::Relaxed);
     }
@@ -71,11 +178,12 @@ extern "C" fn forget_in_child() {
 struct Running(Option<&'static AtomicI32>);
 
 impl Running {
-    fn new() -> Self {
+    /// List the calling thread in `list`.
+    fn new(list: &'static [AtomicI32]) -> Self {
         // SAFETY: gettid has no preconditions and cannot fail.
         let tid = unsafe { libc::gettid() };
         // ATOMICS: `Relaxed`: see `tids`.
-        let slot = RUNNING.iter().find(|slot| {
+        let slot = list.iter().find(|slot| {
             slot.compare_exchange(0, tid, Ordering::Relaxed, Ordering::Relaxed)
                 .is_ok()
         });

@@ -37,6 +37,18 @@ mod sink;
 // this object's dynamic symbol table.
 pub use fxtrace::c_api::*;
 
+/// The process's list of fxtrace helper threads ([`fxtrace::helper_thread::HelperList`]):
+/// this object's, exported so that a program with its own copy of the `fxtrace` crate lists
+/// its helpers (its provider's thread, …) where [`last_thread`]'s watcher sees them. Without
+/// it, a main thread ending with `pthread_exit` left such a program running forever on its
+/// provider's thread, which the watcher took for one of the program's. The name is
+/// [`fxtrace::helper_thread::PROCESS_LIST_SYMBOL`]; the object is never unloaded (`-z
+/// nodelete`), so the list stays in place.
+#[no_mangle]
+pub extern "C" fn fxtrace_helper_threads_v1() -> fxtrace::helper_thread::HelperList {
+    fxtrace::helper_thread::this_copys_list()
+}
+
 /// The ELF constructor: the dynamic loader calls it (with `argc`, `argv`, `envp`, as glibc
 /// passes to `.init_array` entries) after the object's dependencies are initialised and
 /// before the program's own constructors and `main`.
