@@ -10,9 +10,12 @@ const WORKSPACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 mod preload_support;
 #[path = "../service_support/mod.rs"]
 mod service_support;
+#[path = "../support/mod.rs"]
+mod support;
 
 mod c_api_example;
 mod exec;
 mod no_manager;
+mod own_engine;
 mod record;
 mod service;

@@ -112,6 +112,17 @@ pub(crate) fn record_preload(
     cmd: &[&str],
     env: &[(&str, &str)],
 ) -> (Output, Vec<u8>) {
+    record_preload_within(dir, extra, cmd, env, RUN_LIMIT)
+}
+
+/// [`record_preload`], called hung (killed, and the test fails) after `limit`.
+pub(crate) fn record_preload_within(
+    dir: &Path,
+    extra: &[&str],
+    cmd: &[&str],
+    env: &[(&str, &str)],
+    limit: std::time::Duration,
+) -> (Output, Vec<u8>) {
     let archive = dir.join("trace.fxt");
     let _ = std::fs::remove_file(&archive);
     let mut command = Command::new(fxtrace_bin());
@@ -129,7 +140,7 @@ pub(crate) fn record_preload(
     for (k, v) in env {
         command.env(k, v);
     }
-    let out = output_within(&mut command, RUN_LIMIT);
+    let out = output_within(&mut command, limit);
     let bytes = std::fs::read(&archive).unwrap_or_default();
     (out, bytes)
 }
