@@ -155,18 +155,21 @@ where
 /// docs). A helper that has just started or is just ending may be missing: callers that count
 /// threads as the program's err on the side of a program thread.
 pub fn tids() -> Vec<libc::pid_t> {
+    // This copy's list and the exported one it found (no loader lookup here: the preload
+    // object's watcher asks every few milliseconds, and its own list is the exported one).
     // ATOMICS: `Relaxed`: each slot is a thread id on its own; a stale read only makes a
     // helper that is starting or ending count as a program thread for a moment.
-    list()
+    RUNNING
         .iter()
+        .chain(exported().unwrap_or(&[]))
         .map(|slot| slot.load(Ordering::Relaxed))
         .filter(|&tid| tid != 0)
         .collect()
 }
 
 /// A `fork` child has none of its parent's threads: its list starts empty (their ids may be
-/// given to the child's own threads).
-/// The process's exported list too (its exporter's own handler may not be registered).
+/// given to the child's own threads), and so does the process's exported list (its exporter's
+/// own handler may not be registered).
 extern "C" fn forget_in_child() {
     for slot in RUNNING.iter().chain(exported().unwrap_or(&[])) {
         // ATOMICS: `Relaxed`: the child has one thread now.
