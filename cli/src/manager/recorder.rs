@@ -25,6 +25,7 @@
 //! The command's own standard streams are left alone; the recorder reports through the `log`
 //! callback given to [`Recorder::run`] and the returned [`RecordReport`].
 
+use std::collections::{HashMap, HashSet};
 use std::ffi::OsString;
 use std::os::fd::{AsFd, BorrowedFd, FromRawFd, OwnedFd};
 use std::os::unix::process::ExitStatusExt;
@@ -754,6 +755,7 @@ impl Recorder {
         let mut next_progress = self.progress.as_ref().map(|p| self.started + p.interval);
 
         let mut output_failure: Option<String> = None;
+        let mut successions = Successions::default();
         let stop_reason = loop {
             if let Err(e) = self.drain_sections() {
                 match output_failed(&e) {
@@ -812,6 +814,9 @@ impl Recorder {
                     }
                 }
             };
+            for line in successions.observe(&outcome.events) {
+                log(&line);
+            }
             let mut reason = None;
             for event in &outcome.events {
                 // Alerts beyond the first ALERTS_KEPT are counted, not logged (a provider
@@ -820,22 +825,6 @@ impl Recorder {
                     matches!(event, ManagerEvent::Alert { .. }) && alerts.len() >= ALERTS_KEPT;
                 if let Some(line) = self.lines.line(event, Instant::now()).filter(|_| !quiet) {
                     log(&line);
-                }
-                if let ManagerEvent::ProviderRegistered { id, pid, name } = event {
-                    // The same process registering again: it exec'd (the preload object
-                    // comes back with the new image).
-                    let before = self
-                        .manager
-                        .session()
-                        .providers()
-                        .filter(|p| p.pid == *pid && p.id < *id)
-                        .map(|p| p.id)
-                        .max();
-                    if let Some(old) = before {
-                        log(&format!(
-                            "provider {old} (pid {pid}) exec'd into {name:?} (provider {id})"
-                        ));
-                    }
                 }
                 match event {
                     ManagerEvent::Woken => {
@@ -950,7 +939,7 @@ impl Recorder {
         }
 
         let mut providers = self.manager.reports();
-        note_execs(&mut providers);
+        note_execs(&mut providers, &successions);
         if let (Some(pid), Some(status)) = (command_pid, command_status) {
             refine_lost_reasons(&mut providers, pid, status);
         }
@@ -1177,18 +1166,77 @@ fn describe_status(status: ExitStatus) -> String {
     }
 }
 
-/// A provider followed by another of the same process exec'd into it: an exec is a normal
-/// end of the old image, not a loss. One that closed without STOPPED (an exec the preload
-/// object could not flush before) had its buffer salvaged: said so, not marked lost.
-fn note_execs(providers: &mut [ProviderReport]) {
+/// Which providers of a process followed another by `exec`. At an exec the old image's
+/// connection closes (its socket does not survive the exec) before the new image can
+/// register, so a provider that registers after the previous provider of its process ended
+/// follows it by exec. One that registers while the previous is still connected is a second
+/// provider of the same process (a program with its own copy of fxtrace under the preload
+/// object): no exec, and neither's end is the other's.
+#[derive(Debug, Default)]
+struct Successions {
+    /// Connected providers (registered, connection not ended): id → pid.
+    live: HashMap<u32, u32>,
+    /// Each process's most recently registered provider.
+    last: HashMap<u32, u32>,
+    /// Provider → the provider its process exec'd into.
+    execs: HashMap<u32, u32>,
+}
+
+impl Successions {
+    /// Take in one poll's events; the log lines they call for. The ends are taken first: a
+    /// connection that ended by this poll ended before a registration the same poll read (the
+    /// old image's socket closes at the exec, before the new image runs).
+    fn observe(&mut self, events: &[ManagerEvent]) -> Vec<String> {
+        let mut ended = HashSet::new();
+        for event in events {
+            if let ManagerEvent::ProviderLost { id, .. } | ManagerEvent::ProviderGone { id } = event
+            {
+                self.live.remove(id);
+                ended.insert(*id);
+            }
+        }
+        let mut lines = Vec::new();
+        for event in events {
+            let ManagerEvent::ProviderRegistered { id, pid, name } = event else {
+                continue;
+            };
+            if let Some(&old) = self.last.get(pid).filter(|&&old| old < *id) {
+                if self.live.contains_key(&old) {
+                    lines.push(format!(
+                        "provider {id} ({name:?}) is a second provider of pid {pid}, beside \
+                         provider {old}"
+                    ));
+                } else {
+                    self.execs.insert(old, *id);
+                    lines.push(format!(
+                        "provider {old} (pid {pid}) exec'd into {name:?} (provider {id})"
+                    ));
+                }
+            }
+            self.last.insert(*pid, *id);
+            if !ended.contains(id) {
+                self.live.insert(*id, *pid);
+            }
+        }
+        lines
+    }
+
+    /// The provider `id`'s process exec'd into, if it did.
+    fn exec_of(&self, id: u32) -> Option<u32> {
+        self.execs.get(&id).copied()
+    }
+}
+
+/// A provider followed by another of the same process by exec ([`Successions`]): an exec is
+/// a normal end of the old image, not a loss. One that closed without STOPPED (an exec the
+/// preload object could not flush before) had its buffer salvaged: said so, not marked lost.
+fn note_execs(providers: &mut [ProviderReport], successions: &Successions) {
     let next: Vec<Option<(u32, String)>> = providers
         .iter()
         .map(|p| {
-            providers
-                .iter()
-                .filter(|q| q.pid == p.pid && q.id > p.id)
-                .min_by_key(|q| q.id)
-                .map(|q| (q.id, q.name.clone()))
+            let next = successions.exec_of(p.id)?;
+            let name = providers.iter().find(|q| q.id == next)?.name.clone();
+            Some((next, name))
         })
         .collect();
     for (p, next) in providers.iter_mut().zip(next) {
@@ -1374,7 +1422,7 @@ mod tests {
     }
 
     #[test]
-    fn an_exec_is_not_a_loss() {
+    fn an_exec_is_not_a_loss_and_a_second_provider_is_not_an_exec() {
         let report = |id, pid: u32, name: &str, lost: Option<&str>| ProviderReport {
             id,
             pid,
@@ -1392,6 +1440,41 @@ mod tests {
             lost: lost.map(str::to_owned),
             problems: vec![],
         };
+        let registered = |id, pid, name: &str| ManagerEvent::ProviderRegistered {
+            id,
+            pid,
+            name: name.into(),
+        };
+        let lost = |id| ManagerEvent::ProviderLost {
+            id,
+            reason: "connection closed without STOPPED (…)".into(),
+        };
+        let mut successions = Successions::default();
+        // bash exec'd into pyenv (flushed first), pyenv into python3 (closed unflushed, seen
+        // in the poll that reads python3's registration, after it).
+        assert!(successions
+            .observe(&[registered(1, 10, "bash"), registered(4, 11, "other")])
+            .is_empty());
+        assert_eq!(
+            successions.observe(&[
+                ManagerEvent::ProviderGone { id: 1 },
+                registered(2, 10, "pyenv")
+            ]),
+            ["provider 1 (pid 10) exec'd into \"pyenv\" (provider 2)"]
+        );
+        assert_eq!(
+            successions
+                .observe(&[registered(3, 10, "python3"), lost(2)])
+                .len(),
+            1
+        );
+        // A process with two providers at once, both lost when it crashed: no exec.
+        successions.observe(&[registered(5, 12, "preload")]);
+        assert_eq!(
+            successions.observe(&[registered(6, 12, "own")]),
+            ["provider 6 (\"own\") is a second provider of pid 12, beside provider 5"]
+        );
+        successions.observe(&[lost(4), lost(5), lost(6)]);
         let mut providers = vec![
             report(1, 10, "bash", None),
             report(
@@ -1407,8 +1490,15 @@ mod tests {
                 "other",
                 Some("connection closed without STOPPED (…)"),
             ),
+            report(
+                5,
+                12,
+                "preload",
+                Some("connection closed without STOPPED (…)"),
+            ),
+            report(6, 12, "own", Some("connection closed without STOPPED (…)")),
         ];
-        note_execs(&mut providers);
+        note_execs(&mut providers, &successions);
         assert_eq!(
             providers[0].problems,
             ["exec'd into \"pyenv\" (provider 2)"]
@@ -1416,8 +1506,11 @@ mod tests {
         assert_eq!(providers[1].lost, None);
         assert!(providers[1].problems[0].starts_with("exec'd into \"python3\" (provider 3)"));
         assert!(providers[2].problems.is_empty());
-        // Another process's loss stays a loss.
+        // Another process's loss stays a loss, and so do those of two providers of one
+        // process that were connected at once.
         assert!(providers[3].lost.is_some());
+        assert!(providers[4].lost.is_some() && providers[4].problems.is_empty());
+        assert!(providers[5].lost.is_some() && providers[5].problems.is_empty());
     }
 
     #[test]

@@ -38,6 +38,8 @@ fn a_program_with_its_own_provider_ends_when_its_last_thread_does() {
         !stderr.contains("salvaged"),
         "both providers flushed: {stderr}"
     );
+    // Two providers of one process at once: neither is reported as the other's exec.
+    assert!(!stderr.contains("exec'd"), "{stderr}");
     let records = crate::preload_support::decode(&bytes);
     let s = Summary::of(&records);
     assert!(
