@@ -39,8 +39,8 @@ declare -A BUDGET=(
     [traced]="${FXTRACE_BUDGET_TRACED:-150}"
     [traced_2args]="${FXTRACE_BUDGET_TRACED_2ARGS:-215}"
     # The `tracing` layer, tracing's own dispatch and registry included (its no-op-layer
-    # baselines, counted beside them, have no budget): 2026-11-26 13:10, span 2 276 (no-op
-    # layer 812), event 997 (no-op layer 124).
+    # baselines, counted beside them, have no budget): 2026-11-26 13:10, loop excluded, span
+    # 2 270 (no-op layer 807), event 992 (no-op layer 119).
     [layer_span]="${FXTRACE_BUDGET_LAYER_SPAN:-2450}"
     [layer_event]="${FXTRACE_BUDGET_LAYER_EVENT:-1100}"
 )
@@ -77,21 +77,21 @@ bench_binary() {
         grep '"kind":\["bench"\]' | grep '"name":"engine"' |
         sed -n 's/.*"executable":"\([^"]*\)".*/\1/p' | tail -n 1
 }
-engine_bench="$(bench_binary)"
-layer_bench="$(bench_binary --features tracing)"
-for bench in "$engine_bench" "$layer_bench"; do
-    if [ -z "$bench" ] || [ ! -x "$bench" ]; then
-        echo "check-instructions: could not build the engine bench binary" >&2
-        exit 1
-    fi
-done
+build_failed() {
+    echo "check-instructions: could not build the engine bench binary ($*): run cargo bench -p fxtrace-benches --no-default-features $* --bench engine --no-run to see why" >&2
+    exit 1
+}
+engine_bench="$(bench_binary)" || build_failed
+layer_bench="$(bench_binary --features tracing)" || build_failed --features tracing
+[ -x "$engine_bench" ] || build_failed
+[ -x "$layer_bench" ] || build_failed --features tracing
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 
 # Total instructions of one run of `candidate` with `calls` calls of bench binary `bench`.
 total() {
-    local bench="$1" candidate="$2" calls="$3" out="$work/cg.$2.$3"
+    local bench="$1" candidate="$2" calls="$3" out="$work/cg.${1##*/}.$2.$3"
     # A session may fork a helper process: one output per process (%p); the calling
     # process's is the largest.
     FXTRACE_BENCH_CALLS="$calls" FXTRACE_BENCH_CANDIDATE="$candidate" \

@@ -15,9 +15,11 @@
 //! itself: were it counted as a program thread, a main thread ending with `pthread_exit` would
 //! leave the process running forever). The preload object therefore exports its list under
 //! [`PROCESS_LIST_SYMBOL`] ([`HelperList`], [`this_copys_list`]), and every copy lists its
-//! helpers there when a loaded object exports it, else in its own list. A copy that started
-//! helpers before such an object was loaded (a `dlopen` of the preload object later on) keeps
-//! them in its own list, unseen by the watcher.
+//! helpers there when a loaded object exports it, else in its own list. A copy looks for it
+//! once, at its first helper: one whose first helper started before such an object was loaded
+//! (a `dlopen` of the preload object later on), or whose object `dlopen` loaded with
+//! `RTLD_LOCAL` (which `dlsym(RTLD_DEFAULT)` does not search), keeps its helpers in its own
+//! list, unseen by the watcher.
 
 use std::ffi::CStr;
 use std::io;
@@ -87,12 +89,39 @@ fn exported() -> Option<&'static [AtomicI32]> {
     Some(unsafe { std::slice::from_raw_parts(slots, len) })
 }
 
-/// Look up [`PROCESS_LIST_SYMBOL`] among the loaded objects (`dlsym(RTLD_DEFAULT)`; not
-/// async-signal-safe: takes the dynamic loader's lock). Remembers what it finds.
+/// Rules: set once [`find_exported`] has looked the symbol up, whatever it found: a copy
+/// looks up to its first helpers (two first lookups at once both look), so that a later spawn
+/// takes no loader lock. (A preload object loaded later with `dlopen` and `RTLD_GLOBAL` is
+/// not seen then; with `RTLD_LOCAL`, the default, `dlsym(RTLD_DEFAULT)` never sees it.)
+/// ATOMICS: stored `Release` after `EXPORTED`, loaded `Acquire` before `EXPORTED` is read
+/// again: a thread that sees the lookup done sees what it found.
+static LOOKED_UP: AtomicBool = AtomicBool::new(false);
+
+/// Look up [`PROCESS_LIST_SYMBOL`] among the loaded objects (`dlsym(RTLD_DEFAULT)`, once per
+/// copy: [`LOOKED_UP`]; not async-signal-safe: takes the dynamic loader's lock). Remembers
+/// what it finds.
 fn find_exported() -> Option<&'static [AtomicI32]> {
     if let Some(found) = exported() {
         return Some(found);
     }
+    // ATOMICS: see `LOOKED_UP`.
+    if LOOKED_UP.load(Ordering::Acquire) {
+        return exported();
+    }
+    if let Some(list) = exported_list() {
+        // ATOMICS: see `EXPORTED`. Two threads may both store the same list.
+        EXPORTED_LEN.store(list.len, Ordering::Relaxed);
+        EXPORTED.store(list.slots.cast_mut(), Ordering::Release);
+    }
+    // ATOMICS: see `LOOKED_UP`.
+    LOOKED_UP.store(true, Ordering::Release);
+    exported()
+}
+
+/// Another copy's list, exported under [`PROCESS_LIST_SYMBOL`] by a loaded object, if one is
+/// and it looks sound (`None` also when this copy is the exporter: its own list is the
+/// process's).
+fn exported_list() -> Option<HelperList> {
     // SAFETY: a NUL-terminated name; RTLD_DEFAULT searches the global scope.
     let symbol = unsafe { libc::dlsym(libc::RTLD_DEFAULT, PROCESS_LIST_SYMBOL.as_ptr()) };
     if symbol.is_null() {
@@ -101,17 +130,8 @@ fn find_exported() -> Option<&'static [AtomicI32]> {
     // SAFETY: the symbol of that (versioned) name is, by its contract, a function of this type.
     let export: extern "C" fn() -> HelperList = unsafe { std::mem::transmute(symbol) };
     let list = export();
-    if list.slots.is_null() || list.len == 0 || list.len > MAX_EXPORTED_SLOTS {
-        return None;
-    }
-    if std::ptr::eq(list.slots, RUNNING.as_ptr()) {
-        // This copy is the exporter: its own list is the process's.
-        return None;
-    }
-    // ATOMICS: see `EXPORTED`. Two threads may both store the same list.
-    EXPORTED_LEN.store(list.len, Ordering::Relaxed);
-    EXPORTED.store(list.slots.cast_mut(), Ordering::Release);
-    exported()
+    let sound = !list.slots.is_null() && list.len != 0 && list.len <= MAX_EXPORTED_SLOTS;
+    (sound && !std::ptr::eq(list.slots, RUNNING.as_ptr())).then_some(list)
 }
 
 /// The list this copy's helpers go in: the process's (exported by a loaded object), else its

@@ -311,6 +311,51 @@ pub fn process_ended(pid: u32) -> bool {
     state == b"X" || (threads == b"1" && (state == b"Z" || (exiting && vsize == b"0")))
 }
 
+/// What tells one program image of a process from another ([`process_image`]): the process
+/// (its start time, which an exec keeps and a reused pid does not) and the image running in
+/// it (its auxiliary vector, which the kernel writes anew at every exec: among others the
+/// addresses of the program's headers, of the dynamic loader, of the vDSO and of the stack's
+/// random bytes, randomised at each exec unless address-space randomisation is off).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub struct ProcessImage {
+    /// `/proc/PID/stat` field 22: when the process started, in clock ticks after boot.
+    pub start_time: u64,
+    /// A hash of `/proc/PID/auxv`.
+    pub auxv: u64,
+}
+
+/// The image process `pid` runs now, if `/proc` shows it (this pid namespace's, the process
+/// still there, its auxiliary vector readable: the same user or root). Two reads that agree
+/// are one image; different start times are different processes (a reused pid); the same
+/// start time with another auxiliary vector is an exec in between. The same program
+/// exec'd again with address-space randomisation off reads as the same image.
+pub fn process_image(pid: u32) -> Option<ProcessImage> {
+    use std::hash::{Hash, Hasher};
+
+    if pid == 0 || !proc_is_ours() {
+        return None;
+    }
+    let start_time = || -> Option<u64> {
+        let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+        // After the command: field 3 (the state) first, field 22 (`starttime`) the 20th.
+        let field = stat_fields(&stat).nth(19)?;
+        std::str::from_utf8(field).ok()?.parse().ok()
+    };
+    let before = start_time()?;
+    let auxv = std::fs::read(format!("/proc/{pid}/auxv")).ok()?;
+    // Empty for a kernel thread or a process already gone; read again after the vector, so
+    // that a pid given to another process meanwhile is not taken for the same one.
+    if auxv.is_empty() || start_time()? != before {
+        return None;
+    }
+    let mut hasher = std::collections::hash_map::DefaultHasher::new();
+    auxv.hash(&mut hasher);
+    Some(ProcessImage {
+        start_time: before,
+        auxv: hasher.finish(),
+    })
+}
+
 /// Whether `/proc` shows this process's pid namespace (`/proc/self` is its own pid).
 fn proc_is_ours() -> bool {
     std::fs::read_link("/proc/self").is_ok_and(|link| {
@@ -392,6 +437,42 @@ mod tests {
         assert!(!process_ended(waiter.id()));
         waiter.kill().unwrap();
         waiter.wait().unwrap();
+    }
+
+    #[test]
+    fn an_exec_changes_a_process_image_and_a_fork_another_process_is_another() {
+        use std::io::Write as _;
+        use std::time::{Duration, Instant};
+
+        let me = process_image(std::process::id()).expect("this process's image");
+        assert_eq!(process_image(std::process::id()), Some(me), "stable");
+        assert_eq!(process_image(0), None);
+        assert_eq!(process_image(2), None, "kthreadd: no auxiliary vector");
+        // A shell that execs `sleep` once it reads a line: one process, two images.
+        let mut child = std::process::Command::new("sh")
+            .args(["-c", "read line; exec sleep 30"])
+            .stdin(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+        let pid = child.id();
+        let shell = process_image(pid).expect("the shell's image");
+        assert_ne!(shell.start_time, 0);
+        assert_ne!(shell, me, "another process");
+        writeln!(child.stdin.as_mut().unwrap()).unwrap();
+        let until = Instant::now() + Duration::from_secs(10);
+        let sleep = loop {
+            let now = process_image(pid).expect("the image after the exec");
+            if now != shell {
+                break now;
+            }
+            assert!(Instant::now() < until, "pid {pid} never exec'd");
+            std::thread::sleep(Duration::from_millis(5));
+        };
+        assert_eq!(sleep.start_time, shell.start_time, "the same process");
+        assert_ne!(sleep.auxv, shell.auxv, "another image");
+        child.kill().unwrap();
+        child.wait().unwrap();
+        assert_eq!(process_image(pid), None, "reaped");
     }
 
     #[test]

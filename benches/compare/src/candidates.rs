@@ -193,6 +193,22 @@ impl tracing::field::Visit for FloorVisitor<'_> {
         black_box(value);
     }
 
+    fn record_i64(&mut self, _field: &tracing::field::Field, value: i64) {
+        black_box(value);
+    }
+
+    fn record_f64(&mut self, _field: &tracing::field::Field, value: f64) {
+        black_box(value);
+    }
+
+    fn record_bool(&mut self, _field: &tracing::field::Field, value: bool) {
+        black_box(value);
+    }
+
+    fn record_str(&mut self, _field: &tracing::field::Field, value: &str) {
+        self.0.push_str(value);
+    }
+
     fn record_debug(&mut self, _field: &tracing::field::Field, value: &dyn std::fmt::Debug) {
         use std::fmt::Write as _;
         let _ = write!(self.0, "{value:?}");

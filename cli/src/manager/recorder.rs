@@ -46,6 +46,7 @@ use super::report::{
 use super::server::{Manager, ManagerConfig, ManagerError, ManagerEvent, Waker};
 use super::session::{SessionConfig, SessionState};
 use fxtrace::capture::fxt::IndexedSwitch;
+use fxtrace::capture::procfs::ProcessImage;
 use fxtrace::format::{
     self, BatchError, BatchOut, BatchWriter, ContextSwitch, Encode, EncodeError, Record,
 };
@@ -425,6 +426,8 @@ pub struct Recorder {
     gave_terminal: bool,
     /// The log lines of the manager's events.
     lines: EventLines,
+    /// Which providers followed others by exec.
+    successions: Successions,
 }
 
 /// A callback that receives the session's figures about every `interval` while tracing.
@@ -701,6 +704,7 @@ impl Recorder {
             output: out_file,
             gave_terminal: false,
             lines: EventLines::new(),
+            successions: Successions::default(),
         })
     }
 
@@ -755,7 +759,6 @@ impl Recorder {
         let mut next_progress = self.progress.as_ref().map(|p| self.started + p.interval);
 
         let mut output_failure: Option<String> = None;
-        let mut successions = Successions::default();
         let stop_reason = loop {
             if let Err(e) = self.drain_sections() {
                 match output_failed(&e) {
@@ -814,9 +817,6 @@ impl Recorder {
                     }
                 }
             };
-            for line in successions.observe(&outcome.events) {
-                log(&line);
-            }
             let mut reason = None;
             for event in &outcome.events {
                 // Alerts beyond the first ALERTS_KEPT are counted, not logged (a provider
@@ -856,6 +856,10 @@ impl Recorder {
                     }
                     _ => {}
                 }
+            }
+            // After the events' own lines ("provider N joined" first).
+            for line in self.successions.observe(&outcome.events) {
+                log(&line);
             }
             if let Some(line) = self.lines.pending(Instant::now()) {
                 log(&line);
@@ -939,7 +943,7 @@ impl Recorder {
         }
 
         let mut providers = self.manager.reports();
-        note_execs(&mut providers, &successions);
+        note_execs(&mut providers, &self.successions);
         if let (Some(pid), Some(status)) = (command_pid, command_status) {
             refine_lost_reasons(&mut providers, pid, status);
         }
@@ -1073,6 +1077,9 @@ impl Recorder {
                 log(&line);
             }
         }
+        for line in self.successions.observe(events) {
+            log(&line);
+        }
         if let Some(line) = self.lines.pending(now) {
             log(&line);
         }
@@ -1142,7 +1149,7 @@ fn output_failed(e: &RecorderError) -> Option<String> {
 /// One log line for an event worth telling the user about.
 fn describe(event: &ManagerEvent) -> Option<String> {
     Some(match event {
-        ManagerEvent::ProviderRegistered { id, pid, name } => {
+        ManagerEvent::ProviderRegistered { id, pid, name, .. } => {
             format!("provider {id} joined: pid {pid} {name:?}")
         }
         ManagerEvent::ProviderLost { id, reason } => format!("provider {id} lost: {reason}"),
@@ -1166,26 +1173,28 @@ fn describe_status(status: ExitStatus) -> String {
     }
 }
 
-/// Which providers of a process followed another by `exec`. At an exec the old image's
-/// connection closes (its socket does not survive the exec) before the new image can
-/// register, so a provider that registers after the previous provider of its process ended
-/// follows it by exec. One that registers while the previous is still connected is a second
-/// provider of the same process (a program with its own copy of fxtrace under the preload
-/// object): no exec, and neither's end is the other's.
+/// Which providers of a process followed others by `exec`. A provider's registration names
+/// the image its process ran then ([`ProcessImage`]): a provider of the same process (the
+/// same start time) with another image follows every provider of the image before by exec;
+/// one of the same image is a second provider of that image (a program with its own copy of
+/// fxtrace beside the preload object's provider, or one that connects again), never an exec.
+/// Without both images (`/proc` not readable), a provider registered after every earlier
+/// provider of its pid had ended follows them by exec (the old image's connections close at
+/// the exec, unless a forked child still holds one).
 #[derive(Debug, Default)]
 struct Successions {
-    /// Connected providers (registered, connection not ended): id → pid.
-    live: HashMap<u32, u32>,
-    /// Each process's most recently registered provider.
-    last: HashMap<u32, u32>,
+    /// Connected providers (registered, connection not ended).
+    live: HashSet<u32>,
+    /// Each process's latest image and the providers registered in it: pid → (image, ids).
+    images: HashMap<u32, (Option<ProcessImage>, Vec<u32>)>,
     /// Provider → the provider its process exec'd into.
     execs: HashMap<u32, u32>,
 }
 
 impl Successions {
-    /// Take in one poll's events; the log lines they call for. The ends are taken first: a
-    /// connection that ended by this poll ended before a registration the same poll read (the
-    /// old image's socket closes at the exec, before the new image runs).
+    /// Take in one poll's events; the log lines they call for. Ends are taken first: a
+    /// connection whose end this poll read ended before a registration the same poll read
+    /// (an exec closes the old image's connections before the new image runs).
     fn observe(&mut self, events: &[ManagerEvent]) -> Vec<String> {
         let mut ended = HashSet::new();
         for event in events {
@@ -1197,26 +1206,48 @@ impl Successions {
         }
         let mut lines = Vec::new();
         for event in events {
-            let ManagerEvent::ProviderRegistered { id, pid, name } = event else {
+            let ManagerEvent::ProviderRegistered {
+                id,
+                pid,
+                name,
+                image,
+            } = event
+            else {
                 continue;
             };
-            if let Some(&old) = self.last.get(pid).filter(|&&old| old < *id) {
-                if self.live.contains_key(&old) {
+            if !ended.contains(id) {
+                self.live.insert(*id);
+            }
+            let Some((before, providers)) = self.images.get_mut(pid) else {
+                self.images.insert(*pid, (*image, vec![*id]));
+                continue;
+            };
+            let exec = match (*before, *image) {
+                // Another process given the same pid: no succession.
+                (Some(a), Some(b)) if a.start_time != b.start_time => {
+                    self.images.insert(*pid, (*image, vec![*id]));
+                    continue;
+                }
+                (Some(a), Some(b)) => a.auxv != b.auxv,
+                _ => !providers.iter().any(|p| self.live.contains(p) && p != id),
+            };
+            if !exec {
+                if let Some(beside) = providers.iter().rev().find(|&p| self.live.contains(p)) {
                     lines.push(format!(
                         "provider {id} ({name:?}) is a second provider of pid {pid}, beside \
-                         provider {old}"
-                    ));
-                } else {
-                    self.execs.insert(old, *id);
-                    lines.push(format!(
-                        "provider {old} (pid {pid}) exec'd into {name:?} (provider {id})"
+                         provider {beside}"
                     ));
                 }
+                providers.push(*id);
+                continue;
             }
-            self.last.insert(*pid, *id);
-            if !ended.contains(id) {
-                self.live.insert(*id, *pid);
+            for &old in providers.iter() {
+                self.execs.insert(old, *id);
+                lines.push(format!(
+                    "provider {old} (pid {pid}) exec'd into {name:?} (provider {id})"
+                ));
             }
+            self.images.insert(*pid, (*image, vec![*id]));
         }
         lines
     }
@@ -1440,63 +1471,88 @@ mod tests {
             lost: lost.map(str::to_owned),
             problems: vec![],
         };
-        let registered = |id, pid, name: &str| ManagerEvent::ProviderRegistered {
-            id,
-            pid,
-            name: name.into(),
-        };
+        let image = |start_time, auxv| Some(ProcessImage { start_time, auxv });
+        let registered =
+            |id, pid, name: &str, image: Option<ProcessImage>| ManagerEvent::ProviderRegistered {
+                id,
+                pid,
+                name: name.into(),
+                image,
+            };
         let lost = |id| ManagerEvent::ProviderLost {
             id,
             reason: "connection closed without STOPPED (…)".into(),
         };
+        let gone = |id| ManagerEvent::ProviderGone { id };
         let mut successions = Successions::default();
         // bash exec'd into pyenv (flushed first), pyenv into python3 (closed unflushed, seen
         // in the poll that reads python3's registration, after it).
         assert!(successions
-            .observe(&[registered(1, 10, "bash"), registered(4, 11, "other")])
+            .observe(&[
+                registered(1, 10, "bash", image(100, 1)),
+                registered(4, 11, "other", image(150, 1)),
+            ])
             .is_empty());
         assert_eq!(
-            successions.observe(&[
-                ManagerEvent::ProviderGone { id: 1 },
-                registered(2, 10, "pyenv")
-            ]),
+            successions.observe(&[gone(1), registered(2, 10, "pyenv", image(100, 2))]),
             ["provider 1 (pid 10) exec'd into \"pyenv\" (provider 2)"]
         );
         assert_eq!(
-            successions
-                .observe(&[registered(3, 10, "python3"), lost(2)])
-                .len(),
-            1
+            successions.observe(&[registered(3, 10, "python3", image(100, 3)), lost(2)]),
+            ["provider 2 (pid 10) exec'd into \"python3\" (provider 3)"]
         );
-        // A process with two providers at once, both lost when it crashed: no exec.
-        successions.observe(&[registered(5, 12, "preload")]);
+        // Two providers of one image (a program with its own fxtrace under the preload
+        // object), both lost when it crashed: no exec. The program's provider connects again
+        // beside the other: no exec either.
+        successions.observe(&[registered(5, 12, "preload", image(200, 7))]);
         assert_eq!(
-            successions.observe(&[registered(6, 12, "own")]),
+            successions.observe(&[registered(6, 12, "own", image(200, 7))]),
             ["provider 6 (\"own\") is a second provider of pid 12, beside provider 5"]
         );
-        successions.observe(&[lost(4), lost(5), lost(6)]);
+        assert_eq!(
+            successions.observe(&[gone(6), registered(7, 12, "own", image(200, 7))]),
+            ["provider 7 (\"own\") is a second provider of pid 12, beside provider 5"]
+        );
+        successions.observe(&[lost(5), lost(7)]);
+        // An exec the object did not hook while a forked child still holds the old image's
+        // connection: the image changed, an exec all the same.
+        successions.observe(&[registered(8, 13, "parent", image(300, 1))]);
+        assert_eq!(
+            successions.observe(&[registered(9, 13, "true", image(300, 2))]),
+            ["provider 8 (pid 13) exec'd into \"true\" (provider 9)"]
+        );
+        successions.observe(&[lost(8)]);
+        // A pid given to another process: no succession, the first one's loss stays.
+        successions.observe(&[registered(10, 14, "first", image(400, 1)), lost(10)]);
+        assert!(successions
+            .observe(&[registered(11, 14, "next", image(500, 2))])
+            .is_empty());
+        // Without images: an exec once every earlier provider of the pid had ended.
+        successions.observe(&[registered(12, 15, "a", None)]);
+        assert_eq!(
+            successions.observe(&[registered(13, 15, "b", None)]).len(),
+            1
+        );
+        assert_eq!(
+            successions.observe(&[lost(12), gone(13), registered(14, 15, "c", None)]),
+            [
+                "provider 12 (pid 15) exec'd into \"c\" (provider 14)",
+                "provider 13 (pid 15) exec'd into \"c\" (provider 14)"
+            ]
+        );
+        let unflushed = Some("connection closed without STOPPED (…)");
         let mut providers = vec![
             report(1, 10, "bash", None),
-            report(
-                2,
-                10,
-                "pyenv",
-                Some("connection closed without STOPPED (…)"),
-            ),
+            report(2, 10, "pyenv", unflushed),
             report(3, 10, "python3", None),
-            report(
-                4,
-                11,
-                "other",
-                Some("connection closed without STOPPED (…)"),
-            ),
-            report(
-                5,
-                12,
-                "preload",
-                Some("connection closed without STOPPED (…)"),
-            ),
-            report(6, 12, "own", Some("connection closed without STOPPED (…)")),
+            report(4, 11, "other", unflushed),
+            report(5, 12, "preload", unflushed),
+            report(6, 12, "own", None),
+            report(7, 12, "own", unflushed),
+            report(8, 13, "parent", unflushed),
+            report(9, 13, "true", None),
+            report(10, 14, "first", unflushed),
+            report(11, 14, "next", None),
         ];
         note_execs(&mut providers, &successions);
         assert_eq!(
@@ -1506,11 +1562,18 @@ mod tests {
         assert_eq!(providers[1].lost, None);
         assert!(providers[1].problems[0].starts_with("exec'd into \"python3\" (provider 3)"));
         assert!(providers[2].problems.is_empty());
-        // Another process's loss stays a loss, and so do those of two providers of one
-        // process that were connected at once.
-        assert!(providers[3].lost.is_some());
-        assert!(providers[4].lost.is_some() && providers[4].problems.is_empty());
-        assert!(providers[5].lost.is_some() && providers[5].problems.is_empty());
+        // Another process's loss stays a loss, and so do those of two providers of one image
+        // and of a process that had the pid before.
+        for i in [3, 4, 6, 9] {
+            assert!(
+                providers[i].lost.is_some() && providers[i].problems.is_empty(),
+                "{:?}",
+                providers[i]
+            );
+        }
+        assert!(providers[5].problems.is_empty());
+        assert_eq!(providers[7].lost, None, "the unhooked exec's old image");
+        assert!(providers[7].problems[0].starts_with("exec'd into \"true\" (provider 9)"));
     }
 
     #[test]

@@ -40,6 +40,7 @@ use super::report::{ProviderReport, RefusedPeer};
 use super::session::{
     ProviderId, Session, SessionConfig, SessionState, StartError, StateError, StopError,
 };
+use fxtrace::capture::procfs::ProcessImage;
 use fxtrace::format::CheckedRecords;
 use fxtrace::protocol::control::{BufferDisposition, SessionFigures, MAX_OUTPUT_NAME_LEN};
 use fxtrace::protocol::transport::{ControlListener, ListenerOptions, TransportError};
@@ -140,6 +141,9 @@ pub enum ManagerEvent {
         pid: u32,
         /// Its name.
         name: String,
+        /// The program image its process ran when it registered, if `/proc` showed it: what
+        /// tells an exec from a second provider of the same process.
+        image: Option<ProcessImage>,
     },
     /// A provider was lost (and salvaged unless it broke the protocol).
     ProviderLost {

@@ -115,6 +115,43 @@ int main(void) {
 }
 
 #[test]
+fn an_unhooked_exec_while_a_forked_child_holds_the_old_connection_is_still_an_exec() {
+    if !perf_allowed(
+        "an_unhooked_exec_while_a_forked_child_holds_the_old_connection_is_still_an_exec",
+    ) {
+        return;
+    }
+    let Some(_) = cc() else {
+        println!("skipped: no C compiler");
+        return;
+    };
+    let dir = tempfile::tempdir().unwrap();
+    // The child keeps the old image's connection open after the parent's exec (`execl` is
+    // not hooked: nothing flushes it first): the old provider is still connected when the
+    // new image registers, and is an exec's all the same (the process's image changed).
+    let exe = compile_c(
+        dir.path(),
+        "forks_then_execs",
+        r#"
+#include <unistd.h>
+int main(void) {
+    if (fork() == 0) { sleep(1); _exit(0); }
+    usleep(200000);
+    execl("/bin/true", "true", (char *)0);
+    return 1;
+}
+"#,
+        false,
+    );
+    let (out, _) = record_preload(dir.path(), &[], &[exe.to_str().unwrap()], &[]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(err.contains("exec'd into \"true\" (provider 2)"), "{err}");
+    assert!(!err.contains("second provider"), "{err}");
+    assert!(lost_column(&err).iter().all(|l| l == "no"), "{err}");
+}
+
+#[test]
 fn lbr_unavailability_is_said_once_on_the_terminal() {
     if !perf_allowed("lbr_unavailability_is_said_once_on_the_terminal") {
         return;

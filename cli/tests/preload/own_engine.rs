@@ -40,6 +40,7 @@ fn a_program_with_its_own_provider_ends_when_its_last_thread_does() {
     );
     // Two providers of one process at once: neither is reported as the other's exec.
     assert!(!stderr.contains("exec'd"), "{stderr}");
+    assert!(stderr.contains("is a second provider of pid"), "{stderr}");
     let records = crate::preload_support::decode(&bytes);
     let s = Summary::of(&records);
     assert!(

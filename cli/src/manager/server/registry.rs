@@ -386,6 +386,9 @@ impl Manager {
                 return None;
             }
         };
+        // Read before Initialize is sent: the process waits for it, so still runs the image
+        // that registered.
+        let image = fxtrace::capture::procfs::process_image(pid);
         let now = Instant::now();
         let (id, commands) = self.session.register_provider(pid, &name, known_categories);
         let mode = self.config.session.buffering_mode;
@@ -426,8 +429,12 @@ impl Manager {
                 problems,
             },
         );
-        self.events
-            .push(ManagerEvent::ProviderRegistered { id, pid, name });
+        self.events.push(ManagerEvent::ProviderRegistered {
+            id,
+            pid,
+            name,
+            image,
+        });
         if let Err(e) = sent {
             self.lose(id, format!("sending Initialize failed: {e}"), true, now);
             return None;
