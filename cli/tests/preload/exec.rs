@@ -22,6 +22,19 @@ fn lost_column(stderr: &str) -> Vec<String> {
         .collect()
 }
 
+/// A directory for test `name`'s C program, or `None` (the reason printed) without perf or a
+/// C compiler.
+fn c_program_dir(name: &str) -> Option<tempfile::TempDir> {
+    if !perf_allowed(name) {
+        return None;
+    }
+    if cc().is_none() {
+        println!("skipped: no C compiler");
+        return None;
+    }
+    Some(tempfile::tempdir().unwrap())
+}
+
 #[test]
 fn an_exec_is_reported_as_one_not_as_a_loss() {
     if !perf_allowed("an_exec_is_reported_as_one_not_as_a_loss") {
@@ -72,14 +85,11 @@ fn an_exec_is_reported_as_one_not_as_a_loss() {
 
 #[test]
 fn a_failed_exec_keeps_tracing_and_an_unhooked_exec_is_still_an_exec() {
-    if !perf_allowed("a_failed_exec_keeps_tracing_and_an_unhooked_exec_is_still_an_exec") {
-        return;
-    }
-    let Some(_) = cc() else {
-        println!("skipped: no C compiler");
+    let Some(dir) =
+        c_program_dir("a_failed_exec_keeps_tracing_and_an_unhooked_exec_is_still_an_exec")
+    else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
     let exe = compile_c(
         dir.path(),
         "execs",
@@ -116,16 +126,11 @@ int main(void) {
 
 #[test]
 fn an_unhooked_exec_while_a_forked_child_holds_the_old_connection_is_still_an_exec() {
-    if !perf_allowed(
+    let Some(dir) = c_program_dir(
         "an_unhooked_exec_while_a_forked_child_holds_the_old_connection_is_still_an_exec",
-    ) {
-        return;
-    }
-    let Some(_) = cc() else {
-        println!("skipped: no C compiler");
+    ) else {
         return;
     };
-    let dir = tempfile::tempdir().unwrap();
     // The child keeps the old image's connection open after the parent's exec (`execl` is
     // not hooked: nothing flushes it first): the old provider is still connected when the
     // new image registers, and is an exec's all the same (the process's image changed).
