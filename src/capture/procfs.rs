@@ -325,7 +325,8 @@ pub struct ProcessImage {
 }
 
 /// The image process `pid` runs now, if `/proc` shows it (this pid namespace's, the process
-/// still there, its auxiliary vector readable: the same user or root). Two reads that agree
+/// still there, its auxiliary vector readable: the same user or root, and a process that did
+/// not make itself undumpable). Two reads that agree
 /// are one image; different start times are different processes (a reused pid); the same
 /// start time with another auxiliary vector is an exec in between. The same program
 /// exec'd again with address-space randomisation off reads as the same image.

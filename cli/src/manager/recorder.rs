@@ -1175,12 +1175,17 @@ fn describe_status(status: ExitStatus) -> String {
 
 /// Which providers of a process followed others by `exec`. A provider's registration names
 /// the image its process ran then ([`ProcessImage`]): a provider of the same process (the
-/// same start time) with another image follows every provider of the image before by exec;
-/// one of the same image is a second provider of that image (a program with its own copy of
-/// fxtrace beside the preload object's provider, or one that connects again), never an exec.
-/// Without both images (`/proc` not readable), a provider registered after every earlier
-/// provider of its pid had ended follows them by exec (the old image's connections close at
-/// the exec, unless a forked child still holds one).
+/// same start time) in another image follows every provider of the image before by exec, and
+/// another start time is another process given the same pid (no succession). Where the two
+/// images read the same (one image, or the same program exec'd again with address-space
+/// randomisation off, or an image read after another thread's exec) or one is unknown
+/// (`/proc` not readable), the connections decide: a provider registered after every earlier
+/// provider of the image had ended follows them by exec (the old image's connections close at
+/// the exec); one registered while another is still connected is a second provider of the
+/// process (a program with its own copy of fxtrace beside the preload object's provider, or
+/// one that connects again beside it), never an exec. Pid 0 (a peer in a pid namespace this
+/// manager cannot see) is never a succession. Every provider of the old image is said to have
+/// exec'd, one that ended long before the exec too.
 #[derive(Debug, Default)]
 struct Successions {
     /// Connected providers (registered, connection not ended).
@@ -1218,26 +1223,35 @@ impl Successions {
             if !ended.contains(id) {
                 self.live.insert(*id);
             }
+            if *pid == 0 {
+                continue;
+            }
             let Some((before, providers)) = self.images.get_mut(pid) else {
                 self.images.insert(*pid, (*image, vec![*id]));
                 continue;
             };
+            let beside = providers
+                .iter()
+                .rev()
+                .find(|&p| self.live.contains(p))
+                .copied();
             let exec = match (*before, *image) {
                 // Another process given the same pid: no succession.
                 (Some(a), Some(b)) if a.start_time != b.start_time => {
                     self.images.insert(*pid, (*image, vec![*id]));
                     continue;
                 }
-                (Some(a), Some(b)) => a.auxv != b.auxv,
-                _ => !providers.iter().any(|p| self.live.contains(p) && p != id),
+                (Some(a), Some(b)) if a.auxv != b.auxv => true,
+                _ => beside.is_none(),
             };
             if !exec {
-                if let Some(beside) = providers.iter().rev().find(|&p| self.live.contains(p)) {
+                if let Some(beside) = beside {
                     lines.push(format!(
                         "provider {id} ({name:?}) is a second provider of pid {pid}, beside \
                          provider {beside}"
                     ));
                 }
+                *before = before.or(*image);
                 providers.push(*id);
                 continue;
             }
@@ -1540,6 +1554,32 @@ mod tests {
                 "provider 13 (pid 15) exec'd into \"c\" (provider 14)"
             ]
         );
+        // The same image read again after every earlier provider ended: the same program
+        // exec'd again with address-space randomisation off (or read after another thread's
+        // exec), an exec by the connections.
+        successions.observe(&[registered(15, 16, "reexec", image(600, 1)), lost(15)]);
+        assert_eq!(
+            successions.observe(&[registered(16, 16, "reexec", image(600, 1))]),
+            ["provider 15 (pid 16) exec'd into \"reexec\" (provider 16)"]
+        );
+        // Pid 0 (a peer in a pid namespace not seen here): never a succession.
+        successions.observe(&[registered(17, 0, "far", None), lost(17)]);
+        assert!(successions
+            .observe(&[registered(18, 0, "away", None)])
+            .is_empty());
+        // An image first unknown, then known: the known one decides later.
+        successions.observe(&[registered(19, 17, "x", None)]);
+        assert_eq!(
+            successions.observe(&[registered(20, 17, "x", image(700, 1))]),
+            ["provider 20 (\"x\") is a second provider of pid 17, beside provider 19"]
+        );
+        assert_eq!(
+            successions
+                .observe(&[registered(21, 17, "y", image(700, 2))])
+                .len(),
+            2,
+            "19 and 20 exec'd into 21"
+        );
         let unflushed = Some("connection closed without STOPPED (…)");
         let mut providers = vec![
             report(1, 10, "bash", None),
@@ -1553,6 +1593,8 @@ mod tests {
             report(9, 13, "true", None),
             report(10, 14, "first", unflushed),
             report(11, 14, "next", None),
+            report(17, 0, "far", unflushed),
+            report(18, 0, "away", None),
         ];
         note_execs(&mut providers, &successions);
         assert_eq!(
@@ -1564,7 +1606,7 @@ mod tests {
         assert!(providers[2].problems.is_empty());
         // Another process's loss stays a loss, and so do those of two providers of one image
         // and of a process that had the pid before.
-        for i in [3, 4, 6, 9] {
+        for i in [3, 4, 6, 9, 11] {
             assert!(
                 providers[i].lost.is_some() && providers[i].problems.is_empty(),
                 "{:?}",

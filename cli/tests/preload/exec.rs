@@ -157,6 +157,49 @@ int main(void) {
 }
 
 #[test]
+fn a_program_that_execs_itself_without_address_randomisation_is_an_exec() {
+    let Some(dir) =
+        c_program_dir("a_program_that_execs_itself_without_address_randomisation_is_an_exec")
+    else {
+        return;
+    };
+    let setarch = std::path::Path::new("/usr/bin/setarch");
+    if !setarch.exists() {
+        println!("skipped: no /usr/bin/setarch (util-linux) to turn address randomisation off");
+        return;
+    }
+    // Both images read the same (randomisation off, the same program, arguments of the same
+    // length): the exec is told by the old image's connection, closed at the exec (`execl`
+    // is not hooked: unflushed, salvaged).
+    let exe = compile_c(
+        dir.path(),
+        "reexec",
+        r#"
+#include <string.h>
+#include <unistd.h>
+int main(int argc, char **argv) {
+    if (argc > 1 && strcmp(argv[1], "a") == 0) {
+        usleep(100000);
+        execl(argv[0], argv[0], "b", (char *)0);
+        return 1;
+    }
+    return 0;
+}
+"#,
+        false,
+    );
+    let exe = exe.to_str().unwrap();
+    let (out, _) = record_preload(dir.path(), &[], &["/usr/bin/setarch", "-R", exe, "a"], &[]);
+    let err = text(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    assert!(
+        err.contains("exec'd into \"reexec\" (provider 3) without flushing"),
+        "{err}"
+    );
+    assert!(lost_column(&err).iter().all(|l| l == "no"), "{err}");
+}
+
+#[test]
 fn lbr_unavailability_is_said_once_on_the_terminal() {
     if !perf_allowed("lbr_unavailability_is_said_once_on_the_terminal") {
         return;
