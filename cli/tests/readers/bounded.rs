@@ -396,3 +396,59 @@ fn objects_naming_one_long_string_do_not_each_keep_a_copy() {
     }
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+#[test]
+fn convert_keeps_a_bounded_copy_of_each_cpus_switch_arguments() {
+    use fxtrace::format::{
+        encode_to_vec, Arg, ArgValue, SchedContextSwitch, StringRef, ThreadState,
+    };
+
+    // A 32 000-byte string (index 1), then 500 CPUs, each with a thread switched in by a
+    // switch whose 15 arguments name that string, kept until the CPU's slice ends (the end
+    // of the trace): a copy per argument, 475 MB kept before.
+    let dir = temp_dir("switch-args");
+    let path = dir.join("switches.fxt");
+    let args = [Arg::new("weights", ArgValue::Str(StringRef::Index(1))); 15];
+    let mut words = vec![MAGIC];
+    words.extend(INIT);
+    words.push(2 | (1 + 4000) << 4 | 1 << 16 | 32_000 << 32);
+    words.extend(std::iter::repeat_n(u64::from_le_bytes([b'A'; 8]), 4000));
+    for cpu in 0..500u16 {
+        let switch = SchedContextSwitch {
+            ticks: 10 + u64::from(cpu),
+            cpu,
+            outgoing_state: ThreadState::Blocked,
+            outgoing_tid: 1,
+            incoming_tid: 2 + u64::from(cpu),
+            args: &args,
+        };
+        words.extend(encode_to_vec(&switch).unwrap());
+    }
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    std::fs::write(&path, bytes).unwrap();
+    let json = dir.join("switches.json");
+    let args = [
+        "convert",
+        "--to",
+        "chrome-json",
+        path.to_str().unwrap(),
+        "-o",
+        json.to_str().unwrap(),
+    ];
+    let run = run_limited(&args, Duration::from_secs(120))
+        .unwrap_or_else(|| panic!("fxtrace {args:?} did not finish in 120 s"));
+    assert!(run.status.success(), "{}", run.stderr);
+    assert!(
+        run.max_rss_kib < 64 * 1024,
+        "fxtrace {args:?} peaked at {} KiB",
+        run.max_rss_kib
+    );
+    println!("fxtrace {args:?}: {} KiB", run.max_rss_kib);
+    assert!(
+        run.stderr
+            .contains("7500 context-switch argument(s) longer than 256 bytes were cut"),
+        "{}",
+        run.stderr
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}

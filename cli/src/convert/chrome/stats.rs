@@ -30,6 +30,9 @@ pub struct ChromeStats {
     /// CPU brought in (a switch record is missing in between). The CPU slice is still
     /// closed at the new switch.
     pub switch_mismatches: u64,
+    /// Context-switch arguments (name, text or blob) longer than [`crate::MAX_KEPT_NAME`]
+    /// bytes, cut to it on the CPU slice they label (kept until the slice ends).
+    pub switch_args_cut: u64,
     /// LAST_BRANCH blobs converted.
     pub lbr_samples: u64,
     /// LAST_BRANCH blobs whose payload did not decode: dropped.
@@ -75,6 +78,13 @@ impl ChromeStats {
         add(
             self.counter_args_dropped,
             "non-numeric counter argument(s) were dropped",
+        );
+        let kept = crate::MAX_KEPT_NAME;
+        add(
+            self.switch_args_cut,
+            &format!(
+                "context-switch argument(s) longer than {kept} bytes were cut to {kept} on their CPU slices"
+            ),
         );
         add(
             self.thread_names_without_process,
