@@ -1184,8 +1184,12 @@ fn describe_status(status: ExitStatus) -> String {
 /// the exec); one registered while another is still connected is a second provider of the
 /// process (a program with its own copy of fxtrace beside the preload object's provider, or
 /// one that connects again beside it), never an exec. Pid 0 (a peer in a pid namespace this
-/// manager cannot see) is never a succession. Every provider of the old image is said to have
-/// exec'd, one that ended long before the exec too.
+/// manager cannot see) is never a succession. What this cannot tell: a provider that connects
+/// again in the same image once every other had ended reads as their exec (a program that
+/// closed its provider's connection and opened another; if that one was lost, its loss reads
+/// as an unflushed exec), and an exec with randomisation off while a forked child still holds
+/// the old connection reads as a second provider. Every provider of the old image is said to
+/// have exec'd, one that ended long before the exec too.
 #[derive(Debug, Default)]
 struct Successions {
     /// Connected providers (registered, connection not ended).
@@ -1574,11 +1578,11 @@ mod tests {
             ["provider 20 (\"x\") is a second provider of pid 17, beside provider 19"]
         );
         assert_eq!(
-            successions
-                .observe(&[registered(21, 17, "y", image(700, 2))])
-                .len(),
-            2,
-            "19 and 20 exec'd into 21"
+            successions.observe(&[registered(21, 17, "y", image(700, 2))]),
+            [
+                "provider 19 (pid 17) exec'd into \"y\" (provider 21)",
+                "provider 20 (pid 17) exec'd into \"y\" (provider 21)"
+            ]
         );
         let unflushed = Some("connection closed without STOPPED (…)");
         let mut providers = vec![
@@ -1595,6 +1599,8 @@ mod tests {
             report(11, 14, "next", None),
             report(17, 0, "far", unflushed),
             report(18, 0, "away", None),
+            report(15, 16, "reexec", unflushed),
+            report(16, 16, "reexec", None),
         ];
         note_execs(&mut providers, &successions);
         assert_eq!(
@@ -1614,6 +1620,11 @@ mod tests {
             );
         }
         assert!(providers[5].problems.is_empty());
+        assert_eq!(
+            providers[13].lost, None,
+            "exec'd into itself, randomisation off"
+        );
+        assert!(providers[13].problems[0].starts_with("exec'd into \"reexec\" (provider 16)"));
         assert_eq!(providers[7].lost, None, "the unhooked exec's old image");
         assert!(providers[7].problems[0].starts_with("exec'd into \"true\" (provider 9)"));
     }

@@ -446,7 +446,7 @@ fn convert_keeps_a_bounded_copy_of_each_cpus_switch_arguments() {
     println!("fxtrace {args:?}: {} KiB", run.max_rss_kib);
     assert!(
         run.stderr
-            .contains("7500 context-switch argument(s) longer than 256 bytes were cut"),
+            .contains("7500 context-switch argument(s) with a name or text longer than 256 bytes"),
         "{}",
         run.stderr
     );

@@ -27,7 +27,7 @@
 //! | log | `i` (thread scope), category and name `log`, `args.message` |
 //! | kernel object, process (type 1) | `M` `process_name` |
 //! | kernel object, thread (type 2) | `M` `thread_name`, process from the `"process"` koid argument (or an earlier thread record) |
-//! | context switch (both layouts) | `X` slices on the synthetic `CPUs` process, one track `CPU N` per CPU: each slice is a thread's time on that CPU, named `name (tid)`, with `tid`, `pid`, `priority` and the `end_state` it left in, and the switch's own arguments (each name, text or blob cut at 256 bytes: kept until the slice ends, and counted when cut) |
+//! | context switch (both layouts) | `X` slices on the synthetic `CPUs` process, one track `CPU N` per CPU: each slice is a thread's time on that CPU, named `name (tid)`, with `tid`, `pid`, `priority` and the `end_state` it left in, and the switch's own arguments (kept until the slice ends: each name and text cut at 256 bytes, and counted when cut) |
 //! | thread wakeup | `i` on the CPU's track, `wakeup name (tid)` |
 //! | LAST_BRANCH blob | `i` `last_branch` (category `cpu:last_branch`) on the CPU's track, the branches in `args`; totals per CPU in `otherData.lastBranch` |
 //! | large blob with metadata | `i` on its thread, with its arguments and `payload_bytes` |

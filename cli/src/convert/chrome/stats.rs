@@ -30,8 +30,8 @@ pub struct ChromeStats {
     /// CPU brought in (a switch record is missing in between). The CPU slice is still
     /// closed at the new switch.
     pub switch_mismatches: u64,
-    /// Context-switch arguments (name, text or blob) longer than [`crate::MAX_KEPT_NAME`]
-    /// bytes, cut to it on the CPU slice they label (kept until the slice ends).
+    /// Context-switch arguments whose name or text was longer than [`crate::MAX_KEPT_NAME`]
+    /// bytes, cut to at most that on the CPU slice they label (kept until the slice ends).
     pub switch_args_cut: u64,
     /// LAST_BRANCH blobs converted.
     pub lbr_samples: u64,
@@ -83,7 +83,7 @@ impl ChromeStats {
         add(
             self.switch_args_cut,
             &format!(
-                "context-switch argument(s) longer than {kept} bytes were cut to {kept} on their CPU slices"
+                "context-switch argument(s) with a name or text longer than {kept} bytes were cut to at most {kept} on their CPU slices"
             ),
         );
         add(

@@ -167,37 +167,43 @@ pub struct ChromeJsonWriter<W: Write> {
     stats: ChromeStats,
 }
 
-/// `DecodedArg` with owned strings, to be kept past its record.
+/// Zero bytes standing for a kept blob argument: the JSON gives a blob's length only
+/// (`blob_bytes`), so a kept blob keeps its length and none of its bytes. A blob fits in one
+/// record (at most 32 KiB).
+static BLOB_STAND_IN: [u8; 32 * 1024] = [0; 32 * 1024];
+
 /// `arg` kept until its CPU slice is written (the switch that brought a thread in carries
-/// them): its name, text and blob cut at [`crate::MAX_KEPT_NAME`] bytes, so that a trace of
-/// many CPUs with large switch arguments cannot hold them all (500 CPUs × 15 arguments of
-/// 32 KB: 475 MB before). `cut` counts the arguments cut.
+/// them): its name and text cut at [`crate::MAX_KEPT_NAME`] bytes (at a character boundary),
+/// a blob kept as its length, so that a trace of many CPUs with large switch arguments cannot
+/// hold them all (500 CPUs × 15 arguments naming a 32 KB string: 244 MB before). `cut` counts
+/// the arguments cut (once each, name or text).
 fn owned_arg(arg: &DecodedArg<'_>, cut: &mut u64) -> DecodedArg<'static> {
-    let mut kept = |text: &str| {
-        let kept = crate::kept_name(text);
-        *cut += u64::from(kept.len() < text.len());
-        kept
+    let name = crate::kept_name(&arg.name);
+    let mut was_cut = name.len() < arg.name.len();
+    let value = match &arg.value {
+        DecodedValue::Null => DecodedValue::Null,
+        DecodedValue::I32(v) => DecodedValue::I32(*v),
+        DecodedValue::U32(v) => DecodedValue::U32(*v),
+        DecodedValue::I64(v) => DecodedValue::I64(*v),
+        DecodedValue::U64(v) => DecodedValue::U64(*v),
+        DecodedValue::F64(v) => DecodedValue::F64(*v),
+        DecodedValue::Str(s) => {
+            let kept = crate::kept_name(s);
+            was_cut |= kept.len() < s.len();
+            DecodedValue::Str(Cow::Owned(kept))
+        }
+        DecodedValue::Pointer(v) => DecodedValue::Pointer(*v),
+        DecodedValue::Koid(v) => DecodedValue::Koid(*v),
+        DecodedValue::Bool(v) => DecodedValue::Bool(*v),
+        DecodedValue::Blob(b) => {
+            let len = b.len().min(BLOB_STAND_IN.len());
+            DecodedValue::Blob(Cow::Borrowed(&BLOB_STAND_IN[..len]))
+        }
     };
-    let name = kept(&arg.name);
+    *cut += u64::from(was_cut);
     DecodedArg {
         name: Cow::Owned(name),
-        value: match &arg.value {
-            DecodedValue::Null => DecodedValue::Null,
-            DecodedValue::I32(v) => DecodedValue::I32(*v),
-            DecodedValue::U32(v) => DecodedValue::U32(*v),
-            DecodedValue::I64(v) => DecodedValue::I64(*v),
-            DecodedValue::U64(v) => DecodedValue::U64(*v),
-            DecodedValue::F64(v) => DecodedValue::F64(*v),
-            DecodedValue::Str(s) => DecodedValue::Str(Cow::Owned(kept(s))),
-            DecodedValue::Pointer(v) => DecodedValue::Pointer(*v),
-            DecodedValue::Koid(v) => DecodedValue::Koid(*v),
-            DecodedValue::Bool(v) => DecodedValue::Bool(*v),
-            DecodedValue::Blob(b) => {
-                let keep = b.len().min(crate::MAX_KEPT_NAME);
-                *cut += u64::from(keep < b.len());
-                DecodedValue::Blob(Cow::Owned(b[..keep].to_vec()))
-            }
-        },
+        value,
     }
 }
 
@@ -442,10 +448,14 @@ impl<W: Write> ChromeJsonWriter<W> {
                     tid: *incoming_tid,
                     pid: self.threads.get(incoming_tid).and_then(|t| t.pid),
                     priority: None,
-                    args: args
-                        .iter()
-                        .map(|arg| owned_arg(arg, &mut self.stats.switch_args_cut))
-                        .collect(),
+                    // Kept for the slice of the thread switched in (none for idle).
+                    args: match incoming_tid {
+                        0 => Vec::new(),
+                        _ => args
+                            .iter()
+                            .map(|arg| owned_arg(arg, &mut self.stats.switch_args_cut))
+                            .collect(),
+                    },
                 };
                 self.switch(*cpu, time.ns, *outgoing_tid, *outgoing_state, incoming)
             }
@@ -948,6 +958,46 @@ enum MetaValue<'a> {
 
 #[cfg(test)]
 mod tests {
+    use std::borrow::Cow;
+
+    use fxtrace::format::{DecodedArg, DecodedValue};
+
+    #[test]
+    fn kept_switch_arguments_are_cut_once_each_and_blobs_keep_their_length() {
+        let long = "é".repeat(200); // 400 bytes
+        let arg = |name: &str, value| DecodedArg {
+            name: Cow::Owned(name.to_owned()),
+            value,
+        };
+        let mut cut = 0;
+        let both = super::owned_arg(
+            &arg(
+                &"n".repeat(300),
+                DecodedValue::Str(Cow::Owned(long.clone())),
+            ),
+            &mut cut,
+        );
+        assert_eq!(cut, 1, "one argument, name and text both cut: counted once");
+        assert_eq!(both.name.len(), 256);
+        let DecodedValue::Str(text) = &both.value else {
+            panic!("{both:?}")
+        };
+        assert!(
+            text.len() <= 256 && long.starts_with(text.as_ref()),
+            "at a boundary"
+        );
+        let blob = super::owned_arg(
+            &arg("b", DecodedValue::Blob(Cow::Owned(vec![7; 1000]))),
+            &mut cut,
+        );
+        assert_eq!(cut, 1, "a blob is kept as its length: nothing cut");
+        assert!(matches!(blob.value, DecodedValue::Blob(b) if b.len() == 1000));
+        let short = super::owned_arg(&arg("w", DecodedValue::Str(Cow::Borrowed("x"))), &mut cut);
+        assert_eq!(
+            (cut, short.value),
+            (1, DecodedValue::Str(Cow::Borrowed("x")))
+        );
+    }
 
     #[test]
     fn shared_texts_sweep_rarely_when_every_text_is_in_use() {
