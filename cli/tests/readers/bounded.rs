@@ -34,7 +34,12 @@ struct Run {
 // The child is reaped by `wait4` (for its rusage), which clippy does not see.
 #[allow(clippy::zombie_processes)]
 fn run_limited(args: &[&str], limit: Duration) -> Option<Run> {
-    let err_path = temp_dir("stderr").join(format!("{}.err", args.join("_").replace('/', "_")));
+    // A directory of each call's own: `temp_dir` empties the one it names, and the tests run
+    // at once (a shared one lost a running child's stderr to another test's call).
+    static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    // ATOMICS: `Relaxed`: a counter naming directories, nothing published through it.
+    let call = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let err_path = temp_dir(&format!("stderr-{call}")).join("stderr");
     let child = Command::new(FXTRACE)
         .args(args)
         .stdin(Stdio::null())
@@ -65,6 +70,8 @@ fn run_limited(args: &[&str], limit: Duration) -> Option<Run> {
         // SAFETY: wait4 writes an int and a rusage through pointers to live locals.
         let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut usage) };
         if r == pid {
+            let stderr = std::fs::read_to_string(&err_path).unwrap_or_default();
+            let _ = std::fs::remove_dir_all(err_path.parent().unwrap());
             return Some(Run {
                 status: ExitStatus::from_raw(status),
                 max_rss_kib: if polled_kib > 0 {
@@ -72,7 +79,7 @@ fn run_limited(args: &[&str], limit: Duration) -> Option<Run> {
                 } else {
                     usage.ru_maxrss
                 },
-                stderr: std::fs::read_to_string(&err_path).unwrap_or_default(),
+                stderr,
             });
         }
         if Instant::now() >= until {
