@@ -94,6 +94,31 @@ fn run_limited(args: &[&str], limit: Duration) -> Option<Run> {
     }
 }
 
+/// Runs `fxtrace ARGS` (at most 120 s) and checks that it peaked below `max_kib`.
+fn run_within_memory(args: &[&str], max_kib: i64) -> Run {
+    let run = run_limited(args, Duration::from_secs(120))
+        .unwrap_or_else(|| panic!("fxtrace {args:?} did not finish in 120 s"));
+    assert!(
+        run.max_rss_kib < max_kib,
+        "fxtrace {args:?} peaked at {} KiB",
+        run.max_rss_kib
+    );
+    println!("fxtrace {args:?}: {} KiB", run.max_rss_kib);
+    run
+}
+
+/// Appends a string record of index 1 holding 32 000 bytes (`A`): the longest a record holds.
+fn push_long_string(words: &mut Vec<u64>) {
+    words.push(2 | (1 + 4000) << 4 | 1 << 16 | 32_000 << 32);
+    words.extend(std::iter::repeat(u64::from_le_bytes([b'A'; 8])).take(4000));
+}
+
+/// Writes `words` to `path` in this machine's byte order.
+fn write_words(path: &Path, words: &[u64]) {
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    std::fs::write(path, bytes).unwrap();
+}
+
 #[test]
 fn every_reader_refuses_dev_zero_after_its_first_word() {
     let out = temp_dir("zero");
@@ -349,14 +374,7 @@ fn many_provider_sections_cost_no_memory_each() {
         ],
     ];
     for args in cases {
-        let run = run_limited(&args, Duration::from_secs(120))
-            .unwrap_or_else(|| panic!("fxtrace {args:?} did not finish in 120 s"));
-        assert!(
-            run.max_rss_kib < 32 * 1024,
-            "fxtrace {args:?} peaked at {} KiB",
-            run.max_rss_kib
-        );
-        println!("fxtrace {args:?}: {} KiB", run.max_rss_kib);
+        run_within_memory(&args, 32 * 1024);
     }
     std::fs::remove_dir_all(dir).unwrap();
 }
@@ -368,18 +386,12 @@ fn objects_naming_one_long_string_do_not_each_keep_a_copy() {
     let dir = temp_dir("names");
     let path = dir.join("names.fxt");
     let mut words = vec![MAGIC];
-    let text = vec![b'A'; 32_000];
-    words.push(2 | (1 + 4000) << 4 | 1 << 16 | 32_000 << 32);
-    words.extend(
-        text.chunks(8)
-            .map(|c| u64::from_le_bytes(c.try_into().unwrap())),
-    );
+    push_long_string(&mut words);
     for koid in 1..=20_000u64 {
         // Kernel object (type 7, 2 words): object type 2 (thread), name index 1, no args.
         words.extend([7 | 2 << 4 | 2 << 16 | 1 << 24, koid]);
     }
-    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
-    std::fs::write(&path, bytes).unwrap();
+    write_words(&path, &words);
     let file = path.to_str().unwrap();
     let json = dir.join("names.json");
     for args in [
@@ -393,13 +405,7 @@ fn objects_naming_one_long_string_do_not_each_keep_a_copy() {
             json.to_str().unwrap(),
         ],
     ] {
-        let run = run_limited(&args, Duration::from_secs(120))
-            .unwrap_or_else(|| panic!("fxtrace {args:?} did not finish in 120 s"));
-        assert!(
-            run.max_rss_kib < 64 * 1024,
-            "fxtrace {args:?} peaked at {} KiB",
-            run.max_rss_kib
-        );
+        run_within_memory(&args, 64 * 1024);
     }
     std::fs::remove_dir_all(dir).unwrap();
 }
@@ -418,8 +424,7 @@ fn convert_keeps_a_bounded_copy_of_each_cpus_switch_arguments() {
     let args = [Arg::new("weights", ArgValue::Str(StringRef::Index(1))); 15];
     let mut words = vec![MAGIC];
     words.extend(INIT);
-    words.push(2 | (1 + 4000) << 4 | 1 << 16 | 32_000 << 32);
-    words.extend(std::iter::repeat_n(u64::from_le_bytes([b'A'; 8]), 4000));
+    push_long_string(&mut words);
     for cpu in 0..500u16 {
         let switch = SchedContextSwitch {
             ticks: 10 + u64::from(cpu),
@@ -431,8 +436,7 @@ fn convert_keeps_a_bounded_copy_of_each_cpus_switch_arguments() {
         };
         words.extend(encode_to_vec(&switch).unwrap());
     }
-    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
-    std::fs::write(&path, bytes).unwrap();
+    write_words(&path, &words);
     let json = dir.join("switches.json");
     let args = [
         "convert",
@@ -442,15 +446,8 @@ fn convert_keeps_a_bounded_copy_of_each_cpus_switch_arguments() {
         "-o",
         json.to_str().unwrap(),
     ];
-    let run = run_limited(&args, Duration::from_secs(120))
-        .unwrap_or_else(|| panic!("fxtrace {args:?} did not finish in 120 s"));
+    let run = run_within_memory(&args, 64 * 1024);
     assert!(run.status.success(), "{}", run.stderr);
-    assert!(
-        run.max_rss_kib < 64 * 1024,
-        "fxtrace {args:?} peaked at {} KiB",
-        run.max_rss_kib
-    );
-    println!("fxtrace {args:?}: {} KiB", run.max_rss_kib);
     assert!(
         run.stderr
             .contains("7500 context-switch argument(s) with a name or text longer than 256 bytes"),
