@@ -21,9 +21,9 @@ use std::sync::{Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Wake, Waker};
 
 use fxtrace::buffer::header::BufferingMode;
-use fxtrace::format::{DecodedEventKind, DecodedRecord, Decoder};
 use fxtrace::standalone::StandaloneSession;
 use fxtrace::traced;
+use fxtrace_format::{DecodedEventKind, DecodedRecord, Decoder};
 
 // --- the executor ---
 

@@ -17,9 +17,9 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 
 use fxtrace::buffer::header::BufferingMode;
-use fxtrace::format::{DecodedRecord, Decoder};
 use fxtrace::standalone::StandaloneSession;
 use fxtrace::traced;
+use fxtrace_format::{DecodedRecord, Decoder};
 
 /// Recursion: one duration per call, nested.
 #[traced(args(n))]

@@ -31,10 +31,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use fxtrace::engine::{Context, Writer};
-use fxtrace::format::{
+use fxtrace::provider::{Provider, ProviderState};
+use fxtrace_format::{
     Arg, ArgValue, Encode, Event, EventKind, StringRecord, StringRef, ThreadRecord, ThreadRef,
 };
-use fxtrace::provider::{Provider, ProviderState};
 
 #[derive(Debug, Clone)]
 struct Options {

@@ -1,30 +1,61 @@
 //! fxtrace: the Fuchsia tracing system on Linux.
 //!
-//! Providers write Fuchsia Trace Format (FXT) records into a shared buffer; a trace manager
-//! collects them into one archive; hardware signals (TSC, context switches, LBR) come from the
-//! CPU and the kernel through `rdtscp` and `perf_event_open`. See `shared/DESIGN.md` for the
-//! architecture and `AGENTS.md` for the map of this repository.
+//! A program records trace events ([`instant`], [`duration`], `#[traced]`, the `tracing`
+//! layer, the C API) into a shared buffer; a trace manager (`fxtrace record`, or the trace
+//! service `fxtrace daemon`) collects every program's buffer into one Fuchsia Trace Format
+//! (FXT) archive that opens in the Perfetto UI. Timestamps are TSC ticks read with `rdtscp`.
+//!
+//! ```
+//! // Register with whichever trace manager runs (none here: `Ok(None)`, the program runs
+//! // untraced at the cost of one relaxed load per call site).
+//! let _provider = fxtrace::connect("my-app")?;
+//!
+//! #[fxtrace::traced(category = "db", args(id))]
+//! fn query(id: u64) -> u64 {
+//!     id * 2
+//! }
+//! query(21);
+//! fxtrace::instant("db", "cache_miss", fxtrace::Scope::Thread, &[]);
+//! # Ok::<(), fxtrace::ProviderError>(())
+//! ```
+//!
+//! Without a manager, [`standalone::start`] traces the process into a file of its own. The FXT
+//! codec itself is the crate `fxtrace-format`; the tools (`fxtrace record`, `dump`, `report`,
+//! …) are the crate `fxtrace-tools`. `docs/ARCHITECTURE.md` in the repository describes how
+//! the parts fit.
 
+// The internals below are shared with fxtrace's own tools (`fxtrace-tools`) and its preload
+// object; they are not API (hidden from the documentation, no stability promised). What a
+// program calls is re-exported at the root.
+#[doc(hidden)]
 pub mod buffer;
-#[cfg(feature = "c-api")]
-pub mod c_api;
+#[doc(hidden)]
 #[cfg(feature = "capture")]
 pub mod capture;
-pub mod clock;
+#[doc(hidden)]
 pub mod engine;
+#[doc(hidden)]
 pub mod fd_guard;
-pub mod format;
-/// fxtrace's own threads (for the preload object; not a stable API).
 #[doc(hidden)]
 pub mod helper_thread;
 #[doc(hidden)]
 pub mod instrument;
+#[doc(hidden)]
 pub mod protocol;
+#[doc(hidden)]
 pub mod provider;
 mod sys;
-pub mod trace;
+
+/// The FXT codec, the crate `fxtrace-format` (its own crate, so tools and other readers use it
+/// without the engine).
+use fxtrace_format as format;
+
+#[cfg(feature = "c-api")]
+pub mod c_api;
+pub mod clock;
+mod trace;
 #[cfg(feature = "tracing")]
-pub mod tracing_layer;
+mod tracing_layer;
 
 #[doc(hidden)]
 pub use instrument as __private;
@@ -46,11 +77,11 @@ pub use engine::standalone;
 /// ```
 #[doc(inline)]
 pub use fxtrace_macros::traced;
-pub use provider::{alert, connect};
+pub use provider::{alert, connect, Provider, ProviderError};
 pub use trace::{
     async_begin, async_end, async_instant, counter, duration, duration_begin, duration_end,
     duration_with_args, flow_begin, flow_end, flow_step, instant, is_category_enabled, log, Arg,
-    ArgValue, CallSite, Scope, TraceStr,
+    ArgValue, CallSite, Category, DurationGuard, Scope, TraceStr,
 };
 #[cfg(feature = "tracing")]
 pub use tracing_layer::TracingLayer;

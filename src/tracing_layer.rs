@@ -1,53 +1,4 @@
-//! [`TracingLayer`]: `tracing` spans and events written as FXT records (feature `tracing`,
-//! on by default).
-//!
-//! ```no_run
-//! use tracing_subscriber::prelude::*;
-//!
-//! tracing_subscriber::registry().with(fxtrace::TracingLayer::new()).init();
-//! ```
-//!
-//! Like every fxtrace front end, the layer writes into the process's current trace (a
-//! provider session under `fxtrace record`, or a [`crate::standalone`] session); with no trace
-//! running each callback costs one relaxed load and a branch. The layer never filters: other
-//! layers see every span and event whatever fxtrace records.
-//!
-//! # Mapping
-//!
-//! | `tracing` | FXT |
-//! |---|---|
-//! | target | category (enabled by the trace's category filter) |
-//! | span, each enter → exit on a thread | one duration-complete record on that thread, named after the span, with the span's fields |
-//! | span entered on a thread other than the one that created it (a future that moved, a task spawned elsewhere) | also an async-begin record (creation time, creating thread, the fields) and, when the span closes, an async-end record; correlation id = the span id |
-//! | event | instant event (thread scope) named by its `message` (the metadata name, e.g. `event src/main.rs:12`, when it has none), with the other fields and `level` as arguments |
-//! | field `i64` / `u64` / `f64` / `bool` / `&str` | typed argument `i64` / `u64` / `f64` / `bool` / string |
-//! | field recorded by `Debug` (`?x`, `%x`, `i128`, errors) | string argument with the `Debug` text; only then is anything formatted |
-//!
-//! Events become instants rather than FXT log records because a log record carries neither
-//! category nor arguments: the target, the level and the fields would be lost, and the
-//! category filter could not select them.
-//!
-//! # Costs and limits
-//!
-//! - A span is recorded if a trace was running with its category enabled when it was
-//!   created; a span created before the trace started writes nothing.
-//! - A span's fields are kept in the span's extensions only while a trace is running with its
-//!   category enabled. Up to four scalar fields are kept inline: the extension's box (the
-//!   registry's own, one per span that records) is then the only allocation; text fields or
-//!   more fields take one more. Such a span's record is written on the engine's
-//!   one-announcement path once its thread has written the span's name in the trace.
-//! - A span's enter does not look the span up when it is one of the last eight spans its
-//!   thread created that record (the usual case); others are looked up (a span entered on
-//!   another thread, for its async begin). Its exit looks it up once, for its record.
-//! - Events with string or `Debug` fields format into a per-thread scratch buffer (no
-//!   allocation once warm; an event emitted while another's field is formatted takes a
-//!   string of its own).
-//! - Texts are cut at [`MAX_TEXT`] bytes, and shorter still (the longest first) when an
-//!   event's or span's texts together exceed one record (32 760 bytes): the record is
-//!   written, never dropped for its size; an event or span has at most 15 arguments
-//!   (`level` included): further fields are replaced by one `fields_dropped` count.
-//! - Span ids are reused by the registry after a span closes, so an async id is unique only
-//!   among live spans (async begin/end pairs with the same id do not overlap).
+//! `tracing` spans and events written as FXT records: [`TracingLayer`] (feature `tracing`).
 
 use std::cell::{Cell, RefCell};
 use std::fmt::{self, Write as _};
@@ -73,7 +24,7 @@ use crate::format::{Arg, ArgValue, Event, EventKind, ScalarArg, StringRef, Threa
 use crate::instrument;
 
 /// Longest text argument (string field, `Debug` text, message) written, in bytes.
-pub const MAX_TEXT: usize = 4096;
+pub(crate) const MAX_TEXT: usize = 4096;
 
 /// Name of an event's level argument. A `static`, so that every use is the one address the
 /// thread's string cache knows it by (string literals are not guaranteed to be merged).
@@ -86,8 +37,56 @@ const FIELDS_DROPPED: &str = "fields_dropped";
 /// duration not written) — only reached when spans are entered and never exited.
 const MAX_ENTERED: usize = 1024;
 
-/// A `tracing-subscriber` layer writing spans and events into the current fxtrace trace.
-/// See the [module documentation](self) for the mapping.
+/// A `tracing-subscriber` layer writing `tracing` spans and events as FXT records into the
+/// current fxtrace trace (cargo feature `tracing`, off by default).
+///
+/// ```no_run
+/// use tracing_subscriber::prelude::*;
+///
+/// tracing_subscriber::registry().with(fxtrace::TracingLayer::new()).init();
+/// ```
+///
+/// Like every fxtrace front end, the layer writes into the process's current trace (a
+/// provider session under `fxtrace record`, or a [`crate::standalone`] session); with no trace
+/// running each callback costs one relaxed load and a branch. The layer never filters: other
+/// layers see every span and event whatever fxtrace records.
+///
+/// # Mapping
+///
+/// | `tracing` | FXT |
+/// |---|---|
+/// | target | category (enabled by the trace's category filter) |
+/// | span, each enter → exit on a thread | one duration-complete record on that thread, named after the span, with the span's fields |
+/// | span entered on a thread other than the one that created it (a future that moved, a task spawned elsewhere) | also an async-begin record (creation time, creating thread, the fields) and, when the span closes, an async-end record; correlation id = the span id |
+/// | event | instant event (thread scope) named by its `message` (the metadata name, e.g. `event src/main.rs:12`, when it has none), with the other fields and `level` as arguments |
+/// | field `i64` / `u64` / `f64` / `bool` / `&str` | typed argument `i64` / `u64` / `f64` / `bool` / string |
+/// | field recorded by `Debug` (`?x`, `%x`, `i128`, errors) | string argument with the `Debug` text; only then is anything formatted |
+///
+/// Events become instants rather than FXT log records because a log record carries neither
+/// category nor arguments: the target, the level and the fields would be lost, and the
+/// category filter could not select them.
+///
+/// # Costs and limits
+///
+/// - A span is recorded if a trace was running with its category enabled when it was
+///   created; a span created before the trace started writes nothing.
+/// - A span's fields are kept in the span's extensions only while a trace is running with its
+///   category enabled. Up to four scalar fields are kept inline: the extension's box (the
+///   registry's own, one per span that records) is then the only allocation; text fields or
+///   more fields take one more. Such a span's record is written on the engine's
+///   one-announcement path once its thread has written the span's name in the trace.
+/// - A span's enter does not look the span up when it is one of the last eight spans its
+///   thread created that record (the usual case); others are looked up (a span entered on
+///   another thread, for its async begin). Its exit looks it up once, for its record.
+/// - Events with string or `Debug` fields format into a per-thread scratch buffer (no
+///   allocation once warm; an event emitted while another's field is formatted takes a
+///   string of its own).
+/// - Texts are cut at 4 096 bytes, and shorter still (the longest first) when an
+///   event's or span's texts together exceed one record (32 760 bytes): the record is
+///   written, never dropped for its size; an event or span has at most 15 arguments
+///   (`level` included): further fields are replaced by one `fields_dropped` count.
+/// - Span ids are reused by the registry after a span closes, so an async id is unique only
+///   among live spans (async begin/end pairs with the same id do not overlap).
 #[derive(Debug, Default, Clone, Copy)]
 pub struct TracingLayer {
     _private: (),

@@ -18,5 +18,5 @@ pub const MAX_KEPT_NAME: usize = 256;
 
 /// `name` as a reader keeps it ([`MAX_KEPT_NAME`]).
 pub fn kept_name(name: &str) -> String {
-    fxtrace::format::truncate_str(name, MAX_KEPT_NAME).to_owned()
+    fxtrace_format::truncate_str(name, MAX_KEPT_NAME).to_owned()
 }

@@ -7,8 +7,8 @@ use std::alloc::{GlobalAlloc, Layout, System};
 use std::io;
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use fxtrace::format::lbr::{LbrBranch, LbrPayload};
-use fxtrace::format::{
+use fxtrace_format::lbr::{LbrBranch, LbrPayload};
+use fxtrace_format::{
     Arg, ArgValue, Blob, BlobType, ContextSwitch, Event, EventKind, KernelObject, Log, ObjectType,
     RecordWriter, SkipCounts, StreamDecoder, StringRecord, StringRef, ThreadRecord, ThreadRef,
     ThreadState,

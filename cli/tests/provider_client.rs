@@ -20,11 +20,11 @@ use std::time::{Duration, Instant};
 
 use fxtrace::buffer::header::{self, MAGIC};
 use fxtrace::engine::TraceState;
-use fxtrace::format::{Encode, Event, EventKind, StringRef, ThreadRef};
 use fxtrace::protocol::control::{BufferDisposition, BufferingMode, Message};
 use fxtrace::protocol::fifo::{FifoPacket, ManagerPacket, ProviderPacket, FIFO_PROTOCOL_VERSION};
 use fxtrace::protocol::transport;
 use fxtrace::provider::{Provider, ProviderOptions, ProviderState};
+use fxtrace_format::{Encode, Event, EventKind, StringRef, ThreadRef};
 
 use daemon::{assert_intact, open_fd_files, opened_since, take_over};
 use support::{FakeManager, FakeSession};

@@ -11,11 +11,11 @@ use std::time::Duration;
 use fxtrace::buffer::header::{copy_records, HEADER_SIZE};
 use fxtrace::buffer::TraceBuffer;
 use fxtrace::clock::{self, ClockSetError, ClockSource};
-use fxtrace::format::{DecodedRecord, Decoder};
 use fxtrace::protocol::control::{BufferDisposition, BufferingMode, Message};
 use fxtrace::protocol::fifo::ProviderPacket;
 use fxtrace::protocol::transport::{self, ControlConn, ControlListener};
 use fxtrace::provider::{Provider, ProviderOptions};
+use fxtrace_format::{DecodedRecord, Decoder};
 use fxtrace_tools::manager::{Manager, ManagerConfig, SessionConfig};
 
 /// A rate no real TSC here has, so that the records show where it came from.

@@ -15,10 +15,10 @@ use fxtrace::buffer::TraceBuffer;
 use fxtrace::engine::global::{self, GlobalError};
 use fxtrace::engine::standalone::{self, StandaloneConfig, StandaloneError};
 use fxtrace::engine::{CallSite, CategoryFilter, Context, ContextConfig, NoHandler, StartMode};
-use fxtrace::format::{
+use fxtrace::{Arg, ArgValue, Scope, TraceStr};
+use fxtrace_format::{
     Decoded, DecodedEventKind, DecodedRecord, DecodedValue, Decoder, PROVIDER_EVENT_BUFFER_OVERFLOW,
 };
-use fxtrace::{Arg, ArgValue, Scope, TraceStr};
 
 /// One current context per process: every test takes this (and the binary is its own:
 /// tests of other modules would install the global context beside these).
@@ -34,7 +34,7 @@ fn decode(bytes: &[u8]) -> Vec<Decoded<'_>> {
         .expect("the archive decodes")
 }
 
-fn events<'a>(records: &'a [Decoded<'a>]) -> Vec<&'a fxtrace::format::DecodedEvent<'a>> {
+fn events<'a>(records: &'a [Decoded<'a>]) -> Vec<&'a fxtrace_format::DecodedEvent<'a>> {
     records
         .iter()
         .filter_map(|d| match &d.record {

@@ -3,8 +3,8 @@
 //! reader. None may panic; the slice and stream decoders must agree.
 #![no_main]
 
-use fxtrace::format::lbr::LbrSample;
-use fxtrace::format::{scan_records, Decoder, StreamDecoder, Summary};
+use fxtrace_format::lbr::LbrSample;
+use fxtrace_format::{scan_records, Decoder, StreamDecoder, Summary};
 use libfuzzer_sys::fuzz_target;
 
 fuzz_target!(|data: &[u8]| {

@@ -29,7 +29,7 @@
 use fxtrace::capture::KernelTraceWriter;
 use fxtrace::capture::{RecordSink, RefTable, Registration, SinkError};
 use fxtrace::engine::{Context, RecordError, TraceWriter};
-use fxtrace::format::{Record, StringRecord, ThreadRecord};
+use fxtrace_format::{Record, StringRecord, ThreadRecord};
 
 /// What an [`EngineSink`] did.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -237,7 +237,7 @@ mod tests {
     };
     use fxtrace::engine::standalone::{self, StandaloneConfig};
     use fxtrace::engine::{Context, StartMode};
-    use fxtrace::format::{Decoded, DecodedRecord, Decoder};
+    use fxtrace_format::{Decoded, DecodedRecord, Decoder};
 
     use super::*;
 
@@ -317,7 +317,7 @@ mod tests {
             .collect()
     }
 
-    use fxtrace::format::ObjectType;
+    use fxtrace_format::ObjectType;
 
     #[test]
     fn capture_records_share_the_engine_tables_and_decode() {
@@ -428,9 +428,9 @@ mod tests {
         let context = session.context().clone();
         let mut sink = EngineSink::new(context.clone());
         let first = EngineRefs.epoch(&mut sink).expect("a trace runs");
-        let log = Record::Log(fxtrace::format::Log {
+        let log = Record::Log(fxtrace_format::Log {
             ticks: 5,
-            thread: fxtrace::format::ThreadRef::Inline { pid: 1, tid: 2 },
+            thread: fxtrace_format::ThreadRef::Inline { pid: 1, tid: 2 },
             message: "kept",
         });
         assert!(sink.push(&log).unwrap() > 0);

@@ -23,7 +23,7 @@
 //! use fxtrace::engine::record::{start_trace, Scope};
 //! use fxtrace::buffer::TraceBuffer;
 //! use fxtrace::engine::{CategoryFilter, Context, ContextConfig, NoHandler, StartMode};
-//! use fxtrace::format::{Arg, ArgValue};
+//! use fxtrace_format::{Arg, ArgValue};
 //! use std::sync::Arc;
 //!
 //! let context = Context::new(TraceBuffer::create(1 << 16)?, ContextConfig::default(), Arc::new(NoHandler))?;

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread;
 
-use fxtrace::format::{DecodedEventKind, DecodedValue};
 use fxtrace::traced;
+use fxtrace_format::{DecodedEventKind, DecodedValue};
 use traced_support::{gettid, serial, str_value, trace, Ev};
 
 // --- a tiny executor ---

@@ -190,7 +190,7 @@ fn calls_in_a_loop_do_not_hold_the_start_back() {
 /// trace used.
 #[test]
 fn the_process_record_names_the_clock() {
-    use fxtrace::format::{DecodedRecord, DecodedValue, Decoder, ObjectType};
+    use fxtrace_format::{DecodedRecord, DecodedValue, Decoder, ObjectType};
     let _serial = serial();
     let session = fxtrace::standalone::start(BufferingMode::Oneshot, 1 << 20).expect("session");
     instant("app", "one", Scope::Thread, &[]);

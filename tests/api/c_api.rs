@@ -11,7 +11,7 @@ use std::ffi::{c_char, c_int, CStr};
 use fxtrace::buffer::header::BufferingMode;
 use fxtrace::engine::standalone::{self, StandaloneConfig};
 use fxtrace::engine::CategoryFilter;
-use fxtrace::format::{
+use fxtrace_format::{
     Decoded, DecodedEvent, DecodedEventKind, DecodedRecord, DecodedValue, Decoder,
 };
 
@@ -346,7 +346,7 @@ fn null_invalid_utf8_and_long_strings() {
         "cut before the invalid sequence"
     );
     assert_eq!(got[2], ("ok".to_string(), 7));
-    assert_eq!(got[3], ("app".to_string(), fxtrace::format::MAX_STRING_LEN));
+    assert_eq!(got[3], ("app".to_string(), fxtrace_format::MAX_STRING_LEN));
     assert_eq!(got[4], (String::new(), 0));
 }
 

@@ -12,8 +12,8 @@ use std::sync::Arc;
 
 use fxtrace::buffer::header::BufferingMode;
 use fxtrace::engine::global::{self, GlobalError};
-use fxtrace::format::{DecodedEventKind, DecodedValue, Decoder};
 use fxtrace::{duration, instant, standalone, traced, Scope};
+use fxtrace_format::{DecodedEventKind, DecodedValue, Decoder};
 
 #[traced(category = "app")]
 fn traced_call(x: u32) -> u32 {

@@ -8,8 +8,8 @@ use crate::traced_support;
 
 use std::fmt;
 
-use fxtrace::format::{DecodedEventKind, DecodedValue};
 use fxtrace::traced;
+use fxtrace_format::{DecodedEventKind, DecodedValue};
 use traced_support::{gettid, names, serial, str_value, trace, trace_with, Ev};
 
 // --- functions under test ---

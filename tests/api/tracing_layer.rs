@@ -9,8 +9,8 @@ use crate::traced_support;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 
-use fxtrace::format::{DecodedEventKind, DecodedValue};
 use fxtrace::TracingLayer;
+use fxtrace_format::{DecodedEventKind, DecodedValue};
 use traced_support::{gettid, serial, str_value, trace, trace_with, Ev};
 use tracing::{Level, Subscriber};
 use tracing_subscriber::layer::{Context, Layer, SubscriberExt};

@@ -3,7 +3,7 @@
 
 use fxtrace::buffer::header::*;
 use fxtrace::buffer::TraceBuffer;
-use fxtrace::format::{FramingError, FramingErrorKind};
+use fxtrace_format::{FramingError, FramingErrorKind};
 
 // === geometry ===
 

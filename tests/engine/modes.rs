@@ -1084,7 +1084,7 @@ fn dropping_a_started_context_finalises_the_header() {
 fn installed_c_and_rust_calls_in_streaming_mode_are_saved_or_counted() {
     use fxtrace::c_api::{fxtrace_duration_begin_static, fxtrace_instant_static};
     use fxtrace::engine::global;
-    use fxtrace::format::{DecodedEventKind, DecodedRecord, Decoder};
+    use fxtrace_format::{DecodedEventKind, DecodedRecord, Decoder};
 
     let buffer = TraceBuffer::create(128 * 1024).unwrap();
     let mapping = TraceBuffer::from_fd(buffer.try_clone_fd().unwrap()).unwrap();
@@ -1144,7 +1144,7 @@ fn installed_c_and_rust_calls_in_streaming_mode_are_saved_or_counted() {
         .last_wrapped
         .is_some_and(|l| report.wrapped_count == 0 || l >= report.wrapped_count - 1);
     // An archive: the magic number record, then the records saved and read at stop.
-    let mut bytes = fxtrace::format::MAGIC_WORD.to_le_bytes().to_vec();
+    let mut bytes = fxtrace_format::MAGIC_WORD.to_le_bytes().to_vec();
     bytes.extend(&saved.raw);
     bytes.extend(final_read_raw(
         &snapshot(ctx.buffer()),

@@ -15,7 +15,7 @@ use fxtrace::engine::record::{start_trace, RecordError, Scope, TraceStr};
 use fxtrace::engine::{
     CategoryFilter, Context, ContextConfig, NoHandler, StartMode, MAX_STRING_ENTRIES,
 };
-use fxtrace::format::{
+use fxtrace_format::{
     encode_to_vec, Arg, ArgValue, Blob, BlobType, ContextSwitch, Decoded, DecodedEventKind,
     DecodedRecord, DecodedValue, Decoder, Encode, EncodeError, Event, EventKind, Initialization,
     KernelObject, Log, ObjectType, ProcessRef, SchedContextSwitch, StringRecord, StringRef,
@@ -103,7 +103,7 @@ fn raw_records(bytes: &[u8]) -> Vec<Vec<u64>> {
     out
 }
 
-fn events<'a>(records: &'a [Decoded<'a>]) -> Vec<&'a fxtrace::format::DecodedEvent<'a>> {
+fn events<'a>(records: &'a [Decoded<'a>]) -> Vec<&'a fxtrace_format::DecodedEvent<'a>> {
     records
         .iter()
         .filter_map(|d| match &d.record {
@@ -283,9 +283,9 @@ fn typed_writers_decode_back() {
         .map(|e| (e.kind, e.name.as_ref(), e.time.ticks))
         .collect();
     let tps = ticks_per_second;
-    let end = fxtrace::format::Timestamp {
+    let end = fxtrace_format::Timestamp {
         ticks: 116,
-        ns: fxtrace::format::ticks_to_ns(116, tps),
+        ns: fxtrace_format::ticks_to_ns(116, tps),
     };
     assert_eq!(
         kinds,

@@ -93,7 +93,7 @@ pub fn decode(bytes: &[u8]) -> Vec<Rec> {
     let mut i = 0;
     while i < words.len() {
         let header = words[i];
-        let size = fxtrace::format::record_words(header);
+        let size = fxtrace_format::record_words(header);
         assert!(
             size >= 1 && i + size <= words.len(),
             "bad framing at word {i}: {header:#x}"

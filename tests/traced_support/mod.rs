@@ -7,8 +7,8 @@ use std::sync::{Mutex, MutexGuard};
 
 use fxtrace::buffer::header::BufferingMode;
 use fxtrace::engine::CategoryFilter;
-use fxtrace::format::{DecodedEventKind, DecodedRecord, DecodedValue, Decoder};
 use fxtrace::standalone::{self, StandaloneConfig};
+use fxtrace_format::{DecodedEventKind, DecodedRecord, DecodedValue, Decoder};
 
 /// One current context per process: every test takes this.
 static SERIAL: Mutex<()> = Mutex::new(());

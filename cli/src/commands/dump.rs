@@ -7,9 +7,9 @@ use std::process::ExitCode;
 use clap::Args;
 use serde_json::{json, Map, Value};
 
-use fxtrace::format::lbr::LbrSample;
-use fxtrace::format::mmap::{build_id_hex, MmapRecord, MMAP_BLOB_NAME};
-use fxtrace::format::{
+use fxtrace_format::lbr::LbrSample;
+use fxtrace_format::mmap::{build_id_hex, MmapRecord, MMAP_BLOB_NAME};
+use fxtrace_format::{
     BlobType, Decoded, DecodedArg, DecodedEventKind, DecodedRecord, DecodedValue, Thread, Timestamp,
 };
 
@@ -160,7 +160,7 @@ fn to_json(d: &Decoded<'_>) -> Value {
                             "pid": m.pid,
                             "time": time(Timestamp {
                                 ticks: m.time,
-                                ns: fxtrace::format::ticks_to_ns(m.time, d.ticks_per_second),
+                                ns: fxtrace_format::ticks_to_ns(m.time, d.ticks_per_second),
                             }),
                             "start": format!("{:#x}", m.start),
                             "end": format!("{:#x}", m.end()),
@@ -191,7 +191,7 @@ fn to_json(d: &Decoded<'_>) -> Value {
                             "cpu": h.cpu,
                             "time": time(Timestamp {
                                 ticks: h.event_time,
-                                ns: fxtrace::format::ticks_to_ns(h.event_time, d.ticks_per_second),
+                                ns: fxtrace_format::ticks_to_ns(h.event_time, d.ticks_per_second),
                             }),
                             "aspace": format!("{:#x}", h.aspace),
                             "branches": branches,

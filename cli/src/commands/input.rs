@@ -4,7 +4,7 @@
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-use fxtrace::format::{DecodeError, Decoded, SkipCounts, StreamDecoder};
+use fxtrace_format::{DecodeError, Decoded, SkipCounts, StreamDecoder};
 
 use super::CliError;
 

@@ -27,7 +27,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 
-use fxtrace::format::DecodeError;
+use fxtrace_format::DecodeError;
 
 const EXAMPLES: &str = "\
 EXAMPLES:

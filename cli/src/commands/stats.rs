@@ -6,7 +6,7 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use fxtrace::format::{SkipCounts, Summary, PROVIDER_EVENT_BUFFER_OVERFLOW};
+use fxtrace_format::{SkipCounts, Summary, PROVIDER_EVENT_BUFFER_OVERFLOW};
 
 use super::input::{decode_each, Outcome, Source};
 use super::CliError;

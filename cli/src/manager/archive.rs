@@ -22,7 +22,7 @@
 use std::collections::BTreeSet;
 use std::io::{self, Write};
 
-use fxtrace::format::{
+use fxtrace_format::{
     self, Arg, ArgValue, CheckedRecords, Encode, EncodeError, Event, EventKind, FramingError,
     ProviderEvent, ProviderInfo, ProviderSection, StringRef, ThreadRef, MAGIC_WORD,
 };
@@ -162,7 +162,7 @@ impl<W: Write> Archive<W> {
         if self.introduced.contains(&id) {
             self.push("provider section", &ProviderSection { provider_id: id })?;
         } else {
-            let name = truncate_str(name, format::MAX_PROVIDER_NAME_LEN);
+            let name = truncate_str(name, fxtrace_format::MAX_PROVIDER_NAME_LEN);
             self.push(
                 "provider info",
                 &ProviderInfo {
@@ -214,8 +214,9 @@ impl<W: Write> Archive<W> {
         let mut out = ProviderRecords::default();
         let mut oversized = 0u64;
         let mut runs = records.without(|header| {
-            let large = format::record_type(header) == format::RecordType::LargeRecord as u8
-                && format::record_words(header) > MAX_READABLE_LARGE_WORDS;
+            let large = fxtrace_format::record_type(header)
+                == fxtrace_format::RecordType::LargeRecord as u8
+                && fxtrace_format::record_words(header) > MAX_READABLE_LARGE_WORDS;
             oversized += u64::from(large);
             large || is_provider_metadata(header)
         });
@@ -282,9 +283,9 @@ impl<W: Write> Archive<W> {
     }
 
     fn push<R: Encode>(&mut self, what: &'static str, record: &R) -> Result<(), ArchiveError> {
-        let words = format::encode_to_vec(record)
+        let words = fxtrace_format::encode_to_vec(record)
             .map_err(|source| ArchiveError::Encode { what, source })?;
-        let bytes = format::words_to_bytes(&words);
+        let bytes = fxtrace_format::words_to_bytes(&words);
         self.put(&bytes)?;
         self.bytes += bytes.len() as u64;
         self.records += 1;
@@ -388,7 +389,7 @@ fn truncate_to_complete_records_from(
         }
         _ => file,
     };
-    let walk = format::walk_records(len, start, |offset, block| {
+    let walk = fxtrace_format::walk_records(len, start, |offset, block| {
         reader.read_exact_at(block, offset)
     })?;
     if walk.end < len {
@@ -402,9 +403,9 @@ fn truncate_to_complete_records_from(
 
 /// A provider info, provider section or provider event metadata record header.
 fn is_provider_metadata(header: u64) -> bool {
-    use format::fields::MetadataRecord;
-    use format::MetadataType;
-    format::record_type(header) == format::RecordType::Metadata as u8
+    use fxtrace_format::fields::MetadataRecord;
+    use fxtrace_format::MetadataType;
+    fxtrace_format::record_type(header) == fxtrace_format::RecordType::Metadata as u8
         && [
             MetadataType::ProviderInfo,
             MetadataType::ProviderSection,
@@ -415,24 +416,24 @@ fn is_provider_metadata(header: u64) -> bool {
 }
 
 /// Category of the manager's marker events.
-pub const MARKER_CATEGORY: &str = format::MARKER_CATEGORY;
+pub const MARKER_CATEGORY: &str = fxtrace_format::MARKER_CATEGORY;
 /// Longest marker name written (longer ones are cut).
 const MARKER_NAME_MAX: usize = 200;
 
-pub(crate) use fxtrace::format::truncate_str;
+pub(crate) use fxtrace_format::truncate_str;
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fxtrace::format::{DecodedRecord, Decoder, PROVIDER_EVENT_BUFFER_OVERFLOW};
+    use fxtrace_format::{DecodedRecord, Decoder, PROVIDER_EVENT_BUFFER_OVERFLOW};
 
     #[test]
     fn provider_metadata_from_a_provider_is_left_out_and_counted() {
         let init = [0x21u64, 1_000_000_000];
         let mut words = init.to_vec();
-        words.extend(format::encode_to_vec(&ProviderSection { provider_id: 9 }).unwrap());
+        words.extend(fxtrace_format::encode_to_vec(&ProviderSection { provider_id: 9 }).unwrap());
         words.extend(init);
-        let bytes = format::words_to_bytes(&words);
+        let bytes = fxtrace_format::words_to_bytes(&words);
         let mut a = Archive::new(Vec::new()).unwrap();
         a.begin_provider(1, "p").unwrap();
         let checked = CheckedRecords::check(&bytes).unwrap();
@@ -455,7 +456,7 @@ mod tests {
         let mut words = large(4096);
         words.extend(init);
         words.extend(large(4095));
-        let bytes = format::words_to_bytes(&words);
+        let bytes = fxtrace_format::words_to_bytes(&words);
         let checked = CheckedRecords::check(&bytes).unwrap();
         assert_eq!(
             a.write_provider_records(checked).unwrap(),

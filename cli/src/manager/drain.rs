@@ -7,7 +7,7 @@
 //! out with `pread` inside the bounds the validated geometry gives, and every region goes
 //! through the chunk-aware record scanner of [`fxtrace::buffer::header`], which yields only
 //! whole, well-framed records (unused chunk tails, stale chunks and zero words never reach the
-//! archive) as [`fxtrace::format::CheckedRecords`], so the archive copies them without walking
+//! archive) as [`fxtrace_format::CheckedRecords`], so the archive copies them without walking
 //! their framing again, and stops at the first malformed one. A scan that stops early is not an error: what
 //! came before it is kept and the stop is reported in [`DrainStats::problems`].
 
@@ -20,7 +20,7 @@ use fxtrace::buffer::header::{
     MIN_DURABLE_BUFFER_SIZE,
 };
 use fxtrace::buffer::{BufferError, TraceBuffer};
-use fxtrace::format::{
+use fxtrace_format::{
     record_type, CheckedRecords, FramingErrorKind, RecordType, ScanStop,
     PROVIDER_EVENT_BUFFER_OVERFLOW,
 };
@@ -1357,8 +1357,8 @@ mod tests {
         assert_eq!(drain.stats().rolling_bytes, 48);
         assert_eq!(drain.stats().records_dropped, 5);
         // Whole, well-framed records only.
-        let scan = fxtrace::format::scan_records(&bytes);
-        assert_eq!(scan.stop, fxtrace::format::ScanStop::End);
+        let scan = fxtrace_format::scan_records(&bytes);
+        assert_eq!(scan.stop, fxtrace_format::ScanStop::End);
         assert_eq!(scan.valid_len, bytes.len());
     }
 

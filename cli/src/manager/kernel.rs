@@ -23,7 +23,7 @@ use fxtrace::capture::{
     KernelTraceConfig, KernelTraceStats, KernelTraceWriter, PerfPermissions, RealSys, RecordSink,
     SinkError, SwitchSource, Sys, Unsupported,
 };
-use fxtrace::format::Record;
+use fxtrace_format::Record;
 
 use super::recorder::{
     ExternalSource, RecordReport, Recorder, SectionError, SectionSink, StopReason,
@@ -308,7 +308,7 @@ impl RecordSink for KernelSink {
 
     fn push_context_switch(
         &mut self,
-        record: &fxtrace::format::ContextSwitch,
+        record: &fxtrace_format::ContextSwitch,
     ) -> Result<usize, SinkError> {
         self.0.push_context_switch(record).map_err(section_error)
     }

@@ -47,11 +47,11 @@ use super::server::{Manager, ManagerConfig, ManagerError, ManagerEvent, Waker};
 use super::session::{SessionConfig, SessionState};
 use fxtrace::capture::fxt::IndexedSwitch;
 use fxtrace::capture::procfs::ProcessImage;
-use fxtrace::format::{
-    self, BatchError, BatchOut, BatchWriter, ContextSwitch, Encode, EncodeError, Record,
-};
 use fxtrace::protocol::control::{BufferingMode, SessionFigures};
 use fxtrace::protocol::transport::{ListenerOptions, SOCKET_ENV, SOCKET_FILE_NAME};
+use fxtrace_format::{
+    self, BatchError, BatchOut, BatchWriter, ContextSwitch, Encode, EncodeError, Record,
+};
 
 use crate::output_file::OutputFile;
 
@@ -520,7 +520,7 @@ impl BatchOut for SectionBatches {
 
     fn write_batch(&mut self, words: &[u64]) -> Result<(), SectionError> {
         self.tx
-            .send(format::words_to_bytes(words))
+            .send(fxtrace_format::words_to_bytes(words))
             .map_err(|_| SectionError::Closed)?;
         self.waker.wake();
         Ok(())
@@ -1428,7 +1428,7 @@ mod tests {
 
     #[test]
     fn a_section_writes_a_context_switch_as_the_general_encoder_does() {
-        use fxtrace::format::{ThreadRef, ThreadState};
+        use fxtrace_format::{ThreadRef, ThreadState};
         let waker = Waker::new().unwrap();
         for (outgoing, incoming) in [
             (ThreadRef::Index(3), ThreadRef::Index(7)),

@@ -41,9 +41,9 @@ use super::session::{
     ProviderId, Session, SessionConfig, SessionState, StartError, StateError, StopError,
 };
 use fxtrace::capture::procfs::ProcessImage;
-use fxtrace::format::CheckedRecords;
 use fxtrace::protocol::control::{BufferDisposition, SessionFigures, MAX_OUTPUT_NAME_LEN};
 use fxtrace::protocol::transport::{ControlListener, ListenerOptions, TransportError};
+use fxtrace_format::CheckedRecords;
 pub(crate) use registry::Registration;
 use registry::{Pending, Tracee};
 

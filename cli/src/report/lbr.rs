@@ -1,4 +1,4 @@
-//! Aggregation of LAST_BRANCH blobs (blob type 2, payload per [`fxtrace::format::lbr`]) into
+//! Aggregation of LAST_BRANCH blobs (blob type 2, payload per [`fxtrace_format::lbr`]) into
 //! branch-edge tables: overall, per CPU and per thread.
 //!
 //! An LBR blob carries its CPU (payload header; the blob is also named `cpu<N>`) but no
@@ -11,7 +11,7 @@
 //!
 //! # Mappings
 //!
-//! `"fxtrace:mmap"` blobs ([`fxtrace::format::mmap`]) say which file each process had mapped
+//! `"fxtrace:mmap"` blobs ([`fxtrace_format::mmap`]) say which file each process had mapped
 //! where. Each branch address of a sample is resolved, the first time it is seen, to the
 //! mapping of the sample's process (the attributed thread's) that contains it: the latest
 //! one seen at or before the sample's time, else the earliest later one (a mapping whose
@@ -26,9 +26,9 @@ use std::io::Read;
 use std::path::PathBuf;
 
 use super::symbolize::Mapping;
-use fxtrace::format::lbr::{LbrBranch, LbrSample};
-use fxtrace::format::mmap::{MmapRecord, MMAP_BLOB_NAME};
-use fxtrace::format::{
+use fxtrace_format::lbr::{LbrBranch, LbrSample};
+use fxtrace_format::mmap::{MmapRecord, MMAP_BLOB_NAME};
+use fxtrace_format::{
     ticks_to_ns, BlobType, DecodeError, Decoded, DecodedArg, DecodedRecord, DecodedValue,
     ObjectType, StreamDecoder,
 };
@@ -209,7 +209,7 @@ pub struct LbrRead {
     /// Where decoding stopped early, if it did (the report covers what came before).
     pub decode_error: Option<DecodeError>,
     /// Records and arguments the decoder skipped (unknown types).
-    pub skipped: fxtrace::format::SkipCounts,
+    pub skipped: fxtrace_format::SkipCounts,
 }
 
 fn koid_arg(args: &[DecodedArg<'_>], name: &str) -> Option<u64> {

@@ -20,7 +20,7 @@ use std::io::{self, Write};
 
 use super::lbr::{EdgeTable, LbrReport};
 use super::symbolize::{MappedFile, Symbolizer};
-use fxtrace::format::mmap::build_id_hex;
+use fxtrace_format::mmap::build_id_hex;
 
 /// Which breakdown follows the overall table.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]

@@ -8,7 +8,7 @@
 //! # Mappings from the trace
 //!
 //! A trace recorded by fxtrace carries the executable mappings of the traced processes
-//! (`"fxtrace:mmap"` blobs, [`fxtrace::format::mmap`]): start, length, file offset (`pgoff`),
+//! (`"fxtrace:mmap"` blobs, [`fxtrace_format::mmap`]): start, length, file offset (`pgoff`),
 //! path and build-id. For an address inside a [`Mapping`], its file offset is
 //! `address - start + pgoff`; the ELF `PT_LOAD` segment whose file range holds that offset
 //! gives the file (link-time) address `p_vaddr + (offset - p_offset)`. That is right for

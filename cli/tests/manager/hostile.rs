@@ -405,7 +405,7 @@ fn a_peer_of_another_uid_is_refused() {
 /// stops cleanly. Records: one initialization record, then per forged id an info, a section
 /// and an initialization record "for" that provider, then a provider event.
 fn forger_records() -> Vec<u64> {
-    use fxtrace::format::{encode_to_vec, ProviderEvent, ProviderInfo, ProviderSection};
+    use fxtrace_format::{encode_to_vec, ProviderEvent, ProviderInfo, ProviderSection};
     let mut words = support::INIT_RECORD.to_vec();
     for id in 1..=4 {
         let info = ProviderInfo {

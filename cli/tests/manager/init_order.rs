@@ -8,10 +8,10 @@ use crate::support;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::Duration;
 
-use fxtrace::format::{DecodedRecord, Decoder};
 use fxtrace::protocol::control::{BufferingMode, SessionState};
 use fxtrace::provider::{Provider, ProviderOptions};
 use fxtrace::Scope;
+use fxtrace_format::{DecodedRecord, Decoder};
 use fxtrace_tools::manager::{Manager, ManagerConfig, SessionConfig};
 
 use support::{drive, SharedOut};
@@ -187,7 +187,7 @@ mod engine_level {
     use fxtrace::buffer::TraceBuffer;
     use fxtrace::engine::Scope;
     use fxtrace::engine::{CategoryFilter, Context, ContextConfig, NoHandler, StartMode};
-    use fxtrace::format::{DecodedRecord, Decoder};
+    use fxtrace_format::{DecodedRecord, Decoder};
 
     fn context(mode: BufferingMode) -> Context {
         let buffer = TraceBuffer::create(64 << 10).unwrap();

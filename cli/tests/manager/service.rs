@@ -68,7 +68,7 @@ fn attached_controller(daemon: &Daemon, out: &Path) -> Child {
 
 /// Requests (instant events named "request") in an archive.
 fn requests(path: &Path) -> usize {
-    use fxtrace::format::{DecodedRecord, Decoder};
+    use fxtrace_format::{DecodedRecord, Decoder};
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("{}: {e}", path.display()));
     Decoder::new(&bytes)
         .map(|r| r.unwrap_or_else(|e| panic!("{}: {e}", path.display())))
@@ -411,7 +411,7 @@ fn system_wide_from_the_service_records_every_cpus_context_switches() {
     if !root_or_skip("system_wide_from_the_service_records_every_cpus_context_switches") {
         return;
     }
-    use fxtrace::format::{DecodedRecord, Decoder};
+    use fxtrace_format::{DecodedRecord, Decoder};
     let fixture = WithService::new();
     let out = fixture.file("wide.fxt");
     let started = fixture.daemon.ctl(&[
@@ -451,7 +451,7 @@ fn system_wide_from_the_service_records_every_cpus_context_switches() {
 
 /// Provider names in an archive, sorted.
 fn provider_names(path: &Path) -> Vec<String> {
-    use fxtrace::format::{DecodedRecord, Decoder};
+    use fxtrace_format::{DecodedRecord, Decoder};
     let bytes = std::fs::read(path).unwrap();
     let mut names: Vec<String> = Decoder::new(&bytes)
         .filter_map(|r| match r.unwrap().record {
@@ -799,7 +799,7 @@ fn a_start_stopped_before_it_completes_is_answered_and_its_trace_kept() {
     assert!(output.status.success(), "{err}");
     assert!(err.contains("stopped before its start completed"), "{err}");
     let bytes = std::fs::read(&out).unwrap();
-    assert!(bytes.starts_with(&fxtrace::format::MAGIC_WORD.to_le_bytes()));
+    assert!(bytes.starts_with(&fxtrace_format::MAGIC_WORD.to_le_bytes()));
 }
 
 #[test]

@@ -6,9 +6,9 @@ use crate::support;
 
 use std::time::Duration;
 
-use fxtrace::format::{Encode, Event, EventKind, StringRef, ThreadRef};
 use fxtrace::protocol::control::{BufferingMode, SessionState};
 use fxtrace::provider::{Provider, ProviderOptions};
+use fxtrace_format::{Encode, Event, EventKind, StringRef, ThreadRef};
 use fxtrace_tools::manager::{Manager, ManagerConfig, ManagerEvent, SessionConfig};
 
 use support::{decode, drive, parse_probe, registered, spawn_probe, SharedOut};
@@ -99,9 +99,9 @@ fn write(provider: &Provider, n: u64, first: u64) -> u64 {
         let Some(mut w) = provider.context().acquire() else {
             continue;
         };
-        let args = [fxtrace::format::Arg::new(
+        let args = [fxtrace_format::Arg::new(
             "seq",
-            fxtrace::format::ArgValue::U64(i),
+            fxtrace_format::ArgValue::U64(i),
         )];
         let e = Event {
             ticks: fxtrace::clock::ticks(),

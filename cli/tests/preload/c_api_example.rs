@@ -8,7 +8,7 @@ use crate::preload_support;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use fxtrace::format::{DecodedEventKind, DecodedRecord, DecodedValue};
+use fxtrace_format::{DecodedEventKind, DecodedRecord, DecodedValue};
 use preload_support::{cc, compile_c, decode, fxtrace_bin, preload_lib, root, Summary};
 
 fn text(bytes: &[u8]) -> String {

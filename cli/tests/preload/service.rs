@@ -4,7 +4,7 @@
 use std::process::{Command, Stdio};
 use std::time::Duration;
 
-use fxtrace::format::{DecodedRecord, Decoder};
+use fxtrace_format::{DecodedRecord, Decoder};
 
 use crate::preload_support::preload_lib;
 use crate::service_support::Daemon;

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
-use fxtrace::format::{Decoded, DecodedRecord, Decoder, ObjectType};
+use fxtrace_format::{Decoded, DecodedRecord, Decoder, ObjectType};
 
 /// The `fxtrace` binary of this build.
 pub(crate) fn fxtrace_bin() -> PathBuf {
@@ -245,7 +245,7 @@ impl Summary {
                         let pid = args
                             .iter()
                             .find_map(|a| match (a.name.as_ref(), &a.value) {
-                                ("process", fxtrace::format::DecodedValue::Koid(p)) => Some(*p),
+                                ("process", fxtrace_format::DecodedValue::Koid(p)) => Some(*p),
                                 _ => None,
                             })
                             .unwrap_or(0);

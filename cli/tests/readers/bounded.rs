@@ -412,7 +412,7 @@ fn objects_naming_one_long_string_do_not_each_keep_a_copy() {
 
 #[test]
 fn convert_keeps_a_bounded_copy_of_each_cpus_switch_arguments() {
-    use fxtrace::format::{
+    use fxtrace_format::{
         encode_to_vec, Arg, ArgValue, SchedContextSwitch, StringRef, ThreadState,
     };
 

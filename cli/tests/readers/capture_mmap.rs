@@ -13,8 +13,8 @@ use fxtrace::capture::{
     MemoryMap, MmapFile, ParseError, PerfClock, PerfMmap, PerfRecord, RawData, RawRecord,
     RecordBytes, RecordLayout, TaskComm, TaskFork,
 };
-use fxtrace::format::mmap::{MmapRecord, MMAP_BLOB_NAME};
-use fxtrace::format::{BlobType, DecodedRecord, Decoder, RecordWriter};
+use fxtrace_format::mmap::{MmapRecord, MMAP_BLOB_NAME};
+use fxtrace_format::{BlobType, DecodedRecord, Decoder, RecordWriter};
 
 fn layout() -> RecordLayout {
     // The switch event's layout: sample_id_all with TID | TIME | CPU (24-byte trailer).

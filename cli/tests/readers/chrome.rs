@@ -8,8 +8,8 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::process::{Command, Stdio};
 
-use fxtrace::format::lbr::{LbrBranch, LbrPayload};
-use fxtrace::format::{
+use fxtrace_format::lbr::{LbrBranch, LbrPayload};
+use fxtrace_format::{
     Arg, ArgValue, Blob, BlobType, ContextSwitch, Event, EventKind, Initialization, KernelObject,
     LargeBlob, LargeBlobMetadata, Log, ObjectType, ProviderEvent, ProviderInfo, RecordWriter,
     SchedContextSwitch, SchedThreadWakeup, StringRef, ThreadRecord, ThreadRef, ThreadState,
@@ -566,7 +566,7 @@ fn other_records_large_blobs_objects_and_overflow() {
         .unwrap();
         w.push(&UserspaceObject {
             pointer: 0x1000,
-            process: fxtrace::format::ProcessRef::Inline(10),
+            process: fxtrace_format::ProcessRef::Inline(10),
             name: "obj".into(),
             args: &[],
         })

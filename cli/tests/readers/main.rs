@@ -6,7 +6,7 @@
 /// The workspace root (the tests read fixtures, scripts and examples from there).
 const WORKSPACE: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/..");
 
-#[path = "../../../examples/write_all_records.rs"]
+#[path = "../../../format/examples/write_all_records.rs"]
 mod write_all_records;
 
 mod bounded;

@@ -10,7 +10,7 @@ use std::collections::BTreeSet;
 use std::process::Command;
 
 use fxtrace::capture::PerfPermissions;
-use fxtrace::format::{
+use fxtrace_format::{
     Arg, ArgValue, Blob, BlobType, ContextSwitch, Encode, Event, EventKind, Initialization,
     KernelObject, LargeBlob, Log, ObjectType, ProcessRef, ProviderEvent, ProviderInfo,
     ProviderSection, Record, RecordWriter, SchedContextSwitch, StringRecord, StringRef,
@@ -812,8 +812,8 @@ proptest::proptest! {
     /// would) and never panics.
     #[test]
     fn arbitrary_input_never_panics(words in proptest::collection::vec(proptest::prelude::any::<u64>(), 0..64), tail in 0usize..8) {
-        let mut bytes = fxtrace::format::words_to_bytes(&[fxtrace::format::MAGIC_WORD]);
-        bytes.extend(fxtrace::format::words_to_bytes(&words));
+        let mut bytes = fxtrace_format::words_to_bytes(&[fxtrace_format::MAGIC_WORD]);
+        bytes.extend(fxtrace_format::words_to_bytes(&words));
         bytes.extend(std::iter::repeat_n(0xa5, tail));
         let report = check(&bytes);
         proptest::prop_assert!(report.bytes <= bytes.len() as u64);
@@ -831,7 +831,7 @@ proptest::proptest! {
             .collect();
         let index = index % words.len();
         words[index] = value;
-        let report = check(&fxtrace::format::words_to_bytes(&words));
+        let report = check(&fxtrace_format::words_to_bytes(&words));
         proptest::prop_assert!(report.records >= 1);
     }
 }

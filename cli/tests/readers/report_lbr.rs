@@ -6,8 +6,8 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
-use fxtrace::format::lbr::{LbrBranch, LbrPayload};
-use fxtrace::format::{
+use fxtrace_format::lbr::{LbrBranch, LbrPayload};
+use fxtrace_format::{
     Arg, ArgValue, Blob, BlobType, ContextSwitch, Initialization, KernelObject, ObjectType,
     RecordWriter, SchedContextSwitch, StringRef, ThreadRef, ThreadState,
 };
@@ -490,7 +490,7 @@ fn cli_options_and_errors() {
 
 #[test]
 fn a_trace_without_samples_says_why() {
-    use fxtrace::format::Log;
+    use fxtrace_format::Log;
     let reason = "fxtrace: LBR branch stacks unavailable (errno 2): this CPU has no \
                   last-branch-record PMU (virtual machine?)";
     let mut w = RecordWriter::with_magic();
@@ -566,7 +566,7 @@ fn loader_mapping(
     let start = base + (vaddr & !page);
     let pgoff = offset & !page;
     let len = (offset + size - pgoff + page) & !page;
-    fxtrace::format::mmap::MmapRecord {
+    fxtrace_format::mmap::MmapRecord {
         pid,
         time: 5,
         start,
@@ -581,7 +581,7 @@ fn loader_mapping(
 
 fn mmap_blob(w: &mut RecordWriter, payload: &[u8]) {
     w.push(&Blob {
-        name: StringRef::Inline(fxtrace::format::mmap::MMAP_BLOB_NAME),
+        name: StringRef::Inline(fxtrace_format::mmap::MMAP_BLOB_NAME),
         blob_type: BlobType::DATA,
         payload,
     })
@@ -642,7 +642,7 @@ fn symbolizes_pie_and_shared_library_from_the_trace_mappings() {
     );
     // Another process has something else mapped where the PIE is in process 10.
     // Process 99 maps something else at the PIE's addresses.
-    let other = fxtrace::format::mmap::MmapRecord {
+    let other = fxtrace_format::mmap::MmapRecord {
         pid: 99,
         time: 5,
         start: base,
@@ -770,7 +770,7 @@ fn build_id_mismatch_and_missing_file_fall_back_to_file_offsets() {
     let gone_base = 0x7f00_0000_0000u64;
     mmap_blob(
         &mut w,
-        &fxtrace::format::mmap::MmapRecord {
+        &fxtrace_format::mmap::MmapRecord {
             pid: 10,
             time: 5,
             start: gone_base,
@@ -838,7 +838,7 @@ fn build_id_mismatch_and_missing_file_fall_back_to_file_offsets() {
 fn crowded_trace(n: u64, step: u64) -> Vec<u8> {
     let mut w = RecordWriter::with_magic();
     for i in 0..n {
-        let payload = fxtrace::format::mmap::MmapRecord {
+        let payload = fxtrace_format::mmap::MmapRecord {
             pid: 7,
             time: 5,
             start: 0x1000 + i * step,

@@ -20,8 +20,8 @@ use fxtrace::capture::{
     LinuxThreadState, Lost, LostKind, PerfEventKind, PerfPermissions, RecordBytes, SwitchEvent,
     SwitchSides, TaskComm, TaskFork, ThreadInfo, TracefsChoice, Unsupported,
 };
-use fxtrace::format::lbr::LbrSample;
-use fxtrace::format::{
+use fxtrace_format::lbr::LbrSample;
+use fxtrace_format::{
     BlobType, Decoded, DecodedEventKind, DecodedRecord, DecodedValue, Decoder, ObjectType,
     RecordWriter, PROVIDER_EVENT_BUFFER_OVERFLOW,
 };
@@ -108,7 +108,7 @@ fn kernel_objects(records: &[Decoded<'_>]) -> Vec<(ObjectType, u64, String, Opti
 }
 
 /// The value of argument `name` of an event.
-fn arg<'a>(e: &fxtrace::format::DecodedEvent<'a>, name: &str) -> Option<DecodedValue<'a>> {
+fn arg<'a>(e: &fxtrace_format::DecodedEvent<'a>, name: &str) -> Option<DecodedValue<'a>> {
     e.args
         .iter()
         .find(|a| a.name == name)

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use fxtrace::capture::fxt::UNKNOWN_PROCESS_KOID;
 use fxtrace::capture::{PerfPermissions, SwitchSource, TracefsChoice};
-use fxtrace::format::{DecodedRecord, DecodedValue, Decoder, ObjectType, RecordWriter};
+use fxtrace_format::{DecodedRecord, DecodedValue, Decoder, ObjectType, RecordWriter};
 use fxtrace_tools::manager::kernel::{KernelProvider, KernelProviderConfig};
 
 /// Where each thread (tid != 0) of the kernel section got its process from, by tid.

@@ -8,7 +8,7 @@
 use std::process::Command;
 use std::time::Duration;
 
-use fxtrace::format::{DecodedRecord, Decoder};
+use fxtrace_format::{DecodedRecord, Decoder};
 use fxtrace_tools::manager::{Manager, ManagerConfig, ManagerEvent};
 
 /// Snippet rounds; each writes 3 records (instant, duration, tracing event).

@@ -12,7 +12,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use fxtrace::capture::PerfPermissions;
-use fxtrace::format::{Decoded, DecodedRecord, DecodedValue, Decoder, ObjectType};
+use fxtrace_format::{Decoded, DecodedRecord, DecodedValue, Decoder, ObjectType};
 
 fn fxtrace() -> Command {
     Command::new(env!("CARGO_BIN_EXE_fxtrace"))

@@ -8,7 +8,7 @@ use std::collections::BTreeSet;
 use std::process::Command;
 
 use fxtrace::capture::PerfPermissions;
-use fxtrace::format::{DecodedRecord, Decoder};
+use fxtrace_format::{DecodedRecord, Decoder};
 
 use support::{parse_probe, probe, seqs_of_thread};
 

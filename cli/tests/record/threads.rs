@@ -4,7 +4,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
-use fxtrace::format::{DecodedRecord, DecodedValue, Decoder};
+use fxtrace_format::{DecodedRecord, DecodedValue, Decoder};
 
 /// `examples/threads`, built by `cargo test` next to the test binaries.
 fn threads_example() -> Option<PathBuf> {

@@ -4,7 +4,7 @@
 use std::path::Path;
 use std::process::Command;
 
-use fxtrace::format::{DecodedRecord, Decoder};
+use fxtrace_format::{DecodedRecord, Decoder};
 
 fn script() -> std::path::PathBuf {
     Path::new(crate::WORKSPACE).join("scripts/trace-system.sh")

@@ -14,10 +14,10 @@ use std::time::{Duration, Instant};
 
 use fxtrace::buffer::header::{self, BufferGeometry, HeaderFields};
 use fxtrace::buffer::TraceBuffer;
-use fxtrace::format::{DecodedRecord, DecodedValue, Decoder};
 use fxtrace::protocol::control::{BufferDisposition, BufferingMode, Message};
 use fxtrace::protocol::fifo::{FifoPacket, ProviderPacket};
 use fxtrace::protocol::transport::{self, ControlConn, ControlListener, TransportError};
+use fxtrace_format::{DecodedRecord, DecodedValue, Decoder};
 use fxtrace_tools::manager::{Manager, ManagerEvent};
 
 // === the probe program ===

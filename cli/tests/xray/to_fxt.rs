@@ -11,7 +11,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::process::Command;
 
-use fxtrace::format::{
+use fxtrace_format::{
     BlobType, DecodedArg, DecodedEvent, DecodedEventKind, DecodedRecord, DecodedValue, Decoder,
     ObjectType, Thread,
 };

@@ -4,13 +4,13 @@
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::Read;
 
-use fxtrace::format::fields::{
+use fxtrace_format::fields::{
     ArgumentHeader, BlobRecord, ContextSwitchRecord, EventRecord, Int32Argument,
     KernelObjectRecord, MetadataRecord, ProviderEventMetadata, ProviderInfoMetadata,
     ProviderSectionMetadata, RecordHeader, SchedContextSwitchRecord, SchedThreadWakeupRecord,
     SchedulingRecord, StringArgument, StringRecord, ThreadRecord,
 };
-use fxtrace::format::{
+use fxtrace_format::{
     record_words, ArgType, BlobType, EventType, MetadataType, ObjectType, RecordType,
     SchedulingType, MAGIC_WORD, PROVIDER_EVENT_BUFFER_OVERFLOW,
 };
@@ -495,7 +495,7 @@ impl Checker {
                 });
                 // (Remembered for the first providers only: one-word records of a million ids
                 // must not cost a tally each.)
-                let listed = self.tallies.len() < fxtrace::format::MAX_PROVIDERS_LISTED
+                let listed = self.tallies.len() < fxtrace_format::MAX_PROVIDERS_LISTED
                     || self.tallies.contains_key(&id);
                 if event == PROVIDER_EVENT_BUFFER_OVERFLOW && listed {
                     self.tallies

@@ -40,7 +40,7 @@
 //!
 //! ```
 //! use fxtrace_tools::check::perfetto::{check_for_perfetto, FindingKind, Severity};
-//! use fxtrace::format::{Blob, BlobType, Initialization, ProviderInfo, RecordWriter};
+//! use fxtrace_format::{Blob, BlobType, Initialization, ProviderInfo, RecordWriter};
 //!
 //! let mut w = RecordWriter::with_magic();
 //! w.push(&ProviderInfo { provider_id: 1, name: "kernel" })?;

@@ -7,7 +7,7 @@
 use std::fmt;
 use std::io::{self, Write};
 
-use fxtrace::format::{DecodedArg, DecodedValue};
+use fxtrace_format::{DecodedArg, DecodedValue};
 
 /// Writes `s` as a JSON string literal: quotes, backslashes and control characters
 /// escaped (RFC 8259 §7), everything else copied as UTF-8.

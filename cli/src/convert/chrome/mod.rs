@@ -57,7 +57,7 @@
 //!
 //! ```
 //! use fxtrace_tools::convert::chrome::convert;
-//! use fxtrace::format::{Event, EventKind, RecordWriter, StringRef, ThreadRef};
+//! use fxtrace_format::{Event, EventKind, RecordWriter, StringRef, ThreadRef};
 //!
 //! let mut w = RecordWriter::with_magic();
 //! let thread = ThreadRef::Inline { pid: 1, tid: 2 };
@@ -87,7 +87,7 @@ mod writer;
 
 use std::io::{self, Read, Write};
 
-use fxtrace::format::{DecodeError, SkipCounts, StreamDecoder};
+use fxtrace_format::{DecodeError, SkipCounts, StreamDecoder};
 
 pub use stats::ChromeStats;
 pub use writer::{ChromeJsonWriter, Retained, CPU_PROCESS_PID, CPU_TRACK_TID_BASE};

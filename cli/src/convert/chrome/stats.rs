@@ -40,7 +40,7 @@ pub struct ChromeStats {
     /// Records with no Chrome JSON form, by kind (`userspace_object`, `blob`, …).
     pub not_converted: BTreeMap<&'static str, u64>,
     /// Buffer-overflow provider events, by provider id (the first
-    /// [`fxtrace::format::MAX_PROVIDERS_LISTED`] providers).
+    /// [`fxtrace_format::MAX_PROVIDERS_LISTED`] providers).
     pub buffer_overflows: BTreeMap<u32, u64>,
     /// Buffer-overflow provider events of providers beyond those.
     pub buffer_overflows_not_listed: u64,

@@ -6,8 +6,8 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::io::{self, Write};
 use std::rc::Rc;
 
-use fxtrace::format::lbr::LbrSample;
-use fxtrace::format::{
+use fxtrace_format::lbr::LbrSample;
+use fxtrace_format::{
     listed_entry, ticks_to_ns, BlobType, DecodeError, Decoded, DecodedArg, DecodedEvent,
     DecodedEventKind, DecodedRecord, DecodedValue, ObjectType, SkipCounts, Thread, ThreadState,
     PROVIDER_EVENT_BUFFER_OVERFLOW,
@@ -960,7 +960,7 @@ enum MetaValue<'a> {
 mod tests {
     use std::borrow::Cow;
 
-    use fxtrace::format::{DecodedArg, DecodedValue};
+    use fxtrace_format::{DecodedArg, DecodedValue};
 
     #[test]
     fn kept_switch_arguments_are_cut_once_each_and_blobs_keep_their_length() {

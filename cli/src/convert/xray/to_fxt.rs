@@ -53,7 +53,7 @@
 //!
 //! ```
 //! use fxtrace_tools::convert::xray::{read_log, write_fxt, ImportOptions};
-//! use fxtrace::format::{Decoder, DecodedRecord};
+//! use fxtrace_format::{Decoder, DecodedRecord};
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! // A version-3 basic-mode log: function 7 entered at TSC 100 and left at TSC 250.
 //! let mut bytes = vec![0u8; 96];
@@ -86,7 +86,7 @@ use std::fmt;
 use std::hash::{BuildHasherDefault, Hasher};
 use std::io::{self, Write};
 
-use fxtrace::format::{
+use fxtrace_format::{
     truncate_str, Arg, ArgValue, Blob, BlobType, Encode, EncodeError, Event, EventKind,
     Initialization, KernelObject, ObjectType, ProviderInfo, StringRecord, StringRef, ThreadRecord,
     ThreadRef, MAGIC_WORD, MAX_ARGS, MAX_BLOB_PAYLOAD, MAX_PROVIDER_NAME_LEN, MAX_STRING_INDEX,

@@ -235,7 +235,7 @@ impl Manager {
                         fxtrace::clock::ticks(),
                         u64::from(t.pid),
                         &name,
-                        fxtrace::format::DROP_MARKER_ARG,
+                        fxtrace_format::DROP_MARKER_ARG,
                         dropped,
                     );
                 }

@@ -705,7 +705,7 @@ mod section_tests {
         let mut m = Manager::new(config, Box::new(FullDisk(0))).unwrap();
         m.start(None).unwrap();
         let id = m.reserve_provider_id();
-        let record = fxtrace::format::words_to_bytes(&[0x14]);
+        let record = fxtrace_format::words_to_bytes(&[0x14]);
         assert!(m.write_section(id, "kernel", &record).is_err());
         // The next turn reports the failure instead of tracing on.
         assert!(m.poll(&[], Some(Duration::from_millis(10))).is_err());

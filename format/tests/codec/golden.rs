@@ -1,14 +1,14 @@
 //! Golden tests: the spec's own numbers, and header words computed by hand from the bit
 //! tables of `shared/spec/fxt-format.md` and `fuchsia-notes.md` §5.
 
-use fxtrace::format::fields::{
+use fxtrace_format::fields::{
     self, ArgumentHeader, BlobArgument, BlobRecord, BoolArgument, ContextSwitchRecord, EventRecord,
     Field, Int32Argument, KernelObjectRecord, LargeBlobWithMetadata, LargeRecordHeader, LogRecord,
     MagicNumberRecord, MetadataRecord, ProviderEventMetadata, ProviderInfoMetadata,
     ProviderSectionMetadata, RecordHeader, SchedContextSwitchRecord, SchedThreadWakeupRecord,
     SchedulingRecord, StringArgument, TraceInfoMetadata, UserspaceObjectRecord,
 };
-use fxtrace::format::*;
+use fxtrace_format::*;
 
 /// Parses the spec's notation `[lo .. hi]`.
 fn spec_bits(s: &str) -> (u32, u32) {

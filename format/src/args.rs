@@ -80,9 +80,10 @@ impl<'a> Arg<'a> {
         Ok(words)
     }
 
-    /// Appends the argument.
+    /// Appends the argument (the engine's in-place encoding; not API).
+    #[doc(hidden)]
     #[inline(always)]
-    pub(crate) fn emit<S: Sink>(&self, s: &mut S) -> Result<(), EncodeError> {
+    pub fn emit<S: Sink>(&self, s: &mut S) -> Result<(), EncodeError> {
         let start = s.pos();
         let name = self.name.encode()?;
         let (arg_type, data) = match self.value {
@@ -138,14 +139,14 @@ impl<'a> Arg<'a> {
 /// header's size is 2 words. Kept by span guards between their begin and their end, so that
 /// the end only adds the name's string index.
 #[derive(Debug, Clone, Copy, PartialEq)]
-pub(crate) struct ScalarArg {
+pub struct ScalarArg {
     header: u64,
     word: u64,
 }
 
 impl ScalarArg {
     /// A null argument (a placeholder in fixed-size arrays).
-    pub(crate) const NULL: ScalarArg = ScalarArg {
+    pub const NULL: ScalarArg = ScalarArg {
         header: ArgumentHeader::TYPE.make(ArgType::Null.raw() as u64)
             | ArgumentHeader::SIZE.make(1),
         word: 0,
@@ -155,7 +156,7 @@ impl ScalarArg {
     /// index out of range. A string by index (or the empty string) is one header word, like
     /// a scalar. Folds to constants where the value's variant is known.
     #[inline(always)]
-    pub(crate) fn new(value: ArgValue<'_>) -> Option<ScalarArg> {
+    pub fn new(value: ArgValue<'_>) -> Option<ScalarArg> {
         let (arg_type, data, word) = match value {
             ArgValue::Null => (ArgType::Null, 0, None),
             ArgValue::I32(v) => (
@@ -191,24 +192,24 @@ impl ScalarArg {
 
     /// Size of the encoded argument: 1 or 2 words.
     #[inline(always)]
-    pub(crate) fn words(self) -> usize {
+    pub fn words(self) -> usize {
         ArgumentHeader::SIZE.get(self.header) as usize
     }
 
     /// The header word, named by string index `name_index`.
     #[inline(always)]
-    pub(crate) fn header(self, name_index: u16) -> u64 {
+    pub fn header(self, name_index: u16) -> u64 {
         self.header | ArgumentHeader::NAME_REF.make(u64::from(name_index))
     }
 
     /// The value word (meaningful when [`Self::words`] is 2).
     #[inline(always)]
-    pub(crate) fn word(self) -> u64 {
+    pub fn word(self) -> u64 {
         self.word
     }
 
     /// The value it was made from.
-    pub(crate) fn value(self) -> ArgValue<'static> {
+    pub fn value(self) -> ArgValue<'static> {
         let int32 = Int32Argument::VALUE.get(self.header);
         match ArgType::from_raw(ArgumentHeader::TYPE.get(self.header) as u8) {
             Some(ArgType::I32) => ArgValue::I32(int32 as u32 as i32),
@@ -236,7 +237,7 @@ impl ScalarArg {
 /// does not fit even with every text emptied. For a front end whose texts together exceed
 /// one record (each is already cut to its own limit): the record is written with shorter
 /// texts rather than dropped.
-pub(crate) fn fit_args<'a, 'o>(
+pub fn fit_args<'a, 'o>(
     args: &[Arg<'a>],
     room: usize,
     out: &'o mut [Arg<'a>; MAX_ARGS],
@@ -308,7 +309,7 @@ pub(crate) fn check_arg_count(args: &[Arg<'_>]) -> Result<u64, EncodeError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::sink::Cursor;
+    use crate::sink::Cursor;
 
     fn total_words(args: &[Arg<'_>]) -> usize {
         args.iter().map(|a| a.words().unwrap()).sum()

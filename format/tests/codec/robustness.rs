@@ -7,8 +7,8 @@ use std::io::{self, Read};
 
 use proptest::prelude::*;
 
-use fxtrace::format::fields::{ArgumentHeader, LargeRecordHeader, MetadataRecord, RecordHeader};
-use fxtrace::format::*;
+use fxtrace_format::fields::{ArgumentHeader, LargeRecordHeader, MetadataRecord, RecordHeader};
+use fxtrace_format::*;
 
 fn trace() -> Vec<u8> {
     write_all_records::build_trace().unwrap()

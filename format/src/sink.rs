@@ -8,7 +8,7 @@
 use super::fields::Field;
 
 /// Where an encoding goes: a word counter or a cursor over a word slice.
-pub(crate) trait Sink {
+pub trait Sink {
     /// Appends one word.
     fn word(&mut self, w: u64);
     /// Appends a byte stream, zero-padded to the next 8-byte boundary.
@@ -76,18 +76,19 @@ impl Sink for Counter {
 /// Writes words into a caller-provided slice. Never writes out of bounds: once the slice is
 /// full it keeps counting, and [`Cursor::finish`] reports how many words were needed.
 #[derive(Debug)]
-pub(crate) struct Cursor<'o> {
+pub struct Cursor<'o> {
     out: &'o mut [u64],
     pos: usize,
 }
 
 impl<'o> Cursor<'o> {
-    pub(crate) fn new(out: &'o mut [u64]) -> Self {
+    /// A cursor at the start of `out`.
+    pub fn new(out: &'o mut [u64]) -> Self {
         Cursor { out, pos: 0 }
     }
 
     /// Words written, or `Err(needed)` when the slice was too small.
-    pub(crate) fn finish(&self) -> Result<usize, usize> {
+    pub fn finish(&self) -> Result<usize, usize> {
         if self.pos <= self.out.len() {
             Ok(self.pos)
         } else {

@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use proptest::prelude::*;
 use proptest::sample::Index;
 
-use fxtrace::format::*;
+use fxtrace_format::*;
 
 // === the model ===
 

@@ -5,8 +5,8 @@ use crate::write_all_records;
 
 use std::collections::BTreeSet;
 
-use fxtrace::format::lbr::LbrSample;
-use fxtrace::format::*;
+use fxtrace_format::lbr::LbrSample;
+use fxtrace_format::*;
 
 fn decode(bytes: &[u8]) -> Vec<Decoded<'_>> {
     Decoder::new(bytes)

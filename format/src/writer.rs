@@ -190,7 +190,7 @@ impl<O: BatchOut> BatchWriter<O> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::format::{LargeBlob, StringRef};
+    use crate::{LargeBlob, StringRef};
 
     #[derive(Default)]
     struct Batches(Vec<Vec<u64>>);
@@ -206,16 +206,13 @@ mod tests {
     #[test]
     fn batches_fill_then_flush_and_large_records_fit() {
         let mut w = BatchWriter::with_magic(Batches::default(), 4);
-        let init = crate::format::Initialization {
+        let init = crate::Initialization {
             ticks_per_second: 7,
         };
         assert_eq!(w.push(&init).unwrap(), 2);
         assert!(w.out().0.is_empty(), "3 words buffered, batch is 4");
         w.push(&init).unwrap();
-        assert_eq!(
-            w.out().0,
-            [vec![crate::format::MAGIC_WORD, 0x21, 7, 0x21, 7]]
-        );
+        assert_eq!(w.out().0, [vec![crate::MAGIC_WORD, 0x21, 7, 0x21, 7]]);
         assert_eq!(w.buffered_words(), 0);
         // A record larger than the room behind the batch.
         let payload = vec![0xabu8; 8 * (MAX_RECORD_WORDS + 10)];

@@ -13,8 +13,8 @@
 
 use std::process::ExitCode;
 
-use fxtrace::format::lbr::{LbrBranch, LbrPayload};
-use fxtrace::format::{
+use fxtrace_format::lbr::{LbrBranch, LbrPayload};
+use fxtrace_format::{
     Arg, ArgValue, Blob, BlobType, ContextSwitch, Event, EventKind, Initialization, KernelObject,
     LargeBlob, LargeBlobMetadata, Log, ObjectType, ProcessRef, ProviderEvent, ProviderInfo,
     ProviderSection, Record, RecordWriter, SchedContextSwitch, SchedThreadWakeup, StringRecord,

@@ -1,8 +1,11 @@
 //! The Fuchsia Trace Format (FXT): bit fields, typed records and arguments, an encoder into
 //! word slices, record framing, and a tolerant decoder.
 //!
-//! This module depends on nothing else in the crate and does no I/O (apart from reading an
-//! `io::Read` in [`StreamDecoder`]).
+//! A crate of its own, for anyone who reads or writes FXT (fxtrace's engine, its tools, or a
+//! program of yours): it depends on nothing but `thiserror` and does no I/O apart from reading
+//! an `io::Read` in [`StreamDecoder`]. The spec it implements is the Fuchsia Trace Format
+//! (`fuchsia.dev/fuchsia-src/reference/tracing/trace-format`); each bit field in [`fields`]
+//! names the spec's table it comes from.
 //!
 //! # Encoding
 //!
@@ -13,7 +16,7 @@
 //! errors ([`EncodeError`]), never truncation or panics.
 //!
 //! ```
-//! use fxtrace::format::{Arg, ArgValue, Encode, Event, EventKind, StringRef, ThreadRef};
+//! use fxtrace_format::{Arg, ArgValue, Encode, Event, EventKind, StringRef, ThreadRef};
 //!
 //! let args = [Arg::new("bytes", ArgValue::U32(512))];
 //! let event = Event {
@@ -27,7 +30,7 @@
 //! let mut slot = [0u64; 8];
 //! let n = event.words()?;
 //! assert_eq!(event.write(&mut slot[..n])?, n);
-//! # Ok::<(), fxtrace::format::EncodeError>(())
+//! # Ok::<(), fxtrace_format::EncodeError>(())
 //! ```
 //!
 //! # Framing
@@ -35,8 +38,8 @@
 //! [`record_type`], [`record_words`] and [`scan_records`] find record boundaries without
 //! decoding contents: what a trace manager needs to salvage a buffer "up to the last
 //! well-formed record". [`CheckedRecords`] carries bytes a scan accepted, so they are not
-//! walked twice. This is the one record-header walk of the crate: the chunk-aware scanner of a
-//! live buffer (`buffer::header`) runs it inside each chunk run.
+//! walked twice. This is the one record-header walk of fxtrace: the chunk-aware scanner of a
+//! live trace buffer (in the `fxtrace` crate) runs it inside each chunk run.
 //!
 //! # Decoding
 //!
@@ -45,7 +48,7 @@
 //! timestamps to nanoseconds ([`Decoded`], [`DecodedRecord`]).
 //!
 //! ```
-//! use fxtrace::format::{Decoder, DecodedRecord, Initialization, RecordWriter};
+//! use fxtrace_format::{Decoder, DecodedRecord, Initialization, RecordWriter};
 //!
 //! let mut w = RecordWriter::with_magic();
 //! w.push(&Initialization { ticks_per_second: 2_000_000_000 })?;
@@ -71,7 +74,9 @@ mod summary;
 mod types;
 mod writer;
 
-pub(crate) use args::{fit_args, ScalarArg};
+// The engine's in-place encoding (the `fxtrace` crate): not part of this crate's API.
+#[doc(hidden)]
+pub use args::{fit_args, ScalarArg};
 pub use args::{Arg, ArgValue};
 pub use decode::{Decoder, SkipCounts, StreamDecoder, DEFAULT_TICKS_PER_SECOND};
 pub use decoded::{
@@ -89,8 +94,8 @@ pub use record::{
     SchedContextSwitch, SchedThreadWakeup, StringRecord, ThreadRecord, UserspaceObject,
 };
 pub use refs::{truncate_str, ProcessRef, StringRef, ThreadRef, STRING_REF_INLINE_FLAG};
-#[cfg(feature = "tracing")]
-pub(crate) use sink::{Cursor, Sink};
+#[doc(hidden)]
+pub use sink::{Cursor, Sink};
 pub use summary::{listed_entry, Summary, DROP_MARKER_ARG, MARKER_CATEGORY, MAX_PROVIDERS_LISTED};
 pub use types::{
     ticks_to_ns, ArgType, BlobType, EventType, LargeBlobFormat, MetadataType, ObjectType,
