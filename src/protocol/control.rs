@@ -1,11 +1,18 @@
 //! Control messages carried on the provider ↔ manager Unix stream socket.
 //!
-//! They mirror Fuchsia's `fuchsia.tracing.provider` calls (`shared/spec/fuchsia-notes.md`
-//! §6.3) plus what `fxtrace status` needs: a provider sends [`Message::Register`]; the
-//! manager answers [`Message::Initialize`] (with the buffer memfd and the FIFO socket as
+//! They mirror Fuchsia's `fuchsia.tracing.provider` calls (the Fuchsia documentation's
+//! "fuchsia.tracing.provider" FIDL library: `Registry.RegisterProvider`,
+//! `Provider.Initialize`/`Start`/`Stop`/`Terminate`): a provider sends [`Message::Register`];
+//! the manager answers [`Message::Initialize`] (with the buffer memfd and the FIFO socket as
 //! `SCM_RIGHTS`, see [`Message::fd_count`]), later [`Message::Start`], [`Message::Stop`] and
-//! [`Message::Terminate`]. A status client sends [`Message::StatusRequest`] and gets a
-//! [`Message::StatusReply`].
+//! [`Message::Terminate`]; a trace service may answer [`Message::Registered`] or
+//! [`Message::Refused`] first.
+//!
+//! The same sockets carry frames of conversations that are not a provider's: a status client's
+//! and a controller's (tags 6, 7 and 9 below). Their messages are the tools' (`fxtrace-tools`,
+//! `manager::wire`), built on this module's framing ([`FrameMessage`], [`encode_frame`],
+//! [`split_body`], [`BodyReader`]); a provider never sends them and [`Message`] does not decode
+//! them ([`ControlError::UnknownTag`]).
 //!
 //! # Encoding
 //!
@@ -28,10 +35,10 @@
 //! | 3 | Start | manager → provider | `disposition: u8` (1 clear entire, 2 clear non-durable, 3 retain) |
 //! | 4 | Stop | manager → provider | — |
 //! | 5 | Terminate | manager → provider | — |
-//! | 6 | StatusRequest | client → manager | optionally `features: u32` (below) |
-//! | 7 | StatusReply | manager → client | `state: u8` (FIDL SessionState 1..7), `providers: list<{id: u32, pid: u32, name: str}>` (≤ [`MAX_STATUS_PROVIDERS`]), `categories: list<str>`, then optionally the session's figures (below) |
+//! | 6 | StatusRequest | status client → manager | the tools' (frozen: `fxtrace status` of earlier revisions) |
+//! | 7 | StatusReply | manager → status client | the tools' (frozen, as tag 6) |
 //! | 8 | Registered | service → provider | `provider_id: u32`, `joining: u8` (0 or 1) |
-//! | 9 | Controller | controller ↔ service | `fds: u8` (≤ [`MAX_CONTROLLER_FDS`]), `len: u32` (≤ [`MAX_CONTROLLER_BODY`]), `len` bytes of UTF-8 JSON; carries `fds` descriptors |
+//! | 9 | Controller | controller ↔ manager | the tools' (a JSON document and the descriptors it declares) |
 //! | 10 | Refused | service → provider | `reason: str` (≤ [`MAX_REFUSAL_LEN`] bytes): the rule that refused the registration; the service closes the connection after it |
 //!
 //! ## Optional trailing fields (revision 2 of version 1)
@@ -46,35 +53,22 @@
 //!   first-revision provider never sees it): the manager's TSC rate, which the provider
 //!   installs instead of measuring its own ([`crate::clock::set_ticks_per_second`]).
 //!
-//! Revision 3 adds, the same way, what `fxtrace status` shows of a session (as
-//! `lttng list SESSION` does):
-//!
-//! - StatusRequest's `features: u32`, written only when not 0. Bit 0,
-//!   [`STATUS_FEATURE_FIGURES`]: the client wants the figures. Other bits (and 0) are
-//!   refused: not known to this revision.
-//! - StatusReply's figures ([`SessionFigures`]), sent only to a client that asked:
-//!   `buffering_mode: u8` (FIDL numbering), `buffer_size_bytes: u64`, `providers: u32`,
-//!   `records_written: u64`, `bytes_written: u64`, `buffered_bytes: u64`,
-//!   `records_dropped: u64`, `elapsed_ns: u64`, `output: str` (≤ [`MAX_OUTPUT_NAME_LEN`]
-//!   bytes, empty when unknown).
-//!
-//! A manager of an earlier revision hangs up on a StatusRequest with `features`: the client
-//! then asks again without them.
+//! Revision 3 added, the same way, the figures of the tools' status reply (tags 6 and 7).
 //!
 //! Revision 4 adds the trace service (`fxtrace daemon`): Register's `features` bit 1,
 //! [`FEATURE_WAITS_FOR_SESSION`], says the provider can wait, registered and idle, for a
 //! session; a service answers [`Message::Registered`] (tag 8) at once and sends Initialize
 //! on the same connection when a session takes the provider in. A session manager
 //! (`fxtrace record`) ignores the bit and answers Initialize as before. Controllers speak to
-//! the service in [`Message::Controller`] frames (tag 9): a JSON document whose schema the
-//! tools define, with the output file's descriptor when a controller hands one over.
+//! the service (and to `fxtrace record`, for its status) in frames of tag 9, whose document
+//! the tools define.
 //!
 //! A decoder accepts each message with or without its trailing field. A first-revision
 //! *manager* refuses a Register that carries `features` (trailing bytes): a provider of this
 //! revision needs a manager of this revision or later.
 //!
-//! Limits are those of `fuchsia.tracing` (§6.1): provider names and category names at most
-//! 100 bytes, at most 5000 categories. Decoding is total: any byte string yields a message
+//! Limits are those of `fuchsia.tracing` (its FIDL library's constants): provider names and
+//! category names at most 100 bytes, at most 5000 categories. Decoding is total: any byte string yields a message
 //! or a [`ControlError`], never a panic, and both encoding and decoding enforce the limits.
 //!
 //! # Example
@@ -111,12 +105,6 @@ pub const FEATURE_TICKS_PER_SECOND: u32 = 1;
 /// a session wants the provider (a session manager ignores the bit and answers Initialize).
 pub const FEATURE_WAITS_FOR_SESSION: u32 = 2;
 
-/// Largest body of a [`Message::Controller`] message (bytes of its JSON document).
-pub const MAX_CONTROLLER_BODY: usize = 512 << 10;
-
-/// Most descriptors one [`Message::Controller`] message carries.
-pub const MAX_CONTROLLER_FDS: u8 = 1;
-
 /// Size of the length prefix that starts every frame.
 pub const FRAME_PREFIX_LEN: usize = 4;
 
@@ -132,48 +120,29 @@ pub const MAX_CATEGORY_NAME_LEN: usize = 100;
 /// `MAX_NUM_ENABLED_CATEGORIES` / `MAX_NUM_KNOWN_CATEGORIES`.
 pub const MAX_CATEGORIES: usize = 5000;
 
-/// Most providers a [`Message::StatusReply`] lists. Fuchsia's `MAX_NUM_PROVIDERS` is 100;
-/// system-wide tracing on Linux (every process with the preload object) can exceed that.
-pub const MAX_STATUS_PROVIDERS: usize = 4096;
-
 /// Encoded size of a `str` of at most `max` bytes.
 const fn str_max(max: usize) -> usize {
     2 + max
 }
 
-/// StatusRequest `features` bit 0: the client wants [`SessionFigures`] in the reply.
-pub const STATUS_FEATURE_FIGURES: u32 = 1;
-
-/// Longest output file name a [`SessionFigures`] carries (bytes).
-pub const MAX_OUTPUT_NAME_LEN: usize = 4096;
-
-/// Encoded size of [`SessionFigures`] with the longest output name.
-const FIGURES_MAX: usize = 1 + 8 + 4 + 5 * 8 + str_max(MAX_OUTPUT_NAME_LEN);
-
 /// Encoded size of the largest category list.
 const CATEGORIES_MAX: usize = 4 + MAX_CATEGORIES * str_max(MAX_CATEGORY_NAME_LEN);
 
-/// Largest body of any message (the largest StatusReply).
-pub const MAX_BODY_LEN: usize = BODY_HEADER_LEN
-    + 1
-    + 4
-    + MAX_STATUS_PROVIDERS * (4 + 4 + str_max(MAX_PROVIDER_NAME_LEN))
-    + CATEGORIES_MAX
-    + FIGURES_MAX;
+/// Largest body of any frame on a control socket (964 724 bytes): the tools' status reply to
+/// an earlier revision's client (4096 providers, 5000 categories, its figures) is the largest
+/// frame ever sent on one, and the tools check theirs fit. Of a provider's messages,
+/// Initialize and Register with 5000 categories are the largest (about 510 KB).
+pub const MAX_BODY_LEN: usize = 964_724;
 
 const _: () = assert!(MAX_BODY_LEN <= u32::MAX as usize);
-const _: () = assert!(BODY_HEADER_LEN + 1 + 4 + MAX_CONTROLLER_BODY <= MAX_BODY_LEN);
-const _: () = assert!(BODY_HEADER_LEN + 1 + 4 + CATEGORIES_MAX <= MAX_BODY_LEN);
+const _: () = assert!(BODY_HEADER_LEN + 1 + 4 + CATEGORIES_MAX + 8 <= MAX_BODY_LEN);
 
 const TAG_REGISTER: u16 = 1;
 const TAG_INITIALIZE: u16 = 2;
 const TAG_START: u16 = 3;
 const TAG_STOP: u16 = 4;
 const TAG_TERMINATE: u16 = 5;
-const TAG_STATUS_REQUEST: u16 = 6;
-const TAG_STATUS_REPLY: u16 = 7;
 const TAG_REGISTERED: u16 = 8;
-const TAG_CONTROLLER: u16 = 9;
 const TAG_REFUSED: u16 = 10;
 
 /// Longest reason a [`Message::Refused`] carries (bytes).
@@ -460,42 +429,6 @@ impl std::fmt::Display for SessionState {
     }
 }
 
-/// A session's running figures, in a [`Message::StatusReply`] to a client that asked for
-/// them (what `fxtrace status` and the progress line of `fxtrace record` show).
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct SessionFigures {
-    /// Buffering mode of the session.
-    pub buffering_mode: BufferingMode,
-    /// Buffer size per provider, in bytes.
-    pub buffer_size_bytes: u64,
-    /// Providers connected now.
-    pub providers: u32,
-    /// Records written to the output so far (metadata included).
-    pub records_written: u64,
-    /// Bytes written to the output so far.
-    pub bytes_written: u64,
-    /// Bytes the providers' buffers hold now: in oneshot and circular mode what will be
-    /// saved when tracing stops; in streaming mode part of it may be saved already.
-    pub buffered_bytes: u64,
-    /// Records the providers dropped so far (their buffers' counts).
-    pub records_dropped: u64,
-    /// Time since the session was created, in ns.
-    pub elapsed_ns: u64,
-    /// The output file (≤ [`MAX_OUTPUT_NAME_LEN`] bytes; empty when unknown).
-    pub output: String,
-}
-
-/// One provider in a [`Message::StatusReply`].
-#[derive(Debug, Clone, PartialEq, Eq, Hash)]
-pub struct StatusEntry {
-    /// Provider id assigned by the manager.
-    pub id: u32,
-    /// Process id of the provider.
-    pub pid: u32,
-    /// Name the provider registered with (≤ 100 bytes).
-    pub name: String,
-}
-
 // === impl Message ===
 
 /// One control message.
@@ -532,15 +465,6 @@ pub enum Message {
         /// Why (≤ [`MAX_REFUSAL_LEN`] bytes).
         reason: String,
     },
-    /// Controller ↔ trace service: one request or reply of the controller protocol, a JSON
-    /// document (its schema is the tools' `service::protocol`), with `fds` descriptors (at most
-    /// [`MAX_CONTROLLER_FDS`]: the output file a controller opened).
-    Controller {
-        /// The JSON document (≤ [`MAX_CONTROLLER_BODY`] bytes).
-        body: String,
-        /// Descriptors that travel with it.
-        fds: u8,
-    },
     /// Manager → provider: the trace configuration; comes with two fds, the buffer memfd
     /// then the FIFO socket.
     Initialize {
@@ -563,24 +487,6 @@ pub enum Message {
     Stop,
     /// Manager → provider: stop if needed, then close the buffer and the FIFO.
     Terminate,
-    /// Status client → manager: ask for the session's state.
-    StatusRequest {
-        /// Also ask for the session's figures (`features` bit 0, [`STATUS_FEATURE_FIGURES`];
-        /// `false` encodes as a first-revision StatusRequest).
-        figures: bool,
-    },
-    /// Manager → status client: the session's state.
-    StatusReply {
-        /// Session state.
-        state: SessionState,
-        /// Registered providers.
-        providers: Vec<StatusEntry>,
-        /// Known categories.
-        categories: Vec<String>,
-        /// The session's figures, for a client that asked (`None` encodes as a
-        /// first-revision StatusReply).
-        figures: Option<SessionFigures>,
-    },
 }
 
 impl Message {
@@ -592,10 +498,7 @@ impl Message {
             Message::Start { .. } => TAG_START,
             Message::Stop => TAG_STOP,
             Message::Terminate => TAG_TERMINATE,
-            Message::StatusRequest { .. } => TAG_STATUS_REQUEST,
-            Message::StatusReply { .. } => TAG_STATUS_REPLY,
             Message::Registered { .. } => TAG_REGISTERED,
-            Message::Controller { .. } => TAG_CONTROLLER,
             Message::Refused { .. } => TAG_REFUSED,
         }
     }
@@ -606,21 +509,20 @@ impl Message {
     }
 
     /// How many file descriptors travel with this message: 2 for Initialize (memfd, FIFO),
-    /// what a Controller message declares, 0 for every other message.
+    /// 0 for every other message.
     pub fn fd_count(&self) -> usize {
         match self {
             Message::Initialize { .. } => 2,
-            Message::Controller { fds, .. } => usize::from(*fds),
             _ => 0,
         }
     }
 
     /// Encodes the whole frame (length prefix included), checking every limit.
     pub fn encode(&self) -> Result<Vec<u8>, ControlError> {
-        let mut w = Vec::with_capacity(64);
-        w.extend_from_slice(&[0u8; FRAME_PREFIX_LEN]);
-        w.extend_from_slice(&CONTROL_PROTOCOL_VERSION.to_le_bytes());
-        w.extend_from_slice(&self.tag().to_le_bytes());
+        encode_frame(self.tag(), |w| self.put_payload(w))
+    }
+
+    fn put_payload(&self, w: &mut Vec<u8>) -> Result<(), ControlError> {
         match self {
             Message::Register {
                 pid,
@@ -629,9 +531,9 @@ impl Message {
                 accepts_ticks_per_second,
                 waits_for_session,
             } => {
-                put_u32(&mut w, *pid);
-                put_str(&mut w, "provider name", name, MAX_PROVIDER_NAME_LEN)?;
-                put_categories(&mut w, known_categories)?;
+                put_u32(w, *pid);
+                put_str(w, "provider name", name, MAX_PROVIDER_NAME_LEN)?;
+                put_categories(w, known_categories)?;
                 let features = if *accepts_ticks_per_second {
                     FEATURE_TICKS_PER_SECOND
                 } else {
@@ -642,38 +544,17 @@ impl Message {
                     0
                 };
                 if features != 0 {
-                    put_u32(&mut w, features);
+                    put_u32(w, features);
                 }
             }
             Message::Registered {
                 provider_id,
                 joining,
             } => {
-                put_u32(&mut w, *provider_id);
+                put_u32(w, *provider_id);
                 w.push(u8::from(*joining));
             }
-            Message::Refused { reason } => {
-                put_str(&mut w, "refusal reason", reason, MAX_REFUSAL_LEN)?
-            }
-            Message::Controller { body, fds } => {
-                if body.len() > MAX_CONTROLLER_BODY {
-                    return Err(ControlError::TooLong {
-                        field: "controller document",
-                        len: body.len(),
-                        max: MAX_CONTROLLER_BODY,
-                    });
-                }
-                if *fds > MAX_CONTROLLER_FDS {
-                    return Err(ControlError::InvalidValue {
-                        field: "controller descriptors",
-                        value: u64::from(*fds),
-                    });
-                }
-                w.push(*fds);
-                // ≤ MAX_CONTROLLER_BODY < u32::MAX.
-                put_u32(&mut w, body.len() as u32);
-                w.extend_from_slice(body.as_bytes());
-            }
+            Message::Refused { reason } => put_str(w, "refusal reason", reason, MAX_REFUSAL_LEN)?,
             Message::Initialize {
                 buffering_mode,
                 categories,
@@ -681,8 +562,8 @@ impl Message {
                 ticks_per_second,
             } => {
                 w.push(buffering_mode.to_fidl());
-                put_u32(&mut w, *provider_id);
-                put_categories(&mut w, categories)?;
+                put_u32(w, *provider_id);
+                put_categories(w, categories)?;
                 match *ticks_per_second {
                     None => {}
                     Some(0) => {
@@ -696,39 +577,8 @@ impl Message {
             }
             Message::Start { disposition } => w.push(disposition.to_u8()),
             Message::Stop | Message::Terminate => {}
-            Message::StatusRequest { figures } => {
-                if *figures {
-                    put_u32(&mut w, STATUS_FEATURE_FIGURES);
-                }
-            }
-            Message::StatusReply {
-                state,
-                providers,
-                categories,
-                figures,
-            } => {
-                w.push(state.to_u8());
-                put_count(&mut w, "providers", providers.len(), MAX_STATUS_PROVIDERS)?;
-                for p in providers {
-                    put_u32(&mut w, p.id);
-                    put_u32(&mut w, p.pid);
-                    put_str(&mut w, "provider name", &p.name, MAX_PROVIDER_NAME_LEN)?;
-                }
-                put_categories(&mut w, categories)?;
-                if let Some(f) = figures {
-                    put_figures(&mut w, f)?;
-                }
-            }
         }
-        let body_len = w.len() - FRAME_PREFIX_LEN;
-        // Every field is bounded, so this holds; checked so a future field cannot break it.
-        if body_len > MAX_BODY_LEN {
-            return Err(ControlError::BadLength {
-                len: body_len as u64,
-            });
-        }
-        w[..FRAME_PREFIX_LEN].copy_from_slice(&(body_len as u32).to_le_bytes());
-        Ok(w)
+        Ok(())
     }
 
     /// Decodes one whole frame: the length prefix must match the bytes that follow exactly.
@@ -750,17 +600,7 @@ impl Message {
 
     /// Decodes a frame body (the bytes after the length prefix).
     pub fn decode_body(body: &[u8]) -> Result<Message, ControlError> {
-        if body.len() > MAX_BODY_LEN {
-            return Err(ControlError::BadLength {
-                len: body.len() as u64,
-            });
-        }
-        let mut r = Reader { buf: body, pos: 0 };
-        let version = r.u16("version")?;
-        if version != CONTROL_PROTOCOL_VERSION {
-            return Err(ControlError::UnsupportedVersion { version });
-        }
-        let tag = r.u16("tag")?;
+        let (tag, mut r) = split_body(body)?;
         let msg = match tag {
             TAG_REGISTER => {
                 let pid = r.u32("pid")?;
@@ -792,30 +632,6 @@ impl Message {
             TAG_REFUSED => Message::Refused {
                 reason: r.str("refusal reason", MAX_REFUSAL_LEN)?,
             },
-            TAG_CONTROLLER => {
-                let fds = r.u8("controller descriptors")?;
-                if fds > MAX_CONTROLLER_FDS {
-                    return Err(ControlError::InvalidValue {
-                        field: "controller descriptors",
-                        value: u64::from(fds),
-                    });
-                }
-                let len = r.u32("controller document")? as usize;
-                if len > MAX_CONTROLLER_BODY {
-                    return Err(ControlError::TooLong {
-                        field: "controller document",
-                        len,
-                        max: MAX_CONTROLLER_BODY,
-                    });
-                }
-                let bytes = r.take(len, "controller document")?;
-                let body = std::str::from_utf8(bytes)
-                    .map_err(|_| ControlError::InvalidUtf8 {
-                        field: "controller document",
-                    })?
-                    .to_owned();
-                Message::Controller { body, fds }
-            }
             TAG_INITIALIZE => {
                 let buffering_mode = BufferingMode::from_fidl(r.u8("buffering mode")?)?;
                 let provider_id = r.u32("provider id")?;
@@ -841,55 +657,87 @@ impl Message {
             },
             TAG_STOP => Message::Stop,
             TAG_TERMINATE => Message::Terminate,
-            TAG_STATUS_REQUEST => Message::StatusRequest {
-                figures: match r.optional_u32("features")? {
-                    None => false,
-                    Some(STATUS_FEATURE_FIGURES) => true,
-                    // 0 is never written; other bits are not known here (a client that sets
-                    // them asks again without, as of an older manager).
-                    Some(other) => {
-                        return Err(ControlError::InvalidValue {
-                            field: "status features",
-                            value: u64::from(other),
-                        })
-                    }
-                },
-            },
-            TAG_STATUS_REPLY => {
-                let state = SessionState::from_u8(r.u8("session state")?)?;
-                let count = r.count("providers", MAX_STATUS_PROVIDERS)?;
-                let mut providers = Vec::with_capacity(count);
-                for _ in 0..count {
-                    providers.push(StatusEntry {
-                        id: r.u32("provider id")?,
-                        pid: r.u32("provider pid")?,
-                        name: r.str("provider name", MAX_PROVIDER_NAME_LEN)?,
-                    });
-                }
-                let categories = r.categories()?;
-                let figures = if r.pos == r.buf.len() {
-                    None
-                } else {
-                    Some(r.figures()?)
-                };
-                Message::StatusReply {
-                    state,
-                    providers,
-                    categories,
-                    figures,
-                }
-            }
             tag => return Err(ControlError::UnknownTag { tag }),
         };
-        let count = body.len() - r.pos;
-        if count != 0 {
-            return Err(ControlError::TrailingBytes {
-                message: msg.name(),
-                count,
-            });
-        }
+        r.finish(msg.name())?;
         Ok(msg)
     }
+}
+
+impl FrameMessage for Message {
+    fn name(&self) -> &'static str {
+        Message::name(self)
+    }
+
+    fn fd_count(&self) -> usize {
+        Message::fd_count(self)
+    }
+
+    fn encode(&self) -> Result<Vec<u8>, ControlError> {
+        Message::encode(self)
+    }
+
+    fn decode_body(body: &[u8]) -> Result<Self, ControlError> {
+        Message::decode_body(body)
+    }
+}
+
+// === framing ===
+
+/// A message carried in one control frame: a provider's [`Message`], or a message of another
+/// conversation on the same sockets (the tools' status and controller frames), which the
+/// transport sends and receives the same way.
+pub trait FrameMessage: Sized {
+    /// Its name, for errors and logs.
+    fn name(&self) -> &'static str;
+
+    /// How many file descriptors travel with it.
+    fn fd_count(&self) -> usize;
+
+    /// The whole frame (length prefix included), every limit checked.
+    fn encode(&self) -> Result<Vec<u8>, ControlError>;
+
+    /// The message in a frame body (the bytes after the length prefix).
+    fn decode_body(body: &[u8]) -> Result<Self, ControlError>;
+}
+
+/// The frame of tag `tag` whose payload `payload` writes (with [`put_u32`], [`put_str`], …):
+/// length prefix, version and tag first; a body longer than [`MAX_BODY_LEN`] is refused.
+pub fn encode_frame(
+    tag: u16,
+    payload: impl FnOnce(&mut Vec<u8>) -> Result<(), ControlError>,
+) -> Result<Vec<u8>, ControlError> {
+    let mut w = Vec::with_capacity(64);
+    w.extend_from_slice(&[0u8; FRAME_PREFIX_LEN]);
+    w.extend_from_slice(&CONTROL_PROTOCOL_VERSION.to_le_bytes());
+    w.extend_from_slice(&tag.to_le_bytes());
+    payload(&mut w)?;
+    let body_len = w.len() - FRAME_PREFIX_LEN;
+    // Every field is bounded, so this holds; checked so a future field cannot break it.
+    if body_len > MAX_BODY_LEN {
+        return Err(ControlError::BadLength {
+            len: body_len as u64,
+        });
+    }
+    // ≤ MAX_BODY_LEN < u32::MAX.
+    w[..FRAME_PREFIX_LEN].copy_from_slice(&(body_len as u32).to_le_bytes());
+    Ok(w)
+}
+
+/// A frame body's tag, after checking its length and version, and a reader of its payload.
+pub fn split_body(body: &[u8]) -> Result<(u16, BodyReader<'_>), ControlError> {
+    if body.len() > MAX_BODY_LEN {
+        return Err(ControlError::BadLength {
+            len: body.len() as u64,
+        });
+    }
+    let mut r = BodyReader { buf: body, pos: 0 };
+    let version = r.u16("version")?;
+    if version != CONTROL_PROTOCOL_VERSION {
+        return Err(ControlError::UnsupportedVersion { version });
+    }
+    let tag = r.u16("tag")?;
+    Ok((tag, r))
 }
 
 /// Reads and checks a frame's length prefix, giving the body length to read next.
@@ -911,10 +759,7 @@ fn tag_name(tag: u16) -> &'static str {
         TAG_START => "Start",
         TAG_STOP => "Stop",
         TAG_TERMINATE => "Terminate",
-        TAG_STATUS_REQUEST => "StatusRequest",
-        TAG_STATUS_REPLY => "StatusReply",
         TAG_REGISTERED => "Registered",
-        TAG_CONTROLLER => "Controller",
         TAG_REFUSED => "Refused",
         _ => "unknown",
     }
@@ -922,59 +767,52 @@ fn tag_name(tag: u16) -> &'static str {
 
 // === encoding helpers ===
 
-fn put_u32(w: &mut Vec<u8>, v: u32) {
+/// Appends a little-endian `u32`.
+pub fn put_u32(w: &mut Vec<u8>, v: u32) {
     w.extend_from_slice(&v.to_le_bytes());
 }
 
-fn put_u64(w: &mut Vec<u8>, v: u64) {
+/// Appends a little-endian `u64`.
+pub fn put_u64(w: &mut Vec<u8>, v: u64) {
     w.extend_from_slice(&v.to_le_bytes());
 }
 
-fn put_figures(w: &mut Vec<u8>, f: &SessionFigures) -> Result<(), ControlError> {
-    w.push(f.buffering_mode.to_fidl());
-    put_u64(w, f.buffer_size_bytes);
-    put_u32(w, f.providers);
-    for v in [
-        f.records_written,
-        f.bytes_written,
-        f.buffered_bytes,
-        f.records_dropped,
-        f.elapsed_ns,
-    ] {
-        put_u64(w, v);
-    }
-    put_str(w, "output name", &f.output, MAX_OUTPUT_NAME_LEN)
-}
-
-fn put_str(w: &mut Vec<u8>, field: &'static str, s: &str, max: usize) -> Result<(), ControlError> {
-    if s.len() > max {
+/// Appends a `str` (`u16` byte length, UTF-8 bytes) of at most `max` (< 65 536) bytes.
+pub fn put_str(
+    w: &mut Vec<u8>,
+    field: &'static str,
+    s: &str,
+    max: usize,
+) -> Result<(), ControlError> {
+    if s.len() > max || s.len() > usize::from(u16::MAX) {
         return Err(ControlError::TooLong {
             field,
             len: s.len(),
             max,
         });
     }
-    // max ≤ MAX_OUTPUT_NAME_LEN < u16::MAX.
     w.extend_from_slice(&(s.len() as u16).to_le_bytes());
     w.extend_from_slice(s.as_bytes());
     Ok(())
 }
 
-fn put_count(
+/// Appends a list's `u32` count, at most `max`.
+pub fn put_count(
     w: &mut Vec<u8>,
     field: &'static str,
     count: usize,
     max: usize,
 ) -> Result<(), ControlError> {
-    if count > max {
+    if count > max || count > u32::MAX as usize {
         return Err(ControlError::TooMany { field, count, max });
     }
-    // max ≤ MAX_STATUS_PROVIDERS/MAX_CATEGORIES < u32::MAX.
     put_u32(w, count as u32);
     Ok(())
 }
 
-fn put_categories(w: &mut Vec<u8>, categories: &[String]) -> Result<(), ControlError> {
+/// Appends a category list (at most [`MAX_CATEGORIES`] names of at most
+/// [`MAX_CATEGORY_NAME_LEN`] bytes).
+pub fn put_categories(w: &mut Vec<u8>, categories: &[String]) -> Result<(), ControlError> {
     put_count(w, "categories", categories.len(), MAX_CATEGORIES)?;
     for c in categories {
         put_str(w, "category name", c, MAX_CATEGORY_NAME_LEN)?;
@@ -984,14 +822,17 @@ fn put_categories(w: &mut Vec<u8>, categories: &[String]) -> Result<(), ControlE
 
 // === decoding helpers ===
 
-/// Bounds-checked cursor over a frame body.
-struct Reader<'a> {
+/// Bounds-checked cursor over a frame's payload ([`split_body`]); every read names its field
+/// in the error.
+#[derive(Debug)]
+pub struct BodyReader<'a> {
     buf: &'a [u8],
     pos: usize,
 }
 
-impl<'a> Reader<'a> {
-    fn take(&mut self, n: usize, field: &'static str) -> Result<&'a [u8], ControlError> {
+impl<'a> BodyReader<'a> {
+    /// The next `n` bytes.
+    pub fn take(&mut self, n: usize, field: &'static str) -> Result<&'a [u8], ControlError> {
         let end = self
             .pos
             .checked_add(n)
@@ -1008,19 +849,28 @@ impl<'a> Reader<'a> {
         Ok(a)
     }
 
-    fn u8(&mut self, field: &'static str) -> Result<u8, ControlError> {
+    /// A `u8`.
+    pub fn u8(&mut self, field: &'static str) -> Result<u8, ControlError> {
         Ok(self.array::<1>(field)?[0])
     }
 
-    fn u16(&mut self, field: &'static str) -> Result<u16, ControlError> {
+    /// A `u16`.
+    pub fn u16(&mut self, field: &'static str) -> Result<u16, ControlError> {
         Ok(u16::from_le_bytes(self.array(field)?))
     }
 
-    fn u32(&mut self, field: &'static str) -> Result<u32, ControlError> {
+    /// A `u32`.
+    pub fn u32(&mut self, field: &'static str) -> Result<u32, ControlError> {
         Ok(u32::from_le_bytes(self.array(field)?))
     }
 
-    fn str(&mut self, field: &'static str, max: usize) -> Result<String, ControlError> {
+    /// A `u64`.
+    pub fn u64(&mut self, field: &'static str) -> Result<u64, ControlError> {
+        Ok(u64::from_le_bytes(self.array(field)?))
+    }
+
+    /// A `str` of at most `max` bytes.
+    pub fn str(&mut self, field: &'static str, max: usize) -> Result<String, ControlError> {
         let len = usize::from(self.u16(field)?);
         if len > max {
             return Err(ControlError::TooLong { field, len, max });
@@ -1031,41 +881,29 @@ impl<'a> Reader<'a> {
             .map_err(|_| ControlError::InvalidUtf8 { field })
     }
 
+    /// Whether the whole payload has been read (a trailing optional field is absent).
+    pub fn at_end(&self) -> bool {
+        self.pos == self.buf.len()
+    }
+
     /// A trailing optional `u32`: `None` at the end of the body.
-    fn optional_u32(&mut self, field: &'static str) -> Result<Option<u32>, ControlError> {
-        if self.pos == self.buf.len() {
+    pub fn optional_u32(&mut self, field: &'static str) -> Result<Option<u32>, ControlError> {
+        if self.at_end() {
             return Ok(None);
         }
         self.u32(field).map(Some)
     }
 
     /// A trailing optional `u64`: `None` at the end of the body.
-    fn optional_u64(&mut self, field: &'static str) -> Result<Option<u64>, ControlError> {
-        if self.pos == self.buf.len() {
+    pub fn optional_u64(&mut self, field: &'static str) -> Result<Option<u64>, ControlError> {
+        if self.at_end() {
             return Ok(None);
         }
         self.u64(field).map(Some)
     }
 
-    fn u64(&mut self, field: &'static str) -> Result<u64, ControlError> {
-        Ok(u64::from_le_bytes(self.array(field)?))
-    }
-
-    fn figures(&mut self) -> Result<SessionFigures, ControlError> {
-        Ok(SessionFigures {
-            buffering_mode: BufferingMode::from_fidl(self.u8("buffering mode")?)?,
-            buffer_size_bytes: self.u64("buffer size")?,
-            providers: self.u32("providers")?,
-            records_written: self.u64("records written")?,
-            bytes_written: self.u64("bytes written")?,
-            buffered_bytes: self.u64("buffered bytes")?,
-            records_dropped: self.u64("records dropped")?,
-            elapsed_ns: self.u64("elapsed")?,
-            output: self.str("output name", MAX_OUTPUT_NAME_LEN)?,
-        })
-    }
-
-    fn count(&mut self, field: &'static str, max: usize) -> Result<usize, ControlError> {
+    /// A list's count, at most `max`.
+    pub fn count(&mut self, field: &'static str, max: usize) -> Result<usize, ControlError> {
         let count = self.u32(field)? as usize;
         if count > max {
             return Err(ControlError::TooMany { field, count, max });
@@ -1073,13 +911,22 @@ impl<'a> Reader<'a> {
         Ok(count)
     }
 
-    fn categories(&mut self) -> Result<Vec<String>, ControlError> {
+    /// A category list.
+    pub fn categories(&mut self) -> Result<Vec<String>, ControlError> {
         let count = self.count("categories", MAX_CATEGORIES)?;
         let mut v = Vec::with_capacity(count);
         for _ in 0..count {
             v.push(self.str("category name", MAX_CATEGORY_NAME_LEN)?);
         }
         Ok(v)
+    }
+
+    /// The end of message `message`: nothing may be left.
+    pub fn finish(self, message: &'static str) -> Result<(), ControlError> {
+        match self.buf.len() - self.pos {
+            0 => Ok(()),
+            count => Err(ControlError::TrailingBytes { message, count }),
+        }
     }
 }
 
@@ -1158,7 +1005,7 @@ mod tests {
     }
 
     #[test]
-    fn registered_and_controller_wire_bytes() {
+    fn registered_wire_bytes() {
         let m = Message::Registered {
             provider_id: 0x0102_0304,
             joining: true,
@@ -1169,22 +1016,15 @@ mod tests {
         let mut bad = bytes.clone();
         bad[12] = 2;
         assert!(Message::decode(&bad).is_err(), "joining is 0 or 1");
-        let c = Message::Controller {
-            body: "{}".into(),
-            fds: 1,
-        };
-        assert_eq!(c.fd_count(), 1);
-        let bytes = c.encode().expect("encodes");
-        assert_eq!(bytes, [11, 0, 0, 0, 1, 0, 9, 0, 1, 2, 0, 0, 0, b'{', b'}']);
-        assert_eq!(Message::decode(&bytes), Ok(c));
-        let mut two_fds = bytes.clone();
-        two_fds[8] = 2;
-        assert!(Message::decode(&two_fds).is_err(), "at most one descriptor");
-        let too_long = Message::Controller {
-            body: "x".repeat(MAX_CONTROLLER_BODY + 1),
-            fds: 0,
-        };
-        assert!(too_long.encode().is_err());
+        // The tools' tags are not a provider's messages.
+        for tag in [6u8, 7, 9] {
+            assert_eq!(
+                Message::decode_body(&[1, 0, tag, 0]),
+                Err(ControlError::UnknownTag {
+                    tag: u16::from(tag)
+                })
+            );
+        }
     }
 
     #[test]
@@ -1319,72 +1159,17 @@ mod tests {
         assert_eq!(Message::decode(&zero_bytes), Err(invalid));
     }
 
-    fn figures() -> SessionFigures {
-        SessionFigures {
-            buffering_mode: BufferingMode::Streaming,
-            buffer_size_bytes: 64 << 10,
-            providers: 3,
-            records_written: 1000,
-            bytes_written: 80_000,
-            buffered_bytes: 4096,
-            records_dropped: 7,
-            elapsed_ns: 2_500_000_000,
-            output: "/tmp/trace.fxt".into(),
-        }
-    }
-
     #[test]
-    fn status_figures_are_optional_both_ways() {
-        // Without figures: byte for byte the first revision (an empty request body, a reply
-        // ending with the categories).
-        let plain = Message::StatusRequest { figures: false }.encode().unwrap();
-        assert_eq!(plain, [4, 0, 0, 0, 1, 0, 6, 0]);
-        let asking = Message::StatusRequest { figures: true }.encode().unwrap();
-        assert_eq!(&asking[8..], &STATUS_FEATURE_FIGURES.to_le_bytes());
-        assert_eq!(
-            Message::decode(&asking),
-            Ok(Message::StatusRequest { figures: true })
-        );
-        let reply = |figures| Message::StatusReply {
-            state: SessionState::Started,
-            providers: vec![],
-            categories: vec![],
-            figures,
-        };
-        let old = reply(None).encode().unwrap();
-        assert_eq!(old.len(), 8 + 1 + 4 + 4);
-        let new = reply(Some(figures())).encode().unwrap();
-        assert_eq!(new.len(), old.len() + 1 + 8 + 4 + 5 * 8 + 2 + 14);
-        assert_eq!(Message::decode(&new), Ok(reply(Some(figures()))));
-        // Cut figures are an error, not a silent None.
-        let mut cut = new.clone();
-        cut.truncate(new.len() - 3);
-        let body = (cut.len() - 4) as u32;
-        cut[..4].copy_from_slice(&body.to_le_bytes());
-        assert!(Message::decode(&cut).is_err());
-    }
-
-    #[test]
-    fn largest_status_reply_is_exactly_max_body_len() {
-        let name = "n".repeat(MAX_PROVIDER_NAME_LEN);
+    fn the_largest_provider_message_fits_a_frame() {
         let cat = "c".repeat(MAX_CATEGORY_NAME_LEN);
-        let m = Message::StatusReply {
-            state: SessionState::Started,
-            providers: (0..MAX_STATUS_PROVIDERS as u32)
-                .map(|i| StatusEntry {
-                    id: i,
-                    pid: i + 100,
-                    name: name.clone(),
-                })
-                .collect(),
+        let m = Message::Initialize {
+            buffering_mode: BufferingMode::Oneshot,
             categories: vec![cat; MAX_CATEGORIES],
-            figures: Some(SessionFigures {
-                output: "o".repeat(MAX_OUTPUT_NAME_LEN),
-                ..figures()
-            }),
+            provider_id: 1,
+            ticks_per_second: Some(1),
         };
-        let bytes = m.encode().expect("largest reply encodes");
-        assert_eq!(bytes.len(), FRAME_PREFIX_LEN + MAX_BODY_LEN);
+        let bytes = m.encode().expect("the largest Initialize encodes");
+        assert!(bytes.len() <= FRAME_PREFIX_LEN + MAX_BODY_LEN);
         assert_eq!(Message::decode(&bytes), Ok(m));
     }
 
@@ -1519,8 +1304,8 @@ mod tests {
             Err(ControlError::InvalidValue { value: 0, .. })
         ));
         assert!(matches!(
-            Message::decode_body(&[1, 0, 7, 0, 8, 0, 0, 0, 0, 0, 0, 0, 0]),
-            Err(ControlError::InvalidValue { value: 8, .. })
+            Message::decode_body(&[1, 0, 8, 0, 1, 0, 0, 0, 2]),
+            Err(ControlError::InvalidValue { value: 2, .. })
         ));
         assert_eq!(
             Message::decode_body(&[1, 0, 1, 0, 1, 0, 0, 0, 2, 0, 0xc3, 0x28]),
@@ -1550,14 +1335,7 @@ mod tests {
             Just(BufferingMode::Streaming)
         ];
         let disp = (1u8..=3).prop_map(|v| BufferDisposition::from_u8(v).expect("1..=3"));
-        let state = (1u8..=7).prop_map(|v| SessionState::from_u8(v).expect("1..=7"));
         let cats = || proptest::collection::vec(name_strategy(MAX_CATEGORY_NAME_LEN), 0..20);
-        let entry = (
-            any::<u32>(),
-            any::<u32>(),
-            name_strategy(MAX_PROVIDER_NAME_LEN),
-        )
-            .prop_map(|(id, pid, name)| StatusEntry { id, pid, name });
         prop_oneof![
             (
                 any::<u32>(),
@@ -1583,8 +1361,6 @@ mod tests {
                     joining,
                 }
             }),
-            ("[ -~]{0,200}", 0u8..=MAX_CONTROLLER_FDS)
-                .prop_map(|(body, fds)| Message::Controller { body, fds }),
             "[ -~]{0,200}".prop_map(|reason| Message::Refused { reason }),
             (mode, cats(), any::<u32>(), proptest::option::of(1u64..)).prop_map(
                 |(buffering_mode, categories, provider_id, ticks_per_second)| {
@@ -1599,25 +1375,6 @@ mod tests {
             disp.prop_map(|disposition| Message::Start { disposition }),
             Just(Message::Stop),
             Just(Message::Terminate),
-            any::<bool>().prop_map(|figures| Message::StatusRequest { figures }),
-            (
-                state,
-                proptest::collection::vec(entry, 0..10),
-                cats(),
-                proptest::option::of((any::<u64>(), "[a-z/]{0,20}"))
-            )
-                .prop_map(|(state, providers, categories, extra)| {
-                    Message::StatusReply {
-                        state,
-                        providers,
-                        categories,
-                        figures: extra.map(|(n, output)| SessionFigures {
-                            records_written: n,
-                            output,
-                            ..figures()
-                        }),
-                    }
-                }),
         ]
     }
 

@@ -43,7 +43,7 @@
 //! # Ok::<(), TransportError>(())
 //! ```
 
-use super::control::{body_len_from_prefix, ControlError, Message, FRAME_PREFIX_LEN};
+use super::control::{body_len_from_prefix, ControlError, FrameMessage, Message, FRAME_PREFIX_LEN};
 use super::fifo::{FifoPacket, PACKET_SIZE};
 use nix::errno::Errno;
 use nix::sys::socket::{
@@ -588,10 +588,10 @@ impl ControlConn {
             .map_err(sys("setsockopt(SO_SNDTIMEO)"))
     }
 
-    /// Sends one message with exactly [`Message::fd_count`] descriptors attached.
-    pub fn send_msg(
+    /// Sends one message with exactly [`FrameMessage::fd_count`] descriptors attached.
+    pub fn send_msg<M: FrameMessage>(
         &mut self,
-        msg: &Message,
+        msg: &M,
         fds: &[BorrowedFd<'_>],
     ) -> Result<(), TransportError> {
         if fds.len() != msg.fd_count() {
@@ -627,20 +627,25 @@ impl ControlConn {
         Ok(())
     }
 
-    /// Receives one message and the descriptors that came with it (as many as
-    /// [`Message::fd_count`], else an error and all of them are closed).
+    /// Receives one message of the provider protocol and the descriptors that came with it
+    /// (as many as [`Message::fd_count`], else an error and all of them are closed).
     ///
     /// After an error the stream position is unknown, so the connection should be
     /// dropped; the one exception is [`TransportError::TimedOut`], returned only when no
     /// byte of a frame had arrived, after which the connection stays usable.
     pub fn recv_msg(&mut self) -> Result<(Message, Vec<OwnedFd>), TransportError> {
+        self.recv_frame()
+    }
+
+    /// [`Self::recv_msg`] for any [`FrameMessage`] (the tools' frames too).
+    pub fn recv_frame<M: FrameMessage>(&mut self) -> Result<(M, Vec<OwnedFd>), TransportError> {
         let mut fds = Vec::new();
         let mut prefix = [0u8; FRAME_PREFIX_LEN];
         self.read_exact(&mut prefix, &mut fds, true)?;
         let len = body_len_from_prefix(prefix)?;
         let mut body = vec![0u8; len];
         self.read_exact(&mut body, &mut fds, false)?;
-        let msg = Message::decode_body(&body)?;
+        let msg = M::decode_body(&body)?;
         if fds.len() != msg.fd_count() {
             return Err(TransportError::FdCountMismatch {
                 message: msg.name(),

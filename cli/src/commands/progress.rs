@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use indicatif::{HumanBytes, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use fxtrace::protocol::control::SessionFigures;
+use fxtrace_tools::manager::service::protocol::SessionInfo;
 
 /// How often the line is redrawn.
 pub(crate) const INTERVAL: Duration = Duration::from_secs(1);
@@ -33,7 +33,7 @@ impl StatusLine {
     }
 
     /// Redraw with new figures.
-    pub(crate) fn update(&self, figures: &SessionFigures) {
+    pub(crate) fn update(&self, figures: &SessionInfo) {
         if let Some(bar) = &self.0 {
             bar.set_message(line(figures));
         }
@@ -56,8 +56,8 @@ impl StatusLine {
 }
 
 /// The line's text for `f`.
-pub(crate) fn line(f: &SessionFigures) -> String {
-    let elapsed = Duration::from_nanos(f.elapsed_ns).as_secs();
+pub(crate) fn line(f: &SessionInfo) -> String {
+    let elapsed = Duration::from_millis(f.elapsed_ms).as_secs();
     let providers = match f.providers {
         1 => "1 provider".to_owned(),
         n => format!("{n} providers"),
@@ -77,20 +77,20 @@ pub(crate) fn line(f: &SessionFigures) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fxtrace::protocol::control::BufferingMode;
 
     #[test]
     fn the_line_shows_every_figure() {
-        let f = SessionFigures {
-            buffering_mode: BufferingMode::Streaming,
-            buffer_size_bytes: 1 << 20,
+        let f = SessionInfo {
+            mode: "streaming".into(),
+            buffer_size: 1 << 20,
             providers: 2,
             records_written: 1234,
             bytes_written: 3 << 20,
             buffered_bytes: 512 << 10,
             records_dropped: 7,
-            elapsed_ns: 75_000_000_000,
+            elapsed_ms: 75_000,
             output: "t.fxt".into(),
+            ..SessionInfo::default()
         };
         assert_eq!(
             line(&f),

@@ -15,7 +15,7 @@ use fxtrace_tools::manager::report::printable;
 use fxtrace_tools::manager::service::client::{Controller, ControllerError};
 use fxtrace_tools::manager::service::policy::Policy;
 use fxtrace_tools::manager::service::protocol::{
-    Event, FromService, Reply, Request, SessionInfo, StartRequest, StatusReport,
+    Event, FromService, Reply, Request, SessionInfo, StartRequest,
 };
 use fxtrace_tools::manager::service::{
     default_service_socket, systemd_listen_fd, Service, ServiceConfig, ServiceError,
@@ -70,7 +70,7 @@ impl SocketArg {
 }
 
 /// Where a controller finds the service: the user's own, else the system's.
-fn controller_socket() -> PathBuf {
+pub(crate) fn controller_socket() -> PathBuf {
     let own = default_service_socket();
     if own.exists() {
         return own;
@@ -232,7 +232,7 @@ fn note_omitted(omitted: u32, what: &str) {
 }
 
 /// The line saying that the service left `omitted` entries of a list out, if it did.
-fn omitted_line(omitted: u32, what: &str) -> Option<String> {
+pub(crate) fn omitted_line(omitted: u32, what: &str) -> Option<String> {
     (omitted > 0).then(|| {
         format!("{omitted} more {what} not listed: the whole list would not fit in one answer")
     })
@@ -568,65 +568,4 @@ pub(crate) fn terminate(args: &TerminateArgs) -> Result<ExitCode, ServiceCliErro
         }
         other => Err(unexpected("terminate", &other)),
     }
-}
-
-/// The service's status, if one answers at `socket` (or the default): printed.
-pub(crate) fn print_service_status(
-    out: &mut impl std::io::Write,
-    socket: Option<&Path>,
-) -> Option<std::io::Result<()>> {
-    let path = socket.map_or_else(controller_socket, Path::to_owned);
-    let mut controller = Controller::connect(&path).ok()?;
-    // A stuck service must not hang `status`.
-    controller.set_reply_timeout(Duration::from_secs(5));
-    let reply = match controller.call(&Request::Status {}, None, |_| {}) {
-        Ok(reply) => reply,
-        // A service answered with an error: say so rather than nothing.
-        Err(ControllerError::Refused(e)) => {
-            return Some(writeln!(
-                out,
-                "trace service at {}: no status: {e}",
-                path.display()
-            ))
-        }
-        // Not a service (`fxtrace record`'s socket answers the older status request).
-        Err(_) => return None,
-    };
-    let Reply::Status(report) = reply else {
-        return None;
-    };
-    Some(print_report(out, &report))
-}
-
-fn print_report(out: &mut impl std::io::Write, r: &StatusReport) -> std::io::Result<()> {
-    writeln!(
-        out,
-        "trace service at {} (pid {}, uid {}): {} providers, {} sessions",
-        r.socket,
-        r.pid,
-        r.uid,
-        r.providers.len(),
-        r.sessions.len()
-    )?;
-    for s in &r.sessions {
-        writeln!(out, "  {}", session_line(s))?;
-    }
-    if !r.providers.is_empty() {
-        writeln!(
-            out,
-            "  {:>6} {:>8} {:>6}  {:<12} name",
-            "id", "pid", "uid", "state"
-        )?;
-        for p in &r.providers {
-            writeln!(
-                out,
-                "  {:>6} {:>8} {:>6}  {:<12} {}",
-                p.id, p.pid, p.uid, p.state, p.name
-            )?;
-        }
-    }
-    if let Some(line) = omitted_line(r.providers_omitted, "providers") {
-        writeln!(out, "  {line}")?;
-    }
-    Ok(())
 }

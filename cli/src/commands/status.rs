@@ -1,5 +1,6 @@
-//! `fxtrace status`: ask running sessions for their state, mode, buffer size, figures so far,
-//! output file, providers and known categories (as `lttng list SESSION` does).
+//! `fxtrace status`: ask the trace service and running sessions for their state, mode, buffer
+//! size, figures so far, output file, problems, providers and known categories (as `lttng list
+//! SESSION` does). Every session prints through [`print_session`], from the one status model.
 
 use std::io::{self, Write};
 use std::path::{Path, PathBuf};
@@ -8,8 +9,9 @@ use std::time::Duration;
 
 use clap::Args;
 
-use fxtrace::protocol::control::{Message, SessionFigures};
-use fxtrace_tools::manager::status::{ask_status, session_socket_pattern, session_sockets};
+use fxtrace_tools::manager::report::printable;
+use fxtrace_tools::manager::service::protocol::{SessionInfo, StatusReport};
+use fxtrace_tools::manager::status::{ask_status, session_socket_pattern, session_sockets, Answer};
 
 /// Arguments of `fxtrace status`.
 #[derive(Debug, Args)]
@@ -31,87 +33,150 @@ pub(crate) enum StatusError {
     Output(io::Error),
 }
 
-/// The sockets to ask: the one given, else every session of this user.
+/// The sockets to ask: the one given, else the trace service's and every session of this
+/// user (each once).
 fn candidates(args: &StatusArgs) -> Vec<PathBuf> {
     match &args.socket {
         Some(p) => vec![p.clone()],
-        None => session_sockets(),
+        None => {
+            let mut paths = vec![super::service::controller_socket()];
+            for path in session_sockets() {
+                if !paths.contains(&path) {
+                    paths.push(path);
+                }
+            }
+            paths
+        }
     }
 }
 
-/// The figures, one line each, indented.
-fn print_figures(out: &mut impl Write, f: &SessionFigures) -> io::Result<()> {
+/// A session's figures, one line each, each starting with `indent`: the one printer of
+/// [`SessionInfo`].
+fn print_session(out: &mut impl Write, indent: &str, s: &SessionInfo) -> io::Result<()> {
     use indicatif::{HumanBytes, HumanDuration};
-    let output = if f.output.is_empty() {
-        "(not known)"
+    let output = if s.output.is_empty() {
+        "(not known)".into()
     } else {
-        &f.output
+        printable(&s.output)
     };
-    writeln!(out, "  output: {output}")?;
+    let elapsed = Duration::from_millis(s.elapsed_ms);
+    writeln!(out, "{indent}output: {output}")?;
     writeln!(
         out,
-        "  mode: {}, buffer size {} per provider",
-        f.buffering_mode,
-        HumanBytes(f.buffer_size_bytes)
+        "{indent}mode: {}, buffer size {} per provider",
+        s.mode,
+        HumanBytes(s.buffer_size)
     )?;
     writeln!(
         out,
-        "  elapsed: {} ({:.1} s)",
-        HumanDuration(Duration::from_nanos(f.elapsed_ns)),
-        Duration::from_nanos(f.elapsed_ns).as_secs_f64()
+        "{indent}elapsed: {} ({:.1} s)",
+        HumanDuration(elapsed),
+        elapsed.as_secs_f64()
     )?;
     writeln!(
         out,
-        "  written so far: {} records, {} bytes ({})",
-        f.records_written,
-        f.bytes_written,
-        HumanBytes(f.bytes_written)
+        "{indent}written so far: {} records, {} bytes ({})",
+        s.records_written,
+        s.bytes_written,
+        HumanBytes(s.bytes_written)
     )?;
     writeln!(
         out,
-        "  in the providers' buffers: {} bytes ({}); records dropped: {}",
-        f.buffered_bytes,
-        HumanBytes(f.buffered_bytes),
-        f.records_dropped
-    )
+        "{indent}in the providers' buffers: {} bytes ({}); records dropped: {}",
+        s.buffered_bytes,
+        HumanBytes(s.buffered_bytes),
+        s.records_dropped
+    )?;
+    for problem in &s.problems {
+        writeln!(out, "{indent}problem: {}", printable(problem))?;
+    }
+    Ok(())
 }
 
-fn print(out: &mut impl Write, path: &Path, reply: &Message) -> io::Result<()> {
-    let Message::StatusReply {
-        state,
-        providers,
-        categories,
-        figures,
-    } = reply
-    else {
-        return writeln!(
-            out,
-            "{}: unexpected answer {}",
-            path.display(),
-            reply.name()
-        );
-    };
+/// `fxtrace record`'s session (of this revision or an earlier one, `figures` when it gave
+/// them).
+fn print_recording(
+    out: &mut impl Write,
+    path: &Path,
+    r: &StatusReport,
+    figures: bool,
+) -> io::Result<()> {
+    let state = r.sessions.first().map_or("?", |s| s.state.as_str());
     writeln!(out, "session at {}: {state}", path.display())?;
-    match figures {
-        Some(f) => print_figures(out, f)?,
-        None => writeln!(
+    match r.sessions.first() {
+        Some(s) if figures => print_session(out, "  ", s)?,
+        _ => writeln!(
             out,
             "  (an older fxtrace: no mode, buffer size or figures in its answer)"
         )?,
     }
-    if providers.is_empty() {
+    if r.providers.is_empty() {
         writeln!(out, "  providers: none")?;
     } else {
         writeln!(out, "  providers:")?;
         writeln!(out, "  {:>4} {:>8}  name", "id", "pid")?;
-        for p in providers {
-            writeln!(out, "  {:>4} {:>8}  {}", p.id, p.pid, p.name)?;
+        for p in &r.providers {
+            writeln!(out, "  {:>4} {:>8}  {}", p.id, p.pid, printable(&p.name))?;
         }
     }
-    if categories.is_empty() {
+    if r.categories.is_empty() {
         writeln!(out, "  known categories: none declared")
     } else {
-        writeln!(out, "  known categories: {}", categories.join(", "))
+        writeln!(out, "  known categories: {}", r.categories.join(", "))
+    }
+}
+
+/// The trace service, its sessions and its providers.
+fn print_service(out: &mut impl Write, r: &StatusReport) -> io::Result<()> {
+    writeln!(
+        out,
+        "trace service at {} (pid {}, uid {}): {} providers, {} sessions",
+        r.socket,
+        r.pid,
+        r.uid,
+        r.providers.len(),
+        r.sessions.len()
+    )?;
+    for s in &r.sessions {
+        let detached = if s.detached { " (detached)" } else { "" };
+        writeln!(out, "  session {}: {}{detached}", s.session, s.state)?;
+        print_session(out, "    ", s)?;
+    }
+    if !r.providers.is_empty() {
+        writeln!(
+            out,
+            "  {:>6} {:>8} {:>6}  {:<12} name",
+            "id", "pid", "uid", "state"
+        )?;
+        for p in &r.providers {
+            writeln!(
+                out,
+                "  {:>6} {:>8} {:>6}  {:<12} {}",
+                p.id,
+                p.pid,
+                p.uid,
+                p.state,
+                printable(&p.name)
+            )?;
+        }
+    }
+    if let Some(line) = super::service::omitted_line(r.providers_omitted, "providers") {
+        writeln!(out, "  {line}")?;
+    }
+    Ok(())
+}
+
+fn print(out: &mut impl Write, path: &Path, answer: &Answer) -> io::Result<()> {
+    match answer {
+        Answer::Report(r) if r.recording => print_recording(out, path, r, true),
+        Answer::Report(r) => print_service(out, r),
+        Answer::Older { report, figures } => print_recording(out, path, report, *figures),
+        Answer::Refused(why) => writeln!(
+            out,
+            "trace service at {}: no status: {}",
+            path.display(),
+            printable(why)
+        ),
     }
 }
 
@@ -120,19 +185,11 @@ pub(crate) fn run(args: &StatusArgs) -> Result<ExitCode, StatusError> {
     let paths = candidates(args);
     let mut out = io::stdout().lock();
     let mut found = 0;
-    // The trace service, when one answers (at --socket, or the default).
-    if let Some(printed) = super::service::print_service_status(&mut out, args.socket.as_deref()) {
-        printed.map_err(StatusError::Output)?;
-        if args.socket.is_some() {
-            return Ok(ExitCode::SUCCESS);
-        }
-        found += 1;
-    }
     for path in &paths {
         match ask_status(path) {
-            Ok(reply) => {
+            Ok(answer) => {
                 found += 1;
-                print(&mut out, path, &reply).map_err(StatusError::Output)?;
+                print(&mut out, path, &answer).map_err(StatusError::Output)?;
             }
             // Asked explicitly: say why it did not answer.
             Err(e) if args.socket.is_some() => {

@@ -12,7 +12,11 @@ use std::time::Duration;
 use nix::errno::Errno;
 use nix::sys::socket::{self, MsgFlags};
 
-use fxtrace::protocol::control::{body_len_from_prefix, ControlError, Message, FRAME_PREFIX_LEN};
+use fxtrace::protocol::control::{
+    body_len_from_prefix, ControlError, FrameMessage, FRAME_PREFIX_LEN,
+};
+
+use super::wire::Frame;
 use fxtrace::protocol::transport::{ControlConn, TransportError};
 
 /// How long a send to a peer may block before the peer is considered stuck.
@@ -78,9 +82,9 @@ pub(super) const MAX_QUEUED_FDS: usize = 4;
 #[derive(Debug)]
 pub(super) enum ReadOutcome {
     /// Complete messages, in order (possibly none: only part of a frame so far).
-    Messages(Vec<Message>),
+    Messages(Vec<Frame>),
     /// The peer closed the connection (after the messages, if any).
-    Closed(Vec<Message>),
+    Closed(Vec<Frame>),
 }
 
 /// Why a connection is unusable.
@@ -140,7 +144,7 @@ impl FramedConn {
     }
 
     /// The `n` oldest descriptors received, for a message whose `fd_count` is `n`.
-    pub(super) fn take_fds(&mut self, msg: &Message) -> Result<Vec<OwnedFd>, ConnError> {
+    pub(super) fn take_fds(&mut self, msg: &Frame) -> Result<Vec<OwnedFd>, ConnError> {
         let n = msg.fd_count();
         match &mut self.fds {
             Some(queue) if queue.len() >= n => Ok(queue.drain(..n).collect()),
@@ -216,7 +220,7 @@ impl FramedConn {
                 break;
             }
             let body = &self.rx[FRAME_PREFIX_LEN..FRAME_PREFIX_LEN + len];
-            messages.push(Message::decode_body(body)?);
+            messages.push(Frame::decode_body(body)?);
             self.rx.drain(..FRAME_PREFIX_LEN + len);
         }
         Ok(if closed {
@@ -229,7 +233,7 @@ impl FramedConn {
     /// Queue `msg` (no descriptors) and send what the socket takes now, never blocking: the
     /// rest goes out with [`Self::flush_queued`] when `poll` says the socket is writable. A
     /// peer with more than [`MAX_QUEUED_BYTES`] unsent is refused ([`ConnError::NotReading`]).
-    pub(super) fn queue(&mut self, msg: &Message) -> Result<(), ConnError> {
+    pub(super) fn queue(&mut self, msg: &impl FrameMessage) -> Result<(), ConnError> {
         let frame = msg.encode()?;
         let queued = self.tx.len() - self.tx_sent + frame.len();
         if queued > MAX_QUEUED_BYTES {
@@ -269,7 +273,11 @@ impl FramedConn {
     }
 
     /// Send a message (with its file descriptors), blocking at most [`SEND_TIMEOUT`].
-    pub(super) fn send(&mut self, msg: &Message, fds: &[BorrowedFd<'_>]) -> Result<(), ConnError> {
+    pub(super) fn send(
+        &mut self,
+        msg: &impl FrameMessage,
+        fds: &[BorrowedFd<'_>],
+    ) -> Result<(), ConnError> {
         self.conn.send_msg(msg, fds)?;
         Ok(())
     }
@@ -284,6 +292,7 @@ impl AsFd for FramedConn {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use fxtrace::protocol::control::Message;
     use fxtrace::protocol::transport::ControlListener;
 
     #[test]
@@ -329,13 +338,16 @@ mod tests {
             other => panic!("{other:?}"),
         }
         c.write_all(&frame[3..]).unwrap();
-        c.write_all(&Message::StatusRequest { figures: false }.encode().unwrap())
+        c.write_all(&Frame::StatusRequest { figures: false }.encode().unwrap())
             .unwrap();
         match conn.read_available().unwrap() {
             ReadOutcome::Messages(m) => {
                 assert_eq!(m.len(), 2);
-                assert!(matches!(m[0], Message::Register { pid: 9, .. }));
-                assert_eq!(m[1], Message::StatusRequest { figures: false });
+                assert!(matches!(
+                    m[0],
+                    Frame::Provider(Message::Register { pid: 9, .. })
+                ));
+                assert_eq!(m[1], Frame::StatusRequest { figures: false });
             }
             other => panic!("{other:?}"),
         }

@@ -13,7 +13,8 @@
 //!   recorded command's process group, the recorder's death, stale session directories.
 //! - [`service`]: the trace service (`fxtrace daemon`): a registry providers stay in, sessions
 //!   started and stopped by controllers, the controller protocol and its client.
-//! - `conn`: nonblocking control-frame reading.
+//! - `conn`: nonblocking control-frame reading; [`wire`]: the frames the tools add to a
+//!   provider's messages (controller documents, the frozen binary status).
 //!
 //! The manager uses the `format` codec only for framing and the records it composes itself
 //! (metadata and markers), the `protocol` module for the wire, and [`fxtrace::buffer`] for the
@@ -31,6 +32,7 @@ pub mod server;
 pub mod service;
 pub mod session;
 pub mod status;
+pub mod wire;
 
 pub use archive::{Archive, ArchiveError};
 pub use drain::{Drain, DrainError, DrainStats};

@@ -44,10 +44,11 @@ use super::report::{
     ProviderReport, RefusedPeer, SectionLosses, SectionReport, SummaryTable, Throttle,
 };
 use super::server::{Manager, ManagerConfig, ManagerError, ManagerEvent, Waker};
+use super::service::protocol::SessionInfo;
 use super::session::{SessionConfig, SessionState};
 use fxtrace::capture::fxt::IndexedSwitch;
 use fxtrace::capture::procfs::ProcessImage;
-use fxtrace::protocol::control::{BufferingMode, SessionFigures};
+use fxtrace::protocol::control::BufferingMode;
 use fxtrace::protocol::transport::{ListenerOptions, SOCKET_ENV, SOCKET_FILE_NAME};
 use fxtrace_format::{
     self, BatchError, BatchOut, BatchWriter, ContextSwitch, Encode, EncodeError, Record,
@@ -430,10 +431,10 @@ pub struct Recorder {
     successions: Successions,
 }
 
-/// A callback that receives the session's figures about every `interval` while tracing.
+/// A callback that receives the session's status about every `interval` while tracing.
 struct Progress {
     interval: Duration,
-    report: Box<dyn FnMut(&SessionFigures) + Send>,
+    report: Box<dyn FnMut(&SessionInfo) + Send>,
 }
 
 impl std::fmt::Debug for Progress {
@@ -713,13 +714,9 @@ impl Recorder {
         self.manager.socket_path()
     }
 
-    /// Have `report` called with the session's figures ([`Manager::snapshot`]) about every
+    /// Have `report` called with the session's status ([`Manager::session_info`]) about every
     /// `interval` while tracing, from [`Self::run`]'s thread (for a progress line).
-    pub fn on_progress(
-        &mut self,
-        interval: Duration,
-        report: Box<dyn FnMut(&SessionFigures) + Send>,
-    ) {
+    pub fn on_progress(&mut self, interval: Duration, report: Box<dyn FnMut(&SessionInfo) + Send>) {
         self.progress = Some(Progress { interval, report });
     }
 
@@ -782,7 +779,7 @@ impl Recorder {
             }
             if let (Some(at), Some(progress)) = (next_progress, self.progress.as_mut()) {
                 if now >= at {
-                    (progress.report)(&self.manager.snapshot());
+                    (progress.report)(&self.manager.session_info());
                     next_progress = Some(now + progress.interval);
                 }
             }

@@ -17,11 +17,12 @@
 //!
 //! The parts live in their own files: `registry` (accepting, registration, the per-provider
 //! record), `fifo` (the per-provider FIFO protocol), `executor` (the session's commands and
-//! the final read-out).
+//! the final read-out), `status` (what the manager says of its session).
 
 mod executor;
 mod fifo;
 mod registry;
+mod status;
 
 use std::collections::BTreeMap;
 use std::io::Write;
@@ -36,12 +37,12 @@ use nix::sys::eventfd::{EfdFlags, EventFd};
 
 use super::archive::{Archive, ArchiveError};
 use super::conn::FramedConn;
-use super::report::{ProviderReport, RefusedPeer};
+use super::report::{Problems, ProviderReport, RefusedPeer};
 use super::session::{
     ProviderId, Session, SessionConfig, SessionState, StartError, StateError, StopError,
 };
 use fxtrace::capture::procfs::ProcessImage;
-use fxtrace::protocol::control::{BufferDisposition, SessionFigures, MAX_OUTPUT_NAME_LEN};
+use fxtrace::protocol::control::BufferDisposition;
 use fxtrace::protocol::transport::{ControlListener, ListenerOptions, TransportError};
 use fxtrace_format::CheckedRecords;
 pub(crate) use registry::Registration;
@@ -86,6 +87,12 @@ pub struct ManagerConfig {
     pub traced_root: Option<u32>,
     /// The output's name, as `fxtrace status` shows it (empty: unknown).
     pub output_name: String,
+    /// The session's id, as `status` shows it (0: `fxtrace record`'s, its only one).
+    pub session_id: u32,
+    /// The user the session belongs to (the controller's; the recorder's own by default).
+    pub owner_uid: u32,
+    /// The session outlives its controller (a detached session of the trace service).
+    pub detached: bool,
 }
 
 impl ManagerConfig {
@@ -102,6 +109,9 @@ impl ManagerConfig {
             reserved_for_traced: DEFAULT_RESERVED_FOR_TRACED,
             traced_root: None,
             output_name: String::new(),
+            session_id: 0,
+            owner_uid: nix::unistd::geteuid().as_raw(),
+            detached: false,
         }
     }
 }
@@ -278,8 +288,11 @@ pub struct Manager {
     next_pending: u64,
     refused: Vec<RefusedPeer>,
     events: Vec<ManagerEvent>,
-    /// When the manager was created (the figures' elapsed time).
+    /// When the manager was created (the status's elapsed time).
     created: Instant,
+    /// The session's problems, as `status` lists them: its providers' (from the events) and
+    /// those noted by whoever runs the session ([`Manager::note_problem`]).
+    problems: Problems,
 }
 
 impl std::fmt::Debug for Manager {
@@ -350,6 +363,7 @@ impl Manager {
             refused: Vec::new(),
             events: Vec::new(),
             created: Instant::now(),
+            problems: Problems::default(),
         };
         manager.run(commands, Instant::now());
         Ok(manager)
@@ -374,14 +388,17 @@ impl Manager {
         self.register(conn, registration)
     }
 
-    /// Write what follows into a new archive on `output` (the magic number first): a restart
-    /// of the session given a new output file. The current archive is flushed first.
+    /// Write what follows into a new archive on `output`, named `name` (the magic number
+    /// first): a restart of the session given a new output file. The current archive is
+    /// flushed first.
     pub(crate) fn replace_output(
         &mut self,
         output: Box<dyn Write + Send>,
+        name: String,
     ) -> Result<(), ManagerError> {
         self.archive.flush()?;
         self.archive = Archive::new(output)?;
+        self.config.output_name = name;
         Ok(())
     }
 
@@ -542,6 +559,11 @@ impl Manager {
             )));
         }
         outcome.events = std::mem::take(&mut self.events);
+        for event in &outcome.events {
+            if let Some(line) = problem_of(event) {
+                self.problems.push(line);
+            }
+        }
         Ok(outcome)
     }
 
@@ -602,47 +624,6 @@ impl Manager {
         self.archive.bytes_written()
     }
 
-    /// The session's running figures, read now (buffers' headers included): what
-    /// `fxtrace status` and the progress line of `fxtrace record` show.
-    pub fn snapshot(&self) -> SessionFigures {
-        let mut buffered_bytes = 0u64;
-        let mut records_dropped = 0u64;
-        for t in self.tracees.values() {
-            match &t.buffer {
-                Some(buffer) if !t.ignore_data => {
-                    let h = buffer.header().load();
-                    // What the buffer holds now (in streaming mode, saved halves too).
-                    // Saturating: the header is the provider's memory, any value it likes.
-                    buffered_bytes = [
-                        h.durable_data_end,
-                        h.rolling_data_end[0],
-                        h.rolling_data_end[1],
-                    ]
-                    .into_iter()
-                    .fold(buffered_bytes, u64::saturating_add);
-                    records_dropped = records_dropped.saturating_add(h.num_records_dropped);
-                }
-                _ => {
-                    records_dropped =
-                        records_dropped.saturating_add(t.drain.stats().records_dropped)
-                }
-            }
-        }
-        let session = self.session.config();
-        SessionFigures {
-            buffering_mode: session.buffering_mode,
-            buffer_size_bytes: session.buffer_size_bytes,
-            providers: self.tracees.values().filter(|t| t.conn.is_some()).count() as u32,
-            records_written: self.archive.records_written(),
-            bytes_written: self.archive.bytes_written(),
-            buffered_bytes,
-            records_dropped,
-            elapsed_ns: u64::try_from(self.created.elapsed().as_nanos()).unwrap_or(u64::MAX),
-            output: super::archive::truncate_str(&self.config.output_name, MAX_OUTPUT_NAME_LEN)
-                .to_owned(),
-        }
-    }
-
     /// Flush the archive and close every connection. Returns the archive's size in bytes.
     pub fn finish(mut self) -> Result<u64, ManagerError> {
         for t in self.tracees.values_mut() {
@@ -650,6 +631,17 @@ impl Manager {
         }
         self.archive.flush()?;
         Ok(self.archive.bytes_written())
+    }
+}
+
+/// The line `status` keeps for `event`, if it is a problem: a provider lost, a provider's
+/// problem, a connection refused.
+fn problem_of(event: &ManagerEvent) -> Option<String> {
+    match event {
+        ManagerEvent::ProviderLost { id, reason } => Some(format!("provider {id} lost: {reason}")),
+        ManagerEvent::ProviderProblem { id, message } => Some(format!("provider {id}: {message}")),
+        ManagerEvent::Refused { reason, .. } => Some(reason.clone()),
+        _ => None,
     }
 }
 

@@ -133,6 +133,21 @@ pub enum ProviderPhase {
     Lost,
 }
 
+impl ProviderPhase {
+    /// Lower-case name, as `status` shows it: `idle`, `starting`, `started`, …
+    pub const fn name(self) -> &'static str {
+        match self {
+            ProviderPhase::Idle => "idle",
+            ProviderPhase::Starting => "starting",
+            ProviderPhase::Started => "started",
+            ProviderPhase::Stopping => "stopping",
+            ProviderPhase::Stopped => "stopped",
+            ProviderPhase::Terminating => "terminating",
+            ProviderPhase::Lost => "lost",
+        }
+    }
+}
+
 /// What the manager knows about a registered provider.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProviderEntry {

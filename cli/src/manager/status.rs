@@ -1,17 +1,21 @@
-//! The status client: which sessions of this user are running, and what each says of itself
-//! (`StatusRequest` → `StatusReply`, with the session's figures when the manager has them).
-//! `fxtrace status` prints what this module asks.
+//! The status client: which sessions of this user are running, and what each says of itself.
+//! Every socket is asked as the trace service is (the controller protocol's `status`, which
+//! `fxtrace record` answers too); a recorder of an earlier revision is asked again in the
+//! frozen binary status. `fxtrace status` prints what this module asks.
 
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use fxtrace::protocol::control::Message;
 use fxtrace::protocol::transport::{
     default_socket_path, ControlConn, TransportError, SOCKET_FILE_NAME,
 };
 
 use super::lifecycle::remove_stale_session_dirs;
 use super::recorder::{runtime_dir, SESSION_DIR_PREFIX};
+use super::service::client::{Controller, ControllerError};
+use super::service::protocol::{ProviderInfo, Reply, Request, StatusReport};
+use super::wire::{Frame, StatusReply};
+use fxtrace::protocol::control::FrameMessage;
 
 /// How long connecting to a session may take (a refused or absent socket fails at once; this
 /// bounds a listen queue that is full).
@@ -50,17 +54,100 @@ pub fn session_socket_pattern() -> String {
     )
 }
 
-/// The session at `path` describes itself (a `StatusReply`). The figures are asked for first;
-/// a manager of an earlier control revision hangs up on that request and is asked again
-/// without.
-pub fn ask_status(path: &Path) -> Result<Message, TransportError> {
-    ask_once(path, true).or_else(|_| ask_once(path, false))
+/// What the socket at `path` said of itself.
+#[derive(Debug)]
+pub enum Answer {
+    /// The trace service's status, or a recording's (`recording`).
+    Report(StatusReport),
+    /// A recording of an earlier revision: its state, providers and categories, and its
+    /// figures when it has them (`report.sessions` then holds one session).
+    Older {
+        /// What it said, as the status model.
+        report: StatusReport,
+        /// Whether it gave its figures (a revision before 3 does not).
+        figures: bool,
+    },
+    /// A trace service that refused to answer (it says why).
+    Refused(String),
 }
 
-fn ask_once(path: &Path, figures: bool) -> Result<Message, TransportError> {
+/// Ask the socket at `path` what it is doing: as the trace service is asked, then (a manager
+/// of an earlier revision hangs up on that) in the frozen binary status, with the figures
+/// first, then without (a manager before revision 3 hangs up on that too).
+pub fn ask_status(path: &Path) -> Result<Answer, AskError> {
+    match ask_controller(path) {
+        Ok(report) => return Ok(Answer::Report(report)),
+        Err(ControllerError::Refused(why)) => return Ok(Answer::Refused(why)),
+        Err(_) => {}
+    }
+    let reply = ask_older(path, true).or_else(|_| ask_older(path, false))?;
+    let StatusReply {
+        state,
+        providers,
+        categories,
+        figures,
+    } = reply;
+    let sessions = vec![figures.clone().map_or_else(
+        || super::service::protocol::SessionInfo {
+            state: state.name().to_owned(),
+            ..Default::default()
+        },
+        |f| f.into_info(state),
+    )];
+    let report = StatusReport {
+        pid: 0,
+        uid: 0,
+        socket: path.display().to_string(),
+        providers: providers
+            .into_iter()
+            .map(|p| ProviderInfo {
+                id: p.id,
+                pid: p.pid,
+                name: p.name,
+                uid: 0,
+                state: String::new(),
+            })
+            .collect(),
+        sessions,
+        providers_omitted: 0,
+        recording: true,
+        categories,
+    };
+    Ok(Answer::Older {
+        report,
+        figures: figures.is_some(),
+    })
+}
+
+fn ask_controller(path: &Path) -> Result<StatusReport, ControllerError> {
+    let mut controller = Controller::connect(path)?;
+    // A stuck service must not hang `status`.
+    controller.set_reply_timeout(REPLY_TIMEOUT);
+    match controller.call(&Request::Status {}, None, |_| {})? {
+        Reply::Status(report) => Ok(report),
+        other => Err(ControllerError::Protocol(format!(
+            "answered status with {other:?}"
+        ))),
+    }
+}
+
+/// Why a socket told nothing of itself.
+#[derive(Debug, thiserror::Error)]
+pub enum AskError {
+    /// Connecting, asking or reading failed.
+    #[error(transparent)]
+    Transport(#[from] TransportError),
+    /// It answered with something else than a status.
+    #[error("it answered a status request with a {0} message")]
+    Unexpected(&'static str),
+}
+
+fn ask_older(path: &Path, figures: bool) -> Result<StatusReply, AskError> {
     let mut conn = ControlConn::connect(path, CONNECT_TIMEOUT)?;
     conn.set_recv_timeout(Some(REPLY_TIMEOUT))?;
-    conn.send_msg(&Message::StatusRequest { figures }, &[])?;
-    let (reply, _) = conn.recv_msg()?;
-    Ok(reply)
+    conn.send_msg(&Frame::StatusRequest { figures }, &[])?;
+    match conn.recv_frame()? {
+        (Frame::StatusReply(reply), _) => Ok(*reply),
+        (other, _) => Err(AskError::Unexpected(other.name())),
+    }
 }

@@ -814,8 +814,8 @@ fn a_terminate_sent_just_before_closing_is_carried_out() {
     let mut raw = ControlConn::connect(&fixture.daemon.socket, Duration::from_secs(1)).unwrap();
     raw.send_msg(&Request::Status {}.to_message(0).unwrap(), &[])
         .unwrap();
-    let (reply, _) = raw.recv_msg().unwrap();
-    let Message::Controller { body, .. } = reply else {
+    let (reply, _) = raw.recv_frame().unwrap();
+    let fxtrace_tools::manager::wire::Frame::Controller { body, .. } = reply else {
         panic!("{reply:?}")
     };
     assert!(FromService::parse(&body).is_ok());

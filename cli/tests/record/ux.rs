@@ -172,7 +172,8 @@ fn stats_shows_the_records_each_provider_dropped() {
 
 #[test]
 fn status_asks_an_older_manager_again_without_figures() {
-    use fxtrace::protocol::control::{Message, SessionState};
+    use fxtrace::protocol::control::{FrameMessage, SessionState};
+    use fxtrace_tools::manager::wire::{Frame, StatusReply};
     use std::io::{Read, Write};
     use std::os::unix::net::UnixListener;
 
@@ -192,12 +193,12 @@ fn status_asks_an_older_manager_again_without_figures() {
             stream.read_exact(&mut body).unwrap();
             requests.push(body.len());
             if body.len() == 4 {
-                let reply = Message::StatusReply {
+                let reply = Frame::StatusReply(Box::new(StatusReply {
                     state: SessionState::Started,
                     providers: vec![],
                     categories: vec![],
                     figures: None,
-                };
+                }));
                 stream.write_all(&reply.encode().unwrap()).unwrap();
             }
         }

@@ -17,9 +17,10 @@ use crate::manager::conn::{
 use crate::manager::drain::Drain;
 use crate::manager::report::{ProviderReport, RefusedPeer};
 use crate::manager::session::{ProviderId, ProviderPhase};
+use crate::manager::wire::Frame;
 use fxtrace::buffer::header;
 use fxtrace::buffer::TraceBuffer;
-use fxtrace::protocol::control::{BufferingMode, Message, StatusEntry};
+use fxtrace::protocol::control::{BufferingMode, FrameMessage, Message};
 use fxtrace::protocol::transport::{self, TransportError};
 
 /// A connection that has not sent its first message yet.
@@ -279,13 +280,13 @@ impl Manager {
         };
         let mut pending = self.pending.swap_remove(index);
         match messages.into_iter().next() {
-            Some(Message::Register {
+            Some(Frame::Provider(Message::Register {
                 pid: claimed,
                 name,
                 known_categories,
                 accepts_ticks_per_second,
                 ..
-            }) => {
+            })) => {
                 let registration = Registration {
                     claimed_pid: claimed,
                     // Printed on terminals and written in the archive.
@@ -295,39 +296,22 @@ impl Manager {
                 };
                 let _ = self.register(pending.conn, registration);
             }
-            Some(Message::StatusRequest { figures }) => {
-                let reply = self.status_reply(figures);
+            Some(Frame::StatusRequest { figures }) => {
+                let reply = self.legacy_status_reply(figures);
                 // The client may be gone already; nothing to do about it.
                 let _ = pending.conn.send(&reply, &[]);
+            }
+            // A status client: `fxtrace status` asks every socket as it asks the service.
+            Some(Frame::Controller { body, fds: 0 }) => {
+                if let Ok(reply) = self.controller_reply(&body).to_fitting_message() {
+                    let _ = pending.conn.send(&reply, &[]);
+                }
             }
             Some(other) => self.events.push(ManagerEvent::Refused {
                 pid: Some(pid),
                 reason: format!("unexpected first message {}", other.name()),
             }),
             None => {} // closed before saying anything
-        }
-    }
-
-    pub(super) fn status_reply(&self, figures: bool) -> Message {
-        let providers = self
-            .session
-            .providers()
-            .filter(|p| p.phase != ProviderPhase::Lost)
-            .map(|p| StatusEntry {
-                id: p.id,
-                pid: p.pid,
-                name: p.name.clone(),
-            })
-            .take(fxtrace::protocol::control::MAX_STATUS_PROVIDERS)
-            .collect();
-        // As many as a reply carries (the service cuts its list the same way).
-        let mut categories = self.session.known_categories();
-        categories.truncate(fxtrace::protocol::control::MAX_CATEGORIES);
-        Message::StatusReply {
-            state: self.session.state(),
-            providers,
-            categories,
-            figures: figures.then(|| self.snapshot()),
         }
     }
 
@@ -561,6 +545,7 @@ mod tests {
 
     use super::super::test_support::{manager, pump, register};
     use super::super::ManagerEvent;
+    use crate::manager::wire::Frame;
     use fxtrace::protocol::control::Message;
     use fxtrace::protocol::transport::ControlConn;
 
@@ -656,20 +641,68 @@ mod tests {
         let (_dir, mut m) = manager(|_| {});
         let _p = register(&mut m, "listed");
         let mut conn = ControlConn::connect(m.socket_path(), Duration::from_secs(1)).unwrap();
-        conn.send_msg(&Message::StatusRequest { figures: false }, &[])
+        conn.send_msg(&Frame::StatusRequest { figures: false }, &[])
             .unwrap();
         for _ in 0..10 {
             m.poll(&[], Some(Duration::from_millis(10))).unwrap();
         }
         conn.set_recv_timeout(Some(Duration::from_secs(2))).unwrap();
-        let (reply, _) = conn.recv_msg().unwrap();
+        let (reply, _) = conn.recv_frame().unwrap();
         match reply {
-            Message::StatusReply { providers, .. } => {
-                assert_eq!(providers.len(), 1);
-                assert_eq!(providers[0].name, "listed");
+            Frame::StatusReply(reply) => {
+                assert_eq!(reply.providers.len(), 1);
+                assert_eq!(reply.providers[0].name, "listed");
             }
             other => panic!("expected StatusReply, got {other:?}"),
         }
+    }
+
+    /// Sends `request` as a controller would and returns the answer.
+    fn ask(
+        m: &mut super::super::Manager,
+        request: &crate::manager::service::protocol::Request,
+    ) -> crate::manager::service::protocol::Reply {
+        use crate::manager::service::protocol::FromService;
+        let mut conn = ControlConn::connect(m.socket_path(), Duration::from_secs(1)).unwrap();
+        conn.send_msg(&request.to_message(0).unwrap(), &[]).unwrap();
+        for _ in 0..10 {
+            m.poll(&[], Some(Duration::from_millis(10))).unwrap();
+        }
+        conn.set_recv_timeout(Some(Duration::from_secs(2))).unwrap();
+        let (Frame::Controller { body, .. }, _) = conn.recv_frame().unwrap() else {
+            panic!("a controller frame")
+        };
+        match FromService::parse(&body).unwrap() {
+            FromService::Reply(reply) => reply,
+            other => panic!("{other:?}"),
+        }
+    }
+
+    #[test]
+    fn a_controller_status_is_the_session_and_its_providers() {
+        use crate::manager::service::protocol::{Reply, Request};
+        let (_dir, mut m) = manager(|c| c.output_name = "out.fxt".into());
+        let _p = register(&mut m, "listed");
+        let Reply::Status(report) = ask(&mut m, &Request::Status {}) else {
+            panic!("a status")
+        };
+        assert!(report.recording);
+        assert_eq!(report.pid, std::process::id());
+        assert_eq!(report.providers.len(), 1);
+        assert_eq!(report.providers[0].name, "listed");
+        assert_eq!(report.providers[0].state, "idle");
+        let [session] = &report.sessions[..] else {
+            panic!("one session: {report:?}")
+        };
+        assert_eq!(session.state, "INITIALIZED");
+        assert_eq!(session.output, "out.fxt");
+        assert_eq!(session.buffer_size, 64 << 10);
+        assert_eq!(session.providers, 1);
+        // The service's other requests are not this socket's.
+        let Reply::Error { error } = ask(&mut m, &Request::Terminate { session: None }) else {
+            panic!("an error")
+        };
+        assert!(error.contains("fxtrace daemon"), "{error}");
     }
 }
 

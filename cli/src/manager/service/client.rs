@@ -6,7 +6,8 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use super::protocol::{Event, FromService, Reply, Request};
-use fxtrace::protocol::control::Message;
+use crate::manager::wire::Frame;
+use fxtrace::protocol::control::FrameMessage;
 use fxtrace::protocol::transport::{ControlConn, TransportError};
 
 /// How long connecting may take.
@@ -92,9 +93,9 @@ impl Controller {
     /// The next message from the service, waiting at most `timeout` (`None`: no bound).
     pub fn receive(&mut self, timeout: Option<Duration>) -> Result<FromService, ControllerError> {
         self.conn.set_recv_timeout(timeout)?;
-        let (msg, _) = self.conn.recv_msg()?;
+        let (msg, _) = self.conn.recv_frame()?;
         match msg {
-            Message::Controller { body, .. } => {
+            Frame::Controller { body, .. } => {
                 FromService::parse(&body).map_err(|e| ControllerError::Protocol(e.to_string()))
             }
             other => Err(ControllerError::Protocol(format!(

@@ -39,8 +39,9 @@ use super::conn::{eviction_victim, FramedConn, ReadOutcome, MAX_ACCEPTS_PER_TURN
 use super::report::Throttle;
 use super::server::{Manager, ManagerConfig, Registration, Waker};
 use super::session::SessionConfig;
+use super::wire::{Frame, StatusEntry, StatusReply, MAX_STATUS_PROVIDERS};
 use fxtrace::protocol::control::{
-    BufferDisposition, BufferingMode, Message, SessionState, StatusEntry,
+    BufferDisposition, BufferingMode, FrameMessage, Message, SessionState,
 };
 use fxtrace::protocol::transport::{ControlListener, ListenerOptions, TransportError};
 use policy::{Peer, Policy};
@@ -174,7 +175,7 @@ struct Controller {
     waiting: Option<(u32, Waiting)>,
     /// Requests received and not handled yet: one is handled at a time, once the last answer
     /// is carried out and sent (at most [`MAX_BACKLOG`]).
-    backlog: VecDeque<(Message, Vec<OwnedFd>)>,
+    backlog: VecDeque<(Frame, Vec<OwnedFd>)>,
     /// A one-shot client (a status request of `fxtrace record`'s protocol): closed once its
     /// answer is sent.
     close_when_sent: bool,
@@ -533,7 +534,7 @@ impl Service {
                     continue;
                 };
                 match msg {
-                    Message::Controller { body, .. } => self.handle_request(key, &body, fds),
+                    Frame::Controller { body, .. } => self.handle_request(key, &body, fds),
                     other => self.reply(
                         key,
                         Reply::Error {
@@ -676,13 +677,13 @@ impl Service {
             return; // closed before saying anything
         };
         match first {
-            Message::Register {
+            Frame::Provider(Message::Register {
                 pid: claimed_pid,
                 name,
                 known_categories,
                 accepts_ticks_per_second,
                 waits_for_session,
-            } => {
+            }) => {
                 if let Some(next) = messages.next() {
                     self.log(format_args!(
                         "fxtrace daemon: pid {pid}: {} sent before its registration was \
@@ -700,9 +701,9 @@ impl Service {
                 };
                 self.register(conn, registration, waits_for_session);
             }
-            Message::Controller { .. } | Message::StatusRequest { .. } => {
-                let one_shot = matches!(first, Message::StatusRequest { .. });
-                let requests: Vec<Message> = std::iter::once(first).chain(messages).collect();
+            Frame::Controller { .. } | Frame::StatusRequest { .. } => {
+                let one_shot = matches!(first, Frame::StatusRequest { .. });
+                let requests: Vec<Frame> = std::iter::once(first).chain(messages).collect();
                 self.new_controller(conn, requests, one_shot);
             }
             other => self.log(format_args!(
@@ -714,7 +715,7 @@ impl Service {
 
     /// A connection whose first message is a controller's request (or a status request of
     /// `fxtrace record`'s protocol, answered once, `one_shot`).
-    fn new_controller(&mut self, mut conn: FramedConn, requests: Vec<Message>, one_shot: bool) {
+    fn new_controller(&mut self, mut conn: FramedConn, requests: Vec<Frame>, one_shot: bool) {
         let cred = conn.conn().peer();
         let peer = Peer::of(conn.as_fd(), cred);
         let of_uid = self
@@ -769,7 +770,7 @@ impl Service {
 
     /// The registry as a session, for a status client of `fxtrace record`'s protocol: what
     /// `peer` may see.
-    fn legacy_status(&self, peer: &Peer) -> Message {
+    fn legacy_status(&self, peer: &Peer) -> Frame {
         let state = if self.sessions.is_empty() {
             SessionState::Ready
         } else {
@@ -784,16 +785,16 @@ impl Service {
                 pid: p.pid,
                 name: p.name.clone(),
             })
-            .take(fxtrace::protocol::control::MAX_STATUS_PROVIDERS)
+            .take(MAX_STATUS_PROVIDERS)
             .collect();
         let mut categories = self.categories(peer);
         categories.truncate(fxtrace::protocol::control::MAX_CATEGORIES);
-        Message::StatusReply {
+        Frame::StatusReply(Box::new(StatusReply {
             state,
             providers,
             categories,
             figures: None,
-        }
+        }))
     }
 
     /// A provider's Register.
@@ -983,7 +984,7 @@ impl Service {
     }
 
     /// Put `messages` (with their descriptors) in the controller's backlog.
-    fn take_requests(&mut self, key: u64, messages: Vec<Message>) -> Result<(), String> {
+    fn take_requests(&mut self, key: u64, messages: Vec<Frame>) -> Result<(), String> {
         let Some(c) = self.controllers.get_mut(&key) else {
             return Ok(());
         };
@@ -1030,30 +1031,8 @@ impl Service {
         let Some(c) = self.controllers.get_mut(&key).filter(|c| !c.closing) else {
             return;
         };
-        // Too large for one message: lists are cut (the reply counts what it leaves out).
-        let mut shrunk = None;
-        let msg = loop {
-            let attempt = shrunk.as_ref().unwrap_or(what);
-            let error = match attempt.to_message() {
-                Ok(msg) => break msg,
-                Err(e) => e,
-            };
-            let mut smaller = attempt.clone();
-            let cut = match &mut smaller {
-                FromService::Reply(reply) => reply.shrink(),
-                FromService::Event(_) => false,
-            };
-            if cut {
-                shrunk = Some(smaller);
-                continue;
-            }
-            let error = FromService::Reply(Reply::Error {
-                error: format!("the answer does not fit in a message ({error})"),
-            });
-            match error.to_message() {
-                Ok(msg) => break msg,
-                Err(_) => return,
-            }
+        let Ok(msg) = what.to_fitting_message() else {
+            return;
         };
         if let Err(e) = c.conn.queue(&msg) {
             let pid = c.conn.conn().peer_pid();
@@ -1111,6 +1090,8 @@ impl Service {
                         .map(|s| s.info.lock().unwrap_or_else(|p| p.into_inner()).clone())
                         .collect(),
                     providers_omitted: 0,
+                    recording: false,
+                    categories: Vec::new(),
                 };
                 self.reply(key, Reply::Status(report));
             }
@@ -1308,35 +1289,19 @@ impl Service {
         config.max_per_pid = MAX_PROVIDERS_PER_PID;
         config.reserved_for_traced = 0;
         config.output_name = start.output.clone().unwrap_or_default();
+        config.session_id = id;
+        config.owner_uid = uid;
+        config.detached = start.detach;
         let manager = Manager::without_listener(config, output).map_err(|e| e.to_string())?;
         self.next_session += 1;
         let (commands, rx) = mpsc::channel();
-        let info = Arc::new(Mutex::new(SessionInfo {
-            session: id,
-            state: SessionState::Initialized.name().into(),
-            mode: manager.session().config().buffering_mode.as_str().into(),
-            buffer_size: manager.session().config().buffer_size_bytes,
-            providers: 0,
-            records_written: 0,
-            bytes_written: 0,
-            records_dropped: 0,
-            output: crate::manager::archive::truncate_str(
-                start.output.as_deref().unwrap_or_default(),
-                fxtrace::protocol::control::MAX_OUTPUT_NAME_LEN,
-            )
-            .to_owned(),
-            owner_uid: uid,
-            detached: start.detach,
-            problems: Vec::new(),
-        }));
+        let info = Arc::new(Mutex::new(manager.session_info()));
         let session_waker = manager.waker();
         let plan = Plan {
             id,
             duration: start.duration_ms.map(Duration::from_millis),
             stop_on_alert: start.stop_on_alert.clone(),
             system_wide: start.system_wide,
-            owner_uid: uid,
-            detached: start.detach,
             ending: Arc::new(AtomicBool::new(false)),
         };
         let ending = plan.ending.clone();

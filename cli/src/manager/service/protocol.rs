@@ -1,7 +1,9 @@
 //! The controller protocol of the trace service: what `fxtrace providers`, `categories`,
 //! `start`, `stop`, `terminate` and `status` say to `fxtrace daemon`, and what it answers.
+//! `fxtrace record` answers `status` in it too (and refuses the rest): [`SessionInfo`] is the
+//! one status model of a session, the service's or a recording's.
 //!
-//! Each message is one control frame of tag 9 ([`Message::Controller`]) holding one JSON
+//! Each message is one control frame of tag 9 ([`Frame::Controller`]) holding one JSON
 //! document: a [`Request`] from the controller, a [`Reply`] (to the controller's last request,
 //! in order) or an [`Event`] (about a session the controller started and stays attached to)
 //! from the service. A `start` that writes an archive carries the output file's descriptor: the
@@ -15,7 +17,7 @@
 
 use serde::{Deserialize, Serialize};
 
-use fxtrace::protocol::control::{Message, MAX_CONTROLLER_BODY};
+use crate::manager::wire::{Frame, MAX_CONTROLLER_BODY};
 
 /// A controller's request.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -172,10 +174,14 @@ pub struct ProviderInfo {
     pub state: String,
 }
 
-/// One session.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+/// One session, as `status`, `stop` and the progress line of `fxtrace record` show it: the
+/// one status model (built by `Manager::session_info`). A field added here is filled there and
+/// printed by `fxtrace status` (`commands/status.rs`); a field a peer of an earlier revision
+/// does not send reads as its default.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[serde(default)]
 pub struct SessionInfo {
-    /// The session's id.
+    /// The session's id (0: `fxtrace record`'s, which has no other).
     pub session: u32,
     /// Its state (FIDL names: `STARTED`, `STOPPED`, …).
     pub state: String,
@@ -185,29 +191,34 @@ pub struct SessionInfo {
     pub buffer_size: u64,
     /// Providers in it now.
     pub providers: u32,
-    /// Records written to the archive so far.
+    /// Records written to the archive so far (metadata included).
     pub records_written: u64,
     /// Bytes written to the archive so far.
     pub bytes_written: u64,
+    /// Bytes the providers' buffers hold now: in oneshot and circular mode what will be
+    /// saved when tracing stops; in streaming mode part of it may be saved already.
+    pub buffered_bytes: u64,
     /// Records the providers dropped.
     pub records_dropped: u64,
-    /// The output's name (empty: none).
+    /// Time since the session was created, ms.
+    pub elapsed_ms: u64,
+    /// The output's name (empty: none, or not known).
     pub output: String,
-    /// The controller's user.
+    /// The controller's user (`fxtrace record`'s: the recorder's).
     pub owner_uid: u32,
     /// Outlives its controller.
     pub detached: bool,
     /// Per-provider problems and losses reported so far.
-    #[serde(default)]
     pub problems: Vec<String>,
 }
 
-/// The answer to `status`.
+/// The answer to `status`: the trace service's, or a recording's (`recording`: one session,
+/// its providers and their categories).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct StatusReport {
-    /// The service's pid.
+    /// The service's (or recorder's) pid.
     pub pid: u32,
-    /// The service's user.
+    /// The service's (or recorder's) user.
     pub uid: u32,
     /// Its socket.
     pub socket: String,
@@ -218,6 +229,12 @@ pub struct StatusReport {
     /// Providers left out: the whole list would not fit in one message.
     #[serde(default)]
     pub providers_omitted: u32,
+    /// `fxtrace record`'s session, not the trace service.
+    #[serde(default)]
+    pub recording: bool,
+    /// The categories the providers declared (sorted, once each; a recording's).
+    #[serde(default)]
+    pub categories: Vec<String>,
 }
 
 /// The end of the line that replaces a session's problems in a status cut to fit a message.
@@ -243,9 +260,10 @@ impl Reply {
                 categories,
                 omitted,
             } => halve(categories, omitted),
-            // Providers first; then a session's problems become one line that counts them.
+            // Providers first (a recording's categories with them); then a session's problems become one line that counts them.
             Reply::Status(report) => {
                 halve(&mut report.providers, &mut report.providers_omitted)
+                    || !std::mem::take(&mut report.categories).is_empty()
                     || report.sessions.iter_mut().any(|s| {
                         let n = s.problems.len();
                         let counted = n == 1 && s.problems[0].ends_with(PROBLEMS_NOT_LISTED);
@@ -266,7 +284,7 @@ impl Reply {
 #[error("controller message: {0}")]
 pub struct ProtocolError(String);
 
-fn frame<T: Serialize>(value: &T, fds: u8) -> Result<Message, ProtocolError> {
+fn frame<T: Serialize>(value: &T, fds: u8) -> Result<Frame, ProtocolError> {
     let body = serde_json::to_string(value).map_err(|e| ProtocolError(e.to_string()))?;
     if body.len() > MAX_CONTROLLER_BODY {
         return Err(ProtocolError(format!(
@@ -274,12 +292,12 @@ fn frame<T: Serialize>(value: &T, fds: u8) -> Result<Message, ProtocolError> {
             body.len()
         )));
     }
-    Ok(Message::Controller { body, fds })
+    Ok(Frame::Controller { body, fds })
 }
 
 impl Request {
     /// The frame carrying this request with `fds` descriptors.
-    pub fn to_message(&self, fds: u8) -> Result<Message, ProtocolError> {
+    pub fn to_message(&self, fds: u8) -> Result<Frame, ProtocolError> {
         frame(self, fds)
     }
 
@@ -291,8 +309,30 @@ impl Request {
 
 impl FromService {
     /// The frame carrying this reply or event.
-    pub fn to_message(&self) -> Result<Message, ProtocolError> {
+    pub fn to_message(&self) -> Result<Frame, ProtocolError> {
         frame(self, 0)
+    }
+
+    /// The frame carrying this reply or event, its lists cut to fit one message (the reply
+    /// counts what it leaves out); an answer that cannot fit becomes an error that says so.
+    pub fn to_fitting_message(&self) -> Result<Frame, ProtocolError> {
+        let mut what = self.clone();
+        loop {
+            let error = match what.to_message() {
+                Ok(frame) => return Ok(frame),
+                Err(e) => e,
+            };
+            let cut = match &mut what {
+                FromService::Reply(reply) => reply.shrink(),
+                FromService::Event(_) => false,
+            };
+            if !cut {
+                return FromService::Reply(Reply::Error {
+                    error: format!("the answer does not fit in a message ({error})"),
+                })
+                .to_message();
+            }
+        }
     }
 
     /// A reply or event in a service document.
@@ -345,14 +385,9 @@ mod tests {
             state: "STARTED".into(),
             mode: "oneshot".into(),
             buffer_size: 1 << 20,
-            providers: 0,
-            records_written: 0,
-            bytes_written: 0,
-            records_dropped: 0,
-            output: String::new(),
-            owner_uid: 0,
             detached: true,
             problems: vec!["a".into(), "b".into()],
+            ..SessionInfo::default()
         };
         let mut status = Reply::Status(StatusReport {
             pid: 1,
@@ -361,6 +396,8 @@ mod tests {
             providers: vec![],
             sessions: vec![session],
             providers_omitted: 0,
+            recording: false,
+            categories: vec![],
         });
         assert!(status.shrink());
         let Reply::Status(report) = &status else {
@@ -380,7 +417,7 @@ mod tests {
             detach: true,
             ..StartRequest::default()
         }));
-        let Message::Controller { body, fds } = start.to_message(1).unwrap() else {
+        let Frame::Controller { body, fds } = start.to_message(1).unwrap() else {
             panic!()
         };
         assert_eq!(fds, 1);
@@ -402,7 +439,7 @@ mod tests {
     #[test]
     fn replies_and_events_are_told_apart() {
         let reply = FromService::Reply(Reply::Terminated { session: 2 });
-        let Message::Controller { body, .. } = reply.to_message().unwrap() else {
+        let Frame::Controller { body, .. } = reply.to_message().unwrap() else {
             panic!()
         };
         assert_eq!(body, r#"{"reply":"terminated","session":2}"#);
@@ -411,7 +448,7 @@ mod tests {
             session: 2,
             reason: "terminated".into(),
         });
-        let Message::Controller { body, .. } = event.to_message().unwrap() else {
+        let Frame::Controller { body, .. } = event.to_message().unwrap() else {
             panic!()
         };
         assert_eq!(FromService::parse(&body).unwrap(), event);

@@ -13,7 +13,6 @@ use std::time::{Duration, Instant};
 use super::protocol::SessionInfo;
 use crate::manager::conn::FramedConn;
 use crate::manager::kernel::SessionKernel;
-use crate::manager::report::Problems;
 use crate::manager::server::{Manager, ManagerEvent, Registration, Waker};
 use fxtrace::protocol::control::{BufferDisposition, SessionState};
 
@@ -77,10 +76,6 @@ pub(super) struct Plan {
     pub(super) stop_on_alert: Option<String>,
     /// Every CPU's context switches too (the kernel provider), from each start to each stop.
     pub(super) system_wide: bool,
-    /// The controller's user, and whether the session outlives its controller (as `status`
-    /// shows them).
-    pub(super) owner_uid: u32,
-    pub(super) detached: bool,
     /// Set when the session stops taking providers in (it is finishing): the service hands
     /// a provider that registers then to no one.
     /// ATOMICS: `Relaxed` flag; a provider handed over anyway is closed with the session's
@@ -106,8 +101,6 @@ pub(super) fn run(
     // Why the session is stopping (for the event); whether it ends once stopped.
     let mut stopping: Option<String> = None;
     let mut end_after_stop: Option<String> = None;
-    // Kept for `status`: the first ones, and how many more.
-    let mut problems = Problems::default();
     let mut kernel: Option<SessionKernel> = None;
     // Notes for the next Started news; whether the stop under way writes.
     let mut start_notes: Vec<String> = Vec::new();
@@ -117,11 +110,6 @@ pub(super) fn run(
     let mut stop_from: Option<u64> = None;
     // The session's providers: id in the manager → id at the service.
     let mut adopted: std::collections::BTreeMap<u32, u32> = std::collections::BTreeMap::new();
-    let mut output_name = info
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .output
-        .clone();
     let reason = 'session: loop {
         let wait = deadline.map_or(Duration::from_millis(250), |d| {
             d.saturating_duration_since(Instant::now())
@@ -145,7 +133,7 @@ pub(super) fn run(
                 }
                 ManagerEvent::StopAcknowledged { timed_out } => {
                     if !timed_out.is_empty() {
-                        problems.push(format!(
+                        manager.note_problem(format!(
                             "{} providers did not acknowledge the stop in time (salvaged)",
                             timed_out.len()
                         ));
@@ -155,12 +143,12 @@ pub(super) fn run(
                             Ok(note) => note,
                             Err(e) => format!("kernel provider: {e}"),
                         };
-                        problems.push(problem);
+                        manager.note_problem(problem);
                     }
                     if let Err(e) = manager.flush_archive() {
-                        problems.push(format!("writing the archive: {e}"));
+                        manager.note_problem(format!("writing the archive: {e}"));
                     }
-                    let snapshot = snapshot(&manager, &plan, &problems, &output_name);
+                    let snapshot = manager.session_info();
                     tell(News::Stopped {
                         session: plan.id,
                         to: stop_from.take(),
@@ -189,28 +177,13 @@ pub(super) fn run(
                         end_after_stop = Some(why);
                     }
                 }
-                ManagerEvent::ProviderLost { id, reason } => {
-                    problems.push(format!("provider {id} lost: {reason}"));
+                ManagerEvent::ProviderLost { id, .. } | ManagerEvent::ProviderGone { id } => {
                     if let Some(provider) = adopted.remove(&id) {
                         tell(News::ProviderLeft {
                             session: plan.id,
                             provider,
                         });
                     }
-                }
-                ManagerEvent::ProviderGone { id } => {
-                    if let Some(provider) = adopted.remove(&id) {
-                        tell(News::ProviderLeft {
-                            session: plan.id,
-                            provider,
-                        });
-                    }
-                }
-                ManagerEvent::ProviderProblem { id, message } => {
-                    problems.push(format!("provider {id}: {message}"));
-                }
-                ManagerEvent::Refused { reason, .. } => {
-                    problems.push(reason);
                 }
                 _ => {}
             }
@@ -260,20 +233,12 @@ pub(super) fn run(
                         } else {
                             let replaced = match output {
                                 Some((output, name)) => manager
-                                    .replace_output(output)
-                                    .map(|()| Some(name))
+                                    .replace_output(output, name)
                                     .map_err(|e| e.to_string()),
-                                None => Ok(None),
+                                None => Ok(()),
                             };
-                            replaced.and_then(|name| {
-                                manager
-                                    .start(Some(disposition))
-                                    .map(|()| {
-                                        if let Some(name) = name {
-                                            output_name = name;
-                                        }
-                                    })
-                                    .map_err(|e| e.to_string())
+                            replaced.and_then(|()| {
+                                manager.start(Some(disposition)).map_err(|e| e.to_string())
                             })
                         };
                     if started.is_ok() {
@@ -287,7 +252,7 @@ pub(super) fn run(
                                     "no context switches (--system-wide): {e} (the trace \
                                      service must run as root, or with CAP_PERFMON)"
                                 );
-                                problems.push(note.clone());
+                                manager.note_problem(note.clone());
                                 start_notes.push(note);
                             }
                         }
@@ -332,11 +297,10 @@ pub(super) fn run(
         }
         if let Some(k) = kernel.as_mut() {
             if let Err(e) = k.pump(&mut manager) {
-                problems.push(format!("kernel provider: {e}"));
+                manager.note_problem(format!("kernel provider: {e}"));
             }
         }
-        *info.lock().unwrap_or_else(|p| p.into_inner()) =
-            snapshot(&manager, &plan, &problems, &output_name);
+        *info.lock().unwrap_or_else(|p| p.into_inner()) = manager.session_info();
     };
     if let Some(k) = kernel.take() {
         // The session ended without a stop (it failed): keep what the capture has.
@@ -354,23 +318,4 @@ pub(super) fn run(
         session: plan.id,
         reason,
     });
-}
-
-/// The session as `status` shows it.
-fn snapshot(manager: &Manager, plan: &Plan, problems: &Problems, output: &str) -> SessionInfo {
-    let figures = manager.snapshot();
-    SessionInfo {
-        session: plan.id,
-        state: manager.session().state().name().to_owned(),
-        mode: figures.buffering_mode.as_str().to_owned(),
-        buffer_size: figures.buffer_size_bytes,
-        providers: figures.providers,
-        records_written: figures.records_written,
-        bytes_written: figures.bytes_written,
-        records_dropped: figures.records_dropped,
-        output: output.to_owned(),
-        owner_uid: plan.owner_uid,
-        detached: plan.detached,
-        problems: problems.lines().collect(),
-    }
 }
