@@ -25,6 +25,7 @@ use fxtrace::capture::{
 };
 use fxtrace_format::Record;
 
+use super::driver::SessionDriver;
 use super::recorder::{
     ExternalSource, RecordReport, Recorder, SectionError, SectionSink, StopReason,
 };
@@ -36,23 +37,22 @@ use super::report::SectionLosses;
 
 /// The kernel provider in a session of the trace service (`fxtrace start --system-wide`):
 /// started at each start of the session, its records written into the session's archive as
-/// they come ([`SessionKernel::pump`]), stopped (and its last records written, or discarded)
-/// when the session stops.
+/// they come (a section of the session loop, [`SessionDriver`]), stopped (and its last records
+/// written, or discarded) when the session stops.
 #[derive(Debug)]
 pub(crate) struct SessionKernel {
     id: u32,
     provider: Option<KernelProvider<KernelSink>>,
-    batches: std::sync::mpsc::Receiver<Vec<u8>>,
 }
 
 /// Name of the kernel provider's section.
 const KERNEL_SECTION: &str = "kernel";
 
 impl SessionKernel {
-    /// Start system-wide capture (no LBR) into a section of `manager`'s archive.
-    pub(crate) fn start(manager: &mut super::Manager) -> Result<Self, KernelProviderError> {
-        let id = manager.reserve_provider_id();
-        let (sink, batches) = SectionSink::channel(id, manager.waker());
+    /// Start system-wide capture (no LBR) into a section of `driver`'s archive.
+    pub(crate) fn start(driver: &mut SessionDriver) -> Result<Self, KernelProviderError> {
+        let sink = driver.section_sink(KERNEL_SECTION);
+        let id = sink.id();
         let config = KernelProviderConfig {
             trace: KernelTraceConfig {
                 provider_id: id,
@@ -60,43 +60,38 @@ impl SessionKernel {
             },
             ..KernelProviderConfig::system_wide(None)
         };
-        let provider = KernelProvider::start(config, KernelSink(sink))?;
-        Ok(Self {
-            id,
-            provider: Some(provider),
-            batches,
-        })
-    }
-
-    /// Write the batches that arrived into the archive. Returns the records written.
-    pub(crate) fn pump(&mut self, manager: &mut super::Manager) -> Result<u64, String> {
-        let mut records = 0;
-        while let Ok(batch) = self.batches.try_recv() {
-            records += manager
-                .write_section(self.id, KERNEL_SECTION, &batch)
-                .map_err(|e| e.to_string())?;
+        match KernelProvider::start(config, KernelSink(sink)) {
+            Ok(provider) => Ok(Self {
+                id,
+                provider: Some(provider),
+            }),
+            Err(e) => {
+                let _ = driver.close_section(id, false);
+                Err(e)
+            }
         }
-        Ok(records)
     }
 
     /// Stop capturing; write what is left (`write`) or discard it. Returns the capture's
     /// counters for the session's notes.
     pub(crate) fn stop(
         mut self,
-        manager: &mut super::Manager,
+        driver: &mut SessionDriver,
         write: bool,
     ) -> Result<String, String> {
-        let mut outcome = match self.provider.take() {
-            Some(provider) => provider.stop().map_err(|e| e.to_string())?,
+        let stopped = match self.provider.take() {
+            Some(provider) => provider.stop().map_err(|e| e.to_string()),
             None => return Ok(String::new()),
         };
-        outcome.sink.0.flush().map_err(|e| e.to_string())?;
-        let line = outcome.describe();
-        drop(outcome);
-        if write {
-            self.pump(manager)?;
-        }
-        Ok(line)
+        let line = stopped.and_then(|mut outcome| {
+            outcome.sink.0.flush().map_err(|e| e.to_string())?;
+            Ok(outcome.describe())
+        });
+        let write = write && line.is_ok();
+        driver
+            .close_section(self.id, write)
+            .map_err(|e| e.to_string())?;
+        line
     }
 }
 

@@ -7,6 +7,9 @@
 //! - [`drain`]: copying a provider's buffer out (streaming saves, final read-out, salvage).
 //! - [`archive`]: the FXT stream written (magic, provider metadata, framing-checked records).
 //! - [`recorder`]: `fxtrace record` as a library: run a command under a fresh session.
+//! - `driver`: the session loop `fxtrace record` and the service's sessions run (the manager's
+//!   turns, the duration, the stop alert, the sections of sources outside the protocol,
+//!   `section`).
 //! - [`report`]: per-provider statistics and the summary table.
 //! - [`status`]: the status client (`fxtrace status`): this user's sessions, and what each says.
 //! - [`kernel`]: the kernel provider and its section of a recording; [`lifecycle`]: the
@@ -24,10 +27,12 @@
 pub mod archive;
 mod conn;
 pub mod drain;
+mod driver;
 pub mod kernel;
 pub mod lifecycle;
 pub mod recorder;
 pub mod report;
+mod section;
 pub mod server;
 pub mod service;
 pub mod session;

@@ -12,10 +12,14 @@
 //!                            archive; a command still running gets SIGTERM (SIGKILL after 2 s)
 //! ```
 //!
+//! The loop is the session loop every session runs ([`SessionDriver`]: the manager's turns,
+//! the duration, the stop alert, the sections); around it the recorder keeps the command,
+//! signals and the log lines.
+//!
 //! Sections that do not come from a provider of the protocol (the built-in kernel provider of
 //! `--system-wide`) join the same archive through a [`SectionSink`] and an
 //! [`ExternalSource`]: the source encodes records into the sink from its own thread, the
-//! recorder copies each batch into the archive under the section's reserved provider id.
+//! session loop copies each batch into the archive under the section's reserved provider id.
 //!
 //! The socket lives in a fresh private directory (mode 0700, under `$XDG_RUNTIME_DIR` when set,
 //! else `/tmp`) named `fxtrace-session-<pid>-XXXXXX`, so concurrent sessions never collide and
@@ -32,27 +36,24 @@ use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::{Child, ExitStatus};
 use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
-use std::sync::mpsc::{self, Receiver, Sender};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{self, SaFlags, SigAction, SigHandler, SigSet, Signal};
 
 use super::archive::{truncate_to_complete_records, ArchiveError};
+use super::driver::{SessionDriver, StopCause};
 use super::lifecycle;
 use super::report::{
     ProviderReport, RefusedPeer, SectionLosses, SectionReport, SummaryTable, Throttle,
 };
+pub use super::section::{SectionError, SectionSink};
 use super::server::{Manager, ManagerConfig, ManagerError, ManagerEvent, Waker};
 use super::service::protocol::SessionInfo;
 use super::session::{SessionConfig, SessionState};
-use fxtrace::capture::fxt::IndexedSwitch;
 use fxtrace::capture::procfs::ProcessImage;
 use fxtrace::protocol::control::BufferingMode;
 use fxtrace::protocol::transport::{ListenerOptions, SOCKET_ENV, SOCKET_FILE_NAME};
-use fxtrace_format::{
-    self, BatchError, BatchOut, BatchWriter, ContextSwitch, Encode, EncodeError, Record,
-};
 
 use crate::output_file::OutputFile;
 
@@ -414,11 +415,10 @@ impl Drop for SocketDir {
 pub struct Recorder {
     config: RecordConfig,
     // Declared before `socket_dir`: the listener (and its socket file) goes first.
-    manager: Manager,
+    driver: SessionDriver,
     socket_dir: Option<SocketDir>,
     stop: StopHandle,
     started: Instant,
-    sections: Vec<SectionIn>,
     externals: Vec<Box<dyn ExternalSource>>,
     progress: Option<Progress>,
     /// The output, under its name since the start (as `perf record`'s).
@@ -483,129 +483,11 @@ pub trait ExternalSource: Send + std::fmt::Debug {
     }
 }
 
-/// Why a [`SectionSink`] refused a record.
-#[derive(Debug, thiserror::Error)]
-pub enum SectionError {
-    /// The record does not encode.
-    #[error(transparent)]
-    Encode(#[from] EncodeError),
-    /// The recorder is gone.
-    #[error("the recorder is gone")]
-    Closed,
-}
-
-/// Encodes records for a section of the archive and ships them to the recorder in batches of
-/// about 64 KiB (the format's [`BatchWriter`]; the first batch at once, so that a source started
-/// before the command opens the archive). Provider Info and Provider Section records are left
-/// out: the archive writes its own, under the section's id. Call [`SectionSink::flush`] at the
-/// end.
-#[derive(Debug)]
-pub struct SectionSink {
-    id: u32,
-    batch: BatchWriter<SectionBatches>,
-    sent_any: bool,
-}
-
-/// Words per batch (64 KiB).
-const SECTION_BATCH_WORDS: usize = 8 * 1024;
-
-/// The channel to the recorder as the output of a [`BatchWriter`].
-#[derive(Debug)]
-struct SectionBatches {
-    tx: Sender<Vec<u8>>,
-    waker: Waker,
-}
-
-impl BatchOut for SectionBatches {
-    type Error = SectionError;
-
-    fn write_batch(&mut self, words: &[u64]) -> Result<(), SectionError> {
-        self.tx
-            .send(fxtrace_format::words_to_bytes(words))
-            .map_err(|_| SectionError::Closed)?;
-        self.waker.wake();
-        Ok(())
-    }
-}
-
-impl SectionSink {
-    /// The provider id of the section in the archive.
-    pub fn id(&self) -> u32 {
-        self.id
-    }
-
-    /// Encode one record into the batch; returns its size in words (0 for the provider
-    /// metadata left out).
-    pub fn push(&mut self, record: &Record<'_>) -> Result<usize, SectionError> {
-        if matches!(record, Record::ProviderInfo(_) | Record::ProviderSection(_)) {
-            return Ok(0);
-        }
-        self.push_encoded(record)
-    }
-
-    /// Encode one context switch into the batch (the two-word form when both threads are
-    /// indexed: two stores instead of the general encoder).
-    pub fn push_context_switch(&mut self, record: &ContextSwitch) -> Result<usize, SectionError> {
-        match IndexedSwitch::of(record) {
-            Some(words) => self.push_encoded(&words),
-            None => self.push_encoded(record),
-        }
-    }
-
-    fn push_encoded<R: Encode + ?Sized>(&mut self, record: &R) -> Result<usize, SectionError> {
-        let n = self.batch.push(record).map_err(|e| match e {
-            BatchError::Encode(e) => SectionError::Encode(e),
-            BatchError::Out(e) => e,
-        })?;
-        if !self.sent_any {
-            self.batch.flush()?;
-            self.sent_any = true;
-        }
-        Ok(n)
-    }
-
-    /// Ship what is buffered.
-    pub fn flush(&mut self) -> Result<(), SectionError> {
-        self.batch.flush()
-    }
-
-    /// A sink for section `id` whose batches arrive on the returned receiver, `waker` woken
-    /// after each (the manager's loop that writes them).
-    pub(crate) fn channel(id: u32, waker: Waker) -> (SectionSink, Receiver<Vec<u8>>) {
-        let (tx, rx) = mpsc::channel();
-        let sink = SectionSink {
-            id,
-            batch: BatchWriter::new(SectionBatches { tx, waker }, SECTION_BATCH_WORDS),
-            sent_any: false,
-        };
-        (sink, rx)
-    }
-}
-
-/// The recorder's end of a section.
-#[derive(Debug)]
-struct SectionIn {
-    report: SectionReport,
-    rx: Receiver<Vec<u8>>,
-}
-
 impl Recorder {
     /// A sink for a section named `name` with an id of its own in this session. Take it before
     /// [`Self::run`] (the id is then the first of the session: 1).
     pub fn section_sink(&mut self, name: &str) -> SectionSink {
-        let id = self.manager.reserve_provider_id();
-        let (sink, rx) = SectionSink::channel(id, self.manager.waker());
-        self.sections.push(SectionIn {
-            report: SectionReport {
-                id,
-                name: name.to_owned(),
-                records: 0,
-                bytes: 0,
-                losses: None,
-            },
-            rx,
-        });
-        sink
+        self.driver.section_sink(name)
     }
 
     /// Have `source` stopped (after the providers) when the recording ends.
@@ -617,28 +499,14 @@ impl Recorder {
     /// previous output kept as `FILE.old` back.
     pub fn discard(self) {
         let Recorder {
-            manager,
+            driver,
             socket_dir,
             output,
             ..
         } = self;
-        drop(manager);
+        drop(driver);
         drop(socket_dir);
         let _ = output.discard();
-    }
-
-    /// Copy every batch the sections have sent into the archive.
-    fn drain_sections(&mut self) -> Result<(), RecorderError> {
-        for section in &mut self.sections {
-            while let Ok(batch) = section.rx.try_recv() {
-                let records =
-                    self.manager
-                        .write_section(section.report.id, &section.report.name, &batch)?;
-                section.report.records += records;
-                section.report.bytes += batch.len() as u64;
-            }
-        }
-        Ok(())
     }
 }
 
@@ -693,13 +561,15 @@ impl Recorder {
             waker: manager.waker(),
             requested: Arc::new(AtomicBool::new(false)),
         };
+        let started = Instant::now();
+        let mut driver = SessionDriver::new(manager, config.duration, config.stop_on_alert.clone());
+        driver.arm_deadline(started);
         Ok(Self {
             config,
-            manager,
+            driver,
             socket_dir,
             stop,
-            started: Instant::now(),
-            sections: Vec::new(),
+            started,
             externals: Vec::new(),
             progress: None,
             output: out_file,
@@ -711,7 +581,7 @@ impl Recorder {
 
     /// The socket providers connect to (`FXTRACE_SOCKET`).
     pub fn socket_path(&self) -> &Path {
-        self.manager.socket_path()
+        self.driver.manager.socket_path()
     }
 
     /// Have `report` called with the session's status ([`Manager::session_info`]) about every
@@ -730,8 +600,8 @@ impl Recorder {
     /// receives one human-readable line per notable event (provider joined, lost, alert, …).
     pub fn run(mut self, mut log: impl FnMut(&str)) -> Result<RecordReport, RecorderError> {
         // Sections started before the command open the archive.
-        self.drain_sections()?;
-        let mut child = match self.spawn() {
+        self.driver.drain_sections()?;
+        let child = match self.spawn() {
             Ok(child) => child,
             Err(e) => {
                 // Nothing was recorded: leave no trace file behind.
@@ -739,145 +609,16 @@ impl Recorder {
                 return Err(e);
             }
         };
-        let pidfd = child.as_ref().and_then(|c| pidfd_open(c.id()));
-        // Should the recorder die (even of SIGKILL), the command's group is signalled.
-        let group_guard = child
-            .as_ref()
-            .and_then(|c| lifecycle::GroupGuard::new(c.id()).ok());
-        let command_pid = child.as_ref().map(Child::id);
-        if let Some(pid) = command_pid {
-            self.manager.set_traced_root(pid);
+        let mut command = Traced::new(child);
+        if let Some(pid) = command.pid {
+            self.driver.manager.set_traced_root(pid);
         }
-        let mut command_status: Option<ExitStatus> = None;
-        let mut alerts = Vec::new();
-        let mut alerts_more = 0u64;
-        let deadline = self.config.duration.map(|d| self.started + d);
-        let mut exited_at: Option<Instant> = None;
-        let mut next_progress = self.progress.as_ref().map(|p| self.started + p.interval);
-
-        let mut output_failure: Option<String> = None;
-        let stop_reason = loop {
-            if let Err(e) = self.drain_sections() {
-                match output_failed(&e) {
-                    Some(reason) => {
-                        output_failure = Some(reason);
-                        break StopReason::OutputFailed;
-                    }
-                    None => return Err(e),
-                }
-            }
-            let now = Instant::now();
-            if deadline.is_some_and(|d| now >= d) {
-                break StopReason::Duration;
-            }
-            if let Some(at) = exited_at {
-                let pid = command_pid.unwrap_or(0);
-                let waiting = self.providers_of(pid);
-                if waiting == 0 || now >= at + self.config.exit_grace {
-                    break StopReason::CommandExited;
-                }
-            }
-            if let (Some(at), Some(progress)) = (next_progress, self.progress.as_mut()) {
-                if now >= at {
-                    (progress.report)(&self.manager.session_info());
-                    next_progress = Some(now + progress.interval);
-                }
-            }
-            let mut timeout = deadline
-                .into_iter()
-                .chain(next_progress)
-                .min()
-                .map(|d| d.saturating_duration_since(now));
-            if let Some(at) = exited_at {
-                let left = (at + self.config.exit_grace).saturating_duration_since(now);
-                timeout = Some(timeout.map_or(left, |t| t.min(left)));
-            }
-            if child.is_some() && command_status.is_none() && pidfd.is_none() {
-                // No pidfd (kernel < 5.3): look at the child every 50 ms.
-                let tick = Duration::from_millis(50);
-                timeout = Some(timeout.map_or(tick, |t| t.min(tick)));
-            }
-            let extra: Vec<BorrowedFd<'_>> = match (&pidfd, command_status) {
-                (Some(fd), None) => vec![fd.as_fd()],
-                _ => Vec::new(),
+        let mut alerts = Alerts::default();
+        let (stop_reason, mut output_failure) =
+            match self.trace(&mut command, &mut alerts, &mut log) {
+                Ok(reason) => (reason, None),
+                Err(e) => (StopReason::OutputFailed, Some(output_failed(&e).ok_or(e)?)),
             };
-            let outcome = match self.manager.poll(&extra, timeout) {
-                Ok(outcome) => outcome,
-                Err(e) => {
-                    let e = RecorderError::Manager(e);
-                    match output_failed(&e) {
-                        Some(reason) => {
-                            output_failure = Some(reason);
-                            break StopReason::OutputFailed;
-                        }
-                        None => return Err(e),
-                    }
-                }
-            };
-            let mut reason = None;
-            for event in &outcome.events {
-                // Alerts beyond the first ALERTS_KEPT are counted, not logged (a provider
-                // raising alerts in a loop must not flood the terminal).
-                let quiet =
-                    matches!(event, ManagerEvent::Alert { .. }) && alerts.len() >= ALERTS_KEPT;
-                if let Some(line) = self.lines.line(event, Instant::now()).filter(|_| !quiet) {
-                    log(&line);
-                }
-                match event {
-                    ManagerEvent::Woken => {
-                        // ATOMICS: `SeqCst`, see the static; the handler stored it before
-                        // waking us. Not reset: a second signal while stopping kills.
-                        let signo = SIGNAL_RECEIVED.load(Ordering::SeqCst);
-                        if signo != 0 {
-                            reason = Some(StopReason::Signal(signo));
-                        // ATOMICS: `Acquire`, pairs with `request_stop`.
-                        } else if self.stop.requested.load(Ordering::Acquire) {
-                            reason = Some(StopReason::Requested);
-                        }
-                    }
-                    ManagerEvent::Alert { id, name } => {
-                        if alerts.len() < ALERTS_KEPT {
-                            alerts.push(name.clone());
-                            if alerts.len() == ALERTS_KEPT {
-                                log("further alerts are counted, not listed");
-                            }
-                        } else {
-                            alerts_more = alerts_more.saturating_add(1);
-                        }
-                        if self.config.stop_on_alert.as_deref() == Some(name.as_str()) {
-                            reason.get_or_insert(StopReason::Alert {
-                                provider: *id,
-                                name: name.clone(),
-                            });
-                        }
-                    }
-                    _ => {}
-                }
-            }
-            // After the events' own lines ("provider N joined" first).
-            for line in self.successions.observe(&outcome.events) {
-                log(&line);
-            }
-            if let Some(line) = self.lines.pending(Instant::now()) {
-                log(&line);
-            }
-            if command_status.is_none() {
-                if let Some(c) = child.as_mut() {
-                    if let Ok(Some(status)) = c.try_wait() {
-                        command_status = Some(status);
-                        exited_at = Some(Instant::now());
-                        log(&format!(
-                            "command (pid {}) {}",
-                            c.id(),
-                            describe_status(status)
-                        ));
-                    }
-                }
-            }
-            if let Some(reason) = reason {
-                break reason;
-            }
-        };
         log(&format!("stopping: {stop_reason}"));
         let elapsed = self.started.elapsed();
         // A failed output stops the command as Ctrl-C would: SIGINT to its process group.
@@ -887,19 +628,132 @@ impl Recorder {
         let interrupted = match stop_reason {
             StopReason::Signal(_) => true,
             StopReason::OutputFailed => {
-                if let (Some(pgid), None) = (command_pid, command_status) {
+                if let (Some(pgid), None) = (command.pid, command.status) {
                     lifecycle::signal_group(pgid, Signal::SIGINT);
                 }
                 true
             }
             _ => false,
         };
+        self.wind_down(&mut output_failure, &mut log)?;
+        // The trace ended first: the command goes too (SIGTERM to its group, then SIGKILL).
+        // After a stop signal it gets a moment to exit on its own.
+        if let Some(line) = command.end(interrupted, self.config.exit_grace)? {
+            log(&line);
+        }
+        if self.gave_terminal {
+            lifecycle::take_back_terminal();
+        }
+        let ended = Ended {
+            stop_reason,
+            command_pid: command.pid,
+            command_status: command.status,
+            alerts,
+            elapsed,
+            output_failure,
+        };
+        self.report(ended)
+    }
 
+    /// Trace until a stop condition: the session's turns, the command's exit, signals.
+    fn trace(
+        &mut self,
+        command: &mut Traced,
+        alerts: &mut Alerts,
+        log: &mut impl FnMut(&str),
+    ) -> Result<StopReason, RecorderError> {
+        let mut next_progress = self.progress.as_ref().map(|p| self.started + p.interval);
+        loop {
+            let wake_at = command
+                .wake_at(self.config.exit_grace)
+                .into_iter()
+                .chain(next_progress)
+                .min();
+            let turn = {
+                let extra: Vec<BorrowedFd<'_>> = command.pollable().into_iter().collect();
+                self.driver.turn(&extra, wake_at)?
+            };
+            if turn.stop == Some(StopCause::Duration) {
+                return Ok(StopReason::Duration);
+            }
+            let mut reason = None;
+            for event in &turn.events {
+                // Alerts beyond the first ALERTS_KEPT are counted, not logged (a provider
+                // raising alerts in a loop must not flood the terminal).
+                let quiet = matches!(event, ManagerEvent::Alert { .. }) && alerts.full();
+                if let Some(line) = self.lines.line(event, Instant::now()).filter(|_| !quiet) {
+                    log(&line);
+                }
+                match event {
+                    ManagerEvent::Woken => reason = self.stop_requested().or(reason),
+                    ManagerEvent::Alert { name, .. } => {
+                        if let Some(line) = alerts.note(name) {
+                            log(line);
+                        }
+                    }
+                    _ => {}
+                }
+            }
+            if let Some(StopCause::Alert { provider, name }) = turn.stop {
+                reason.get_or_insert(StopReason::Alert { provider, name });
+            }
+            // After the events' own lines ("provider N joined" first).
+            for line in self.successions.observe(&turn.events) {
+                log(&line);
+            }
+            if let Some(line) = self.lines.pending(Instant::now()) {
+                log(&line);
+            }
+            if let Some(line) = command.check_exit() {
+                log(&line);
+            }
+            if let Some(reason) = reason {
+                return Ok(reason);
+            }
+            let now = Instant::now();
+            if let Some(at) = command.exited_at {
+                let waiting = self.providers_of(command.pid.unwrap_or(0));
+                if waiting == 0 || now >= at + self.config.exit_grace {
+                    return Ok(StopReason::CommandExited);
+                }
+            }
+            if let (Some(at), Some(progress)) = (next_progress, self.progress.as_mut()) {
+                if now >= at {
+                    (progress.report)(&self.driver.manager.session_info());
+                    next_progress = Some(now + progress.interval);
+                }
+            }
+        }
+    }
+
+    /// A stop signal received or a stop requested, after a wake-up.
+    fn stop_requested(&self) -> Option<StopReason> {
+        // ATOMICS: `SeqCst`, see the static; the handler stored it before waking us. Not
+        // reset: a second signal while stopping kills.
+        let signo = SIGNAL_RECEIVED.load(Ordering::SeqCst);
+        if signo != 0 {
+            Some(StopReason::Signal(signo))
+        // ATOMICS: `Acquire`, pairs with `request_stop`.
+        } else if self.stop.requested.load(Ordering::Acquire) {
+            Some(StopReason::Requested)
+        } else {
+            None
+        }
+    }
+
+    /// After tracing: stop the session (its buffers read out), then the external sources,
+    /// and write their last batches. A failure to write the output (a full disk) is kept in
+    /// `output_failure` (the file is then cut after its last whole record), and once there
+    /// is one nothing more is written.
+    fn wind_down(
+        &mut self,
+        output_failure: &mut Option<String>,
+        log: &mut impl FnMut(&str),
+    ) -> Result<(), RecorderError> {
         if output_failure.is_none() {
-            // The stop reads every provider's buffer out: the disk may fill now too, and the
-            // file is then cut after its last whole record, as when it fills while tracing.
-            if let Err(e) = self.stop_session(&mut log) {
-                output_failure = Some(output_failed(&e).ok_or(e)?);
+            // The stop reads every provider's buffer out: the disk may fill now too.
+            if let Err(e) = self.stop_session(log) {
+                *output_failure = Some(output_failed(&e).ok_or(e)?);
             }
         }
         for mut source in std::mem::take(&mut self.externals) {
@@ -907,55 +761,47 @@ impl Recorder {
                 log(&format!("stopping {source:?}: {e}"));
             }
             for (id, losses) in source.losses() {
-                if let Some(s) = self.sections.iter_mut().find(|s| s.report.id == id) {
+                let sections = self.driver.sections_mut();
+                if let Some(s) = sections.iter_mut().find(|s| s.report.id == id) {
                     s.report.losses = Some(losses);
                 }
             }
         }
         if output_failure.is_none() {
-            if let Err(e) = self.drain_sections() {
-                output_failure = Some(output_failed(&e).ok_or(e)?);
+            if let Err(e) = self.driver.drain_sections() {
+                let e = RecorderError::Manager(e);
+                *output_failure = Some(output_failed(&e).ok_or(e)?);
             }
         }
+        Ok(())
+    }
 
-        // The trace ended first: the command goes too (SIGTERM to its group, then SIGKILL).
-        // After a stop signal it gets a moment to exit on its own.
-        if let (Some(c), None) = (child.as_mut(), command_status) {
-            if interrupted {
-                command_status = wait_child(c, pidfd.as_ref(), self.config.exit_grace);
-            }
-            if command_status.is_none() {
-                let status = terminate_child(c, pidfd.as_ref()).map_err(RecorderError::Wait)?;
-                log(&format!(
-                    "command (pid {}) was still running: sent SIGTERM; it {}",
-                    c.id(),
-                    describe_status(status)
-                ));
-                command_status = Some(status);
-            }
-        }
-        drop(group_guard);
-        if self.gave_terminal {
-            lifecycle::take_back_terminal();
-        }
-
-        let mut providers = self.manager.reports();
+    /// The report of a recording that has `ended`: the archive finished (or cut after its
+    /// last whole record when writing it failed).
+    fn report(mut self, ended: Ended) -> Result<RecordReport, RecorderError> {
+        let manager = &self.driver.manager;
+        let mut providers = manager.reports();
         note_execs(&mut providers, &self.successions);
-        if let (Some(pid), Some(status)) = (command_pid, command_status) {
+        if let (Some(pid), Some(status)) = (ended.command_pid, ended.command_status) {
             refine_lost_reasons(&mut providers, pid, status);
         }
-        let refused = self.manager.refused().to_vec();
-        let known_categories = self.manager.session().known_categories();
-        let socket_path = self.manager.socket_path().to_path_buf();
-        let sections = self.sections.iter().map(|s| s.report.clone()).collect();
+        let refused = manager.refused().to_vec();
+        let known_categories = manager.session().known_categories();
+        let socket_path = manager.socket_path().to_path_buf();
+        let sections = self
+            .driver
+            .sections_mut()
+            .iter()
+            .map(|s| s.report.clone())
+            .collect();
         let Recorder {
-            manager,
+            driver,
             socket_dir,
             config,
             output,
             ..
         } = self;
-        let finished = match (output_failure, manager.finish()) {
+        let finished = match (ended.output_failure, driver.manager.finish()) {
             (None, Ok(bytes)) => Ok(bytes),
             (Some(reason), _) => Err(reason),
             (None, Err(e)) => {
@@ -988,13 +834,13 @@ impl Recorder {
             providers,
             refused,
             sections,
-            stop_reason,
-            command_pid,
-            command_status,
-            alerts,
-            alerts_more,
+            stop_reason: ended.stop_reason,
+            command_pid: ended.command_pid,
+            command_status: ended.command_status,
+            alerts: ended.alerts.kept,
+            alerts_more: ended.alerts.more,
             known_categories,
-            elapsed,
+            elapsed: ended.elapsed,
             output_failure,
         })
     }
@@ -1008,7 +854,7 @@ impl Recorder {
         lifecycle::prepare_command(&mut command, self.gave_terminal);
         command
             .args(args)
-            .env(SOCKET_ENV, self.manager.socket_path())
+            .env(SOCKET_ENV, self.driver.manager.socket_path())
             .envs(self.config.env.iter().map(|(k, v)| (k, v)))
             .spawn()
             .map(Some)
@@ -1020,7 +866,8 @@ impl Recorder {
 
     /// Providers of process `pid` still connected.
     fn providers_of(&self, pid: u32) -> usize {
-        self.manager
+        self.driver
+            .manager
             .session()
             .providers()
             .filter(|p| {
@@ -1038,25 +885,25 @@ impl Recorder {
     /// the providers, waiting at most a moment for them to close.
     fn stop_session(&mut self, log: &mut impl FnMut(&str)) -> Result<(), RecorderError> {
         if matches!(
-            self.manager.session().state(),
+            self.driver.manager.session().state(),
             SessionState::Starting | SessionState::Started
         ) {
-            if let Err(e) = self.manager.stop(true) {
+            if let Err(e) = self.driver.manager.stop(true) {
                 log(&format!("stop: {e}"));
             }
-            while self.manager.session().state() == SessionState::Stopping {
-                let outcome = self.manager.poll(&[], None)?;
+            while self.driver.manager.session().state() == SessionState::Stopping {
+                let outcome = self.driver.manager.poll(&[], None)?;
                 self.log_events(&outcome.events, log);
             }
         }
-        if self.manager.terminate().is_ok() {
+        if self.driver.manager.terminate().is_ok() {
             let until = Instant::now() + Duration::from_millis(500);
-            while self.manager.session().state() == SessionState::Terminating {
+            while self.driver.manager.session().state() == SessionState::Terminating {
                 let left = until.saturating_duration_since(Instant::now());
                 if left.is_zero() {
                     break;
                 }
-                let outcome = self.manager.poll(&[], Some(left))?;
+                let outcome = self.driver.manager.poll(&[], Some(left))?;
                 self.log_events(&outcome.events, log);
             }
         }
@@ -1080,6 +927,126 @@ impl Recorder {
         if let Some(line) = self.lines.pending(now) {
             log(&line);
         }
+    }
+}
+
+/// What a recording ended with, for its report.
+struct Ended {
+    stop_reason: StopReason,
+    command_pid: Option<u32>,
+    command_status: Option<ExitStatus>,
+    alerts: Alerts,
+    elapsed: Duration,
+    output_failure: Option<String>,
+}
+
+/// The alerts a recording keeps (the first [`ALERTS_KEPT`]) and how many more it counted.
+#[derive(Debug, Default)]
+struct Alerts {
+    kept: Vec<String>,
+    more: u64,
+}
+
+impl Alerts {
+    /// As many kept as there may be: later ones are counted and not logged.
+    fn full(&self) -> bool {
+        self.kept.len() >= ALERTS_KEPT
+    }
+
+    /// Keep or count alert `name`; the line to log when the list has just filled.
+    fn note(&mut self, name: &str) -> Option<&'static str> {
+        if self.full() {
+            self.more = self.more.saturating_add(1);
+            return None;
+        }
+        self.kept.push(name.to_owned());
+        self.full()
+            .then_some("further alerts are counted, not listed")
+    }
+}
+
+/// The recorded command (none: the recording traces whoever joins).
+struct Traced {
+    child: Option<Child>,
+    /// Readable when the command exits (none: no command, or a kernel before 5.3).
+    pidfd: Option<OwnedFd>,
+    /// Should the recorder die (even of SIGKILL), the command's group is signalled.
+    group_guard: Option<lifecycle::GroupGuard>,
+    pid: Option<u32>,
+    status: Option<ExitStatus>,
+    exited_at: Option<Instant>,
+}
+
+impl Traced {
+    fn new(child: Option<Child>) -> Traced {
+        let pid = child.as_ref().map(Child::id);
+        Traced {
+            pidfd: pid.and_then(pidfd_open),
+            group_guard: pid.and_then(|pid| lifecycle::GroupGuard::new(pid).ok()),
+            child,
+            pid,
+            status: None,
+            exited_at: None,
+        }
+    }
+
+    /// The descriptor that says the command exited, while it runs.
+    fn pollable(&self) -> Option<BorrowedFd<'_>> {
+        match (&self.pidfd, self.status) {
+            (Some(fd), None) => Some(fd.as_fd()),
+            _ => None,
+        }
+    }
+
+    /// When the session loop must look again: the end of the grace its providers get after
+    /// it exited, or in 50 ms when there is no pidfd to say it exits (kernel < 5.3).
+    fn wake_at(&self, grace: Duration) -> Option<Instant> {
+        let tick = (self.child.is_some() && self.status.is_none() && self.pidfd.is_none())
+            .then(|| Instant::now() + Duration::from_millis(50));
+        self.exited_at
+            .map(|at| at + grace)
+            .into_iter()
+            .chain(tick)
+            .min()
+    }
+
+    /// Whether it exited (the line to log, once).
+    fn check_exit(&mut self) -> Option<String> {
+        if self.status.is_some() {
+            return None;
+        }
+        let child = self.child.as_mut()?;
+        let status = child.try_wait().ok()??;
+        self.status = Some(status);
+        self.exited_at = Some(Instant::now());
+        Some(format!(
+            "command (pid {}) {}",
+            child.id(),
+            describe_status(status)
+        ))
+    }
+
+    /// The recording is over: a command still running goes too (after `grace` to exit on its
+    /// own when `interrupted`, then SIGTERM to its group, then SIGKILL). The line to log.
+    fn end(&mut self, interrupted: bool, grace: Duration) -> Result<Option<String>, RecorderError> {
+        let mut line = None;
+        if let (Some(c), None) = (self.child.as_mut(), self.status) {
+            if interrupted {
+                self.status = wait_child(c, self.pidfd.as_ref(), grace);
+            }
+            if self.status.is_none() {
+                let status =
+                    terminate_child(c, self.pidfd.as_ref()).map_err(RecorderError::Wait)?;
+                line = Some(format!(
+                    "command (pid {}) was still running: sent SIGTERM; it {}",
+                    c.id(),
+                    describe_status(status)
+                ));
+                self.status = Some(status);
+            }
+        }
+        self.group_guard = None;
+        Ok(line)
     }
 }
 
@@ -1424,36 +1391,6 @@ mod tests {
     }
 
     #[test]
-    fn a_section_writes_a_context_switch_as_the_general_encoder_does() {
-        use fxtrace_format::{ThreadRef, ThreadState};
-        let waker = Waker::new().unwrap();
-        for (outgoing, incoming) in [
-            (ThreadRef::Index(3), ThreadRef::Index(7)),
-            (ThreadRef::Inline { pid: 1, tid: 2 }, ThreadRef::Index(7)),
-        ] {
-            let cs = ContextSwitch {
-                ticks: 12345,
-                cpu: 3,
-                outgoing_state: ThreadState::Blocked,
-                outgoing,
-                incoming,
-                outgoing_priority: 20,
-                incoming_priority: 0,
-            };
-            let (mut fast, fast_rx) = SectionSink::channel(1, waker.clone());
-            let (mut general, general_rx) = SectionSink::channel(1, waker.clone());
-            fast.push_context_switch(&cs).unwrap();
-            general.push(&Record::ContextSwitch(cs)).unwrap();
-            fast.flush().unwrap();
-            general.flush().unwrap();
-            let fast: Vec<u8> = fast_rx.try_iter().flatten().collect();
-            let general: Vec<u8> = general_rx.try_iter().flatten().collect();
-            assert!(!fast.is_empty());
-            assert_eq!(fast, general);
-        }
-    }
-
-    #[test]
     fn status_descriptions() {
         assert_eq!(
             describe_status(ExitStatus::from_raw(3 << 8)),
@@ -1467,9 +1404,8 @@ mod tests {
         assert_eq!(StopReason::Signal(15).to_string(), "SIGTERM received");
     }
 
-    #[test]
-    fn an_exec_is_not_a_loss_and_a_second_provider_is_not_an_exec() {
-        let report = |id, pid: u32, name: &str, lost: Option<&str>| ProviderReport {
+    fn report(id: u32, pid: u32, name: &str, lost: Option<&str>) -> ProviderReport {
+        ProviderReport {
             id,
             pid,
             name: name.into(),
@@ -1485,20 +1421,35 @@ mod tests {
             copy_time: Duration::ZERO,
             lost: lost.map(str::to_owned),
             problems: vec![],
-        };
-        let image = |start_time, auxv| Some(ProcessImage { start_time, auxv });
-        let registered =
-            |id, pid, name: &str, image: Option<ProcessImage>| ManagerEvent::ProviderRegistered {
-                id,
-                pid,
-                name: name.into(),
-                image,
-            };
-        let lost = |id| ManagerEvent::ProviderLost {
+        }
+    }
+
+    fn image(start_time: u64, auxv: u64) -> Option<ProcessImage> {
+        Some(ProcessImage { start_time, auxv })
+    }
+
+    fn registered(id: u32, pid: u32, name: &str, image: Option<ProcessImage>) -> ManagerEvent {
+        ManagerEvent::ProviderRegistered {
+            id,
+            pid,
+            name: name.into(),
+            image,
+        }
+    }
+
+    fn lost(id: u32) -> ManagerEvent {
+        ManagerEvent::ProviderLost {
             id,
             reason: "connection closed without STOPPED (…)".into(),
-        };
-        let gone = |id| ManagerEvent::ProviderGone { id };
+        }
+    }
+
+    fn gone(id: u32) -> ManagerEvent {
+        ManagerEvent::ProviderGone { id }
+    }
+
+    /// The successions of every case `note_execs` is tested on, each checked as it is seen.
+    fn successions_of_every_case() -> Successions {
         let mut successions = Successions::default();
         // bash exec'd into pyenv (flushed first), pyenv into python3 (closed unflushed, seen
         // in the poll that reads python3's registration, after it).
@@ -1581,6 +1532,12 @@ mod tests {
                 "provider 20 (pid 17) exec'd into \"y\" (provider 21)"
             ]
         );
+        successions
+    }
+
+    #[test]
+    fn an_exec_is_not_a_loss_and_a_second_provider_is_not_an_exec() {
+        let successions = successions_of_every_case();
         let unflushed = Some("connection closed without STOPPED (…)");
         let mut providers = vec![
             report(1, 10, "bash", None),

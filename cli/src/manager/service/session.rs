@@ -2,9 +2,11 @@
 //! driven by commands from the service's loop and reporting back what happened.
 //!
 //! The service hands providers over ([`Command::Adopt`]: their registered connections), and
-//! relays the controller's start, stop and terminate. The thread stops the session by itself
+//! relays the controller's start, stop and terminate. The thread runs the session loop every
+//! session runs ([`SessionDriver`], as `fxtrace record` does) and stops the session by itself
 //! when its duration passes or when the alert it waits for is raised, and then ends it.
 
+use std::collections::BTreeMap;
 use std::io::Write;
 use std::sync::mpsc::{Receiver, Sender};
 use std::sync::{Arc, Mutex};
@@ -12,6 +14,7 @@ use std::time::{Duration, Instant};
 
 use super::protocol::SessionInfo;
 use crate::manager::conn::FramedConn;
+use crate::manager::driver::{SessionDriver, StopCause};
 use crate::manager::kernel::SessionKernel;
 use crate::manager::server::{Manager, ManagerEvent, Registration, Waker};
 use fxtrace::protocol::control::{BufferDisposition, SessionState};
@@ -83,239 +86,320 @@ pub(super) struct Plan {
     pub(super) ending: std::sync::Arc<std::sync::atomic::AtomicBool>,
 }
 
+/// How long a session's thread waits for its manager before it looks at its commands.
+const TURN: Duration = Duration::from_millis(250);
+
 /// The session thread's body.
 pub(super) fn run(
-    mut manager: Manager,
+    manager: Manager,
     plan: Plan,
     commands: Receiver<Command>,
     news: Sender<News>,
     service: Waker,
     info: Arc<Mutex<SessionInfo>>,
 ) {
-    let tell = |n: News| {
-        // The service outlives its sessions' threads; a closed channel means it is exiting.
-        let _ = news.send(n);
-        service.wake();
+    let driver = SessionDriver::new(manager, plan.duration, plan.stop_on_alert.clone());
+    let mut session = Running {
+        driver,
+        plan,
+        news,
+        service,
+        info,
+        stopping: None,
+        end_after_stop: None,
+        kernel: None,
+        start_notes: Vec::new(),
+        stop_writes: true,
+        start_from: None,
+        stop_from: None,
+        adopted: BTreeMap::new(),
     };
-    let mut deadline: Option<Instant> = None;
-    // Why the session is stopping (for the event); whether it ends once stopped.
-    let mut stopping: Option<String> = None;
-    let mut end_after_stop: Option<String> = None;
-    let mut kernel: Option<SessionKernel> = None;
-    // Notes for the next Started news; whether the stop under way writes.
-    let mut start_notes: Vec<String> = Vec::new();
-    let mut stop_writes = true;
-    // Who asked for the start or the stop under way (answered when it completes).
-    let mut start_from: Option<u64> = None;
-    let mut stop_from: Option<u64> = None;
-    // The session's providers: id in the manager → id at the service.
-    let mut adopted: std::collections::BTreeMap<u32, u32> = std::collections::BTreeMap::new();
-    let reason = 'session: loop {
-        let wait = deadline.map_or(Duration::from_millis(250), |d| {
-            d.saturating_duration_since(Instant::now())
-                .min(Duration::from_millis(250))
-        });
-        let outcome = match manager.poll(&[], Some(wait)) {
-            Ok(outcome) => outcome,
-            Err(e) => break format!("the session failed: {e}"),
+    let reason = loop {
+        if let Some(reason) = session.turn(&commands) {
+            break reason;
+        }
+    };
+    session.end(reason);
+}
+
+/// A session of the service while its thread runs.
+struct Running {
+    driver: SessionDriver,
+    plan: Plan,
+    news: Sender<News>,
+    service: Waker,
+    /// The session as `status` shows it, updated every turn.
+    info: Arc<Mutex<SessionInfo>>,
+    /// Why the session is stopping (for the news); whether it ends once stopped, and why.
+    stopping: Option<String>,
+    end_after_stop: Option<String>,
+    kernel: Option<SessionKernel>,
+    /// Notes for the next Started news; whether the stop under way writes.
+    start_notes: Vec<String>,
+    stop_writes: bool,
+    /// Who asked for the start or the stop under way (answered when it completes).
+    start_from: Option<u64>,
+    stop_from: Option<u64>,
+    /// The session's providers: id in the manager → id at the service.
+    adopted: BTreeMap<u32, u32>,
+}
+
+impl Running {
+    fn tell(&self, news: News) {
+        // The service outlives its sessions' threads; a closed channel means it is exiting.
+        let _ = self.news.send(news);
+        self.service.wake();
+    }
+
+    fn manager(&mut self) -> &mut Manager {
+        &mut self.driver.manager
+    }
+
+    /// One turn of the session loop, then the service's commands. Why the session is over,
+    /// when it is.
+    fn turn(&mut self, commands: &Receiver<Command>) -> Option<String> {
+        let turn = match self.driver.turn(&[], Some(Instant::now() + TURN)) {
+            Ok(turn) => turn,
+            Err(e) => return Some(format!("the session failed: {e}")),
         };
-        for event in outcome.events {
-            match event {
-                ManagerEvent::StartAcknowledged { timed_out } => {
-                    deadline = plan.duration.map(|d| Instant::now() + d);
-                    tell(News::Started {
-                        session: plan.id,
-                        to: start_from.take(),
-                        providers: manager.session().providers().count() as u32,
-                        timed_out: timed_out.len() as u32,
-                        notes: std::mem::take(&mut start_notes),
-                    });
-                }
-                ManagerEvent::StopAcknowledged { timed_out } => {
-                    if !timed_out.is_empty() {
-                        manager.note_problem(format!(
-                            "{} providers did not acknowledge the stop in time (salvaged)",
-                            timed_out.len()
-                        ));
-                    }
-                    if let Some(k) = kernel.take() {
-                        let problem = match k.stop(&mut manager, stop_writes) {
-                            Ok(note) => note,
-                            Err(e) => format!("kernel provider: {e}"),
-                        };
-                        manager.note_problem(problem);
-                    }
-                    if let Err(e) = manager.flush_archive() {
-                        manager.note_problem(format!("writing the archive: {e}"));
-                    }
-                    let snapshot = manager.session_info();
-                    tell(News::Stopped {
-                        session: plan.id,
-                        to: stop_from.take(),
-                        start_to: start_from.take(),
-                        reason: stopping.take().unwrap_or_else(|| "stopped".into()),
-                        info: snapshot,
-                    });
-                    if let Some(reason) = end_after_stop.take() {
-                        if let Err(e) = manager.terminate() {
-                            break 'session format!("{reason} (terminate: {e})");
-                        }
-                        end_after_stop = Some(reason);
-                    }
-                }
-                ManagerEvent::Terminated => {
-                    break 'session end_after_stop.take().unwrap_or_else(|| "terminated".into());
-                }
-                ManagerEvent::Alert { name, .. }
-                    if plan.stop_on_alert.as_deref() == Some(name.as_str())
-                        && manager.session().state() == SessionState::Started =>
-                {
-                    let why = format!("alert {name:?} raised");
-                    stop_writes = true;
-                    if manager.stop(true).is_ok() {
-                        stopping = Some(why.clone());
-                        end_after_stop = Some(why);
-                    }
-                }
-                ManagerEvent::ProviderLost { id, .. } | ManagerEvent::ProviderGone { id } => {
-                    if let Some(provider) = adopted.remove(&id) {
-                        tell(News::ProviderLeft {
-                            session: plan.id,
-                            provider,
-                        });
-                    }
-                }
-                _ => {}
+        for event in turn.events {
+            if let Some(reason) = self.on_event(event) {
+                return Some(reason);
             }
         }
-        if deadline.is_some_and(|d| Instant::now() >= d)
-            && manager.session().state() == SessionState::Started
-        {
-            deadline = None;
-            let why = "its duration passed".to_owned();
-            stop_writes = true;
-            if manager.stop(true).is_ok() {
-                stopping = Some(why.clone());
-                end_after_stop = Some(why);
-            }
+        if let Some(cause) = turn.stop {
+            self.stop_for(cause);
         }
         while let Ok(command) = commands.try_recv() {
-            match command {
-                Command::Adopt(provider, conn, registration) => {
-                    match manager.adopt(conn, registration) {
-                        Some(id) => {
-                            adopted.insert(id, provider);
-                        }
-                        None => tell(News::ProviderLeft {
-                            session: plan.id,
-                            provider,
-                        }),
-                    }
-                }
-                Command::Start {
-                    disposition,
-                    output,
-                    from,
-                } => {
-                    // Only an initialized or stopped session starts: say so before anything
-                    // changes, the output above all.
-                    let state = manager.session().state();
-                    let started =
-                        if !matches!(state, SessionState::Initialized | SessionState::Stopped) {
-                            Err(match state {
-                                SessionState::Starting
-                                | SessionState::Started
-                                | SessionState::Stopping => {
-                                    format!("it is {state}: stop it first (fxtrace stop)")
-                                }
-                                _ => format!("it is {state}: it is ending"),
-                            })
-                        } else {
-                            let replaced = match output {
-                                Some((output, name)) => manager
-                                    .replace_output(output, name)
-                                    .map_err(|e| e.to_string()),
-                                None => Ok(()),
-                            };
-                            replaced.and_then(|()| {
-                                manager.start(Some(disposition)).map_err(|e| e.to_string())
-                            })
-                        };
-                    if started.is_ok() {
-                        start_from = from;
-                    }
-                    if started.is_ok() && plan.system_wide && kernel.is_none() {
-                        match SessionKernel::start(&mut manager) {
-                            Ok(k) => kernel = Some(k),
-                            Err(e) => {
-                                let note = format!(
-                                    "no context switches (--system-wide): {e} (the trace \
-                                     service must run as root, or with CAP_PERFMON)"
-                                );
-                                manager.note_problem(note.clone());
-                                start_notes.push(note);
-                            }
-                        }
-                    }
-                    if let Err(error) = started {
-                        tell(News::Refused {
-                            session: plan.id,
-                            to: from,
-                            error: format!("cannot start session {}: {error}", plan.id),
-                        });
-                    }
-                }
-                Command::Stop { write, from } => {
-                    if let Err(e) = manager.stop(write) {
-                        tell(News::Refused {
-                            session: plan.id,
-                            to: from,
-                            error: format!("cannot stop session {}: {e}", plan.id),
-                        });
-                    } else {
-                        stop_writes = write;
-                        stop_from = from;
-                        stopping = Some("stopped by a controller".into());
-                    }
-                }
-                Command::Terminate { reason } => match manager.session().state() {
-                    SessionState::Started | SessionState::Starting => {
-                        // Never lose what was traced: stop and write first.
-                        stop_writes = true;
-                        if manager.stop(true).is_ok() {
-                            stopping = Some(reason.clone());
-                        }
-                        end_after_stop = Some(reason);
-                    }
-                    SessionState::Stopping => end_after_stop = Some(reason),
-                    _ => match manager.terminate() {
-                        Ok(()) => end_after_stop = Some(reason),
-                        Err(_) => break 'session reason,
-                    },
-                },
+            if let Some(reason) = self.on_command(command) {
+                return Some(reason);
             }
         }
-        if let Some(k) = kernel.as_mut() {
-            if let Err(e) = k.pump(&mut manager) {
-                manager.note_problem(format!("kernel provider: {e}"));
-            }
-        }
-        *info.lock().unwrap_or_else(|p| p.into_inner()) = manager.session_info();
-    };
-    if let Some(k) = kernel.take() {
-        // The session ended without a stop (it failed): keep what the capture has.
-        let _ = k.stop(&mut manager, true);
+        *self.info.lock().unwrap_or_else(|p| p.into_inner()) = self.driver.manager.session_info();
+        None
     }
-    // ATOMICS: see `Plan::ending`.
-    plan.ending
-        .store(true, std::sync::atomic::Ordering::Relaxed);
-    // The archive is flushed and every provider connection closed (they register again).
-    let reason = match manager.finish() {
-        Ok(_) => reason,
-        Err(e) => format!("{reason}; writing the archive failed: {e}"),
-    };
-    tell(News::Ended {
-        session: plan.id,
-        reason,
-    });
+
+    /// Why the session is over, when `event` ends it.
+    fn on_event(&mut self, event: ManagerEvent) -> Option<String> {
+        match event {
+            ManagerEvent::StartAcknowledged { timed_out } => {
+                self.driver.arm_deadline(Instant::now());
+                let started = News::Started {
+                    session: self.plan.id,
+                    to: self.start_from.take(),
+                    providers: self.driver.manager.session().providers().count() as u32,
+                    timed_out: timed_out.len() as u32,
+                    notes: std::mem::take(&mut self.start_notes),
+                };
+                self.tell(started);
+            }
+            ManagerEvent::StopAcknowledged { timed_out } => return self.stopped(&timed_out),
+            ManagerEvent::Terminated => {
+                return Some(
+                    self.end_after_stop
+                        .take()
+                        .unwrap_or_else(|| "terminated".into()),
+                )
+            }
+            ManagerEvent::ProviderLost { id, .. } | ManagerEvent::ProviderGone { id } => {
+                if let Some(provider) = self.adopted.remove(&id) {
+                    self.tell(News::ProviderLeft {
+                        session: self.plan.id,
+                        provider,
+                    });
+                }
+            }
+            _ => {}
+        }
+        None
+    }
+
+    /// The stop completed: the kernel provider stopped (its last records written if the stop
+    /// writes), the archive flushed, the service told; a session that ends after its stop is
+    /// terminated. Why the session is over, when terminating fails.
+    fn stopped(&mut self, timed_out: &[u32]) -> Option<String> {
+        if !timed_out.is_empty() {
+            let line = format!(
+                "{} providers did not acknowledge the stop in time (salvaged)",
+                timed_out.len()
+            );
+            self.manager().note_problem(line);
+        }
+        if let Some(k) = self.kernel.take() {
+            let problem = match k.stop(&mut self.driver, self.stop_writes) {
+                Ok(note) => note,
+                Err(e) => format!("kernel provider: {e}"),
+            };
+            self.manager().note_problem(problem);
+        }
+        if let Err(e) = self.manager().flush_archive() {
+            self.manager()
+                .note_problem(format!("writing the archive: {e}"));
+        }
+        let stopped = News::Stopped {
+            session: self.plan.id,
+            to: self.stop_from.take(),
+            start_to: self.start_from.take(),
+            reason: self.stopping.take().unwrap_or_else(|| "stopped".into()),
+            info: self.driver.manager.session_info(),
+        };
+        self.tell(stopped);
+        let reason = self.end_after_stop.take()?;
+        if let Err(e) = self.manager().terminate() {
+            return Some(format!("{reason} (terminate: {e})"));
+        }
+        self.end_after_stop = Some(reason);
+        None
+    }
+
+    /// The duration passed, or the alert was raised: a session that is tracing stops
+    /// (writing) and then ends.
+    fn stop_for(&mut self, cause: StopCause) {
+        if self.driver.manager.session().state() != SessionState::Started {
+            return;
+        }
+        let why = match cause {
+            StopCause::Duration => "its duration passed".to_owned(),
+            StopCause::Alert { name, .. } => format!("alert {name:?} raised"),
+        };
+        self.stop_writes = true;
+        if self.manager().stop(true).is_ok() {
+            self.stopping = Some(why.clone());
+            self.end_after_stop = Some(why);
+        }
+    }
+
+    /// Why the session is over, when `command` ends it at once.
+    fn on_command(&mut self, command: Command) -> Option<String> {
+        match command {
+            Command::Adopt(provider, conn, registration) => {
+                match self.manager().adopt(conn, registration) {
+                    Some(id) => {
+                        self.adopted.insert(id, provider);
+                    }
+                    None => self.tell(News::ProviderLeft {
+                        session: self.plan.id,
+                        provider,
+                    }),
+                }
+            }
+            Command::Start {
+                disposition,
+                output,
+                from,
+            } => self.start(disposition, output, from),
+            Command::Stop { write, from } => {
+                if let Err(e) = self.manager().stop(write) {
+                    self.tell(News::Refused {
+                        session: self.plan.id,
+                        to: from,
+                        error: format!("cannot stop session {}: {e}", self.plan.id),
+                    });
+                } else {
+                    self.stop_writes = write;
+                    self.stop_from = from;
+                    self.stopping = Some("stopped by a controller".into());
+                }
+            }
+            Command::Terminate { reason } => match self.driver.manager.session().state() {
+                SessionState::Started | SessionState::Starting => {
+                    // Never lose what was traced: stop and write first.
+                    self.stop_writes = true;
+                    if self.manager().stop(true).is_ok() {
+                        self.stopping = Some(reason.clone());
+                    }
+                    self.end_after_stop = Some(reason);
+                }
+                SessionState::Stopping => self.end_after_stop = Some(reason),
+                _ => match self.manager().terminate() {
+                    Ok(()) => self.end_after_stop = Some(reason),
+                    Err(_) => return Some(reason),
+                },
+            },
+        }
+        None
+    }
+
+    /// Start (again), into a new output when one is given; with the kernel provider when the
+    /// session records every CPU. A refusal goes to controller `from`.
+    fn start(
+        &mut self,
+        disposition: BufferDisposition,
+        output: Option<(Box<dyn Write + Send>, String)>,
+        from: Option<u64>,
+    ) {
+        // Only an initialized or stopped session starts: say so before anything changes, the
+        // output above all.
+        let state = self.driver.manager.session().state();
+        let started = match state {
+            SessionState::Initialized | SessionState::Stopped => {
+                let replaced = match output {
+                    Some((output, name)) => self
+                        .manager()
+                        .replace_output(output, name)
+                        .map_err(|e| e.to_string()),
+                    None => Ok(()),
+                };
+                replaced.and_then(|()| {
+                    self.manager()
+                        .start(Some(disposition))
+                        .map_err(|e| e.to_string())
+                })
+            }
+            SessionState::Starting | SessionState::Started | SessionState::Stopping => {
+                Err(format!("it is {state}: stop it first (fxtrace stop)"))
+            }
+            _ => Err(format!("it is {state}: it is ending")),
+        };
+        if let Err(error) = started {
+            return self.tell(News::Refused {
+                session: self.plan.id,
+                to: from,
+                error: format!("cannot start session {}: {error}", self.plan.id),
+            });
+        }
+        self.start_from = from;
+        if self.plan.system_wide && self.kernel.is_none() {
+            match SessionKernel::start(&mut self.driver) {
+                Ok(k) => self.kernel = Some(k),
+                Err(e) => {
+                    let note = format!(
+                        "no context switches (--system-wide): {e} (the trace service must run \
+                         as root, or with CAP_PERFMON)"
+                    );
+                    self.manager().note_problem(note.clone());
+                    self.start_notes.push(note);
+                }
+            }
+        }
+    }
+
+    /// The session is over (`reason`): its archive flushed, its providers' connections closed
+    /// (they register again), the service told.
+    fn end(mut self, reason: String) {
+        if let Some(k) = self.kernel.take() {
+            // The session ended without a stop (it failed): keep what the capture has.
+            let _ = k.stop(&mut self.driver, true);
+        }
+        // ATOMICS: see `Plan::ending`.
+        self.plan
+            .ending
+            .store(true, std::sync::atomic::Ordering::Relaxed);
+        let id = self.plan.id;
+        let Running {
+            driver,
+            news,
+            service,
+            ..
+        } = self;
+        let reason = match driver.manager.finish() {
+            Ok(_) => reason,
+            Err(e) => format!("{reason}; writing the archive failed: {e}"),
+        };
+        let _ = news.send(News::Ended {
+            session: id,
+            reason,
+        });
+        service.wake();
+    }
 }
