@@ -1207,6 +1207,8 @@ impl Service {
         }
     }
 
+    /// A new session for controller `key`: who may have it, what it records, its manager in
+    /// a thread of its own; the idle providers it wants are handed over and it starts.
     fn create_session(
         &mut self,
         key: u64,
@@ -1214,6 +1216,53 @@ impl Service {
         start: StartRequest,
         output: Option<File>,
     ) -> Result<u32, String> {
+        self.may_create(peer, &start)?;
+        let session_config = session_config(&start)?;
+        let uid = peer.cred.uid;
+        let id = self.next_session;
+        let mut config = ManagerConfig::new(format!("{}#{id}", self.listener.path().display()));
+        config.session = session_config;
+        // The service's own bounds hold; a session has no traced command to keep slots for.
+        config.max_providers = MAX_PROVIDERS;
+        config.max_per_uid = MAX_PROVIDERS_PER_UID;
+        config.max_per_pid = MAX_PROVIDERS_PER_PID;
+        config.reserved_for_traced = 0;
+        config.output_name = start.output.clone().unwrap_or_default();
+        config.session_id = id;
+        config.owner_uid = uid;
+        config.detached = start.detach;
+        // The archive stages one turn's read-out at most (a killed service loses no more), and
+        // a file whose write failed (a full disk) is cut after its last whole record.
+        let output: Box<dyn std::io::Write + Send> = match output {
+            Some(file) => Box::new(crate::manager::archive::CutOnFailure::new(file)),
+            None => Box::new(std::io::sink()),
+        };
+        let manager = Manager::without_listener(config, output).map_err(|e| e.to_string())?;
+        self.next_session += 1;
+        let plan = Plan {
+            id,
+            duration: start.duration_ms.map(Duration::from_millis),
+            stop_on_alert: start.stop_on_alert.clone(),
+            system_wide: start.system_wide,
+            ending: Arc::new(AtomicBool::new(false)),
+        };
+        let session = self.spawn_session(manager, plan, peer, key, &start)?;
+        let joined = self.hand_over_idle(id, &session);
+        session.send(Command::Start {
+            disposition: BufferDisposition::ClearEntire,
+            output: None,
+            from: Some(key),
+        });
+        self.log(format_args!(
+            "fxtrace daemon: session {id} started by uid {uid} with {joined} providers{}",
+            if start.detach { " (detached)" } else { "" }
+        ));
+        self.sessions.insert(id, session);
+        Ok(id)
+    }
+
+    /// Whether `peer` may create the session `start` asks for.
+    fn may_create(&self, peer: &Peer, start: &StartRequest) -> Result<(), String> {
         if self.stopping {
             return Err("the trace service is stopping".into());
         }
@@ -1238,111 +1287,63 @@ impl Service {
         if start.disposition.is_some() {
             return Err("a buffer disposition applies to a restart (--session ID)".into());
         }
-        let mut session_config = SessionConfig::default();
-        if let Some(mode) = &start.mode {
-            session_config.buffering_mode =
-                mode.parse::<BufferingMode>().map_err(|e| e.to_string())?;
-        }
-        if let Some(size) = start.buffer_size {
-            if !fxtrace::buffer::is_valid_buffer_size(size) {
-                return Err(format!(
-                    "buffer size {size} bytes is not usable: it must be a multiple of 4096 \
-                     between 4 KiB and 4 GiB"
-                ));
-            }
-            session_config.buffer_size_bytes = size;
-        }
-        if start.categories.len() > fxtrace::protocol::control::MAX_CATEGORIES {
-            return Err(format!(
-                "{} categories: at most {} may be enabled",
-                start.categories.len(),
-                fxtrace::protocol::control::MAX_CATEGORIES
-            ));
-        }
-        if let Some(long) = start
-            .categories
-            .iter()
-            .find(|c| c.len() > fxtrace::protocol::control::MAX_CATEGORY_NAME_LEN)
-        {
-            return Err(format!(
-                "category {long:?} is longer than {} bytes",
-                fxtrace::protocol::control::MAX_CATEGORY_NAME_LEN
-            ));
-        }
-        session_config.categories = start.categories.clone();
-        // A provider that does not answer Stop is salvaged after this, well inside the
-        // service's shutdown bound and a controller's patience.
-        session_config.stop_timeout = SESSION_STOP_TIMEOUT;
-        session_config.start_timeout = SESSION_STOP_TIMEOUT;
-        // The archive stages one turn's read-out at most (a killed service loses no more), and
-        // a file whose write failed (a full disk) is cut after its last whole record.
-        let output: Box<dyn std::io::Write + Send> = match output {
-            Some(file) => Box::new(crate::manager::archive::CutOnFailure::new(file)),
-            None => Box::new(std::io::sink()),
-        };
-        let id = self.next_session;
-        let mut config = ManagerConfig::new(format!("{}#{id}", self.listener.path().display()));
-        config.session = session_config;
-        // The service's own bounds hold; a session has no traced command to keep slots for.
-        config.max_providers = MAX_PROVIDERS;
-        config.max_per_uid = MAX_PROVIDERS_PER_UID;
-        config.max_per_pid = MAX_PROVIDERS_PER_PID;
-        config.reserved_for_traced = 0;
-        config.output_name = start.output.clone().unwrap_or_default();
-        config.session_id = id;
-        config.owner_uid = uid;
-        config.detached = start.detach;
-        let manager = Manager::without_listener(config, output).map_err(|e| e.to_string())?;
-        self.next_session += 1;
+        Ok(())
+    }
+
+    /// The session's thread, running `manager` as `plan` says (a bug that unwinds it still
+    /// ends the session), and the service's handle on it.
+    fn spawn_session(
+        &self,
+        manager: Manager,
+        plan: Plan,
+        peer: &Peer,
+        key: u64,
+        start: &StartRequest,
+    ) -> Result<Session, String> {
+        let id = plan.id;
         let (commands, rx) = mpsc::channel();
         let info = Arc::new(Mutex::new(manager.session_info()));
         let session_waker = manager.waker();
-        let plan = Plan {
-            id,
-            duration: start.duration_ms.map(Duration::from_millis),
-            stop_on_alert: start.stop_on_alert.clone(),
-            system_wide: start.system_wide,
-            ending: Arc::new(AtomicBool::new(false)),
-        };
         let ending = plan.ending.clone();
-        let thread = {
-            let news = self.news_tx.clone();
-            let waker = self.waker.clone();
-            let info = info.clone();
-            std::thread::Builder::new()
-                .name(format!("fxtrace-session-{id}"))
-                .spawn(move || {
-                    let (news_after, waker_after) = (news.clone(), waker.clone());
-                    let body = std::panic::AssertUnwindSafe(|| {
-                        session::run(manager, plan, rx, news, waker, info)
+        let news = self.news_tx.clone();
+        let waker = self.waker.clone();
+        let thread_info = info.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("fxtrace-session-{id}"))
+            .spawn(move || {
+                let (news_after, waker_after) = (news.clone(), waker.clone());
+                let body = std::panic::AssertUnwindSafe(|| {
+                    session::run(manager, plan, rx, news, waker, thread_info)
+                });
+                if std::panic::catch_unwind(body).is_err() {
+                    // A bug: the service must still forget the session and tell its
+                    // controllers (its providers' connections closed with the unwinding).
+                    let _ = news_after.send(News::Ended {
+                        session: id,
+                        reason: "its thread failed (a bug in fxtrace): the archive holds \
+                                 what was written before"
+                            .into(),
                     });
-                    if std::panic::catch_unwind(body).is_err() {
-                        // A bug: the service must still forget the session and tell its
-                        // controllers (its providers' connections closed with the unwinding).
-                        let _ = news_after.send(News::Ended {
-                            session: id,
-                            reason: "its thread failed (a bug in fxtrace): the archive holds \
-                                     what was written before"
-                                .into(),
-                        });
-                        waker_after.wake();
-                    }
-                })
-                .map_err(|e| format!("starting the session's thread: {e}"))?
-        };
-        let session = Session {
+                    waker_after.wake();
+                }
+            })
+            .map_err(|e| format!("starting the session's thread: {e}"))?;
+        Ok(Session {
             commands,
             waker: session_waker,
             info,
-            owner_uid: uid,
+            owner_uid: peer.cred.uid,
             owner: (!start.detach).then_some(key),
             pids: start.pids.iter().copied().collect(),
             names: start.names.iter().cloned().collect(),
             any_uid: self.config.policy.is_admin(peer),
             ending,
             thread: Some(thread),
-        };
-        // The idle providers it wants, then the start.
+        })
+    }
+
+    /// Hand the idle providers `session` (id `id`) wants over to it; how many.
+    fn hand_over_idle(&mut self, id: u32, session: &Session) -> u32 {
         let mut joined = 0;
         for (pid, p) in self.providers.iter_mut() {
             if !session.wants(p) {
@@ -1356,17 +1357,7 @@ impl Service {
                 joined += 1;
             }
         }
-        session.send(Command::Start {
-            disposition: BufferDisposition::ClearEntire,
-            output: None,
-            from: Some(key),
-        });
-        self.log(format_args!(
-            "fxtrace daemon: session {id} started by uid {uid} with {joined} providers{}",
-            if start.detach { " (detached)" } else { "" }
-        ));
-        self.sessions.insert(id, session);
-        Ok(id)
+        joined
     }
 
     /// `start --session ID`: start an existing session again.
@@ -1412,74 +1403,34 @@ impl Service {
     }
 
     fn on_news(&mut self, news: News) {
-        let session = match &news {
-            News::Started { session, .. }
-            | News::Refused { session, .. }
-            | News::ProviderLeft { session, .. }
-            | News::Stopped { session, .. }
-            | News::Ended { session, .. } => *session,
-        };
-        let waiting: Vec<(u64, Waiting)> = self
-            .controllers
-            .iter()
-            .filter_map(|(k, c)| match c.waiting {
-                Some((s, w)) if s == session => Some((*k, w)),
-                _ => None,
-            })
-            .collect();
-        let owner = self.sessions.get(&session).and_then(|s| s.owner);
-        // Answer controller `to` if it waits for `what` on this session: each command is
-        // answered once, to the controller that sent it. Returns whether it was answered.
-        let answer = |svc: &mut Service, to: Option<u64>, what: Waiting, reply: Reply| {
-            let Some(k) = to else {
-                return false;
-            };
-            let Some(c) = svc.controllers.get_mut(&k) else {
-                return false;
-            };
-            if c.waiting != Some((session, what)) {
-                return false;
-            }
-            c.waiting = None;
-            svc.reply(k, reply);
-            true
-        };
         match news {
             News::Started {
+                session,
                 to,
                 providers,
                 timed_out,
                 notes,
-                ..
             } => {
-                answer(
-                    self,
-                    to,
-                    Waiting::Start,
-                    Reply::Started {
-                        session,
-                        providers,
-                        timed_out,
-                        notes,
-                    },
-                );
+                let reply = Reply::Started {
+                    session,
+                    providers,
+                    timed_out,
+                    notes,
+                };
+                self.answer(session, to, Waiting::Start, reply);
             }
-            News::Refused { to, error, .. } => {
+            News::Refused { session, to, error } => {
                 // Only the controller whose command was refused, if that command still waits.
                 for what in [Waiting::Start, Waiting::Stop] {
-                    if answer(
-                        self,
-                        to,
-                        what,
-                        Reply::Error {
-                            error: error.clone(),
-                        },
-                    ) {
+                    let reply = Reply::Error {
+                        error: error.clone(),
+                    };
+                    if self.answer(session, to, what, reply) {
                         break;
                     }
                 }
             }
-            News::ProviderLeft { provider, .. } => {
+            News::ProviderLeft { session, provider } => {
                 // It registers again by itself (if it still runs).
                 if self
                     .providers
@@ -1490,60 +1441,140 @@ impl Service {
                 }
             }
             News::Stopped {
+                session,
                 to,
                 start_to,
                 reason,
                 info,
-                ..
-            } => {
-                self.log(format_args!(
-                    "fxtrace daemon: session {session} stopped ({reason}): {} records, {} bytes \
-                     written",
-                    info.records_written, info.bytes_written
-                ));
-                let stopper = answer(self, to, Waiting::Stop, Reply::Stopped(info.clone()))
-                    .then_some(to)
-                    .flatten();
-                // A start that had not completed: its answer is the stop (the archive holds
-                // what was written).
-                let starter = answer(self, start_to, Waiting::Start, Reply::Stopped(info.clone()))
-                    .then_some(start_to)
-                    .flatten();
-                if let Some(owner) = owner.filter(|o| Some(*o) != stopper && Some(*o) != starter) {
-                    self.send_to(owner, &FromService::Event(Event::Stopped { reason, info }));
-                }
-            }
-            News::Ended { reason, .. } => {
-                self.log(format_args!(
-                    "fxtrace daemon: session {session} ended ({reason})"
-                ));
-                if let Some(mut s) = self.sessions.remove(&session) {
-                    // It sent Ended last: the thread is returning.
-                    if let Some(t) = s.thread.take() {
-                        let _ = t.join();
-                    }
-                }
-                // Its providers register again by themselves.
-                self.providers
-                    .retain(|_, p| !matches!(p.place, Place::Session(s) if s == session));
-                for (k, w) in &waiting {
-                    if let Some(c) = self.controllers.get_mut(k) {
-                        c.waiting = None;
-                    }
-                    let reply = match w {
-                        Waiting::Terminate => Reply::Terminated { session },
-                        _ => Reply::Error {
-                            error: format!("session {session} ended: {reason}"),
-                        },
-                    };
-                    self.reply(*k, reply);
-                }
-                if let Some(owner) = owner.filter(|o| !waiting.iter().any(|(k, _)| k == o)) {
-                    self.send_to(owner, &FromService::Event(Event::Ended { session, reason }));
-                }
-            }
+            } => self.session_stopped(session, [to, start_to], reason, info),
+            News::Ended { session, reason } => self.session_ended(session, reason),
         }
     }
+
+    /// Answer controller `to` if it waits for `what` on `session`: each command is answered
+    /// once, to the controller that sent it. Whether it was answered.
+    fn answer(&mut self, session: u32, to: Option<u64>, what: Waiting, reply: Reply) -> bool {
+        let Some(k) = to else {
+            return false;
+        };
+        let Some(c) = self.controllers.get_mut(&k) else {
+            return false;
+        };
+        if c.waiting != Some((session, what)) {
+            return false;
+        }
+        c.waiting = None;
+        self.reply(k, reply);
+        true
+    }
+
+    /// `session` stopped: the stop's controller and a start that had not completed are
+    /// answered (the archive holds what was written), else the owner is told.
+    fn session_stopped(
+        &mut self,
+        session: u32,
+        [to, start_to]: [Option<u64>; 2],
+        reason: String,
+        info: SessionInfo,
+    ) {
+        self.log(format_args!(
+            "fxtrace daemon: session {session} stopped ({reason}): {} records, {} bytes \
+             written",
+            info.records_written, info.bytes_written
+        ));
+        let stopped = Reply::Stopped(info.clone());
+        let stopper = self
+            .answer(session, to, Waiting::Stop, stopped.clone())
+            .then_some(to)
+            .flatten();
+        let starter = self
+            .answer(session, start_to, Waiting::Start, stopped)
+            .then_some(start_to)
+            .flatten();
+        let owner = self.sessions.get(&session).and_then(|s| s.owner);
+        if let Some(owner) = owner.filter(|o| Some(*o) != stopper && Some(*o) != starter) {
+            self.send_to(owner, &FromService::Event(Event::Stopped { reason, info }));
+        }
+    }
+
+    /// `session` ended: forgotten, its providers register again by themselves, the
+    /// controllers waiting on it answered, its owner told.
+    fn session_ended(&mut self, session: u32, reason: String) {
+        let waiting: Vec<(u64, Waiting)> = self
+            .controllers
+            .iter()
+            .filter_map(|(k, c)| match c.waiting {
+                Some((s, w)) if s == session => Some((*k, w)),
+                _ => None,
+            })
+            .collect();
+        let owner = self.sessions.get(&session).and_then(|s| s.owner);
+        self.log(format_args!(
+            "fxtrace daemon: session {session} ended ({reason})"
+        ));
+        if let Some(mut s) = self.sessions.remove(&session) {
+            // It sent Ended last: the thread is returning.
+            if let Some(t) = s.thread.take() {
+                let _ = t.join();
+            }
+        }
+        self.providers
+            .retain(|_, p| !matches!(p.place, Place::Session(s) if s == session));
+        for (k, w) in &waiting {
+            if let Some(c) = self.controllers.get_mut(k) {
+                c.waiting = None;
+            }
+            let reply = match w {
+                Waiting::Terminate => Reply::Terminated { session },
+                _ => Reply::Error {
+                    error: format!("session {session} ended: {reason}"),
+                },
+            };
+            self.reply(*k, reply);
+        }
+        if let Some(owner) = owner.filter(|o| !waiting.iter().any(|(k, _)| k == o)) {
+            self.send_to(owner, &FromService::Event(Event::Ended { session, reason }));
+        }
+    }
+}
+
+/// What a new session records, as `start` asks (mode, buffer size, categories), checked.
+fn session_config(start: &StartRequest) -> Result<SessionConfig, String> {
+    use fxtrace::protocol::control::{MAX_CATEGORIES, MAX_CATEGORY_NAME_LEN};
+    let mut session_config = SessionConfig::default();
+    if let Some(mode) = &start.mode {
+        session_config.buffering_mode = mode.parse::<BufferingMode>().map_err(|e| e.to_string())?;
+    }
+    if let Some(size) = start.buffer_size {
+        if !fxtrace::buffer::is_valid_buffer_size(size) {
+            return Err(format!(
+                "buffer size {size} bytes is not usable: it must be a multiple of 4096 between \
+                 4 KiB and 4 GiB"
+            ));
+        }
+        session_config.buffer_size_bytes = size;
+    }
+    if start.categories.len() > MAX_CATEGORIES {
+        return Err(format!(
+            "{} categories: at most {MAX_CATEGORIES} may be enabled",
+            start.categories.len(),
+        ));
+    }
+    if let Some(long) = start
+        .categories
+        .iter()
+        .find(|c| c.len() > MAX_CATEGORY_NAME_LEN)
+    {
+        return Err(format!(
+            "category {long:?} is longer than {MAX_CATEGORY_NAME_LEN} bytes"
+        ));
+    }
+    session_config.categories = start.categories.clone();
+    // A provider that does not answer Stop is salvaged after this, well inside the service's
+    // shutdown bound and a controller's patience.
+    session_config.stop_timeout = SESSION_STOP_TIMEOUT;
+    session_config.start_timeout = SESSION_STOP_TIMEOUT;
+    Ok(session_config)
 }
 
 /// Raise this process's soft descriptor limit to its hard limit; the soft limit then.
