@@ -5,7 +5,7 @@
 //! the chunk-aware scanner runs inside each chunk run): the manager reads buffers with it and
 //! never imports `engine`.
 //!
-//! # Layout (Fuchsia's `trace_buffer_header`, `shared/spec/fuchsia-notes.md` §1.1)
+//! # Layout (Fuchsia's `trace_buffer_header`, trace-engine's `buffer_internal.h`)
 //!
 //! | offset | size | field                  |
 //! |-------:|-----:|------------------------|
@@ -240,7 +240,8 @@ pub enum GeometryError {
     TooLarge(u64),
 }
 
-/// Where the durable and rolling buffers lie (`trace_context::ComputeBufferSizes`, §1.3).
+/// Where the durable and rolling buffers lie (Fuchsia's `trace_context::ComputeBufferSizes`,
+/// `zircon/system/ulib/trace-engine/context.cc`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct BufferGeometry {
     /// The buffering mode the geometry is for.
@@ -329,7 +330,8 @@ pub struct HeaderFields {
     pub reserved: [u64; 7],
 }
 
-/// What a header says that a reader cannot accept (`BufferHeaderReader::Validate`, §3.6).
+/// What a header says that a reader cannot accept (Fuchsia's `BufferHeaderReader::Validate`,
+/// `zircon/system/ulib/trace-reader/reader_internal.cc`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
 pub enum HeaderError {
     /// Magic is not [`MAGIC`].
@@ -509,7 +511,7 @@ impl HeaderFields {
         }
     }
 
-    /// `BufferHeaderReader::Validate` exactly as §3.6, against the real buffer size. Returns the
+    /// `BufferHeaderReader::Validate`'s checks exactly, against the real buffer size. Returns the
     /// geometry the header describes. Does not look at the fxtrace extension words (see
     /// [`Self::validate_fxtrace_extension`]).
     pub fn validate(&self, buffer_size: u64) -> Result<BufferGeometry, HeaderError> {

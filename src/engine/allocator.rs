@@ -1,16 +1,17 @@
 //! The rolling and durable allocators.
 //!
 //! Algorithm: Fuchsia's classic trace-engine allocator (`trace_context::AllocRecord` and
-//! `AllocDurableRecord`, `zircon/system/ulib/trace-engine/context.cc`; `shared/spec/
-//! fuchsia-notes.md` §1.4–1.5): one `AtomicU64` packs the rolling offset with the wrapped count,
-//! and a reservation is one lock-free `fetch_add` on it. fxtrace's change is the unit: a
-//! reservation takes a *run* of whole chunks that a single thread then fills through a private
-//! cursor, so the shared word is touched once per run instead of once per record. A thread's
-//! runs grow from one chunk to `thread_run_chunks` (doubling at each); a record larger than
-//! that gets a run of its own.
+//! `AllocDurableRecord`, `zircon/system/ulib/trace-engine/context.cc`, and the packing of
+//! `rolling_buffer_current_` in `context_impl.h`): one `AtomicU64` packs the rolling offset with
+//! the wrapped count, and a reservation is one lock-free `fetch_add` on it. fxtrace's change is the
+//! unit: a reservation takes a *run* of whole chunks that a single thread then fills through a
+//! private cursor, so the shared word is touched once per run instead of once per record. A
+//! thread's runs grow from one chunk to `thread_run_chunks` (doubling at each); a record larger
+//! than that gets a run of its own.
 //!
-//! Packing (classic engine, §1.4) — chosen over the 2025 CAS-loop packing (§1.6) because a
-//! `fetch_add` never fails and never retries, and with chunks the word is cold anyway:
+//! Packing (the classic engine's `context_impl.h`) — chosen over the 2025 rewrite's CAS loop (its
+//! lock-free `RollingBuffer`) because a `fetch_add` never fails and never retries, and with chunks
+//! the word is cold anyway:
 //!
 //! | bits    | content |
 //! |---------|---------|

@@ -1,6 +1,6 @@
 //! Per-thread caches of string refs, category answers and the thread's own ref, valid for one
-//! trace generation (Fuchsia's `ContextCache` / `GetCurrentContextCache`, `context_api.cc`;
-//! `shared/spec/fuchsia-notes.md` §2.1).
+//! trace generation (Fuchsia's `ContextCache` / `GetCurrentContextCache`,
+//! `zircon/system/ulib/trace-engine/context_api.cc`).
 //!
 //! Algorithm: a fixed open-addressing hash table (linear probing) keyed by the *address and
 //! length* of a `&'static str`, as Fuchsia keys its table by the literal's address: the same

@@ -5,7 +5,8 @@
 //! [`with_writer`], without locks. This is Fuchsia's `g_context` with its acquire/release
 //! (`trace_acquire_context` / `trace_release_context`), minus the shared reference count that
 //! every writer increments there (one shared read-modify-write per record collapses under
-//! contention: see `shared/DESIGN.md`).
+//! contention: 20 ns a record on one thread became 150–210 ns on each of two threads sharing
+//! the atomic, measured on the first design's machine).
 //!
 //! # Algorithm
 //!

@@ -15,15 +15,15 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 //!
-//! The archive is what a trace manager would write for one provider: the magic number record,
-//! a provider info record (id 1, the process name), then the provider's records in the order
-//! the manager reads them (`shared/spec/fuchsia-notes.md` §3.4): durable buffer, then the
-//! older rolling buffer if writing wrapped, then the current one. In streaming mode each full
-//! rolling buffer is saved (with the durable records written since the previous save) by the
-//! thread that completes its hand-off, and the rest at the end. Records come out of the
-//! buffer through the header reader ([`crate::buffer::header::copy_records`]), which skips
-//! chunk tags, unused tails and stale chunks. When records were dropped, a provider event
-//! record "buffer overflow" ends the archive.
+//! The archive is what a trace manager would write for one provider: the magic number record, a
+//! provider info record (id 1, the process name), then the provider's records in the order
+//! Fuchsia's trace_manager reads them (`Tracee::TransferRecords`,
+//! `src/performance/trace_manager/tracee.cc`): durable buffer, then the older rolling buffer if
+//! writing wrapped, then the current one. In streaming mode each full rolling buffer is saved (with
+//! the durable records written since the previous save) by the thread that completes its hand-off,
+//! and the rest at the end. Records come out of the buffer through the header reader
+//! ([`crate::buffer::header::copy_records`]), which skips chunk tags, unused tails and stale
+//! chunks. When records were dropped, a provider event record "buffer overflow" ends the archive.
 
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};

@@ -5,6 +5,47 @@
 //! (`engine::slots`, quiescent-state grace periods). A thread publishes the chunk (or large
 //! record run) it holds in its slot once per chunk, so that circular reuse can pin it.
 //!
+//! # One announcement per record of the installed context
+//!
+//! A thread already bound to the installed context announces itself in its writer slot only, then
+//! checks that context's id in `global::INSTALLED_ID`; `global::uninstall` / `replace` wait for the
+//! old context's writer slots as well as the read-side sections, so the context outlives every
+//! section that saw it installed (a context's slot table is shared with its threads' leases, so
+//! announcing into the slot of a context already gone is harmless). Records of other contexts, and
+//! a thread's first record in a context, still take the read-side section and `Context::acquire`.
+//!
+//! Thread-scoped events of `'static` strings find their indices in the thread's event memo, and
+//! small records (instants, spans, `#[traced]` with up to four scalar arguments) are written
+//! straight into the thread's chunk (`writer::installed_record`: a fast path that calls nothing,
+//! `try_installed_record`, which hands every other case back as a `writer::Attempt` with the
+//! section still open, and cold finishers for them).
+//!
+//! A span's begin takes no section at all: the memo or the call site's cached answer for the
+//! generation last started in the process (`context::latest_generation`, a hint) says whether to
+//! take a timestamp; the end writes only if that generation is still the installed context's
+//! running trace.
+//!
+//! A `#[traced]` guard keeps its scalar arguments encoded at entry (`format::ScalarArg`: the header
+//! without its name ref, and the value word), and the thread's memo of the pair also keeps the
+//! string indices of the call site's argument names (keyed by the address of the site's names, a
+//! static of the expansion), so the end adds each name's index without a string-table probe.
+//!
+//! Indices are always the writing thread's own registrations: in oneshot mode a string record sits
+//! in its registering thread's chunk, so another thread's index could be defined later in the
+//! buffer than the record using it.
+//!
+//! The C API's `_static` calls find the same memo by their two strings' addresses alone once their
+//! own slow path has claimed it (`ThreadCache::claim_by_address`). They look it up once the thread
+//! is claimed (`writer::ThreadClaim`: `busy` set, nothing announced yet), so that no call of the
+//! same thread (a signal handler's) can replace it, and finish every case of the attempt with a
+//! tail call to a cold function that reads the two addresses back from the memo: the fast path
+//! keeps few registers and needs no `catch_unwind`, while every cold function that can run the
+//! program's buffer handler runs it inside `catch_unwind`, as every other C entry point does. All
+//! of them are `extern "C"` (they cannot unwind), so a call between them needs no landing pad and
+//! is a jump.
+//!
+//! The record path's costs are kept in CI as instruction counts (`scripts/check-instructions.sh`).
+//!
 //! # Contract for record writers
 //!
 //! ```text

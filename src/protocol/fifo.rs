@@ -1,5 +1,6 @@
-//! The 16-byte FIFO packets exchanged by a provider and the manager
-//! (`shared/spec/provider-fifo-packets.md`, `shared/spec/fuchsia-notes.md` §3.1).
+//! The 16-byte FIFO packets exchanged by a provider and the manager (Fuchsia's
+//! `trace_provider_packet_t` in trace-provider's `provider.h`, and its document "FIFO
+//! packets").
 //!
 //! Wire layout, little-endian, no padding:
 //!
@@ -268,7 +269,8 @@ impl ProviderPacket {
         version: FIFO_PROTOCOL_VERSION,
     };
 
-    /// Validates a packet received by the manager (rules of `fuchsia-notes.md` §3.1):
+    /// Validates a packet received by the manager (the checks of Fuchsia's trace_manager,
+    /// `src/performance/trace_manager/tracee.cc`):
     /// `data16 != 0` except in ALERT, STARTED with a version other than 1 or a non-zero
     /// `data64`, STOPPED with any non-zero data, and every other request code are errors.
     pub fn parse(p: &FifoPacket) -> Result<Self, PacketError> {

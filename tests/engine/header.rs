@@ -9,7 +9,8 @@ use fxtrace_format::{FramingError, FramingErrorKind};
 
 #[test]
 fn geometry_matches_the_worked_values_table() {
-    // shared/spec/fuchsia-notes.md §1.3.
+    // `trace_context::ComputeBufferSizes` (trace-engine's `context.cc`): its arithmetic for
+    // these sizes.
     let table: [(u64, u64, u64); 5] = [
         (4096, 256, 1856),
         (1 << 20, 65536, 491456),
@@ -128,7 +129,7 @@ fn header_fields_sit_at_the_spec_offsets_in_shared_memory() {
     assert_eq!(HeaderFields::from_bytes(&raw), fields);
 }
 
-// === validation (§3.6) ===
+// === validation (`BufferHeaderReader::Validate`) ===
 
 fn valid(mode: BufferingMode, size: u64) -> HeaderFields {
     HeaderFields::initial(&BufferGeometry::compute(mode, size).unwrap(), 0)

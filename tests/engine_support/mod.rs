@@ -150,10 +150,10 @@ pub struct FinalRead {
     pub rolling: Vec<Rec>,
 }
 
-/// The final read of §3.4 on a copy of the whole buffer: durable `[from_durable,
-/// durable_data_end)`, then (when wrapped) the earlier rolling buffer unless `skip_earlier`,
-/// then the current one. A zero data end (never finalised, e.g. after a crash) means "scan the
-/// whole buffer".
+/// The final read of Fuchsia's `Tracee::TransferRecords` on a copy of the whole buffer: durable
+/// `[from_durable, durable_data_end)`, then (when wrapped) the earlier rolling buffer unless
+/// `skip_earlier`, then the current one. A zero data end (never finalised, e.g. after a crash)
+/// means "scan the whole buffer".
 pub fn final_read(bytes: &[u8], from_durable: u64, skip_earlier: bool) -> FinalRead {
     let (mut durable, mut rolling) = (Vec::new(), Vec::new());
     let header = final_regions(

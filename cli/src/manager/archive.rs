@@ -1,7 +1,8 @@
 //! The archive: the one FXT stream a session writes.
 //!
-//! Layout (`trace-controller-fidl.txt`: "Traces obtained from different providers are
-//! delimited by metadata records within the stream"; `shared/spec/fuchsia-notes.md` §3.4–3.5):
+//! Layout (the `fuchsia.tracing.controller` FIDL library: "Traces obtained from different
+//! providers are delimited by metadata records within the stream"; Fuchsia's trace_manager,
+//! `Tracee::TransferRecords` in `tracee.cc` and the records of `buffer_forwarder.cc`):
 //!
 //! ```text
 //! magic number record                       (first word, exactly once)

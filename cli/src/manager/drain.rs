@@ -1,15 +1,17 @@
-//! Copying a provider's buffer into the archive: the streaming save (`shared/spec/
-//! fuchsia-notes.md` §3.3) and the final read-out (§3.4).
+//! Copying a provider's buffer into the archive: the streaming save and the final read-out,
+//! as Fuchsia's trace_manager does them (`Tracee::TransferBuffer` and
+//! `Tracee::TransferRecords`, `src/performance/trace_manager/tracee.cc`).
 //!
-//! The manager maps the same sealed memfd the provider writes. It trusts nothing in it: every
-//! read starts with a fresh copy of the header (atomic `Acquire` loads) validated exactly as
-//! §3.6 says ([`HeaderFields::validate`]) plus the fxtrace chunk extension, every region is copied
-//! out with `pread` inside the bounds the validated geometry gives, and every region goes
-//! through the chunk-aware record scanner of [`fxtrace::buffer::header`], which yields only
-//! whole, well-framed records (unused chunk tails, stale chunks and zero words never reach the
-//! archive) as [`fxtrace_format::CheckedRecords`], so the archive copies them without walking
-//! their framing again, and stops at the first malformed one. A scan that stops early is not an error: what
-//! came before it is kept and the stop is reported in [`DrainStats::problems`].
+//! The manager maps the same sealed memfd the provider writes. It trusts nothing in it: every read
+//! starts with a fresh copy of the header (atomic `Acquire` loads) validated exactly as
+//! `BufferHeaderReader::Validate` does ([`HeaderFields::validate`]) plus the fxtrace chunk
+//! extension, every region is copied out with `pread` inside the bounds the validated geometry
+//! gives, and every region goes through the chunk-aware record scanner of
+//! [`fxtrace::buffer::header`], which yields only whole, well-framed records (unused chunk tails,
+//! stale chunks and zero words never reach the archive) as [`fxtrace_format::CheckedRecords`], so
+//! the archive copies them without walking their framing again, and stops at the first malformed
+//! one. A scan that stops early is not an error: what came before it is kept and the stop is
+//! reported in [`DrainStats::problems`].
 
 use std::io::Write;
 
@@ -29,7 +31,8 @@ use fxtrace_format::{
 /// provider's fault and ends only that provider; an archive error ends the session.
 #[derive(Debug, thiserror::Error)]
 pub enum DrainError {
-    /// The header fails §3.6 validation (or the chunk extension check).
+    /// The header fails validation (`BufferHeaderReader::Validate`'s, or the chunk extension
+    /// check).
     #[error("invalid buffer header: {0}")]
     Header(#[from] HeaderError),
     /// The header's buffering mode is not the session's.
@@ -214,8 +217,8 @@ impl Drain {
         Ok((fields, geometry))
     }
 
-    /// SAVE_BUFFER(`wrapped_count`, `durable_data_end`) (§3.3): validate the request and the
-    /// header, then copy the new durable bytes and rolling buffer `wrapped_count & 1` into the
+    /// SAVE_BUFFER(`wrapped_count`, `durable_data_end`) (`Tracee::TransferBuffer`): validate
+    /// the request and the header, then copy the new durable bytes and rolling buffer `wrapped_count & 1` into the
     /// archive under provider `id`'s section. On success the caller answers BUFFER_SAVED with
     /// the same two values; on error it drops the provider.
     pub fn save_buffer<W: Write>(
@@ -296,8 +299,8 @@ impl Drain {
         Ok(())
     }
 
-    /// The final read-out (§3.4), after STOPPED or when the provider is gone: Provider
-    /// Info/Section, a Provider Event "buffer overflow" when records were dropped, durable data
+    /// The final read-out (`Tracee::TransferRecords`), after STOPPED or when the provider is
+    /// gone: Provider Info/Section, a Provider Event "buffer overflow" when records were dropped, durable data
     /// not yet saved, then the rolling buffers in wrap order. A zero end in the header (never
     /// finalised: a crashed or killed provider) means "scan the whole region". Nothing is
     /// written when the header does not validate.

@@ -16,7 +16,8 @@
 //!  any state but READY --terminate--> TERMINATING --all providers gone--> READY
 //! ```
 //!
-//! Rules taken from Fuchsia's trace_manager (`spec/fuchsia-notes.md` §3.7):
+//! Rules taken from Fuchsia's trace_manager (`src/performance/trace_manager/trace_manager.cc`
+//! and `trace_session.cc`):
 //! - Start is acknowledged when every registered provider has sent STARTED, or when
 //!   `start_timeout` has passed since the request (default 5 s).
 //! - Start with no disposition means RETAIN, but after a Stop that wrote results the next start is

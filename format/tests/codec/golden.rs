@@ -1,5 +1,7 @@
 //! Golden tests: the spec's own numbers, and header words computed by hand from the bit
-//! tables of `shared/spec/fxt-format.md` and `fuchsia-notes.md` §5.
+//! tables of the FXT spec (Fuchsia's "Fuchsia Trace Format",
+//! `docs/reference/tracing/trace-format.md`) and of the newer records and arguments in
+//! `zircon/system/ulib/trace-engine/include/lib/trace-engine/types.h` and `fields.h`.
 
 use fxtrace_format::fields::{
     self, ArgumentHeader, BlobArgument, BlobRecord, BoolArgument, ContextSwitchRecord, EventRecord,
@@ -172,7 +174,7 @@ fn fields_match_spec_bit_tables() {
             StringArgument::VALUE_REF,
             "[32 .. 47]",
         ),
-        // fuchsia-notes §5: newer records and arguments
+        // Newer records and arguments (trace-engine's `types.h` and `fields.h`)
         ("bool value", BoolArgument::VALUE, "[32 .. 32]"),
         ("blob size", BlobArgument::SIZE, "[32 .. 63]"),
         (

@@ -5,9 +5,10 @@
 //! an owned [`XrayLog`]: the [`FileHeader`] and one [`ThreadStream`] per thread of
 //! [`XrayEvent`]s with absolute timestamps. It reads
 //!
-//! * FDR ("flight data recorder") logs, versions 1 (the spec,
-//!   `shared/spec/xray-fdr-format.rst`) to 5 (what compiler-rt writes since LLVM 7:
-//!   BufferExtents, Pid, typed events, delta-encoded custom events), see [`fdr`];
+//! * FDR ("flight data recorder") logs, versions 1 (the spec: LLVM's "XRay Flight Data
+//!   Recorder Trace Format", `llvm/docs/XRayFDRFormat.rst`) to 5 (what compiler-rt writes
+//!   since LLVM 7: BufferExtents, Pid, typed events, delta-encoded custom events), see
+//!   [`fdr`];
 //! * basic-mode ("naive") logs, versions 1 to 3, see [`basic`].
 //!
 //! Malformed input never panics: the first problem is reported with its byte

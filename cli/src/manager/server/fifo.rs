@@ -1,4 +1,5 @@
-//! The per-provider FIFO protocol (`shared/spec/fuchsia-notes.md` §3.1).
+//! The per-provider FIFO protocol (Fuchsia's `trace_provider_packet_t`, checked as
+//! trace_manager's `tracee.cc` checks it).
 //!
 //! A packet that breaks the protocol (unknown request, wrong version, non-zero reserved data,
 //! wrong size, a second SAVE_BUFFER before BUFFER_SAVED was received, an invalid save request)
