@@ -67,6 +67,8 @@ fn print_session(out: &mut impl Write, indent: &str, s: &SessionInfo) -> io::Res
         s.mode,
         HumanBytes(s.buffer_size)
     )?;
+    let categories = super::record_notes::categories_shown(&s.categories);
+    writeln!(out, "{indent}categories enabled: {categories}")?;
     writeln!(
         out,
         "{indent}elapsed: {} ({:.1} s)",

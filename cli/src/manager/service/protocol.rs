@@ -189,6 +189,8 @@ pub struct SessionInfo {
     pub mode: String,
     /// Buffer size per provider, bytes.
     pub buffer_size: u64,
+    /// The categories it enables (empty: all; `prefix*` matches a prefix).
+    pub categories: Vec<String>,
     /// Providers in it now.
     pub providers: u32,
     /// Records written to the archive so far (metadata included).
