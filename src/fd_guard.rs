@@ -561,7 +561,10 @@ mod tests {
         };
         if e.kind == [0; KIND_LEN] {
             close();
-            println!("skipped: /proc/self/fd is not readable here");
+            crate::test_support::skip(
+                crate::test_support::Requirement::Procfs,
+                "/proc/self/fd is not readable here",
+            );
             return;
         }
         assert!(e.kind.starts_with(b"anon_inode:[eventfd]"));

@@ -45,6 +45,10 @@ pub mod protocol;
 #[doc(hidden)]
 pub mod provider;
 mod sys;
+/// How the workspace's tests skip (feature `test-support`; not API).
+#[cfg(any(test, feature = "test-support"))]
+#[doc(hidden)]
+pub mod test_support;
 
 /// The FXT codec, the crate `fxtrace-format` (its own crate, so tools and other readers use it
 /// without the engine).

@@ -1,8 +1,9 @@
 //! Capture against the real kernel: a two-thread pipe ping-pong is captured per process and
 //! system-wide (tracepoint and `SWITCH_CPU_WIDE` fallback) with the right tids, states and
 //! names; perf timestamps converted to TSC land between `rdtscp` reads around the switch; LBR on
-//! a PMU-less machine is a clean `Unsupported` outcome. Each test prints one
-//! "skipped: <reason>" line where the kernel does not allow it.
+//! a PMU-less machine is a clean `Unsupported` outcome. Where the kernel does not allow it, a
+//! test skips (`fxtrace::test_support::skip`: one line on stderr, a failure when
+//! `FXTRACE_TEST_REQUIRE` lists `perf`).
 
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -13,6 +14,7 @@ use fxtrace::capture::{
     BranchSampling, Capture, CaptureConfig, CaptureError, CaptureEvent, LinuxThreadState,
     PerfPermissions, PerfTimeConverter, SwitchEvent, SwitchSides, SwitchSource, TracefsChoice,
 };
+use fxtrace::test_support::{skip, Requirement};
 
 /// Kernel tests run one at a time: they share the CPUs and the tracefs mount.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -91,9 +93,12 @@ fn start(config: CaptureConfig) -> Option<(Capture, Events)> {
                 Some(libc::EACCES) | Some(libc::EPERM)
             ) =>
         {
-            println!(
-                "skipped: perf_event_open not permitted: {}",
-                remedy.unwrap_or_default()
+            skip(
+                Requirement::Perf,
+                format!(
+                    "perf_event_open not permitted: {}",
+                    remedy.unwrap_or_default()
+                ),
             );
             None
         }
@@ -123,9 +128,9 @@ fn last_name(events: &[CaptureEvent], tid: u32) -> Option<String> {
 fn require_root() -> bool {
     let perms = PerfPermissions::read();
     if !perms.root && !perms.perfmon {
-        println!(
-            "skipped: needs root or CAP_PERFMON (paranoid {:?})",
-            perms.paranoid
+        skip(
+            Requirement::Perf,
+            format!("needs root or CAP_PERFMON (paranoid {:?})", perms.paranoid),
         );
         return false;
     }
@@ -546,7 +551,10 @@ fn switches_lost_just_before_the_stop_are_counted() {
     }) {
         Ok(capture) => capture,
         Err(e) => {
-            println!("skipped: system-wide capture unavailable: {e}");
+            skip(
+                Requirement::Perf,
+                format!("system-wide capture unavailable: {e}"),
+            );
             return;
         }
     };

@@ -290,7 +290,10 @@ mod tests {
     fn a_link_in_another_users_directory_is_moved_aside() {
         // SAFETY: `geteuid` has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
-            println!("skipped: needs root to give a directory to another user");
+            fxtrace::test_support::skip(
+                fxtrace::test_support::Requirement::Root,
+                "needs root to give a directory to another user",
+            );
             return;
         }
         let d = dir();

@@ -552,8 +552,9 @@ mod tests {
             .arg(&exe)
             .output()
         else {
-            println!(
-                "skipped: readelf is not installed (binutils), the build-id is not cross-checked"
+            crate::test_support::skip(
+                crate::test_support::Requirement::Tools,
+                "readelf is not installed (binutils), the build-id is not cross-checked",
             );
             return;
         };

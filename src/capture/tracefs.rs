@@ -248,7 +248,10 @@ mod tests {
     #[test]
     fn not_root_and_absent_says_why() {
         if locate().is_some() {
-            println!("skipped: tracefs is mounted here, the not-mounted path cannot be shown");
+            crate::test_support::skip(
+                crate::test_support::Requirement::TracefsUnmounted,
+                "tracefs is mounted here, the not-mounted path cannot be shown",
+            );
             return;
         }
         let err = Tracefs::open(true, false).unwrap_err();

@@ -1415,7 +1415,7 @@ mod tests {
     #[test]
     fn other_uid_peer_is_refused() {
         if !unistd::geteuid().is_root() {
-            println!("skipped: not root");
+            crate::test_support::skip(crate::test_support::Requirement::Root, "not root");
             return;
         }
         let dir = tempdir();
@@ -1471,7 +1471,7 @@ mod tests {
     #[test]
     fn foreign_owned_socket_is_left_alone() {
         if !unistd::geteuid().is_root() {
-            println!("skipped: not root");
+            crate::test_support::skip(crate::test_support::Requirement::Root, "not root");
             return;
         }
         let dir = tempdir();
@@ -1495,7 +1495,7 @@ mod tests {
     fn provider_refuses_manager_of_other_uid() {
         use nix::unistd::{fork, ForkResult};
         if !unistd::geteuid().is_root() {
-            println!("skipped: not root");
+            crate::test_support::skip(crate::test_support::Requirement::Root, "not root");
             return;
         }
         let dir = tempdir();

@@ -3,10 +3,11 @@
 //! examples cannot rot (STYLE, "What to avoid" 14).
 //!
 //! `cargo test` builds the examples next to the test binaries; when they were not built
-//! (e.g. `cargo test --test traced_examples` alone) the test says "skipped".
+//! (e.g. `cargo test --test api` alone) the test skips (`fxtrace::test_support::skip`).
 
 #![cfg(feature = "instrument")]
 
+use fxtrace::test_support::{skip, Requirement};
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -20,7 +21,10 @@ fn example(name: &str) -> Option<PathBuf> {
 
 fn run(name: &str, expect: &[&str]) {
     let Some(binary) = example(name) else {
-        println!("skipped: example {name} not built (run the whole `cargo test`)");
+        skip(
+            Requirement::Examples,
+            format!("example {name} not built (run the whole `cargo test`)"),
+        );
         return;
     };
     let dir = tempfile::tempdir().unwrap();

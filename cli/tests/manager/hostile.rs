@@ -13,6 +13,7 @@ use fxtrace::buffer::header::HEADER_SIZE;
 use fxtrace::protocol::control::{BufferingMode, Message, BODY_HEADER_LEN, FRAME_PREFIX_LEN};
 use fxtrace::protocol::fifo::{FifoPacket, ProviderPacket, SAVE_BUFFER, STARTED};
 use fxtrace::protocol::transport;
+use fxtrace::test_support::{skip, Requirement};
 use fxtrace_tools::manager::{Manager, ManagerConfig, ManagerEvent, SessionConfig};
 
 use support::{decode, drive, parse_probe, registered, spawn_probe, FakeProvider, SharedOut};
@@ -262,7 +263,10 @@ fn hostile_providers_are_dropped_and_the_good_one_is_complete() {
 #[test]
 fn a_peer_of_another_uid_is_refused() {
     if !nix::unistd::geteuid().is_root() {
-        println!("skipped: not root (needs to run processes as uid 65534)");
+        skip(
+            Requirement::Root,
+            "not root (needs to run processes as uid 65534)",
+        );
         return;
     }
     use std::os::unix::fs::PermissionsExt;

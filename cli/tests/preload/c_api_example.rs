@@ -35,7 +35,7 @@ fn record(dir: &std::path::Path, extra: &[&str], cmd: &[&str]) -> (std::process:
 #[test]
 fn the_c_example_is_traced() {
     if cc().is_none() {
-        println!("skipped: no C compiler (cc, gcc or clang)");
+        preload_support::skip_without_cc();
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -146,7 +146,7 @@ fn the_c_example_is_traced() {
 #[test]
 fn an_alert_stops_a_flight_recorder() {
     if cc().is_none() {
-        println!("skipped: no C compiler (cc, gcc or clang)");
+        preload_support::skip_without_cc();
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -195,7 +195,7 @@ int main(void) {
 #[test]
 fn an_object_loaded_with_dlopen_traces_and_survives_dlclose() {
     if cc().is_none() {
-        println!("skipped: no C compiler (cc, gcc or clang)");
+        preload_support::skip_without_cc();
         return;
     }
     // A program that knows nothing of fxtrace at link time: it loads the object at run time

@@ -22,14 +22,14 @@ fn lost_column(stderr: &str) -> Vec<String> {
         .collect()
 }
 
-/// A directory for test `name`'s C program, or `None` (the reason printed) without perf or a
+/// A directory for test `name`'s C program, or `None` (the test skipped) without perf or a
 /// C compiler.
 fn c_program_dir(name: &str) -> Option<tempfile::TempDir> {
     if !perf_allowed(name) {
         return None;
     }
     if cc().is_none() {
-        println!("skipped: no C compiler");
+        preload_support::skip_without_cc();
         return None;
     }
     Some(tempfile::tempdir().unwrap())
@@ -165,7 +165,10 @@ fn a_program_that_execs_itself_without_address_randomisation_is_an_exec() {
     };
     let setarch = std::path::Path::new("/usr/bin/setarch");
     if !setarch.exists() {
-        println!("skipped: no /usr/bin/setarch (util-linux) to turn address randomisation off");
+        fxtrace::test_support::skip(
+            fxtrace::test_support::Requirement::Tools,
+            "no /usr/bin/setarch (util-linux) to turn address randomisation off",
+        );
         return;
     }
     // Both images read the same (randomisation off, the same program, arguments of the same

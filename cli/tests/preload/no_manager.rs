@@ -64,7 +64,10 @@ fn system_binaries_run_unchanged_without_a_manager() {
     ];
     for (program, args) in cases {
         if !Path::new(program).exists() {
-            println!("skipped: {program} is not installed");
+            fxtrace::test_support::skip(
+                fxtrace::test_support::Requirement::Tools,
+                format!("{program} is not installed"),
+            );
             continue;
         }
         let what = format!("{program} {args:?}");
@@ -150,7 +153,7 @@ fn nothing_is_printed_unless_logging_is_asked() {
 #[test]
 fn the_c_example_runs_untraced_without_a_manager() {
     let Some(_) = cc() else {
-        println!("skipped: no C compiler (cc, gcc or clang)");
+        preload_support::skip_without_cc();
         return;
     };
     let dir = tempfile::tempdir().unwrap();
@@ -232,7 +235,7 @@ int main(int argc, char** argv) {
 #[test]
 fn a_main_thread_that_ends_first_ends_the_process_with_its_last_thread() {
     let Some(_) = cc() else {
-        println!("skipped: no C compiler (cc, gcc or clang)");
+        preload_support::skip_without_cc();
         return;
     };
     let dir = tempfile::tempdir().unwrap();

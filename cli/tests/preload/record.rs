@@ -117,7 +117,7 @@ int main(int argc, char** argv) {
 /// The workload, built once per test (each test has its own directory).
 fn workload(dir: &std::path::Path) -> Option<String> {
     if cc().is_none() {
-        println!("skipped: no C compiler (cc, gcc or clang)");
+        preload_support::skip_without_cc();
         return None;
     }
     let exe = compile_c(dir, "workload", WORKLOAD, false);
@@ -484,7 +484,7 @@ fn a_program_closing_our_descriptors_keeps_its_files_intact() {
     // themselves). Nothing of fxtrace may write, read, ioctl or close those numbers; the
     // recording ends with what was written before the close and says why it was cut short.
     if cc().is_none() {
-        println!("skipped: no C compiler (cc, gcc or clang)");
+        preload_support::skip_without_cc();
         return;
     }
     let source = r#"

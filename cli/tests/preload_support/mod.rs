@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 use std::sync::OnceLock;
 
+use fxtrace::test_support::{skip, Requirement};
 use fxtrace_format::{Decoded, DecodedRecord, Decoder, ObjectType};
 
 /// The `fxtrace` binary of this build.
@@ -46,7 +47,7 @@ pub(crate) fn preload_lib() -> PathBuf {
     .clone()
 }
 
-/// The C compiler, or `None` (the caller prints "skipped").
+/// The C compiler, or `None` (the caller skips: [`skip_without_cc`]).
 pub(crate) fn cc() -> Option<&'static str> {
     static CC: OnceLock<Option<&'static str>> = OnceLock::new();
     *CC.get_or_init(|| {
@@ -57,6 +58,11 @@ pub(crate) fn cc() -> Option<&'static str> {
                 .is_ok_and(|o| o.status.success())
         })
     })
+}
+
+/// Skips the calling test, which needs a C compiler (see [`cc`]).
+pub(crate) fn skip_without_cc() {
+    skip(Requirement::Cc, "no C compiler (cc, gcc or clang)");
 }
 
 /// Compile C `source` into `dir/name`, linked against the preload object when `link_api`.
@@ -89,7 +95,7 @@ pub(crate) fn compile_c(dir: &Path, name: &str, source: &str, link_api: bool) ->
     exe
 }
 
-/// Whether per-process perf events can be opened here; prints the skip line when not.
+/// Whether per-process perf events can be opened here; skips the calling test when not.
 pub(crate) fn perf_allowed(test: &str) -> bool {
     let paranoid = std::fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
         .ok()
@@ -99,7 +105,10 @@ pub(crate) fn perf_allowed(test: &str) -> bool {
     match paranoid {
         Some(p) if p <= 2 || root => true,
         other => {
-            println!("skipped: {test}: per-process perf events not allowed (paranoid {other:?})");
+            skip(
+                Requirement::Perf,
+                format!("{test}: per-process perf events not allowed (paranoid {other:?})"),
+            );
             false
         }
     }

@@ -13,6 +13,7 @@ use fxtrace::capture::{
     MemoryMap, MmapFile, ParseError, PerfClock, PerfMmap, PerfRecord, RawData, RawRecord,
     RecordBytes, RecordLayout, TaskComm, TaskFork,
 };
+use fxtrace::test_support::{skip, Requirement};
 use fxtrace_format::mmap::{MmapRecord, MMAP_BLOB_NAME};
 use fxtrace_format::{BlobType, DecodedRecord, Decoder, RecordWriter};
 
@@ -350,7 +351,10 @@ fn exe_mapping(pid: u32) -> Option<(u64, Vec<u8>)> {
 fn per_process_capture_records_the_program_mappings() {
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        println!("skipped: needs root for per-process perf events on another process");
+        skip(
+            Requirement::Root,
+            "needs root for per-process perf events on another process",
+        );
         return;
     }
     let mut child = Command::new("sh")
@@ -378,7 +382,10 @@ fn per_process_capture_records_the_program_mappings() {
     let capture = match Capture::start(config, move |e| sink.lock().unwrap().push(e)) {
         Ok(c) => c,
         Err(e) => {
-            println!("skipped: per-process capture unavailable here: {e}");
+            skip(
+                Requirement::Perf,
+                format!("per-process capture unavailable here: {e}"),
+            );
             let _ = child.kill();
             let _ = child.wait();
             return;

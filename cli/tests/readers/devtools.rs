@@ -4,6 +4,7 @@
 
 use crate::write_all_records;
 
+use fxtrace::test_support::{skip, Requirement};
 use std::path::Path;
 use std::process::Command;
 
@@ -17,7 +18,10 @@ fn have(tool: &str) -> bool {
 #[test]
 fn converted_traces_load_in_the_devtools_trace_engine() {
     if !have("node") || !have("npm") {
-        println!("skipped: node and npm are needed to run the DevTools trace engine");
+        skip(
+            Requirement::Node,
+            "node and npm are needed to run the DevTools trace engine",
+        );
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -41,7 +45,7 @@ fn converted_traces_load_in_the_devtools_trace_engine() {
     let stderr = String::from_utf8_lossy(&check.stderr);
     if check.status.code() == Some(3) {
         // Node is there but the engine could not be installed (no registry): say so.
-        println!("skipped: {}", stderr.trim());
+        skip(Requirement::Node, stderr.trim());
         return;
     }
     assert!(check.status.success(), "{stdout}\n{stderr}");

@@ -10,6 +10,7 @@ use std::collections::BTreeSet;
 use std::process::Command;
 
 use fxtrace::capture::PerfPermissions;
+use fxtrace::test_support::{skip, Requirement};
 use fxtrace_format::{
     Arg, ArgValue, Blob, BlobType, ContextSwitch, Encode, Event, EventKind, Initialization,
     KernelObject, LargeBlob, Log, ObjectType, ProcessRef, ProviderEvent, ProviderInfo,
@@ -770,7 +771,7 @@ fn the_cli_prints_the_report_and_fails_on_violations_only() {
 fn a_system_wide_recording_has_no_error() {
     let perms = PerfPermissions::read();
     if !(perms.root || perms.perfmon) {
-        println!("skipped: needs root");
+        skip(Requirement::Perf, "needs root or CAP_PERFMON");
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -6,6 +6,7 @@ use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use fxtrace::test_support::{skip, Requirement};
 use fxtrace_format::lbr::{LbrBranch, LbrPayload};
 use fxtrace_format::{
     Arg, ArgValue, Blob, BlobType, ContextSwitch, Initialization, KernelObject, ObjectType,
@@ -317,7 +318,7 @@ fn calls_trace(bias: u64, hot: u64, main: u64) -> Vec<u8> {
 #[test]
 fn symbolizes_a_non_pie_binary_with_file_and_line() {
     if cc().is_none() {
-        println!("skipped: no cc");
+        skip(Requirement::Cc, "no cc");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -396,7 +397,7 @@ fn fxtrace(args: &[&str], stdin: &[u8]) -> (bool, String, String) {
 #[test]
 fn cli_symbolizes_a_pie_binary_given_its_load_base() {
     if cc().is_none() {
-        println!("skipped: no cc");
+        skip(Requirement::Cc, "no cc");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -600,7 +601,7 @@ int lib_hot(int x) {
 #[test]
 fn symbolizes_pie_and_shared_library_from_the_trace_mappings() {
     if cc().is_none() {
-        println!("skipped: no cc");
+        skip(Requirement::Cc, "no cc");
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -756,7 +757,7 @@ fn symbolizes_pie_and_shared_library_from_the_trace_mappings() {
 #[test]
 fn build_id_mismatch_and_missing_file_fall_back_to_file_offsets() {
     if cc().is_none() {
-        println!("skipped: no cc");
+        skip(Requirement::Cc, "no cc");
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -20,6 +20,7 @@ use fxtrace::capture::{
     LinuxThreadState, Lost, LostKind, PerfEventKind, PerfPermissions, RecordBytes, SwitchEvent,
     SwitchSides, TaskComm, TaskFork, ThreadInfo, TracefsChoice, Unsupported,
 };
+use fxtrace::test_support::{skip, Requirement};
 use fxtrace_format::lbr::LbrSample;
 use fxtrace_format::{
     BlobType, Decoded, DecodedEventKind, DecodedRecord, DecodedValue, Decoder, ObjectType,
@@ -949,7 +950,7 @@ fn needs_root() -> bool {
     if perms.root || perms.perfmon {
         return true;
     }
-    println!("skipped: needs root");
+    skip(Requirement::Perf, "needs root or CAP_PERFMON");
     false
 }
 

@@ -4,6 +4,7 @@
 //! stopped, the command's whole process group signalled on SIGTERM and on the recorder's
 //! death, stale session directories removed, nothing held back from the kernel.
 
+use fxtrace::test_support::{skip, Requirement};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
@@ -24,7 +25,10 @@ fn threads_example() -> Option<PathBuf> {
     if path.exists() {
         Some(path)
     } else {
-        println!("skipped: {} is not built", path.display());
+        skip(
+            Requirement::Examples,
+            format!("{} is not built", path.display()),
+        );
         None
     }
 }
@@ -248,7 +252,7 @@ fn a_full_disk_names_the_file_keeps_a_valid_prefix_and_stops_the_command() {
     };
     // SAFETY: geteuid has no preconditions.
     if unsafe { libc::geteuid() } != 0 {
-        println!("skipped: mounting a 2 MB tmpfs needs root");
+        skip(Requirement::Root, "mounting a 2 MB tmpfs needs root");
         return;
     }
     let dir = temp_dir("enospc");
@@ -258,7 +262,10 @@ fn a_full_disk_names_the_file_keeps_a_valid_prefix_and_stops_the_command() {
         .status()
         .is_ok_and(|s| s.success());
     if !mounted {
-        println!("skipped: cannot mount a tmpfs on {}", dir.display());
+        skip(
+            Requirement::Root,
+            format!("cannot mount a tmpfs on {}", dir.display()),
+        );
         return;
     }
     // The disk fills while tracing (streaming saves), or at the stop, when a oneshot buffer

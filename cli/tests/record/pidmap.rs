@@ -11,6 +11,7 @@ use std::time::Duration;
 
 use fxtrace::capture::fxt::UNKNOWN_PROCESS_KOID;
 use fxtrace::capture::{PerfPermissions, SwitchSource, TracefsChoice};
+use fxtrace::test_support::{skip, Requirement};
 use fxtrace_format::{DecodedRecord, DecodedValue, Decoder, ObjectType, RecordWriter};
 use fxtrace_tools::manager::kernel::{KernelProvider, KernelProviderConfig};
 
@@ -132,7 +133,7 @@ fn workload() -> (u32, u32) {
 fn no_thread_lands_in_process_zero() {
     let perms = PerfPermissions::read();
     if !(perms.root || perms.perfmon) {
-        println!("skipped: needs root");
+        skip(Requirement::Perf, "needs root or CAP_PERFMON");
         return;
     }
     let provider = match KernelProvider::start(
@@ -141,7 +142,10 @@ fn no_thread_lands_in_process_zero() {
     ) {
         Ok(p) => p,
         Err(e) => {
-            println!("skipped: system-wide capture unavailable: {e}");
+            skip(
+                Requirement::Perf,
+                format!("system-wide capture unavailable: {e}"),
+            );
             return;
         }
     };
@@ -212,7 +216,7 @@ fn no_thread_lands_in_process_zero() {
 fn no_thread_lands_in_process_zero_with_cpu_wide_switch_records() {
     let perms = PerfPermissions::read();
     if !(perms.root || perms.perfmon) {
-        println!("skipped: needs root");
+        skip(Requirement::Perf, "needs root or CAP_PERFMON");
         return;
     }
     let mut config = KernelProviderConfig::system_wide(None);
@@ -220,7 +224,10 @@ fn no_thread_lands_in_process_zero_with_cpu_wide_switch_records() {
     let provider = match KernelProvider::start(config, RecordWriter::with_magic()) {
         Ok(p) => p,
         Err(e) => {
-            println!("skipped: system-wide capture unavailable: {e}");
+            skip(
+                Requirement::Perf,
+                format!("system-wide capture unavailable: {e}"),
+            );
             return;
         }
     };

@@ -2,8 +2,8 @@
 //! decodes, with the workload's context switches (tids, blocked states, names) in time order and
 //! the LBR outcome in the trace and the summary; `--duration`, Ctrl-C and a long command stop
 //! cleanly; without root the error carries the remedy; without `--system-wide` only providers
-//! are recorded. Tests that need root print "skipped: needs root" otherwise. (The system-wide section
-//! next to provider sections is tested in `record_system_wide.rs`.)
+//! are recorded. Tests that need root skip otherwise (`fxtrace::test_support::skip`). (The
+//! system-wide section next to provider sections is tested in `system_wide.rs`.)
 
 use std::io::{BufRead, BufReader};
 use std::os::unix::process::CommandExt;
@@ -12,6 +12,7 @@ use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 use fxtrace::capture::PerfPermissions;
+use fxtrace::test_support::{skip, Requirement};
 use fxtrace_format::{Decoded, DecodedRecord, DecodedValue, Decoder, ObjectType};
 
 fn fxtrace() -> Command {
@@ -23,7 +24,7 @@ fn needs_root() -> bool {
     if perms.root || perms.perfmon {
         return true;
     }
-    println!("skipped: needs root");
+    skip(Requirement::Perf, "needs root or CAP_PERFMON");
     false
 }
 
@@ -34,10 +35,13 @@ fn pingpong() -> Option<PathBuf> {
     if path.exists() {
         Some(path)
     } else {
-        println!(
-            "skipped: {} is not built (`cargo test` builds examples; or `cargo build --example \
-             pingpong`)",
-            path.display()
+        skip(
+            Requirement::Examples,
+            format!(
+                "{} is not built (`cargo test` builds examples; or `cargo build --example \
+                 pingpong`)",
+                path.display()
+            ),
         );
         None
     }
@@ -426,44 +430,40 @@ fn ctrl_c_stops_cleanly_and_the_trace_is_written() {
     );
 }
 
-/// Runs `fxtrace record --system-wide` as `nobody`; `None` when that cannot be arranged.
-fn run_as_nobody(output: &Path) -> Option<Output> {
-    let result = fxtrace()
+/// Runs `fxtrace record --system-wide -o DIR/nobody.fxt` as `nobody`, from a copy of the
+/// binary in `dir` (the build's own may sit under a home directory nobody cannot enter).
+fn run_as_nobody(dir: &Path) -> Output {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let exe = crate::support::runnable_by_all(Path::new(env!("CARGO_BIN_EXE_fxtrace")), dir);
+    Command::new(exe)
         .args(["record", "--system-wide", "-o"])
-        .arg(output)
+        .arg(dir.join("nobody.fxt"))
         .args(["--", "true"])
         .uid(65534)
         .gid(65534)
-        .output();
-    match result {
-        Ok(out) => Some(out),
-        Err(e) => {
-            println!("skipped: cannot run the binary as nobody: {e}");
-            None
-        }
-    }
+        .output()
+        .expect("run fxtrace as nobody")
 }
 
 #[test]
 fn without_privileges_the_error_says_what_to_do() {
-    if !needs_root() {
+    if !PerfPermissions::read().root {
+        skip(Requirement::Root, "runs fxtrace as another user");
         return;
     }
     let paranoid = PerfPermissions::read().paranoid;
     if paranoid.is_some_and(|p| p <= 0) {
-        println!("skipped: perf_event_paranoid = {paranoid:?} lets everyone capture system-wide");
+        skip(
+            Requirement::Paranoid,
+            format!("perf_event_paranoid = {paranoid:?} lets everyone capture system-wide"),
+        );
         return;
     }
     let dir = tempfile::tempdir().unwrap();
+    let out = run_as_nobody(dir.path());
     let output = dir.path().join("nobody.fxt");
-    let Some(out) = run_as_nobody(&output) else {
-        return;
-    };
     let stderr = text(&out.stderr);
-    if stderr.contains("Permission denied") && !stderr.contains("perf") {
-        println!("skipped: nobody cannot execute the test binary: {stderr}");
-        return;
-    }
     assert!(!out.status.success());
     assert!(
         stderr.contains("system-wide capture needs root or CAP_PERFMON"),

@@ -8,6 +8,7 @@ use std::collections::BTreeSet;
 use std::process::Command;
 
 use fxtrace::capture::PerfPermissions;
+use fxtrace::test_support::{skip, Requirement};
 use fxtrace_format::{DecodedRecord, Decoder};
 
 use support::{parse_probe, probe, seqs_of_thread};
@@ -16,7 +17,7 @@ use support::{parse_probe, probe, seqs_of_thread};
 fn kernel_and_provider_sections_share_one_archive() {
     let perms = PerfPermissions::read();
     if !(perms.root || perms.perfmon) {
-        println!("skipped: needs root");
+        skip(Requirement::Perf, "needs root or CAP_PERFMON");
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 use std::process::Command;
 
+use fxtrace::test_support::{skip, Requirement};
 use fxtrace_format::{DecodedRecord, DecodedValue, Decoder};
 
 /// `examples/threads`, built by `cargo test` next to the test binaries.
@@ -13,10 +14,13 @@ fn threads_example() -> Option<PathBuf> {
     if path.exists() {
         Some(path)
     } else {
-        println!(
-            "skipped: {} is not built (`cargo test` builds examples; or `cargo build --example \
-             threads`)",
-            path.display()
+        skip(
+            Requirement::Examples,
+            format!(
+                "{} is not built (`cargo test` builds examples; or `cargo build --example \
+                 threads`)",
+                path.display()
+            ),
         );
         None
     }
@@ -134,7 +138,10 @@ fn traced_example_through_record_keeps_its_durations() {
     };
     let example = threads.with_file_name("hello_traced");
     if !example.exists() {
-        println!("skipped: {} is not built", example.display());
+        skip(
+            Requirement::Examples,
+            format!("{} is not built", example.display()),
+        );
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -4,6 +4,7 @@
 use std::path::Path;
 use std::process::Command;
 
+use fxtrace::test_support::{skip, Requirement};
 use fxtrace_format::{DecodedRecord, Decoder};
 
 fn script() -> std::path::PathBuf {
@@ -64,7 +65,10 @@ fn bad_arguments_are_refused_with_a_reason() {
 fn records_system_wide_and_restores_the_machine() {
     let _machine = machine();
     if !is_root() {
-        println!("skipped: needs root (the script re-runs itself with sudo otherwise)");
+        skip(
+            Requirement::Root,
+            "needs root (the script re-runs itself with sudo otherwise)",
+        );
         return;
     }
     let mlock_before = std::fs::read_to_string("/proc/sys/kernel/perf_event_mlock_kb").unwrap();
@@ -114,7 +118,10 @@ fn a_planted_symlink_is_moved_aside_and_only_the_new_trace_is_given_away() {
     let _machine = machine();
     use std::os::unix::fs::{MetadataExt, PermissionsExt};
     if !is_root() {
-        println!("skipped: needs root (the attack is on root's recorder)");
+        skip(
+            Requirement::Root,
+            "needs root (the attack is on root's recorder)",
+        );
         return;
     }
     let dir = tempfile::tempdir().unwrap();
@@ -161,7 +168,10 @@ fn a_planted_symlink_is_moved_aside_and_only_the_new_trace_is_given_away() {
 fn sigterm_stops_the_recording_at_once_and_restores_the_machine() {
     let _machine = machine();
     if !is_root() {
-        println!("skipped: needs root (the script re-runs itself with sudo otherwise)");
+        skip(
+            Requirement::Root,
+            "needs root (the script re-runs itself with sudo otherwise)",
+        );
         return;
     }
     let mlock_before = std::fs::read_to_string("/proc/sys/kernel/perf_event_mlock_kb").unwrap();

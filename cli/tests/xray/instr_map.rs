@@ -1,6 +1,7 @@
 //! The instrumentation map read from ELF binaries: synthetic ones built here with
 //! known sleds, and the real fixture program compared with `llvm-xray extract`.
 
+use fxtrace::test_support::{skip, Requirement};
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -231,7 +232,10 @@ fn real_binary_matches_llvm_xray_extract() {
         tool(&["clang++", "clang++-14"]),
         tool(&["llvm-xray", "llvm-xray-14"]),
     ) else {
-        println!("skipped: clang++ or llvm-xray not installed (apt-get install clang llvm)");
+        skip(
+            Requirement::Clang,
+            "clang++ or llvm-xray not installed (apt-get install clang llvm)",
+        );
         return;
     };
     let dir = tempfile::tempdir().unwrap();
