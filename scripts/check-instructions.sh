@@ -18,7 +18,11 @@
 # in a second build with the library's `tracing` feature, whose own `rdtscp` gives its loop.
 #
 # Needs valgrind: installed with apt-get when missing and running as root; otherwise the
-# script prints one line saying why and exits 0 (skip).
+# script prints one line saying why and exits 0 (skip), or fails when FXTRACE_TEST_REQUIRE
+# lists `valgrind` (.ci/run does: in CI the check never passes without running; the list is
+# the tests' own, src/test_support.rs). A count that measured
+# nothing (no `summary:` line, nothing collected inside `counted_loop`, a baseline `rdtscp`
+# under 2 instructions, a candidate no dearer than the loop) fails the check too.
 set -euo pipefail
 shopt -s inherit_errexit
 cd "$(dirname "$0")/.."
@@ -63,6 +67,10 @@ if ! command -v valgrind >/dev/null 2>&1; then
         fi
     fi
     if ! command -v valgrind >/dev/null 2>&1; then
+        if [[ ",${FXTRACE_TEST_REQUIRE// /}," == *,valgrind,* ]]; then
+            echo "check-instructions: FAIL: valgrind missing and cannot be installed; FXTRACE_TEST_REQUIRE lists valgrind" >&2
+            exit 1
+        fi
         echo "check-instructions: skipped (valgrind missing and cannot be installed: not root or no apt-get)"
         exit 0
     fi
@@ -101,7 +109,15 @@ total() {
         tail -n 5 "$work/log" >&2
         exit 1
     }
-    sed -n 's/^summary: *\([0-9]*\).*/\1/p' "$out".* | sort -n | tail -n 1
+    local count
+    count="$(sed -n 's/^summary: *\([0-9]*\).*/\1/p' "$out".* | sort -n | tail -n 1)"
+    # Nothing counted is a broken measurement, never a cheap call: no `summary:` line, or
+    # no instruction inside `counted_loop` (renamed, inlined away).
+    if [ -z "$count" ] || [ "$count" -eq 0 ]; then
+        echo "check-instructions: FAIL: $candidate ($calls calls): callgrind counted ${count:-nothing} (no 'summary:' line, or nothing ran inside counted_loop)" >&2
+        exit 1
+    fi
+    echo "$count"
 }
 
 # Instructions of one call of `candidate` in `bench`, the loop and dispatch included.
@@ -118,13 +134,23 @@ status=0
 check() {
     local bench="$1" loop count net budget candidate
     shift
-    loop=$(($(per_call "$bench" rdtscp) - 1))
-    echo "rdtscp: $((loop + 1)) instructions per call (loop and dispatch: $loop)"
+    count="$(per_call "$bench" rdtscp)"
+    # `rdtscp` is one instruction, the loop and dispatch at least one more: less is a count
+    # of something else.
+    if [ "$count" -lt 2 ]; then
+        echo "FAIL rdtscp: $count instructions per call, the loop included: the count measured nothing" >&2
+        exit 1
+    fi
+    loop=$((count - 1))
+    echo "rdtscp: $count instructions per call (loop and dispatch: $loop)"
     for candidate in "$@"; do
         count="$(per_call "$bench" "$candidate")"
         net=$((count - loop))
         budget="${BUDGET[$candidate]:-}"
-        if [ -z "$budget" ]; then
+        if [ "$net" -lt 1 ]; then
+            echo "FAIL $candidate: $net instructions per call, loop excluded: the count measured nothing" >&2
+            status=1
+        elif [ -z "$budget" ]; then
             echo "$candidate: $net instructions per call, loop excluded (a baseline: no budget)"
         elif [ "$print_only" -eq 1 ]; then
             echo "$candidate: $net instructions per call, loop excluded (budget $budget)"

@@ -20,7 +20,9 @@
 # instr-map.yaml. `--check` (for CI) regenerates everything into a temporary
 # directory and runs the cross-check tests on the fresh logs against fresh
 # llvm-xray output (FXTRACE_XRAY_FIXTURES=DIR, see cli/tests/xray/fixtures.rs); it
-# prints "skipped: ..." and succeeds when clang or llvm-xray is missing.
+# prints "skipped: ..." and succeeds when clang or llvm-xray is missing, unless
+# FXTRACE_TEST_REQUIRE lists `clang` (.ci/run does; the list is the tests' own,
+# src/test_support.rs): there a missing tool fails the check.
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -38,18 +40,32 @@ find_tool() {
   done
   return 1
 }
-missing=2
-if [ "${1:-}" = "--check" ]; then
-  missing=0
-fi
-CXX="$(find_tool clang++ clang++-14)" || { echo "skipped: clang++ not found (apt-get install clang)"; exit "$missing"; }
-XRAY="$(find_tool llvm-xray llvm-xray-14)" || { echo "skipped: llvm-xray not found (apt-get install llvm)"; exit "$missing"; }
+# A missing tool: exit 2 when generating; under --check a skip (exit 0), except in CI.
+missing() {
+  if [ "${1:-}" != "--check" ]; then
+    echo "make-xray-fixtures: $2 not found ($3)" >&2
+    exit 2
+  elif [[ ",${FXTRACE_TEST_REQUIRE// /}," == *,clang,* ]]; then
+    echo "make-xray-fixtures: FAIL: $2 not found ($3); FXTRACE_TEST_REQUIRE lists clang" >&2
+    exit 1
+  fi
+  echo "skipped: $2 not found ($3)"
+  exit 0
+}
+CXX="$(find_tool clang++ clang++-14)" || missing "${1:-}" clang++ "apt-get install clang"
+XRAY="$(find_tool llvm-xray llvm-xray-14)" || missing "${1:-}" llvm-xray "apt-get install llvm"
 
 if [ "${1:-}" = "--check" ]; then
   fresh="$(mktemp -d)"
   trap 'rm -rf "$fresh"' EXIT
   "$0" "$fresh"
-  (cd "$root" && FXTRACE_XRAY_FIXTURES="$fresh" cargo test --quiet -p fxtrace-tools --test xray fixtures::)
+  (cd "$root" && FXTRACE_XRAY_FIXTURES="$fresh" cargo test --quiet -p fxtrace-tools --test xray fixtures::) |
+    tee "$fresh/test.log"
+  # A filter that matches no test passes too: the cross-check ran only if tests passed.
+  if ! grep -Eq '^test result: ok\. [1-9][0-9]* passed' "$fresh/test.log"; then
+    echo "make-xray-fixtures: FAIL: no cross-check test ran (cargo test --test xray fixtures::)" >&2
+    exit 1
+  fi
   if ! cmp -s "$fresh/instr-map.yaml" "$committed/instr-map.yaml"; then
     echo "make-xray-fixtures: note: instr-map.yaml differs from the committed one (another clang version?)"
   fi
