@@ -20,6 +20,9 @@ use fxtrace_format::{
     Decoded, DecodedEventKind, DecodedRecord, DecodedValue, Decoder, PROVIDER_EVENT_BUFFER_OVERFLOW,
 };
 
+#[path = "../../tests/engine_support/mod.rs"]
+mod engine_support;
+
 /// One current context per process: every test takes this (and the binary is its own:
 /// tests of other modules would install the global context beside these).
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -371,17 +374,35 @@ fn many_threads_write_while_contexts_are_replaced() {
             })
         })
         .collect();
+    // Each replaced context: (its events, its drops).
+    let mut replaced = Vec::new();
     for _ in 0..20 {
         std::thread::sleep(Duration::from_millis(2));
         let old = global::replace(bare_context()).unwrap().unwrap();
         // Once replaced, nobody reaches the old context through the global: stop succeeds
-        // and the buffer is final.
-        old.stop(Duration::from_secs(5)).unwrap();
+        // and the buffer is final, however long the writers go on (into the new context).
+        let report = old.stop(Duration::from_secs(5)).unwrap();
+        let stopped = engine_support::snapshot(old.buffer());
+        std::thread::sleep(Duration::from_millis(2));
+        assert!(
+            stopped == engine_support::snapshot(old.buffer()),
+            "a replaced context's buffer changed after its stop"
+        );
+        // Every record of it decodes (after a magic record, as in an archive).
+        let mut records = fxtrace_format::RecordWriter::with_magic().to_bytes();
+        records.extend(engine_support::final_read_raw(&stopped, 0, false));
+        let decoded = decode(&records);
+        let xs = events(&decoded).iter().filter(|e| e.name == "x").count() as u64;
+        replaced.push((xs, report.records_dropped));
     }
     stop.store(true, Ordering::Relaxed);
     let total: u64 = writers.into_iter().map(|w| w.join().unwrap()).sum();
-    assert!(total > 0);
     global::uninstall().unwrap();
+    let written: u64 = replaced.iter().map(|&(xs, _)| xs).sum();
+    assert!(
+        written > 0 && written <= total,
+        "{replaced:?} of {total} calls"
+    );
 }
 
 #[test]

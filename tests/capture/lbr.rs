@@ -4,7 +4,9 @@
 
 use std::sync::Arc;
 
+use fxtrace::capture::lbr::read_branch_stack;
 use fxtrace::capture::records::RECORD_SAMPLE;
+use fxtrace::capture::ring::RawCursor;
 use fxtrace::capture::{
     BranchSampleFormat, BranchSampling, EventAttr, FakeSys, ParseError, PerfClock, PerfRecord,
     PerfRing, RawData, RawRecord, RecordBytes, RecordLayout, Sys,
@@ -110,6 +112,25 @@ fn counters_after_the_entries_are_skipped() {
         panic!()
     };
     assert_eq!(s.branch_stack.unwrap().entries.len(), 2);
+    // The stack with a word after it (what a sample's next field would be): read past the
+    // counters, the cursor is at that word. (Skipping nothing, it would read counter 11.)
+    let stack = RecordBytes::new()
+        .u64(2)
+        .u64(0x1000)
+        .u64(0x2000)
+        .u64(flags(false, true, 0, 3))
+        .u64(0x1001)
+        .u64(0x2001)
+        .u64(flags(true, false, 1, 3))
+        .u64(11)
+        .u64(22)
+        .u64(0xfeed)
+        .build();
+    let mut cur = RawCursor::new(RawData::Single(&stack));
+    let read = read_branch_stack(&mut cur, BranchSampleFormat::COUNTERS).unwrap();
+    assert_eq!(read.entries[1].from, 0x1001);
+    assert_eq!(cur.u64(), Some(0xfeed), "the field after the counters");
+    assert_eq!(cur.remaining(), 0);
 }
 
 #[test]

@@ -176,6 +176,11 @@ fn each_mode_archives_what_the_probe_wrote() {
     }
 }
 
+/// Nothing written is lost however late the manager is scheduled: every event the probe wrote
+/// is in the archive, in order, and every other one was refused at the write and counted (as
+/// dropped by the probe, in the summary and by a marker). (Whether the manager keeps up with a
+/// paced writer is a matter of speed, not checked here: with the pauses below it normally
+/// drops nothing.)
 #[test]
 fn streaming_with_a_small_buffer_loses_nothing() {
     let dir = tempfile::tempdir().unwrap();
@@ -193,28 +198,51 @@ fn streaming_with_a_small_buffer_loses_nothing() {
             "200",
         ],
     );
-    assert_eq!(
-        (r.probe.written, r.probe.dropped),
-        (10_000, 0),
-        "{}",
-        r.stderr
-    );
+    let (written, dropped) = (r.probe.written, r.probe.dropped);
+    assert_eq!(written + dropped, 10_000, "{}", r.stderr);
     let seqs = assert_ordered(&r, 1);
-    assert_eq!(seqs[0], (0..10_000).collect::<Vec<u64>>());
-    assert_eq!(r.rows[0].dropped, 0);
+    assert_eq!(
+        seqs[0].len() as u64,
+        written,
+        "every written event archived"
+    );
+    assert!(seqs[0].iter().all(|&s| s < 10_000));
+    assert_eq!(r.rows[0].dropped, dropped, "{}", r.stderr);
     let part = r.archive.one("probe");
-    assert!(part.sections > 10, "a 64 KiB buffer streams many saves");
-    assert!(part.markers.is_empty());
+    // Each run of drops is marked, with its count.
+    assert_eq!(part.overflows > 0, dropped > 0);
+    let marked: u64 = part
+        .markers
+        .iter()
+        .map(|m| {
+            m.strip_prefix("fxtrace: ")
+                .and_then(|m| m.strip_suffix(" records dropped"))
+                .and_then(|n| n.parse::<u64>().ok())
+                .unwrap_or_else(|| panic!("marker {m:?}"))
+        })
+        .sum();
+    assert_eq!(marked, dropped, "{:?}", part.markers);
+    // A save holds one rolling buffer (under half of 64 KiB) of events of 32 bytes or more:
+    // at most 1024 events each, so the events kept took that many saves at least.
+    let saves = written.div_ceil(1024);
+    assert!(
+        part.sections as u64 >= saves,
+        "{written} events in {} sections of a 64 KiB buffer",
+        part.sections
+    );
     println!(
-        "streaming 64 KiB: 10000 events, {} saves, {} bytes, {:?}",
+        "streaming 64 KiB: {written} of 10000 events kept ({dropped} dropped), {} saves, {} \
+         bytes, {:?}",
         part.sections,
         r.bytes.len(),
         r.elapsed
     );
 }
 
+/// A writer flat out against 1 MiB buffers: whatever the manager keeps up with, the archive
+/// holds exactly the events written, in order, and the summary's drops are the probe's.
 #[test]
-fn streaming_drain_throughput() {
+fn streaming_flat_out_keeps_the_written_events_and_counts_the_rest() {
     // No pauses: the writer runs flat out; the manager drains 1 MiB buffers as they fill.
     let dir = tempfile::tempdir().unwrap();
     let r = record(
