@@ -699,8 +699,9 @@ mod tests {
         assert_eq!(a.ns_to_ticks(NANOS_PER_SECOND), a.ticks_per_second);
     }
 
-    /// The fast calibration (under 50 ms) agrees with a one-second measurement against
-    /// CLOCK_MONOTONIC_RAW within 0.05 %.
+    /// The fast calibration (at most [`CALIBRATION_MAX_WINDOWS`] windows; its time is
+    /// measured by `benches/connect.rs`, variant `local`) agrees with a one-second
+    /// measurement against CLOCK_MONOTONIC_RAW within 0.05 %.
     #[test]
     fn measured_rate_agrees_with_monotonic_raw_over_one_second() {
         let cal = calibrate(
@@ -709,11 +710,11 @@ mod tests {
             CALIBRATION_BUDGET,
         );
         assert!(
-            cal.elapsed_ns < 50_000_000,
-            "calibration took {} ns: {cal:?}",
-            cal.elapsed_ns
+            (1..=CALIBRATION_MAX_WINDOWS).contains(&cal.windows),
+            "{} windows: {cal:?}",
+            cal.windows
         );
-        assert!(cal.windows >= 1 && cal.accepted_windows <= cal.windows);
+        assert!(cal.accepted_windows <= cal.windows);
         assert!(cal.error_bound < 5e-4, "{cal:?}");
 
         let a = bracketed_sample();

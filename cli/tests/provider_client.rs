@@ -84,36 +84,37 @@ fn write_events(provider: &Provider, n: u64) -> u64 {
     ok
 }
 
+/// Times the calling thread gave up its CPU of its own accord so far (slept, blocked, waited).
+fn waits_of_this_thread() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/status")
+        .unwrap()
+        .lines()
+        .find_map(|l| l.strip_prefix("voluntary_ctxt_switches:"))
+        .and_then(|v| v.trim().parse().ok())
+        .unwrap()
+}
+
 #[test]
-fn no_manager_returns_none_fast() {
+fn no_manager_returns_none_without_waiting() {
     let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
     let dir = tempfile::tempdir().unwrap();
     // No socket file at all.
     let missing = dir.path().join("nobody.sock");
-    let start = Instant::now();
-    let got = Provider::connect_with("x", &options(&missing)).unwrap();
-    let no_file = start.elapsed();
-    assert!(got.is_none());
     // A stale socket file nobody listens on.
     let stale = dir.path().join("stale.sock");
     drop(std::os::unix::net::UnixListener::bind(&stale).unwrap());
-    let start = Instant::now();
-    let got = Provider::connect_with("x", &options(&stale)).unwrap();
-    let refused = start.elapsed();
-    assert!(got.is_none());
-    // Through the environment, as a program would.
     std::env::set_var(transport::SOCKET_ENV, &missing);
-    let start = Instant::now();
-    assert!(Provider::connect("x").unwrap().is_none());
-    let via_env = start.elapsed();
+    // Each answer comes without the thread sleeping or blocking once (no retry, no timeout
+    // waited out), however slow the machine.
+    let waits = waits_of_this_thread();
+    let no_file = Provider::connect_with("x", &options(&missing)).unwrap();
+    let refused = Provider::connect_with("x", &options(&stale)).unwrap();
+    // Through the environment, as a program would.
+    let via_env = Provider::connect("x").unwrap();
+    let waited = waits_of_this_thread() - waits;
     std::env::remove_var(transport::SOCKET_ENV);
-    println!(
-        "no manager: connect returned None in {no_file:?} (no socket), {refused:?} (stale \
-         socket), {via_env:?} (FXTRACE_SOCKET)"
-    );
-    for t in [no_file, refused, via_env] {
-        assert!(t < Duration::from_millis(10), "took {t:?}");
-    }
+    assert!(no_file.is_none() && refused.is_none() && via_env.is_none());
+    assert_eq!(waited, 0, "connect waited {waited} times with no manager");
 }
 
 #[test]
@@ -303,9 +304,9 @@ fn manager_death_stops_tracing_without_disturbing_the_program() {
     assert!(provider.end_reason().unwrap().contains("went away"));
     assert_eq!(provider.context().state(), TraceState::Stopped);
     // Writers see tracing off: no wait, nothing written, nothing counted.
-    let start = Instant::now();
+    let waits = waits_of_this_thread();
     assert_eq!(write_events(&provider, 1000), 0);
-    assert!(start.elapsed() < Duration::from_millis(100));
+    assert_eq!(waits_of_this_thread() - waits, 0, "a writer waited");
     // Alerts fail quietly.
     assert!(!provider.alert("late").unwrap());
     // Dropping the handle does not block.
