@@ -235,17 +235,20 @@ fn controller_commands_name_the_problem() {
 }
 
 /// Run as root only: a process of another uid.
-fn root_or_skip(test: &str) -> bool {
+fn root_or_skip() -> bool {
     if nix::unistd::geteuid().is_root() {
         return true;
     }
-    println!("skipped {test}: needs root (to run a provider as another user)");
+    fxtrace::test_support::skip(
+        fxtrace::test_support::Requirement::Root,
+        "needs root (to run a provider as another user)",
+    );
     false
 }
 
 #[test]
 fn a_provider_of_another_uid_is_refused_unless_the_policy_allows_it() {
-    if !root_or_skip("a_provider_of_another_uid_is_refused_unless_the_policy_allows_it") {
+    if !root_or_skip() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -274,13 +277,19 @@ fn a_provider_of_another_uid_is_refused_unless_the_policy_allows_it() {
     };
     // Root's service: uid 65534 is neither root nor (here) in group fxtrace.
     let root_daemon = Daemon::start(&root_dir);
+    let spawned = std::time::Instant::now();
     let mut refused = spawn_as_nobody(&root_dir);
     root_daemon.wait_log("may not register", Duration::from_secs(10));
     assert!(root_daemon.log().contains("group \"fxtrace\""));
     // Told the rule (a Refused message), the provider backs off: 1, 2, 4 s …
     std::thread::sleep(Duration::from_secs(3));
     let refusals = root_daemon.log().matches("may not register").count();
-    assert!(refusals <= 3, "{refusals} refusals in about 3 s");
+    let allowed = backed_off_attempts(spawned.elapsed());
+    assert!(
+        refusals <= allowed,
+        "{refusals} refusals, the back-off allows {allowed} in {:?}",
+        spawned.elapsed()
+    );
     assert!(!root_daemon.ok(&["providers"]).contains("service-example"));
     let _ = refused.kill();
     let _ = refused.wait();
@@ -295,6 +304,14 @@ fn a_provider_of_another_uid_is_refused_unless_the_policy_allows_it() {
     let _ = accepted.wait();
 }
 
+/// The most attempts a provider backing off from one second (1, 2, 4 s … between attempts)
+/// makes in `age` (an upper bound of the time since its first): attempt k comes at least
+/// 2^k - 1 s after the first. A bound on the count that a slow machine cannot break: a late
+/// test only measures a longer age.
+fn backed_off_attempts(age: Duration) -> usize {
+    1 + (age.as_secs_f64() + 1.0).log2().floor() as usize
+}
+
 /// `/proc/PID/status`'s VmRSS, KiB.
 fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
@@ -305,12 +322,21 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap()
 }
 
-/// utime + stime of `pid`, clock ticks.
-fn cpu_ticks(pid: u32) -> u64 {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
-    let after = &stat[stat.rfind(')').unwrap() + 2..];
-    let f: Vec<&str> = after.split(' ').collect();
-    f[11].parse::<u64>().unwrap() + f[12].parse::<u64>().unwrap()
+/// Context switches (voluntary and not) of every thread of `pid` so far: how often it ran.
+fn switches_of(pid: u32) -> u64 {
+    let mut total = 0;
+    for task in std::fs::read_dir(format!("/proc/{pid}/task")).unwrap() {
+        let status = std::fs::read_to_string(task.unwrap().path().join("status")).unwrap();
+        total += status
+            .lines()
+            .filter_map(|l| {
+                l.strip_prefix("voluntary_ctxt_switches:")
+                    .or_else(|| l.strip_prefix("nonvoluntary_ctxt_switches:"))
+            })
+            .map(|v| v.trim().parse::<u64>().unwrap())
+            .sum::<u64>();
+    }
+    total
 }
 
 /// Register `n` waiting providers over raw connections from this process's children (16 per
@@ -321,7 +347,12 @@ fn idle_providers(socket: &Path, n: usize) -> Vec<Child> {
         .map(|i| {
             let count = per.min(n - i * per);
             Command::new(std::env::current_exe().unwrap())
-                .args(["--exact", "service::idle_provider_child", "--nocapture"])
+                .args([
+                    "--exact",
+                    "service::idle_provider_child",
+                    "--ignored",
+                    "--nocapture",
+                ])
                 .env(
                     "FXTRACE_IDLE_CHILD",
                     format!("{}:{count}", socket.display()),
@@ -336,6 +367,7 @@ fn idle_providers(socket: &Path, n: usize) -> Vec<Child> {
 
 /// Not a test of its own: the body of [`idle_providers`]' children.
 #[test]
+#[ignore = "helper: runs as a child of two_hundred_idle_providers_cost_the_daemon_little_memory_and_no_cpu"]
 fn idle_provider_child() {
     let Ok(spec) = std::env::var("FXTRACE_IDLE_CHILD") else {
         return;
@@ -388,18 +420,29 @@ fn two_hundred_idle_providers_cost_the_daemon_little_memory_and_no_cpu() {
     assert_eq!(listed.lines().filter(|l| l.contains("idle-")).count(), 200);
     assert_eq!(daemon.ok(&["categories"]).trim(), "idle");
     let rss = rss_kib(pid);
-    let ticks = cpu_ticks(pid);
+    // Idle, nothing wakes the daemon (no timer, no poll with a timeout): once it has seen the
+    // last controller go (it ran in none of 500 ms), it does not run at all while it is
+    // watched, however long or busy the machine.
+    let mut switches = switches_of(pid);
+    for _ in 0..20 {
+        std::thread::sleep(Duration::from_millis(500));
+        let now = switches_of(pid);
+        if now == switches {
+            break;
+        }
+        switches = now;
+    }
     std::thread::sleep(Duration::from_secs(2));
-    let idle_ticks = cpu_ticks(pid) - ticks;
+    let idle_runs = switches_of(pid) - switches;
     println!(
-        "200 idle providers: daemon RSS {rss_before} KiB -> {rss} KiB; CPU while idle for 2 s: \
-         {idle_ticks} ticks"
+        "200 idle providers: daemon RSS {rss_before} KiB -> {rss} KiB; ran {idle_runs} times \
+         while idle"
     );
     assert!(
         rss < 50 * 1024,
         "daemon RSS {rss} KiB with 200 idle providers"
     );
-    assert_eq!(idle_ticks, 0, "the daemon used CPU while idle");
+    assert_eq!(idle_runs, 0, "the daemon woke while idle");
     for mut c in children {
         let _ = c.kill();
         let _ = c.wait();
@@ -408,12 +451,28 @@ fn two_hundred_idle_providers_cost_the_daemon_little_memory_and_no_cpu() {
 
 #[test]
 fn system_wide_from_the_service_records_every_cpus_context_switches() {
-    if !root_or_skip("system_wide_from_the_service_records_every_cpus_context_switches") {
+    if !root_or_skip() {
         return;
     }
     use fxtrace_format::{DecodedRecord, Decoder};
     let fixture = WithService::new();
     let out = fixture.file("wide.fxt");
+    // A thread on each online CPU sleeps and wakes while the session runs: every CPU
+    // switches, whatever else the machine does.
+    let online = online_cpus();
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sleepers: Vec<_> = online
+        .iter()
+        .map(|&cpu| {
+            let stop = stop.clone();
+            std::thread::spawn(move || {
+                pin_to_cpu(cpu);
+                while !stop.load(std::sync::atomic::Ordering::Relaxed) {
+                    std::thread::sleep(Duration::from_millis(1));
+                }
+            })
+        })
+        .collect();
     let started = fixture.daemon.ctl(&[
         "start",
         "-a",
@@ -422,31 +481,63 @@ fn system_wide_from_the_service_records_every_cpus_context_switches() {
         "-o",
         out.to_str().unwrap(),
     ]);
+    stop.store(true, std::sync::atomic::Ordering::Relaxed);
+    sleepers.into_iter().for_each(|t| t.join().unwrap());
     let err = String::from_utf8_lossy(&started.stderr);
     assert!(started.status.success(), "{err}");
     let bytes = std::fs::read(&out).unwrap();
     let mut providers = Vec::new();
-    let mut switches = 0;
+    let mut cpus = std::collections::BTreeSet::new();
     for r in Decoder::new(&bytes) {
         match r.unwrap().record {
             DecodedRecord::ProviderInfo { name, .. } => providers.push(name.to_string()),
-            DecodedRecord::ContextSwitch { .. } => switches += 1,
+            DecodedRecord::ContextSwitch { cpu, .. } => {
+                cpus.insert(u32::from(cpu));
+            }
+            DecodedRecord::SchedContextSwitch { cpu, .. } => {
+                cpus.insert(u32::from(cpu));
+            }
             _ => {}
         }
     }
     providers.sort();
     if err.contains("no context switches") {
         // No perf here (a container without perf_event access): said, not silently empty.
-        println!("skipped the switch count: {err}");
         assert_eq!(providers, ["service-example"]);
-    } else {
-        assert_eq!(providers, ["kernel", "service-example"], "{err}");
-        // The service alone sleeps 100 times a second.
-        assert!(switches >= 50, "{switches} context switches in 1 s");
+        fxtrace::test_support::skip(fxtrace::test_support::Requirement::Perf, err.trim());
+        return;
     }
+    assert_eq!(providers, ["kernel", "service-example"], "{err}");
+    assert_eq!(
+        cpus, online,
+        "the CPUs of the context switches are the online CPUs"
+    );
     fixture
         .daemon
         .wait_log("session 1 ended", Duration::from_secs(10));
+}
+
+/// The online CPUs (`/sys/devices/system/cpu/online`: "0-3,6").
+fn online_cpus() -> std::collections::BTreeSet<u32> {
+    let list = std::fs::read_to_string("/sys/devices/system/cpu/online").unwrap();
+    let mut cpus = std::collections::BTreeSet::new();
+    for range in list.trim().split(',') {
+        let (first, last) = range.split_once('-').unwrap_or((range, range));
+        cpus.extend(first.parse::<u32>().unwrap()..=last.parse::<u32>().unwrap());
+    }
+    cpus
+}
+
+/// Runs the calling thread on `cpu` alone (left as it is where the process may not run there).
+fn pin_to_cpu(cpu: u32) {
+    // SAFETY: a zeroed cpu_set_t is an empty set; CPU_SET writes inside it (cpu is below
+    // CPU_SETSIZE on any machine these tests run on, checked); sched_setaffinity reads it.
+    unsafe {
+        let mut set: libc::cpu_set_t = std::mem::zeroed();
+        assert!((cpu as usize) < libc::CPU_SETSIZE as usize);
+        libc::CPU_SET(cpu as usize, &mut set);
+        libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), &set);
+    }
 }
 
 /// Provider names in an archive, sorted.
@@ -618,22 +709,24 @@ fn a_waiting_provider_sleeps_beside_a_stale_socket_and_registers_when_a_service_
     let socket = dir.path().join("fxtrace.sock");
     // A socket file nobody listens on: what a service killed with SIGKILL leaves.
     drop(std::os::unix::net::UnixListener::bind(&socket).unwrap());
+    let spawned = std::time::Instant::now();
     let mut svc = service(&socket, 30);
-    std::thread::sleep(Duration::from_millis(500));
-    let before = wakeups(svc.id(), "fxtrace-service");
-    std::thread::sleep(Duration::from_secs(3));
-    let woke = wakeups(svc.id(), "fxtrace-service") - before;
-    // Attempts back off (1, 2, 4 s …): a few wake-ups, not one per poll.
-    assert!(woke <= 4, "{woke} wake-ups in 3 s beside a stale socket");
-    let started = std::time::Instant::now();
+    std::thread::sleep(Duration::from_millis(3500));
+    // The thread's wake-ups since it started, against what the back-off allows in the time
+    // since the spawn: each attempt follows one wait (the retry pace or the watch), two more
+    // for the thread's start (3 in all here at 3.7 s). A wake-up per poll would be many more.
+    let age = spawned.elapsed();
+    let woke = wakeups(svc.id(), "fxtrace-service");
+    let allowed = backed_off_attempts(age) as u64 + 2;
+    println!("beside a stale socket: {woke} wake-ups in {age:?} (allowed {allowed})");
+    assert!(
+        woke <= allowed,
+        "{woke} wake-ups in {age:?} beside a stale socket; the back-off allows {allowed}"
+    );
+    // The new socket wakes the watch (the unit test `a_watch_wakes_when_the_socket_appears`
+    // shows the watch waking with no timeout at all): the provider registers.
     let daemon = Daemon::start(dir.path());
     daemon.wait_providers("service-example", 1);
-    // The new socket wakes the watch: no need to wait out the back-off.
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "registered {:?} after the service replaced the stale socket",
-        started.elapsed()
-    );
     let _ = svc.kill();
     let _ = svc.wait();
 }
@@ -695,18 +788,13 @@ fn a_controller_that_does_not_read_blocks_no_one() {
             .send_msg(&Request::Status {}.to_message(0).unwrap(), &[])
             .unwrap();
     }
-    let started = std::time::Instant::now();
+    // Answered beside it (a command waits at most the client's reply timeout, then fails).
     for _ in 0..5 {
         assert!(fixture
             .daemon
             .ok(&["providers"])
             .contains("service-example"));
     }
-    assert!(
-        started.elapsed() < Duration::from_secs(3),
-        "5 providers commands took {:?} beside a controller that does not read",
-        started.elapsed()
-    );
     // Once its answers fill the socket, more requests ahead than allowed: that controller is
     // dropped, with a reason.
     stuck
@@ -883,7 +971,7 @@ fn an_output_that_could_block_the_service_is_refused_and_the_service_goes_on() {
 
 #[test]
 fn an_unnamed_stop_never_picks_another_users_session() {
-    if !root_or_skip("an_unnamed_stop_never_picks_another_users_session") {
+    if !root_or_skip() {
         return;
     }
     use std::os::unix::fs::PermissionsExt;
@@ -945,6 +1033,7 @@ fn a_program_registering_once_at_the_service_is_told_why_it_is_not_traced() {
 /// Not a test of its own: the body of the flooding child of
 /// [`a_flood_of_silent_connections_by_one_user_does_not_keep_others_out`].
 #[test]
+#[ignore = "helper: runs as the child of a_flood_of_silent_connections_by_one_user_does_not_keep_others_out"]
 fn silent_flood_child() {
     let Ok(socket) = std::env::var("FXTRACE_FLOOD_CHILD") else {
         return;
@@ -963,7 +1052,7 @@ fn silent_flood_child() {
 
 #[test]
 fn a_flood_of_silent_connections_by_one_user_does_not_keep_others_out() {
-    if !root_or_skip("a_flood_of_silent_connections_by_one_user_does_not_keep_others_out") {
+    if !root_or_skip() {
         return;
     }
     use std::os::unix::fs::PermissionsExt;
@@ -974,7 +1063,12 @@ fn a_flood_of_silent_connections_by_one_user_does_not_keep_others_out() {
     let nobody = 65534;
     let mut flood = Command::new(&exe);
     flood
-        .args(["--exact", "service::silent_flood_child", "--nocapture"])
+        .args([
+            "--exact",
+            "service::silent_flood_child",
+            "--ignored",
+            "--nocapture",
+        ])
         .env("FXTRACE_FLOOD_CHILD", &daemon.socket)
         .uid(nobody)
         .gid(nobody)
