@@ -21,6 +21,7 @@
 //! | [`permissions`], [`tracefs`] | what we may do, remedy text; finding/mounting tracefs |
 //! | [`session`] | [`Capture`]: open, drain on a thread, merge, deliver [`CaptureEvent`]s |
 //! | [`fxt`] | [`CaptureEvent`]s → FXT records ([`KernelTraceWriter`]) into a [`RecordSink`] |
+//! | [`replay`] | recorded perf records (a `perf.data` file's) through the same decoding, pid resolution and delivery ([`Replay`]) |
 //! | `fake` | test support (feature `test-support`, not API): an in-memory perf behind [`Sys`] |
 //!
 //! The bindgen types of `perf-event-open-sys` never appear in this API.
@@ -62,6 +63,7 @@ pub mod probe;
 pub mod procfs;
 pub mod records;
 pub mod refs;
+pub mod replay;
 pub mod ring;
 pub mod session;
 pub mod state;
@@ -88,6 +90,7 @@ pub use merge::Merger;
 pub use permissions::{Need, PerfPermissions};
 pub use records::{MmapFile, ParseError, PerfMmap, PerfRecord, RecordLayout, TaskName};
 pub use refs::{LocalRefs, RefTable, Registration};
+pub use replay::{Replay, ReplayEventKind, ReplaySkip, ReplayStats, Replayed};
 pub use ring::{PerfRing, RawData, RawRecord, RingError, RingReader};
 pub use session::{
     Capture, CaptureConfig, CaptureError, CaptureReport, CaptureStats, CaptureTarget, SwitchSource,

@@ -55,7 +55,8 @@ fn recent_slot(tid: u32) -> usize {
 /// Cached tid → (pid, name) and pid → process name.
 #[derive(Debug)]
 pub struct TaskRegistry {
-    proc_root: PathBuf,
+    /// `None`: nothing is read from `/proc` (tasks of a recorded file, not of this machine).
+    proc_root: Option<PathBuf>,
     threads: IdMap<ThreadEntry>,
     /// Recent tid → pid answers of `threads`, direct-mapped by the tid's low bits (tid 0:
     /// empty): a context switch asks for the same few threads again and again, and a hit is a
@@ -76,7 +77,16 @@ impl TaskRegistry {
     /// A registry reading `proc_root` (normally `/proc`).
     pub fn new(proc_root: impl Into<PathBuf>) -> Self {
         Self {
-            proc_root: proc_root.into(),
+            proc_root: Some(proc_root.into()),
+            ..Self::without_proc()
+        }
+    }
+
+    /// A registry that knows only what it is told ([`Self::note_thread`], [`Self::note_name`])
+    /// and never reads `/proc`: for the tasks of a recording made elsewhere or earlier.
+    pub fn without_proc() -> Self {
+        Self {
+            proc_root: None,
             threads: IdMap::default(),
             recent: Box::new([(0, 0); RECENT_SLOTS]),
             processes: IdMap::default(),
@@ -111,7 +121,10 @@ impl TaskRegistry {
     /// is counted in [`ProcScan::failures`].
     pub fn scan(&mut self, limit: usize, thread_names: bool) -> io::Result<ProcScan> {
         let mut scan = ProcScan::default();
-        let pids: Vec<u32> = fs::read_dir(&self.proc_root)?
+        let Some(root) = self.proc_root.clone() else {
+            return Ok(scan);
+        };
+        let pids: Vec<u32> = fs::read_dir(&root)?
             .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
             .collect();
         for pid in pids {
@@ -131,7 +144,7 @@ impl TaskRegistry {
                 self.note_thread(pid, tid);
                 if thread_names {
                     self.proc_reads += 1;
-                    let path = self.proc_root.join(pid.to_string()).join("task");
+                    let path = root.join(pid.to_string()).join("task");
                     if let Some(name) = read_line(&path.join(tid.to_string()).join("comm")) {
                         self.threads.entry(tid).or_default().name = Some(name);
                     }
@@ -140,7 +153,7 @@ impl TaskRegistry {
             scan.threads += tids.len() as u64;
             if !self.processes.contains_key(&pid) {
                 self.proc_reads += 1;
-                if let Some(name) = read_line(&self.proc_root.join(pid.to_string()).join("comm")) {
+                if let Some(name) = read_line(&root.join(pid.to_string()).join("comm")) {
                     self.processes.insert(pid, Some(name));
                 }
             }
@@ -182,8 +195,10 @@ impl TaskRegistry {
             }
             return pid;
         }
-        self.proc_reads += 1;
-        let pid = read_tgid(&self.proc_root.join(tid.to_string()).join("status"));
+        let pid = self.proc_root.as_ref().and_then(|root| {
+            self.proc_reads += 1;
+            read_tgid(&root.join(tid.to_string()).join("status"))
+        });
         self.threads.entry(tid).or_default().pid = Some(pid);
         if let Some(pid) = pid {
             self.recent[slot] = (tid, pid);
@@ -197,9 +212,9 @@ impl TaskRegistry {
             return Some(name);
         }
         let pid = self.pid_of(tid)?;
+        let root = self.proc_root.as_ref()?;
         self.proc_reads += 1;
-        let path = self
-            .proc_root
+        let path = root
             .join(pid.to_string())
             .join("task")
             .join(tid.to_string())
@@ -219,8 +234,9 @@ impl TaskRegistry {
             .get(&pid)
             .and_then(|e| e.name.clone())
             .or_else(|| {
+                let root = self.proc_root.as_ref()?;
                 self.proc_reads += 1;
-                read_line(&self.proc_root.join(pid.to_string()).join("comm"))
+                read_line(&root.join(pid.to_string()).join("comm"))
             });
         self.processes.insert(pid, name.clone());
         name
@@ -233,7 +249,13 @@ impl TaskRegistry {
 
     /// The thread ids of process `pid` right now (`/proc/<pid>/task`).
     pub fn list_threads(&self, pid: u32) -> io::Result<Vec<u32>> {
-        let mut tids: Vec<u32> = fs::read_dir(self.proc_root.join(pid.to_string()).join("task"))?
+        let Some(root) = &self.proc_root else {
+            return Err(io::Error::new(
+                io::ErrorKind::NotFound,
+                "this registry reads no /proc",
+            ));
+        };
+        let mut tids: Vec<u32> = fs::read_dir(root.join(pid.to_string()).join("task"))?
             .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
             .collect();
         tids.sort_unstable();
@@ -588,6 +610,28 @@ mod tests {
         assert_eq!(r.pid_of(51), Some(50));
         assert_eq!(r.thread_name(51).as_deref(), Some("helper"));
         assert_eq!(r.process_name(50).as_deref(), Some("main"));
+        assert_eq!(r.proc_reads(), 0);
+    }
+
+    /// A registry without `/proc` answers from what it was told, reads nothing, and says
+    /// it cannot list a process's threads.
+    #[test]
+    fn a_registry_without_proc_reads_nothing() {
+        let mut r = TaskRegistry::without_proc();
+        let pid = std::process::id();
+        assert_eq!(
+            r.pid_of(pid),
+            None,
+            "this process exists, but is not asked for"
+        );
+        assert_eq!(r.thread_name(pid), None);
+        assert_eq!(r.process_name(pid), None);
+        assert!(r.list_threads(pid).is_err());
+        assert_eq!(r.scan(10, true).unwrap(), ProcScan::default());
+        r.note_thread(pid, pid);
+        r.note_name(pid, "told");
+        assert_eq!(r.pid_of(pid), Some(pid));
+        assert_eq!(r.thread_name(pid).as_deref(), Some("told"));
         assert_eq!(r.proc_reads(), 0);
     }
 }

@@ -112,7 +112,9 @@ pub enum ParseError {
     Tracepoint(String),
 }
 
-/// The sample formats this parser lays out.
+/// The sample formats this parser lays out: every field up to the branch stack but
+/// `PERF_SAMPLE_READ` (whose layout depends on `read_format`). Fields after the branch stack
+/// ([`AFTER_BRANCH_STACK`]) are never read, so they may be present too.
 const SUPPORTED: SampleFormat = SampleFormat::from_bits_retain(
     SampleFormat::IDENTIFIER.bits()
         | SampleFormat::IP.bits()
@@ -125,8 +127,17 @@ const SUPPORTED: SampleFormat = SampleFormat::from_bits_retain(
         | SampleFormat::PERIOD.bits()
         | SampleFormat::CALLCHAIN.bits()
         | SampleFormat::RAW.bits()
-        | SampleFormat::BRANCH_STACK.bits(),
+        | SampleFormat::BRANCH_STACK.bits()
+        | AFTER_BRANCH_STACK.bits(),
 );
+
+/// The `PERF_SAMPLE_*` bits whose fields come after the branch stack in a sample (user and
+/// interrupt registers, user stack, weight, data source, transaction, physical address, AUX
+/// data, cgroup, page sizes, weight struct: bits 12 to 24 but 16, `IDENTIFIER`, which comes
+/// first): a parser that stops at the branch stack never reads them. The live capture never
+/// asks for them; a `perf record` file may have them (`--call-graph dwarf`, `-d`, …).
+pub const AFTER_BRANCH_STACK: SampleFormat =
+    SampleFormat::from_bits_retain(((1 << 25) - (1 << 12)) & !(1 << 16));
 
 // === impl RecordLayout ===
 
@@ -887,14 +898,59 @@ mod tests {
 
     #[test]
     fn unsupported_sample_bits_are_rejected() {
+        // PERF_SAMPLE_READ comes before the call chain, in a layout of its own; bit 25 is
+        // unknown.
+        for bad in [1 << 4, 1 << 25] {
+            let bad = SampleFormat::from_bits_retain(bad);
+            let err = RecordLayout::from_formats(
+                SampleFormat::TID | bad,
+                BranchSampleFormat::empty(),
+                true,
+            )
+            .unwrap_err();
+            assert_eq!(err, ParseError::UnsupportedSampleFormat(bad));
+        }
+    }
+
+    /// Fields after the branch stack (here user registers and weight) are never read: the
+    /// sample parses up to its branch stack whatever follows it.
+    #[test]
+    fn fields_after_the_branch_stack_are_accepted_and_not_read() {
         let regs_user = SampleFormat::from_bits_retain(1 << 12);
-        let err = RecordLayout::from_formats(
-            SampleFormat::TID | regs_user,
+        let weight = SampleFormat::from_bits_retain(1 << 14);
+        assert!(AFTER_BRANCH_STACK.contains(regs_user | weight));
+        assert!(
+            !AFTER_BRANCH_STACK.intersects(SampleFormat::IDENTIFIER | SampleFormat::BRANCH_STACK)
+        );
+        let layout = RecordLayout::from_formats(
+            SampleFormat::TID | SampleFormat::BRANCH_STACK | regs_user | weight,
             BranchSampleFormat::empty(),
             true,
         )
-        .unwrap_err();
-        assert_eq!(err, ParseError::UnsupportedSampleFormat(regs_user));
+        .unwrap();
+        let mut body = Vec::new();
+        for w in [
+            7u64 | 8 << 32,
+            1,
+            0x10,
+            0x20,
+            0,
+            /* regs abi, weight */ 0,
+            99,
+        ] {
+            body.extend_from_slice(&w.to_ne_bytes());
+        }
+        let rec = RawRecord {
+            kind: RECORD_SAMPLE,
+            misc: 0,
+            body: RawData::Single(&body),
+        };
+        let PerfRecord::Sample(s) = layout.parse(&rec).unwrap() else {
+            panic!("not a sample");
+        };
+        assert_eq!((s.pid, s.tid), (Some(7), Some(8)));
+        let stack = s.branch_stack.unwrap();
+        assert_eq!((stack.entries[0].from, stack.entries[0].to), (0x10, 0x20));
     }
 
     /// The in-place sample read gives the fields `parse` gives, for every fixed layout, and

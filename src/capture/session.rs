@@ -631,7 +631,7 @@ impl Capture {
             scan_thread_names: switch_source == Some(SwitchSource::CpuWideSwitchRecords),
             delivery: Delivery {
                 resolver: PidResolver::new(registry),
-                build_ids: BuildIdCache::new(),
+                build_ids: Some(BuildIdCache::new()),
                 announced: IdMap::default(),
                 recent: Box::new([None; ANNOUNCED_SLOTS]),
                 counters: counters.clone(),

@@ -25,8 +25,9 @@ use crate::fd_guard::{FdLost, GuardedFd, WakePipe};
 pub(super) struct Delivery {
     /// Pids (see [`super::pids`]); also the registry of names.
     pub(super) resolver: PidResolver,
-    /// Build-ids of mapped files, read once per file.
-    pub(super) build_ids: BuildIdCache,
+    /// Build-ids of mapped files, read once per file; `None`: mapped files are not read (a
+    /// recording replayed elsewhere: this machine's files may not be the ones mapped).
+    pub(super) build_ids: Option<BuildIdCache>,
     /// Threads announced, with the pid they were announced with.
     pub(super) announced: IdMap<Option<u32>>,
     /// Recent entries of `announced`, direct-mapped by the tid's low bits: a context switch
@@ -92,8 +93,8 @@ impl Delivery {
             }
             CaptureEvent::Comm(c) => self.resolver.registry.note_name(c.tid, &c.name),
             CaptureEvent::Mmap(m) => {
-                if m.build_id.is_none() {
-                    m.build_id = self.build_ids.get(&m.path, inode);
+                if let (None, Some(cache)) = (&m.build_id, &mut self.build_ids) {
+                    m.build_id = cache.get(&m.path, inode);
                 }
                 bump(&self.counters.mmaps, 1);
             }
@@ -294,7 +295,8 @@ impl Worker {
     /// Delivers the executable mappings in `/proc` (see the module docs).
     pub(super) fn synthesize_maps(&mut self, s: &Synthesize) {
         let d = &mut self.delivery;
-        let found = MapsSynthesis::read(&s.proc_root, s.pid, s.time, &mut d.build_ids);
+        let build_ids = d.build_ids.get_or_insert_with(BuildIdCache::new);
+        let found = MapsSynthesis::read(&s.proc_root, s.pid, s.time, build_ids);
         let c = &d.counters;
         bump(&c.mmaps_synthesized, found.maps.len() as u64);
         bump(
