@@ -504,6 +504,13 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
         self.last_time
     }
 
+    /// Writes a record of the caller's own into the section (metadata a source adds about
+    /// itself, with inline string and thread refs: the writer's tables are not involved),
+    /// counted as the writer's records are. Only an I/O error is returned.
+    pub fn write_record(&mut self, record: &Record<'_>) -> Result<(), SinkError> {
+        self.push(record)
+    }
+
     /// Converts one event. Only an I/O error is returned; refused records are counted.
     pub fn handle(&mut self, event: &CaptureEvent) -> Result<(), SinkError> {
         self.check_epoch()?;

@@ -12,6 +12,7 @@ macro_rules! note {
 mod check;
 mod convert;
 mod dump;
+mod import_perf;
 mod import_xray;
 mod input;
 mod progress;
@@ -36,6 +37,7 @@ EXAMPLES:
     cat trace.fxt | fxtrace dump -        read standard input
     fxtrace stats trace.fxt               counts, providers, time span, damage
     fxtrace import-xray xray-log.app.Ab12Cd --instr-map ./app -o app.fxt
+    fxtrace import-perf perf.data         perf record's LBR samples, switches, mappings
     fxtrace record -o trace.fxt -- ./app --flag   trace a program that links fxtrace
     fxtrace record -m circular --stop-on-alert oom -- ./server   flight recorder
     fxtrace record -m streaming -b 64K -- ./app   small buffers, saved while tracing
@@ -67,6 +69,11 @@ enum Command {
     /// Convert an LLVM XRay log (basic or FDR mode) to FXT: function durations per thread,
     /// custom and typed events, CPU migrations, wall-clock anchors.
     ImportXray(import_xray::ImportXrayArgs),
+    /// Convert a `perf record` file (perf.data) to FXT: LBR samples, context switches
+    /// (`perf sched record`), mappings, thread names; every record kind not converted is
+    /// counted.
+    #[command(after_help = import_perf::EXAMPLES)]
+    ImportPerf(import_perf::ImportPerfArgs),
     /// Convert a trace to another format: `--to chrome-json` (chrome://tracing, Perfetto).
     Convert(convert::ConvertArgs),
     /// Print a report of a trace: `lbr`, the hottest branch edges of its LBR samples.
@@ -119,6 +126,9 @@ pub(crate) enum CliError {
     /// `import-xray` failed, or converted a log only up to a malformed record.
     #[error(transparent)]
     ImportXray(#[from] import_xray::ImportXrayError),
+    /// `import-perf` failed, or converted a perf.data only up to its damage.
+    #[error(transparent)]
+    ImportPerf(#[from] import_perf::ImportPerfError),
     /// `fxtrace record` failed.
     #[error(transparent)]
     Record(#[from] record::RecordCliError),
@@ -142,6 +152,7 @@ pub(crate) fn run(cli: Cli) -> Result<ExitCode, CliError> {
         Command::Dump(args) => dump::run(&args),
         Command::Stats(args) => stats::run(&args),
         Command::ImportXray(args) => import_xray::run(&args),
+        Command::ImportPerf(args) => import_perf::run(&args),
         Command::Convert(args) => convert::run(&args),
         Command::Report(args) => report::run(&args),
         Command::Record(args) => Ok(record::run(args)?),

@@ -1,4 +1,5 @@
-//! Other formats: LLVM XRay FDR import and Chrome trace-event JSON export.
+//! Other formats: LLVM XRay FDR and perf.data import, Chrome trace-event JSON export.
 
 pub mod chrome;
+pub mod perf;
 pub mod xray;

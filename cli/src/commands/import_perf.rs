@@ -1,0 +1,180 @@
+//! `fxtrace import-perf`: a `perf record` file (or stream) to an FXT trace.
+
+use std::io::{self, BufWriter, Write};
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+
+use clap::Args;
+
+use fxtrace_tools::convert::perf::input::Damage;
+use fxtrace_tools::convert::perf::{import_perf, ImportError, ImportOptions, PerfSource};
+use fxtrace_tools::output_file::OutputFile;
+
+/// What `import-perf --help` ends with.
+pub(crate) const EXAMPLES: &str = "\
+EXAMPLES:
+    perf record -e cycles -b -- ./app            LBR samples of a program
+    fxtrace import-perf perf.data                writes perf.fxt
+    fxtrace report lbr perf.fxt --binary ./app@0x555555554000   its hottest branches
+
+    sudo perf sched record -- sleep 1            every CPU's context switches
+    fxtrace import-perf perf.data -o sched.fxt   open sched.fxt in ui.perfetto.dev
+
+    perf record -o - -e cycles -b -- ./app | fxtrace import-perf - -o app.fxt   a stream";
+
+/// Arguments of `fxtrace import-perf`.
+#[derive(Debug, Args)]
+pub(crate) struct ImportPerfArgs {
+    /// The perf.data file (`perf record -o FILE`), or `-` for standard input (a stream from
+    /// `perf record -o -`, or a file redirected).
+    #[arg(value_name = "PERF.DATA")]
+    input: PathBuf,
+    /// Where to write the FXT trace (`-` for standard output; the summary then goes to
+    /// standard error). Default: the input's name with `.data` replaced by `.fxt`
+    /// (`perf.data` → `perf.fxt`).
+    #[arg(short, long, value_name = "OUT.fxt")]
+    output: Option<PathBuf>,
+}
+
+/// Why `import-perf` failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ImportPerfError {
+    /// Nothing could be imported (or written).
+    #[error("{path}: {source}")]
+    Import {
+        /// The input.
+        path: String,
+        /// Why.
+        source: ImportError,
+    },
+    /// The input is damaged: what came before the damage was written.
+    #[error("{path}: {first}{more}; {output} holds what was read before it")]
+    Partial {
+        /// The input.
+        path: String,
+        /// The first damage.
+        first: Damage,
+        /// ` (and N more problems)`, or nothing.
+        more: String,
+        /// The output, complete and valid for what was read.
+        output: String,
+    },
+    /// Reading standard input without saying where to write.
+    #[error("reading standard input: say where to write the trace with -o OUT.fxt (or -o -)")]
+    NoOutput,
+}
+
+/// The default output of `input`: `.data` replaced by `.fxt`, else `.fxt` added.
+fn default_output(input: &Path) -> PathBuf {
+    let name = input
+        .file_name()
+        .unwrap_or(input.as_os_str())
+        .to_string_lossy();
+    let stem = name.strip_suffix(".data").unwrap_or(&name);
+    input.with_file_name(format!("{stem}.fxt"))
+}
+
+/// Imports the file; a damaged one is imported up to its damage and then reported as
+/// [`ImportPerfError::Partial`].
+pub(crate) fn run(args: &ImportPerfArgs) -> Result<ExitCode, super::CliError> {
+    let stdin = args.input.as_os_str() == "-";
+    let (source, path) = if stdin {
+        (PerfSource::Stdin, "<stdin>".to_string())
+    } else {
+        (
+            PerfSource::File(args.input.clone()),
+            args.input.display().to_string(),
+        )
+    };
+    let output = match (&args.output, stdin) {
+        (Some(o), _) => o.clone(),
+        (None, false) => default_output(&args.input),
+        (None, true) => return Err(ImportPerfError::NoOutput.into()),
+    };
+    let to_stdout = output.as_os_str() == "-";
+    let output_name = if to_stdout {
+        "<stdout>".to_string()
+    } else {
+        output.display().to_string()
+    };
+    let name = if stdin {
+        "stdin".to_string()
+    } else {
+        args.input
+            .file_name()
+            .unwrap_or(args.input.as_os_str())
+            .to_string_lossy()
+            .into_owned()
+    };
+    let options = ImportOptions {
+        provider_name: format!("perf:{name}"),
+    };
+    let failed = |source: ImportError| ImportPerfError::Import {
+        path: path.clone(),
+        source,
+    };
+    // A file output is written under a temporary name, renamed into place when complete (a
+    // previous one kept as `OUT.old`), removed on failure.
+    let summary = if to_stdout {
+        let (out, summary) =
+            import_perf(&source, BufWriter::new(io::stdout().lock()), &options).map_err(failed)?;
+        let mut stdout = out
+            .into_inner()
+            .map_err(|e| failed(ImportError::Write(e.into_error())))?;
+        stdout.flush().map_err(|e| failed(ImportError::Write(e)))?;
+        summary
+    } else {
+        let mut file = OutputFile::create(&output).map_err(|e| failed(ImportError::Write(e)))?;
+        let (out, summary) =
+            import_perf(&source, BufWriter::new(file.file()), &options).map_err(failed)?;
+        out.into_inner()
+            .map_err(|e| failed(ImportError::Write(e.into_error())))?;
+        file.commit().map_err(|e| failed(ImportError::Write(e)))?;
+        summary
+    };
+    let line = format!("import-perf: {path} -> {output_name}: {summary}");
+    if to_stdout {
+        note!("{line}");
+    } else {
+        let mut out = io::stdout().lock();
+        writeln!(out, "{line}").map_err(super::CliError::Output)?;
+    }
+    let mut damage = summary.damage.into_iter();
+    match damage.next() {
+        None => Ok(ExitCode::SUCCESS),
+        Some(first) => {
+            let rest: Vec<Damage> = damage.collect();
+            for d in &rest {
+                note!("{path}: also {d}");
+            }
+            let more = match rest.len() {
+                0 => String::new(),
+                n => format!(" (and {n} more problems, above)"),
+            };
+            Err(ImportPerfError::Partial {
+                path,
+                first,
+                more,
+                output: output_name,
+            }
+            .into())
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_default_output_replaces_data_by_fxt() {
+        assert_eq!(
+            default_output(Path::new("perf.data")),
+            Path::new("perf.fxt")
+        );
+        assert_eq!(
+            default_output(Path::new("/tmp/x.perfdata")),
+            Path::new("/tmp/x.perfdata.fxt")
+        );
+    }
+}

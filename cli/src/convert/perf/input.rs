@@ -1,0 +1,1079 @@
+//! A perf.data file or stream as the parser sees it: checked first, so that a damaged or
+//! hostile input costs bounded memory and time, never a panic, and yields what it holds
+//! before the damage.
+//!
+//! The parser (`linux-perf-data`) trusts the sizes it reads: a section or a count that lies
+//! becomes an allocation of that size, a record cut short ends the whole read with the records
+//! of its round (perf writes one per buffer flush) lost. So, before the parser reads a byte:
+//!
+//! * **A file** (read by seeking, `perf record -o FILE`) is checked by [`check_file`]: the
+//!   header's sizes (attribute size 64..=4096 bytes, at most [`MAX_ATTRS`] attributes, every
+//!   section inside the file), the old `event_types` id lists, then the data section's record
+//!   framing (each record at least its 8-byte header and inside the section), then the feature
+//!   sections (inside the file; `EVENT_DESC` and `CMDLINE` walked, their counts checked against
+//!   their bytes). The parser then reads a [`FileView`]: the file with a corrected header whose
+//!   data section ends after the last whole record, and whose feature list holds only the
+//!   sections that passed (their table rewritten right after the kept data). Everything wrong
+//!   is a [`Damage`] naming its byte offset.
+//! * **A stream** (`perf record -o -`, read from standard input or a FIFO) passes through a
+//!   [`PipeFilter`]: it checks each record's framing as it goes and ends the stream cleanly
+//!   after the last whole record, takes out the tracing data record (whose data follows the
+//!   record, outside its size, which the parser does not know) and the AUXTRACE records with
+//!   their data (hardware trace, not converted: counted), and checks `HEADER_FEATURE` records
+//!   as the file's feature sections are checked.
+//!
+//! Only little-endian recordings are read (every machine with LBR is): a big-endian one is
+//! refused by name.
+
+use std::cell::{Cell, RefCell};
+use std::fmt;
+use std::io::{self, Read, Seek, SeekFrom};
+use std::rc::Rc;
+
+/// Bytes of the file header perf writes (`struct perf_file_header`).
+pub const FILE_HEADER_LEN: u64 = 104;
+/// Bytes of the stream header (`struct perf_pipe_file_header`).
+pub const PIPE_HEADER_LEN: u64 = 16;
+/// The smallest `perf_event_attr` (`PERF_ATTR_SIZE_VER0`).
+pub const MIN_ATTR_SIZE: u64 = 64;
+/// The largest attribute accepted (perf's is 136 bytes in 2025).
+pub const MAX_ATTR_SIZE: u64 = 4096;
+/// Attributes (events) accepted at most.
+pub const MAX_ATTRS: u64 = 1 << 16;
+/// Tracing data accepted at most in a stream (its tracepoint formats, kallsyms, printk).
+pub const MAX_TRACING_DATA: u64 = 256 << 20;
+/// Bytes of a record header.
+const RECORD_HEADER: u64 = 8;
+/// The magic of a little-endian perf.data.
+pub const MAGIC: &[u8; 8] = b"PERFILE2";
+/// The magic of a big-endian perf.data.
+const MAGIC_BIG_ENDIAN: &[u8; 8] = b"2ELIFREP";
+
+/// `PERF_RECORD_AUXTRACE`: a record followed by `size` bytes of hardware trace.
+pub const RECORD_AUXTRACE: u32 = 71;
+/// `PERF_RECORD_HEADER_TRACING_DATA`: a record followed by the tracing data.
+pub const RECORD_HEADER_TRACING_DATA: u32 = 66;
+/// `PERF_RECORD_HEADER_FEATURE`: a feature section in a stream.
+const RECORD_HEADER_FEATURE: u32 = 80;
+
+/// `HEADER_CMDLINE`.
+const FEATURE_CMDLINE: u32 = 11;
+/// `HEADER_EVENT_DESC`.
+const FEATURE_EVENT_DESC: u32 = 12;
+
+/// The name of feature bit `bit` (perf's `HEADER_*`).
+pub fn feature_name(bit: u32) -> String {
+    const NAMES: [&str; 32] = [
+        "RESERVED",
+        "TRACING_DATA",
+        "BUILD_ID",
+        "HOSTNAME",
+        "OSRELEASE",
+        "VERSION",
+        "ARCH",
+        "NRCPUS",
+        "CPUDESC",
+        "CPUID",
+        "TOTAL_MEM",
+        "CMDLINE",
+        "EVENT_DESC",
+        "CPU_TOPOLOGY",
+        "NUMA_TOPOLOGY",
+        "BRANCH_STACK",
+        "PMU_MAPPINGS",
+        "GROUP_DESC",
+        "AUXTRACE",
+        "STAT",
+        "CACHE",
+        "SAMPLE_TIME",
+        "MEM_TOPOLOGY",
+        "CLOCKID",
+        "DIR_FORMAT",
+        "BPF_PROG_INFO",
+        "BPF_BTF",
+        "COMPRESSED",
+        "CPU_PMU_CAPS",
+        "CLOCK_DATA",
+        "HYBRID_TOPOLOGY",
+        "PMU_CAPS",
+    ];
+    NAMES
+        .get(bit as usize)
+        .map_or_else(|| format!("feature {bit}"), |n| format!("HEADER_{n}"))
+}
+
+/// Something wrong with the input, at a byte offset of it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Damage {
+    /// Where (bytes from the start of the file or stream).
+    pub offset: u64,
+    /// What is wrong, and what it costs.
+    pub what: String,
+}
+
+impl fmt::Display for Damage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "byte {}: {}", self.offset, self.what)
+    }
+}
+
+impl Damage {
+    fn at(offset: u64, what: impl Into<String>) -> Self {
+        Self {
+            offset,
+            what: what.into(),
+        }
+    }
+}
+
+/// What kind of perf.data the first 16 bytes say.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    /// A file with sections (read by seeking).
+    File,
+    /// A stream (`perf record -o -`).
+    Pipe,
+}
+
+/// The kind of a perf.data from its first 16 bytes (magic and header size); a damage when it
+/// is not a perf.data fxtrace reads.
+pub fn kind_of(first: &[u8]) -> Result<Kind, Damage> {
+    if first.len() < PIPE_HEADER_LEN as usize {
+        return Err(Damage::at(
+            first.len() as u64,
+            format!(
+                "not a perf.data file: {} bytes, shorter than a perf header",
+                first.len()
+            ),
+        ));
+    }
+    match &first[..8] {
+        m if m == MAGIC => {}
+        m if m == MAGIC_BIG_ENDIAN => {
+            return Err(Damage::at(
+                0,
+                "a big-endian perf.data (recorded on a big-endian machine): fxtrace reads only \
+                 little-endian recordings",
+            ))
+        }
+        b"PERFFILE" => {
+            return Err(Damage::at(
+                0,
+                "a perf.data of format version 1 (perf before 2010): record it again with a \
+                 current perf",
+            ))
+        }
+        _ => {
+            return Err(Damage::at(
+                0,
+                "not a perf.data file (no PERFILE2 magic)".to_string(),
+            ))
+        }
+    }
+    let size = u64_at(first, 8);
+    if size == PIPE_HEADER_LEN {
+        Ok(Kind::Pipe)
+    } else if size >= FILE_HEADER_LEN {
+        Ok(Kind::File)
+    } else {
+        Err(Damage::at(
+            8,
+            format!("header size {size}: neither a stream's (16) nor a file's (104 or more)"),
+        ))
+    }
+}
+
+fn u64_at(bytes: &[u8], at: usize) -> u64 {
+    let mut b = [0u8; 8];
+    b.copy_from_slice(&bytes[at..at + 8]);
+    u64::from_le_bytes(b)
+}
+
+fn u32_at(bytes: &[u8], at: usize) -> u32 {
+    let mut b = [0u8; 4];
+    b.copy_from_slice(&bytes[at..at + 4]);
+    u32::from_le_bytes(b)
+}
+
+/// A section of the file: offset and size.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+struct Section {
+    offset: u64,
+    size: u64,
+}
+
+impl Section {
+    fn read(bytes: &[u8], at: usize) -> Self {
+        Self {
+            offset: u64_at(bytes, at),
+            size: u64_at(bytes, at + 8),
+        }
+    }
+
+    fn end(&self) -> Option<u64> {
+        self.offset.checked_add(self.size)
+    }
+
+    /// Whether it lies inside `len` bytes.
+    fn inside(&self, len: u64) -> bool {
+        self.end().is_some_and(|end| end <= len)
+    }
+
+    fn describe(&self) -> String {
+        format!("offset {}, {} bytes", self.offset, self.size)
+    }
+}
+
+/// Reads exactly `buf.len()` bytes at `offset`.
+fn read_at<R: Read + Seek>(r: &mut R, offset: u64, buf: &mut [u8]) -> io::Result<()> {
+    r.seek(SeekFrom::Start(offset))?;
+    r.read_exact(buf)
+}
+
+/// What [`check_file`] found: where the records are, which feature sections can be read, and
+/// everything wrong.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct FileCheck {
+    /// The file's size.
+    pub file_len: u64,
+    /// Where the data section starts.
+    pub data_offset: u64,
+    /// Bytes of whole, well-framed records from there.
+    pub data_len: u64,
+    /// Records framed in them.
+    pub records: u64,
+    /// Feature sections kept: (bit, offset, size), by bit.
+    features: Vec<(u32, Section)>,
+    /// The header bytes as read (patched for the view).
+    header: Vec<u8>,
+    /// Everything wrong, in file order of discovery.
+    pub damage: Vec<Damage>,
+}
+
+/// Checks a perf.data file (see the module docs). `Err`: the file cannot be read at all (a
+/// header that lies about where the attributes are, an I/O error); else what can be read, and
+/// the damage found.
+pub fn check_file<R: Read + Seek>(r: &mut R, file_len: u64) -> Result<FileCheck, Damage> {
+    let io_error =
+        |offset: u64| move |e: io::Error| Damage::at(offset, format!("cannot read: {e}"));
+    if file_len < FILE_HEADER_LEN {
+        return Err(Damage::at(
+            file_len,
+            format!("the file ends inside the {FILE_HEADER_LEN}-byte perf header"),
+        ));
+    }
+    let mut header = vec![0u8; FILE_HEADER_LEN as usize];
+    read_at(r, 0, &mut header).map_err(io_error(0))?;
+    kind_of(&header)?;
+    let header_size = u64_at(&header, 8);
+    let attr_size = u64_at(&header, 16);
+    let attrs = Section::read(&header, 24);
+    let data = Section::read(&header, 40);
+    let event_types = Section::read(&header, 56);
+    if header_size > file_len {
+        return Err(Damage::at(
+            8,
+            format!("the header claims {header_size} bytes, past the end of the file ({file_len} bytes)"),
+        ));
+    }
+    if !(MIN_ATTR_SIZE..=MAX_ATTR_SIZE).contains(&attr_size) {
+        return Err(Damage::at(
+            16,
+            format!("attribute size {attr_size}: a perf_event_attr takes {MIN_ATTR_SIZE} to {MAX_ATTR_SIZE} bytes"),
+        ));
+    }
+    if !attrs.inside(file_len) {
+        return Err(Damage::at(
+            24,
+            format!(
+                "the attribute section ({}) runs past the end of the file ({file_len} bytes)",
+                attrs.describe()
+            ),
+        ));
+    }
+    let attr_count = attrs.size / attr_size;
+    if attr_count > MAX_ATTRS {
+        return Err(Damage::at(
+            32,
+            format!(
+                "the attribute section holds {attr_count} attributes: at most {MAX_ATTRS} are read"
+            ),
+        ));
+    }
+    check_event_types(r, event_types, attr_size, file_len)?;
+    if data.offset < header_size || data.offset > file_len {
+        return Err(Damage::at(
+            40,
+            format!(
+                "the data section ({}) starts outside the file ({file_len} bytes, header {header_size})",
+                data.describe()
+            ),
+        ));
+    }
+    let mut damage = Vec::new();
+    let data_end = match data.end().filter(|&end| end <= file_len) {
+        Some(end) => end,
+        None => {
+            damage.push(Damage::at(
+                file_len,
+                format!(
+                    "the file ends inside the data section ({}): it was cut short (or the header \
+                     lies); its feature sections (build-ids, host, tracepoint formats) are lost",
+                    data.describe()
+                ),
+            ));
+            file_len
+        }
+    };
+    let (data_len, records) = check_framing(r, data.offset, data_end, &mut damage)?;
+    let mut features = Vec::new();
+    if data_end == data.end().unwrap_or(u64::MAX) {
+        features = check_features(r, &header, data_end, file_len, &mut damage)?;
+    }
+    // The kept feature table goes right after the kept records: no kept section may overlap
+    // it, nor the header.
+    let table = Section {
+        offset: data.offset + data_len,
+        size: 16 * features.len() as u64,
+    };
+    features.retain(|&(bit, s)| {
+        let overlaps = |o: Section| s.offset < o.offset + o.size && o.offset < s.offset + s.size;
+        let keep = s.size == 0
+            || !(overlaps(table)
+                || overlaps(Section {
+                    offset: 0,
+                    size: header_size,
+                }));
+        if !keep {
+            damage.push(Damage::at(
+                s.offset,
+                format!(
+                    "feature section {} ({}) overlaps the header or the data: not read",
+                    feature_name(bit),
+                    s.describe()
+                ),
+            ));
+        }
+        keep
+    });
+    Ok(FileCheck {
+        file_len,
+        data_offset: data.offset,
+        data_len,
+        records,
+        features,
+        header,
+        damage,
+    })
+}
+
+/// The old `event_types` section (attr, then a section of ids, per event): each id section
+/// inside the file.
+fn check_event_types<R: Read + Seek>(
+    r: &mut R,
+    event_types: Section,
+    attr_size: u64,
+    file_len: u64,
+) -> Result<(), Damage> {
+    if event_types.size == 0 {
+        return Ok(());
+    }
+    if !event_types.inside(file_len) {
+        return Err(Damage::at(
+            56,
+            format!(
+                "the event_types section ({}) runs past the end of the file ({file_len} bytes)",
+                event_types.describe()
+            ),
+        ));
+    }
+    let entry = attr_size + 16;
+    let count = event_types.size / entry;
+    if count > MAX_ATTRS {
+        return Err(Damage::at(
+            64,
+            format!("the event_types section holds {count} events: at most {MAX_ATTRS} are read"),
+        ));
+    }
+    for i in 0..count {
+        let at = event_types.offset + i * entry + attr_size;
+        let mut bytes = [0u8; 16];
+        read_at(r, at, &mut bytes).map_err(|e| Damage::at(at, format!("cannot read: {e}")))?;
+        let ids = Section::read(&bytes, 0);
+        if !ids.inside(file_len) {
+            return Err(Damage::at(
+                at,
+                format!(
+                    "the ids of event {i} ({}) lie past the end of the file ({file_len} bytes)",
+                    ids.describe()
+                ),
+            ));
+        }
+    }
+    Ok(())
+}
+
+/// Walks the record headers from `start` to `end`: the bytes of whole records, and their
+/// count; the first bad record is a damage.
+fn check_framing<R: Read + Seek>(
+    r: &mut R,
+    start: u64,
+    end: u64,
+    damage: &mut Vec<Damage>,
+) -> Result<(u64, u64), Damage> {
+    r.seek(SeekFrom::Start(start))
+        .map_err(|e| Damage::at(start, format!("cannot read: {e}")))?;
+    let mut at = start;
+    let mut records = 0u64;
+    let mut header = [0u8; RECORD_HEADER as usize];
+    while at < end {
+        if end - at < RECORD_HEADER {
+            damage.push(Damage::at(
+                at,
+                format!(
+                    "a record header cut short ({} of 8 bytes before the end of the data)",
+                    end - at
+                ),
+            ));
+            break;
+        }
+        r.read_exact(&mut header)
+            .map_err(|e| Damage::at(at, format!("cannot read: {e}")))?;
+        let kind = u32_at(&header, 0);
+        let size = u64::from(u16::from_le_bytes([header[6], header[7]]));
+        if size < RECORD_HEADER {
+            damage.push(Damage::at(
+                at,
+                format!("record of type {kind} has size {size}, less than its 8-byte header: the data after it is not read"),
+            ));
+            break;
+        }
+        let mut next = at + size;
+        if kind == RECORD_AUXTRACE && size >= RECORD_HEADER + 8 {
+            let mut aux = [0u8; 8];
+            r.read_exact(&mut aux)
+                .map_err(|e| Damage::at(at, format!("cannot read: {e}")))?;
+            next = next.saturating_add(u64::from_le_bytes(aux));
+            r.seek(SeekFrom::Current(-8))
+                .map_err(|e| Damage::at(at, format!("cannot read: {e}")))?;
+        }
+        if next > end {
+            damage.push(Damage::at(
+                at,
+                format!(
+                    "record of type {kind} ({} bytes) runs past the end of the data at byte {end}: \
+                     it and anything after it are not read",
+                    next - at
+                ),
+            ));
+            break;
+        }
+        // The body is skipped (a seek inside the reader's buffer, mostly).
+        r.seek(SeekFrom::Current((next - at - RECORD_HEADER) as i64))
+            .map_err(|e| Damage::at(at, format!("cannot read: {e}")))?;
+        at = next;
+        records += 1;
+    }
+    Ok((at - start, records))
+}
+
+/// The feature sections named by the header's bitmap whose table (at `table_at`) and contents
+/// can be read; the others are damage.
+fn check_features<R: Read + Seek>(
+    r: &mut R,
+    header: &[u8],
+    table_at: u64,
+    file_len: u64,
+    damage: &mut Vec<Damage>,
+) -> Result<Vec<(u32, Section)>, Damage> {
+    let bits: Vec<u32> = (0..256u32)
+        .filter(|&bit| u64_at(header, 72 + 8 * (bit as usize / 64)) >> (bit % 64) & 1 != 0)
+        .collect();
+    let table = Section {
+        offset: table_at,
+        size: 16 * bits.len() as u64,
+    };
+    if !table.inside(file_len) {
+        damage.push(Damage::at(
+            table_at,
+            format!(
+                "the table of {} feature sections runs past the end of the file ({file_len} bytes): \
+                 no feature section (build-ids, host, tracepoint formats) is read",
+                bits.len()
+            ),
+        ));
+        return Ok(Vec::new());
+    }
+    let mut entries = vec![0u8; table.size as usize];
+    read_at(r, table_at, &mut entries)
+        .map_err(|e| Damage::at(table_at, format!("cannot read: {e}")))?;
+    let mut kept = Vec::new();
+    for (i, &bit) in bits.iter().enumerate() {
+        let s = Section::read(&entries, 16 * i);
+        let at = table_at + 16 * i as u64;
+        let problem = if !s.inside(file_len) {
+            Some(format!("runs past the end of the file ({file_len} bytes)"))
+        } else if bit == FEATURE_EVENT_DESC || bit == FEATURE_CMDLINE {
+            // Small sections (a few KiB): read whole and walked.
+            let mut bytes = vec![0u8; s.size.min(MAX_CHECKED_SECTION) as usize];
+            read_at(r, s.offset, &mut bytes)
+                .map_err(|e| Damage::at(s.offset, format!("cannot read: {e}")))?;
+            if s.size > MAX_CHECKED_SECTION {
+                Some(format!("is larger than {MAX_CHECKED_SECTION} bytes"))
+            } else {
+                check_feature(bit, &bytes).err()
+            }
+        } else {
+            None
+        };
+        match problem {
+            Some(p) => damage.push(Damage::at(
+                at,
+                format!(
+                    "feature section {} ({}) {p}: not read",
+                    feature_name(bit),
+                    s.describe()
+                ),
+            )),
+            None => kept.push((bit, s)),
+        }
+    }
+    Ok(kept)
+}
+
+/// The largest `EVENT_DESC` or `CMDLINE` section read.
+const MAX_CHECKED_SECTION: u64 = 16 << 20;
+
+/// Checks a feature section's contents where the parser would trust a count: `EVENT_DESC`
+/// (events, ids, names) and `CMDLINE` (strings). Other sections pass.
+pub fn check_feature(bit: u32, bytes: &[u8]) -> Result<(), String> {
+    let mut at = 0usize;
+    let mut take = |n: u64, what: &str| -> Result<usize, String> {
+        let left = bytes.len() - at;
+        let n = usize::try_from(n)
+            .ok()
+            .filter(|&n| n <= left)
+            .ok_or_else(|| format!("claims {n} bytes of {what} at byte {at}, {left} left"))?;
+        let start = at;
+        at += n;
+        Ok(start)
+    };
+    match bit {
+        FEATURE_EVENT_DESC => {
+            let nr = u64::from(u32_at(bytes, take(4, "event count")?));
+            let attr_size = u64::from(u32_at(bytes, take(4, "attribute size")?));
+            if !(MIN_ATTR_SIZE..=MAX_ATTR_SIZE).contains(&attr_size) {
+                return Err(format!("has attribute size {attr_size}"));
+            }
+            if nr > MAX_ATTRS {
+                return Err(format!("claims {nr} events (at most {MAX_ATTRS} are read)"));
+            }
+            for _ in 0..nr {
+                take(attr_size, "attribute")?;
+                let ids = u64::from(u32_at(bytes, take(4, "id count")?));
+                let name = u64::from(u32_at(bytes, take(4, "name length")?));
+                take(name, "event name")?;
+                take(ids.saturating_mul(8), "event ids")?;
+            }
+            Ok(())
+        }
+        FEATURE_CMDLINE => {
+            let nr = u64::from(u32_at(bytes, take(4, "argument count")?));
+            for _ in 0..nr {
+                let len = u64::from(u32_at(bytes, take(4, "argument length")?));
+                take(len, "argument")?;
+            }
+            Ok(())
+        }
+        _ => Ok(()),
+    }
+}
+
+impl FileCheck {
+    /// The file as the parser should read it (see the module docs): `file` with the header's
+    /// data size and feature list corrected, and the kept features' table after the records.
+    pub fn view<R: Read + Seek>(&self, file: R) -> FileView<R> {
+        let mut header = self.header.clone();
+        header[48..56].copy_from_slice(&self.data_len.to_le_bytes());
+        let mut bitmap = [0u64; 4];
+        let mut table = Vec::with_capacity(16 * self.features.len());
+        for &(bit, s) in &self.features {
+            bitmap[bit as usize / 64] |= 1 << (bit % 64);
+            table.extend_from_slice(&s.offset.to_le_bytes());
+            table.extend_from_slice(&s.size.to_le_bytes());
+        }
+        for (i, word) in bitmap.iter().enumerate() {
+            header[72 + 8 * i..80 + 8 * i].copy_from_slice(&word.to_le_bytes());
+        }
+        let table_at = self.data_offset + self.data_len;
+        FileView {
+            inner: file,
+            inner_pos: None,
+            pos: 0,
+            len: self.file_len.max(table_at + table.len() as u64),
+            file_len: self.file_len,
+            header,
+            table_at,
+            table,
+            position: Rc::new(Cell::new(0)),
+        }
+    }
+
+    /// Whether feature `bit` can be read.
+    pub fn has_feature(&self, bit: u32) -> bool {
+        self.features.iter().any(|&(b, _)| b == bit)
+    }
+}
+
+/// A file with a corrected header and feature table over its bytes (see
+/// [`FileCheck::view`]): what the parser reads.
+#[derive(Debug)]
+pub struct FileView<R> {
+    inner: R,
+    /// Where `inner` stands, when known.
+    inner_pos: Option<u64>,
+    pos: u64,
+    len: u64,
+    file_len: u64,
+    header: Vec<u8>,
+    table_at: u64,
+    table: Vec<u8>,
+    /// Where the last read started (shared with [`Self::position`]'s holders).
+    position: Rc<Cell<u64>>,
+}
+
+impl<R> FileView<R> {
+    /// Where the parser's last read started, as it reads: the offset an error names.
+    pub fn position(&self) -> Rc<Cell<u64>> {
+        self.position.clone()
+    }
+}
+
+impl<R: Read + Seek> Read for FileView<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.position.set(self.pos);
+        if self.pos >= self.len || buf.is_empty() {
+            return Ok(0);
+        }
+        let header_end = self.header.len() as u64;
+        let table_end = self.table_at + self.table.len() as u64;
+        let from_bytes = |bytes: &[u8], start: u64, pos: u64, buf: &mut [u8]| {
+            let at = (pos - start) as usize;
+            let n = buf.len().min(bytes.len() - at);
+            buf[..n].copy_from_slice(&bytes[at..at + n]);
+            n
+        };
+        let n = if self.pos < header_end {
+            from_bytes(&self.header, 0, self.pos, buf)
+        } else if (self.table_at..table_end).contains(&self.pos) {
+            from_bytes(&self.table, self.table_at, self.pos, buf)
+        } else {
+            let limit = if self.pos < self.table_at {
+                self.table_at
+            } else {
+                self.file_len
+            };
+            if self.pos >= limit {
+                return Ok(0);
+            }
+            let want = buf
+                .len()
+                .min((limit - self.pos).min(usize::MAX as u64) as usize);
+            if self.inner_pos != Some(self.pos) {
+                self.inner.seek(SeekFrom::Start(self.pos))?;
+            }
+            let n = match self.inner.read(&mut buf[..want]) {
+                Ok(n) => n,
+                Err(e) => {
+                    self.inner_pos = None;
+                    return Err(e);
+                }
+            };
+            self.inner_pos = Some(self.pos + n as u64);
+            n
+        };
+        self.pos += n as u64;
+        Ok(n)
+    }
+}
+
+impl<R: Read + Seek> Seek for FileView<R> {
+    fn seek(&mut self, to: SeekFrom) -> io::Result<u64> {
+        let target = match to {
+            SeekFrom::Start(p) => Some(p),
+            SeekFrom::End(d) => self.len.checked_add_signed(d),
+            SeekFrom::Current(d) => self.pos.checked_add_signed(d),
+        };
+        self.pos = target.ok_or_else(|| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                "seek before the start of the file",
+            )
+        })?;
+        Ok(self.pos)
+    }
+}
+
+// === impl PipeFilter ===
+
+/// Reads up to `buf.len()` bytes; fewer only at the end of the stream.
+fn fill(inner: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match inner.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+/// What a [`PipeFilter`] took out of the stream and found wrong.
+#[derive(Debug, Default)]
+pub struct PipeState {
+    /// The tracing data (tracepoint formats), when the stream had it.
+    pub tracing_data: Option<Vec<u8>>,
+    /// Where the stream stopped being readable, if it did.
+    pub damage: Vec<Damage>,
+    /// AUXTRACE records taken out (hardware trace data is not converted).
+    pub auxtrace_records: u64,
+    /// Bytes passed through so far (the stream's offset of the next record).
+    pub offset: u64,
+}
+
+/// A perf.data stream checked record by record on its way to the parser (see the module docs).
+#[derive(Debug)]
+pub struct PipeFilter<R> {
+    inner: R,
+    /// Bytes ready for the parser, from `out_at`.
+    out: Vec<u8>,
+    out_at: usize,
+    header_done: bool,
+    ended: bool,
+    state: Rc<RefCell<PipeState>>,
+}
+
+impl<R: Read> PipeFilter<R> {
+    /// A filter over `inner` (positioned at the stream's first byte); `state` is shared with
+    /// the caller, who reads it once the parser is done.
+    pub fn new(inner: R, state: Rc<RefCell<PipeState>>) -> Self {
+        Self {
+            inner,
+            out: Vec::new(),
+            out_at: 0,
+            header_done: false,
+            ended: false,
+            state,
+        }
+    }
+
+    fn end(&mut self, damage: Option<Damage>) {
+        self.ended = true;
+        if let Some(d) = damage {
+            self.state.borrow_mut().damage.push(d);
+        }
+    }
+
+    /// Puts the next bytes for the parser into `out` (nothing at the end).
+    fn next_record(&mut self) -> io::Result<()> {
+        self.out.clear();
+        self.out_at = 0;
+        if !self.header_done {
+            self.header_done = true;
+            let mut header = [0u8; PIPE_HEADER_LEN as usize];
+            let n = fill(&mut self.inner, &mut header)?;
+            if let Err(d) = kind_of(&header[..n]) {
+                self.end(Some(d));
+                return Ok(());
+            }
+            self.out.extend_from_slice(&header);
+            self.state.borrow_mut().offset += PIPE_HEADER_LEN;
+            return Ok(());
+        }
+        loop {
+            let offset = self.state.borrow().offset;
+            let mut header = [0u8; RECORD_HEADER as usize];
+            let n = fill(&mut self.inner, &mut header)?;
+            if n == 0 {
+                self.end(None);
+                return Ok(());
+            }
+            if n < header.len() {
+                self.end(Some(Damage::at(
+                    offset,
+                    format!("the stream ends inside a record header ({n} of 8 bytes)"),
+                )));
+                return Ok(());
+            }
+            let kind = u32_at(&header, 0);
+            let size = u16::from_le_bytes([header[6], header[7]]) as usize;
+            if (size as u64) < RECORD_HEADER {
+                self.end(Some(Damage::at(
+                    offset,
+                    format!("record of type {kind} has size {size}, less than its 8-byte header: the stream after it is not read"),
+                )));
+                return Ok(());
+            }
+            self.out.extend_from_slice(&header);
+            self.out.resize(size, 0);
+            let n = fill(&mut self.inner, &mut self.out[RECORD_HEADER as usize..])?;
+            if n < size - RECORD_HEADER as usize {
+                self.out.clear();
+                self.end(Some(Damage::at(
+                    offset,
+                    format!(
+                        "record of type {kind} ({size} bytes): the stream ends after {} of them",
+                        n + RECORD_HEADER as usize
+                    ),
+                )));
+                return Ok(());
+            }
+            let mut passed = size as u64;
+            match kind {
+                RECORD_HEADER_TRACING_DATA | RECORD_AUXTRACE => {
+                    let trailing = match (kind, self.out.get(8..16)) {
+                        (RECORD_HEADER_TRACING_DATA, Some(_)) => {
+                            u64::from(u32_at(&self.out, 8)).next_multiple_of(8)
+                        }
+                        (_, Some(_)) => u64_at(&self.out, 8),
+                        (_, None) => 0,
+                    };
+                    if kind == RECORD_HEADER_TRACING_DATA && trailing > MAX_TRACING_DATA {
+                        self.out.clear();
+                        self.end(Some(Damage::at(
+                            offset,
+                            format!("tracing data of {trailing} bytes (at most {MAX_TRACING_DATA} are read)"),
+                        )));
+                        return Ok(());
+                    }
+                    self.out.clear();
+                    let read = if kind == RECORD_HEADER_TRACING_DATA {
+                        let mut data = Vec::new();
+                        let read = (&mut self.inner).take(trailing).read_to_end(&mut data)? as u64;
+                        self.state.borrow_mut().tracing_data = Some(data);
+                        read
+                    } else {
+                        self.state.borrow_mut().auxtrace_records += 1;
+                        io::copy(&mut (&mut self.inner).take(trailing), &mut io::sink())?
+                    };
+                    passed += read;
+                    if read < trailing {
+                        self.end(Some(Damage::at(
+                            offset,
+                            format!("record of type {kind}: the stream ends after {read} of its {trailing} bytes of data"),
+                        )));
+                        return Ok(());
+                    }
+                    self.state.borrow_mut().offset += passed;
+                    continue;
+                }
+                RECORD_HEADER_FEATURE if size >= 16 => {
+                    let bit = u64_at(&self.out, 8);
+                    if let Ok(bit) = u32::try_from(bit) {
+                        if let Err(problem) = check_feature(bit, &self.out[16..]) {
+                            self.out.clear();
+                            self.state.borrow_mut().damage.push(Damage::at(
+                                offset,
+                                format!("feature record {} {problem}: not read", feature_name(bit)),
+                            ));
+                            self.state.borrow_mut().offset += passed;
+                            continue;
+                        }
+                    }
+                }
+                _ => {}
+            }
+            self.state.borrow_mut().offset += passed;
+            return Ok(());
+        }
+    }
+}
+
+impl<R: Read> Read for PipeFilter<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        while self.out_at == self.out.len() {
+            if self.ended {
+                return Ok(0);
+            }
+            self.next_record()?;
+        }
+        let n = buf.len().min(self.out.len() - self.out_at);
+        buf[..n].copy_from_slice(&self.out[self.out_at..self.out_at + n]);
+        self.out_at += n;
+        Ok(n)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Cursor;
+
+    /// A minimal file: header, one 64-byte attribute (attr section), records, a HOSTNAME
+    /// feature.
+    fn file(records: &[Vec<u8>]) -> Vec<u8> {
+        let data: Vec<u8> = records.concat();
+        let attr_at = FILE_HEADER_LEN;
+        let data_at = attr_at + 64;
+        let data_end = data_at + data.len() as u64;
+        let feature_at = data_end + 16;
+        let mut f = Vec::new();
+        f.extend_from_slice(MAGIC);
+        for w in [
+            FILE_HEADER_LEN,
+            64,
+            attr_at,
+            64,
+            data_at,
+            data.len() as u64,
+            0,
+            0,
+        ] {
+            f.extend_from_slice(&w.to_le_bytes());
+        }
+        f.extend_from_slice(&(1u64 << 3).to_le_bytes());
+        f.extend_from_slice(&[0; 24]);
+        let mut attr = vec![0u8; 64];
+        attr[4..8].copy_from_slice(&64u32.to_le_bytes());
+        f.extend_from_slice(&attr);
+        f.extend_from_slice(&data);
+        f.extend_from_slice(&feature_at.to_le_bytes());
+        f.extend_from_slice(&8u64.to_le_bytes());
+        f.extend_from_slice(&4u32.to_le_bytes());
+        f.extend_from_slice(b"box\0");
+        f
+    }
+
+    fn record(kind: u32, size: u16) -> Vec<u8> {
+        let mut r = kind.to_le_bytes().to_vec();
+        r.extend_from_slice(&0u16.to_le_bytes());
+        r.extend_from_slice(&size.to_le_bytes());
+        r.resize(usize::from(size.max(8)), 0xaa);
+        r
+    }
+
+    #[test]
+    fn a_sound_file_is_read_as_it_is() {
+        let f = file(&[record(9, 24), record(3, 16)]);
+        let check = check_file(&mut Cursor::new(&f), f.len() as u64).unwrap();
+        assert_eq!(check.damage, []);
+        assert_eq!((check.records, check.data_len), (2, 40));
+        assert!(check.has_feature(3));
+        let mut viewed = Vec::new();
+        check
+            .view(Cursor::new(&f))
+            .read_to_end(&mut viewed)
+            .unwrap();
+        assert_eq!(viewed, f, "nothing to correct");
+    }
+
+    #[test]
+    fn a_bad_record_ends_the_data_before_it_and_keeps_the_features() {
+        for bad in [record(9, 0), record(9, 65_535)] {
+            let f = file(&[record(9, 24), bad.clone(), record(3, 16)]);
+            let check = check_file(&mut Cursor::new(&f), f.len() as u64).unwrap();
+            assert_eq!((check.records, check.data_len), (1, 24));
+            assert_eq!(check.damage.len(), 1, "{:?}", check.damage);
+            assert_eq!(check.damage[0].offset, FILE_HEADER_LEN + 64 + 24);
+            assert!(check.has_feature(3));
+            // The view: data size 24, the feature table right after the first record.
+            let mut view = check.view(Cursor::new(&f));
+            let mut header = [0u8; 104];
+            view.read_exact(&mut header).unwrap();
+            assert_eq!(u64_at(&header, 48), 24);
+            view.seek(SeekFrom::Start(FILE_HEADER_LEN + 64 + 24))
+                .unwrap();
+            let mut table = [0u8; 16];
+            view.read_exact(&mut table).unwrap();
+            assert_eq!(u64_at(&table, 8), 8, "the hostname section's size");
+        }
+    }
+
+    #[test]
+    fn lies_and_cuts_are_damage_never_a_panic() {
+        let f = file(&[record(9, 24), record(3, 16)]);
+        for cut in 0..f.len() {
+            let _ = check_file(&mut Cursor::new(&f[..cut]), cut as u64);
+        }
+        let cut = f.len() - 30;
+        let check = check_file(&mut Cursor::new(&f[..cut]), cut as u64).unwrap();
+        assert_eq!(check.records, 1);
+        assert!(check.damage.iter().any(|d| d.what.contains("cut short")));
+        assert!(!check.has_feature(3));
+        // Attributes far past the end; 2^32 attributes.
+        for (at, value, says) in [
+            (24, 1u64 << 40, "attribute section"),
+            (32, (1u64 << 32) * 64, "attribute section"),
+            (16, 0, "attribute size"),
+            (48, u64::MAX, "data section"),
+        ] {
+            let mut lying = f.clone();
+            lying[at..at + 8].copy_from_slice(&value.to_le_bytes());
+            let message = match check_file(&mut Cursor::new(&lying), lying.len() as u64) {
+                Err(d) => d.to_string(),
+                Ok(c) => c.damage.iter().map(|d| d.to_string()).collect(),
+            };
+            assert!(message.contains(says), "{at}: {message}");
+        }
+    }
+
+    #[test]
+    fn event_desc_counts_are_checked_against_their_bytes() {
+        let mut desc = Vec::new();
+        desc.extend_from_slice(&u32::MAX.to_le_bytes());
+        desc.extend_from_slice(&64u32.to_le_bytes());
+        assert!(check_feature(FEATURE_EVENT_DESC, &desc).is_err());
+        let mut one = 1u32.to_le_bytes().to_vec();
+        one.extend_from_slice(&64u32.to_le_bytes());
+        one.extend_from_slice(&[0; 64]);
+        one.extend_from_slice(&u32::MAX.to_le_bytes()); // ids
+        one.extend_from_slice(&0u32.to_le_bytes());
+        assert!(check_feature(FEATURE_EVENT_DESC, &one)
+            .unwrap_err()
+            .contains("event ids"));
+        let mut cmdline = 2u32.to_le_bytes().to_vec();
+        cmdline.extend_from_slice(&4u32.to_le_bytes());
+        cmdline.extend_from_slice(b"perf");
+        assert!(check_feature(FEATURE_CMDLINE, &cmdline).is_err());
+    }
+
+    #[test]
+    fn a_stream_ends_cleanly_before_damage_and_gives_its_tracing_data() {
+        let mut s = MAGIC.to_vec();
+        s.extend_from_slice(&16u64.to_le_bytes());
+        s.extend(record(9, 24));
+        let mut tracing = record(RECORD_HEADER_TRACING_DATA, 16);
+        tracing[8..12].copy_from_slice(&5u32.to_le_bytes());
+        s.extend(tracing);
+        s.extend_from_slice(b"abcde\0\0\0");
+        s.extend(record(3, 16));
+        let whole = s.len();
+        s.extend(record(9, 0));
+        s.extend(record(3, 16));
+        let state = Rc::new(RefCell::new(PipeState::default()));
+        let mut passed = Vec::new();
+        PipeFilter::new(Cursor::new(&s), state.clone())
+            .read_to_end(&mut passed)
+            .unwrap();
+        let state = state.borrow();
+        assert_eq!(state.tracing_data.as_deref(), Some(&b"abcde\0\0\0"[..]));
+        assert_eq!(
+            passed.len(),
+            whole - 24,
+            "everything but the tracing data record"
+        );
+        assert_eq!(state.damage.len(), 1);
+        assert_eq!(state.damage[0].offset, whole as u64);
+        // Cut anywhere: no panic, and only whole records pass.
+        for cut in 0..s.len() {
+            let state = Rc::new(RefCell::new(PipeState::default()));
+            let mut out = Vec::new();
+            PipeFilter::new(Cursor::new(&s[..cut]), state)
+                .read_to_end(&mut out)
+                .unwrap();
+            assert!(out.len() <= cut);
+        }
+    }
+}

@@ -1,0 +1,865 @@
+//! The import itself: open and check the input, read it with `linux-perf-data`, replay its
+//! records through the capture's decoding, write them with the capture's writer (see the
+//! module docs of [`super`]).
+
+use std::cell::RefCell;
+use std::collections::HashMap;
+use std::fmt;
+use std::fs::File;
+use std::io::{self, BufReader, Read, Seek, Write};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::rc::Rc;
+
+use fxtrace::capture::{BranchSampleFormat as CaptureBranch, SampleFormat as CaptureSample};
+use fxtrace::capture::{
+    CaptureEvent, FxtStreamSink, KernelTraceConfig, KernelTraceStats, KernelTraceWriter,
+    RecordLayout, Replay, ReplayEventKind, ReplaySkip, ReplayStats, Replayed, SchedSwitchFormat,
+    SinkError, TaskComm,
+};
+use fxtrace_format::{truncate_str, Arg, ArgValue, Event, EventKind, Record, StringRef, ThreadRef};
+use linux_perf_data::linux_perf_event_reader::{
+    AttrFlags, PerfEventAttr, PerfEventType, SampleFormat, SamplingPolicy,
+};
+use linux_perf_data::{Feature, PerfFile, PerfFileReader, PerfFileRecord};
+
+use super::input::{
+    check_file, kind_of, Damage, FileCheck, Kind, PipeFilter, PipeState, PIPE_HEADER_LEN,
+};
+use super::tracing_data::event_formats;
+use super::PerfSource;
+
+/// The pid and tid of the import's own thread (a koid no Linux pid reaches: `pid_max` ≤ 2²²),
+/// the thread of the header events and of the capture writer's own events.
+pub const IMPORT_KOID: u32 = 0xffff_fffe;
+
+/// perf's timestamps are nanoseconds.
+const NANOSECONDS: u64 = 1_000_000_000;
+
+/// Text arguments of the header events are cut at this many bytes.
+const MAX_TEXT: usize = 1024;
+
+/// Events described by a `perf.data event` instant event, at most.
+const MAX_DESCRIBED_EVENTS: usize = 256;
+
+/// How to write the import.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ImportOptions {
+    /// The provider's name in the trace (`perf:<file name>`).
+    pub provider_name: String,
+}
+
+/// Why nothing could be imported, or the output could not be written.
+#[derive(Debug, thiserror::Error)]
+pub enum ImportError {
+    /// The input could not be opened or read.
+    #[error("cannot read: {0}")]
+    Read(#[source] io::Error),
+    /// The input is not a perf.data fxtrace can read, or its header lies: nothing written.
+    #[error("{0}")]
+    Unreadable(Damage),
+    /// The parser refused the header, attributes or feature sections: nothing written.
+    #[error("the perf.data header cannot be read: {0}")]
+    Parser(String),
+    /// Writing the trace failed.
+    #[error("writing the trace: {0}")]
+    Write(#[source] io::Error),
+}
+
+/// Record kinds not converted, with their counts, in order of first appearance.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Skipped {
+    kinds: Vec<(String, u64)>,
+    index: HashMap<String, usize>,
+}
+
+impl Skipped {
+    /// Counts one record of `kind`.
+    pub fn add(&mut self, kind: &str) {
+        self.add_n(kind, 1);
+    }
+
+    /// Counts `n` records of `kind`.
+    pub fn add_n(&mut self, kind: &str, n: u64) {
+        if n == 0 {
+            return;
+        }
+        match self.index.get(kind) {
+            Some(&i) => self.kinds[i].1 += n,
+            None => {
+                self.index.insert(kind.to_owned(), self.kinds.len());
+                self.kinds.push((kind.to_owned(), n));
+            }
+        }
+    }
+
+    /// The count of `kind`.
+    pub fn count(&self, kind: &str) -> u64 {
+        self.index.get(kind).map_or(0, |&i| self.kinds[i].1)
+    }
+
+    /// Every kind and count.
+    pub fn kinds(&self) -> &[(String, u64)] {
+        &self.kinds
+    }
+
+    /// Records skipped in all.
+    pub fn total(&self) -> u64 {
+        self.kinds.iter().map(|(_, n)| n).sum()
+    }
+}
+
+impl fmt::Display for Skipped {
+    /// `1 234 PERF_RECORD_THROTTLE, 5 PERF_RECORD_SAMPLE of …` (nothing when none).
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (kind, n)) in self.kinds.iter().enumerate() {
+            if i > 0 {
+                f.write_str(", ")?;
+            }
+            write!(f, "{} {kind}", grouped(*n))?;
+        }
+        Ok(())
+    }
+}
+
+/// `n` with a space between groups of three digits (`1 234 567`).
+pub(crate) fn grouped(n: u64) -> String {
+    let digits = n.to_string();
+    let mut out = String::with_capacity(digits.len() + digits.len() / 3);
+    for (i, c) in digits.chars().enumerate() {
+        if i > 0 && (digits.len() - i) % 3 == 0 {
+            out.push(' ');
+        }
+        out.push(c);
+    }
+    out
+}
+
+/// What an import wrote and everything it did not.
+#[derive(Debug, Clone, Default)]
+pub struct ImportSummary {
+    /// Records the parser gave (kernel and perf's own).
+    pub records: u64,
+    /// What the capture's writer wrote.
+    pub written: KernelTraceStats,
+    /// Threads and pid resolution.
+    pub replay: ReplayStats,
+    /// Record kinds not converted.
+    pub skipped: Skipped,
+    /// Records whose body did not decode (counted in `skipped` too); the first one's error.
+    pub first_unreadable: Option<String>,
+    /// Everything wrong with the input; the import is partial when it is not empty.
+    pub damage: Vec<Damage>,
+    /// Bytes of FXT written.
+    pub bytes: u64,
+}
+
+impl fmt::Display for ImportSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let w = &self.written;
+        write!(
+            f,
+            "{} perf records: {} branch samples, {} context switches, {} mappings, {} threads \
+             ({} of unknown process), {} FXT records ({} bytes)",
+            grouped(self.records),
+            grouped(w.branch_blobs),
+            grouped(w.context_switches),
+            grouped(w.mmap_blobs),
+            grouped(self.replay.threads),
+            grouped(self.replay.unknown_process_threads),
+            grouped(w.records),
+            grouped(self.bytes),
+        )?;
+        if w.lost_records > 0 || w.lost_samples > 0 {
+            write!(
+                f,
+                "; perf lost {} records and {} samples while recording",
+                grouped(w.lost_records),
+                grouped(w.lost_samples)
+            )?;
+        }
+        if w.dropped_records > 0 {
+            write!(
+                f,
+                "; {} records could not be encoded",
+                grouped(w.dropped_records)
+            )?;
+        }
+        if self.skipped.total() > 0 {
+            write!(f, "\nskipped: {}", self.skipped)?;
+        }
+        if let Some(first) = &self.first_unreadable {
+            write!(f, "\nfirst unreadable record: {first}")?;
+        }
+        Ok(())
+    }
+}
+
+/// The name of a perf record type (`PERF_RECORD_*`).
+pub(crate) fn record_name(kind: u32) -> String {
+    const KERNEL: [&str; 23] = [
+        "",
+        "MMAP",
+        "LOST",
+        "COMM",
+        "EXIT",
+        "THROTTLE",
+        "UNTHROTTLE",
+        "FORK",
+        "READ",
+        "SAMPLE",
+        "MMAP2",
+        "AUX",
+        "ITRACE_START",
+        "LOST_SAMPLES",
+        "SWITCH",
+        "SWITCH_CPU_WIDE",
+        "NAMESPACES",
+        "KSYMBOL",
+        "BPF_EVENT",
+        "CGROUP",
+        "TEXT_POKE",
+        "AUX_OUTPUT_HW_ID",
+        "CALLCHAIN_DEFERRED",
+    ];
+    const USER: [&str; 20] = [
+        "HEADER_ATTR",
+        "HEADER_EVENT_TYPE",
+        "HEADER_TRACING_DATA",
+        "HEADER_BUILD_ID",
+        "FINISHED_ROUND",
+        "ID_INDEX",
+        "AUXTRACE_INFO",
+        "AUXTRACE",
+        "AUXTRACE_ERROR",
+        "THREAD_MAP",
+        "CPU_MAP",
+        "STAT_CONFIG",
+        "STAT",
+        "STAT_ROUND",
+        "EVENT_UPDATE",
+        "TIME_CONV",
+        "HEADER_FEATURE",
+        "COMPRESSED",
+        "FINISHED_INIT",
+        "COMPRESSED2",
+    ];
+    let name = match kind {
+        1..=22 => KERNEL.get(kind as usize).copied(),
+        64..=83 => USER.get(kind as usize - 64).copied(),
+        _ => None,
+    };
+    match name {
+        Some(n) => format!("PERF_RECORD_{n}"),
+        None => format!("perf record type {kind}"),
+    }
+}
+
+/// What the import does with an event's samples.
+#[derive(Debug, Clone)]
+struct EventPlan {
+    /// The event's name (`cycles:u`, `sched:sched_switch`).
+    name: String,
+    /// How its records are decoded.
+    kind: ReplayEventKind,
+    /// The skipped-kind key its unconverted samples are counted under.
+    sample_key: String,
+}
+
+/// The records of perf's own that carry no data to convert (structure of the file).
+fn is_structure(kind: u32) -> bool {
+    // FINISHED_ROUND, FINISHED_INIT.
+    matches!(kind, 68 | 82)
+}
+
+/// Imports `source` into `out` (see the module docs): the writer back, and what was done.
+/// An input damaged after its header is imported up to the damage, reported in
+/// [`ImportSummary::damage`].
+pub fn import_perf<W: Write>(
+    source: &PerfSource,
+    out: W,
+    options: &ImportOptions,
+) -> Result<(W, ImportSummary), ImportError> {
+    match open(source)? {
+        Opened::File(check, file) => {
+            let view = check.view(BufReader::with_capacity(1 << 16, file));
+            let position = view.position();
+            let reader = catch_parser(|| PerfFileReader::parse_file(view))?;
+            let tracing = reader
+                .perf_file
+                .feature_section_data(Feature::TRACING_DATA)
+                .map(<[u8]>::to_vec);
+            let (out, mut summary) = convert(reader, tracing, &|| position.get(), out, options)?;
+            summary.damage.splice(0..0, check.damage);
+            Ok((out, summary))
+        }
+        Opened::Stream(stream) => {
+            let state = Rc::new(RefCell::new(PipeState::default()));
+            let filter = PipeFilter::new(stream, state.clone());
+            let reader = catch_parser(|| PerfFileReader::parse_pipe(filter)).map_err(|e| {
+                // The filter's own finding says more than the parser's end of stream.
+                match state.borrow().damage.first() {
+                    Some(d) => ImportError::Unreadable(d.clone()),
+                    None => e,
+                }
+            })?;
+            let tracing = state.borrow_mut().tracing_data.take();
+            let offset = {
+                let state = state.clone();
+                move || state.borrow().offset
+            };
+            let (out, mut summary) = convert(reader, tracing, &offset, out, options)?;
+            let state = state.borrow();
+            summary.skipped.add_n(
+                &record_name(super::input::RECORD_AUXTRACE),
+                state.auxtrace_records,
+            );
+            summary.damage.extend(state.damage.iter().cloned());
+            Ok((out, summary))
+        }
+    }
+}
+
+/// Runs the parser, its panics (a bug of its own on an input the checks let through) made an
+/// error rather than an abort of the import.
+fn catch_parser<T>(
+    parse: impl FnOnce() -> Result<T, linux_perf_data::Error>,
+) -> Result<T, ImportError> {
+    match catch_unwind(AssertUnwindSafe(parse)) {
+        Ok(Ok(v)) => Ok(v),
+        Ok(Err(e)) => Err(ImportError::Parser(e.to_string())),
+        Err(_) => Err(ImportError::Parser(
+            "the perf.data parser failed (it panicked)".into(),
+        )),
+    }
+}
+
+enum Opened {
+    /// A regular file in file mode, checked.
+    File(FileCheck, File),
+    /// A stream (standard input, a FIFO, or a file in stream format).
+    Stream(Box<dyn Read>),
+}
+
+fn open(source: &PerfSource) -> Result<Opened, ImportError> {
+    let file = match source {
+        PerfSource::File(path) => File::open(path).map_err(ImportError::Read)?,
+        PerfSource::Stdin => {
+            use std::os::fd::AsFd;
+            let fd = io::stdin()
+                .as_fd()
+                .try_clone_to_owned()
+                .map_err(ImportError::Read)?;
+            File::from(fd)
+        }
+    };
+    let regular = file.metadata().map_err(ImportError::Read)?;
+    if !regular.is_file() {
+        return Ok(Opened::Stream(Box::new(BufReader::with_capacity(
+            1 << 16,
+            file,
+        ))));
+    }
+    let len = regular.len();
+    let mut reader = BufReader::with_capacity(1 << 16, file);
+    let mut first = Vec::with_capacity(PIPE_HEADER_LEN as usize);
+    (&mut reader)
+        .take(PIPE_HEADER_LEN)
+        .read_to_end(&mut first)
+        .map_err(ImportError::Read)?;
+    match kind_of(&first).map_err(ImportError::Unreadable)? {
+        Kind::Pipe => {
+            reader.rewind().map_err(ImportError::Read)?;
+            Ok(Opened::Stream(Box::new(reader)))
+        }
+        Kind::File => {
+            let check = check_file(&mut reader, len).map_err(ImportError::Unreadable)?;
+            Ok(Opened::File(check, reader.into_inner()))
+        }
+    }
+}
+
+/// The import proper, over either reader.
+fn convert<R: Read, W: Write>(
+    reader: PerfFileReader<R>,
+    tracing_data: Option<Vec<u8>>,
+    position: &dyn Fn() -> u64,
+    out: W,
+    options: &ImportOptions,
+) -> Result<(W, ImportSummary), ImportError> {
+    let PerfFileReader {
+        mut perf_file,
+        mut record_iter,
+    } = reader;
+    let mut summary = ImportSummary::default();
+    let sched_formats = match &tracing_data {
+        Some(data) => match event_formats(data, |system| system == "sched") {
+            Ok(formats) => formats,
+            Err(e) => {
+                summary.damage.push(Damage {
+                    offset: 0,
+                    what: format!("{e}: tracepoint samples are not decoded"),
+                });
+                Vec::new()
+            }
+        },
+        None => Vec::new(),
+    };
+    let mut replay = Replay::nanoseconds();
+    let plans = plan_events(&perf_file, &sched_formats, &mut replay, &mut summary);
+    if let Ok(build_ids) = perf_file.build_ids() {
+        for info in build_ids.into_values() {
+            replay.add_build_id(info.path, info.build_id);
+        }
+    }
+    let start = perf_file
+        .sample_time_range()
+        .ok()
+        .flatten()
+        .map_or(0, |r| r.first_sample_time);
+    let config = KernelTraceConfig {
+        provider_id: 1,
+        provider_name: options.provider_name.clone(),
+        ticks_per_second: NANOSECONDS,
+        start_ticks: start,
+        recorder: (IMPORT_KOID, IMPORT_KOID),
+    };
+    let write = |e: SinkError| match e {
+        SinkError::Io(e) => ImportError::Write(e),
+        other => ImportError::Write(io::Error::other(other.to_string())),
+    };
+    let mut writer =
+        KernelTraceWriter::new(FxtStreamSink::with_magic(out), config).map_err(write)?;
+    writer
+        .handle(&CaptureEvent::Comm(TaskComm {
+            time: start,
+            pid: IMPORT_KOID,
+            tid: IMPORT_KOID,
+            name: "perf.data import".into(),
+            exec: false,
+        }))
+        .map_err(write)?;
+    write_header_events(&mut writer, &perf_file, &plans, start).map_err(write)?;
+
+    loop {
+        let (iter, file) = (&mut record_iter, &mut perf_file);
+        let next = catch_unwind(AssertUnwindSafe(move || {
+            // Moved in (not reborrowed), so the record may borrow the iterator past the call.
+            let iter = iter;
+            iter.next_record(file)
+        }));
+        let record = match next {
+            Ok(Ok(Some(record))) => record,
+            Ok(Ok(None)) => break,
+            Ok(Err(e)) => {
+                summary.damage.push(Damage {
+                    offset: position(),
+                    what: format!(
+                        "the perf.data parser stopped after {} records: {e}",
+                        summary.records
+                    ),
+                });
+                break;
+            }
+            Err(_) => {
+                summary.damage.push(Damage {
+                    offset: position(),
+                    what: format!(
+                        "the perf.data parser failed (it panicked) after {} records",
+                        summary.records
+                    ),
+                });
+                break;
+            }
+        };
+        summary.records += 1;
+        match record {
+            PerfFileRecord::EventRecord { attr_index, record } => {
+                let kind = record.record_type.0;
+                let cpu = record.common_data().ok().and_then(|c| c.cpu);
+                let body = record.data.as_slice();
+                match replay.record(attr_index, cpu, kind, record.misc, &body) {
+                    Ok(Replayed::Event) | Ok(Replayed::Skipped(ReplaySkip::SwitchInPair)) => {}
+                    Ok(Replayed::Skipped(ReplaySkip::Sample)) => match plans.get(attr_index) {
+                        Some(plan) => summary.skipped.add(&plan.sample_key),
+                        None => summary.skipped.add(&record_name(kind)),
+                    },
+                    Ok(Replayed::Skipped(ReplaySkip::DataMapping)) => summary
+                        .skipped
+                        .add(&format!("{} of data (not executable)", record_name(kind))),
+                    Ok(Replayed::Skipped(_)) => summary.skipped.add(&record_name(kind)),
+                    Err(e) => {
+                        let name = record_name(kind);
+                        summary.skipped.add(&format!("{name} unreadable"));
+                        summary
+                            .first_unreadable
+                            .get_or_insert_with(|| format!("{name}: {e}"));
+                    }
+                }
+                for event in replay.take_events() {
+                    writer.handle(&event).map_err(write)?;
+                }
+            }
+            PerfFileRecord::UserRecord(user) => {
+                let kind = user.record_type.record_type().0;
+                if kind == 67 {
+                    // A stream's build-id record: the build-id of a mapped file.
+                    match build_id_record(&user.data.as_slice()) {
+                        Some((path, id)) => replay.add_build_id(path, id),
+                        None => summary
+                            .skipped
+                            .add("PERF_RECORD_HEADER_BUILD_ID unreadable"),
+                    }
+                } else if !is_structure(kind) {
+                    summary.skipped.add(&record_name(kind));
+                }
+            }
+        }
+    }
+    replay.finish();
+    for event in replay.take_events() {
+        writer.handle(&event).map_err(write)?;
+    }
+    summary.replay = replay.stats();
+    write_summary_event(&mut writer, &summary).map_err(write)?;
+    let (sink, written) = writer.finish().map_err(write)?;
+    summary.written = written;
+    summary.bytes = sink.bytes();
+    let out = sink.finish().map_err(ImportError::Write)?;
+    Ok((out, summary))
+}
+
+/// A stream's `PERF_RECORD_HEADER_BUILD_ID` body: `i32 pid, u8 build_id[24], char
+/// filename[]`; with `PERF_RECORD_MISC_BUILD_ID_SIZE` the id's length is byte 20 of the id.
+fn build_id_record(body: &[u8]) -> Option<(Vec<u8>, Vec<u8>)> {
+    let id = body.get(4..28)?;
+    let path = body.get(28..)?;
+    let path = &path[..path.iter().position(|&b| b == 0).unwrap_or(path.len())];
+    // Without the size byte, trailing zero words are not part of the id (as perf reads it).
+    let len = match id[20] {
+        n @ 1..=20 => usize::from(n),
+        _ => {
+            let mut len = 20;
+            while len >= 4 && id[len - 4..len] == [0; 4] {
+                len -= 4;
+            }
+            len
+        }
+    };
+    Some((path.to_vec(), id[..len].to_vec()))
+}
+
+/// How each event of the file is decoded, registered with the replay in the file's order.
+fn plan_events(
+    perf_file: &PerfFile,
+    sched_formats: &[super::tracing_data::RecordedFormat],
+    replay: &mut Replay,
+    summary: &mut ImportSummary,
+) -> Vec<EventPlan> {
+    let mut plans = Vec::new();
+    for desc in perf_file.event_attributes() {
+        let attr = &desc.attr;
+        let tracepoint = match attr.type_ {
+            PerfEventType::Tracepoint(id) => sched_formats.iter().find(|f| f.format.id == Some(id)),
+            _ => None,
+        };
+        let name = desc
+            .name()
+            .map(str::to_owned)
+            .or_else(|| tracepoint.map(|f| format!("{}:{}", f.system, f.format.name)))
+            .unwrap_or_else(|| format!("{:?}", attr.type_));
+        let sample = CaptureSample::from_bits_retain(attr.sample_format.bits());
+        let branch = CaptureBranch::from_bits_retain(attr.branch_sample_format.bits());
+        let id_all = attr.flags.contains(AttrFlags::SAMPLE_ID_ALL);
+        let (layout, unreadable_samples) = match RecordLayout::from_formats(sample, branch, id_all)
+        {
+            Ok(layout) => (layout, None),
+            Err(e) => {
+                // Side-band records need only the sample_id trailer: read them without the
+                // sample fields this layout cannot place.
+                let sideband = CaptureSample::from_bits_retain(
+                    attr.sample_format.bits()
+                        & (SampleFormat::TID
+                            | SampleFormat::TIME
+                            | SampleFormat::ID
+                            | SampleFormat::STREAM_ID
+                            | SampleFormat::CPU
+                            | SampleFormat::IDENTIFIER)
+                            .bits(),
+                );
+                let layout = RecordLayout::from_formats(sideband, branch, id_all)
+                    .expect("the sample_id fields are laid out");
+                (layout, Some(e.to_string()))
+            }
+        };
+        let short = tracepoint.map(|f| f.format.name.as_str());
+        let (kind, sample_key) = if let Some(why) = unreadable_samples {
+            (
+                ReplayEventKind::SideBand,
+                format!("PERF_RECORD_SAMPLE of {name} (not decoded: {why})"),
+            )
+        } else if sample.contains(CaptureSample::BRANCH_STACK) {
+            (ReplayEventKind::BranchSampling, String::new())
+        } else if short == Some("sched_switch") {
+            match tracepoint.map(|f| SchedSwitchFormat::from_format(&f.format)) {
+                Some(Ok(format)) => (ReplayEventKind::SchedSwitch(format), String::new()),
+                Some(Err(e)) => {
+                    summary.damage.push(Damage {
+                        offset: 0,
+                        what: format!("the recorded sched_switch format: {e}"),
+                    });
+                    (
+                        ReplayEventKind::SideBand,
+                        format!("PERF_RECORD_SAMPLE of {name} (format unreadable)"),
+                    )
+                }
+                None => (
+                    ReplayEventKind::SideBand,
+                    format!("PERF_RECORD_SAMPLE of {name}"),
+                ),
+            }
+        } else if matches!(
+            short,
+            Some("sched_waking" | "sched_wakeup" | "sched_wakeup_new")
+        ) {
+            (
+                ReplayEventKind::SideBand,
+                format!("PERF_RECORD_SAMPLE of {name} (wake-ups: no fxtrace record for them yet)"),
+            )
+        } else if sample.contains(CaptureSample::CALLCHAIN) {
+            (
+                ReplayEventKind::SideBand,
+                format!(
+                    "PERF_RECORD_SAMPLE of {name} (call-chain samples: no fxtrace CPU sample \
+                     record yet)"
+                ),
+            )
+        } else {
+            (
+                ReplayEventKind::SideBand,
+                format!("PERF_RECORD_SAMPLE of {name}"),
+            )
+        };
+        replay.add_event(kind.clone(), layout);
+        plans.push(EventPlan {
+            name,
+            kind,
+            sample_key,
+        });
+    }
+    plans
+}
+
+/// `perf.data header` (host, perf, CPU, command line, clock) and one `perf.data event` per
+/// event (its attributes), on the import's thread at the first sample's time.
+fn write_header_events<S: fxtrace::capture::RecordSink>(
+    writer: &mut KernelTraceWriter<S>,
+    perf_file: &PerfFile,
+    plans: &[EventPlan],
+    ticks: u64,
+) -> Result<(), SinkError> {
+    let mut owned: Vec<(&str, String)> = Vec::new();
+    let mut put = |name: &'static str, value: Option<String>| {
+        if let Some(v) = value {
+            owned.push((name, v));
+        }
+    };
+    put(
+        "hostname",
+        perf_file.hostname().ok().flatten().map(str::to_owned),
+    );
+    put(
+        "os_release",
+        perf_file.os_release().ok().flatten().map(str::to_owned),
+    );
+    put(
+        "perf_version",
+        perf_file.perf_version().ok().flatten().map(str::to_owned),
+    );
+    put("arch", perf_file.arch().ok().flatten().map(str::to_owned));
+    put(
+        "cpu_desc",
+        perf_file.cpu_desc().ok().flatten().map(str::to_owned),
+    );
+    put(
+        "cpu_id",
+        perf_file.cpu_id().ok().flatten().map(str::to_owned),
+    );
+    put(
+        "cmdline",
+        perf_file.cmdline().ok().flatten().map(|c| c.join(" ")),
+    );
+    let clock = perf_file
+        .event_attributes()
+        .first()
+        .map(|d| match d.attr.clock {
+            linux_perf_data::linux_perf_event_reader::PerfClock::Default => {
+                "perf_clock (nanoseconds)".to_string()
+            }
+            linux_perf_data::linux_perf_event_reader::PerfClock::ClockId(id) => {
+                format!("{id:?} (nanoseconds)")
+            }
+        });
+    put("clock", clock);
+    let mut args: Vec<Arg<'_>> = owned.iter().map(|(n, v)| Arg::new(*n, text(v))).collect();
+    if let Ok(Some(cpus)) = perf_file.nr_cpus() {
+        args.push(Arg::new(
+            "nr_cpus_online",
+            ArgValue::U32(cpus.nr_cpus_online),
+        ));
+    }
+    if let Ok(Some(kib)) = perf_file.total_mem() {
+        args.push(Arg::new("total_mem_kib", ArgValue::U64(kib)));
+    }
+    if let Ok(Some(ns)) = perf_file.clock_frequency() {
+        args.push(Arg::new("clock_resolution_ns", ArgValue::U64(ns)));
+    }
+    if let Ok(Some(c)) = perf_file.clock_data() {
+        // The same instant on the wall clock and on the events' clock.
+        args.push(Arg::new("wall_clock_ns", ArgValue::U64(c.wall_clock_ns)));
+        args.push(Arg::new("clock_time_ns", ArgValue::U64(c.clockid_time_ns)));
+    }
+    args.push(Arg::new(
+        "events",
+        ArgValue::U64(perf_file.event_attributes().len() as u64),
+    ));
+    args.truncate(15);
+    let thread = ThreadRef::Inline {
+        pid: u64::from(IMPORT_KOID),
+        tid: u64::from(IMPORT_KOID),
+    };
+    writer.write_record(&Record::Event(Event {
+        ticks,
+        thread,
+        category: StringRef::Inline("perf"),
+        name: StringRef::Inline("perf.data header"),
+        args: &args,
+        kind: EventKind::Instant,
+    }))?;
+    for (i, (desc, plan)) in perf_file
+        .event_attributes()
+        .iter()
+        .zip(plans)
+        .enumerate()
+        .take(MAX_DESCRIBED_EVENTS)
+    {
+        let described = describe_attr(&desc.attr);
+        let converted = match plan.kind {
+            ReplayEventKind::BranchSampling => "LAST_BRANCH blobs",
+            ReplayEventKind::SchedSwitch(_) => "context switches",
+            ReplayEventKind::SideBand => "side-band records only",
+        };
+        let args = [
+            Arg::new("index", ArgValue::U64(i as u64)),
+            Arg::new("name", text(&plan.name)),
+            Arg::new("attr", text(&described)),
+            Arg::new("ids", ArgValue::U64(desc.ids().len() as u64)),
+            Arg::new("converted_to", text(converted)),
+        ];
+        writer.write_record(&Record::Event(Event {
+            ticks,
+            thread,
+            category: StringRef::Inline("perf"),
+            name: StringRef::Inline("perf.data event"),
+            args: &args,
+            kind: EventKind::Instant,
+        }))?;
+    }
+    Ok(())
+}
+
+/// A text argument, cut at [`MAX_TEXT`] bytes.
+fn text(s: &str) -> ArgValue<'_> {
+    ArgValue::Str(StringRef::Inline(truncate_str(s, MAX_TEXT)))
+}
+
+/// An event's attributes as perf's header shows them.
+fn describe_attr(attr: &PerfEventAttr) -> String {
+    let sampling = match attr.sampling_policy {
+        SamplingPolicy::NoSampling => "no sampling".to_string(),
+        SamplingPolicy::Period(p) => format!("period {p}"),
+        SamplingPolicy::Frequency(f) => format!("frequency {f} Hz"),
+    };
+    format!(
+        "type {:?}, {sampling}, sample_type {:?}, branch_sample_type {:?}, read_format {:?}, \
+         flags {:?}",
+        attr.type_, attr.sample_format, attr.branch_sample_format, attr.read_format, attr.flags
+    )
+}
+
+/// `perf.data import summary`: what was skipped and damaged, visible in a viewer.
+fn write_summary_event<S: fxtrace::capture::RecordSink>(
+    writer: &mut KernelTraceWriter<S>,
+    summary: &ImportSummary,
+) -> Result<(), SinkError> {
+    let skipped = summary.skipped.to_string();
+    let damage: Vec<String> = summary.damage.iter().map(ToString::to_string).collect();
+    let damage = damage.join("; ");
+    let args = [
+        Arg::new("records", ArgValue::U64(summary.records)),
+        Arg::new("skipped_records", ArgValue::U64(summary.skipped.total())),
+        Arg::new(
+            "skipped",
+            ArgValue::Str(StringRef::Inline(truncate_str(&skipped, 4 * MAX_TEXT))),
+        ),
+        Arg::new(
+            "damage",
+            ArgValue::Str(StringRef::Inline(truncate_str(&damage, 4 * MAX_TEXT))),
+        ),
+    ];
+    writer.write_record(&Record::Event(Event {
+        ticks: writer.last_time(),
+        thread: ThreadRef::Inline {
+            pid: u64::from(IMPORT_KOID),
+            tid: u64::from(IMPORT_KOID),
+        },
+        category: StringRef::Inline("perf"),
+        name: StringRef::Inline("perf.data import summary"),
+        args: &args,
+        kind: EventKind::Instant,
+    }))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn counts_are_grouped_by_thousands() {
+        assert_eq!(grouped(0), "0");
+        assert_eq!(grouped(999), "999");
+        assert_eq!(grouped(1234), "1 234");
+        assert_eq!(grouped(1_234_567), "1 234 567");
+        let mut s = Skipped::default();
+        s.add_n("PERF_RECORD_LOST", 1234);
+        s.add("PERF_RECORD_THROTTLE");
+        s.add("PERF_RECORD_THROTTLE");
+        assert_eq!(
+            s.to_string(),
+            "1 234 PERF_RECORD_LOST, 2 PERF_RECORD_THROTTLE"
+        );
+        assert_eq!(s.total(), 1236);
+    }
+
+    #[test]
+    fn record_names() {
+        assert_eq!(record_name(9), "PERF_RECORD_SAMPLE");
+        assert_eq!(record_name(79), "PERF_RECORD_TIME_CONV");
+        assert_eq!(record_name(500), "perf record type 500");
+    }
+
+    #[test]
+    fn build_id_records() {
+        let mut body = vec![0u8; 4];
+        let mut id = [0u8; 24];
+        id[..8].copy_from_slice(&[1, 2, 3, 4, 5, 6, 7, 8]);
+        body.extend_from_slice(&id);
+        body.extend_from_slice(b"/bin/x\0\0");
+        assert_eq!(
+            build_id_record(&body),
+            Some((b"/bin/x".to_vec(), vec![1, 2, 3, 4, 5, 6, 7, 8]))
+        );
+        body[4 + 20] = 3;
+        assert_eq!(build_id_record(&body).unwrap().1, vec![1, 2, 3]);
+        assert_eq!(build_id_record(&body[..10]), None);
+    }
+}
