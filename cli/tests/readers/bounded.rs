@@ -16,7 +16,7 @@ const MAGIC: u64 = 0x0016_5478_4604_0010;
 /// An initialization record (type 1, 2 words) and its ticks per second.
 const INIT: [u64; 2] = [0x21, 1_000_000_000];
 
-fn temp_dir(name: &str) -> PathBuf {
+pub(crate) fn temp_dir(name: &str) -> PathBuf {
     let d = std::env::temp_dir().join(format!("fxtrace-readers-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&d);
     std::fs::create_dir_all(&d).unwrap();
@@ -24,16 +24,16 @@ fn temp_dir(name: &str) -> PathBuf {
 }
 
 /// How a child ended: status, peak RSS (KiB), stderr.
-struct Run {
-    status: ExitStatus,
-    max_rss_kib: i64,
-    stderr: String,
+pub(crate) struct Run {
+    pub(crate) status: ExitStatus,
+    pub(crate) max_rss_kib: i64,
+    pub(crate) stderr: String,
 }
 
 /// Runs `fxtrace ARGS`, killing it after `limit`; `None` when it had to be killed.
 // The child is reaped by `wait4` (for its rusage), which clippy does not see.
 #[allow(clippy::zombie_processes)]
-fn run_limited(args: &[&str], limit: Duration) -> Option<Run> {
+pub(crate) fn run_limited(args: &[&str], limit: Duration) -> Option<Run> {
     // A directory of each call's own: `temp_dir` empties the one it names, and the tests run
     // at once (a shared one lost a running child's stderr to another test's call).
     static CALLS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
@@ -95,7 +95,7 @@ fn run_limited(args: &[&str], limit: Duration) -> Option<Run> {
 }
 
 /// Runs `fxtrace ARGS` (at most 120 s) and checks that it peaked below `max_kib`.
-fn run_within_memory(args: &[&str], max_kib: i64) -> Run {
+pub(crate) fn run_within_memory(args: &[&str], max_kib: i64) -> Run {
     let run = run_limited(args, Duration::from_secs(120))
         .unwrap_or_else(|| panic!("fxtrace {args:?} did not finish in 120 s"));
     assert!(
@@ -138,6 +138,7 @@ fn every_reader_refuses_dev_zero_after_its_first_word() {
             json.to_str().unwrap(),
         ],
         vec!["import-xray", "/dev/zero", "-o", fxt.to_str().unwrap()],
+        vec!["import-perf", "/dev/zero", "-o", fxt.to_str().unwrap()],
     ];
     for args in cases {
         let run = run_limited(&args, Duration::from_secs(20))

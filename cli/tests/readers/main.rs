@@ -1,4 +1,5 @@
-//! Reading traces: dump, stats, the Perfetto check, Chrome JSON, LBR reports, mapping blobs.
+//! Reading traces: dump, stats, the Perfetto check, Chrome JSON, LBR reports, mapping blobs,
+//! perf.data import.
 //!
 //! One test binary per area (each binary links the whole crate): the modules below are the
 //! area's test files.
@@ -14,6 +15,7 @@ mod capture_mmap;
 mod chrome;
 mod devtools;
 mod dump;
+mod import_perf;
 mod perfetto;
 mod report_lbr;
 mod stats;

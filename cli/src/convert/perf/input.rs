@@ -242,6 +242,9 @@ pub struct FileCheck {
     pub data_len: u64,
     /// Records framed in them.
     pub records: u64,
+    /// Where a synthetic round end goes before the record there (runs of more than
+    /// [`MAX_ROUND_BYTES`] without one).
+    pub round_ends: Vec<u64>,
     /// Feature sections kept: (bit, offset, size), by bit.
     features: Vec<(u32, Section)>,
     /// The header bytes as read (patched for the view).
@@ -325,7 +328,7 @@ pub fn check_file<R: Read + Seek>(r: &mut R, file_len: u64) -> Result<FileCheck,
             file_len
         }
     };
-    let (data_len, records) = check_framing(r, data.offset, data_end, &mut damage)?;
+    let (data_len, records, round_ends) = check_framing(r, data.offset, data_end, &mut damage)?;
     let mut features = Vec::new();
     if data_end == data.end().unwrap_or(u64::MAX) {
         features = check_features(r, &header, data_end, file_len, &mut damage)?;
@@ -361,6 +364,7 @@ pub fn check_file<R: Read + Seek>(r: &mut R, file_len: u64) -> Result<FileCheck,
         data_offset: data.offset,
         data_len,
         records,
+        round_ends,
         features,
         header,
         damage,
@@ -413,18 +417,20 @@ fn check_event_types<R: Read + Seek>(
     Ok(())
 }
 
-/// Walks the record headers from `start` to `end`: the bytes of whole records, and their
-/// count; the first bad record is a damage.
+/// Walks the record headers from `start` to `end`: the bytes of whole records, their count,
+/// and where runs without a round end need one; the first bad record is a damage.
 fn check_framing<R: Read + Seek>(
     r: &mut R,
     start: u64,
     end: u64,
     damage: &mut Vec<Damage>,
-) -> Result<(u64, u64), Damage> {
+) -> Result<(u64, u64, Vec<u64>), Damage> {
     r.seek(SeekFrom::Start(start))
         .map_err(|e| Damage::at(start, format!("cannot read: {e}")))?;
     let mut at = start;
     let mut records = 0u64;
+    let mut round_ends = Vec::new();
+    let mut round_start = start;
     let mut header = [0u8; RECORD_HEADER as usize];
     while at < end {
         if end - at < RECORD_HEADER {
@@ -468,13 +474,19 @@ fn check_framing<R: Read + Seek>(
             ));
             break;
         }
+        if kind == RECORD_FINISHED_ROUND {
+            round_start = next;
+        } else if next - round_start > MAX_ROUND_BYTES {
+            round_ends.push(at);
+            round_start = at;
+        }
         // The body is skipped (a seek inside the reader's buffer, mostly).
         r.seek(SeekFrom::Current((next - at - RECORD_HEADER) as i64))
             .map_err(|e| Damage::at(at, format!("cannot read: {e}")))?;
         at = next;
         records += 1;
     }
-    Ok((at - start, records))
+    Ok((at - start, records, round_ends))
 }
 
 /// The feature sections named by the header's bitmap whose table (at `table_at`) and contents
@@ -591,30 +603,64 @@ pub fn check_feature(bit: u32, bytes: &[u8]) -> Result<(), String> {
 
 impl FileCheck {
     /// The file as the parser should read it (see the module docs): `file` with the header's
-    /// data size and feature list corrected, and the kept features' table after the records.
+    /// data size and feature list corrected, the synthetic round ends inserted, and the kept
+    /// features' table after the records.
     pub fn view<R: Read + Seek>(&self, file: R) -> FileView<R> {
+        let inserted = 8 * self.round_ends.len() as u64;
         let mut header = self.header.clone();
-        header[48..56].copy_from_slice(&self.data_len.to_le_bytes());
+        header[48..56].copy_from_slice(&(self.data_len + inserted).to_le_bytes());
         let mut bitmap = [0u64; 4];
         let mut table = Vec::with_capacity(16 * self.features.len());
         for &(bit, s) in &self.features {
             bitmap[bit as usize / 64] |= 1 << (bit % 64);
-            table.extend_from_slice(&s.offset.to_le_bytes());
+            // Sections after the data move with it; one before it (never written by perf)
+            // stays where it is.
+            let offset = if s.offset >= self.data_offset {
+                s.offset + inserted
+            } else {
+                s.offset
+            };
+            table.extend_from_slice(&offset.to_le_bytes());
             table.extend_from_slice(&s.size.to_le_bytes());
         }
         for (i, word) in bitmap.iter().enumerate() {
             header[72 + 8 * i..80 + 8 * i].copy_from_slice(&word.to_le_bytes());
         }
-        let table_at = self.data_offset + self.data_len;
+        let header_len = header.len() as u64;
+        let mut segments = vec![Segment {
+            start: 0,
+            source: Source::Bytes(header),
+        }];
+        let from_file = |segments: &mut Vec<Segment>, start: u64, delta: u64| {
+            segments.push(Segment {
+                start,
+                source: Source::File { delta },
+            })
+        };
+        from_file(&mut segments, header_len, 0);
+        let mut delta = 0;
+        for &at in &self.round_ends {
+            segments.push(Segment {
+                start: at + delta,
+                source: Source::Bytes(FINISHED_ROUND.to_vec()),
+            });
+            delta += 8;
+            from_file(&mut segments, at + delta, delta);
+        }
+        let table_at = self.data_offset + self.data_len + delta;
+        let table_len = table.len() as u64;
+        segments.push(Segment {
+            start: table_at,
+            source: Source::Bytes(table),
+        });
+        from_file(&mut segments, table_at + table_len, delta);
         FileView {
             inner: file,
             inner_pos: None,
             pos: 0,
-            len: self.file_len.max(table_at + table.len() as u64),
+            len: (self.file_len + delta).max(table_at + table_len),
             file_len: self.file_len,
-            header,
-            table_at,
-            table,
+            segments,
             position: Rc::new(Cell::new(0)),
         }
     }
@@ -625,8 +671,38 @@ impl FileCheck {
     }
 }
 
-/// A file with a corrected header and feature table over its bytes (see
-/// [`FileCheck::view`]): what the parser reads.
+/// A `PERF_RECORD_FINISHED_ROUND` record.
+const FINISHED_ROUND: [u8; 8] = [68, 0, 0, 0, 0, 0, 8, 0];
+
+/// `PERF_RECORD_FINISHED_ROUND`.
+const RECORD_FINISHED_ROUND: u32 = 68;
+
+/// Records between two round ends at most: a longer run of records without one (perf writes
+/// one per pass over its buffers) gets a synthetic round end, so that the parser, which holds
+/// a round to sort it, holds at most this much (perf's own ordering queue does the same when
+/// full, flushing what it holds). Records of one perf round that are more than this far
+/// apart in the file may come out of time order then; the capture's writer counts them as
+/// late.
+pub const MAX_ROUND_BYTES: u64 = 8 << 20;
+
+/// Where a run of the view's bytes comes from.
+#[derive(Debug)]
+enum Source {
+    /// Bytes of its own (corrected header, inserted round ends, feature table).
+    Bytes(Vec<u8>),
+    /// The file, `delta` bytes earlier than in the view.
+    File { delta: u64 },
+}
+
+/// A run of the view, from `start` to the next segment's start.
+#[derive(Debug)]
+struct Segment {
+    start: u64,
+    source: Source,
+}
+
+/// A file with a corrected header and feature table over its bytes, and synthetic round ends
+/// inserted (see [`FileCheck::view`]): what the parser reads.
 #[derive(Debug)]
 pub struct FileView<R> {
     inner: R,
@@ -635,9 +711,8 @@ pub struct FileView<R> {
     pos: u64,
     len: u64,
     file_len: u64,
-    header: Vec<u8>,
-    table_at: u64,
-    table: Vec<u8>,
+    /// By `start`, the first at 0.
+    segments: Vec<Segment>,
     /// Where the last read started (shared with [`Self::position`]'s holders).
     position: Rc<Cell<u64>>,
 }
@@ -655,42 +730,36 @@ impl<R: Read + Seek> Read for FileView<R> {
         if self.pos >= self.len || buf.is_empty() {
             return Ok(0);
         }
-        let header_end = self.header.len() as u64;
-        let table_end = self.table_at + self.table.len() as u64;
-        let from_bytes = |bytes: &[u8], start: u64, pos: u64, buf: &mut [u8]| {
-            let at = (pos - start) as usize;
-            let n = buf.len().min(bytes.len() - at);
-            buf[..n].copy_from_slice(&bytes[at..at + n]);
-            n
-        };
-        let n = if self.pos < header_end {
-            from_bytes(&self.header, 0, self.pos, buf)
-        } else if (self.table_at..table_end).contains(&self.pos) {
-            from_bytes(&self.table, self.table_at, self.pos, buf)
-        } else {
-            let limit = if self.pos < self.table_at {
-                self.table_at
-            } else {
-                self.file_len
-            };
-            if self.pos >= limit {
-                return Ok(0);
+        let i = self.segments.partition_point(|s| s.start <= self.pos) - 1;
+        let end = self.segments.get(i + 1).map_or(self.len, |next| next.start);
+        let room = (end - self.pos).min(buf.len() as u64) as usize;
+        let segment = &self.segments[i];
+        let n = match &segment.source {
+            Source::Bytes(bytes) => {
+                let at = (self.pos - segment.start) as usize;
+                let n = room.min(bytes.len().saturating_sub(at));
+                buf[..n].copy_from_slice(&bytes[at..at + n]);
+                n
             }
-            let want = buf
-                .len()
-                .min((limit - self.pos).min(usize::MAX as u64) as usize);
-            if self.inner_pos != Some(self.pos) {
-                self.inner.seek(SeekFrom::Start(self.pos))?;
-            }
-            let n = match self.inner.read(&mut buf[..want]) {
-                Ok(n) => n,
-                Err(e) => {
-                    self.inner_pos = None;
-                    return Err(e);
+            Source::File { delta } => {
+                let real = self.pos - delta;
+                let room = room.min(self.file_len.saturating_sub(real) as usize);
+                if room == 0 {
+                    return Ok(0);
                 }
-            };
-            self.inner_pos = Some(self.pos + n as u64);
-            n
+                if self.inner_pos != Some(real) {
+                    self.inner.seek(SeekFrom::Start(real))?;
+                }
+                let n = match self.inner.read(&mut buf[..room]) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        self.inner_pos = None;
+                        return Err(e);
+                    }
+                };
+                self.inner_pos = Some(real + n as u64);
+                n
+            }
         };
         self.pos += n as u64;
         Ok(n)
