@@ -47,7 +47,7 @@ pub const MAX_BUILD_IDS: usize = 1 << 16;
 #[derive(Debug, Clone)]
 pub enum ReplayEventKind {
     /// `sched:sched_switch` tracepoint samples, decoded by the recorded format.
-    SchedSwitch(SchedSwitchFormat),
+    SchedSwitch(Box<SchedSwitchFormat>),
     /// Samples with a branch stack (LBR).
     BranchSampling,
     /// An event whose samples the capture has no records for: only its side-band records
@@ -160,9 +160,10 @@ impl Replay {
     /// `event` of [`Self::record`].
     pub fn add_event(&mut self, kind: ReplayEventKind, layout: RecordLayout) -> usize {
         let (kind, sched) = match kind {
-            ReplayEventKind::SchedSwitch(format) => {
-                (PerfEventKind::SchedSwitchTracepoint, Some(Arc::new(format)))
-            }
+            ReplayEventKind::SchedSwitch(format) => (
+                PerfEventKind::SchedSwitchTracepoint,
+                Some(Arc::from(format)),
+            ),
             ReplayEventKind::BranchSampling => (PerfEventKind::BranchSampling, None),
             // The capture's side-band event (a dummy whose samples are unexpected).
             ReplayEventKind::SideBand => (PerfEventKind::CpuWideSwitches, None),
@@ -368,7 +369,7 @@ mod tests {
             true,
         )
         .unwrap();
-        let switch = r.add_event(ReplayEventKind::SchedSwitch(format), layout);
+        let switch = r.add_event(ReplayEventKind::SchedSwitch(Box::new(format)), layout);
         let other = r.add_event(ReplayEventKind::SideBand, layout);
         let mut raw = vec![0u8; 68];
         raw[8..12].copy_from_slice(b"prev");

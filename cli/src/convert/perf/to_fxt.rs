@@ -601,7 +601,10 @@ fn plan_events(
             (ReplayEventKind::BranchSampling, String::new())
         } else if short == Some("sched_switch") {
             match tracepoint.map(|f| SchedSwitchFormat::from_format(&f.format)) {
-                Some(Ok(format)) => (ReplayEventKind::SchedSwitch(format), String::new()),
+                Some(Ok(format)) => (
+                    ReplayEventKind::SchedSwitch(Box::new(format)),
+                    String::new(),
+                ),
                 Some(Err(e)) => {
                     summary.damage.push(Damage {
                         offset: 0,
