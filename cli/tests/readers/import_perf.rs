@@ -37,14 +37,19 @@ const LBR_BINARY: &str = "propeller_sample_1.bin";
 /// executable mapping at 0x5629ec742000 that the recording's MMAP2 names).
 const LBR_BASE: &str = "0x5629ec741000";
 
-/// `perf`, when it runs here.
-fn perf() -> Option<&'static str> {
-    let ok = Command::new("perf")
+/// Whether `program --version` runs here.
+fn runs(program: &Path) -> bool {
+    Command::new(program)
         .arg("--version")
         .stdout(Stdio::null())
         .stderr(Stdio::null())
         .status()
-        .is_ok_and(|s| s.success());
+        .is_ok_and(|s| s.success())
+}
+
+/// `perf`, when it runs here.
+fn perf() -> Option<&'static str> {
+    let ok = runs(Path::new("perf"));
     if !ok {
         println!("skipped: perf is not installed (apt-get install linux-perf)");
     }
@@ -238,12 +243,7 @@ fn a_stream_imports_as_the_file_does() {
 /// Perfetto's trace processor, when this checkout has it beside it (`../shared/tools`).
 fn trace_processor() -> Option<PathBuf> {
     let tool = Path::new(WORKSPACE).join("../shared/tools/trace_processor_shell");
-    let runs = Command::new(&tool)
-        .arg("--version")
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success());
+    let runs = runs(&tool);
     if !runs {
         println!(
             "skipped: Perfetto's trace_processor_shell does not run from {} (it needs apt's \
@@ -452,6 +452,42 @@ fn perf_sched_record_imports_every_switch_and_run_time() {
     } else {
         println!("note: this build has no `fxtrace report sched` to read the import with");
     }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// `perf record -z`: records inside zstd-compressed records are read as the others.
+#[test]
+fn compressed_records_are_read() {
+    let Some(perf) = perf() else { return };
+    let dir = temp_dir("import-perf-zstd");
+    let data = dir.join("z.data");
+    let record = Command::new(perf)
+        .args(["record", "-z", "-e", "sched:sched_switch", "-a", "-o"])
+        .arg(&data)
+        .args(["--", "sleep", "0.2"])
+        .output()
+        .unwrap();
+    if !record.status.success() {
+        println!(
+            "skipped: perf record -z -e sched:sched_switch failed here (needs root, tracefs and \
+             a perf built with zstd): {}",
+            String::from_utf8_lossy(&record.stderr).trim()
+        );
+        return;
+    }
+    let script = Command::new(perf)
+        .args(["script", "-i"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let switches = String::from_utf8_lossy(&script.stdout)
+        .lines()
+        .filter(|l| l.contains("sched:sched_switch:"))
+        .count() as u64;
+    let (_, summary) = import(&data).unwrap();
+    assert_eq!(summary.damage, [], "{summary}");
+    assert!(switches > 0);
+    assert_eq!(summary.written.context_switches, switches, "{summary}");
     std::fs::remove_dir_all(dir).unwrap();
 }
 

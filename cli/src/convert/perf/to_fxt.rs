@@ -726,18 +726,7 @@ fn write_header_events<S: fxtrace::capture::RecordSink>(
         ArgValue::U64(perf_file.event_attributes().len() as u64),
     ));
     args.truncate(15);
-    let thread = ThreadRef::Inline {
-        pid: u64::from(IMPORT_KOID),
-        tid: u64::from(IMPORT_KOID),
-    };
-    writer.write_record(&Record::Event(Event {
-        ticks,
-        thread,
-        category: StringRef::Inline("perf"),
-        name: StringRef::Inline("perf.data header"),
-        args: &args,
-        kind: EventKind::Instant,
-    }))?;
+    instant(writer, ticks, "perf.data header", &args)?;
     for (i, (desc, plan)) in perf_file
         .event_attributes()
         .iter()
@@ -758,16 +747,29 @@ fn write_header_events<S: fxtrace::capture::RecordSink>(
             Arg::new("ids", ArgValue::U64(desc.ids().len() as u64)),
             Arg::new("converted_to", text(converted)),
         ];
-        writer.write_record(&Record::Event(Event {
-            ticks,
-            thread,
-            category: StringRef::Inline("perf"),
-            name: StringRef::Inline("perf.data event"),
-            args: &args,
-            kind: EventKind::Instant,
-        }))?;
+        instant(writer, ticks, "perf.data event", &args)?;
     }
     Ok(())
+}
+
+/// An instant event of category `perf` on the import's thread.
+fn instant<S: fxtrace::capture::RecordSink>(
+    writer: &mut KernelTraceWriter<S>,
+    ticks: u64,
+    name: &str,
+    args: &[Arg<'_>],
+) -> Result<(), SinkError> {
+    writer.write_record(&Record::Event(Event {
+        ticks,
+        thread: ThreadRef::Inline {
+            pid: u64::from(IMPORT_KOID),
+            tid: u64::from(IMPORT_KOID),
+        },
+        category: StringRef::Inline("perf"),
+        name: StringRef::Inline(name),
+        args,
+        kind: EventKind::Instant,
+    }))
 }
 
 /// A text argument, cut at [`MAX_TEXT`] bytes.
@@ -809,17 +811,8 @@ fn write_summary_event<S: fxtrace::capture::RecordSink>(
             ArgValue::Str(StringRef::Inline(truncate_str(&damage, 4 * MAX_TEXT))),
         ),
     ];
-    writer.write_record(&Record::Event(Event {
-        ticks: writer.last_time(),
-        thread: ThreadRef::Inline {
-            pid: u64::from(IMPORT_KOID),
-            tid: u64::from(IMPORT_KOID),
-        },
-        category: StringRef::Inline("perf"),
-        name: StringRef::Inline("perf.data import summary"),
-        args: &args,
-        kind: EventKind::Instant,
-    }))
+    let ticks = writer.last_time();
+    instant(writer, ticks, "perf.data import summary", &args)
 }
 
 #[cfg(test)]
