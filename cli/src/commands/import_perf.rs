@@ -15,7 +15,7 @@ pub(crate) const EXAMPLES: &str = "\
 EXAMPLES:
     perf record -e cycles -b -- ./app            LBR samples of a program
     fxtrace import-perf perf.data                writes perf.fxt
-    fxtrace report lbr perf.fxt --binary ./app@0x555555554000   its hottest branches
+    fxtrace report lbr perf.fxt                  its hottest branches, named from ./app
 
     sudo perf sched record -- sleep 1            every CPU's context switches
     fxtrace import-perf perf.data -o sched.fxt   open sched.fxt in ui.perfetto.dev

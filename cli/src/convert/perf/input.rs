@@ -27,7 +27,7 @@
 
 use std::cell::{Cell, RefCell};
 use std::fmt;
-use std::io::{self, Read, Seek, SeekFrom};
+use std::io::{self, BufRead, Read, Seek, SeekFrom};
 use std::rc::Rc;
 
 /// Bytes of the file header perf writes (`struct perf_file_header`).
@@ -256,7 +256,7 @@ pub struct FileCheck {
 /// Checks a perf.data file (see the module docs). `Err`: the file cannot be read at all (a
 /// header that lies about where the attributes are, an I/O error); else what can be read, and
 /// the damage found.
-pub fn check_file<R: Read + Seek>(r: &mut R, file_len: u64) -> Result<FileCheck, Damage> {
+pub fn check_file<R: BufRead + Seek>(r: &mut R, file_len: u64) -> Result<FileCheck, Damage> {
     let io_error =
         |offset: u64| move |e: io::Error| Damage::at(offset, format!("cannot read: {e}"));
     if file_len < FILE_HEADER_LEN {
@@ -419,7 +419,7 @@ fn check_event_types<R: Read + Seek>(
 
 /// Walks the record headers from `start` to `end`: the bytes of whole records, their count,
 /// and where runs without a round end need one; the first bad record is a damage.
-fn check_framing<R: Read + Seek>(
+fn check_framing<R: BufRead + Seek>(
     r: &mut R,
     start: u64,
     end: u64,
@@ -455,13 +455,13 @@ fn check_framing<R: Read + Seek>(
             break;
         }
         let mut next = at + size;
+        let mut read = RECORD_HEADER;
         if kind == RECORD_AUXTRACE && size >= RECORD_HEADER + 8 {
             let mut aux = [0u8; 8];
             r.read_exact(&mut aux)
                 .map_err(|e| Damage::at(at, format!("cannot read: {e}")))?;
             next = next.saturating_add(u64::from_le_bytes(aux));
-            r.seek(SeekFrom::Current(-8))
-                .map_err(|e| Damage::at(at, format!("cannot read: {e}")))?;
+            read += 8;
         }
         if next > end {
             damage.push(Damage::at(
@@ -480,13 +480,31 @@ fn check_framing<R: Read + Seek>(
             round_ends.push(at);
             round_start = at;
         }
-        // The body is skipped (a seek inside the reader's buffer, mostly).
-        r.seek(SeekFrom::Current((next - at - RECORD_HEADER) as i64))
-            .map_err(|e| Damage::at(at, format!("cannot read: {e}")))?;
+        skip(r, next - at - read).map_err(|e| Damage::at(at, format!("cannot read: {e}")))?;
         at = next;
         records += 1;
     }
     Ok((at - start, records, round_ends))
+}
+
+/// Skips `n` bytes: through the reader's buffer (no copy; the file read in order, once), or
+/// by a seek when more than a MiB lies beyond it (hardware trace data).
+fn skip<R: BufRead + Seek>(r: &mut R, mut n: u64) -> io::Result<()> {
+    while n > 0 {
+        let buffered = r.fill_buf()?.len() as u64;
+        if buffered == 0 {
+            return Err(io::ErrorKind::UnexpectedEof.into());
+        }
+        if n > buffered + (1 << 20) {
+            // The seek is relative to the logical position: the buffer is accounted for.
+            r.seek(SeekFrom::Current(n as i64))?;
+            return Ok(());
+        }
+        let here = n.min(buffered);
+        r.consume(here as usize);
+        n -= here;
+    }
+    Ok(())
 }
 
 /// The feature sections named by the header's bitmap whose table (at `table_at`) and contents

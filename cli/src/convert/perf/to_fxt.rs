@@ -32,6 +32,9 @@ use super::PerfSource;
 /// the thread of the header events and of the capture writer's own events.
 pub const IMPORT_KOID: u32 = 0xffff_fffe;
 
+/// `PERF_RECORD_SAMPLE`.
+const RECORD_SAMPLE: u32 = 9;
+
 /// perf's timestamps are nanoseconds.
 const NANOSECONDS: u64 = 1_000_000_000;
 
@@ -475,11 +478,20 @@ fn convert<R: Read, W: Write>(
         match record {
             PerfFileRecord::EventRecord { attr_index, record } => {
                 let kind = record.record_type.0;
+                let plan = plans.get(attr_index);
+                if kind == RECORD_SAMPLE
+                    && plan.is_some_and(|p| matches!(p.kind, ReplayEventKind::SideBand))
+                {
+                    // The capture's decoder would skip it too (a sample of an event it writes
+                    // nothing for): counted without decoding it.
+                    summary.skipped.add(plan.map_or("", |p| &p.sample_key));
+                    continue;
+                }
                 let cpu = record.common_data().ok().and_then(|c| c.cpu);
                 let body = record.data.as_slice();
                 match replay.record(attr_index, cpu, kind, record.misc, &body) {
                     Ok(Replayed::Event) | Ok(Replayed::Skipped(ReplaySkip::SwitchInPair)) => {}
-                    Ok(Replayed::Skipped(ReplaySkip::Sample)) => match plans.get(attr_index) {
+                    Ok(Replayed::Skipped(ReplaySkip::Sample)) => match plan {
                         Some(plan) => summary.skipped.add(&plan.sample_key),
                         None => summary.skipped.add(&record_name(kind)),
                     },
