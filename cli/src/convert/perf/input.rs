@@ -219,6 +219,12 @@ impl Section {
         self.end().is_some_and(|end| end <= len)
     }
 
+    /// Whether the two share a byte.
+    fn overlaps(&self, other: Section) -> bool {
+        let end = |s: &Section| s.offset.saturating_add(s.size);
+        self.offset < end(&other) && other.offset < end(self)
+    }
+
     fn describe(&self) -> String {
         format!("offset {}, {} bytes", self.offset, self.size)
     }
@@ -257,8 +263,6 @@ pub struct FileCheck {
 /// header that lies about where the attributes are, an I/O error); else what can be read, and
 /// the damage found.
 pub fn check_file<R: BufRead + Seek>(r: &mut R, file_len: u64) -> Result<FileCheck, Damage> {
-    let io_error =
-        |offset: u64| move |e: io::Error| Damage::at(offset, format!("cannot read: {e}"));
     if file_len < FILE_HEADER_LEN {
         return Err(Damage::at(
             file_len,
@@ -266,13 +270,82 @@ pub fn check_file<R: BufRead + Seek>(r: &mut R, file_len: u64) -> Result<FileChe
         ));
     }
     let mut header = vec![0u8; FILE_HEADER_LEN as usize];
-    read_at(r, 0, &mut header).map_err(io_error(0))?;
-    kind_of(&header)?;
-    let header_size = u64_at(&header, 8);
-    let attr_size = u64_at(&header, 16);
-    let attrs = Section::read(&header, 24);
-    let data = Section::read(&header, 40);
-    let event_types = Section::read(&header, 56);
+    read_at(r, 0, &mut header).map_err(|e| Damage::at(0, format!("cannot read: {e}")))?;
+    let sections = check_header(&header, file_len)?;
+    check_event_types(r, sections.event_types, sections.attr_size, file_len)?;
+    let data = sections.data;
+    let mut damage = Vec::new();
+    let data_end = match data.end().filter(|&end| end <= file_len) {
+        Some(end) => end,
+        None => {
+            damage.push(Damage::at(
+                file_len,
+                format!(
+                    "the file ends inside the data section ({}): it was cut short (or the header \
+                     lies); its feature sections (build-ids, host, tracepoint formats) are lost",
+                    data.describe()
+                ),
+            ));
+            file_len
+        }
+    };
+    let (data_len, records, round_ends) = check_framing(r, data.offset, data_end, &mut damage)?;
+    let mut features = Vec::new();
+    if data_end == data.end().unwrap_or(u64::MAX) {
+        features = check_features(r, &header, data_end, file_len, &mut damage)?;
+    }
+    // The kept feature table goes right after the kept records: no kept section may overlap
+    // it, nor the header.
+    let table = Section {
+        offset: data.offset + data_len,
+        size: 16 * features.len() as u64,
+    };
+    let header_section = Section {
+        offset: 0,
+        size: sections.header_size,
+    };
+    features.retain(|&(bit, s)| {
+        let keep = s.size == 0 || !(s.overlaps(table) || s.overlaps(header_section));
+        if !keep {
+            damage.push(Damage::at(
+                s.offset,
+                format!(
+                    "feature section {} ({}) overlaps the header or the data: not read",
+                    feature_name(bit),
+                    s.describe()
+                ),
+            ));
+        }
+        keep
+    });
+    Ok(FileCheck {
+        file_len,
+        data_offset: data.offset,
+        data_len,
+        records,
+        round_ends,
+        features,
+        header,
+        damage,
+    })
+}
+
+/// The sections of a file header that checks out.
+struct HeaderSections {
+    header_size: u64,
+    attr_size: u64,
+    data: Section,
+    event_types: Section,
+}
+
+/// Checks the header's own fields against the file: its size, the attribute size and section
+/// (at most [`MAX_ATTRS`] attributes), where the data section starts.
+fn check_header(header: &[u8], file_len: u64) -> Result<HeaderSections, Damage> {
+    kind_of(header)?;
+    let header_size = u64_at(header, 8);
+    let attr_size = u64_at(header, 16);
+    let attrs = Section::read(header, 24);
+    let data = Section::read(header, 40);
     if header_size > file_len {
         return Err(Damage::at(
             8,
@@ -303,7 +376,6 @@ pub fn check_file<R: BufRead + Seek>(r: &mut R, file_len: u64) -> Result<FileChe
             ),
         ));
     }
-    check_event_types(r, event_types, attr_size, file_len)?;
     if data.offset < header_size || data.offset > file_len {
         return Err(Damage::at(
             40,
@@ -313,61 +385,11 @@ pub fn check_file<R: BufRead + Seek>(r: &mut R, file_len: u64) -> Result<FileChe
             ),
         ));
     }
-    let mut damage = Vec::new();
-    let data_end = match data.end().filter(|&end| end <= file_len) {
-        Some(end) => end,
-        None => {
-            damage.push(Damage::at(
-                file_len,
-                format!(
-                    "the file ends inside the data section ({}): it was cut short (or the header \
-                     lies); its feature sections (build-ids, host, tracepoint formats) are lost",
-                    data.describe()
-                ),
-            ));
-            file_len
-        }
-    };
-    let (data_len, records, round_ends) = check_framing(r, data.offset, data_end, &mut damage)?;
-    let mut features = Vec::new();
-    if data_end == data.end().unwrap_or(u64::MAX) {
-        features = check_features(r, &header, data_end, file_len, &mut damage)?;
-    }
-    // The kept feature table goes right after the kept records: no kept section may overlap
-    // it, nor the header.
-    let table = Section {
-        offset: data.offset + data_len,
-        size: 16 * features.len() as u64,
-    };
-    features.retain(|&(bit, s)| {
-        let overlaps = |o: Section| s.offset < o.offset + o.size && o.offset < s.offset + s.size;
-        let keep = s.size == 0
-            || !(overlaps(table)
-                || overlaps(Section {
-                    offset: 0,
-                    size: header_size,
-                }));
-        if !keep {
-            damage.push(Damage::at(
-                s.offset,
-                format!(
-                    "feature section {} ({}) overlaps the header or the data: not read",
-                    feature_name(bit),
-                    s.describe()
-                ),
-            ));
-        }
-        keep
-    });
-    Ok(FileCheck {
-        file_len,
-        data_offset: data.offset,
-        data_len,
-        records,
-        round_ends,
-        features,
-        header,
-        damage,
+    Ok(HeaderSections {
+        header_size,
+        attr_size,
+        data,
+        event_types: Section::read(header, 56),
     })
 }
 
@@ -868,112 +890,144 @@ impl<R: Read> PipeFilter<R> {
         self.out.clear();
         self.out_at = 0;
         if !self.header_done {
-            self.header_done = true;
-            let mut header = [0u8; PIPE_HEADER_LEN as usize];
-            let n = fill(&mut self.inner, &mut header)?;
-            if let Err(d) = kind_of(&header[..n]) {
-                self.end(Some(d));
-                return Ok(());
-            }
-            self.out.extend_from_slice(&header);
-            self.state.borrow_mut().offset += PIPE_HEADER_LEN;
-            return Ok(());
+            return self.stream_header();
         }
         loop {
             let offset = self.state.borrow().offset;
-            let mut header = [0u8; RECORD_HEADER as usize];
-            let n = fill(&mut self.inner, &mut header)?;
-            if n == 0 {
-                self.end(None);
+            let Some((kind, size)) = self.read_record(offset)? else {
                 return Ok(());
-            }
-            if n < header.len() {
-                self.end(Some(Damage::at(
-                    offset,
-                    format!("the stream ends inside a record header ({n} of 8 bytes)"),
-                )));
-                return Ok(());
-            }
-            let kind = u32_at(&header, 0);
-            let size = u16::from_le_bytes([header[6], header[7]]) as usize;
-            if (size as u64) < RECORD_HEADER {
-                self.end(Some(Damage::at(
-                    offset,
-                    format!("record of type {kind} has size {size}, less than its 8-byte header: the stream after it is not read"),
-                )));
-                return Ok(());
-            }
-            self.out.extend_from_slice(&header);
-            self.out.resize(size, 0);
-            let n = fill(&mut self.inner, &mut self.out[RECORD_HEADER as usize..])?;
-            if n < size - RECORD_HEADER as usize {
-                self.out.clear();
-                self.end(Some(Damage::at(
-                    offset,
-                    format!(
-                        "record of type {kind} ({size} bytes): the stream ends after {} of them",
-                        n + RECORD_HEADER as usize
-                    ),
-                )));
-                return Ok(());
-            }
-            let mut passed = size as u64;
-            match kind {
+            };
+            let mut passed = size;
+            let keep = match kind {
                 RECORD_HEADER_TRACING_DATA | RECORD_AUXTRACE => {
-                    let trailing = match (kind, self.out.get(8..16)) {
-                        (RECORD_HEADER_TRACING_DATA, Some(_)) => {
-                            u64::from(u32_at(&self.out, 8)).next_multiple_of(8)
-                        }
-                        (_, Some(_)) => u64_at(&self.out, 8),
-                        (_, None) => 0,
-                    };
-                    if kind == RECORD_HEADER_TRACING_DATA && trailing > MAX_TRACING_DATA {
-                        self.out.clear();
-                        self.end(Some(Damage::at(
-                            offset,
-                            format!("tracing data of {trailing} bytes (at most {MAX_TRACING_DATA} are read)"),
-                        )));
-                        return Ok(());
+                    match self.take_trailing(kind, offset)? {
+                        Some(read) => passed += read,
+                        None => return Ok(()),
                     }
-                    self.out.clear();
-                    let read = if kind == RECORD_HEADER_TRACING_DATA {
-                        let mut data = Vec::new();
-                        let read = (&mut self.inner).take(trailing).read_to_end(&mut data)? as u64;
-                        self.state.borrow_mut().tracing_data = Some(data);
-                        read
-                    } else {
-                        self.state.borrow_mut().auxtrace_records += 1;
-                        io::copy(&mut (&mut self.inner).take(trailing), &mut io::sink())?
-                    };
-                    passed += read;
-                    if read < trailing {
-                        self.end(Some(Damage::at(
-                            offset,
-                            format!("record of type {kind}: the stream ends after {read} of its {trailing} bytes of data"),
-                        )));
-                        return Ok(());
-                    }
-                    self.state.borrow_mut().offset += passed;
-                    continue;
+                    false
                 }
-                RECORD_HEADER_FEATURE if size >= 16 => {
-                    let bit = u64_at(&self.out, 8);
-                    if let Ok(bit) = u32::try_from(bit) {
-                        if let Err(problem) = check_feature(bit, &self.out[16..]) {
-                            self.out.clear();
-                            self.state.borrow_mut().damage.push(Damage::at(
-                                offset,
-                                format!("feature record {} {problem}: not read", feature_name(bit)),
-                            ));
-                            self.state.borrow_mut().offset += passed;
-                            continue;
-                        }
-                    }
-                }
-                _ => {}
-            }
+                RECORD_HEADER_FEATURE => self.feature_readable(offset),
+                _ => true,
+            };
             self.state.borrow_mut().offset += passed;
+            if keep {
+                return Ok(());
+            }
+            self.out.clear();
+        }
+    }
+
+    /// The stream's 16-byte header, passed on when it is a perf.data stream's.
+    fn stream_header(&mut self) -> io::Result<()> {
+        self.header_done = true;
+        let mut header = [0u8; PIPE_HEADER_LEN as usize];
+        let n = fill(&mut self.inner, &mut header)?;
+        if let Err(d) = kind_of(&header[..n]) {
+            self.end(Some(d));
             return Ok(());
+        }
+        self.out.extend_from_slice(&header);
+        self.state.borrow_mut().offset += PIPE_HEADER_LEN;
+        Ok(())
+    }
+
+    /// Reads the record at `offset` whole into `out`: its type and size, or `None` when the
+    /// stream ended (cleanly, or at damage).
+    fn read_record(&mut self, offset: u64) -> io::Result<Option<(u32, u64)>> {
+        let mut header = [0u8; RECORD_HEADER as usize];
+        let n = fill(&mut self.inner, &mut header)?;
+        if n == 0 {
+            self.end(None);
+            return Ok(None);
+        }
+        if n < header.len() {
+            self.end(Some(Damage::at(
+                offset,
+                format!("the stream ends inside a record header ({n} of 8 bytes)"),
+            )));
+            return Ok(None);
+        }
+        let kind = u32_at(&header, 0);
+        let size = usize::from(u16::from_le_bytes([header[6], header[7]]));
+        if (size as u64) < RECORD_HEADER {
+            self.end(Some(Damage::at(
+                offset,
+                format!("record of type {kind} has size {size}, less than its 8-byte header: the stream after it is not read"),
+            )));
+            return Ok(None);
+        }
+        self.out.extend_from_slice(&header);
+        self.out.resize(size, 0);
+        let n = fill(&mut self.inner, &mut self.out[RECORD_HEADER as usize..])?;
+        if n < size - RECORD_HEADER as usize {
+            self.out.clear();
+            self.end(Some(Damage::at(
+                offset,
+                format!(
+                    "record of type {kind} ({size} bytes): the stream ends after {} of them",
+                    n + RECORD_HEADER as usize
+                ),
+            )));
+            return Ok(None);
+        }
+        Ok(Some((kind, size as u64)))
+    }
+
+    /// The data that follows a tracing data or AUXTRACE record (in `out`), outside its size:
+    /// the tracing data kept, hardware trace discarded and counted. The bytes read, or `None`
+    /// when the stream ended.
+    fn take_trailing(&mut self, kind: u32, offset: u64) -> io::Result<Option<u64>> {
+        let tracing = kind == RECORD_HEADER_TRACING_DATA;
+        let trailing = match self.out.get(8..16) {
+            Some(_) if tracing => u64::from(u32_at(&self.out, 8)).next_multiple_of(8),
+            Some(_) => u64_at(&self.out, 8),
+            None => 0,
+        };
+        self.out.clear();
+        if tracing && trailing > MAX_TRACING_DATA {
+            self.end(Some(Damage::at(
+                offset,
+                format!("tracing data of {trailing} bytes (at most {MAX_TRACING_DATA} are read)"),
+            )));
+            return Ok(None);
+        }
+        let mut data = (&mut self.inner).take(trailing);
+        let read = if tracing {
+            let mut bytes = Vec::new();
+            let read = data.read_to_end(&mut bytes)? as u64;
+            self.state.borrow_mut().tracing_data = Some(bytes);
+            read
+        } else {
+            self.state.borrow_mut().auxtrace_records += 1;
+            io::copy(&mut data, &mut io::sink())?
+        };
+        if read < trailing {
+            self.end(Some(Damage::at(
+                offset,
+                format!("record of type {kind}: the stream ends after {read} of its {trailing} bytes of data"),
+            )));
+            return Ok(None);
+        }
+        Ok(Some(read))
+    }
+
+    /// Whether the feature record in `out` can be given to the parser (else a damage).
+    fn feature_readable(&mut self, offset: u64) -> bool {
+        let Some(bit) = self.out.get(8..16).map(|_| u64_at(&self.out, 8)) else {
+            return true;
+        };
+        let Ok(bit) = u32::try_from(bit) else {
+            return true;
+        };
+        match check_feature(bit, &self.out[16..]) {
+            Ok(()) => true,
+            Err(problem) => {
+                self.state.borrow_mut().damage.push(Damage::at(
+                    offset,
+                    format!("feature record {} {problem}: not read", feature_name(bit)),
+                ));
+                false
+            }
         }
     }
 }

@@ -18,7 +18,7 @@ use fxtrace::capture::{
 };
 use fxtrace_format::{truncate_str, Arg, ArgValue, Event, EventKind, Record, StringRef, ThreadRef};
 use linux_perf_data::linux_perf_event_reader::{
-    AttrFlags, PerfEventAttr, PerfEventType, SampleFormat, SamplingPolicy,
+    AttrFlags, PerfEventAttr, PerfEventType, RawEventRecord, SampleFormat, SamplingPolicy,
 };
 use linux_perf_data::{Feature, PerfFile, PerfFileReader, PerfFileRecord};
 
@@ -34,6 +34,8 @@ pub const IMPORT_KOID: u32 = 0xffff_fffe;
 
 /// `PERF_RECORD_SAMPLE`.
 const RECORD_SAMPLE: u32 = 9;
+/// `PERF_RECORD_HEADER_BUILD_ID`.
+const RECORD_HEADER_BUILD_ID: u32 = 67;
 
 /// perf's timestamps are nanoseconds.
 const NANOSECONDS: u64 = 1_000_000_000;
@@ -381,7 +383,8 @@ fn open(source: &PerfSource) -> Result<Opened, ImportError> {
     }
 }
 
-/// The import proper, over either reader.
+/// The import proper, over either reader: plan the events, start the section, take every
+/// record, end the section.
 fn convert<R: Read, W: Write>(
     reader: PerfFileReader<R>,
     tracing_data: Option<Vec<u8>>,
@@ -394,19 +397,7 @@ fn convert<R: Read, W: Write>(
         mut record_iter,
     } = reader;
     let mut summary = ImportSummary::default();
-    let sched_formats = match &tracing_data {
-        Some(data) => match event_formats(data, |system| system == "sched") {
-            Ok(formats) => formats,
-            Err(e) => {
-                summary.damage.push(Damage {
-                    offset: 0,
-                    what: format!("{e}: tracepoint samples are not decoded"),
-                });
-                Vec::new()
-            }
-        },
-        None => Vec::new(),
-    };
+    let sched_formats = recorded_sched_formats(tracing_data.as_deref(), &mut summary);
     let mut replay = Replay::nanoseconds();
     let plans = plan_events(&perf_file, &sched_formats, &mut replay, &mut summary);
     if let Ok(build_ids) = perf_file.build_ids() {
@@ -414,6 +405,73 @@ fn convert<R: Read, W: Write>(
             replay.add_build_id(info.path, info.build_id);
         }
     }
+    let writer = start_section(&perf_file, &plans, out, options)?;
+    let mut import = Import {
+        replay,
+        writer,
+        plans,
+        summary,
+    };
+    loop {
+        let (iter, file) = (&mut record_iter, &mut perf_file);
+        let next = catch_unwind(AssertUnwindSafe(move || {
+            // Moved in (not reborrowed), so the record may borrow the iterator past the call.
+            let iter = iter;
+            iter.next_record(file)
+        }));
+        let failure = match next {
+            Ok(Ok(Some(record))) => {
+                import.record(record)?;
+                continue;
+            }
+            Ok(Ok(None)) => break,
+            Ok(Err(e)) => format!("the perf.data parser stopped: {e}"),
+            Err(_) => "the perf.data parser failed (it panicked)".to_string(),
+        };
+        let records = import.summary.records;
+        import.summary.damage.push(Damage {
+            offset: position(),
+            what: format!("{failure}, after {records} records"),
+        });
+        break;
+    }
+    import.finish()
+}
+
+/// The `sched` tracepoint formats of the recording kernel, from the tracing data; none (and
+/// a damage) when it cannot be read.
+fn recorded_sched_formats(
+    tracing_data: Option<&[u8]>,
+    summary: &mut ImportSummary,
+) -> Vec<super::tracing_data::RecordedFormat> {
+    let Some(data) = tracing_data else {
+        return Vec::new();
+    };
+    event_formats(data, |system| system == "sched").unwrap_or_else(|e| {
+        summary.damage.push(Damage {
+            offset: 0,
+            what: format!("{e}: tracepoint samples are not decoded"),
+        });
+        Vec::new()
+    })
+}
+
+/// A sink error as the import's.
+fn write_error(e: SinkError) -> ImportError {
+    match e {
+        SinkError::Io(e) => ImportError::Write(e),
+        other => ImportError::Write(io::Error::other(other.to_string())),
+    }
+}
+
+/// The section's start: provider, clock (perf's nanoseconds), the import's thread named, the
+/// header events.
+fn start_section<W: Write>(
+    perf_file: &PerfFile,
+    plans: &[EventPlan],
+    out: W,
+    options: &ImportOptions,
+) -> Result<KernelTraceWriter<FxtStreamSink<W>>, ImportError> {
     let start = perf_file
         .sample_time_range()
         .ok()
@@ -423,121 +481,117 @@ fn convert<R: Read, W: Write>(
         provider_id: 1,
         provider_name: options.provider_name.clone(),
         ticks_per_second: NANOSECONDS,
-        start_ticks: start,
+        // The writer counts events older than this as late: perf's synthesized records (the
+        // tasks and mappings alive when it started) are stamped 0.
+        start_ticks: 0,
         recorder: (IMPORT_KOID, IMPORT_KOID),
     };
-    let write = |e: SinkError| match e {
-        SinkError::Io(e) => ImportError::Write(e),
-        other => ImportError::Write(io::Error::other(other.to_string())),
-    };
     let mut writer =
-        KernelTraceWriter::new(FxtStreamSink::with_magic(out), config).map_err(write)?;
+        KernelTraceWriter::new(FxtStreamSink::with_magic(out), config).map_err(write_error)?;
     writer
         .handle(&CaptureEvent::Comm(TaskComm {
-            time: start,
+            // Before every record (perf's synthesized ones are stamped 0): a name has no time.
+            time: 0,
             pid: IMPORT_KOID,
             tid: IMPORT_KOID,
             name: "perf.data import".into(),
             exec: false,
         }))
-        .map_err(write)?;
-    write_header_events(&mut writer, &perf_file, &plans, start).map_err(write)?;
+        .map_err(write_error)?;
+    write_header_events(&mut writer, perf_file, plans, start).map_err(write_error)?;
+    Ok(writer)
+}
 
-    loop {
-        let (iter, file) = (&mut record_iter, &mut perf_file);
-        let next = catch_unwind(AssertUnwindSafe(move || {
-            // Moved in (not reborrowed), so the record may borrow the iterator past the call.
-            let iter = iter;
-            iter.next_record(file)
-        }));
-        let record = match next {
-            Ok(Ok(Some(record))) => record,
-            Ok(Ok(None)) => break,
-            Ok(Err(e)) => {
-                summary.damage.push(Damage {
-                    offset: position(),
-                    what: format!(
-                        "the perf.data parser stopped after {} records: {e}",
-                        summary.records
-                    ),
-                });
-                break;
-            }
-            Err(_) => {
-                summary.damage.push(Damage {
-                    offset: position(),
-                    what: format!(
-                        "the perf.data parser failed (it panicked) after {} records",
-                        summary.records
-                    ),
-                });
-                break;
-            }
-        };
-        summary.records += 1;
+/// An import under way: the records go through `replay` into `writer`.
+struct Import<W: Write> {
+    replay: Replay,
+    writer: KernelTraceWriter<FxtStreamSink<W>>,
+    plans: Vec<EventPlan>,
+    summary: ImportSummary,
+}
+
+impl<W: Write> Import<W> {
+    /// Takes one record; only a write error is returned.
+    fn record(&mut self, record: PerfFileRecord<'_>) -> Result<(), ImportError> {
+        self.summary.records += 1;
         match record {
             PerfFileRecord::EventRecord { attr_index, record } => {
-                let kind = record.record_type.0;
-                let plan = plans.get(attr_index);
-                if kind == RECORD_SAMPLE
-                    && plan.is_some_and(|p| matches!(p.kind, ReplayEventKind::SideBand))
-                {
-                    // The capture's decoder would skip it too (a sample of an event it writes
-                    // nothing for): counted without decoding it.
-                    summary.skipped.add(plan.map_or("", |p| &p.sample_key));
-                    continue;
-                }
-                let cpu = record.common_data().ok().and_then(|c| c.cpu);
-                let body = record.data.as_slice();
-                match replay.record(attr_index, cpu, kind, record.misc, &body) {
-                    Ok(Replayed::Event) | Ok(Replayed::Skipped(ReplaySkip::SwitchInPair)) => {}
-                    Ok(Replayed::Skipped(ReplaySkip::Sample)) => match plan {
-                        Some(plan) => summary.skipped.add(&plan.sample_key),
-                        None => summary.skipped.add(&record_name(kind)),
-                    },
-                    Ok(Replayed::Skipped(ReplaySkip::DataMapping)) => summary
-                        .skipped
-                        .add(&format!("{} of data (not executable)", record_name(kind))),
-                    Ok(Replayed::Skipped(_)) => summary.skipped.add(&record_name(kind)),
-                    Err(e) => {
-                        let name = record_name(kind);
-                        summary.skipped.add(&format!("{name} unreadable"));
-                        summary
-                            .first_unreadable
-                            .get_or_insert_with(|| format!("{name}: {e}"));
-                    }
-                }
-                for event in replay.take_events() {
-                    writer.handle(&event).map_err(write)?;
+                self.event_record(attr_index, &record);
+                for event in self.replay.take_events() {
+                    self.writer.handle(&event).map_err(write_error)?;
                 }
             }
             PerfFileRecord::UserRecord(user) => {
                 let kind = user.record_type.record_type().0;
-                if kind == 67 {
+                if kind == RECORD_HEADER_BUILD_ID {
                     // A stream's build-id record: the build-id of a mapped file.
                     match build_id_record(&user.data.as_slice()) {
-                        Some((path, id)) => replay.add_build_id(path, id),
-                        None => summary
+                        Some((path, id)) => self.replay.add_build_id(path, id),
+                        None => self
+                            .summary
                             .skipped
                             .add("PERF_RECORD_HEADER_BUILD_ID unreadable"),
                     }
                 } else if !is_structure(kind) {
-                    summary.skipped.add(&record_name(kind));
+                    self.summary.skipped.add(&record_name(kind));
                 }
             }
         }
+        Ok(())
     }
-    replay.finish();
-    for event in replay.take_events() {
-        writer.handle(&event).map_err(write)?;
+
+    /// A kernel record of event `attr_index` through the replay; what it skips, counted.
+    fn event_record(&mut self, attr_index: usize, record: &RawEventRecord<'_>) {
+        let kind = record.record_type.0;
+        let plan = self.plans.get(attr_index);
+        let skipped = &mut self.summary.skipped;
+        if kind == RECORD_SAMPLE
+            && plan.is_some_and(|p| matches!(p.kind, ReplayEventKind::SideBand))
+        {
+            // The capture's decoder would skip it too (a sample of an event it writes nothing
+            // for): counted without decoding it.
+            skipped.add(plan.map_or("", |p| &p.sample_key));
+            return;
+        }
+        let cpu = record.common_data().ok().and_then(|c| c.cpu);
+        let body = record.data.as_slice();
+        match self
+            .replay
+            .record(attr_index, cpu, kind, record.misc, &body)
+        {
+            Ok(Replayed::Event) | Ok(Replayed::Skipped(ReplaySkip::SwitchInPair)) => {}
+            Ok(Replayed::Skipped(ReplaySkip::Sample)) => match plan {
+                Some(plan) => skipped.add(&plan.sample_key),
+                None => skipped.add(&record_name(kind)),
+            },
+            Ok(Replayed::Skipped(ReplaySkip::DataMapping)) => {
+                skipped.add(&format!("{} of data (not executable)", record_name(kind)))
+            }
+            Ok(Replayed::Skipped(_)) => skipped.add(&record_name(kind)),
+            Err(e) => {
+                let name = record_name(kind);
+                skipped.add(&format!("{name} unreadable"));
+                self.summary
+                    .first_unreadable
+                    .get_or_insert_with(|| format!("{name}: {e}"));
+            }
+        }
     }
-    summary.replay = replay.stats();
-    write_summary_event(&mut writer, &summary).map_err(write)?;
-    let (sink, written) = writer.finish().map_err(write)?;
-    summary.written = written;
-    summary.bytes = sink.bytes();
-    let out = sink.finish().map_err(ImportError::Write)?;
-    Ok((out, summary))
+
+    /// Delivers what the replay still holds, writes the summary event, ends the section.
+    fn finish(mut self) -> Result<(W, ImportSummary), ImportError> {
+        self.replay.finish();
+        for event in self.replay.take_events() {
+            self.writer.handle(&event).map_err(write_error)?;
+        }
+        self.summary.replay = self.replay.stats();
+        write_summary_event(&mut self.writer, &self.summary).map_err(write_error)?;
+        let (sink, written) = self.writer.finish().map_err(write_error)?;
+        self.summary.written = written;
+        self.summary.bytes = sink.bytes();
+        let out = sink.finish().map_err(ImportError::Write)?;
+        Ok((out, self.summary))
+    }
 }
 
 /// A stream's `PERF_RECORD_HEADER_BUILD_ID` body: `i32 pid, u8 build_id[24], char
@@ -579,80 +633,37 @@ fn plan_events(
             .map(str::to_owned)
             .or_else(|| tracepoint.map(|f| format!("{}:{}", f.system, f.format.name)))
             .unwrap_or_else(|| format!("{:?}", attr.type_));
-        let sample = CaptureSample::from_bits_retain(attr.sample_format.bits());
-        let branch = CaptureBranch::from_bits_retain(attr.branch_sample_format.bits());
-        let id_all = attr.flags.contains(AttrFlags::SAMPLE_ID_ALL);
-        let (layout, unreadable_samples) = match RecordLayout::from_formats(sample, branch, id_all)
-        {
-            Ok(layout) => (layout, None),
-            Err(e) => {
-                // Side-band records need only the sample_id trailer: read them without the
-                // sample fields this layout cannot place.
-                let sideband = CaptureSample::from_bits_retain(
-                    attr.sample_format.bits()
-                        & (SampleFormat::TID
-                            | SampleFormat::TIME
-                            | SampleFormat::ID
-                            | SampleFormat::STREAM_ID
-                            | SampleFormat::CPU
-                            | SampleFormat::IDENTIFIER)
-                            .bits(),
-                );
-                let layout = RecordLayout::from_formats(sideband, branch, id_all)
-                    .expect("the sample_id fields are laid out");
-                (layout, Some(e.to_string()))
-            }
-        };
-        let short = tracepoint.map(|f| f.format.name.as_str());
-        let (kind, sample_key) = if let Some(why) = unreadable_samples {
-            (
-                ReplayEventKind::SideBand,
-                format!("PERF_RECORD_SAMPLE of {name} (not decoded: {why})"),
-            )
-        } else if sample.contains(CaptureSample::BRANCH_STACK) {
+        let (layout, unreadable) = layout_of(attr);
+        let sample = |why: &str| format!("PERF_RECORD_SAMPLE of {name}{why}");
+        let side_band = |why: &str| (ReplayEventKind::SideBand, sample(why));
+        let (kind, sample_key) = if let Some(why) = unreadable {
+            side_band(&format!(" (not decoded: {why})"))
+        } else if attr.sample_format.contains(SampleFormat::BRANCH_STACK) {
             (ReplayEventKind::BranchSampling, String::new())
-        } else if short == Some("sched_switch") {
-            match tracepoint.map(|f| SchedSwitchFormat::from_format(&f.format)) {
-                Some(Ok(format)) => (
-                    ReplayEventKind::SchedSwitch(Box::new(format)),
-                    String::new(),
-                ),
-                Some(Err(e)) => {
-                    summary.damage.push(Damage {
-                        offset: 0,
-                        what: format!("the recorded sched_switch format: {e}"),
-                    });
-                    (
-                        ReplayEventKind::SideBand,
-                        format!("PERF_RECORD_SAMPLE of {name} (format unreadable)"),
-                    )
+        } else if let Some(f) = tracepoint {
+            match f.format.name.as_str() {
+                "sched_switch" => match SchedSwitchFormat::from_format(&f.format) {
+                    Ok(format) => (
+                        ReplayEventKind::SchedSwitch(Box::new(format)),
+                        String::new(),
+                    ),
+                    Err(e) => {
+                        summary.damage.push(Damage {
+                            offset: 0,
+                            what: format!("the recorded sched_switch format: {e}"),
+                        });
+                        side_band(" (format unreadable)")
+                    }
+                },
+                "sched_waking" | "sched_wakeup" | "sched_wakeup_new" => {
+                    side_band(" (wake-ups: no fxtrace record for them yet)")
                 }
-                None => (
-                    ReplayEventKind::SideBand,
-                    format!("PERF_RECORD_SAMPLE of {name}"),
-                ),
+                _ => side_band(""),
             }
-        } else if matches!(
-            short,
-            Some("sched_waking" | "sched_wakeup" | "sched_wakeup_new")
-        ) {
-            (
-                ReplayEventKind::SideBand,
-                format!("PERF_RECORD_SAMPLE of {name} (wake-ups: no fxtrace record for them yet)"),
-            )
-        } else if sample.contains(CaptureSample::CALLCHAIN) {
-            (
-                ReplayEventKind::SideBand,
-                format!(
-                    "PERF_RECORD_SAMPLE of {name} (call-chain samples: no fxtrace CPU sample \
-                     record yet)"
-                ),
-            )
+        } else if attr.sample_format.contains(SampleFormat::CALLCHAIN) {
+            side_band(" (call-chain samples: no fxtrace CPU sample record yet)")
         } else {
-            (
-                ReplayEventKind::SideBand,
-                format!("PERF_RECORD_SAMPLE of {name}"),
-            )
+            side_band("")
         };
         replay.add_event(kind.clone(), layout);
         plans.push(EventPlan {
@@ -664,6 +675,31 @@ fn plan_events(
     plans
 }
 
+/// The capture's layout of an event's records, and why its samples cannot be decoded when
+/// they cannot (a `sample_type` the layout cannot place: its side-band records are then read
+/// by their `sample_id` trailer alone, whose fields it can place).
+fn layout_of(attr: &PerfEventAttr) -> (RecordLayout, Option<String>) {
+    let sample = CaptureSample::from_bits_retain(attr.sample_format.bits());
+    let branch = CaptureBranch::from_bits_retain(attr.branch_sample_format.bits());
+    let id_all = attr.flags.contains(AttrFlags::SAMPLE_ID_ALL);
+    match RecordLayout::from_formats(sample, branch, id_all) {
+        Ok(layout) => (layout, None),
+        Err(e) => {
+            let trailer = SampleFormat::TID
+                | SampleFormat::TIME
+                | SampleFormat::ID
+                | SampleFormat::STREAM_ID
+                | SampleFormat::CPU
+                | SampleFormat::IDENTIFIER;
+            let sideband =
+                CaptureSample::from_bits_retain(attr.sample_format.bits() & trailer.bits());
+            let layout = RecordLayout::from_formats(sideband, branch, id_all)
+                .expect("the sample_id fields are laid out");
+            (layout, Some(e.to_string()))
+        }
+    }
+}
+
 /// `perf.data header` (host, perf, CPU, command line, clock) and one `perf.data event` per
 /// event (its attributes), on the import's thread at the first sample's time.
 fn write_header_events<S: fxtrace::capture::RecordSink>(
@@ -672,50 +708,8 @@ fn write_header_events<S: fxtrace::capture::RecordSink>(
     plans: &[EventPlan],
     ticks: u64,
 ) -> Result<(), SinkError> {
-    let mut owned: Vec<(&str, String)> = Vec::new();
-    let mut put = |name: &'static str, value: Option<String>| {
-        if let Some(v) = value {
-            owned.push((name, v));
-        }
-    };
-    put(
-        "hostname",
-        perf_file.hostname().ok().flatten().map(str::to_owned),
-    );
-    put(
-        "os_release",
-        perf_file.os_release().ok().flatten().map(str::to_owned),
-    );
-    put(
-        "perf_version",
-        perf_file.perf_version().ok().flatten().map(str::to_owned),
-    );
-    put("arch", perf_file.arch().ok().flatten().map(str::to_owned));
-    put(
-        "cpu_desc",
-        perf_file.cpu_desc().ok().flatten().map(str::to_owned),
-    );
-    put(
-        "cpu_id",
-        perf_file.cpu_id().ok().flatten().map(str::to_owned),
-    );
-    put(
-        "cmdline",
-        perf_file.cmdline().ok().flatten().map(|c| c.join(" ")),
-    );
-    let clock = perf_file
-        .event_attributes()
-        .first()
-        .map(|d| match d.attr.clock {
-            linux_perf_data::linux_perf_event_reader::PerfClock::Default => {
-                "perf_clock (nanoseconds)".to_string()
-            }
-            linux_perf_data::linux_perf_event_reader::PerfClock::ClockId(id) => {
-                format!("{id:?} (nanoseconds)")
-            }
-        });
-    put("clock", clock);
-    let mut args: Vec<Arg<'_>> = owned.iter().map(|(n, v)| Arg::new(*n, text(v))).collect();
+    let texts = header_texts(perf_file);
+    let mut args: Vec<Arg<'_>> = texts.iter().map(|(n, v)| Arg::new(*n, text(v))).collect();
     if let Ok(Some(cpus)) = perf_file.nr_cpus() {
         args.push(Arg::new(
             "nr_cpus_online",
@@ -733,25 +727,21 @@ fn write_header_events<S: fxtrace::capture::RecordSink>(
         args.push(Arg::new("wall_clock_ns", ArgValue::U64(c.wall_clock_ns)));
         args.push(Arg::new("clock_time_ns", ArgValue::U64(c.clockid_time_ns)));
     }
-    args.push(Arg::new(
-        "events",
-        ArgValue::U64(perf_file.event_attributes().len() as u64),
-    ));
+    let events = perf_file.event_attributes();
+    args.push(Arg::new("events", ArgValue::U64(events.len() as u64)));
+    // An event record holds 15 arguments at most.
     args.truncate(15);
     instant(writer, ticks, "perf.data header", &args)?;
-    for (i, (desc, plan)) in perf_file
-        .event_attributes()
-        .iter()
-        .zip(plans)
-        .enumerate()
-        .take(MAX_DESCRIBED_EVENTS)
-    {
-        let described = describe_attr(&desc.attr);
+    for (i, (desc, plan)) in events.iter().zip(plans).enumerate() {
+        if i == MAX_DESCRIBED_EVENTS {
+            break;
+        }
         let converted = match plan.kind {
             ReplayEventKind::BranchSampling => "LAST_BRANCH blobs",
             ReplayEventKind::SchedSwitch(_) => "context switches",
             ReplayEventKind::SideBand => "side-band records only",
         };
+        let described = describe_attr(&desc.attr);
         let args = [
             Arg::new("index", ArgValue::U64(i as u64)),
             Arg::new("name", text(&plan.name)),
@@ -762,6 +752,35 @@ fn write_header_events<S: fxtrace::capture::RecordSink>(
         instant(writer, ticks, "perf.data event", &args)?;
     }
     Ok(())
+}
+
+/// The header's text fields the file has, by argument name.
+fn header_texts(perf_file: &PerfFile) -> Vec<(&'static str, String)> {
+    use linux_perf_data::linux_perf_event_reader::PerfClock;
+    let owned = |s: Result<Option<&str>, _>| s.ok().flatten().map(str::to_owned);
+    let clock = perf_file
+        .event_attributes()
+        .first()
+        .map(|d| match d.attr.clock {
+            PerfClock::Default => "perf_clock (nanoseconds)".to_string(),
+            PerfClock::ClockId(id) => format!("{id:?} (nanoseconds)"),
+        });
+    [
+        ("hostname", owned(perf_file.hostname())),
+        ("os_release", owned(perf_file.os_release())),
+        ("perf_version", owned(perf_file.perf_version())),
+        ("arch", owned(perf_file.arch())),
+        ("cpu_desc", owned(perf_file.cpu_desc())),
+        ("cpu_id", owned(perf_file.cpu_id())),
+        (
+            "cmdline",
+            perf_file.cmdline().ok().flatten().map(|c| c.join(" ")),
+        ),
+        ("clock", clock),
+    ]
+    .into_iter()
+    .filter_map(|(name, value)| Some((name, value?)))
+    .collect()
 }
 
 /// An instant event of category `perf` on the import's thread.
