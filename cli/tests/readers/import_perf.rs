@@ -21,6 +21,8 @@ use fxtrace_tools::convert::perf::{
 };
 use fxtrace_tools::report::LbrReport;
 
+use fxtrace::test_support::{skip, Requirement};
+
 use crate::bounded::{run_within_memory, temp_dir};
 use crate::WORKSPACE;
 
@@ -51,7 +53,10 @@ fn runs(program: &Path) -> bool {
 fn perf() -> Option<&'static str> {
     let ok = runs(Path::new("perf"));
     if !ok {
-        println!("skipped: perf is not installed (apt-get install linux-perf)");
+        skip(
+            Requirement::Tools,
+            "perf is not installed (apt-get install linux-perf)",
+        );
     }
     ok.then_some("perf")
 }
@@ -246,10 +251,13 @@ fn trace_processor() -> Option<PathBuf> {
     let tool = Path::new(WORKSPACE).join("../shared/tools/trace_processor_shell");
     let runs = runs(&tool);
     if !runs {
-        println!(
-            "skipped: Perfetto's trace_processor_shell does not run from {} (it needs apt's \
-             libprotobuf32)",
-            tool.display()
+        skip(
+            Requirement::Tools,
+            format!(
+                "Perfetto's trace_processor_shell does not run from {} (it needs apt's \
+                 libprotobuf32)",
+                tool.display()
+            ),
         );
     }
     runs.then_some(tool)
@@ -384,9 +392,12 @@ fn perf_sched_record_imports_every_switch_and_run_time() {
         .output()
         .unwrap();
     if !record.status.success() {
-        println!(
-            "skipped: perf sched record failed here (needs root and tracefs): {}",
-            String::from_utf8_lossy(&record.stderr).trim()
+        skip(
+            Requirement::Perf,
+            format!(
+                "perf sched record failed here (needs root and tracefs): {}",
+                String::from_utf8_lossy(&record.stderr).trim()
+            ),
         );
         return;
     }
@@ -493,10 +504,13 @@ fn compressed_records_are_read() {
         .output()
         .unwrap();
     if !record.status.success() {
-        println!(
-            "skipped: perf record -z -e sched:sched_switch failed here (needs root, tracefs and \
-             a perf built with zstd): {}",
-            String::from_utf8_lossy(&record.stderr).trim()
+        skip(
+            Requirement::Perf,
+            format!(
+                "perf record -z -e sched:sched_switch failed here (needs root, tracefs and a \
+                 perf built with zstd): {}",
+                String::from_utf8_lossy(&record.stderr).trim()
+            ),
         );
         return;
     }
