@@ -1,20 +1,54 @@
 #!/usr/bin/env bash
-# `cargo install --path cli` gives an fxtrace that traces an unmodified program with --preload
-# and nothing else installed (issue 14): the preload object is embedded in the binary at build
-# time (cli/build.rs) and extracted to a private cache on first use (cli/src/preload_lib.rs).
+# The README's install gives an fxtrace that traces an unmodified program with --preload and
+# nothing else installed: the preload object is embedded in the binary at build time
+# (cli/build.rs) and extracted to a private cache on first use (cli/src/preload_lib.rs).
 #
-# Usage: scripts/check-install.sh   (debug build, target dir target/install-check, reused)
+# Exactly as a new user meets it: a clean clone of this repository's HEAD, the README's quick
+# start run there first (its release build fills the default target/), then the README's
+# install command, word for word, in the same clone and target directory. Only where the
+# binary goes (CARGO_INSTALL_ROOT: a temporary root, not ~/.cargo/bin) and network use
+# (CARGO_NET_OFFLINE) are set, through the environment. Both commands are read from README.md,
+# so the check follows the README.
+#
+# Usage: scripts/check-install.sh   (commits only: uncommitted changes are not in the clone)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-root="$(mktemp -d)"
-home="$(mktemp -d)"
-trap 'rm -rf "$root" "$home"' EXIT
+quick_start="$(grep -m1 '^cargo build --release' README.md)" || {
+    echo "check-install: README.md has no quick start line starting with 'cargo build --release'" >&2
+    exit 1
+}
+install="$(grep -o -m1 '`cargo install [^`]*`' README.md | tr -d '`')" || {
+    echo "check-install: README.md names no \`cargo install …\` command" >&2
+    exit 1
+}
+
+work="$(mktemp -d)"
+trap 'rm -rf "$work"' EXIT
+clone="$work/fxtrace"
+root="$work/root"
+home="$work/home"
+mkdir -p "$home"
+git clone --quiet "$PWD" "$clone"
+echo "check-install: a clean clone of $(git -C "$clone" rev-parse --short HEAD)"
+export CARGO_NET_OFFLINE=true
+unset CARGO_TARGET_DIR CARGO_BUILD_TARGET_DIR FXTRACE_EMBED_PRELOAD
 
 started=$SECONDS
-cargo install --quiet --debug --locked --offline --path cli --root "$root" \
-    --target-dir target/install-check
-echo "check-install: cargo install --path cli took $((SECONDS - started)) s"
+(cd "$clone" && eval "$quick_start") >"$work/quick-start.txt" 2>&1 || {
+    cat "$work/quick-start.txt" >&2
+    echo "check-install: the README's quick start failed: $quick_start" >&2
+    exit 1
+}
+echo "check-install: the quick start took $((SECONDS - started)) s"
+
+started=$SECONDS
+(cd "$clone" && export CARGO_INSTALL_ROOT="$root" && eval "$install") >"$work/install.txt" 2>&1 || {
+    cat "$work/install.txt" >&2
+    echo "check-install: the README's install failed: $install" >&2
+    exit 1
+}
+echo "check-install: $install took $((SECONDS - started)) s"
 
 # The installed binary alone: a fresh home (empty cache), no FXTRACE_PRELOAD_LIB, no object
 # beside it.
@@ -23,14 +57,14 @@ if [ -e "$root/bin/libfxtrace_preload.so" ]; then
     exit 1
 fi
 env -u FXTRACE_PRELOAD_LIB -u XDG_CACHE_HOME -u FXTRACE_SOCKET HOME="$home" \
-    "$root/bin/fxtrace" record --preload -o "$root/true.fxt" -- /bin/true 2>"$root/record.txt" || {
-    cat "$root/record.txt" >&2
+    "$root/bin/fxtrace" record --preload -o "$work/true.fxt" -- /bin/true 2>"$work/record.txt" || {
+    cat "$work/record.txt" >&2
     echo "check-install: fxtrace record --preload failed" >&2
     exit 1
 }
-"$root/bin/fxtrace" stats "$root/true.fxt" >"$root/stats.txt"
-if ! grep -q '^providers: 1$' "$root/stats.txt" || ! grep -q '"true"' "$root/stats.txt"; then
-    cat "$root/record.txt" "$root/stats.txt" >&2
+"$root/bin/fxtrace" stats "$work/true.fxt" >"$work/stats.txt"
+if ! grep -q '^providers: 1$' "$work/stats.txt" || ! grep -q '"true"' "$work/stats.txt"; then
+    cat "$work/record.txt" "$work/stats.txt" >&2
     echo "check-install: the trace of /bin/true has no provider named \"true\"" >&2
     exit 1
 fi
