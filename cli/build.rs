@@ -1,19 +1,30 @@
-//! Embeds `libfxtrace_preload.so` into the `fxtrace` binary when it is built outside the
-//! workspace's own target directory (`cargo install --path cli`), so that `fxtrace record
-//! --preload` works with nothing else installed.
+//! Embeds `libfxtrace_preload.so` into the `fxtrace` binary when the same cargo invocation
+//! does not build it beside the binary: `cargo install --path cli` (the README's install), so
+//! that `fxtrace record --preload` works with nothing else installed.
 //!
-//! Inside the workspace (`cargo build` from the repository, the README's quick start) the
-//! object is built by the same cargo invocation and found next to the binary: embedding it
-//! there would build the library a second time, so nothing is embedded. Elsewhere this script
-//! builds the `fxtrace-preload` package with a nested `cargo build` into a target directory of
-//! its own under `OUT_DIR` (a nested cargo on the outer target directory would wait for the
-//! outer build's lock forever), same profile, offline, with the workspace's `Cargo.lock`.
+//! The workspace's own builds (`cargo build` from the repository, the README's quick start,
+//! `cargo test --workspace`) build the object beside the binary: embedding it there would
+//! build the library a second time. They are told apart by a feature, not by the target
+//! directory (a `--path` install builds in the workspace's own `target/`, and would reuse a
+//! quick start's build-script run): the workspace's default members turn on
+//! `preload-built-beside` (through `fxtrace-benches`), and cargo resolves features for the
+//! packages it builds, so `cargo install --path cli`, which builds `fxtrace-tools` alone,
+//! builds it without the feature, in a build directory of its own, and this script runs
+//! again there. A release build of the tools alone embeds (`cargo build --release -p
+//! fxtrace-tools` builds no object beside); a debug one does not (`cargo test -p
+//! fxtrace-tools` would build the library twice at every change; its tests use the object the
+//! workspace build put beside).
+//!
+//! Embedding builds the `fxtrace-preload` package with a nested `cargo build` into a target
+//! directory of its own under `OUT_DIR` (a nested cargo on the outer target directory would
+//! wait for the outer build's lock forever), same profile, offline, with the workspace's
+//! `Cargo.lock`.
 //!
 //! `FXTRACE_EMBED_PRELOAD=1` embeds from any build, `=0` never. The binary reads the path of
 //! what was embedded from `FXTRACE_EMBEDDED_PRELOAD` (an empty file: nothing embedded).
 
 use std::env;
-use std::path::{Component, Path, PathBuf};
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 const EMBED_ENV: &str = "FXTRACE_EMBED_PRELOAD";
@@ -32,7 +43,10 @@ fn main() {
     let embed = match env::var(EMBED_ENV).as_deref() {
         Ok("1") => true,
         Ok("0") => false,
-        _ => !in_workspace_target(&out_dir, &workspace),
+        _ => {
+            env::var_os("CARGO_FEATURE_PRELOAD_BUILT_BESIDE").is_none()
+                && env::var("PROFILE").as_deref() == Ok("release")
+        }
     };
     if embed {
         if let Err(message) = build_preload(&workspace, &out_dir, &embedded) {
@@ -54,32 +68,6 @@ fn main() {
         "cargo:rustc-env=FXTRACE_EMBEDDED_PRELOAD={}",
         embedded.display()
     );
-}
-
-/// Whether `out_dir` lies in the workspace's default target directory:
-/// `<workspace>/target/<profile>/build/<pkg>/out` (or `…/target/<triple>/<profile>/…`).
-fn in_workspace_target(out_dir: &Path, workspace: &Path) -> bool {
-    let target = workspace.join("target");
-    let canonical = |p: &Path| p.canonicalize().unwrap_or_else(|_| p.to_path_buf());
-    let Ok(rel) = canonical(out_dir)
-        .strip_prefix(canonical(&target))
-        .map(Path::to_path_buf)
-    else {
-        return false;
-    };
-    let parts: Vec<String> = rel
-        .components()
-        .filter_map(|c| match c {
-            Component::Normal(s) => Some(s.to_string_lossy().into_owned()),
-            _ => None,
-        })
-        .collect();
-    let triple = env::var("TARGET").unwrap_or_default();
-    match parts.as_slice() {
-        [_profile, build, _pkg, _out] => build == "build",
-        [first, _profile, build, _pkg, _out] => *first == triple && build == "build",
-        _ => false,
-    }
 }
 
 /// Build `fxtrace-preload` into `out_dir/preload-target` and copy the object to `embedded`.
