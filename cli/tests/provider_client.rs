@@ -379,6 +379,125 @@ fn a_manager_that_never_answers_register_is_bounded() {
     drop(listener);
 }
 
+/// Send `frame` one byte every `pause`, until it is all sent or a write fails; the time the
+/// write failed (the provider closed its end), if one did.
+fn trickle(conn: &transport::ControlConn, frame: &[u8], pause: Duration) -> Option<Instant> {
+    use nix::sys::socket::{send, MsgFlags};
+    use std::os::fd::AsRawFd;
+    for byte in frame {
+        std::thread::sleep(pause);
+        let sent = send(
+            conn.as_fd().as_raw_fd(),
+            std::slice::from_ref(byte),
+            MsgFlags::MSG_NOSIGNAL,
+        );
+        if sent.is_err() {
+            return Some(Instant::now());
+        }
+    }
+    None
+}
+
+/// The frame of an Initialize that claims a body of `len` bytes (only its start is ever sent).
+fn long_frame(len: u32) -> Vec<u8> {
+    let mut frame = len.to_le_bytes().to_vec();
+    frame.extend_from_slice(&[1, 0, 2, 0]); // version 1, tag 2 (Initialize)
+    frame.resize(8 + 64, 0);
+    frame
+}
+
+/// A manager (of this uid) that answers Register one byte at a time, each byte within the
+/// receive timeout: the whole handshake still ends at its deadline. (Per `recv`, a byte every
+/// 300 ms kept a 1 s timeout from ever expiring: the 72 bytes sent here took 22 s.)
+#[test]
+fn a_manager_trickling_its_answer_is_given_up_on_at_the_handshake_deadline() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let path: PathBuf = dir.path().join("trickle.sock");
+    let listener = transport::ControlListener::bind(&path).unwrap();
+    let manager = std::thread::spawn(move || {
+        let mut conn = listener.accept().unwrap();
+        conn.set_recv_timeout(Some(Duration::from_secs(5))).unwrap();
+        assert!(matches!(
+            conn.recv_msg().unwrap().0,
+            Message::Register { .. }
+        ));
+        trickle(&conn, &long_frame(60_000), Duration::from_millis(300))
+    });
+    let opts = ProviderOptions {
+        handshake_timeout: Duration::from_secs(1),
+        ..options(&path)
+    };
+    let start = Instant::now();
+    let got = Provider::connect_with("trickled", &opts);
+    let took = start.elapsed();
+    assert!(
+        matches!(
+            got,
+            Err(fxtrace::provider::ProviderError::Transport(
+                transport::TransportError::StalledMidFrame { .. }
+            ))
+        ),
+        "{got:?}"
+    );
+    assert!(took < Duration::from_secs(3), "took {took:?}");
+    assert!(manager.join().unwrap().is_some(), "the provider hung up");
+}
+
+/// A program following the trace service (`examples/service`) that a service registered and
+/// then sends Initialize one byte at a time: the service thread gives up on the message at the
+/// handshake deadline (2 s) and hangs up, instead of waiting for as long as the bytes come.
+#[test]
+fn an_initialize_trickled_to_an_idle_provider_is_given_up_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("fxtrace.sock");
+    let listener = transport::ControlListener::bind(&path).unwrap();
+    let mut program = std::process::Command::new(support::example("service"))
+        .arg("30")
+        .env("FXTRACE_SOCKET", "")
+        .env("XDG_RUNTIME_DIR", dir.path())
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut conn = listener.accept().unwrap();
+    conn.set_recv_timeout(Some(Duration::from_secs(10)))
+        .unwrap();
+    let registered = conn.recv_msg();
+    assert!(
+        matches!(
+            registered,
+            Ok((
+                Message::Register {
+                    waits_for_session: true,
+                    ..
+                },
+                _
+            ))
+        ),
+        "{registered:?}"
+    );
+    conn.send_msg(
+        &Message::Registered {
+            provider_id: 1,
+            joining: false,
+        },
+        &[],
+    )
+    .unwrap();
+    let start = Instant::now();
+    let hung_up = trickle(&conn, &long_frame(60_000), Duration::from_millis(300));
+    let _ = program.kill();
+    let _ = program.wait();
+    let hung_up = hung_up
+        .expect("the provider never hung up")
+        .duration_since(start);
+    assert!(
+        hung_up < Duration::from_secs(5),
+        "hung up after {hung_up:?}"
+    );
+}
+
 /// A provider tracing for a fake manager, whose four descriptors (control socket, FIFO,
 /// wake-up pipe; the buffer's memfd is closed once mapped) a daemon then closes, opening files
 /// of its own under the same numbers.

@@ -637,14 +637,31 @@ impl ControlConn {
         self.recv_frame()
     }
 
+    /// [`Self::recv_msg`], giving up at `deadline` however the frame trickles in: the receive
+    /// timeout is set to the time left before every `recv` (and left so). A peer that sends
+    /// one byte at a time, each within the receive timeout, cannot stretch the wait.
+    pub fn recv_msg_by(
+        &mut self,
+        deadline: Instant,
+    ) -> Result<(Message, Vec<OwnedFd>), TransportError> {
+        self.recv_frame_until(Some(deadline))
+    }
+
     /// [`Self::recv_msg`] for any [`FrameMessage`] (the tools' frames too).
     pub fn recv_frame<M: FrameMessage>(&mut self) -> Result<(M, Vec<OwnedFd>), TransportError> {
+        self.recv_frame_until(None)
+    }
+
+    fn recv_frame_until<M: FrameMessage>(
+        &mut self,
+        deadline: Option<Instant>,
+    ) -> Result<(M, Vec<OwnedFd>), TransportError> {
         let mut fds = Vec::new();
         let mut prefix = [0u8; FRAME_PREFIX_LEN];
-        self.read_exact(&mut prefix, &mut fds, true)?;
+        self.read_exact(&mut prefix, &mut fds, true, deadline)?;
         let len = body_len_from_prefix(prefix)?;
         let mut body = vec![0u8; len];
-        self.read_exact(&mut body, &mut fds, false)?;
+        self.read_exact(&mut body, &mut fds, false, deadline)?;
         let msg = M::decode_body(&body)?;
         if fds.len() != msg.fd_count() {
             return Err(TransportError::FdCountMismatch {
@@ -656,16 +673,31 @@ impl ControlConn {
         Ok((msg, fds))
     }
 
-    /// Fills `buf` from the stream, collecting descriptors into `fds`. End of stream before
-    /// the first byte of a frame is [`TransportError::PeerClosed`].
+    /// Fills `buf` from the stream, collecting descriptors into `fds`, by `deadline` if one is
+    /// given. End of stream before the first byte of a frame is [`TransportError::PeerClosed`].
     fn read_exact(
         &mut self,
         buf: &mut [u8],
         fds: &mut Vec<OwnedFd>,
         frame_start: bool,
+        deadline: Option<Instant>,
     ) -> Result<(), TransportError> {
         let mut got = 0;
         while got < buf.len() {
+            if let Some(deadline) = deadline {
+                let left = deadline.saturating_duration_since(Instant::now());
+                if left.is_zero() {
+                    return Err(if frame_start && got == 0 {
+                        TransportError::TimedOut { op: "receive" }
+                    } else {
+                        TransportError::StalledMidFrame {
+                            got,
+                            expected: buf.len(),
+                        }
+                    });
+                }
+                self.set_recv_timeout(Some(left))?;
+            }
             let n = match recv_with_fds(self.fd.as_fd(), &mut buf[got..], fds) {
                 Err(TransportError::TimedOut { .. }) if !(frame_start && got == 0) => {
                     return Err(TransportError::StalledMidFrame {

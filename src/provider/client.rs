@@ -368,7 +368,8 @@ impl Provider {
             .socket_path
             .clone()
             .unwrap_or_else(default_socket_path);
-        let Some((conn, msg, fds)) = register_at(&path, &name, options, false)? else {
+        let deadline = handshake_deadline(options);
+        let Some((conn, msg, fds)) = register_at(&path, &name, options, false, deadline)? else {
             return Ok(None);
         };
         Self::from_initialize(name, conn, msg, fds, options).map(Some)
@@ -637,17 +638,19 @@ impl Drop for Provider {
 pub(super) type Registered = (ControlConn, Message, Vec<OwnedFd>);
 
 /// Connect to the manager at `path` and register as `name` (saying whether the provider
-/// waits for a session, `waits_for_session`); the manager's answer. `Ok(None)`: no manager.
-/// A manager of control revision 1 refuses Register's trailing features field and closes
-/// the connection: then the provider registers again without it. Not a provider that waits
-/// for a session: only a trace service is asked that, and one that closes the connection
-/// (too many connections waiting at once) is asked again later, never with a Register that
-/// cannot wait.
+/// waits for a session, `waits_for_session`); the manager's answer, by `deadline` (the
+/// whole exchange: a manager that trickles its answer in cannot stretch it). `Ok(None)`: no
+/// manager. A manager of control revision 1 refuses Register's trailing features field and
+/// closes the connection: then the provider registers again without it. Not a provider that
+/// waits for a session: only a trace service is asked that, and one that closes the
+/// connection (too many connections waiting at once) is asked again later, never with a
+/// Register that cannot wait.
 pub(super) fn register_at(
     path: &Path,
     name: &str,
     options: &ProviderOptions,
     waits_for_session: bool,
+    deadline: Instant,
 ) -> Result<Option<Registered>, ProviderError> {
     match register_once(
         path,
@@ -655,31 +658,41 @@ pub(super) fn register_at(
         options,
         options.accept_manager_clock,
         waits_for_session,
+        deadline,
     ) {
         Err(ProviderError::Transport(TransportError::PeerClosed))
             if options.accept_manager_clock && !waits_for_session =>
         {
-            register_once(path, name, options, false, false)
+            register_once(path, name, options, false, false, deadline)
         }
         other => other,
     }
 }
 
-/// Connect and send one Register; the manager's answer. `Ok(None)`: no manager.
+/// When a handshake that starts now must be over: `options.handshake_timeout` from now (a
+/// bound too long for the clock is an hour).
+pub(super) fn handshake_deadline(options: &ProviderOptions) -> Instant {
+    Instant::now() + options.handshake_timeout.min(Duration::from_secs(3600))
+}
+
+/// Connect and send one Register; the manager's answer, by `deadline`. `Ok(None)`: no
+/// manager.
 fn register_once(
     path: &Path,
     name: &str,
     options: &ProviderOptions,
     accepts_ticks_per_second: bool,
     waits_for_session: bool,
+    deadline: Instant,
 ) -> Result<Option<Registered>, ProviderError> {
-    let mut conn = match ControlConn::connect(path, options.connect_timeout) {
+    let left = || deadline.saturating_duration_since(Instant::now());
+    let mut conn = match ControlConn::connect(path, options.connect_timeout.min(left())) {
         Ok(conn) => conn,
         Err(TransportError::NoManager { .. }) => return Ok(None),
         Err(e) => return Err(e.into()),
     };
-    conn.set_recv_timeout(Some(options.handshake_timeout))?;
-    conn.set_send_timeout(Some(options.handshake_timeout))?;
+    // One send, of a few hundred bytes: bounded by what is left.
+    conn.set_send_timeout(Some(left()))?;
     conn.send_msg(
         &Message::Register {
             pid: std::process::id(),
@@ -690,7 +703,7 @@ fn register_once(
         },
         &[],
     )?;
-    let (msg, fds) = conn.recv_msg()?;
+    let (msg, fds) = conn.recv_msg_by(deadline)?;
     Ok(Some((conn, msg, fds)))
 }
 

@@ -32,7 +32,7 @@ use std::time::{Duration, Instant};
 use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
-use super::client::{register_at, ControlFd, Registered};
+use super::client::{handshake_deadline, register_at, ControlFd, Registered};
 use super::{Provider, ProviderError, ProviderOptions};
 use crate::fd_guard::{self, GuardedFd};
 use crate::protocol::control::Message;
@@ -232,11 +232,13 @@ enum Attempt {
     Failed(String),
 }
 
-/// Register at the first path where something listens.
+/// Register at the first path where something listens, all of it within one handshake
+/// deadline.
 fn attempt(paths: &[PathBuf], name: &str, options: &ProviderOptions) -> Attempt {
     let mut failure = None;
+    let deadline = handshake_deadline(options);
     for path in paths {
-        match register_at(path, name, options, true) {
+        match register_at(path, name, options, true, deadline) {
             Ok(None) => {}
             Ok(Some((
                 conn,
@@ -346,7 +348,7 @@ fn run(
                     };
                     s.registrations += 1;
                 });
-                match wait_for_initialize(conn) {
+                match wait_for_initialize(conn, options) {
                     Ok(registered) => {
                         serve_session(shared, name, options, socket, registered, &mut on_session)
                     }
@@ -401,8 +403,12 @@ fn serve_session(
 }
 
 /// Sleep until the service sends Initialize on `conn` (a session takes the provider in), or
-/// the connection ends (`Err`, with a reason when it is not the service going away).
-fn wait_for_initialize(mut conn: ControlConn) -> Result<Registered, Option<String>> {
+/// the connection ends (`Err`, with a reason when it is not the service going away). Once
+/// its first byte is there, the message must be whole within the handshake timeout.
+fn wait_for_initialize(
+    mut conn: ControlConn,
+    options: &ProviderOptions,
+) -> Result<Registered, Option<String>> {
     let control = ControlFd::of(&conn).map_err(|e| Some(format!("fstat: {e}")))?;
     loop {
         let mut fds = [PollFd::new(conn.as_fd(), PollFlags::POLLIN)];
@@ -417,11 +423,7 @@ fn wait_for_initialize(mut conn: ControlConn) -> Result<Registered, Option<Strin
         control.drop_if_ours(conn);
         return Err(Some(lost.to_string()));
     }
-    if let Err(e) = conn.set_recv_timeout(Some(Duration::from_secs(1))) {
-        control.drop_if_ours(conn);
-        return Err(Some(e.to_string()));
-    }
-    match conn.recv_msg() {
+    match conn.recv_msg_by(handshake_deadline(options)) {
         Ok((msg @ Message::Initialize { .. }, fds)) => Ok((conn, msg, fds)),
         Ok((other, _)) => {
             let why = format!("the service sent {} to an idle provider", other.name());
