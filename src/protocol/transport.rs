@@ -118,6 +118,21 @@ pub enum TransportError {
         /// The manager's effective uid.
         expected: u32,
     },
+    /// The directory of the per-user fallback socket ([`fallback_socket_dir`]) is not a
+    /// directory only this user owns and can use: someone else made it, or loosened it.
+    #[error(
+        "{dir}: {reason}: the socket directory must be a directory of uid {uid} that only it \
+         can use (mode 0700); remove it (another user's: ask root), or set XDG_RUNTIME_DIR or \
+         FXTRACE_SOCKET"
+    )]
+    UnsafeSocketDir {
+        /// The directory.
+        dir: PathBuf,
+        /// What is wrong with it.
+        reason: String,
+        /// The user it should belong to.
+        uid: u32,
+    },
     /// A live manager already listens at the path.
     #[error("a manager is already listening on {path}")]
     InUse {
@@ -211,7 +226,7 @@ fn path_err<'p>(op: &'static str, path: &'p Path) -> impl FnOnce(Errno) -> Trans
 
 /// The control socket path: `$FXTRACE_SOCKET` if set and non-empty, else
 /// `$XDG_RUNTIME_DIR/fxtrace.sock` if that is an absolute path, else
-/// `/tmp/fxtrace-<euid>.sock`.
+/// `/tmp/fxtrace-<euid>/fxtrace.sock` (see [`fallback_socket_dir`]).
 pub fn default_socket_path() -> PathBuf {
     socket_path_from(
         std::env::var_os(SOCKET_ENV),
@@ -235,7 +250,67 @@ pub fn socket_path_from(
     {
         return dir.join(SOCKET_FILE_NAME);
     }
-    PathBuf::from(format!("/tmp/fxtrace-{uid}.sock"))
+    fallback_socket_dir(uid).join(SOCKET_FILE_NAME)
+}
+
+/// Where the socket of user `uid` is when `XDG_RUNTIME_DIR` is unset: `/tmp/fxtrace-<uid>`, a
+/// directory that user creates with mode 0700 ([`ControlListener::bind`]) and that both
+/// ends check before using a socket in it ([`check_private_dir`]), so that another user
+/// cannot plant the socket (or a link to another service's) under that name.
+pub fn fallback_socket_dir(uid: u32) -> PathBuf {
+    PathBuf::from(format!("/tmp/fxtrace-{uid}"))
+}
+
+/// Whether `dir` is a directory that only `uid` owns and can use: a directory itself (not a
+/// symbolic link), owned by `uid`, with no permission for group or others.
+pub fn check_private_dir(dir: &Path, uid: u32) -> Result<(), TransportError> {
+    let unsafe_dir = |reason: String| TransportError::UnsafeSocketDir {
+        dir: dir.to_owned(),
+        reason,
+        uid,
+    };
+    let st = stat::lstat(dir).map_err(path_err("lstat", dir))?;
+    let kind = SFlag::from_bits_truncate(st.st_mode) & SFlag::S_IFMT;
+    if kind == SFlag::S_IFLNK {
+        return Err(unsafe_dir("it is a symbolic link".into()));
+    }
+    if kind != SFlag::S_IFDIR {
+        return Err(unsafe_dir("it is not a directory".into()));
+    }
+    if st.st_uid != uid {
+        return Err(unsafe_dir(format!("it belongs to uid {}", st.st_uid)));
+    }
+    if st.st_mode & 0o077 != 0 {
+        return Err(unsafe_dir(format!(
+            "its mode is {:04o}, open to others",
+            st.st_mode & 0o7777
+        )));
+    }
+    Ok(())
+}
+
+/// When `path` is this user's fallback socket ([`fallback_socket_dir`]), its directory: the
+/// one that must be private.
+fn fallback_dir_of(path: &Path) -> Option<(&Path, u32)> {
+    let uid = unistd::geteuid().as_raw();
+    let dir = path.parent()?;
+    (path.file_name()? == SOCKET_FILE_NAME && dir == fallback_socket_dir(uid)).then_some((dir, uid))
+}
+
+/// Create the fallback socket's directory `dir` with mode 0700 unless it exists, then check
+/// it ([`check_private_dir`]): one that someone else made first is refused, never used.
+fn ensure_private_dir(dir: &Path, uid: u32) -> Result<(), TransportError> {
+    use std::os::unix::fs::DirBuilderExt;
+    match std::fs::DirBuilder::new().mode(0o700).create(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => {}
+        Err(e) => {
+            return Err(path_err("mkdir", dir)(Errno::from_raw(
+                e.raw_os_error().unwrap_or(libc::EIO),
+            )))
+        }
+    }
+    check_private_dir(dir, uid)
 }
 
 // === peer credentials ===
@@ -333,6 +408,9 @@ impl ControlListener {
     /// ([`TransportError::NotASocket`]) is left in place and reported.
     pub fn bind_with(path: &Path, options: ListenerOptions) -> Result<Self, TransportError> {
         let manager_uid = unistd::geteuid().as_raw();
+        if let Some((dir, uid)) = fallback_dir_of(path) {
+            ensure_private_dir(dir, uid)?;
+        }
         let addr = UnixAddr::new(path).map_err(path_err("socket address", path))?;
         remove_stale_socket(path, &addr, manager_uid)?;
 
@@ -517,6 +595,21 @@ impl ControlConn {
     /// [`TransportError::NoManager`]). The manager must run as this process's uid or root.
     pub fn connect(path: &Path, timeout: Duration) -> Result<ControlConn, TransportError> {
         let deadline = Instant::now() + timeout;
+        if let Some((dir, uid)) = fallback_dir_of(path) {
+            match check_private_dir(dir, uid) {
+                // No directory, no socket: nobody listens.
+                Err(TransportError::Path {
+                    source: Errno::ENOENT,
+                    ..
+                }) => {
+                    return Err(TransportError::NoManager {
+                        path: path.to_owned(),
+                        source: Errno::ENOENT,
+                    })
+                }
+                r => r?,
+            }
+        }
         let addr = UnixAddr::new(path).map_err(path_err("socket address", path))?;
         let fd = socket::socket(
             AddressFamily::Unix,
@@ -980,12 +1073,39 @@ mod tests {
         );
         assert_eq!(
             socket_path_from(None, os("relative/dir"), 7),
-            PathBuf::from("/tmp/fxtrace-7.sock")
+            PathBuf::from("/tmp/fxtrace-7/fxtrace.sock")
         );
         assert_eq!(
             socket_path_from(None, None, 1000),
-            PathBuf::from("/tmp/fxtrace-1000.sock")
+            PathBuf::from("/tmp/fxtrace-1000/fxtrace.sock")
         );
+    }
+
+    #[test]
+    fn a_private_dir_is_a_directory_of_its_own_user_closed_to_others() {
+        use std::os::unix::fs::PermissionsExt;
+        let uid = unistd::geteuid().as_raw();
+        let dir = tempdir();
+        let private = dir.path().join("private");
+        std::fs::create_dir(&private).unwrap();
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o700)).unwrap();
+        check_private_dir(&private, uid).expect("private");
+        let reason = |path: &Path, uid: u32| match check_private_dir(path, uid) {
+            Err(TransportError::UnsafeSocketDir { reason, .. }) => reason,
+            other => panic!("{other:?}"),
+        };
+        assert_eq!(
+            reason(&private, uid + 1),
+            format!("it belongs to uid {uid}")
+        );
+        std::fs::set_permissions(&private, std::fs::Permissions::from_mode(0o1777)).unwrap();
+        assert_eq!(reason(&private, uid), "its mode is 1777, open to others");
+        let link = dir.path().join("link");
+        std::os::unix::fs::symlink(&private, &link).unwrap();
+        assert_eq!(reason(&link, uid), "it is a symbolic link");
+        let file = dir.path().join("file");
+        std::fs::write(&file, b"").unwrap();
+        assert_eq!(reason(&file, uid), "it is not a directory");
     }
 
     #[test]

@@ -51,7 +51,7 @@ pub const RETRY_INTERVAL: Duration = Duration::from_secs(1);
 pub const MAX_RETRY_INTERVAL: Duration = Duration::from_secs(60);
 
 /// Where a provider looks for the trace service, in order: the user's own service
-/// (`$XDG_RUNTIME_DIR/fxtrace.sock`, else `/tmp/fxtrace-<euid>.sock`), then the system's
+/// (`$XDG_RUNTIME_DIR/fxtrace.sock`, else `/tmp/fxtrace-<euid>/fxtrace.sock`), then the system's
 /// ([`SYSTEM_SOCKET_PATH`]). `FXTRACE_SOCKET`, when set, names the only one.
 pub fn service_socket_paths() -> Vec<PathBuf> {
     if std::env::var_os(crate::protocol::transport::SOCKET_ENV).is_some_and(|p| !p.is_empty()) {

@@ -312,6 +312,123 @@ fn backed_off_attempts(age: Duration) -> usize {
     1 + (age.as_secs_f64() + 1.0).log2().floor() as usize
 }
 
+/// Another user squats the fallback socket's name of a user without `XDG_RUNTIME_DIR` (the
+/// directory `/tmp/fxtrace-<uid>`, and the socket name of before, `/tmp/fxtrace-<uid>.sock`),
+/// each a link to root's service. That user's daemon refuses to start, naming the directory;
+/// its controllers and programs refuse to use the socket there (before: they followed the link
+/// and talked to root's service). Once the squatter's links are gone, the daemon creates the
+/// directory itself, mode 0700, and serves.
+#[test]
+fn a_squatted_fallback_socket_directory_is_refused() {
+    if !root_or_skip() {
+        return;
+    }
+    use std::os::unix::fs::{MetadataExt, PermissionsExt};
+    // A user of its own for this test, and the squatter.
+    let (victim, squatter) = (61_842u32, 65_534u32);
+    let fallback_dir = PathBuf::from(format!("/tmp/fxtrace-{victim}"));
+    let old_socket = PathBuf::from(format!("/tmp/fxtrace-{victim}.sock"));
+    let cleanup = || {
+        for p in [&fallback_dir, &old_socket] {
+            let _ = std::fs::remove_file(p);
+            let _ = std::fs::remove_dir_all(p);
+        }
+    };
+    cleanup();
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o755)).unwrap();
+    let root_dir = tmp.path().join("root");
+    std::fs::create_dir(&root_dir).unwrap();
+    std::fs::set_permissions(&root_dir, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let root_daemon = Daemon::start(&root_dir);
+    let ln = |target: &Path, link: &Path| {
+        let status = Command::new("ln")
+            .arg("-s")
+            .arg(target)
+            .arg(link)
+            .uid(squatter)
+            .gid(squatter)
+            .status()
+            .unwrap();
+        assert!(status.success(), "ln -s as uid {squatter}");
+    };
+    ln(&root_dir, &fallback_dir);
+    ln(&root_daemon.socket, &old_socket);
+    let as_victim = |args: &[&str]| {
+        Command::new(FXTRACE)
+            .args(args)
+            .env_remove("XDG_RUNTIME_DIR")
+            .env_remove("FXTRACE_SOCKET")
+            .uid(victim)
+            .gid(victim)
+            .output()
+            .unwrap()
+    };
+    let refused = as_victim(&["daemon"]);
+    let err = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "{err}");
+    assert!(
+        err.contains(&format!(
+            "{}: it is a symbolic link",
+            fallback_dir.display()
+        )),
+        "{err}"
+    );
+    let controller = as_victim(&["providers"]);
+    let err = String::from_utf8_lossy(&controller.stderr);
+    assert!(!controller.status.success(), "{err}");
+    assert!(err.contains("symbolic link"), "{err}");
+    // A program of that user does not register through the link either.
+    let exe = runnable_by_all(&example("service"), tmp.path());
+    let mut program = Command::new(&exe)
+        .arg("30")
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("FXTRACE_SOCKET")
+        .uid(victim)
+        .gid(victim)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(1500));
+    let _ = program.kill();
+    let _ = program.wait();
+    let log = root_daemon.log();
+    assert!(!log.contains(&format!("uid {victim}")), "{log}");
+    // Without the squatter, the user's daemon makes its own directory.
+    cleanup();
+    let mut daemon = Command::new(FXTRACE)
+        .arg("daemon")
+        .env_remove("XDG_RUNTIME_DIR")
+        .env_remove("FXTRACE_SOCKET")
+        .uid(victim)
+        .gid(victim)
+        .stderr(Stdio::null())
+        .spawn()
+        .unwrap();
+    let socket = fallback_dir.join("fxtrace.sock");
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    while !socket.exists() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no socket at {socket:?}"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let meta = std::fs::symlink_metadata(&fallback_dir).unwrap();
+    assert!(meta.is_dir());
+    assert_eq!((meta.uid(), meta.mode() & 0o7777), (victim, 0o700));
+    let listed = as_victim(&["providers"]);
+    assert!(
+        listed.status.success(),
+        "{}",
+        String::from_utf8_lossy(&listed.stderr)
+    );
+    let _ = daemon.kill();
+    let _ = daemon.wait();
+    cleanup();
+}
+
 /// `/proc/PID/status`'s VmRSS, KiB.
 fn rss_kib(pid: u32) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();

@@ -85,8 +85,8 @@ const FDS_RESERVED: u64 = 256;
 pub const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(5);
 
 /// The socket a service listens on by default: [`SYSTEM_SOCKET_PATH`] for root, else the
-/// user's (`$XDG_RUNTIME_DIR/fxtrace.sock`, else `/tmp/fxtrace-<uid>.sock`). `FXTRACE_SOCKET`
-/// overrides both.
+/// user's (`$XDG_RUNTIME_DIR/fxtrace.sock`, else `/tmp/fxtrace-<uid>/fxtrace.sock`, in a
+/// directory of mode 0700 it creates). `FXTRACE_SOCKET` overrides both.
 pub fn default_service_socket() -> PathBuf {
     if std::env::var_os(fxtrace::protocol::transport::SOCKET_ENV).is_some_and(|p| !p.is_empty()) {
         return fxtrace::protocol::transport::default_socket_path();
