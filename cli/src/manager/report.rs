@@ -185,6 +185,85 @@ impl Throttle {
     pub fn rest(&mut self) -> Option<u64> {
         (self.noted > 0).then(|| std::mem::take(&mut self.noted))
     }
+
+    /// Nothing to tell, and the last line told an interval ago or more (or never).
+    fn idle(&self, now: std::time::Instant) -> bool {
+        self.noted == 0
+            && self.told.map_or(true, |at| {
+                now.saturating_duration_since(at) >= self.interval
+            })
+    }
+}
+
+/// Log lines of repeated events, each kind told at most once per interval ([`Throttle`] per
+/// key: a rule and the uid that broke it, say): the first line at once, the later ones of the
+/// same key counted and told as one line, the last of them with its count, once the interval
+/// has passed. Keys are kept only while they have something to tell or told it less than an
+/// interval ago, at most [`ThrottledLines::MAX_KEYS`]; events of further keys are counted
+/// under one line of their own.
+#[derive(Debug)]
+pub struct ThrottledLines<K: Ord> {
+    interval: std::time::Duration,
+    keys: std::collections::BTreeMap<K, (Throttle, String)>,
+    /// Events of keys beyond [`Self::MAX_KEYS`], and the last of their lines.
+    overflow: (Throttle, String),
+}
+
+impl<K: Ord> ThrottledLines<K> {
+    /// Most keys followed at once.
+    pub const MAX_KEYS: usize = 1024;
+
+    /// At most one line per key and `interval`.
+    pub fn new(interval: std::time::Duration) -> Self {
+        ThrottledLines {
+            interval,
+            keys: std::collections::BTreeMap::new(),
+            overflow: (Throttle::new(interval), String::new()),
+        }
+    }
+
+    /// Note an event of `key` whose line is `line`; the line to log now, if one is due.
+    pub fn note(&mut self, key: K, line: String, now: std::time::Instant) -> Option<String> {
+        self.forget_idle(now);
+        let interval = self.interval;
+        let (throttle, last) = if self.keys.len() < Self::MAX_KEYS || self.keys.contains_key(&key) {
+            self.keys
+                .entry(key)
+                .or_insert_with(|| (Throttle::new(interval), String::new()))
+        } else {
+            &mut self.overflow
+        };
+        throttle.note();
+        *last = line;
+        throttle.due(now).map(|n| Self::told(n, last))
+    }
+
+    /// The lines due at `now` (call it every turn, so the last events are told too).
+    pub fn due(&mut self, now: std::time::Instant) -> Vec<String> {
+        let mut lines: Vec<String> = self
+            .keys
+            .values_mut()
+            .chain(std::iter::once(&mut self.overflow))
+            .filter_map(|(throttle, last)| throttle.due(now).map(|n| Self::told(n, last)))
+            .collect();
+        lines.retain(|l| !l.is_empty());
+        self.forget_idle(now);
+        lines
+    }
+
+    /// Keys with nothing to tell whose last line is an interval old: a new event of theirs is
+    /// told at once anyway.
+    fn forget_idle(&mut self, now: std::time::Instant) {
+        self.keys.retain(|_, (throttle, _)| !throttle.idle(now));
+    }
+
+    fn told(n: u64, last: &str) -> String {
+        if n > 1 {
+            format!("{last} ({n} such since the last such line)")
+        } else {
+            last.to_owned()
+        }
+    }
 }
 
 /// `s` with every control character (escape sequences, newlines, …) replaced by `?`, as `ps`
@@ -370,6 +449,49 @@ mod tests {
         t.note();
         assert_eq!(t.rest(), Some(1));
         assert_eq!(t.rest(), None);
+    }
+
+    #[test]
+    fn throttled_lines_tell_each_key_once_per_interval_with_its_count() {
+        let second = std::time::Duration::from_secs(1);
+        let t0 = std::time::Instant::now();
+        let mut lines = ThrottledLines::new(second);
+        assert_eq!(
+            lines.note(("policy", 7), "refused a".into(), t0).as_deref(),
+            Some("refused a")
+        );
+        // Another key is told at once; the same key's next events are counted.
+        assert_eq!(
+            lines.note(("policy", 8), "refused b".into(), t0).as_deref(),
+            Some("refused b")
+        );
+        for i in 0..50 {
+            assert_eq!(lines.note(("policy", 7), format!("refused a{i}"), t0), None);
+        }
+        assert!(lines.due(t0 + second / 2).is_empty());
+        assert_eq!(
+            lines.due(t0 + second),
+            ["refused a49 (50 such since the last such line)"]
+        );
+        // Told and idle for an interval: forgotten, and told at once again.
+        assert!(lines.due(t0 + 2 * second).is_empty());
+        assert!(lines.keys.is_empty());
+        assert_eq!(
+            lines
+                .note(("policy", 7), "again".into(), t0 + 2 * second)
+                .as_deref(),
+            Some("again")
+        );
+        // Keys beyond the bound share one line.
+        let mut many = ThrottledLines::new(second);
+        for uid in 0..ThrottledLines::<(&str, u32)>::MAX_KEYS as u32 + 10 {
+            many.note(("policy", uid), format!("uid {uid}"), t0);
+        }
+        assert_eq!(many.keys.len(), ThrottledLines::<(&str, u32)>::MAX_KEYS);
+        assert_eq!(
+            many.due(t0 + second),
+            ["uid 1033 (9 such since the last such line)"]
+        );
     }
 
     #[test]

@@ -1139,7 +1139,7 @@ fn a_program_registering_once_at_the_service_is_told_why_it_is_not_traced() {
     };
     match fxtrace::provider::Provider::connect_with("once", &options) {
         Err(fxtrace::provider::ProviderError::Refused(reason)) => {
-            assert!(reason.contains("unset FXTRACE_SOCKET"), "{reason}")
+            assert!(reason.contains("fxtrace::connect"), "{reason}")
         }
         Err(e) => panic!("{e}"),
         Ok(p) => panic!("registered: {:?}", p.map(|p| p.id())),
@@ -1225,6 +1225,80 @@ fn a_flood_of_silent_connections_by_one_user_does_not_keep_others_out() {
         .matches("connections waiting to say who they are")
         .count();
     assert!(lines <= 30, "{lines} lines");
+}
+
+/// Not a test of its own: the body of the flooding child of
+/// [`refused_registrations_and_bad_first_messages_are_logged_once_a_second`].
+#[test]
+fn refusal_flood_child() {
+    let Ok(socket) = std::env::var("FXTRACE_REFUSAL_FLOOD_CHILD") else {
+        return;
+    };
+    let socket = PathBuf::from(socket);
+    // Until the parent kills this process: registrations the service refuses, with the
+    // longest name a peer may choose, and first frames that do not decode.
+    loop {
+        if let Ok(mut conn) = ControlConn::connect(&socket, Duration::from_secs(1)) {
+            let _ = conn.send_msg(
+                &Message::Register {
+                    pid: std::process::id(),
+                    name: "n".repeat(100),
+                    known_categories: vec![],
+                    accepts_ticks_per_second: true,
+                    waits_for_session: true,
+                },
+                &[],
+            );
+            let _ = conn.set_recv_timeout(Some(Duration::from_secs(1)));
+            let _ = conn.recv_msg();
+        }
+        if let Ok(mut raw) = std::os::unix::net::UnixStream::connect(&socket) {
+            use std::io::Write as _;
+            let _ = raw.write_all(&[0xff; 16]);
+        }
+    }
+}
+
+/// A user who may not register floods root's service with refused registrations and
+/// malformed first frames: each rule is logged once a second per uid, with a count, not once
+/// per connection (that grew the log by 24–31 MB in 10 s).
+#[test]
+fn refused_registrations_and_bad_first_messages_are_logged_once_a_second() {
+    if !root_or_skip("refused_registrations_and_bad_first_messages_are_logged_once_a_second") {
+        return;
+    }
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let daemon = Daemon::start(tmp.path());
+    let exe = runnable_by_all(&std::env::current_exe().unwrap(), tmp.path());
+    let nobody = 65534;
+    let mut flood = Command::new(&exe);
+    flood
+        .args(["--exact", "service::refusal_flood_child", "--nocapture"])
+        .env("FXTRACE_REFUSAL_FLOOD_CHILD", &daemon.socket)
+        .uid(nobody)
+        .gid(nobody)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let before = daemon.log().len();
+    let mut flood = retry_while_busy(|| flood.spawn());
+    daemon.wait_log("may not register", Duration::from_secs(20));
+    daemon.wait_log("bad first message", Duration::from_secs(20));
+    std::thread::sleep(Duration::from_secs(3));
+    let _ = flood.kill();
+    let _ = flood.wait();
+    // The last counts are told within a second of the last event.
+    std::thread::sleep(Duration::from_millis(1500));
+    let log = daemon.log();
+    let grown = log.len() - before;
+    let refused = log.matches("may not register").count();
+    let malformed = log.matches("bad first message").count();
+    println!("log grew {grown} bytes: {refused} refusal lines, {malformed} bad-frame lines");
+    assert!(refused <= 8, "{refused} refusal lines in about 4 s");
+    assert!(malformed <= 8, "{malformed} bad-frame lines in about 4 s");
+    assert!(log.contains("such since the last such line"), "{log}");
+    assert!(grown < 16 << 10, "the log grew {grown} bytes");
 }
 
 /// `command.output()` of an executable copied just now: another test's fork may still hold

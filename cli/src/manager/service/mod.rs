@@ -36,7 +36,7 @@ use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 
 use super::conn::{eviction_victim, FramedConn, ReadOutcome, MAX_ACCEPTS_PER_TURN};
-use super::report::Throttle;
+use super::report::{Throttle, ThrottledLines};
 use super::server::{Manager, ManagerConfig, Registration, Waker};
 use super::session::SessionConfig;
 use super::wire::{Frame, StatusEntry, StatusReply, MAX_STATUS_PROVIDERS};
@@ -65,7 +65,8 @@ pub const MAX_SESSIONS_PER_UID: usize = 4;
 pub const MAX_CONTROLLERS_PER_UID: usize = 16;
 /// Most connections waiting to say who they are.
 pub const MAX_PENDING: usize = 64;
-/// At most one log line per this interval about connections closed for newer ones.
+/// At most one log line per this interval about connections closed for newer ones, and per
+/// rule and uid about refused registrations and bad first messages.
 const EVICTION_LOG_INTERVAL: Duration = Duration::from_secs(1);
 /// Largest message a peer of the service may send (a controller's request, a Register).
 pub const MAX_REQUEST_BODY: usize = 64 << 10;
@@ -254,6 +255,10 @@ pub struct Service {
     evicted: Throttle,
     /// The user of the last connection closed that way.
     evicted_uid: u32,
+    /// Refused registrations and bad first messages: what any local user can make the service
+    /// say as often as they like, logged at most once per [`EVICTION_LOG_INTERVAL`] per rule
+    /// and uid, with a count.
+    refusals: ThrottledLines<(&'static str, u32)>,
 }
 
 impl std::fmt::Debug for Service {
@@ -317,6 +322,7 @@ impl Service {
             max_providers,
             evicted: Throttle::new(EVICTION_LOG_INTERVAL),
             evicted_uid: 0,
+            refusals: ThrottledLines::new(EVICTION_LOG_INTERVAL),
         })
     }
 
@@ -328,6 +334,14 @@ impl Service {
     /// Wakes the loop (for a signal handler: write 8 bytes to [`Waker::raw_fd`]).
     pub fn waker(&self) -> Waker {
         self.waker.clone()
+    }
+
+    /// Log `line`, a refusal by `rule` of a peer of `uid`, unless such a line was logged less
+    /// than [`EVICTION_LOG_INTERVAL`] ago (then it is counted, and told with the count later).
+    fn log_refusal(&mut self, rule: &'static str, uid: u32, line: String) {
+        if let Some(line) = self.refusals.note((rule, uid), line, Instant::now()) {
+            self.log(line);
+        }
     }
 
     fn log(&self, line: impl std::fmt::Display) {
@@ -493,6 +507,9 @@ impl Service {
         }
         self.log_evictions();
         let now = Instant::now();
+        for line in self.refusals.due(now) {
+            self.log(line);
+        }
         let before = self.pending.len();
         self.pending.retain(|p| p.deadline > now);
         if self.pending.len() < before {
@@ -598,10 +615,14 @@ impl Service {
                     source: Errno::EAGAIN,
                     ..
                 }) => return,
-                Err(TransportError::PeerRefused { pid, uid, .. }) => self.log(format_args!(
-                    "fxtrace daemon: refused pid {pid}: uid {uid} may not connect to a service \
-                     of another user (run a service of your own: fxtrace daemon)"
-                )),
+                Err(TransportError::PeerRefused { pid, uid, .. }) => self.log_refusal(
+                    "connect",
+                    uid,
+                    format!(
+                        "fxtrace daemon: refused pid {pid}: uid {uid} may not connect to a \
+                         service of another user (run a service of your own: fxtrace daemon)"
+                    ),
+                ),
                 Err(TransportError::Sys {
                     source: Errno::ECONNABORTED | Errno::EINTR,
                     ..
@@ -660,14 +681,17 @@ impl Service {
             return;
         };
         let pid = p.conn.conn().peer_pid();
+        let uid = p.conn.conn().peer_uid();
         let messages = match p.conn.read_available() {
             Ok(ReadOutcome::Messages(m)) if m.is_empty() => return,
             Ok(ReadOutcome::Messages(m)) | Ok(ReadOutcome::Closed(m)) => m,
             Err(e) => {
                 self.pending.swap_remove(index);
-                self.log(format_args!(
-                    "fxtrace daemon: pid {pid}: bad first message: {e}"
-                ));
+                self.log_refusal(
+                    "bad first message",
+                    uid,
+                    format!("fxtrace daemon: pid {pid} (uid {uid}): bad first message: {e}"),
+                );
                 return;
             }
         };
@@ -685,11 +709,15 @@ impl Service {
                 waits_for_session,
             }) => {
                 if let Some(next) = messages.next() {
-                    self.log(format_args!(
-                        "fxtrace daemon: pid {pid}: {} sent before its registration was \
-                         answered: closed",
-                        next.name()
-                    ));
+                    self.log_refusal(
+                        "message before the registration's answer",
+                        uid,
+                        format!(
+                            "fxtrace daemon: pid {pid} (uid {uid}): {} sent before its \
+                             registration was answered: closed",
+                            next.name()
+                        ),
+                    );
                     return;
                 }
                 let registration = Registration {
@@ -706,10 +734,14 @@ impl Service {
                 let requests: Vec<Frame> = std::iter::once(first).chain(messages).collect();
                 self.new_controller(conn, requests, one_shot);
             }
-            other => self.log(format_args!(
-                "fxtrace daemon: pid {pid}: unexpected first message {}",
-                other.name()
-            )),
+            other => self.log_refusal(
+                "unexpected first message",
+                uid,
+                format!(
+                    "fxtrace daemon: pid {pid} (uid {uid}): unexpected first message {}",
+                    other.name()
+                ),
+            ),
         }
     }
 
@@ -807,11 +839,17 @@ impl Service {
             .config
             .policy
             .may_register(&peer)
-            .and_then(|()| self.admit(pid, cred.uid));
-        if let Err(why) = admitted {
-            self.log(format_args!(
-                "fxtrace daemon: provider {name:?} (pid {pid}) refused: {why}"
-            ));
+            .map_err(|why| ("registration: policy", why))
+            .and_then(|()| {
+                self.admit(pid, cred.uid)
+                    .map_err(|why| ("registration: limits", why))
+            });
+        if let Err((rule, why)) = admitted {
+            self.log_refusal(
+                rule,
+                cred.uid,
+                format!("fxtrace daemon: provider {name:?} (pid {pid}) refused: {why}"),
+            );
             // The provider learns the rule (and backs off); the connection closes after it.
             let reason = crate::manager::archive::truncate_str(
                 &why,
@@ -843,13 +881,19 @@ impl Service {
             // A program that registers once, as with `fxtrace record` (FXTRACE_SOCKET names
             // this service, or an fxtrace older than the service): say why, to it and here.
             let reason = "this is a trace service (fxtrace daemon) and none of its sessions is \
-                          running for this program: start one first (fxtrace start), or unset \
-                          FXTRACE_SOCKET so that the program follows the service and joins its \
-                          sessions as they start";
-            self.log(format_args!(
-                "fxtrace daemon: provider {name:?} (pid {pid}) registered to be traced now, \
-                 not to wait for a session, and no session is running for it: refused"
-            ));
+                          running for this program: start one first (fxtrace start), or register \
+                          with fxtrace::connect, which follows the service (also the one \
+                          FXTRACE_SOCKET names) and joins its sessions as they start";
+            self.log_refusal(
+                "registration: no session",
+                cred.uid,
+                format!(
+                    "fxtrace daemon: provider {name:?} (pid {pid}, uid {}) registered to be \
+                     traced now, not to wait for a session, and no session is running for it: \
+                     refused",
+                    cred.uid
+                ),
+            );
             let _ = conn.send(
                 &Message::Refused {
                     reason: reason.into(),
@@ -864,9 +908,11 @@ impl Service {
                 joining: session.is_some(),
             };
             if let Err(e) = conn.send(&registered, &[]) {
-                self.log(format_args!(
-                    "fxtrace daemon: provider {name:?} (pid {pid}): {e}"
-                ));
+                self.log_refusal(
+                    "registration: answer not sent",
+                    cred.uid,
+                    format!("fxtrace daemon: provider {name:?} (pid {pid}): {e}"),
+                );
                 return;
             }
         }
