@@ -109,10 +109,16 @@ pub(crate) fn init() {
         follow(&name, options, complaints);
         return;
     }
-    let provider = match Provider::connect_with(&name, &provider_options) {
+    // A trace service there (`fxtrace daemon --socket PATH`) is followed as the default
+    // ones are; a session manager (`fxtrace record`) gives its provider.
+    let hook = session_hook(options.clone(), complaints.clone());
+    let provider = match fxtrace::provider::join_or_follow(&name, &provider_options, hook) {
         Ok(Some(provider)) => provider,
         Ok(None) => {
-            log!("no trace manager listening: not tracing");
+            match fxtrace::provider::service_status() {
+                Some(status) => log!("following the trace service: {:?}", status.state),
+                None => log!("no trace manager listening: not tracing"),
+            }
             return;
         }
         Err(e) => {
@@ -213,7 +219,21 @@ fn follow(name: &str, options: Options, complaints: Vec<String>) {
         start_wait,
         ..ProviderOptions::default()
     };
-    let hook = move |provider: &Provider| -> Box<dyn Send> {
+    let hook = session_hook(options, complaints);
+    match fxtrace::provider::follow_service(name, &provider_options, hook) {
+        Ok(()) => log!(
+            "following the trace service: {:?}",
+            fxtrace::provider::service_status().map(|s| s.state)
+        ),
+        Err(e) => log!("not following the trace service: {e}"),
+    }
+}
+
+/// What starts for each session of the trace service that traces this process: the
+/// per-process capture (stopped when the session ends), after the option complaints are
+/// noted in the trace.
+fn session_hook(options: Options, complaints: Vec<String>) -> fxtrace::provider::SessionHook {
+    Box::new(move |provider: &Provider| -> Box<dyn Send> {
         log!("session started: provider {}", provider.id());
         global::with_writer(|w| {
             let _ = w.thread_ref();
@@ -228,14 +248,7 @@ fn follow(name: &str, options: Options, complaints: Vec<String>) {
             CaptureMode::None => None,
         };
         Box::new(SessionCapture { capture, writer })
-    };
-    match fxtrace::provider::follow_service(name, &provider_options, Box::new(hook)) {
-        Ok(()) => log!(
-            "following the trace service: {:?}",
-            fxtrace::provider::service_status().map(|s| s.state)
-        ),
-        Err(e) => log!("not following the trace service: {e}"),
-    }
+    })
 }
 
 /// The capture of one session of the trace service: stopped, and its last events written,

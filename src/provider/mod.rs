@@ -54,8 +54,8 @@ use std::time::Duration;
 
 pub use client::{Provider, ProviderState, ProviderStats};
 pub use service::{
-    follow_service, service_socket_paths, service_status, ServiceState, ServiceStatus, SessionHook,
-    MAX_RETRY_INTERVAL, RETRY_INTERVAL, SYSTEM_SOCKET_PATH,
+    follow_service, join_or_follow, service_socket_paths, service_status, ServiceState,
+    ServiceStatus, SessionHook, MAX_RETRY_INTERVAL, RETRY_INTERVAL, SYSTEM_SOCKET_PATH,
 };
 
 use crate::buffer::BufferError;
@@ -156,6 +156,9 @@ pub enum ProviderError {
 ///
 /// - Under `fxtrace record` (`FXTRACE_SOCKET` is set): join that session. `Some(provider)`:
 ///   keep it alive for as long as the program should be traced; `None`: nobody listens there.
+///   When `FXTRACE_SOCKET` names a trace service instead (`fxtrace daemon --socket PATH`: it
+///   answers the registration with `Registered`), the process follows that service as below,
+///   and `None` is returned ([`join_or_follow`]).
 /// - Otherwise: follow the trace service (`fxtrace daemon`, see [`service_socket_paths`]).
 ///   The process registers with it now if it is running, or when it appears (a background
 ///   thread watches for it, with no syscall while nothing happens), stays idle at the cost of
@@ -169,7 +172,7 @@ pub fn connect(name: &str) -> Result<Option<Provider>, ProviderError> {
     let options = ProviderOptions::default();
     let name = crate::format::truncate_str(name, crate::protocol::control::MAX_PROVIDER_NAME_LEN);
     if std::env::var_os(crate::protocol::transport::SOCKET_ENV).is_some_and(|p| !p.is_empty()) {
-        let Some(provider) = Provider::connect_with(name, &options)? else {
+        let Some(provider) = join_or_follow(name, &options, Box::new(|_| Box::new(())))? else {
             return Ok(None);
         };
         provider.install_global()?;

@@ -167,6 +167,94 @@ pub fn follow_service(
     if slot.is_some() {
         return Ok(());
     }
+    let paths = service_socket_paths();
+    // The first attempt runs here, so a program started after the service is registered
+    // (and, if a session is running, traced) when `connect` returns.
+    let first = attempt(&paths, name, options);
+    let joining = matches!(first, Attempt::Registered { joining: true, .. });
+    let shared = start_following(name, options, on_session, paths, first)?;
+    *slot = Some(shared.clone());
+    drop(slot);
+    if joining {
+        wait_for_start(&shared, options);
+    }
+    Ok(())
+}
+
+/// Join whatever listens at the socket `FXTRACE_SOCKET` names (or `options.socket_path`) as
+/// provider `name`, registering as a provider that can wait for a session: a session manager
+/// (`fxtrace record`) answers Initialize, and its provider is returned, as
+/// [`Provider::connect_with`] gives it; a trace service (`fxtrace daemon --socket PATH`)
+/// answers Registered, and the process then follows that service as [`follow_service`] follows
+/// the default ones (idle, its sessions, its restarts; `on_session` as each session starts),
+/// and `None` is returned. Nobody listening: `None` and nothing else (no thread, no watch: a
+/// program started without a manager pays one failed `connect`, as before).
+///
+/// `options.exit_hook` is for a session manager's provider (the preload object stops that one
+/// itself); the sessions of a followed service always stop at exit through the provider's
+/// exit hook, as [`follow_service`]'s do by default.
+pub fn join_or_follow(
+    name: &str,
+    options: &ProviderOptions,
+    on_session: SessionHook,
+) -> Result<Option<Provider>, ProviderError> {
+    let path = options
+        .socket_path
+        .clone()
+        .unwrap_or_else(default_socket_path);
+    let mut slot = SERVICE.lock().unwrap_or_else(|p| p.into_inner());
+    let registered = match register_at(&path, name, options, true, handshake_deadline(options)) {
+        // A manager of the first control revision refuses Register's features: register with
+        // it as before the service existed (a trace service never hangs up on a first
+        // Register, so that is not one).
+        Err(ProviderError::Transport(crate::protocol::transport::TransportError::PeerClosed)) => {
+            register_at(&path, name, options, false, handshake_deadline(options))?
+        }
+        other => other?,
+    };
+    let Some((conn, msg, fds)) = registered else {
+        return Ok(None);
+    };
+    let Message::Registered {
+        provider_id,
+        joining,
+    } = msg
+    else {
+        // Initialize (or Refused, or a protocol error: said by `from_initialize`).
+        return Provider::from_initialize(name.to_owned(), conn, msg, fds, options).map(Some);
+    };
+    if slot.is_some() {
+        // This process follows a service already (a second `connect`): one registration
+        // per process, the one it has.
+        return Ok(None);
+    }
+    let first = Attempt::Registered {
+        socket: path.clone(),
+        conn,
+        id: provider_id,
+        joining,
+    };
+    let options = ProviderOptions {
+        exit_hook: true,
+        ..options.clone()
+    };
+    let shared = start_following(name, &options, on_session, vec![path], first)?;
+    *slot = Some(shared.clone());
+    drop(slot);
+    if joining {
+        wait_for_start(&shared, &options);
+    }
+    Ok(None)
+}
+
+/// Start the service thread over `paths`, from the outcome of the first attempt.
+fn start_following(
+    name: &str,
+    options: &ProviderOptions,
+    on_session: SessionHook,
+    paths: Vec<PathBuf>,
+    first: Attempt,
+) -> Result<Arc<Shared>, ProviderError> {
     let shared = Arc::new(Shared {
         status: Mutex::new(Status {
             state: ServiceState::Waiting,
@@ -176,11 +264,6 @@ pub fn follow_service(
         }),
         changed: Condvar::new(),
     });
-    let paths = service_socket_paths();
-    // The first attempt runs here, so a program started after the service is registered
-    // (and, if a session is running, traced) when `connect` returns.
-    let first = attempt(&paths, name, options);
-    let joining = matches!(first, Attempt::Registered { joining: true, .. });
     {
         let shared = shared.clone();
         let name = name.to_owned();
@@ -190,9 +273,13 @@ pub fn follow_service(
         })
         .map_err(ProviderError::Thread)?;
     }
-    *slot = Some(shared.clone());
-    drop(slot);
-    if joining && !options.start_wait.is_zero() {
+    Ok(shared)
+}
+
+/// A registration joined a session that is running: wait at most `options.start_wait` for the
+/// session's start, so the program's first events are kept.
+fn wait_for_start(shared: &Shared, options: &ProviderOptions) {
+    if !options.start_wait.is_zero() {
         // A wait too long for the clock is no bound at all: cap it at an hour.
         let start_wait = options.start_wait.min(Duration::from_secs(3600));
         let deadline = Instant::now() + start_wait;
@@ -209,7 +296,6 @@ pub fn follow_service(
                 .unwrap_or_else(|p| p.into_inner().0);
         }
     }
-    Ok(())
 }
 
 /// The outcome of one registration attempt.

@@ -118,9 +118,8 @@ pub(crate) fn daemon(args: &DaemonArgs) -> Result<ExitCode, ServiceCliError> {
         && std::env::var_os(fxtrace::protocol::transport::SOCKET_ENV).is_some_and(|p| !p.is_empty())
     {
         note!(
-            "listening at {} because FXTRACE_SOCKET names it: programs started with \
-             FXTRACE_SOCKET set register once (as under fxtrace record) and are refused while \
-             no session runs; leave it unset for programs that should follow the service",
+            "listening at {} because FXTRACE_SOCKET names it: programs started with the same \
+             FXTRACE_SOCKET follow this service",
             socket_path.display()
         );
     }

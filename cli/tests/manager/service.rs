@@ -98,6 +98,41 @@ fn a_service_started_before_the_daemon_registers_when_it_appears_and_is_traced()
     let _ = svc.wait();
 }
 
+/// `FXTRACE_SOCKET` naming a trace service (`fxtrace daemon --socket S`), not the default
+/// socket: the program registers with it and follows it, idle, through a session, and after
+/// the daemon restarts. (It used to register once, as under `fxtrace record`, be refused, and
+/// run untraced without a word.)
+#[test]
+fn a_service_named_by_fxtrace_socket_is_followed_through_sessions_and_restarts() {
+    let dir = tempfile::tempdir().unwrap();
+    let elsewhere = tempfile::tempdir().unwrap();
+    let first = Daemon::start(dir.path());
+    let mut svc = Command::new(example("service"))
+        .arg("30")
+        .env("FXTRACE_SOCKET", &first.socket)
+        .env("XDG_RUNTIME_DIR", elsewhere.path())
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn examples/service");
+    first.wait_providers("service-example", 1);
+    assert!(first.ok(&["providers"]).contains("idle"));
+    let out = dir.path().join("named.fxt");
+    first.ok(&["start", "--duration", "1", "-o", out.to_str().unwrap()]);
+    assert!(requests(&out) >= 20, "{} requests", requests(&out));
+    // Registered again after the session, and after a restart.
+    first.wait_providers("service-example", 1);
+    let log = first.stop();
+    assert!(!log.contains("refused"), "{log}");
+    let second = Daemon::start(dir.path());
+    second.wait_providers("service-example", 1);
+    let again = dir.path().join("named-again.fxt");
+    second.ok(&["start", "--duration", "0.5", "-o", again.to_str().unwrap()]);
+    assert!(requests(&again) >= 10, "{} requests", requests(&again));
+    let _ = svc.kill();
+    let _ = svc.wait();
+}
+
 #[test]
 fn a_daemon_restarted_while_a_service_runs_traces_it_again() {
     let dir = tempfile::tempdir().unwrap();
