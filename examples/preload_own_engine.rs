@@ -1,6 +1,7 @@
 //! A fixture of the preload tests (`cli/tests/preload/own_engine.rs`): a Rust program with its
 //! own copy of the `fxtrace` crate, run under `fxtrace record --preload`, whose main thread
-//! ends with `pthread_exit` while a worker thread still writes.
+//! ends with `pthread_exit` while a worker thread still writes. The service tests run it
+//! without the preload object too, following the trace service (`cli/tests/manager/service.rs`).
 //!
 //! ```text
 //! fxtrace record --preload -o t.fxt -- target/debug/examples/preload_own_engine

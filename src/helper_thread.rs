@@ -197,6 +197,105 @@ extern "C" fn forget_in_child() {
     }
 }
 
+/// Have the process end when the program's last thread does, once its main thread has ended
+/// without ending it (`pthread_exit`, `thrd_exit`, a cancellation), as it would without
+/// fxtrace: glibc ends such a process when its last thread ends, and fxtrace's helpers (the
+/// provider's control thread, the service follower, …) never end on their own; with every
+/// signal blocked in them, a `SIGTERM` could not end it either.
+///
+/// Called on the main thread (elsewhere nothing is armed), once per copy of this crate: the
+/// main thread gets a thread-specific value whose destructor glibc runs when it ends that way,
+/// never at `exit`. The destructor starts a watcher helper (`fxtrace-exit`); once the main
+/// thread has ended and only helpers are left ([`tids`]), the watcher calls `exit(0)`, which
+/// runs the `atexit` handlers (the trace's flush) as glibc's end of the last thread does. In a
+/// process whose loaded preload object exports the helper list, that object's copy watches
+/// (one watcher: two could call `exit` at once), and this one arms nothing.
+pub fn exit_with_the_last_program_thread() {
+    static ARMED: AtomicBool = AtomicBool::new(false);
+    // SAFETY: getpid and gettid have no preconditions.
+    if unsafe { libc::gettid() != libc::getpid() } || find_exported().is_some() {
+        return;
+    }
+    // ATOMICS: only claims the arming; nothing is published through it.
+    if ARMED.swap(true, Ordering::Relaxed) {
+        return;
+    }
+    let mut key: libc::pthread_key_t = 0;
+    // SAFETY: `key` is valid storage; the destructor is an `extern "C"` function of this copy,
+    // which stays loaded (a program's own, or the preload object, linked with `-z nodelete`).
+    if unsafe { libc::pthread_key_create(&mut key, Some(main_thread_ending)) } != 0 {
+        return;
+    }
+    // SAFETY: a key just created; the value is only a non-null marker (never dereferenced),
+    // without which glibc does not call the destructor.
+    unsafe { libc::pthread_setspecific(key, std::ptr::NonNull::<u8>::dangling().as_ptr().cast()) };
+}
+
+/// The main thread's thread-specific destructor: it is ending without ending the process.
+extern "C" fn main_thread_ending(_: *mut libc::c_void) {
+    // A panic must not unwind into glibc; without a watcher the process lives on as before.
+    let _ = std::panic::catch_unwind(|| {
+        static STARTED: AtomicBool = AtomicBool::new(false);
+        // ATOMICS: only claims the start; nothing is published through it.
+        if !STARTED.swap(true, Ordering::Relaxed) {
+            let _ = spawn("fxtrace-exit", watch_for_the_last_program_thread);
+        }
+    });
+}
+
+/// Wait until the program's own threads are gone, then end the process as glibc would.
+fn watch_for_the_last_program_thread() {
+    const LONGEST_WAIT: std::time::Duration = std::time::Duration::from_millis(50);
+    let mut wait = std::time::Duration::from_millis(1);
+    loop {
+        std::thread::sleep(wait);
+        wait = (wait * 2).min(LONGEST_WAIT);
+        if only_helpers_left(&tids()) {
+            // SAFETY: exit runs the atexit handlers (the trace's flush among them) and ends
+            // the process, as glibc does when the last thread ends.
+            unsafe { libc::exit(0) };
+        }
+    }
+}
+
+/// Whether the main thread has ended and every other thread is one of `helpers`.
+/// Unreadable entries count as the program's (the process goes on).
+fn only_helpers_left(helpers: &[libc::pid_t]) -> bool {
+    // SAFETY: getpid has no preconditions.
+    let leader = unsafe { libc::getpid() };
+    if !main_thread_ended(leader) {
+        return false;
+    }
+    let Ok(tasks) = std::fs::read_dir("/proc/self/task") else {
+        return false;
+    };
+    tasks.into_iter().all(|entry| {
+        entry
+            .ok()
+            .and_then(|e| e.file_name().to_str()?.parse::<libc::pid_t>().ok())
+            .is_some_and(|tid| tid == leader || helpers.contains(&tid))
+    })
+}
+
+/// Whether the main thread `leader` is a zombie: its `pthread_exit` (and the cleanup in it) is
+/// over, and it waits for the process's other threads.
+fn main_thread_ended(leader: libc::pid_t) -> bool {
+    std::fs::read(format!("/proc/self/task/{leader}/stat"))
+        .ok()
+        .and_then(|stat| thread_state(&stat))
+        == Some(b'Z')
+}
+
+/// The state letter of a `/proc/…/stat` line: the first field after the command, which ends
+/// at the line's last `)`.
+fn thread_state(stat: &[u8]) -> Option<u8> {
+    let close = stat.iter().rposition(|&b| b == b')')?;
+    stat[close + 1..]
+        .iter()
+        .find(|b| !b.is_ascii_whitespace())
+        .copied()
+}
+
 /// The calling thread, listed in [`RUNNING`] while this lives (unless every slot is taken).
 struct Running(Option<&'static AtomicI32>);
 
@@ -289,6 +388,25 @@ mod tests {
         done_tx.send(()).unwrap();
         assert_eq!(helper.join().unwrap(), tid);
         assert!(!tids().contains(&tid), "no longer listed once ended");
+    }
+
+    #[test]
+    fn thread_state_is_the_field_after_the_command() {
+        assert_eq!(thread_state(b"1234 (prog) Z 1 1234 1234"), Some(b'Z'));
+        assert_eq!(thread_state(b"1234 (a) b) S 1 2"), Some(b'S'));
+        assert_eq!(thread_state(b"1234 (x y) R 1"), Some(b'R'));
+        assert_eq!(thread_state(b"1234 (prog)"), None);
+        assert_eq!(thread_state(b"no command"), None);
+    }
+
+    #[test]
+    fn a_live_main_thread_has_not_ended() {
+        // SAFETY: getpid has no preconditions.
+        let leader = unsafe { libc::getpid() };
+        assert!(!main_thread_ended(leader));
+        // The test harness's main thread is alive: never "only helpers left".
+        // SAFETY: gettid has no preconditions.
+        assert!(!only_helpers_left(&[unsafe { libc::gettid() }]));
     }
 
     #[test]

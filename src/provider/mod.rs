@@ -168,7 +168,14 @@ pub enum ProviderError {
 ///   joined it (waiting at most [`DEFAULT_START_WAIT`] for the start) when this returns.
 ///   [`service_status`] says where it stands. A session manager listening at the default
 ///   socket (an older `fxtrace record` setup) is joined as under `fxtrace record`.
+///
+/// Called on the main thread, it also has the process end with the program's last thread
+/// when the main thread ends first (`pthread_exit`), as without fxtrace, whose own threads
+/// never end ([`crate::helper_thread::exit_with_the_last_program_thread`]).
 pub fn connect(name: &str) -> Result<Option<Provider>, ProviderError> {
+    // fxtrace's threads (this provider's, the service follower) never end: a main thread
+    // that ends with `pthread_exit` must not leave the process running on them.
+    crate::helper_thread::exit_with_the_last_program_thread();
     let options = ProviderOptions::default();
     let name = crate::format::truncate_str(name, crate::protocol::control::MAX_PROVIDER_NAME_LEN);
     if std::env::var_os(crate::protocol::transport::SOCKET_ENV).is_some_and(|p| !p.is_empty()) {

@@ -133,6 +133,42 @@ fn a_service_named_by_fxtrace_socket_is_followed_through_sessions_and_restarts()
     let _ = svc.wait();
 }
 
+/// A program that follows the trace service (`fxtrace::connect`, no preload object, no
+/// service running: its `fxtrace-service` thread waits for one) and whose main thread ends
+/// with `pthread_exit` while a worker runs: the process ends when the worker does, as without
+/// fxtrace. (It ran on forever on the service thread.)
+#[test]
+fn a_follower_whose_main_thread_ends_first_ends_with_its_last_thread() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut program = Command::new(example("preload_own_engine"))
+        .env("FXTRACE_SOCKET", "")
+        .env("XDG_RUNTIME_DIR", dir.path())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    let status = loop {
+        if let Some(status) = program.try_wait().unwrap() {
+            break status;
+        }
+        if std::time::Instant::now() > deadline {
+            let _ = program.kill();
+            let out = program.wait_with_output().unwrap();
+            panic!(
+                "still running 20 s after its ~200 ms of work: {}",
+                String::from_utf8_lossy(&out.stdout)
+            );
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    let out = program.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(status.success(), "{status}: {stdout}");
+    assert!(stdout.contains("connected=false"), "{stdout}");
+    assert!(stdout.contains("worker done"), "{stdout}");
+}
+
 #[test]
 fn a_daemon_restarted_while_a_service_runs_traces_it_again() {
     let dir = tempfile::tempdir().unwrap();
