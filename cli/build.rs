@@ -55,10 +55,15 @@ fn main() {
             println!("cargo:warning=fxtrace: the preload object is not embedded: {message}");
             write_empty(&embedded);
         }
-        for dir in ["src", "preload/src", "provider-macros/src"] {
+        for dir in ["src", "format/src", "preload/src", "provider-macros/src"] {
             println!("cargo:rerun-if-changed={}", workspace.join(dir).display());
         }
-        for file in ["Cargo.toml", "Cargo.lock", "preload/Cargo.toml"] {
+        for file in [
+            "Cargo.toml",
+            "Cargo.lock",
+            "format/Cargo.toml",
+            "preload/Cargo.toml",
+        ] {
             println!("cargo:rerun-if-changed={}", workspace.join(file).display());
         }
     } else {
