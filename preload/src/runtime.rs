@@ -337,7 +337,7 @@ fn start_capture(options: &Options, writer: &SharedWriter) -> Option<Capture> {
                 if report.lbr.is_some() { "on" } else { "off" }
             );
             for note in &report.unsupported {
-                log!("unavailable: {}: {}", note.what, note.hint);
+                log!("unavailable: {}: {}", note.what, note.summary);
             }
             Some(capture)
         }
@@ -347,6 +347,7 @@ fn start_capture(options: &Options, writer: &SharedWriter) -> Option<Capture> {
                 what: "per-process context-switch capture".into(),
                 errno: None,
                 hint: e.to_string(),
+                summary: e.to_string(),
             });
             let mut guard = writer.lock().unwrap_or_else(|p| p.into_inner());
             if let Some(writer) = guard.as_mut() {

@@ -343,7 +343,8 @@ mod tests {
             CaptureEvent::Unsupported(Unsupported {
                 what: "LBR".into(),
                 errno: Some(2),
-                hint: "no PMU".into(),
+                hint: "no PMU here, and the whole story".into(),
+                summary: "no PMU".into(),
             }),
         ] {
             writer.handle(&event).unwrap();
@@ -382,7 +383,28 @@ mod tests {
                 .any(|e| e.starts_with("fxtrace:fxtrace: LBR unavailable")),
             "{events:?}"
         );
-        assert!(records.iter().any(|d| matches!(
+        // Said once: one event with the short reason and the whole text.
+        let said: Vec<String> = records
+            .iter()
+            .filter_map(|d| match &d.record {
+                DecodedRecord::Event(e) if e.name.contains("LBR unavailable") => Some(
+                    e.args
+                        .iter()
+                        .map(|a| format!("{}={:?}", a.name, a.value))
+                        .collect::<Vec<_>>()
+                        .join(" "),
+                ),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(said.len(), 1, "{said:?}");
+        assert!(
+            said[0].contains("reason=Str(\"no PMU\")")
+                && said[0].contains("whole story")
+                && said[0].contains("errno=I32(2)"),
+            "{said:?}"
+        );
+        assert!(!records.iter().any(|d| matches!(
             &d.record,
             DecodedRecord::Log { message, .. } if message.contains("no PMU")
         )));

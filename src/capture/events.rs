@@ -178,8 +178,11 @@ pub struct Unsupported {
     pub what: String,
     /// The errno that said so, if a syscall did.
     pub errno: Option<i32>,
-    /// Why, and what to do about it.
+    /// Why, and what to do about it: the whole text (the trace keeps it once).
     pub hint: String,
+    /// The cause and what to do in one short line: what a terminal shows, and what a trace's
+    /// record of it says first (the same as `hint` when that is short already).
+    pub summary: String,
 }
 
 /// One event of a capture session.

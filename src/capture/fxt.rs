@@ -15,7 +15,7 @@
 //! | [`CaptureEvent::Branch`] | Blob record of type `LAST_BRANCH` (2), payload per [`crate::format::lbr`], named `"cpu<N>"` (an indexed string); `aspace` is the sampled process's pid (0 when unknown) |
 //! | [`CaptureEvent::Mmap`] | Blob record of type `DATA` (1) named `"fxtrace:mmap"` (an indexed string), payload per [`crate::format::mmap`] (pid, time, start, len, pgoff, build-id, path) |
 //! | [`CaptureEvent::Lost`] | instant event `"fxtrace: N perf records lost"` (category `"fxtrace"`, `count` and `cpu` arguments) and, on the first loss, Provider Event metadata "buffer overflow" |
-//! | [`CaptureEvent::Unsupported`] | Log record with the hint, and an instant event `"fxtrace: <what> unavailable"` |
+//! | [`CaptureEvent::Unsupported`] | an instant event `"fxtrace: <what> unavailable"`: `reason` (one line), `detail` (the whole text), `errno` |
 //! | [`CaptureEvent::Fork`] / [`CaptureEvent::Exit`] | nothing of their own (a reused tid in another process re-registers its thread), except that a forked process gets a copy of its parent's mapping blobs (the kernel reports none for the inherited address space) |
 //!
 //! # Thread table
@@ -66,10 +66,9 @@ use crate::format::lbr::{LbrBranch, LbrPayload, LBR_MAX_BRANCHES};
 use crate::format::mmap::{MmapRecord, MMAP_BLOB_NAME, MMAP_MAX_BUILD_ID, MMAP_MAX_PATH};
 use crate::format::{
     truncate_str, Arg, ArgValue, BatchError, BatchOut, BatchWriter, Blob, BlobType, ContextSwitch,
-    Encode, EncodeError, Event, EventKind, Initialization, KernelObject, Log, ObjectType,
-    ProviderEvent, ProviderInfo, Record, RecordType, RecordWriter, SchedContextSwitch,
-    SchedulingType, StringRef, ThreadRef, ThreadState, MAX_STRING_LEN,
-    PROVIDER_EVENT_BUFFER_OVERFLOW,
+    Encode, EncodeError, Event, EventKind, Initialization, KernelObject, ObjectType, ProviderEvent,
+    ProviderInfo, Record, RecordType, RecordWriter, SchedContextSwitch, SchedulingType, StringRef,
+    ThreadRef, ThreadState, PROVIDER_EVENT_BUFFER_OVERFLOW,
 };
 
 /// The process koid of threads whose process could not be learnt (see the module docs).
@@ -316,7 +315,7 @@ pub struct KernelTraceStats {
     pub lost_samples: u64,
     /// Loss reports written as events.
     pub lost_reports: u64,
-    /// Unavailable sources written as Log records.
+    /// Unavailable sources written (one event each).
     pub unsupported: u64,
     /// Events older than one already written (written anyway, out of order).
     pub late: u64,
@@ -1152,23 +1151,25 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
         }))
     }
 
+    /// One record per source that could not be used: an instant event named after it, with the
+    /// cause and remedy in one line (`reason`), the whole text once (`detail`, when longer) and
+    /// the errno. (A log record repeated the whole text beside it.)
     fn unsupported(&mut self, u: &Unsupported) -> Result<(), SinkError> {
         self.stats.unsupported += 1;
         let recorder = self.recorder_ref()?;
         let ticks = self.last_time;
-        let errno = u.errno.map(|e| format!(" (errno {e})")).unwrap_or_default();
-        let message = format!("fxtrace: {} unavailable{errno}: {}", u.what, u.hint);
-        self.push(&Record::Log(Log {
-            ticks,
-            thread: recorder,
-            message: truncate_str(&message, MAX_STRING_LEN),
-        }))?;
         let category = self.string(FXTRACE_CATEGORY)?;
         let name = format!("fxtrace: {} unavailable", u.what);
         let mut args = vec![Arg::new(
-            "hint",
-            ArgValue::Str(StringRef::Inline(truncate_str(&u.hint, 4000))),
+            "reason",
+            ArgValue::Str(StringRef::Inline(truncate_str(&u.summary, 1000))),
         )];
+        if u.hint != u.summary {
+            args.push(Arg::new(
+                "detail",
+                ArgValue::Str(StringRef::Inline(truncate_str(&u.hint, 4000))),
+            ));
+        }
         if let Some(e) = u.errno {
             args.push(Arg::new("errno", ArgValue::I32(e)));
         }

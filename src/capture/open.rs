@@ -241,11 +241,13 @@ pub(super) fn open_tracepoint(
                     preempted/blocked)";
     let tracefs = match &config.tracefs {
         TracefsChoice::Skip => {
+            let hint = format!("tracepoint disabled by configuration; {fallback}");
             return Err(Unsupported {
                 what,
                 errno: None,
-                hint: format!("tracepoint disabled by configuration; {fallback}"),
-            })
+                summary: hint.clone(),
+                hint,
+            });
         }
         TracefsChoice::At(path) => Ok(Tracefs::at(path)),
         TracefsChoice::Auto { may_mount } => Tracefs::open(*may_mount, perms.root),
@@ -256,23 +258,20 @@ pub(super) fn open_tracepoint(
         Ok((id, format))
         // `t` (and a mount fxtrace made) is released here: the events do not need tracefs.
     });
-    let (id, format) = read.map_err(|e| Unsupported {
+    let failed = |hint: String| Unsupported {
         what: what.clone(),
         errno: None,
-        hint: format!("{e}; {fallback}"),
-    })?;
-    let fmt = SchedSwitchFormat::from_format(&format).map_err(|e| Unsupported {
-        what: what.clone(),
-        errno: None,
-        hint: format!("{e}; {fallback}"),
-    })?;
+        summary: hint.clone(),
+        hint,
+    };
+    let (id, format) = read.map_err(|e| failed(format!("{e}; {fallback}")))?;
+    let fmt =
+        SchedSwitchFormat::from_format(&format).map_err(|e| failed(format!("{e}; {fallback}")))?;
     let attr = EventAttr::sched_switch_tracepoint(id, source)
         .with_mmaps(config.mmaps)
         .with_wakeup_watermark(watermark);
-    let set = opener.per_cpu(&attr, cpus).map_err(|f| Unsupported {
-        what: what.clone(),
-        errno: f.errno(),
-        hint: format!(
+    let set = opener.per_cpu(&attr, cpus).map_err(|f| {
+        let hint = format!(
             "{}{}; {fallback}",
             f.describe(),
             if f.error.as_ref().is_ok_and(is_permission_error) {
@@ -280,7 +279,13 @@ pub(super) fn open_tracepoint(
             } else {
                 String::new()
             }
-        ),
+        );
+        Unsupported {
+            what: what.clone(),
+            errno: f.errno(),
+            summary: hint.clone(),
+            hint,
+        }
     })?;
     Ok((set, attr, Arc::new(fmt)))
 }

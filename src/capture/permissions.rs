@@ -146,6 +146,35 @@ impl PerfPermissions {
         }
         text
     }
+
+    /// [`Self::remedy`] in one short line: the cause and what to do, for a terminal (the whole
+    /// text goes into the trace).
+    pub fn remedy_short(&self, need: Need, errno: Option<i32>) -> String {
+        match need {
+            Need::ProcessSwitches => "needs perf_event_paranoid <= 2 or CAP_PERFMON (`sudo \
+                 sysctl kernel.perf_event_paranoid=2`)"
+                .to_owned(),
+            Need::CpuWide | Need::RawTracepoint => {
+                "needs root or CAP_PERFMON (run fxtrace with sudo)".to_owned()
+            }
+            Need::HardwareSampling { .. } if !self.hardware_pmu => "no hardware PMU (a VM \
+                 without a virtual PMU? QEMU/KVM: `-cpu host,pmu=on`); context switches are \
+                 recorded without it"
+                .to_owned(),
+            Need::HardwareSampling { .. }
+                if matches!(errno, Some(libc::EOPNOTSUPP) | Some(libc::EINVAL)) =>
+            {
+                "this CPU or hypervisor does not expose LBR branch stacks".to_owned()
+            }
+            Need::HardwareSampling { kernel } => format!(
+                "needs perf_event_paranoid <= {} or CAP_PERFMON",
+                if kernel { 1 } else { 2 }
+            ),
+            Need::RingMemory => "the perf ring exceeds the locked-memory limit (`ulimit -l`, \
+                 kernel.perf_event_mlock_kb)"
+                .to_owned(),
+        }
+    }
 }
 
 fn has_hardware_pmu(devices: &Path) -> bool {
@@ -213,6 +242,31 @@ mod tests {
             .remedy(Need::HardwareSampling { kernel: false }, Some(libc::ENOENT));
         assert!(vm.contains("VM without a virtual PMU"), "{vm}");
         assert!(vm.contains("running as root"), "{vm}");
+    }
+
+    #[test]
+    fn the_short_remedy_is_one_short_line_naming_the_cause() {
+        let lbr = Need::HardwareSampling { kernel: false };
+        let vm = perms(2, true, false).remedy_short(lbr, Some(libc::ENOENT));
+        assert!(
+            vm.starts_with("no hardware PMU") && vm.contains("pmu=on"),
+            "{vm}"
+        );
+        let no_lbr = perms(2, true, true).remedy_short(lbr, Some(libc::EOPNOTSUPP));
+        assert!(no_lbr.contains("does not expose LBR"), "{no_lbr}");
+        let user = perms(3, false, true).remedy_short(lbr, Some(libc::EACCES));
+        assert!(user.contains("perf_event_paranoid <= 2"), "{user}");
+        for need in [
+            Need::ProcessSwitches,
+            Need::CpuWide,
+            Need::RawTracepoint,
+            lbr,
+            Need::HardwareSampling { kernel: true },
+            Need::RingMemory,
+        ] {
+            let line = perms(2, false, false).remedy_short(need, None);
+            assert!(line.len() < 160 && !line.contains('\n'), "{line}");
+        }
     }
 
     #[test]

@@ -244,8 +244,13 @@ pub enum CaptureError {
     #[error(transparent)]
     Layout(#[from] ParseError),
     /// Nothing was asked for, or everything asked for is unsupported.
-    #[error("nothing to capture: {0}")]
-    NothingToCapture(String),
+    #[error("nothing to capture: {why}")]
+    NothingToCapture {
+        /// What was missing, each source with its one-line reason.
+        why: String,
+        /// The sources that could not be used.
+        unavailable: Vec<Unsupported>,
+    },
     /// The capture thread could not be started or stopped.
     #[error("capture thread: {0}")]
     Thread(String),
@@ -429,9 +434,10 @@ impl Capture {
         sink: impl FnMut(CaptureEvent) + Send + 'static,
     ) -> Result<Self, CaptureError> {
         if !config.switches && config.lbr.is_none() {
-            return Err(CaptureError::NothingToCapture(
-                "neither context switches nor LBR requested".into(),
-            ));
+            return Err(CaptureError::NothingToCapture {
+                why: "neither context switches nor LBR requested".into(),
+                unavailable: Vec::new(),
+            });
         }
         let cpus = match &config.cpus {
             Some(c) => c.clone(),
@@ -441,7 +447,10 @@ impl Capture {
             })?,
         };
         if cpus.is_empty() {
-            return Err(CaptureError::NothingToCapture("no CPUs".into()));
+            return Err(CaptureError::NothingToCapture {
+                why: "no CPUs".into(),
+                unavailable: Vec::new(),
+            });
         }
         let clock = choose_clock(&sys, &config);
         let source = clock.clock_source();
@@ -554,12 +563,14 @@ impl Capture {
                         what: "LBR branch-stack sampling (cpu-cycles)".into(),
                         errno,
                         hint: format!("{class}: {}; {}", f.describe(), perms.remedy(need, errno)),
+                        summary: format!("{class}: {}", perms.remedy_short(need, errno)),
                     });
                 }
                 Err(OpenError::Fatal(e)) => unsupported.push(Unsupported {
                     what: "LBR branch-stack sampling (cpu-cycles)".into(),
                     errno: None,
                     hint: e.to_string(),
+                    summary: e.to_string(),
                 }),
             }
         }
@@ -567,10 +578,13 @@ impl Capture {
         if slots.is_empty() {
             let why = unsupported
                 .iter()
-                .map(|u| format!("{}: {}", u.what, u.hint))
+                .map(|u| format!("{}: {}", u.what, u.summary))
                 .collect::<Vec<_>>()
                 .join("; ");
-            return Err(CaptureError::NothingToCapture(why));
+            return Err(CaptureError::NothingToCapture {
+                why,
+                unavailable: unsupported,
+            });
         }
 
         // Mappings read from /proc are stamped before enabling: no kernel record is older.

@@ -335,10 +335,12 @@ impl Worker {
         self.publish_merge_counters();
         self.report_unreported_losses();
         if let Some(lost) = lost {
+            let hint = CaptureError::DescriptorLost(*lost).to_string();
             self.delivery.emit(CaptureEvent::Unsupported(Unsupported {
                 what: "context-switch capture".into(),
                 errno: None,
-                hint: CaptureError::DescriptorLost(*lost).to_string(),
+                summary: hint.clone(),
+                hint,
             }));
         }
     }

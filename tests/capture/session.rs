@@ -537,7 +537,7 @@ fn only_unsupported_lbr_is_nothing_to_capture() {
     };
     let err = Capture::start_with(sys, root_perms(), cfg, |_| {}).unwrap_err();
     assert!(
-        matches!(err, CaptureError::NothingToCapture(ref m) if m.contains("LBR")),
+        matches!(err, CaptureError::NothingToCapture { ref why, .. } if why.contains("LBR")),
         "{err}"
     );
 }

@@ -15,7 +15,7 @@ use nix::sys::signal::Signal;
 
 use fxtrace::capture::{BranchSampling, Need, PerfPermissions};
 use fxtrace::protocol::control::BufferingMode;
-use fxtrace_tools::manager::kernel::{KernelProviderError, KernelSection, LbrStatus};
+use fxtrace_tools::manager::kernel::{KernelProviderError, KernelSection};
 use fxtrace_tools::manager::recorder::{
     stop_on_signals, RecordConfig, Recorder, RecorderError, StopReason,
 };
@@ -299,7 +299,7 @@ fn preload_env_with(library: &std::path::Path, existing: Option<OsString>) -> (O
 /// Runs `fxtrace record`. Progress and the summary go to standard error (standard output
 /// belongs to the command). The exit status is the command's when it failed, else success.
 pub(crate) fn run(args: RecordArgs) -> Result<ExitCode, RecordCliError> {
-    let plan = args.into_config()?;
+    let mut plan = args.into_config()?;
     // Before anything is created: say what is missing.
     if plan.kernel.is_some() {
         let perms = PerfPermissions::read();
@@ -313,6 +313,28 @@ pub(crate) fn run(args: RecordArgs) -> Result<ExitCode, RecordCliError> {
     let size = plan.recorder.buffer_size_bytes;
     let enabled = plan.recorder.categories.clone();
     let categories = record_notes::categories_shown(&enabled);
+    // LBR unavailable is said once, in one line, whoever finds it (the preloaded programs,
+    // the kernel provider).
+    let mut lbr_said = false;
+    if plan.preload {
+        if let Some(why) = record_notes::preload_lbr_unavailable() {
+            let kernel_lbr = plan.kernel.as_ref().is_some_and(|k| k.lbr.is_some());
+            let whom = if kernel_lbr {
+                ""
+            } else {
+                " for the preloaded programs"
+            };
+            note!("fxtrace: LBR unavailable{whom}: {why} (the trace holds the whole text)");
+            lbr_said = true;
+            // The kernel provider writes the whole text into the trace once: the preloaded
+            // programs need not each try, fail the same way, and write it again.
+            if kernel_lbr && std::env::var_os(record_notes::PRELOAD_LBR_ENV).is_none() {
+                plan.recorder
+                    .env
+                    .push((record_notes::PRELOAD_LBR_ENV.into(), "0".into()));
+            }
+        }
+    }
     let mut recorder = Recorder::new(plan.recorder)?;
     let mut kernel_section = None;
     if let Some(kernel) = &plan.kernel {
@@ -324,22 +346,27 @@ pub(crate) fn run(args: RecordArgs) -> Result<ExitCode, RecordCliError> {
                 return Err(RecordCliError::Kernel(e));
             }
         };
+        let unavailable = || {
+            let report = section.report();
+            let u = report.unsupported.iter().find(|u| u.what.contains("LBR"));
+            u.map_or_else(|| "not opened".to_owned(), |u| u.summary.clone())
+        };
         let lbr = match (kernel.lbr, section.report().lbr) {
-            (None, _) => "LBR off".to_owned(),
-            (Some(_), Some(_)) => "LBR branch stacks".to_owned(),
-            (Some(_), None) => "LBR unavailable (see the summary)".to_owned(),
+            (None, _) => "LBR off",
+            (Some(_), Some(_)) => "LBR branch stacks",
+            (Some(_), None) => "LBR unavailable",
         };
         note!(
             "fxtrace: recording context switches of {} CPUs, {lbr}; Ctrl-C to stop",
             section.report().cpus.len()
         );
-        kernel_section = Some(section);
-    }
-    if plan.preload {
-        // Said once here; each preloaded program notes it in the trace as well.
-        if let Some(why) = record_notes::preload_lbr_note() {
-            note!("fxtrace: {why}");
+        if kernel.lbr.is_some() && section.report().lbr.is_none() && !lbr_said {
+            note!(
+                "fxtrace: LBR unavailable: {} (the trace holds the whole text)",
+                unavailable()
+            );
         }
+        kernel_section = Some(section);
     }
     let mut signals = vec![Signal::SIGINT, Signal::SIGTERM];
     if plan.stop_on_signal {
@@ -379,12 +406,7 @@ pub(crate) fn run(args: RecordArgs) -> Result<ExitCode, RecordCliError> {
     }
     if let Some(section) = &kernel_section {
         match section.summary(&report) {
-            Ok(summary) => {
-                note!("{summary}");
-                if let LbrStatus::Unavailable(_) = summary.lbr {
-                    note!("  (the trace holds the same LBR message as a log record)");
-                }
-            }
+            Ok(summary) => note!("{summary}"),
             Err(e) => note!("fxtrace: {e}"),
         }
     }

@@ -41,20 +41,21 @@ pub(crate) fn category_warning(
     ))
 }
 
-/// Under `--preload`: why the preloaded programs will find no LBR, once for the terminal, or
-/// `None` when they will sample it or were told not to (`FXTRACE_PRELOAD_LBR=0`,
-/// `FXTRACE_PRELOAD_CAPTURE=none`).
-pub(crate) fn preload_lbr_note() -> Option<String> {
+/// The preload object's option that turns its LBR sampling off (`=0`).
+pub(crate) const PRELOAD_LBR_ENV: &str = "FXTRACE_PRELOAD_LBR";
+
+/// Under `--preload`: why the preloaded programs will find no LBR, in one line with the
+/// remedy (for the terminal, once), or `None` when they will sample it or were told not to
+/// (`FXTRACE_PRELOAD_LBR=0`, `FXTRACE_PRELOAD_CAPTURE=none`).
+pub(crate) fn preload_lbr_unavailable() -> Option<String> {
     let off =
         |name: &str, values: &[&str]| std::env::var(name).is_ok_and(|v| values.contains(&v.trim()));
-    if off("FXTRACE_PRELOAD_LBR", &["0", "false", "no", "off", ""])
+    if off(PRELOAD_LBR_ENV, &["0", "false", "no", "off", ""])
         || off("FXTRACE_PRELOAD_CAPTURE", &["none"])
     {
         return None;
     }
-    fxtrace::capture::probe::lbr_unavailable(std::process::id()).map(|why| {
-        format!("LBR unavailable for the preloaded programs: {why} (noted in the trace too)")
-    })
+    fxtrace::capture::probe::lbr_unavailable(std::process::id())
 }
 
 #[cfg(test)]

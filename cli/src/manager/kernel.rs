@@ -443,7 +443,7 @@ impl KernelSection {
                     .unsupported
                     .iter()
                     .find(|u| u.what.contains("LBR"))
-                    .map_or_else(|| "not opened".to_owned(), |u| u.hint.clone()),
+                    .map_or_else(|| "not opened".to_owned(), |u| u.summary.clone()),
             ),
         };
         Ok(KernelSummary {
@@ -471,7 +471,8 @@ pub enum LbrStatus {
     Off,
     /// Branch stacks were sampled.
     Active(BranchSampling),
-    /// Requested but unavailable; the reason is in the trace too.
+    /// Requested but unavailable: why, in one line (said when the recording started; the trace
+    /// holds the whole text).
     Unavailable(String),
 }
 
@@ -560,11 +561,12 @@ impl fmt::Display for KernelSummary {
                     ", user only"
                 }
             )?,
-            LbrStatus::Unavailable(why) => writeln!(f, "  LBR: unavailable: {why}")?,
+            // Said once, when the recording started.
+            LbrStatus::Unavailable(_) => writeln!(f, "  LBR: unavailable (see above)")?,
         }
         for u in &self.unsupported {
             if !u.what.contains("LBR") {
-                writeln!(f, "  note: {} unavailable: {}", u.what, u.hint)?;
+                writeln!(f, "  note: {} unavailable: {}", u.what, u.summary)?;
             }
         }
         if let Some(e) = &self.capture_error {

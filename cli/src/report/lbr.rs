@@ -190,9 +190,10 @@ pub struct LbrReport {
     ambiguous_addresses: u64,
     /// Branch addresses left unresolved because more than [`MAX_COVERING`] mappings hold them.
     crowded_addresses: u64,
-    /// Why LBR was not sampled, as the recorder wrote it into the trace (its log records
-    /// `fxtrace: LBR … unavailable…`), each once, at most [`MAX_UNAVAILABLE_REASONS`].
-    lbr_unavailable: Vec<String>,
+    /// Why LBR was not sampled, as recorded in the trace (the `reason` of the events
+    /// `fxtrace: LBR … unavailable`, or the log records `fxtrace: LBR … unavailable…` of older
+    /// traces), each once with how many sources said it, at most [`MAX_UNAVAILABLE_REASONS`].
+    lbr_unavailable: Vec<(String, u64)>,
     /// Distinct such messages beyond [`MAX_UNAVAILABLE_REASONS`], counted.
     lbr_unavailable_more: u64,
 }
@@ -306,25 +307,40 @@ impl LbrReport {
                     }
                 }
             }
-            DecodedRecord::Log { message, .. }
-                if is_lbr_unavailable(message)
-                    && !self.lbr_unavailable.iter().any(|m| m == message) =>
-            {
-                if self.lbr_unavailable.len() < MAX_UNAVAILABLE_REASONS {
-                    self.lbr_unavailable.push(message.to_string());
-                } else {
-                    // Not told apart from those counted before: an upper bound.
-                    self.lbr_unavailable_more += 1;
+            DecodedRecord::Log { message, .. } if is_lbr_unavailable(message) => {
+                self.unavailable(message)
+            }
+            DecodedRecord::Event(e) if is_lbr_unavailable(&e.name) => {
+                // Older traces' events carry the whole text as `hint`, beside a log record
+                // that says it: only the `reason` of newer ones counts.
+                let reason = e.args.iter().find_map(|a| match &a.value {
+                    DecodedValue::Str(s) if a.name == "reason" => Some(s),
+                    _ => None,
+                });
+                if let Some(reason) = reason {
+                    self.unavailable(reason);
                 }
             }
             _ => {}
         }
     }
 
+    /// One source said LBR was unavailable, for `reason`.
+    fn unavailable(&mut self, reason: &str) {
+        if let Some((_, n)) = self.lbr_unavailable.iter_mut().find(|(r, _)| r == reason) {
+            *n += 1;
+        } else if self.lbr_unavailable.len() < MAX_UNAVAILABLE_REASONS {
+            self.lbr_unavailable.push((reason.to_owned(), 1));
+        } else {
+            // Not told apart from those counted before: an upper bound.
+            self.lbr_unavailable_more += 1;
+        }
+    }
+
     /// Why LBR was not sampled, as recorded in the trace by the kernel provider or the
-    /// preload object (`fxtrace: LBR … unavailable: <hint>`), each message once, in trace
+    /// preload object, each reason once with the number of sources that gave it, in trace
     /// order. Empty when the trace says nothing about it.
-    pub fn lbr_unavailable(&self) -> &[String] {
+    pub fn lbr_unavailable(&self) -> &[(String, u64)] {
         &self.lbr_unavailable
     }
 

@@ -154,8 +154,13 @@ pub fn write_lbr_text(
                  --no-lbr) and under --preload"
             )?;
         }
-        for why in report.lbr_unavailable() {
-            writeln!(out, "  recorded reason: {why}")?;
+        for (why, sources) in report.lbr_unavailable() {
+            let sources = if *sources > 1 {
+                format!(" (said by {sources} sources)")
+            } else {
+                String::new()
+            };
+            writeln!(out, "  recorded reason: {why}{sources}")?;
         }
         if report.lbr_unavailable_more() > 0 {
             writeln!(

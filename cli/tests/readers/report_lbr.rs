@@ -518,10 +518,43 @@ fn a_trace_without_samples_says_why() {
     );
     assert_eq!(out.matches("recorded reason: ").count(), 1, "{out}");
     assert!(
-        out.contains(&format!("  recorded reason: {reason}\n")),
+        out.contains(&format!(
+            "  recorded reason: {reason} (said by 2 sources)\n"
+        )),
         "{out}"
     );
     assert!(!out.contains("something else"), "{out}");
+    // Today's form: one event per source, its `reason` one line (the whole text in `detail`
+    // is not printed); three sources, one line.
+    let mut w = RecordWriter::with_magic();
+    for pid in 1..=3u64 {
+        w.push(&fxtrace_format::Event {
+            ticks: 5,
+            thread: ThreadRef::Inline { pid, tid: pid },
+            category: StringRef::Inline("fxtrace"),
+            name: StringRef::Inline("fxtrace: LBR branch-stack sampling (cpu-cycles) unavailable"),
+            args: &[
+                fxtrace_format::Arg::new(
+                    "reason",
+                    fxtrace_format::ArgValue::Str(StringRef::Inline("no hardware PMU")),
+                ),
+                fxtrace_format::Arg::new(
+                    "detail",
+                    fxtrace_format::ArgValue::Str(StringRef::Inline("the whole story")),
+                ),
+            ],
+            kind: fxtrace_format::EventKind::Instant,
+        })
+        .unwrap();
+    }
+    let (ok, out, err) = fxtrace(&["report", "lbr", "-"], &w.to_bytes());
+    assert!(ok, "{err}");
+    assert!(
+        out.contains("  recorded reason: no hardware PMU (said by 3 sources)\n"),
+        "{out}"
+    );
+    assert_eq!(out.matches("recorded reason: ").count(), 1, "{out}");
+    assert!(!out.contains("whole story"), "{out}");
     // Nothing recorded: the report says how LBR gets sampled.
     let (ok, out, _) = fxtrace(
         &["report", "lbr", "-"],

@@ -266,7 +266,8 @@ fn losses_and_unavailable_sources_are_written_as_data() {
         CaptureEvent::Unsupported(Unsupported {
             what: "LBR branch-stack sampling (cpu-cycles)".into(),
             errno: Some(libc::ENOENT),
-            hint: "no hardware PMU is registered".into(),
+            hint: "no hardware PMU is registered, and the whole story".into(),
+            summary: "no hardware PMU".into(),
         }),
         switch(2_000, 0, (1, 1), (2, 2), LinuxThreadState::Blocked),
         CaptureEvent::Lost(Lost {
@@ -287,27 +288,13 @@ fn losses_and_unavailable_sources_are_written_as_data() {
     let records = decode(&bytes);
     assert_time_order(&records);
 
-    let log = records
-        .iter()
-        .find_map(|d| match &d.record {
-            DecodedRecord::Log {
-                message,
-                thread,
-                time,
-            } => Some((message.to_string(), *thread, time.ticks)),
-            _ => None,
-        })
-        .expect("a log record about LBR");
+    // Said once: one event, no log record beside it repeating the whole text.
     assert!(
-        log.0
-            .contains("LBR branch-stack sampling (cpu-cycles) unavailable"),
-        "{}",
-        log.0
+        !records
+            .iter()
+            .any(|d| matches!(d.record, DecodedRecord::Log { .. })),
+        "no log record"
     );
-    assert!(log.0.contains("no hardware PMU is registered"), "{}", log.0);
-    assert!(log.0.contains("errno 2"), "{}", log.0);
-    assert_eq!((log.1.pid, log.1.tid), (99, 99), "on the recorder's thread");
-    assert_eq!(log.2, 1_000, "at capture start");
 
     let events: Vec<_> = records
         .iter()
@@ -336,6 +323,23 @@ fn losses_and_unavailable_sources_are_written_as_data() {
         arg(&events[0], "errno"),
         Some(DecodedValue::I32(libc::ENOENT))
     );
+    assert_eq!(
+        arg(&events[0], "reason"),
+        Some(DecodedValue::Str("no hardware PMU".into()))
+    );
+    assert_eq!(
+        arg(&events[0], "detail"),
+        Some(DecodedValue::Str(
+            "no hardware PMU is registered, and the whole story".into()
+        ))
+    );
+    let thread = &events[0].thread;
+    assert_eq!(
+        (thread.pid, thread.tid),
+        (99, 99),
+        "on the recorder's thread"
+    );
+    assert_eq!(events[0].time.ticks, 1_000, "at capture start");
     assert_eq!(arg(&events[3], "lost_records"), Some(DecodedValue::U64(5)));
     assert_eq!(arg(&events[3], "lost_samples"), Some(DecodedValue::U64(2)));
     assert_eq!(
@@ -712,10 +716,19 @@ fn kernel_provider_over_fake_perf_counts_losses_and_notes_missing_lbr() {
         &records[1].record,
         DecodedRecord::ProviderInfo { provider_id: 1, name } if name == "kernel"
     ));
-    assert!(records.iter().any(|d| matches!(
-        &d.record,
-        DecodedRecord::Log { message, .. } if message.contains("LBR") && message.contains("VM without a virtual PMU")
-    )));
+    // One event: the reason in a line, the whole text once.
+    let said: Vec<String> = records
+        .iter()
+        .filter_map(|d| match &d.record {
+            DecodedRecord::Event(e) if e.name.contains("LBR") => Some(format!("{:?}", e.args)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(said.len(), 1, "{said:?}");
+    assert!(
+        said[0].contains("no hardware PMU") && said[0].contains("VM without a virtual PMU"),
+        "{said:?}"
+    );
     assert!(records.iter().any(|d| matches!(
         &d.record,
         DecodedRecord::Event(e) if e.name == "fxtrace: 5 perf records lost" && e.time.ticks == t + 150

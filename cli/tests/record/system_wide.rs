@@ -107,3 +107,77 @@ fn kernel_and_provider_sections_share_one_archive() {
         bytes.len()
     );
 }
+
+/// Where LBR cannot be sampled (no PMU: this VM), `record --preload -a` of a shell running three
+/// programs says so once, in one short line with the remedy; the trace holds the whole text
+/// once (the kernel provider's; the preloaded programs are told not to try), and the readers
+/// print it once. (Before: two ~600-character messages on the terminal and ten copies in the
+/// trace, two per source, each printed again by `dump`, `convert` and `report lbr`.)
+#[test]
+fn lbr_unavailable_is_said_once_and_kept_once() {
+    let perms = PerfPermissions::read();
+    if !(perms.root || perms.perfmon) {
+        println!("skipped: needs root");
+        return;
+    }
+    if perms.hardware_pmu {
+        println!("skipped: this machine has a hardware PMU (LBR is sampled, or refused otherwise)");
+        return;
+    }
+    let fxtrace = env!("CARGO_BIN_EXE_fxtrace");
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("lbr.fxt");
+    let out = Command::new(fxtrace)
+        .args(["record", "--preload", "-a", "-o"])
+        .arg(&trace)
+        .args(["--", "/bin/sh", "-c", "/bin/true; /bin/true; /bin/true"])
+        .env_remove("FXTRACE_PRELOAD_LBR")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    // The whole text's own words, which the short line does not repeat.
+    let whole = "hardware branch sampling (LBR) needs";
+    let said: Vec<&str> = stderr
+        .lines()
+        .filter(|l| l.starts_with("fxtrace: LBR unavailable"))
+        .collect();
+    assert_eq!(said.len(), 1, "{stderr}");
+    assert!(
+        said[0].len() < 300 && said[0].contains("pmu=on"),
+        "{}",
+        said[0]
+    );
+    assert!(!stderr.contains(whole), "{stderr}");
+    let bytes = std::fs::read(&trace).unwrap();
+    let copies = |text: &[u8]| {
+        text.windows(whole.len())
+            .filter(|w| *w == whole.as_bytes())
+            .count()
+    };
+    assert_eq!(copies(&bytes), 1, "the whole text, once in the trace");
+    let read = |args: &[&str]| {
+        let out = Command::new(fxtrace).args(args).output().unwrap();
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let trace_arg = trace.to_str().unwrap();
+    let dump = read(&["dump", trace_arg]);
+    assert_eq!(
+        dump.lines().filter(|l| l.contains("LBR")).count(),
+        1,
+        "{dump}"
+    );
+    let json = dir.path().join("lbr.json");
+    read(&[
+        "convert",
+        "--to",
+        "chrome-json",
+        trace_arg,
+        "-o",
+        json.to_str().unwrap(),
+    ]);
+    assert_eq!(copies(&std::fs::read(&json).unwrap()), 1);
+    let report = read(&["report", "lbr", trace_arg]);
+    assert_eq!(report.matches("recorded reason: ").count(), 1, "{report}");
+    assert!(!report.contains(whole), "{report}");
+}
