@@ -9,9 +9,10 @@ use clap::Args;
 
 use fxtrace_tools::output_file::OutputFile;
 
+use fxtrace_tools::convert::xray::stream::MappedLog;
 use fxtrace_tools::convert::xray::{
-    read_log, write_fxt, FileHeader, ImportError, ImportOptions, InstrMap, InstrMapError,
-    XrayError, FALLBACK_TICKS_PER_SECOND,
+    import, FileHeader, ImportError, ImportOptions, InstrMap, InstrMapError, XrayError,
+    FALLBACK_TICKS_PER_SECOND,
 };
 
 /// Bytes of an XRay log's file header.
@@ -70,7 +71,7 @@ pub(crate) enum ImportXrayError {
         /// The output, complete and valid for the decoded part.
         output: String,
         /// Events decoded before the error.
-        events: usize,
+        events: u64,
     },
 }
 
@@ -78,7 +79,7 @@ pub(crate) enum ImportXrayError {
 /// then reported as [`ImportXrayError::Partial`].
 pub(crate) fn run(args: &ImportXrayArgs) -> Result<ExitCode, super::CliError> {
     let log_path = args.log.display().to_string();
-    let data = read_checked_log(&args.log).map_err(|e| match e {
+    let (log, header) = open_checked_log(&args.log).map_err(|e| match e {
         LogRead::Io(source) => super::CliError::Read {
             path: log_path.clone(),
             source,
@@ -89,11 +90,6 @@ pub(crate) fn run(args: &ImportXrayArgs) -> Result<ExitCode, super::CliError> {
         }
         .into(),
     })?;
-    let log = read_log(&data).map_err(|source| ImportXrayError::Header {
-        path: log_path.clone(),
-        source,
-    })?;
-    drop(data);
     let map = match &args.instr_map {
         Some(p) => Some(
             InstrMap::load(p).map_err(|source| ImportXrayError::InstrMap {
@@ -121,14 +117,26 @@ pub(crate) fn run(args: &ImportXrayArgs) -> Result<ExitCode, super::CliError> {
     };
     // A file output is written under a temporary name, renamed into place when complete
     // (a previous one kept as `OUT.old`), removed on failure.
-    let stats = if to_stdout {
-        write_fxt(&log, &options, io::stdout().lock()).map_err(write_error)?
+    // Read twice, its events never all in memory (`convert::xray::stream`).
+    let mut release = || log.release();
+    let imported = if to_stdout {
+        import(
+            log.bytes(),
+            &header,
+            &options,
+            io::stdout().lock(),
+            &mut release,
+        )
+        .map_err(write_error)?
     } else {
         let mut file = OutputFile::create(&args.output).map_err(|e| write_error(e.into()))?;
-        let stats = write_fxt(&log, &options, BufWriter::new(file.file())).map_err(write_error)?;
+        let out = BufWriter::new(file.file());
+        let imported =
+            import(log.bytes(), &header, &options, out, &mut release).map_err(write_error)?;
         file.commit().map_err(|e| write_error(e.into()))?;
-        stats
+        imported
     };
+    let stats = imported.stats;
 
     if stats.ticks_per_second_defaulted {
         eprintln!(
@@ -143,8 +151,8 @@ pub(crate) fn run(args: &ImportXrayArgs) -> Result<ExitCode, super::CliError> {
         let mut out = io::stdout().lock();
         writeln!(out, "{summary}").map_err(super::CliError::Output)?;
     }
-    let events = log.event_count();
-    match log.error {
+    let events = imported.events;
+    match imported.error {
         Some(source) => Err(ImportXrayError::Partial {
             path: log_path,
             source,
@@ -162,20 +170,19 @@ enum LogRead {
     Header(XrayError),
 }
 
-/// Reads an XRay log: its 32-byte file header first, refused at once when it is not XRay's
-/// (so `/dev/zero` or a large unrelated file costs one read), then the rest, as a stream
-/// (a FIFO or device is never sized by its metadata).
-fn read_checked_log(path: &Path) -> Result<Vec<u8>, LogRead> {
+/// Opens an XRay log: its 32-byte file header first, refused at once when it is not XRay's
+/// (so `/dev/zero` or a large unrelated file costs one read), then the whole log mapped (a
+/// FIFO or device copied first into a temporary file: it is read twice).
+fn open_checked_log(path: &Path) -> Result<(MappedLog, FileHeader), LogRead> {
     let mut file = File::open(path).map_err(LogRead::Io)?;
-    let mut data = Vec::with_capacity(XRAY_HEADER_LEN);
+    let mut head = Vec::with_capacity(XRAY_HEADER_LEN);
     (&mut file)
         .take(XRAY_HEADER_LEN as u64)
-        .read_to_end(&mut data)
+        .read_to_end(&mut head)
         .map_err(LogRead::Io)?;
-    FileHeader::parse(&data).map_err(LogRead::Header)?;
-    // The rest follows the header in the same stream.
-    file.read_to_end(&mut data).map_err(LogRead::Io)?;
-    Ok(data)
+    let header = FileHeader::parse(&head).map_err(LogRead::Header)?;
+    let log = MappedLog::new(file, &head).map_err(LogRead::Io)?;
+    Ok((log, header))
 }
 
 /// The file name part of `path` (the whole path if it has none).

@@ -119,6 +119,121 @@ fn write_words(path: &Path, words: &[u64]) {
     std::fs::write(path, bytes).unwrap();
 }
 
+/// An XRay log header: `version`, FDR (`fdr`) or basic mode, 1 GHz.
+fn xray_header(version: u16, fdr: bool) -> Vec<u8> {
+    let mut h = Vec::with_capacity(32);
+    h.extend_from_slice(&version.to_le_bytes());
+    h.extend_from_slice(&u16::from(fdr).to_le_bytes());
+    h.extend_from_slice(&3u32.to_le_bytes()); // constant and non-stop TSC
+    h.extend_from_slice(&1_000_000_000u64.to_le_bytes());
+    h.extend_from_slice(&[0; 16]);
+    h
+}
+
+/// A 16-byte FDR metadata record of `kind`, `data` after its first byte.
+fn fdr_metadata(kind: u8, data: &[u8]) -> Vec<u8> {
+    let mut r = vec![0u8; 16];
+    r[0] = kind << 1 | 1;
+    r[1..1 + data.len()].copy_from_slice(data);
+    r
+}
+
+/// An FDR (version 5) log of `mib` MiB: thread 7 of process 9, buffers of 1 MiB, each of
+/// function 1..=64 entries and exits (8 bytes each).
+fn write_fdr_log(path: &Path, mib: usize) {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    f.write_all(&xray_header(5, true)).unwrap();
+    let head = [
+        fdr_metadata(0, &7u32.to_le_bytes()),
+        fdr_metadata(
+            4,
+            &[1i64.to_le_bytes().as_slice(), &0u32.to_le_bytes()].concat(),
+        ),
+        fdr_metadata(9, &9u32.to_le_bytes()),
+        fdr_metadata(
+            2,
+            &[0u16.to_le_bytes().as_slice(), &1_000u64.to_le_bytes()].concat(),
+        ),
+    ]
+    .concat();
+    let functions = ((1 << 20) - head.len()) / 8;
+    for buffer in 0..mib {
+        let records = functions * 8 + head.len();
+        f.write_all(&fdr_metadata(7, &(records as u64).to_le_bytes()))
+            .unwrap();
+        let mut wall = head.clone();
+        wall[16 + 1..16 + 9].copy_from_slice(&(1 + buffer as i64).to_le_bytes());
+        f.write_all(&wall).unwrap();
+        for i in 0..functions {
+            let (action, func) = (i as u32 % 2, 1 + (i as u32 / 2) % 64);
+            let word = action << 1 | func << 4;
+            f.write_all(&word.to_le_bytes()).unwrap();
+            f.write_all(&10u32.to_le_bytes()).unwrap();
+        }
+    }
+    f.flush().unwrap();
+}
+
+/// A basic-mode (version 3) log of `mib` MiB: 32-byte entry and exit records of threads 7
+/// and 8, interleaved.
+fn write_basic_log(path: &Path, mib: usize) {
+    let mut f = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
+    f.write_all(&xray_header(3, false)).unwrap();
+    for i in 0..(mib << 20) / 32 {
+        let mut r = [0u8; 32];
+        r[3] = (i / 2 % 2) as u8; // entry, exit
+        r[4..8].copy_from_slice(&(1 + (i as i32 / 4) % 64).to_le_bytes());
+        r[8..16].copy_from_slice(&(1_000 + i as u64).to_le_bytes());
+        r[16..20].copy_from_slice(&(7 + i as u32 % 2).to_le_bytes());
+        r[20..24].copy_from_slice(&9u32.to_le_bytes());
+        f.write_all(&r).unwrap();
+    }
+    f.flush().unwrap();
+}
+
+/// `import-xray` reads a large log twice (the log mapped, pages released as it goes) and
+/// keeps none of its events: FDR and basic-mode logs of 24 MiB, from a file and from a FIFO,
+/// stay under 48 MiB. (Holding the events, they peaked at 226 MB and 81 MB: about eight
+/// and two times the log, the log itself again on top.)
+#[test]
+fn import_xray_of_a_large_log_stays_in_bounded_memory() {
+    let dir = temp_dir("xray-large");
+    let fdr = dir.join("xray-log.fdr.a1B2c3");
+    write_fdr_log(&fdr, 24);
+    let run = run_within_memory(
+        &["import-xray", fdr.to_str().unwrap(), "-o", "-"],
+        48 * 1024,
+    );
+    assert!(run.status.success(), "{}", run.stderr);
+    assert!(run.stderr.contains("1 threads"), "{}", run.stderr);
+    let basic = dir.join("xray-log.basic.a1B2c3");
+    write_basic_log(&basic, 24);
+    let run = run_within_memory(
+        &["import-xray", basic.to_str().unwrap(), "-o", "-"],
+        48 * 1024,
+    );
+    assert!(run.status.success(), "{}", run.stderr);
+    assert!(run.stderr.contains("2 threads"), "{}", run.stderr);
+    // From a FIFO: copied to a temporary file, then read the same way.
+    let fifo = dir.join("fifo.xray");
+    nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+    let writer = {
+        let (fifo, basic) = (fifo.clone(), basic.clone());
+        std::thread::spawn(move || {
+            let mut out = std::fs::OpenOptions::new().write(true).open(fifo).unwrap();
+            let _ = std::io::copy(&mut std::fs::File::open(basic).unwrap(), &mut out);
+        })
+    };
+    let run = run_within_memory(
+        &["import-xray", fifo.to_str().unwrap(), "-o", "-"],
+        48 * 1024,
+    );
+    writer.join().unwrap();
+    assert!(run.status.success(), "{}", run.stderr);
+    assert!(run.stderr.contains("2 threads"), "{}", run.stderr);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn every_reader_refuses_dev_zero_after_its_first_word() {
     let out = temp_dir("zero");

@@ -4,7 +4,10 @@
 use std::path::PathBuf;
 
 use fxtrace_tools::convert::xray::llvm_yaml::parse_flow_mapping;
-use fxtrace_tools::convert::xray::{read_log, InstrMap, XrayErrorKind, XrayEventKind, XrayLog};
+use fxtrace_tools::convert::xray::{
+    import, read_log, write_fxt, FileHeader, ImportOptions, InstrMap, XrayErrorKind, XrayEventKind,
+    XrayLog,
+};
 use proptest::prelude::*;
 
 fn fixture(name: &str) -> Vec<u8> {
@@ -49,6 +52,46 @@ fn assert_prefix(part: &XrayLog, full: &XrayLog, cut: usize) {
                 assert!(y.starts_with(x), "cut {cut}")
             }
             (x, y) => assert_eq!(x, y, "cut {cut}"),
+        }
+    }
+}
+
+/// [`import`] (two passes, no event kept) writes what [`read_log`] then [`write_fxt`] write,
+/// byte for byte, with the same counts, events and error; and calls `release` as it reads.
+fn assert_import_matches(data: &[u8]) -> Result<(), TestCaseError> {
+    let header = FileHeader::parse(data).expect("a valid header");
+    let log = read_log(data).expect("a valid header");
+    let options = ImportOptions::new("xray-log.app.a1B2c3");
+    let mut expected = Vec::new();
+    let stats = write_fxt(&log, &options, &mut expected);
+    let mut got = Vec::new();
+    let imported = import(data, &header, &options, &mut got, &mut || {});
+    match (stats, imported) {
+        (Ok(stats), Ok(imported)) => {
+            prop_assert!(
+                got == expected,
+                "{} bytes, expected {}",
+                got.len(),
+                expected.len()
+            );
+            prop_assert_eq!(imported.stats, stats);
+            prop_assert_eq!(imported.events, log.event_count() as u64);
+            prop_assert_eq!(imported.error, log.error);
+        }
+        (Err(_), Err(_)) => {}
+        (stats, imported) => prop_assert!(false, "{stats:?} but {imported:?}"),
+    }
+    Ok(())
+}
+
+#[test]
+fn import_writes_what_read_log_and_write_fxt_write() {
+    for name in ["fdr-v5.xray", "basic-v3.xray"] {
+        let data = fixture(name);
+        assert_import_matches(&data).unwrap();
+        // Cut anywhere: the same partial output and the same error.
+        for cut in (32..data.len()).step_by(37) {
+            assert_import_matches(&data[..cut]).unwrap();
         }
     }
 }
@@ -176,6 +219,7 @@ proptest! {
         if let Some(e) = &log.error {
             prop_assert!(e.offset as usize <= data.len());
         }
+        assert_import_matches(&data)?;
     }
 
     #[test]
@@ -192,6 +236,7 @@ proptest! {
         if let Some(e) = &log.error {
             prop_assert!(e.offset as usize <= data.len());
         }
+        assert_import_matches(&data)?;
     }
 
     #[test]

@@ -64,14 +64,33 @@ pub const ARG_PID: usize = 12;
 /// ARG_PAYLOAD: offset of the 64-bit argument.
 pub const ARG_VALUE: usize = 16;
 
-/// The last NORMAL record, which an argument payload must belong to.
-#[derive(Debug, Clone, Copy)]
+/// The last NORMAL record, which an argument payload must belong to: its event is held
+/// (not handed over yet) while payloads may follow.
+#[derive(Debug)]
 struct LastEntry {
     thread: usize,
-    event: usize,
+    event: XrayEvent,
     func_id: i32,
     tid: u32,
     pid: u32,
+}
+
+/// What one record is.
+enum Record {
+    /// A NORMAL record: an event of thread (pid, tid); `raw_pid` as written.
+    Normal {
+        key: (u32, u32),
+        event: XrayEvent,
+        func_id: i32,
+        raw_pid: u32,
+    },
+    /// An ARG_PAYLOAD record.
+    Arg {
+        func_id: i32,
+        tid: u32,
+        pid: u32,
+        arg: u64,
+    },
 }
 
 /// Decodes every record after the header into per-thread streams (in order of first
@@ -81,37 +100,105 @@ pub(crate) fn read_threads(
     header: &FileHeader,
     stats: &mut ReadStats,
 ) -> (Vec<ThreadStream>, Option<XrayError>) {
-    let mut threads: Vec<ThreadStream> = Vec::new();
+    let mut streams: Vec<ThreadStream> = Vec::new();
+    let mut threads = Vec::new();
+    let error = read_into(data, header, stats, &mut threads, &mut |thread, event| {
+        // Events come in record order, so a thread's first event comes after the first
+        // events of every thread seen before it: a new thread is the next index.
+        if thread == streams.len() {
+            streams.push(ThreadStream {
+                pid: event.pid,
+                tid: event.tid,
+                events: Vec::new(),
+                wall_times: Vec::new(),
+                buffers: 0,
+            });
+        }
+        if let Some(stream) = streams.get_mut(thread) {
+            stream.events.push(event);
+        }
+    });
+    (streams, error)
+}
+
+/// Decodes every record after the header, handing each event to `on_event` with the index
+/// of its thread in `threads` (which lists each (pid, tid) once, in order of first
+/// appearance), its argument payloads attached, counting into `stats`. Returns the first
+/// error, after every event before it.
+pub(crate) fn read_into(
+    data: &[u8],
+    header: &FileHeader,
+    stats: &mut ReadStats,
+    threads: &mut Vec<(Option<u32>, u32)>,
+    on_event: &mut dyn FnMut(usize, XrayEvent),
+) -> Option<XrayError> {
     let mut index: HashMap<(u32, u32), usize> = HashMap::new();
     let mut last: Option<LastEntry> = None;
     let mut pos = FILE_HEADER_SIZE;
-    while pos < data.len() {
-        match read_record(
-            data,
-            pos,
-            header.version,
-            &mut threads,
-            &mut index,
-            &mut last,
-            stats,
-        ) {
-            Ok(()) => stats.records += 1,
-            Err(kind) => return (threads, Some(XrayError::new(pos, kind))),
+    let error = loop {
+        if pos >= data.len() {
+            break None;
         }
+        match read_record(data, pos, header.version) {
+            Ok(Record::Normal {
+                key,
+                event,
+                func_id,
+                raw_pid,
+            }) => {
+                if let Some(done) = last.take() {
+                    on_event(done.thread, done.event);
+                }
+                let thread = *index.entry(key).or_insert_with(|| {
+                    threads.push((event.pid, event.tid));
+                    threads.len() - 1
+                });
+                last = Some(LastEntry {
+                    thread,
+                    func_id,
+                    tid: event.tid,
+                    pid: raw_pid,
+                    event,
+                });
+            }
+            Ok(Record::Arg {
+                func_id,
+                tid,
+                pid,
+                arg,
+            }) => {
+                let owner = last.as_mut().filter(|l| {
+                    l.func_id == func_id && l.tid == tid && (header.version < 3 || l.pid == pid)
+                });
+                let Some(owner) = owner else {
+                    break Some(XrayError::new(
+                        pos,
+                        XrayErrorKind::ArgPayloadMismatch { func_id, tid },
+                    ));
+                };
+                match &mut owner.event.kind {
+                    XrayEventKind::EnterWithArgs { args, .. } => args.push(arg),
+                    kind @ XrayEventKind::Enter { .. } => {
+                        *kind = XrayEventKind::EnterWithArgs {
+                            func_id,
+                            args: vec![arg],
+                        }
+                    }
+                    _ => stats.orphan_call_args += 1,
+                }
+            }
+            Err(kind) => break Some(XrayError::new(pos, kind)),
+        }
+        stats.records += 1;
         pos += RECORD_SIZE;
+    };
+    if let Some(done) = last {
+        on_event(done.thread, done.event);
     }
-    (threads, None)
+    error
 }
 
-fn read_record(
-    data: &[u8],
-    pos: usize,
-    version: u16,
-    threads: &mut Vec<ThreadStream>,
-    index: &mut HashMap<(u32, u32), usize>,
-    last: &mut Option<LastEntry>,
-    stats: &mut ReadStats,
-) -> Result<(), XrayErrorKind> {
+fn read_record(data: &[u8], pos: usize, version: u16) -> Result<Record, XrayErrorKind> {
     let available = (data.len() - pos) as u64;
     let Some(rec) = data.get(pos..pos + RECORD_SIZE) else {
         return Err(XrayErrorKind::Truncated {
@@ -139,60 +226,27 @@ fn read_record(
             let tid = u32_at(rec, TID).unwrap_or(0);
             let raw_pid = u32_at(rec, PID).unwrap_or(0);
             let pid = (version >= 3).then_some(raw_pid);
-            // Before version 3 the pid bytes are undefined: one stream per thread id.
-            let thread = *index.entry((pid.unwrap_or(0), tid)).or_insert_with(|| {
-                threads.push(ThreadStream {
-                    pid,
-                    tid,
-                    events: Vec::new(),
-                    wall_times: Vec::new(),
-                    buffers: 0,
-                });
-                threads.len() - 1
-            });
-            let stream = &mut threads[thread];
-            let tsc = u64_at(rec, TSC).unwrap_or(0);
-            stream.events.push(XrayEvent {
-                tsc,
+            let event = XrayEvent {
+                tsc: u64_at(rec, TSC).unwrap_or(0),
                 cpu: u16::from(rec[CPU]),
                 pid,
                 tid,
                 kind,
-            });
-            *last = Some(LastEntry {
-                thread,
-                event: stream.events.len() - 1,
-                func_id,
-                tid,
-                pid: raw_pid,
-            });
-            Ok(())
-        }
-        RECORD_TYPE_ARG_PAYLOAD => {
-            let func_id = i32_at(rec, ARG_FUNC_ID).unwrap_or(0);
-            let tid = u32_at(rec, ARG_TID).unwrap_or(0);
-            let pid = u32_at(rec, ARG_PID).unwrap_or(0);
-            let arg = u64_at(rec, ARG_VALUE).unwrap_or(0);
-            let owner = last
-                .filter(|l| l.func_id == func_id && l.tid == tid && (version < 3 || l.pid == pid));
-            let Some(owner) = owner else {
-                return Err(XrayErrorKind::ArgPayloadMismatch { func_id, tid });
             };
-            let event = threads
-                .get_mut(owner.thread)
-                .and_then(|t| t.events.get_mut(owner.event));
-            match event.map(|e| &mut e.kind) {
-                Some(XrayEventKind::EnterWithArgs { args, .. }) => args.push(arg),
-                Some(kind @ XrayEventKind::Enter { .. }) => {
-                    *kind = XrayEventKind::EnterWithArgs {
-                        func_id,
-                        args: vec![arg],
-                    }
-                }
-                _ => stats.orphan_call_args += 1,
-            }
-            Ok(())
+            // Before version 3 the pid bytes are undefined: one stream per thread id.
+            Ok(Record::Normal {
+                key: (pid.unwrap_or(0), tid),
+                event,
+                func_id,
+                raw_pid,
+            })
         }
+        RECORD_TYPE_ARG_PAYLOAD => Ok(Record::Arg {
+            func_id: i32_at(rec, ARG_FUNC_ID).unwrap_or(0),
+            tid: u32_at(rec, ARG_TID).unwrap_or(0),
+            pid: u32_at(rec, ARG_PID).unwrap_or(0),
+            arg: u64_at(rec, ARG_VALUE).unwrap_or(0),
+        }),
         other => Err(XrayErrorKind::UnknownBasicRecordType { record_type: other }),
     }
 }

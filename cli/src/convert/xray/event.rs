@@ -170,27 +170,40 @@ pub(crate) fn insert_cpu_migrations(events: &mut Vec<XrayEvent>) -> u64 {
         return 0; // the common case: leave the (possibly huge) vector alone
     }
     let mut out = Vec::with_capacity(events.len() + changes);
-    let mut inserted = 0;
-    let mut prev: Option<u16> = None;
+    let mut cpu = CpuTracker::default();
     for e in events.drain(..) {
-        if let Some(from) = prev {
-            if from != e.cpu && !matches!(e.kind, XrayEventKind::CpuMigration { .. }) {
-                let kind = XrayEventKind::CpuMigration { from, to: e.cpu };
-                out.push(XrayEvent {
-                    tsc: e.tsc,
-                    cpu: e.cpu,
-                    pid: e.pid,
-                    tid: e.tid,
-                    kind,
-                });
-                inserted += 1;
-            }
-        }
-        prev = Some(e.cpu);
+        out.extend(cpu.migration_before(&e));
         out.push(e);
     }
     *events = out;
-    inserted
+    cpu.migrations
+}
+
+/// The CPU of a thread's events so far, read one event at a time: where it changes, the
+/// [`XrayEventKind::CpuMigration`] to write before the event.
+#[derive(Debug, Default, Clone, Copy)]
+pub(crate) struct CpuTracker {
+    prev: Option<u16>,
+    /// Migrations found so far.
+    pub(crate) migrations: u64,
+}
+
+impl CpuTracker {
+    /// The migration that comes before `e`, if its CPU is not the previous event's.
+    pub(crate) fn migration_before(&mut self, e: &XrayEvent) -> Option<XrayEvent> {
+        let from = self.prev.replace(e.cpu)?;
+        if from == e.cpu || matches!(e.kind, XrayEventKind::CpuMigration { .. }) {
+            return None;
+        }
+        self.migrations += 1;
+        Some(XrayEvent {
+            tsc: e.tsc,
+            cpu: e.cpu,
+            pid: e.pid,
+            tid: e.tid,
+            kind: XrayEventKind::CpuMigration { from, to: e.cpu },
+        })
+    }
 }
 
 #[cfg(test)]

@@ -33,17 +33,57 @@ use super::event::{ReadStats, WallTimeAnchor, XrayEvent, XrayEventKind};
 use super::fdr_records::{decode_record, EventTime, FdrRecord, FunctionAction};
 use super::header::{FileHeader, BUFFER_SIZE_OFFSET, FILE_HEADER_SIZE};
 
-/// The events of one thread buffer.
-#[derive(Debug)]
-pub(crate) struct Block {
+/// Where a block (one thread buffer's records, from its NewBuffer) lies in the log, and what
+/// its leading records said.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(crate) struct BlockInfo {
     /// Process id from the Pid record (version >= 3).
     pub(crate) pid: Option<u32>,
     /// Thread id from NewBuffer.
     pub(crate) tid: u32,
     /// The buffer's wall time, anchored to its first NewCPUId.
     pub(crate) wall: Option<WallTimeAnchor>,
+    /// Its bytes: from its NewBuffer to where the next block starts, its buffer ends, or
+    /// decoding stopped. Decoding this range alone ([`read_block`]) gives the same events.
+    pub(crate) start: usize,
+    /// See `start`.
+    pub(crate) end: usize,
+}
+
+/// What the reader hands over, in log order: a block's events (each complete: its
+/// CallArguments attached), then the block itself.
+pub(crate) trait BlockSink {
+    /// An event of the block being read.
+    fn event(&mut self, event: XrayEvent);
+    /// The block whose events came since the previous block ended.
+    fn block(&mut self, info: BlockInfo);
+}
+
+/// The events of one thread buffer.
+#[derive(Debug)]
+pub(crate) struct Block {
+    /// Where it lies, and what its leading records said.
+    pub(crate) info: BlockInfo,
     /// Decoded events in record order.
     pub(crate) events: Vec<XrayEvent>,
+}
+
+/// Collects whole blocks, events included.
+#[derive(Debug, Default)]
+struct Blocks {
+    done: Vec<Block>,
+    events: Vec<XrayEvent>,
+}
+
+impl BlockSink for Blocks {
+    fn event(&mut self, event: XrayEvent) {
+        self.events.push(event);
+    }
+
+    fn block(&mut self, info: BlockInfo) {
+        let events = std::mem::take(&mut self.events);
+        self.done.push(Block { info, events });
+    }
 }
 
 /// Where the block grammar is.
@@ -88,15 +128,21 @@ pub(crate) fn read_blocks(
     blocks: &mut Vec<Block>,
     stats: &mut ReadStats,
 ) -> Result<(), XrayError> {
-    let mut reader = Reader {
-        data,
-        version: header.version,
-        blocks,
-        stats,
-        state: State::Start,
-        last: "",
-        cur: None,
-    };
+    let mut collected = Blocks::default();
+    let result = read_into(data, header, &mut collected, stats);
+    blocks.append(&mut collected.done);
+    result
+}
+
+/// Decodes every buffer of an FDR log into `sink`, counting into `stats`; the first error,
+/// after everything decoded before it (the partial block it occurred in included).
+pub(crate) fn read_into(
+    data: &[u8],
+    header: &FileHeader,
+    sink: &mut dyn BlockSink,
+    stats: &mut ReadStats,
+) -> Result<(), XrayError> {
+    let mut reader = Reader::new(data, header.version, sink, stats);
     let result = if header.version == 1 {
         reader.read_fixed_buffers(header.buffer_size())
     } else {
@@ -106,28 +152,67 @@ pub(crate) fn read_blocks(
     result
 }
 
+/// Decodes the one block that `info` found ([`BlockSink::block`] of an earlier reading)
+/// into `sink`, counting into `stats`.
+pub(crate) fn read_block(
+    data: &[u8],
+    version: u16,
+    info: &BlockInfo,
+    sink: &mut dyn BlockSink,
+    stats: &mut ReadStats,
+) -> Result<(), XrayError> {
+    let mut reader = Reader::new(data, version, sink, stats);
+    let result = reader.read_buffer(info.start, info.end);
+    reader.finish_block();
+    result
+}
+
 struct Reader<'a, 'b> {
     data: &'a [u8],
     version: u16,
-    blocks: &'b mut Vec<Block>,
+    sink: &'b mut dyn BlockSink,
     stats: &'b mut ReadStats,
     state: State,
     /// Name of the last record, for error messages.
     last: &'static str,
+    /// Offset of the record being applied.
+    pos: usize,
+    /// Offset up to which records were taken (or skipped): where the current block ends
+    /// if it ends now.
+    consumed: usize,
     cur: Option<Cursor>,
 }
 
 /// Running state of the block being decoded.
 #[derive(Debug)]
 struct Cursor {
-    block: Block,
+    info: BlockInfo,
     cpu: u16,
     tsc: u64,
-    /// Index in `block.events` of the last function event, while CallArguments may follow it.
-    last_function: Option<usize>,
+    /// The last function event, held while CallArguments may follow it.
+    pending: Option<XrayEvent>,
 }
 
-impl Reader<'_, '_> {
+impl<'a, 'b> Reader<'a, 'b> {
+    fn new(
+        data: &'a [u8],
+        version: u16,
+        sink: &'b mut dyn BlockSink,
+        stats: &'b mut ReadStats,
+    ) -> Self {
+        Reader {
+            data,
+            version,
+            sink,
+            stats,
+            state: State::Start,
+            last: "",
+            pos: 0,
+            consumed: 0,
+            cur: None,
+        }
+    }
+
     /// Version 1: fixed-size buffers of `buffer_size` bytes after the header.
     fn read_fixed_buffers(&mut self, buffer_size: u64) -> Result<(), XrayError> {
         if self.data.len() <= FILE_HEADER_SIZE {
@@ -178,6 +263,7 @@ impl Reader<'_, '_> {
         self.state = State::Start;
         self.last = "";
         let mut pos = start;
+        self.consumed = start;
         while pos < end {
             if pos >= self.data.len() {
                 let kind = XrayErrorKind::Truncated {
@@ -190,6 +276,7 @@ impl Reader<'_, '_> {
             if self.state == State::Ended {
                 self.stats.skipped_bytes += (end.min(self.data.len()) - pos) as u64;
                 pos = end.min(self.data.len());
+                self.consumed = pos;
                 continue;
             }
             let (record, len) =
@@ -202,17 +289,28 @@ impl Reader<'_, '_> {
                 };
                 return Err(XrayError::new(pos, kind));
             }
+            self.pos = pos;
             self.apply(record).map_err(|k| XrayError::new(pos, k))?;
             self.stats.records += 1;
             pos += len;
+            self.consumed = pos;
         }
         Ok(())
     }
 
-    /// Moves the current block (if any) to the output.
+    /// Hands the current block (if any) to the sink, its held event first.
     fn finish_block(&mut self) {
-        if let Some(cur) = self.cur.take() {
-            self.blocks.push(cur.block);
+        self.flush_pending();
+        if let Some(mut cur) = self.cur.take() {
+            cur.info.end = self.consumed;
+            self.sink.block(cur.info);
+        }
+    }
+
+    /// Hands the held function event (if any) to the sink: no CallArgument follows it.
+    fn flush_pending(&mut self) {
+        if let Some(event) = self.cur.as_mut().and_then(|c| c.pending.take()) {
+            self.sink.event(event);
         }
     }
 
@@ -226,6 +324,9 @@ impl Reader<'_, '_> {
     /// Applies one record to the grammar state and the current block.
     fn apply(&mut self, record: FdrRecord<'_>) -> Result<(), XrayErrorKind> {
         let in_body = matches!(self.state, State::Body | State::AfterFunction);
+        if !matches!(record, FdrRecord::CallArgument { .. }) {
+            self.flush_pending();
+        }
         let next = match record {
             FdrRecord::NewBuffer { tid } => {
                 if !(self.state == State::Start || in_body) {
@@ -233,17 +334,17 @@ impl Reader<'_, '_> {
                 }
                 self.finish_block();
                 self.stats.buffers += 1;
-                let block = Block {
-                    pid: None,
-                    tid,
-                    wall: None,
-                    events: Vec::new(),
-                };
                 self.cur = Some(Cursor {
-                    block,
+                    info: BlockInfo {
+                        pid: None,
+                        tid,
+                        wall: None,
+                        start: self.pos,
+                        end: self.pos,
+                    },
                     cpu: 0,
                     tsc: 0,
-                    last_function: None,
+                    pending: None,
                 });
                 State::AfterNewBuffer
             }
@@ -251,7 +352,7 @@ impl Reader<'_, '_> {
                 if self.state != State::AfterNewBuffer {
                     return Err(self.unexpected(&record));
                 }
-                self.cursor()?.block.wall = Some(WallTimeAnchor {
+                self.cursor()?.info.wall = Some(WallTimeAnchor {
                     seconds,
                     micros,
                     tsc: None,
@@ -262,7 +363,7 @@ impl Reader<'_, '_> {
                 if self.state != State::AfterWallTime {
                     return Err(self.unexpected(&record));
                 }
-                self.cursor()?.block.pid = Some(pid);
+                self.cursor()?.info.pid = Some(pid);
                 State::AfterPid
             }
             FdrRecord::NewCpuId { cpu, tsc } => {
@@ -272,7 +373,7 @@ impl Reader<'_, '_> {
                 let cur = self.cursor()?;
                 cur.cpu = cpu;
                 cur.tsc = tsc;
-                if let Some(wall) = cur.block.wall.as_mut() {
+                if let Some(wall) = cur.info.wall.as_mut() {
                     wall.tsc.get_or_insert(tsc);
                 }
                 State::Body
@@ -305,9 +406,7 @@ impl Reader<'_, '_> {
                     FunctionAction::Exit => XrayEventKind::Exit { func_id },
                     FunctionAction::TailExit => XrayEventKind::TailExit { func_id },
                 };
-                let (tsc, cpu) = (cur.tsc, cur.cpu);
-                cur.push(tsc, cpu, kind);
-                cur.last_function = Some(cur.block.events.len() - 1);
+                cur.pending = Some(cur.event(cur.tsc, cur.cpu, kind));
                 State::AfterFunction
             }
             FdrRecord::CallArgument { arg } => {
@@ -315,8 +414,7 @@ impl Reader<'_, '_> {
                     return Err(self.unexpected(&record));
                 }
                 let cur = self.cursor()?;
-                let target = cur.last_function.and_then(|i| cur.block.events.get_mut(i));
-                match target.map(|e| &mut e.kind) {
+                match cur.pending.as_mut().map(|e| &mut e.kind) {
                     Some(XrayEventKind::EnterWithArgs { args, .. }) => args.push(arg),
                     // llvm-xray turns an entry followed by arguments into an entry with args.
                     Some(kind @ XrayEventKind::Enter { .. }) => {
@@ -343,13 +441,11 @@ impl Reader<'_, '_> {
                     EventTime::Absolute(tsc) => tsc,
                 };
                 let cpu = cpu.unwrap_or(cur.cpu);
-                cur.push(
-                    tsc,
-                    cpu,
-                    XrayEventKind::CustomEvent {
-                        data: data.to_vec(),
-                    },
-                );
+                let kind = XrayEventKind::CustomEvent {
+                    data: data.to_vec(),
+                };
+                let event = cur.event(tsc, cpu, kind);
+                self.sink.event(event);
                 State::Body
             }
             FdrRecord::TypedEvent {
@@ -362,15 +458,12 @@ impl Reader<'_, '_> {
                 }
                 let cur = self.cursor()?;
                 cur.tsc = cur.tsc.wrapping_add_signed(i64::from(tsc_delta));
-                let (tsc, cpu) = (cur.tsc, cur.cpu);
-                cur.push(
-                    tsc,
-                    cpu,
-                    XrayEventKind::TypedEvent {
-                        event_type,
-                        data: data.to_vec(),
-                    },
-                );
+                let kind = XrayEventKind::TypedEvent {
+                    event_type,
+                    data: data.to_vec(),
+                };
+                let event = cur.event(cur.tsc, cur.cpu, kind);
+                self.sink.event(event);
                 State::Body
             }
             FdrRecord::EndOfBuffer => {
@@ -381,11 +474,6 @@ impl Reader<'_, '_> {
             }
             FdrRecord::BufferExtents { .. } => return Err(self.unexpected(&record)),
         };
-        if next != State::AfterFunction {
-            if let Some(cur) = self.cur.as_mut() {
-                cur.last_function = None;
-            }
-        }
         self.state = next;
         self.last = record.name();
         Ok(())
@@ -403,15 +491,15 @@ impl Reader<'_, '_> {
 }
 
 impl Cursor {
-    fn push(&mut self, tsc: u64, cpu: u16, kind: XrayEventKind) {
-        let b = &mut self.block;
-        b.events.push(XrayEvent {
+    /// An event of this block.
+    fn event(&self, tsc: u64, cpu: u16, kind: XrayEventKind) -> XrayEvent {
+        XrayEvent {
             tsc,
             cpu,
-            pid: b.pid,
-            tid: b.tid,
+            pid: self.info.pid,
+            tid: self.info.tid,
             kind,
-        });
+        }
     }
 }
 
@@ -498,7 +586,7 @@ mod tests {
             }
         ));
         assert_eq!(blocks.len(), 2);
-        assert_eq!((blocks[0].tid, blocks[0].pid), (7, None));
+        assert_eq!((blocks[0].info.tid, blocks[0].info.pid), (7, None));
         assert_eq!(
             kinds(&blocks[0]),
             vec![
@@ -507,7 +595,7 @@ mod tests {
             ]
         );
         assert_eq!(
-            blocks[0].wall,
+            blocks[0].info.wall,
             Some(WallTimeAnchor {
                 seconds: 10,
                 micros: 5,
@@ -578,7 +666,7 @@ mod tests {
         let (blocks, stats, r) = decode(&data);
         r.unwrap();
         assert_eq!(blocks.len(), 2);
-        assert_eq!((blocks[0].pid, blocks[0].tid), (Some(99), 100));
+        assert_eq!((blocks[0].info.pid, blocks[0].info.tid), (Some(99), 100));
         assert_eq!(
             kinds(&blocks[0]),
             vec![
@@ -615,7 +703,7 @@ mod tests {
             .iter()
             .all(|e| e.pid == Some(99) && e.tid == 100));
         assert_eq!(
-            blocks[0].wall,
+            blocks[0].info.wall,
             Some(WallTimeAnchor {
                 seconds: 50,
                 micros: 250,

@@ -20,7 +20,9 @@
 //!
 //! [`write_fxt`] turns a decoded log into an FXT trace: durations per thread that
 //! always nest, instant events for custom and typed events, CPU migrations and
-//! wall-clock anchors, every repair counted in [`ImportStats`].
+//! wall-clock anchors, every repair counted in [`ImportStats`]. [`import`] writes the same
+//! trace from the log's bytes without holding its events (two passes, [`stream`]): what
+//! `fxtrace import-xray` runs.
 //!
 //! ```
 //! use fxtrace_tools::convert::xray::{read_log, XrayEventKind};
@@ -48,6 +50,7 @@ pub mod fdr_records;
 pub mod header;
 pub mod instr_map;
 pub mod llvm_yaml;
+pub mod stream;
 mod to_fxt;
 
 pub use error::{XrayError, XrayErrorKind};
@@ -56,6 +59,7 @@ pub use event::{
 };
 pub use header::{FileHeader, LogType};
 pub use instr_map::{FunctionInfo, InstrMap, InstrMapError, Sled, SledKind};
+pub use stream::{import, Imported};
 pub use to_fxt::{
     process_name_from_log_name, write_fxt, ImportError, ImportOptions, ImportStats, CATEGORY,
     CPU_MIGRATION_NAME, CUSTOM_EVENT_NAME, FALLBACK_TICKS_PER_SECOND, MAX_TEXT_ARG, PROVIDER_ID,
@@ -94,30 +98,12 @@ pub fn read_log(data: &[u8]) -> Result<XrayLog, XrayError> {
 /// Groups FDR blocks into one stream per (pid, tid), in order of first appearance,
 /// each thread's blocks ordered by wall time (file order among equal times).
 fn assemble_blocks(blocks: Vec<fdr::Block>) -> Vec<ThreadStream> {
-    let mut order: Vec<(Option<u32>, u32)> = Vec::new();
-    let mut groups: HashMap<(Option<u32>, u32), Vec<fdr::Block>> = HashMap::new();
-    for b in blocks {
-        let key = (b.pid, b.tid);
-        groups
-            .entry(key)
-            .or_insert_with(|| {
-                order.push(key);
-                Vec::new()
-            })
-            .push(b);
-    }
-    order
+    per_thread(blocks, |b| &b.info)
         .into_iter()
-        .map(|key| {
-            let mut group = groups.remove(&key).unwrap_or_default();
-            // A block without a wall time (cut short right after NewBuffer) sorts last.
-            group.sort_by_key(|b| {
-                b.wall
-                    .map_or((true, 0, 0), |w| (false, w.seconds, w.micros))
-            });
+        .map(|((pid, tid), group)| {
             let mut stream = ThreadStream {
-                pid: key.0,
-                tid: key.1,
+                pid,
+                tid,
                 events: Vec::new(),
                 wall_times: Vec::new(),
                 buffers: 0,
@@ -130,7 +116,7 @@ fn assemble_blocks(blocks: Vec<fdr::Block>) -> Vec<ThreadStream> {
             }
             for b in group {
                 stream.buffers += 1;
-                stream.wall_times.extend(b.wall);
+                stream.wall_times.extend(b.info.wall);
                 if single {
                     stream.events = b.events; // moved, not copied
                 } else {
@@ -138,6 +124,39 @@ fn assemble_blocks(blocks: Vec<fdr::Block>) -> Vec<ThreadStream> {
                 }
             }
             stream
+        })
+        .collect()
+}
+
+/// A thread of an FDR log: its (pid, tid), and its blocks in the order they are read.
+type ThreadBlocks<T> = ((Option<u32>, u32), Vec<T>);
+
+/// `blocks` grouped by thread (pid, tid), in order of first appearance, each thread's
+/// blocks ordered by wall time (file order among equal times; a block without a wall time,
+/// cut short right after NewBuffer, last).
+fn per_thread<T>(blocks: Vec<T>, info: impl Fn(&T) -> &fdr::BlockInfo) -> Vec<ThreadBlocks<T>> {
+    let mut order: Vec<(Option<u32>, u32)> = Vec::new();
+    let mut groups: HashMap<(Option<u32>, u32), Vec<T>> = HashMap::new();
+    for b in blocks {
+        let key = (info(&b).pid, info(&b).tid);
+        groups
+            .entry(key)
+            .or_insert_with(|| {
+                order.push(key);
+                Vec::new()
+            })
+            .push(b);
+    }
+    order
+        .into_iter()
+        .map(|key| {
+            let mut group = groups.remove(&key).unwrap_or_default();
+            group.sort_by_key(|b| {
+                info(b)
+                    .wall
+                    .map_or((true, 0, 0), |w| (false, w.seconds, w.micros))
+            });
+            (key, group)
         })
         .collect()
 }
@@ -225,6 +244,21 @@ mod tests {
         assert_eq!(log.stats.buffers, 3);
         assert_eq!(log.event_count(), 5);
         assert_eq!(log.header.cycle_frequency, 2_000_000_000);
+        // Two passes, no event kept, buffers read in each thread's wall-time order: the
+        // same trace.
+        let options = ImportOptions::new("x");
+        let mut expected = Vec::new();
+        let stats = write_fxt(&log, &options, &mut expected).unwrap();
+        let mut got = Vec::new();
+        let mut released = 0;
+        let imported = import(&data, &log.header, &options, &mut got, &mut || {
+            released += 1
+        })
+        .unwrap();
+        assert!(got == expected);
+        assert_eq!(imported.stats, stats);
+        assert_eq!((imported.events, imported.error), (5, None));
+        assert_eq!(released, 0, "a log this small is never released");
     }
 
     #[test]

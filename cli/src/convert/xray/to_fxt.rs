@@ -93,7 +93,7 @@ use fxtrace_format::{
     MAX_STRING_LEN, MAX_THREAD_INDEX,
 };
 
-use super::event::{FunctionId, ThreadStream, WallTimeAnchor, XrayEventKind, XrayLog};
+use super::event::{FunctionId, WallTimeAnchor, XrayEvent, XrayEventKind, XrayLog};
 use super::instr_map::InstrMap;
 
 /// Category of every event the import writes.
@@ -309,50 +309,125 @@ pub fn write_fxt<W: Write>(
     options: &ImportOptions<'_>,
     out: W,
 ) -> Result<ImportStats, ImportError> {
-    let mut stats = ImportStats {
-        reader_dropped_call_args: log.stats.orphan_call_args,
-        ..ImportStats::default()
-    };
-    let mut out = FxtOut::new(out);
-    let mut strings = Strings::default();
-
-    out.words.push(MAGIC_WORD);
-    out.records += 1;
-    let provider = format!("{PROVIDER_NAME_PREFIX}{}", options.log_name);
-    out.push(&ProviderInfo {
-        provider_id: PROVIDER_ID,
-        name: truncate_str(&provider, MAX_PROVIDER_NAME_LEN),
-    })?;
-    stats.ticks_per_second = log.header.cycle_frequency;
-    if stats.ticks_per_second == 0 {
-        stats.ticks_per_second = FALLBACK_TICKS_PER_SECOND;
-        stats.ticks_per_second_defaulted = true;
+    let ids = log
+        .threads
+        .iter()
+        .flat_map(|t| t.events.iter().filter_map(|e| e.kind.func_id()));
+    let threads: Vec<(Option<u32>, u32)> = log.threads.iter().map(|t| (t.pid, t.tid)).collect();
+    let mut import = Import::begin(&log.header, &log.stats, options, ids, &threads, out)?;
+    for (i, stream) in log.threads.iter().enumerate() {
+        let mut thread = import.thread(i, &stream.wall_times);
+        for e in &stream.events {
+            thread.feed(e)?;
+        }
+        thread.finish()?;
     }
-    out.push(&Initialization {
-        ticks_per_second: stats.ticks_per_second,
-    })?;
+    import.finish()
+}
 
-    let category = strings.intern(CATEGORY, &mut out)?;
-    let functions = Functions::new(log, options.instr_map, &mut strings, &mut out, &mut stats)?;
-    let threads = write_threads(log, options.log_name, &mut strings, &mut out, &mut stats)?;
+/// An import under way: the records before the threads' events are written; each thread's
+/// events are then fed in turn ([`Import::thread`]).
+pub(crate) struct Import<W: Write> {
+    out: FxtOut<W>,
+    strings: Strings,
+    stats: ImportStats,
+    category: Option<u16>,
+    functions: Functions,
+    threads: Vec<ThreadRef>,
+}
 
-    for (stream, thread) in log.threads.iter().zip(threads) {
-        let mut conv = ThreadConverter {
-            thread,
+impl<W: Write> Import<W> {
+    /// Writes the magic number, the provider, the initialization record, the names of the
+    /// functions `ids` (the ids the log uses, in any order, repeats allowed) and the
+    /// `threads` (pid, tid), in the order their events will be fed.
+    pub(crate) fn begin(
+        header: &super::header::FileHeader,
+        read: &super::event::ReadStats,
+        options: &ImportOptions<'_>,
+        ids: impl IntoIterator<Item = FunctionId>,
+        threads: &[(Option<u32>, u32)],
+        out: W,
+    ) -> Result<Self, ImportError> {
+        let mut stats = ImportStats {
+            reader_dropped_call_args: read.orphan_call_args,
+            ..ImportStats::default()
+        };
+        let mut out = FxtOut::new(out);
+        let mut strings = Strings::default();
+
+        out.words.push(MAGIC_WORD);
+        out.records += 1;
+        let provider = format!("{PROVIDER_NAME_PREFIX}{}", options.log_name);
+        out.push(&ProviderInfo {
+            provider_id: PROVIDER_ID,
+            name: truncate_str(&provider, MAX_PROVIDER_NAME_LEN),
+        })?;
+        stats.ticks_per_second = header.cycle_frequency;
+        if stats.ticks_per_second == 0 {
+            stats.ticks_per_second = FALLBACK_TICKS_PER_SECOND;
+            stats.ticks_per_second_defaulted = true;
+        }
+        out.push(&Initialization {
+            ticks_per_second: stats.ticks_per_second,
+        })?;
+
+        let category = strings.intern(CATEGORY, &mut out)?;
+        let functions = Functions::new(ids, options.instr_map, &mut strings, &mut out, &mut stats)?;
+        let threads = write_threads(
+            threads,
+            options.log_name,
+            &mut strings,
+            &mut out,
+            &mut stats,
+        )?;
+        Ok(Import {
+            out,
+            strings,
+            stats,
             category,
-            functions: &functions,
-            strings: &mut strings,
-            out: &mut out,
-            stats: &mut stats,
+            functions,
+            threads,
+        })
+    }
+
+    /// The converter of thread `index` (of those given to [`Self::begin`]), whose FDR
+    /// buffers carry the wall-clock anchors `wall_times` (in the order of its events).
+    pub(crate) fn thread(
+        &mut self,
+        index: usize,
+        wall_times: &[WallTimeAnchor],
+    ) -> ThreadConverter<'_, W> {
+        let mut anchors = Vec::with_capacity(wall_times.len());
+        for w in wall_times {
+            match w.tsc {
+                Some(tsc) => anchors.push((tsc, *w)),
+                None => self.stats.unanchored_wall_times += 1,
+            }
+        }
+        ThreadConverter {
+            thread: self
+                .threads
+                .get(index)
+                .copied()
+                .unwrap_or(ThreadRef::Inline { pid: 0, tid: 0 }),
+            category: self.category,
+            functions: &self.functions,
+            strings: &mut self.strings,
+            out: &mut self.out,
+            stats: &mut self.stats,
             stack: CallStack::default(),
             last_ts: None,
             repairs: ThreadRepairs::default(),
-        };
-        conv.convert(stream)?;
+            anchors: anchors.into_iter().peekable(),
+        }
     }
-    stats.records = out.records;
-    stats.bytes = out.finish()?;
-    Ok(stats)
+
+    /// Flushes the output; what was written.
+    pub(crate) fn finish(mut self) -> Result<ImportStats, ImportError> {
+        self.stats.records = self.out.records;
+        self.stats.bytes = self.out.finish()?;
+        Ok(self.stats)
+    }
 }
 
 // === impl FxtOut ===
@@ -512,16 +587,13 @@ struct Functions {
 
 impl Functions {
     fn new<W: Write>(
-        log: &XrayLog,
+        ids: impl IntoIterator<Item = FunctionId>,
         map: Option<&InstrMap>,
         strings: &mut Strings,
         out: &mut FxtOut<W>,
         stats: &mut ImportStats,
     ) -> Result<Self, ImportError> {
-        let mut ids: HashSet<FunctionId, BuildHasherDefault<IdHasher>> = HashSet::default();
-        for t in &log.threads {
-            ids.extend(t.events.iter().filter_map(|e| e.kind.func_id()));
-        }
+        let ids: HashSet<FunctionId, BuildHasherDefault<IdHasher>> = ids.into_iter().collect();
         let mut ids: Vec<FunctionId> = ids.into_iter().collect();
         ids.sort_unstable();
         let mut names = IdMap::with_capacity_and_hasher(ids.len(), Default::default());
@@ -560,18 +632,18 @@ impl Functions {
 /// Writes the Thread records and the Kernel Object records naming processes and
 /// threads; returns each stream's thread ref.
 fn write_threads<W: Write>(
-    log: &XrayLog,
+    threads: &[(Option<u32>, u32)],
     log_name: &str,
     strings: &mut Strings,
     out: &mut FxtOut<W>,
     stats: &mut ImportStats,
 ) -> Result<Vec<ThreadRef>, ImportError> {
     let process_name = truncate_str(process_name_from_log_name(log_name), MAX_STRING_LEN);
-    let mut refs = Vec::with_capacity(log.threads.len());
+    let mut refs = Vec::with_capacity(threads.len());
     let mut pids = BTreeSet::new();
-    for (i, t) in log.threads.iter().enumerate() {
-        let pid = u64::from(t.pid.unwrap_or(0));
-        let tid = u64::from(t.tid);
+    for (i, &(t_pid, t_tid)) in threads.iter().enumerate() {
+        let pid = u64::from(t_pid.unwrap_or(0));
+        let tid = u64::from(t_tid);
         // Indices 1..=MAX_THREAD_INDEX (255, the u8 range), inline refs beyond.
         let r = match u8::try_from(i + 1) {
             Ok(index) => {
@@ -581,7 +653,7 @@ fn write_threads<W: Write>(
             _ => ThreadRef::Inline { pid, tid },
         };
         refs.push(r);
-        if let Some(pid) = t.pid {
+        if let Some(pid) = t_pid {
             pids.insert(pid);
         }
     }
@@ -595,14 +667,14 @@ fn write_threads<W: Write>(
         })?;
     }
     let process_arg = strings.get("process", out)?;
-    for (i, t) in log.threads.iter().enumerate() {
+    for (i, &(pid, tid)) in threads.iter().enumerate() {
         let name = format!("xray thread #{}", i + 1);
         let args = [Arg::new(
             process_arg,
-            ArgValue::Koid(u64::from(t.pid.unwrap_or(0))),
+            ArgValue::Koid(u64::from(pid.unwrap_or(0))),
         )];
         out.push(&KernelObject {
-            koid: u64::from(t.tid),
+            koid: u64::from(tid),
             object_type: ObjectType::THREAD,
             name: StringRef::Inline(&name),
             args: &args,
@@ -637,8 +709,9 @@ const CALL_ARG_NAMES: [&str; MAX_ARGS] = [
     "arg11", "arg12", "arg13", "arg14",
 ];
 
-/// Converts the events of one thread.
-struct ThreadConverter<'c, W: Write> {
+/// Converts the events of one thread, fed in time order ([`Self::feed`]), then
+/// [`Self::finish`]ed.
+pub(crate) struct ThreadConverter<'c, W: Write> {
     thread: ThreadRef,
     category: Option<u16>,
     functions: &'c Functions,
@@ -650,55 +723,54 @@ struct ThreadConverter<'c, W: Write> {
     /// The thread's latest timestamp so far.
     last_ts: Option<u64>,
     repairs: ThreadRepairs,
+    /// The wall-clock anchors not written yet (TSC, anchor), in order.
+    anchors: std::iter::Peekable<std::vec::IntoIter<(u64, WallTimeAnchor)>>,
 }
 
 impl<W: Write> ThreadConverter<'_, W> {
-    fn convert(&mut self, stream: &ThreadStream) -> Result<(), ImportError> {
-        let mut anchors = Vec::with_capacity(stream.wall_times.len());
-        for w in &stream.wall_times {
-            match w.tsc {
-                Some(tsc) => anchors.push((tsc, *w)),
-                None => self.stats.unanchored_wall_times += 1,
+    /// The thread's next event: the anchors before it, then the event.
+    pub(crate) fn feed(&mut self, e: &XrayEvent) -> Result<(), ImportError> {
+        while let Some((tsc, w)) = self.anchors.next_if(|(tsc, _)| *tsc <= e.tsc) {
+            self.wall_time(tsc, &w)?;
+        }
+        let ts = self.clamp(e.tsc);
+        match &e.kind {
+            XrayEventKind::Enter { func_id } => self.enter(ts, *func_id, &[])?,
+            XrayEventKind::EnterWithArgs { func_id, args } => self.enter(ts, *func_id, args)?,
+            XrayEventKind::Exit { func_id } | XrayEventKind::TailExit { func_id } => {
+                self.exit(ts, *func_id)?
+            }
+            XrayEventKind::CustomEvent { data } => {
+                self.stats.custom_events += 1;
+                self.payload_event(ts, CUSTOM_EVENT_NAME, None, data)?;
+            }
+            XrayEventKind::TypedEvent { event_type, data } => {
+                self.stats.typed_events += 1;
+                self.payload_event(ts, TYPED_EVENT_NAME, Some(*event_type), data)?;
+            }
+            XrayEventKind::CpuMigration { from, to } => {
+                self.stats.cpu_migrations += 1;
+                let args = [
+                    Arg::new(
+                        self.strings.get("from", self.out)?,
+                        ArgValue::U32((*from).into()),
+                    ),
+                    Arg::new(
+                        self.strings.get("to", self.out)?,
+                        ArgValue::U32((*to).into()),
+                    ),
+                ];
+                let name = self.strings.get(CPU_MIGRATION_NAME, self.out)?;
+                self.event(ts, name, &args, EventKind::Instant)?;
             }
         }
-        let mut anchors = anchors.into_iter().peekable();
-        for e in &stream.events {
-            while let Some((tsc, w)) = anchors.next_if(|(tsc, _)| *tsc <= e.tsc) {
-                self.wall_time(tsc, &w)?;
-            }
-            let ts = self.clamp(e.tsc);
-            match &e.kind {
-                XrayEventKind::Enter { func_id } => self.enter(ts, *func_id, &[])?,
-                XrayEventKind::EnterWithArgs { func_id, args } => self.enter(ts, *func_id, args)?,
-                XrayEventKind::Exit { func_id } | XrayEventKind::TailExit { func_id } => {
-                    self.exit(ts, *func_id)?
-                }
-                XrayEventKind::CustomEvent { data } => {
-                    self.stats.custom_events += 1;
-                    self.payload_event(ts, CUSTOM_EVENT_NAME, None, data)?;
-                }
-                XrayEventKind::TypedEvent { event_type, data } => {
-                    self.stats.typed_events += 1;
-                    self.payload_event(ts, TYPED_EVENT_NAME, Some(*event_type), data)?;
-                }
-                XrayEventKind::CpuMigration { from, to } => {
-                    self.stats.cpu_migrations += 1;
-                    let args = [
-                        Arg::new(
-                            self.strings.get("from", self.out)?,
-                            ArgValue::U32((*from).into()),
-                        ),
-                        Arg::new(
-                            self.strings.get("to", self.out)?,
-                            ArgValue::U32((*to).into()),
-                        ),
-                    ];
-                    let name = self.strings.get(CPU_MIGRATION_NAME, self.out)?;
-                    self.event(ts, name, &args, EventKind::Instant)?;
-                }
-            }
-        }
-        for (tsc, w) in anchors {
+        Ok(())
+    }
+
+    /// After the thread's last event: the anchors left, the frames still open closed, the
+    /// repairs told.
+    pub(crate) fn finish(mut self) -> Result<(), ImportError> {
+        while let Some((tsc, w)) = self.anchors.next() {
             self.wall_time(tsc, &w)?;
         }
         // Close what is still open at the thread's last timestamp, innermost first.

@@ -1,0 +1,330 @@
+//! Importing a log without holding its events: [`import`].
+//!
+//! [`super::read_log`] then [`super::write_fxt`] hold every event of the log at once (an FDR
+//! function record of 8 bytes becomes a 56-byte event: about eight times the log). [`import`]
+//! reads the log twice instead, and writes the same FXT byte for byte:
+//!
+//! 1. a first pass keeps no event: it finds the threads (in order of first appearance), the
+//!    function ids, and, for an FDR log, where each buffer lies, its thread and wall time;
+//! 2. the second decodes each thread's events again and converts them as they come: an FDR
+//!    log buffer by buffer, in each thread's wall-time order; a basic-mode log in one scan
+//!    per thread (its threads' records are interleaved).
+//!
+//! What stays in memory grows with the threads, the FDR buffers (48 bytes each), the
+//! distinct function ids and a thread's open frames, not with the events. The log itself is
+//! the caller's `&[u8]` (the command maps the file), of which `release` is told every
+//! [`RELEASE_EVERY`] bytes read, so that pages already read need not stay resident.
+
+use std::collections::HashSet;
+use std::io::Write;
+
+use super::basic;
+use super::error::XrayError;
+use super::event::{CpuTracker, FunctionId, ReadStats, XrayEvent};
+use super::fdr::{self, BlockInfo, BlockSink};
+use super::header::{FileHeader, LogType};
+use super::to_fxt::{Import, ImportError, ImportOptions, ImportStats, ThreadConverter};
+
+/// How many bytes of the log are read between two calls of `release`.
+pub const RELEASE_EVERY: usize = 16 << 20;
+
+/// What [`import`] did.
+#[derive(Debug)]
+pub struct Imported {
+    /// The conversion's counts.
+    pub stats: ImportStats,
+    /// Events decoded (CPU migrations included), all written.
+    pub events: u64,
+    /// Where decoding stopped before the end of the log, and why: everything before it was
+    /// written.
+    pub error: Option<XrayError>,
+}
+
+/// Converts the XRay log `data` (whose file header is `header`) into an FXT trace on `out`,
+/// as [`super::read_log`] and [`super::write_fxt`] do, without holding its events (see the
+/// module docs). `release` is called every [`RELEASE_EVERY`] bytes of the log read.
+pub fn import<W: Write>(
+    data: &[u8],
+    header: &FileHeader,
+    options: &ImportOptions<'_>,
+    out: W,
+    release: &mut dyn FnMut(),
+) -> Result<Imported, ImportError> {
+    let mut pacer = Pacer { read: 0, release };
+    match header.log_type {
+        LogType::Fdr => import_fdr(data, header, options, out, &mut pacer),
+        LogType::Basic => import_basic(data, header, options, out, &mut pacer),
+    }
+}
+
+/// Calls `release` every [`RELEASE_EVERY`] bytes read.
+struct Pacer<'r> {
+    read: usize,
+    release: &'r mut dyn FnMut(),
+}
+
+impl Pacer<'_> {
+    fn read(&mut self, bytes: usize) {
+        self.read += bytes;
+        if self.read >= RELEASE_EVERY {
+            self.read = 0;
+            (self.release)();
+        }
+    }
+}
+
+/// The first pass over an FDR log: its buffers and function ids, no event.
+struct Index<'p, 'r> {
+    blocks: Vec<BlockInfo>,
+    ids: HashSet<FunctionId>,
+    pacer: &'p mut Pacer<'r>,
+}
+
+impl BlockSink for Index<'_, '_> {
+    fn event(&mut self, event: XrayEvent) {
+        self.ids.extend(event.kind.func_id());
+    }
+
+    fn block(&mut self, info: BlockInfo) {
+        self.pacer.read(info.end - info.start);
+        self.blocks.push(info);
+    }
+}
+
+/// Hands a thread's events, CPU migrations inserted, to its converter; keeps the first
+/// error of the conversion (the events after it are not converted).
+struct Feed<'t, 'c, W: Write> {
+    thread: &'t mut ThreadConverter<'c, W>,
+    cpu: CpuTracker,
+    events: u64,
+    error: Option<ImportError>,
+}
+
+impl<W: Write> Feed<'_, '_, W> {
+    fn feed(&mut self, event: &XrayEvent) {
+        if self.error.is_some() {
+            return;
+        }
+        let migration = self.cpu.migration_before(event);
+        for e in migration.iter().chain(std::iter::once(event)) {
+            self.events += 1;
+            if let Err(e) = self.thread.feed(e) {
+                self.error = Some(e);
+                return;
+            }
+        }
+    }
+}
+
+impl<W: Write> BlockSink for Feed<'_, '_, W> {
+    fn event(&mut self, event: XrayEvent) {
+        self.feed(&event);
+    }
+
+    fn block(&mut self, _: BlockInfo) {}
+}
+
+fn import_fdr<W: Write>(
+    data: &[u8],
+    header: &FileHeader,
+    options: &ImportOptions<'_>,
+    out: W,
+    pacer: &mut Pacer<'_>,
+) -> Result<Imported, ImportError> {
+    let mut stats = ReadStats::default();
+    let mut index = Index {
+        blocks: Vec::new(),
+        ids: HashSet::new(),
+        pacer,
+    };
+    let mut error = fdr::read_into(data, header, &mut index, &mut stats).err();
+    let Index {
+        blocks, ids, pacer, ..
+    } = index;
+    let threads = super::per_thread(blocks, |b| b);
+    let keys: Vec<(Option<u32>, u32)> = threads.iter().map(|(key, _)| *key).collect();
+    let mut import = Import::begin(header, &stats, options, ids, &keys, out)?;
+    let mut events = 0;
+    for (i, (_, blocks)) in threads.iter().enumerate() {
+        let walls: Vec<_> = blocks.iter().filter_map(|b| b.wall).collect();
+        let mut thread = import.thread(i, &walls);
+        let mut feed = Feed {
+            thread: &mut thread,
+            cpu: CpuTracker::default(),
+            events: 0,
+            error: None,
+        };
+        for block in blocks {
+            // The same bytes decode the same way: a second error would be a bug here, and
+            // is reported as the log's if the first pass found none.
+            let again = fdr::read_block(
+                data,
+                header.version,
+                block,
+                &mut feed,
+                &mut ReadStats::default(),
+            );
+            if let (Err(e), None) = (again, &error) {
+                error = Some(e);
+            }
+            pacer.read(block.end - block.start);
+        }
+        events += feed.events;
+        if let Some(e) = feed.error {
+            return Err(e);
+        }
+        thread.finish()?;
+    }
+    let stats = import.finish()?;
+    Ok(Imported {
+        stats,
+        events,
+        error,
+    })
+}
+
+fn import_basic<W: Write>(
+    data: &[u8],
+    header: &FileHeader,
+    options: &ImportOptions<'_>,
+    out: W,
+    pacer: &mut Pacer<'_>,
+) -> Result<Imported, ImportError> {
+    let mut stats = ReadStats::default();
+    let mut threads = Vec::new();
+    let mut ids = HashSet::new();
+    let error = basic::read_into(data, header, &mut stats, &mut threads, &mut |_, event| {
+        ids.extend(event.kind.func_id());
+        pacer.read(basic::RECORD_SIZE);
+    });
+    let mut import = Import::begin(header, &stats, options, ids, &threads, out)?;
+    let mut events = 0;
+    for i in 0..threads.len() {
+        let mut thread = import.thread(i, &[]);
+        let mut feed = Feed {
+            thread: &mut thread,
+            cpu: CpuTracker::default(),
+            events: 0,
+            error: None,
+        };
+        basic::read_into(
+            data,
+            header,
+            &mut ReadStats::default(),
+            &mut Vec::new(),
+            &mut |t, event| {
+                if t == i {
+                    feed.feed(&event);
+                }
+                pacer.read(basic::RECORD_SIZE);
+            },
+        );
+        events += feed.events;
+        if let Some(e) = feed.error {
+            return Err(e);
+        }
+        thread.finish()?;
+    }
+    let stats = import.finish()?;
+    Ok(Imported {
+        stats,
+        events,
+        error,
+    })
+}
+
+/// A log's bytes, mapped read-only: a regular file as it is, anything else (a FIFO, a
+/// device) first copied into an unlinked temporary file, so that [`import`] can read it
+/// twice. [`MappedLog::release`] drops the pages read from this process's memory (they stay
+/// in the page cache, and are read again if needed): it is what [`import`]'s `release` should
+/// do. A regular file truncated by another process while it is mapped ends the reading
+/// process with `SIGBUS`, as any reader of a mapped file.
+#[derive(Debug)]
+pub struct MappedLog {
+    /// Null for an empty file (nothing mapped).
+    ptr: *mut libc::c_void,
+    len: usize,
+    _file: std::fs::File,
+}
+
+impl MappedLog {
+    /// Maps `file`, of which `head` (its first bytes) was read already; a file that is not a
+    /// regular one is copied from where its reading stopped, after `head`.
+    pub fn new(mut file: std::fs::File, head: &[u8]) -> std::io::Result<MappedLog> {
+        if !file.metadata()?.is_file() {
+            let mut spool = spool_file()?;
+            spool.write_all(head)?;
+            std::io::copy(&mut file, &mut spool)?;
+            file = spool;
+        }
+        let len = usize::try_from(file.metadata()?.len())
+            .map_err(|_| std::io::Error::from_raw_os_error(libc::EFBIG))?;
+        if len == 0 {
+            return Ok(MappedLog {
+                ptr: std::ptr::null_mut(),
+                len,
+                _file: file,
+            });
+        }
+        use std::os::fd::AsRawFd;
+        // SAFETY: a new private read-only mapping of `len` bytes of an open file; nothing
+        // else refers to the address range it returns.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(MappedLog {
+            ptr,
+            len,
+            _file: file,
+        })
+    }
+
+    /// The log's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        if self.ptr.is_null() {
+            return &[];
+        }
+        // SAFETY: `ptr` is a live read-only mapping of `len` bytes, unmapped only on drop.
+        unsafe { std::slice::from_raw_parts(self.ptr.cast::<u8>(), self.len) }
+    }
+
+    /// Drops the pages read so far from this process's memory.
+    pub fn release(&self) {
+        if !self.ptr.is_null() {
+            // SAFETY: the whole live mapping; MADV_DONTNEED on a private mapping of a file
+            // that was never written only drops pages, which are read again from the file if
+            // touched (no content changes).
+            unsafe { libc::madvise(self.ptr, self.len, libc::MADV_DONTNEED) };
+        }
+    }
+}
+
+impl Drop for MappedLog {
+    fn drop(&mut self) {
+        if !self.ptr.is_null() {
+            // SAFETY: the mapping made in `new`, no longer borrowed (`bytes` borrows `self`).
+            unsafe { libc::munmap(self.ptr, self.len) };
+        }
+    }
+}
+
+/// An unlinked temporary file, readable and writable by this process only.
+fn spool_file() -> std::io::Result<std::fs::File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .mode(0o600)
+        .custom_flags(libc::O_TMPFILE)
+        .open(std::env::temp_dir())
+}
