@@ -164,7 +164,7 @@ pub(crate) fn run(args: &ImportXrayArgs) -> Result<ExitCode, super::CliError> {
     }
 }
 
-/// Why [`read_checked_log`] failed.
+/// Why [`open_checked_log`] failed.
 enum LogRead {
     Io(io::Error),
     Header(XrayError),
