@@ -122,15 +122,22 @@ fn a_service_named_by_fxtrace_socket_is_followed_through_sessions_and_restarts()
     assert!(requests(&out) >= 20, "{} requests", requests(&out));
     // Registered again after the session, and after a restart.
     first.wait_providers("service-example", 1);
-    let log = first.stop();
+    let log = traced_after_a_restart(dir.path(), first);
     assert!(!log.contains("refused"), "{log}");
-    let second = Daemon::start(dir.path());
-    second.wait_providers("service-example", 1);
-    let again = dir.path().join("named-again.fxt");
-    second.ok(&["start", "--duration", "0.5", "-o", again.to_str().unwrap()]);
-    assert!(requests(&again) >= 10, "{} requests", requests(&again));
     let _ = svc.kill();
     let _ = svc.wait();
+}
+
+/// Stops `first` (its log returned), starts a daemon in `dir` again, and checks that
+/// `examples/service` registers with it and is traced by a 0.5 s session.
+fn traced_after_a_restart(dir: &Path, first: Daemon) -> String {
+    let log = first.stop();
+    let second = Daemon::start(dir);
+    second.wait_providers("service-example", 1);
+    let out = dir.join("after-restart.fxt");
+    second.ok(&["start", "--duration", "0.5", "-o", out.to_str().unwrap()]);
+    assert!(requests(&out) >= 10, "{} requests", requests(&out));
+    log
 }
 
 /// A program that follows the trace service (`fxtrace::connect`, no preload object, no
@@ -176,13 +183,8 @@ fn a_daemon_restarted_while_a_service_runs_traces_it_again() {
     let first = Daemon::start(dir.path());
     let mut svc = service(&socket, 30);
     first.wait_providers("service-example", 1);
-    let log = first.stop();
+    let log = traced_after_a_restart(dir.path(), first);
     assert!(log.contains("registered"), "{log}");
-    let second = Daemon::start(dir.path());
-    second.wait_providers("service-example", 1);
-    let out = dir.path().join("again.fxt");
-    second.ok(&["start", "--duration", "0.5", "-o", out.to_str().unwrap()]);
-    assert!(requests(&out) >= 10, "{} requests", requests(&out));
     let _ = svc.kill();
     let _ = svc.wait();
 }
@@ -1243,26 +1245,8 @@ fn a_flood_of_silent_connections_by_one_user_does_not_keep_others_out() {
     if !root_or_skip() {
         return;
     }
-    use std::os::unix::fs::PermissionsExt;
-    let tmp = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let daemon = Daemon::start(tmp.path());
-    let exe = runnable_by_all(&std::env::current_exe().unwrap(), tmp.path());
-    let nobody = 65534;
-    let mut flood = Command::new(&exe);
-    flood
-        .args([
-            "--exact",
-            "service::silent_flood_child",
-            "--ignored",
-            "--nocapture",
-        ])
-        .env("FXTRACE_FLOOD_CHILD", &daemon.socket)
-        .uid(nobody)
-        .gid(nobody)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let mut flood = retry_while_busy(|| flood.spawn());
+    let (_tmp, daemon, mut flood) =
+        root_daemon_flooded_by_nobody("service::silent_flood_child", "FXTRACE_FLOOD_CHILD");
     daemon.wait_log(
         "connections waiting to say who they are",
         Duration::from_secs(20),
@@ -1301,6 +1285,7 @@ fn a_flood_of_silent_connections_by_one_user_does_not_keep_others_out() {
 /// Not a test of its own: the body of the flooding child of
 /// [`refused_registrations_and_bad_first_messages_are_logged_once_a_second`].
 #[test]
+#[ignore = "helper: runs as the child of refused_registrations_and_bad_first_messages_are_logged_once_a_second"]
 fn refusal_flood_child() {
     let Ok(socket) = std::env::var("FXTRACE_REFUSAL_FLOOD_CHILD") else {
         return;
@@ -1335,25 +1320,13 @@ fn refusal_flood_child() {
 /// per connection (that grew the log by 24–31 MB in 10 s).
 #[test]
 fn refused_registrations_and_bad_first_messages_are_logged_once_a_second() {
-    if !root_or_skip("refused_registrations_and_bad_first_messages_are_logged_once_a_second") {
+    if !root_or_skip() {
         return;
     }
-    use std::os::unix::fs::PermissionsExt;
-    let tmp = tempfile::tempdir().unwrap();
-    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
-    let daemon = Daemon::start(tmp.path());
-    let exe = runnable_by_all(&std::env::current_exe().unwrap(), tmp.path());
-    let nobody = 65534;
-    let mut flood = Command::new(&exe);
-    flood
-        .args(["--exact", "service::refusal_flood_child", "--nocapture"])
-        .env("FXTRACE_REFUSAL_FLOOD_CHILD", &daemon.socket)
-        .uid(nobody)
-        .gid(nobody)
-        .stdout(Stdio::null())
-        .stderr(Stdio::null());
-    let before = daemon.log().len();
-    let mut flood = retry_while_busy(|| flood.spawn());
+    let (_tmp, daemon, mut flood) = root_daemon_flooded_by_nobody(
+        "service::refusal_flood_child",
+        "FXTRACE_REFUSAL_FLOOD_CHILD",
+    );
     daemon.wait_log("may not register", Duration::from_secs(20));
     daemon.wait_log("bad first message", Duration::from_secs(20));
     std::thread::sleep(Duration::from_secs(3));
@@ -1362,7 +1335,8 @@ fn refused_registrations_and_bad_first_messages_are_logged_once_a_second() {
     // The last counts are told within a second of the last event.
     std::thread::sleep(Duration::from_millis(1500));
     let log = daemon.log();
-    let grown = log.len() - before;
+    // The whole log, its first line ("listening at") included.
+    let grown = log.len();
     let refused = log.matches("may not register").count();
     let malformed = log.matches("bad first message").count();
     println!("log grew {grown} bytes: {refused} refusal lines, {malformed} bad-frame lines");
@@ -1370,6 +1344,30 @@ fn refused_registrations_and_bad_first_messages_are_logged_once_a_second() {
     assert!(malformed <= 8, "{malformed} bad-frame lines in about 4 s");
     assert!(log.contains("such since the last such line"), "{log}");
     assert!(grown < 16 << 10, "the log grew {grown} bytes");
+}
+
+/// Root's daemon in a fresh directory everyone may use, and this test binary's `child` test
+/// run as uid 65534 with `env` naming the daemon's socket (a flood, until killed).
+fn root_daemon_flooded_by_nobody(
+    child: &str,
+    env: &str,
+) -> (tempfile::TempDir, Daemon, std::process::Child) {
+    use std::os::unix::fs::PermissionsExt;
+    let tmp = tempfile::tempdir().unwrap();
+    std::fs::set_permissions(tmp.path(), std::fs::Permissions::from_mode(0o777)).unwrap();
+    let daemon = Daemon::start(tmp.path());
+    let exe = runnable_by_all(&std::env::current_exe().unwrap(), tmp.path());
+    let nobody = 65534;
+    let mut flood = Command::new(&exe);
+    flood
+        .args(["--exact", child, "--ignored", "--nocapture"])
+        .env(env, &daemon.socket)
+        .uid(nobody)
+        .gid(nobody)
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let flood = retry_while_busy(|| flood.spawn());
+    (tmp, daemon, flood)
 }
 
 /// `command.output()` of an executable copied just now: another test's fork may still hold

@@ -20,7 +20,7 @@ use std::io::Write;
 
 use super::basic;
 use super::error::XrayError;
-use super::event::{CpuTracker, FunctionId, ReadStats, XrayEvent};
+use super::event::{CpuTracker, FunctionId, ReadStats, WallTimeAnchor, XrayEvent};
 use super::fdr::{self, BlockInfo, BlockSink};
 use super::header::{FileHeader, LogType};
 use super::to_fxt::{Import, ImportError, ImportOptions, ImportStats, ThreadConverter};
@@ -137,49 +137,25 @@ fn import_fdr<W: Write>(
         ids: HashSet::new(),
         pacer,
     };
-    let mut error = fdr::read_into(data, header, &mut index, &mut stats).err();
+    let error = fdr::read_into(data, header, &mut index, &mut stats).err();
     let Index {
         blocks, ids, pacer, ..
     } = index;
     let threads = super::per_thread(blocks, |b| b);
     let keys: Vec<(Option<u32>, u32)> = threads.iter().map(|(key, _)| *key).collect();
-    let mut import = Import::begin(header, &stats, options, ids, &keys, out)?;
-    let mut events = 0;
-    for (i, (_, blocks)) in threads.iter().enumerate() {
-        let walls: Vec<_> = blocks.iter().filter_map(|b| b.wall).collect();
-        let mut thread = import.thread(i, &walls);
-        let mut feed = Feed {
-            thread: &mut thread,
-            cpu: CpuTracker::default(),
-            events: 0,
-            error: None,
-        };
-        for block in blocks {
-            // The same bytes decode the same way: a second error would be a bug here, and
-            // is reported as the log's if the first pass found none.
-            let again = fdr::read_block(
-                data,
-                header.version,
-                block,
-                &mut feed,
-                &mut ReadStats::default(),
-            );
-            if let (Err(e), None) = (again, &error) {
-                error = Some(e);
-            }
+    let import = Import::begin(header, &stats, options, ids, &keys, out)?;
+    let walls = |i: usize| threads[i].1.iter().filter_map(|b| b.wall).collect();
+    convert_each(import, keys.len(), walls, error, |i, feed| {
+        let mut again = None;
+        for block in &threads[i].1 {
+            // The same bytes decode the same way: an error here would be a bug, and is
+            // reported as the log's if the first pass found none.
+            let read =
+                fdr::read_block(data, header.version, block, feed, &mut ReadStats::default());
+            again = again.or(read.err());
             pacer.read(block.end - block.start);
         }
-        events += feed.events;
-        if let Some(e) = feed.error {
-            return Err(e);
-        }
-        thread.finish()?;
-    }
-    let stats = import.finish()?;
-    Ok(Imported {
-        stats,
-        events,
-        error,
+        again
     })
 }
 
@@ -197,37 +173,60 @@ fn import_basic<W: Write>(
         ids.extend(event.kind.func_id());
         pacer.read(basic::RECORD_SIZE);
     });
-    let mut import = Import::begin(header, &stats, options, ids, &threads, out)?;
+    let import = Import::begin(header, &stats, options, ids, &threads, out)?;
+    convert_each(
+        import,
+        threads.len(),
+        |_| Vec::new(),
+        error,
+        |i, feed| {
+            // The first pass found the error, if any: this one stops at the same record.
+            let _ = basic::read_into(
+                data,
+                header,
+                &mut ReadStats::default(),
+                &mut Vec::new(),
+                &mut |t, event| {
+                    if t == i {
+                        feed.feed(&event);
+                    }
+                    pacer.read(basic::RECORD_SIZE);
+                },
+            );
+            None
+        },
+    )
+}
+
+/// Converts threads `0..threads` of `import` in turn: `read(i, feed)` hands thread `i`'s
+/// events to `feed` (its FDR buffers' wall-clock anchors are `walls(i)`), and returns an
+/// error it met, kept if the first pass's `error` is `None`.
+fn convert_each<W: Write>(
+    mut import: Import<W>,
+    threads: usize,
+    walls: impl Fn(usize) -> Vec<WallTimeAnchor>,
+    mut error: Option<XrayError>,
+    mut read: impl FnMut(usize, &mut Feed<'_, '_, W>) -> Option<XrayError>,
+) -> Result<Imported, ImportError> {
     let mut events = 0;
-    for i in 0..threads.len() {
-        let mut thread = import.thread(i, &[]);
+    for i in 0..threads {
+        let mut thread = import.thread(i, &walls(i));
         let mut feed = Feed {
             thread: &mut thread,
             cpu: CpuTracker::default(),
             events: 0,
             error: None,
         };
-        basic::read_into(
-            data,
-            header,
-            &mut ReadStats::default(),
-            &mut Vec::new(),
-            &mut |t, event| {
-                if t == i {
-                    feed.feed(&event);
-                }
-                pacer.read(basic::RECORD_SIZE);
-            },
-        );
+        let again = read(i, &mut feed);
+        error = error.or(again);
         events += feed.events;
         if let Some(e) = feed.error {
             return Err(e);
         }
         thread.finish()?;
     }
-    let stats = import.finish()?;
     Ok(Imported {
-        stats,
+        stats: import.finish()?,
         events,
         error,
     })
