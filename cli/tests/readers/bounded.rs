@@ -192,25 +192,25 @@ fn write_basic_log(path: &Path, mib: usize) {
 }
 
 /// `import-xray` reads a large log twice (the log mapped, pages released as it goes) and
-/// keeps none of its events: FDR and basic-mode logs of 24 MiB, from a file and from a FIFO,
-/// stay under 48 MiB. (Holding the events, they peaked at 226 MB and 81 MB: about eight
-/// and two times the log, the log itself again on top.)
+/// keeps none of its events: a 12 MiB FDR log and a 20 MiB basic-mode log, from a file and
+/// from a FIFO, stay under 40 MiB. (Holding the events, 24 MiB logs peaked at 212 MB and
+/// 77 MB: about eight and two times the log, the log itself again on top.)
 #[test]
 fn import_xray_of_a_large_log_stays_in_bounded_memory() {
     let dir = temp_dir("xray-large");
     let fdr = dir.join("xray-log.fdr.a1B2c3");
-    write_fdr_log(&fdr, 24);
+    write_fdr_log(&fdr, 12);
     let run = run_within_memory(
         &["import-xray", fdr.to_str().unwrap(), "-o", "-"],
-        48 * 1024,
+        40 * 1024,
     );
     assert!(run.status.success(), "{}", run.stderr);
     assert!(run.stderr.contains("1 threads"), "{}", run.stderr);
     let basic = dir.join("xray-log.basic.a1B2c3");
-    write_basic_log(&basic, 24);
+    write_basic_log(&basic, 20);
     let run = run_within_memory(
         &["import-xray", basic.to_str().unwrap(), "-o", "-"],
-        48 * 1024,
+        40 * 1024,
     );
     assert!(run.status.success(), "{}", run.stderr);
     assert!(run.stderr.contains("2 threads"), "{}", run.stderr);
@@ -226,7 +226,7 @@ fn import_xray_of_a_large_log_stays_in_bounded_memory() {
     };
     let run = run_within_memory(
         &["import-xray", fifo.to_str().unwrap(), "-o", "-"],
-        48 * 1024,
+        40 * 1024,
     );
     writer.join().unwrap();
     assert!(run.status.success(), "{}", run.stderr);
