@@ -1153,18 +1153,19 @@ impl<'c> TraceWriter<'c> {
         match record.words() {
             Ok(words) => Ok(words),
             Err(error) => {
-                self.count_invalid();
+                self.count_dropped();
                 Err(RecordError::Encode(error))
             }
         }
     }
 
-    /// Count an invalid record as dropped: an empty reservation, released without commit,
+    /// Count a record that cannot be written (invalid, or one the `tracing` layer has no
+    /// room to keep the span of) as dropped: an empty reservation, released without commit,
     /// is the engine's way to count one drop against this thread (if even that reservation
     /// fails, the engine counts that instead). Nothing is written.
     #[cold]
     #[inline(never)]
-    fn count_invalid(&mut self) {
+    pub(crate) fn count_dropped(&mut self) {
         drop(self.writer.reserve(1));
     }
 
@@ -1217,7 +1218,7 @@ impl<'c> TraceWriter<'c> {
                 return self.write_event_cut(event);
             }
             Err(error) => {
-                self.count_invalid();
+                self.count_dropped();
                 return Err(RecordError::Encode(error));
             }
         };
@@ -1331,7 +1332,7 @@ impl<'c> TraceWriter<'c> {
         args: &[Arg<'_>],
     ) -> Result<(), RecordError> {
         if args.len() >= MAX_ARGS {
-            self.count_invalid();
+            self.count_dropped();
             return Err(RecordError::Encode(EncodeError::TooManyArgs {
                 count: args.len() + 1,
             }));

@@ -29,6 +29,25 @@ fn with_layer_twice<R>(f: impl FnOnce() -> R) -> R {
     tracing::subscriber::with_default(subscriber, f)
 }
 
+/// A span duration's fields: its arguments less `span_id`, which it must have.
+fn fields(event: &Ev) -> Vec<(String, DecodedValue<'static>)> {
+    span_id(event);
+    event
+        .args
+        .iter()
+        .filter(|(name, _)| name != "span_id")
+        .cloned()
+        .collect()
+}
+
+/// A span duration's `span_id` argument.
+fn span_id(event: &Ev) -> u64 {
+    match event.arg("span_id") {
+        Some(DecodedValue::U64(id)) => *id,
+        other => panic!("span_id of {event:?}: {other:?}"),
+    }
+}
+
 fn only<'a>(events: &'a [Ev], name: &str) -> &'a Ev {
     let found: Vec<&Ev> = events.iter().filter(|e| e.name == name).collect();
     assert_eq!(found.len(), 1, "{name} in {events:?}");
@@ -65,7 +84,8 @@ fn spans_become_nested_durations_with_typed_fields() {
     assert!(inner.is_complete() && outer.is_complete());
     assert!(inner.inside(outer));
     assert_eq!(outer.category, "api::tracing_layer", "target → category");
-    assert_eq!(outer.args, [("id".to_owned(), DecodedValue::U64(7))]);
+    assert_eq!(fields(outer), [("id".to_owned(), DecodedValue::U64(7))]);
+    assert_ne!(span_id(outer), span_id(inner), "each span's own id");
     let expected = [
         ("s", str_value("text")),
         ("ok", DecodedValue::Bool(true)),
@@ -75,11 +95,8 @@ fn spans_become_nested_durations_with_typed_fields() {
         ("shown", str_value("display")),
         ("late", DecodedValue::U64(5)),
     ];
-    let got: Vec<_> = inner
-        .args
-        .iter()
-        .map(|(n, v)| (n.as_str(), v.clone()))
-        .collect();
+    let got = fields(inner);
+    let got: Vec<_> = got.iter().map(|(n, v)| (n.as_str(), v.clone())).collect();
     assert_eq!(got, expected);
     assert!(events.iter().all(|e| e.tid == gettid()));
 }
@@ -141,7 +158,7 @@ fn repeated_spans_keep_their_fields_on_the_one_announcement_path() {
             ("ok".to_owned(), DecodedValue::Bool(i % 2 == 0)),
             ("late".to_owned(), DecodedValue::U64(i * 10)),
         ];
-        assert_eq!(step.args, expected, "step {i}");
+        assert_eq!(fields(step), expected, "step {i}");
         assert!(step.is_complete());
     }
     let wide: Vec<&Ev> = events.iter().filter(|e| e.name == "wide").collect();
@@ -240,8 +257,8 @@ fn a_panic_in_a_recorded_values_debug_leaves_the_span_usable() {
     assert_eq!(kept[1].arg("n"), Some(&DecodedValue::U64(2)));
 }
 
-/// The layer given twice shares each span's data: spans that cross threads get one async
-/// pair each, however many copies of the layer close them.
+/// The layer given twice shares each span's entry in its table: spans that cross threads
+/// get one async pair each, however many copies of the layer close them.
 #[test]
 fn the_layer_given_twice_writes_one_async_pair_per_span_that_moves() {
     let _s = serial();
@@ -342,7 +359,7 @@ fn events_and_spans_whose_texts_exceed_a_record_are_written_with_them_cut() {
         let texts: Vec<usize> = event
             .args
             .iter()
-            .filter(|(name, _)| name != "level")
+            .filter(|(name, _)| name != "level" && name != "span_id")
             .map(|(name, value)| match value {
                 DecodedValue::Str(text) if text.bytes().all(|b| b == b'y') => text.len(),
                 other => panic!("{name}: {other:?}"),
@@ -443,7 +460,7 @@ fn span_fields_of_empty_text_are_written_as_empty_strings() {
     for (i, span) in (0u64..).zip(&events) {
         assert!(span.is_complete());
         assert_eq!(
-            span.args,
+            fields(span),
             [
                 ("note".to_owned(), str_value("")),
                 ("n".to_owned(), DecodedValue::U64(i)),
@@ -818,4 +835,176 @@ fn traced_functions_and_tracing_spans_nest_in_one_trace() {
     assert_eq!(events[0].name, "inside");
     assert!(events[1].name.ends_with("::step"), "{}", events[1].name);
     assert!(events[0].inside(&events[1]));
+}
+
+/// The issue-33 case: a long-lived span (a connection) created before the trace started,
+/// entered during it. Its durations are in the trace, named and categorised from its call
+/// site, with its id; the fields it was created with are gone (an argument says so), one
+/// recorded during the trace is kept. Its child, created during the trace, nests inside.
+#[test]
+fn a_span_created_before_a_standalone_session_is_recorded_from_its_first_entry() {
+    let _s = serial();
+    with_layer(|| {
+        let connection =
+            tracing::info_span!("connection", peer = 7u64, bytes = tracing::field::Empty);
+        // Entered with no trace running: nothing to write, nothing kept.
+        connection.in_scope(|| {});
+        let ((), events) = trace(|| {
+            connection.in_scope(|| {
+                tracing::info_span!("request", n = 1u64).in_scope(|| {});
+            });
+            connection.record("bytes", 512u64);
+            connection.in_scope(|| {});
+        });
+        let polls: Vec<&Ev> = events.iter().filter(|e| e.name == "connection").collect();
+        assert_eq!(polls.len(), 2, "{events:?}");
+        assert!(polls.iter().all(|e| e.is_complete() && e.tid == gettid()));
+        assert!(polls.iter().all(|e| e.category == "api::tracing_layer"));
+        let before = str_value("recorded before the trace");
+        assert_eq!(fields(polls[0]), [("fields".to_owned(), before.clone())]);
+        assert_eq!(
+            fields(polls[1]),
+            [
+                ("bytes".to_owned(), DecodedValue::U64(512)),
+                ("fields".to_owned(), before)
+            ]
+        );
+        assert_eq!(span_id(polls[0]), span_id(polls[1]), "one span, one id");
+        assert_eq!(span_id(polls[0]), connection.id().unwrap().into_u64());
+        let request = only(&events, "request");
+        assert!(request.inside(polls[0]));
+        assert_eq!(request.arg("n"), Some(&DecodedValue::U64(1)));
+        assert!(
+            !events
+                .iter()
+                .any(|e| matches!(e.kind, DecodedEventKind::AsyncBegin { .. })),
+            "entered on one thread only: no async pair: {events:?}"
+        );
+    });
+}
+
+/// A span created before the trace that crosses threads during it: its async begin is at its
+/// first entry in the trace, on that thread, with the async id its durations carry.
+#[test]
+fn a_span_created_before_the_trace_that_crosses_threads_gets_its_async_pair_from_its_first_entry() {
+    let _s = serial();
+    with_layer(|| {
+        let task = tracing::info_span!("task", job = 3u64);
+        let dispatch = tracing::dispatcher::get_default(|d| d.clone());
+        let ((first, worker), events) = trace(|| {
+            task.in_scope(|| {});
+            let first = gettid();
+            let worker = std::thread::spawn(move || {
+                tracing::dispatcher::with_default(&dispatch, || {
+                    task.in_scope(|| {});
+                    drop(task);
+                });
+                gettid()
+            })
+            .join()
+            .unwrap();
+            (first, worker)
+        });
+        let kind_of = |f: fn(&DecodedEventKind) -> Option<u64>| -> Vec<(u64, &Ev)> {
+            events
+                .iter()
+                .filter_map(|e| f(&e.kind).map(|id| (id, e)))
+                .collect()
+        };
+        let begins = kind_of(|k| match k {
+            DecodedEventKind::AsyncBegin { id } => Some(*id),
+            _ => None,
+        });
+        let ends = kind_of(|k| match k {
+            DecodedEventKind::AsyncEnd { id } => Some(*id),
+            _ => None,
+        });
+        assert_eq!((begins.len(), ends.len()), (1, 1), "{events:?}");
+        let (id, begin) = begins[0];
+        assert_eq!(ends[0].0, id);
+        assert_eq!(
+            begin.tid, first,
+            "begins where it was first entered in the trace"
+        );
+        assert_eq!(ends[0].1.tid, worker);
+        let polls: Vec<&Ev> = events.iter().filter(|e| e.is_complete()).collect();
+        assert_eq!(polls.len(), 2, "{events:?}");
+        assert_eq!(
+            polls.iter().map(|e| e.tid).collect::<Vec<_>>(),
+            [first, worker]
+        );
+        assert!(polls.iter().all(|e| span_id(e) == id), "{polls:?}");
+        assert!(begin.start <= polls[0].start);
+        assert_eq!(
+            begin.arg("fields"),
+            Some(&str_value("recorded before the trace"))
+        );
+    });
+}
+
+/// A span recorded in one trace and entered again in the next keeps its fields there.
+#[test]
+fn a_span_recorded_in_an_earlier_trace_keeps_its_fields_in_the_next() {
+    let _s = serial();
+    with_layer(|| {
+        let (span, first) = trace(|| {
+            let span = tracing::info_span!("session", user = 42u64);
+            span.in_scope(|| {});
+            span
+        });
+        let ((), second) = trace(|| span.in_scope(|| {}));
+        for events in [&first, &second] {
+            let session = only(events, "session");
+            assert_eq!(
+                fields(session),
+                [("user".to_owned(), DecodedValue::U64(42))]
+            );
+        }
+    });
+}
+
+/// Every duration of a span that crosses threads carries the id of its async pair, so that
+/// a reader can group the polls of one task.
+#[test]
+fn the_durations_of_a_span_that_crosses_threads_carry_the_id_of_its_async_pair() {
+    let _s = serial();
+    let ((), events) = trace(|| {
+        with_layer(|| {
+            let dispatch = tracing::dispatcher::get_default(|d| d.clone());
+            let tasks: Vec<_> = (0..2u64).map(|n| tracing::info_span!("task", n)).collect();
+            for task in &tasks {
+                task.in_scope(|| {});
+            }
+            std::thread::spawn(move || {
+                tracing::dispatcher::with_default(&dispatch, || {
+                    for task in &tasks {
+                        task.in_scope(|| {});
+                    }
+                });
+            })
+            .join()
+            .unwrap();
+        })
+    });
+    for n in 0..2u64 {
+        let polls: Vec<&Ev> = events
+            .iter()
+            .filter(|e| e.is_complete() && e.arg("n") == Some(&DecodedValue::U64(n)))
+            .collect();
+        let begin = events
+            .iter()
+            .find(|e| {
+                matches!(e.kind, DecodedEventKind::AsyncBegin { .. })
+                    && e.arg("n") == Some(&DecodedValue::U64(n))
+            })
+            .expect("async begin");
+        let DecodedEventKind::AsyncBegin { id } = begin.kind else {
+            unreachable!()
+        };
+        assert_eq!(polls.len(), 2, "{events:?}");
+        assert!(
+            polls.iter().all(|e| span_id(e) == id),
+            "task {n}: {events:?}"
+        );
+    }
 }

@@ -105,6 +105,18 @@ pub(crate) const ALL: &[Candidate] = &[
     ),
     ratio("fx_layer_span", "fxtrace `TracingLayer`, span"),
     ratio("fx_layer_event", "fxtrace `TracingLayer`, event"),
+    Candidate {
+        name: "tracy_layer_span",
+        what: "`tracing-tracy` `TracyLayer`, span (drain attached)",
+        kind: Kind::Ratio,
+        tracy: true,
+    },
+    Candidate {
+        name: "tracy_layer_event",
+        what: "`tracing-tracy` `TracyLayer`, event (drain attached)",
+        kind: Kind::Ratio,
+        tracy: true,
+    },
     ratio("chrome_span", "`tracing-chrome`, span"),
     ratio("chrome_event", "`tracing-chrome`, event"),
     ratio("empty_loop", "the empty loop"),
@@ -422,6 +434,7 @@ pub(crate) fn run(name: &str, settings: &Settings) -> Result<Outcome, Error> {
             let _default = tracing::subscriber::set_default(subscriber);
             in_fxtrace_session(|| tracing_call(name, settings).map(Measured::Ratio))
         }
+        "tracy_layer_span" | "tracy_layer_event" => tracing_tracy(name, settings),
         "chrome_span" | "chrome_event" => tracing_chrome(name, settings),
         "empty_loop" => Ok(no_consumer(one(settings, || ())?, "no session")),
         "fx_disabled" => Ok(no_consumer(
@@ -444,9 +457,9 @@ pub(crate) fn run(name: &str, settings: &Settings) -> Result<Outcome, Error> {
     }
 }
 
-/// A Tracy zone per call, with the parent's drain attached before the first block.
-fn tracy_zone(settings: &Settings) -> Result<Outcome, Error> {
-    let _client = tracy_client::Client::start();
+/// Start Tracy's client and wait for the parent's drain to connect.
+fn tracy_connected() -> Result<tracy_client::Client, Error> {
+    let client = tracy_client::Client::start();
     let deadline = Instant::now() + TRACY_CONNECT_TIMEOUT;
     while !tracy_client::Client::is_connected() {
         if Instant::now() >= deadline {
@@ -457,9 +470,11 @@ fn tracy_zone(settings: &Settings) -> Result<Outcome, Error> {
         }
         std::thread::sleep(Duration::from_millis(1));
     }
-    let measured = measure::ratio(settings, 1, || {
-        let _zone = tracy_client::span!("zone");
-    })?;
+    Ok(client)
+}
+
+/// The outcome of a Tracy candidate, once the drain is checked to be still connected.
+fn tracy_outcome(measured: Ratio) -> Result<Outcome, Error> {
     if !tracy_client::Client::is_connected() {
         return Err(Error::Tracy(
             "the drain disconnected during the measurement".into(),
@@ -469,6 +484,24 @@ fn tracy_zone(settings: &Settings) -> Result<Outcome, Error> {
         measured: Measured::Ratio(measured),
         check: "Tracy: consumer connected throughout".into(),
     })
+}
+
+/// A Tracy zone per call, with the parent's drain attached before the first block.
+fn tracy_zone(settings: &Settings) -> Result<Outcome, Error> {
+    let _client = tracy_connected()?;
+    let measured = measure::ratio(settings, 1, || {
+        let _zone = tracy_client::span!("zone");
+    })?;
+    tracy_outcome(measured)
+}
+
+/// `tracing-tracy`'s layer (its default configuration: fields formatted into the zone's
+/// text), with the parent's drain attached before the first block.
+fn tracing_tracy(name: &str, settings: &Settings) -> Result<Outcome, Error> {
+    let _client = tracy_connected()?;
+    let subscriber = tracing_subscriber::registry().with(tracing_tracy::TracyLayer::default());
+    let _default = tracing::subscriber::set_default(subscriber);
+    tracy_outcome(tracing_call(name, settings)?)
 }
 
 /// fastrace `LocalSpan`s under a root span of [`FASTRACE_SPANS_PER_ROOT`] spans each.

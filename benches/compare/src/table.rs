@@ -119,6 +119,11 @@ const ROWS: &[Row] = &[
         "fx_layer_event",
     ),
     Row::Pair(
+        "`tracing-tracy` `TracyLayer` span / event (drain attached)",
+        "tracy_layer_span",
+        "tracy_layer_event",
+    ),
+    Row::Pair(
         "`tracing-chrome` span / event",
         "chrome_span",
         "chrome_event",

@@ -1,10 +1,12 @@
 //! `tracing` spans and events written as FXT records: [`TracingLayer`] (feature `tracing`).
 
+mod spans;
+
 use std::cell::{Cell, RefCell};
 use std::fmt::{self, Write as _};
 use std::mem::MaybeUninit;
 use std::ops::Range;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, Ordering};
 
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -15,6 +17,7 @@ use tracing_subscriber::registry::LookupSpan;
 use crate::clock;
 use crate::engine::cache::Memo;
 use crate::engine::category::{active_epoch, tracing_maybe_on};
+use crate::engine::context::latest_generation;
 use crate::engine::global::with_current;
 use crate::engine::record::{
     self, Scope, SpanMemo, TraceStr, TraceWriter, INSTALLED_SPAN_ARGS, INSTALLED_SPAN_PAYLOAD,
@@ -22,6 +25,7 @@ use crate::engine::record::{
 use crate::engine::Context;
 use crate::format::{Arg, ArgValue, Event, EventKind, ScalarArg, StringRef, ThreadRef, MAX_ARGS};
 use crate::instrument;
+use spans::{text_value, Key, Missing, NewSpan, Owned, SpanState};
 
 /// Longest text argument (string field, `Debug` text, message) written, in bytes.
 pub(crate) const MAX_TEXT: usize = 4096;
@@ -29,6 +33,14 @@ pub(crate) const MAX_TEXT: usize = 4096;
 /// Name of an event's level argument. A `static`, so that every use is the one address the
 /// thread's string cache knows it by (string literals are not guaranteed to be merged).
 static LEVEL: &str = "level";
+
+/// Name of a span duration's argument carrying the span's id (a `static`, as [`LEVEL`]).
+static SPAN_ID: &str = "span_id";
+
+/// Name and value of the argument of a span created before the trace: its fields were
+/// recorded then, and are not in the trace.
+static FIELDS: &str = "fields";
+static RECORDED_BEFORE_THE_TRACE: &str = "recorded before the trace";
 
 /// Name of the argument counting fields that did not fit in one record.
 const FIELDS_DROPPED: &str = "fields_dropped";
@@ -47,17 +59,20 @@ const MAX_ENTERED: usize = 1024;
 /// ```
 ///
 /// Like every fxtrace front end, the layer writes into the process's current trace (a
-/// provider session under `fxtrace record`, or a [`crate::standalone`] session); with no trace
-/// running each callback costs one relaxed load and a branch. The layer never filters: other
-/// layers see every span and event whatever fxtrace records.
+/// provider session under `fxtrace record` or the trace service, or a [`crate::standalone`]
+/// session); with no trace running each callback costs one relaxed load and a branch (a
+/// span's close, once a trace has recorded spans in the process, also looks the span up in
+/// the layer's table). The layer never filters: other layers see every span and event
+/// whatever fxtrace records.
 ///
 /// # Mapping
 ///
 /// | `tracing` | FXT |
 /// |---|---|
 /// | target | category (enabled by the trace's category filter) |
-/// | span, each enter → exit on a thread | one duration-complete record on that thread, named after the span, with the span's fields |
+/// | span, each enter → exit on a thread | one duration-complete record on that thread, named after the span, with the span's fields and `span_id` (the span's id: the one its async pair carries, so that the durations of one span, the polls of one connection, can be grouped) |
 /// | span entered on a thread other than the one that created it (a future that moved, a task spawned elsewhere) | also an async-begin record (creation time, creating thread, the fields) and, when the span closes, an async-end record; correlation id = the span id |
+/// | span created before the trace started, entered during it | its durations as above, named and categorised from its call site; fields recorded (`span.record`) since the trace started are kept, those it was created with are gone: an argument `fields` = `"recorded before the trace"` says so. If it crosses threads its async begin is at its first entry in the trace, on that thread |
 /// | event | instant event (thread scope) named by its `message` (the metadata name, e.g. `event src/main.rs:12`, when it has none), with the other fields and `level` as arguments |
 /// | field `i64` / `u64` / `f64` / `bool` / `&str` | typed argument `i64` / `u64` / `f64` / `bool` / string |
 /// | field recorded by `Debug` (`?x`, `%x`, `i128`, errors) | string argument with the `Debug` text; only then is anything formatted |
@@ -68,34 +83,73 @@ const MAX_ENTERED: usize = 1024;
 ///
 /// # Costs and limits
 ///
-/// - A span is recorded if a trace was running with its category enabled when it was
-///   created; a span created before the trace started writes nothing.
-/// - A span's fields are kept in the span's extensions only while a trace is running with its
-///   category enabled. Up to four scalar fields are kept inline: the extension's box (the
-///   registry's own, one per span that records) is then the only allocation; text fields or
-///   more fields take one more. Such a span's record is written on the engine's
-///   one-announcement path once its thread has written the span's name in the trace.
+/// - A span created while a trace runs with its category enabled keeps its fields in the
+///   layer's table of spans (not in the registry's extensions): up to four scalar fields
+///   inline, no allocation; text fields or more fields take one. A span created with no
+///   trace running costs nothing until it is entered during a trace.
 /// - A span's enter does not look the span up when it is one of the last eight spans its
-///   thread created that record (the usual case); others are looked up (a span entered on
-///   another thread, for its async begin). Its exit looks it up once, for its record.
+///   thread recorded (the usual case); others are looked up (a span entered on another
+///   thread, for its async begin; a span from before the trace, to be taken in). Its exit
+///   looks it up once, for its record, which is written on the engine's one-announcement
+///   path (up to three scalar fields) once its thread has written the span's name in the
+///   trace.
 /// - Events with string or `Debug` fields format into a per-thread scratch buffer (no
 ///   allocation once warm; an event emitted while another's field is formatted takes a
 ///   string of its own).
 /// - Texts are cut at 4 096 bytes, and shorter still (the longest first) when an
 ///   event's or span's texts together exceed one record (32 760 bytes): the record is
 ///   written, never dropped for its size; an event or span has at most 15 arguments
-///   (`level` included): further fields are replaced by one `fields_dropped` count.
-/// - Span ids are reused by the registry after a span closes, so an async id is unique only
-///   among live spans (async begin/end pairs with the same id do not overlap).
-#[derive(Debug, Default, Clone, Copy)]
+///   (`level` or `span_id` included): further fields are replaced by one `fields_dropped`
+///   count.
+/// - Span ids are reused by the registry after a span closes, so an async id (and
+///   `span_id`) is unique only among live spans (async begin/end pairs with the same id do
+///   not overlap).
+/// - The table keeps up to 522 240 live spans; the durations of spans beyond are not
+///   written, each counted as a dropped record.
+#[derive(Debug, Default)]
 pub struct TracingLayer {
-    _private: (),
+    /// This layer's number in the table of spans, given when it joins a subscriber
+    /// ([`Layer::on_layer`]): two subscribers number their spans independently. 0 before.
+    layer: u32,
+    /// The subscriber already held the layer (a configuration mistake that must not
+    /// panic): this copy takes the other's number, so that the copies share each span's
+    /// entry (one async pair per span), and adds an entry only for a span the other did
+    /// not see (its filter may differ).
+    shared: bool,
 }
+
+/// The next layer number.
+/// ATOMICS: `Relaxed`: a unique counter.
+static NEXT_LAYER: AtomicU32 = AtomicU32::new(1);
 
 impl TracingLayer {
     /// The layer.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    #[inline(always)]
+    fn key(&self, id: &Id) -> Key {
+        Key {
+            layer: self.layer,
+            span: id.into_u64(),
+        }
+    }
+}
+
+impl Clone for TracingLayer {
+    /// A layer of its own: it takes a number when it joins a subscriber.
+    fn clone(&self) -> Self {
+        Self::new()
+    }
+}
+
+impl Drop for TracingLayer {
+    fn drop(&mut self) {
+        // Its subscriber is gone: none of its spans will be closed.
+        if self.layer != 0 && !self.shared {
+            spans::remove_layer(self.layer);
+        }
     }
 }
 
@@ -114,6 +168,7 @@ thread_local! {
 #[derive(Debug, Clone, Copy)]
 struct Entered {
     span: u64,
+    layer: u32,
     start: u64,
 }
 
@@ -174,12 +229,13 @@ impl ThreadSpans {
     }
 
     #[inline]
-    fn exit(&mut self, span: u64) -> Option<Entered> {
+    fn exit(&mut self, span: u64, layer: u32) -> Option<Entered> {
+        let this = |e: &Entered| e.span == span && e.layer == layer;
         // Most often the innermost.
-        if self.entered.last().is_some_and(|e| e.span == span) {
+        if self.entered.last().is_some_and(this) {
             return self.entered.pop();
         }
-        let at = self.entered.iter().rposition(|e| e.span == span)?;
+        let at = self.entered.iter().rposition(this)?;
         Some(self.entered.remove(at))
     }
 }
@@ -195,131 +251,6 @@ fn current_tid() -> u64 {
 }
 
 // === values ===
-
-/// Spans whose async begin was written and whose close has not run yet: while 0, a close
-/// has nothing to write and does not look its span up.
-/// ATOMICS: `Relaxed`. It counts claimed async begins (`SpanData::async_begun` swapped to
-/// true, once per span, at an enter or an exit); each decrement is the close that swapped it
-/// back to false, once per span. That close runs after every enter and exit of the span (each runs
-/// while its thread holds a handle to the span): `tracing_subscriber::Registry::try_close`
-/// decrements the span's reference count with `Release` and fences with `Acquire` before the
-/// close, so the close sees the increment and the count never goes below 0.
-static ASYNC_SPANS: AtomicUsize = AtomicUsize::new(0);
-
-/// A field value kept with a span.
-#[derive(Debug, Clone, PartialEq)]
-enum Owned {
-    Scalar(ArgValue<'static>),
-    Text(String),
-}
-
-/// What the layer keeps in a span's extensions while a trace records it.
-#[derive(Debug)]
-struct SpanData {
-    generation: u32,
-    category: &'static str,
-    name: &'static str,
-    /// Creation time (read unordered: [`clock::ticks_unordered`]) and thread, for the
-    /// async begin.
-    created: u64,
-    creator_tid: u64,
-    fields: SpanFields,
-    /// Rules: set once, by the first enter (or exit) of the span on a thread other than its
-    /// creator's, which then writes the async begin; cleared once, by the close that writes
-    /// the async end (the span's data is shared by every copy of the layer in a subscriber:
-    /// one async pair however many copies close it).
-    /// ATOMICS: `Relaxed` `swap`s: only each one's single winner matters; the closes run
-    /// after every enter and exit of the span (the registry's span lifecycle orders them).
-    async_begun: AtomicBool,
-}
-
-/// A span's fields: inline while they are few scalars, owned in a `Vec` otherwise.
-#[derive(Debug)]
-enum SpanFields {
-    /// At most [`INSTALLED_SPAN_ARGS`] fields, all scalar, encoded for the record (but for
-    /// their names' indices): no allocation.
-    Scalars {
-        names: [&'static str; INSTALLED_SPAN_ARGS],
-        values: [ScalarArg; INSTALLED_SPAN_ARGS],
-        len: usize,
-    },
-    /// Any fields.
-    Owned(Vec<(&'static str, Owned)>),
-}
-
-impl SpanFields {
-    const EMPTY: SpanFields = SpanFields::Scalars {
-        names: [""; INSTALLED_SPAN_ARGS],
-        values: [ScalarArg::NULL; INSTALLED_SPAN_ARGS],
-        len: 0,
-    };
-
-    /// Set field `name` (replacing an earlier value of the same name).
-    fn set(&mut self, name: &'static str, value: Owned) {
-        let scalar = match &value {
-            Owned::Scalar(v) => ScalarArg::new(*v),
-            Owned::Text(_) => None,
-        };
-        if let (SpanFields::Scalars { names, values, len }, Some(scalar)) = (&mut *self, scalar) {
-            if let Some(at) = names[..*len].iter().position(|n| *n == name) {
-                values[at] = scalar;
-                return;
-            }
-            if *len < INSTALLED_SPAN_ARGS {
-                names[*len] = name;
-                values[*len] = scalar;
-                *len += 1;
-                return;
-            }
-        }
-        if let SpanFields::Scalars { names, values, len } = self {
-            let owned = names[..*len]
-                .iter()
-                .zip(&values[..*len])
-                .map(|(&name, value)| (name, Owned::Scalar(value.value())))
-                .collect();
-            *self = SpanFields::Owned(owned);
-        }
-        if let SpanFields::Owned(owned) = self {
-            match owned.iter_mut().find(|(n, _)| *n == name) {
-                Some(slot) => slot.1 = value,
-                None => owned.push((name, value)),
-            }
-        }
-    }
-
-    /// Number of fields.
-    fn len(&self) -> usize {
-        match self {
-            SpanFields::Scalars { len, .. } => *len,
-            SpanFields::Owned(owned) => owned.len(),
-        }
-    }
-
-    /// Field `i` (`i < len()`) as an argument value.
-    fn get(&self, i: usize) -> (&'static str, ArgValue<'_>) {
-        match self {
-            SpanFields::Scalars { names, values, .. } => (names[i], values[i].value()),
-            SpanFields::Owned(owned) => {
-                let (name, value) = &owned[i];
-                let value = match value {
-                    Owned::Scalar(v) => *v,
-                    Owned::Text(t) => text_value(t),
-                };
-                (*name, value)
-            }
-        }
-    }
-}
-
-/// A recorded text field's value: inline, or the empty ref for an empty text.
-fn text_value(text: &str) -> ArgValue<'_> {
-    if text.is_empty() {
-        ArgValue::Str(StringRef::Empty)
-    } else {
-        ArgValue::Str(StringRef::Inline(text))
-    }
-}
 
 /// Cut `s` to [`MAX_TEXT`] bytes at a character boundary.
 fn cut(s: &str) -> &str {
@@ -402,6 +333,45 @@ impl<F: FnMut(&'static str, Owned)> Visit for SpanVisitor<F> {
         let mut text = String::new();
         push_debug(&mut text, value);
         self.set(field.name(), Owned::Text(text));
+    }
+}
+
+/// A new span's fields, visited straight into its state in the table.
+struct FieldsVisitor<'s>(&'s mut SpanState);
+
+impl Visit for FieldsVisitor<'_> {
+    fn record_f64(&mut self, field: &Field, value: f64) {
+        self.0
+            .fields
+            .push_scalar(field.name(), ArgValue::F64(value));
+    }
+
+    fn record_i64(&mut self, field: &Field, value: i64) {
+        self.0
+            .fields
+            .push_scalar(field.name(), ArgValue::I64(value));
+    }
+
+    fn record_u64(&mut self, field: &Field, value: u64) {
+        self.0
+            .fields
+            .push_scalar(field.name(), ArgValue::U64(value));
+    }
+
+    fn record_bool(&mut self, field: &Field, value: bool) {
+        self.0
+            .fields
+            .push_scalar(field.name(), ArgValue::Bool(value));
+    }
+
+    fn record_str(&mut self, field: &Field, value: &str) {
+        let mut set = |name, value| self.0.fields.set(name, value);
+        SpanVisitor { set: &mut set }.record_str(field, value);
+    }
+
+    fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
+        let mut set = |name, value| self.0.fields.set(name, value);
+        SpanVisitor { set: &mut set }.record_debug(field, value);
     }
 }
 
@@ -560,15 +530,20 @@ fn with_writer_in(generation: u32, f: impl FnOnce(&mut TraceWriter<'_>)) {
     });
 }
 
-/// Arguments of a span's fields, names interned; the `fields_dropped` count last when they
-/// do not all fit.
+/// Arguments of a span's record: its fields, names interned (with the `fields_dropped` count
+/// last when they do not all fit), then, if given, `span_id`, then the note of fields
+/// recorded before the trace when some are missing.
 fn span_args<'a>(
     writer: &mut TraceWriter<'_>,
-    fields: &'a SpanFields,
+    state: &'a SpanState,
+    span_id: Option<u64>,
     out: &mut [Arg<'a>; MAX_ARGS],
 ) -> usize {
-    let fit = if fields.len() > MAX_ARGS {
-        MAX_ARGS - 1
+    let fields = &state.fields;
+    let after = usize::from(span_id.is_some()) + usize::from(state.missing != Missing::None);
+    let room = MAX_ARGS - after;
+    let fit = if fields.len() > room {
+        room - 1
     } else {
         fields.len()
     };
@@ -576,12 +551,22 @@ fn span_args<'a>(
         let (name, value) = fields.get(i);
         *slot = Arg::new(writer.string_ref(name), value);
     }
+    let mut n = fit;
     if fit < fields.len() {
         let dropped = (fields.len() - fit) as u32;
-        out[fit] = Arg::new(writer.string_ref(FIELDS_DROPPED), ArgValue::U32(dropped));
-        return MAX_ARGS;
+        out[n] = Arg::new(writer.string_ref(FIELDS_DROPPED), ArgValue::U32(dropped));
+        n += 1;
     }
-    fit
+    if let Some(id) = span_id {
+        out[n] = Arg::new(writer.string_ref(SPAN_ID), ArgValue::U64(id));
+        n += 1;
+    }
+    if state.missing == Missing::BeforeTrace {
+        let note = writer.string_ref(RECORDED_BEFORE_THE_TRACE);
+        out[n] = Arg::new(writer.string_ref(FIELDS), ArgValue::Str(note));
+        n += 1;
+    }
+    n
 }
 
 const EMPTY_ARG: Arg<'static> = Arg {
@@ -595,67 +580,90 @@ impl<S> Layer<S> for TracingLayer
 where
     S: Subscriber + for<'a> LookupSpan<'a>,
 {
-    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: LayerContext<'_, S>) {
+    fn on_layer(&mut self, subscriber: &mut S) {
+        let inner: &dyn Subscriber = subscriber;
+        match inner.downcast_ref::<TracingLayer>() {
+            Some(other) if other.layer != 0 => {
+                self.layer = other.layer;
+                self.shared = true;
+            }
+            // ATOMICS: see `NEXT_LAYER`.
+            _ => self.layer = NEXT_LAYER.fetch_add(1, Ordering::Relaxed),
+        }
+    }
+
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, _ctx: LayerContext<'_, S>) {
         if !tracing_maybe_on() {
             return;
         }
         let metadata = attrs.metadata();
         let (category, name) = (metadata.target(), metadata.name());
-        // The thread's memo answers for a span it already wrote in the latest trace.
-        let generation = match record::memoised_latest_generation(category, name, 0) {
-            Some((generation, _)) => generation,
-            None => match with_current(|c| enabled_generation(c, category)).flatten() {
-                Some(generation) => generation,
-                None => return,
-            },
-        };
-        let Some(span) = ctx.span(id) else {
+        // The thread's memo answers for a span it already wrote in the latest trace (with the
+        // indices of the argument names once a span of the call site had all its fields).
+        let (generation, memo) =
+            match record::memoised_latest_generation(category, name, spans::args_key(metadata)) {
+                Some(known) => known,
+                None => match with_current(|c| enabled_generation(c, category)).flatten() {
+                    Some(generation) => (generation, SpanMemo::NONE),
+                    None => return,
+                },
+            };
+        let key = self.key(id);
+        if self.shared && spans::find(key).is_some() {
             return;
-        };
-        let mut fields = SpanFields::EMPTY;
-        attrs.record(&mut SpanVisitor {
-            set: |name, value| fields.set(name, value),
-        });
-        // `replace`, not `insert`: a subscriber given the layer twice creates each span's data
-        // twice (each copy of the layer then writes its own records, as asked).
-        span.extensions_mut().replace(SpanData {
+        }
+        let new = NewSpan {
             generation,
-            category,
-            name,
-            created: clock::ticks_unordered(),
-            creator_tid: current_tid(),
-            fields,
-            async_begun: AtomicBool::new(false),
+            metadata,
+            origin: clock::ticks_unordered(),
+            origin_tid: current_tid(),
+            missing: Missing::None,
+            memo,
+        };
+        // The fields are visited into the span's slot, which no other thread finds yet.
+        let kept = spans::insert(key, new, |state| {
+            attrs.record(&mut FieldsVisitor(state));
+            state.all_fields = state
+                .fields
+                .scalars()
+                .is_some_and(|(names, _)| names.len() == metadata.fields().len());
         });
-        let _ = SPANS.try_with(|spans| spans.borrow_mut().note_created(id.into_u64()));
+        // When the table is full the span's enters take it in if room was made meanwhile;
+        // else each counts its duration as dropped.
+        if kept {
+            let _ = SPANS.try_with(|spans| spans.borrow_mut().note_created(id.into_u64()));
+        }
     }
 
     fn on_record(&self, id: &Id, values: &Record<'_>, ctx: LayerContext<'_, S>) {
-        // With no trace running, no span's fields can be written again (a span records only
-        // in the trace it was created in).
-        if !tracing_maybe_on() {
+        let key = self.key(id);
+        // A span the table keeps takes the values whether a trace runs or not (a later trace
+        // writes them); one it does not is taken in if a trace records it.
+        let kept = spans::find(key).is_some();
+        if !kept && !tracing_maybe_on() {
             return;
         }
-        let Some(span) = ctx.span(id) else {
-            return;
-        };
-        if span.extensions().get::<SpanData>().is_none() {
-            return;
-        }
-        // The values are visited with no lock held: a value's `Debug` is the program's code,
-        // and a panic in it while the span's extensions were locked would poison them for
-        // every later enter, exit and close of the span (a second panic, in a guard's drop
-        // during that unwind, aborts the process). Then applied under the lock, which runs
-        // none of the program's code.
+        // The values are visited with no lock held: a value's `Debug` is the program's code
+        // (it may panic, or record into the same span). Then applied under the lock, which
+        // runs none of the program's code.
         let mut recorded = Vec::new();
         values.record(&mut SpanVisitor {
             set: |name, value| recorded.push((name, value)),
         });
-        let mut extensions = span.extensions_mut();
-        if let Some(data) = extensions.get_mut::<SpanData>() {
+        let set_all = |state: &mut SpanState| {
             for (name, value) in recorded {
-                data.fields.set(name, value);
+                state.fields.set(name, value);
             }
+            state.all_fields = false;
+        };
+        if let Some(mut state) = spans::find(key) {
+            set_all(&mut state);
+            return;
+        }
+        // Created before the trace: its other fields are gone; its origin is its first
+        // entry in the trace.
+        if let Some(new) = self.take_in(id, &ctx, 0) {
+            spans::insert(key, new, set_all);
         }
     }
 
@@ -665,55 +673,58 @@ where
         };
         let span_id = id.into_u64();
         // A span this thread created needs no lookup here: the exit looks it up once, for its
-        // record. Another (a span that moved here) is looked up now, so that its async begin
-        // is in the trace even if the trace stops before this thread exits it.
+        // record. Another (a span that moved here, or one from before the trace) is looked up
+        // now, so that its async begin is in the trace even if the trace stops before this
+        // thread exits it.
         let created_here = SPANS
             .try_with(|spans| spans.borrow().created_here(span_id))
             .unwrap_or(false);
         if !created_here {
-            with_span_data(&ctx, id, |data| begin_async_if_moved(span_id, data));
+            self.enter_elsewhere(id, &ctx);
         }
         let entered = Entered {
             span: span_id,
+            layer: self.layer,
             start: clock::ticks(),
         };
         let _ = SPANS.try_with(|spans| spans.borrow_mut().enter(entered, epoch));
     }
 
-    fn on_exit(&self, id: &Id, ctx: LayerContext<'_, S>) {
+    fn on_exit(&self, id: &Id, _ctx: LayerContext<'_, S>) {
         if !tracing_maybe_on() {
             return;
         }
         let end = clock::ticks();
         let span_id = id.into_u64();
         let Some(entered) = SPANS
-            .try_with(|spans| spans.borrow_mut().exit(span_id))
+            .try_with(|spans| spans.borrow_mut().exit(span_id, self.layer))
             .ok()
             .flatten()
         else {
             return;
         };
-        with_span_data(&ctx, id, |data| {
-            // Unless its enter wrote it (a span entered here whose id the thread's hint took
-            // for one of its own).
-            begin_async_if_moved(span_id, data);
-            write_span_end(data, (entered.start, end));
-        });
-    }
-
-    fn on_close(&self, id: Id, ctx: LayerContext<'_, S>) {
-        if ASYNC_SPANS.load(Ordering::Relaxed) == 0 {
+        // Not kept: a category the trace does not enable (or a span the full table could
+        // not take in, counted at its enter).
+        let Some(mut state) = spans::find(self.key(id)) else {
+            return;
+        };
+        // A span recorded in an earlier trace, entered on its creator's thread in this one
+        // (its enter skipped the lookup): taken in now, its entry the origin.
+        if (state.generation != latest_generation() || state.origin == 0)
+            && !take_in_again(&mut state, entered.start)
+        {
             return;
         }
-        with_span_data(&ctx, &id, |data| {
-            // ATOMICS: see `SpanData::async_begun`.
-            if data.async_begun.swap(false, Ordering::Relaxed) {
-                ASYNC_SPANS.fetch_sub(1, Ordering::Relaxed);
-                let ticks = clock::ticks();
-                with_writer_in(data.generation, |writer| {
-                    let kind = EventKind::AsyncEnd { id: id.into_u64() };
-                    let _ = writer.event(ticks, data.category, data.name, kind, &[]);
-                });
+        // Unless its enter wrote it (a span entered here whose id the thread's hint took for
+        // one of its own).
+        begin_async_if_moved(span_id, &mut state);
+        write_span_end(span_id, &state, (entered.start, end));
+    }
+
+    fn on_close(&self, id: Id, _ctx: LayerContext<'_, S>) {
+        spans::remove(self.key(&id), |state| {
+            if state.async_begun {
+                write_async_end(id.into_u64(), state);
             }
         });
     }
@@ -753,6 +764,89 @@ where
             write(&mut String::new());
         }
     }
+}
+
+impl TracingLayer {
+    /// The enter of a span this thread did not just create: the async begin of a span that
+    /// moved here; a span of an earlier trace, or one the layer never recorded (created
+    /// before the trace), taken into this one.
+    #[inline(never)]
+    fn enter_elsewhere<S>(&self, id: &Id, ctx: &LayerContext<'_, S>)
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        let key = self.key(id);
+        if let Some(mut state) = spans::find(key) {
+            if (state.generation == latest_generation() && state.origin != 0)
+                || take_in_again(&mut state, clock::ticks_unordered())
+            {
+                begin_async_if_moved(id.into_u64(), &mut state);
+            }
+            return;
+        }
+        if let Some(new) = self.take_in(id, ctx, clock::ticks_unordered()) {
+            if !spans::insert(key, new, |_| {}) {
+                count_dropped_span();
+            }
+        }
+    }
+
+    /// What the table keeps of span `id`, which the layer did not record (created before the
+    /// trace started), if the running trace enables its category: its origin `origin`
+    /// (0: at its first entry) on this thread, its fields missing.
+    fn take_in<S>(&self, id: &Id, ctx: &LayerContext<'_, S>, origin: u64) -> Option<NewSpan>
+    where
+        S: Subscriber + for<'a> LookupSpan<'a>,
+    {
+        let metadata = ctx.metadata(id)?;
+        let generation = with_current(|c| enabled_generation(c, metadata.target())).flatten()?;
+        let missing = if metadata.fields().is_empty() {
+            Missing::None
+        } else {
+            Missing::BeforeTrace
+        };
+        Some(NewSpan {
+            generation,
+            metadata,
+            origin,
+            origin_tid: current_tid(),
+            missing,
+            memo: SpanMemo::NONE,
+        })
+    }
+}
+
+/// A span the table keeps, of another trace than the running one (or taken in before its
+/// first entry): taken into the running trace if it enables the span's category, its
+/// origin (for an async begin) `origin` on this thread; its fields are kept. `false`: the
+/// running trace does not record it.
+#[cold]
+#[inline(never)]
+fn take_in_again(state: &mut SpanState, origin: u64) -> bool {
+    let category = state.metadata.target();
+    let Some(generation) = with_current(|c| enabled_generation(c, category)).flatten() else {
+        return false;
+    };
+    if generation != state.generation || state.origin == 0 {
+        state.generation = generation;
+        state.origin = origin;
+        state.origin_tid = current_tid();
+        state.async_begun = false;
+        state.memo = SpanMemo::NONE;
+    }
+    true
+}
+
+/// A span's duration that could not be written: counted as a dropped record of the running
+/// trace.
+#[cold]
+#[inline(never)]
+fn count_dropped_span() {
+    with_current(|context| {
+        if let Some(mut writer) = context.trace_writer() {
+            writer.count_dropped();
+        }
+    });
 }
 
 /// An event on the engine's one-announcement path (its fields all fit), once its thread has
@@ -823,80 +917,119 @@ fn write_event(
     });
 }
 
-/// `f` of what the layer keeps with span `id`, if the span is live and was recorded.
-#[inline]
-fn with_span_data<S, R>(
-    ctx: &LayerContext<'_, S>,
-    id: &Id,
-    f: impl FnOnce(&SpanData) -> R,
-) -> Option<R>
-where
-    S: Subscriber + for<'a> LookupSpan<'a>,
-{
-    let span = ctx.span(id)?;
-    let extensions = span.extensions();
-    extensions.get::<SpanData>().map(f)
-}
-
 /// The duration-complete record of one enter → exit of a recorded span, `span` its start and
-/// end ticks.
+/// end ticks, with the span's fields and id.
 #[inline]
-fn write_span_end(data: &SpanData, span: (u64, u64)) {
-    let pair = (data.category, data.name);
-    if let SpanFields::Scalars { names, values, len } = &data.fields {
-        // The engine's one-announcement path; the first record of the span's name in a
-        // trace goes through the general one (and teaches the thread's memo).
-        let generation = data.generation;
-        let written = record::arg_name_indices(generation, &names[..*len]).is_some_and(|indices| {
-            let values = &values[..*len];
-            record::installed_span_end_with_args::<INSTALLED_SPAN_PAYLOAD>(
-                generation,
-                SpanMemo::NONE,
-                span,
-                pair,
-                values,
-                indices,
-            )
-        });
-        if !written {
-            let mode = instrument::Mode::Complete;
-            let fields = (&names[..*len], &values[..*len]);
-            instrument::end_slow(generation, mode, span, pair, fields);
+fn write_span_end(span_id: u64, state: &SpanState, span: (u64, u64)) {
+    let pair = (state.metadata.target(), state.metadata.name());
+    let generation = state.generation;
+    if let (Some((names, values)), Missing::None) = (state.fields.scalars(), state.missing) {
+        let len = names.len();
+        if len < INSTALLED_SPAN_ARGS {
+            // The fields, then the id.
+            let mut arg_names = [SPAN_ID; INSTALLED_SPAN_ARGS];
+            let mut arg_values = [ScalarArg::NULL; INSTALLED_SPAN_ARGS];
+            arg_names[..len].copy_from_slice(names);
+            arg_values[..len].copy_from_slice(values);
+            arg_values[len] = ScalarArg::new(ArgValue::U64(span_id)).unwrap_or(ScalarArg::NULL);
+            let (names, values) = (&arg_names[..=len], &arg_values[..=len]);
+            // The engine's one-announcement path, the names' indices from the thread's memo
+            // when the creation found them there, else from its string cache (and then
+            // remembered); the first record of the span's name in a trace goes through the
+            // general path (which interns, and teaches the thread's memo).
+            let remembered = match state.memo.arg_indices_here() {
+                0 => None,
+                indices => state.all_fields.then_some(indices),
+            };
+            let indices = remembered.or_else(|| record::arg_name_indices(generation, names));
+            let written = indices.is_some_and(|indices| {
+                installed_span_end(generation, state.memo, span, pair, values, indices)
+            });
+            if written && remembered.is_none() && state.all_fields {
+                if let Some(indices) = indices {
+                    let key = spans::args_key(state.metadata);
+                    record::remember_arg_indices(generation, pair, key, indices);
+                }
+            }
+            if !written {
+                instrument::end_slow(
+                    generation,
+                    instrument::Mode::Complete,
+                    span,
+                    pair,
+                    (names, values),
+                );
+            }
+            return;
         }
-        return;
     }
-    with_writer_in(data.generation, |writer| {
+    with_writer_in(generation, |writer| {
         let mut args = [EMPTY_ARG; MAX_ARGS];
-        let n = span_args(writer, &data.fields, &mut args);
+        let n = span_args(writer, state, Some(span_id), &mut args);
         let kind = EventKind::DurationComplete { end_ticks: span.1 };
-        let _ = writer.event(span.0, data.category, data.name, kind, &args[..n]);
+        let _ = writer.event(span.0, pair.0, pair.1, kind, &args[..n]);
     });
 }
 
-/// The async begin of span `id` if the calling thread is not its creator and no thread has
-/// written it yet.
-#[inline]
-fn begin_async_if_moved(id: u64, data: &SpanData) {
-    // ATOMICS: see `SpanData::async_begun`.
-    if current_tid() != data.creator_tid && !data.async_begun.swap(true, Ordering::Relaxed) {
-        ASYNC_SPANS.fetch_add(1, Ordering::Relaxed);
-        write_async_begin(id, data);
+/// [`record::installed_span_end_with_args`], its payload sized for the arguments' count.
+#[inline(always)]
+fn installed_span_end(
+    generation: u32,
+    memo: SpanMemo,
+    span: (u64, u64),
+    pair: (&'static str, &'static str),
+    args: &[ScalarArg],
+    indices: u64,
+) -> bool {
+    match args.len() {
+        0 | 1 => {
+            record::installed_span_end_with_args::<4>(generation, memo, span, pair, args, indices)
+        }
+        2 => record::installed_span_end_with_args::<6>(generation, memo, span, pair, args, indices),
+        3 => record::installed_span_end_with_args::<8>(generation, memo, span, pair, args, indices),
+        _ => record::installed_span_end_with_args::<INSTALLED_SPAN_PAYLOAD>(
+            generation, memo, span, pair, args, indices,
+        ),
     }
 }
 
-/// The async begin of a span that crossed threads: at its creation time, on its creating
-/// thread (an inline thread ref), with its fields.
-fn write_async_begin(id: u64, data: &SpanData) {
-    with_writer_in(data.generation, |writer| {
+/// The async begin of span `id` if the calling thread is not its origin's and no thread has
+/// written it yet.
+#[inline]
+fn begin_async_if_moved(id: u64, state: &mut SpanState) {
+    if !state.async_begun && current_tid() != state.origin_tid {
+        state.async_begun = true;
+        write_async_begin(id, state);
+    }
+}
+
+/// The async end of span `id` (its close, after its async begin).
+#[cold]
+#[inline(never)]
+fn write_async_end(id: u64, state: &SpanState) {
+    let ticks = clock::ticks();
+    let (category, name) = (state.metadata.target(), state.metadata.name());
+    with_writer_in(state.generation, |writer| {
+        let kind = EventKind::AsyncEnd { id };
+        let _ = writer.event(ticks, category, name, kind, &[]);
+    });
+}
+
+/// The async begin of a span that crossed threads: at its origin (creation, or first entry
+/// in the trace), on that thread (an inline thread ref), with its fields.
+#[cold]
+#[inline(never)]
+fn write_async_begin(id: u64, state: &SpanState) {
+    with_writer_in(state.generation, |writer| {
         let mut args = [EMPTY_ARG; MAX_ARGS];
-        let n = span_args(writer, &data.fields, &mut args);
-        let category = writer.string_ref(data.category);
-        let name = writer.string_ref(data.name);
+        let n = span_args(writer, state, None, &mut args);
+        let category = writer.string_ref(state.metadata.target());
+        let name = writer.string_ref(state.metadata.name());
         let _ = writer.write_event(&Event {
-            ticks: data.created,
+            ticks: state.origin,
             thread: ThreadRef::Inline {
                 pid: u64::from(std::process::id()),
-                tid: data.creator_tid,
+                tid: state.origin_tid,
             },
             category,
             name,
@@ -911,7 +1044,11 @@ mod tests {
     use super::*;
 
     fn entered(span: u64) -> Entered {
-        Entered { span, start: span }
+        Entered {
+            span,
+            layer: 1,
+            start: span,
+        }
     }
 
     #[test]
@@ -919,11 +1056,11 @@ mod tests {
         let mut spans = ThreadSpans::NEW;
         spans.enter(entered(1), 7);
         spans.enter(entered(2), 7);
-        assert_eq!(spans.exit(2).map(|e| e.span), Some(2));
+        assert_eq!(spans.exit(2, 1).map(|e| e.span), Some(2));
         // Span 1's exit ran with no trace running: its entry stayed.
         spans.enter(entered(3), 8);
-        assert_eq!(spans.exit(1).map(|e| e.span), None);
-        assert_eq!(spans.exit(3).map(|e| e.span), Some(3));
+        assert_eq!(spans.exit(1, 1).map(|e| e.span), None);
+        assert_eq!(spans.exit(3, 1).map(|e| e.span), Some(3));
         assert!(spans.entered.is_empty());
     }
 
@@ -945,7 +1082,7 @@ mod tests {
             spans.enter(entered(id), 1);
         }
         assert_eq!(spans.entered.len(), MAX_ENTERED);
-        assert_eq!(spans.exit(1).map(|e| e.span), None);
-        assert_eq!(spans.exit(2).map(|e| e.span), Some(2));
+        assert_eq!(spans.exit(1, 1).map(|e| e.span), None);
+        assert_eq!(spans.exit(2, 1).map(|e| e.span), Some(2));
     }
 }
