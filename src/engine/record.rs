@@ -744,38 +744,32 @@ pub(crate) fn string_index(generation: u32, s: &'static str) -> Option<u16> {
     cache::current().index_of(generation, s)
 }
 
-/// Payload words of an [`installed_instant`] copied into the record as one block of
-/// constant length when its record is that small (most events: a short message, a few
-/// scalar fields); a larger one copies [`writer::MAX_INSTALLED_PAYLOAD`] words.
+/// Payload words of an [`installed_instant`] encoded first into a block of this constant
+/// length (most events: a short message, a few scalar fields); a larger one is encoded again
+/// into [`writer::MAX_INSTALLED_PAYLOAD`] words.
 #[cfg(feature = "tracing")]
 const SMALL_INSTANT_PAYLOAD: usize = 8;
 
 /// A thread-scoped instant at `ticks` on the installed context's path, in the trace of
 /// `memo` (the calling thread's memo of the event's call site, [`latest_memo`]; see
 /// [`TraceWriter::memoise_site`]), with its category and thread refs, named `name` inline
-/// (`None`: the site's own name), with `args` whose `'static` names the thread's string cache
-/// knows in that trace (the general path interns them: the next record finds them). Same
-/// answers as [`installed_event_memoised`].
+/// (`None`: the site's own name), with `args`: each a `'static` name whose string index the
+/// caller knows (non-zero) or the thread's string cache knows in that trace (0: looked up;
+/// the general path interns them: the next record finds them), and a value. Same answers as
+/// [`installed_event_memoised`].
 #[cfg(feature = "tracing")]
+#[inline]
 pub(crate) fn installed_instant(
     memo: &cache::Memo,
     ticks: u64,
     name: Option<&str>,
-    args: &[(&'static str, ArgValue<'_>)],
+    args: &[(&'static str, u16, ArgValue<'_>)],
 ) -> bool {
-    use crate::format::{Cursor, Sink};
-
-    let cache = cache::current();
     let (memo, generation) = (*memo, memo.generation());
     if args.len() > MAX_ARGS {
         return false;
     }
     let name = name.filter(|name| !name.is_empty());
-    // Encoded on the stack, for `installed_record`: the timestamp, the inline name, each
-    // argument (a scalar's words directly, others through the codec's own encoder).
-    let mut payload = [0u64; writer::MAX_INSTALLED_PAYLOAD];
-    let mut out = Cursor::new(&mut payload);
-    out.word(ticks);
     let mut header = indexed_event_header(EventType::Instant, memo)
         | EventRecord::ARGUMENT_COUNT.make(args.len() as u64);
     if let Some(name) = name {
@@ -783,11 +777,65 @@ pub(crate) fn installed_instant(
             return installed_instant_reserved(generation, ticks, memo, Some(name), args);
         };
         header = EventRecord::NAME_REF.set(header, u64::from(name_ref));
+    }
+    // Encoded on the stack, for `installed_record`: the timestamp, the inline name, each
+    // argument (a scalar's words directly, others through the codec's own encoder). A small
+    // block first; encoded again into the largest when it does not fit.
+    let mut small = [0u64; SMALL_INSTANT_PAYLOAD];
+    match encode_instant_payload(&mut small, generation, ticks, name, args) {
+        Encoded::Words(len) => writer::installed_record(memo.open_gate(), header, small, len),
+        Encoded::UnknownName => false,
+        Encoded::TooLarge => {
+            let mut payload = [0u64; writer::MAX_INSTALLED_PAYLOAD];
+            match encode_instant_payload(&mut payload, generation, ticks, name, args) {
+                Encoded::Words(len) => {
+                    writer::installed_record(memo.open_gate(), header, payload, len)
+                }
+                Encoded::UnknownName => false,
+                // Larger than the payload, or not encodable: reserved and encoded in place.
+                Encoded::TooLarge => {
+                    installed_instant_reserved(generation, ticks, memo, name, args)
+                }
+            }
+        }
+    }
+}
+
+/// What [`encode_instant_payload`] did.
+#[cfg(feature = "tracing")]
+enum Encoded {
+    /// The payload's words.
+    Words(usize),
+    /// An argument's name is not in the thread's string cache: nothing to write here.
+    UnknownName,
+    /// More words than the block has, or an argument that does not encode.
+    TooLarge,
+}
+
+/// The payload of an [`installed_instant`] into `out`.
+#[cfg(feature = "tracing")]
+#[inline(always)]
+fn encode_instant_payload(
+    out: &mut [u64],
+    generation: u32,
+    ticks: u64,
+    name: Option<&str>,
+    args: &[(&'static str, u16, ArgValue<'_>)],
+) -> Encoded {
+    use crate::format::{Cursor, Sink};
+
+    let mut out = Cursor::new(out);
+    out.word(ticks);
+    if let Some(name) = name {
         out.stream(name.as_bytes());
     }
-    for &(arg_name, value) in args {
-        let Some(index) = cache.index_of(generation, arg_name) else {
-            return false;
+    for &(arg_name, index, value) in args {
+        let index = match index {
+            0 => match cache::current().index_of(generation, arg_name) {
+                Some(index) => index,
+                None => return Encoded::UnknownName,
+            },
+            known => known,
         };
         match ScalarArg::new(value) {
             Some(scalar) => {
@@ -801,20 +849,14 @@ pub(crate) fn installed_instant(
                     .emit(&mut out)
                     .is_err()
                 {
-                    return installed_instant_reserved(generation, ticks, memo, name, args);
+                    return Encoded::TooLarge;
                 }
             }
         }
     }
     match out.finish() {
-        Ok(len) if len <= SMALL_INSTANT_PAYLOAD => {
-            let mut small = [0u64; SMALL_INSTANT_PAYLOAD];
-            small.copy_from_slice(&payload[..SMALL_INSTANT_PAYLOAD]);
-            writer::installed_record(memo.open_gate(), header, small, len)
-        }
-        Ok(len) => writer::installed_record(memo.open_gate(), header, payload, len),
-        // Larger than the payload: reserved and encoded in place.
-        Err(_) => installed_instant_reserved(generation, ticks, memo, name, args),
+        Ok(len) => Encoded::Words(len),
+        Err(_) => Encoded::TooLarge,
     }
 }
 
@@ -828,7 +870,7 @@ fn installed_instant_reserved(
     ticks: u64,
     memo: cache::Memo,
     name: Option<&str>,
-    args: &[(&'static str, ArgValue<'_>)],
+    args: &[(&'static str, u16, ArgValue<'_>)],
 ) -> bool {
     let cache = cache::current();
     let mut built = [Arg {
@@ -836,9 +878,13 @@ fn installed_instant_reserved(
         value: ArgValue::Null,
     }; MAX_ARGS];
     let args = &args[..args.len().min(MAX_ARGS)];
-    for (slot, &(arg_name, value)) in built.iter_mut().zip(args) {
-        let Some(index) = cache.index_of(generation, arg_name) else {
-            return false;
+    for (slot, &(arg_name, index, value)) in built.iter_mut().zip(args) {
+        let index = match index {
+            0 => match cache.index_of(generation, arg_name) {
+                Some(index) => index,
+                None => return false,
+            },
+            known => known,
         };
         *slot = Arg::new(StringRef::Index(index), value);
     }

@@ -375,17 +375,22 @@ impl Visit for FieldsVisitor<'_> {
     }
 }
 
+/// An event's argument: name, the name's string index if known (else 0), value.
+type EventArg = (&'static str, u16, ArgValue<'static>);
+
 /// Event fields: scalars as they are, texts (the message, string and `Debug` fields) written
 /// into a scratch string.
 struct EventVisitor<'t> {
     text: &'t mut String,
     message: Option<Range<usize>>,
-    /// The fields, `len` of them (a text field is a `Null` placeholder whose text is in
+    /// The fields, `len` of them, each its name, its name's string index if known (else 0)
+    /// and its value (a text field's is a `Null` placeholder whose text is in
     /// `text_ranges`), then room for `level`: uninitialised past `len`, so that an event does
     /// not fill the whole array first.
-    fields: [MaybeUninit<(&'static str, ArgValue<'static>)>; MAX_ARGS],
-    /// Byte ranges in `text` of the text fields, by slot (those set in `text_slots`).
-    text_ranges: [(u32, u32); MAX_ARGS],
+    fields: [MaybeUninit<EventArg>; MAX_ARGS],
+    /// Byte ranges in `text` of the text fields, by slot (those set in `text_slots`; the
+    /// others uninitialised).
+    text_ranges: [MaybeUninit<(u32, u32)>; MAX_ARGS],
     /// Bit `i` set: field `i` is a text.
     text_slots: u16,
     len: usize,
@@ -402,7 +407,7 @@ impl<'t> EventVisitor<'t> {
             text,
             message: None,
             fields: [const { MaybeUninit::uninit() }; MAX_ARGS],
-            text_ranges: [(0, 0); MAX_ARGS],
+            text_ranges: [const { MaybeUninit::uninit() }; MAX_ARGS],
             text_slots: 0,
             len: 0,
             dropped: 0,
@@ -411,7 +416,7 @@ impl<'t> EventVisitor<'t> {
 
     fn push(&mut self, name: &'static str, value: ArgValue<'static>) -> Option<usize> {
         if self.len < Self::FIELD_SLOTS {
-            self.fields[self.len].write((name, value));
+            self.fields[self.len].write((name, 0, value));
             self.len += 1;
             Some(self.len - 1)
         } else {
@@ -425,13 +430,13 @@ impl<'t> EventVisitor<'t> {
             // The scratch holds one event's texts: the message and at most 32 fields (a
             // `tracing` field set's limit), each cut at `MAX_TEXT` bytes.
             debug_assert!(u32::try_from(range.end).is_ok());
-            self.text_ranges[slot] = (range.start as u32, range.end as u32);
+            self.text_ranges[slot].write((range.start as u32, range.end as u32));
             self.text_slots |= 1 << slot;
         }
     }
 
     /// The fields as pushed (text fields as placeholders: see [`Self::value`]).
-    fn fields(&self) -> &[(&'static str, ArgValue<'static>)] {
+    fn fields(&self) -> &[EventArg] {
         // SAFETY: `push` initialised `fields[..len]` (it writes a slot before counting it);
         // `MaybeUninit<T>` has the layout of `T`.
         unsafe { std::slice::from_raw_parts(self.fields.as_ptr().cast(), self.len) }
@@ -440,19 +445,39 @@ impl<'t> EventVisitor<'t> {
     /// Field `i`'s value (`i < len`), texts from the scratch text.
     fn value(&self, i: usize) -> ArgValue<'_> {
         if self.text_slots & (1 << i) != 0 {
-            let (start, end) = self.text_ranges[i];
+            // SAFETY: `push_text` initialised the range of every slot it set in `text_slots`.
+            let (start, end) = unsafe { self.text_ranges[i].assume_init() };
             text_value(&self.text[start as usize..end as usize])
         } else {
-            self.fields()[i].1
+            self.fields()[i].2
+        }
+    }
+
+    /// Give the fields the string indices of their names, `packed` 16 bits each (first
+    /// lowest; [`record::arg_name_indices`]).
+    fn set_name_indices(&mut self, packed: u64) {
+        for (i, field) in self.fields[..self.len].iter_mut().enumerate() {
+            // SAFETY: `push` initialised `fields[..len]`.
+            unsafe { field.assume_init_mut().1 = (packed >> (16 * i)) as u16 };
+        }
+    }
+
+    /// The key of the fields' names in the call site's memo
+    /// ([`record::remember_arg_indices`]) when they are all of the call site's fields but its
+    /// message, in its order, few enough for a memo: the metadata's address. 0 otherwise.
+    fn args_key(&self, metadata: &'static tracing::Metadata<'static>) -> usize {
+        let all = self.dropped == 0
+            && self.len <= record::INSTALLED_SPAN_ARGS
+            && self.len + usize::from(self.message.is_some()) == metadata.fields().len();
+        if all {
+            spans::args_key(metadata)
+        } else {
+            0
         }
     }
 
     /// `f` of the visitor whose fields are followed by `last` (in the slot kept for `level`).
-    fn with_last<R>(
-        &mut self,
-        last: (&'static str, ArgValue<'static>),
-        f: impl FnOnce(&Self) -> R,
-    ) -> R {
+    fn with_last<R>(&mut self, last: EventArg, f: impl FnOnce(&Self) -> R) -> R {
         self.fields[self.len].write(last);
         self.len += 1;
         let answer = f(self);
@@ -855,27 +880,114 @@ fn count_dropped_span() {
 fn write_event_installed(
     memo: &Memo,
     ticks: u64,
-    metadata: &tracing::Metadata<'_>,
+    metadata: &'static tracing::Metadata<'static>,
     visitor: &mut EventVisitor<'_>,
 ) -> bool {
+    let generation = memo.generation();
     // The level's text by its index, as the general path writes it (which interns it).
-    let Some(level) = record::string_index(memo.generation(), metadata.level().as_str()) else {
+    let Some((name, value)) = level_indices(generation, metadata.level()) else {
         return false;
     };
-    let level = (LEVEL, ArgValue::Str(StringRef::Index(level)));
-    if visitor.text_slots == 0 {
+    let level = (LEVEL, name, ArgValue::Str(StringRef::Index(value)));
+    // The names' indices from the call site's memo once an event of the site with all its
+    // fields taught it, else from the thread's string cache (then taught).
+    let key = visitor.args_key(metadata);
+    let remembered = key != 0 && memo.args_key == key;
+    if remembered {
+        visitor.set_name_indices(memo.arg_indices);
+    }
+    let written = if visitor.text_slots == 0 {
         // Scalars only: the fields as they are, without a copy.
-        return visitor.with_last(level, |visitor| {
+        visitor.with_last(level, |visitor| {
             record::installed_instant(memo, ticks, visitor.message(), visitor.fields())
-        });
+        })
+    } else {
+        let mut args = [("", 0, ArgValue::Null); MAX_ARGS];
+        for (i, slot) in args.iter_mut().enumerate().take(visitor.len) {
+            let (name, index, _) = visitor.fields()[i];
+            *slot = (name, index, visitor.value(i));
+        }
+        args[visitor.len] = level;
+        record::installed_instant(memo, ticks, visitor.message(), &args[..=visitor.len])
+    };
+    if written && key != 0 && !remembered {
+        remember_event_names(memo, metadata, visitor, key);
     }
-    let mut args = [("", ArgValue::Null); MAX_ARGS];
-    for (i, slot) in args.iter_mut().enumerate().take(visitor.len) {
-        *slot = (visitor.fields()[i].0, visitor.value(i));
+    written
+}
+
+/// Remember the indices of an event's field names with its call site's memo (`key`:
+/// [`EventVisitor::args_key`]).
+#[cold]
+#[inline(never)]
+fn remember_event_names(
+    memo: &Memo,
+    metadata: &'static tracing::Metadata<'static>,
+    visitor: &EventVisitor<'_>,
+    key: usize,
+) {
+    let mut names = [""; INSTALLED_SPAN_ARGS];
+    for (slot, field) in names.iter_mut().zip(visitor.fields()) {
+        *slot = field.0;
     }
-    args[visitor.len] = level;
-    let args = &args[..=visitor.len];
-    record::installed_instant(memo, ticks, visitor.message(), args)
+    let generation = memo.generation();
+    if let Some(indices) = record::arg_name_indices(generation, &names[..visitor.len]) {
+        let pair = (metadata.target(), metadata.name());
+        record::remember_arg_indices(generation, pair, key, indices);
+    }
+}
+
+/// A thread's string indices of `level`'s argument name and of each level's text, in one
+/// generation (0: not known yet).
+#[derive(Debug, Clone, Copy)]
+struct LevelIndices {
+    generation: u32,
+    name: u16,
+    texts: [u16; 5],
+}
+
+thread_local! {
+    /// This thread's [`LevelIndices`].
+    static LEVEL_INDICES: Cell<LevelIndices> = const {
+        Cell::new(LevelIndices {
+            generation: 0,
+            name: 0,
+            texts: [0; 5],
+        })
+    };
+}
+
+/// The string indices of the `level` argument's name and of `level`'s text in trace
+/// `generation`, from the thread's string cache (kept per thread: no probe of the cache once
+/// known); `None` until the general path interned them.
+#[inline]
+fn level_indices(generation: u32, level: &tracing::Level) -> Option<(u16, u16)> {
+    let at = match *level {
+        tracing::Level::TRACE => 0,
+        tracing::Level::DEBUG => 1,
+        tracing::Level::INFO => 2,
+        tracing::Level::WARN => 3,
+        _ => 4,
+    };
+    let known = LEVEL_INDICES.try_with(Cell::get).ok()?;
+    if known.generation == generation && known.name != 0 && known.texts[at] != 0 {
+        return Some((known.name, known.texts[at]));
+    }
+    let name = record::string_index(generation, LEVEL)?;
+    let text = record::string_index(generation, level.as_str())?;
+    let mut learned = if known.generation == generation {
+        known
+    } else {
+        LevelIndices {
+            generation,
+            name: 0,
+            texts: [0; 5],
+        }
+    };
+    learned.name = name;
+    learned.texts[at] = text;
+    let _ = LEVEL_INDICES.try_with(|cell| cell.set(learned));
+    Some((name, text))
 }
 
 /// An event on the general path (the current context's writer section), which also interns
@@ -890,7 +1002,7 @@ fn write_event(
     with_writer_in(generation, |writer| {
         let mut args = [EMPTY_ARG; MAX_ARGS];
         let mut n = 0;
-        for (i, &(name, _)) in visitor.fields().iter().enumerate() {
+        for (i, &(name, _, _)) in visitor.fields().iter().enumerate() {
             args[n] = Arg::new(writer.string_ref(name), visitor.value(i));
             n += 1;
         }
