@@ -11,7 +11,10 @@
 //! ```
 //!
 //! Every 10 ms it handles a "request": a `#[traced]` function and an instant event with the
-//! request's number. It runs for the seconds given as its argument (default: until killed),
+//! request's number. With `FXTRACE_SERVICE_TRACING=1` it also installs
+//! [`fxtrace::TracingLayer`] and handles every request inside one long-lived `tracing` span,
+//! `connection`, created at start (before any trace: a trace started later records its
+//! entries, see the layer's documentation). It runs for the seconds given as its argument (default: until killed),
 //! then prints how many requests it handled and where its registration stood. With
 //! `FXTRACE_MEASURE_IDLE=1` it first measures what a call site costs while it is registered
 //! and idle (`scripts/bench-service.sh`).
@@ -44,11 +47,21 @@ fn main() {
     if std::env::var_os("FXTRACE_MEASURE_IDLE").is_some() {
         measure_idle();
     }
+    let connection = std::env::var_os("FXTRACE_SERVICE_TRACING").map(|_| {
+        use tracing_subscriber::layer::SubscriberExt;
+        let subscriber = tracing_subscriber::registry().with(fxtrace::TracingLayer::new());
+        tracing::subscriber::set_global_default(subscriber).expect("the only subscriber");
+        tracing::info_span!(target: "service", "connection", peer = 1u64)
+    });
     let end = seconds.map(|s| Instant::now() + Duration::from_secs_f64(s));
     let mut n = 0u64;
     let mut sum = 0u64;
     while end.map_or(true, |e| Instant::now() < e) {
-        sum = sum.wrapping_add(handle(n));
+        let handled = match &connection {
+            Some(connection) => connection.in_scope(|| handle(n)),
+            None => handle(n),
+        };
+        sum = sum.wrapping_add(handled);
         n += 1;
         std::thread::sleep(Duration::from_millis(10));
     }

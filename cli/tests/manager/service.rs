@@ -1388,3 +1388,83 @@ fn retry_while_busy<T>(mut run: impl FnMut() -> std::io::Result<T>) -> T {
     }
     panic!("text file busy for 2 s")
 }
+
+/// A service whose long-lived `tracing` span (its `connection`) was created before it
+/// registered: a session of the trace service records each of the span's entries, named from
+/// its call site, with the span's id and the note that its fields were recorded before the
+/// trace; the `#[traced]` calls made inside nest in them.
+#[test]
+fn a_session_records_the_entries_of_a_tracing_span_created_before_it() {
+    use fxtrace::format::{DecodedEventKind, DecodedRecord, DecodedValue, Decoder};
+
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start(dir.path());
+    let mut svc = Command::new(example("service"))
+        .arg("30")
+        .env("FXTRACE_SOCKET", "")
+        .env("XDG_RUNTIME_DIR", dir.path())
+        .env("FXTRACE_SERVICE_TRACING", "1")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("spawn examples/service");
+    daemon.wait_providers("service-example", 1);
+    let out = dir.path().join("spans.fxt");
+    daemon.ok(&["start", "--duration", "1", "-o", out.to_str().unwrap()]);
+    let _ = svc.kill();
+    let _ = svc.wait();
+    let bytes = std::fs::read(&out).unwrap();
+    // (name, start, end, span_id, fields note) of every duration.
+    let mut durations = Vec::new();
+    for record in Decoder::new(&bytes) {
+        let record = record.unwrap();
+        let DecodedRecord::Event(event) = record.record else {
+            continue;
+        };
+        let DecodedEventKind::DurationComplete { end } = event.kind else {
+            continue;
+        };
+        let arg = |name: &str| {
+            event
+                .args
+                .iter()
+                .find(|a| a.name == name)
+                .map(|a| a.value.clone())
+        };
+        durations.push((
+            event.name.to_string(),
+            event.time.ticks,
+            end.ticks,
+            arg("span_id"),
+            arg("fields"),
+        ));
+    }
+    let connection: Vec<_> = durations.iter().filter(|d| d.0 == "connection").collect();
+    // One request per 10 ms for 1 s.
+    assert!(
+        connection.len() >= 20,
+        "{} connection entries",
+        connection.len()
+    );
+    let id = connection[0].3.clone();
+    assert!(matches!(id, Some(DecodedValue::U64(_))), "{id:?}");
+    for entry in &connection {
+        assert_eq!(entry.3, id, "one span, one id");
+        assert!(
+            matches!(&entry.4, Some(DecodedValue::Str(note)) if note == "recorded before the trace"),
+            "{:?}",
+            entry.4
+        );
+    }
+    let handled: Vec<_> = durations
+        .iter()
+        .filter(|d| d.0 == "service::handle")
+        .collect();
+    assert!(!handled.is_empty());
+    assert!(
+        handled
+            .iter()
+            .all(|h| connection.iter().any(|c| c.1 <= h.1 && h.2 <= c.2)),
+        "each #[traced] call inside a connection entry"
+    );
+}
