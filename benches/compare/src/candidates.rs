@@ -178,7 +178,7 @@ fn traced_args(a: u64, b: u64) -> u64 {
 
 /// A `tracing-subscriber` layer that does nothing: the registry's own cost, with the
 /// registry freeing closed spans (a bare `registry()` keeps them: tokio-rs/tracing#900).
-struct NoopLayer;
+pub(crate) struct NoopLayer;
 
 impl<S: tracing::Subscriber> tracing_subscriber::Layer<S> for NoopLayer {}
 
@@ -287,7 +287,7 @@ fn tracing_event() {
 
 /// A writer that counts and discards (tracing-chrome's output).
 #[derive(Clone)]
-struct CountingSink(Arc<AtomicU64>);
+pub(crate) struct CountingSink(pub(crate) Arc<AtomicU64>);
 
 impl Write for CountingSink {
     fn write(&mut self, bytes: &[u8]) -> std::io::Result<usize> {
@@ -348,7 +348,9 @@ pub(crate) fn run(name: &str, settings: &Settings) -> Result<Outcome, Error> {
     match name {
         "rdtsc" => Ok(no_consumer(one(settings, rdtsc)?, "clock read")),
         "rdtscp_pair" => Ok(no_consumer(
-            one(settings, || black_box(rdtscp()).wrapping_add(black_box(rdtscp())))?,
+            one(settings, || {
+                black_box(rdtscp()).wrapping_add(black_box(rdtscp()))
+            })?,
             "clock reads",
         )),
         "ideal" => {
@@ -458,7 +460,7 @@ pub(crate) fn run(name: &str, settings: &Settings) -> Result<Outcome, Error> {
 }
 
 /// Start Tracy's client and wait for the parent's drain to connect.
-fn tracy_connected() -> Result<tracy_client::Client, Error> {
+pub(crate) fn tracy_connected() -> Result<tracy_client::Client, Error> {
     let client = tracy_client::Client::start();
     let deadline = Instant::now() + TRACY_CONNECT_TIMEOUT;
     while !tracy_client::Client::is_connected() {

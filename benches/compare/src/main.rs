@@ -8,8 +8,13 @@
 //! ```text
 //! fxtrace-compare [--rounds N] [--block-ms MS] [--pairs N] [--max-warmup N] [--only A,B,..]
 //! fxtrace-compare --list
+//! fxtrace-compare app [--rounds N] [--requests N] [--connections N] [--only LAYER,..]
 //! ```
+//!
+//! `app` is the real-application bench instead (`src/app/`): a tokio server instrumented with
+//! `tracing`, its CPU per request under each layer.
 
+mod app;
 mod candidates;
 mod ideal;
 mod machine;
@@ -345,6 +350,9 @@ fn orchestrate(options: &Options) -> Result<bool, Error> {
 }
 
 fn main() -> ExitCode {
+    if std::env::args().nth(1).as_deref() == Some("app") {
+        return app::main(std::env::args().skip(2));
+    }
     let options = match parse(std::env::args().skip(1)) {
         Ok(options) => options,
         Err(e) => {
