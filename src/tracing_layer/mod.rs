@@ -61,8 +61,8 @@ const MAX_ENTERED: usize = 1024;
 /// Like every fxtrace front end, the layer writes into the process's current trace (a
 /// provider session under `fxtrace record` or the trace service, or a [`crate::standalone`]
 /// session); with no trace running each callback costs one relaxed load and a branch (a
-/// span's close, once a trace has recorded spans in the process, also looks the span up in
-/// the layer's table). The layer never filters: other layers see every span and event
+/// span's close and `record`, once a trace has recorded spans in the process, also look the
+/// span up in the layer's table: one cache line). The layer never filters: other layers see every span and event
 /// whatever fxtrace records.
 ///
 /// # Mapping

@@ -5,6 +5,8 @@
 //! one line per request, `SET key value` (answered `OK`) or `GET key` (answered with the
 //! value, or `-`).
 //!
+//! With `FXTRACE_APP_ARCHIVE=PATH` the fxtrace server writes its archive there.
+//!
 //! The process is told what to do on its standard input: `mark` prints its CPU time so far
 //! (`cpu MICROSECONDS REQUESTS`); `report` prints it too, then what the layer's consumer
 //! received (`check TEXT`), and exits.
@@ -47,7 +49,12 @@ impl Consumer {
         match self {
             Consumer::None => Ok("nothing recorded".into()),
             Consumer::Fxtrace(session) => {
-                let (_, report) = session.finish_to_vec()?;
+                // FXTRACE_APP_ARCHIVE: also keep the archive (to look at it, or check it
+                // with Perfetto's importer).
+                let report = match std::env::var_os("FXTRACE_APP_ARCHIVE") {
+                    Some(path) => session.finish(path)?,
+                    None => session.finish_to_vec()?.1,
+                };
                 if report.records == 0 {
                     return Err(Error::NotRecorded(
                         "the fxtrace session archived no record".into(),
