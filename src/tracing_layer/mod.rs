@@ -681,14 +681,14 @@ where
             }
             state.all_fields = false;
         };
-        if let Some(mut state) = spans::find(key) {
-            set_all(&mut state);
+        if let Some(slot) = spans::find(key) {
+            set_all(&mut slot.lock());
             return;
         }
         // Created before the trace: its other fields are gone; its origin is its first
         // entry in the trace.
         if let Some(new) = self.take_in(id, &ctx, 0) {
-            spans::insert(key, new, set_all);
+            spans::take_in(key, new, set_all);
         }
     }
 
@@ -730,9 +730,10 @@ where
         };
         // Not kept: a category the trace does not enable (or a span the full table could
         // not take in, counted at its enter).
-        let Some(mut state) = spans::find(self.key(id)) else {
+        let Some(slot) = spans::find(self.key(id)) else {
             return;
         };
+        let mut state = slot.lock();
         // A span recorded in an earlier trace, entered on its creator's thread in this one
         // (its enter skipped the lookup): taken in now, its entry the origin.
         if (state.generation != latest_generation() || state.origin == 0)
@@ -801,7 +802,8 @@ impl TracingLayer {
         S: Subscriber + for<'a> LookupSpan<'a>,
     {
         let key = self.key(id);
-        if let Some(mut state) = spans::find(key) {
+        if let Some(slot) = spans::find(key) {
+            let mut state = slot.lock();
             if (state.generation == latest_generation() && state.origin != 0)
                 || take_in_again(&mut state, clock::ticks_unordered())
             {
@@ -810,7 +812,7 @@ impl TracingLayer {
             return;
         }
         if let Some(new) = self.take_in(id, ctx, clock::ticks_unordered()) {
-            if !spans::insert(key, new, |_| {}) {
+            if !spans::take_in(key, new, |_| {}) {
                 count_dropped_span();
             }
         }

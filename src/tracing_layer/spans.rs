@@ -5,11 +5,14 @@
 //! Why not the registry's extensions: a span's data there costs a box, a hash-map insert, a
 //! lock and a lookup of the span at each access, and the clearing at close (about 600
 //! instructions of a span's 2 270 in the CI count of 2026-11-26). Here a span costs a slot
-//! claimed at its creation, one slot lock per exit, and the slot freed at close.
+//! claimed at its creation (one compare-and-swap), one slot lock per exit, and the slot
+//! freed at close.
 //!
 //! Layout: levels of buckets of [`BUCKET_SLOTS`] slots; a key's home is one bucket of a
-//! level. Its keys are a separate array of words (0: free) so that a lookup reads one cache
-//! line per bucket; a slot's contents are read and changed only under its lock. A key that
+//! level. The slots' span ids are a separate array of words (0: free) so that a lookup reads
+//! one cache line per bucket; a live span's state is read and changed under its slot's lock
+//! (its users may be on several threads), its slot claimed with one compare-and-swap and
+//! freed by its close with plain stores (see [`Level`]). A key that
 //! finds its home and the next [`PROBE_BUCKETS`]` - 1` buckets full goes to the next level
 //! (allocated then, twice the size), and its home bucket is marked overflowed, so that a
 //! lookup of a key of a bucket never overflowed reads that bucket alone. Levels are
@@ -19,8 +22,8 @@ use std::alloc::{self, Layout};
 use std::cell::UnsafeCell;
 use std::mem::MaybeUninit;
 use std::ops::{Deref, DerefMut};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::OnceLock;
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, Ordering};
+use std::sync::{Mutex, OnceLock};
 
 use tracing::Metadata;
 
@@ -47,12 +50,11 @@ pub(super) struct Key {
 }
 
 impl Key {
-    /// The key as a word of the key array (never 0, the free word; two keys may share a
-    /// word: the slot's own copy decides).
+    /// The key's layer as a slot's layer word: its number plus 1 (never 0, the word of a
+    /// free slot: layers count up from 1, far from `u32::MAX`).
     #[inline(always)]
-    fn word(self) -> u64 {
-        let word = self.span ^ u64::from(self.layer).wrapping_mul(0x9E37_79B9);
-        word.max(1)
+    fn layer_word(self) -> u32 {
+        self.layer.wrapping_add(1)
     }
 }
 
@@ -228,29 +230,44 @@ pub(super) fn args_key(metadata: &'static Metadata<'static>) -> usize {
 
 /// One span's slot.
 struct Slot {
-    /// Held while the slot's contents are read or changed.
-    /// ATOMICS: `Acquire` on taking, `Release` on giving back: the contents written under
-    /// the lock are seen by the next holder.
+    /// Held while the users of a live span (its enters, exits and records, on any thread)
+    /// read or change its state.
+    /// ATOMICS: `Acquire` on taking, `Release` on giving back: the state written under the
+    /// lock is seen by the next holder.
     locked: AtomicBool,
-    /// Initialised while the slot's key word is not 0 (both changed under the lock).
-    entry: UnsafeCell<MaybeUninit<(Key, SpanState)>>,
+    /// Initialised from the slot's claim (its id word set) until its free (its id word
+    /// cleared); see [`Level::ids`] for who may touch it when.
+    state: UnsafeCell<MaybeUninit<SpanState>>,
 }
 
-// SAFETY: `entry` is read and written only under `locked` (see `SlotGuard`); a `SpanState`
-// is `Send` (metadata is `Sync`, the rest owned data).
+// SAFETY: `state` is written by the thread that claimed the slot until it publishes it, then
+// under `locked` by the span's users, and dropped by the span's close when no user is left
+// (see `Level::ids`); a `SpanState` is `Send` (metadata is `Sync`, the rest owned data).
 unsafe impl Sync for Slot {}
 
 /// One level: `buckets` buckets of [`BUCKET_SLOTS`] slots.
+///
+/// A slot's life: free (id word 0) → claimed by the creation (or taking in) of a span, by a
+/// compare-and-swap of its id word from 0 (one thread wins) → filled by that thread alone
+/// (no other thread looks at a slot whose layer word is 0) → published, its layer word set
+/// → found by the span's users (its id and layer words both match: one live span has that
+/// key), who take the slot's lock to read or change the state → freed by the span's close,
+/// when no user is left: the state dropped, the layer word then the id word cleared.
 struct Level {
-    /// A slot's key word, 0 when free. Changed only under the slot's lock; read without it
-    /// to find candidates.
-    /// ATOMICS: `Release` stores (under the lock, after the entry is written or taken) and
-    /// `Relaxed` loads: a load only picks a slot to lock, and the lock orders the entry.
-    keys: Box<[AtomicU64]>,
+    /// The id of a slot's span, 0 when free.
+    /// ATOMICS: the claim's compare-and-swap is `AcqRel` (it reads the free's `Release`
+    /// store of 0, so the claimer's writes follow the last occupant's drop; finders'
+    /// `Acquire` loads of the id then see the layer word cleared by that free, never the
+    /// previous occupant's); the free stores 0 with `Release`.
+    ids: Box<[AtomicU64]>,
+    /// The slot's span's layer number plus 1, 0 while free or being filled.
+    /// ATOMICS: `Release` store when published (after the state is written), `Acquire`
+    /// loads by finders; cleared `Relaxed` by the free before its `Release` of the id.
+    layers: Box<[AtomicU32]>,
     /// Per bucket: a key whose home it is went to a later bucket or level.
-    /// ATOMICS: `Relaxed`: set before the key's slot elsewhere is published (that slot's
-    /// lock and key store are `Release`); a lookup of that key runs after the span's
-    /// creation returned, which the span's handle orders before it.
+    /// ATOMICS: `Relaxed`: set before the key's slot elsewhere is published; a lookup of
+    /// that key runs after the span's creation returned, which the span's handle orders
+    /// before it.
     overflowed: Box<[AtomicBool]>,
     slots: Box<[Slot]>,
     /// log2 of the bucket count.
@@ -277,11 +294,12 @@ unsafe fn zeroed_slice<T>(len: usize) -> Box<[T]> {
 impl Level {
     fn new(bits: u32) -> Level {
         let buckets = 1usize << bits;
-        // SAFETY: zero is a valid `AtomicU64` (0), `AtomicBool` (false), and `Slot` (unlocked,
-        // entry uninitialised: a `MaybeUninit` holds any bits).
+        // SAFETY: zero is a valid `AtomicU64`, `AtomicU32` (0), `AtomicBool` (false), and
+        // `Slot` (unlocked, state uninitialised: a `MaybeUninit` holds any bits).
         unsafe {
             Level {
-                keys: zeroed_slice(buckets * BUCKET_SLOTS),
+                ids: zeroed_slice(buckets * BUCKET_SLOTS),
+                layers: zeroed_slice(buckets * BUCKET_SLOTS),
                 overflowed: zeroed_slice(buckets),
                 slots: zeroed_slice(buckets * BUCKET_SLOTS),
                 bits,
@@ -289,14 +307,15 @@ impl Level {
         }
     }
 
-    /// The home bucket of a key word: a hash of all but its top [`GENERATION_BITS`] bits.
-    /// The registry's ids (`tracing-subscriber`'s sharded slab) keep a count of the reuses
-    /// of the span's slab slot there, the slot and its thread's shard below, so that the
-    /// spans a thread creates one after another in the same slab slot (a loop's) keep one
-    /// bucket, in cache, rather than each one anywhere in the table.
+    /// The home bucket of `key`: a hash of its layer and all but the top
+    /// [`GENERATION_BITS`] bits of its id. The registry's ids (`tracing-subscriber`'s
+    /// sharded slab) keep a count of the reuses of the span's slab slot there, the slot and
+    /// its thread's shard below, so that the spans a thread creates one after another in the
+    /// same slab slot (a loop's) keep one bucket, in cache, rather than each one anywhere in
+    /// the table.
     #[inline(always)]
-    fn home(&self, word: u64) -> usize {
-        let place = word & (u64::MAX >> GENERATION_BITS);
+    fn home(&self, key: Key) -> usize {
+        let place = (key.span & (u64::MAX >> GENERATION_BITS)) ^ (u64::from(key.layer) << 51);
         (place.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> (64 - self.bits)) as usize
     }
 
@@ -305,54 +324,48 @@ impl Level {
         (bucket + step) & ((1 << self.bits) - 1)
     }
 
-    /// The slot of `key` in `bucket`, locked.
+    /// The slot of the live span `key` in `bucket`.
     #[inline(always)]
-    fn find_in(&self, bucket: usize, key: Key, word: u64) -> Option<SlotGuard<'_>> {
+    fn find_in(&self, bucket: usize, key: Key) -> Option<SlotRef<'_>> {
         let first = bucket * BUCKET_SLOTS;
-        let keys: &[AtomicU64; BUCKET_SLOTS] = self.keys[first..first + BUCKET_SLOTS]
+        let ids: &[AtomicU64; BUCKET_SLOTS] = self.ids[first..first + BUCKET_SLOTS]
             .try_into()
-            .expect("a bucket's keys");
-        for (i, slot_key) in keys.iter().enumerate() {
-            // ATOMICS: see `keys`.
-            if slot_key.load(Ordering::Relaxed) == word {
-                let guard = self.lock(first + i);
-                if guard.entry().is_some_and(|(k, _)| *k == key) {
-                    return Some(guard);
-                }
+            .expect("a bucket's ids");
+        for (i, id) in ids.iter().enumerate() {
+            // ATOMICS: see `ids` and `layers`.
+            if id.load(Ordering::Acquire) == key.span
+                && self.layers[first + i].load(Ordering::Acquire) == key.layer_word()
+            {
+                return Some(self.slot(first + i));
             }
         }
         None
     }
 
-    /// The slot of `key` in the buckets after its home in this level (its home overflowed),
-    /// locked.
-    fn find_beyond_home(&self, key: Key, word: u64) -> Option<SlotGuard<'_>> {
-        let home = self.home(word);
-        (1..PROBE_BUCKETS).find_map(|step| self.find_in(self.bucket_after(home, step), key, word))
+    /// The slot of `key` in the buckets after its home in this level (its home overflowed).
+    fn find_beyond_home(&self, key: Key) -> Option<SlotRef<'_>> {
+        let home = self.home(key);
+        (1..PROBE_BUCKETS).find_map(|step| self.find_in(self.bucket_after(home, step), key))
     }
 
-    /// A free slot for a key of word `word`, locked; `None` when the key's buckets are full
-    /// (its home then marked overflowed). A slot another thread holds is passed over: it may
-    /// be one being filled, which takes as long as the program's code that runs meanwhile (a
-    /// field's `Debug`).
-    fn claim(&self, word: u64) -> Option<SlotGuard<'_>> {
-        let home = self.home(word);
+    /// A free slot claimed for `key` (its id word set); `None` when the key's buckets are
+    /// full (its home then marked overflowed).
+    fn claim(&self, key: Key) -> Option<SlotRef<'_>> {
+        let home = self.home(key);
         for step in 0..PROBE_BUCKETS {
             let first = self.bucket_after(home, step) * BUCKET_SLOTS;
             for i in first..first + BUCKET_SLOTS {
-                // ATOMICS: see `keys`.
-                if self.keys[i].load(Ordering::Relaxed) != 0 {
-                    continue;
-                }
-                let Some(guard) = self.try_lock(i) else {
-                    continue;
-                };
-                if guard.entry().is_none() {
+                // ATOMICS: see `ids`.
+                if self.ids[i].load(Ordering::Relaxed) == 0
+                    && self.ids[i]
+                        .compare_exchange(0, key.span, Ordering::AcqRel, Ordering::Relaxed)
+                        .is_ok()
+                {
                     if step > 0 {
                         // ATOMICS: see `overflowed`.
                         self.overflowed[home].store(true, Ordering::Relaxed);
                     }
-                    return Some(guard);
+                    return Some(self.slot(i));
                 }
             }
         }
@@ -362,32 +375,11 @@ impl Level {
     }
 
     #[inline(always)]
-    fn try_lock(&self, i: usize) -> Option<SlotGuard<'_>> {
-        let slot = &self.slots[i];
-        // ATOMICS: see `Slot::locked`.
-        slot.locked
-            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .ok()?;
-        Some(SlotGuard {
-            slot,
-            key: &self.keys[i],
-        })
-    }
-
-    #[inline(always)]
-    fn lock(&self, i: usize) -> SlotGuard<'_> {
-        let slot = &self.slots[i];
-        // ATOMICS: see `Slot::locked`.
-        if slot
-            .locked
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            lock_contended(&slot.locked);
-        }
-        SlotGuard {
-            slot,
-            key: &self.keys[i],
+    fn slot(&self, i: usize) -> SlotRef<'_> {
+        SlotRef {
+            slot: &self.slots[i],
+            id: &self.ids[i],
+            layer: &self.layers[i],
         }
     }
 }
@@ -413,35 +405,41 @@ fn lock_contended(locked: &AtomicBool) {
     }
 }
 
-/// A locked slot.
-pub(super) struct SlotGuard<'l> {
+/// A slot: claimed by this thread, or holding a live span this thread is a user of.
+#[derive(Clone, Copy)]
+pub(super) struct SlotRef<'l> {
     slot: &'l Slot,
-    key: &'l AtomicU64,
+    id: &'l AtomicU64,
+    layer: &'l AtomicU32,
 }
 
-impl SlotGuard<'_> {
+impl<'l> SlotRef<'l> {
+    /// The span's state, locked.
     #[inline(always)]
-    fn entry(&self) -> Option<&(Key, SpanState)> {
-        // ATOMICS: see `Level::keys` (under the lock: the key word is this thread's to read).
-        if self.key.load(Ordering::Relaxed) == 0 {
-            return None;
+    pub(super) fn lock(self) -> SlotGuard<'l> {
+        // ATOMICS: see `Slot::locked`.
+        if self
+            .slot
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            lock_contended(&self.slot.locked);
         }
-        // SAFETY: the lock is held; the entry is initialised while the key word is not 0.
-        Some(unsafe { (*self.slot.entry.get()).assume_init_ref() })
+        SlotGuard { slot: self.slot }
     }
 
-    /// Put a span made of `new` in this free slot (no fields yet), then let `fill` complete
-    /// it in place before any other thread can find it.
+    /// Fill this claimed slot with a span made of `new` (no fields yet), let `fill` complete
+    /// it in place, then publish it for `key`. If `fill` panics (the program's `Debug` of a
+    /// field), the slot is freed again.
     #[inline(always)]
-    fn fill(&mut self, word: u64, key: Key, new: NewSpan, fill: impl FnOnce(&mut SpanState)) {
-        let entry = self.slot.entry.get();
-        // SAFETY: the lock is held and the slot is free (its key word is 0): nothing to drop,
-        // and no other thread reads the entry until the key word says it is there. Written
-        // field by field: no copy of a whole entry.
+    fn fill(self, key: Key, new: NewSpan, fill: impl FnOnce(&mut SpanState)) {
+        let state = self.slot.state.get();
+        // SAFETY: the slot is claimed by this thread and unpublished (its layer word is 0):
+        // no other thread reads or writes the state. Written field by field: no copy of a
+        // whole state.
         let state = unsafe {
-            let entry = (*entry).as_mut_ptr();
-            std::ptr::addr_of_mut!((*entry).0).write(key);
-            let state = std::ptr::addr_of_mut!((*entry).1);
+            let state = (*state).as_mut_ptr();
             std::ptr::addr_of_mut!((*state).generation).write(new.generation);
             std::ptr::addr_of_mut!((*state).metadata).write(new.metadata);
             std::ptr::addr_of_mut!((*state).origin).write(new.origin);
@@ -453,34 +451,60 @@ impl SlotGuard<'_> {
             std::ptr::addr_of_mut!((*state).all_fields).write(false);
             &mut *state
         };
+        /// Frees the slot if `fill` unwinds.
+        struct Unwinding<'l>(Option<SlotRef<'l>>);
+        impl Drop for Unwinding<'_> {
+            fn drop(&mut self) {
+                if let Some(slot) = self.0.take() {
+                    slot.free();
+                }
+            }
+        }
+        let mut unwinding = Unwinding(Some(self));
         fill(state);
-        // ATOMICS: see `Level::keys`.
-        self.key.store(word, Ordering::Release);
+        unwinding.0 = None;
+        // ATOMICS: see `Level::layers`.
+        self.layer.store(key.layer_word(), Ordering::Release);
     }
 
-    /// Free the slot, dropping what it held.
+    /// Free the slot, dropping its state: by the span's close (no user is left), or by the
+    /// thread that claimed it.
     fn free(self) {
-        // ATOMICS: see `Level::keys`.
-        self.key.store(0, Ordering::Release);
-        // SAFETY: the lock is held; the guard was handed out for an initialised entry, and
-        // the key word now says the slot is free, so nothing reads the entry again.
-        unsafe { (*self.slot.entry.get()).assume_init_drop() };
+        // SAFETY: the state is initialised (claimed and filled, or its fill began with every
+        // field written) and no other thread uses it (see `Level`).
+        unsafe { (*self.slot.state.get()).assume_init_drop() };
+        // ATOMICS: see `Level::ids` and `Level::layers`.
+        self.layer.store(0, Ordering::Relaxed);
+        self.id.store(0, Ordering::Release);
     }
+
+    /// The state of the span, which the caller, its last user, is closing.
+    fn closing(&self) -> &SpanState {
+        // SAFETY: a published slot's state is initialised; at the close no other thread uses
+        // it (see `Level`).
+        unsafe { (*self.slot.state.get()).assume_init_ref() }
+    }
+}
+
+/// A locked slot holding a live span.
+pub(super) struct SlotGuard<'l> {
+    slot: &'l Slot,
 }
 
 impl Deref for SlotGuard<'_> {
     type Target = SpanState;
 
     fn deref(&self) -> &SpanState {
-        // SAFETY: a guard is handed out only for a slot holding an entry (see `Level::find`).
-        unsafe { &(*self.slot.entry.get()).assume_init_ref().1 }
+        // SAFETY: a guard is made only for a published slot (initialised state), and the
+        // lock makes this the only access.
+        unsafe { (*self.slot.state.get()).assume_init_ref() }
     }
 }
 
 impl DerefMut for SlotGuard<'_> {
     fn deref_mut(&mut self) -> &mut SpanState {
-        // SAFETY: as in `deref`; the lock makes this the only reference.
-        unsafe { &mut (*self.slot.entry.get()).assume_init_mut().1 }
+        // SAFETY: as in `deref`.
+        unsafe { (*self.slot.state.get()).assume_init_mut() }
     }
 }
 
@@ -509,84 +533,91 @@ pub(super) struct NewSpan {
     pub(super) memo: SpanMemo,
 }
 
-/// Keep a span made of `new` for `key`, a span the table does not keep (a span's id is
-/// unique among the live spans of its subscriber, and its close removes it), completed in
-/// place by `fill` (which may run the program's code: no other thread finds the span
-/// meanwhile); `false` (`fill` not called) when every level is full.
+/// Keep a span made of `new` for `key`, a span being created (no other thread can know it
+/// yet), completed in place by `fill` (which may run the program's code); `false` (`fill`
+/// not called) when every level is full.
 #[inline(always)]
 pub(super) fn insert(key: Key, new: NewSpan, fill: impl FnOnce(&mut SpanState)) -> bool {
-    let word = key.word();
-    let Some(mut slot) = claim(word) else {
+    let Some(slot) = claim(key) else {
         return false;
     };
-    slot.fill(word, key, new, fill);
+    slot.fill(key, new, fill);
     true
 }
 
-/// A free slot for a key of word `word`, locked, in the first level with room.
-fn claim(word: u64) -> Option<SlotGuard<'static>> {
-    (0..LEVELS).find_map(|n| level(n).claim(word))
+/// Serialises the taking in of live spans the table does not keep (their users on several
+/// threads may try at once): one entry per span.
+static TAKING_IN: Mutex<()> = Mutex::new(());
+
+/// [`insert`] for a live span the table did not keep (created before the trace), unless a
+/// user of it on another thread took it in first; `false` when every level is full.
+pub(super) fn take_in(key: Key, new: NewSpan, fill: impl FnOnce(&mut SpanState)) -> bool {
+    let _one = TAKING_IN.lock().unwrap_or_else(|p| p.into_inner());
+    find(key).is_some() || insert(key, new, fill)
 }
 
-/// The span of `key`, locked; `None` if the table does not keep it.
+/// A free slot claimed for `key`, in the first level with room.
+fn claim(key: Key) -> Option<SlotRef<'static>> {
+    (0..LEVELS).find_map(|n| level(n).claim(key))
+}
+
+/// The slot of the live span `key`, if the table keeps it (the caller is a user of the span:
+/// it holds a handle, or is its close).
 #[inline(always)]
-pub(super) fn find(key: Key) -> Option<SlotGuard<'static>> {
-    let word = key.word();
+pub(super) fn find(key: Key) -> Option<SlotRef<'static>> {
     let first = LEVELS_IN_USE[0].get()?;
-    let home = first.home(word);
-    if let Some(found) = first.find_in(home, key, word) {
+    let home = first.home(key);
+    if let Some(found) = first.find_in(home, key) {
         return Some(found);
     }
     // ATOMICS: see `Level::overflowed`.
     if !first.overflowed[home].load(Ordering::Relaxed) {
         return None;
     }
-    find_beyond_home(key, word)
+    find_beyond_home(key)
 }
 
 /// [`find`] past the key's home bucket in the first level: the next buckets there, then the
 /// later levels.
 #[cold]
 #[inline(never)]
-fn find_beyond_home(key: Key, word: u64) -> Option<SlotGuard<'static>> {
+fn find_beyond_home(key: Key) -> Option<SlotRef<'static>> {
     for level in LEVELS_IN_USE.iter() {
         let level = level.get()?;
-        let home = level.home(word);
-        if let Some(found) = level.find_in(home, key, word) {
+        let home = level.home(key);
+        if let Some(found) = level.find_in(home, key) {
             return Some(found);
         }
         // ATOMICS: see `Level::overflowed`.
         if !level.overflowed[home].load(Ordering::Relaxed) {
             return None;
         }
-        if let Some(found) = level.find_beyond_home(key, word) {
+        if let Some(found) = level.find_beyond_home(key) {
             return Some(found);
         }
     }
     None
 }
 
-/// Stop keeping the span of `key`, after `f` of what was kept (if anything).
+/// The close of span `key` (its last user): `f` of what was kept, if anything, then the
+/// slot freed.
 #[inline]
 pub(super) fn remove(key: Key, f: impl FnOnce(&SpanState)) {
     if let Some(found) = find(key) {
-        f(&found);
+        f(found.closing());
         found.free();
     }
 }
 
-/// Stop keeping every span of `layer` (a layer dropped with its subscriber: its spans will
-/// never be closed).
+/// Stop keeping every span of `layer` (a layer dropped with its subscriber: none of its spans
+/// has a user left, and none will be closed).
 pub(super) fn remove_layer(layer: u32) {
+    let word = Key { layer, span: 0 }.layer_word();
     for level in LEVELS_IN_USE.iter().filter_map(OnceLock::get) {
-        for i in 0..level.keys.len() {
-            // ATOMICS: see `Level::keys`.
-            if level.keys[i].load(Ordering::Relaxed) == 0 {
-                continue;
-            }
-            let guard = level.lock(i);
-            if guard.entry().is_some_and(|(k, _)| k.layer == layer) {
-                guard.free();
+        for i in 0..level.ids.len() {
+            // ATOMICS: see `Level::layers`.
+            if level.layers[i].load(Ordering::Acquire) == word {
+                level.slot(i).free();
             }
         }
     }
@@ -621,36 +652,40 @@ mod tests {
     fn a_span_is_found_until_removed_and_keys_of_other_layers_are_apart() {
         // Layer numbers no layer of this process takes (they count up from 1).
         let a = Key {
-            layer: u32::MAX,
+            layer: u32::MAX - 1,
             span: 42,
         };
         let b = Key {
-            layer: u32::MAX - 1,
+            layer: u32::MAX - 2,
             span: 42,
         };
         assert!(insert(a, span(1), |_| {}));
         assert!(insert(b, span(2), |_| {}));
-        assert_eq!(find(a).map(|s| s.generation), Some(1));
-        assert_eq!(find(b).map(|s| s.generation), Some(2));
+        assert_eq!(find(a).map(|s| s.lock().generation), Some(1));
+        assert_eq!(find(b).map(|s| s.lock().generation), Some(2));
         let mut removed = None;
         remove(a, |s| removed = Some(s.generation));
         assert_eq!(removed, Some(1));
         assert!(find(a).is_none());
-        assert_eq!(find(b).map(|s| s.generation), Some(2));
-        remove_layer(u32::MAX - 1);
+        assert_eq!(find(b).map(|s| s.lock().generation), Some(2));
+        remove_layer(u32::MAX - 2);
         assert!(find(b).is_none());
     }
 
     #[test]
     fn keys_beyond_a_full_bucket_go_to_later_buckets_and_levels() {
-        let layer = u32::MAX - 2;
+        let layer = u32::MAX - 3;
         // More spans than their buckets hold: every one is still found.
         let keys: Vec<Key> = (1..=5000u64).map(|span| Key { layer, span }).collect();
         for (i, key) in keys.iter().enumerate() {
             assert!(insert(*key, span(i as u32), |_| {}));
         }
         for (i, key) in keys.iter().enumerate() {
-            assert_eq!(find(*key).map(|s| s.generation), Some(i as u32), "{key:?}");
+            assert_eq!(
+                find(*key).map(|s| s.lock().generation),
+                Some(i as u32),
+                "{key:?}"
+            );
         }
         assert!(
             LEVELS_IN_USE[1].get().is_some(),
@@ -662,5 +697,36 @@ mod tests {
             assert!(removed);
         }
         assert!(keys.iter().all(|key| find(*key).is_none()));
+    }
+
+    #[test]
+    fn a_span_taken_in_by_two_users_has_one_entry() {
+        let key = Key {
+            layer: u32::MAX - 4,
+            span: 7,
+        };
+        assert!(take_in(key, span(1), |_| {}));
+        assert!(take_in(key, span(2), |_| {}));
+        assert_eq!(find(key).map(|s| s.lock().generation), Some(1));
+        remove(key, |_| {});
+        assert!(find(key).is_none(), "one entry, removed by the close");
+    }
+
+    #[test]
+    fn a_fill_that_panics_leaves_its_slot_free() {
+        let key = Key {
+            layer: u32::MAX - 5,
+            // An id no other test of this process uses.
+            span: 0x5eed_0000_0009,
+        };
+        let filled = std::panic::catch_unwind(|| insert(key, span(1), |_| panic!("a Debug")));
+        assert!(filled.is_err());
+        assert!(find(key).is_none());
+        let claimed = LEVELS_IN_USE
+            .iter()
+            .filter_map(OnceLock::get)
+            .flat_map(|level| level.ids.iter())
+            .any(|id| id.load(Ordering::Relaxed) == key.span);
+        assert!(!claimed, "the slot was freed again");
     }
 }
