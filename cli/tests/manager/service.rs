@@ -1395,7 +1395,7 @@ fn retry_while_busy<T>(mut run: impl FnMut() -> std::io::Result<T>) -> T {
 /// trace; the `#[traced]` calls made inside nest in them.
 #[test]
 fn a_session_records_the_entries_of_a_tracing_span_created_before_it() {
-    use fxtrace::format::{DecodedEventKind, DecodedRecord, DecodedValue, Decoder};
+    use fxtrace_format::{DecodedEventKind, DecodedRecord, DecodedValue, Decoder};
 
     let dir = tempfile::tempdir().unwrap();
     let daemon = Daemon::start(dir.path());
@@ -1440,9 +1440,10 @@ fn a_session_records_the_entries_of_a_tracing_span_created_before_it() {
         ));
     }
     let connection: Vec<_> = durations.iter().filter(|d| d.0 == "connection").collect();
-    // One request per 10 ms for 1 s.
+    // A request every 10 ms (about 100 in the second); two show that the entries share one
+    // id, whatever the machine's load.
     assert!(
-        connection.len() >= 20,
+        connection.len() >= 2,
         "{} connection entries",
         connection.len()
     );
