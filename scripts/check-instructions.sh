@@ -44,7 +44,7 @@ declare -A BUDGET=(
     [traced_2args]="${FXTRACE_BUDGET_TRACED_2ARGS:-215}"
     # The `tracing` layer, tracing's own dispatch and registry included (its no-op-layer
     # baselines, counted beside them, have no budget): 2026-11-29 (issue 33: a table of spans
-    # outside the registry, span_id on every duration), loop excluded, span 1 722, event 931
+    # outside the registry, span_id on every duration), loop excluded, span 1 716, event 931
     # (no-op layer 807 / 119); 2026-11-26 13:10 span 2 270, event 992.
     [layer_span]="${FXTRACE_BUDGET_LAYER_SPAN:-1870}"
     [layer_event]="${FXTRACE_BUDGET_LAYER_EVENT:-1010}"
