@@ -209,9 +209,7 @@ fn run_round(candidate: &Candidate, settings: &Settings) -> Result<wire::Sample,
         .args(child_args(candidate.name, settings))
         .stdout(Stdio::piped());
     let drain_port = if candidate.tracy {
-        let port = tracy_drain::free_port()?;
-        command.env("TRACY_PORT", port.to_string());
-        Some(port)
+        Some(tracy_drain::assign_port(&mut command)?)
     } else {
         None
     };

@@ -33,13 +33,21 @@ const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// A free TCP port on the loopback interface, for `TRACY_PORT` (the client listens on
 /// localhost only: the crate is built with `only-localhost`).
-pub(crate) fn free_port() -> Result<u16, Error> {
+fn free_port() -> Result<u16, Error> {
     let listener = TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
         .map_err(|e| Error::Os("bind a loopback port for Tracy", e))?;
     let port = listener
         .local_addr()
         .map_err(|e| Error::Os("read the loopback port", e))?
         .port();
+    Ok(port)
+}
+
+/// Give the Tracy client `command` will start a free loopback port (`TRACY_PORT`): the port
+/// to attach a [`Drain`] to.
+pub(crate) fn assign_port(command: &mut std::process::Command) -> Result<u16, Error> {
+    let port = free_port()?;
+    command.env("TRACY_PORT", port.to_string());
     Ok(port)
 }
 

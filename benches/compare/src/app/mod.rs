@@ -163,9 +163,7 @@ impl Server {
             .stdin(Stdio::piped())
             .stdout(Stdio::piped());
         let tracy_port = if layer == Layer::Tracy {
-            let port = tracy_drain::free_port()?;
-            command.env("TRACY_PORT", port.to_string());
-            Some(port)
+            Some(tracy_drain::assign_port(&mut command)?)
         } else {
             None
         };
