@@ -186,6 +186,15 @@ impl Throttle {
         (self.noted > 0).then(|| std::mem::take(&mut self.noted))
     }
 
+    /// When the events noted and not told yet are due (`None`: nothing to tell): a loop that
+    /// sleeps until something happens wakes then, so that the last of a burst is told too.
+    pub fn next_due(&self) -> Option<std::time::Instant> {
+        (self.noted > 0).then(|| {
+            self.told
+                .map_or_else(std::time::Instant::now, |at| at + self.interval)
+        })
+    }
+
     /// Nothing to tell, and the last line told an interval ago or more (or never).
     fn idle(&self, now: std::time::Instant) -> bool {
         self.noted == 0
@@ -249,6 +258,15 @@ impl<K: Ord> ThrottledLines<K> {
         lines.retain(|l| !l.is_empty());
         self.forget_idle(now);
         lines
+    }
+
+    /// When the next line is due ([`Throttle::next_due`] of every key), if any is.
+    pub fn next_due(&self) -> Option<std::time::Instant> {
+        self.keys
+            .values()
+            .chain(std::iter::once(&self.overflow))
+            .filter_map(|(throttle, _)| throttle.next_due())
+            .min()
     }
 
     /// Keys with nothing to tell whose last line is an interval old: a new event of theirs is
@@ -468,11 +486,14 @@ mod tests {
         for i in 0..50 {
             assert_eq!(lines.note(("policy", 7), format!("refused a{i}"), t0), None);
         }
+        // Nothing is due before the interval has passed; then the count is.
+        assert_eq!(lines.next_due(), Some(t0 + second));
         assert!(lines.due(t0 + second / 2).is_empty());
         assert_eq!(
             lines.due(t0 + second),
             ["refused a49 (50 such since the last such line)"]
         );
+        assert_eq!(lines.next_due(), None);
         // Told and idle for an interval: forgotten, and told at once again.
         assert!(lines.due(t0 + 2 * second).is_empty());
         assert!(lines.keys.is_empty());

@@ -1346,6 +1346,24 @@ fn refused_registrations_and_bad_first_messages_are_logged_once_a_second() {
     assert!(grown < 16 << 10, "the log grew {grown} bytes");
 }
 
+/// Refusals counted while the service has nothing else to do are told once their second has
+/// passed, not at its next wake-up, which an idle service may never have: a burst of
+/// undecodable first frames is one line at once, then one line with the count. (The count
+/// waited for the next connection.)
+#[test]
+fn the_count_of_a_burst_of_refusals_is_told_while_the_service_is_idle() {
+    use std::io::Write as _;
+    let dir = tempfile::tempdir().unwrap();
+    let daemon = Daemon::start(dir.path());
+    for _ in 0..10 {
+        let mut raw = std::os::unix::net::UnixStream::connect(&daemon.socket).unwrap();
+        raw.write_all(&[0xff; 16]).unwrap();
+    }
+    daemon.wait_log("bad first message", Duration::from_secs(10));
+    // Nothing else connects: only the service's own deadline can tell the rest.
+    daemon.wait_log("such since the last such line", Duration::from_secs(10));
+}
+
 /// Root's daemon in a fresh directory everyone may use, and this test binary's `child` test
 /// run as uid 65534 with `env` naming the daemon's socket (a flood, until killed).
 fn root_daemon_flooded_by_nobody(

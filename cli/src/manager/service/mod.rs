@@ -414,7 +414,14 @@ impl Service {
             Controller(u64),
         }
         let now = Instant::now();
-        let mut deadline = self.pending.iter().map(|p| p.deadline).min();
+        // Counted refusals and evictions are told when due, also while nothing else happens.
+        let mut deadline = self
+            .pending
+            .iter()
+            .map(|p| p.deadline)
+            .chain(self.refusals.next_due())
+            .chain(self.evicted.next_due())
+            .min();
         if let Some(s) = shutdown {
             deadline = Some(deadline.map_or(s, |d| d.min(s)));
         }
