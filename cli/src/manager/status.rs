@@ -78,9 +78,18 @@ pub fn ask_status(path: &Path) -> Result<Answer, AskError> {
     match ask_controller(path) {
         Ok(report) => return Ok(Answer::Report(report)),
         Err(ControllerError::Refused(why)) => return Ok(Answer::Refused(why)),
-        Err(_) => {}
+        // Hung up: a recorder of an earlier revision (nobody listening is said below, as the
+        // older ask says it). Anything else (a timeout, an answer that is not a status) is
+        // this socket's answer: asking it twice more would only take as long again.
+        Err(
+            ControllerError::Transport(TransportError::PeerClosed) | ControllerError::NoService(_),
+        ) => {}
+        Err(e) => return Err(AskError::Controller(e)),
     }
-    let reply = ask_older(path, true).or_else(|_| ask_older(path, false))?;
+    let reply = match ask_older(path, true) {
+        Err(AskError::Transport(TransportError::PeerClosed)) => ask_older(path, false),
+        other => other,
+    }?;
     let StatusReply {
         state,
         providers,
@@ -140,6 +149,10 @@ pub enum AskError {
     /// It answered with something else than a status.
     #[error("it answered a status request with a {0} message")]
     Unexpected(&'static str),
+    /// It did not answer the controller's status (and did not hang up, as a recorder of an
+    /// earlier revision does).
+    #[error(transparent)]
+    Controller(ControllerError),
 }
 
 fn ask_older(path: &Path, figures: bool) -> Result<StatusReply, AskError> {
@@ -149,5 +162,50 @@ fn ask_older(path: &Path, figures: bool) -> Result<StatusReply, AskError> {
     match conn.recv_frame()? {
         (Frame::StatusReply(reply), _) => Ok(*reply),
         (other, _) => Err(AskError::Unexpected(other.name())),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fxtrace::protocol::control::Message;
+    use std::io::{Read, Write};
+    use std::os::unix::net::UnixListener;
+
+    /// A socket that answers every request with a provider's message: `fxtrace status` asks it
+    /// once, and says what it answered (it used to ask twice more, as of an earlier revision,
+    /// each time waiting for the answer again).
+    #[test]
+    fn a_socket_that_answers_no_status_is_asked_once() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("odd.sock");
+        let listener = UnixListener::bind(&path).unwrap();
+        let answered = std::thread::spawn(move || {
+            let mut answered = 0;
+            for stream in listener.incoming() {
+                let mut stream = stream.unwrap();
+                let mut prefix = [0u8; 4];
+                // The test's last connection says nothing: done.
+                if stream.read_exact(&mut prefix).is_err() {
+                    return answered;
+                }
+                let mut body = vec![0u8; u32::from_le_bytes(prefix) as usize];
+                stream.read_exact(&mut body).unwrap();
+                let reply = Frame::Provider(Message::Terminate).encode().unwrap();
+                stream.write_all(&reply).unwrap();
+                answered += 1;
+            }
+            answered
+        });
+        let asked = ask_status(&path);
+        assert!(
+            matches!(
+                &asked,
+                Err(AskError::Controller(ControllerError::Protocol(why))) if why.contains("Terminate")
+            ),
+            "{asked:?}"
+        );
+        drop(std::os::unix::net::UnixStream::connect(&path).unwrap());
+        assert_eq!(answered.join().unwrap(), 1);
     }
 }
