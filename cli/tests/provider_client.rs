@@ -406,6 +406,30 @@ fn long_frame(len: u32) -> Vec<u8> {
     frame
 }
 
+/// The next connection to `listener`, once it has sent its Register.
+fn accept_register(listener: &transport::ControlListener) -> transport::ControlConn {
+    let mut conn = listener.accept().unwrap();
+    conn.set_recv_timeout(Some(Duration::from_secs(5))).unwrap();
+    assert!(matches!(
+        conn.recv_msg().unwrap().0,
+        Message::Register { .. }
+    ));
+    conn
+}
+
+/// `got` is the error of a handshake given up on in the middle of the manager's answer.
+fn assert_stalled_mid_frame<T: std::fmt::Debug>(got: &Result<T, fxtrace::provider::ProviderError>) {
+    assert!(
+        matches!(
+            got,
+            Err(fxtrace::provider::ProviderError::Transport(
+                transport::TransportError::StalledMidFrame { .. }
+            ))
+        ),
+        "{got:?}"
+    );
+}
+
 /// A manager (of this uid) that answers Register one byte at a time, each byte within the
 /// receive timeout: the whole handshake still ends at its deadline. (Per `recv`, a byte every
 /// 300 ms kept a 1 s timeout from ever expiring: the 72 bytes sent here took 22 s.)
@@ -416,12 +440,7 @@ fn a_manager_trickling_its_answer_is_given_up_on_at_the_handshake_deadline() {
     let path: PathBuf = dir.path().join("trickle.sock");
     let listener = transport::ControlListener::bind(&path).unwrap();
     let manager = std::thread::spawn(move || {
-        let mut conn = listener.accept().unwrap();
-        conn.set_recv_timeout(Some(Duration::from_secs(5))).unwrap();
-        assert!(matches!(
-            conn.recv_msg().unwrap().0,
-            Message::Register { .. }
-        ));
+        let conn = accept_register(&listener);
         trickle(&conn, &long_frame(60_000), Duration::from_millis(300))
     });
     let opts = ProviderOptions {
@@ -431,17 +450,42 @@ fn a_manager_trickling_its_answer_is_given_up_on_at_the_handshake_deadline() {
     let start = Instant::now();
     let got = Provider::connect_with("trickled", &opts);
     let took = start.elapsed();
-    assert!(
-        matches!(
-            got,
-            Err(fxtrace::provider::ProviderError::Transport(
-                transport::TransportError::StalledMidFrame { .. }
-            ))
-        ),
-        "{got:?}"
-    );
+    assert_stalled_mid_frame(&got);
     assert!(took < Duration::from_secs(3), "took {took:?}");
     assert!(manager.join().unwrap().is_some(), "the provider hung up");
+}
+
+/// `join_or_follow` (what `fxtrace::connect` runs under `FXTRACE_SOCKET`) registers again
+/// without Register's features with a manager that hung up on them: both tries share one
+/// handshake deadline. Here the manager hangs up after 1 s, then trickles its answer to the
+/// second try: the provider hangs up at the first try's deadline, 2 s after it began (it
+/// used to start a new 2 s on the second try, and hung up after 3 s).
+#[test]
+fn the_second_register_of_join_or_follow_is_within_the_first_ones_deadline() {
+    let _serial = SERIAL.lock().unwrap_or_else(|p| p.into_inner());
+    let dir = tempfile::tempdir().unwrap();
+    let path: PathBuf = dir.path().join("old.sock");
+    let listener = transport::ControlListener::bind(&path).unwrap();
+    let manager = std::thread::spawn(move || {
+        let conn = accept_register(&listener);
+        let first = Instant::now();
+        std::thread::sleep(Duration::from_secs(1));
+        drop(conn);
+        let conn = accept_register(&listener);
+        trickle(&conn, &long_frame(60_000), Duration::from_millis(100))
+            .map(|hung_up| hung_up.duration_since(first))
+    });
+    let opts = ProviderOptions {
+        handshake_timeout: Duration::from_secs(2),
+        ..options(&path)
+    };
+    let got = fxtrace::provider::join_or_follow("old", &opts, Box::new(|_| Box::new(())));
+    assert_stalled_mid_frame(&got);
+    let hung_up = manager.join().unwrap().expect("the provider hung up");
+    assert!(
+        hung_up < Duration::from_millis(2600),
+        "hung up {hung_up:?} after its first Register"
+    );
 }
 
 /// A program following the trace service (`examples/service`) that a service registered and

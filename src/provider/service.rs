@@ -203,12 +203,14 @@ pub fn join_or_follow(
         .clone()
         .unwrap_or_else(default_socket_path);
     let mut slot = SERVICE.lock().unwrap_or_else(|p| p.into_inner());
-    let registered = match register_at(&path, name, options, true, handshake_deadline(options)) {
+    // Both tries within one handshake, as `connect_with`'s.
+    let deadline = handshake_deadline(options);
+    let registered = match register_at(&path, name, options, true, deadline) {
         // A manager of the first control revision refuses Register's features: register with
         // it as before the service existed (a trace service never hangs up on a first
         // Register, so that is not one).
         Err(ProviderError::Transport(crate::protocol::transport::TransportError::PeerClosed)) => {
-            register_at(&path, name, options, false, handshake_deadline(options))?
+            register_at(&path, name, options, false, deadline)?
         }
         other => other?,
     };
