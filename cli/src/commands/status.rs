@@ -67,7 +67,10 @@ fn print_session(out: &mut impl Write, indent: &str, s: &SessionInfo) -> io::Res
         s.mode,
         HumanBytes(s.buffer_size)
     )?;
-    let categories = super::record_notes::categories_shown(&s.categories);
+    let categories = s.categories.as_deref().map_or_else(
+        || "(not known: an earlier fxtrace does not say)".to_owned(),
+        super::record_notes::categories_shown,
+    );
     writeln!(out, "{indent}categories enabled: {categories}")?;
     writeln!(
         out,
@@ -208,4 +211,34 @@ pub(crate) fn run(args: &StatusArgs) -> Result<ExitCode, StatusError> {
         return Err(StatusError::NoSession(looked.join(", ")));
     }
     Ok(ExitCode::SUCCESS)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn printed(s: &SessionInfo) -> String {
+        let mut out = Vec::new();
+        print_session(&mut out, "", s).unwrap();
+        String::from_utf8(out).unwrap()
+    }
+
+    /// A session says which categories it enables; one of a peer of an earlier revision,
+    /// which does not say, is not shown as enabling them all.
+    #[test]
+    fn a_session_shows_its_categories_and_an_older_ones_as_not_known() {
+        let mut s = SessionInfo {
+            categories: Some(vec!["db".into(), "net*".into()]),
+            ..SessionInfo::default()
+        };
+        assert!(printed(&s).contains("categories enabled: db,net*\n"));
+        s.categories = Some(Vec::new());
+        assert!(printed(&s).contains("categories enabled: all\n"));
+        let older: SessionInfo = serde_json::from_str(r#"{"session":1}"#).unwrap();
+        assert!(
+            printed(&older).contains("categories enabled: (not known"),
+            "{}",
+            printed(&older)
+        );
+    }
 }

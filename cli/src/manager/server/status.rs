@@ -46,7 +46,7 @@ impl Manager {
             state: self.session.state().name().to_owned(),
             mode: session.buffering_mode.as_str().to_owned(),
             buffer_size: session.buffer_size_bytes,
-            categories: session.categories.clone(),
+            categories: Some(session.categories.clone()),
             providers: self.tracees.values().filter(|t| t.conn.is_some()).count() as u32,
             records_written: self.archive.records_written(),
             bytes_written: self.archive.bytes_written(),

@@ -189,8 +189,9 @@ pub struct SessionInfo {
     pub mode: String,
     /// Buffer size per provider, bytes.
     pub buffer_size: u64,
-    /// The categories it enables (empty: all; `prefix*` matches a prefix).
-    pub categories: Vec<String>,
+    /// The categories it enables (empty: all; `prefix*` matches a prefix). `None`: not
+    /// known (a peer of an earlier revision does not say).
+    pub categories: Option<Vec<String>>,
     /// Providers in it now.
     pub providers: u32,
     /// Records written to the archive so far (metadata included).
