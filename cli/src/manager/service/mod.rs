@@ -403,16 +403,10 @@ impl Service {
         }
     }
 
-    /// One wait in `poll` and what it brought.
-    fn turn(&mut self, shutdown: Option<Instant>) -> Result<(), ServiceError> {
-        #[derive(Clone, Copy)]
-        enum Target {
-            Listener,
-            Waker,
-            Pending(usize),
-            Idle(u32),
-            Controller(u64),
-        }
+    /// How long the next wait in `poll` may last: until the first pending connection's
+    /// deadline, the next counted refusal or eviction line, the shutdown's deadline or the end
+    /// of a pause of the listener; and whether the listener is polled (not paused).
+    fn wait_bound(&mut self, shutdown: Option<Instant>) -> (PollTimeout, bool) {
         let now = Instant::now();
         // Counted refusals and evictions are told when due, also while nothing else happens.
         let mut deadline = self
@@ -421,10 +415,8 @@ impl Service {
             .map(|p| p.deadline)
             .chain(self.refusals.next_due())
             .chain(self.evicted.next_due())
+            .chain(shutdown)
             .min();
-        if let Some(s) = shutdown {
-            deadline = Some(deadline.map_or(s, |d| d.min(s)));
-        }
         let listen = match self.listener_paused_until {
             Some(until) if until > now => {
                 deadline = Some(deadline.map_or(until, |d| d.min(until)));
@@ -442,6 +434,20 @@ impl Service {
                 PollTimeout::try_from(ms).unwrap_or(PollTimeout::MAX)
             }
         };
+        (timeout, listen)
+    }
+
+    /// One wait in `poll` and what it brought.
+    fn turn(&mut self, shutdown: Option<Instant>) -> Result<(), ServiceError> {
+        #[derive(Clone, Copy)]
+        enum Target {
+            Listener,
+            Waker,
+            Pending(usize),
+            Idle(u32),
+            Controller(u64),
+        }
+        let (timeout, listen) = self.wait_bound(shutdown);
         let mut targets = Vec::new();
         let ready: Vec<(Target, PollFlags)> = {
             let mut fds = Vec::new();
