@@ -10,9 +10,16 @@
 # (CARGO_NET_OFFLINE) are set, through the environment. Both commands are read from README.md,
 # so the check follows the README.
 #
-# Usage: scripts/check-install.sh   (commits only: uncommitted changes are not in the clone)
+# Usage: scripts/check-install.sh          (commits only: uncommitted changes are not in the clone)
+#        scripts/check-install.sh --here   (this tree is the clean clone and the README's quick
+#                                           start already ran in it: .ci/run, whose smoke test is
+#                                           that quick start, so CI builds it once)
 set -euo pipefail
 cd "$(dirname "$0")/.."
+here=0
+if [ "${1:-}" = "--here" ]; then
+    here=1
+fi
 
 quick_start="$(grep -m1 '^cargo build --release' README.md)" || {
     echo "check-install: README.md has no quick start line starting with 'cargo build --release'" >&2
@@ -25,22 +32,30 @@ install="$(grep -o -m1 '`cargo install [^`]*`' README.md | tr -d '`')" || {
 
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-clone="$work/fxtrace"
 root="$work/root"
 home="$work/home"
 mkdir -p "$home"
-git clone --quiet "$PWD" "$clone"
-echo "check-install: a clean clone of $(git -C "$clone" rev-parse --short HEAD)"
 export CARGO_NET_OFFLINE=true
 unset CARGO_TARGET_DIR CARGO_BUILD_TARGET_DIR FXTRACE_EMBED_PRELOAD
-
-started=$SECONDS
-(cd "$clone" && eval "$quick_start") >"$work/quick-start.txt" 2>&1 || {
-    cat "$work/quick-start.txt" >&2
-    echo "check-install: the README's quick start failed: $quick_start" >&2
-    exit 1
-}
-echo "check-install: the quick start took $((SECONDS - started)) s"
+if [ "$here" = 1 ]; then
+    clone="$PWD"
+    if [ ! -x target/release/fxtrace ]; then
+        echo "check-install --here: the README's quick start has not run here (no target/release/fxtrace)" >&2
+        exit 1
+    fi
+    echo "check-install: this tree, after its quick start"
+else
+    clone="$work/fxtrace"
+    git clone --quiet "$PWD" "$clone"
+    echo "check-install: a clean clone of $(git -C "$clone" rev-parse --short HEAD)"
+    started=$SECONDS
+    (cd "$clone" && eval "$quick_start") >"$work/quick-start.txt" 2>&1 || {
+        cat "$work/quick-start.txt" >&2
+        echo "check-install: the README's quick start failed: $quick_start" >&2
+        exit 1
+    }
+    echo "check-install: the quick start took $((SECONDS - started)) s"
+fi
 
 started=$SECONDS
 (cd "$clone" && export CARGO_INSTALL_ROOT="$root" && eval "$install") >"$work/install.txt" 2>&1 || {
