@@ -9,6 +9,7 @@ pub mod convert;
 pub mod manager;
 pub mod output_file;
 pub mod preload_lib;
+pub mod read;
 pub mod report;
 
 /// Longest thread or process name a reader keeps for its labels, in bytes (cut at a character

@@ -1,8 +1,10 @@
 //! Decoded records: strings and threads resolved, timestamps in ticks and nanoseconds.
 //!
-//! Strings are `Cow<str>`: borrowed from the input when the zero-copy [`super::Decoder`]
-//! reads valid UTF-8, owned otherwise (invalid bytes are replaced, as kernel object names
-//! may not be UTF-8) and always owned from the streaming decoder.
+//! Strings are `Cow<str>`: borrowed from the input (or the decoder's tables) when valid
+//! UTF-8, owned otherwise (invalid bytes are replaced, as kernel object names may not be
+//! UTF-8), and owned in the records the streaming decoder's iterator yields
+//! ([`Decoded::into_owned`]). Argument lists are [`DecodedArgs`]: lent from a list the decoder
+//! reuses, or owned.
 
 use std::borrow::Cow;
 use std::fmt;
@@ -10,6 +12,93 @@ use std::fmt;
 use super::lbr::LbrSample;
 use super::mmap::{MmapRecord, MMAP_BLOB_NAME};
 use super::types::{BlobType, EventType, ObjectType, ThreadState, PROVIDER_EVENT_BUFFER_OVERFLOW};
+
+/// What a record is: one value per [`DecodedRecord`] variant.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash)]
+#[repr(u8)]
+pub enum RecordKind {
+    /// [`DecodedRecord::Magic`].
+    Magic,
+    /// [`DecodedRecord::ProviderInfo`].
+    ProviderInfo,
+    /// [`DecodedRecord::ProviderSection`].
+    ProviderSection,
+    /// [`DecodedRecord::ProviderEvent`].
+    ProviderEvent,
+    /// [`DecodedRecord::Initialization`].
+    Initialization,
+    /// [`DecodedRecord::String`].
+    String,
+    /// [`DecodedRecord::Thread`].
+    Thread,
+    /// [`DecodedRecord::Event`].
+    Event,
+    /// [`DecodedRecord::Blob`].
+    Blob,
+    /// [`DecodedRecord::UserspaceObject`].
+    UserspaceObject,
+    /// [`DecodedRecord::KernelObject`].
+    KernelObject,
+    /// [`DecodedRecord::ContextSwitch`].
+    ContextSwitch,
+    /// [`DecodedRecord::SchedContextSwitch`].
+    SchedContextSwitch,
+    /// [`DecodedRecord::SchedThreadWakeup`].
+    SchedThreadWakeup,
+    /// [`DecodedRecord::Log`].
+    Log,
+    /// [`DecodedRecord::LargeBlob`].
+    LargeBlob,
+}
+
+impl RecordKind {
+    /// Every kind, in order.
+    pub const ALL: [RecordKind; 16] = [
+        RecordKind::Magic,
+        RecordKind::ProviderInfo,
+        RecordKind::ProviderSection,
+        RecordKind::ProviderEvent,
+        RecordKind::Initialization,
+        RecordKind::String,
+        RecordKind::Thread,
+        RecordKind::Event,
+        RecordKind::Blob,
+        RecordKind::UserspaceObject,
+        RecordKind::KernelObject,
+        RecordKind::ContextSwitch,
+        RecordKind::SchedContextSwitch,
+        RecordKind::SchedThreadWakeup,
+        RecordKind::Log,
+        RecordKind::LargeBlob,
+    ];
+
+    /// A short name, as `dump` and `stats` print it (`dump --type` takes it).
+    pub const fn name(self) -> &'static str {
+        match self {
+            RecordKind::Magic => "magic",
+            RecordKind::ProviderInfo => "provider_info",
+            RecordKind::ProviderSection => "provider_section",
+            RecordKind::ProviderEvent => "provider_event",
+            RecordKind::Initialization => "initialization",
+            RecordKind::String => "string",
+            RecordKind::Thread => "thread",
+            RecordKind::Event => "event",
+            RecordKind::Blob => "blob",
+            RecordKind::UserspaceObject => "userspace_object",
+            RecordKind::KernelObject => "kernel_object",
+            RecordKind::ContextSwitch => "context_switch",
+            RecordKind::SchedContextSwitch => "sched_context_switch",
+            RecordKind::SchedThreadWakeup => "thread_wakeup",
+            RecordKind::Log => "log",
+            RecordKind::LargeBlob => "large_blob",
+        }
+    }
+
+    /// The kind named `name` ([`RecordKind::name`]).
+    pub fn from_name(name: &str) -> Option<RecordKind> {
+        RecordKind::ALL.into_iter().find(|k| k.name() == name)
+    }
+}
 
 /// A timestamp: the raw ticks and their value in nanoseconds at the provider's ticks per
 /// second (1 tick = 1 ns when no initialization record was seen).
@@ -109,6 +198,104 @@ pub struct DecodedArg<'a> {
     pub value: DecodedValue<'a>,
 }
 
+/// A record's arguments: lent by the decoder (a list it reuses from record to record) or
+/// owned. Reads as a slice (`Deref<Target = [DecodedArg]>`).
+#[derive(Debug, Clone)]
+pub enum DecodedArgs<'a> {
+    /// Borrowed from the decoder.
+    Lent(&'a [DecodedArg<'a>]),
+    /// The record's own.
+    Owned(Vec<DecodedArg<'a>>),
+}
+
+impl Default for DecodedArgs<'_> {
+    fn default() -> Self {
+        DecodedArgs::Lent(&[])
+    }
+}
+
+impl<'a> std::ops::Deref for DecodedArgs<'a> {
+    type Target = [DecodedArg<'a>];
+
+    fn deref(&self) -> &[DecodedArg<'a>] {
+        match self {
+            DecodedArgs::Lent(args) => args,
+            DecodedArgs::Owned(args) => args,
+        }
+    }
+}
+
+impl<'a> From<Vec<DecodedArg<'a>>> for DecodedArgs<'a> {
+    fn from(args: Vec<DecodedArg<'a>>) -> Self {
+        DecodedArgs::Owned(args)
+    }
+}
+
+impl<'a> PartialEq for DecodedArgs<'a> {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+impl<'a> PartialEq<[DecodedArg<'a>]> for DecodedArgs<'a> {
+    fn eq(&self, other: &[DecodedArg<'a>]) -> bool {
+        **self == *other
+    }
+}
+
+impl<'a> PartialEq<Vec<DecodedArg<'a>>> for DecodedArgs<'a> {
+    fn eq(&self, other: &Vec<DecodedArg<'a>>) -> bool {
+        **self == **other
+    }
+}
+
+impl<'a, const N: usize> PartialEq<[DecodedArg<'a>; N]> for DecodedArgs<'a> {
+    fn eq(&self, other: &[DecodedArg<'a>; N]) -> bool {
+        **self == other[..]
+    }
+}
+
+impl DecodedValue<'_> {
+    /// The value with owned strings and bytes.
+    pub fn into_owned(self) -> DecodedValue<'static> {
+        match self {
+            DecodedValue::Null => DecodedValue::Null,
+            DecodedValue::I32(v) => DecodedValue::I32(v),
+            DecodedValue::U32(v) => DecodedValue::U32(v),
+            DecodedValue::I64(v) => DecodedValue::I64(v),
+            DecodedValue::U64(v) => DecodedValue::U64(v),
+            DecodedValue::F64(v) => DecodedValue::F64(v),
+            DecodedValue::Str(v) => DecodedValue::Str(Cow::Owned(v.into_owned())),
+            DecodedValue::Pointer(v) => DecodedValue::Pointer(v),
+            DecodedValue::Koid(v) => DecodedValue::Koid(v),
+            DecodedValue::Bool(v) => DecodedValue::Bool(v),
+            DecodedValue::Blob(v) => DecodedValue::Blob(Cow::Owned(v.into_owned())),
+        }
+    }
+}
+
+impl DecodedArg<'_> {
+    /// The argument with owned strings and bytes.
+    pub fn into_owned(self) -> DecodedArg<'static> {
+        DecodedArg {
+            name: Cow::Owned(self.name.into_owned()),
+            value: self.value.into_owned(),
+        }
+    }
+}
+
+fn owned_str(s: Cow<'_, str>) -> Cow<'static, str> {
+    Cow::Owned(s.into_owned())
+}
+
+fn owned_args(args: DecodedArgs<'_>) -> DecodedArgs<'static> {
+    let owned = match args {
+        DecodedArgs::Lent(args) => args.iter().map(|a| a.clone().into_owned()).collect(),
+        DecodedArgs::Owned(args) => args.into_iter().map(DecodedArg::into_owned).collect(),
+    };
+    DecodedArgs::Owned(owned)
+}
+
 /// Event type with its type-specific data, end time converted.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DecodedEventKind {
@@ -205,7 +392,7 @@ pub struct DecodedEvent<'a> {
     /// Name.
     pub name: Cow<'a, str>,
     /// Arguments (unknown argument types skipped and counted).
-    pub args: Vec<DecodedArg<'a>>,
+    pub args: DecodedArgs<'a>,
     /// Event type and data.
     pub kind: DecodedEventKind,
 }
@@ -218,7 +405,7 @@ pub struct LargeBlobEvent<'a> {
     /// Thread.
     pub thread: Thread,
     /// Arguments.
-    pub args: Vec<DecodedArg<'a>>,
+    pub args: DecodedArgs<'a>,
 }
 
 /// One decoded record.
@@ -284,7 +471,7 @@ pub enum DecodedRecord<'a> {
         /// Name.
         name: Cow<'a, str>,
         /// Arguments.
-        args: Vec<DecodedArg<'a>>,
+        args: DecodedArgs<'a>,
     },
     /// Kernel object record.
     KernelObject {
@@ -295,7 +482,7 @@ pub enum DecodedRecord<'a> {
         /// Name.
         name: Cow<'a, str>,
         /// Arguments.
-        args: Vec<DecodedArg<'a>>,
+        args: DecodedArgs<'a>,
     },
     /// Context switch, seed layout (scheduling type 0).
     ContextSwitch {
@@ -327,7 +514,7 @@ pub enum DecodedRecord<'a> {
         /// Incoming tid.
         incoming_tid: u64,
         /// Arguments.
-        args: Vec<DecodedArg<'a>>,
+        args: DecodedArgs<'a>,
     },
     /// Thread wakeup (scheduling type 2).
     SchedThreadWakeup {
@@ -338,7 +525,7 @@ pub enum DecodedRecord<'a> {
         /// Woken tid.
         waking_tid: u64,
         /// Arguments.
-        args: Vec<DecodedArg<'a>>,
+        args: DecodedArgs<'a>,
     },
     /// Log record.
     Log {
@@ -362,27 +549,180 @@ pub enum DecodedRecord<'a> {
     },
 }
 
-impl DecodedRecord<'_> {
+impl<'a> DecodedRecord<'a> {
+    /// The record's argument list, for records that have one.
+    #[inline]
+    pub fn args_mut(&mut self) -> Option<&mut DecodedArgs<'a>> {
+        match self {
+            DecodedRecord::Event(DecodedEvent { args, .. })
+            | DecodedRecord::UserspaceObject { args, .. }
+            | DecodedRecord::KernelObject { args, .. }
+            | DecodedRecord::SchedContextSwitch { args, .. }
+            | DecodedRecord::SchedThreadWakeup { args, .. }
+            | DecodedRecord::LargeBlob {
+                metadata: Some(LargeBlobEvent { args, .. }),
+                ..
+            } => Some(args),
+            _ => None,
+        }
+    }
+
+    /// The record with owned strings, bytes and arguments.
+    pub fn into_owned(self) -> DecodedRecord<'static> {
+        match self {
+            DecodedRecord::Magic => DecodedRecord::Magic,
+            DecodedRecord::ProviderInfo { provider_id, name } => DecodedRecord::ProviderInfo {
+                provider_id,
+                name: owned_str(name),
+            },
+            DecodedRecord::ProviderSection { provider_id } => {
+                DecodedRecord::ProviderSection { provider_id }
+            }
+            DecodedRecord::ProviderEvent { provider_id, event } => {
+                DecodedRecord::ProviderEvent { provider_id, event }
+            }
+            DecodedRecord::Initialization { ticks_per_second } => {
+                DecodedRecord::Initialization { ticks_per_second }
+            }
+            DecodedRecord::String { index, value } => DecodedRecord::String {
+                index,
+                value: owned_str(value),
+            },
+            DecodedRecord::Thread { index, thread } => DecodedRecord::Thread { index, thread },
+            DecodedRecord::Event(e) => DecodedRecord::Event(DecodedEvent {
+                time: e.time,
+                thread: e.thread,
+                category: owned_str(e.category),
+                name: owned_str(e.name),
+                args: owned_args(e.args),
+                kind: e.kind,
+            }),
+            DecodedRecord::Blob {
+                name,
+                blob_type,
+                payload,
+            } => DecodedRecord::Blob {
+                name: owned_str(name),
+                blob_type,
+                payload: Cow::Owned(payload.into_owned()),
+            },
+            DecodedRecord::UserspaceObject {
+                pointer,
+                pid,
+                name,
+                args,
+            } => DecodedRecord::UserspaceObject {
+                pointer,
+                pid,
+                name: owned_str(name),
+                args: owned_args(args),
+            },
+            DecodedRecord::KernelObject {
+                koid,
+                object_type,
+                name,
+                args,
+            } => DecodedRecord::KernelObject {
+                koid,
+                object_type,
+                name: owned_str(name),
+                args: owned_args(args),
+            },
+            DecodedRecord::ContextSwitch {
+                time,
+                cpu,
+                outgoing_state,
+                outgoing,
+                incoming,
+                outgoing_priority,
+                incoming_priority,
+            } => DecodedRecord::ContextSwitch {
+                time,
+                cpu,
+                outgoing_state,
+                outgoing,
+                incoming,
+                outgoing_priority,
+                incoming_priority,
+            },
+            DecodedRecord::SchedContextSwitch {
+                time,
+                cpu,
+                outgoing_state,
+                outgoing_tid,
+                incoming_tid,
+                args,
+            } => DecodedRecord::SchedContextSwitch {
+                time,
+                cpu,
+                outgoing_state,
+                outgoing_tid,
+                incoming_tid,
+                args: owned_args(args),
+            },
+            DecodedRecord::SchedThreadWakeup {
+                time,
+                cpu,
+                waking_tid,
+                args,
+            } => DecodedRecord::SchedThreadWakeup {
+                time,
+                cpu,
+                waking_tid,
+                args: owned_args(args),
+            },
+            DecodedRecord::Log {
+                time,
+                thread,
+                message,
+            } => DecodedRecord::Log {
+                time,
+                thread,
+                message: owned_str(message),
+            },
+            DecodedRecord::LargeBlob {
+                category,
+                name,
+                metadata,
+                payload,
+            } => DecodedRecord::LargeBlob {
+                category: owned_str(category),
+                name: owned_str(name),
+                metadata: metadata.map(|m| LargeBlobEvent {
+                    time: m.time,
+                    thread: m.thread,
+                    args: owned_args(m.args),
+                }),
+                payload: Cow::Owned(payload.into_owned()),
+            },
+        }
+    }
+
+    /// The record's kind.
+    pub fn kind(&self) -> RecordKind {
+        match self {
+            DecodedRecord::Magic => RecordKind::Magic,
+            DecodedRecord::ProviderInfo { .. } => RecordKind::ProviderInfo,
+            DecodedRecord::ProviderSection { .. } => RecordKind::ProviderSection,
+            DecodedRecord::ProviderEvent { .. } => RecordKind::ProviderEvent,
+            DecodedRecord::Initialization { .. } => RecordKind::Initialization,
+            DecodedRecord::String { .. } => RecordKind::String,
+            DecodedRecord::Thread { .. } => RecordKind::Thread,
+            DecodedRecord::Event(_) => RecordKind::Event,
+            DecodedRecord::Blob { .. } => RecordKind::Blob,
+            DecodedRecord::UserspaceObject { .. } => RecordKind::UserspaceObject,
+            DecodedRecord::KernelObject { .. } => RecordKind::KernelObject,
+            DecodedRecord::ContextSwitch { .. } => RecordKind::ContextSwitch,
+            DecodedRecord::SchedContextSwitch { .. } => RecordKind::SchedContextSwitch,
+            DecodedRecord::SchedThreadWakeup { .. } => RecordKind::SchedThreadWakeup,
+            DecodedRecord::Log { .. } => RecordKind::Log,
+            DecodedRecord::LargeBlob { .. } => RecordKind::LargeBlob,
+        }
+    }
+
     /// A short name of the record kind, as `dump` and `stats` print it.
     pub fn kind_name(&self) -> &'static str {
-        match self {
-            DecodedRecord::Magic => "magic",
-            DecodedRecord::ProviderInfo { .. } => "provider_info",
-            DecodedRecord::ProviderSection { .. } => "provider_section",
-            DecodedRecord::ProviderEvent { .. } => "provider_event",
-            DecodedRecord::Initialization { .. } => "initialization",
-            DecodedRecord::String { .. } => "string",
-            DecodedRecord::Thread { .. } => "thread",
-            DecodedRecord::Event(_) => "event",
-            DecodedRecord::Blob { .. } => "blob",
-            DecodedRecord::UserspaceObject { .. } => "userspace_object",
-            DecodedRecord::KernelObject { .. } => "kernel_object",
-            DecodedRecord::ContextSwitch { .. } => "context_switch",
-            DecodedRecord::SchedContextSwitch { .. } => "sched_context_switch",
-            DecodedRecord::SchedThreadWakeup { .. } => "thread_wakeup",
-            DecodedRecord::Log { .. } => "log",
-            DecodedRecord::LargeBlob { .. } => "large_blob",
-        }
+        self.kind().name()
     }
 
     /// The record's timestamp, for records that have one.
@@ -426,6 +766,19 @@ pub struct Decoded<'a> {
     pub record: DecodedRecord<'a>,
 }
 
+impl Decoded<'_> {
+    /// The record with owned strings, bytes and arguments (what the streaming decoder's
+    /// iterator yields).
+    pub fn into_owned(self) -> Decoded<'static> {
+        Decoded {
+            offset: self.offset,
+            provider: self.provider,
+            ticks_per_second: self.ticks_per_second,
+            record: self.record.into_owned(),
+        }
+    }
+}
+
 /// Hex bytes, at most 64 shown, then the count of the rest.
 struct Hex<'b>(&'b [u8]);
 
@@ -464,10 +817,12 @@ impl fmt::Display for Args<'_, '_> {
     }
 }
 
-/// A thread state number with its name when known.
-struct State(u8);
+/// A thread state number as `fxtrace dump` prints it: its name when known (`blocked`), else
+/// `stateN`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct ThreadStateName(pub u8);
 
-impl fmt::Display for State {
+impl fmt::Display for ThreadStateName {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match ThreadState::from_raw(self.0) {
             Some(s) => write!(f, "{s}"),
@@ -480,6 +835,36 @@ impl fmt::Display for State {
 /// record never spans lines.
 impl fmt::Display for Decoded<'_> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.write_line(f, 0)
+    }
+}
+
+/// A record's dump line with its times relative to an origin ([`Decoded::relative_to`]).
+#[derive(Debug)]
+pub struct RelativeLine<'d, 'a> {
+    record: &'d Decoded<'a>,
+    origin_ns: u64,
+}
+
+impl fmt::Display for RelativeLine<'_, '_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        self.record.write_line(f, self.origin_ns)
+    }
+}
+
+impl<'a> Decoded<'a> {
+    /// The record's dump line (as its `Display`) with the times of its fields counted from
+    /// `origin_ns` (a trace's first timestamp): `t=`, `end=` (times inside blob payloads stay
+    /// absolute).
+    pub fn relative_to(&self, origin_ns: u64) -> RelativeLine<'_, 'a> {
+        RelativeLine {
+            record: self,
+            origin_ns,
+        }
+    }
+
+    fn write_line(&self, f: &mut fmt::Formatter<'_>, origin: u64) -> fmt::Result {
+        let rel = |t: Timestamp| t.ns.saturating_sub(origin);
         write!(f, "@{} ", self.offset)?;
         match self.provider {
             Some(p) => write!(f, "[p{p}] ")?,
@@ -509,7 +894,7 @@ impl fmt::Display for Decoded<'_> {
                     f,
                     " {} t={}ns {} cat={:?} name={:?}",
                     e.kind.event_type(),
-                    e.time.ns,
+                    rel(e.time),
                     e.thread,
                     e.category,
                     e.name
@@ -518,7 +903,7 @@ impl fmt::Display for Decoded<'_> {
                     DecodedEventKind::DurationComplete { end } => write!(
                         f,
                         " end={}ns dur={}ns",
-                        end.ns,
+                        rel(end),
                         end.ns.saturating_sub(e.time.ns)
                     )?,
                     kind => {
@@ -589,10 +974,10 @@ impl fmt::Display for Decoded<'_> {
                 f,
                 " t={}ns cpu={cpu} out={}/{} out_state={} out_prio={outgoing_priority} \
                  in={}/{} in_prio={incoming_priority}",
-                time.ns,
+                rel(*time),
                 outgoing.pid,
                 outgoing.tid,
-                State(*outgoing_state),
+                ThreadStateName(*outgoing_state),
                 incoming.pid,
                 incoming.tid
             ),
@@ -606,8 +991,8 @@ impl fmt::Display for Decoded<'_> {
             } => write!(
                 f,
                 " t={}ns cpu={cpu} out_tid={outgoing_tid} out_state={} in_tid={incoming_tid}{}",
-                time.ns,
-                State(*outgoing_state),
+                rel(*time),
+                ThreadStateName(*outgoing_state),
                 Args(args)
             ),
             DecodedRecord::SchedThreadWakeup {
@@ -619,7 +1004,7 @@ impl fmt::Display for Decoded<'_> {
                 write!(
                     f,
                     " t={}ns cpu={cpu} tid={waking_tid}{}",
-                    time.ns,
+                    rel(*time),
                     Args(args)
                 )
             }
@@ -628,7 +1013,7 @@ impl fmt::Display for Decoded<'_> {
                 thread,
                 message,
             } => {
-                write!(f, " t={}ns {thread} message={message:?}", time.ns)
+                write!(f, " t={}ns {thread} message={message:?}", rel(*time))
             }
             DecodedRecord::LargeBlob {
                 category,
@@ -640,7 +1025,7 @@ impl fmt::Display for Decoded<'_> {
                     Some(m) => write!(
                         f,
                         " event t={}ns {} cat={category:?} name={name:?}{}",
-                        m.time.ns,
+                        rel(m.time),
                         m.thread,
                         Args(&m.args)
                     )?,

@@ -78,10 +78,13 @@ mod writer;
 #[doc(hidden)]
 pub use args::{fit_args, ScalarArg};
 pub use args::{Arg, ArgValue};
-pub use decode::{Decoder, SkipCounts, StreamDecoder, DEFAULT_TICKS_PER_SECOND};
+pub use decode::{
+    Decoder, RecordHead, SkipCounts, StreamDecoder, Visitor, DEFAULT_TICKS_PER_SECOND,
+    MAX_PROVIDER_TABLES, STRING_NOT_KEPT, TABLE_BUDGET_BYTES, TABLE_ENTRY_COST,
+};
 pub use decoded::{
-    Decoded, DecodedArg, DecodedEvent, DecodedEventKind, DecodedRecord, DecodedValue,
-    LargeBlobEvent, Thread, Timestamp,
+    Decoded, DecodedArg, DecodedArgs, DecodedEvent, DecodedEventKind, DecodedRecord, DecodedValue,
+    LargeBlobEvent, RecordKind, RelativeLine, Thread, ThreadStateName, Timestamp,
 };
 pub use error::{DecodeError, DecodeErrorKind, EncodeError, FramingError, FramingErrorKind};
 pub use framing::{

@@ -1,7 +1,6 @@
 //! `fxtrace check [--perfetto] TRACE.fxt`: what Perfetto's FXT importer would make of a trace.
 
-use std::fs::File;
-use std::io::{self, BufReader, Write};
+use std::io::{self, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 
@@ -11,7 +10,9 @@ use fxtrace_tools::check::perfetto::{
     check_for_perfetto, PerfettoCheckError, PerfettoReport, Severity,
 };
 
-use super::input::Source;
+use fxtrace_tools::read::Source;
+
+use super::input;
 use super::CliError;
 
 /// Arguments of `fxtrace check`.
@@ -38,29 +39,25 @@ pub(crate) struct CheckArgs {
 pub(crate) fn run(args: &CheckArgs) -> Result<ExitCode, CliError> {
     // `--perfetto` names the only check there is: with or without it, the same check runs.
     let _perfetto_is_the_default = args.perfetto;
-    let source = Source::from_arg(&args.file);
-    let read_error = |source_name: &str, e: PerfettoCheckError| CliError::Read {
-        path: source_name.to_owned(),
+    let mut input = input::open(&args.file)?;
+    let name = input.name().to_owned();
+    let read_error = |e: PerfettoCheckError| CliError::Read {
+        path: name.clone(),
         source: match e {
             PerfettoCheckError::Read { offset, source } => {
                 io::Error::new(source.kind(), format!("at byte {offset}: {source}"))
             }
         },
     };
-    let report = match &source {
-        Source::File(path) => {
-            let file = File::open(path).map_err(|e| CliError::Read {
-                path: source.name(),
-                source: e,
-            })?;
-            check_for_perfetto(BufReader::with_capacity(1 << 16, file))
-                .map_err(|e| read_error(&source.name(), e))?
-        }
-        Source::Stdin => {
-            check_for_perfetto(io::stdin().lock()).map_err(|e| read_error(&source.name(), e))?
-        }
-    };
-    print(&mut io::stdout().lock(), &source, &report).map_err(CliError::Output)?;
+    // Perfetto's importer frames records its own way (`check_for_perfetto` reads them as it
+    // does): the input is handed over as a stream, a mapped file included.
+    let report = match input.source() {
+        Source::Mapped(Some(map)) => check_for_perfetto(map.reader()),
+        Source::Mapped(None) => check_for_perfetto(io::empty()),
+        Source::Stream(reader) => check_for_perfetto(reader),
+    }
+    .map_err(read_error)?;
+    print(&mut io::stdout().lock(), &name, &report).map_err(CliError::Output)?;
     Ok(if report.has_violations() {
         ExitCode::FAILURE
     } else {
@@ -68,8 +65,8 @@ pub(crate) fn run(args: &CheckArgs) -> Result<ExitCode, CliError> {
     })
 }
 
-fn print(out: &mut impl Write, source: &Source, report: &PerfettoReport) -> io::Result<()> {
-    writeln!(out, "file: {}", source.name())?;
+fn print(out: &mut impl Write, name: &str, report: &PerfettoReport) -> io::Result<()> {
+    writeln!(out, "file: {name}")?;
     writeln!(out, "{report}")?;
     let verdict = match report.worst() {
         None => "ok: Perfetto imports everything in this trace",

@@ -1,16 +1,17 @@
 //! `fxtrace convert`: FXT to other formats (Chrome trace-event JSON).
 
-use std::fs::File;
-use std::io::{self, BufReader, BufWriter, Read, Write};
+use std::io::{self, BufWriter, Write};
 
 use fxtrace_tools::output_file::OutputFile;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Args, ValueEnum};
 
 use fxtrace_tools::convert::chrome;
+use fxtrace_tools::read::Outcome;
 
+use super::input;
 use super::CliError;
 
 /// Output formats of `fxtrace convert`.
@@ -34,34 +35,13 @@ pub(crate) struct ConvertArgs {
     output: PathBuf,
 }
 
-/// Opens a trace for streaming: a file through a buffer, or standard input.
-pub(crate) fn open_input(path: &Path) -> Result<Box<dyn Read>, CliError> {
-    if path.as_os_str() == "-" {
-        return Ok(Box::new(io::stdin().lock()));
-    }
-    let file = File::open(path).map_err(|e| CliError::Read {
-        path: path.display().to_string(),
-        source: e,
-    })?;
-    Ok(Box::new(BufReader::with_capacity(1 << 16, file)))
-}
-
-/// The name of an input in messages.
-pub(crate) fn input_name(path: &Path) -> String {
-    if path.as_os_str() == "-" {
-        "<stdin>".to_string()
-    } else {
-        path.display().to_string()
-    }
-}
-
 /// Converts; prints every repair and drop on standard error. A damaged input still yields
 /// complete JSON of its well-formed part, and a failure status; an input that is not FXT
 /// leaves no output file. The output is written under a temporary name and renamed into
 /// place at the end; a previous one is kept as `OUT.old`.
 pub(crate) fn run(args: &ConvertArgs) -> Result<ExitCode, CliError> {
     let Format::ChromeJson = args.to;
-    let input = open_input(&args.input)?;
+    let mut input = input::open(&args.input)?;
     let output_error = |e: io::Error| {
         CliError::Output(io::Error::new(
             e.kind(),
@@ -77,13 +57,13 @@ pub(crate) fn run(args: &ConvertArgs) -> Result<ExitCode, CliError> {
         Some(f) => Box::new(BufWriter::with_capacity(1 << 16, f.file())),
         None => Box::new(BufWriter::new(io::stdout().lock())),
     };
-    let done =
-        chrome::convert(input, output).map_err(|chrome::ChromeError::Write(e)| output_error(e))?;
+    let done = chrome::convert_input(&mut input, output)
+        .map_err(|chrome::ChromeError::Write(e)| output_error(e))?;
     if done.bytes_decoded == 0 {
         if let Some(e) = done.decode_error {
             // Not FXT at all: nothing worth keeping (the temporary file goes with `file`).
             return Err(CliError::Decode {
-                path: input_name(&args.input),
+                path: input.name().to_owned(),
                 source: e,
             });
         }
@@ -91,19 +71,14 @@ pub(crate) fn run(args: &ConvertArgs) -> Result<ExitCode, CliError> {
     if let Some(f) = file.as_mut() {
         f.commit().map_err(output_error)?;
     }
-    for line in done
-        .stats
-        .warnings()
-        .into_iter()
-        .chain(done.skipped.summary())
-    {
-        eprintln!("fxtrace convert: {line}");
+    for line in done.stats.warnings() {
+        note!("fxtrace convert: {line}");
     }
-    match done.decode_error {
-        Some(e) => Err(CliError::Decode {
-            path: input_name(&args.input),
-            source: e,
-        }),
-        None => Ok(ExitCode::SUCCESS),
-    }
+    input::finish(Outcome {
+        name: input.name().to_owned(),
+        bytes_read: done.bytes_decoded,
+        bytes_decoded: done.bytes_decoded,
+        skipped: done.skipped,
+        error: done.decode_error,
+    })
 }

@@ -1,4 +1,5 @@
-//! `fxtrace dump`: one line (or one JSON object) per record.
+//! `fxtrace dump`: one line (or one JSON object) per record, all of them or those the filters
+//! keep.
 
 use std::io::{self, BufWriter, Write};
 use std::path::PathBuf;
@@ -10,14 +11,29 @@ use serde_json::{json, Map, Value};
 use fxtrace_format::lbr::LbrSample;
 use fxtrace_format::mmap::{build_id_hex, MmapRecord, MMAP_BLOB_NAME};
 use fxtrace_format::{
-    BlobType, Decoded, DecodedArg, DecodedEventKind, DecodedRecord, DecodedValue, Thread, Timestamp,
+    BlobType, Decoded, DecodedArg, DecodedEventKind, DecodedRecord, DecodedValue, RecordHead,
+    Summary, Thread, ThreadStateName, Timestamp,
 };
+use fxtrace_tools::read::filter::{Filter, Glob, ProviderName, RelativeTime, TypeName};
+use fxtrace_tools::read::Analysis;
 
-use super::input::{decode_each, Source};
+use super::input;
 use super::CliError;
+
+const AFTER_HELP: &str = "\
+Filters keep the records that match every filter given (a filter given twice keeps either \
+value). A record without the property a filter asks for (a string record has no thread) is \
+left out. Times are relative to the trace's first timestamp: seconds (1.5), or with a unit \
+(250ms, 40us, 1000ns).
+
+EXAMPLES:
+    fxtrace dump trace.fxt --tid 4242 --type duration_begin --type duration_end
+    fxtrace dump trace.fxt --name 'batch*' --from 2s --to 2.5s --relative
+    fxtrace dump trace.fxt --type context_switch --pid 4242 --json | jq .";
 
 /// Arguments of `fxtrace dump`.
 #[derive(Debug, Args)]
+#[command(after_help = AFTER_HELP)]
 pub(crate) struct DumpArgs {
     /// The trace to read (`-` for standard input).
     #[arg(value_name = "FILE")]
@@ -25,44 +41,124 @@ pub(crate) struct DumpArgs {
     /// Print one JSON object per line instead of text.
     #[arg(long)]
     json: bool,
+    /// Only records of this process (a switch: of either thread's).
+    #[arg(long, value_name = "PID")]
+    pid: Vec<u64>,
+    /// Only records of this thread (a switch: either side; a wake-up: the woken thread).
+    #[arg(long, value_name = "TID")]
+    tid: Vec<u64>,
+    /// Only records of this provider (its id, or its name).
+    #[arg(long, value_name = "ID|NAME")]
+    provider: Vec<ProviderName>,
+    /// Only records whose name matches (`*` and `?` wildcards): events, blobs, objects.
+    #[arg(long, value_name = "GLOB")]
+    name: Vec<String>,
+    /// Only events whose category matches (`*` and `?` wildcards).
+    #[arg(long, value_name = "GLOB")]
+    category: Vec<String>,
+    /// Only records of this type: a record kind (event, context_switch, wakeup, log, blob,
+    /// kernel_object, …) or an event type (instant, duration_begin, async_end, …).
+    #[arg(long = "type", value_name = "TYPE")]
+    types: Vec<TypeName>,
+    /// Only records at or after this time since the trace's first timestamp.
+    #[arg(long, value_name = "TIME")]
+    from: Option<RelativeTime>,
+    /// Only records at or before this time since the trace's first timestamp.
+    #[arg(long, value_name = "TIME")]
+    to: Option<RelativeTime>,
+    /// Print times relative to the trace's first timestamp.
+    #[arg(long)]
+    relative: bool,
 }
 
-/// Prints every record; on damage, prints the good part and returns the decode error.
-pub(crate) fn run(args: &DumpArgs) -> Result<ExitCode, CliError> {
-    let source = Source::from_arg(&args.file);
-    let mut out = BufWriter::new(io::stdout().lock());
-    let outcome = decode_each(&source, |d| {
-        if args.json {
-            writeln!(out, "{}", to_json(d))
-        } else {
-            writeln!(out, "{d}")
+/// The dump as an analysis: the filter judges, the kept records are written.
+struct Dump<W> {
+    out: W,
+    json: bool,
+    filter: Filter,
+    /// Times are printed relative to this (0: absolute).
+    origin_ns: u64,
+}
+
+impl<W: Write> Analysis for Dump<W> {
+    fn head(&mut self, head: &RecordHead) -> bool {
+        self.filter.head(head)
+    }
+
+    fn add(&mut self, _: &RecordHead, d: &Decoded<'_>) -> io::Result<()> {
+        if !self.filter.matches(d) {
+            return Ok(());
         }
-    });
-    let outcome = match outcome {
+        if self.json {
+            writeln!(self.out, "{}", to_json(d, self.origin_ns))
+        } else if self.origin_ns > 0 {
+            writeln!(self.out, "{}", d.relative_to(self.origin_ns))
+        } else {
+            writeln!(self.out, "{d}")
+        }
+    }
+}
+
+/// The trace's first timestamp, from a first reading of the heads alone.
+struct FirstTime(Summary);
+
+impl Analysis for FirstTime {
+    fn head(&mut self, head: &RecordHead) -> bool {
+        self.0.count(head);
+        false
+    }
+
+    fn add(&mut self, _: &RecordHead, _: &Decoded<'_>) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+/// Prints the records kept; on damage, prints the good part and returns the decode error.
+pub(crate) fn run(args: &DumpArgs) -> Result<ExitCode, CliError> {
+    let mut filter = Filter {
+        pids: args.pid.clone(),
+        tids: args.tid.clone(),
+        providers: args.provider.clone(),
+        names: args.name.iter().map(|g| Glob::new(g)).collect(),
+        categories: args.category.iter().map(|g| Glob::new(g)).collect(),
+        types: args.types.clone(),
+        from: args.from,
+        to: args.to,
+        ..Filter::default()
+    };
+    let needs_origin = filter.needs_origin() || args.relative;
+    let mut input = if needs_origin {
+        input::open_rereadable(&args.file)?
+    } else {
+        input::open(&args.file)?
+    };
+    if needs_origin {
+        let mut first = FirstTime(Summary::new());
+        input::read_all(&mut input, &mut first)?;
+        filter.origin_ns = first.0.first_ns().unwrap_or(0);
+    }
+    let mut dump = Dump {
+        out: BufWriter::new(io::stdout().lock()),
+        json: args.json,
+        origin_ns: if args.relative { filter.origin_ns } else { 0 },
+        filter,
+    };
+    let outcome = match input::read_all(&mut input, &mut dump) {
         // A closed pipe (`fxtrace dump … | head`) is the reader's choice, not a failure.
         Err(CliError::Output(e)) if e.kind() == io::ErrorKind::BrokenPipe => {
             return Ok(ExitCode::SUCCESS)
         }
         other => other?,
     };
-    match out.flush() {
+    match dump.out.flush() {
         Err(e) if e.kind() == io::ErrorKind::BrokenPipe => return Ok(ExitCode::SUCCESS),
         other => other.map_err(CliError::Output)?,
     }
-    if let Some(line) = outcome.skipped.summary() {
-        eprintln!("{}: {line}", source.name());
-    }
-    match outcome.error {
-        Some(source_error) => Err(CliError::Decode {
-            path: source.name(),
-            source: source_error,
-        }),
-        None => Ok(ExitCode::SUCCESS),
-    }
+    input::finish(outcome)
 }
 
-fn time(t: Timestamp) -> Value {
-    json!({ "ns": t.ns, "ticks": t.ticks })
+fn time(t: Timestamp, origin_ns: u64) -> Value {
+    json!({ "ns": t.ns.saturating_sub(origin_ns), "ticks": t.ticks })
 }
 
 fn thread(t: Thread) -> Value {
@@ -96,8 +192,10 @@ fn args(args: &[DecodedArg<'_>]) -> Value {
     )
 }
 
-/// One record as a JSON object: `offset`, `provider`, `type`, then the record's fields.
-fn to_json(d: &Decoded<'_>) -> Value {
+/// One record as a JSON object: `offset`, `provider`, `type`, then the record's fields (times
+/// counted from `origin_ns`; names as the text dump gives them).
+fn to_json(d: &Decoded<'_>, origin_ns: u64) -> Value {
+    let time = |t: Timestamp| time(t, origin_ns);
     let mut o = Map::new();
     o.insert("offset".into(), json!(d.offset));
     o.insert("provider".into(), json!(d.provider));
@@ -233,7 +331,10 @@ fn to_json(d: &Decoded<'_>) -> Value {
         } => {
             put("time", time(*t));
             put("cpu", json!(cpu));
-            put("outgoing_state", json!(outgoing_state));
+            put(
+                "outgoing_state",
+                json!(ThreadStateName(*outgoing_state).to_string()),
+            );
             put("outgoing", thread(*outgoing));
             put("incoming", thread(*incoming));
             put("outgoing_priority", json!(outgoing_priority));
@@ -249,7 +350,10 @@ fn to_json(d: &Decoded<'_>) -> Value {
         } => {
             put("time", time(*t));
             put("cpu", json!(cpu));
-            put("outgoing_state", json!(outgoing_state));
+            put(
+                "outgoing_state",
+                json!(ThreadStateName(*outgoing_state).to_string()),
+            );
             put("outgoing_tid", json!(outgoing_tid));
             put("incoming_tid", json!(incoming_tid));
             put("args", args(a));

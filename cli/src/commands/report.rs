@@ -10,7 +10,7 @@ use fxtrace_tools::report::{
     write_lbr_text, BinarySpec, Breakdown, LbrReport, LbrTextOptions, SymbolizeError, Symbolizer,
 };
 
-use super::convert::{input_name, open_input};
+use super::input;
 use super::CliError;
 
 /// Arguments of `fxtrace report`.
@@ -76,7 +76,8 @@ fn lbr(args: &LbrArgs) -> Result<ExitCode, CliError> {
             }
         })?;
     }
-    let read = LbrReport::read(open_input(&args.file)?);
+    let mut input = input::open(&args.file)?;
+    let read = LbrReport::read_input(&mut input)?;
     // The trace's own mappings name what the binaries given by hand do not cover.
     symbols.load_mappings(read.report.used_mappings());
     let options = LbrTextOptions {
@@ -94,17 +95,17 @@ fn lbr(args: &LbrArgs) -> Result<ExitCode, CliError> {
     let damaged = read.decode_error.is_some();
     if let Some(source) = read.decode_error {
         let error = CliError::Decode {
-            path: input_name(&args.file),
+            path: input.name().to_owned(),
             source,
         };
         if read.report.overall().samples() == 0 {
             return Err(error);
         }
-        eprintln!("{error}");
-        eprintln!("(the report below covers the records before that point)");
+        note!("{error}");
+        note!("(the report below covers the records before that point)");
     }
     if let Some(line) = read.skipped.summary() {
-        eprintln!("{}: {line}", input_name(&args.file));
+        note!("{}: {line}", input.name());
     }
     let mut out = io::stdout().lock();
     write_lbr_text(&mut out, &read.report, &symbols, &options)

@@ -6,9 +6,10 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use fxtrace_format::{SkipCounts, Summary, PROVIDER_EVENT_BUFFER_OVERFLOW};
+use fxtrace_format::{Decoded, RecordHead, SkipCounts, Summary, PROVIDER_EVENT_BUFFER_OVERFLOW};
+use fxtrace_tools::read::{Analysis, Outcome};
 
-use super::input::{decode_each, Outcome, Source};
+use super::input;
 use super::CliError;
 
 /// Arguments of `fxtrace stats`.
@@ -19,23 +20,30 @@ pub(crate) struct StatsArgs {
     file: PathBuf,
 }
 
+/// The summary as an analysis: every record counted from its head, the few whose contents
+/// matter (provider metadata, drop markers) decoded.
+struct Stats(Summary);
+
+impl Analysis for Stats {
+    fn head(&mut self, head: &RecordHead) -> bool {
+        self.0.count(head);
+        self.0.wants(head)
+    }
+
+    fn add(&mut self, _: &RecordHead, record: &Decoded<'_>) -> io::Result<()> {
+        self.0.read(record);
+        Ok(())
+    }
+}
+
 /// Prints the summary of the well-formed part; returns the decode error when damaged.
 pub(crate) fn run(args: &StatsArgs) -> Result<ExitCode, CliError> {
-    let source = Source::from_arg(&args.file);
-    let mut summary = Summary::new();
-    let outcome = decode_each(&source, |d| {
-        summary.add(d);
-        Ok(())
-    })?;
+    let mut input = input::open(&args.file)?;
+    let mut stats = Stats(Summary::new());
+    let outcome = input::read_all(&mut input, &mut stats)?;
     let mut out = io::stdout().lock();
-    print(&mut out, &source, &summary, &outcome).map_err(CliError::Output)?;
-    match outcome.error {
-        Some(e) => Err(CliError::Decode {
-            path: source.name(),
-            source: e,
-        }),
-        None => Ok(ExitCode::SUCCESS),
-    }
+    print(&mut out, &stats.0, &outcome).map_err(CliError::Output)?;
+    input::finish(outcome)
 }
 
 fn skip_line(s: &SkipCounts) -> String {
@@ -73,25 +81,19 @@ fn dropped_note(summary: &Summary, id: u32) -> Option<String> {
     }
 }
 
-fn print(
-    out: &mut impl Write,
-    source: &Source,
-    summary: &Summary,
-    outcome: &Outcome,
-) -> io::Result<()> {
-    writeln!(out, "file: {}", source.name())?;
+fn print(out: &mut impl Write, summary: &Summary, outcome: &Outcome) -> io::Result<()> {
+    writeln!(out, "file: {}", outcome.name)?;
     writeln!(
         out,
         "bytes: {} ({} in well-formed records)",
         outcome.bytes_read, outcome.bytes_decoded
     )?;
     writeln!(out, "records: {}", summary.records)?;
-    for (kind, n) in &summary.by_kind {
+    for (kind, n) in &summary.by_kind() {
         writeln!(out, "  {kind:<22} {n}")?;
     }
-    let events: u64 = summary.by_event_type.values().sum();
-    writeln!(out, "events: {events}")?;
-    for (kind, n) in &summary.by_event_type {
+    writeln!(out, "events: {}", summary.events())?;
+    for (kind, n) in &summary.by_event_type() {
         writeln!(out, "  {kind:<22} {n}")?;
     }
     writeln!(out, "providers: {}", summary.providers.len())?;
@@ -139,7 +141,7 @@ fn print(
         )?;
     }
     writeln!(out, "skipped: {}", skip_line(&outcome.skipped))?;
-    match (summary.first_ns, summary.last_ns, summary.span_ns()) {
+    match (summary.first_ns(), summary.last_ns(), summary.span_ns()) {
         (Some(first), Some(last), Some(span)) => {
             writeln!(out, "time span: {first} ns .. {last} ns ({span} ns)")?
         }

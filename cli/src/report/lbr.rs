@@ -30,8 +30,10 @@ use fxtrace_format::lbr::{LbrBranch, LbrSample};
 use fxtrace_format::mmap::{MmapRecord, MMAP_BLOB_NAME};
 use fxtrace_format::{
     ticks_to_ns, BlobType, DecodeError, Decoded, DecodedArg, DecodedRecord, DecodedValue,
-    ObjectType, StreamDecoder,
+    ObjectType, RecordHead, RecordKind,
 };
+
+use crate::read::{self, Analysis, Input, ReadError};
 
 /// Context switches remembered per CPU for attributing samples to threads.
 pub const SWITCH_HISTORY: usize = 1024;
@@ -213,6 +215,44 @@ pub struct LbrRead {
     pub skipped: fxtrace_format::SkipCounts,
 }
 
+impl LbrRead {
+    fn of(report: LbrReport, outcome: Result<read::Outcome, ReadError>) -> LbrRead {
+        match outcome {
+            Ok(outcome) => LbrRead {
+                report,
+                decode_error: outcome.error,
+                skipped: outcome.skipped,
+            },
+            // The report writes nothing: no output to fail.
+            Err(_) => LbrRead {
+                report,
+                decode_error: None,
+                skipped: fxtrace_format::SkipCounts::default(),
+            },
+        }
+    }
+}
+
+impl Analysis for LbrReport {
+    /// LBR and mapping blobs, switches, threads and their names, log records.
+    fn head(&mut self, head: &RecordHead) -> bool {
+        matches!(
+            head.kind,
+            RecordKind::Blob
+                | RecordKind::ContextSwitch
+                | RecordKind::SchedContextSwitch
+                | RecordKind::Thread
+                | RecordKind::KernelObject
+                | RecordKind::Log
+        )
+    }
+
+    fn add(&mut self, _: &RecordHead, d: &Decoded<'_>) -> std::io::Result<()> {
+        LbrReport::add(self, d);
+        Ok(())
+    }
+}
+
 fn koid_arg(args: &[DecodedArg<'_>], name: &str) -> Option<u64> {
     args.iter()
         .find(|a| a.name == name)
@@ -235,24 +275,17 @@ impl LbrReport {
     }
 
     /// Reads a whole trace (starting with the magic number record) from `input`.
-    pub fn read<R: Read>(input: R) -> LbrRead {
+    pub fn read<R: Read>(mut input: R) -> LbrRead {
         let mut report = LbrReport::new();
-        let mut decode_error = None;
-        let mut decoder = StreamDecoder::new(input);
-        for item in decoder.by_ref() {
-            match item {
-                Ok(d) => report.add(&d),
-                Err(e) => {
-                    decode_error = Some(e);
-                    break;
-                }
-            }
-        }
-        LbrRead {
-            report,
-            decode_error,
-            skipped: decoder.skipped(),
-        }
+        let outcome = read::read_stream("<input>".into(), &mut input, &mut report);
+        LbrRead::of(report, outcome)
+    }
+
+    /// Reads a whole opened trace ([`Input`]).
+    pub fn read_input(input: &mut Input) -> Result<LbrRead, ReadError> {
+        let mut report = LbrReport::new();
+        let outcome = read::read(input, &mut report);
+        Ok(LbrRead::of(report, Ok(outcome?)))
     }
 
     /// Takes one record into account (LBR blobs, context switches, thread and process

@@ -51,7 +51,7 @@ fn every_kind_is_present() {
     let arg_types: BTreeSet<_> = records
         .iter()
         .flat_map(|d| match &d.record {
-            DecodedRecord::Event(e) => e.args.clone(),
+            DecodedRecord::Event(e) => e.args.to_vec(),
             _ => vec![],
         })
         .map(|a| a.value.type_name())
@@ -211,8 +211,8 @@ fn known_content() {
 
     let mut summary = Summary::new();
     records.iter().for_each(|d| summary.add(d));
-    assert_eq!(summary.first_ns, Some(1_000));
-    assert_eq!(summary.last_ns, Some(20_000));
+    assert_eq!(summary.first_ns(), Some(1_000));
+    assert_eq!(summary.last_ns(), Some(20_000));
     assert_eq!(summary.providers.get(&2).map(String::as_str), Some("beta"));
 }
 

@@ -242,6 +242,7 @@ fn unknown_types_are_skipped_by_size_and_counted() {
             unknown_large_type: 2,
             reserved_index: 2,
             unknown_arg_type: 1,
+            ..SkipCounts::default()
         }
     );
     assert_eq!(decoder.skipped().records(), 13);

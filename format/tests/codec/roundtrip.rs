@@ -558,7 +558,7 @@ fn t(r: &TRef, p: &Provider) -> Thread {
     }
 }
 
-fn a(args: &[MArg], p: &Provider) -> Vec<DecodedArg<'static>> {
+fn a(args: &[MArg], p: &Provider) -> DecodedArgs<'static> {
     args.iter()
         .map(|arg| DecodedArg {
             name: s(&arg.name, p),
@@ -576,7 +576,8 @@ fn a(args: &[MArg], p: &Provider) -> Vec<DecodedArg<'static>> {
                 Val::Blob(b) => DecodedValue::Blob(Cow::Owned(b.clone())),
             },
         })
-        .collect()
+        .collect::<Vec<_>>()
+        .into()
 }
 
 fn expected(m: &M, p: &Provider, provider_id: u32) -> DecodedRecord<'static> {

@@ -1,8 +1,8 @@
 //! FXT → Chrome trace-event JSON, the format of `chrome://tracing`, Perfetto's legacy JSON
 //! importer and speedscope.
 //!
-//! [`convert`] streams: it reads records with [`StreamDecoder`] and writes each event as
-//! it is decoded, so a trace of any size converts in bounded memory. What is kept between
+//! [`ChromeJsonWriter`] is an analysis of the reading pipeline ([`crate::read`]): it writes
+//! each event as it is decoded, so a trace of any size converts in bounded memory. What is kept between
 //! records is only what pairing needs ([`Retained`]): the begin times of the open durations
 //! of each thread, the running thread per CPU, and the names of threads and providers.
 //!
@@ -87,7 +87,9 @@ mod writer;
 
 use std::io::{self, Read, Write};
 
-use fxtrace_format::{DecodeError, SkipCounts, StreamDecoder};
+use fxtrace_format::{DecodeError, SkipCounts};
+
+use crate::read::{self, Input, ReadError};
 
 pub use stats::ChromeStats;
 pub use writer::{ChromeJsonWriter, Retained, CPU_PROCESS_PID, CPU_TRACK_TID_BASE};
@@ -115,30 +117,44 @@ pub struct ChromeConversion {
 }
 
 /// Converts the FXT trace read from `input` (starting with the magic number record) into
-/// Chrome JSON written to `output`, streaming. Wrap files in `BufReader`/`BufWriter`.
+/// Chrome JSON written to `output`, streaming. Wrap an output file in `BufWriter`.
+pub fn convert<R: Read, W: Write>(
+    mut input: R,
+    output: W,
+) -> Result<ChromeConversion, ChromeError> {
+    let mut writer = ChromeJsonWriter::new(output)?;
+    let outcome = read::read_stream("<input>".into(), &mut input, &mut writer);
+    finish(writer, outcome)
+}
+
+/// Converts an opened trace ([`Input`]: a mapped file, a stream) into Chrome JSON written to
+/// `output`.
 ///
 /// A decode error does not fail the conversion: everything before it is converted, the
 /// JSON is closed properly, and the error is returned in [`ChromeConversion`] (and noted
 /// in `otherData.input.status`). Only a write error is an `Err`.
-pub fn convert<R: Read, W: Write>(input: R, output: W) -> Result<ChromeConversion, ChromeError> {
-    let mut decoder = StreamDecoder::new(input);
+pub fn convert_input<W: Write>(
+    input: &mut Input,
+    output: W,
+) -> Result<ChromeConversion, ChromeError> {
     let mut writer = ChromeJsonWriter::new(output)?;
-    let mut decode_error = None;
-    for item in decoder.by_ref() {
-        match item {
-            Ok(record) => writer.record(&record)?,
-            Err(e) => {
-                decode_error = Some(e);
-                break;
-            }
-        }
-    }
-    let skipped = decoder.skipped();
-    let (_, stats) = writer.finish(decode_error.as_ref(), skipped)?;
+    let outcome = read::read(input, &mut writer);
+    finish(writer, outcome)
+}
+
+fn finish<W: Write>(
+    writer: ChromeJsonWriter<W>,
+    outcome: Result<read::Outcome, ReadError>,
+) -> Result<ChromeConversion, ChromeError> {
+    let outcome = outcome.map_err(|e| match e {
+        ReadError::Output(e) => ChromeError::Write(e),
+        ReadError::Open(e) => ChromeError::Write(e.source),
+    })?;
+    let (_, stats) = writer.finish(outcome.error.as_ref(), outcome.skipped)?;
     Ok(ChromeConversion {
         stats,
-        decode_error,
-        skipped,
-        bytes_decoded: decoder.offset(),
+        decode_error: outcome.error,
+        skipped: outcome.skipped,
+        bytes_decoded: outcome.bytes_decoded,
     })
 }

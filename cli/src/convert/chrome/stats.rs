@@ -16,6 +16,9 @@ pub struct ChromeStats {
     pub unmatched_ends_dropped: u64,
     /// Duration begins still open at the end of the trace: closed at the last timestamp.
     pub unclosed_begins_closed: u64,
+    /// Duration begins beyond the bound of open slices (`read::slices`: 4096 on a thread,
+    /// 262 144 in all, 65 536 threads): dropped, with their ends.
+    pub begins_not_kept: u64,
     /// When [`ChromeStats::unclosed_begins_closed`] is nonzero: the timestamp used, in ns.
     pub closed_at_ns: Option<u64>,
     /// Durations (complete events, CPU slices) ending before they began: written with
@@ -58,6 +61,11 @@ impl ChromeStats {
         add(
             self.unmatched_ends_dropped,
             "duration end event(s) without a matching begin on their thread were dropped",
+        );
+        add(
+            self.begins_not_kept,
+            "duration begin event(s) beyond the bound of open slices (4096 on a thread, 262144 \
+             in all) were dropped with their ends",
         );
         if self.unclosed_begins_closed > 0 {
             let at = Micros(self.closed_at_ns.unwrap_or(0));

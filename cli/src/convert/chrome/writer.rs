@@ -2,19 +2,21 @@
 //! state that pairing needs kept in between.
 
 use std::borrow::Cow;
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{self, Write};
-use std::rc::Rc;
 
 use fxtrace_format::lbr::LbrSample;
 use fxtrace_format::{
     listed_entry, ticks_to_ns, BlobType, DecodeError, Decoded, DecodedArg, DecodedEvent,
-    DecodedEventKind, DecodedRecord, DecodedValue, ObjectType, SkipCounts, Thread, ThreadState,
+    DecodedEventKind, DecodedRecord, DecodedValue, ObjectType, RecordHead, SkipCounts, ThreadState,
     PROVIDER_EVENT_BUFFER_OVERFLOW,
 };
 
 use super::json::{all, write_arg_members, write_str, HexStr, Micros};
 use super::stats::ChromeStats;
+use crate::read::cpus::{Cpus, Ran, Running, Switch};
+use crate::read::slices::{Closed, Open, Slices};
+use crate::read::Analysis;
 
 /// Process id of the synthetic "CPUs" process that holds one track per CPU (context
 /// switches and LBR samples). Above Linux's `PID_MAX_LIMIT` (2^22), so it never collides
@@ -51,29 +53,12 @@ pub struct Retained {
     pub providers: usize,
 }
 
-/// The thread running on a CPU since a context switch.
+/// What the converter keeps of the thread running on a CPU: its priority and the arguments
+/// of the switch that brought it in (scheduling weights, …), written on its slice.
 #[derive(Debug)]
-struct Running {
-    tid: u64,
-    pid: Option<u64>,
-    since_ns: u64,
-    priority: Option<u8>,
-    /// Arguments of the switch that brought the thread in (scheduling weights, …).
-    args: Vec<DecodedArg<'static>>,
-}
-
-/// The incoming side of a context switch.
-#[derive(Debug)]
-struct Incoming {
-    tid: u64,
-    pid: Option<u64>,
+struct SliceArgs {
     priority: Option<u8>,
     args: Vec<DecodedArg<'static>>,
-}
-
-#[derive(Debug, Default)]
-struct CpuTrack {
-    running: Option<Running>,
 }
 
 #[derive(Debug, Default)]
@@ -90,62 +75,6 @@ struct LbrCounts {
     mispredicted: u64,
 }
 
-/// An open duration: its begin time, and the category and name its end repeats (viewers
-/// such as the DevTools trace engine read `name` and `cat` of every event).
-#[derive(Debug)]
-struct OpenSlice {
-    begin: u64,
-    cat: Rc<str>,
-    name: Rc<str>,
-}
-
-/// The category and name texts of open durations, one copy of each text shared by all of
-/// them (a trace's strings are up to 32 KB each, and one begin event of 16 bytes can name
-/// two of them: a copy per open duration made memory grow thousands of times faster than
-/// the input). When the set reaches its sweep size (at first [`Self::MAX_TEXTS`]), the texts
-/// no open duration holds are forgotten, and the next sweep waits until the set has doubled
-/// (so that texts all in use, 100 000 open durations of distinct names, do not make every
-/// new text sweep the whole set): the set holds at most twice the texts in use at the last
-/// sweep, or `MAX_TEXTS`, each once (after a peak of open durations, as many texts no
-/// duration holds any more may wait for the next sweep).
-#[derive(Debug)]
-struct SharedTexts {
-    texts: HashSet<Rc<str>>,
-    sweep_at: usize,
-    /// Sweeps so far.
-    sweeps: u64,
-}
-
-impl Default for SharedTexts {
-    fn default() -> Self {
-        SharedTexts {
-            texts: HashSet::new(),
-            sweep_at: Self::MAX_TEXTS,
-            sweeps: 0,
-        }
-    }
-}
-
-impl SharedTexts {
-    /// Texts remembered beyond those in use.
-    const MAX_TEXTS: usize = 4096;
-
-    fn get(&mut self, text: &str) -> Rc<str> {
-        if let Some(shared) = self.texts.get(text) {
-            return shared.clone();
-        }
-        if self.texts.len() >= self.sweep_at {
-            // Held by an open duration: more than this set's own reference.
-            self.texts.retain(|text| Rc::strong_count(text) > 1);
-            self.sweep_at = (2 * self.texts.len()).max(Self::MAX_TEXTS);
-            self.sweeps += 1;
-        }
-        let shared: Rc<str> = Rc::from(text);
-        self.texts.insert(shared.clone());
-        shared
-    }
-}
-
 /// Converts decoded FXT records to Chrome trace-event JSON as they arrive.
 ///
 /// Call [`ChromeJsonWriter::record`] for every record in file order, then
@@ -155,11 +84,12 @@ impl SharedTexts {
 #[derive(Debug)]
 pub struct ChromeJsonWriter<W: Write> {
     out: W,
-    /// Per thread, its open durations, innermost last (never empty).
-    open: HashMap<Thread, Vec<OpenSlice>>,
-    /// Their category and name texts.
-    open_texts: SharedTexts,
-    cpus: HashMap<u16, CpuTrack>,
+    /// Per thread, its open durations (their category and name, which their end repeats:
+    /// viewers such as the DevTools trace engine read `name` and `cat` of every event).
+    open: Slices<()>,
+    cpus: Cpus<SliceArgs>,
+    /// CPUs whose track is named.
+    cpu_tracks: BTreeSet<u16>,
     threads: HashMap<u64, KnownThread>,
     providers: BTreeMap<u32, String>,
     last_ns: Option<u64>,
@@ -260,9 +190,9 @@ impl<W: Write> ChromeJsonWriter<W> {
         out.write_all(b"{\"traceEvents\":[")?;
         Ok(ChromeJsonWriter {
             out,
-            open: HashMap::new(),
-            open_texts: SharedTexts::default(),
-            cpus: HashMap::new(),
+            open: Slices::new(),
+            cpus: Cpus::new(),
+            cpu_tracks: BTreeSet::new(),
             threads: HashMap::new(),
             providers: BTreeMap::new(),
             last_ns: None,
@@ -279,10 +209,10 @@ impl<W: Write> ChromeJsonWriter<W> {
     /// The state held between records (bounded; see [`Retained`]).
     pub fn retained(&self) -> Retained {
         Retained {
-            open_slices: self.open.values().map(|s| s.len() as u64).sum(),
-            threads_with_open_slices: self.open.len(),
+            open_slices: self.open.open() as u64,
+            threads_with_open_slices: self.open.threads(),
             cpus: self.cpus.len(),
-            running_cpu_slices: self.cpus.values().filter(|c| c.running.is_some()).count(),
+            running_cpu_slices: self.cpus.running_count(),
             known_threads: self.threads.len(),
             providers: self.providers.len(),
         }
@@ -371,6 +301,10 @@ impl<W: Write> ChromeJsonWriter<W> {
 
     /// Converts one record.
     pub fn record(&mut self, d: &Decoded<'_>) -> io::Result<()> {
+        self.convert_record(d)
+    }
+
+    fn convert_record(&mut self, d: &Decoded<'_>) -> io::Result<()> {
         self.stats.records += 1;
         match &d.record {
             DecodedRecord::Magic
@@ -413,51 +347,11 @@ impl<W: Write> ChromeJsonWriter<W> {
                 name,
                 args,
             } => self.kernel_object(*koid, *object_type, name, args),
-            DecodedRecord::ContextSwitch {
-                time,
-                cpu,
-                outgoing_state,
-                outgoing,
-                incoming,
-                outgoing_priority: _,
-                incoming_priority,
-            } => {
-                let incoming = Incoming {
-                    tid: incoming.tid,
-                    pid: Some(incoming.pid),
-                    priority: Some(*incoming_priority),
-                    args: Vec::new(),
-                };
-                self.switch(
-                    u16::from(*cpu),
-                    time.ns,
-                    outgoing.tid,
-                    *outgoing_state,
-                    incoming,
-                )
-            }
-            DecodedRecord::SchedContextSwitch {
-                time,
-                cpu,
-                outgoing_state,
-                outgoing_tid,
-                incoming_tid,
-                args,
-            } => {
-                let incoming = Incoming {
-                    tid: *incoming_tid,
-                    pid: self.threads.get(incoming_tid).and_then(|t| t.pid),
-                    priority: None,
-                    // Kept for the slice of the thread switched in (none for idle).
-                    args: match incoming_tid {
-                        0 => Vec::new(),
-                        _ => args
-                            .iter()
-                            .map(|arg| owned_arg(arg, &mut self.stats.switch_args_cut))
-                            .collect(),
-                    },
-                };
-                self.switch(*cpu, time.ns, *outgoing_tid, *outgoing_state, incoming)
+            DecodedRecord::ContextSwitch { .. } | DecodedRecord::SchedContextSwitch { .. } => {
+                match Switch::of(&d.record) {
+                    Some(switch) => self.switch(&switch),
+                    None => Ok(()),
+                }
             }
             DecodedRecord::SchedThreadWakeup {
                 time,
@@ -523,30 +417,28 @@ impl<W: Write> ChromeJsonWriter<W> {
                 self.out.write_all(b"}")?;
             }
             DecodedEventKind::DurationBegin => {
-                let (cat, name) = (
-                    self.open_texts.get(&e.category),
-                    self.open_texts.get(&e.name),
-                );
-                self.open.entry(e.thread).or_default().push(OpenSlice {
-                    begin: ts,
-                    cat,
-                    name,
-                });
+                if !self.open.begin(e.thread, ts, &e.category, &e.name, ()) {
+                    // Beyond the bound of open slices: its end is consumed with it.
+                    self.stats.begins_not_kept += 1;
+                    return Ok(());
+                }
                 self.head_named("B", ts, pid, tid, &e.category, &e.name)?;
                 self.args(&e.args, None)?;
             }
             DecodedEventKind::DurationEnd => {
-                let Some(stack) = self.open.get_mut(&e.thread) else {
-                    self.stats.unmatched_ends_dropped += 1;
-                    return Ok(());
+                let Open {
+                    begin_ns: begin,
+                    category: cat,
+                    name,
+                    ..
+                } = match self.open.end(e.thread) {
+                    Closed::Slice(slice) => slice,
+                    Closed::NotKept => return Ok(()),
+                    Closed::Unmatched => {
+                        self.stats.unmatched_ends_dropped += 1;
+                        return Ok(());
+                    }
                 };
-                let Some(OpenSlice { begin, cat, name }) = stack.pop() else {
-                    self.stats.unmatched_ends_dropped += 1;
-                    return Ok(());
-                };
-                if stack.is_empty() {
-                    self.open.remove(&e.thread);
-                }
                 // An end before its begin is moved to the begin: viewers sort events by
                 // time, and every end must still follow its own begin after sorting.
                 if ts < begin {
@@ -643,10 +535,10 @@ impl<W: Write> ChromeJsonWriter<W> {
 
     /// Names CPU `cpu`'s track the first time it is used.
     fn cpu_track(&mut self, cpu: u16) -> io::Result<()> {
-        if self.cpus.contains_key(&cpu) {
+        if self.cpu_tracks.contains(&cpu) {
             return Ok(());
         }
-        if self.cpus.is_empty() {
+        if self.cpu_tracks.is_empty() {
             self.metadata(
                 "process_name",
                 CPU_PROCESS_PID,
@@ -662,7 +554,7 @@ impl<W: Write> ChromeJsonWriter<W> {
                 MetaValue::Int(-1),
             )?;
         }
-        self.cpus.insert(cpu, CpuTrack::default());
+        self.cpu_tracks.insert(cpu);
         let tid = CPU_TRACK_TID_BASE + u64::from(cpu);
         self.metadata(
             "thread_name",
@@ -688,51 +580,50 @@ impl<W: Write> ChromeJsonWriter<W> {
         }
     }
 
-    fn switch(
-        &mut self,
-        cpu: u16,
-        ns: u64,
-        outgoing_tid: u64,
-        outgoing_state: u8,
-        incoming: Incoming,
-    ) -> io::Result<()> {
+    fn switch(&mut self, switch: &Switch<'_>) -> io::Result<()> {
+        let (cpu, ns) = (switch.cpu, switch.ns);
         self.saw(ns);
         self.cpu_track(cpu)?;
-        let previous = self.cpus.get_mut(&cpu).and_then(|c| c.running.take());
-        if let Some(running) = previous {
-            if running.tid != outgoing_tid {
-                self.stats.switch_mismatches += 1;
+        let incoming = (switch.incoming_tid != 0).then(|| Running {
+            tid: switch.incoming_tid,
+            pid: switch
+                .incoming_pid
+                .or_else(|| self.threads.get(&switch.incoming_tid).and_then(|t| t.pid)),
+            since_ns: ns,
+            data: SliceArgs {
+                priority: switch.incoming_priority,
+                // Kept for the slice of the thread switched in.
+                args: switch
+                    .args
+                    .iter()
+                    .map(|arg| owned_arg(arg, &mut self.stats.switch_args_cut))
+                    .collect(),
+            },
+        });
+        let ended = self.cpus.switch(
+            cpu,
+            ns,
+            switch.outgoing_tid,
+            switch.outgoing_state,
+            incoming,
+        );
+        match ended {
+            Some(ran) => {
+                self.stats.switch_mismatches += u64::from(ran.mismatch);
+                self.cpu_slice(ran)
             }
-            self.cpu_slice(cpu, running, ns, Some(outgoing_state))?;
+            None => Ok(()),
         }
-        if incoming.tid != 0 {
-            let running = Running {
-                tid: incoming.tid,
-                pid: incoming.pid,
-                since_ns: ns,
-                priority: incoming.priority,
-                args: incoming.args,
-            };
-            if let Some(track) = self.cpus.get_mut(&cpu) {
-                track.running = Some(running);
-            }
-        }
-        Ok(())
     }
 
-    /// The `X` slice on CPU `cpu`'s track for a thread that ran until `end_ns`.
-    fn cpu_slice(
-        &mut self,
-        cpu: u16,
-        r: Running,
-        end_ns: u64,
-        end_state: Option<u8>,
-    ) -> io::Result<()> {
+    /// The `X` slice on its CPU's track of a thread that ran.
+    fn cpu_slice(&mut self, ran: Ran<SliceArgs>) -> io::Result<()> {
+        let (r, end_ns) = (&ran.running, ran.until_ns);
         if end_ns < r.since_ns {
             self.stats.negative_durations += 1;
         }
         let label = self.label(r.tid);
-        let tid = CPU_TRACK_TID_BASE + u64::from(cpu);
+        let tid = CPU_TRACK_TID_BASE + u64::from(ran.cpu);
         self.head_named("X", r.since_ns, CPU_PROCESS_PID, tid, "cpu", &label)?;
         write!(
             self.out,
@@ -746,10 +637,10 @@ impl<W: Write> ChromeJsonWriter<W> {
         {
             write!(self.out, ",\"pid\":{pid}")?;
         }
-        if let Some(priority) = r.priority {
+        if let Some(priority) = r.data.priority {
             write!(self.out, ",\"priority\":{priority}")?;
         }
-        match end_state {
+        match ran.end_state {
             Some(s) => {
                 self.out.write_all(b",\"end_state\":")?;
                 match ThreadState::from_raw(s) {
@@ -760,7 +651,7 @@ impl<W: Write> ChromeJsonWriter<W> {
             None => self.out.write_all(b",\"end_state\":\"trace end\"")?,
         }
         let written = ["tid", "pid", "priority", "end_state"];
-        write_arg_members(&mut self.out, &r.args, all, &written)?;
+        write_arg_members(&mut self.out, &r.data.args, all, &written)?;
         self.out.write_all(b"}}")
     }
 
@@ -830,11 +721,10 @@ impl<W: Write> ChromeJsonWriter<W> {
         skipped: SkipCounts,
     ) -> io::Result<(W, ChromeStats)> {
         let end = self.last_ns.unwrap_or(0);
-        let mut open: Vec<(Thread, Vec<OpenSlice>)> = self.open.drain().collect();
-        open.sort_by_key(|(thread, _)| *thread);
-        for (thread, stack) in open {
+        for (thread, stack) in self.open.drain() {
             for slice in stack.into_iter().rev() {
-                self.head_named("E", end, thread.pid, thread.tid, &slice.cat, &slice.name)?;
+                let (cat, name) = (&slice.category, &slice.name);
+                self.head_named("E", end, thread.pid, thread.tid, cat, name)?;
                 self.out.write_all(b"}")?;
                 self.stats.unclosed_begins_closed += 1;
             }
@@ -842,14 +732,8 @@ impl<W: Write> ChromeJsonWriter<W> {
         if self.stats.unclosed_begins_closed > 0 {
             self.stats.closed_at_ns = Some(end);
         }
-        let mut running: Vec<(u16, Running)> = self
-            .cpus
-            .iter_mut()
-            .filter_map(|(cpu, track)| track.running.take().map(|r| (*cpu, r)))
-            .collect();
-        running.sort_by_key(|(cpu, _)| *cpu);
-        for (cpu, r) in running {
-            self.cpu_slice(cpu, r, end, None)?;
+        for ran in self.cpus.finish(end) {
+            self.cpu_slice(ran)?;
         }
         self.out
             .write_all(b"\n],\n\"displayTimeUnit\":\"ns\",\n\"otherData\":{")?;
@@ -949,6 +833,13 @@ impl<W: Write> ChromeJsonWriter<W> {
     }
 }
 
+impl<W: Write> Analysis for ChromeJsonWriter<W> {
+    /// Every record is converted or counted.
+    fn add(&mut self, _: &RecordHead, d: &Decoded<'_>) -> io::Result<()> {
+        self.convert_record(d)
+    }
+}
+
 /// The value of a metadata event's single argument.
 #[derive(Debug, Clone, Copy)]
 enum MetaValue<'a> {
@@ -997,45 +888,6 @@ mod tests {
             (cut, short.value),
             (1, DecodedValue::Str(Cow::Borrowed("x")))
         );
-    }
-
-    #[test]
-    fn shared_texts_sweep_rarely_when_every_text_is_in_use() {
-        // 100 000 distinct names of open durations: every text stays in use.
-        let mut texts = super::SharedTexts::default();
-        let held: Vec<_> = (0..100_000)
-            .map(|i| texts.get(&format!("name {i}")))
-            .collect();
-        assert_eq!(texts.texts.len(), held.len());
-        // Sweeps at 4096, then each time the set doubled: a handful, not one per text.
-        assert!(texts.sweeps <= 6, "{} sweeps", texts.sweeps);
-        // Texts no longer in use are forgotten at the next sweep.
-        drop(held);
-        for i in 0..texts.sweep_at {
-            drop(texts.get(&format!("other {i}")));
-        }
-        assert!(texts.texts.len() <= super::SharedTexts::MAX_TEXTS.max(texts.sweep_at));
-    }
-
-    #[test]
-    fn open_durations_share_one_copy_of_each_text() {
-        let mut texts = SharedTexts::default();
-        let a = texts.get("a long category");
-        let b = texts.get("a long category");
-        assert!(Rc::ptr_eq(&a, &b));
-        assert_eq!(&*texts.get("other"), "other");
-        for i in 0..SharedTexts::MAX_TEXTS {
-            texts.get(&i.to_string());
-        }
-        assert!(texts.texts.len() <= SharedTexts::MAX_TEXTS, "bounded");
-        assert_eq!(&*a, "a long category", "kept by the open durations");
-        // Texts still held by open durations stay shared, however many others pass through.
-        let held: Vec<Rc<str>> = (0..SharedTexts::MAX_TEXTS + 1)
-            .map(|i| texts.get(&format!("held {i}")))
-            .collect();
-        for (i, text) in held.iter().enumerate() {
-            assert!(Rc::ptr_eq(text, &texts.get(&format!("held {i}"))), "{i}");
-        }
     }
 
     use super::*;

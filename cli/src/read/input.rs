@@ -1,0 +1,255 @@
+//! Opening a trace given on the command line: a regular file is mapped (zero-copy, the pages
+//! read given back as the reading moves on), standard input or a FIFO is read as a stream, and
+//! a reader that reads its input twice has a stream saved to an unlinked temporary file first.
+
+use std::fs::File;
+use std::io::{self, Read};
+use std::os::fd::AsRawFd;
+use std::path::Path;
+use std::ptr::NonNull;
+
+/// Why a trace could not be opened.
+#[derive(Debug, thiserror::Error)]
+#[error("{name}: cannot read: {source}")]
+pub struct OpenError {
+    /// The input as given on the command line (`<stdin>` for `-`).
+    pub name: String,
+    /// The cause.
+    pub source: io::Error,
+}
+
+/// A read-only private mapping of a whole regular file.
+#[derive(Debug)]
+pub struct Mapping {
+    ptr: NonNull<u8>,
+    len: usize,
+    /// Pages before this offset were given back (`MADV_DONTNEED`).
+    released: std::cell::Cell<usize>,
+}
+
+impl Mapping {
+    /// Maps `file` (`len` bytes, at least one) read-only.
+    fn new(file: &File, len: usize) -> io::Result<Mapping> {
+        // SAFETY: a new read-only private mapping of a descriptor we own, at an address the
+        // kernel chooses; nothing else refers to that range.
+        let ptr = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ,
+                libc::MAP_PRIVATE,
+                file.as_raw_fd(),
+                0,
+            )
+        };
+        if ptr == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: advice on the range just mapped; a failure only loses the advice.
+        unsafe {
+            libc::madvise(ptr, len, libc::MADV_SEQUENTIAL);
+        }
+        Ok(Mapping {
+            ptr: NonNull::new(ptr.cast()).ok_or_else(|| io::Error::other("mmap returned null"))?,
+            len,
+            released: std::cell::Cell::new(0),
+        })
+    }
+
+    /// The file's bytes.
+    pub fn bytes(&self) -> &[u8] {
+        // SAFETY: `ptr` maps `len` readable bytes for the life of `self`. Pages given back by
+        // `release_before` read again from the file when touched (a private read-only
+        // mapping that was never written holds nothing of its own). A file truncated while
+        // mapped raises SIGBUS on the lost pages: fxtrace never truncates a trace it reads,
+        // and a trace still being written only grows.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
+    }
+
+    /// Gives back the resident pages of the first `offset` bytes (those read already, and
+    /// table strings they hold, which read in again when referred to): the reader's resident
+    /// memory stays bounded however large the file.
+    pub fn release_before(&self, offset: usize) {
+        let end = offset.min(self.len) & !(page_size() - 1);
+        if end == 0 {
+            return;
+        }
+        // SAFETY: advice on a page-aligned range inside our own mapping; MADV_DONTNEED on a
+        // private, never-written file mapping drops pages that read in again from the file.
+        unsafe {
+            libc::madvise(self.ptr.as_ptr().cast(), end, libc::MADV_DONTNEED);
+        }
+        self.released.set(end);
+    }
+}
+
+impl Mapping {
+    /// The mapping as an `io::Read` from its start, giving back the pages read every
+    /// [`super::RELEASE_EVERY`] bytes (for a reader that frames records its own way, as
+    /// `check` does Perfetto's).
+    pub fn reader(&self) -> MappedReader<'_> {
+        MappedReader {
+            map: self,
+            pos: 0,
+            release_at: super::RELEASE_EVERY as usize,
+        }
+    }
+}
+
+/// A mapping read as a stream ([`Mapping::reader`]).
+#[derive(Debug)]
+pub struct MappedReader<'m> {
+    map: &'m Mapping,
+    pos: usize,
+    release_at: usize,
+}
+
+impl Read for MappedReader<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let bytes = &self.map.bytes()[self.pos..];
+        let n = bytes.len().min(buf.len());
+        buf[..n].copy_from_slice(&bytes[..n]);
+        self.pos += n;
+        if self.pos >= self.release_at {
+            self.map.release_before(self.pos);
+            self.release_at = self.pos + super::RELEASE_EVERY as usize;
+        }
+        Ok(n)
+    }
+}
+
+impl Drop for Mapping {
+    fn drop(&mut self) {
+        // SAFETY: unmapping the range this value mapped; no slice of it outlives `self`
+        // (`bytes` borrows `self`).
+        unsafe {
+            libc::munmap(self.ptr.as_ptr().cast(), self.len);
+        }
+    }
+}
+
+fn page_size() -> usize {
+    // SAFETY: sysconf reads a constant of the system.
+    let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
+    usize::try_from(size)
+        .ok()
+        .filter(|s| s.is_power_of_two())
+        .unwrap_or(4096)
+}
+
+/// Where the records come from.
+pub enum Source {
+    /// A regular file, mapped (`None`: the file is empty).
+    Mapped(Option<Mapping>),
+    /// A stream (standard input, a FIFO, a device), read through a 64 KiB buffer.
+    Stream(Box<dyn Read>),
+}
+
+impl std::fmt::Debug for Source {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Source::Mapped(m) => f.debug_tuple("Mapped").field(m).finish(),
+            Source::Stream(_) => f.write_str("Stream"),
+        }
+    }
+}
+
+/// A trace to read, opened.
+#[derive(Debug)]
+pub struct Input {
+    name: String,
+    source: Source,
+}
+
+impl Input {
+    /// Opens `arg`: `-` is standard input; a regular file (standard input redirected from
+    /// one included) is mapped, anything else read as a stream.
+    pub fn open(arg: &Path) -> Result<Input, OpenError> {
+        let name = input_name(arg);
+        let fail = |source| OpenError {
+            name: name.clone(),
+            source,
+        };
+        let file = if arg.as_os_str() == "-" {
+            // A duplicate of descriptor 0, so that mapping it leaves stdin as it was.
+            let stdin = io::stdin();
+            let fd = stdin.as_raw_fd();
+            // SAFETY: F_DUPFD_CLOEXEC on our own standard input returns a new descriptor
+            // (or -1), which the File below owns.
+            let dup = unsafe { libc::fcntl(fd, libc::F_DUPFD_CLOEXEC, 0) };
+            if dup < 0 {
+                return Err(fail(io::Error::last_os_error()));
+            }
+            // SAFETY: `dup` is a descriptor just created and owned by nothing else.
+            unsafe { <File as std::os::fd::FromRawFd>::from_raw_fd(dup) }
+        } else {
+            File::open(arg).map_err(fail)?
+        };
+        let meta = file.metadata().map_err(fail)?;
+        let source = if meta.file_type().is_file() {
+            let len = usize::try_from(meta.len()).map_err(|_| {
+                fail(io::Error::other(
+                    "the file is larger than the address space",
+                ))
+            })?;
+            // Standard input redirected from a file may have been read from already: map
+            // only when it is at its start.
+            let at_start =
+                arg.as_os_str() != "-" || io::Seek::stream_position(&mut &file).map_err(fail)? == 0;
+            if !at_start {
+                Source::Stream(Box::new(io::BufReader::with_capacity(1 << 16, file)))
+            } else if len == 0 {
+                Source::Mapped(None)
+            } else {
+                Source::Mapped(Some(Mapping::new(&file, len).map_err(fail)?))
+            }
+        } else {
+            Source::Stream(Box::new(io::BufReader::with_capacity(1 << 16, file)))
+        };
+        Ok(Input { name, source })
+    }
+
+    /// Opens `arg` for a reader that reads it more than once: a stream is first saved to an
+    /// unlinked file in the temporary directory (`TMPDIR`), then mapped.
+    pub fn open_rereadable(arg: &Path) -> Result<Input, OpenError> {
+        let mut input = Input::open(arg)?;
+        if let Source::Stream(reader) = &mut input.source {
+            let fail = |source| OpenError {
+                name: input.name.clone(),
+                source,
+            };
+            let mut spool = tempfile::tempfile().map_err(fail)?;
+            let len = io::copy(reader, &mut spool).map_err(fail)?;
+            let len = usize::try_from(len).map_err(|_| {
+                fail(io::Error::other(
+                    "the input is larger than the address space",
+                ))
+            })?;
+            input.source = if len == 0 {
+                Source::Mapped(None)
+            } else {
+                Source::Mapped(Some(Mapping::new(&spool, len).map_err(fail)?))
+            };
+        }
+        Ok(input)
+    }
+
+    /// The input's name in messages (`<stdin>` for `-`).
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+
+    /// Where the records come from.
+    pub fn source(&mut self) -> &mut Source {
+        &mut self.source
+    }
+}
+
+/// The name of an input in messages.
+pub fn input_name(arg: &Path) -> String {
+    if arg.as_os_str() == "-" {
+        "<stdin>".to_owned()
+    } else {
+        arg.display().to_string()
+    }
+}

@@ -1,0 +1,206 @@
+//! The reading pipeline every reader of the tools runs on: one input opener ([`Input`]: a
+//! mapped file, standard input, a FIFO), one trait an analysis implements ([`Analysis`]),
+//! one driver ([`read`]) that checks every record, decodes only those an analysis wants and
+//! ends the same way for all at damage, and the pieces analyses share: the per-thread slice
+//! stack that pairs duration begins with their ends ([`slices`]), the per-CPU switch state
+//! ([`cpus`]), and a map bounded for crafted input ([`bounded`]).
+//!
+//! # Damage, empty input, exit status
+//!
+//! The driver stops at the first record that does not decode (framing, a field past the
+//! record's end, an unknown string or thread index, …) and returns what came before it
+//! together with the error ([`Outcome::error`]). Every reader follows one rule with it:
+//! report what was read, then name the damage on standard error ("FILE: at byte offset N:
+//! …"), and exit 1. An input that is not FXT at all (empty, or another first word) is the
+//! same error at offset 0. A reader's own findings (`check`'s warnings) may also exit 1.
+//!
+//! # Memory and speed
+//!
+//! A mapped file is read without copying: records borrow the mapping, table strings are kept
+//! once, argument lists reuse one allocation, and the pages read are given back every
+//! [`RELEASE_EVERY`] bytes (resident memory stays bounded whatever the file's size). A
+//! record an analysis does not want is checked but not decoded ([`Analysis::head`]).
+
+pub mod bounded;
+pub mod cpus;
+pub mod filter;
+mod input;
+pub mod slices;
+
+use std::io::{self, Read};
+
+use fxtrace_format::{
+    DecodeError, Decoded, Decoder, RecordHead, SkipCounts, StreamDecoder, Visitor,
+};
+
+pub use input::{input_name, Input, MappedReader, Mapping, OpenError, Source};
+
+/// What a reader computes from a trace, record by record.
+pub trait Analysis {
+    /// Every record's head, checked: returns whether to decode the record and hand it to
+    /// [`Analysis::add`] (by default every record is wanted). An analysis that counts
+    /// records counts them here.
+    fn head(&mut self, head: &RecordHead) -> bool {
+        let _ = head;
+        true
+    }
+
+    /// A record [`Analysis::head`] wanted, decoded. An error (a closed output) stops the
+    /// reading.
+    fn add(&mut self, head: &RecordHead, record: &Decoded<'_>) -> io::Result<()>;
+}
+
+/// How reading a whole input went.
+#[derive(Debug)]
+pub struct Outcome {
+    /// The input's name in messages.
+    pub name: String,
+    /// Bytes in the input: a regular file's size, else the bytes read.
+    pub bytes_read: u64,
+    /// Bytes of well-formed records (where reading stopped).
+    pub bytes_decoded: u64,
+    /// Records and arguments skipped (unknown types), table entries not kept.
+    pub skipped: SkipCounts,
+    /// Where and why reading stopped before the end, if it did.
+    pub error: Option<DecodeError>,
+}
+
+impl Outcome {
+    /// Whether reading stopped at damage (or the input is not FXT).
+    pub fn damaged(&self) -> bool {
+        self.error.is_some()
+    }
+
+    /// Nothing of the input was FXT (empty, or another first word).
+    pub fn not_fxt(&self) -> bool {
+        self.error.as_ref().is_some_and(DecodeError::is_not_fxt)
+    }
+}
+
+/// Bytes read (or table-string bytes referred to) between two give-backs of a mapping's
+/// pages.
+pub const RELEASE_EVERY: u64 = 16 << 20;
+
+/// Why a reading stopped before the input did, other than damage.
+#[derive(Debug, thiserror::Error)]
+pub enum ReadError {
+    /// The input could not be read (a stream's read error is damage, not this).
+    #[error(transparent)]
+    Open(#[from] OpenError),
+    /// The analysis stopped the reading (its output failed).
+    #[error("cannot write output: {0}")]
+    Output(io::Error),
+}
+
+/// Reads `input` from its start: every record checked, those `analysis` wants decoded and
+/// handed to it. A mapped input can be read again (a reader of two passes); a stream once.
+pub fn read(input: &mut Input, analysis: &mut impl Analysis) -> Result<Outcome, ReadError> {
+    let name = input.name().to_owned();
+    match input.source() {
+        Source::Mapped(None) => Ok(Outcome {
+            name,
+            bytes_read: 0,
+            bytes_decoded: 0,
+            skipped: SkipCounts::default(),
+            error: Decoder::new(&[]).next().and_then(Result::err),
+        }),
+        Source::Mapped(Some(map)) => read_mapped(name, map, analysis),
+        Source::Stream(reader) => read_stream(name, reader, analysis),
+    }
+}
+
+fn read_mapped(
+    name: String,
+    map: &Mapping,
+    analysis: &mut impl Analysis,
+) -> Result<Outcome, ReadError> {
+    let bytes = map.bytes();
+    let mut decoder = Decoder::new(bytes);
+    let mut error = None;
+    let (mut release_at, mut release_resolved) = (RELEASE_EVERY, RELEASE_EVERY);
+    while let Some(head) = decoder.next_head() {
+        let head = match head {
+            Ok(head) => head,
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
+        };
+        if analysis.head(&head) {
+            match decoder.decode_current() {
+                Some(Ok(record)) => analysis.add(&head, &record).map_err(ReadError::Output)?,
+                Some(Err(e)) => {
+                    error = Some(e);
+                    break;
+                }
+                None => {}
+            }
+        }
+        let (at, resolved) = (decoder.offset(), decoder.table_bytes_resolved());
+        if at >= release_at || resolved >= release_resolved {
+            map.release_before(at as usize);
+            release_at = at + RELEASE_EVERY;
+            release_resolved = resolved + RELEASE_EVERY;
+        }
+    }
+    map.release_before(bytes.len());
+    Ok(Outcome {
+        name,
+        bytes_read: bytes.len() as u64,
+        bytes_decoded: decoder.offset(),
+        skipped: decoder.skipped(),
+        error,
+    })
+}
+
+/// Counts the bytes that pass through.
+struct Counting<R> {
+    inner: R,
+    count: u64,
+}
+
+impl<R: Read> Read for Counting<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.count += n as u64;
+        Ok(n)
+    }
+}
+
+/// An [`Analysis`] as the streaming decoder's visitor.
+struct Visiting<'v, A>(&'v mut A);
+
+impl<A: Analysis> Visitor for Visiting<'_, A> {
+    type Error = io::Error;
+
+    fn head(&mut self, head: &RecordHead) -> bool {
+        self.0.head(head)
+    }
+
+    fn record(&mut self, head: &RecordHead, record: &Decoded<'_>) -> io::Result<()> {
+        self.0.add(head, record)
+    }
+}
+
+/// Reads the stream `reader` (named `name` in messages) into `analysis`: what [`read`] does
+/// with a stream [`Input`], for a reader already open (a test's bytes).
+pub fn read_stream(
+    name: String,
+    reader: &mut dyn Read,
+    analysis: &mut impl Analysis,
+) -> Result<Outcome, ReadError> {
+    let mut decoder = StreamDecoder::new(Counting {
+        inner: reader,
+        count: 0,
+    });
+    let error = decoder
+        .visit(&mut Visiting(analysis))
+        .map_err(ReadError::Output)?;
+    Ok(Outcome {
+        name,
+        bytes_read: decoder.get_ref().count,
+        bytes_decoded: decoder.offset(),
+        skipped: decoder.skipped(),
+        error,
+    })
+}
