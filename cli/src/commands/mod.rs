@@ -36,6 +36,8 @@ EXAMPLES:
     fxtrace dump --json trace.fxt | jq .  one JSON object per record
     cat trace.fxt | fxtrace dump -        read standard input
     fxtrace stats trace.fxt               counts, providers, time span, damage
+    fxtrace report spans trace.fxt --top 3   why the slowest spans were slow
+    fxtrace report sched trace.fxt        threads on and off the CPUs, stalls
     fxtrace import-xray xray-log.app.Ab12Cd --instr-map ./app -o app.fxt
     fxtrace import-perf perf.data         perf record's LBR samples, switches, mappings
     fxtrace record -o trace.fxt -- ./app --flag   trace a program that links fxtrace
@@ -76,7 +78,8 @@ enum Command {
     ImportPerf(import_perf::ImportPerfArgs),
     /// Convert a trace to another format: `--to chrome-json` (chrome://tracing, Perfetto).
     Convert(convert::ConvertArgs),
-    /// Print a report of a trace: `lbr`, the hottest branch edges of its LBR samples.
+    /// Print a report of a trace: `spans` (why spans were slow), `sched` (threads on and off
+    /// the CPUs, stalls), `lbr` (the hottest branch edges of its LBR samples).
     Report(report::ReportArgs),
     /// Record a trace: run a command under a trace session (it and any program given its
     /// FXTRACE_SOCKET become providers) and write one FXT archive; with --system-wide the

@@ -1,4 +1,5 @@
-//! `fxtrace report`: human-readable reports of a trace (`lbr`: the hottest branch edges).
+//! `fxtrace report`: human-readable reports of a trace (`spans`: where spans spent their
+//! time; `sched`: what the scheduler did to each thread; `lbr`: the hottest branch edges).
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -6,6 +7,9 @@ use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
 
+use fxtrace_tools::read::filter::{Glob, RelativeTime};
+use fxtrace_tools::report::sched::{SchedOptions, SchedReport};
+use fxtrace_tools::report::spans::{SpansOptions, SpansReport, Style};
 use fxtrace_tools::report::{
     write_lbr_text, BinarySpec, Breakdown, LbrReport, LbrTextOptions, SymbolizeError, Symbolizer,
 };
@@ -13,8 +17,21 @@ use fxtrace_tools::report::{
 use super::input;
 use super::CliError;
 
+const EXAMPLES: &str = "\
+EXAMPLES:
+    fxtrace report spans trace.fxt                 per-name table, the 10 slowest spans
+    fxtrace report spans trace.fxt --top 3 --wall  the 3 slowest, with wall-clock times
+    fxtrace report spans trace.fxt --name 'batch*' --min-duration 10ms --json
+    fxtrace report sched trace.fxt                 threads on and off the CPUs, stalls
+    fxtrace report sched trace.fxt --pid 4242 --top 5
+    fxtrace report lbr trace.fxt --per-thread      the hottest branch edges
+
+Record with -a (system-wide) for the context switches and wake-ups that `spans` splits a
+span's time with and that `sched` reads: `sudo fxtrace record -a -- ./server`.";
+
 /// Arguments of `fxtrace report`.
 #[derive(Debug, Args)]
+#[command(after_help = EXAMPLES)]
 pub(crate) struct ReportArgs {
     #[command(subcommand)]
     kind: ReportKind,
@@ -22,6 +39,16 @@ pub(crate) struct ReportArgs {
 
 #[derive(Debug, Subcommand)]
 enum ReportKind {
+    /// Where spans spent their time: per name count, total, self, p50, p99, max; the slowest
+    /// spans with their arguments, thread, children, and (with context switches in the
+    /// trace) their time on CPU, runnable, sleeping and in D, who ran instead and who woke
+    /// them.
+    Spans(SpansArgs),
+    /// What the scheduler did to each thread: time on CPU, time off it by state (runnable,
+    /// sleeping, D) with p50/p99/max, runqueue latency; the longest times off CPU with their
+    /// wait point, waker and what ran meanwhile; stalls (threads of one process asleep at
+    /// once, with the sibling that ran or woke them).
+    Sched(SchedArgs),
     /// The hottest branch edges of the trace's last-branch-record (LBR) samples: count,
     /// mispredict rate, average cycles, overall and per CPU or thread, symbolized through the
     /// mappings the trace recorded and the binaries given.
@@ -51,11 +78,127 @@ struct LbrArgs {
     per_cpu: bool,
 }
 
+/// Arguments of `fxtrace report spans`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Times are relative to the trace's first timestamp; --wall adds the wall-clock time (UTC) the \
+trace's anchor gives. A span's time is split only where the trace has its thread's context \
+switches (record with -a). Exit status 1 when the trace is damaged (the report covers the \
+records before the damage).")]
+struct SpansArgs {
+    /// The trace to read (`-` for standard input, saved to a temporary file: it is read twice).
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+    /// Slowest spans shown in detail.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    top: usize,
+    /// Only spans whose name matches (`*` and `?` wildcards). Repeatable.
+    #[arg(long, value_name = "GLOB")]
+    name: Vec<String>,
+    /// Only spans of this process. Repeatable.
+    #[arg(long, value_name = "PID")]
+    pid: Vec<u64>,
+    /// Only spans of this thread. Repeatable.
+    #[arg(long, value_name = "TID")]
+    tid: Vec<u64>,
+    /// Only spans at least this long (`10ms`, `250us`, `1.5` seconds).
+    #[arg(long, value_name = "TIME")]
+    min_duration: Option<RelativeTime>,
+    /// Show wall-clock times too.
+    #[arg(long)]
+    wall: bool,
+    /// One JSON object per line (table rows, slow spans, notes), for scripts.
+    #[arg(long)]
+    json: bool,
+}
+
+/// Arguments of `fxtrace report sched`.
+#[derive(Debug, Args)]
+#[command(after_help = "\
+Reads the trace's context switches and wake-ups (record with -a). Runnable is time preempted \
+or woken and waiting for a CPU; sleeping is time blocked until woken; D is an uninterruptible \
+sleep. A stall is a moment when two or more threads of one process slept at once (each for at \
+least --min-stall): the report names the process's threads that ran meanwhile and those that \
+woke the sleepers, the usual signature of a lock held too long. Exit status 1 when the trace \
+is damaged (the report covers the records before the damage).")]
+struct SchedArgs {
+    /// The trace to read (`-` for standard input, saved to a temporary file: it is read twice).
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+    /// Longest times off CPU, and stalls, shown.
+    #[arg(long, value_name = "N", default_value_t = 10)]
+    top: usize,
+    /// Only threads of this process. Repeatable.
+    #[arg(long, value_name = "PID")]
+    pid: Vec<u64>,
+    /// Only threads whose name, or whose process's name, matches (`*`, `?`). Repeatable.
+    #[arg(long, value_name = "GLOB")]
+    comm: Vec<String>,
+    /// Only what happened on this CPU. Repeatable.
+    #[arg(long, value_name = "CPU")]
+    cpu: Vec<u16>,
+    /// Shortest sleep that takes part in a stall.
+    #[arg(long, value_name = "TIME", default_value = "1ms")]
+    min_stall: RelativeTime,
+    /// Show wall-clock times too.
+    #[arg(long)]
+    wall: bool,
+    /// One JSON object per line (threads, intervals, stalls, notes), for scripts.
+    #[arg(long)]
+    json: bool,
+}
+
 /// Runs a report.
 pub(crate) fn run(args: &ReportArgs) -> Result<ExitCode, CliError> {
     match &args.kind {
+        ReportKind::Spans(args) => spans(args),
+        ReportKind::Sched(args) => sched(args),
         ReportKind::Lbr(args) => lbr(args),
     }
+}
+
+fn spans(args: &SpansArgs) -> Result<ExitCode, CliError> {
+    let options = SpansOptions {
+        top: args.top,
+        names: args.name.iter().map(|g| Glob::new(g)).collect(),
+        pids: args.pid.clone(),
+        tids: args.tid.clone(),
+        min_duration_ns: args.min_duration.map_or(0, |d| d.0),
+    };
+    let mut input = input::open_rereadable(&args.file)?;
+    let report = SpansReport::read(&mut input, &options)?;
+    let style = Style { wall: args.wall };
+    let mut out = io::stdout().lock();
+    if args.json {
+        report.write_json(&mut out, style)
+    } else {
+        writeln!(out, "file: {}", input.name()).and_then(|()| report.write_text(&mut out, style))
+    }
+    .and_then(|()| out.flush())
+    .map_err(CliError::Output)?;
+    input::finish(report.outcome)
+}
+
+fn sched(args: &SchedArgs) -> Result<ExitCode, CliError> {
+    let options = SchedOptions {
+        top: args.top,
+        pids: args.pid.clone(),
+        comms: args.comm.iter().map(|g| Glob::new(g)).collect(),
+        cpus: args.cpu.clone(),
+        min_stall_ns: args.min_stall.0,
+    };
+    let mut input = input::open_rereadable(&args.file)?;
+    let report = SchedReport::read(&mut input, &options)?;
+    let style = Style { wall: args.wall };
+    let mut out = io::stdout().lock();
+    if args.json {
+        report.write_json(&mut out, style)
+    } else {
+        writeln!(out, "file: {}", input.name()).and_then(|()| report.write_text(&mut out, style))
+    }
+    .and_then(|()| out.flush())
+    .map_err(CliError::Output)?;
+    input::finish(report.outcome)
 }
 
 fn lbr(args: &LbrArgs) -> Result<ExitCode, CliError> {

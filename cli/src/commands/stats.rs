@@ -6,7 +6,10 @@ use std::process::ExitCode;
 
 use clap::Args;
 
-use fxtrace_format::{Decoded, RecordHead, SkipCounts, Summary, PROVIDER_EVENT_BUFFER_OVERFLOW};
+use fxtrace_format::{
+    Decoded, RecordHead, RecordKind, SkipCounts, Summary, PROVIDER_EVENT_BUFFER_OVERFLOW,
+};
+use fxtrace_tools::read::wall::{WallClock, WallTime};
 use fxtrace_tools::read::{Analysis, Outcome};
 
 use super::input;
@@ -22,16 +25,23 @@ pub(crate) struct StatsArgs {
 
 /// The summary as an analysis: every record counted from its head, the few whose contents
 /// matter (provider metadata, drop markers) decoded.
-struct Stats(Summary);
+struct Stats {
+    summary: Summary,
+    /// When the trace was taken, if it says.
+    wall: Option<WallClock>,
+}
 
 impl Analysis for Stats {
     fn head(&mut self, head: &RecordHead) -> bool {
-        self.0.count(head);
-        self.0.wants(head)
+        self.summary.count(head);
+        self.summary.wants(head) || head.kind == RecordKind::KernelObject
     }
 
     fn add(&mut self, _: &RecordHead, record: &Decoded<'_>) -> io::Result<()> {
-        self.0.read(record);
+        self.summary.read(record);
+        if self.wall.is_none() {
+            self.wall = WallClock::of(&record.record);
+        }
         Ok(())
     }
 }
@@ -39,10 +49,13 @@ impl Analysis for Stats {
 /// Prints the summary of the well-formed part; returns the decode error when damaged.
 pub(crate) fn run(args: &StatsArgs) -> Result<ExitCode, CliError> {
     let mut input = input::open(&args.file)?;
-    let mut stats = Stats(Summary::new());
+    let mut stats = Stats {
+        summary: Summary::new(),
+        wall: None,
+    };
     let outcome = input::read_all(&mut input, &mut stats)?;
     let mut out = io::stdout().lock();
-    print(&mut out, &stats.0, &outcome).map_err(CliError::Output)?;
+    print(&mut out, &stats.summary, stats.wall, &outcome).map_err(CliError::Output)?;
     input::finish(outcome)
 }
 
@@ -81,7 +94,12 @@ fn dropped_note(summary: &Summary, id: u32) -> Option<String> {
     }
 }
 
-fn print(out: &mut impl Write, summary: &Summary, outcome: &Outcome) -> io::Result<()> {
+fn print(
+    out: &mut impl Write,
+    summary: &Summary,
+    wall: Option<WallClock>,
+    outcome: &Outcome,
+) -> io::Result<()> {
     writeln!(out, "file: {}", outcome.name)?;
     writeln!(
         out,
@@ -146,6 +164,16 @@ fn print(out: &mut impl Write, summary: &Summary, outcome: &Outcome) -> io::Resu
             writeln!(out, "time span: {first} ns .. {last} ns ({span} ns)")?
         }
         _ => writeln!(out, "time span: no timestamped records")?,
+    }
+    match (wall, summary.first_ns(), summary.last_ns()) {
+        (Some(wall), Some(first), Some(last)) => {
+            writeln!(out, "wall clock: {} .. {}", wall.at(first), wall.at(last))?
+        }
+        (Some(wall), _, _) => writeln!(out, "wall clock: taken {}", WallTime(wall.realtime_ns))?,
+        (None, _, _) => writeln!(
+            out,
+            "wall clock: not recorded (the trace has no fxtrace wall-clock anchor)"
+        )?,
     }
     match &outcome.error {
         None => writeln!(out, "status: ok")?,

@@ -6,6 +6,7 @@
 //!
 //! ```text
 //! magic number record                       (first word, exactly once)
+//! kernel object "fxtrace" (wall clock)      (when the trace was taken: read::wall)
 //! provider info (id, name)                  (the first time provider `id` has data)
 //!   [provider event "buffer overflow"]      (records were dropped)
 //!   records copied from its buffer …
@@ -23,6 +24,7 @@
 use std::collections::BTreeSet;
 use std::io::{self, Write};
 
+use crate::read::wall::WallClock;
 use fxtrace_format::{
     self, Arg, ArgValue, CheckedRecords, Encode, EncodeError, Event, EventKind, FramingError,
     ProviderEvent, ProviderInfo, ProviderSection, StringRef, ThreadRef, MAGIC_WORD,
@@ -61,8 +63,11 @@ pub struct Archive<W: Write> {
     introduced: BTreeSet<u32>,
     /// The provider whose section the stream is in.
     current: Option<u32>,
-    /// The magic number record is still to be written (before anything else).
+    /// The magic number record is still to be written (before anything else), then the
+    /// wall-clock anchor.
     magic_pending: bool,
+    /// The wall-clock anchor record ([`crate::read::wall`]), written right after the magic.
+    anchor: Vec<u8>,
     /// Records taken and not written yet (at most [`STAGED`] bytes): a read-out of many short
     /// runs goes out in few writes. [`Self::flush`] writes them.
     staged: Vec<u8>,
@@ -105,14 +110,25 @@ impl<W: Write> Archive<W> {
     /// until the first record, flush or [`Self::into_inner`]: whoever creates the archive
     /// never blocks on `out` (the trace service creates sessions' archives on its event loop,
     /// and a controller's output may be slow).
+    ///
+    /// The clocks are read here: the archive's wall-clock anchor says when the trace was
+    /// taken ([`crate::read::wall`]).
     pub fn new(out: W) -> Result<Self, ArchiveError> {
+        let anchor = WallClock::now()
+            .record_words(u64::from(std::process::id()))
+            .map_err(|source| ArchiveError::Encode {
+                what: "wall-clock anchor",
+                source,
+            })?;
+        let anchor = fxtrace_format::words_to_bytes(&anchor);
         Ok(Self {
             out: Some(out),
-            bytes: 8,
-            records: 1,
+            bytes: 8 + anchor.len() as u64,
+            records: 2,
             introduced: BTreeSet::new(),
             current: None,
             magic_pending: true,
+            anchor,
             staged: Vec::new(),
         })
     }
@@ -151,6 +167,7 @@ impl<W: Write> Archive<W> {
             .ok_or_else(|| io::Error::other("the archive's output was taken"))?;
         if self.magic_pending {
             out.write_all(&MAGIC_WORD.to_ne_bytes())?;
+            out.write_all(&self.anchor)?;
             self.magic_pending = false;
         }
         Ok(out)

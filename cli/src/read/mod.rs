@@ -3,7 +3,9 @@
 //! one driver ([`read`]) that checks every record, decodes only those an analysis wants and
 //! ends the same way for all at damage, and the pieces analyses share: the per-thread slice
 //! stack that pairs duration begins with their ends ([`slices`]), the per-CPU switch state
-//! ([`cpus`]), and a map bounded for crafted input ([`bounded`]).
+//! ([`cpus`]) and each thread's time on and off the CPUs ([`timeline`]), a map bounded for
+//! crafted input ([`bounded`]), durations in bounded memory ([`histogram`]), record filters
+//! ([`filter`]) and the wall-clock anchor ([`wall`]).
 //!
 //! # Damage, empty input, exit status
 //!
@@ -24,8 +26,12 @@
 pub mod bounded;
 pub mod cpus;
 pub mod filter;
+pub mod histogram;
 mod input;
+pub mod names;
 pub mod slices;
+pub mod timeline;
+pub mod wall;
 
 use std::io::{self, Read};
 

@@ -1,0 +1,349 @@
+//! Each thread's time on and off the CPUs, from the context switches and wake-ups read so far:
+//! a switch closes the outgoing thread's time on its CPU ([`Interval::On`]) and the incoming
+//! thread's time off the CPUs ([`Interval::Off`]: why it left, where it waited, when and by
+//! whom it was woken). What ran on each CPU lately is kept ([`HISTORY`] slices a CPU), so
+//! that an interval off the CPUs can say who ran instead on the CPU it left.
+//!
+//! Bounded for crafted input: [`MAX_THREADS`] threads followed at once, [`MAX_CPUS`] CPUs with
+//! a history; what is beyond them is counted ([`Timeline::threads_not_followed`]).
+
+use std::collections::{BTreeMap, VecDeque};
+
+use fxtrace_format::{DecodedRecord, DecodedValue};
+
+use super::bounded::BoundedMap;
+use super::cpus::{Cpus, OffCpu, Running, Switch};
+
+/// Threads followed at once.
+pub const MAX_THREADS: usize = 1 << 18;
+/// CPUs whose recent slices are kept.
+pub const MAX_CPUS: usize = 1024;
+/// Slices kept a CPU.
+pub const HISTORY: usize = 256;
+
+/// Argument of a thread wakeup: the thread that woke it.
+pub const WAKER_ARG: &str = "waker";
+
+/// A thread wakeup.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Wakeup {
+    /// When, ns.
+    pub ns: u64,
+    /// The CPU it was queued on.
+    pub cpu: u16,
+    /// The woken thread.
+    pub tid: u64,
+    /// The thread that woke it, when the record says.
+    pub waker: Option<u64>,
+}
+
+impl Wakeup {
+    /// The wakeup in `record`, if it is one.
+    pub fn of(record: &DecodedRecord<'_>) -> Option<Wakeup> {
+        let DecodedRecord::SchedThreadWakeup {
+            time,
+            cpu,
+            waking_tid,
+            args,
+        } = record
+        else {
+            return None;
+        };
+        Some(Wakeup {
+            ns: time.ns,
+            cpu: *cpu,
+            tid: *waking_tid,
+            waker: args
+                .iter()
+                .find(|a| a.name == WAKER_ARG)
+                .and_then(|a| match a.value {
+                    DecodedValue::Koid(k) | DecodedValue::U64(k) => Some(k),
+                    _ => None,
+                }),
+        })
+    }
+}
+
+/// A thread's time on or off the CPUs, closed by a switch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Interval {
+    /// It ran on `cpu` from `start` to `end`.
+    On {
+        /// Thread.
+        tid: u64,
+        /// Its process, when known.
+        pid: Option<u64>,
+        /// The CPU.
+        cpu: u16,
+        /// From, ns.
+        start: u64,
+        /// To, ns.
+        end: u64,
+    },
+    /// It was off the CPUs from `start` (switched out of `cpu`) to `end` (switched in).
+    Off(OffInterval),
+}
+
+/// A thread's time off the CPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OffInterval {
+    /// Thread.
+    pub tid: u64,
+    /// The CPU it left.
+    pub cpu: u16,
+    /// The CPU it came back on.
+    pub back_on: u16,
+    /// From (switched out), ns.
+    pub start: u64,
+    /// To (switched in), ns.
+    pub end: u64,
+    /// Why it left.
+    pub reason: OffCpu,
+    /// Its wait point (a stack id), when the switch named one.
+    pub stack: Option<u32>,
+    /// When it was woken, and by whom, when a wake-up was recorded.
+    pub woken: Option<(u64, Option<u64>)>,
+}
+
+impl OffInterval {
+    /// Its length, ns.
+    pub fn len(&self) -> u64 {
+        self.end.saturating_sub(self.start)
+    }
+
+    /// Zero length.
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// The part spent waiting for the event (asleep), and the part spent runnable (after a
+    /// wake-up, or all of it when preempted), ns.
+    pub fn split(&self) -> (u64, u64) {
+        match (self.reason, self.woken) {
+            (OffCpu::Runnable, _) => (0, self.len()),
+            (_, Some((at, _))) => {
+                let at = at.clamp(self.start, self.end);
+                (at - self.start, self.end - at)
+            }
+            (_, None) => (self.len(), 0),
+        }
+    }
+}
+
+/// A slice a CPU ran, as its history keeps it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Slice {
+    tid: u64,
+    start: u64,
+    end: u64,
+}
+
+/// What the timeline knows of a thread now.
+#[derive(Debug, Clone, Copy, Default)]
+struct ThreadNow {
+    /// Switched out at, on that CPU, why, and its wait point.
+    off: Option<(u64, u16, OffCpu, Option<u32>)>,
+    /// Woken at, by (while off).
+    woken: Option<(u64, Option<u64>)>,
+}
+
+/// Threads on and off the CPUs.
+#[derive(Debug)]
+pub struct Timeline {
+    cpus: Cpus<()>,
+    threads: BoundedMap<u64, ThreadNow>,
+    history: BoundedMap<u16, VecDeque<Slice>>,
+    /// Wake-ups read.
+    pub wakeups: u64,
+    /// Context switches read.
+    pub switches: u64,
+    /// Switches whose outgoing thread was not the one the CPU was running (a switch missing).
+    pub mismatches: u64,
+}
+
+impl Default for Timeline {
+    fn default() -> Self {
+        Timeline {
+            cpus: Cpus::new(),
+            threads: BoundedMap::new(MAX_THREADS),
+            history: BoundedMap::new(MAX_CPUS),
+            wakeups: 0,
+            switches: 0,
+            mismatches: 0,
+        }
+    }
+}
+
+impl Timeline {
+    /// Nothing read.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Threads whose state was not kept (beyond [`MAX_THREADS`]).
+    pub fn threads_not_followed(&self) -> u64 {
+        self.threads.refused()
+    }
+
+    /// The thread running on `cpu` and since when.
+    pub fn running(&self, cpu: u16) -> Option<(u64, u64)> {
+        self.cpus.running(cpu).map(|r| (r.tid, r.since_ns))
+    }
+
+    /// A wake-up: remembered until the woken thread runs.
+    pub fn wakeup(&mut self, w: &Wakeup) {
+        self.wakeups += 1;
+        if let Some(t) = self.threads.get_mut(&w.tid) {
+            if t.off.is_some() {
+                t.woken = Some((w.ns, w.waker));
+            }
+        }
+    }
+
+    /// A switch: hands `out` the outgoing thread's time on the CPU, then the incoming
+    /// thread's time off the CPUs (when its switch out was read).
+    pub fn switch(&mut self, s: &Switch<'_>, mut out: impl FnMut(Interval)) {
+        self.switches += 1;
+        let incoming = (s.incoming_tid != 0).then(|| Running {
+            tid: s.incoming_tid,
+            pid: s.incoming_pid,
+            since_ns: s.ns,
+            data: (),
+        });
+        if let Some(ran) = self.cpus.switch(s.cpu, s.ns, s.outgoing_tid, s.outgoing_state, incoming)
+        {
+            self.mismatches += u64::from(ran.mismatch);
+            let r = &ran.running;
+            if let Some(history) = self.history.entry(s.cpu) {
+                if history.len() >= HISTORY {
+                    history.pop_front();
+                }
+                history.push_back(Slice {
+                    tid: r.tid,
+                    start: r.since_ns,
+                    end: s.ns,
+                });
+            }
+            out(Interval::On {
+                tid: r.tid,
+                pid: r.pid.or(s.outgoing_pid),
+                cpu: s.cpu,
+                start: r.since_ns,
+                end: s.ns,
+            });
+        }
+        if s.outgoing_tid != 0 {
+            if let Some(t) = self.threads.entry(s.outgoing_tid) {
+                *t = ThreadNow {
+                    off: Some((s.ns, s.cpu, s.off_cpu(), s.stack())),
+                    woken: None,
+                };
+            }
+        }
+        if s.incoming_tid != 0 {
+            if let Some(t) = self.threads.get_mut(&s.incoming_tid) {
+                if let Some((start, cpu, reason, stack)) = t.off.take() {
+                    out(Interval::Off(OffInterval {
+                        tid: s.incoming_tid,
+                        cpu,
+                        back_on: s.cpu,
+                        start,
+                        end: s.ns,
+                        reason,
+                        stack,
+                        woken: t.woken.take(),
+                    }));
+                }
+            }
+        }
+    }
+
+    /// Who ran on `cpu` between `start` and `end` (ns), by thread: (tid, ns) the longest
+    /// first, from the slices kept ([`HISTORY`]) and the one running now; `false` when the
+    /// history does not reach back to `start` (the list covers only its end).
+    pub fn ran_on(&self, cpu: u16, start: u64, end: u64) -> (Vec<(u64, u64)>, bool) {
+        let mut by_thread: BTreeMap<u64, u64> = BTreeMap::new();
+        let mut add = |tid: u64, a: u64, b: u64| {
+            let (a, b) = (a.max(start), b.min(end));
+            if b > a {
+                *by_thread.entry(tid).or_default() += b - a;
+            }
+        };
+        if let Some(r) = self.cpus.running(cpu) {
+            add(r.tid, r.since_ns, end);
+        }
+        let mut complete = false;
+        if let Some(history) = self.history.get(&cpu) {
+            for slice in history.iter().rev() {
+                if slice.end <= start {
+                    complete = true;
+                    break;
+                }
+                add(slice.tid, slice.start, slice.end);
+            }
+            complete |= history.len() < HISTORY;
+        }
+        let mut ran: Vec<(u64, u64)> = by_thread.into_iter().collect();
+        ran.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+        (ran, complete)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn switch(ns: u64, cpu: u16, out: u64, state: u8, inc: u64) -> Switch<'static> {
+        Switch {
+            ns,
+            cpu,
+            outgoing_tid: out,
+            outgoing_pid: None,
+            outgoing_state: state,
+            incoming_tid: inc,
+            incoming_pid: None,
+            incoming_priority: None,
+            args: &[],
+        }
+    }
+
+    #[test]
+    fn a_preempted_thread_waits_runnable_while_another_runs_its_cpu() {
+        let mut t = Timeline::new();
+        let mut got = Vec::new();
+        t.switch(&switch(0, 0, 0, 3, 10), |i| got.push(i));
+        // 10 preempted by 20 at 100; 20 runs until 400, then 10 again.
+        t.switch(&switch(100, 0, 10, 1, 20), |i| got.push(i));
+        t.switch(&switch(400, 0, 20, 3, 10), |i| got.push(i));
+        let off = got
+            .iter()
+            .find_map(|i| match i {
+                Interval::Off(o) => Some(*o),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!((off.start, off.end, off.reason), (100, 400, OffCpu::Runnable));
+        assert_eq!(off.split(), (0, 300));
+        assert_eq!(t.ran_on(0, off.start, off.end), (vec![(20, 300)], true));
+    }
+
+    #[test]
+    fn a_sleep_ends_with_its_wakeup_then_waits_runnable() {
+        let mut t = Timeline::new();
+        let mut got = Vec::new();
+        t.switch(&switch(0, 1, 0, 3, 10), |i| got.push(i));
+        t.switch(&switch(50, 1, 10, 3, 0), |i| got.push(i));
+        t.wakeup(&Wakeup {
+            ns: 250,
+            cpu: 1,
+            tid: 10,
+            waker: Some(11),
+        });
+        t.switch(&switch(300, 1, 0, 3, 10), |i| got.push(i));
+        let Some(Interval::Off(off)) = got.last().copied() else {
+            panic!("{got:?}")
+        };
+        assert_eq!((off.reason, off.woken), (OffCpu::Sleeping, Some((250, Some(11)))));
+        assert_eq!(off.split(), (200, 50));
+    }
+}
