@@ -138,7 +138,7 @@ struct SchedArgs {
     #[arg(long, value_name = "CPU")]
     cpu: Vec<u16>,
     /// Shortest sleep that takes part in a stall.
-    #[arg(long, value_name = "TIME", default_value = "1ms")]
+    #[arg(long, value_name = "TIME", default_value = "10ms")]
     min_stall: RelativeTime,
     /// Show wall-clock times too.
     #[arg(long)]

@@ -115,7 +115,10 @@ mod tests {
             let b = bucket(ns);
             assert!(b >= last, "{ns}");
             let (low, high) = bounds(b);
-            assert!(low <= ns && ns <= high, "{ns} in bucket {b} ({low}..{high})");
+            assert!(
+                low <= ns && ns <= high,
+                "{ns} in bucket {b} ({low}..{high})"
+            );
             last = b;
         }
     }

@@ -159,6 +159,11 @@ pub struct Timeline {
     pub switches: u64,
     /// Switches whose outgoing thread was not the one the CPU was running (a switch missing).
     pub mismatches: u64,
+    /// Switches older than the last one read on their CPU (a second source of the same
+    /// switches, or a section out of order): not applied.
+    pub out_of_order: u64,
+    /// The time of the last switch applied on each CPU.
+    last_switch: BTreeMap<u16, u64>,
 }
 
 impl Default for Timeline {
@@ -170,6 +175,8 @@ impl Default for Timeline {
             wakeups: 0,
             switches: 0,
             mismatches: 0,
+            out_of_order: 0,
+            last_switch: BTreeMap::new(),
         }
     }
 }
@@ -203,6 +210,12 @@ impl Timeline {
     /// A switch: hands `out` the outgoing thread's time on the CPU, then the incoming
     /// thread's time off the CPUs (when its switch out was read).
     pub fn switch(&mut self, s: &Switch<'_>, mut out: impl FnMut(Interval)) {
+        let last = self.last_switch.entry(s.cpu).or_insert(0);
+        if s.ns < *last {
+            self.out_of_order += 1;
+            return;
+        }
+        *last = s.ns;
         self.switches += 1;
         let incoming = (s.incoming_tid != 0).then(|| Running {
             tid: s.incoming_tid,
@@ -210,7 +223,9 @@ impl Timeline {
             since_ns: s.ns,
             data: (),
         });
-        if let Some(ran) = self.cpus.switch(s.cpu, s.ns, s.outgoing_tid, s.outgoing_state, incoming)
+        if let Some(ran) = self
+            .cpus
+            .switch(s.cpu, s.ns, s.outgoing_tid, s.outgoing_state, incoming)
         {
             self.mismatches += u64::from(ran.mismatch);
             let r = &ran.running;
@@ -322,7 +337,10 @@ mod tests {
                 _ => None,
             })
             .unwrap();
-        assert_eq!((off.start, off.end, off.reason), (100, 400, OffCpu::Runnable));
+        assert_eq!(
+            (off.start, off.end, off.reason),
+            (100, 400, OffCpu::Runnable)
+        );
         assert_eq!(off.split(), (0, 300));
         assert_eq!(t.ran_on(0, off.start, off.end), (vec![(20, 300)], true));
     }
@@ -343,7 +361,10 @@ mod tests {
         let Some(Interval::Off(off)) = got.last().copied() else {
             panic!("{got:?}")
         };
-        assert_eq!((off.reason, off.woken), (OffCpu::Sleeping, Some((250, Some(11)))));
+        assert_eq!(
+            (off.reason, off.woken),
+            (OffCpu::Sleeping, Some((250, Some(11))))
+        );
         assert_eq!(off.split(), (200, 50));
     }
 }

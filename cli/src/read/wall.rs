@@ -20,8 +20,7 @@
 use std::fmt;
 
 use fxtrace_format::{
-    ticks_to_ns, Arg, ArgValue, DecodedRecord, DecodedValue, KernelObject, ObjectType,
-    StringRef,
+    ticks_to_ns, Arg, ArgValue, DecodedRecord, DecodedValue, KernelObject, ObjectType, StringRef,
 };
 
 /// Name of the anchor's Kernel Object record.
@@ -112,10 +111,12 @@ impl WallClock {
             return None;
         }
         let arg = |key: &str| {
-            args.iter().find(|a| a.name == key).and_then(|a| match a.value {
-                DecodedValue::U64(v) => Some(v),
-                _ => None,
-            })
+            args.iter()
+                .find(|a| a.name == key)
+                .and_then(|a| match a.value {
+                    DecodedValue::U64(v) => Some(v),
+                    _ => None,
+                })
         };
         Some(WallClock {
             ticks: arg(TICKS_ARG)?,

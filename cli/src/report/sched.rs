@@ -4,7 +4,10 @@
 //! and max, and the runqueue latency (woken → running) where wake-ups are recorded. Then the
 //! longest intervals off the CPUs with their wait point, waker and what ran on the CPU
 //! meanwhile. Then the stalls: moments when several threads of one process slept at once,
-//! with the sibling that ran meanwhile or woke them (a lock held too long, usually).
+//! with the sibling that ran meanwhile or woke them (a lock held too long, usually). The
+//! sleeps of a stall are alike (each overlaps the others for half its length at least: a
+//! thread idle for the whole trace is not part of every stall), each at least
+//! [`SchedOptions::min_stall_ns`] long; fxtrace's own threads take no part.
 //!
 //! Two passes: the first follows every thread ([`Timeline`]) and finds the stalls, the
 //! second measures, for each stall, what the process's other threads ran in it.
@@ -26,8 +29,27 @@ use crate::read::{self, Analysis, Input, Outcome, ReadError};
 
 /// Threads with statistics of their own; the others are counted together.
 pub const MAX_THREADS: usize = 4096;
-/// Waiters kept per stall.
-pub const MAX_WAITERS: usize = 32;
+/// Sleeps gathered into one cluster before its stalls are taken (a longer chain of
+/// overlapping sleeps is cut there).
+pub const MAX_WAITERS: usize = 64;
+/// Stall candidates kept per stall shown (ranked again after the second pass).
+pub const STALL_CANDIDATES: usize = 4;
+/// Clusters of similar sleeps gathered at once per process.
+pub const CLUSTERS_PER_PROCESS: usize = 4;
+
+/// Whether two sleeps are alike enough to be one stall: they overlap for at least half of
+/// the longer one (a thread asleep for the whole trace is not part of every short stall).
+fn alike(a: &Waiter, b: &Waiter) -> bool {
+    let overlap = a.end.min(b.end).saturating_sub(a.start.max(b.start));
+    let longer = (a.end - a.start).max(b.end - b.start);
+    overlap > 0 && 2 * overlap >= longer
+}
+
+/// fxtrace's own threads inside a traced process (`fxtrace-capture`, …): never part of a
+/// stall of the program.
+fn is_fxtraces_own(name: Option<&str>) -> bool {
+    name.is_some_and(|n| n.starts_with("fxtrace-"))
+}
 
 /// What to report.
 #[derive(Debug, Clone, Default)]
@@ -102,10 +124,11 @@ pub struct Stall {
     pub end: u64,
     /// Thread-time lost in the window: the waiters' sleep within it, ns.
     pub lost_ns: u64,
-    /// The threads asleep (at most [`MAX_WAITERS`]).
+    /// How the stalls rank: `lost_ns` weighted by the share of the window the process's
+    /// busiest other thread ran (a lock held by a running sibling ranks first).
+    pub score: f64,
+    /// The threads asleep.
     pub waiters: Vec<Waiter>,
-    /// Waiters not kept.
-    pub more_waiters: u64,
     /// The process's threads on a CPU in the window: (tid, ns), the longest first.
     pub running: Vec<(u64, u64)>,
 }
@@ -134,6 +157,8 @@ pub struct SchedReport {
     pub wait_points: u64,
     /// Switches whose outgoing thread was not the one running (a switch missing).
     pub mismatches: u64,
+    /// Switches older than the last one on their CPU, left out (a second source of them).
+    pub out_of_order: u64,
     /// Threads not followed (beyond the timeline's bound) or not given a row.
     pub threads_not_kept: u64,
     /// The trace's first timestamp, ns.
@@ -181,7 +206,6 @@ impl SchedReport {
 struct Cluster {
     end: u64,
     waiters: Vec<Waiter>,
-    more: u64,
 }
 
 /// The first pass.
@@ -195,7 +219,9 @@ struct Follow<'o> {
     other: ThreadRow,
     longest: BinaryHeap<Reverse<(u64, u64)>>,
     longest_rows: HashMap<u64, OffRow>,
-    clusters: BoundedMap<u64, Cluster>,
+    /// Per process, the clusters of similar sleeps being gathered (at most
+    /// [`CLUSTERS_PER_PROCESS`]).
+    clusters: BoundedMap<u64, Vec<Cluster>>,
     stalls: BinaryHeap<Reverse<(u64, u64)>>,
     stall_rows: HashMap<u64, Stall>,
     seq: u64,
@@ -307,6 +333,9 @@ impl Follow<'_> {
         let Some(pid) = self.names.pid(off.tid) else {
             return;
         };
+        if is_fxtraces_own(self.names.thread(off.tid)) {
+            return;
+        }
         let waiter = Waiter {
             tid: off.tid,
             start: off.start,
@@ -315,61 +344,85 @@ impl Follow<'_> {
             waker: off.woken.and_then(|(_, w)| w),
             uninterruptible: off.reason == OffCpu::Uninterruptible,
         };
-        let overlaps = self
-            .clusters
-            .get(&pid)
-            .is_some_and(|c| waiter.start < c.end);
-        if !overlaps {
-            if let Some(done) = self.clusters.remove(&pid) {
-                self.close(pid, done);
-            }
-        }
-        let Some(cluster) = self.clusters.entry(pid) else {
+        let Some(clusters) = self.clusters.entry(pid) else {
             return;
         };
-        cluster.end = cluster.end.max(waiter.end);
-        if cluster.waiters.len() < MAX_WAITERS {
-            cluster.waiters.push(waiter);
-        } else {
-            cluster.more += 1;
+        // Clusters this sleep starts after are complete (sleeps come in the order they end).
+        let (done, open): (Vec<Cluster>, Vec<Cluster>) = std::mem::take(clusters)
+            .into_iter()
+            .partition(|c| waiter.start >= c.end);
+        *clusters = open;
+        // It joins a cluster with a sleep alike (not full), else starts one.
+        let join = clusters.iter().position(|c| {
+            c.waiters.len() < MAX_WAITERS && c.waiters.iter().any(|w| alike(w, &waiter))
+        });
+        let mut closed = done;
+        match join {
+            Some(i) => {
+                let c = &mut clusters[i];
+                c.end = c.end.max(waiter.end);
+                c.waiters.push(waiter);
+            }
+            None => {
+                if clusters.len() >= CLUSTERS_PER_PROCESS {
+                    closed.push(clusters.remove(0));
+                }
+                clusters.push(Cluster {
+                    end: waiter.end,
+                    waiters: vec![waiter],
+                });
+            }
+        }
+        for cluster in closed {
+            self.close(pid, cluster);
         }
     }
 
-    /// A cluster of overlapping sleeps of process `pid` is complete: a stall when two
-    /// threads or more slept at once.
+    /// A cluster of overlapping sleeps of process `pid` is complete: each stretch of it
+    /// when two threads or more slept at once is a stall.
     fn close(&mut self, pid: u64, cluster: Cluster) {
         let mut edges: Vec<(u64, i32)> = cluster
             .waiters
             .iter()
             .flat_map(|w| [(w.start, 1), (w.end, -1)])
             .collect();
+        // Ends before starts at the same instant: touching sleeps do not overlap.
         edges.sort();
-        let (mut depth, mut start, mut end) = (0, None, 0);
+        let mut depth = 0;
+        let mut from = None;
         for (at, step) in edges {
             let before = depth;
             depth += step;
-            if before < 2 && depth >= 2 && start.is_none() {
-                start = Some(at);
-            }
-            if before >= 2 && depth < 2 {
-                end = at;
+            if before < 2 && depth >= 2 {
+                from = Some(at);
+            } else if before >= 2 && depth < 2 {
+                if let Some(start) = from.take() {
+                    self.stall(pid, start, at, &cluster);
+                }
             }
         }
-        let Some(start) = start else {
-            return;
-        };
-        let mut distinct: Vec<u64> = cluster.waiters.iter().map(|w| w.tid).collect();
+    }
+
+    /// The stretch `start..end` of `cluster` when two of its threads or more slept.
+    fn stall(&mut self, pid: u64, start: u64, end: u64, cluster: &Cluster) {
+        let waiters: Vec<Waiter> = cluster
+            .waiters
+            .iter()
+            .filter(|w| w.start < end && w.end > start)
+            .cloned()
+            .collect();
+        let mut distinct: Vec<u64> = waiters.iter().map(|w| w.tid).collect();
         distinct.sort_unstable();
         distinct.dedup();
         if distinct.len() < 2 || end <= start {
             return;
         }
-        let lost_ns = cluster
-            .waiters
+        let lost_ns = waiters
             .iter()
             .map(|w| w.end.min(end).saturating_sub(w.start.max(start)))
             .sum();
-        let top = self.options.top;
+        // Candidates: more than shown, ranked again once the second pass says who ran.
+        let top = self.options.top * STALL_CANDIDATES;
         if top == 0 {
             return;
         }
@@ -392,8 +445,8 @@ impl Follow<'_> {
                 start,
                 end,
                 lost_ns,
-                waiters: cluster.waiters,
-                more_waiters: cluster.more,
+                score: 0.0,
+                waiters,
                 running: Vec::new(),
             },
         );
@@ -516,9 +569,11 @@ impl SchedReport {
             intervals: Vec::new(),
         };
         let mut outcome = read::read(input, &mut follow)?;
-        let pending: Vec<(u64, Cluster)> = follow.clusters.drain().collect();
-        for (pid, cluster) in pending {
-            follow.close(pid, cluster);
+        let pending: Vec<(u64, Vec<Cluster>)> = follow.clusters.drain().collect();
+        for (pid, clusters) in pending {
+            for cluster in clusters {
+                follow.close(pid, cluster);
+            }
         }
         let mut threads: Vec<ThreadRow> = follow.rows.drain().map(|(_, row)| row).collect();
         threads.sort_by(|a, b| b.on_cpu.cmp(&a.on_cpu).then(a.tid.cmp(&b.tid)));
@@ -544,12 +599,20 @@ impl SchedReport {
             outcome = read::read(input, &mut running)?;
             let ran = running.ran;
             for (s, ran) in stalls.iter_mut().zip(ran) {
-                let mut v: Vec<(u64, u64)> = ran.into_iter().collect();
+                let waiters: Vec<u64> = s.waiters.iter().map(|w| w.tid).collect();
+                let mut v: Vec<(u64, u64)> = ran
+                    .into_iter()
+                    .filter(|(tid, _)| !waiters.contains(tid))
+                    .collect();
                 v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
                 v.truncate(4);
+                let busiest = v.first().map_or(0, |(_, ns)| *ns);
+                s.score = s.lost_ns as f64 * busiest as f64 / s.duration_ns().max(1) as f64;
                 s.running = v;
             }
+            stalls.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.start.cmp(&b.start)));
         }
+        stalls.truncate(options.top);
         Ok(SchedReport {
             threads,
             longest,
@@ -558,6 +621,7 @@ impl SchedReport {
             wakeups: follow.timeline.wakeups,
             wait_points: follow.wait_points,
             mismatches: follow.timeline.mismatches,
+            out_of_order: follow.timeline.out_of_order,
             threads_not_kept: follow.timeline.threads_not_followed() + follow.rows.refused(),
             origin_ns: follow.first_ticks.first_ns().unwrap_or(0),
             wall: follow.wall,
@@ -622,7 +686,10 @@ impl SchedReport {
             return Ok(());
         }
         if style.wall && self.wall.is_none() {
-            writeln!(out, "(--wall: the trace has no wall-clock anchor; times are relative)")?;
+            writeln!(
+                out,
+                "(--wall: the trace has no wall-clock anchor; times are relative)"
+            )?;
         }
         writeln!(out, "\nthreads (most time on CPU first):")?;
         for row in self.threads.iter().take(THREADS_SHOWN) {
@@ -679,7 +746,11 @@ impl SchedReport {
                     Some((_, None)) => "(not recorded)".to_owned(),
                     None => "-".to_owned(),
                 };
-                writeln!(out, "    wait point: {}, woken by: {waker}", Self::stack(o.stack))?;
+                writeln!(
+                    out,
+                    "    wait point: {}, woken by: {waker}",
+                    Self::stack(o.stack)
+                )?;
             }
             if !row.ran.is_empty() {
                 let ran: Vec<String> = row
@@ -706,14 +777,18 @@ impl SchedReport {
                 "{:>2}. {process} (pid {})  {} threads asleep at once for {} at {} ({} lost)",
                 i + 1,
                 s.pid,
-                s.waiters.len() as u64 + s.more_waiters,
+                s.waiters.len(),
                 Ns(s.duration_ns()),
                 self.when(s.start, style),
                 Ns(s.lost_ns)
             )?;
-            let waiters: std::collections::BTreeSet<u64> = s.waiters.iter().map(|w| w.tid).collect();
-            for (tid, ns) in s.running.iter().filter(|(tid, _)| !waiters.contains(tid)) {
-                writeln!(out, "    running meanwhile: {} {}", self.names.label(*tid), Ns(*ns))?;
+            for (tid, ns) in &s.running {
+                writeln!(
+                    out,
+                    "    running meanwhile: {} {}",
+                    self.names.label(*tid),
+                    Ns(*ns)
+                )?;
             }
             for w in &s.waiters {
                 let waker = match w.waker {
@@ -729,9 +804,6 @@ impl SchedReport {
                     Self::stack(w.stack)
                 )?;
             }
-            if s.more_waiters > 0 {
-                writeln!(out, "    … and {} more", s.more_waiters)?;
-            }
         }
         if self.mismatches > 0 {
             writeln!(
@@ -739,6 +811,14 @@ impl SchedReport {
                 "\nnote: {} switch(es) named an outgoing thread other than the one running \
                  (switch records missing): those intervals are approximate",
                 self.mismatches
+            )?;
+        }
+        if self.out_of_order > 0 {
+            writeln!(
+                out,
+                "note: {} switch(es) older than the last one read on their CPU were left out \
+                 (the same switches from a second source, such as --preload beside -a)",
+                self.out_of_order
             )?;
         }
         if self.threads_not_kept > 0 {
@@ -822,7 +902,6 @@ impl SchedReport {
                     t["waker"] = json!(w.waker.map(|k| self.thread_json(k)));
                     t
                 }).collect::<Vec<_>>(),
-                "more_waiters": s.more_waiters,
             });
             writeln!(out, "{line}")?;
         }

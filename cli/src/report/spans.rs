@@ -17,8 +17,8 @@ use std::io;
 use std::rc::Rc;
 
 use fxtrace_format::{
-    Decoded, DecodedEvent, DecodedEventKind, DecodedRecord, RecordHead, RecordKind, Thread,
-    EventType,
+    Decoded, DecodedEvent, DecodedEventKind, DecodedRecord, EventType, RecordHead, RecordKind,
+    Thread,
 };
 
 use crate::read::bounded::BoundedMap;
@@ -303,7 +303,14 @@ impl Collect<'_> {
                     }
                 };
                 let end = ts.max(open.begin_ns);
-                self.closed(e.thread, open.begin_ns, end, &open.name, &open.category, open.data);
+                self.closed(
+                    e.thread,
+                    open.begin_ns,
+                    end,
+                    &open.name,
+                    &open.category,
+                    open.data,
+                );
             }
             DecodedEventKind::DurationComplete { end } => {
                 let name = self.texts.get(&e.name);
@@ -369,7 +376,11 @@ impl Collect<'_> {
             let p = &mut parent.data;
             p.children_ns += duration;
             let full = p.children.len() >= MAX_CHILD_NAMES;
-            match p.children.iter_mut().find(|c| Rc::ptr_eq(&c.0, name) || *c.0 == **name) {
+            match p
+                .children
+                .iter_mut()
+                .find(|c| Rc::ptr_eq(&c.0, name) || *c.0 == **name)
+            {
                 Some(c) => {
                     c.1 += 1;
                     c.2 += duration;
@@ -488,7 +499,9 @@ impl Follow<'_> {
             let (start, end) = (self.slow[i].start_ns, self.slow[i].end_ns);
             let split = self.slow[i].cpu.get_or_insert_with(CpuSplit::default);
             match interval {
-                Interval::On { start: a, end: b, .. } => {
+                Interval::On {
+                    start: a, end: b, ..
+                } => {
                     if let Some((lo, hi)) = overlap(a, b, start, end) {
                         split.on_cpu += hi - lo;
                         self.covered[i] += hi - lo;
@@ -599,7 +612,12 @@ impl SpansReport {
             wakeups: 0,
         };
         let mut outcome = read::read(input, &mut collect)?;
-        let unclosed = collect.slices.drain().iter().map(|(_, s)| s.len() as u64).sum::<u64>()
+        let unclosed = collect
+            .slices
+            .drain()
+            .iter()
+            .map(|(_, s)| s.len() as u64)
+            .sum::<u64>()
             + collect.asyncs.len() as u64;
         let mut names: Vec<NameRow> = collect
             .by_name
@@ -670,7 +688,7 @@ impl SpansReport {
                 let duration = s.duration_ns();
                 if let Some(split) = s.cpu.as_mut() {
                     split.unknown = duration.saturating_sub(covered[i]);
-                    split.ran_instead = top_entries(&ran[i], 3);
+                    split.ran_instead = top_entries(&ran[i], 5);
                     split.ran_instead_partial = partial[i];
                     split.woken_by = top_entries(&wakers[i], 3);
                     split.wait_points = top_entries(&waits[i], 3);
@@ -781,7 +799,10 @@ impl SpansReport {
             self.wakeups
         )?;
         if style.wall && self.wall.is_none() {
-            writeln!(out, "(--wall: the trace has no wall-clock anchor; times are relative)")?;
+            writeln!(
+                out,
+                "(--wall: the trace has no wall-clock anchor; times are relative)"
+            )?;
         }
         if !self.names.is_empty() {
             writeln!(out)?;
@@ -828,7 +849,11 @@ impl SpansReport {
                 out,
                 "    thread: {}{}",
                 self.names_of.label(s.thread.tid),
-                if s.is_async { " (async span, begun there)" } else { "" }
+                if s.is_async {
+                    " (async span, begun there)"
+                } else {
+                    ""
+                }
             )?;
             if !s.args.is_empty() {
                 writeln!(out, "    args: {}", s.args.join(", "))?;
@@ -866,7 +891,11 @@ impl SpansReport {
                     out,
                     "    ran instead on its CPU: {}{}",
                     ran.join(", "),
-                    if cpu.ran_instead_partial { " (at least)" } else { "" }
+                    if cpu.ran_instead_partial {
+                        " (at least)"
+                    } else {
+                        ""
+                    }
                 )?;
             }
             if !cpu.woken_by.is_empty() {

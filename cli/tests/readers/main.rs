@@ -18,4 +18,5 @@ mod dump;
 mod import_perf;
 mod perfetto;
 mod report_lbr;
+mod reports;
 mod stats;

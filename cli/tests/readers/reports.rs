@@ -1,0 +1,518 @@
+//! `report spans`, `report sched` and `dump`'s filters on crafted traces: empty, without
+//! switches, switches without spans, spans across a stopped trace, unmatched begins and ends,
+//! a damaged tail; one test per filter.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+use fxtrace_format::{
+    Arg, ArgValue, ContextSwitch, Event, EventKind, KernelObject, ObjectType, RecordWriter,
+    SchedThreadWakeup, StringRef, ThreadRef, ThreadState,
+};
+use serde_json::Value;
+
+const FXTRACE: &str = env!("CARGO_BIN_EXE_fxtrace");
+
+/// The server's worker thread, its lock holder, and another process's thread.
+const WORKER: ThreadRef = ThreadRef::Inline { pid: 10, tid: 11 };
+const HOLDER: ThreadRef = ThreadRef::Inline { pid: 10, tid: 12 };
+const OTHER: ThreadRef = ThreadRef::Inline { pid: 20, tid: 21 };
+const IDLE: ThreadRef = ThreadRef::Inline { pid: 0, tid: 0 };
+
+fn fxtrace(args: &[&str]) -> Output {
+    Command::new(FXTRACE).args(args).output().unwrap()
+}
+
+fn text(bytes: &[u8]) -> String {
+    String::from_utf8_lossy(bytes).into_owned()
+}
+
+fn write(dir: &Path, name: &str, bytes: &[u8]) -> PathBuf {
+    let path = dir.join(name);
+    std::fs::write(&path, bytes).unwrap();
+    path
+}
+
+fn span(w: &mut RecordWriter, thread: ThreadRef, name: &str, from: u64, to: u64, args: &[Arg<'_>]) {
+    for (ticks, kind, args) in [
+        (from, EventKind::DurationBegin, args),
+        (to, EventKind::DurationEnd, &[][..]),
+    ] {
+        w.push(&Event {
+            ticks,
+            thread,
+            category: StringRef::Inline("app"),
+            name: StringRef::Inline(name),
+            args,
+            kind,
+        })
+        .unwrap();
+    }
+}
+
+fn switch(
+    w: &mut RecordWriter,
+    ticks: u64,
+    cpu: u8,
+    out: ThreadRef,
+    state: ThreadState,
+    inc: ThreadRef,
+) {
+    w.push(&ContextSwitch {
+        ticks,
+        cpu,
+        outgoing_state: state,
+        outgoing: out,
+        incoming: inc,
+        outgoing_priority: 120,
+        incoming_priority: 120,
+    })
+    .unwrap();
+}
+
+fn name_thread(w: &mut RecordWriter, thread: ThreadRef, name: &str) {
+    let ThreadRef::Inline { pid, tid } = thread else {
+        unreachable!("the test threads are inline")
+    };
+    let process = [Arg::new("process", ArgValue::Koid(pid))];
+    w.push(&KernelObject {
+        koid: tid,
+        object_type: ObjectType::THREAD,
+        name: StringRef::Inline(name),
+        args: &process,
+    })
+    .unwrap();
+}
+
+/// A program whose batch 7 (1 000..6 000 ns) is slow: preempted at 2 000 by `backup`, which
+/// runs its CPU until 5 000; batch 8 (7 000..8 000) is quick. Times are ns (1 tick = 1 ns).
+fn preempted_trace() -> Vec<u8> {
+    let mut w = RecordWriter::with_magic();
+    name_thread(&mut w, WORKER, "worker");
+    name_thread(&mut w, OTHER, "backup");
+    let id = |n| [Arg::new("id", ArgValue::U64(n))];
+    let mut at = |ticks, name, kind, args: &[Arg<'_>]| {
+        w.push(&Event {
+            ticks,
+            thread: WORKER,
+            category: StringRef::Inline("app"),
+            name: StringRef::Inline(name),
+            args,
+            kind,
+        })
+        .unwrap()
+    };
+    at(1_000, "batch", EventKind::DurationBegin, &id(7));
+    at(1_200, "parse", EventKind::DurationBegin, &[]);
+    at(1_500, "parse", EventKind::DurationEnd, &[]);
+    at(6_000, "batch", EventKind::DurationEnd, &[]);
+    span(&mut w, WORKER, "batch", 7_000, 8_000, &id(8));
+    switch(&mut w, 500, 0, IDLE, ThreadState::Blocked, WORKER);
+    switch(&mut w, 2_000, 0, WORKER, ThreadState::Running, OTHER);
+    switch(&mut w, 5_000, 0, OTHER, ThreadState::Blocked, WORKER);
+    switch(&mut w, 9_000, 0, WORKER, ThreadState::Blocked, IDLE);
+    w.to_bytes()
+}
+
+/// A server whose two workers sleep on a lock from 1 000 to 9 000 ns while `holder` runs,
+/// then are woken by it.
+fn stall_trace() -> Vec<u8> {
+    let mut w = RecordWriter::with_magic();
+    let waiter = ThreadRef::Inline { pid: 10, tid: 13 };
+    name_thread(&mut w, WORKER, "worker-1");
+    name_thread(&mut w, waiter, "worker-2");
+    name_thread(&mut w, HOLDER, "holder");
+    name_thread(&mut w, OTHER, "other");
+    let waker = [Arg::new("waker", ArgValue::Koid(12))];
+    switch(&mut w, 0, 0, IDLE, ThreadState::Blocked, WORKER);
+    switch(&mut w, 0, 1, IDLE, ThreadState::Blocked, waiter);
+    switch(&mut w, 1_000, 0, WORKER, ThreadState::Blocked, HOLDER);
+    switch(&mut w, 1_100, 1, waiter, ThreadState::Blocked, OTHER);
+    for (ticks, tid) in [(9_000, 11), (9_050, 13)] {
+        w.push(&SchedThreadWakeup {
+            ticks,
+            cpu: 1,
+            waking_tid: tid,
+            args: &waker,
+        })
+        .unwrap();
+    }
+    switch(&mut w, 9_200, 1, OTHER, ThreadState::Running, WORKER);
+    switch(&mut w, 9_400, 0, HOLDER, ThreadState::Blocked, waiter);
+    w.to_bytes()
+}
+
+fn json_lines(out: &Output) -> Vec<Value> {
+    text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("{e}: {l}")))
+        .collect()
+}
+
+#[test]
+fn spans_names_the_process_that_ran_instead_of_a_slow_span() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write(dir.path(), "t.fxt", &preempted_trace());
+    let out = fxtrace(&["report", "spans", trace.to_str().unwrap(), "--top", "3"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    // The table: batch twice (5 000 + 1 000), its self time less parse's 300.
+    let batch = stdout.lines().find(|l| l.starts_with("batch")).unwrap();
+    let cols: Vec<&str> = batch.split_whitespace().collect();
+    assert_eq!(&cols[..5], ["batch", "2", "6.00", "µs", "5.70"], "{batch}");
+    // The slowest: batch 7, its argument, its child, its time split, who ran instead.
+    assert!(
+        stdout.contains(" 1. batch  5.00 µs  at +0.000000 s"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("args: id=7"), "{stdout}");
+    assert!(stdout.contains("children: parse 300 ns (1×)"), "{stdout}");
+    assert!(
+        stdout.contains("on CPU 2.00 µs · runnable 3.00 µs · sleeping 0 ns · D 0 ns"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("ran instead on its CPU: backup (pid 20/tid 21) 3.00 µs"),
+        "{stdout}"
+    );
+    // JSON: one object per row.
+    let out = fxtrace(&["report", "spans", trace.to_str().unwrap(), "--json"]);
+    let rows = json_lines(&out);
+    let slow = rows.iter().find(|r| r["type"] == "span").unwrap();
+    assert_eq!(slow["duration_ns"], 5000);
+    assert_eq!(slow["cpu"]["runnable_ns"], 3000);
+    assert_eq!(slow["cpu"]["ran_instead"][0]["tid"], 21);
+    assert_eq!(slow["args"][0], "id=7");
+}
+
+#[test]
+fn spans_filters_by_name_thread_process_and_duration() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write(dir.path(), "t.fxt", &preempted_trace());
+    let file = trace.to_str().unwrap();
+    let names = |extra: &[&str]| -> Vec<(String, u64)> {
+        let mut args = vec!["report", "spans", file, "--json"];
+        args.extend_from_slice(extra);
+        json_lines(&fxtrace(&args))
+            .into_iter()
+            .filter(|r| r["type"] == "name")
+            .map(|r| {
+                (
+                    r["name"].as_str().unwrap().to_owned(),
+                    r["count"].as_u64().unwrap(),
+                )
+            })
+            .collect()
+    };
+    assert_eq!(names(&["--name", "pa*"]), [("parse".to_owned(), 1)]);
+    assert_eq!(names(&["--min-duration", "2us"]), [("batch".to_owned(), 1)]);
+    assert_eq!(
+        names(&["--tid", "11", "--name", "batch"]),
+        [("batch".to_owned(), 2)]
+    );
+    assert!(names(&["--tid", "99"]).is_empty());
+    assert!(names(&["--pid", "20"]).is_empty());
+    assert_eq!(names(&["--pid", "10"]).len(), 2);
+}
+
+#[test]
+fn sched_names_the_sibling_that_ran_while_the_workers_slept() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write(dir.path(), "t.fxt", &stall_trace());
+    let file = trace.to_str().unwrap();
+    let out = fxtrace(&["report", "sched", file, "--min-stall", "1us"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains("context switches: 6, wake-ups: 2"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("stalls (threads of one process asleep at once):"),
+        "{stdout}"
+    );
+    let stall = stdout.split("stalls").nth(1).unwrap();
+    assert!(
+        stall.contains("2 threads asleep at once for 7.90 µs"),
+        "{stall}"
+    );
+    assert!(
+        stall.contains("running meanwhile: holder (pid 10/tid 12) 7.90 µs"),
+        "{stall}"
+    );
+    assert!(
+        stall.contains("waiting: worker-1 (pid 10/tid 11) 8.00 µs at -, woken by holder"),
+        "{stall}"
+    );
+    // The worker's row: one sleep of 8 µs (woken at 9 000), then 200 ns runnable.
+    let rows = json_lines(&fxtrace(&["report", "sched", file, "--json"]));
+    let worker = rows
+        .iter()
+        .find(|r| r["type"] == "thread" && r["tid"] == 11)
+        .unwrap();
+    assert_eq!(worker["sleeping"]["max_ns"], 8000);
+    assert_eq!(worker["latency"]["max_ns"], 200);
+    let longest = rows.iter().find(|r| r["type"] == "off_cpu").unwrap();
+    assert_eq!(
+        (longest["tid"].as_u64(), longest["duration_ns"].as_u64()),
+        (Some(13), Some(8300))
+    );
+    assert_eq!(longest["waker"]["tid"], 12);
+}
+
+#[test]
+fn sched_filters_by_process_name_and_cpu() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write(dir.path(), "t.fxt", &stall_trace());
+    let file = trace.to_str().unwrap();
+    let tids = |extra: &[&str]| -> Vec<u64> {
+        let mut args = vec!["report", "sched", file, "--json"];
+        args.extend_from_slice(extra);
+        let mut tids: Vec<u64> = json_lines(&fxtrace(&args))
+            .into_iter()
+            .filter(|r| r["type"] == "thread")
+            .map(|r| r["tid"].as_u64().unwrap())
+            .collect();
+        tids.sort_unstable();
+        tids
+    };
+    assert_eq!(tids(&[]), [11, 12, 13, 21]);
+    assert_eq!(tids(&["--pid", "20"]), [21]);
+    assert_eq!(tids(&["--comm", "worker-*"]), [11, 13]);
+    // CPU 0 ran the first worker and the holder.
+    assert_eq!(tids(&["--cpu", "0"]), [11, 12]);
+}
+
+#[test]
+fn each_report_says_what_a_trace_lacks() {
+    let dir = tempfile::tempdir().unwrap();
+    // Spans, no switches.
+    let mut w = RecordWriter::with_magic();
+    span(&mut w, WORKER, "batch", 100, 900, &[]);
+    let spans_only = write(dir.path(), "spans.fxt", &w.to_bytes());
+    let out = fxtrace(&["report", "spans", spans_only.to_str().unwrap()]);
+    assert!(out.status.success());
+    assert!(
+        text(&out.stdout).contains("note: no context switches in this trace: record with -a"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = fxtrace(&["report", "sched", spans_only.to_str().unwrap()]);
+    assert!(out.status.success());
+    assert!(text(&out.stdout).contains("note: no context switches in this trace: record with -a"));
+    // Switches, no spans, no wake-ups.
+    let mut w = RecordWriter::with_magic();
+    switch(&mut w, 100, 0, IDLE, ThreadState::Blocked, WORKER);
+    switch(&mut w, 900, 0, WORKER, ThreadState::Blocked, IDLE);
+    let switches_only = write(dir.path(), "switches.fxt", &w.to_bytes());
+    let out = fxtrace(&["report", "spans", switches_only.to_str().unwrap()]);
+    assert!(out.status.success());
+    assert!(
+        text(&out.stdout).contains("note: no spans in this trace"),
+        "{}",
+        text(&out.stdout)
+    );
+    let out = fxtrace(&["report", "sched", switches_only.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success());
+    assert!(
+        stdout.contains("note: no wake-ups in this trace: record with -a"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("on CPU 800 ns in 1 slice(s)"), "{stdout}");
+}
+
+#[test]
+fn spans_across_a_stopped_trace_and_unmatched_ends_are_named_not_counted() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = RecordWriter::with_magic();
+    // An end with no begin (the trace started after it), a complete span, a begin with no
+    // end (the trace stopped before it), an async end whose begin was lost.
+    w.push(&Event {
+        ticks: 50,
+        thread: WORKER,
+        category: StringRef::Inline("app"),
+        name: StringRef::Inline("early"),
+        args: &[],
+        kind: EventKind::DurationEnd,
+    })
+    .unwrap();
+    span(&mut w, WORKER, "done", 100, 200, &[]);
+    w.push(&Event {
+        ticks: 300,
+        thread: WORKER,
+        category: StringRef::Inline("app"),
+        name: StringRef::Inline("late"),
+        args: &[],
+        kind: EventKind::DurationBegin,
+    })
+    .unwrap();
+    w.push(&Event {
+        ticks: 400,
+        thread: WORKER,
+        category: StringRef::Inline("app"),
+        name: StringRef::Inline("request"),
+        args: &[],
+        kind: EventKind::AsyncEnd { id: 5 },
+    })
+    .unwrap();
+    let trace = write(dir.path(), "t.fxt", &w.to_bytes());
+    let out = fxtrace(&["report", "spans", trace.to_str().unwrap()]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(stdout.contains("spans: 1 of 1 name(s)"), "{stdout}");
+    assert!(
+        stdout.contains("note: 1 span(s) still open when the trace ended"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("note: 1 duration end(s) with no begin open on their thread"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains("note: 1 async end(s) with no async begin"),
+        "{stdout}"
+    );
+}
+
+#[test]
+fn a_damaged_tail_is_reported_named_and_fails() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut bytes = preempted_trace();
+    let good = bytes.len();
+    bytes.extend_from_slice(&[0xff; 13]);
+    let trace = write(dir.path(), "t.fxt", &bytes);
+    for report in ["spans", "sched"] {
+        let out = fxtrace(&["report", report, trace.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(1), "report {report}");
+        let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+        assert!(
+            stdout.contains("backup") || stdout.contains("batch"),
+            "{stdout}"
+        );
+        assert!(
+            stderr.contains(&format!("t.fxt: at byte offset {good}:")),
+            "report {report}: {stderr}"
+        );
+    }
+    // Empty, and not a trace: nothing to report, the problem named.
+    let empty = write(dir.path(), "empty.fxt", &[]);
+    for report in ["spans", "sched"] {
+        let out = fxtrace(&["report", report, empty.to_str().unwrap()]);
+        assert_eq!(out.status.code(), Some(1));
+        assert!(
+            text(&out.stderr).contains("empty input, not an FXT trace"),
+            "{}",
+            text(&out.stderr)
+        );
+    }
+}
+
+#[test]
+fn a_trace_on_standard_input_is_read_twice() {
+    let mut child = Command::new(FXTRACE)
+        .args(["report", "spans", "-", "--top", "1"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    use std::io::Write as _;
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(&preempted_trace())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stdout = text(&out.stdout);
+    assert!(out.status.success());
+    assert!(
+        stdout.contains("ran instead on its CPU: backup"),
+        "{stdout}"
+    );
+}
+
+/// The records `dump ARGS` prints, as (type, name) of its JSON objects.
+fn dumped(trace: &Path, args: &[&str]) -> Vec<(String, String)> {
+    let mut all = vec!["dump", trace.to_str().unwrap(), "--json"];
+    all.extend_from_slice(args);
+    let out = fxtrace(&all);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    json_lines(&out)
+        .into_iter()
+        .map(|r| {
+            let name = r["name"]
+                .as_str()
+                .or(r["event"].as_str())
+                .unwrap_or("")
+                .to_owned();
+            (r["type"].as_str().unwrap().to_owned(), name)
+        })
+        .collect()
+}
+
+#[test]
+fn dump_filters_each_keep_what_they_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write(dir.path(), "t.fxt", &preempted_trace());
+    let kinds = |args: &[&str]| -> Vec<String> {
+        dumped(&trace, args).into_iter().map(|(t, _)| t).collect()
+    };
+    // --type: a kind, both switch layouts, an event type.
+    assert_eq!(kinds(&["--type", "context_switch"]).len(), 4);
+    assert_eq!(kinds(&["--type", "duration_begin"]).len(), 3);
+    assert_eq!(kinds(&["--type", "kernel_object"]).len(), 2);
+    // --name, --category.
+    let names: Vec<String> = dumped(&trace, &["--name", "par*"])
+        .into_iter()
+        .map(|(_, n)| n)
+        .collect();
+    assert_eq!(names, ["parse", "parse"]);
+    assert_eq!(kinds(&["--category", "app"]).len(), 6);
+    assert!(kinds(&["--category", "nope"]).is_empty());
+    // --tid: events of the thread and switches on either side; --pid likewise.
+    assert_eq!(
+        kinds(&["--tid", "21"]),
+        ["kernel_object", "context_switch", "context_switch"]
+    );
+    assert_eq!(kinds(&["--pid", "20", "--type", "context_switch"]).len(), 2);
+    // --provider: records before any provider metadata belong to none.
+    assert!(kinds(&["--provider", "1"]).is_empty());
+    // --from/--to: relative to the first timestamp (500 ns): 1 000 ..= 2 000 ns.
+    let window: Vec<(String, String)> = dumped(&trace, &["--from", "500ns", "--to", "1.5us"]);
+    let expected = [
+        ("event", "batch"),
+        ("event", "parse"),
+        ("event", "parse"),
+        ("context_switch", ""),
+    ]
+    .map(|(t, n)| (t.to_owned(), n.to_owned()));
+    assert_eq!(window, expected);
+}
+
+#[test]
+fn dump_relative_times_agree_in_text_and_json() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write(dir.path(), "t.fxt", &preempted_trace());
+    let file = trace.to_str().unwrap();
+    let out = fxtrace(&["dump", file, "--relative", "--type", "context_switch"]);
+    let lines: Vec<String> = text(&out.stdout).lines().map(str::to_owned).collect();
+    assert!(lines[0].contains(" t=0ns cpu=0 "), "{lines:?}");
+    assert!(
+        lines[1].contains(" t=1500ns cpu=0 ") && lines[1].contains("out_state=running"),
+        "{lines:?}"
+    );
+    let json = json_lines(&fxtrace(&[
+        "dump",
+        file,
+        "--relative",
+        "--json",
+        "--type",
+        "context_switch",
+    ]));
+    assert_eq!(json[1]["time"]["ns"], 1500);
+    assert_eq!(
+        json[1]["outgoing_state"], "running",
+        "the same name as the text"
+    );
+}
