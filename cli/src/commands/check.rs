@@ -54,7 +54,7 @@ pub(crate) fn run(args: &CheckArgs) -> Result<ExitCode, CliError> {
     let report = match input.source() {
         Source::Mapped(Some(map)) => check_for_perfetto(map.reader()),
         Source::Mapped(None) => check_for_perfetto(io::empty()),
-        Source::Stream(reader) => check_for_perfetto(reader),
+        Source::Stream(reader) | Source::Spooled(reader, _) => check_for_perfetto(reader),
     }
     .map_err(read_error)?;
     print(&mut io::stdout().lock(), &name, &report).map_err(CliError::Output)?;

@@ -143,6 +143,9 @@ pub enum Source {
     Mapped(Option<Mapping>),
     /// A stream (standard input, a FIFO, a device), read through a 64 KiB buffer.
     Stream(Box<dyn Read>),
+    /// A stream to be read more than once: its first reading saves what it reads to the
+    /// file (an unlinked temporary file), which is mapped for the next readings.
+    Spooled(Box<dyn Read>, File),
 }
 
 impl std::fmt::Debug for Source {
@@ -150,6 +153,7 @@ impl std::fmt::Debug for Source {
         match self {
             Source::Mapped(m) => f.debug_tuple("Mapped").field(m).finish(),
             Source::Stream(_) => f.write_str("Stream"),
+            Source::Spooled(..) => f.write_str("Spooled"),
         }
     }
 }
@@ -209,29 +213,46 @@ impl Input {
         Ok(Input { name, source })
     }
 
-    /// Opens `arg` for a reader that reads it more than once: a stream is first saved to an
-    /// unlinked file in the temporary directory (`TMPDIR`), then mapped.
+    /// Opens `arg` for a reader that reads it more than once: a stream's first reading saves
+    /// what it reads (up to where decoding stops) to an unlinked file in the temporary
+    /// directory (`TMPDIR`), mapped for the next readings.
     pub fn open_rereadable(arg: &Path) -> Result<Input, OpenError> {
-        let mut input = Input::open(arg)?;
-        if let Source::Stream(reader) = &mut input.source {
-            let fail = |source| OpenError {
-                name: input.name.clone(),
-                source,
-            };
-            let mut spool = tempfile::tempfile().map_err(fail)?;
-            let len = io::copy(reader, &mut spool).map_err(fail)?;
-            let len = usize::try_from(len).map_err(|_| {
-                fail(io::Error::other(
-                    "the input is larger than the address space",
-                ))
-            })?;
-            input.source = if len == 0 {
-                Source::Mapped(None)
-            } else {
-                Source::Mapped(Some(Mapping::new(&spool, len).map_err(fail)?))
-            };
-        }
-        Ok(input)
+        let input = Input::open(arg)?;
+        let Source::Stream(reader) = input.source else {
+            return Ok(input);
+        };
+        let spool = tempfile::tempfile().map_err(|source| OpenError {
+            name: input.name.clone(),
+            source,
+        })?;
+        Ok(Input {
+            name: input.name,
+            source: Source::Spooled(reader, spool),
+        })
+    }
+
+    /// Maps the spool a first reading wrote (a [`Source::Spooled`] input becomes
+    /// [`Source::Mapped`]).
+    pub(super) fn spooled(&mut self) -> Result<(), OpenError> {
+        let Source::Spooled(_, spool) = &self.source else {
+            return Ok(());
+        };
+        let fail = |source| OpenError {
+            name: self.name.clone(),
+            source,
+        };
+        let len = spool.metadata().map_err(fail)?.len();
+        let len = usize::try_from(len).map_err(|_| {
+            fail(io::Error::other(
+                "the input is larger than the address space",
+            ))
+        })?;
+        let map = match len {
+            0 => None,
+            len => Some(Mapping::new(spool, len).map_err(fail)?),
+        };
+        self.source = Source::Mapped(map);
+        Ok(())
     }
 
     /// The input's name in messages (`<stdin>` for `-`).

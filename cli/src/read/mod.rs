@@ -33,7 +33,7 @@ pub mod slices;
 pub mod timeline;
 pub mod wall;
 
-use std::io::{self, Read};
+use std::io::{self, Read, Write};
 
 use fxtrace_format::{
     DecodeError, Decoded, Decoder, RecordHead, SkipCounts, StreamDecoder, Visitor,
@@ -85,7 +85,7 @@ impl Outcome {
 
 /// Bytes read (or table-string bytes referred to) between two give-backs of a mapping's
 /// pages.
-pub const RELEASE_EVERY: u64 = 16 << 20;
+pub const RELEASE_EVERY: u64 = 8 << 20;
 
 /// Why a reading stopped before the input did, other than damage.
 #[derive(Debug, thiserror::Error)]
@@ -112,6 +112,34 @@ pub fn read(input: &mut Input, analysis: &mut impl Analysis) -> Result<Outcome, 
         }),
         Source::Mapped(Some(map)) => read_mapped(name, map, analysis),
         Source::Stream(reader) => read_stream(name, reader, analysis),
+        Source::Spooled(reader, spool) => {
+            let mut tee = Tee {
+                reader,
+                copy: io::BufWriter::with_capacity(1 << 16, spool),
+            };
+            let outcome = read_stream(name, &mut tee, analysis)?;
+            tee.copy.flush().map_err(|source| OpenError {
+                name: outcome.name.clone(),
+                source,
+            })?;
+            drop(tee);
+            input.spooled()?;
+            Ok(outcome)
+        }
+    }
+}
+
+/// A reader that writes what it reads to `copy`.
+struct Tee<'r, W: Write> {
+    reader: &'r mut Box<dyn Read>,
+    copy: W,
+}
+
+impl<W: Write> Read for Tee<'_, W> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.reader.read(buf)?;
+        self.copy.write_all(&buf[..n])?;
+        Ok(n)
     }
 }
 

@@ -7,7 +7,7 @@ use fxtrace_format::{DecodedArg, DecodedRecord, DecodedValue, ObjectType, Record
 use super::bounded::BoundedMap;
 
 /// Threads (and processes) whose names are kept.
-pub const MAX_NAMED: usize = 1 << 17;
+pub const MAX_NAMED: usize = 1 << 16;
 
 /// What is known of a thread.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]

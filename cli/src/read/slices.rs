@@ -103,6 +103,10 @@ impl<T> Slices<T> {
         }
         let (category, name) = (self.texts.get(category), self.texts.get(name));
         self.open += 1;
+        if stack.open.capacity() == 0 {
+            // Most threads hold one slice at a time: room for one, not the usual four.
+            stack.open.reserve_exact(1);
+        }
         stack.open.push(Open {
             begin_ns,
             category,

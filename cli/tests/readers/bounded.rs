@@ -234,28 +234,44 @@ fn import_xray_of_a_large_log_stays_in_bounded_memory() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Every reader of FXT traces, reading `file` (a converter writes into `out`): the one list
+/// the bounded-memory tests loop over.
+fn readers(file: &str, out: &Path) -> Vec<Vec<String>> {
+    let json = out.join("out.json").to_str().unwrap().to_owned();
+    [
+        vec!["stats", file],
+        vec!["dump", file],
+        vec!["dump", "--json", file],
+        vec!["dump", "--relative", "--name", "x*", file],
+        vec!["check", file],
+        vec!["report", "lbr", file],
+        vec!["report", "spans", file],
+        vec!["report", "sched", file],
+        vec!["convert", "--to", "chrome-json", file, "-o", &json],
+    ]
+    .into_iter()
+    .map(|args| args.into_iter().map(str::to_owned).collect())
+    .collect()
+}
+
+fn strs(args: &[String]) -> Vec<&str> {
+    args.iter().map(String::as_str).collect()
+}
+
 #[test]
 fn every_reader_refuses_dev_zero_after_its_first_word() {
     let out = temp_dir("zero");
-    let json = out.join("zero.json");
     let fxt = out.join("zero.fxt");
-    let cases: Vec<Vec<&str>> = vec![
-        vec!["stats", "/dev/zero"],
-        vec!["dump", "/dev/zero"],
-        vec!["check", "/dev/zero"],
-        vec!["report", "lbr", "/dev/zero"],
-        vec![
-            "convert",
-            "--to",
-            "chrome-json",
-            "/dev/zero",
-            "-o",
-            json.to_str().unwrap(),
-        ],
-        vec!["import-xray", "/dev/zero", "-o", fxt.to_str().unwrap()],
-        vec!["import-perf", "/dev/zero", "-o", fxt.to_str().unwrap()],
-    ];
-    for args in cases {
+    let mut cases = readers("/dev/zero", &out);
+    for importer in ["import-xray", "import-perf"] {
+        cases.push(
+            [importer, "/dev/zero", "-o", fxt.to_str().unwrap()]
+                .map(str::to_owned)
+                .to_vec(),
+        );
+    }
+    for args in &cases {
+        let args = strs(args);
         let run = run_limited(&args, Duration::from_secs(20))
             .unwrap_or_else(|| panic!("fxtrace {args:?} still reading /dev/zero after 20 s"));
         assert!(!run.status.success(), "fxtrace {args:?} accepted /dev/zero");
@@ -473,24 +489,8 @@ fn many_provider_sections_cost_no_memory_each() {
     }
     f.flush().unwrap();
     drop(f);
-    let file = path.to_str().unwrap();
-    let json = dir.join("providers.json");
-    let cases: Vec<Vec<&str>> = vec![
-        vec!["stats", file],
-        vec!["dump", file],
-        vec!["check", file],
-        vec!["report", "lbr", file],
-        vec![
-            "convert",
-            "--to",
-            "chrome-json",
-            file,
-            "-o",
-            json.to_str().unwrap(),
-        ],
-    ];
-    for args in cases {
-        run_within_memory(&args, 32 * 1024);
+    for args in readers(path.to_str().unwrap(), &dir) {
+        run_within_memory(&strs(&args), 32 * 1024);
     }
     std::fs::remove_dir_all(dir).unwrap();
 }
@@ -508,21 +508,90 @@ fn objects_naming_one_long_string_do_not_each_keep_a_copy() {
         words.extend([7 | 2 << 4 | 2 << 16 | 1 << 24, koid]);
     }
     write_words(&path, &words);
-    let file = path.to_str().unwrap();
-    let json = dir.join("names.json");
-    for args in [
-        vec!["report", "lbr", file],
-        vec![
-            "convert",
-            "--to",
-            "chrome-json",
-            file,
-            "-o",
-            json.to_str().unwrap(),
-        ],
-    ] {
-        run_within_memory(&args, 64 * 1024);
+    for args in readers(path.to_str().unwrap(), &dir) {
+        run_within_memory(&strs(&args), 64 * 1024);
     }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_million_threads_with_open_slices_cost_bounded_memory() {
+    // Strings "c" (1) and "n" (2), then 1 000 000 duration begins (4 words each: header,
+    // time, inline pid and tid), each on a thread of its own, never ended (32 MB): `check`
+    // kept 204 bytes a thread (issue 34, item 17); every reader keeps its per-thread state
+    // bounded and counts what it left out.
+    let dir = temp_dir("threads");
+    let path = dir.join("threads.fxt");
+    let mut f = std::io::BufWriter::new(std::fs::File::create(&path).unwrap());
+    let string = |index: u64, byte: u8| [2 | 2 << 4 | index << 16 | 1 << 32, u64::from(byte)];
+    let mut words = vec![MAGIC];
+    words.extend(INIT);
+    words.extend(string(1, b'c'));
+    words.extend(string(2, b'n'));
+    for w in words {
+        f.write_all(&w.to_ne_bytes()).unwrap();
+    }
+    for tid in 1..=1_000_000u64 {
+        // Event (type 4), 4 words, duration begin (2), inline thread, category 1, name 2.
+        let header = 4 | 4 << 4 | 2 << 16 | 1 << 32 | 2 << 48;
+        for w in [header, tid, 7, tid] {
+            f.write_all(&w.to_ne_bytes()).unwrap();
+        }
+    }
+    f.flush().unwrap();
+    drop(f);
+    // The readers that keep state per thread (the others are covered by the tests above).
+    let per_thread = readers(path.to_str().unwrap(), &dir)
+        .into_iter()
+        .filter(|a| {
+            matches!(a[1].as_str(), "spans" | "sched") || a[0] == "check" || a[0] == "convert"
+        });
+    for args in per_thread {
+        let run = run_within_memory(&strs(&args), 64 * 1024);
+        if args[0] == "check" {
+            let out = Command::new(FXTRACE).args(&args).output().unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(stdout.contains("not_followed"), "{stdout}");
+        } else {
+            assert!(run.status.success(), "{args:?}: {}", run.stderr);
+        }
+    }
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
+fn a_stream_of_long_strings_keeps_the_tables_within_their_budget() {
+    // 2 000 distinct 32 000-byte strings (64 MB) on a FIFO: the streaming decoder copies each
+    // table string once, up to its budget (24 MiB); the rest are counted, not kept.
+    let dir = temp_dir("strings");
+    let fifo = dir.join("strings.pipe");
+    let c = std::ffi::CString::new(fifo.to_str().unwrap()).unwrap();
+    // SAFETY: mkfifo reads a NUL-terminated path that outlives the call.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+    let writer_path = fifo.clone();
+    let writer = std::thread::spawn(move || {
+        let mut f = std::fs::OpenOptions::new()
+            .write(true)
+            .open(writer_path)
+            .unwrap();
+        let mut words = vec![MAGIC];
+        for index in 1..=2000u64 {
+            words.push(2 | (1 + 4000) << 4 | index << 16 | 32_000 << 32);
+            words.extend(std::iter::repeat(index).take(4000));
+            let bytes: Vec<u8> = words.drain(..).flat_map(|w| w.to_ne_bytes()).collect();
+            if f.write_all(&bytes).is_err() {
+                return;
+            }
+        }
+    });
+    let run = run_within_memory(&["stats", fifo.to_str().unwrap()], 64 * 1024);
+    writer.join().unwrap();
+    assert!(run.status.success(), "{}", run.stderr);
+    assert!(
+        run.stderr.contains("string or thread records") && run.stderr.contains("without keeping"),
+        "{}",
+        run.stderr
+    );
     std::fs::remove_dir_all(dir).unwrap();
 }
 

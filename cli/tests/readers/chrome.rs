@@ -199,12 +199,13 @@ fn counters_one_series_per_numeric_argument() {
 
 #[test]
 fn async_events_carry_id_and_category() {
+    // (An id above 2^53 stays exact: a string.)
     let bytes = trace(|w| {
         w.push(&ev(
             1_000,
             T,
             "req",
-            EventKind::AsyncBegin { id: 0xabc },
+            EventKind::AsyncBegin { id: u64::MAX },
             &[],
         ))
         .unwrap();
@@ -229,7 +230,7 @@ fn async_events_carry_id_and_category() {
     assert_eq!(
         events,
         [
-            r#"{"ph":"b","ts":1.000,"pid":10,"tid":11,"cat":"c","name":"req","id":"0xabc"}"#,
+            r#"{"ph":"b","ts":1.000,"pid":10,"tid":11,"cat":"c","name":"req","id":"0xffffffffffffffff"}"#,
             r#"{"ph":"n","ts":2.000,"pid":10,"tid":12,"cat":"c","name":"req","id":"0xabc"}"#,
             r#"{"ph":"e","ts":3.000,"pid":10,"tid":12,"cat":"c","name":"req","id":"0xffffffffffffffff"}"#,
         ]
@@ -886,4 +887,43 @@ fn convert_and_report_say_on_stderr_what_the_decoder_skipped() {
         stderr.contains("skipped 1 records and 0 arguments of unknown types"),
         "{stderr}"
     );
+}
+
+#[test]
+fn orphaned_async_ends_are_dropped_and_unended_begins_closed_as_durations_are() {
+    let mut w = RecordWriter::with_magic();
+    let event = |ticks, kind| Event {
+        ticks,
+        thread: T,
+        category: StringRef::Inline("c"),
+        name: StringRef::Inline("request"),
+        args: &[],
+        kind,
+    };
+    for (ticks, kind) in [
+        (100, EventKind::AsyncEnd { id: 1 }),
+        (200, EventKind::AsyncBegin { id: 2 }),
+        (300, EventKind::AsyncEnd { id: 2 }),
+        (400, EventKind::AsyncBegin { id: 3 }),
+    ] {
+        w.push(&event(ticks, kind)).unwrap();
+    }
+    let (events, value, done) = run(&w.to_bytes());
+    let phases: Vec<&str> = value["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| e["ph"].as_str().unwrap())
+        .collect();
+    assert_eq!(phases, ["b", "e", "b", "e"], "{events:?}");
+    assert_eq!(done.stats.unmatched_async_ends_dropped, 1);
+    assert_eq!(done.stats.unclosed_async_closed, 1);
+    let conversion = &value["otherData"]["conversion"];
+    assert_eq!(conversion["unmatched_async_ends_dropped"], 1);
+    assert_eq!(conversion["unclosed_async_closed"], 1);
+    assert!(done
+        .stats
+        .warnings()
+        .iter()
+        .any(|w| w.contains("1 async end event(s) without a matching async begin were dropped")));
 }

@@ -836,3 +836,33 @@ proptest::proptest! {
         proptest::prop_assert!(report.records >= 1);
     }
 }
+
+#[test]
+fn orphaned_async_records_are_flagged_as_perfetto_would_import_them() {
+    // After a circular buffer wrapped: an async end whose begin was lost; after a oneshot
+    // buffer filled: an async begin whose end was dropped. A matched pair, with the same id
+    // in another process and another name, is neither.
+    let mut t = Trace::new();
+    let event = |ticks, pid, name: &'static str, kind| Event {
+        ticks,
+        thread: ThreadRef::Inline { pid, tid: 11 },
+        category: "cat".into(),
+        name: name.into(),
+        args: &[],
+        kind,
+    };
+    let orphan_end = t.push(&event(100, 10, "request", EventKind::AsyncEnd { id: 1 }));
+    t.push(&event(200, 10, "request", EventKind::AsyncBegin { id: 2 }));
+    t.push(&event(300, 10, "request", EventKind::AsyncEnd { id: 2 }));
+    t.push(&event(300, 12, "request", EventKind::AsyncBegin { id: 2 }));
+    t.push(&event(300, 12, "request", EventKind::AsyncEnd { id: 2 }));
+    let unended = t.push(&event(400, 10, "upload", EventKind::AsyncBegin { id: 2 }));
+    t.push(&event(500, 10, "request", EventKind::AsyncEnd { id: 3 }));
+    let report = t.check();
+    assert_eq!(
+        flagged(&report, FindingKind::UnmatchedAsyncEnd, orphan_end),
+        2
+    );
+    assert_eq!(flagged(&report, FindingKind::UnendedAsyncBegin, unended), 1);
+    assert!(report.has_violations(), "warnings: `check` exits 1");
+}

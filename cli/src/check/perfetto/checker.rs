@@ -2,6 +2,8 @@
 //! clock, thread slices), record by record, and the findings it adds.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+
+use crate::read::bounded::BoundedMap;
 use std::io::Read;
 
 use fxtrace_format::fields::{
@@ -21,6 +23,11 @@ use super::*;
 
 /// Bytes after a zero-size record (where Perfetto stops) counted for the report, at most.
 const UNREAD_COUNTED: u64 = 256 << 20;
+
+/// Threads with open slices, and open async slices, the check follows at once.
+pub(super) const CHECK_BOUND: usize = 65_536;
+/// Threads whose process the check remembers.
+pub(super) const PROCESS_BOUND: usize = 1 << 18;
 
 /// What a string means to Perfetto's importer: only these strings change how it reads a
 /// record, so only the tag is kept (memory stays bounded by the table size, not the text).
@@ -61,6 +68,13 @@ impl StringTag {
     }
 }
 
+/// A hash of a string's text (FNV-1a): async tracks are told apart by their name's text.
+pub(super) fn text_hash(bytes: &[u8]) -> u64 {
+    bytes.iter().fold(0xcbf2_9ce4_8422_2325, |h, &b| {
+        (h ^ u64::from(b)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
 pub(super) fn contains_ignore_case(haystack: &[u8], needle: &[u8]) -> bool {
     haystack
         .windows(needle.len())
@@ -70,7 +84,8 @@ pub(super) fn contains_ignore_case(haystack: &[u8], needle: &[u8]) -> bool {
 /// One provider as Perfetto's tokenizer keeps it (`FuchsiaTraceTokenizer::ProviderInfo`).
 #[derive(Debug, Default)]
 pub(super) struct Provider {
-    pub(super) strings: HashMap<u16, StringTag>,
+    /// Each string's tag and a hash of its text (async tracks are keyed by the name's text).
+    pub(super) strings: HashMap<u16, (StringTag, u64)>,
     pub(super) threads: HashMap<u8, (u64, u64)>,
     /// `None` until an Initialization record (Perfetto then uses 1e9).
     pub(super) ticks_per_second: Option<u64>,
@@ -146,6 +161,11 @@ impl OpenCompletes {
         *self.starts.entry(start).or_default() += 1;
     }
 
+    /// No slice open.
+    fn is_empty(&self) -> bool {
+        self.by_end.is_empty()
+    }
+
     /// Whether an open slice started at or before `ts`.
     fn any_started_by(&self, ts: i64) -> bool {
         self.starts.keys().next().is_some_and(|&start| start <= ts)
@@ -190,11 +210,15 @@ pub(super) struct Checker {
     pub(super) tallies: HashMap<u32, Tally>,
     /// Process koid of each thread koid, from Kernel Object records (Perfetto's
     /// `FuchsiaTraceParser::Thread::info.pid`).
-    pub(super) process_of: HashMap<u64, u64>,
+    pub(super) process_of: BoundedMap<u64, u64>,
     /// Threads already reported without a process.
-    pub(super) reported_without_process: HashSet<u64>,
-    /// Duration slices open per thread track (Perfetto's `(tid, pid)` as 32 bits).
-    pub(super) slices: HashMap<(u32, u32), ThreadSlices>,
+    pub(super) reported_without_process: BoundedMap<u64, ()>,
+    /// Duration slices open per thread track (Perfetto's `(tid, pid)` as 32 bits); a track
+    /// with nothing open is not kept.
+    pub(super) slices: BoundedMap<(u32, u32), ThreadSlices>,
+    /// Async slices open per track (a hash of the name, process, correlation id): how many,
+    /// and the offset of the first begin.
+    pub(super) asyncs: BoundedMap<(u64, u64, u64), (u64, u64)>,
     pub(super) records: u64,
     pub(super) import_stops_at: Option<u64>,
 }
@@ -213,9 +237,10 @@ impl Checker {
             current: 0,
             section_at: 0,
             tallies: HashMap::new(),
-            process_of: HashMap::new(),
-            reported_without_process: HashSet::new(),
-            slices: HashMap::new(),
+            process_of: BoundedMap::new(PROCESS_BOUND),
+            reported_without_process: BoundedMap::new(PROCESS_BOUND),
+            slices: BoundedMap::new(CHECK_BOUND),
+            asyncs: BoundedMap::new(CHECK_BOUND),
             records: 0,
             import_stops_at: None,
         }
@@ -226,6 +251,31 @@ impl Checker {
     }
 
     pub(super) fn finish(mut self, bytes: u64) -> PerfettoReport {
+        let mut unended: Vec<(u64, u64, u64)> = self
+            .asyncs
+            .iter()
+            .map(|(&(_, pid, id), &(_, at))| (at, pid, id))
+            .collect();
+        unended.sort();
+        for (at, pid, id) in unended {
+            self.add(FindingKind::UnendedAsyncBegin, at, || {
+                format!(
+                    "an async begin (process {pid}, id {id}) never ended: Perfetto shows a slice \
+                     that did not end (the trace stopped, or a wrapped buffer lost the end)"
+                )
+            });
+        }
+        let refused = self.slices.refused() + self.asyncs.refused() + self.process_of.refused();
+        if refused > 0 {
+            self.add(FindingKind::NotFollowed, bytes, || {
+                format!(
+                    "the check keeps at most {} threads with open slices, {} open async slices \
+                     and {} thread processes: {refused} record(s) beyond those were not followed \
+                     (unmatched ends and threads without a process among them are not reported)",
+                    CHECK_BOUND, CHECK_BOUND, PROCESS_BOUND
+                )
+            });
+        }
         let mut unreported: Vec<(u32, u64)> = self
             .tallies
             .iter()
@@ -545,8 +595,9 @@ impl Checker {
             return Err(self.malformed(offset, "a String record"));
         };
         let tag = StringTag::of(bytes);
+        let hash = text_hash(bytes);
         if let Some(p) = self.provider() {
-            p.strings.insert(index, tag);
+            p.strings.insert(index, (tag, hash));
         }
         Ok(())
     }
@@ -588,15 +639,28 @@ impl Checker {
         field: &str,
         effect: &str,
     ) -> Result<StringTag, Dropped> {
+        self.string(offset, c, string_ref, field, effect)
+            .map(|(tag, _)| tag)
+    }
+
+    /// [`Self::string_ref`] with a hash of the string's text.
+    pub(super) fn string(
+        &mut self,
+        offset: u64,
+        c: &mut Cursor<'_>,
+        string_ref: u64,
+        field: &str,
+        effect: &str,
+    ) -> Result<(StringTag, u64), Dropped> {
         let string_ref = string_ref as u16;
         if string_ref == 0 || string_ref & 0x8000 != 0 {
             return match c.stream(usize::from(string_ref & 0x7fff)) {
-                Some(bytes) => Ok(StringTag::of(bytes)),
+                Some(bytes) => Ok((StringTag::of(bytes), text_hash(bytes))),
                 None => Err(self.malformed(offset, field)),
             };
         }
-        if let Some(tag) = self.provider().and_then(|p| p.strings.get(&string_ref)) {
-            return Ok(*tag);
+        if let Some(found) = self.provider().and_then(|p| p.strings.get(&string_ref)) {
+            return Ok(*found);
         }
         let id = self.current;
         self.add(FindingKind::UnknownStringRef, offset, || {
@@ -790,7 +854,7 @@ impl Checker {
             "an event's category",
             drop,
         )?;
-        let name = self.string_ref(
+        let (name, name_hash) = self.string(
             offset,
             c,
             EventRecord::NAME_REF.get(header),
@@ -851,15 +915,18 @@ impl Checker {
                 }
             }
             Some(
-                EventType::AsyncBegin
+                t @ (EventType::AsyncBegin
                 | EventType::AsyncInstant
                 | EventType::AsyncEnd
                 | EventType::FlowBegin
                 | EventType::FlowStep
-                | EventType::FlowEnd,
+                | EventType::FlowEnd),
             ) => {
-                if c.word().is_none() {
+                let Some(id) = c.word() else {
                     return Err(self.malformed(offset, "an async or flow event's id"));
+                };
+                if matches!(t, EventType::AsyncBegin | EventType::AsyncEnd) {
+                    self.async_slice(offset, t, (name_hash, thread.0, id), ts);
                 }
             }
             None => {
@@ -892,8 +959,12 @@ impl Checker {
         event_type: EventType,
         complete_end: Option<i64>,
     ) {
-        // Perfetto's thread track: UpdateThread(uint32 tid, uint32 pid).
-        let slices = self.slices.entry((pid as u32, tid as u32)).or_default();
+        // Perfetto's thread track: UpdateThread(uint32 tid, uint32 pid). A track with nothing
+        // open is not kept (memory follows the slices open, not the threads seen).
+        let key = (pid as u32, tid as u32);
+        let Some(slices) = self.slices.entry(key) else {
+            return;
+        };
         // A complete slice is closed by the first event at or after its end.
         slices.completes.close_reached(ts);
         match event_type {
@@ -928,6 +999,53 @@ impl Checker {
                 }
             }
             _ => {}
+        }
+        if self
+            .slices
+            .get(&key)
+            .is_some_and(|s| s.open_begins == 0 && s.completes.is_empty())
+        {
+            self.slices.remove(&key);
+        }
+    }
+
+    /// An async begin or end on its track (name, process, correlation id): an end with no
+    /// begin open there is dropped by Perfetto's slice tracker, a begin never ended is a
+    /// slice that "did not end".
+    pub(super) fn async_slice(
+        &mut self,
+        offset: u64,
+        event_type: EventType,
+        track: (u64, u64, u64),
+        ts: i64,
+    ) {
+        let (_, pid, id) = track;
+        if event_type == EventType::AsyncBegin {
+            if let Some(open) = self.asyncs.entry(track) {
+                open.0 += 1;
+                if open.0 == 1 {
+                    open.1 = offset;
+                }
+            }
+            return;
+        }
+        let refused = self.asyncs.refused();
+        match self.asyncs.get_mut(&track) {
+            Some(open) if open.0 > 0 => {
+                open.0 -= 1;
+                if open.0 == 0 {
+                    self.asyncs.remove(&track);
+                }
+            }
+            // A begin beyond the bound was not followed: no finding either way.
+            _ if refused > 0 => {}
+            _ => self.add(FindingKind::UnmatchedAsyncEnd, offset, || {
+                format!(
+                    "an async end (process {pid}, id {id}) at {ts} ns with no async begin of \
+                     that name open on its track: Perfetto drops it (a wrapped or cut trace \
+                     lost the begin)"
+                )
+            }),
         }
     }
 
@@ -989,7 +1107,9 @@ impl Checker {
                     pid = p;
                 }
                 self.koid(offset, "process", pid);
-                self.process_of.insert(koid, pid);
+                if let Some(p) = self.process_of.entry(koid) {
+                    *p = pid;
+                }
                 if pid == 0 && koid != 0 {
                     self.without_process(offset, koid, "its name record has no \"process\" koid");
                 }
@@ -1004,9 +1124,11 @@ impl Checker {
     }
 
     pub(super) fn without_process(&mut self, offset: u64, tid: u64, why: &str) {
-        if !self.reported_without_process.insert(tid) {
+        if self.reported_without_process.get(&tid).is_some() {
             return;
         }
+        // (Beyond the bound, a thread is reported again: counted, never lost.)
+        self.reported_without_process.entry(tid);
         self.add(FindingKind::ThreadWithoutProcess, offset, || {
             format!(
                 "thread {tid}: {why}; Perfetto attributes it to process 0, apart from the \

@@ -129,6 +129,20 @@ finding_kinds! {
     /// A duration end with no duration begin open on its thread: Perfetto drops it.
     UnmatchedDurationEnd = Warning, "unmatched_duration_end",
         "slice_tracker.cc SliceTracker::End; fuchsia_trace_parser.cc kDurationEnd";
+    /// An async end with no async begin open on its track (name, process, id): Perfetto
+    /// drops it (a wrapped circular buffer, or a trace started late, lost the begin).
+    UnmatchedAsyncEnd = Warning, "unmatched_async_end",
+        "slice_tracker.cc SliceTracker::End; fuchsia_trace_parser.cc kAsyncEnd \
+         (InternLegacyAsyncTrack)";
+    /// An async begin never ended: Perfetto shows a slice that did not end (the trace
+    /// stopped first, or a full buffer dropped the end).
+    UnendedAsyncBegin = Warning, "unended_async_begin",
+        "slice_tracker.cc SliceTracker::Begin (no End: the slice keeps duration -1); \
+         fuchsia_trace_parser.cc kAsyncBegin";
+    /// Records beyond the check's own bounds (threads with open slices, open async slices,
+    /// thread processes): not followed, so findings about them may be missing.
+    NotFollowed = Note, "not_followed",
+        "fxtrace's check: bounded memory for crafted input (not a Perfetto habit)";
     /// A provider's buffer overflow recorded only as Provider Event metadata, which Perfetto
     /// ignores, with no event reporting the drop.
     DropsOnlyInMetadata = Warning, "drops_only_in_metadata",

@@ -92,7 +92,7 @@ use fxtrace_format::{DecodeError, SkipCounts};
 use crate::read::{self, Input, ReadError};
 
 pub use stats::ChromeStats;
-pub use writer::{ChromeJsonWriter, Retained, CPU_PROCESS_PID, CPU_TRACK_TID_BASE};
+pub use writer::{ChromeJsonWriter, Retained, CPU_PROCESS_PID, CPU_TRACK_TID_BASE, MAX_OPEN_ASYNC};
 
 /// Why a conversion could not be completed.
 #[derive(Debug, thiserror::Error)]

@@ -16,6 +16,11 @@ pub struct ChromeStats {
     pub unmatched_ends_dropped: u64,
     /// Duration begins still open at the end of the trace: closed at the last timestamp.
     pub unclosed_begins_closed: u64,
+    /// Async ends with no async begin open on their track (process, category, name, id):
+    /// dropped.
+    pub unmatched_async_ends_dropped: u64,
+    /// Async begins never ended: closed at the last timestamp.
+    pub unclosed_async_closed: u64,
     /// Duration begins beyond the bound of open slices (`read::slices`: 4096 on a thread,
     /// 262 144 in all, 65 536 threads): dropped, with their ends.
     pub begins_not_kept: u64,
@@ -62,6 +67,22 @@ impl ChromeStats {
             self.unmatched_ends_dropped,
             "duration end event(s) without a matching begin on their thread were dropped",
         );
+        add(
+            self.unmatched_async_ends_dropped,
+            "async end event(s) without a matching async begin were dropped",
+        );
+        if self.unclosed_async_closed > 0 {
+            let at = Micros(self.closed_at_ns.unwrap_or(0));
+            lines.push(format!(
+                "{} async begin event(s) without an end were closed at the last timestamp ({at} us)",
+                self.unclosed_async_closed
+            ));
+        }
+        let mut add = |n: u64, what: &str| {
+            if n > 0 {
+                lines.push(format!("{n} {what}"));
+            }
+        };
         add(
             self.begins_not_kept,
             "duration begin event(s) beyond the bound of open slices (4096 on a thread, 262144 \

@@ -4,6 +4,7 @@
 use std::borrow::Cow;
 use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::io::{self, Write};
+use std::rc::Rc;
 
 use fxtrace_format::lbr::LbrSample;
 use fxtrace_format::{
@@ -14,8 +15,12 @@ use fxtrace_format::{
 
 use super::json::{all, write_arg_members, write_str, HexStr, Micros};
 use super::stats::ChromeStats;
+use crate::read::bounded::BoundedMap;
 use crate::read::cpus::{Cpus, Ran, Running, Switch};
-use crate::read::slices::{Closed, Open, Slices};
+use crate::read::slices::{Closed, Open, SharedTexts, Slices};
+
+/// Async slices the converter pairs at once (an end beyond them is written as it comes).
+pub const MAX_OPEN_ASYNC: usize = 1 << 16;
 use crate::read::Analysis;
 
 /// Process id of the synthetic "CPUs" process that holds one track per CPU (context
@@ -87,6 +92,9 @@ pub struct ChromeJsonWriter<W: Write> {
     /// Per thread, its open durations (their category and name, which their end repeats:
     /// viewers such as the DevTools trace engine read `name` and `cat` of every event).
     open: Slices<()>,
+    /// Async slices open, by (process, category, name, id): their thread and how many.
+    asyncs: BoundedMap<(u64, Rc<str>, Rc<str>, u64), (u64, u64)>,
+    async_texts: SharedTexts,
     cpus: Cpus<SliceArgs>,
     /// CPUs whose track is named.
     cpu_tracks: BTreeSet<u16>,
@@ -191,6 +199,8 @@ impl<W: Write> ChromeJsonWriter<W> {
         Ok(ChromeJsonWriter {
             out,
             open: Slices::new(),
+            asyncs: BoundedMap::new(MAX_OPEN_ASYNC),
+            async_texts: SharedTexts::default(),
             cpus: Cpus::new(),
             cpu_tracks: BTreeSet::new(),
             threads: HashMap::new(),
@@ -459,6 +469,11 @@ impl<W: Write> ChromeJsonWriter<W> {
                 write!(self.out, ",\"dur\":{}", Micros(end.ns.saturating_sub(ts)))?;
                 self.args(&e.args, None)?;
             }
+            DecodedEventKind::AsyncBegin { id } | DecodedEventKind::AsyncEnd { id }
+                if !self.async_pairs(e, id) =>
+            {
+                return Ok(());
+            }
             DecodedEventKind::AsyncBegin { id }
             | DecodedEventKind::AsyncInstant { id }
             | DecodedEventKind::AsyncEnd { id } => {
@@ -485,6 +500,37 @@ impl<W: Write> ChromeJsonWriter<W> {
             }
         }
         self.out.write_all(b"}")
+    }
+
+    /// Pairs an async begin or end with its track (process, category, name, id); `false`
+    /// for an end with no begin open there (dropped and counted, as a duration end is).
+    fn async_pairs(&mut self, e: &DecodedEvent<'_>, id: u64) -> bool {
+        let cat = self.async_texts.get(&e.category);
+        let name = self.async_texts.get(&e.name);
+        let key = (e.thread.pid, cat, name, id);
+        if matches!(e.kind, DecodedEventKind::AsyncBegin { .. }) {
+            if let Some(open) = self.asyncs.entry(key) {
+                open.0 = e.thread.tid;
+                open.1 += 1;
+            }
+            return true;
+        }
+        let refused = self.asyncs.refused();
+        match self.asyncs.get_mut(&key) {
+            Some(open) => {
+                open.1 -= 1;
+                if open.1 == 0 {
+                    self.asyncs.remove(&key);
+                }
+                true
+            }
+            // Its begin may be one beyond the bound: written as it is.
+            None if refused > 0 => true,
+            None => {
+                self.stats.unmatched_async_ends_dropped += 1;
+                false
+            }
+        }
     }
 
     fn kernel_object(
@@ -729,7 +775,19 @@ impl<W: Write> ChromeJsonWriter<W> {
                 self.stats.unclosed_begins_closed += 1;
             }
         }
-        if self.stats.unclosed_begins_closed > 0 {
+        let mut asyncs: Vec<((u64, Rc<str>, Rc<str>, u64), (u64, u64))> =
+            self.asyncs.drain().collect();
+        asyncs.sort_by(|a, b| {
+            (a.0 .0, &*a.0 .1, &*a.0 .2, a.0 .3).cmp(&(b.0 .0, &*b.0 .1, &*b.0 .2, b.0 .3))
+        });
+        for ((pid, cat, name, id), (tid, count)) in asyncs {
+            for _ in 0..count {
+                self.head_named("e", end, pid, tid, &cat, &name)?;
+                write!(self.out, ",\"id\":{}}}", HexStr(id))?;
+                self.stats.unclosed_async_closed += 1;
+            }
+        }
+        if self.stats.unclosed_begins_closed + self.stats.unclosed_async_closed > 0 {
             self.stats.closed_at_ns = Some(end);
         }
         for ran in self.cpus.finish(end) {
@@ -777,12 +835,15 @@ impl<W: Write> ChromeJsonWriter<W> {
         write!(
             self.out,
             ",\"conversion\":{{\"events\":{},\"unmatched_ends_dropped\":{},\
-             \"unclosed_begins_closed\":{},\"negative_durations\":{},\
+             \"unclosed_begins_closed\":{},\"unmatched_async_ends_dropped\":{},\
+             \"unclosed_async_closed\":{},\"negative_durations\":{},\
              \"counter_args_dropped\":{},\"thread_names_without_process\":{},\
              \"switch_mismatches\":{},\"lbr_invalid\":{},\"not_converted\":{{",
             s.events_written,
             s.unmatched_ends_dropped,
             s.unclosed_begins_closed,
+            s.unmatched_async_ends_dropped,
+            s.unclosed_async_closed,
             s.negative_durations,
             s.counter_args_dropped,
             s.thread_names_without_process,
