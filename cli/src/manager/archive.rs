@@ -110,27 +110,34 @@ impl<W: Write> Archive<W> {
     /// until the first record, flush or [`Self::into_inner`]: whoever creates the archive
     /// never blocks on `out` (the trace service creates sessions' archives on its event loop,
     /// and a controller's output may be slow).
-    ///
-    /// The clocks are read here: the archive's wall-clock anchor says when the trace was
-    /// taken ([`crate::read::wall`]).
     pub fn new(out: W) -> Result<Self, ArchiveError> {
+        Ok(Self {
+            out: Some(out),
+            bytes: 8,
+            records: 1,
+            introduced: BTreeSet::new(),
+            current: None,
+            magic_pending: true,
+            anchor: Vec::new(),
+            staged: Vec::new(),
+        })
+    }
+
+    /// [`Self::new`] for a recording: the archive starts with a wall-clock anchor, when the
+    /// trace was taken ([`crate::read::wall`]; the clocks are read now). Every session of
+    /// the manager writes one.
+    pub fn recording(out: W) -> Result<Self, ArchiveError> {
+        let mut archive = Self::new(out)?;
         let anchor = WallClock::now()
             .record_words(u64::from(std::process::id()))
             .map_err(|source| ArchiveError::Encode {
                 what: "wall-clock anchor",
                 source,
             })?;
-        let anchor = fxtrace_format::words_to_bytes(&anchor);
-        Ok(Self {
-            out: Some(out),
-            bytes: 8 + anchor.len() as u64,
-            records: 2,
-            introduced: BTreeSet::new(),
-            current: None,
-            magic_pending: true,
-            anchor,
-            staged: Vec::new(),
-        })
+        archive.anchor = fxtrace_format::words_to_bytes(&anchor);
+        archive.bytes += archive.anchor.len() as u64;
+        archive.records += 1;
+        Ok(archive)
     }
 
     /// Append `bytes` to the stream: staged, and written once [`STAGED`] bytes are.

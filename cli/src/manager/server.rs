@@ -345,11 +345,11 @@ impl Manager {
         let commands = session
             .initialize(config.session.clone())
             .unwrap_or_default();
-        let archive = Archive::new(output)?;
         // Determine the clock rate now (a measurement takes ~30 ms on a machine whose CPUID
         // does not give it) rather than at the first registration, inside the event loop:
-        // providers get it in Initialize.
+        // providers get it in Initialize, and the archive's wall-clock anchor reads it.
         let _ = fxtrace::clock::info();
+        let archive = Archive::recording(output)?;
         let mut manager = Self {
             config,
             listener,
@@ -397,7 +397,7 @@ impl Manager {
         name: String,
     ) -> Result<(), ManagerError> {
         self.archive.flush()?;
-        self.archive = Archive::new(output)?;
+        self.archive = Archive::recording(output)?;
         self.config.output_name = name;
         Ok(())
     }

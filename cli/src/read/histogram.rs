@@ -39,7 +39,7 @@ fn bounds(b: usize) -> (u64, u64) {
     }
     let shift = b / SUB - 1;
     let low = (SUB + b % SUB) << shift;
-    (low, low + (1 << shift) - 1)
+    (low, low.saturating_add((1 << shift) - 1))
 }
 
 impl Durations {

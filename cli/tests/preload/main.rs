@@ -19,3 +19,4 @@ mod no_manager;
 mod own_engine;
 mod record;
 mod service;
+mod why_slow;

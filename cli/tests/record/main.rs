@@ -21,3 +21,4 @@ mod system_wide;
 mod threads;
 mod trace_system_script;
 mod ux;
+mod why_slow;

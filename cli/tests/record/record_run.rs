@@ -68,12 +68,18 @@ fn field(line: &str, key: &str) -> u64 {
 
 fn assert_header(records: &[Decoded<'_>]) {
     assert_eq!(records[0].record, DecodedRecord::Magic);
+    // The archive's wall-clock anchor, then the kernel section.
+    assert!(
+        fxtrace_tools::read::wall::WallClock::of(&records[1].record).is_some(),
+        "{:?}",
+        records[1]
+    );
     assert!(matches!(
-        &records[1].record,
+        &records[2].record,
         DecodedRecord::ProviderInfo { provider_id: 1, name } if name == "kernel"
     ));
     assert!(matches!(
-        records[2].record,
+        records[3].record,
         DecodedRecord::Initialization { ticks_per_second } if ticks_per_second > 1_000_000
     ));
 }

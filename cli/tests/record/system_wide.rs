@@ -62,9 +62,11 @@ fn kernel_and_provider_sections_share_one_archive() {
     let records: Vec<_> = Decoder::new(&bytes)
         .collect::<Result<_, _>>()
         .expect("the archive decodes");
-    // The kernel section opens the archive (started before the command).
+    // The kernel section opens the archive (started before the command), after the
+    // archive's wall-clock anchor.
+    assert!(fxtrace_tools::read::wall::WallClock::of(&records[1].record).is_some());
     assert!(matches!(
-        &records[1].record,
+        &records[2].record,
         DecodedRecord::ProviderInfo { provider_id: 1, name } if name == "kernel"
     ));
     let mut infos = BTreeSet::new();
