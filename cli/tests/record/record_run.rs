@@ -131,8 +131,10 @@ fn without_system_wide_it_records_providers_only() {
     assert!(!err.contains("system-wide (kernel section)"), "{err}");
     let bytes = std::fs::read(&trace).unwrap();
     let records = decode(&bytes);
-    assert_eq!(records.len(), 1);
+    // The magic and the wall-clock anchor: nothing else.
+    assert_eq!(records.len(), 2);
     assert_eq!(records[0].record, DecodedRecord::Magic);
+    assert!(fxtrace_tools::read::wall::WallClock::of(&records[1].record).is_some());
 }
 
 #[test]

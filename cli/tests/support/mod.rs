@@ -169,13 +169,18 @@ impl Archive {
     }
 }
 
-/// Decode a whole archive, asserting it is well formed (magic first, every record decodes).
+/// Decode a whole archive, asserting it is well formed (magic first, then the wall-clock
+/// anchor a recording writes, every record decodes and is in a provider section).
 pub fn decode(bytes: &[u8]) -> Archive {
     let mut a = Archive::default();
     for (i, d) in Decoder::new(bytes).enumerate() {
         let d = d.unwrap_or_else(|e| panic!("record {i} does not decode: {e}"));
         if i == 0 {
             assert_eq!(d.record, DecodedRecord::Magic, "magic first");
+            continue;
+        }
+        // The manager's wall-clock anchor, right after the magic, before any section.
+        if i == 1 && fxtrace_tools::read::wall::WallClock::of(&d.record).is_some() {
             continue;
         }
         let id = d
