@@ -479,6 +479,8 @@ struct Follow<'s> {
     partial: Vec<bool>,
     covered: Vec<u64>,
     intervals: Vec<Interval>,
+    /// The followed threads now off a CPU: the CPU they left, since when.
+    off_now: HashMap<u64, (u16, u64)>,
 }
 
 fn overlap(a: u64, b: u64, start: u64, end: u64) -> Option<(u64, u64)> {
@@ -533,13 +535,56 @@ impl Follow<'_> {
                             *self.wakers[i].entry(waker).or_default() += 1;
                         }
                     }
-                    let (ran, complete) = self.timeline.ran_on(off.cpu, lo, hi);
-                    self.partial[i] |= !complete;
-                    for (tid, ns) in ran {
-                        *self.ran[i].entry(tid).or_default() += ns;
-                    }
                 }
             }
+        }
+    }
+
+    /// Who ran instead: a thread ran on `cpu` from `a` to `b`; each followed thread off that
+    /// CPU meanwhile had it run instead (within its slow spans).
+    fn ran_instead(&mut self, tid: u64, cpu: u16, a: u64, b: u64) {
+        for (&target, &(left, since)) in &self.off_now {
+            if left != cpu || target == tid {
+                continue;
+            }
+            for &i in self.windows.get(&target).into_iter().flatten() {
+                let (start, end) = (self.slow[i].start_ns, self.slow[i].end_ns);
+                if let Some((lo, hi)) = overlap(a.max(since), b, start, end) {
+                    *self.ran[i].entry(tid).or_default() += hi - lo;
+                }
+            }
+        }
+    }
+
+    /// One switch: the intervals it closes, who ran instead of the followed threads.
+    fn switch(&mut self, switch: &Switch<'_>) {
+        let mut intervals = std::mem::take(&mut self.intervals);
+        self.timeline.switch(switch, |i| intervals.push(i));
+        for interval in intervals.drain(..) {
+            match interval {
+                Interval::On {
+                    tid,
+                    cpu,
+                    start,
+                    end,
+                    ..
+                } => self.ran_instead(tid, cpu, start, end),
+                Interval::Off(off) => {
+                    // Back on another CPU: what still runs on the one it left ran until now.
+                    if off.back_on != off.cpu {
+                        if let Some((tid, since)) = self.timeline.running(off.cpu) {
+                            self.ran_instead(tid, off.cpu, since, off.end);
+                        }
+                    }
+                    self.off_now.remove(&off.tid);
+                }
+            }
+            self.interval(interval);
+        }
+        self.intervals = intervals;
+        if self.windows.contains_key(&switch.outgoing_tid) && self.timeline.switches > 0 {
+            self.off_now
+                .insert(switch.outgoing_tid, (switch.cpu, switch.ns));
         }
     }
 }
@@ -557,12 +602,7 @@ impl Analysis for Follow<'_> {
 
     fn add(&mut self, head: &RecordHead, d: &Decoded<'_>) -> io::Result<()> {
         if let Some(switch) = Switch::of(&d.record) {
-            let mut intervals = std::mem::take(&mut self.intervals);
-            self.timeline.switch(&switch, |i| intervals.push(i));
-            for i in intervals.drain(..) {
-                self.interval(i);
-            }
-            self.intervals = intervals;
+            self.switch(&switch);
         } else if let Some(w) = Wakeup::of(&d.record) {
             self.timeline.wakeup(&w);
         } else if let (Some(&i), DecodedRecord::Event(e)) =
@@ -673,6 +713,7 @@ impl SpansReport {
                 partial: vec![false; n],
                 covered: vec![0; n],
                 intervals: Vec::new(),
+                off_now: HashMap::new(),
             };
             outcome = read::read(input, &mut follow)?;
             timeline_stats = (follow.timeline.switches, follow.timeline.wakeups);

@@ -257,7 +257,7 @@ fn a_status_line_is_drawn_on_a_terminal_only() {
     assert!(lines.len() >= 2, "{tty:?}");
     for l in &lines {
         assert!(
-            l.contains(" | 0 providers | 1 records, 8 B to t.fxt | 0 B buffered | 0 dropped"),
+            l.contains(" | 0 providers | 2 records, 264 B to t.fxt | 0 B buffered | 0 dropped"),
             "{l:?}"
         );
     }
