@@ -225,6 +225,21 @@ impl<'a> std::ops::Deref for DecodedArgs<'a> {
     }
 }
 
+/// The arguments by value (a lent list is copied).
+impl<'a> IntoIterator for DecodedArgs<'a> {
+    type Item = DecodedArg<'a>;
+    type IntoIter = std::vec::IntoIter<DecodedArg<'a>>;
+
+    fn into_iter(self) -> Self::IntoIter {
+        match self {
+            // One iterator type for both: the lent list copied into a vector.
+            #[allow(clippy::unnecessary_to_owned)]
+            DecodedArgs::Lent(args) => args.to_vec().into_iter(),
+            DecodedArgs::Owned(args) => args.into_iter(),
+        }
+    }
+}
+
 impl<'a> From<Vec<DecodedArg<'a>>> for DecodedArgs<'a> {
     fn from(args: Vec<DecodedArg<'a>>) -> Self {
         DecodedArgs::Owned(args)

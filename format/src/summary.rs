@@ -202,18 +202,16 @@ impl Summary {
                     self.marker_category.remove(&decoded.provider);
                 }
             }
-            DecodedRecord::Event(e) => {
-                if e.category == MARKER_CATEGORY {
-                    let count = e.args.iter().find_map(|a| match a.value {
-                        DecodedValue::U64(n) if a.name == DROP_MARKER_ARG => Some(n),
-                        _ => None,
-                    });
-                    if let (Some(n), Some(id)) = (count, self.current_provider) {
-                        // Saturating: a marker's count is the trace's word, not ours.
-                        let total = listed_entry(&mut self.records_dropped, id)
-                            .unwrap_or(&mut self.records_dropped_not_listed);
-                        *total = total.saturating_add(n);
-                    }
+            DecodedRecord::Event(e) if e.category == MARKER_CATEGORY => {
+                let count = e.args.iter().find_map(|a| match a.value {
+                    DecodedValue::U64(n) if a.name == DROP_MARKER_ARG => Some(n),
+                    _ => None,
+                });
+                if let (Some(n), Some(id)) = (count, self.current_provider) {
+                    // Saturating: a marker's count is the trace's word, not ours.
+                    let total = listed_entry(&mut self.records_dropped, id)
+                        .unwrap_or(&mut self.records_dropped_not_listed);
+                    *total = total.saturating_add(n);
                 }
             }
             DecodedRecord::ProviderInfo { provider_id, name } => {

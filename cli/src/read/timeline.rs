@@ -217,7 +217,7 @@ impl Timeline {
         }
         *last = s.ns;
         self.switches += 1;
-        let incoming = (s.incoming_tid != 0).then(|| Running {
+        let incoming = (s.incoming_tid != 0).then_some(Running {
             tid: s.incoming_tid,
             pid: s.incoming_pid,
             since_ns: s.ns,

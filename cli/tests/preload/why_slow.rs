@@ -57,9 +57,7 @@ fn report_sched_names_the_thread_that_held_the_lock() {
     // The first stall: the workers asleep, the compactor running meanwhile.
     let first = stalls.split("\n 2. ").next().unwrap();
     assert!(
-        first.contains(&format!(
-            "running meanwhile: compactor (slow_requests, pid "
-        )),
+        first.contains("running meanwhile: compactor (slow_requests, pid "),
         "{report_text}"
     );
     assert!(

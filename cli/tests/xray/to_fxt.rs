@@ -117,25 +117,8 @@ struct Fxt {
     records: usize,
 }
 
-fn owned_args(args: Vec<DecodedArg<'_>>) -> Vec<DecodedArg<'static>> {
-    args.into_iter()
-        .map(|a| DecodedArg {
-            name: a.name.into_owned().into(),
-            value: match a.value {
-                DecodedValue::Str(s) => DecodedValue::Str(s.into_owned().into()),
-                DecodedValue::Blob(b) => DecodedValue::Blob(b.into_owned().into()),
-                DecodedValue::Null => DecodedValue::Null,
-                DecodedValue::I32(v) => DecodedValue::I32(v),
-                DecodedValue::U32(v) => DecodedValue::U32(v),
-                DecodedValue::I64(v) => DecodedValue::I64(v),
-                DecodedValue::U64(v) => DecodedValue::U64(v),
-                DecodedValue::F64(v) => DecodedValue::F64(v),
-                DecodedValue::Pointer(v) => DecodedValue::Pointer(v),
-                DecodedValue::Koid(v) => DecodedValue::Koid(v),
-                DecodedValue::Bool(v) => DecodedValue::Bool(v),
-            },
-        })
-        .collect()
+fn owned_args(args: &[DecodedArg<'_>]) -> Vec<DecodedArg<'static>> {
+    args.iter().map(|a| a.clone().into_owned()).collect()
 }
 
 /// Decodes a whole trace; panics at any decode error or skipped record.
@@ -158,13 +141,13 @@ fn decode(bytes: &[u8]) -> Fxt {
                 args,
             } => fxt
                 .kernel_objects
-                .push((koid, object_type, name.into(), owned_args(args))),
+                .push((koid, object_type, name.into(), owned_args(&args))),
             DecodedRecord::Event(e) => fxt.events.push(DecodedEvent {
                 time: e.time,
                 thread: e.thread,
                 category: e.category.into_owned().into(),
                 name: e.name.into_owned().into(),
-                args: owned_args(e.args),
+                args: owned_args(&e.args).into(),
                 kind: e.kind,
             }),
             DecodedRecord::Blob {

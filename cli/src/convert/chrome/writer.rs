@@ -19,6 +19,9 @@ use crate::read::bounded::BoundedMap;
 use crate::read::cpus::{Cpus, Ran, Running, Switch};
 use crate::read::slices::{Closed, Open, SharedTexts, Slices};
 
+/// An async slice's track: process, category, name, correlation id.
+type AsyncTrack = (u64, Rc<str>, Rc<str>, u64);
+
 /// Async slices the converter pairs at once (an end beyond them is written as it comes).
 pub const MAX_OPEN_ASYNC: usize = 1 << 16;
 use crate::read::Analysis;
@@ -92,8 +95,8 @@ pub struct ChromeJsonWriter<W: Write> {
     /// Per thread, its open durations (their category and name, which their end repeats:
     /// viewers such as the DevTools trace engine read `name` and `cat` of every event).
     open: Slices<()>,
-    /// Async slices open, by (process, category, name, id): their thread and how many.
-    asyncs: BoundedMap<(u64, Rc<str>, Rc<str>, u64), (u64, u64)>,
+    /// Async slices open, by track: their thread and how many.
+    asyncs: BoundedMap<AsyncTrack, (u64, u64)>,
     async_texts: SharedTexts,
     cpus: Cpus<SliceArgs>,
     /// CPUs whose track is named.
@@ -775,8 +778,7 @@ impl<W: Write> ChromeJsonWriter<W> {
                 self.stats.unclosed_begins_closed += 1;
             }
         }
-        let mut asyncs: Vec<((u64, Rc<str>, Rc<str>, u64), (u64, u64))> =
-            self.asyncs.drain().collect();
+        let mut asyncs: Vec<(AsyncTrack, (u64, u64))> = self.asyncs.drain().collect();
         asyncs.sort_by(|a, b| {
             (a.0 .0, &*a.0 .1, &*a.0 .2, a.0 .3).cmp(&(b.0 .0, &*b.0 .1, &*b.0 .2, b.0 .3))
         });
