@@ -41,7 +41,8 @@ COMMANDS=(
 run() { # label command → appends "label wall cpu rss" to $WORK/times
     local label=$1 cmd=$2
     /usr/bin/time -f "%e %U %S %M" -o "$WORK/one" sh -c "$cmd > /dev/null 2>&1" || true
-    read -r wall user sys rss < "$WORK/one"
+    # (A failing command adds a line first: the figures are the last line.)
+    read -r wall user sys rss < <(tail -n 1 "$WORK/one")
     echo "$label|$wall|$(echo "$user + $sys" | bc)|$rss" >> "$WORK/times"
 }
 
@@ -52,7 +53,8 @@ for _ in $(seq "$ROUNDS"); do
         cmd=${entry#*|}
         cmd=${cmd//FILE/$TRACE}
         run "$name" "${cmd//BIN/$FXTRACE}"
-        if [ -n "$BEFORE" ] && [ "$name" != cat ]; then
+        # The older build has no reports but lbr: the readers it has are compared.
+        if [ -n "$BEFORE" ] && [ "$name" != cat ] && [ "${name#report}" = "$name" ]; then
             run "$name (before)" "${cmd//BIN/$BEFORE}"
         fi
     done

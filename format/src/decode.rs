@@ -225,6 +225,8 @@ struct State<'t> {
     table_bytes: usize,
     /// Bytes of table strings handed out in decoded records so far.
     resolved_bytes: u64,
+    /// The input was checked by an earlier reading ([`Decoder::trusting`]).
+    trusted: bool,
     skipped: SkipCounts,
 }
 
@@ -808,6 +810,11 @@ fn check_record<'b, 't, L: Keep<'b, 't>>(
         return Ok(None);
     };
     let mut r = Reader::new(rec, record_type.name());
+    if state.trusted {
+        if let Some(checked) = trusted(state, record_type, &mut r)? {
+            return Ok(checked);
+        }
+    }
     Ok(match record_type {
         RecordType::Metadata => return check_metadata(state, r),
         RecordType::Initialization => {
@@ -977,6 +984,65 @@ fn check_record<'b, 't, L: Keep<'b, 't>>(
             }
         }
     })
+}
+
+/// The head of a record of an input checked by an earlier reading, for the records that
+/// change no table: framed and typed, not checked again (its time read where it is the
+/// first word). `None` for the records that change the tables, checked as always.
+#[allow(clippy::option_option)] // none: not taken here; some none: skipped
+fn trusted(
+    state: &mut State<'_>,
+    record_type: RecordType,
+    r: &mut Reader<'_>,
+) -> Result<Option<Option<Checked>>, DecodeErrorKind> {
+    let header = r.header;
+    Ok(Some(match record_type {
+        RecordType::Metadata
+        | RecordType::Initialization
+        | RecordType::String
+        | RecordType::Thread => return Ok(None),
+        RecordType::Event => {
+            let Some(event_type) = EventType::from_raw(EventRecord::EVENT_TYPE.get(header) as u8)
+            else {
+                state.skipped.unknown_event_type += 1;
+                return Ok(Some(None));
+            };
+            Some(Checked {
+                kind: RecordKind::Event,
+                event_type: Some(event_type),
+                ticks: Some(r.word()?),
+                end_ticks: None,
+            })
+        }
+        RecordType::Scheduling => {
+            let raw = SchedulingRecord::SCHEDULING_TYPE.get(header) as u8;
+            let kind = match SchedulingType::from_raw(raw) {
+                Some(SchedulingType::LegacyContextSwitch) => RecordKind::ContextSwitch,
+                Some(SchedulingType::ContextSwitch) => RecordKind::SchedContextSwitch,
+                Some(SchedulingType::ThreadWakeup) => RecordKind::SchedThreadWakeup,
+                None => {
+                    state.skipped.unknown_scheduling_type += 1;
+                    return Ok(Some(None));
+                }
+            };
+            Checked::timed(kind, r.word()?)
+        }
+        RecordType::Log => Checked::timed(RecordKind::Log, r.word()?),
+        RecordType::Blob => Checked::untimed(RecordKind::Blob),
+        RecordType::UserspaceObject => Checked::untimed(RecordKind::UserspaceObject),
+        RecordType::KernelObject => Checked::untimed(RecordKind::KernelObject),
+        RecordType::LargeRecord => {
+            let known = LargeRecordHeader::LARGE_TYPE.get(header)
+                == u64::from(LARGE_RECORD_TYPE_BLOB)
+                && LargeBlobFormat::from_raw(LargeRecordHeader::BLOB_FORMAT.get(header) as u8)
+                    .is_some();
+            if !known {
+                state.skipped.unknown_large_type += 1;
+                return Ok(Some(None));
+            }
+            Checked::untimed(RecordKind::LargeBlob)
+        }
+    }))
 }
 
 fn check_metadata(
@@ -1333,6 +1399,16 @@ impl<'a> Decoder<'a> {
             check_magic: false,
             ..Decoder::new(bytes)
         }
+    }
+
+    /// A decoder for a trace an earlier reading checked whole (a reader's second pass over
+    /// the same bytes): the records that change no table are framed and typed but not
+    /// checked again ([`RecordHead::end_ticks`] and a large blob's time are not read). A
+    /// record decoded from it is still decoded in full, its errors reported.
+    pub fn trusting(bytes: &'a [u8]) -> Self {
+        let mut decoder = Decoder::new(bytes);
+        decoder.state.trusted = true;
+        decoder
     }
 
     /// Bytes consumed: the end of the last record checked or skipped.

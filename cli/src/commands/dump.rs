@@ -12,10 +12,10 @@ use fxtrace_format::lbr::LbrSample;
 use fxtrace_format::mmap::{build_id_hex, MmapRecord, MMAP_BLOB_NAME};
 use fxtrace_format::{
     BlobType, Decoded, DecodedArg, DecodedEventKind, DecodedRecord, DecodedValue, RecordHead,
-    Summary, Thread, ThreadStateName, Timestamp,
+    Thread, ThreadStateName, Timestamp,
 };
 use fxtrace_tools::read::filter::{Filter, Glob, ProviderName, RelativeTime, TypeName};
-use fxtrace_tools::read::Analysis;
+use fxtrace_tools::read::{Analysis, FirstTime};
 
 use super::input;
 use super::CliError;
@@ -100,11 +100,11 @@ impl<W: Write> Analysis for Dump<W> {
 }
 
 /// The trace's first timestamp, from a first reading of the heads alone.
-struct FirstTime(Summary);
+struct First(FirstTime);
 
-impl Analysis for FirstTime {
+impl Analysis for First {
     fn head(&mut self, head: &RecordHead) -> bool {
-        self.0.count(head);
+        self.0.head(head);
         false
     }
 
@@ -133,9 +133,9 @@ pub(crate) fn run(args: &DumpArgs) -> Result<ExitCode, CliError> {
         input::open(&args.file)?
     };
     if needs_origin {
-        let mut first = FirstTime(Summary::new());
+        let mut first = First(FirstTime::default());
         input::read_all(&mut input, &mut first)?;
-        filter.origin_ns = first.0.first_ns().unwrap_or(0);
+        filter.origin_ns = first.0.ns();
     }
     let mut dump = Dump {
         out: BufWriter::new(io::stdout().lock()),

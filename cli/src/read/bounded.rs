@@ -5,11 +5,18 @@
 use std::collections::HashMap;
 use std::hash::Hash;
 
+/// The readers' hash: fast, seeded per process (a crafted trace cannot choose colliding keys
+/// ahead of time).
+pub type FastState = foldhash::fast::RandomState;
+
+/// A `HashMap` with the readers' hash.
+pub type FastMap<K, V> = HashMap<K, V, FastState>;
+
 /// A hash map of at most `limit` keys. [`BoundedMap::entry`] refuses a new key when full and
 /// counts it ([`BoundedMap::refused`]); [`BoundedMap::remove`] makes room again.
 #[derive(Debug, Clone)]
 pub struct BoundedMap<K, V> {
-    map: HashMap<K, V>,
+    map: FastMap<K, V>,
     limit: usize,
     refused: u64,
 }
@@ -18,7 +25,7 @@ impl<K: Eq + Hash, V> BoundedMap<K, V> {
     /// An empty map that holds at most `limit` keys.
     pub fn new(limit: usize) -> Self {
         BoundedMap {
-            map: HashMap::new(),
+            map: FastMap::default(),
             limit,
             refused: 0,
         }

@@ -83,6 +83,56 @@ impl Outcome {
     }
 }
 
+/// The trace's first timestamp, from the records' heads (what reports count times from):
+/// the earliest ticks per tick rate, converted once at the end.
+#[derive(Debug, Default)]
+pub struct FirstTime {
+    /// (ticks per second, earliest ticks), the last rate seen first.
+    rates: Vec<(u64, u64)>,
+}
+
+impl FirstTime {
+    /// Takes a record's time into account.
+    #[inline]
+    pub fn head(&mut self, head: &RecordHead) {
+        let Some(ticks) = head.ticks else {
+            return;
+        };
+        match self.rates.last_mut() {
+            Some((rate, first)) if *rate == head.ticks_per_second => *first = (*first).min(ticks),
+            _ => self.other_rate(head.ticks_per_second, ticks),
+        }
+    }
+
+    #[cold]
+    fn other_rate(&mut self, rate: u64, ticks: u64) {
+        match self.rates.iter().position(|(r, _)| *r == rate) {
+            Some(at) => {
+                let (r, first) = self.rates.remove(at);
+                self.rates.push((r, first.min(ticks)));
+            }
+            // A crafted trace of many rates: the oldest rate's earliest time is kept as ns.
+            None => {
+                if self.rates.len() >= 8 {
+                    let (r, first) = self.rates.remove(0);
+                    let ns = fxtrace_format::ticks_to_ns(first, r);
+                    self.rates.insert(0, (1_000_000_000, ns));
+                }
+                self.rates.push((rate, ticks));
+            }
+        }
+    }
+
+    /// The earliest time seen, ns (0 when no record had one).
+    pub fn ns(&self) -> u64 {
+        self.rates
+            .iter()
+            .map(|&(rate, ticks)| fxtrace_format::ticks_to_ns(ticks, rate))
+            .min()
+            .unwrap_or(0)
+    }
+}
+
 /// Bytes read (or table-string bytes referred to) between two give-backs of a mapping's
 /// pages.
 pub const RELEASE_EVERY: u64 = 8 << 20;
@@ -101,6 +151,20 @@ pub enum ReadError {
 /// Reads `input` from its start: every record checked, those `analysis` wants decoded and
 /// handed to it. A mapped input can be read again (a reader of two passes); a stream once.
 pub fn read(input: &mut Input, analysis: &mut impl Analysis) -> Result<Outcome, ReadError> {
+    read_input(input, analysis, false)
+}
+
+/// [`read`] for a second reading of an input a first one read whole: the records that change
+/// no table are not checked again ([`Decoder::trusting`]), those decoded are.
+pub fn read_again(input: &mut Input, analysis: &mut impl Analysis) -> Result<Outcome, ReadError> {
+    read_input(input, analysis, true)
+}
+
+fn read_input(
+    input: &mut Input,
+    analysis: &mut impl Analysis,
+    again: bool,
+) -> Result<Outcome, ReadError> {
     let name = input.name().to_owned();
     match input.source() {
         Source::Mapped(None) => Ok(Outcome {
@@ -110,7 +174,7 @@ pub fn read(input: &mut Input, analysis: &mut impl Analysis) -> Result<Outcome, 
             skipped: SkipCounts::default(),
             error: Decoder::new(&[]).next().and_then(Result::err),
         }),
-        Source::Mapped(Some(map)) => read_mapped(name, map, analysis),
+        Source::Mapped(Some(map)) => read_mapped(name, map, analysis, again),
         Source::Stream(reader) => read_stream(name, reader, analysis),
         Source::Spooled(reader, spool) => {
             let mut tee = Tee {
@@ -147,9 +211,14 @@ fn read_mapped(
     name: String,
     map: &Mapping,
     analysis: &mut impl Analysis,
+    again: bool,
 ) -> Result<Outcome, ReadError> {
     let bytes = map.bytes();
-    let mut decoder = Decoder::new(bytes);
+    let mut decoder = if again {
+        Decoder::trusting(bytes)
+    } else {
+        Decoder::new(bytes)
+    };
     let mut error = None;
     let (mut release_at, mut release_resolved) = (RELEASE_EVERY, RELEASE_EVERY);
     while let Some(head) = decoder.next_head() {

@@ -23,6 +23,8 @@ pub struct ThreadInfo {
 pub struct Names {
     threads: BoundedMap<u64, ThreadInfo>,
     processes: BoundedMap<u64, String>,
+    /// The thread [`Names::saw`] was told of last (most events follow their thread's last).
+    last_seen: (u64, u64),
 }
 
 impl Default for Names {
@@ -30,6 +32,7 @@ impl Default for Names {
         Names {
             threads: BoundedMap::new(MAX_NAMED),
             processes: BoundedMap::new(MAX_NAMED),
+            last_seen: (0, 0),
         }
     }
 }
@@ -84,9 +87,10 @@ impl Names {
 
     /// Thread `tid` is of process `pid` (an event or a switch said so).
     pub fn saw(&mut self, pid: u64, tid: u64) {
-        if pid == 0 || tid == 0 {
+        if pid == 0 || tid == 0 || self.last_seen == (pid, tid) {
             return;
         }
+        self.last_seen = (pid, tid);
         if let Some(t) = self.threads.get_mut(&tid) {
             t.pid.get_or_insert(pid);
         } else if let Some(t) = self.threads.entry(tid) {

@@ -8,6 +8,8 @@
 use std::collections::HashSet;
 use std::rc::Rc;
 
+use super::bounded::FastState;
+
 use fxtrace_format::Thread;
 
 use super::bounded::BoundedMap;
@@ -78,6 +80,13 @@ impl<T> Slices<T> {
     /// No slice open.
     pub fn new() -> Self {
         Self::default()
+    }
+
+    /// The one shared copy of `text` the slices use (a reader keying its own tables by the
+    /// copy's address gets the same key for the same text while a slice or the reader holds
+    /// it).
+    pub fn text(&mut self, text: &str) -> Rc<str> {
+        self.texts.get(text)
     }
 
     /// A duration begins on `thread`; `false` when it was not kept (counted).
@@ -185,7 +194,7 @@ impl<T> Slices<T> {
 /// duration holds any more may wait for the next sweep).
 #[derive(Debug)]
 pub struct SharedTexts {
-    texts: HashSet<Rc<str>>,
+    texts: HashSet<Rc<str>, FastState>,
     sweep_at: usize,
     /// Sweeps so far.
     sweeps: u64,
@@ -194,7 +203,7 @@ pub struct SharedTexts {
 impl Default for SharedTexts {
     fn default() -> Self {
         SharedTexts {
-            texts: HashSet::new(),
+            texts: HashSet::default(),
             sweep_at: Self::MAX_TEXTS,
             sweeps: 0,
         }

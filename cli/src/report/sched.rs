@@ -13,12 +13,12 @@
 //! second measures, for each stall, what the process's other threads ran in it.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap};
 use std::io;
 
 use fxtrace_format::{Decoded, RecordHead, RecordKind};
 
-use crate::read::bounded::BoundedMap;
+use crate::read::bounded::{BoundedMap, FastMap};
 use crate::read::cpus::{OffCpu, Switch};
 use crate::read::filter::Glob;
 use crate::read::histogram::Durations;
@@ -214,16 +214,16 @@ struct Follow<'o> {
     timeline: Timeline,
     names: Names,
     wall: Option<WallClock>,
-    first_ticks: fxtrace_format::Summary,
+    first_ticks: read::FirstTime,
     rows: BoundedMap<u64, ThreadRow>,
     other: ThreadRow,
     longest: BinaryHeap<Reverse<(u64, u64)>>,
-    longest_rows: HashMap<u64, OffRow>,
+    longest_rows: FastMap<u64, OffRow>,
     /// Per process, the clusters of similar sleeps being gathered (at most
     /// [`CLUSTERS_PER_PROCESS`]).
     clusters: BoundedMap<u64, Vec<Cluster>>,
     stalls: BinaryHeap<Reverse<(u64, u64)>>,
-    stall_rows: HashMap<u64, Stall>,
+    stall_rows: FastMap<u64, Stall>,
     seq: u64,
     wait_points: u64,
     intervals: Vec<Interval>,
@@ -455,7 +455,7 @@ impl Follow<'_> {
 
 impl Analysis for Follow<'_> {
     fn head(&mut self, head: &RecordHead) -> bool {
-        self.first_ticks.count(head);
+        self.first_ticks.head(head);
         matches!(
             head.kind,
             RecordKind::ContextSwitch
@@ -492,7 +492,7 @@ struct Running<'s> {
     timeline: Timeline,
     names: &'s Names,
     /// By process, its stalls (indexes).
-    by_pid: HashMap<u64, Vec<usize>>,
+    by_pid: FastMap<u64, Vec<usize>>,
     stalls: &'s [Stall],
     ran: Vec<BTreeMap<u64, u64>>,
     intervals: Vec<Interval>,
@@ -539,7 +539,7 @@ impl Analysis for Running<'_> {
     }
 }
 
-fn ordered<T>(heap: BinaryHeap<Reverse<(u64, u64)>>, mut rows: HashMap<u64, T>) -> Vec<T> {
+fn ordered<T>(heap: BinaryHeap<Reverse<(u64, u64)>>, mut rows: FastMap<u64, T>) -> Vec<T> {
     let mut order: Vec<(u64, u64)> = heap.into_iter().map(|Reverse(e)| e).collect();
     order.sort_by(|a, b| b.0.cmp(&a.0).then(a.1.cmp(&b.1)));
     order
@@ -556,14 +556,14 @@ impl SchedReport {
             timeline: Timeline::new(),
             names: Names::new(),
             wall: None,
-            first_ticks: fxtrace_format::Summary::new(),
+            first_ticks: read::FirstTime::default(),
             rows: BoundedMap::new(MAX_THREADS),
             other: ThreadRow::default(),
             longest: BinaryHeap::new(),
-            longest_rows: HashMap::new(),
+            longest_rows: FastMap::default(),
             clusters: BoundedMap::new(MAX_THREADS),
             stalls: BinaryHeap::new(),
-            stall_rows: HashMap::new(),
+            stall_rows: FastMap::default(),
             seq: 0,
             wait_points: 0,
             intervals: Vec::new(),
@@ -584,7 +584,7 @@ impl SchedReport {
         let mut stalls = ordered(follow.stalls, follow.stall_rows);
         let names = follow.names;
         if !stalls.is_empty() && outcome.error.is_none() {
-            let mut by_pid: HashMap<u64, Vec<usize>> = HashMap::new();
+            let mut by_pid: FastMap<u64, Vec<usize>> = FastMap::default();
             for (i, s) in stalls.iter().enumerate() {
                 by_pid.entry(s.pid).or_default().push(i);
             }
@@ -596,7 +596,11 @@ impl SchedReport {
                 ran: vec![BTreeMap::new(); stalls.len()],
                 intervals: Vec::new(),
             };
-            outcome = read::read(input, &mut running)?;
+            let again = read::read_again(input, &mut running)?;
+            // (The first reading's counts; the second's error, if the file changed between.)
+            if again.error.is_some() {
+                outcome = again;
+            }
             let ran = running.ran;
             for (s, ran) in stalls.iter_mut().zip(ran) {
                 let waiters: Vec<u64> = s.waiters.iter().map(|w| w.tid).collect();
@@ -623,7 +627,7 @@ impl SchedReport {
             mismatches: follow.timeline.mismatches,
             out_of_order: follow.timeline.out_of_order,
             threads_not_kept: follow.timeline.threads_not_followed() + follow.rows.refused(),
-            origin_ns: follow.first_ticks.first_ns().unwrap_or(0),
+            origin_ns: follow.first_ticks.ns(),
             wall: follow.wall,
             names,
             outcome,

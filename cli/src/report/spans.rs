@@ -12,7 +12,7 @@
 //! reads their begin records' arguments back.
 
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap, HashMap};
+use std::collections::{BTreeMap, BinaryHeap};
 use std::io;
 use std::rc::Rc;
 
@@ -21,12 +21,12 @@ use fxtrace_format::{
     Thread,
 };
 
-use crate::read::bounded::BoundedMap;
+use crate::read::bounded::{BoundedMap, FastMap};
 use crate::read::cpus::{OffCpu, Switch};
 use crate::read::filter::Glob;
 use crate::read::histogram::Durations;
 use crate::read::names::Names;
-use crate::read::slices::{Closed, SharedTexts, Slices};
+use crate::read::slices::{Closed, Slices};
 use crate::read::timeline::{Interval, Timeline, Wakeup};
 use crate::read::wall::WallClock;
 use crate::read::{self, Analysis, Input, Outcome, ReadError};
@@ -185,6 +185,11 @@ struct OpenSpan {
     other: (u64, u64),
 }
 
+/// The address of a shared text, a key for the time it is held.
+fn address(text: &Rc<str>) -> usize {
+    Rc::as_ptr(text) as *const u8 as usize
+}
+
 /// An async span open.
 #[derive(Debug)]
 struct OpenAsync {
@@ -205,18 +210,20 @@ struct NameStats {
 struct Collect<'o> {
     options: &'o SpansOptions,
     slices: Slices<OpenSpan>,
-    texts: SharedTexts,
-    asyncs: BoundedMap<(u64, Rc<str>, Rc<str>, u64), OpenAsync>,
-    by_name: BoundedMap<Rc<str>, NameStats>,
+    /// Async spans open by (process, category, name, id), the texts by the address of their
+    /// shared copy ([`Slices::text`]: one address per text while held).
+    asyncs: BoundedMap<(u64, usize, usize, u64), OpenAsync>,
+    /// Per name (by the address of its shared copy, held by the row).
+    by_name: BoundedMap<usize, (Rc<str>, NameStats)>,
     other_names: NameStats,
     /// The slowest so far: min-heap of (duration, sequence) → span.
     slowest: BinaryHeap<Reverse<(u64, u64)>>,
-    slow: HashMap<u64, SlowSpan>,
+    slow: FastMap<u64, SlowSpan>,
     seq: u64,
     spans: u64,
     unmatched_ends: u64,
     orphan_async_ends: u64,
-    first_ticks: fxtrace_format::Summary,
+    first_ticks: read::FirstTime,
     wall: Option<WallClock>,
     names: Names,
     switches: u64,
@@ -243,8 +250,12 @@ impl Collect<'_> {
             return;
         }
         self.spans += 1;
-        let stats = match self.by_name.entry(name.clone()) {
-            Some(stats) => stats,
+        let key = Rc::as_ptr(name) as *const u8 as usize;
+        let stats = match self
+            .by_name
+            .entry_with(key, || (name.clone(), NameStats::default()))
+        {
+            Some((_, stats)) => stats,
             None => &mut self.other_names,
         };
         stats.durations.add(duration);
@@ -313,7 +324,7 @@ impl Collect<'_> {
                 );
             }
             DecodedEventKind::DurationComplete { end } => {
-                let name = self.texts.get(&e.name);
+                let name = self.slices.text(&e.name);
                 let end = end.ns.max(ts);
                 let open = OpenSpan {
                     begin_offset: offset,
@@ -323,8 +334,8 @@ impl Collect<'_> {
                 self.closed(e.thread, ts, end, &name, &category, open);
             }
             DecodedEventKind::AsyncBegin { id } => {
-                let (category, name) = (self.texts.get(&e.category), self.texts.get(&e.name));
-                let key = (e.thread.pid, category.clone(), name.clone(), id);
+                let (category, name) = (self.slices.text(&e.category), self.slices.text(&e.name));
+                let key = (e.thread.pid, address(&category), address(&name), id);
                 if let Some(open) = self.asyncs.entry_with(key, || OpenAsync {
                     begin_ns: ts,
                     thread: e.thread,
@@ -336,8 +347,8 @@ impl Collect<'_> {
                 }
             }
             DecodedEventKind::AsyncEnd { id } => {
-                let (category, name) = (self.texts.get(&e.category), self.texts.get(&e.name));
-                let key = (e.thread.pid, category, name, id);
+                let (category, name) = (self.slices.text(&e.category), self.slices.text(&e.name));
+                let key = (e.thread.pid, address(&category), address(&name), id);
                 match self.asyncs.remove(&key) {
                     Some(open) => {
                         let end = ts.max(open.begin_ns);
@@ -426,7 +437,7 @@ impl Collect<'_> {
 
 impl Analysis for Collect<'_> {
     fn head(&mut self, head: &RecordHead) -> bool {
-        self.first_ticks.count(head);
+        self.first_ticks.head(head);
         match head.kind {
             RecordKind::Event => matches!(
                 head.event_type,
@@ -467,10 +478,10 @@ impl Analysis for Collect<'_> {
 /// The second pass: the slowest spans' threads through the switches, and their arguments.
 struct Follow<'s> {
     /// Per thread, the slowest spans on it (indexes into `slow`).
-    windows: HashMap<u64, Vec<usize>>,
+    windows: FastMap<u64, Vec<usize>>,
     slow: &'s mut [SlowSpan],
     /// Begin records to read arguments from → the span.
-    begins: HashMap<u64, usize>,
+    begins: FastMap<u64, usize>,
     timeline: Timeline,
     /// Per span: who ran instead, woken by, wait points, as maps.
     ran: Vec<BTreeMap<u64, u64>>,
@@ -480,7 +491,7 @@ struct Follow<'s> {
     covered: Vec<u64>,
     intervals: Vec<Interval>,
     /// The followed threads now off a CPU: the CPU they left, since when.
-    off_now: HashMap<u64, (u16, u64)>,
+    off_now: FastMap<u64, (u16, u64)>,
 }
 
 fn overlap(a: u64, b: u64, start: u64, end: u64) -> Option<(u64, u64)> {
@@ -635,17 +646,16 @@ impl SpansReport {
         let mut collect = Collect {
             options,
             slices: Slices::new(),
-            texts: SharedTexts::default(),
             asyncs: BoundedMap::new(MAX_OPEN_ASYNC),
             by_name: BoundedMap::new(MAX_NAMES),
             other_names: NameStats::default(),
             slowest: BinaryHeap::new(),
-            slow: HashMap::new(),
+            slow: FastMap::default(),
             seq: 0,
             spans: 0,
             unmatched_ends: 0,
             orphan_async_ends: 0,
-            first_ticks: fxtrace_format::Summary::new(),
+            first_ticks: read::FirstTime::default(),
             wall: None,
             names: Names::new(),
             switches: 0,
@@ -662,7 +672,7 @@ impl SpansReport {
         let mut names: Vec<NameRow> = collect
             .by_name
             .drain()
-            .map(|(name, s)| NameRow {
+            .map(|(_, (name, s))| NameRow {
                 name: name.to_string(),
                 durations: s.durations,
                 self_ns: s.self_ns,
@@ -693,8 +703,8 @@ impl SpansReport {
             .collect();
         let mut timeline_stats = (collect.switches, collect.wakeups);
         if !slowest.is_empty() && outcome.error.is_none() {
-            let mut windows: HashMap<u64, Vec<usize>> = HashMap::new();
-            let mut begins = HashMap::new();
+            let mut windows: FastMap<u64, Vec<usize>> = FastMap::default();
+            let mut begins = FastMap::default();
             for (i, s) in slowest.iter().enumerate() {
                 if !s.is_async && collect.switches > 0 {
                     windows.entry(s.thread.tid).or_default().push(i);
@@ -713,9 +723,13 @@ impl SpansReport {
                 partial: vec![false; n],
                 covered: vec![0; n],
                 intervals: Vec::new(),
-                off_now: HashMap::new(),
+                off_now: FastMap::default(),
             };
-            outcome = read::read(input, &mut follow)?;
+            let again = read::read_again(input, &mut follow)?;
+            // (The first reading's counts; the second's error, if the file changed between.)
+            if again.error.is_some() {
+                outcome = again;
+            }
             timeline_stats = (follow.timeline.switches, follow.timeline.wakeups);
             let Follow {
                 ran,
@@ -744,7 +758,7 @@ impl SpansReport {
             orphan_async_ends: collect.orphan_async_ends,
             unclosed,
             not_kept: collect.slices.not_kept + collect.asyncs.refused(),
-            origin_ns: collect.first_ticks.first_ns().unwrap_or(0),
+            origin_ns: collect.first_ticks.ns(),
             wall: collect.wall,
             switches: timeline_stats.0,
             wakeups: timeline_stats.1,
