@@ -28,8 +28,9 @@ pub struct Mapping {
 }
 
 impl Mapping {
-    /// Maps `file` (`len` bytes, at least one) read-only.
-    fn new(file: &File, len: usize) -> io::Result<Mapping> {
+    /// Maps `file` (`len` bytes, at least one) read-only (the mapping outlives the
+    /// descriptor).
+    pub fn new(file: &File, len: usize) -> io::Result<Mapping> {
         // SAFETY: a new read-only private mapping of a descriptor we own, at an address the
         // kernel chooses; nothing else refers to that range.
         let ptr = unsafe {

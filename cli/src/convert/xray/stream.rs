@@ -24,6 +24,7 @@ use super::event::{CpuTracker, FunctionId, ReadStats, WallTimeAnchor, XrayEvent}
 use super::fdr::{self, BlockInfo, BlockSink};
 use super::header::{FileHeader, LogType};
 use super::to_fxt::{Import, ImportError, ImportOptions, ImportStats, ThreadConverter};
+use crate::read::Mapping;
 
 /// How many bytes of the log are read between two calls of `release`.
 pub const RELEASE_EVERY: usize = 16 << 20;
@@ -232,18 +233,17 @@ fn convert_each<W: Write>(
     })
 }
 
-/// A log's bytes, mapped read-only: a regular file as it is, anything else (a FIFO, a
-/// device) first copied into an unlinked temporary file, so that [`import`] can read it
-/// twice. [`MappedLog::release`] drops the pages read from this process's memory (they stay
-/// in the page cache, and are read again if needed): it is what [`import`]'s `release` should
-/// do. A regular file truncated by another process while it is mapped ends the reading
-/// process with `SIGBUS`, as any reader of a mapped file.
+/// A log's bytes, mapped read-only ([`crate::read::Mapping`], the readers' mapping): a
+/// regular file as it is, anything else (a FIFO, a device) first copied into an unlinked
+/// temporary file, so that [`import`] can read it twice. [`MappedLog::release`] drops the
+/// pages read from this process's memory (they stay in the page cache, and are read again if
+/// needed): it is what [`import`]'s `release` should do. A regular file truncated by another
+/// process while it is mapped ends the reading process with `SIGBUS`, as any reader of a
+/// mapped file.
 #[derive(Debug)]
 pub struct MappedLog {
-    /// Null for an empty file (nothing mapped).
-    ptr: *mut libc::c_void,
-    len: usize,
-    _file: std::fs::File,
+    /// `None` for an empty file (nothing mapped).
+    map: Option<Mapping>,
 }
 
 impl MappedLog {
@@ -258,61 +258,22 @@ impl MappedLog {
         }
         let len = usize::try_from(file.metadata()?.len())
             .map_err(|_| std::io::Error::from_raw_os_error(libc::EFBIG))?;
-        if len == 0 {
-            return Ok(MappedLog {
-                ptr: std::ptr::null_mut(),
-                len,
-                _file: file,
-            });
-        }
-        use std::os::fd::AsRawFd;
-        // SAFETY: a new private read-only mapping of `len` bytes of an open file; nothing
-        // else refers to the address range it returns.
-        let ptr = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ,
-                libc::MAP_PRIVATE,
-                file.as_raw_fd(),
-                0,
-            )
+        let map = match len {
+            0 => None,
+            len => Some(Mapping::new(&file, len)?),
         };
-        if ptr == libc::MAP_FAILED {
-            return Err(std::io::Error::last_os_error());
-        }
-        Ok(MappedLog {
-            ptr,
-            len,
-            _file: file,
-        })
+        Ok(MappedLog { map })
     }
 
     /// The log's bytes.
     pub fn bytes(&self) -> &[u8] {
-        if self.ptr.is_null() {
-            return &[];
-        }
-        // SAFETY: `ptr` is a live read-only mapping of `len` bytes, unmapped only on drop.
-        unsafe { std::slice::from_raw_parts(self.ptr.cast::<u8>(), self.len) }
+        self.map.as_ref().map_or(&[], Mapping::bytes)
     }
 
     /// Drops the pages read so far from this process's memory.
     pub fn release(&self) {
-        if !self.ptr.is_null() {
-            // SAFETY: the whole live mapping; MADV_DONTNEED on a private mapping of a file
-            // that was never written only drops pages, which are read again from the file if
-            // touched (no content changes).
-            unsafe { libc::madvise(self.ptr, self.len, libc::MADV_DONTNEED) };
-        }
-    }
-}
-
-impl Drop for MappedLog {
-    fn drop(&mut self) {
-        if !self.ptr.is_null() {
-            // SAFETY: the mapping made in `new`, no longer borrowed (`bytes` borrows `self`).
-            unsafe { libc::munmap(self.ptr, self.len) };
+        if let Some(map) = &self.map {
+            map.release_before(map.bytes().len());
         }
     }
 }
