@@ -234,7 +234,8 @@ impl LbrRead {
 }
 
 impl Analysis for LbrReport {
-    /// LBR and mapping blobs, switches, threads and their names, log records.
+    /// LBR and mapping blobs, switches, threads and their names, log records and instant
+    /// events (why LBR was not sampled).
     fn head(&mut self, head: &RecordHead) -> bool {
         matches!(
             head.kind,
@@ -244,7 +245,7 @@ impl Analysis for LbrReport {
                 | RecordKind::Thread
                 | RecordKind::KernelObject
                 | RecordKind::Log
-        )
+        ) || head.event_type == Some(fxtrace_format::EventType::Instant)
     }
 
     fn add(&mut self, _: &RecordHead, d: &Decoded<'_>) -> std::io::Result<()> {
