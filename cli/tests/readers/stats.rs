@@ -91,3 +91,54 @@ fn stats_garbage_file() {
         "not an FXT trace (first word is 0xffffffffffffffff, expected magic 0x0016547846040010)"
     ));
 }
+
+#[test]
+fn stats_prints_the_wall_clock_span_from_the_archives_anchor() {
+    use fxtrace_format::{Event, EventKind, RecordWriter, StringRef, ThreadRef};
+    use fxtrace_tools::read::wall::WallClock;
+
+    // The anchor: 2026-11-28 23:57:01 UTC at tick 1 000 000 (1 GHz); events 1 ms and 3.5 ms
+    // of trace time after it.
+    let anchor = WallClock {
+        ticks: 1_000_000,
+        ticks_per_second: 1_000_000_000,
+        realtime_ns: 1_795_910_221_000_000_000,
+        monotonic_ns: 0,
+        boottime_ns: 0,
+    };
+    let mut words = vec![fxtrace_format::MAGIC_WORD];
+    words.extend(anchor.record_words(1).unwrap());
+    let mut w = RecordWriter::new();
+    for ticks in [2_000_000, 4_500_000] {
+        w.push(&Event {
+            ticks,
+            thread: ThreadRef::Inline { pid: 1, tid: 1 },
+            category: StringRef::Inline("c"),
+            name: StringRef::Inline("e"),
+            args: &[],
+            kind: EventKind::Instant,
+        })
+        .unwrap();
+    }
+    words.extend_from_slice(w.words());
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("anchored.fxt");
+    let bytes: Vec<u8> = words.iter().flat_map(|w| w.to_ne_bytes()).collect();
+    std::fs::write(&path, bytes).unwrap();
+    let out = stats(&path);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}");
+    assert!(
+        stdout.contains(
+            "wall clock: 2026-11-28 23:57:01.001000 UTC .. 2026-11-28 23:57:01.003500 UTC"
+        ),
+        "{stdout}"
+    );
+    // Without an anchor, the line says so.
+    let out = stats(&{
+        let p = dir.path().join("plain.fxt");
+        std::fs::write(&p, write_all_records::build_trace().unwrap()).unwrap();
+        p
+    });
+    assert!(text(&out.stdout).contains("wall clock: not recorded"));
+}
