@@ -233,7 +233,8 @@ impl Follow<'_> {
     fn keeps_thread(&self, tid: u64) -> bool {
         let o = self.options;
         let pid = self.names.pid(tid);
-        (o.pids.is_empty() || pid.is_some_and(|p| o.pids.contains(&p)))
+        !is_fxtraces_own(self.names.thread(tid))
+            && (o.pids.is_empty() || pid.is_some_and(|p| o.pids.contains(&p)))
             && (o.comms.is_empty()
                 || o.comms.iter().any(|g| {
                     self.names.thread(tid).is_some_and(|n| g.matches(n))
@@ -695,7 +696,10 @@ impl SchedReport {
                 "(--wall: the trace has no wall-clock anchor; times are relative)"
             )?;
         }
-        writeln!(out, "\nthreads (most time on CPU first):")?;
+        writeln!(
+            out,
+            "\nthreads (most time on CPU first; fxtrace's own threads left out):"
+        )?;
         for row in self.threads.iter().take(THREADS_SHOWN) {
             let name = if row.tid == 0 {
                 "(other threads)".to_owned()
@@ -744,7 +748,7 @@ impl SchedReport {
                     ),
                 }
             )?;
-            if o.reason != OffCpu::Runnable {
+            if o.reason != OffCpu::Runnable && (self.wakeups > 0 || self.wait_points > 0) {
                 let waker = match o.woken {
                     Some((_, Some(w))) => self.names.label(w),
                     Some((_, None)) => "(not recorded)".to_owned(),
@@ -799,13 +803,16 @@ impl SchedReport {
                     Some(waker) => format!(", woken by {}", self.names.label(waker)),
                     None => String::new(),
                 };
+                let at = match w.stack {
+                    Some(_) => format!(" at {}", Self::stack(w.stack)),
+                    None => String::new(),
+                };
                 writeln!(
                     out,
-                    "    waiting: {} {}{} at {}{waker}",
+                    "    waiting: {} {}{}{at}{waker}",
                     self.names.label(w.tid),
                     Ns(w.end - w.start),
                     if w.uninterruptible { " (D)" } else { "" },
-                    Self::stack(w.stack)
                 )?;
             }
         }

@@ -241,7 +241,7 @@ fn sched_names_the_sibling_that_ran_while_the_workers_slept() {
         "{stall}"
     );
     assert!(
-        stall.contains("waiting: worker-1 (pid 10/tid 11) 8.00 µs at -, woken by holder"),
+        stall.contains("waiting: worker-1 (pid 10/tid 11) 8.00 µs, woken by holder"),
         "{stall}"
     );
     // The worker's row: one sleep of 8 µs (woken at 9 000), then 200 ns runnable.
