@@ -139,6 +139,22 @@ pub struct Drain {
     /// windowed path and of its bound).
     windows_read: u64,
     largest_read: u64,
+    /// When the buffer was made: a provider cannot have dropped more records than nanoseconds
+    /// have passed since (each drop is one atomic add on a shared counter).
+    created: std::time::Instant,
+    /// A drop count past that bound was reported (once).
+    implausible_drops_noted: bool,
+}
+
+/// What a buffer's header says now, while its provider writes ([`Drain::live`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LiveFigures {
+    /// What the buffer holds (in streaming mode, saved halves too).
+    pub buffered_bytes: u64,
+    /// Records dropped so far (0 when the header's count is not a count).
+    pub records_dropped: u64,
+    /// Why the header's drop count was left out, if it was.
+    pub problem: Option<String>,
 }
 
 /// How much of the durable buffer a new trace keeps (the start disposition).
@@ -166,6 +182,8 @@ impl Drain {
             window: READ_WINDOW,
             windows_read: 0,
             largest_read: 0,
+            created: std::time::Instant::now(),
+            implausible_drops_noted: false,
         }
     }
 
@@ -195,9 +213,9 @@ impl Drain {
         }
     }
 
-    /// Read the header and validate it against the buffer and the session's mode.
-    fn read_header(
-        &mut self,
+    /// The header validated against the buffer and the session's mode.
+    fn checked_header(
+        &self,
         buffer: &TraceBuffer,
     ) -> Result<(HeaderFields, BufferGeometry), DrainError> {
         let fields = buffer.header().load();
@@ -209,8 +227,60 @@ impl Drain {
                 expected: self.mode,
             });
         }
-        self.stats.records_dropped = fields.num_records_dropped;
-        self.stats.records_dropped_before_start = fields.dropped_before_start();
+        Ok((fields, geometry))
+    }
+
+    /// The header's drop counts (all, and before the start), or why they are not counts: more
+    /// drops than nanoseconds since the buffer was made (the header is the provider's memory:
+    /// `2^64 - 1` there would make every drop total meaningless).
+    fn drop_counts(&self, fields: &HeaderFields) -> Result<(u64, u64), String> {
+        let bound = u64::try_from(self.created.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        if fields.num_records_dropped > bound {
+            return Err(format!(
+                "its buffer header says {} records dropped, more than the {bound} ns since its \
+                 buffer was made: not a count, left out of the drop totals",
+                fields.num_records_dropped
+            ));
+        }
+        Ok((fields.num_records_dropped, fields.dropped_before_start()))
+    }
+
+    /// What the header says now, read while the provider writes (`status`): nothing but an
+    /// error when it does not validate, and no drop count when that count is not one.
+    pub fn live(&self, buffer: &TraceBuffer) -> Result<LiveFigures, DrainError> {
+        let (fields, _) = self.checked_header(buffer)?;
+        let (records_dropped, problem) = match self.drop_counts(&fields) {
+            Ok((dropped, _)) => (dropped, None),
+            Err(problem) => (0, Some(problem)),
+        };
+        // What the buffer holds (in streaming mode, saved halves too); the ends are within
+        // the validated geometry.
+        let buffered_bytes =
+            fields.durable_data_end + fields.rolling_data_end[0] + fields.rolling_data_end[1];
+        Ok(LiveFigures {
+            buffered_bytes,
+            records_dropped,
+            problem,
+        })
+    }
+
+    /// Read the header and validate it against the buffer and the session's mode.
+    fn read_header(
+        &mut self,
+        buffer: &TraceBuffer,
+    ) -> Result<(HeaderFields, BufferGeometry), DrainError> {
+        let (fields, geometry) = self.checked_header(buffer)?;
+        let (dropped, before_start) = match self.drop_counts(&fields) {
+            Ok(counts) => counts,
+            Err(problem) => {
+                if !std::mem::replace(&mut self.implausible_drops_noted, true) {
+                    self.stats.problems.push(problem);
+                }
+                (0, 0)
+            }
+        };
+        self.stats.records_dropped = dropped;
+        self.stats.records_dropped_before_start = before_start;
         self.stats.wrapped_count = fields.wrapped_count;
         self.stats.durable_data_end = fields.durable_data_end;
         self.stats.durable_buffer_size = geometry.durable_buffer_size;
@@ -378,7 +448,7 @@ impl Drain {
         };
         if windowed {
             let durable = self.copy_durable(buffer, &fields, &geometry)?;
-            self.begin_read_out(archive, (id, name), &fields)?;
+            self.begin_read_out(archive, (id, name))?;
             self.scan_durable(durable, archive)?;
             for (index, framing, end) in rolling {
                 let offset = geometry.rolling_offset(index);
@@ -400,7 +470,7 @@ impl Drain {
         // Durable data not yet saved, copied last.
         let durable = self.copy_durable(buffer, &fields, &geometry)?;
         self.stats.copy_time += started.elapsed();
-        self.begin_read_out(archive, (id, name), &fields)?;
+        self.begin_read_out(archive, (id, name))?;
         self.scan_durable(durable, archive)?;
         for (bytes, end, framing, region) in rolling {
             self.scan_into((&bytes, 0, 0), end, framing, region, archive)?;
@@ -459,10 +529,10 @@ impl Drain {
         &self,
         archive: &mut Archive<W>,
         (id, name): (u32, &str),
-        fields: &HeaderFields,
     ) -> Result<(), DrainError> {
         archive.begin_provider(id, name)?;
-        if fields.num_records_dropped > 0 {
+        // The count as read (0 when it is not one: see `drop_counts`).
+        if self.stats.records_dropped > 0 {
             archive.provider_event(PROVIDER_EVENT_BUFFER_OVERFLOW)?;
         }
         Ok(())

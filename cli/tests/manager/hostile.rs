@@ -432,10 +432,21 @@ fn forger_records() -> Vec<u64> {
 
 /// Register as `name`, fill the buffer with `words`, answer Start and Stop like a good provider.
 fn scripted(socket: std::path::PathBuf, name: &'static str, words: Vec<u64>) {
+    scripted_header(socket, name, words, |_| {});
+}
+
+/// [`scripted`], with the header `tweak`ed after the words are written.
+fn scripted_header(
+    socket: std::path::PathBuf,
+    name: &'static str,
+    words: Vec<u64>,
+    tweak: impl FnOnce(&mut fxtrace::buffer::header::HeaderFields),
+) {
     let mut p = FakeProvider::register(&socket, name);
     let mut h = p.init_header();
     p.put_words(p.geometry().rolling_offset(0), &words);
     h.rolling_data_end[0] = words.len() as u64 * 8;
+    tweak(&mut h);
     p.buffer.header().store(&h);
     p.expect_start();
     p.send_started();
@@ -515,6 +526,89 @@ fn provider_metadata_written_by_a_provider_is_dropped_and_reported() {
     );
     let vr = reports.iter().find(|r| r.name == "victim").unwrap();
     assert!(vr.problems.is_empty() && vr.lost.is_none(), "{vr:?}");
+}
+
+#[test]
+fn a_drop_count_that_is_not_one_adds_nothing_but_a_problem_line() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("m.sock");
+    let config = ManagerConfig {
+        session: SessionConfig {
+            buffer_size_bytes: 64 << 10,
+            ..SessionConfig::default()
+        },
+        ..ManagerConfig::new(&socket)
+    };
+    let out = SharedOut::default();
+    let mut m = Manager::new(config, Box::new(out.clone())).unwrap();
+    let mut events = Vec::new();
+    // A header that validates but claims 2^64 - 1 drops; one that does not validate at all;
+    // a provider that dropped 3 records.
+    let providers: [(&str, fn(&mut fxtrace::buffer::header::HeaderFields)); 3] = [
+        ("boastful", |h| h.num_records_dropped = u64::MAX),
+        ("broken", |h| {
+            h.num_records_dropped = u64::MAX;
+            h.magic = 0;
+        }),
+        ("honest", |h| h.num_records_dropped = 3),
+    ];
+    let mut threads = Vec::new();
+    for (i, (name, tweak)) in providers.into_iter().enumerate() {
+        let s = socket.clone();
+        let records = support::INIT_RECORD.to_vec();
+        threads.push(std::thread::spawn(move || {
+            scripted_header(s, name, records, tweak)
+        }));
+        drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
+            registered(ev) == i + 1
+        });
+    }
+    m.start(None).unwrap();
+    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
+        ev.iter()
+            .any(|e| matches!(e, ManagerEvent::StartAcknowledged { .. }))
+    });
+    // While tracing: only the honest count, and a line for each of the others.
+    let info = m.session_info();
+    assert_eq!(info.records_dropped, 3, "{info:?}");
+    let said = |text: &str| info.problems.iter().filter(|p| p.contains(text)).count();
+    assert_eq!(
+        said("provider 1: its buffer header says 18446744073709551615 records dropped"),
+        1,
+        "{:?}",
+        info.problems
+    );
+    assert_eq!(
+        said("provider 2: invalid buffer header: bad header magic"),
+        1
+    );
+    m.stop(true).unwrap();
+    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
+        ev.iter()
+            .any(|e| matches!(e, ManagerEvent::StopAcknowledged { .. }))
+    });
+    let reports = m.reports();
+    m.finish().unwrap();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let report = |name: &str| reports.iter().find(|r| r.name == name).unwrap();
+    let boastful = report("boastful");
+    assert_eq!(boastful.records_dropped, 0, "{boastful:?}");
+    assert_eq!(boastful.records, 1, "its records are kept: {boastful:?}");
+    assert!(
+        boastful.problems.iter().any(|p| p.contains("not a count")),
+        "{boastful:?}"
+    );
+    assert_eq!(report("broken").records_dropped, 0);
+    assert_eq!(report("honest").records_dropped, 3);
+    // The archive: no overflow and no marker but the honest provider's.
+    let archive = decode(&out.bytes());
+    let b = archive.one("boastful");
+    assert_eq!((b.overflows, b.markers.len()), (0, 0), "{b:?}");
+    let h = archive.one("honest");
+    assert_eq!(h.overflows, 1);
+    assert_eq!(h.markers, ["fxtrace: 3 records dropped"]);
 }
 
 /// Send Register as `name` on a fresh connection (the answer is not read).

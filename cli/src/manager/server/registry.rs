@@ -64,6 +64,11 @@ impl Tracee {
         self.conn = None;
     }
 
+    /// `message` about this provider, as the session's problem list says it.
+    pub(super) fn problem_line(&self, message: &str) -> String {
+        format!("provider {}: {message}", self.id)
+    }
+
     pub(super) fn report(&self) -> ProviderReport {
         let stats = self.drain.stats();
         let mut problems: Vec<String> = self.problems.lines().collect();
