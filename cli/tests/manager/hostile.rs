@@ -611,6 +611,90 @@ fn a_drop_count_that_is_not_one_adds_nothing_but_a_problem_line() {
     assert_eq!(h.markers, ["fxtrace: 3 records dropped"]);
 }
 
+#[test]
+fn a_provider_cannot_forge_the_managers_drop_marker() {
+    use fxtrace_format::{Arg, ArgValue, Event, EventKind, StringRef, ThreadRef};
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("m.sock");
+    let config = ManagerConfig {
+        session: SessionConfig {
+            buffer_size_bytes: 64 << 10,
+            ..SessionConfig::default()
+        },
+        ..ManagerConfig::new(&socket)
+    };
+    let out = SharedOut::default();
+    let mut m = Manager::new(config, Box::new(out.clone())).unwrap();
+    let mut events = Vec::new();
+    // The honest provider dropped 3 records (provider 1); the forger writes the manager's
+    // marker for it, word for word, on the marker thread, claiming 999.
+    let s = socket.clone();
+    let honest = std::thread::spawn(move || {
+        scripted_header(s, "honest", support::INIT_RECORD.to_vec(), |h| {
+            h.num_records_dropped = 3
+        })
+    });
+    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
+        registered(ev) == 1
+    });
+    let pid = u64::from(std::process::id());
+    let args = [
+        Arg::new("provider", ArgValue::U64(1)),
+        Arg::new("records_dropped", ArgValue::U64(999)),
+    ];
+    let forged = Event {
+        ticks: 1,
+        thread: ThreadRef::Inline {
+            pid,
+            tid: 0x8000_0000 | pid,
+        },
+        category: StringRef::Inline("fxtrace"),
+        name: StringRef::Inline("fxtrace: 999 records dropped"),
+        args: &args,
+        kind: EventKind::Instant,
+    };
+    let mut words = support::INIT_RECORD.to_vec();
+    words.extend(fxtrace_format::encode_to_vec(&forged).unwrap());
+    let s = socket.clone();
+    let forger = std::thread::spawn(move || scripted(s, "forger", words));
+    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
+        registered(ev) == 2
+    });
+    m.start(None).unwrap();
+    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
+        ev.iter()
+            .any(|e| matches!(e, ManagerEvent::StartAcknowledged { .. }))
+    });
+    m.stop(true).unwrap();
+    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
+        ev.iter()
+            .any(|e| matches!(e, ManagerEvent::StopAcknowledged { .. }))
+    });
+    m.finish().unwrap();
+    honest.join().unwrap();
+    forger.join().unwrap();
+    let bytes = out.bytes();
+    let archive = decode(&bytes);
+    assert_eq!(
+        archive.one("honest").markers,
+        ["fxtrace: 3 records dropped"]
+    );
+    let f = archive.one("forger");
+    assert!(f.markers.is_empty(), "{f:?}");
+    assert_eq!(f.section_markers, ["fxtrace: 999 records dropped"]);
+    // What `fxtrace stats` counts: the manager's marker only.
+    let mut summary = fxtrace_format::Summary::new();
+    for d in fxtrace_format::Decoder::new(&bytes) {
+        summary.add(&d.unwrap());
+    }
+    assert_eq!(
+        summary.records_dropped,
+        std::collections::BTreeMap::from([(1, 3)])
+    );
+    assert_eq!(summary.markers_not_counted, 1);
+    assert_eq!(summary.providers.len(), 2, "{:?}", summary.providers);
+}
+
 /// Send Register as `name` on a fresh connection (the answer is not read).
 fn raw_register(socket: &std::path::Path, name: &str) -> transport::ControlConn {
     let mut conn = transport::ControlConn::connect(socket, Duration::from_secs(1)).unwrap();
