@@ -53,7 +53,8 @@ pub(crate) struct RecordArgs {
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     duration: Option<f64>,
     /// Also stop cleanly (and write the trace) on SIGHUP, SIGUSR1 and SIGUSR2; SIGINT
-    /// (Ctrl-C) and SIGTERM always do.
+    /// (Ctrl-C) and SIGTERM always do. SIGINT, SIGTERM and SIGHUP are passed on to CMD as
+    /// they are, and it is traced while it ends (SIGTERM 5 s later if it still runs).
     #[arg(long)]
     stop_on_signal: bool,
     /// Flight recorder: stop and write the trace when a provider raises this alert
