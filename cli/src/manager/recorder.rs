@@ -1233,6 +1233,8 @@ struct Successions {
     images: HashMap<u32, (Option<ProcessImage>, Vec<u32>)>,
     /// Provider → the provider its process exec'd into.
     execs: HashMap<u32, u32>,
+    /// Provider → the first provider of its process, for a provider that is not that first.
+    process_of: HashMap<u32, u32>,
 }
 
 impl Successions {
@@ -1269,6 +1271,10 @@ impl Successions {
                 self.images.insert(*pid, (*image, vec![*id]));
                 continue;
             };
+            // The process's first provider, if this one belongs to the same process.
+            let first = providers
+                .first()
+                .map(|p| self.process_of.get(p).copied().unwrap_or(*p));
             let beside = providers
                 .iter()
                 .rev()
@@ -1283,6 +1289,9 @@ impl Successions {
                 (Some(a), Some(b)) if a.auxv != b.auxv => true,
                 _ => beside.is_none(),
             };
+            if let Some(first) = first {
+                self.process_of.insert(*id, first);
+            }
             if !exec {
                 if let Some(beside) = beside {
                     lines.push(format!(
@@ -1309,12 +1318,20 @@ impl Successions {
     fn exec_of(&self, id: u32) -> Option<u32> {
         self.execs.get(&id).copied()
     }
+
+    /// The first provider of provider `id`'s process (`id` itself when it is that first).
+    fn process_of(&self, id: u32) -> u32 {
+        self.process_of.get(&id).copied().unwrap_or(id)
+    }
 }
 
 /// A provider followed by another of the same process by exec ([`Successions`]): an exec is
 /// a normal end of the old image, not a loss. One that closed without STOPPED (an exec the
 /// preload object could not flush before) had its buffer salvaged: said so, not marked lost.
 fn note_execs(providers: &mut [ProviderReport], successions: &Successions) {
+    for p in providers.iter_mut() {
+        p.process = successions.process_of(p.id);
+    }
     let next: Vec<Option<(u32, String)>> = providers
         .iter()
         .map(|p| {
@@ -1479,6 +1496,7 @@ mod tests {
         ProviderReport {
             id,
             pid,
+            process: id,
             name: name.into(),
             mode: BufferingMode::Oneshot,
             records: 0,
@@ -1652,6 +1670,28 @@ mod tests {
         assert!(providers[13].problems[0].starts_with("exec'd into \"reexec\" (provider 16)"));
         assert_eq!(providers[7].lost, None, "the unhooked exec's old image");
         assert!(providers[7].problems[0].starts_with("exec'd into \"true\" (provider 9)"));
+        // One process, one line: each provider's first provider of its process.
+        let processes: Vec<(u32, u32)> = providers.iter().map(|p| (p.id, p.process)).collect();
+        assert_eq!(
+            processes,
+            [
+                (1, 1),
+                (2, 1),
+                (3, 1),
+                (4, 4),
+                (5, 5),
+                (6, 5),
+                (7, 5),
+                (8, 8),
+                (9, 8),
+                (10, 10),
+                (11, 11),
+                (17, 17),
+                (18, 18),
+                (15, 15),
+                (16, 15)
+            ]
+        );
     }
 
     #[test]
@@ -1659,6 +1699,7 @@ mod tests {
         let mut providers = vec![ProviderReport {
             id: 1,
             pid: 10,
+            process: 1,
             name: "p".into(),
             mode: BufferingMode::Oneshot,
             records: 0,

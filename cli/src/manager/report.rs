@@ -13,6 +13,9 @@ pub struct ProviderReport {
     pub id: u32,
     /// Process id (from `SO_PEERCRED`).
     pub pid: u32,
+    /// The first provider of its process (its own id unless another provider of the same
+    /// process came before it, by exec or beside it): the summary gives a process one line.
+    pub process: u32,
     /// Name the provider registered with.
     pub name: String,
     /// Buffering mode.
@@ -45,6 +48,78 @@ impl ProviderReport {
     /// Bytes copied into the archive.
     pub fn bytes(&self) -> u64 {
         self.durable_bytes + self.rolling_bytes
+    }
+}
+
+/// One process's line of the summary: its providers together, named after its images in
+/// order (`taskset → ingest`), the last its current one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ProcessRow<'a> {
+    providers: Vec<&'a ProviderReport>,
+}
+
+impl<'a> ProcessRow<'a> {
+    /// The rows of `providers`, each process where its first provider is.
+    fn of(providers: &'a [ProviderReport]) -> Vec<ProcessRow<'a>> {
+        let mut rows: Vec<ProcessRow<'a>> = Vec::new();
+        for p in providers {
+            match rows.iter_mut().find(|r| r.providers[0].id == p.process) {
+                Some(row) => row.providers.push(p),
+                None => rows.push(ProcessRow { providers: vec![p] }),
+            }
+        }
+        rows
+    }
+
+    /// The providers' ids, consecutive ones as a range (`1-3`, `4,7`).
+    fn ids(&self) -> String {
+        let mut out = String::new();
+        let ids: Vec<u32> = self.providers.iter().map(|p| p.id).collect();
+        let mut i = 0;
+        while i < ids.len() {
+            let mut j = i;
+            while j + 1 < ids.len() && ids[j + 1] == ids[j].wrapping_add(1) {
+                j += 1;
+            }
+            if !out.is_empty() {
+                out.push(',');
+            }
+            out += &match j - i {
+                0 => ids[i].to_string(),
+                _ => format!("{}-{}", ids[i], ids[j]),
+            };
+            i = j + 1;
+        }
+        out
+    }
+
+    /// Its images' names in order, each once in a row, the current last; cut at the front
+    /// to `width` characters so that the current image stays.
+    fn name(&self, width: usize) -> String {
+        let mut names: Vec<&str> = Vec::new();
+        for p in &self.providers {
+            if names.last() != Some(&p.name.as_str()) {
+                names.push(&p.name);
+            }
+        }
+        let chain = names.join(" → ");
+        let count = chain.chars().count();
+        if count <= width {
+            return chain;
+        }
+        let last = names.last().copied().unwrap_or_default();
+        if names.len() > 1 && last.chars().count() + 2 <= width {
+            let keep = width - 1;
+            let tail: String = chain.chars().skip(count - keep).collect();
+            return format!("…{tail}");
+        }
+        super::archive::truncate_str(last, width).to_owned()
+    }
+
+    fn sum(&self, of: impl Fn(&ProviderReport) -> u64) -> u64 {
+        self.providers
+            .iter()
+            .fold(0u64, |total, p| total.saturating_add(of(p)))
     }
 }
 
@@ -352,19 +427,20 @@ impl fmt::Display for SummaryTable<'_> {
             "{:>4} {:>8}  {:<20} {:>10} {:>12} {:>9}  {:<9} {:<5}",
             "id", "pid", "name", "records", "bytes", "dropped", "mode", "lost"
         )?;
-        for p in self.providers {
-            let name = super::archive::truncate_str(&p.name, 20);
+        for row in ProcessRow::of(self.providers) {
+            let p = row.providers[row.providers.len() - 1];
+            let lost = row.providers.iter().any(|p| p.lost.is_some());
             writeln!(
                 f,
                 "{:>4} {:>8}  {:<20} {:>10} {:>12} {:>9}  {:<9} {:<5}",
-                p.id,
+                row.ids(),
                 p.pid,
-                name,
-                p.records,
-                p.bytes(),
-                p.records_dropped,
+                row.name(20),
+                row.sum(|p| p.records),
+                row.sum(ProviderReport::bytes),
+                row.sum(|p| p.records_dropped),
                 p.mode.as_str(),
-                if p.lost.is_some() { "LOST" } else { "no" },
+                if lost { "LOST" } else { "no" },
             )?;
         }
         for s in self.sections {
@@ -520,6 +596,7 @@ mod tests {
         let p = ProviderReport {
             id: 1,
             pid: 42,
+            process: 1,
             name: "probe".into(),
             mode: BufferingMode::Streaming,
             records: 10,
@@ -591,6 +668,64 @@ mod tests {
     }
 
     #[test]
+    fn a_process_is_one_line_named_after_its_images() {
+        let provider = |id: u32, process: u32, name: &str, records: u64| ProviderReport {
+            id,
+            pid: 7,
+            process,
+            name: name.into(),
+            mode: BufferingMode::Oneshot,
+            records,
+            durable_bytes: 0,
+            rolling_bytes: records * 8,
+            records_dropped: 1,
+            records_dropped_before_start: 0,
+            wrapped_count: 0,
+            durable_buffer_used_percent: 0,
+            saves: 0,
+            copy_time: std::time::Duration::ZERO,
+            lost: (id == 2).then(|| "gone".to_owned()),
+            problems: vec![],
+        };
+        // taskset execs ingest, which has a second provider; another process; a long chain.
+        let providers = [
+            provider(1, 1, "taskset", 10),
+            provider(2, 1, "ingest", 20),
+            provider(3, 1, "ingest", 30),
+            provider(4, 4, "other", 1),
+            provider(5, 5, "a-rather-long-launcher", 1),
+            provider(7, 5, "a-long-image-name", 1),
+        ];
+        let table = SummaryTable {
+            providers: &providers,
+            sections: &[],
+            refused: &[],
+            output: std::path::Path::new("t.fxt"),
+            output_bytes: 8,
+            command_ran: true,
+        }
+        .to_string();
+        let rows: Vec<&str> = table
+            .lines()
+            .skip(1)
+            .take_while(|l| !l.starts_with("provider"))
+            .collect();
+        assert_eq!(rows.len(), 3, "{table}");
+        assert!(
+            rows[0].starts_with(" 1-3        7  taskset → ingest ")
+                && rows[0].contains("        60          480         3  oneshot   LOST"),
+            "{table}"
+        );
+        assert!(rows[1].starts_with("   4        7  other "), "{table}");
+        assert!(
+            rows[2].starts_with(" 5,7        7  …→ a-long-image-name "),
+            "{table}"
+        );
+        // Each provider still has its own lines below.
+        assert!(table.contains("provider 3 (ingest): 0 durable + 240 non-durable bytes"));
+    }
+
+    #[test]
     fn problems_keep_the_first_ones_and_count_the_rest() {
         let mut p = Problems::default();
         for i in 0..Problems::KEPT + 5 {
@@ -617,6 +752,7 @@ mod tests {
         let mut p = ProviderReport {
             id: 1,
             pid: 42,
+            process: 1,
             name: "p".into(),
             mode: BufferingMode::Oneshot,
             records: 1,

@@ -91,6 +91,7 @@ impl Tracee {
         ProviderReport {
             id: self.id,
             pid: self.pid,
+            process: self.id,
             name: self.name.clone(),
             mode: self.mode,
             records: stats.records,
