@@ -109,6 +109,9 @@ pub struct DrainStats {
     pub durable_data_end: u64,
     /// Durable buffer size (0 in oneshot mode).
     pub durable_buffer_size: u64,
+    /// The fullest the buffer was seen toward dropping records ([`fill_percent`]): at each
+    /// streaming save and at the final read-out.
+    pub fill_percent: u32,
     /// Chunk tails, tags and stale chunks the scanner skipped, in bytes.
     pub skipped_bytes: u64,
     /// Regions whose scan stopped at a malformed record, with where and why.
@@ -153,8 +156,53 @@ pub struct LiveFigures {
     pub buffered_bytes: u64,
     /// Records dropped so far (0 when the header's count is not a count).
     pub records_dropped: u64,
+    /// How full the buffer is toward dropping records, in percent ([`fill_percent`]).
+    pub fill_percent: u32,
     /// Why the header's drop count was left out, if it was.
     pub problem: Option<String>,
+}
+
+/// How full a buffer is toward dropping records, in percent, from the positions its engine
+/// publishes (the data ends are written only at a switch or a stop): in oneshot mode the
+/// rolling buffer written; in streaming mode the data not saved yet (the half being written,
+/// and the other half while it waits for its save) of both halves; in circular mode (whose
+/// rolling buffers are overwritten by design) and streaming mode, the durable buffer too (when
+/// it fills, tracing stops). A header of another engine (no positions) reads as its ends.
+pub fn fill_percent(fields: &HeaderFields, geometry: &BufferGeometry) -> u32 {
+    use fxtrace::buffer::header::POSITION_WRAPPED_SHIFT;
+    let percent = |used: u64, of: u64| match of {
+        0 => 0,
+        _ => (u128::from(used.min(of)) * 100 / u128::from(of)) as u32,
+    };
+    let rolling = geometry.rolling_buffer_size;
+    let (offset, wrapped) = fields.rolling_position();
+    // The position of the buffer being written (a position from before the last switch is
+    // not its).
+    let lap_mask = (1u32 << (64 - POSITION_WRAPPED_SHIFT)) - 1;
+    let current = match wrapped == fields.wrapped_count & lap_mask {
+        true => offset.min(rolling),
+        false => 0,
+    };
+    let in_use = match geometry.mode {
+        BufferingMode::Oneshot => percent(current.max(fields.rolling_data_end[0]), rolling),
+        BufferingMode::Streaming => {
+            let other = ((fields.wrapped_count & 1) ^ 1) as usize;
+            let waiting = match fields.rolling_data_end[other] {
+                0 => 0,
+                _ => rolling,
+            };
+            percent(current + waiting, 2 * rolling)
+        }
+        BufferingMode::Circular => 0,
+    };
+    let durable = match geometry.mode {
+        BufferingMode::Oneshot => 0,
+        _ => percent(
+            fields.durable_position().max(fields.durable_data_end),
+            geometry.durable_buffer_size,
+        ),
+    };
+    in_use.max(durable)
 }
 
 /// How much of the durable buffer a new trace keeps (the start disposition).
@@ -248,7 +296,7 @@ impl Drain {
     /// What the header says now, read while the provider writes (`status`): nothing but an
     /// error when it does not validate, and no drop count when that count is not one.
     pub fn live(&self, buffer: &TraceBuffer) -> Result<LiveFigures, DrainError> {
-        let (fields, _) = self.checked_header(buffer)?;
+        let (fields, geometry) = self.checked_header(buffer)?;
         let (records_dropped, problem) = match self.drop_counts(&fields) {
             Ok((dropped, _)) => (dropped, None),
             Err(problem) => (0, Some(problem)),
@@ -260,6 +308,7 @@ impl Drain {
         Ok(LiveFigures {
             buffered_bytes,
             records_dropped,
+            fill_percent: fill_percent(&fields, &geometry),
             problem,
         })
     }
@@ -281,6 +330,10 @@ impl Drain {
         };
         self.stats.records_dropped = dropped;
         self.stats.records_dropped_before_start = before_start;
+        // At a save, the half being saved waits and the other is being written: the fullest
+        // a streaming buffer gets; at the read-out, how full it ended.
+        let fill = fill_percent(&fields, &geometry);
+        self.stats.fill_percent = self.stats.fill_percent.max(fill);
         self.stats.wrapped_count = fields.wrapped_count;
         self.stats.durable_data_end = fields.durable_data_end;
         self.stats.durable_buffer_size = geometry.durable_buffer_size;
@@ -902,7 +955,7 @@ impl std::fmt::Display for Region {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fxtrace::buffer::header::{make_chunk_tag, HEADER_SIZE};
+    use fxtrace::buffer::header::{make_chunk_tag, HEADER_SIZE, POSITION_WRAPPED_SHIFT};
 
     const SIZE: u64 = 16 * 4096;
 
@@ -1404,6 +1457,57 @@ mod tests {
                 read_out_both_ways(&buffer, mode, (window & !7).max(8));
             }
         }
+    }
+
+    #[test]
+    fn the_fill_is_what_the_buffer_holds_before_it_drops() {
+        let g = |mode| BufferGeometry::compute(mode, 1 << 20).unwrap();
+        let position = |offset: u64, wrapped: u64| offset | (wrapped << POSITION_WRAPPED_SHIFT);
+        // Oneshot: the written part of the buffer, from the allocator's position (past the
+        // end: full), or from the end a full buffer records.
+        let oneshot = g(BufferingMode::Oneshot);
+        let mut h = HeaderFields::initial(&oneshot, 1024);
+        assert_eq!(fill_percent(&h, &oneshot), 0);
+        h.reserved[3] = position(oneshot.rolling_buffer_size * 97 / 100 + 8, 0);
+        assert_eq!(fill_percent(&h, &oneshot), 97);
+        h.reserved[3] = position(oneshot.rolling_buffer_size + 4096, 0);
+        assert_eq!(fill_percent(&h, &oneshot), 100);
+        h.reserved[3] = 0;
+        h.rolling_data_end[0] = oneshot.rolling_buffer_size / 2;
+        assert_eq!(fill_percent(&h, &oneshot), 50);
+        // Streaming: the half written, plus the other while it waits for its save.
+        let streaming = g(BufferingMode::Streaming);
+        let half = streaming.rolling_buffer_size;
+        let mut h = HeaderFields::initial(&streaming, 1024);
+        h.wrapped_count = 3;
+        h.reserved[3] = position(half * 6 / 10 + 8, 3);
+        assert_eq!(fill_percent(&h, &streaming), 30, "the other half was saved");
+        h.rolling_data_end[0] = half;
+        assert_eq!(
+            fill_percent(&h, &streaming),
+            80,
+            "buffer 0 waits for its save"
+        );
+        h.reserved[3] = position(half * 9 / 10, 2);
+        assert_eq!(
+            fill_percent(&h, &streaming),
+            50,
+            "a position of the lap before"
+        );
+        // The durable buffer fills too (then tracing stops): circular's only fill.
+        h.reserved[4] = streaming.durable_buffer_size * 9 / 10 + 8;
+        assert_eq!(fill_percent(&h, &streaming), 90);
+        let circular = g(BufferingMode::Circular);
+        let mut h = HeaderFields::initial(&circular, 1024);
+        h.reserved[3] = position(circular.rolling_buffer_size, 7);
+        h.wrapped_count = 7;
+        assert_eq!(
+            fill_percent(&h, &circular),
+            0,
+            "overwriting is circular's way"
+        );
+        h.reserved[4] = circular.durable_buffer_size / 4 + 8;
+        assert_eq!(fill_percent(&h, &circular), 25);
     }
 
     #[test]

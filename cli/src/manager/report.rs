@@ -34,6 +34,9 @@ pub struct ProviderReport {
     pub wrapped_count: u32,
     /// `100 * durable_data_end / durable_buffer_size` (0 in oneshot mode).
     pub durable_buffer_used_percent: u32,
+    /// The fullest its buffer was seen toward dropping records, in percent
+    /// ([`super::drain::fill_percent`]).
+    pub fill_percent: u32,
     /// Streaming saves.
     pub saves: u64,
     /// Time the manager spent copying this provider's data into the archive.
@@ -377,6 +380,30 @@ pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
 pub const NO_PROVIDER_HINT: &str = "no provider connected: the command does not link fxtrace; \
      use --preload to trace it unmodified, or --system-wide for its context switches";
 
+/// A buffer at least this full (in percent) is said to be about to drop records.
+pub const FILL_WARNING_PERCENT: u32 = 80;
+
+/// What a buffer [`FILL_WARNING_PERCENT`] full or more that dropped nothing yet means, and
+/// what keeps more, for its buffering mode.
+pub fn fill_hint(p: &ProviderReport) -> String {
+    let fill = p.fill_percent;
+    match p.mode {
+        BufferingMode::Oneshot => format!(
+            "its buffer was {fill}% full: records are dropped once it is full; a larger -b, \
+             or -m streaming, keeps more"
+        ),
+        BufferingMode::Streaming => format!(
+            "at its fullest, {fill}% of its buffer was not saved yet: records are dropped when \
+             both halves are full (or its durable buffer is); a larger -b gives the manager \
+             more time"
+        ),
+        BufferingMode::Circular => format!(
+            "its durable buffer (strings, threads) was {fill}% full: tracing stops when it \
+             is full; a larger -b keeps more"
+        ),
+    }
+}
+
 /// Why `p` dropped records and what keeps more: before the trace started, and after it, for
 /// its buffering mode.
 pub fn drop_hint(p: &ProviderReport) -> String {
@@ -504,6 +531,8 @@ impl fmt::Display for SummaryTable<'_> {
                     p.records_dropped,
                     drop_hint(p)
                 )?;
+            } else if p.fill_percent >= FILL_WARNING_PERCENT {
+                writeln!(f, "provider {} ({}): {}", p.id, p.name, fill_hint(p))?;
             }
         }
         for r in self.refused {
@@ -606,6 +635,7 @@ mod tests {
             records_dropped_before_start: 0,
             wrapped_count: 2,
             durable_buffer_used_percent: 1,
+            fill_percent: 90,
             saves: 2,
             copy_time: std::time::Duration::from_micros(5),
             lost: Some("killed by signal 9".into()),
@@ -682,6 +712,7 @@ mod tests {
             records_dropped_before_start: 0,
             wrapped_count: 0,
             durable_buffer_used_percent: 0,
+            fill_percent: 0,
             saves: 0,
             copy_time: std::time::Duration::ZERO,
             lost: (id == 2).then(|| "gone".to_owned()),
@@ -762,6 +793,7 @@ mod tests {
             records_dropped_before_start: 0,
             wrapped_count: 0,
             durable_buffer_used_percent: 0,
+            fill_percent: 0,
             saves: 0,
             copy_time: std::time::Duration::ZERO,
             lost: None,

@@ -544,7 +544,8 @@ fn a_drop_count_that_is_not_one_adds_nothing_but_a_problem_line() {
     let mut events = Vec::new();
     // A header that validates but claims 2^64 - 1 drops; one that does not validate at all;
     // a provider that dropped 3 records.
-    let providers: [(&str, fn(&mut fxtrace::buffer::header::HeaderFields)); 3] = [
+    type Tweak = fn(&mut fxtrace::buffer::header::HeaderFields);
+    let providers: [(&str, Tweak); 3] = [
         ("boastful", |h| h.num_records_dropped = u64::MAX),
         ("broken", |h| {
             h.num_records_dropped = u64::MAX;

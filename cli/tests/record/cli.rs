@@ -505,6 +505,58 @@ fn a_duration_without_a_command_traces_whoever_joins() {
 }
 
 #[test]
+fn a_buffer_about_to_overflow_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let socket = dir.path().join("s.sock");
+    // 256 KiB in oneshot mode holds about 3600 probe events: 3100 fill it past 80 % without
+    // a drop; the probe then waits.
+    let mut child = spawn_record(
+        dir.path(),
+        &[
+            "-m",
+            "oneshot",
+            "-b",
+            "256K",
+            "--socket",
+            socket.to_str().unwrap(),
+        ],
+        &["--events", "3100", "--hang-after", "3100"],
+    );
+    let mut stdout = BufReader::new(child.stdout.take().unwrap());
+    wait_line(&mut stdout, |l| l.starts_with("progress="));
+    // While tracing: the status says how full each provider's buffer is.
+    let status = fxtrace()
+        .args(["status", "--socket"])
+        .arg(&socket)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&status.stdout).into_owned();
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGINT).unwrap();
+    let (stderr, _) = finish(child);
+    let fill: u32 = text
+        .lines()
+        .find_map(|l| l.strip_prefix("  buffers full (toward dropping records): probe "))
+        .and_then(|p| p.strip_suffix('%'))
+        .and_then(|p| p.parse().ok())
+        .unwrap_or_else(|| panic!("no fill in {text}"));
+    assert!((80..100).contains(&fill), "{text}");
+    // After: the summary warns, with the remedy.
+    let rows = rows(&stderr);
+    assert_eq!(rows[0].dropped, 0, "{stderr}");
+    let warning = stderr
+        .lines()
+        .find(|l| l.starts_with("provider 1 (probe): its buffer was "))
+        .unwrap_or_else(|| panic!("no warning in {stderr}"));
+    assert!(
+        warning.ends_with(
+            "% full: records are dropped once it is full; a larger -b, or -m streaming, \
+             keeps more"
+        ),
+        "{warning}"
+    );
+}
+
+#[test]
 fn status_lists_a_running_session_and_its_provider() {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("s.sock");

@@ -104,6 +104,7 @@ impl Tracee {
                 0 => 0,
                 size => (stats.durable_data_end.saturating_mul(100) / size) as u32,
             },
+            fill_percent: stats.fill_percent,
             saves: stats.saves,
             copy_time: stats.copy_time,
             lost: self.lost.clone(),

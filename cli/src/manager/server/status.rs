@@ -7,7 +7,8 @@
 use super::Manager;
 use crate::manager::archive::truncate_str;
 use crate::manager::service::protocol::{
-    FromService, ProviderInfo, Reply, Request, SessionInfo, StatusReport,
+    BufferFill, FromService, ProviderInfo, Reply, Request, SessionInfo, StatusReport,
+    MAX_FILLS_LISTED,
 };
 use crate::manager::session::ProviderPhase;
 use crate::manager::wire::{
@@ -20,11 +21,17 @@ impl Manager {
         let mut buffered_bytes = 0u64;
         let mut records_dropped = 0u64;
         let mut problems: Vec<String> = self.problems.lines().collect();
+        let mut fills = Vec::new();
         for t in self.tracees.values() {
             // Saturating: many providers' figures (each within its own buffer's bounds).
             match &t.buffer {
                 Some(buffer) if !t.ignore_data => match t.drain.live(buffer) {
                     Ok(live) => {
+                        fills.push(BufferFill {
+                            id: t.id,
+                            name: t.name.clone(),
+                            percent: live.fill_percent,
+                        });
                         buffered_bytes = buffered_bytes.saturating_add(live.buffered_bytes);
                         records_dropped = records_dropped.saturating_add(live.records_dropped);
                         problems.extend(live.problem.map(|p| t.problem_line(&p)));
@@ -41,6 +48,9 @@ impl Manager {
                 }
             }
         }
+        // The fullest first.
+        fills.sort_by_key(|f| (std::cmp::Reverse(f.percent), f.id));
+        fills.truncate(MAX_FILLS_LISTED);
         let session = self.session.config();
         SessionInfo {
             session: self.config.session_id,
@@ -58,6 +68,7 @@ impl Manager {
             owner_uid: self.config.owner_uid,
             detached: self.config.detached,
             problems,
+            fills,
         }
     }
 

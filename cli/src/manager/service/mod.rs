@@ -1534,14 +1534,14 @@ impl Service {
         session: u32,
         [to, start_to]: [Option<u64>; 2],
         reason: String,
-        info: SessionInfo,
+        info: Box<SessionInfo>,
     ) {
         self.log(format_args!(
             "fxtrace daemon: session {session} stopped ({reason}): {} records, {} bytes \
              written",
             info.records_written, info.bytes_written
         ));
-        let stopped = Reply::Stopped(info.clone());
+        let stopped = Reply::Stopped((*info).clone());
         let stopper = self
             .answer(session, to, Waiting::Stop, stopped.clone())
             .then_some(to)
