@@ -71,8 +71,9 @@ pub struct Archive<W: Write> {
     magic_pending: bool,
     /// Processes whose marker thread ([`marker_tid`]) was named.
     marker_threads: BTreeSet<u64>,
-    /// Records taken and not written yet (at most [`STAGED`] bytes): a read-out of many short
-    /// runs goes out in few writes. [`Self::flush`] writes them.
+    /// Records taken and not written yet (at most [`STAGED`] bytes): metadata and short runs
+    /// of records go out in few writes (a window of a read-out is written from where its
+    /// records are, [`Self::write_provider_runs`]). [`Self::flush`] writes them.
     staged: Vec<u8>,
 }
 
@@ -107,6 +108,11 @@ pub const MAX_READABLE_LARGE_WORDS: usize = 4095;
 
 /// Most bytes [`Archive`] keeps before writing them.
 const STAGED: usize = 1 << 20;
+/// Runs of provider records gathered for one `writev` ([`Archive::write_provider_runs`]).
+const GATHERED: usize = 64;
+/// Gathered runs of fewer bytes are staged (copied) instead: a write of a few records would
+/// cost more than their copy.
+const WRITTEN_THROUGH_MIN: usize = 16 << 10;
 
 impl<W: Write> Archive<W> {
     /// A stream on `out` that starts with the magic number record. Nothing is written to `out`
@@ -218,26 +224,88 @@ impl<W: Write> Archive<W> {
         &mut self,
         records: CheckedRecords<'_>,
     ) -> Result<ProviderRecords, ArchiveError> {
+        self.write_provider_runs(std::iter::once(records))
+    }
+
+    /// [`Self::write_provider_records`] for the runs of records a scan of one window of a
+    /// provider's buffer found: gathered and written with one `writev` from where they are
+    /// (no copy into the staged bytes), unless they are few bytes (then staged).
+    pub fn write_provider_runs<'a>(
+        &mut self,
+        runs: impl IntoIterator<Item = CheckedRecords<'a>>,
+    ) -> Result<ProviderRecords, ArchiveError> {
         if self.current.is_none() {
             return Err(ArchiveError::NoSection);
         }
         let mut out = ProviderRecords::default();
-        let mut oversized = 0u64;
-        let mut runs = records.without(|header| {
-            let large = fxtrace_format::record_type(header)
-                == fxtrace_format::RecordType::LargeRecord as u8
-                && fxtrace_format::record_words(header) > MAX_READABLE_LARGE_WORDS;
-            oversized += u64::from(large);
-            large || is_provider_metadata(header)
-        });
-        for run in runs.by_ref() {
-            out.written += self.write_records(run)?;
-            out.bytes += run.len() as u64;
+        let mut gathered = [io::IoSlice::new(&[]); GATHERED];
+        let (mut n, mut bytes) = (0, 0);
+        for records in runs {
+            if !records.may_hold_metadata_or_large() {
+                // Nothing to leave out (the scan saw no metadata or large record): whole.
+                if n == GATHERED {
+                    self.put_gathered(&gathered[..n], bytes)?;
+                    (n, bytes) = (0, 0);
+                }
+                gathered[n] = io::IoSlice::new(records.bytes());
+                n += 1;
+                bytes += records.len();
+                out.written += records.records() as u64;
+                out.bytes += records.len() as u64;
+                continue;
+            }
+            let mut oversized = 0u64;
+            let mut parts = records.without(|header| {
+                let large = fxtrace_format::record_type(header)
+                    == fxtrace_format::RecordType::LargeRecord as u8
+                    && fxtrace_format::record_words(header) > MAX_READABLE_LARGE_WORDS;
+                oversized += u64::from(large);
+                large || is_provider_metadata(header)
+            });
+            for part in parts.by_ref() {
+                if n == GATHERED {
+                    self.put_gathered(&gathered[..n], bytes)?;
+                    (n, bytes) = (0, 0);
+                }
+                gathered[n] = io::IoSlice::new(part.bytes());
+                n += 1;
+                bytes += part.len();
+                out.written += part.records() as u64;
+                out.bytes += part.len() as u64;
+            }
+            let left_out = parts.left_out() as u64;
+            out.oversized += oversized;
+            out.forged += left_out - oversized;
         }
-        let left_out = runs.left_out() as u64;
-        out.oversized = oversized;
-        out.forged = left_out - oversized;
+        self.put_gathered(&gathered[..n], bytes)?;
+        self.bytes += out.bytes;
+        self.records += out.written;
         Ok(out)
+    }
+
+    /// Append `slices` (`bytes` in all) to the stream: staged when few, else written after
+    /// what is staged, with `writev`.
+    fn put_gathered(&mut self, slices: &[io::IoSlice<'_>], bytes: usize) -> io::Result<()> {
+        if bytes < WRITTEN_THROUGH_MIN {
+            return slices.iter().try_for_each(|s| self.put(s));
+        }
+        self.write_staged()?;
+        let mut slices: [io::IoSlice<'_>; GATHERED] = {
+            let mut all = [io::IoSlice::new(&[]); GATHERED];
+            all[..slices.len()].copy_from_slice(slices);
+            all
+        };
+        let mut rest = &mut slices[..];
+        let out = self.out()?;
+        while !rest.is_empty() {
+            match out.write_vectored(rest) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(written) => io::IoSlice::advance_slices(&mut rest, written),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
     }
 
     /// A visible marker of the manager about provider `provider` of process `pid`, in the
@@ -378,6 +446,12 @@ impl CutOnFailure {
 impl Write for CutOnFailure {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
         let written = self.file.write(buf);
+        self.note(&written);
+        written
+    }
+
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        let written = self.file.write_vectored(bufs);
         self.note(&written);
         written
     }

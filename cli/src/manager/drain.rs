@@ -5,8 +5,11 @@
 //! The manager maps the same sealed memfd the provider writes. It trusts nothing in it: every read
 //! starts with a fresh copy of the header (atomic `Acquire` loads) validated exactly as
 //! `BufferHeaderReader::Validate` does ([`HeaderFields::validate`]) plus the fxtrace chunk
-//! extension, every region is copied out with `pread` inside the bounds the validated geometry
-//! gives, and every region goes through the chunk-aware record scanner of
+//! extension, every region is copied out (a rolling buffer a cache-sized window at a time, word
+//! by word through atomics; other regions with `pread`) inside the bounds the validated
+//! geometry gives, so that what is checked is what is written (a provider cannot change a
+//! record between its check and its write), and every region goes through the chunk-aware
+//! record scanner of
 //! [`fxtrace::buffer::header`], which yields only whole, well-framed records (unused chunk tails,
 //! stale chunks and zero words never reach the archive) as [`fxtrace_format::CheckedRecords`], so
 //! the archive copies them without walking their framing again, and stops at the first malformed
@@ -134,8 +137,8 @@ pub struct Drain {
     last_durable_data_end: u64,
     saved_any: bool,
     stats: DrainStats,
-    /// Reused for every copy out of the buffer.
-    scratch: Vec<u8>,
+    /// Reused for every copy out of the buffer (words: a window is copied word by word).
+    scratch: Vec<u64>,
     /// Bytes of a rolling buffer copied and scanned at a time ([`READ_WINDOW`]).
     window: u64,
     /// Windows read so far, and the most bytes read at once (the tests' evidence of the
@@ -618,11 +621,11 @@ impl Drain {
             .into());
         }
         // Windows up to SCRATCH_KEPT bytes reuse one copy buffer.
-        let mut bytes = std::mem::take(&mut self.scratch);
+        let mut words = std::mem::take(&mut self.scratch);
         let range = (at, data_end, framing, region);
-        let result = self.forward_range(buffer, archive, &mut bytes, range);
-        if bytes.capacity() <= SCRATCH_KEPT {
-            self.scratch = bytes;
+        let result = self.forward_range(buffer, archive, &mut words, range);
+        if words.capacity() * 8 <= SCRATCH_KEPT {
+            self.scratch = words;
         }
         self.stats.copy_time += started.elapsed();
         result.map(drop)
@@ -639,7 +642,7 @@ impl Drain {
         &mut self,
         buffer: &TraceBuffer,
         archive: &mut Archive<W>,
-        bytes: &mut Vec<u8>,
+        words: &mut Vec<u64>,
         ((offset, base), data_end, framing, region): ((u64, u64), u64, Framing, Region),
     ) -> Result<Scanned, DrainError> {
         // Chunks larger than a window (the provider chose the chunk size) are read by their
@@ -663,14 +666,14 @@ impl Drain {
         let mut pos = 0;
         while pos < data_end {
             let remaining = data_end - pos;
-            self.read_window(buffer, offset + pos, window.min(remaining), bytes)?;
+            self.read_window(buffer, offset + pos, window.min(remaining), words)?;
             if let Some((chunk_size, lap)) = large_chunks {
-                let tag = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
+                let tag = words[0];
                 match parse_chunk_tag(tag) {
                     Some((wc, run)) if wc == lap => {
                         let run = (u64::from(run) * chunk_size).min(remaining);
                         let at = (offset + pos, base + pos);
-                        if self.forward_run(buffer, archive, bytes, (at, run, region))? {
+                        if self.forward_run(buffer, archive, words, (at, run, region))? {
                             return Ok(Scanned::Malformed);
                         }
                         pos += run;
@@ -683,17 +686,17 @@ impl Drain {
                 }
                 continue;
             }
-            let cut = match window_cut(bytes, framing, remaining) {
+            let cut = match window_cut(as_bytes(words), framing, remaining) {
                 WindowCut::At(cut) => cut,
                 WindowCut::Unit(unit) if framing == Framing::Dense => {
-                    self.read_window(buffer, offset + pos, unit, bytes)?;
+                    self.read_window(buffer, offset + pos, unit, words)?;
                     unit
                 }
                 WindowCut::Unit(unit) => {
                     // A chunk run longer than a window.
                     let run = unit.min(remaining);
                     let at = (offset + pos, base + pos);
-                    if self.forward_run(buffer, archive, bytes, (at, run, region))? {
+                    if self.forward_run(buffer, archive, words, (at, run, region))? {
                         return Ok(Scanned::Malformed);
                     }
                     pos += run;
@@ -705,7 +708,11 @@ impl Drain {
                     continue;
                 }
             };
-            let piece = (&bytes[..cut as usize], base + pos, remaining - cut);
+            let piece = (
+                &as_bytes(words)[..cut as usize],
+                base + pos,
+                remaining - cut,
+            );
             match self.scan_into(piece, cut, framing, region, archive)? {
                 Scanned::Whole => pos += cut,
                 Scanned::ZeroWord => {
@@ -719,21 +726,22 @@ impl Drain {
         Ok(Scanned::Whole)
     }
 
-    /// Fill `bytes` with the `len` bytes of the buffer at `offset` (one read, counted).
+    /// Fill `words` with the `len` bytes (a multiple of 8) of the buffer at `offset` (one copy
+    /// out of the mapping, counted).
     fn read_window(
         &mut self,
         buffer: &TraceBuffer,
         offset: u64,
         len: u64,
-        bytes: &mut Vec<u8>,
+        words: &mut Vec<u64>,
     ) -> Result<(), DrainError> {
-        let size = usize::try_from(len).map_err(|_| BufferError::OutOfRange {
+        let size = usize::try_from(len / 8).map_err(|_| BufferError::OutOfRange {
             offset,
             len,
             size: buffer.size(),
         })?;
-        bytes.resize(size, 0);
-        buffer.read_at(offset, bytes)?;
+        words.resize(size, 0);
+        buffer.read_words_at(offset, words)?;
         self.windows_read += 1;
         self.largest_read = self.largest_read.max(len);
         Ok(())
@@ -746,12 +754,12 @@ impl Drain {
         &mut self,
         buffer: &TraceBuffer,
         archive: &mut Archive<W>,
-        bytes: &mut Vec<u8>,
+        words: &mut Vec<u64>,
         ((offset, base), run, region): ((u64, u64), u64, Region),
     ) -> Result<bool, DrainError> {
         self.stats.skipped_bytes += 8;
         let range = ((offset + 8, base + 8), run - 8, Framing::Dense, region);
-        Ok(self.forward_range(buffer, archive, bytes, range)? == Scanned::Malformed)
+        Ok(self.forward_range(buffer, archive, words, range)? == Scanned::Malformed)
     }
 
     /// Scan `bytes[..data_end]`, the region's bytes from offset `base`, followed by `beyond`
@@ -770,14 +778,11 @@ impl Drain {
             let bytes = &bytes[from.min(bytes.len())..];
             let data_end = data_end.saturating_sub(from as u64);
             let mut scan = scan_records(bytes, data_end, framing)?;
-            let mut copied = 0u64;
-            for run in scan.by_ref() {
-                let taken = archive.write_provider_records(run)?;
-                self.stats.records += taken.written;
-                self.stats.forged_metadata += taken.forged;
-                self.stats.oversized_records += taken.oversized;
-                copied += taken.bytes;
-            }
+            let taken = archive.write_provider_runs(scan.by_ref())?;
+            self.stats.records += taken.written;
+            self.stats.forged_metadata += taken.forged;
+            self.stats.oversized_records += taken.oversized;
+            let copied = taken.bytes;
             match region {
                 Region::Durable => self.stats.durable_bytes += copied,
                 Region::Rolling(_) => self.stats.rolling_bytes += copied,
@@ -850,8 +855,17 @@ pub enum Writers {
 const SCRATCH_KEPT: usize = 8 << 20;
 
 /// Bytes of a rolling buffer copied and scanned at a time (streaming saves, and the final
-/// read-out of a provider that answered STOPPED).
-pub const READ_WINDOW: u64 = 4 << 20;
+/// read-out of a provider that answered STOPPED): small enough to stay in a core's cache
+/// between its copy out of the mapping, its scan and its write to the output (4 MiB windows
+/// cost the manager about three times the CPU per MiB of 128 KiB ones: BENCHMARKS.md).
+pub const READ_WINDOW: u64 = 128 << 10;
+
+/// `words` as the bytes they hold (in memory order: the bytes the buffer holds).
+fn as_bytes(words: &[u64]) -> &[u8] {
+    // SAFETY: a `u64` slice is valid for reads of `8 * len` bytes at its start, any byte
+    // pattern is a `u8`, and `u8`'s alignment is 1; the borrow keeps `words` borrowed.
+    unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), words.len() * 8) }
+}
 
 /// How [`Drain::scan_into`] ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -547,9 +547,10 @@ impl Recorder {
             out_file.chown(uid, gid).map_err(output_error)?;
         }
         out_file.commit().map_err(output_error)?;
-        // No buffer here: the archive stages one turn of the event loop's read-outs (at most
-        // 1 MiB at a time) and writes them at the end of the turn; section batches are
-        // written through. A recorder killed by SIGKILL loses what it had not yet written.
+        // No buffer here: the archive writes a read-out's records a window at a time
+        // straight from its copy of them (one writev each), stages the rest (metadata, a few
+        // records: at most 1 MiB) until the end of the turn, and writes section batches
+        // through. A recorder killed by SIGKILL loses what it had not yet written.
         let output = out_file.file().try_clone().map_err(output_error)?;
         let manager_config = ManagerConfig {
             listener: config.listener,
