@@ -42,12 +42,14 @@ pub(crate) struct RecordArgs {
         long = "buffer-size",
         short = 'b',
         value_name = "SIZE",
-        default_value = "4"
+        default_value = "8"
     )]
     buffer_size: String,
-    /// Buffering mode: oneshot (stop writing when full), circular (keep the newest data),
-    /// streaming (save full buffers while tracing).
-    #[arg(long, short = 'm', value_name = "MODE", default_value = "oneshot")]
+    /// Buffering mode: streaming (the default: each half of the buffer is saved to the file
+    /// once full while the other fills, so a long run is kept whole while fxtrace keeps up),
+    /// oneshot (stop writing when the buffer is full), circular (keep the newest data: a
+    /// flight recorder).
+    #[arg(long, short = 'm', value_name = "MODE", default_value = "streaming")]
     mode: BufferingMode,
     /// Stop after this many seconds (default: when CMD exits, or on Ctrl-C).
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
@@ -506,8 +508,9 @@ mod tests {
         assert_eq!(c.kernel.unwrap().lbr, None);
         let c = config(&[]).unwrap();
         assert!(c.kernel.is_none());
-        assert_eq!(c.recorder.buffering_mode, BufferingMode::Oneshot);
-        assert_eq!(c.recorder.buffer_size_bytes, 4 << 20);
+        // Streaming, 8 MiB: a busy program is kept whole (issue 34).
+        assert_eq!(c.recorder.buffering_mode, BufferingMode::Streaming);
+        assert_eq!(c.recorder.buffer_size_bytes, 8 << 20);
         assert!(c.recorder.categories.is_empty());
         assert!(!c.stop_on_signal);
         assert!(c.recorder.env.is_empty(), "no --preload, no LD_PRELOAD");

@@ -108,8 +108,8 @@ impl Default for RecordConfig {
         Self {
             output: PathBuf::from("trace.fxt"),
             categories: Vec::new(),
-            buffer_size_bytes: 4 << 20,
-            buffering_mode: BufferingMode::Oneshot,
+            buffer_size_bytes: super::session::RECORDING_BUFFER_SIZE,
+            buffering_mode: super::session::RECORDING_MODE,
             duration: None,
             stop_on_alert: None,
             command: Vec::new(),

@@ -136,7 +136,7 @@ fn stats_shows_the_records_each_provider_dropped() {
     // 4 KiB in oneshot mode cannot hold 5000 events: the probe drops most of them.
     let out = fxtrace()
         .current_dir(dir.path())
-        .args(["record", "-b", "4K", "-o", "t.fxt", "--"])
+        .args(["record", "-m", "oneshot", "-b", "4K", "-o", "t.fxt", "--"])
         .arg(probe())
         .args(["--events", "5000"])
         .output()

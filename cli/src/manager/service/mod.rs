@@ -1600,7 +1600,11 @@ impl Service {
 /// What a new session records, as `start` asks (mode, buffer size, categories), checked.
 fn session_config(start: &StartRequest) -> Result<SessionConfig, String> {
     use fxtrace::protocol::control::{MAX_CATEGORIES, MAX_CATEGORY_NAME_LEN};
-    let mut session_config = SessionConfig::default();
+    let mut session_config = SessionConfig {
+        buffering_mode: super::session::RECORDING_MODE,
+        buffer_size_bytes: super::session::RECORDING_BUFFER_SIZE,
+        ..SessionConfig::default()
+    };
     if let Some(mode) = &start.mode {
         session_config.buffering_mode = mode.parse::<BufferingMode>().map_err(|e| e.to_string())?;
     }
