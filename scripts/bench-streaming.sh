@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Streaming saves at the disk's speed (issue 34 item 18), measured in one run, alternating:
-#   - dd writing zeros to the file system the trace goes to: CPU time (user + system) per MiB;
+#   - dd writing zeros to the file system the trace goes to, in 1 MiB and in 128 KiB blocks:
+#     CPU time (user + system) per MiB, after each recording, as much as it wrote;
 #   - `fxtrace record -m streaming` saving a flat-out writer's records (examples/provider_probe,
 #     one thread): the recorder's CPU time per MiB of trace written, and the records dropped;
 #   - the same recorder with the writer paced (a pause every 1000 events): records dropped.
@@ -13,8 +14,8 @@
 #        BEFORE_FXTRACE          a recorder to compare (optional)
 #        DIR                     where the files go (default target/bench-streaming)
 #        EVENTS                  events the writer writes (default 4000000, ~290 MB)
-#        BUFFER                  -b of the recordings (default 64M)
-#        PAUSE_US                the paced writer's pause per 1000 events (default 200)
+#        BUFFER                  -b of the recordings (default 8M, record's default)
+#        PAUSE_US                the paced writer's pause per 1000 events (default 20)
 # Needs GNU time (/usr/bin/time, Debian package `time`); prints one line per measurement and
 # the medians.
 set -euo pipefail
@@ -26,8 +27,8 @@ probe=${PROBE:-target/release/examples/provider_probe}
 before=${BEFORE_FXTRACE:-}
 dir=${DIR:-target/bench-streaming}
 events=${EVENTS:-4000000}
-buffer=${BUFFER:-64M}
-pause_us=${PAUSE_US:-200}
+buffer=${BUFFER:-8M}
+pause_us=${PAUSE_US:-20}
 
 if [ ! -x /usr/bin/time ]; then
     echo "bench-streaming: skipped (GNU time missing: apt-get install time)"
@@ -50,12 +51,12 @@ settle() {
 # CPU seconds (user + system) in a GNU time output file "%U %S".
 cpu_of() { awk '{ printf "%.4f", $1 + $2 }' "$1"; }
 
-# dd of $1 MiB: CPU ms per MiB.
+# dd of $1 MiB in blocks of $2 KiB: CPU ms per MiB.
 measure_dd() {
-    local mib=$1
+    local mib=$1 kib=$2
     settle
     /usr/bin/time -f "%U %S" -o "$dir/dd.time" \
-        dd if=/dev/zero of="$dir/dd.bin" bs=1M count="$mib" 2>/dev/null
+        dd if=/dev/zero of="$dir/dd.bin" bs="${kib}K" count="$((mib * 1024 / kib))" 2>/dev/null
     rm -f "$dir/dd.bin"
     awk -v c="$(cpu_of "$dir/dd.time")" -v m="$mib" 'BEGIN { printf "%.4f", c * 1000 / m }'
 }
@@ -103,7 +104,9 @@ for round in $(seq "$rounds"); do
         line=$(measure_record "$recorder" "$label-flat" --events "$events")
         echo "$line" | tee -a "$results"
         mib=$(echo "$line" | awk '{ printf "%d", $3 }')
-        echo "dd $(measure_dd "$mib") $mib - - -" | tee -a "$results"
+        # dd's usual 1 MiB blocks, and the manager's 128 KiB windows.
+        echo "dd-1M $(measure_dd "$mib" 1024) $mib - - -" | tee -a "$results"
+        echo "dd-128K $(measure_dd "$mib" 128) $mib - - -" | tee -a "$results"
         measure_record "$recorder" "$label-paced" --events "$events" \
             --pause-every 1000 --pause-us "$pause_us" | tee -a "$results"
     done

@@ -110,6 +110,23 @@ pub const MAX_READABLE_LARGE_WORDS: usize = 4095;
 const STAGED: usize = 1 << 20;
 /// Runs of provider records gathered for one `writev` ([`Archive::write_provider_runs`]).
 const GATHERED: usize = 64;
+
+/// Runs of records to write together: where they are, and how many bytes in all.
+struct Gathered<'a> {
+    slices: [io::IoSlice<'a>; GATHERED],
+    count: usize,
+    bytes: usize,
+}
+
+impl Default for Gathered<'_> {
+    fn default() -> Self {
+        Gathered {
+            slices: [io::IoSlice::new(&[]); GATHERED],
+            count: 0,
+            bytes: 0,
+        }
+    }
+}
 /// Gathered runs of fewer bytes are staged (copied) instead: a write of a few records would
 /// cost more than their copy.
 const WRITTEN_THROUGH_MIN: usize = 16 << 10;
@@ -238,20 +255,11 @@ impl<W: Write> Archive<W> {
             return Err(ArchiveError::NoSection);
         }
         let mut out = ProviderRecords::default();
-        let mut gathered = [io::IoSlice::new(&[]); GATHERED];
-        let (mut n, mut bytes) = (0, 0);
+        let mut gathered = Gathered::default();
         for records in runs {
             if !records.may_hold_metadata_or_large() {
                 // Nothing to leave out (the scan saw no metadata or large record): whole.
-                if n == GATHERED {
-                    self.put_gathered(&gathered[..n], bytes)?;
-                    (n, bytes) = (0, 0);
-                }
-                gathered[n] = io::IoSlice::new(records.bytes());
-                n += 1;
-                bytes += records.len();
-                out.written += records.records() as u64;
-                out.bytes += records.len() as u64;
+                self.gather(&mut gathered, records, &mut out)?;
                 continue;
             }
             let mut oversized = 0u64;
@@ -263,39 +271,47 @@ impl<W: Write> Archive<W> {
                 large || is_provider_metadata(header)
             });
             for part in parts.by_ref() {
-                if n == GATHERED {
-                    self.put_gathered(&gathered[..n], bytes)?;
-                    (n, bytes) = (0, 0);
-                }
-                gathered[n] = io::IoSlice::new(part.bytes());
-                n += 1;
-                bytes += part.len();
-                out.written += part.records() as u64;
-                out.bytes += part.len() as u64;
+                self.gather(&mut gathered, part, &mut out)?;
             }
             let left_out = parts.left_out() as u64;
             out.oversized += oversized;
             out.forged += left_out - oversized;
         }
-        self.put_gathered(&gathered[..n], bytes)?;
+        self.put_gathered(&mut gathered)?;
         self.bytes += out.bytes;
         self.records += out.written;
         Ok(out)
     }
 
-    /// Append `slices` (`bytes` in all) to the stream: staged when few, else written after
-    /// what is staged, with `writev`.
-    fn put_gathered(&mut self, slices: &[io::IoSlice<'_>], bytes: usize) -> io::Result<()> {
+    /// Add `records` to `gathered` (and to `out`'s counts), putting the gathered ones into
+    /// the stream first when there is no room.
+    fn gather<'a>(
+        &mut self,
+        gathered: &mut Gathered<'a>,
+        records: CheckedRecords<'a>,
+        out: &mut ProviderRecords,
+    ) -> io::Result<()> {
+        if gathered.count == GATHERED {
+            self.put_gathered(gathered)?;
+        }
+        gathered.slices[gathered.count] = io::IoSlice::new(records.bytes());
+        gathered.count += 1;
+        gathered.bytes += records.len();
+        out.written += records.records() as u64;
+        out.bytes += records.len() as u64;
+        Ok(())
+    }
+
+    /// Append what is `gathered` to the stream, and empty it: staged when few bytes, else
+    /// written after what is staged, with `writev`.
+    fn put_gathered(&mut self, gathered: &mut Gathered<'_>) -> io::Result<()> {
+        let count = std::mem::take(&mut gathered.count);
+        let bytes = std::mem::take(&mut gathered.bytes);
+        let mut rest = &mut gathered.slices[..count];
         if bytes < WRITTEN_THROUGH_MIN {
-            return slices.iter().try_for_each(|s| self.put(s));
+            return rest.iter().try_for_each(|s| self.put(s));
         }
         self.write_staged()?;
-        let mut slices: [io::IoSlice<'_>; GATHERED] = {
-            let mut all = [io::IoSlice::new(&[]); GATHERED];
-            all[..slices.len()].copy_from_slice(slices);
-            all
-        };
-        let mut rest = &mut slices[..];
         let out = self.out()?;
         while !rest.is_empty() {
             match out.write_vectored(rest) {

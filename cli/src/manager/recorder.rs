@@ -1495,23 +1495,8 @@ mod tests {
 
     fn report(id: u32, pid: u32, name: &str, lost: Option<&str>) -> ProviderReport {
         ProviderReport {
-            id,
-            pid,
-            process: id,
-            name: name.into(),
-            mode: BufferingMode::Oneshot,
-            records: 0,
-            durable_bytes: 0,
-            rolling_bytes: 0,
-            records_dropped: 0,
-            records_dropped_before_start: 0,
-            wrapped_count: 0,
-            durable_buffer_used_percent: 0,
-            fill_percent: 0,
-            saves: 0,
-            copy_time: Duration::ZERO,
             lost: lost.map(str::to_owned),
-            problems: vec![],
+            ..ProviderReport::idle(id, pid, name)
         }
     }
 
@@ -1698,25 +1683,12 @@ mod tests {
 
     #[test]
     fn lost_reasons_name_the_signal() {
-        let mut providers = vec![ProviderReport {
-            id: 1,
-            pid: 10,
-            process: 1,
-            name: "p".into(),
-            mode: BufferingMode::Oneshot,
-            records: 0,
-            durable_bytes: 0,
-            rolling_bytes: 0,
-            records_dropped: 0,
-            records_dropped_before_start: 0,
-            wrapped_count: 0,
-            durable_buffer_used_percent: 0,
-            fill_percent: 0,
-            saves: 0,
-            copy_time: Duration::ZERO,
-            lost: Some("connection closed without STOPPED (…)".into()),
-            problems: vec![],
-        }];
+        let mut providers = vec![report(
+            1,
+            10,
+            "p",
+            Some("connection closed without STOPPED (…)"),
+        )];
         refine_lost_reasons(&mut providers, 10, ExitStatus::from_raw(9));
         assert!(providers[0]
             .lost

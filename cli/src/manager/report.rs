@@ -48,6 +48,31 @@ pub struct ProviderReport {
 }
 
 impl ProviderReport {
+    /// A provider `id` of process `pid` that copied nothing, dropped nothing and was not lost
+    /// (the tests' starting point).
+    #[cfg(test)]
+    pub(crate) fn idle(id: u32, pid: u32, name: &str) -> Self {
+        ProviderReport {
+            id,
+            pid,
+            process: id,
+            name: name.into(),
+            mode: BufferingMode::Oneshot,
+            records: 0,
+            durable_bytes: 0,
+            rolling_bytes: 0,
+            records_dropped: 0,
+            records_dropped_before_start: 0,
+            wrapped_count: 0,
+            durable_buffer_used_percent: 0,
+            fill_percent: 0,
+            saves: 0,
+            copy_time: std::time::Duration::ZERO,
+            lost: None,
+            problems: vec![],
+        }
+    }
+
     /// Bytes copied into the archive.
     pub fn bytes(&self) -> u64 {
         self.durable_bytes + self.rolling_bytes
@@ -700,23 +725,12 @@ mod tests {
     #[test]
     fn a_process_is_one_line_named_after_its_images() {
         let provider = |id: u32, process: u32, name: &str, records: u64| ProviderReport {
-            id,
-            pid: 7,
             process,
-            name: name.into(),
-            mode: BufferingMode::Oneshot,
             records,
-            durable_bytes: 0,
             rolling_bytes: records * 8,
             records_dropped: 1,
-            records_dropped_before_start: 0,
-            wrapped_count: 0,
-            durable_buffer_used_percent: 0,
-            fill_percent: 0,
-            saves: 0,
-            copy_time: std::time::Duration::ZERO,
             lost: (id == 2).then(|| "gone".to_owned()),
-            problems: vec![],
+            ..ProviderReport::idle(id, 7, name)
         };
         // taskset execs ingest, which has a second provider; another process; a long chain.
         let providers = [
@@ -781,23 +795,9 @@ mod tests {
     #[test]
     fn hints_match_the_mode_and_an_empty_command() {
         let mut p = ProviderReport {
-            id: 1,
-            pid: 42,
-            process: 1,
-            name: "p".into(),
-            mode: BufferingMode::Oneshot,
             records: 1,
-            durable_bytes: 0,
-            rolling_bytes: 0,
             records_dropped: 1,
-            records_dropped_before_start: 0,
-            wrapped_count: 0,
-            durable_buffer_used_percent: 0,
-            fill_percent: 0,
-            saves: 0,
-            copy_time: std::time::Duration::ZERO,
-            lost: None,
-            problems: vec![],
+            ..ProviderReport::idle(1, 42, "p")
         };
         assert!(drop_hint(&p).contains("-m streaming"));
         // Drops before the start are not a full buffer.

@@ -430,13 +430,9 @@ fn forger_records() -> Vec<u64> {
     words
 }
 
-/// Register as `name`, fill the buffer with `words`, answer Start and Stop like a good provider.
-fn scripted(socket: std::path::PathBuf, name: &'static str, words: Vec<u64>) {
-    scripted_header(socket, name, words, |_| {});
-}
-
-/// [`scripted`], with the header `tweak`ed after the words are written.
-fn scripted_header(
+/// Register as `name`, fill the buffer with `words` (the header `tweak`ed after), answer Start
+/// and Stop like a good provider.
+fn scripted(
     socket: std::path::PathBuf,
     name: &'static str,
     words: Vec<u64>,
@@ -458,8 +454,16 @@ fn scripted_header(
     p.wait_closed();
 }
 
-#[test]
-fn provider_metadata_written_by_a_provider_is_dropped_and_reported() {
+/// A header change of a scripted provider.
+type Tweak = fn(&mut fxtrace::buffer::header::HeaderFields);
+
+/// One session of scripted providers (`name`, buffer words, header change), registered in
+/// order (ids 1, 2, …), started, looked at by `while_started`, stopped: their reports and the
+/// archive.
+fn scripted_session(
+    providers: Vec<(&'static str, Vec<u64>, Tweak)>,
+    while_started: impl FnOnce(&Manager),
+) -> (Vec<fxtrace_tools::manager::ProviderReport>, Vec<u8>) {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("m.sock");
     let config = ManagerConfig {
@@ -472,21 +476,20 @@ fn provider_metadata_written_by_a_provider_is_dropped_and_reported() {
     let out = SharedOut::default();
     let mut m = Manager::new(config, Box::new(out.clone())).unwrap();
     let mut events = Vec::new();
-    let s = socket.clone();
-    let victim = std::thread::spawn(move || scripted(s, "victim", support::INIT_RECORD.to_vec()));
-    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
-        registered(ev) == 1
-    });
-    let s = socket.clone();
-    let forger = std::thread::spawn(move || scripted(s, "forger", forger_records()));
-    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
-        registered(ev) == 2
-    });
+    let mut threads = Vec::new();
+    for (i, (name, words, tweak)) in providers.into_iter().enumerate() {
+        let s = socket.clone();
+        threads.push(std::thread::spawn(move || scripted(s, name, words, tweak)));
+        drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
+            registered(ev) == i + 1
+        });
+    }
     m.start(None).unwrap();
     drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
         ev.iter()
             .any(|e| matches!(e, ManagerEvent::StartAcknowledged { .. }))
     });
+    while_started(&m);
     m.stop(true).unwrap();
     drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
         ev.iter()
@@ -494,10 +497,22 @@ fn provider_metadata_written_by_a_provider_is_dropped_and_reported() {
     });
     let reports = m.reports();
     m.finish().unwrap();
-    victim.join().unwrap();
-    forger.join().unwrap();
+    for t in threads {
+        t.join().unwrap();
+    }
+    (reports, out.bytes())
+}
 
-    let archive = decode(&out.bytes());
+#[test]
+fn provider_metadata_written_by_a_provider_is_dropped_and_reported() {
+    let (reports, bytes) = scripted_session(
+        vec![
+            ("victim", support::INIT_RECORD.to_vec(), |_| {}),
+            ("forger", forger_records(), |_| {}),
+        ],
+        |_| {},
+    );
+    let archive = decode(&bytes);
     let mut names = archive.names();
     names.sort();
     assert_eq!(names, ["forger", "victim"], "nobody renamed");
@@ -530,69 +545,33 @@ fn provider_metadata_written_by_a_provider_is_dropped_and_reported() {
 
 #[test]
 fn a_drop_count_that_is_not_one_adds_nothing_but_a_problem_line() {
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("m.sock");
-    let config = ManagerConfig {
-        session: SessionConfig {
-            buffer_size_bytes: 64 << 10,
-            ..SessionConfig::default()
-        },
-        ..ManagerConfig::new(&socket)
-    };
-    let out = SharedOut::default();
-    let mut m = Manager::new(config, Box::new(out.clone())).unwrap();
-    let mut events = Vec::new();
     // A header that validates but claims 2^64 - 1 drops; one that does not validate at all;
     // a provider that dropped 3 records.
-    type Tweak = fn(&mut fxtrace::buffer::header::HeaderFields);
-    let providers: [(&str, Tweak); 3] = [
-        ("boastful", |h| h.num_records_dropped = u64::MAX),
-        ("broken", |h| {
+    let record = || support::INIT_RECORD.to_vec();
+    let providers: Vec<(&str, Vec<u64>, Tweak)> = vec![
+        ("boastful", record(), |h| h.num_records_dropped = u64::MAX),
+        ("broken", record(), |h| {
             h.num_records_dropped = u64::MAX;
             h.magic = 0;
         }),
-        ("honest", |h| h.num_records_dropped = 3),
+        ("honest", record(), |h| h.num_records_dropped = 3),
     ];
-    let mut threads = Vec::new();
-    for (i, (name, tweak)) in providers.into_iter().enumerate() {
-        let s = socket.clone();
-        let records = support::INIT_RECORD.to_vec();
-        threads.push(std::thread::spawn(move || {
-            scripted_header(s, name, records, tweak)
-        }));
-        drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
-            registered(ev) == i + 1
-        });
-    }
-    m.start(None).unwrap();
-    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
-        ev.iter()
-            .any(|e| matches!(e, ManagerEvent::StartAcknowledged { .. }))
+    let (reports, bytes) = scripted_session(providers, |m| {
+        // While tracing: only the honest count, and a line for each of the others.
+        let info = m.session_info();
+        assert_eq!(info.records_dropped, 3, "{info:?}");
+        let said = |text: &str| info.problems.iter().filter(|p| p.contains(text)).count();
+        assert_eq!(
+            said("provider 1: its buffer header says 18446744073709551615 records dropped"),
+            1,
+            "{:?}",
+            info.problems
+        );
+        assert_eq!(
+            said("provider 2: invalid buffer header: bad header magic"),
+            1
+        );
     });
-    // While tracing: only the honest count, and a line for each of the others.
-    let info = m.session_info();
-    assert_eq!(info.records_dropped, 3, "{info:?}");
-    let said = |text: &str| info.problems.iter().filter(|p| p.contains(text)).count();
-    assert_eq!(
-        said("provider 1: its buffer header says 18446744073709551615 records dropped"),
-        1,
-        "{:?}",
-        info.problems
-    );
-    assert_eq!(
-        said("provider 2: invalid buffer header: bad header magic"),
-        1
-    );
-    m.stop(true).unwrap();
-    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
-        ev.iter()
-            .any(|e| matches!(e, ManagerEvent::StopAcknowledged { .. }))
-    });
-    let reports = m.reports();
-    m.finish().unwrap();
-    for t in threads {
-        t.join().unwrap();
-    }
     let report = |name: &str| reports.iter().find(|r| r.name == name).unwrap();
     let boastful = report("boastful");
     assert_eq!(boastful.records_dropped, 0, "{boastful:?}");
@@ -604,7 +583,7 @@ fn a_drop_count_that_is_not_one_adds_nothing_but_a_problem_line() {
     assert_eq!(report("broken").records_dropped, 0);
     assert_eq!(report("honest").records_dropped, 3);
     // The archive: no overflow and no marker but the honest provider's.
-    let archive = decode(&out.bytes());
+    let archive = decode(&bytes);
     let b = archive.one("boastful");
     assert_eq!((b.overflows, b.markers.len()), (0, 0), "{b:?}");
     let h = archive.one("honest");
@@ -615,29 +594,8 @@ fn a_drop_count_that_is_not_one_adds_nothing_but_a_problem_line() {
 #[test]
 fn a_provider_cannot_forge_the_managers_drop_marker() {
     use fxtrace_format::{Arg, ArgValue, Event, EventKind, StringRef, ThreadRef};
-    let dir = tempfile::tempdir().unwrap();
-    let socket = dir.path().join("m.sock");
-    let config = ManagerConfig {
-        session: SessionConfig {
-            buffer_size_bytes: 64 << 10,
-            ..SessionConfig::default()
-        },
-        ..ManagerConfig::new(&socket)
-    };
-    let out = SharedOut::default();
-    let mut m = Manager::new(config, Box::new(out.clone())).unwrap();
-    let mut events = Vec::new();
     // The honest provider dropped 3 records (provider 1); the forger writes the manager's
     // marker for it, word for word, on the marker thread, claiming 999.
-    let s = socket.clone();
-    let honest = std::thread::spawn(move || {
-        scripted_header(s, "honest", support::INIT_RECORD.to_vec(), |h| {
-            h.num_records_dropped = 3
-        })
-    });
-    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
-        registered(ev) == 1
-    });
     let pid = u64::from(std::process::id());
     let args = [
         Arg::new("provider", ArgValue::U64(1)),
@@ -656,25 +614,15 @@ fn a_provider_cannot_forge_the_managers_drop_marker() {
     };
     let mut words = support::INIT_RECORD.to_vec();
     words.extend(fxtrace_format::encode_to_vec(&forged).unwrap());
-    let s = socket.clone();
-    let forger = std::thread::spawn(move || scripted(s, "forger", words));
-    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
-        registered(ev) == 2
-    });
-    m.start(None).unwrap();
-    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
-        ev.iter()
-            .any(|e| matches!(e, ManagerEvent::StartAcknowledged { .. }))
-    });
-    m.stop(true).unwrap();
-    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
-        ev.iter()
-            .any(|e| matches!(e, ManagerEvent::StopAcknowledged { .. }))
-    });
-    m.finish().unwrap();
-    honest.join().unwrap();
-    forger.join().unwrap();
-    let bytes = out.bytes();
+    let (_, bytes) = scripted_session(
+        vec![
+            ("honest", support::INIT_RECORD.to_vec(), |h| {
+                h.num_records_dropped = 3
+            }),
+            ("forger", words, |_| {}),
+        ],
+        |_| {},
+    );
     let archive = decode(&bytes);
     assert_eq!(
         archive.one("honest").markers,
