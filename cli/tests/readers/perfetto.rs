@@ -355,6 +355,31 @@ fn drops_need_an_event_perfetto_shows() {
     t.instant(10, "fxtrace: 3 records dropped", &[]);
     let at = t.push(&overflow);
     flagged(&t.check(), FindingKind::DropsOnlyInMetadata, at);
+
+    // Or the trace manager's marker, in its own section (provider 0), naming the provider.
+    for (about, shown) in [(1, true), (2, false)] {
+        let mut t = Trace::new();
+        let at = t.push(&overflow);
+        t.push(&ProviderInfo {
+            provider_id: 0,
+            name: "fxtrace",
+        });
+        t.push(&Initialization {
+            ticks_per_second: GHZ2,
+        });
+        let args = [
+            Arg::new("provider", ArgValue::U64(about)),
+            Arg::new("records_dropped", ArgValue::U64(3)),
+        ];
+        t.instant(10, "fxtrace: 3 records dropped", &args);
+        let report = t.check();
+        if shown {
+            let found = report.find(FindingKind::DropsOnlyInMetadata);
+            assert!(found.is_none(), "{report}");
+        } else {
+            flagged(&report, FindingKind::DropsOnlyInMetadata, at);
+        }
+    }
 }
 
 #[test]

@@ -36,6 +36,8 @@ pub(super) enum StringTag {
     Weight,
     /// `"waker"`.
     Waker,
+    /// `"provider"` (the provider a trace manager's marker is about).
+    Provider,
     /// Mentions a drop or a loss ([`DROP_WORDS`]).
     Drop,
     /// Anything else.
@@ -50,6 +52,7 @@ impl StringTag {
             b"outgoing_weight" => StringTag::OutgoingWeight,
             b"weight" => StringTag::Weight,
             b"waker" => StringTag::Waker,
+            b"provider" => StringTag::Provider,
             _ if DROP_WORDS
                 .iter()
                 .any(|w| contains_ignore_case(bytes, w.as_bytes())) =>
@@ -161,6 +164,8 @@ pub(super) struct ArgInfo {
     pub(super) i32_value: Option<i32>,
     /// The koid value (type 8).
     pub(super) koid: Option<u64>,
+    /// The value of an unsigned integer (types 2 and 4).
+    pub(super) unsigned: Option<u64>,
     /// Numeric (types 1..=5) and nonzero.
     pub(super) nonzero_number: bool,
 }
@@ -718,16 +723,21 @@ impl Checker {
                 kind,
                 i32_value: None,
                 koid: None,
+                unsigned: None,
                 nonzero_number: false,
             };
             match kind {
                 Some(ArgType::I32 | ArgType::U32) => {
                     let v = Int32Argument::VALUE.get(header);
                     arg.i32_value = Some(v as u32 as i32);
+                    arg.unsigned = (kind == Some(ArgType::U32)).then_some(v);
                     arg.nonzero_number = v != 0;
                 }
                 Some(ArgType::I64 | ArgType::U64) => match c.word() {
-                    Some(v) => arg.nonzero_number = v != 0,
+                    Some(v) => {
+                        arg.unsigned = (kind == Some(ArgType::U64)).then_some(v);
+                        arg.nonzero_number = v != 0;
+                    }
                     None => return Err(self.malformed(offset, &field)),
                 },
                 Some(ArgType::F64) => match c.word() {
@@ -875,6 +885,17 @@ impl Checker {
             || args
                 .iter()
                 .any(|a| a.name == StringTag::Drop && a.nonzero_number);
+        // The trace manager's markers, in its own section, report a drop of the provider
+        // their argument names.
+        let about = args
+            .iter()
+            .find(|a| a.name == StringTag::Provider)
+            .and_then(|a| a.unsigned)
+            .and_then(|id| u32::try_from(id).ok())
+            .filter(|_| self.current == fxtrace_format::MANAGER_PROVIDER_ID);
+        if let (true, Some(id)) = (reports_drop, about) {
+            self.tallies.entry(id).or_default().drop_shown = true;
+        }
         if reports_drop {
             self.tally().drop_shown = true;
         }

@@ -35,8 +35,9 @@
 //! provider whose section holds that metadata must also hold an event Perfetto shows that
 //! reports the loss ([`DROP_WORDS`]): an event whose name mentions a drop or a loss, or with
 //! a nonzero numeric argument whose name does (`"fxtrace: 12 perf records lost"`, a summary
-//! with `dropped_records = 3`). Otherwise the drop is a [`FindingKind::DropsOnlyInMetadata`]
-//! warning.
+//! with `dropped_records = 3`), or the trace manager's marker about it in the manager's own
+//! section (provider 0, an argument `provider` naming it). Otherwise the drop is a
+//! [`FindingKind::DropsOnlyInMetadata`] warning.
 //!
 //! ```
 //! use fxtrace_tools::check::perfetto::{check_for_perfetto, FindingKind, Severity};
