@@ -9,6 +9,10 @@ use std::fmt;
 
 use super::lbr::LbrSample;
 use super::mmap::{MmapRecord, MMAP_BLOB_NAME};
+use super::stack::{
+    KernelSymbolRecord, SampleRecord, StackRecord, KSYM_BLOB_NAME, SAMPLE_BLOB_NAME,
+    STACK_BLOB_NAME,
+};
 use super::types::{BlobType, EventType, ObjectType, ThreadState, PROVIDER_EVENT_BUFFER_OVERFLOW};
 
 /// A timestamp: the raw ticks and their value in nanoseconds at the provider's ticks per
@@ -464,6 +468,19 @@ impl fmt::Display for Args<'_, '_> {
     }
 }
 
+/// A side of a legacy context switch: `pid/tid`, or `unknown` for the side the source did
+/// not know ([`super::sched::Side::Unknown`]: never shown as a thread 0).
+struct SwitchSide(Thread);
+
+impl fmt::Display for SwitchSide {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match super::sched::Side::of_thread(self.0) {
+            super::sched::Side::Unknown => f.write_str("unknown"),
+            _ => write!(f, "{}/{}", self.0.pid, self.0.tid),
+        }
+    }
+}
+
 /// A thread state number with its name when known.
 struct State(u8);
 
@@ -549,6 +566,32 @@ impl fmt::Display for Decoded<'_> {
                             write!(f, " mmap_error={:?} bytes={}", e.to_string(), Hex(payload))
                         }
                     }
+                } else if *blob_type == BlobType::DATA && *name == STACK_BLOB_NAME {
+                    match StackRecord::decode(payload) {
+                        Ok(s) => write!(f, " {s}"),
+                        Err(e) => {
+                            write!(f, " stack_error={:?} bytes={}", e.to_string(), Hex(payload))
+                        }
+                    }
+                } else if *blob_type == BlobType::DATA && *name == SAMPLE_BLOB_NAME {
+                    match SampleRecord::decode(payload) {
+                        Ok(s) => write!(f, " {}", s.display(self.ticks_per_second)),
+                        Err(e) => {
+                            write!(
+                                f,
+                                " sample_error={:?} bytes={}",
+                                e.to_string(),
+                                Hex(payload)
+                            )
+                        }
+                    }
+                } else if *blob_type == BlobType::DATA && *name == KSYM_BLOB_NAME {
+                    match KernelSymbolRecord::decode(payload) {
+                        Ok(k) => write!(f, " {k}"),
+                        Err(e) => {
+                            write!(f, " ksym_error={:?} bytes={}", e.to_string(), Hex(payload))
+                        }
+                    }
                 } else {
                     write!(f, " bytes={}", Hex(payload))
                 }
@@ -587,14 +630,12 @@ impl fmt::Display for Decoded<'_> {
                 incoming_priority,
             } => write!(
                 f,
-                " t={}ns cpu={cpu} out={}/{} out_state={} out_prio={outgoing_priority} \
-                 in={}/{} in_prio={incoming_priority}",
+                " t={}ns cpu={cpu} out={} out_state={} out_prio={outgoing_priority} \
+                 in={} in_prio={incoming_priority}",
                 time.ns,
-                outgoing.pid,
-                outgoing.tid,
+                SwitchSide(*outgoing),
                 State(*outgoing_state),
-                incoming.pid,
-                incoming.tid
+                SwitchSide(*incoming),
             ),
             DecodedRecord::SchedContextSwitch {
                 time,
