@@ -230,9 +230,9 @@ fn system_wide_recording_of_pingpong() {
             .filter(|d| matches!(&d.record, DecodedRecord::ContextSwitch { incoming, .. } if incoming.tid == tid))
             .count();
         let blocked = outs.iter().filter(|&&s| s == 3).count();
-        let suspended = outs.iter().filter(|&&s| s == 2).count();
+        let preempted = outs.iter().filter(|&&s| s == 1).count();
         println!(
-            "tid {tid}: {} outs ({blocked} blocked, {suspended} preempted), {ins} ins",
+            "tid {tid}: {} outs ({blocked} blocked, {preempted} preempted), {ins} ins",
             outs.len()
         );
         assert!(
@@ -245,7 +245,7 @@ fn system_wide_recording_of_pingpong() {
             "tid {tid}: pipe reads block ({blocked})"
         );
         assert_eq!(
-            blocked + suspended + outs.iter().filter(|&&s| s == 5 || s == 4).count(),
+            blocked + preempted + outs.iter().filter(|&&s| s == 5 || s == 4).count(),
             outs.len(),
             "tid {tid}: blocked, preempted, or exiting at the end"
         );
