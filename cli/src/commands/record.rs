@@ -15,7 +15,7 @@ use nix::sys::signal::Signal;
 
 use fxtrace::capture::{BranchSampling, Need, PerfPermissions};
 use fxtrace::protocol::control::BufferingMode;
-use fxtrace_tools::manager::kernel::{KernelProviderError, KernelSection};
+use fxtrace_tools::manager::kernel::{KernelOptions, KernelProviderError, KernelSection};
 use fxtrace_tools::manager::recorder::{
     stop_on_signals, RecordConfig, Recorder, RecorderError, StopReason,
 };
@@ -89,6 +89,25 @@ pub(crate) struct RecordArgs {
     /// With --system-wide: data pages per CPU ring buffer (a power of two), as perf's -m.
     #[arg(long = "mmap-pages", value_name = "PAGES", default_value_t = 256)]
     mmap_pages: usize,
+    /// With --system-wide: do not record wake-ups (who woke whom: sched:sched_waking).
+    #[arg(long)]
+    no_wakeups: bool,
+    /// With --system-wide: record wait points, the call chain where each thread blocked
+    /// (kernel frames, and user frames where the program keeps frame pointers); costs the
+    /// kernel a stack walk at every switch.
+    #[arg(long)]
+    wait_points: bool,
+    /// With --system-wide: CPU samples with call chains at HZ samples a second of CPU time
+    /// (software cpu-clock: no PMU needed), every CPU; `fxtrace report samples` shows where
+    /// the time went. Without a value: 999.
+    #[arg(
+        long,
+        value_name = "HZ",
+        num_args = 0..=1,
+        default_missing_value = "999",
+        require_equals = true
+    )]
+    sample: Option<u64>,
     /// Trace CMD unmodified: load libfxtrace_preload.so into it (LD_PRELOAD), which makes it
     /// (and every program it starts) a provider and captures its context switches. The object
     /// is looked for next to this executable, or at FXTRACE_PRELOAD_LIB.
@@ -105,22 +124,13 @@ pub(crate) struct RecordArgs {
     command: Vec<OsString>,
 }
 
-/// Kernel capture settings (`--system-wide`).
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct KernelCapture {
-    /// LBR sampling, if on.
-    pub(crate) lbr: Option<BranchSampling>,
-    /// Data pages per CPU ring.
-    pub(crate) ring_pages: usize,
-}
-
 /// What `fxtrace record` was asked to do, independent of clap.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct RecordPlan {
     /// The session.
     pub(crate) recorder: RecordConfig,
     /// The built-in kernel provider, with `--system-wide`.
-    pub(crate) kernel: Option<KernelCapture>,
+    pub(crate) kernel: Option<KernelOptions>,
     /// Stop on SIGHUP, SIGUSR1, SIGUSR2 too.
     pub(crate) stop_on_signal: bool,
     /// `--preload`: the command runs with the preload object.
@@ -146,6 +156,10 @@ pub(crate) enum RecordCliError {
     #[error("fxtrace record: {0}")]
     Record(#[from] RecorderError),
 }
+
+/// The highest `--sample` rate accepted (the kernel caps software sampling at
+/// `kernel.perf_event_max_sample_rate`, 100000 by default, and throttles beyond it).
+const MAX_SAMPLE_HZ: u64 = 100_000;
 
 /// `UID:GID`, both numeric.
 fn parse_owner(s: &str) -> Result<(u32, u32), String> {
@@ -226,13 +240,24 @@ impl RecordArgs {
             for (given, option) in [
                 (self.no_lbr, "--no-lbr"),
                 (self.lbr_period.is_some(), "--lbr-period"),
+                (self.no_wakeups, "--no-wakeups"),
+                (self.wait_points, "--wait-points"),
+                (self.sample.is_some(), "--sample"),
             ] {
                 if given {
                     return Err(RecordCliError::BadArgument(format!(
-                        "{option} applies to --system-wide (-a) only, which samples LBR branch \
-                         stacks; add -a, or leave {option} out"
+                        "{option} applies to --system-wide (-a) only, where the kernel provider \
+                         records every CPU; add -a, or leave {option} out"
                     )));
                 }
+            }
+        }
+        if let Some(hz) = self.sample {
+            if !(1..=MAX_SAMPLE_HZ).contains(&hz) {
+                return Err(RecordCliError::BadArgument(format!(
+                    "--sample={hz}: give 1 to {MAX_SAMPLE_HZ} samples a second (perf's default \
+                     is 4000; 999 keeps clear of timer ticks)"
+                )));
             }
         }
         let lbr_period = self.lbr_period.unwrap_or(BranchSampling::default().period);
@@ -241,11 +266,14 @@ impl RecordArgs {
                 "--lbr-period must be at least 1".into(),
             ));
         }
-        let kernel = self.system_wide.then(|| KernelCapture {
+        let kernel = self.system_wide.then(|| KernelOptions {
             lbr: (!self.no_lbr).then_some(BranchSampling {
                 period: lbr_period,
                 include_kernel: true,
             }),
+            wakeups: !self.no_wakeups,
+            wait_points: self.wait_points,
+            sample_hz: self.sample,
             ring_pages: self.mmap_pages,
         });
         let categories = self
@@ -254,13 +282,16 @@ impl RecordArgs {
             .map(|c| c.trim().to_owned())
             .filter(|c| !c.is_empty())
             .collect();
-        let env = if self.preload {
+        let mut env = if self.preload {
             vec![preload_env(&preload_library().map_err(|e| {
                 RecordCliError::BadArgument(format!("--preload: {e}"))
             })?)]
         } else {
             Vec::new()
         };
+        if self.preload && self.system_wide {
+            env.extend(one_switch_source(std::env::var_os(PRELOAD_CAPTURE_VAR)));
+        }
         Ok(RecordPlan {
             recorder: RecordConfig {
                 output: self.output,
@@ -284,6 +315,18 @@ impl RecordArgs {
 }
 
 // === --preload ===
+
+/// The preload object's option choosing what it captures in the traced process.
+const PRELOAD_CAPTURE_VAR: &str = "FXTRACE_PRELOAD_CAPTURE";
+
+/// With `--preload` and `--system-wide`: every switch once. The kernel provider records every
+/// CPU's switches (and LBR, mappings, wake-ups), so the preloaded programs capture nothing of
+/// their own (`FXTRACE_PRELOAD_CAPTURE=none`), unless the environment already chose.
+fn one_switch_source(existing: Option<OsString>) -> Option<(OsString, OsString)> {
+    existing
+        .is_none()
+        .then(|| (PRELOAD_CAPTURE_VAR.into(), "none".into()))
+}
 
 /// `LD_PRELOAD` for the command: `library` first, then what the environment already preloads.
 fn preload_env(library: &std::path::Path) -> (OsString, OsString) {
@@ -341,7 +384,7 @@ pub(crate) fn run(args: RecordArgs) -> Result<ExitCode, RecordCliError> {
     let mut recorder = Recorder::new(plan.recorder)?;
     let mut kernel_section = None;
     if let Some(kernel) = &plan.kernel {
-        let section = match KernelSection::start(&mut recorder, kernel.lbr, kernel.ring_pages) {
+        let section = match KernelSection::start(&mut recorder, kernel) {
             Ok(section) => section,
             Err(e) => {
                 // Nothing was captured: leave no half-written file behind.
@@ -481,6 +524,55 @@ mod tests {
                 period: 5000,
                 include_kernel: true
             })
+        );
+    }
+
+    #[test]
+    fn wakeups_wait_points_and_samples() {
+        let k = config(&["-a"]).unwrap().kernel.unwrap();
+        assert!(
+            k.wakeups && !k.wait_points && k.sample_hz.is_none(),
+            "{k:?}"
+        );
+        let k = config(&["-a", "--no-wakeups", "--wait-points", "--sample"])
+            .unwrap()
+            .kernel
+            .unwrap();
+        assert!(!k.wakeups && k.wait_points);
+        assert_eq!(k.sample_hz, Some(999), "--sample alone: 999 Hz");
+        let k = config(&["-a", "--sample=97"]).unwrap().kernel.unwrap();
+        assert_eq!(k.sample_hz, Some(97));
+        for bad in [
+            &["-a", "--sample=0"][..],
+            &["-a", "--sample=100001"],
+            &["--sample"],
+            &["--wait-points"],
+            &["--no-wakeups"],
+        ] {
+            assert!(
+                matches!(config(bad), Err(RecordCliError::BadArgument(_))),
+                "{bad:?}"
+            );
+        }
+        // `--sample 99` is `--sample` (999) and a command `99`, as `-g` in perf.
+        let c = config(&["-a", "--sample", "true"]).unwrap();
+        assert_eq!(c.kernel.unwrap().sample_hz, Some(999));
+        assert_eq!(c.recorder.command, vec![OsString::from("true")]);
+    }
+
+    #[test]
+    fn preload_with_system_wide_leaves_the_switches_to_the_kernel_provider() {
+        assert_eq!(
+            one_switch_source(None),
+            Some((
+                OsString::from("FXTRACE_PRELOAD_CAPTURE"),
+                OsString::from("none")
+            ))
+        );
+        assert_eq!(
+            one_switch_source(Some("switches".into())),
+            None,
+            "the user's choice"
         );
     }
 

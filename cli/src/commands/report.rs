@@ -1,4 +1,5 @@
-//! `fxtrace report`: human-readable reports of a trace (`lbr`: the hottest branch edges).
+//! `fxtrace report`: human-readable reports of a trace (`lbr`: the hottest branch edges;
+//! `samples`: where the CPU time went; `waits`: where threads blocked, and who woke them).
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -7,7 +8,8 @@ use std::process::ExitCode;
 use clap::{Args, Subcommand};
 
 use fxtrace_tools::report::{
-    write_lbr_text, BinarySpec, Breakdown, LbrReport, LbrTextOptions, SymbolizeError, Symbolizer,
+    write_lbr_text, write_samples_text, write_waits_text, BinarySpec, Breakdown, LbrReport,
+    LbrTextOptions, StackReport, StackTextOptions, SymbolizeError, Symbolizer,
 };
 
 use super::convert::{input_name, open_input};
@@ -26,6 +28,34 @@ enum ReportKind {
     /// mispredict rate, average cycles, overall and per CPU or thread, symbolized through the
     /// mappings the trace recorded and the binaries given.
     Lbr(LbrArgs),
+    /// Where the CPU time went: the hottest call stacks of the CPU samples (`fxtrace record
+    /// -a --sample`), overall or of one thread; `--folded` for flame graphs.
+    Samples(StackArgs),
+    /// Where threads blocked: the wait points (`fxtrace record -a --wait-points`) by time
+    /// blocked, each with the threads that woke them; `--folded` for off-CPU flame graphs.
+    Waits(StackArgs),
+}
+
+/// Arguments of `fxtrace report samples` and `fxtrace report waits`.
+#[derive(Debug, Args)]
+struct StackArgs {
+    /// The trace to read (`-` for standard input).
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+    /// Only this thread (its tid).
+    #[arg(long, value_name = "TID")]
+    thread: Option<u64>,
+    /// Rows shown.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    top: usize,
+    /// One line per stack and thread, `thread;outermost;…;innermost COUNT` (samples, or
+    /// microseconds blocked), the input of flamegraph.pl and speedscope.
+    #[arg(long)]
+    folded: bool,
+    /// An ELF binary to name user addresses with, overriding the trace's own mappings;
+    /// `PATH@0xBASE` for a position-independent one. Repeatable.
+    #[arg(long = "binary", value_name = "PATH[@0xBASE]")]
+    binaries: Vec<BinarySpec>,
 }
 
 /// Arguments of `fxtrace report lbr`.
@@ -55,12 +85,15 @@ struct LbrArgs {
 pub(crate) fn run(args: &ReportArgs) -> Result<ExitCode, CliError> {
     match &args.kind {
         ReportKind::Lbr(args) => lbr(args),
+        ReportKind::Samples(args) => stacks(args, write_samples_text),
+        ReportKind::Waits(args) => stacks(args, write_waits_text),
     }
 }
 
-fn lbr(args: &LbrArgs) -> Result<ExitCode, CliError> {
+/// A symbolizer with the binaries given by hand.
+fn symbolizer(binaries: &[BinarySpec]) -> Result<Symbolizer, CliError> {
     let mut symbols = Symbolizer::new();
-    for spec in &args.binaries {
+    for spec in binaries {
         symbols.add(spec).map_err(|e| {
             let source = match e {
                 SymbolizeError::Read { source, .. } => source,
@@ -76,6 +109,57 @@ fn lbr(args: &LbrArgs) -> Result<ExitCode, CliError> {
             }
         })?;
     }
+    Ok(symbols)
+}
+
+type StackText = fn(&mut dyn Write, &StackReport, &Symbolizer, &StackTextOptions) -> io::Result<()>;
+
+fn stacks(args: &StackArgs, write: StackText) -> Result<ExitCode, CliError> {
+    let mut symbols = symbolizer(&args.binaries)?;
+    let read = StackReport::read(open_input(&args.file)?);
+    symbols.load_mappings(read.report.used_mappings());
+    let damaged = read.decode_error.is_some();
+    if let Some(source) = read.decode_error {
+        let error = CliError::Decode {
+            path: input_name(&args.file),
+            source,
+        };
+        let report = &read.report;
+        if report.sample_count() == 0 && report.waits().is_empty() {
+            return Err(error);
+        }
+        eprintln!("{error}");
+        eprintln!("(the report below covers the records before that point)");
+    }
+    if let Some(line) = read.skipped.summary() {
+        eprintln!("{}: {line}", input_name(&args.file));
+    }
+    let (invalid, unknown) = (read.report.invalid_payloads(), read.report.unknown_stacks());
+    if invalid > 0 || unknown > 0 {
+        eprintln!(
+            "{}: {invalid} stack, sample or symbol payload(s) did not decode; {unknown} \
+             reference(s) to a stack the trace does not define",
+            input_name(&args.file)
+        );
+    }
+    let options = StackTextOptions {
+        top: args.top,
+        thread: args.thread,
+        folded: args.folded,
+    };
+    let mut out = io::stdout().lock();
+    write(&mut out, &read.report, &symbols, &options)
+        .and_then(|()| out.flush())
+        .map_err(CliError::Output)?;
+    Ok(if damaged {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
+}
+
+fn lbr(args: &LbrArgs) -> Result<ExitCode, CliError> {
+    let mut symbols = symbolizer(&args.binaries)?;
     let read = LbrReport::read(open_input(&args.file)?);
     // The trace's own mappings name what the binaries given by hand do not cover.
     symbols.load_mappings(read.report.used_mappings());

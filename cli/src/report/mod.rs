@@ -1,14 +1,19 @@
 //! Reports computed from a trace: what a person wants to read, as text.
 //!
 //! [`lbr`] aggregates LAST_BRANCH blobs into branch-edge tables, [`symbolize`] names
-//! addresses from ELF binaries, and [`lbr_text`] prints the hottest edges.
+//! addresses from ELF binaries, and [`lbr_text`] prints the hottest edges. [`stacks`] reads
+//! call stacks (CPU samples, wait points with their wakers) and prints the hottest.
 
 pub mod lbr;
 pub mod lbr_text;
+pub mod stacks;
 pub mod symbolize;
 
 pub use lbr::{Edge, EdgeStats, EdgeTable, LbrRead, LbrReport, ThreadNames};
 pub use lbr_text::{write_lbr_text, Breakdown, LbrTextOptions};
+pub use stacks::{
+    write_samples_text, write_waits_text, StackRead, StackReport, StackTextOptions, WaitStats,
+};
 pub use symbolize::{
     BinaryInfo, BinarySpec, Location, MappedFile, Mapping, SymbolizeError, Symbolizer,
 };

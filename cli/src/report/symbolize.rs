@@ -275,6 +275,11 @@ pub struct Symbolizer {
 }
 
 fn demangle(name: &str) -> String {
+    // Rust's mangling first: its legacy scheme is C++'s `_ZN…E` with Rust escapes, which
+    // the C++ demangler reads only half-way. `{:#}` leaves out the hash.
+    if let Ok(rust) = rustc_demangle::try_demangle(name) {
+        return format!("{rust:#}");
+    }
     if name.starts_with("_Z") {
         if let Ok(symbol) = cpp_demangle::Symbol::new(name) {
             if let Ok(text) = symbol.demangle(&cpp_demangle::DemangleOptions::default()) {
@@ -734,5 +739,17 @@ mod tests {
         assert_eq!(demangle("_ZN3foo3barEv"), "foo::bar()");
         assert_eq!(demangle("main"), "main");
         assert_eq!(demangle("_Znot-valid"), "_Znot-valid");
+    }
+
+    #[test]
+    fn demangles_rust_without_the_hash() {
+        assert_eq!(
+            demangle("_ZN10contention9busy_loop17h0f2c150931415665E"),
+            "contention::busy_loop"
+        );
+        assert_eq!(
+            demangle("_ZN89_$LT$core..ops..range..Range$LT$T$GT$$u20$as$u20$core..iter..range..RangeIteratorImpl$GT$9spec_next17h237e99d1ead4810aE"),
+            "<core::ops::range::Range<T> as core::iter::range::RangeIteratorImpl>::spec_next"
+        );
     }
 }

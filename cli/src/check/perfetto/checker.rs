@@ -12,7 +12,7 @@ use fxtrace_format::fields::{
 };
 use fxtrace_format::{
     record_words, ArgType, BlobType, EventType, MetadataType, ObjectType, RecordType,
-    SchedulingType, MAGIC_WORD, PROVIDER_EVENT_BUFFER_OVERFLOW,
+    SchedulingType, ThreadState, MAGIC_WORD, PROVIDER_EVENT_BUFFER_OVERFLOW,
 };
 
 use super::findings::*;
@@ -46,12 +46,15 @@ pub(super) enum StringTag {
 
 impl StringTag {
     pub(super) fn of(bytes: &[u8]) -> StringTag {
+        use fxtrace_format::sched::{
+            INCOMING_WEIGHT_ARG, OUTGOING_WEIGHT_ARG, WAKER_ARG, WEIGHT_ARG,
+        };
         match bytes {
             b"process" => StringTag::Process,
-            b"incoming_weight" => StringTag::IncomingWeight,
-            b"outgoing_weight" => StringTag::OutgoingWeight,
-            b"weight" => StringTag::Weight,
-            b"waker" => StringTag::Waker,
+            _ if bytes == INCOMING_WEIGHT_ARG.as_bytes() => StringTag::IncomingWeight,
+            _ if bytes == OUTGOING_WEIGHT_ARG.as_bytes() => StringTag::OutgoingWeight,
+            _ if bytes == WEIGHT_ARG.as_bytes() => StringTag::Weight,
+            _ if bytes == WAKER_ARG.as_bytes() => StringTag::Waker,
             b"provider" => StringTag::Provider,
             _ if DROP_WORDS
                 .iter()
@@ -1064,6 +1067,7 @@ impl Checker {
                 for i in 0..2 {
                     self.legacy_side(offset, SIDES[i], tids[i], priorities[i]);
                 }
+                self.outgoing_state(offset, ContextSwitchRecord::OUTGOING_STATE.get(header));
             }
             SchedulingType::ContextSwitch => {
                 let (Some(outgoing), Some(incoming)) = (c.word(), c.word()) else {
@@ -1090,6 +1094,12 @@ impl Checker {
                     self.koid(offset, "thread", tid);
                     self.weighted_side(offset, SIDES[i], tid, weights[i]);
                 }
+                if weights[0] != PERFETTO_IDLE_WEIGHT {
+                    self.outgoing_state(
+                        offset,
+                        SchedContextSwitchRecord::OUTGOING_STATE.get(header),
+                    );
+                }
             }
             SchedulingType::ThreadWakeup => {
                 let Some(tid) = c.word() else {
@@ -1104,11 +1114,15 @@ impl Checker {
                     "Perfetto drops the record",
                 )?;
                 let mut weight = 0;
+                let mut waker = false;
                 for a in &args {
                     match a.name {
                         StringTag::Weight => weight = self.i32_weight(offset, a, "woken")?,
                         StringTag::Waker => match a.koid {
-                            Some(waker) => self.koid(offset, "waker", waker),
+                            Some(koid) => {
+                                waker = true;
+                                self.koid(offset, "waker", koid)
+                            }
                             None => {
                                 self.add(FindingKind::WrongArgType, offset, || {
                                     "a thread wakeup's \"waker\" argument is not a koid: \
@@ -1124,6 +1138,14 @@ impl Checker {
                 self.koid(offset, "thread", tid);
                 if weight != PERFETTO_IDLE_WEIGHT && tid != 0 {
                     self.check_process(offset, tid);
+                    if !waker {
+                        self.add(FindingKind::WakeupWithoutWaker, offset, || {
+                            format!(
+                                "a wakeup of thread {tid} without a \"waker\" koid: Perfetto \
+                                 records the thread as its own waker"
+                            )
+                        });
+                    }
                 }
             }
         }
@@ -1142,6 +1164,19 @@ impl Checker {
             _ => self.tally().last_sched = Some((ts, offset)),
         }
         Ok(())
+    }
+
+    /// The outgoing state of a (non-idle) switch: Perfetto names states 0 to 5 only.
+    pub(super) fn outgoing_state(&mut self, offset: u64, state: u64) {
+        if state > ThreadState::Dead as u64 {
+            self.add(FindingKind::UnknownThreadState, offset, || {
+                format!(
+                    "a context switch with outgoing state {state}: Perfetto knows 0 to 5 (new and \
+                     running → R, suspended → T, blocked → S, dying → Z, dead → X) and gives this \
+                     one no state"
+                )
+            });
+        }
     }
 
     pub(super) fn i32_weight(

@@ -73,7 +73,7 @@ pub const MAX_OFFSETS: usize = 8;
 /// The weight Perfetto reads as "this side of a context switch is the idle thread"
 /// (`kIdleWeight`, `INT32_MIN`), in the `incoming_weight` / `outgoing_weight` / `weight`
 /// arguments of scheduling records of types 1 and 2.
-pub const PERFETTO_IDLE_WEIGHT: i32 = i32::MIN;
+pub const PERFETTO_IDLE_WEIGHT: i32 = fxtrace_format::sched::IDLE_WEIGHT;
 
 /// Converts ticks to nanoseconds exactly as Perfetto's `fuchsia_trace_utils::TicksToNs`
 /// does: the high 32 bits of `ticks` through a truncated `(1e9 << 32) / ticks_per_second`,
