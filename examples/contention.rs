@@ -4,6 +4,7 @@
 //! ```text
 //! contention lock WAITERS ROUNDS   # one holder, WAITERS threads blocked on its mutexes
 //! contention spin THREADS MILLIS   # THREADS threads in a busy loop for MILLIS ms
+//! contention work THREADS KILO     # THREADS threads doing KILO thousand steps each, timed
 //! ```
 //!
 //! `lock`: each round, the holder takes one glibc mutex per waiter (`pthread_mutex_lock`),
@@ -13,6 +14,9 @@
 //!
 //! `spin`: the threads spin in `busy_loop` (more threads than CPUs: they preempt each other).
 //! It prints `spin_tids=A,B,…`.
+//!
+//! `work`: a fixed amount of the same arithmetic per thread, for the slowdown a recorder's
+//! sampling costs (`scripts/bench-vs-perf.sh`). It prints `threads=N elapsed_ms=E`.
 
 use std::process::ExitCode;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -62,6 +66,40 @@ fn busy_loop(deadline: Instant) -> u64 {
         }
     }
     std::hint::black_box(x)
+}
+
+/// `steps` steps of `busy_loop`'s arithmetic.
+#[inline(never)]
+fn steps(steps: u64) -> u64 {
+    let mut x = 0x9e37_79b9_7f4a_7c15u64;
+    let mut i = 0;
+    while i < steps {
+        x ^= x << 13;
+        x ^= x >> 7;
+        x ^= x << 17;
+        i += 1;
+    }
+    std::hint::black_box(x)
+}
+
+fn work(threads: usize, kilo: u64) -> Result<(), String> {
+    let started = Instant::now();
+    let workers: Vec<_> = (0..threads)
+        .map(|i| {
+            std::thread::Builder::new()
+                .name(format!("work-{i}"))
+                .spawn(move || steps(kilo * 1000))
+                .map_err(|e| format!("spawning a worker: {e}"))
+        })
+        .collect::<Result<_, _>>()?;
+    for w in workers {
+        w.join().map_err(|_| "a worker panicked".to_owned())?;
+    }
+    println!(
+        "threads={threads} elapsed_ms={}",
+        started.elapsed().as_millis()
+    );
+    Ok(())
 }
 
 fn lock(waiters: usize, rounds: u64) -> Result<(), String> {
@@ -164,7 +202,11 @@ fn main() -> ExitCode {
     let run = match args.first().map(String::as_str) {
         Some("lock") => number(1, 3).and_then(|w| lock(w as usize, number(2, 1)?)),
         Some("spin") => number(1, 3).and_then(|t| spin(t as usize, number(2, 300)?)),
-        _ => Err("usage: contention lock WAITERS ROUNDS | contention spin THREADS MILLIS".into()),
+        Some("work") => number(1, 2).and_then(|t| work(t as usize, number(2, 100_000)?)),
+        _ => Err(
+            "usage: contention lock WAITERS ROUNDS | spin THREADS MILLIS | work THREADS KILO"
+                .into(),
+        ),
     };
     match run {
         Ok(()) => ExitCode::SUCCESS,

@@ -396,22 +396,36 @@ impl StreamDecoder {
         let s = self.layout.sample_in_place(body)?;
         let perf_time = s.time.unwrap_or(self.last_time);
         self.last_time = perf_time;
-        let tid = s.tid.unwrap_or(0);
+        let stack = stacks.intern(&Chain::of_ring_bytes(s.callchain));
+        let time = conv.perf_to_tsc(perf_time);
+        let sample = self.cpu_sample(time, (s.pid, s.tid, s.cpu), s.ip, stack);
         Some(Decoded::Event {
             perf_time,
-            pending: Pending::Sample(CpuSample {
-                time: conv.perf_to_tsc(perf_time),
-                cpu: s.cpu.unwrap_or(self.cpu),
-                pid: if tid == 0 {
-                    Some(0)
-                } else {
-                    s.pid.and_then(known_pid)
-                },
-                tid,
-                ip: s.ip.unwrap_or(0),
-                stack: stacks.intern(&Chain::of_ring_bytes(s.callchain)),
-            }),
+            pending: Pending::Sample(sample),
         })
+    }
+
+    /// A CPU sample from its own `(pid, tid)`, CPU and IP, and its interned chain.
+    fn cpu_sample(
+        &self,
+        time: u64,
+        (pid, tid, cpu): (Option<u32>, Option<u32>, Option<u32>),
+        ip: Option<u64>,
+        stack: Option<u32>,
+    ) -> CpuSample {
+        let tid = tid.unwrap_or(0);
+        CpuSample {
+            time,
+            cpu: cpu.unwrap_or(self.cpu),
+            pid: if tid == 0 {
+                Some(0)
+            } else {
+                pid.and_then(known_pid)
+            },
+            tid,
+            ip: ip.unwrap_or(0),
+            stack,
+        }
     }
 
     pub(crate) fn decode(
@@ -483,19 +497,8 @@ impl StreamDecoder {
                         });
                     }
                     (PerfEventKind::CpuClockSampling, _, _, _) => {
-                        let tid = s.tid.unwrap_or(0);
-                        let sample = CpuSample {
-                            time,
-                            cpu,
-                            pid: if tid == 0 {
-                                Some(0)
-                            } else {
-                                s.pid.and_then(known_pid)
-                            },
-                            tid,
-                            ip: s.ip.unwrap_or(0),
-                            stack: chain().and_then(|c| stacks.intern(&c)),
-                        };
+                        let stack = chain().and_then(|c| stacks.intern(&c));
+                        let sample = self.cpu_sample(time, (s.pid, s.tid, s.cpu), s.ip, stack);
                         return Ok(Decoded::Event {
                             perf_time,
                             pending: Pending::Sample(sample),

@@ -984,6 +984,17 @@ mod tests {
         assert_eq!((stack.entries[0].from, stack.entries[0].to), (0x10, 0x20));
     }
 
+    fn parse_sample<'a>(layout: &RecordLayout, body: &'a [u8]) -> Sample<'a> {
+        match layout.parse(&RawRecord {
+            kind: RECORD_SAMPLE,
+            misc: 0,
+            body: RawData::Single(body),
+        }) {
+            Ok(PerfRecord::Sample(s)) => s,
+            other => panic!("{other:?}"),
+        }
+    }
+
     /// The in-place sample read gives the fields `parse` gives, for every fixed layout, and
     /// declines variable layouts and short bodies.
     #[test]
@@ -1015,14 +1026,7 @@ mod tests {
             }
             body.extend_from_slice(&12u32.to_ne_bytes());
             body.extend_from_slice(b"raw-data-123");
-            let parsed = match layout.parse(&RawRecord {
-                kind: RECORD_SAMPLE,
-                misc: 0,
-                body: RawData::Single(&body),
-            }) {
-                Ok(PerfRecord::Sample(s)) => s,
-                other => panic!("{other:?}"),
-            };
+            let parsed = parse_sample(&layout, &body);
             let fast = layout.sample_in_place(&body).unwrap();
             assert_eq!(
                 (fast.pid, fast.tid, fast.time, fast.cpu),
@@ -1084,14 +1088,7 @@ mod tests {
                 body.extend_from_slice(&4u32.to_ne_bytes());
                 body.extend_from_slice(b"abcd");
             }
-            let parsed = match layout.parse(&RawRecord {
-                kind: RECORD_SAMPLE,
-                misc: 0,
-                body: RawData::Single(&body),
-            }) {
-                Ok(PerfRecord::Sample(s)) => s,
-                other => panic!("{other:?}"),
-            };
+            let parsed = parse_sample(&layout, &body);
             let fast = layout.sample_in_place(&body).unwrap();
             assert_eq!(
                 (fast.ip, fast.pid, fast.tid, fast.time, fast.cpu),

@@ -8,6 +8,7 @@
 
 use super::records::{ParseError, TaskName};
 use super::ring::RawData;
+use super::switch::array_at;
 use super::tracepoint::{FieldDesc, FormatError, TracepointFormat};
 
 /// Where the wake-up fields are on this kernel.
@@ -53,19 +54,10 @@ pub(crate) struct WakingComm16 {
     pub(crate) target_cpu: Option<u32>,
 }
 
-fn array_at<const N: usize>(raw: &[u8], at: usize) -> Option<[u8; N]> {
-    raw.get(at..at.checked_add(N)?)?.try_into().ok()
-}
-
 impl SchedWakingFormat {
     /// From the parsed format file; fails if a needed field is absent or oddly sized.
     pub fn from_format(format: &TracepointFormat) -> Result<Self, FormatError> {
-        let int = |name| {
-            format
-                .require(name)
-                .and_then(FieldDesc::expect_int)
-                .cloned()
-        };
+        let int = |name| format.require_int(name);
         let comm = format.require("comm")?.clone();
         let (pid, prio) = (int("pid")?, int("prio")?);
         let target_cpu = match format.field("target_cpu") {
@@ -73,7 +65,13 @@ impl SchedWakingFormat {
             None => None,
         };
         let int4 = |f: &FieldDesc| f.size == 4 && f.signed;
-        let fixed = (comm.size == 16
+        // `array_at` needs every field's end to fit a `usize`.
+        let ends_fit = [Some(&comm), Some(&pid), Some(&prio), target_cpu.as_ref()]
+            .into_iter()
+            .flatten()
+            .all(|f| f.offset.checked_add(f.size).is_some());
+        let fixed = (ends_fit
+            && comm.size == 16
             && int4(&pid)
             && int4(&prio)
             && target_cpu.as_ref().map_or(true, int4))
@@ -113,26 +111,12 @@ impl SchedWakingFormat {
 
     /// Decodes one wake-up's raw data (the `PERF_SAMPLE_RAW` bytes).
     pub fn decode(&self, raw: &RawData<'_>) -> Result<SchedWakingFields, ParseError> {
-        let beyond = |f: &FieldDesc| {
-            ParseError::Tracepoint(format!(
-                "field {} at {}+{} beyond the {} raw bytes",
-                f.name,
-                f.offset,
-                f.size,
-                raw.len()
-            ))
-        };
-        let int = |f: &FieldDesc| f.read_int(raw).ok_or_else(|| beyond(f));
-        let comm = raw
-            .get(self.comm.offset, self.comm.size)
-            .map(|bytes| TaskName::from_raw(&bytes))
-            .ok_or_else(|| beyond(&self.comm))?;
         Ok(SchedWakingFields {
-            comm,
-            tid: int(&self.pid)? as u32,
-            prio: int(&self.prio)?,
+            comm: self.comm.task_name_in(raw)?,
+            tid: self.pid.int_in(raw)? as u32,
+            prio: self.prio.int_in(raw)?,
             target_cpu: match &self.target_cpu {
-                Some(f) => Some(int(f)? as u32),
+                Some(f) => Some(f.int_in(raw)? as u32),
                 None => None,
             },
         })
@@ -143,22 +127,7 @@ impl SchedWakingFormat {
 mod tests {
     use super::*;
 
-    /// `sched_waking` of this project's 6.18 kernel.
-    pub(crate) const FORMAT: &str = "name: sched_waking
-ID: 375
-format:
-\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
-\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;
-\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;
-\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;
-
-\tfield:char comm[16];\toffset:8;\tsize:16;\tsigned:0;
-\tfield:pid_t pid;\toffset:24;\tsize:4;\tsigned:1;
-\tfield:int prio;\toffset:28;\tsize:4;\tsigned:1;
-\tfield:int target_cpu;\toffset:32;\tsize:4;\tsigned:1;
-
-print fmt: \"comm=%s pid=%d prio=%d target_cpu=%03d\", REC->comm, REC->pid, REC->prio, REC->target_cpu
-";
+    use crate::capture::fake::SCHED_WAKING_FORMAT as FORMAT;
 
     fn raw(comm: &str, tid: u32, prio: i32, target: i32) -> Vec<u8> {
         let mut b = vec![0u8; 36];

@@ -8,6 +8,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use fxtrace::capture::fake::SCHED_WAKING_FORMAT;
 use fxtrace::capture::{
     CaptureConfig, CaptureEvent, FakeSys, PerfPermissions, RecordBytes, TracefsChoice,
 };
@@ -32,23 +33,6 @@ format:
 print fmt: \"x\", __print_flags(REC->prev_state & 0xff, \"|\", { 0x00000001, \"S\" }, { 0x00000002, \"D\" }, { 0x00000004, \"T\" }, { 0x00000008, \"t\" }, { 0x00000010, \"X\" }, { 0x00000020, \"Z\" }, { 0x00000040, \"P\" }, { 0x00000080, \"I\" }) : \"R\"
 ";
 
-/// `sched_waking` format of a 6.x kernel.
-pub(crate) const WAKING_FORMAT: &str = "name: sched_waking
-ID: 375
-format:
-\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
-\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;
-\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;
-\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;
-
-\tfield:char comm[16];\toffset:8;\tsize:16;\tsigned:0;
-\tfield:pid_t pid;\toffset:24;\tsize:4;\tsigned:1;
-\tfield:int prio;\toffset:28;\tsize:4;\tsigned:1;
-\tfield:int target_cpu;\toffset:32;\tsize:4;\tsigned:1;
-
-print fmt: \"comm=%s pid=%d prio=%d target_cpu=%03d\", REC->comm, REC->pid, REC->prio, REC->target_cpu
-";
-
 pub(crate) fn tracefs(dir: &Path) {
     let ev = dir.join("events/sched/sched_switch");
     fs::create_dir_all(&ev).unwrap();
@@ -57,7 +41,7 @@ pub(crate) fn tracefs(dir: &Path) {
     let ev = dir.join("events/sched/sched_waking");
     fs::create_dir_all(&ev).unwrap();
     fs::write(ev.join("id"), "375\n").unwrap();
-    fs::write(ev.join("format"), WAKING_FORMAT).unwrap();
+    fs::write(ev.join("format"), SCHED_WAKING_FORMAT).unwrap();
 }
 
 /// A sched_waking tracepoint sample (TID, TIME, CPU, RAW): `waker` (its (pid, tid), the

@@ -2,10 +2,11 @@
 //! `samples`: where the CPU time went; `waits`: where threads blocked, and who woke them).
 
 use std::io::{self, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use clap::{Args, Subcommand};
+use fxtrace_format::{DecodeError, SkipCounts};
 
 use fxtrace_tools::report::{
     write_lbr_text, write_samples_text, write_waits_text, BinarySpec, Breakdown, LbrReport,
@@ -118,23 +119,10 @@ fn stacks(args: &StackArgs, write: StackText) -> Result<ExitCode, CliError> {
     let mut symbols = symbolizer(&args.binaries)?;
     let read = StackReport::read(open_input(&args.file)?);
     symbols.load_mappings(read.report.used_mappings());
-    let damaged = read.decode_error.is_some();
-    if let Some(source) = read.decode_error {
-        let error = CliError::Decode {
-            path: input_name(&args.file),
-            source,
-        };
-        let report = &read.report;
-        if report.sample_count() == 0 && report.waits().is_empty() {
-            return Err(error);
-        }
-        eprintln!("{error}");
-        eprintln!("(the report below covers the records before that point)");
-    }
-    if let Some(line) = read.skipped.summary() {
-        eprintln!("{}: {line}", input_name(&args.file));
-    }
-    let (invalid, unknown) = (read.report.invalid_payloads(), read.report.unknown_stacks());
+    let report = &read.report;
+    let nothing = report.sample_count() == 0 && report.waits().is_empty();
+    let damaged = input_notes(&args.file, read.decode_error, nothing, &read.skipped)?;
+    let (invalid, unknown) = (report.invalid_payloads(), report.unknown_stacks());
     if invalid > 0 || unknown > 0 {
         eprintln!(
             "{}: {invalid} stack, sample or symbol payload(s) did not decode; {unknown} \
@@ -147,8 +135,44 @@ fn stacks(args: &StackArgs, write: StackText) -> Result<ExitCode, CliError> {
         thread: args.thread,
         folded: args.folded,
     };
+    print(damaged, |out| write(out, report, &symbols, &options))
+}
+
+/// Says what went wrong with the input before any report line: a decode error alone (as the
+/// error) when `nothing` of the trace could be read, else on standard error followed by the
+/// report of what came before it; then the records the decoder skipped. Returns whether the
+/// input was damaged.
+fn input_notes(
+    file: &Path,
+    decode_error: Option<DecodeError>,
+    nothing: bool,
+    skipped: &SkipCounts,
+) -> Result<bool, CliError> {
+    let damaged = decode_error.is_some();
+    if let Some(source) = decode_error {
+        let error = CliError::Decode {
+            path: input_name(file),
+            source,
+        };
+        if nothing {
+            return Err(error);
+        }
+        eprintln!("{error}");
+        eprintln!("(the report below covers the records before that point)");
+    }
+    if let Some(line) = skipped.summary() {
+        eprintln!("{}: {line}", input_name(file));
+    }
+    Ok(damaged)
+}
+
+/// Writes a report to standard output; fails the command when the input was `damaged`.
+fn print(
+    damaged: bool,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> Result<ExitCode, CliError> {
     let mut out = io::stdout().lock();
-    write(&mut out, &read.report, &symbols, &options)
+    write(&mut out)
         .and_then(|()| out.flush())
         .map_err(CliError::Output)?;
     Ok(if damaged {
@@ -173,30 +197,9 @@ fn lbr(args: &LbrArgs) -> Result<ExitCode, CliError> {
             Breakdown::Overall
         },
     };
-    // An input error comes first, before any report line: alone when nothing of the trace
-    // could be read, else followed by the report of what came before it.
-    let damaged = read.decode_error.is_some();
-    if let Some(source) = read.decode_error {
-        let error = CliError::Decode {
-            path: input_name(&args.file),
-            source,
-        };
-        if read.report.overall().samples() == 0 {
-            return Err(error);
-        }
-        eprintln!("{error}");
-        eprintln!("(the report below covers the records before that point)");
-    }
-    if let Some(line) = read.skipped.summary() {
-        eprintln!("{}: {line}", input_name(&args.file));
-    }
-    let mut out = io::stdout().lock();
-    write_lbr_text(&mut out, &read.report, &symbols, &options)
-        .and_then(|()| out.flush())
-        .map_err(CliError::Output)?;
-    Ok(if damaged {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
+    let nothing = read.report.overall().samples() == 0;
+    let damaged = input_notes(&args.file, read.decode_error, nothing, &read.skipped)?;
+    print(damaged, |mut out| {
+        write_lbr_text(&mut out, &read.report, &symbols, &options)
     })
 }

@@ -30,7 +30,7 @@ use fxtrace_format::lbr::{LbrBranch, LbrSample};
 use fxtrace_format::mmap::{MmapRecord, MMAP_BLOB_NAME};
 use fxtrace_format::{
     ticks_to_ns, BlobType, DecodeError, Decoded, DecodedArg, DecodedRecord, DecodedValue,
-    ObjectType, StreamDecoder,
+    ObjectType,
 };
 
 /// Context switches remembered per CPU for attributing samples to threads.
@@ -237,21 +237,11 @@ impl LbrReport {
     /// Reads a whole trace (starting with the magic number record) from `input`.
     pub fn read<R: Read>(input: R) -> LbrRead {
         let mut report = LbrReport::new();
-        let mut decode_error = None;
-        let mut decoder = StreamDecoder::new(input);
-        for item in decoder.by_ref() {
-            match item {
-                Ok(d) => report.add(&d),
-                Err(e) => {
-                    decode_error = Some(e);
-                    break;
-                }
-            }
-        }
+        let (decode_error, skipped) = super::read_records(input, |d| report.add(d));
         LbrRead {
             report,
             decode_error,
-            skipped: decoder.skipped(),
+            skipped,
         }
     }
 

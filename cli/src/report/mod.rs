@@ -14,6 +14,30 @@ pub use lbr_text::{write_lbr_text, Breakdown, LbrTextOptions};
 pub use stacks::{
     write_samples_text, write_waits_text, StackRead, StackReport, StackTextOptions, WaitStats,
 };
+/// Decodes the whole trace in `input` (from its magic number record), handing each record to
+/// `add`: where decoding stopped early (the records before it were handed over) and the
+/// records and arguments the decoder skipped.
+pub fn read_records<R: std::io::Read>(
+    input: R,
+    mut add: impl FnMut(&fxtrace_format::Decoded<'_>),
+) -> (
+    Option<fxtrace_format::DecodeError>,
+    fxtrace_format::SkipCounts,
+) {
+    let mut decoder = fxtrace_format::StreamDecoder::new(input);
+    let mut error = None;
+    for item in decoder.by_ref() {
+        match item {
+            Ok(d) => add(&d),
+            Err(e) => {
+                error = Some(e);
+                break;
+            }
+        }
+    }
+    (error, decoder.skipped())
+}
+
 pub use symbolize::{
     BinaryInfo, BinarySpec, Location, MappedFile, Mapping, SymbolizeError, Symbolizer,
 };

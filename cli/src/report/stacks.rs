@@ -22,9 +22,7 @@ use fxtrace_format::stack::{
     KernelSymbolRecord, SampleRecord, StackRecord, KSYM_BLOB_NAME, SAMPLE_BLOB_NAME,
     STACK_BLOB_NAME,
 };
-use fxtrace_format::{
-    ticks_to_ns, BlobType, DecodeError, Decoded, DecodedRecord, SkipCounts, StreamDecoder,
-};
+use fxtrace_format::{ticks_to_ns, BlobType, DecodeError, Decoded, DecodedRecord, SkipCounts};
 
 use super::lbr::LbrReport;
 use super::symbolize::{Location, Mapping, Symbolizer};
@@ -89,22 +87,12 @@ impl StackReport {
     /// Reads a whole trace (starting with the magic number record) from `input`.
     pub fn read<R: Read>(input: R) -> StackRead {
         let mut report = StackReport::new();
-        let mut decode_error = None;
-        let mut decoder = StreamDecoder::new(input);
-        for item in decoder.by_ref() {
-            match item {
-                Ok(d) => report.add(&d),
-                Err(e) => {
-                    decode_error = Some(e);
-                    break;
-                }
-            }
-        }
+        let (decode_error, skipped) = super::read_records(input, |d| report.add(d));
         report.finish();
         StackRead {
             report,
             decode_error,
-            skipped: decoder.skipped(),
+            skipped,
         }
     }
 
