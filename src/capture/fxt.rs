@@ -61,7 +61,9 @@ use super::events::{
 };
 use super::refs::{LocalRefs, RefTable, Registration};
 use super::state::LinuxThreadState;
-use crate::format::fields::{ContextSwitchRecord, RecordHeader, SchedulingRecord};
+use crate::format::fields::{
+    ArgumentHeader, ContextSwitchRecord, RecordHeader, SchedThreadWakeupRecord, SchedulingRecord,
+};
 use crate::format::lbr::{LbrBranch, LbrPayload, LBR_MAX_BRANCHES};
 use crate::format::mmap::{MmapRecord, MMAP_BLOB_NAME, MMAP_MAX_BUILD_ID, MMAP_MAX_PATH};
 use crate::format::sched::{self, IDLE_WEIGHT};
@@ -70,10 +72,11 @@ use crate::format::stack::{
     STACK_BLOB_NAME,
 };
 use crate::format::{
-    truncate_str, Arg, ArgValue, BatchError, BatchOut, BatchWriter, Blob, BlobType, ContextSwitch,
-    Encode, EncodeError, Event, EventKind, Initialization, KernelObject, ObjectType, ProviderEvent,
-    ProviderInfo, Record, RecordType, RecordWriter, SchedContextSwitch, SchedThreadWakeup,
-    SchedulingType, StringRef, ThreadRef, ThreadState, PROVIDER_EVENT_BUFFER_OVERFLOW,
+    truncate_str, Arg, ArgType, ArgValue, BatchError, BatchOut, BatchWriter, Blob, BlobType,
+    ContextSwitch, Encode, EncodeError, Event, EventKind, Initialization, KernelObject, ObjectType,
+    ProviderEvent, ProviderInfo, Record, RecordType, RecordWriter, SchedContextSwitch,
+    SchedThreadWakeup, SchedulingType, StringRef, ThreadRef, ThreadState,
+    PROVIDER_EVENT_BUFFER_OVERFLOW,
 };
 
 /// The process koid of threads whose process could not be learnt (see the module docs), and
@@ -114,6 +117,13 @@ pub trait RecordSink {
     fn push_context_switch(&mut self, record: &ContextSwitch) -> Result<usize, SinkError> {
         self.push(&Record::ContextSwitch(*record))
     }
+
+    /// Encodes and appends one thread wakeup, the record written per wake-up; the same as
+    /// [`Self::push`] of a [`Record::SchedThreadWakeup`], which sinks that encode in place
+    /// override as [`Self::push_context_switch`].
+    fn push_wakeup(&mut self, record: &SchedThreadWakeup<'_>) -> Result<usize, SinkError> {
+        self.push(&Record::SchedThreadWakeup(*record))
+    }
 }
 
 impl RecordSink for RecordWriter {
@@ -122,6 +132,10 @@ impl RecordSink for RecordWriter {
     }
 
     fn push_context_switch(&mut self, record: &ContextSwitch) -> Result<usize, SinkError> {
+        Ok(RecordWriter::push(self, record)?)
+    }
+
+    fn push_wakeup(&mut self, record: &SchedThreadWakeup<'_>) -> Result<usize, SinkError> {
         Ok(RecordWriter::push(self, record)?)
     }
 }
@@ -133,6 +147,10 @@ impl<S: RecordSink + ?Sized> RecordSink for &mut S {
 
     fn push_context_switch(&mut self, record: &ContextSwitch) -> Result<usize, SinkError> {
         (**self).push_context_switch(record)
+    }
+
+    fn push_wakeup(&mut self, record: &SchedThreadWakeup<'_>) -> Result<usize, SinkError> {
+        (**self).push_wakeup(record)
     }
 }
 
@@ -205,6 +223,14 @@ impl<W: Write> RecordSink for FxtStreamSink<W> {
         }
         .map_err(batch_error)
     }
+
+    fn push_wakeup(&mut self, record: &SchedThreadWakeup<'_>) -> Result<usize, SinkError> {
+        match WakeupWords::of(record) {
+            Some(words) => self.0.push(&words),
+            None => self.0.push(record),
+        }
+        .map_err(batch_error)
+    }
 }
 
 /// A legacy context switch whose two threads are table indices (nearly every switch): its
@@ -265,6 +291,69 @@ impl Encode for IndexedSwitch {
         };
         *dst = self.0[1];
         Ok((self.0[0], 2))
+    }
+}
+
+/// A thread wakeup with one argument, a koid under an indexed name (fxtrace's `waker`): its
+/// five words built from the format's field descriptors, so writing it is five stores
+/// instead of the general encoder (checked against it by `wakeup_words_are_the_encoders`).
+#[derive(Debug, Clone, Copy)]
+pub struct WakeupWords([u64; 5]);
+
+impl WakeupWords {
+    /// `None` unless the record has exactly one koid argument with an indexed name.
+    #[inline]
+    pub fn of(w: &SchedThreadWakeup<'_>) -> Option<Self> {
+        let [Arg {
+            name: StringRef::Index(name),
+            value: ArgValue::Koid(koid),
+        }] = w.args
+        else {
+            return None;
+        };
+        if *name == 0 || *name > crate::format::MAX_STRING_INDEX {
+            return None;
+        }
+        let header = RecordHeader::TYPE.make(RecordType::Scheduling as u64)
+            | RecordHeader::SIZE.make(5)
+            | SchedThreadWakeupRecord::ARGUMENT_COUNT.make(1)
+            | SchedThreadWakeupRecord::CPU.make(u64::from(w.cpu))
+            | SchedulingRecord::SCHEDULING_TYPE.make(SchedulingType::ThreadWakeup as u64);
+        let arg = ArgumentHeader::TYPE.make(ArgType::Koid as u64)
+            | ArgumentHeader::SIZE.make(2)
+            | ArgumentHeader::NAME_REF.make(u64::from(*name));
+        Some(Self([header, w.ticks, w.waking_tid, arg, *koid]))
+    }
+}
+
+impl Encode for WakeupWords {
+    fn words(&self) -> Result<usize, EncodeError> {
+        Ok(5)
+    }
+
+    #[inline]
+    fn write(&self, out: &mut [u64]) -> Result<usize, EncodeError> {
+        let available = out.len();
+        let Some(dst) = out.get_mut(..5) else {
+            return Err(EncodeError::BufferTooSmall {
+                needed: 5,
+                available,
+            });
+        };
+        dst.copy_from_slice(&self.0);
+        Ok(5)
+    }
+
+    fn write_body(&self, body: &mut [u64]) -> Result<(u64, usize), EncodeError> {
+        let available = body.len();
+        let Some(dst) = body.get_mut(..4) else {
+            return Err(EncodeError::BufferTooSmall {
+                needed: 4,
+                available,
+            });
+        };
+        dst.copy_from_slice(&self.0[1..]);
+        Ok((self.0[0], 5))
     }
 }
 
@@ -1064,12 +1153,13 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
             name: self.cached_name(Name::Waker)?,
             value: ArgValue::Koid(u64::from(w.waker_tid)),
         }];
-        self.push(&Record::SchedThreadWakeup(SchedThreadWakeup {
+        let pushed = self.sink.push_wakeup(&SchedThreadWakeup {
             ticks: w.time,
             cpu: u16::try_from(w.target_cpu).unwrap_or(u16::MAX),
             waking_tid: u64::from(w.tid),
             args: &args,
-        }))
+        });
+        self.count_push(pushed).map(|_| ())
     }
 
     /// An `"fxtrace:sample"` blob.
@@ -1501,6 +1591,57 @@ mod tests {
             next_prio: 120,
             sides: SwitchSides::Both,
         })
+    }
+
+    /// The five-word wakeup is word for word what the general encoder writes; other argument
+    /// lists take the general path.
+    #[test]
+    fn wakeup_words_are_the_encoders() {
+        for (cpu, tid, name, koid) in [
+            (0u16, 1u64, 1u16, 0u64),
+            (u16::MAX, u64::MAX, 0x7fff, u64::MAX),
+            (3, 42, 17, 43),
+        ] {
+            let args = [Arg {
+                name: StringRef::Index(name),
+                value: ArgValue::Koid(koid),
+            }];
+            let w = SchedThreadWakeup {
+                ticks: 0x0123_4567_89ab_cdef,
+                cpu,
+                waking_tid: tid,
+                args: &args,
+            };
+            let mut general = RecordWriter::new();
+            general.push(&Record::SchedThreadWakeup(w)).unwrap();
+            let words = WakeupWords::of(&w).unwrap();
+            let mut direct = [0u64; 5];
+            assert_eq!(words.write(&mut direct), Ok(5));
+            assert_eq!(&direct[..], general.words());
+            let mut body = [0u64; 4];
+            assert_eq!(words.write_body(&mut body), Ok((direct[0], 5)));
+            assert_eq!(&body[..], &direct[1..]);
+            let mut sink = FxtStreamSink::new(Vec::new());
+            assert_eq!(sink.push_wakeup(&w).unwrap(), 5);
+            assert_eq!(sink.finish().unwrap(), words_to_bytes(general.words()));
+        }
+        let inline = [Arg::new("waker", ArgValue::Koid(1))];
+        let none: [Arg<'_>; 0] = [];
+        let u64_arg = [Arg::new(StringRef::Index(1), ArgValue::U64(1))];
+        for args in [&inline[..], &none, &u64_arg] {
+            let w = SchedThreadWakeup {
+                ticks: 1,
+                cpu: 0,
+                waking_tid: 2,
+                args,
+            };
+            assert!(WakeupWords::of(&w).is_none());
+            let mut general = RecordWriter::new();
+            general.push(&Record::SchedThreadWakeup(w)).unwrap();
+            let mut sink = FxtStreamSink::new(Vec::new());
+            sink.push_wakeup(&w).unwrap();
+            assert_eq!(sink.finish().unwrap(), words_to_bytes(general.words()));
+        }
     }
 
     /// The two-word context switch is word for word what the general encoder writes, for

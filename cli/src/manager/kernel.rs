@@ -349,6 +349,13 @@ impl RecordSink for KernelSink {
     ) -> Result<usize, SinkError> {
         self.0.push_context_switch(record).map_err(section_error)
     }
+
+    fn push_wakeup(
+        &mut self,
+        record: &fxtrace_format::SchedThreadWakeup<'_>,
+    ) -> Result<usize, SinkError> {
+        self.0.push_wakeup(record).map_err(section_error)
+    }
 }
 
 fn section_error(e: SectionError) -> SinkError {
