@@ -27,7 +27,8 @@ Usage: sudo scripts/bench-vs-perf.sh [-r ROUNDS] [-m PAGES] [-n RUNS] [--fxtrace
   --pinned-only    run the pinned case only;  --no-pinned: skip it
   --pin-cpu CPU    the CPU the pinned workload runs on (default 0)
   --pinned-rounds ROUNDS  round trips of the pinned workload (default 200000: 400k switches)
-  --pinned-runs RUNS      alternating rounds of the pinned case (default 3)
+  --pinned-runs RUNS      alternating rounds of the pinned case and the sampling case
+                          (default 3)
   --fxtrace-before PATH   also run this (older) fxtrace binary in the pinned rounds, for a
                           before/after comparison in one run
   --no-sampling           skip the CPU-sampling case
@@ -50,7 +51,7 @@ each running, in an order rotated from round to round, the workload untraced and
 recorder:
   fxtrace        fxtrace record --system-wide --no-lbr --mmap-pages PAGES (switches, wake-ups)
   fxtrace-nowake the same with --no-wakeups
-  fxtrace-waits  the same with --wait-points (call chains of blocked switches)
+  fxtrace-waits  the same with --wait-points (call chains of blocked switches), rings 4 x PAGES
   perf-sched-record  perf sched record -m PAGES (switches, wake-ups, and more)
   perf-sched     perf record -e sched:sched_switch -a -m PAGES
   perf-switch    perf record -e dummy --switch-events -a -m PAGES
@@ -332,7 +333,7 @@ pinned_record() { # config output time-file err-file
     case "$1" in
         fxtrace) cmd=("$fxtrace_bin" record --system-wide --no-lbr --mmap-pages "$pages" -o "$2") ;;
         fxtrace-nowake) cmd=("$fxtrace_bin" record --system-wide --no-lbr --no-wakeups --mmap-pages "$pages" -o "$2") ;;
-        fxtrace-waits) cmd=("$fxtrace_bin" record --system-wide --no-lbr --wait-points --mmap-pages "$pages" -o "$2") ;;
+        fxtrace-waits) cmd=("$fxtrace_bin" record --system-wide --no-lbr --wait-points --mmap-pages "$((pages * 4))" -o "$2") ;;
         fxtrace-before) cmd=("$fxtrace_before_bin" record --system-wide --no-lbr --mmap-pages "$pages" -o "$2") ;;
         perf-sched-record) cmd=("$perf_bin" sched record -q -m "$pages" -o "$2") ;;
         perf-sched) cmd=("$perf_bin" record -q -e sched:sched_switch -a -m "$pages" -o "$2") ;;
@@ -400,6 +401,24 @@ pinned_case() {
             echo "bench-vs-perf.sh: pinned round $r: $c ${ms} ms, switches $total (workload $mine), wake-ups $wtotal (workload $wmine), lost ${lost:-0}, cpu ${cpu}s, $bytes bytes" >&2
         done
     done
+    # fxtrace and perf sched record at once on one workload run: the same switches and
+    # wake-ups, when neither lost any.
+    local both=""
+    if [ "$have_perf" = yes ]; then
+        pinned_record fxtrace "$work/pinned.both.fxt" "$work/pinned.both.fx.times" "$work/pinned.both.fx.err" &
+        local fx_pid=$!
+        pinned_record perf-sched-record "$work/pinned.both.data" "$work/pinned.both.perf.times" "$work/pinned.both.perf.err" &
+        local perf_pid=$!
+        sleep 1.5
+        pinned_workload "$work/pinned.both.pp"
+        wait "$fx_pid" "$perf_pid"
+        local a b fx perf
+        a="$(pp_field "$work/pinned.both.pp" ping_tid)"
+        b="$(pp_field "$work/pinned.both.pp" pong_tid)"
+        read -r -a fx <<<"$(fxtrace_counts "$work/pinned.both.fxt" "$a" "$b")"
+        read -r -a perf <<<"$(perf_counts "$work/pinned.both.data" "$a" "$b")"
+        both="Both fxtrace and \`perf sched record\` on the same pinned run: the workload's switches ${fx[0]} and ${perf[0]}, its wake-ups ${fx[2]} and ${perf[2]}; lost $(fxtrace_lost "$work/pinned.both.fx.err") and $(perf_lost "$work/pinned.both.data")."
+    fi
     local load_after
     load_after="$(uptime | sed 's/.*load average: //')"
 
@@ -413,7 +432,7 @@ pinned_case() {
         case "$c" in
             fxtrace) label="fxtrace (\`--mmap-pages $pages\`: switches, wake-ups)" ;;
             fxtrace-nowake) label="fxtrace \`--no-wakeups\`" ;;
-            fxtrace-waits) label="fxtrace \`--wait-points\`" ;;
+            fxtrace-waits) label="fxtrace \`--wait-points\` (rings of $((pages * 4)) pages, as its default)" ;;
             fxtrace-before) label="fxtrace before ($fxtrace_before_bin)" ;;
             perf-sched-record) label="\`perf sched record\`" ;;
             perf-sched) label="\`perf record -e sched:sched_switch -a\`" ;;
@@ -458,6 +477,7 @@ pinned_case() {
                     k, wb[k] / ws[k], 1e6 * wc[k] / ws[k], nb[k] / ns[k], 1e6 * nc[k] / ns[k], st[k], ws[k]
         }' "$rows_file" | sort
     echo
+    [ -z "$both" ] || { echo "$both"; echo; }
     echo "Medians over the rounds (range in brackets); wake-ups and lost per round. Per run:"
     echo
     echo "| recorder | round | workload ms | untraced ms (same round) | workload switches | all switches | workload wake-ups | all wake-ups | lost | CPU s | output bytes |"

@@ -86,9 +86,11 @@ pub(crate) struct RecordArgs {
     /// so samples do not lock step with loops).
     #[arg(long, value_name = "N")]
     lbr_period: Option<u64>,
-    /// With --system-wide: data pages per CPU ring buffer (a power of two), as perf's -m.
-    #[arg(long = "mmap-pages", value_name = "PAGES", default_value_t = 256)]
-    mmap_pages: usize,
+    /// With --system-wide: data pages per CPU ring buffer (a power of two), as perf's -m
+    /// (default 256, and 1024 with --wait-points: a switch with its call chain is some
+    /// 200 bytes in the ring instead of 100).
+    #[arg(long = "mmap-pages", value_name = "PAGES")]
+    mmap_pages: Option<usize>,
     /// With --system-wide: do not record wake-ups (who woke whom: sched:sched_waking).
     #[arg(long)]
     no_wakeups: bool,
@@ -156,6 +158,11 @@ pub(crate) enum RecordCliError {
     #[error("fxtrace record: {0}")]
     Record(#[from] RecorderError),
 }
+
+/// Data pages per CPU ring by default (1 MiB).
+const RING_PAGES: usize = 256;
+/// ... with `--wait-points` (4 MiB: each switch sample carries its call chain).
+const WAIT_POINT_RING_PAGES: usize = 1024;
 
 /// The highest `--sample` rate accepted (the kernel caps software sampling at
 /// `kernel.perf_event_max_sample_rate`, 100000 by default, and throttles beyond it).
@@ -229,10 +236,14 @@ impl RecordArgs {
             fxtrace::protocol::fifo::AlertName::new(name)
                 .map_err(|e| RecordCliError::BadArgument(format!("--stop-on-alert: {e}")))?;
         }
-        if !self.mmap_pages.is_power_of_two() {
+        let mmap_pages = self.mmap_pages.unwrap_or(if self.wait_points {
+            WAIT_POINT_RING_PAGES
+        } else {
+            RING_PAGES
+        });
+        if !mmap_pages.is_power_of_two() {
             return Err(RecordCliError::BadArgument(format!(
-                "--mmap-pages must be a power of two, got {}",
-                self.mmap_pages
+                "--mmap-pages must be a power of two, got {mmap_pages}"
             )));
         }
         if !self.system_wide {
@@ -274,7 +285,7 @@ impl RecordArgs {
             wakeups: !self.no_wakeups,
             wait_points: self.wait_points,
             sample_hz: self.sample,
-            ring_pages: self.mmap_pages,
+            ring_pages: mmap_pages,
         });
         let categories = self
             .categories
@@ -542,6 +553,14 @@ mod tests {
         assert_eq!(k.sample_hz, Some(999), "--sample alone: 999 Hz");
         let k = config(&["-a", "--sample=97"]).unwrap().kernel.unwrap();
         assert_eq!(k.sample_hz, Some(97));
+        assert_eq!(k.ring_pages, 256);
+        let k = config(&["-a", "--wait-points"]).unwrap().kernel.unwrap();
+        assert_eq!(k.ring_pages, 1024, "call chains: a larger ring by default");
+        let k = config(&["-a", "--wait-points", "--mmap-pages", "64"])
+            .unwrap()
+            .kernel
+            .unwrap();
+        assert_eq!(k.ring_pages, 64, "unless given");
         for bad in [
             &["-a", "--sample=0"][..],
             &["-a", "--sample=100001"],
