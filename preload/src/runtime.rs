@@ -322,6 +322,7 @@ fn start_capture(options: &Options, writer: &SharedWriter) -> Option<Capture> {
         // data (root, CAP_PERFMON, perf_event_paranoid -1), tracefs as it is: never mounted
         // from inside the program.
         wakeups: PerfPermissions::read().allows(Need::RawTracepoint),
+        sample_hz: options.sample_hz,
         tracefs: TracefsChoice::Auto { may_mount: false },
         ..CaptureConfig::process(std::process::id())
     };

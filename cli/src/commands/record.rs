@@ -100,8 +100,9 @@ pub(crate) struct RecordArgs {
     #[arg(long)]
     wait_points: bool,
     /// With --system-wide: CPU samples with call chains at HZ samples a second of CPU time
-    /// (software cpu-clock: no PMU needed), every CPU; `fxtrace report samples` shows where
-    /// the time went. Without a value: 999.
+    /// (software cpu-clock: no PMU needed), every CPU; with --preload alone, of the traced
+    /// programs' threads. `fxtrace report samples` shows where the time went. Without a
+    /// value: 999.
     #[arg(
         long,
         value_name = "HZ",
@@ -253,7 +254,7 @@ impl RecordArgs {
                 (self.lbr_period.is_some(), "--lbr-period"),
                 (self.no_wakeups, "--no-wakeups"),
                 (self.wait_points, "--wait-points"),
-                (self.sample.is_some(), "--sample"),
+                (self.sample.is_some() && !self.preload, "--sample"),
             ] {
                 if given {
                     return Err(RecordCliError::BadArgument(format!(
@@ -303,6 +304,7 @@ impl RecordArgs {
         if self.preload && self.system_wide {
             env.extend(one_switch_source(std::env::var_os(PRELOAD_CAPTURE_VAR)));
         }
+        env.extend(preload_samples(self.sample, self.preload, self.system_wide));
         Ok(RecordPlan {
             recorder: RecordConfig {
                 output: self.output,
@@ -329,6 +331,19 @@ impl RecordArgs {
 
 /// The preload object's option choosing what it captures in the traced process.
 const PRELOAD_CAPTURE_VAR: &str = "FXTRACE_PRELOAD_CAPTURE";
+/// The preload object's option for CPU samples (`--sample` with `--preload` alone).
+const PRELOAD_SAMPLE_VAR: &str = "FXTRACE_PRELOAD_SAMPLE";
+
+/// `--sample` with `--preload` alone: the preloaded programs sample their own threads (with
+/// `--system-wide`, the kernel provider samples every CPU instead).
+fn preload_samples(
+    hz: Option<u64>,
+    preload: bool,
+    system_wide: bool,
+) -> Option<(OsString, OsString)> {
+    let hz = hz.filter(|_| preload && !system_wide)?;
+    Some((PRELOAD_SAMPLE_VAR.into(), hz.to_string().into()))
+}
 
 /// With `--preload` and `--system-wide`: every switch once. The kernel provider records every
 /// CPU's switches (and LBR, mappings, wake-ups), so the preloaded programs capture nothing of
@@ -577,6 +592,20 @@ mod tests {
         let c = config(&["-a", "--sample", "true"]).unwrap();
         assert_eq!(c.kernel.unwrap().sample_hz, Some(999));
         assert_eq!(c.recorder.command, vec![OsString::from("true")]);
+    }
+
+    #[test]
+    fn samples_under_preload_alone_are_the_programs_own() {
+        assert_eq!(
+            preload_samples(Some(999), true, false),
+            Some((
+                OsString::from("FXTRACE_PRELOAD_SAMPLE"),
+                OsString::from("999")
+            ))
+        );
+        assert_eq!(preload_samples(Some(999), true, true), None, "the kernel's");
+        assert_eq!(preload_samples(None, true, false), None);
+        assert_eq!(preload_samples(Some(99), false, true), None);
     }
 
     #[test]

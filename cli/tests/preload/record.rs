@@ -603,3 +603,34 @@ fn the_traced_process_wakeups_name_their_wakers() {
     assert!(wakers.contains(&(ping, Some(pong))), "{wakers:?}");
     assert!(wakers.contains(&(pong, Some(ping))), "{wakers:?}");
 }
+
+/// `fxtrace record --preload --sample`: the preloaded program samples its own threads
+/// (user frames where not permitted more), and the report finds its busy loop.
+#[test]
+fn a_preloaded_programs_samples_find_its_busy_loop() {
+    if !perf_allowed("a_preloaded_programs_samples_find_its_busy_loop") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let contention = crate::support::example("contention");
+    let (out, bytes) = record_preload(
+        dir.path(),
+        &["--sample=999"],
+        &[contention.to_str().unwrap(), "spin", "1", "300"],
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let samples = decode(&bytes)
+        .iter()
+        .filter(|d| matches!(&d.record, fxtrace_format::DecodedRecord::Blob { name, .. } if name == "fxtrace:sample"))
+        .count();
+    assert!(samples > 10, "{samples} samples");
+    let trace = dir.path().join("trace.fxt");
+    let report = Command::new(crate::preload_support::fxtrace_bin())
+        .args(["report", "samples", "--top", "3"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let text = text(&report.stdout);
+    assert!(text.contains("contention::busy_loop"), "{text}");
+}

@@ -298,6 +298,18 @@ fn a_lock_waiters_wait_point_names_the_futex_path_and_its_waker() {
             woken.contains("woken by") && woken.contains(&format!("({holder})")),
             "woken by the holder {holder}: {text}"
         );
+        // glibc's own frame, named by its detached debug file when the machine has one
+        // (Debian's libc6-dbg).
+        if Path::new("/usr/lib/debug/.build-id").is_dir() {
+            if lines[at].contains("__lll_lock_wait") {
+                assert!(lines[at].contains("futex_wait ← "), "{}", lines[at]);
+            } else {
+                println!(
+                    "glibc's __lll_lock_wait not named (no libc debug file?): {}",
+                    lines[at]
+                );
+            }
+        }
     }
 }
 
