@@ -233,15 +233,24 @@ impl<W: Write> RecordSink for FxtStreamSink<W> {
     }
 }
 
-/// A legacy context switch whose two threads are table indices (nearly every switch): its
-/// header word and timestamp, built from the format's field descriptors, so that writing it
-/// is two stores instead of [`ContextSwitch`]'s general encoder (checked against it by
-/// `indexed_switch_words_are_the_encoders`).
+/// A record of `N` words built ahead from the format's field descriptors, so that writing it
+/// is `N` stores instead of the general encoder: the records written per switch and per
+/// wake-up ([`IndexedSwitch`], [`WakeupWords`]).
 #[derive(Debug, Clone, Copy)]
-pub struct IndexedSwitch([u64; 2]);
+pub struct RecordWords<const N: usize>([u64; N]);
 
-impl IndexedSwitch {
-    /// `None` when a ref is inline (more words) or an index 0 (an encode error).
+/// A legacy context switch whose two threads are table indices (nearly every switch): its
+/// header word and timestamp (checked against [`ContextSwitch`]'s encoder by
+/// `indexed_switch_words_are_the_encoders`).
+pub type IndexedSwitch = RecordWords<2>;
+
+/// A thread wakeup with one argument, a koid under an indexed name (fxtrace's `waker`): five
+/// words (checked against the encoder by `wakeup_words_are_the_encoders`).
+pub type WakeupWords = RecordWords<5>;
+
+impl RecordWords<2> {
+    /// The switch's words; `None` when a ref is inline (more words) or an index 0 (an encode
+    /// error).
     #[inline]
     pub fn of(cs: &ContextSwitch) -> Option<Self> {
         let (ThreadRef::Index(out), ThreadRef::Index(inc)) = (cs.outgoing, cs.incoming) else {
@@ -263,45 +272,9 @@ impl IndexedSwitch {
     }
 }
 
-impl Encode for IndexedSwitch {
-    fn words(&self) -> Result<usize, EncodeError> {
-        Ok(2)
-    }
-
-    #[inline]
-    fn write(&self, out: &mut [u64]) -> Result<usize, EncodeError> {
-        let available = out.len();
-        let Some(dst) = out.get_mut(..2) else {
-            return Err(EncodeError::BufferTooSmall {
-                needed: 2,
-                available,
-            });
-        };
-        dst.copy_from_slice(&self.0);
-        Ok(2)
-    }
-
-    fn write_body(&self, body: &mut [u64]) -> Result<(u64, usize), EncodeError> {
-        let available = body.len();
-        let Some(dst) = body.first_mut() else {
-            return Err(EncodeError::BufferTooSmall {
-                needed: 1,
-                available,
-            });
-        };
-        *dst = self.0[1];
-        Ok((self.0[0], 2))
-    }
-}
-
-/// A thread wakeup with one argument, a koid under an indexed name (fxtrace's `waker`): its
-/// five words built from the format's field descriptors, so writing it is five stores
-/// instead of the general encoder (checked against it by `wakeup_words_are_the_encoders`).
-#[derive(Debug, Clone, Copy)]
-pub struct WakeupWords([u64; 5]);
-
-impl WakeupWords {
-    /// `None` unless the record has exactly one koid argument with an indexed name.
+impl RecordWords<5> {
+    /// The wakeup's words; `None` unless it has exactly one koid argument with an indexed
+    /// name.
     #[inline]
     pub fn of(w: &SchedThreadWakeup<'_>) -> Option<Self> {
         let [Arg {
@@ -326,34 +299,34 @@ impl WakeupWords {
     }
 }
 
-impl Encode for WakeupWords {
+impl<const N: usize> Encode for RecordWords<N> {
     fn words(&self) -> Result<usize, EncodeError> {
-        Ok(5)
+        Ok(N)
     }
 
     #[inline]
     fn write(&self, out: &mut [u64]) -> Result<usize, EncodeError> {
         let available = out.len();
-        let Some(dst) = out.get_mut(..5) else {
+        let Some(dst) = out.get_mut(..N) else {
             return Err(EncodeError::BufferTooSmall {
-                needed: 5,
+                needed: N,
                 available,
             });
         };
         dst.copy_from_slice(&self.0);
-        Ok(5)
+        Ok(N)
     }
 
     fn write_body(&self, body: &mut [u64]) -> Result<(u64, usize), EncodeError> {
         let available = body.len();
-        let Some(dst) = body.get_mut(..4) else {
+        let Some(dst) = body.get_mut(..N - 1) else {
             return Err(EncodeError::BufferTooSmall {
-                needed: 4,
+                needed: N - 1,
                 available,
             });
         };
         dst.copy_from_slice(&self.0[1..]);
-        Ok((self.0[0], 5))
+        Ok((self.0[0], N))
     }
 }
 
