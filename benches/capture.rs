@@ -11,7 +11,10 @@
 //! switches. Without valgrind it prints the wall time per switch (noisy; for orientation).
 //!
 //! `cargo bench -p fxtrace-benches --features capture --bench capture` (default 200 000
-//! switches); `scripts/capture-instructions.sh` for the instruction count.
+//! switches); `scripts/capture-instructions.sh` for the instruction count. With
+//! `FXTRACE_BENCH_WAKEUPS=1`, each switch comes with a `sched_waking` sample of the thread it
+//! brings in (woken by the one it takes off), in rings of their own, as
+//! `fxtrace record -a` captures them: the cost per switch and wake-up.
 
 #[path = "../tests/fake_perf/mod.rs"]
 mod fake_perf;
@@ -25,13 +28,14 @@ use fxtrace::capture::{
     PerfEventKind,
 };
 
-use fake_perf::{config, proc_tree, root_perms, switch_sample, tracefs};
+use fake_perf::{config, proc_tree, root_perms, switch_sample, tracefs, waking_sample};
 
 fn main() {
     let switches: u64 = std::env::var("FXTRACE_BENCH_CALLS")
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(200_000);
+    let wakeups = std::env::var("FXTRACE_BENCH_WAKEUPS").is_ok_and(|v| v == "1");
     let tfs = tempfile::tempdir().expect("tempdir");
     let proc = tempfile::tempdir().expect("tempdir");
     tracefs(tfs.path());
@@ -42,6 +46,7 @@ fn main() {
     let cfg = CaptureConfig {
         ring_pages: 64,
         poll_interval: Duration::from_millis(1),
+        wakeups,
         ..config(CaptureConfig::system_wide(), tfs.path(), proc.path())
     };
     let writer = KernelTraceWriter::new(
@@ -63,32 +68,52 @@ fn main() {
         sys.ring(PerfEventKind::SchedSwitchTracepoint, 1)
             .expect("cpu 1 ring"),
     ];
+    let waking_rings = wakeups.then(|| {
+        [0, 1].map(|cpu| {
+            sys.ring(PerfEventKind::SchedWakingTracepoint, cpu)
+                .expect("waking ring")
+        })
+    });
     // Precomputed samples: threads 10, 11 and 12 of process 10 take turns on two CPUs, in
     // time order across the rings (as the kernel would write them).
     let names = ["server", "worker", "helper"];
-    let samples: Vec<(usize, Vec<u8>)> = (0..switches)
+    let samples: Vec<(usize, Vec<u8>, Vec<u8>)> = (0..switches)
         .map(|i| {
             let cpu = (i % 2) as usize;
             let (prev, next) = ((i % 3) as usize, ((i + 1) % 3) as usize);
+            let time = 1_000_000 + i * 100;
             let sample = switch_sample(
-                1_000_000 + i * 100,
+                time,
                 cpu as u32,
                 (names[prev], 10 + prev as u32, 0x1),
                 (names[next], 10 + next as u32),
             );
-            (cpu, sample)
+            let wake = waking_sample(
+                time - 50,
+                cpu as u32,
+                (10, 10 + prev as u32),
+                (names[next], 10 + next as u32),
+                cpu as u32,
+            );
+            (cpu, sample, wake)
         })
         .collect();
-    let started = Instant::now();
-    for (cpu, sample) in &samples {
-        let ring = &rings[*cpu];
-        // A full ring waits for the capture thread, as the kernel would (it would drop).
-        while !ring.write_record(RECORD_SAMPLE, 0, sample) {
+    // A full ring waits for the capture thread, as the kernel would (it would drop).
+    let write = |ring: &fxtrace::capture::FakeRing, record: &[u8]| {
+        while !ring.write_record(RECORD_SAMPLE, 0, record) {
             ring.wake();
             std::thread::yield_now();
         }
+    };
+    let started = Instant::now();
+    for (cpu, sample, wake) in &samples {
+        if let Some(w) = &waking_rings {
+            write(&w[*cpu], wake);
+        }
+        write(&rings[*cpu], sample);
     }
     rings.iter().for_each(|r| r.wake());
+    waking_rings.iter().flatten().for_each(|r| r.wake());
     let stats = capture.stop().expect("capture stop");
     let elapsed = started.elapsed();
     let (_, fxt) = writer
@@ -99,6 +124,7 @@ fn main() {
         .finish()
         .expect("finish");
     assert_eq!(fxt.context_switches, switches, "{stats:?}");
+    assert_eq!(fxt.wakeups, if wakeups { switches } else { 0 }, "{stats:?}");
     println!(
         "capture: {switches} switches through the pipeline in {elapsed:?} ({:.0} ns per switch, \
          wall time, noisy)",

@@ -2,7 +2,8 @@
 # Instructions per context switch of the system-wide capture pipeline (capture thread: ring
 # reader, decoding, merge, delivery, FXT conversion), without a kernel: benches/capture.rs on
 # the in-memory perf, under callgrind, counting the capture thread only (`Worker::run`), for
-# N and 2N switches; prints (total(2N) - total(N)) / N. Needs valgrind.
+# N and 2N switches; prints (total(2N) - total(N)) / N, then the same with a wake-up per switch.
+# Needs valgrind.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n="${1:-50000}"
@@ -25,3 +26,8 @@ total() {
 small="$(total "$n")"
 large="$(total $((2 * n)))"
 echo "capture thread: $(((large - small) / n)) instructions per context switch"
+# Each switch with a wake-up (fxtrace record -a's default): per switch and wake-up pair.
+export FXTRACE_BENCH_WAKEUPS=1
+small="$(total "$n")"
+large="$(total $((2 * n)))"
+echo "capture thread: $(((large - small) / n)) instructions per context switch with its wake-up"

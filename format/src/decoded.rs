@@ -11,6 +11,10 @@ use std::fmt;
 
 use super::lbr::LbrSample;
 use super::mmap::{MmapRecord, MMAP_BLOB_NAME};
+use super::stack::{
+    KernelSymbolRecord, SampleRecord, StackRecord, KSYM_BLOB_NAME, SAMPLE_BLOB_NAME,
+    STACK_BLOB_NAME,
+};
 use super::types::{BlobType, EventType, ObjectType, ThreadState, PROVIDER_EVENT_BUFFER_OVERFLOW};
 
 /// What a record is: one value per [`DecodedRecord`] variant.
@@ -832,6 +836,19 @@ impl fmt::Display for Args<'_, '_> {
     }
 }
 
+/// A side of a legacy context switch: `pid/tid`, or `unknown` for the side the source did
+/// not know ([`super::sched::Side::Unknown`]: never shown as a thread 0).
+struct SwitchSide(Thread);
+
+impl fmt::Display for SwitchSide {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match super::sched::Side::of_thread(self.0) {
+            super::sched::Side::Unknown => f.write_str("unknown"),
+            _ => write!(f, "{}/{}", self.0.pid, self.0.tid),
+        }
+    }
+}
+
 /// A thread state number as `fxtrace dump` prints it: its name when known (`blocked`), else
 /// `stateN`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -949,6 +966,32 @@ impl<'a> Decoded<'a> {
                             write!(f, " mmap_error={:?} bytes={}", e.to_string(), Hex(payload))
                         }
                     }
+                } else if *blob_type == BlobType::DATA && *name == STACK_BLOB_NAME {
+                    match StackRecord::decode(payload) {
+                        Ok(s) => write!(f, " {s}"),
+                        Err(e) => {
+                            write!(f, " stack_error={:?} bytes={}", e.to_string(), Hex(payload))
+                        }
+                    }
+                } else if *blob_type == BlobType::DATA && *name == SAMPLE_BLOB_NAME {
+                    match SampleRecord::decode(payload) {
+                        Ok(s) => write!(f, " {}", s.display(self.ticks_per_second)),
+                        Err(e) => {
+                            write!(
+                                f,
+                                " sample_error={:?} bytes={}",
+                                e.to_string(),
+                                Hex(payload)
+                            )
+                        }
+                    }
+                } else if *blob_type == BlobType::DATA && *name == KSYM_BLOB_NAME {
+                    match KernelSymbolRecord::decode(payload) {
+                        Ok(k) => write!(f, " {k}"),
+                        Err(e) => {
+                            write!(f, " ksym_error={:?} bytes={}", e.to_string(), Hex(payload))
+                        }
+                    }
                 } else {
                     write!(f, " bytes={}", Hex(payload))
                 }
@@ -987,14 +1030,12 @@ impl<'a> Decoded<'a> {
                 incoming_priority,
             } => write!(
                 f,
-                " t={}ns cpu={cpu} out={}/{} out_state={} out_prio={outgoing_priority} \
-                 in={}/{} in_prio={incoming_priority}",
+                " t={}ns cpu={cpu} out={} out_state={} out_prio={outgoing_priority} \
+                 in={} in_prio={incoming_priority}",
                 rel(*time),
-                outgoing.pid,
-                outgoing.tid,
+                SwitchSide(*outgoing),
                 ThreadStateName(*outgoing_state),
-                incoming.pid,
-                incoming.tid
+                SwitchSide(*incoming),
             ),
             DecodedRecord::SchedContextSwitch {
                 time,

@@ -47,17 +47,27 @@ pub struct Scan {
 /// every record in it has a non-zero size and lies entirely inside `bytes`. Stops at a zero
 /// header word (the end of data in a zero-filled buffer). Never reads record contents.
 pub fn scan_records(bytes: &[u8]) -> Scan {
-    scan_with(bytes.len(), |offset| word_at(bytes, offset))
+    scan_with(bytes.len(), |offset| word_at(bytes, offset)).0
 }
 
 /// [`scan_records`] over words (e.g. a provider buffer mapped as `u64`s).
 pub fn scan_words(words: &[u64]) -> Scan {
-    scan_with(words.len() * 8, |offset| words.get(offset / 8).copied())
+    scan_with(words.len() * 8, |offset| words.get(offset / 8).copied()).0
 }
 
-fn scan_with(len: usize, word_at: impl Fn(usize) -> Option<u64>) -> Scan {
+/// Whether a record of `header`'s type is one a trace manager looks at before copying:
+/// metadata (type 0: provider metadata is the manager's alone) or a large record (type 15: one
+/// too large for a reader is left out).
+const fn is_metadata_or_large(header: u64) -> bool {
+    let kind = record_type(header);
+    kind == RecordType::Metadata as u8 || kind == RecordType::LargeRecord as u8
+}
+
+/// The scan, and how many of its records are metadata or large ([`is_metadata_or_large`]).
+fn scan_with(len: usize, word_at: impl Fn(usize) -> Option<u64>) -> (Scan, usize) {
     let mut offset = 0;
     let mut records = 0;
+    let mut metadata_or_large = 0;
     let stop = loop {
         if offset == len {
             break ScanStop::End;
@@ -75,15 +85,17 @@ fn scan_with(len: usize, word_at: impl Fn(usize) -> Option<u64>) -> Scan {
             Ok(bytes) => {
                 offset += bytes;
                 records += 1;
+                metadata_or_large += usize::from(is_metadata_or_large(header));
             }
             Err(kind) => break ScanStop::Error(FramingError { offset, kind }),
         }
     };
-    Scan {
+    let scan = Scan {
         valid_len: offset,
         records,
         stop,
-    }
+    };
+    (scan, metadata_or_large)
 }
 
 /// Bytes that are whole, well-framed records: every header declares a non-zero size that fits,
@@ -94,6 +106,9 @@ fn scan_with(len: usize, word_at: impl Fn(usize) -> Option<u64>) -> Scan {
 pub struct CheckedRecords<'a> {
     bytes: &'a [u8],
     records: usize,
+    /// Whether some record may be metadata or large ([`is_metadata_or_large`]; true when not
+    /// known).
+    metadata_or_large: bool,
 }
 
 impl<'a> CheckedRecords<'a> {
@@ -113,12 +128,20 @@ impl<'a> CheckedRecords<'a> {
 
     /// The well-formed prefix of `bytes` ([`scan_records`]) and why the scan stopped there.
     pub fn prefix(bytes: &'a [u8]) -> (Self, ScanStop) {
-        let scan = scan_records(bytes);
+        let (scan, metadata_or_large) = scan_with(bytes.len(), |offset| word_at(bytes, offset));
         let checked = Self {
             bytes: &bytes[..scan.valid_len],
             records: scan.records,
+            metadata_or_large: metadata_or_large > 0,
         };
         (checked, scan.stop)
+    }
+
+    /// Whether some record may be a metadata record (type 0) or a large record (type 15):
+    /// when not, a reader that looks only at those (the trace manager, before it copies a
+    /// provider's records) need not walk the records again.
+    pub fn may_hold_metadata_or_large(&self) -> bool {
+        self.metadata_or_large
     }
 
     /// The records' bytes.
@@ -202,6 +225,7 @@ impl<'a, F: FnMut(u64) -> bool> Iterator for Without<'a, F> {
                     return Some(CheckedRecords {
                         bytes: run,
                         records,
+                        metadata_or_large: true,
                     });
                 }
                 self.offset += size;
@@ -214,6 +238,7 @@ impl<'a, F: FnMut(u64) -> bool> Iterator for Without<'a, F> {
         (records > 0).then(|| CheckedRecords {
             bytes: &self.bytes[run_start..self.offset],
             records,
+            metadata_or_large: true,
         })
     }
 }
@@ -454,5 +479,20 @@ mod tests {
             (prefix.records(), prefix.len(), stop),
             (1, 8, ScanStop::ZeroWord)
         );
+    }
+
+    #[test]
+    fn a_checked_run_says_whether_it_may_hold_metadata_or_large_records() {
+        let plain = bytes(&[0x21, 1_000_000_000, 0x14]);
+        assert!(!CheckedRecords::check(&plain)
+            .unwrap()
+            .may_hold_metadata_or_large());
+        // A provider info record (metadata, type 0) or a large record (type 15) in it.
+        for header in [0x10, 0x1f] {
+            let with = bytes(&[0x21, 1_000_000_000, header]);
+            assert!(CheckedRecords::check(&with)
+                .unwrap()
+                .may_hold_metadata_or_large());
+        }
     }
 }

@@ -69,7 +69,9 @@ pub mod lbr;
 pub mod mmap;
 mod record;
 mod refs;
+pub mod sched;
 mod sink;
+pub mod stack;
 mod summary;
 mod types;
 mod writer;
@@ -99,7 +101,10 @@ pub use record::{
 pub use refs::{truncate_str, ProcessRef, StringRef, ThreadRef, STRING_REF_INLINE_FLAG};
 #[doc(hidden)]
 pub use sink::{Cursor, Sink};
-pub use summary::{listed_entry, Summary, DROP_MARKER_ARG, MARKER_CATEGORY, MAX_PROVIDERS_LISTED};
+pub use summary::{
+    listed_entry, Summary, DROP_MARKER_ARG, MANAGER_PROVIDER_ID, MANAGER_PROVIDER_NAME,
+    MARKER_CATEGORY, MARKER_PROVIDER_ARG, MAX_PROVIDERS_LISTED,
+};
 pub use types::{
     ticks_to_ns, ArgType, BlobType, EventType, LargeBlobFormat, MetadataType, ObjectType,
     RecordType, SchedulingType, ThreadState, LARGE_RECORD_TYPE_BLOB, MAGIC_NUMBER, MAGIC_WORD,

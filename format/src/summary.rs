@@ -33,9 +33,13 @@ pub struct Summary {
     /// rate, not per record); at most [`Self::RATES`].
     spans: Vec<TickSpan>,
     /// Records each provider dropped while tracing, from the trace manager's markers (an
-    /// instant event in category [`MARKER_CATEGORY`] with a `u64` argument
-    /// [`DROP_MARKER_ARG`], one per provider and trace, in that provider's section).
+    /// instant event in category [`MARKER_CATEGORY`] with `u64` arguments [`DROP_MARKER_ARG`]
+    /// and [`MARKER_PROVIDER_ARG`], one per provider and trace, in the manager's section
+    /// [`MANAGER_PROVIDER_ID`]).
     pub records_dropped: BTreeMap<u32, u64>,
+    /// Drop markers outside the trace manager's section (written by a provider, or by a
+    /// manager before its markers had a section of their own): not counted.
+    pub markers_not_counted: u64,
     /// The provider whose section the last record was in.
     current_provider: Option<u32>,
     /// The string index of [`MARKER_CATEGORY`] in each provider's table (the first providers
@@ -78,6 +82,15 @@ pub fn listed_entry<K: Ord, V: Default>(map: &mut BTreeMap<K, V>, key: K) -> Opt
 pub const MARKER_CATEGORY: &str = "fxtrace";
 /// Argument of the manager's "records dropped" marker: the provider's dropped-record count.
 pub const DROP_MARKER_ARG: &str = "records_dropped";
+/// Argument of a manager's marker: the id of the provider it is about.
+pub const MARKER_PROVIDER_ARG: &str = "provider";
+/// Provider id of the trace manager's own section, where it writes its markers: no provider
+/// is given id 0, and no provider can write into that section (the manager leaves the
+/// provider metadata records it finds in a provider's buffer out of the archive), so a marker
+/// there is the manager's; one in a provider's section is not.
+pub const MANAGER_PROVIDER_ID: u32 = 0;
+/// Name of the trace manager's section (its provider info record).
+pub const MANAGER_PROVIDER_NAME: &str = "fxtrace";
 
 impl Summary {
     /// Tick rates whose spans are kept in ticks.
@@ -203,16 +216,32 @@ impl Summary {
                 }
             }
             DecodedRecord::Event(e) if e.category == MARKER_CATEGORY => {
-                let count = e.args.iter().find_map(|a| match a.value {
-                    DecodedValue::U64(n) if a.name == DROP_MARKER_ARG => Some(n),
-                    _ => None,
-                });
-                if let (Some(n), Some(id)) = (count, self.current_provider) {
-                    // Saturating: a marker's count is the trace's word, not ours.
-                    let total = listed_entry(&mut self.records_dropped, id)
-                        .unwrap_or(&mut self.records_dropped_not_listed);
-                    *total = total.saturating_add(n);
+                let arg = |name: &str| {
+                    e.args.iter().find_map(|a| match a.value {
+                        DecodedValue::U64(n) if a.name == name => Some(n),
+                        DecodedValue::U32(n) if a.name == name => Some(u64::from(n)),
+                        _ => None,
+                    })
+                };
+                // Only the manager's section holds the manager's markers.
+                let of = arg(MARKER_PROVIDER_ARG).and_then(|id| u32::try_from(id).ok());
+                match (arg(DROP_MARKER_ARG), of) {
+                    (Some(n), Some(id)) if self.current_provider == Some(MANAGER_PROVIDER_ID) => {
+                        // Saturating: a marker's count is the trace's word, not ours.
+                        let total = listed_entry(&mut self.records_dropped, id)
+                            .unwrap_or(&mut self.records_dropped_not_listed);
+                        *total = total.saturating_add(n);
+                    }
+                    (Some(_), _) => self.markers_not_counted += 1,
+                    (None, _) => {}
                 }
+            }
+            // The manager's own section is not a provider's.
+            DecodedRecord::ProviderInfo { provider_id, .. }
+            | DecodedRecord::ProviderSection { provider_id }
+                if *provider_id == MANAGER_PROVIDER_ID =>
+            {
+                self.current_provider = Some(*provider_id);
             }
             DecodedRecord::ProviderInfo { provider_id, name } => {
                 match listed_entry(&mut self.providers, *provider_id) {

@@ -28,6 +28,8 @@ pub(crate) struct Options {
     pub(crate) lbr: bool,
     /// `FXTRACE_PRELOAD_RING_PAGES`: data pages of each perf ring (a power of two).
     pub(crate) ring_pages: usize,
+    /// `FXTRACE_PRELOAD_SAMPLE`: CPU samples a second of the process's threads (`None`: off).
+    pub(crate) sample_hz: Option<u64>,
     /// `FXTRACE_PRELOAD_START_WAIT_MS`: how long loading waits for the manager's Start.
     pub(crate) start_wait: Duration,
     /// `FXTRACE_PRELOAD_FLUSH_MS`: bound on the flush at exit.
@@ -47,6 +49,7 @@ impl Default for Options {
             capture: CaptureMode::Switches,
             lbr: true,
             ring_pages: 64,
+            sample_hz: None,
             start_wait: Duration::from_millis(250),
             flush: Duration::from_millis(500),
             signals: false,
@@ -153,6 +156,23 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
             _ => Err(format!("{v:?} is not a power of two between 1 and 1024")),
         },
         show: |o| o.ring_pages.to_string(),
+    },
+    OptionSpec {
+        name: "FXTRACE_PRELOAD_SAMPLE",
+        default: "0",
+        doc: "with `switches`: CPU samples with call chains at this many a second of each thread's CPU time (software cpu-clock, 1..=100000; `fxtrace record --preload --sample` sets it); `0`: none",
+        parse: |v, o| match v.trim().parse::<u64>() {
+            Ok(0) => {
+                o.sample_hz = None;
+                Ok(())
+            }
+            Ok(hz) if hz <= 100_000 => {
+                o.sample_hz = Some(hz);
+                Ok(())
+            }
+            _ => Err(format!("{v:?} is not a rate from 0 to 100000")),
+        },
+        show: |o| o.sample_hz.unwrap_or(0).to_string(),
     },
     OptionSpec {
         name: "FXTRACE_PRELOAD_START_WAIT_MS",
@@ -279,6 +299,7 @@ mod tests {
             ("FXTRACE_PRELOAD_CAPTURE", "none"),
             ("FXTRACE_PRELOAD_LBR", "0"),
             ("FXTRACE_PRELOAD_RING_PAGES", "8"),
+            ("FXTRACE_PRELOAD_SAMPLE", "99"),
             ("FXTRACE_PRELOAD_START_WAIT_MS", "0"),
             ("FXTRACE_PRELOAD_FLUSH_MS", "1500"),
             ("FXTRACE_PRELOAD_SIGNALS", "1"),
@@ -293,6 +314,7 @@ mod tests {
                 capture: CaptureMode::None,
                 lbr: false,
                 ring_pages: 8,
+                sample_hz: Some(99),
                 start_wait: Duration::ZERO,
                 flush: Duration::from_millis(1500),
                 signals: true,
@@ -312,11 +334,13 @@ mod tests {
             ("FXTRACE_PRELOAD_RING_PAGES", "3"),
             ("FXTRACE_PRELOAD_FLUSH_MS", "999999"),
             ("FXTRACE_PRELOAD_LOG", "maybe"),
+            ("FXTRACE_PRELOAD_SAMPLE", "100001"),
         ]);
         assert_eq!(options, Options::default());
-        assert_eq!(complaints.len(), 4, "{complaints:?}");
+        assert_eq!(complaints.len(), 5, "{complaints:?}");
         assert!(complaints[0].starts_with("FXTRACE_PRELOAD_CAPTURE: \"everything\""));
-        assert!(complaints[2].contains("using the default (500)"));
+        assert!(complaints[2].starts_with("FXTRACE_PRELOAD_SAMPLE: \"100001\""));
+        assert!(complaints[3].contains("using the default (500)"));
     }
 
     #[test]

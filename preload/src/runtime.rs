@@ -11,7 +11,8 @@
 //!    when loaded by `dlopen`, whose lock keeps the provider's thread from serving it.
 //! 4. Name the process and the loading thread (engine thread registration).
 //! 5. Start the per-process context-switch capture (perf, inherited by every thread and
-//!    child the program creates; LBR sampling where the CPU has it): its events go through a
+//!    child the program creates; LBR sampling where the CPU has it; wake-ups where raw
+//!    tracepoint data is allowed and tracefs mounted): its events go through a
 //!    [`KernelTraceWriter`] into an [`EngineSink`] over the same context. A capture that cannot
 //!    start (perf not permitted, …) is noted in the trace and the rest goes on.
 //! 6. Start the flusher thread and arm the hooks ([`crate::hooks`]): exit (and, opt-in,
@@ -36,7 +37,7 @@ use std::time::{Duration, Instant};
 
 use fxtrace::capture::{
     BranchSampling, Capture, CaptureConfig, CaptureEvent, KernelTraceConfig, KernelTraceWriter,
-    Unsupported,
+    Need, PerfPermissions, TracefsChoice, Unsupported,
 };
 use fxtrace::engine::global;
 use fxtrace::fd_guard::WakePipe;
@@ -317,6 +318,12 @@ fn start_capture(options: &Options, writer: &SharedWriter) -> Option<Capture> {
     let config = CaptureConfig {
         ring_pages: options.ring_pages,
         lbr: options.lbr.then(BranchSampling::default),
+        // Wake-ups of and by the process's threads where the kernel gives raw tracepoint
+        // data (root, CAP_PERFMON, perf_event_paranoid -1), tracefs as it is: never mounted
+        // from inside the program.
+        wakeups: PerfPermissions::read().allows(Need::RawTracepoint),
+        sample_hz: options.sample_hz,
+        tracefs: TracefsChoice::Auto { may_mount: false },
         ..CaptureConfig::process(std::process::id())
     };
     let sink_writer = writer.clone();
@@ -331,10 +338,11 @@ fn start_capture(options: &Options, writer: &SharedWriter) -> Option<Capture> {
         Ok(capture) => {
             let report = capture.report();
             log!(
-                "capturing context switches: {} events, {} rings, LBR {}",
+                "capturing context switches: {} events, {} rings, LBR {}, wake-ups {}",
                 report.events,
                 report.rings,
-                if report.lbr.is_some() { "on" } else { "off" }
+                if report.lbr.is_some() { "on" } else { "off" },
+                if report.wakeups { "on" } else { "off" }
             );
             for note in &report.unsupported {
                 log!("unavailable: {}: {}", note.what, note.summary);

@@ -277,6 +277,8 @@ mod tests {
             next_tid: next,
             next_pid: Some(100),
             prev_state: LinuxThreadState::Blocked,
+            uninterruptible: false,
+            stack: None,
             prev_prio: 120,
             next_prio: 120,
             sides: SwitchSides::Both,

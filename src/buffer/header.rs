@@ -20,7 +20,7 @@
 //! |     40 |    8 | `durable_data_end`     |
 //! |     48 |   16 | `rolling_data_end[2]`  |
 //! |     64 |    8 | `num_records_dropped`  |
-//! |     72 |   56 | `reserved[7]` (the first three are the fxtrace extension below) |
+//! |     72 |   56 | `reserved[7]` (the first five are the fxtrace extension below) |
 //!
 //! After the header come the durable buffer (absent in oneshot mode) and one or two rolling
 //! buffers, with no gaps ([`BufferGeometry`]).
@@ -43,6 +43,16 @@
 //!   `num_records_dropped`, the records dropped before the trace started (the program wrote
 //!   them between its provider's registration and the start), so that a reader does not take
 //!   them for a full buffer.
+//! - `reserved[3]` (offset 96) = [`SharedHeader::rolling_position`]: where the engine's rolling
+//!   allocator is, published at each chunk-run reservation (the one `fetch_add` per run) and
+//!   each buffer switch: the next chunk's offset in the current rolling buffer in bits 0..40
+//!   (it may run past the buffer's end: the buffer is full), the wrapped count modulo 2^20 in
+//!   bits 44..63 ([`position_offset`], [`position_wrapped`]). The engine never reads it back.
+//! - `reserved[4]` (offset 104) = [`SharedHeader::durable_position`]: bytes handed out of the
+//!   durable buffer (past its size once it is full), published at each reservation.
+//!
+//! The two positions let a manager show how full a buffer is while it is written (the data
+//! ends are written only at a switch or a stop); they are figures, never bounds of a read.
 //!
 //! The chunked layout of one rolling buffer, when `chunk_size` = C is not 0:
 //!
@@ -118,6 +128,25 @@ pub const OFFSET_FXTRACE_FLAGS: usize = 80;
 /// Byte offset of `reserved[2]`, which fxtrace uses for the records dropped before the
 /// trace started (a part of `num_records_dropped`).
 pub const OFFSET_DROPPED_BEFORE_START: usize = 88;
+/// Byte offset of `reserved[3]`, which fxtrace uses for the rolling allocator's position.
+pub const OFFSET_ROLLING_POSITION: usize = 96;
+/// Byte offset of `reserved[4]`, which fxtrace uses for the durable allocator's position.
+pub const OFFSET_DURABLE_POSITION: usize = 104;
+
+/// Bits of a rolling position word (and of the engine's allocator word) holding the offset.
+pub const POSITION_OFFSET_BITS: u32 = 41;
+/// Shift of the wrapped count (modulo 2^20) in a rolling position word.
+pub const POSITION_WRAPPED_SHIFT: u32 = 44;
+
+/// The offset in a rolling position word (`reserved[3]`).
+pub const fn position_offset(word: u64) -> u64 {
+    word & ((1 << POSITION_OFFSET_BITS) - 1)
+}
+
+/// The wrapped count modulo 2^20 in a rolling position word (`reserved[3]`).
+pub const fn position_wrapped(word: u64) -> u32 {
+    (word >> POSITION_WRAPPED_SHIFT) as u32
+}
 
 /// `kMinPhysicalBufferSize`: smallest buffer (header included).
 pub const MIN_BUFFER_SIZE: u64 = 4096;
@@ -326,7 +355,8 @@ pub struct HeaderFields {
     /// Records dropped so far.
     pub num_records_dropped: u64,
     /// Reserved words; `reserved[0]` is the fxtrace chunk size, `reserved[1]` fxtrace flags,
-    /// `reserved[2]` the records dropped before the start.
+    /// `reserved[2]` the records dropped before the start, `reserved[3]` and `reserved[4]` the
+    /// rolling and durable allocators' positions.
     pub reserved: [u64; 7],
 }
 
@@ -493,6 +523,20 @@ impl HeaderFields {
     /// The fxtrace chunk size (`reserved[0]`); 0 = plain Fuchsia layout.
     pub const fn chunk_size(&self) -> u64 {
         self.reserved[0]
+    }
+
+    /// The rolling allocator's published position (`reserved[3]`): offset in the current
+    /// rolling buffer (may be past its end) and wrapped count modulo 2^20.
+    pub const fn rolling_position(&self) -> (u64, u32) {
+        (
+            position_offset(self.reserved[3]),
+            position_wrapped(self.reserved[3]),
+        )
+    }
+
+    /// The durable allocator's published position (`reserved[4]`; may be past its end).
+    pub const fn durable_position(&self) -> u64 {
+        self.reserved[4]
     }
 
     /// The fxtrace flags (`reserved[1]`).
@@ -662,8 +706,16 @@ pub struct SharedHeader {
     /// while no writer can write: of the `num_records_dropped` it stores then, those counted
     /// before the start. `Relaxed`, published by the start's gate and read after a stop.
     pub dropped_before_start: AtomicU64,
+    /// Rules (fxtrace extension, `reserved[3]`): the rolling allocator's word as of its last
+    /// chunk-run reservation or buffer reset ([`position_offset`], [`position_wrapped`]),
+    /// stored by the writer that made it. `Relaxed`: a figure for a manager's status, never
+    /// read by the engine.
+    pub rolling_position: AtomicU64,
+    /// Rules (fxtrace extension, `reserved[4]`): the durable allocator's offset as of its last
+    /// reservation or reset, stored by the writer that made it. `Relaxed`, as above.
+    pub durable_position: AtomicU64,
     /// Rules: zero.
-    pub reserved: [AtomicU64; 4],
+    pub reserved: [AtomicU64; 2],
 }
 
 const _: () = assert!(size_of::<SharedHeader>() == HEADER_SIZE as usize);
@@ -683,6 +735,8 @@ const _: () = assert!(offset_of!(SharedHeader, chunk_size) == OFFSET_CHUNK_SIZE)
 const _: () = assert!(offset_of!(SharedHeader, fxtrace_flags) == OFFSET_FXTRACE_FLAGS);
 const _: () =
     assert!(offset_of!(SharedHeader, dropped_before_start) == OFFSET_DROPPED_BEFORE_START);
+const _: () = assert!(offset_of!(SharedHeader, rolling_position) == OFFSET_ROLLING_POSITION);
+const _: () = assert!(offset_of!(SharedHeader, durable_position) == OFFSET_DURABLE_POSITION);
 
 impl SharedHeader {
     /// View the first 128 bytes at `ptr` as a shared header.
@@ -708,7 +762,9 @@ impl SharedHeader {
         reserved[0] = self.chunk_size.load(a);
         reserved[1] = self.fxtrace_flags.load(a);
         reserved[2] = self.dropped_before_start.load(a);
-        for (dst, src) in reserved[3..].iter_mut().zip(&self.reserved) {
+        reserved[3] = self.rolling_position.load(a);
+        reserved[4] = self.durable_position.load(a);
+        for (dst, src) in reserved[5..].iter_mut().zip(&self.reserved) {
             *dst = src.load(a);
         }
         HeaderFields {
@@ -765,7 +821,9 @@ impl SharedHeader {
         self.chunk_size.store(fields.reserved[0], r);
         self.fxtrace_flags.store(fields.reserved[1], r);
         self.dropped_before_start.store(fields.reserved[2], r);
-        for (dst, &src) in self.reserved.iter().zip(&fields.reserved[3..]) {
+        self.rolling_position.store(fields.reserved[3], r);
+        self.durable_position.store(fields.reserved[4], r);
+        for (dst, &src) in self.reserved.iter().zip(&fields.reserved[5..]) {
             dst.store(src, r);
         }
         self.magic.store(fields.magic, r);

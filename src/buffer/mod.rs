@@ -184,6 +184,39 @@ impl TraceBuffer {
         Ok(())
     }
 
+    /// Copy the `words.len()` words at `offset` (a multiple of 8) out of the mapping, each with
+    /// one `Relaxed` atomic load: no data race with a writer, no system call, and on x86-64
+    /// the plain loads of a copy loop. As [`Self::read_at`], the words are only meaningful for
+    /// ranges whose writers have finished; a reader checks what it copied, never the mapping.
+    pub fn read_words_at(&self, offset: u64, words: &mut [u64]) -> Result<(), BufferError> {
+        let len = (words.len() as u64).saturating_mul(8);
+        self.check_range(offset, len)?;
+        if offset % 8 != 0 {
+            return Err(BufferError::OutOfRange {
+                offset,
+                len,
+                size: self.len as u64,
+            });
+        }
+        // SAFETY: `offset..offset + len` is inside the mapping (checked) and 8-aligned (the
+        // mapping is page-aligned, `offset` a multiple of 8); every access to the buffer's
+        // words from this process goes through atomics or the kernel (a writer's stores, in
+        // this or another process, are outside Rust's model, as the header's are).
+        let shared = unsafe {
+            std::slice::from_raw_parts(
+                self.ptr.as_ptr().add(offset as usize).cast::<AtomicU64>(),
+                words.len(),
+            )
+        };
+        for (word, shared) in words.iter_mut().zip(shared) {
+            // ATOMICS: `Relaxed`: the copy's consistency comes from the protocol (the writers
+            // of the range are done, published by the header's `Release` stores the caller
+            // read with `Acquire`), not from this load.
+            *word = shared.load(Ordering::Relaxed);
+        }
+        Ok(())
+    }
+
     /// [`Self::read_at`] into a new vector.
     pub fn copy_range(&self, offset: u64, len: u64) -> Result<Vec<u8>, BufferError> {
         self.check_range(offset, len)?;

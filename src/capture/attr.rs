@@ -10,6 +10,8 @@
 //! | [`EventAttr::process_switches`] | software `DUMMY`, `context_switch`, `inherit` | `SWITCH` for the target's threads, `FORK`/`EXIT`/`COMM` |
 //! | [`EventAttr::sched_switch_tracepoint`] | tracepoint `sched:sched_switch`, period 1 | one `SAMPLE` (raw data) per switch on the CPU, `FORK`/`EXIT`/`COMM` |
 //! | [`EventAttr::cpu_wide_switches`] | software `DUMMY`, `context_switch` | `SWITCH_CPU_WIDE` for every switch on the CPU, `FORK`/`EXIT`/`COMM` |
+//! | [`EventAttr::sched_waking_tracepoint`] | tracepoint `sched:sched_waking` (or `sched_wakeup`), period 1 | one `SAMPLE` (raw data) per wake-up |
+//! | [`EventAttr::cpu_clock_sampling`] | software `CPU_CLOCK`, frequency N Hz | `SAMPLE` with IP and the call chain |
 //! | [`EventAttr::branch_sampling`] | hardware `CPU_CYCLES`, period N | `SAMPLE` with IP and the LBR branch stack |
 //! | [`EventAttr::clock_probe`] | software `DUMMY` | none: only its mmap page is read (clock parameters) |
 //!
@@ -17,6 +19,8 @@
 //! `sample_id_all` with `TID | TIME | CPU` so side-band records are timestamped too.
 //! [`EventAttr::with_mmaps`] adds `mmap = 1, mmap2 = 1` (`PERF_RECORD_MMAP2` for every new
 //! executable mapping) to the event that carries the task/comm side band.
+//! [`EventAttr::with_callchain`] adds `PERF_SAMPLE_CALLCHAIN` (the call chain at each sample:
+//! kernel frames, then user frames walked by frame pointers) to a sampling event.
 //!
 //! Clock: by default events keep perf's own clock (`perf_clock()`, i.e. `sched_clock`, derived
 //! from the TSC on x86), converted to TSC ticks with the mmap page's `time_zero/time_mult/
@@ -93,8 +97,12 @@ pub enum PerfEventKind {
     SchedSwitchTracepoint,
     /// System-wide `PERF_RECORD_SWITCH_CPU_WIDE` on a dummy event, one event per CPU.
     CpuWideSwitches,
+    /// System-wide `sched:sched_waking` (or `sched_wakeup`) tracepoint samples.
+    SchedWakingTracepoint,
     /// Sampling hardware event with the LBR branch stack.
     BranchSampling,
+    /// Software `cpu-clock` sampling with call chains (CPU samples without a PMU).
+    CpuClockSampling,
     /// A dummy event whose mmap page is only read for the clock parameters.
     ClockProbe,
 }
@@ -185,6 +193,47 @@ impl EventAttr {
         attr
     }
 
+    /// Every wake-up on one CPU from the `sched:sched_waking` tracepoint (or `sched_wakeup`;
+    /// `id` read from tracefs): a sample per wake-up (`sample_period = 1`) with
+    /// `RAW | TID | TIME | CPU`, no side band (the switch event carries it). Open with
+    /// `pid = -1`, or per thread with [`Self::with_inherit`].
+    pub fn sched_waking_tracepoint(id: u64, clock: PerfClock) -> Self {
+        let mut attr = Self::base(PerfEventKind::SchedWakingTracepoint, clock);
+        attr.raw.type_ = b::PERF_TYPE_TRACEPOINT;
+        attr.raw.config = id;
+        attr.raw.sample_period = 1;
+        attr.raw.set_sample_id_all(1);
+        attr.raw.sample_type =
+            (SampleFormat::RAW | SampleFormat::TID | SampleFormat::TIME | SampleFormat::CPU).bits();
+        attr
+    }
+
+    /// CPU samples without a PMU: software `cpu-clock` at `hz` samples a second of CPU time
+    /// (`freq = 1`), each with `IP | TID | TIME | CPU | CALLCHAIN` (at most `max_stack`
+    /// frames). `kernel`: also sample in the kernel and keep kernel frames (needs root,
+    /// `CAP_PERFMON` or `perf_event_paranoid <= 1`); else `exclude_kernel`, user frames only.
+    pub fn cpu_clock_sampling(hz: u64, max_stack: u16, kernel: bool, clock: PerfClock) -> Self {
+        let mut attr = Self::base(PerfEventKind::CpuClockSampling, clock);
+        attr.raw.type_ = b::PERF_TYPE_SOFTWARE;
+        attr.raw.config = u64::from(b::PERF_COUNT_SW_CPU_CLOCK);
+        attr.raw.set_freq(1);
+        attr.raw.sample_freq = hz.max(1);
+        attr.raw.set_sample_id_all(1);
+        attr.raw.sample_type = (SampleFormat::IP
+            | SampleFormat::TID
+            | SampleFormat::TIME
+            | SampleFormat::CPU
+            | SampleFormat::CALLCHAIN)
+            .bits();
+        attr.raw.sample_max_stack = max_stack;
+        if !kernel {
+            attr.raw.set_exclude_kernel(1);
+            attr.raw.set_exclude_callchain_kernel(1);
+        }
+        attr.raw.set_exclude_hv(1);
+        attr
+    }
+
     /// The tracepoint fallback: `PERF_RECORD_SWITCH_CPU_WIDE` for every switch on one CPU, from
     /// a software dummy event with `context_switch = 1`. Open with `pid = -1`.
     pub fn cpu_wide_switches(clock: PerfClock) -> Self {
@@ -225,6 +274,16 @@ impl EventAttr {
         // Never read: only its mmap page is. Without `PERF_FORMAT_LOST`, so that a kernel
         // before 6.0 opens it as before.
         Self::dummy(PerfEventKind::ClockProbe, PerfClock::PerfDefault).without_lost_count()
+    }
+
+    /// Record the call chain of every sample (`PERF_SAMPLE_CALLCHAIN`, at most `max_stack`
+    /// frames): kernel frames, and `user` frames walked by frame pointers (else
+    /// `exclude_callchain_user`).
+    pub fn with_callchain(mut self, max_stack: u16, user: bool) -> Self {
+        self.raw.sample_type |= SampleFormat::CALLCHAIN.bits();
+        self.raw.sample_max_stack = max_stack;
+        self.raw.set_exclude_callchain_user(u64::from(!user));
+        self
     }
 
     /// Follow threads created later (`inherit = 1`).
@@ -346,6 +405,21 @@ impl EventAttr {
         self.raw.exclude_kernel() != 0
     }
 
+    /// `freq` and `sample_freq`: samples a second, when sampled by frequency.
+    pub fn sample_frequency(&self) -> Option<u64> {
+        (self.raw.freq() != 0).then_some(self.raw.sample_freq)
+    }
+
+    /// `sample_max_stack`.
+    pub fn max_stack(&self) -> u16 {
+        self.raw.sample_max_stack
+    }
+
+    /// `exclude_callchain_user`.
+    pub fn exclude_callchain_user(&self) -> bool {
+        self.raw.exclude_callchain_user() != 0
+    }
+
     /// The clock the event's timestamps come from.
     pub fn clock(&self) -> PerfClock {
         if self.raw.use_clockid() != 0 && self.raw.clockid == libc::CLOCK_MONOTONIC_RAW {
@@ -442,6 +516,43 @@ mod tests {
         assert_eq!(a.clock(), PerfClock::MonotonicRaw);
         assert_eq!(a.wakeup_watermark(), Some(4096));
         assert_eq!(a.to_raw().clockid, libc::CLOCK_MONOTONIC_RAW);
+    }
+
+    #[test]
+    fn waking_tracepoint_and_cpu_clock_attrs() {
+        let w = EventAttr::sched_waking_tracepoint(375, PerfClock::PerfDefault);
+        assert_eq!(
+            (w.event_type(), w.config(), w.sample_period()),
+            (b::PERF_TYPE_TRACEPOINT, 375, 1)
+        );
+        assert_eq!(
+            w.sample_format(),
+            SampleFormat::RAW | SampleFormat::TID | SampleFormat::TIME | SampleFormat::CPU
+        );
+        assert!(
+            !w.task() && !w.comm() && w.sample_id_all(),
+            "no side band of its own"
+        );
+        let c = EventAttr::cpu_clock_sampling(999, 64, false, PerfClock::PerfDefault);
+        assert_eq!(c.event_type(), b::PERF_TYPE_SOFTWARE);
+        assert_eq!(c.config(), u64::from(b::PERF_COUNT_SW_CPU_CLOCK));
+        assert_eq!(c.sample_frequency(), Some(999));
+        assert!(c
+            .sample_format()
+            .contains(SampleFormat::CALLCHAIN | SampleFormat::IP));
+        assert!(c.exclude_kernel() && !c.exclude_callchain_user());
+        assert_eq!(c.max_stack(), 64);
+        let k = EventAttr::cpu_clock_sampling(0, 64, true, PerfClock::PerfDefault);
+        assert!(!k.exclude_kernel());
+        assert_eq!(k.sample_frequency(), Some(1), "at least 1 Hz");
+        let s = EventAttr::sched_switch_tracepoint(372, PerfClock::PerfDefault)
+            .with_callchain(48, false);
+        assert!(s
+            .sample_format()
+            .contains(SampleFormat::CALLCHAIN | SampleFormat::RAW));
+        assert!(s.exclude_callchain_user());
+        assert_eq!(s.max_stack(), 48);
+        assert_eq!(s.sample_frequency(), None);
     }
 
     #[test]

@@ -18,23 +18,38 @@ use std::sync::Arc;
 
 use super::attr::PerfEventKind;
 use super::events::{
-    BranchSample, CaptureEvent, Lost, LostKind, MemoryMap, SwitchEvent, SwitchSides, TaskComm,
-    TaskExit, TaskFork,
+    BranchSample, CaptureEvent, CpuSample, Lost, LostKind, MemoryMap, SwitchEvent, SwitchSides,
+    TaskComm, TaskExit, TaskFork, WakeupEvent,
 };
 use super::records::RECORD_SAMPLE;
 use super::records::{MmapFile, ParseError, PerfRecord, RecordLayout, TaskName};
 use super::ring::{RawData, RawRecord};
+use super::stacks::{Chain, StackInterner};
 use super::state::{fxt_priority, state_after_switch_out, LinuxThreadState, PRIORITY_UNKNOWN};
 use super::switch::SchedSwitchFormat;
 use super::time::PerfTimeConverter;
+use super::waking::SchedWakingFormat;
 
-/// A decoded event waiting to be merged and delivered. Context switches, nearly every event,
-/// are held by value and kept small (about 80 bytes, moved without a `memcpy` call through the
-/// per-CPU merge and the pid resolver); every other event is boxed.
+/// The format of a tracepoint's raw data, for the decoder of its rings.
+#[derive(Debug, Clone)]
+pub(crate) enum RawFormat {
+    /// `sched:sched_switch`.
+    Switch(Arc<SchedSwitchFormat>),
+    /// `sched:sched_waking` (or `sched_wakeup`).
+    Waking(Arc<SchedWakingFormat>),
+}
+
+/// A decoded event waiting to be merged and delivered. Context switches, wake-ups and CPU
+/// samples, nearly every event, are held by value and kept small (moved without a `memcpy`
+/// call through the per-CPU merge and the pid resolver); every other event is boxed.
 #[derive(Debug)]
 pub(crate) enum Pending {
     /// A context switch, with the task names its sample carried.
     Switch(SwitchEvent, SwitchNames),
+    /// A wake-up, with the woken task's name as the ring held it (`comm[16]`).
+    Wakeup(WakeupEvent, [u8; 16]),
+    /// A CPU sample.
+    Sample(CpuSample),
     /// Any other event.
     Other(Box<OtherEvent>),
 }
@@ -79,23 +94,35 @@ impl SwitchNames {
     }
 }
 
+/// A thread an event names whose process the pid resolver fills in: its tid and the event's
+/// pid field for it.
+pub(crate) type ThreadSlot<'a> = Option<(u32, &'a mut Option<u32>)>;
+
 impl Pending {
     /// `event` with no names and no inode.
     pub(crate) fn of(event: CaptureEvent) -> Self {
         match event {
             CaptureEvent::ContextSwitch(cs) => Self::Switch(cs, SwitchNames::None),
+            CaptureEvent::Wakeup(w) => Self::Wakeup(w, [0; 16]),
+            CaptureEvent::Sample(s) => Self::Sample(s),
             event => Self::Other(Box::new(OtherEvent { event, inode: None })),
         }
     }
 
-    /// The context switch, if the event is one.
-    pub(crate) fn switch_mut(&mut self) -> Option<&mut SwitchEvent> {
-        match self {
-            Self::Switch(cs, _) => Some(cs),
-            Self::Other(o) => match &mut o.event {
-                CaptureEvent::ContextSwitch(cs) => Some(cs),
-                _ => None,
-            },
+    /// The threads whose process the event needs (see `capture::pids`): a switch's known
+    /// sides, a wake-up's woken thread and waker, a sample's thread.
+    pub(crate) fn threads_mut(&mut self) -> [ThreadSlot<'_>; 2] {
+        let event = match self {
+            Self::Switch(cs, _) => return switch_threads(cs),
+            Self::Wakeup(w, _) => return wakeup_threads(w),
+            Self::Sample(s) => return [Some((s.tid, &mut s.pid)), None],
+            Self::Other(o) => &mut o.event,
+        };
+        match event {
+            CaptureEvent::ContextSwitch(cs) => switch_threads(cs),
+            CaptureEvent::Wakeup(w) => wakeup_threads(w),
+            CaptureEvent::Sample(s) => [Some((s.tid, &mut s.pid)), None],
+            _ => [None, None],
         }
     }
 
@@ -104,9 +131,31 @@ impl Pending {
     pub(crate) fn into_event(self) -> CaptureEvent {
         match self {
             Self::Switch(cs, _) => CaptureEvent::ContextSwitch(cs),
+            Self::Wakeup(w, _) => CaptureEvent::Wakeup(w),
+            Self::Sample(s) => CaptureEvent::Sample(s),
             Self::Other(o) => o.event,
         }
     }
+}
+
+/// A switch's known sides: `[outgoing, incoming]`.
+fn switch_threads(cs: &mut SwitchEvent) -> [ThreadSlot<'_>; 2] {
+    let (prev, next) = (
+        cs.sides != SwitchSides::IncomingOnly,
+        cs.sides != SwitchSides::OutgoingOnly,
+    );
+    [
+        prev.then_some((cs.prev_tid, &mut cs.prev_pid)),
+        next.then_some((cs.next_tid, &mut cs.next_pid)),
+    ]
+}
+
+/// A wake-up's `[woken, waker]`.
+fn wakeup_threads(w: &mut WakeupEvent) -> [ThreadSlot<'_>; 2] {
+    [
+        Some((w.tid, &mut w.pid)),
+        Some((w.waker_tid, &mut w.waker_pid)),
+    ]
 }
 
 /// What a record became.
@@ -131,6 +180,15 @@ pub(crate) enum Skip {
     UnexpectedSample,
     /// A mapping that is not executable.
     DataMapping,
+}
+
+/// Whether the outgoing thread of `cs` waits (blocked, or stopped): its call chain is a wait
+/// point. A preempted or exiting thread's is not kept.
+fn waits(cs: &SwitchEvent) -> bool {
+    matches!(
+        cs.prev_state,
+        LinuxThreadState::Blocked | LinuxThreadState::Suspended
+    ) && cs.prev_tid != 0
 }
 
 /// A pid the kernel could resolve: not the -1 (`0xffffffff`) perf writes for a task whose pid
@@ -159,6 +217,7 @@ pub(crate) struct StreamDecoder {
     cpu: u32,
     layout: RecordLayout,
     sched: Option<Arc<SchedSwitchFormat>>,
+    waking: Option<Arc<SchedWakingFormat>>,
     last_time: u64,
     /// CPU-wide switches: the (pid, tid) the last switch-out of this ring switched to.
     running: Option<(Option<u32>, u32)>,
@@ -174,13 +233,19 @@ impl StreamDecoder {
         kind: PerfEventKind,
         cpu: u32,
         layout: RecordLayout,
-        sched: Option<Arc<SchedSwitchFormat>>,
+        format: Option<RawFormat>,
     ) -> Self {
+        let (sched, waking) = match format {
+            Some(RawFormat::Switch(f)) => (Some(f), None),
+            Some(RawFormat::Waking(f)) => (None, Some(f)),
+            None => (None, None),
+        };
         Self {
             kind,
             cpu,
             layout,
             sched,
+            waking,
             last_time: 0,
             running: None,
         }
@@ -208,6 +273,7 @@ impl StreamDecoder {
     ) -> SwitchEvent {
         let (pid, tid, cpu) = sample;
         let idle = |tid: u32| (tid == 0).then_some(0);
+        let state = fmt.state_bits().thread_state(prev_state);
         SwitchEvent {
             time,
             cpu: cpu.unwrap_or(self.cpu),
@@ -215,7 +281,9 @@ impl StreamDecoder {
             prev_pid: idle(prev_tid).or_else(|| sample_pid_of_prev(pid, tid, prev_tid)),
             next_tid,
             next_pid: idle(next_tid),
-            prev_state: fmt.state_bits().thread_state(prev_state),
+            prev_state: state,
+            uninterruptible: fmt.state_bits().uninterruptible(prev_state),
+            stack: None,
             prev_prio: fxt_priority(prev_prio),
             next_prio: fxt_priority(next_prio),
             sides: SwitchSides::Both,
@@ -231,6 +299,7 @@ impl StreamDecoder {
         &mut self,
         rec: &RawRecord<'_>,
         conv: &PerfTimeConverter,
+        stacks: &mut StackInterner,
     ) -> Option<Decoded> {
         let (RawData::Single(body), Some(fmt)) = (rec.body, self.sched.as_deref()) else {
             return None;
@@ -238,7 +307,7 @@ impl StreamDecoder {
         let s = self.layout.sample_in_place(body)?;
         let f = fmt.decode_comm16(s.raw)?;
         let perf_time = s.time.unwrap_or(self.last_time);
-        let cs = self.sched_switch(
+        let mut cs = self.sched_switch(
             fmt,
             conv.perf_to_tsc(perf_time),
             (s.pid, s.tid, s.cpu),
@@ -246,6 +315,9 @@ impl StreamDecoder {
             f.prev_state,
             (f.prev_prio, f.next_prio),
         );
+        if !s.callchain.is_empty() && waits(&cs) {
+            cs.stack = stacks.intern(&Chain::of_ring_bytes(s.callchain));
+        }
         self.last_time = perf_time;
         Some(Decoded::Event {
             perf_time,
@@ -259,13 +331,119 @@ impl StreamDecoder {
         })
     }
 
+    /// A wake-up sample read in place (see [`Self::sched_switch_in_place`]).
+    #[inline]
+    fn waking_in_place(
+        &mut self,
+        rec: &RawRecord<'_>,
+        conv: &PerfTimeConverter,
+    ) -> Option<Decoded> {
+        let (RawData::Single(body), Some(fmt)) = (rec.body, self.waking.as_deref()) else {
+            return None;
+        };
+        let s = self.layout.sample_in_place(body)?;
+        let f = fmt.decode_comm16(s.raw)?;
+        let perf_time = s.time.unwrap_or(self.last_time);
+        self.last_time = perf_time;
+        let w = self.wakeup(
+            conv.perf_to_tsc(perf_time),
+            (s.pid, s.tid, s.cpu),
+            (f.tid, f.prio, f.target_cpu),
+        );
+        Some(Decoded::Event {
+            perf_time,
+            pending: Pending::Wakeup(w, f.comm),
+        })
+    }
+
+    /// A wake-up from its sample's own (waker) `(pid, tid)` and CPU and the woken task's
+    /// fields.
+    fn wakeup(
+        &self,
+        time: u64,
+        (pid, tid, cpu): (Option<u32>, Option<u32>, Option<u32>),
+        (woken, prio, target_cpu): (u32, i64, Option<u32>),
+    ) -> WakeupEvent {
+        let cpu = cpu.unwrap_or(self.cpu);
+        let waker_tid = tid.filter(|&t| t != u32::MAX).unwrap_or(0);
+        WakeupEvent {
+            time,
+            cpu,
+            target_cpu: target_cpu.unwrap_or(cpu),
+            tid: woken,
+            pid: (woken == 0).then_some(0),
+            prio: fxt_priority(prio),
+            waker_tid,
+            waker_pid: if waker_tid == 0 {
+                Some(0)
+            } else {
+                pid.and_then(known_pid)
+            },
+        }
+    }
+
+    /// A CPU sample read in place.
+    #[inline]
+    fn cpu_sample_in_place(
+        &mut self,
+        rec: &RawRecord<'_>,
+        conv: &PerfTimeConverter,
+        stacks: &mut StackInterner,
+    ) -> Option<Decoded> {
+        let RawData::Single(body) = rec.body else {
+            return None;
+        };
+        let s = self.layout.sample_in_place(body)?;
+        let perf_time = s.time.unwrap_or(self.last_time);
+        self.last_time = perf_time;
+        let stack = stacks.intern(&Chain::of_ring_bytes(s.callchain));
+        let time = conv.perf_to_tsc(perf_time);
+        let sample = self.cpu_sample(time, (s.pid, s.tid, s.cpu), s.ip, stack);
+        Some(Decoded::Event {
+            perf_time,
+            pending: Pending::Sample(sample),
+        })
+    }
+
+    /// A CPU sample from its own `(pid, tid)`, CPU and IP, and its interned chain.
+    fn cpu_sample(
+        &self,
+        time: u64,
+        (pid, tid, cpu): (Option<u32>, Option<u32>, Option<u32>),
+        ip: Option<u64>,
+        stack: Option<u32>,
+    ) -> CpuSample {
+        let tid = tid.unwrap_or(0);
+        CpuSample {
+            time,
+            cpu: cpu.unwrap_or(self.cpu),
+            pid: if tid == 0 {
+                Some(0)
+            } else {
+                pid.and_then(known_pid)
+            },
+            tid,
+            ip: ip.unwrap_or(0),
+            stack,
+        }
+    }
+
     pub(crate) fn decode(
         &mut self,
         rec: &RawRecord<'_>,
         conv: &PerfTimeConverter,
+        stacks: &mut StackInterner,
     ) -> Result<Decoded, ParseError> {
-        if rec.kind == RECORD_SAMPLE && self.kind == PerfEventKind::SchedSwitchTracepoint {
-            if let Some(decoded) = self.sched_switch_in_place(rec, conv) {
+        if rec.kind == RECORD_SAMPLE {
+            let fast = match self.kind {
+                PerfEventKind::SchedSwitchTracepoint => {
+                    self.sched_switch_in_place(rec, conv, stacks)
+                }
+                PerfEventKind::SchedWakingTracepoint => self.waking_in_place(rec, conv),
+                PerfEventKind::CpuClockSampling => self.cpu_sample_in_place(rec, conv, stacks),
+                _ => None,
+            };
+            if let Some(decoded) = fast {
                 return Ok(decoded);
             }
         }
@@ -276,10 +454,16 @@ impl StreamDecoder {
                 let perf_time = self.stamp(s.time);
                 let time = conv.perf_to_tsc(perf_time);
                 let cpu = s.cpu.unwrap_or(self.cpu);
+                let chain = || {
+                    s.callchain.map(|c| {
+                        let mut cursor = super::ring::RawCursor::new(c);
+                        Chain::of(std::iter::from_fn(move || cursor.u64()))
+                    })
+                };
                 match (self.kind, &self.sched, s.raw, s.branch_stack) {
                     (PerfEventKind::SchedSwitchTracepoint, Some(fmt), Some(raw), _) => {
                         let f = fmt.decode(&raw)?;
-                        let cs = self.sched_switch(
+                        let mut cs = self.sched_switch(
                             fmt,
                             time,
                             (s.pid, s.tid, s.cpu),
@@ -287,10 +471,37 @@ impl StreamDecoder {
                             f.prev_state,
                             (f.prev_prio, f.next_prio),
                         );
+                        if waits(&cs) {
+                            cs.stack = chain().and_then(|c| stacks.intern(&c));
+                        }
                         let names = SwitchNames::Names(Box::new((f.prev_comm, f.next_comm)));
                         return Ok(Decoded::Event {
                             perf_time,
                             pending: Pending::Switch(cs, names),
+                        });
+                    }
+                    (PerfEventKind::SchedWakingTracepoint, _, Some(raw), _) => {
+                        let Some(fmt) = self.waking.as_deref() else {
+                            return Ok(Decoded::Skipped(Skip::UnexpectedSample));
+                        };
+                        let f = fmt.decode(&raw)?;
+                        let w =
+                            self.wakeup(time, (s.pid, s.tid, s.cpu), (f.tid, f.prio, f.target_cpu));
+                        let mut comm = [0u8; 16];
+                        let name = f.comm.as_bytes();
+                        let n = name.len().min(16);
+                        comm[..n].copy_from_slice(&name[..n]);
+                        return Ok(Decoded::Event {
+                            perf_time,
+                            pending: Pending::Wakeup(w, comm),
+                        });
+                    }
+                    (PerfEventKind::CpuClockSampling, _, _, _) => {
+                        let stack = chain().and_then(|c| stacks.intern(&c));
+                        let sample = self.cpu_sample(time, (s.pid, s.tid, s.cpu), s.ip, stack);
+                        return Ok(Decoded::Event {
+                            perf_time,
+                            pending: Pending::Sample(sample),
                         });
                     }
                     (PerfEventKind::BranchSampling, _, _, Some(stack)) => {
@@ -305,9 +516,14 @@ impl StreamDecoder {
                         };
                         (perf_time, CaptureEvent::Branch(b))
                     }
-                    (PerfEventKind::SchedSwitchTracepoint, _, None, _) => {
+                    (
+                        PerfEventKind::SchedSwitchTracepoint | PerfEventKind::SchedWakingTracepoint,
+                        _,
+                        None,
+                        _,
+                    ) => {
                         return Err(ParseError::Truncated {
-                            record: "sched_switch sample",
+                            record: "tracepoint sample",
                             field: "raw",
                         })
                     }
@@ -341,6 +557,8 @@ impl StreamDecoder {
                         next_tid,
                         next_pid: known_pid(next_pid),
                         prev_state: state_after_switch_out(sw.preempt),
+                        uninterruptible: false,
+                        stack: None,
                         prev_prio: PRIORITY_UNKNOWN,
                         next_prio: PRIORITY_UNKNOWN,
                         sides: SwitchSides::Both,
@@ -353,6 +571,8 @@ impl StreamDecoder {
                         next_tid: 0,
                         next_pid: Some(0),
                         prev_state: state_after_switch_out(sw.preempt),
+                        uninterruptible: false,
+                        stack: None,
                         prev_prio: PRIORITY_UNKNOWN,
                         next_prio: PRIORITY_UNKNOWN,
                         sides: SwitchSides::OutgoingOnly,
@@ -364,7 +584,10 @@ impl StreamDecoder {
                         prev_pid: Some(0),
                         next_tid: tid,
                         next_pid: pid,
-                        prev_state: LinuxThreadState::Suspended,
+                        // Not known: the side is written as unknown (`super::fxt`).
+                        prev_state: LinuxThreadState::Running,
+                        uninterruptible: false,
+                        stack: None,
                         prev_prio: PRIORITY_UNKNOWN,
                         next_prio: PRIORITY_UNKNOWN,
                         sides: SwitchSides::IncomingOnly,

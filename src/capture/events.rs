@@ -1,8 +1,11 @@
 //! The typed events a capture session delivers, in timestamp order. Every `time` is in TSC
 //! ticks (the trace's clock). A later step turns them into FXT records: [`SwitchEvent`] →
-//! Context Switch (type 8), [`BranchSample`] → LAST_BRANCH blob, [`ThreadInfo`] → Thread +
+//! Context Switch (type 8), [`WakeupEvent`] → Thread Wakeup (type 8, scheduling type 2),
+//! [`BranchSample`] → LAST_BRANCH blob, [`ThreadInfo`] → Thread +
 //! Kernel Object records, [`MemoryMap`] → an `"fxtrace:mmap"` blob ([`crate::format::mmap`]),
 //! [`Lost`] / [`Unsupported`] → trace metadata and the summary.
+
+use std::sync::Arc;
 
 use super::lbr::BranchEntry;
 use super::state::LinuxThreadState;
@@ -37,12 +40,83 @@ pub struct SwitchEvent {
     pub next_pid: Option<u32>,
     /// Outgoing thread's new state (see [`super::state`]).
     pub prev_state: LinuxThreadState,
+    /// The outgoing thread went to sleep uninterruptibly (Linux `D`; `prev_state` is then
+    /// blocked). Only `sched_switch` tells; switch records never set it.
+    pub uninterruptible: bool,
+    /// The outgoing thread's wait point: the id of the call chain where it blocked (a
+    /// [`StackInfo`] announced before), when wait points are captured.
+    pub stack: Option<u32>,
     /// Outgoing priority, FXT encoding ([`super::state::fxt_priority`]; 255 unknown).
     pub prev_prio: u8,
     /// Incoming priority, FXT encoding.
     pub next_prio: u8,
     /// Which sides are known.
     pub sides: SwitchSides,
+}
+
+/// A thread was made runnable (`sched:sched_waking`, or `sched:sched_wakeup` on kernels
+/// without it): who woke whom.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WakeupEvent {
+    /// TSC ticks.
+    pub time: u64,
+    /// The CPU the wake-up ran on (the waker's).
+    pub cpu: u32,
+    /// The CPU the woken thread was queued on.
+    pub target_cpu: u32,
+    /// The woken thread.
+    pub tid: u32,
+    /// Its process; `None` until resolved (see `capture::pids`).
+    pub pid: Option<u32>,
+    /// Its priority, FXT encoding ([`super::state::fxt_priority`]).
+    pub prio: u8,
+    /// The thread that woke it: the task running where the tracepoint fired (for a wake-up
+    /// from an interrupt, the task it interrupted; 0 when that is the idle task).
+    pub waker_tid: u32,
+    /// The waker's process, when the kernel could say.
+    pub waker_pid: Option<u32>,
+}
+
+/// A CPU sample: where a thread was when the `cpu-clock` sampling timer fired.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CpuSample {
+    /// TSC ticks.
+    pub time: u64,
+    /// The CPU.
+    pub cpu: u32,
+    /// The process, when the kernel could say.
+    pub pid: Option<u32>,
+    /// The thread (0: the idle task).
+    pub tid: u32,
+    /// The instruction pointer.
+    pub ip: u64,
+    /// The call chain's id (a [`StackInfo`] announced before), `None` when it could not be
+    /// interned (counted).
+    pub stack: Option<u32>,
+}
+
+/// A call chain seen for the first time, announced before the first event that refers to
+/// it by `id` (see `capture::stacks`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct StackInfo {
+    /// Its id (≥ 1).
+    pub id: u32,
+    /// How many of `frames` (the first) are kernel frames.
+    pub kernel_frames: u16,
+    /// Instruction pointers, innermost first: kernel, then user.
+    pub frames: Arc<[u64]>,
+}
+
+/// A kernel symbol one of the announced stacks has a frame in (from `/proc/kallsyms`),
+/// announced before that stack.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KernelSymbol {
+    /// Its address.
+    pub start: u64,
+    /// Bytes up to the next symbol.
+    pub len: u64,
+    /// Its name (`name [module]` for a module's).
+    pub name: Arc<str>,
 }
 
 /// A thread got a new name (`PERF_RECORD_COMM`: `prctl(PR_SET_NAME)`, `exec`).
@@ -190,6 +264,14 @@ pub struct Unsupported {
 pub enum CaptureEvent {
     /// A context switch.
     ContextSwitch(SwitchEvent),
+    /// A wake-up.
+    Wakeup(WakeupEvent),
+    /// A CPU sample.
+    Sample(CpuSample),
+    /// A call chain seen for the first time.
+    Stack(StackInfo),
+    /// A kernel symbol a stack's frame falls in.
+    KernelSymbol(KernelSymbol),
     /// A thread rename.
     Comm(TaskComm),
     /// A task creation.
@@ -209,10 +291,13 @@ pub enum CaptureEvent {
 }
 
 impl CaptureEvent {
-    /// The event's time in TSC ticks (`None` for [`CaptureEvent::Unsupported`]).
+    /// The event's time in TSC ticks (`None` for [`CaptureEvent::Unsupported`] and the
+    /// definitions [`CaptureEvent::Stack`], [`CaptureEvent::KernelSymbol`]).
     pub fn time(&self) -> Option<u64> {
         Some(match self {
             Self::ContextSwitch(e) => e.time,
+            Self::Wakeup(e) => e.time,
+            Self::Sample(e) => e.time,
             Self::Comm(e) => e.time,
             Self::Fork(e) => e.time,
             Self::Exit(e) => e.time,
@@ -220,7 +305,7 @@ impl CaptureEvent {
             Self::Lost(e) => e.time,
             Self::Branch(e) => e.time,
             Self::Thread(e) => e.time,
-            Self::Unsupported(_) => return None,
+            Self::Unsupported(_) | Self::Stack(_) | Self::KernelSymbol(_) => return None,
         })
     }
 }

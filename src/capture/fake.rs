@@ -24,6 +24,23 @@ use perf_event_open_sys::bindings as b;
 use super::attr::{EventAttr, PerfEventKind};
 use super::sys::{check_errno, PerfIoctl, Sys};
 
+/// The `sched_waking` format file of this project's 6.18 kernel (a fake tracefs's).
+pub const SCHED_WAKING_FORMAT: &str = "name: sched_waking
+ID: 375
+format:
+\tfield:unsigned short common_type;\toffset:0;\tsize:2;\tsigned:0;
+\tfield:unsigned char common_flags;\toffset:2;\tsize:1;\tsigned:0;
+\tfield:unsigned char common_preempt_count;\toffset:3;\tsize:1;\tsigned:0;
+\tfield:int common_pid;\toffset:4;\tsize:4;\tsigned:1;
+
+\tfield:char comm[16];\toffset:8;\tsize:16;\tsigned:0;
+\tfield:pid_t pid;\toffset:24;\tsize:4;\tsigned:1;
+\tfield:int prio;\toffset:28;\tsize:4;\tsigned:1;
+\tfield:int target_cpu;\toffset:32;\tsize:4;\tsigned:1;
+
+print fmt: \"comm=%s pid=%d prio=%d target_cpu=%03d\", REC->comm, REC->pid, REC->prio, REC->target_cpu
+";
+
 /// A decision on whether a fake `perf_event_open(attr, pid, cpu)` fails (`Some(errno)`).
 pub type FailRule = Box<dyn Fn(&EventAttr, i32, i32) -> Option<i32> + Send + Sync>;
 

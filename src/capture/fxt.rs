@@ -56,23 +56,33 @@ use std::io::{self, Write};
 use thiserror::Error;
 
 use super::events::{
-    BranchSample, CaptureEvent, Lost, LostKind, MemoryMap, SwitchEvent, SwitchSides, TaskComm,
-    TaskExit, TaskFork, ThreadInfo, Unsupported,
+    BranchSample, CaptureEvent, CpuSample, KernelSymbol, Lost, LostKind, MemoryMap, StackInfo,
+    SwitchEvent, SwitchSides, TaskComm, TaskExit, TaskFork, ThreadInfo, Unsupported, WakeupEvent,
 };
 use super::refs::{LocalRefs, RefTable, Registration};
 use super::state::LinuxThreadState;
-use crate::format::fields::{ContextSwitchRecord, RecordHeader, SchedulingRecord};
+use crate::format::fields::{
+    ArgumentHeader, ContextSwitchRecord, RecordHeader, SchedThreadWakeupRecord, SchedulingRecord,
+};
 use crate::format::lbr::{LbrBranch, LbrPayload, LBR_MAX_BRANCHES};
 use crate::format::mmap::{MmapRecord, MMAP_BLOB_NAME, MMAP_MAX_BUILD_ID, MMAP_MAX_PATH};
+use crate::format::sched::{self, IDLE_WEIGHT};
+use crate::format::stack::{
+    KernelSymbolRecord, SampleRecord, StackRecord, KSYM_BLOB_NAME, KSYM_MAX_NAME, SAMPLE_BLOB_NAME,
+    STACK_BLOB_NAME,
+};
 use crate::format::{
-    truncate_str, Arg, ArgValue, BatchError, BatchOut, BatchWriter, Blob, BlobType, ContextSwitch,
-    Encode, EncodeError, Event, EventKind, Initialization, KernelObject, ObjectType, ProviderEvent,
-    ProviderInfo, Record, RecordType, RecordWriter, SchedContextSwitch, SchedulingType, StringRef,
-    ThreadRef, ThreadState, PROVIDER_EVENT_BUFFER_OVERFLOW,
+    truncate_str, Arg, ArgType, ArgValue, BatchError, BatchOut, BatchWriter, Blob, BlobType,
+    ContextSwitch, Encode, EncodeError, Event, EventKind, Initialization, KernelObject, ObjectType,
+    ProviderEvent, ProviderInfo, Record, RecordType, RecordWriter, SchedContextSwitch,
+    SchedThreadWakeup, SchedulingType, StringRef, ThreadRef, ThreadState,
+    PROVIDER_EVENT_BUFFER_OVERFLOW,
 };
 
-/// The process koid of threads whose process could not be learnt (see the module docs).
-pub const UNKNOWN_PROCESS_KOID: u32 = u32::MAX;
+/// The process koid of threads whose process could not be learnt (see the module docs), and
+/// with thread 0, of a switch side the source does not know
+/// ([`crate::format::sched::UNKNOWN_PROCESS_KOID`]).
+pub const UNKNOWN_PROCESS_KOID: u32 = crate::format::sched::UNKNOWN_PROCESS_KOID as u32;
 /// The name of the [`UNKNOWN_PROCESS_KOID`] process.
 pub const UNKNOWN_PROCESS_NAME: &str = "unknown process (fxtrace)";
 
@@ -107,6 +117,13 @@ pub trait RecordSink {
     fn push_context_switch(&mut self, record: &ContextSwitch) -> Result<usize, SinkError> {
         self.push(&Record::ContextSwitch(*record))
     }
+
+    /// Encodes and appends one thread wakeup, the record written per wake-up; the same as
+    /// [`Self::push`] of a [`Record::SchedThreadWakeup`], which sinks that encode in place
+    /// override as [`Self::push_context_switch`].
+    fn push_wakeup(&mut self, record: &SchedThreadWakeup<'_>) -> Result<usize, SinkError> {
+        self.push(&Record::SchedThreadWakeup(*record))
+    }
 }
 
 impl RecordSink for RecordWriter {
@@ -115,6 +132,10 @@ impl RecordSink for RecordWriter {
     }
 
     fn push_context_switch(&mut self, record: &ContextSwitch) -> Result<usize, SinkError> {
+        Ok(RecordWriter::push(self, record)?)
+    }
+
+    fn push_wakeup(&mut self, record: &SchedThreadWakeup<'_>) -> Result<usize, SinkError> {
         Ok(RecordWriter::push(self, record)?)
     }
 }
@@ -126,6 +147,10 @@ impl<S: RecordSink + ?Sized> RecordSink for &mut S {
 
     fn push_context_switch(&mut self, record: &ContextSwitch) -> Result<usize, SinkError> {
         (**self).push_context_switch(record)
+    }
+
+    fn push_wakeup(&mut self, record: &SchedThreadWakeup<'_>) -> Result<usize, SinkError> {
+        (**self).push_wakeup(record)
     }
 }
 
@@ -198,17 +223,34 @@ impl<W: Write> RecordSink for FxtStreamSink<W> {
         }
         .map_err(batch_error)
     }
+
+    fn push_wakeup(&mut self, record: &SchedThreadWakeup<'_>) -> Result<usize, SinkError> {
+        match WakeupWords::of(record) {
+            Some(words) => self.0.push(&words),
+            None => self.0.push(record),
+        }
+        .map_err(batch_error)
+    }
 }
 
-/// A legacy context switch whose two threads are table indices (nearly every switch): its
-/// header word and timestamp, built from the format's field descriptors, so that writing it
-/// is two stores instead of [`ContextSwitch`]'s general encoder (checked against it by
-/// `indexed_switch_words_are_the_encoders`).
+/// A record of `N` words built ahead from the format's field descriptors, so that writing it
+/// is `N` stores instead of the general encoder: the records written per switch and per
+/// wake-up ([`IndexedSwitch`], [`WakeupWords`]).
 #[derive(Debug, Clone, Copy)]
-pub struct IndexedSwitch([u64; 2]);
+pub struct RecordWords<const N: usize>([u64; N]);
 
-impl IndexedSwitch {
-    /// `None` when a ref is inline (more words) or an index 0 (an encode error).
+/// A legacy context switch whose two threads are table indices (nearly every switch): its
+/// header word and timestamp (checked against [`ContextSwitch`]'s encoder by
+/// `indexed_switch_words_are_the_encoders`).
+pub type IndexedSwitch = RecordWords<2>;
+
+/// A thread wakeup with one argument, a koid under an indexed name (fxtrace's `waker`): five
+/// words (checked against the encoder by `wakeup_words_are_the_encoders`).
+pub type WakeupWords = RecordWords<5>;
+
+impl RecordWords<2> {
+    /// The switch's words; `None` when a ref is inline (more words) or an index 0 (an encode
+    /// error).
     #[inline]
     pub fn of(cs: &ContextSwitch) -> Option<Self> {
         let (ThreadRef::Index(out), ThreadRef::Index(inc)) = (cs.outgoing, cs.incoming) else {
@@ -230,34 +272,61 @@ impl IndexedSwitch {
     }
 }
 
-impl Encode for IndexedSwitch {
+impl RecordWords<5> {
+    /// The wakeup's words; `None` unless it has exactly one koid argument with an indexed
+    /// name.
+    #[inline]
+    pub fn of(w: &SchedThreadWakeup<'_>) -> Option<Self> {
+        let [Arg {
+            name: StringRef::Index(name),
+            value: ArgValue::Koid(koid),
+        }] = w.args
+        else {
+            return None;
+        };
+        if *name == 0 || *name > crate::format::MAX_STRING_INDEX {
+            return None;
+        }
+        let header = RecordHeader::TYPE.make(RecordType::Scheduling as u64)
+            | RecordHeader::SIZE.make(5)
+            | SchedThreadWakeupRecord::ARGUMENT_COUNT.make(1)
+            | SchedThreadWakeupRecord::CPU.make(u64::from(w.cpu))
+            | SchedulingRecord::SCHEDULING_TYPE.make(SchedulingType::ThreadWakeup as u64);
+        let arg = ArgumentHeader::TYPE.make(ArgType::Koid as u64)
+            | ArgumentHeader::SIZE.make(2)
+            | ArgumentHeader::NAME_REF.make(u64::from(*name));
+        Some(Self([header, w.ticks, w.waking_tid, arg, *koid]))
+    }
+}
+
+impl<const N: usize> Encode for RecordWords<N> {
     fn words(&self) -> Result<usize, EncodeError> {
-        Ok(2)
+        Ok(N)
     }
 
     #[inline]
     fn write(&self, out: &mut [u64]) -> Result<usize, EncodeError> {
         let available = out.len();
-        let Some(dst) = out.get_mut(..2) else {
+        let Some(dst) = out.get_mut(..N) else {
             return Err(EncodeError::BufferTooSmall {
-                needed: 2,
+                needed: N,
                 available,
             });
         };
         dst.copy_from_slice(&self.0);
-        Ok(2)
+        Ok(N)
     }
 
     fn write_body(&self, body: &mut [u64]) -> Result<(u64, usize), EncodeError> {
         let available = body.len();
-        let Some(dst) = body.first_mut() else {
+        let Some(dst) = body.get_mut(..N - 1) else {
             return Err(EncodeError::BufferTooSmall {
-                needed: 1,
+                needed: N - 1,
                 available,
             });
         };
-        *dst = self.0[1];
-        Ok((self.0[0], 2))
+        dst.copy_from_slice(&self.0[1..]);
+        Ok((self.0[0], N))
     }
 }
 
@@ -281,6 +350,21 @@ pub struct KernelTraceStats {
     pub context_switches: u64,
     /// Context switches written with the 16-bit-cpu layout (cpu above 255).
     pub wide_cpu_switches: u64,
+    /// Context switches written by tid (scheduling type 1) because they carry arguments
+    /// (cpu above 255, an uninterruptible sleep, a wait point).
+    pub switches_by_tid: u64,
+    /// Context switches of a thread going to sleep uninterruptibly (Linux `D`).
+    pub uninterruptible_switches: u64,
+    /// Context switches with a wait point (`stack` argument).
+    pub wait_points: u64,
+    /// Thread Wakeup records.
+    pub wakeups: u64,
+    /// `"fxtrace:sample"` blobs (CPU samples).
+    pub samples: u64,
+    /// `"fxtrace:stack"` blobs (interned call chains; again after a new epoch).
+    pub stack_blobs: u64,
+    /// `"fxtrace:ksym"` blobs (kernel symbols; again after a new epoch).
+    pub kernel_symbols: u64,
     /// Distinct threads seen.
     pub threads: u64,
     /// Thread records written (registrations and re-registrations).
@@ -425,6 +509,12 @@ pub struct KernelTraceWriter<S: RecordSink, T: RefTable<S> = LocalRefs> {
     /// `threads`, cleared with a removal and when a new epoch makes entries stale.
     recent_threads: Box<[Option<(u32, ThreadSlot)>; RECENT_THREADS]>,
     strings: HashMap<String, u16>,
+    /// The refs of the argument names scheduling records use, registered at first use in
+    /// each epoch (see [`Name`]).
+    names_cache: [Option<StringRef<'static>>; Name::COUNT],
+    /// The ref of the unknown switch side (thread 0 of [`UNKNOWN_PROCESS_KOID`]), registered
+    /// at first use in each epoch.
+    unknown_side: Option<ThreadRef>,
     cpu_names: IdMap<Option<u16>>,
     released: IdSet,
     /// The last name written for each thread, with the process it was written under.
@@ -432,6 +522,9 @@ pub struct KernelTraceWriter<S: RecordSink, T: RefTable<S> = LocalRefs> {
     process_names: IdMap<String>,
     /// Threads written with [`UNKNOWN_PROCESS_KOID`].
     unknown_process: IdSet,
+    /// The stacks and kernel symbols written, written again in a new epoch.
+    stacks: IdMap<StackInfo>,
+    kernel_symbols: Vec<KernelSymbol>,
     /// The mappings written for each process, copied to a child it forks.
     mappings: IdMap<Vec<MemoryMap>>,
     /// How many mappings `mappings` holds, and their approximate size in bytes.
@@ -476,11 +569,15 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
             threads: IdMap::default(),
             recent_threads: Box::new([None; RECENT_THREADS]),
             strings: HashMap::new(),
+            names_cache: [None; Name::COUNT],
+            unknown_side: None,
             cpu_names: IdMap::default(),
             released: IdSet::default(),
             thread_names: IdMap::default(),
             process_names: IdMap::default(),
             unknown_process: IdSet::default(),
+            stacks: IdMap::default(),
+            kernel_symbols: Vec::new(),
             mappings: IdMap::default(),
             remembered_mappings: 0,
             remembered_bytes: 0,
@@ -534,6 +631,10 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
                 self.mmap(map)
             }
             CaptureEvent::Lost(lost) => self.lost(lost),
+            CaptureEvent::Wakeup(w) => self.wakeup(w),
+            CaptureEvent::Sample(s) => self.sample(s),
+            CaptureEvent::Stack(s) => self.stack(s),
+            CaptureEvent::KernelSymbol(k) => self.kernel_symbol(k),
             CaptureEvent::Branch(sample) => self.branch(sample),
             CaptureEvent::Unsupported(u) => self.unsupported(u),
         }
@@ -557,8 +658,12 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
         let s = self.stats;
         let recorder = self.recorder_ref()?;
         let category = self.string(FXTRACE_CATEGORY)?;
+        // At most MAX_ARGS (15).
         let args = [
             Arg::new("context_switches", ArgValue::U64(s.context_switches)),
+            Arg::new("wakeups", ArgValue::U64(s.wakeups)),
+            Arg::new("wait_points", ArgValue::U64(s.wait_points)),
+            Arg::new("samples", ArgValue::U64(s.samples)),
             Arg::new("threads", ArgValue::U64(s.threads)),
             Arg::new("unindexed_threads", ArgValue::U64(s.unindexed_threads)),
             Arg::new(
@@ -699,6 +804,8 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
             self.stats.epochs += 1;
         }
         self.strings.clear();
+        self.names_cache = [None; Name::COUNT];
+        self.unknown_side = None;
         self.cpu_names.clear();
         self.recent_threads.fill(None);
         for slot in self.threads.values_mut() {
@@ -714,6 +821,15 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
         for (tid, (pid, name)) in threads {
             self.name_thread(tid, pid, &name)?;
             self.stats.names_replayed += 1;
+        }
+        // Stacks are referred to by id: define them again in the new epoch, symbols first.
+        for k in std::mem::take(&mut self.kernel_symbols) {
+            self.kernel_symbol(&k)?;
+        }
+        let mut stacks: Vec<StackInfo> = std::mem::take(&mut self.stacks).into_values().collect();
+        stacks.sort_by_key(|s| s.id);
+        for s in stacks {
+            self.stack(&s)?;
         }
         Ok(())
     }
@@ -908,12 +1024,13 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
     }
 
     fn context_switch(&mut self, cs: &SwitchEvent) -> Result<(), SinkError> {
+        // A side the source does not know is neither the idle task nor a thread 0.
         let outgoing = match cs.sides {
-            SwitchSides::IncomingOnly => ThreadRef::Inline { pid: 0, tid: 0 },
+            SwitchSides::IncomingOnly => self.unknown_side()?,
             _ => self.thread_ref(cs.prev_tid, cs.prev_pid)?,
         };
         let incoming = match cs.sides {
-            SwitchSides::OutgoingOnly => ThreadRef::Inline { pid: 0, tid: 0 },
+            SwitchSides::OutgoingOnly => self.unknown_side()?,
             _ => self.thread_ref(cs.next_tid, cs.next_pid)?,
         };
         let outgoing_state = fxt_state(cs.prev_state);
@@ -921,7 +1038,7 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
         let incoming_priority = perfetto_priority(cs.next_tid, cs.next_prio);
         self.stats.context_switches += 1;
         match u8::try_from(cs.cpu) {
-            Ok(cpu) => {
+            Ok(cpu) if !cs.uninterruptible && cs.stack.is_none() => {
                 let pushed = self.sink.push_context_switch(&ContextSwitch {
                     ticks: cs.time,
                     cpu,
@@ -933,29 +1050,7 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
                 });
                 self.count_push(pushed)?;
             }
-            Err(_) => {
-                self.stats.wide_cpu_switches += 1;
-                // Perfetto reads only these i32 weights on scheduling records, INT32_MIN
-                // marking the idle task.
-                let args = [
-                    Arg::new(
-                        "outgoing_weight",
-                        ArgValue::I32(perfetto_weight(cs.prev_tid, outgoing_priority)),
-                    ),
-                    Arg::new(
-                        "incoming_weight",
-                        ArgValue::I32(perfetto_weight(cs.next_tid, incoming_priority)),
-                    ),
-                ];
-                self.push(&Record::SchedContextSwitch(SchedContextSwitch {
-                    ticks: cs.time,
-                    cpu: u16::try_from(cs.cpu).unwrap_or(u16::MAX),
-                    outgoing_state,
-                    outgoing_tid: u64::from(cs.prev_tid),
-                    incoming_tid: u64::from(cs.next_tid),
-                    args: &args,
-                }))?
-            }
+            _ => self.switch_by_tid(cs, incoming_priority)?,
         }
         if cs.sides != SwitchSides::IncomingOnly
             && cs.prev_tid != 0
@@ -967,6 +1062,174 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
             self.release_thread(cs.prev_tid);
         }
         Ok(())
+    }
+
+    /// A context switch the legacy layout cannot hold (see [`crate::format::sched`]): by tid,
+    /// with the weights Perfetto reads and fxtrace's arguments.
+    fn switch_by_tid(&mut self, cs: &SwitchEvent, incoming_priority: u8) -> Result<(), SinkError> {
+        self.stats.switches_by_tid += 1;
+        if cs.cpu > u32::from(u8::MAX) {
+            self.stats.wide_cpu_switches += 1;
+        }
+        // A side the source does not know is written as the idle task (tid 0, idle weight).
+        let side = |known: bool, tid: u32| if known { tid } else { 0 };
+        let outgoing_tid = side(cs.sides != SwitchSides::IncomingOnly, cs.prev_tid);
+        let incoming_tid = side(cs.sides != SwitchSides::OutgoingOnly, cs.next_tid);
+        let mut args = [Arg::new(StringRef::Empty, ArgValue::Null); 4];
+        let mut n = 0;
+        // Perfetto reads only the i32 weights on this layout: the incoming thread's is its
+        // priority column, and INT32_MIN marks the idle task on either side.
+        args[n] = Arg {
+            name: self.cached_name(Name::IncomingWeight)?,
+            value: ArgValue::I32(perfetto_weight(incoming_tid, incoming_priority)),
+        };
+        n += 1;
+        if outgoing_tid == 0 {
+            args[n] = Arg {
+                name: self.cached_name(Name::OutgoingWeight)?,
+                value: ArgValue::I32(IDLE_WEIGHT),
+            };
+            n += 1;
+        }
+        if cs.uninterruptible {
+            self.stats.uninterruptible_switches += 1;
+            args[n] = Arg {
+                name: self.cached_name(Name::LinuxState)?,
+                value: ArgValue::Str(self.cached_name(Name::Uninterruptible)?),
+            };
+            n += 1;
+        }
+        if let Some(id) = cs.stack {
+            self.stats.wait_points += 1;
+            args[n] = Arg {
+                name: self.cached_name(Name::Stack)?,
+                value: ArgValue::U32(id),
+            };
+            n += 1;
+        }
+        self.push(&Record::SchedContextSwitch(SchedContextSwitch {
+            ticks: cs.time,
+            cpu: u16::try_from(cs.cpu).unwrap_or(u16::MAX),
+            outgoing_state: fxt_state(cs.prev_state),
+            outgoing_tid: u64::from(outgoing_tid),
+            incoming_tid: u64::from(incoming_tid),
+            args: &args[..n],
+        }))
+    }
+
+    /// A Thread Wakeup record: the woken thread on the CPU it was queued on, and its waker
+    /// (see [`crate::format::sched`]). Both threads were announced (named under their
+    /// processes) before.
+    fn wakeup(&mut self, w: &WakeupEvent) -> Result<(), SinkError> {
+        self.stats.wakeups += 1;
+        let args = [Arg {
+            name: self.cached_name(Name::Waker)?,
+            value: ArgValue::Koid(u64::from(w.waker_tid)),
+        }];
+        let pushed = self.sink.push_wakeup(&SchedThreadWakeup {
+            ticks: w.time,
+            cpu: u16::try_from(w.target_cpu).unwrap_or(u16::MAX),
+            waking_tid: u64::from(w.tid),
+            args: &args,
+        });
+        self.count_push(pushed).map(|_| ())
+    }
+
+    /// An `"fxtrace:sample"` blob.
+    fn sample(&mut self, s: &CpuSample) -> Result<(), SinkError> {
+        let payload = SampleRecord {
+            time: s.time,
+            cpu: u16::try_from(s.cpu).unwrap_or(u16::MAX),
+            pid: s.pid.unwrap_or(UNKNOWN_PROCESS_KOID),
+            tid: s.tid,
+            stack: s.stack.unwrap_or(0),
+        }
+        .encode();
+        let name = self.cached_name(Name::SampleBlob)?;
+        self.stats.samples += 1;
+        self.push(&Record::Blob(Blob {
+            name,
+            blob_type: BlobType::DATA,
+            payload: &payload,
+        }))
+    }
+
+    /// An `"fxtrace:stack"` blob defining stack `s.id`, kept to be written again in a new
+    /// epoch.
+    fn stack(&mut self, s: &StackInfo) -> Result<(), SinkError> {
+        let kernel = usize::from(s.kernel_frames).min(s.frames.len());
+        let payload = match StackRecord::encode(s.id, &s.frames[..kernel], &s.frames[kernel..]) {
+            Ok(p) => p,
+            Err(_) => {
+                // The capture keeps at most the format's frames and ids from 1: counted.
+                self.stats.dropped_records += 1;
+                return Ok(());
+            }
+        };
+        let name = self.cached_name(Name::StackBlob)?;
+        self.stats.stack_blobs += 1;
+        self.stacks.insert(s.id, s.clone());
+        self.push(&Record::Blob(Blob {
+            name,
+            blob_type: BlobType::DATA,
+            payload: &payload,
+        }))
+    }
+
+    /// An `"fxtrace:ksym"` blob, kept to be written again in a new epoch.
+    fn kernel_symbol(&mut self, k: &KernelSymbol) -> Result<(), SinkError> {
+        let payload = KernelSymbolRecord {
+            start: k.start,
+            len: k.len,
+            name: truncate_str(&k.name, KSYM_MAX_NAME).as_bytes(),
+        }
+        .encode();
+        let Ok(payload) = payload else {
+            self.stats.dropped_records += 1;
+            return Ok(());
+        };
+        let name = self.cached_name(Name::KsymBlob)?;
+        self.stats.kernel_symbols += 1;
+        self.kernel_symbols.push(k.clone());
+        self.push(&Record::Blob(Blob {
+            name,
+            blob_type: BlobType::DATA,
+            payload: &payload,
+        }))
+    }
+
+    /// The ref of a string scheduling records use, registered once per epoch.
+    #[inline]
+    fn cached_name(&mut self, name: Name) -> Result<StringRef<'static>, SinkError> {
+        if let Some(r) = self.names_cache[name as usize] {
+            return Ok(r);
+        }
+        let r = self.string(name.text())?;
+        // Only an index is kept: an inline ref (a full table) is tried again next time.
+        if let StringRef::Index(_) = r {
+            self.names_cache[name as usize] = Some(r);
+        }
+        Ok(r)
+    }
+
+    /// The ref of the unknown switch side: thread 0 of [`UNKNOWN_PROCESS_KOID`], registered
+    /// once per epoch (inline when the table is full).
+    fn unknown_side(&mut self) -> Result<ThreadRef, SinkError> {
+        if let Some(r) = self.unknown_side {
+            return Ok(r);
+        }
+        let (index, retry) = self.register_thread(UNKNOWN_PROCESS_KOID, 0)?;
+        let r = match index {
+            Some(index) => ThreadRef::Index(index),
+            None => ThreadRef::Inline {
+                pid: u64::from(UNKNOWN_PROCESS_KOID),
+                tid: 0,
+            },
+        };
+        if !retry {
+            self.unknown_side = Some(r);
+        }
+        Ok(r)
     }
 
     fn branch(&mut self, sample: &BranchSample) -> Result<(), SinkError> {
@@ -1194,6 +1457,39 @@ fn slot_ref(tid: u32, slot: ThreadSlot) -> ThreadRef {
     }
 }
 
+/// The strings of scheduling records ([`crate::format::sched`]) and of the stack blobs
+/// ([`crate::format::stack`]), registered once per epoch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Name {
+    IncomingWeight,
+    OutgoingWeight,
+    LinuxState,
+    Uninterruptible,
+    Stack,
+    Waker,
+    StackBlob,
+    SampleBlob,
+    KsymBlob,
+}
+
+impl Name {
+    const COUNT: usize = 9;
+
+    fn text(self) -> &'static str {
+        match self {
+            Name::IncomingWeight => sched::INCOMING_WEIGHT_ARG,
+            Name::OutgoingWeight => sched::OUTGOING_WEIGHT_ARG,
+            Name::LinuxState => sched::LINUX_STATE_ARG,
+            Name::Uninterruptible => sched::UNINTERRUPTIBLE,
+            Name::Stack => sched::STACK_ARG,
+            Name::Waker => sched::WAKER_ARG,
+            Name::StackBlob => STACK_BLOB_NAME,
+            Name::SampleBlob => SAMPLE_BLOB_NAME,
+            Name::KsymBlob => KSYM_BLOB_NAME,
+        }
+    }
+}
+
 /// The FXT state of a capture state (same `ZX_THREAD_STATE_*` numbering).
 pub fn fxt_state(state: LinuxThreadState) -> ThreadState {
     match state {
@@ -1222,7 +1518,7 @@ fn perfetto_priority(tid: u32, kernel_prio: u8) -> u8 {
 /// `incoming_weight`/`outgoing_weight` as i32, with `INT32_MIN` meaning the idle task.
 fn perfetto_weight(tid: u32, priority: u8) -> i32 {
     if tid == 0 {
-        i32::MIN
+        IDLE_WEIGHT
     } else {
         i32::from(priority)
     }
@@ -1262,10 +1558,63 @@ mod tests {
             next_tid: next,
             next_pid: Some(next),
             prev_state: state,
+            uninterruptible: false,
+            stack: None,
             prev_prio: 120,
             next_prio: 120,
             sides: SwitchSides::Both,
         })
+    }
+
+    /// The five-word wakeup is word for word what the general encoder writes; other argument
+    /// lists take the general path.
+    #[test]
+    fn wakeup_words_are_the_encoders() {
+        for (cpu, tid, name, koid) in [
+            (0u16, 1u64, 1u16, 0u64),
+            (u16::MAX, u64::MAX, 0x7fff, u64::MAX),
+            (3, 42, 17, 43),
+        ] {
+            let args = [Arg {
+                name: StringRef::Index(name),
+                value: ArgValue::Koid(koid),
+            }];
+            let w = SchedThreadWakeup {
+                ticks: 0x0123_4567_89ab_cdef,
+                cpu,
+                waking_tid: tid,
+                args: &args,
+            };
+            let mut general = RecordWriter::new();
+            general.push(&Record::SchedThreadWakeup(w)).unwrap();
+            let words = WakeupWords::of(&w).unwrap();
+            let mut direct = [0u64; 5];
+            assert_eq!(words.write(&mut direct), Ok(5));
+            assert_eq!(&direct[..], general.words());
+            let mut body = [0u64; 4];
+            assert_eq!(words.write_body(&mut body), Ok((direct[0], 5)));
+            assert_eq!(&body[..], &direct[1..]);
+            let mut sink = FxtStreamSink::new(Vec::new());
+            assert_eq!(sink.push_wakeup(&w).unwrap(), 5);
+            assert_eq!(sink.finish().unwrap(), words_to_bytes(general.words()));
+        }
+        let inline = [Arg::new("waker", ArgValue::Koid(1))];
+        let none: [Arg<'_>; 0] = [];
+        let u64_arg = [Arg::new(StringRef::Index(1), ArgValue::U64(1))];
+        for args in [&inline[..], &none, &u64_arg] {
+            let w = SchedThreadWakeup {
+                ticks: 1,
+                cpu: 0,
+                waking_tid: 2,
+                args,
+            };
+            assert!(WakeupWords::of(&w).is_none());
+            let mut general = RecordWriter::new();
+            general.push(&Record::SchedThreadWakeup(w)).unwrap();
+            let mut sink = FxtStreamSink::new(Vec::new());
+            sink.push_wakeup(&w).unwrap();
+            assert_eq!(sink.finish().unwrap(), words_to_bytes(general.words()));
+        }
     }
 
     /// The two-word context switch is word for word what the general encoder writes, for
@@ -1462,6 +1811,205 @@ mod tests {
                 r => RecordSink::push(&mut self.0, r),
             }
         }
+    }
+
+    fn decode_all(bytes: &[u8]) -> Vec<DecodedRecord<'_>> {
+        Decoder::new(bytes).map(|d| d.unwrap().record).collect()
+    }
+
+    /// A wake-up is a Thread Wakeup record (scheduling type 2) on the CPU the woken thread
+    /// was queued on, with its waker as a koid argument; a `D` switch and a switch with a
+    /// wait point go by tid with fxtrace's arguments; every other switch stays two words.
+    #[test]
+    fn wakeups_uninterruptible_sleeps_and_wait_points() {
+        use crate::format::sched::{SwitchView, WakeupView};
+        let mut w = KernelTraceWriter::new(RecordWriter::with_magic(), config()).unwrap();
+        w.handle(&CaptureEvent::Wakeup(WakeupEvent {
+            time: 150,
+            cpu: 0,
+            target_cpu: 1,
+            tid: 11,
+            pid: Some(11),
+            prio: 120,
+            waker_tid: 10,
+            waker_pid: Some(10),
+        }))
+        .unwrap();
+        let d = CaptureEvent::ContextSwitch(SwitchEvent {
+            uninterruptible: true,
+            ..match switch(200, 10, 0, LinuxThreadState::Blocked) {
+                CaptureEvent::ContextSwitch(cs) => cs,
+                _ => unreachable!(),
+            }
+        });
+        w.handle(&d).unwrap();
+        w.handle(&CaptureEvent::KernelSymbol(KernelSymbol {
+            start: 0xffff_ffff_8143_fc90,
+            len: 0x120,
+            name: "futex_wait".into(),
+        }))
+        .unwrap();
+        w.handle(&CaptureEvent::Stack(StackInfo {
+            id: 1,
+            kernel_frames: 1,
+            frames: vec![0xffff_ffff_8143_fca0, 0x40_1000].into(),
+        }))
+        .unwrap();
+        let waits = CaptureEvent::ContextSwitch(SwitchEvent {
+            stack: Some(1),
+            ..match switch(300, 11, 12, LinuxThreadState::Blocked) {
+                CaptureEvent::ContextSwitch(cs) => cs,
+                _ => unreachable!(),
+            }
+        });
+        w.handle(&waits).unwrap();
+        w.handle(&switch(400, 12, 0, LinuxThreadState::Running))
+            .unwrap();
+        let (sink, stats) = w.finish().unwrap();
+        assert_eq!(
+            (
+                stats.wakeups,
+                stats.uninterruptible_switches,
+                stats.wait_points
+            ),
+            (1, 1, 1)
+        );
+        assert_eq!((stats.switches_by_tid, stats.context_switches), (2, 3));
+        assert_eq!(
+            (
+                stats.stack_blobs,
+                stats.kernel_symbols,
+                stats.dropped_records
+            ),
+            (1, 1, 0)
+        );
+        let bytes = sink.to_bytes();
+        let records = decode_all(&bytes);
+        let wake = records.iter().find_map(WakeupView::of).unwrap();
+        assert_eq!(
+            (wake.time.ticks, wake.cpu, wake.tid, wake.waker),
+            (150, 1, 11, Some(10))
+        );
+        let switches: Vec<SwitchView> = records.iter().filter_map(SwitchView::of).collect();
+        assert_eq!(switches.len(), 3);
+        assert!(switches[0].uninterruptible && switches[0].stack.is_none());
+        assert_eq!(switches[0].incoming, crate::format::sched::Side::Idle);
+        assert_eq!(switches[1].stack, Some(1));
+        assert!(!switches[1].uninterruptible && switches[1].blocked());
+        assert_eq!(switches[2].outgoing_state, ThreadState::Running as u8);
+        // The by-tid switches, and only they.
+        let by_tid = records
+            .iter()
+            .filter(|r| matches!(r, DecodedRecord::SchedContextSwitch { .. }))
+            .count();
+        assert_eq!(by_tid, 2);
+        // The stack and its symbol, as blobs, before the switch that refers to the stack.
+        let position = |f: &dyn Fn(&DecodedRecord<'_>) -> bool| records.iter().position(f).unwrap();
+        let stack_at =
+            position(&|r| matches!(r, DecodedRecord::Blob { name, .. } if name == STACK_BLOB_NAME));
+        let ksym_at =
+            position(&|r| matches!(r, DecodedRecord::Blob { name, .. } if name == KSYM_BLOB_NAME));
+        let use_at = position(&|r| SwitchView::of(r).is_some_and(|s| s.stack == Some(1)));
+        assert!(ksym_at < stack_at && stack_at < use_at);
+        if let DecodedRecord::Blob { payload, .. } = &records[stack_at] {
+            let s = StackRecord::decode(payload).unwrap();
+            assert_eq!(
+                (s.id, s.kernel(), s.user()),
+                (1, &[0xffff_ffff_8143_fca0][..], &[0x40_1000][..])
+            );
+        }
+    }
+
+    #[test]
+    fn samples_are_blobs_and_a_new_epoch_defines_stacks_again() {
+        let mut w =
+            KernelTraceWriter::with_refs(RecordWriter::with_magic(), Epochs::default(), config())
+                .unwrap();
+        w.handle(&CaptureEvent::Stack(StackInfo {
+            id: 7,
+            kernel_frames: 0,
+            frames: vec![0x40_1000].into(),
+        }))
+        .unwrap();
+        let sample = CaptureEvent::Sample(CpuSample {
+            time: 500,
+            cpu: 1,
+            pid: Some(10),
+            tid: 11,
+            ip: 0x40_1000,
+            stack: Some(7),
+        });
+        w.handle(&sample).unwrap();
+        w.refs.epoch = 1;
+        w.handle(&sample).unwrap();
+        assert_eq!((w.stats().samples, w.stats().stack_blobs), (2, 2));
+        let bytes = w.sink().to_bytes();
+        let blobs: Vec<String> = Decoder::new(&bytes)
+            .filter_map(|d| match d.unwrap().record {
+                DecodedRecord::Blob { name, payload, .. } if name == SAMPLE_BLOB_NAME => {
+                    let s = SampleRecord::decode(&payload).unwrap();
+                    Some(format!("sample {} {} {} {}", s.time, s.pid, s.tid, s.stack))
+                }
+                DecodedRecord::Blob { name, payload, .. } if name == STACK_BLOB_NAME => Some(
+                    format!("stack {}", StackRecord::decode(&payload).unwrap().id),
+                ),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(
+            blobs,
+            [
+                "stack 7",
+                "sample 500 10 11 7",
+                "stack 7",
+                "sample 500 10 11 7"
+            ],
+            "the new epoch's reader meets the stack again before its use"
+        );
+    }
+
+    /// A side the per-process source does not know is thread 0 of the unknown process:
+    /// idle to Perfetto (tid 0, priority 0), "unknown" to fxtrace's readers, never a thread.
+    #[test]
+    fn an_unknown_side_is_neither_idle_nor_a_thread() {
+        use crate::format::sched::{Side, SwitchView};
+        let mut w = KernelTraceWriter::new(RecordWriter::with_magic(), config()).unwrap();
+        let out_only = match switch(200, 10, 0, LinuxThreadState::Blocked) {
+            CaptureEvent::ContextSwitch(cs) => CaptureEvent::ContextSwitch(SwitchEvent {
+                sides: SwitchSides::OutgoingOnly,
+                next_pid: Some(0),
+                ..cs
+            }),
+            _ => unreachable!(),
+        };
+        w.handle(&out_only).unwrap();
+        w.handle(&out_only).unwrap();
+        let (sink, stats) = w.finish().unwrap();
+        let bytes = sink.to_bytes();
+        let records = decode_all(&bytes);
+        let views: Vec<SwitchView> = records.iter().filter_map(SwitchView::of).collect();
+        assert_eq!(views.len(), 2);
+        assert!(views.iter().all(|v| v.incoming == Side::Unknown));
+        for r in &records {
+            if let DecodedRecord::ContextSwitch {
+                incoming,
+                incoming_priority,
+                ..
+            } = r
+            {
+                assert_eq!(
+                    (incoming.tid, *incoming_priority),
+                    (0, 0),
+                    "Perfetto's idle"
+                );
+            }
+        }
+        let registered = records
+            .iter()
+            .filter(|r| matches!(r, DecodedRecord::Thread { thread, .. } if thread.pid == u64::from(UNKNOWN_PROCESS_KOID) && thread.tid == 0))
+            .count();
+        assert_eq!(registered, 1, "registered once");
+        assert_eq!(stats.dropped_records, 0);
     }
 
     #[test]

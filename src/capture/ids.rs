@@ -24,6 +24,10 @@ impl Hasher for IdHasher {
     fn write_u32(&mut self, id: u32) {
         self.0 = (self.0 ^ u64::from(id)).wrapping_mul(0x9e37_79b9_7f4a_7c15);
     }
+
+    fn write_u64(&mut self, id: u64) {
+        self.0 = (self.0 ^ id).wrapping_mul(0x9e37_79b9_7f4a_7c15);
+    }
 }
 
 /// A map keyed by ids.

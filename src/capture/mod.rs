@@ -11,7 +11,8 @@
 //! | [`ring`] | the mmap'd ring: atomic head/tail, zero-copy (possibly split) record views |
 //! | [`records`] | record layouts → typed records ([`PerfRecord`]) |
 //! | [`lbr`] | branch stacks (`perf_branch_entry`) |
-//! | [`tracepoint`], [`switch`] | tracepoint format files; `sched_switch` raw data by its offsets |
+//! | [`tracepoint`], [`switch`], [`waking`] | tracepoint format files; `sched_switch` and `sched_waking` raw data by their offsets |
+//! | `stacks` | call chains interned (wait points, CPU samples); kernel symbols from `/proc/kallsyms` |
 //! | [`state`] | Linux `prev_state` / priorities → FXT thread states / priorities (table) |
 //! | [`time`] | perf timestamps → TSC ticks |
 //! | [`merge`] | k-way timestamp merge of per-CPU streams, with its release rule |
@@ -66,18 +67,20 @@ pub mod refs;
 pub mod replay;
 pub mod ring;
 pub mod session;
+mod stacks;
 pub mod state;
 pub mod switch;
 pub mod sys;
 pub mod time;
 pub mod tracefs;
 pub mod tracepoint;
+pub mod waking;
 mod worker;
 
 pub use attr::{BranchSampleFormat, BranchSampling, EventAttr, PerfEventKind, SampleFormat};
 pub use events::{
-    BranchSample, CaptureEvent, Lost, LostKind, MemoryMap, SwitchEvent, SwitchSides, TaskComm,
-    TaskExit, TaskFork, ThreadInfo, Unsupported,
+    BranchSample, CaptureEvent, CpuSample, KernelSymbol, Lost, LostKind, MemoryMap, StackInfo,
+    SwitchEvent, SwitchSides, TaskComm, TaskExit, TaskFork, ThreadInfo, Unsupported, WakeupEvent,
 };
 #[cfg(feature = "test-support")]
 pub use fake::{FakeRing, FakeSys, RecordBytes};
@@ -102,3 +105,4 @@ pub use sys::{PerfIoctl, RealSys, Sys};
 pub use time::{MeasuredMapping, PerfClock, PerfTimeConverter, TscConversion};
 pub use tracefs::Tracefs;
 pub use tracepoint::TracepointFormat;
+pub use waking::{SchedWakingFields, SchedWakingFormat};

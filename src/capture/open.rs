@@ -14,10 +14,13 @@ use super::permissions::{is_permission_error, Need, PerfPermissions};
 use super::procfs::TaskRegistry;
 use super::ring::{PerfRing, RingError};
 use super::session::*;
+use super::stacks::CHAIN_DEPTH;
 use super::switch::SchedSwitchFormat;
 use super::sys::{PerfIoctl, Sys};
 use super::time::{MeasuredMapping, PerfTimeConverter};
 use super::tracefs::Tracefs;
+use super::tracepoint::TracepointFormat;
+use super::waking::SchedWakingFormat;
 use crate::fd_guard::GuardedFd;
 
 pub(super) struct RingSlot {
@@ -227,7 +230,38 @@ pub(super) fn choose_clock(sys: &Arc<dyn Sys>, config: &CaptureConfig) -> PerfTi
     }
 }
 
-/// Opens `sched:sched_switch` on every CPU, or says why not.
+/// The id and format of the first of the `sched` tracepoints `names` this tracefs has, with
+/// its name, or why none could be read.
+fn sched_tracepoint(
+    config: &CaptureConfig,
+    perms: &PerfPermissions,
+    names: &[&'static str],
+) -> Result<(u64, TracepointFormat, &'static str), String> {
+    let tracefs = match &config.tracefs {
+        TracefsChoice::Skip => return Err("tracepoints disabled by configuration".into()),
+        TracefsChoice::At(path) => Ok(Tracefs::at(path)),
+        TracefsChoice::Auto { may_mount } => Tracefs::open(*may_mount, perms.root),
+    };
+    let tracefs = tracefs.map_err(|e| e.to_string())?;
+    let mut first_error = None;
+    for &name in names {
+        let read = tracefs
+            .tracepoint_id("sched", name)
+            .and_then(|id| Ok((id, tracefs.tracepoint_format("sched", name)?)));
+        match read {
+            Ok((id, format)) => return Ok((id, format, name)),
+            Err(e) => {
+                first_error.get_or_insert(e.to_string());
+            }
+        }
+    }
+    // `tracefs` (and a mount fxtrace made) is released here: the events do not need it.
+    Err(first_error.unwrap_or_default())
+}
+
+/// Opens `sched:sched_switch` on every CPU (with call chains when `wait_points`), or says
+/// why not.
+#[allow(clippy::too_many_arguments)]
 pub(super) fn open_tracepoint(
     opener: &Opener<'_>,
     config: &CaptureConfig,
@@ -238,38 +272,23 @@ pub(super) fn open_tracepoint(
 ) -> Result<(OpenSet, EventAttr, Arc<SchedSwitchFormat>), Unsupported> {
     let what = "sched:sched_switch tracepoint".to_owned();
     let fallback = "falling back to PERF_RECORD_SWITCH_CPU_WIDE (no priorities, states only \
-                    preempted/blocked)";
-    let tracefs = match &config.tracefs {
-        TracefsChoice::Skip => {
-            let hint = format!("tracepoint disabled by configuration; {fallback}");
-            return Err(Unsupported {
-                what,
-                errno: None,
-                summary: hint.clone(),
-                hint,
-            });
-        }
-        TracefsChoice::At(path) => Ok(Tracefs::at(path)),
-        TracefsChoice::Auto { may_mount } => Tracefs::open(*may_mount, perms.root),
-    };
-    let read = tracefs.and_then(|t| {
-        let id = t.tracepoint_id("sched", "sched_switch")?;
-        let format = t.tracepoint_format("sched", "sched_switch")?;
-        Ok((id, format))
-        // `t` (and a mount fxtrace made) is released here: the events do not need tracefs.
-    });
+                    preempted/blocked, no wait points)";
     let failed = |hint: String| Unsupported {
         what: what.clone(),
         errno: None,
         summary: hint.clone(),
         hint,
     };
-    let (id, format) = read.map_err(|e| failed(format!("{e}; {fallback}")))?;
+    let (id, format, _) = sched_tracepoint(config, perms, &["sched_switch"])
+        .map_err(|e| failed(format!("{e}; {fallback}")))?;
     let fmt =
         SchedSwitchFormat::from_format(&format).map_err(|e| failed(format!("{e}; {fallback}")))?;
-    let attr = EventAttr::sched_switch_tracepoint(id, source)
+    let mut attr = EventAttr::sched_switch_tracepoint(id, source)
         .with_mmaps(config.mmaps)
         .with_wakeup_watermark(watermark);
+    if config.wait_points {
+        attr = attr.with_callchain(CHAIN_DEPTH, true);
+    }
     let set = opener.per_cpu(&attr, cpus).map_err(|f| {
         let hint = format!(
             "{}{}; {fallback}",
@@ -288,4 +307,95 @@ pub(super) fn open_tracepoint(
         }
     })?;
     Ok((set, attr, Arc::new(fmt)))
+}
+
+/// Opens `sched:sched_waking` (or, on kernels without it, `sched:sched_wakeup`) on every CPU
+/// (system-wide) or on every thread of `pid`, or says why not.
+pub(super) fn open_waking(
+    opener: &Opener<'_>,
+    config: &CaptureConfig,
+    perms: &PerfPermissions,
+    cpus: &[u32],
+    registry: &TaskRegistry,
+    (source, watermark): (super::time::PerfClock, u32),
+) -> Result<(OpenSet, EventAttr, Arc<SchedWakingFormat>), Unsupported> {
+    let what = "wake-ups (sched:sched_waking tracepoint)".to_owned();
+    let skipped = "wake-ups are not recorded";
+    let unsupported = |errno, why: String| {
+        let hint = format!("{why}; {skipped}");
+        Unsupported {
+            what: what.clone(),
+            errno,
+            summary: hint.clone(),
+            hint,
+        }
+    };
+    let (id, format, _) = sched_tracepoint(config, perms, &["sched_waking", "sched_wakeup"])
+        .map_err(|e| unsupported(None, e))?;
+    let fmt =
+        SchedWakingFormat::from_format(&format).map_err(|e| unsupported(None, e.to_string()))?;
+    let attr = EventAttr::sched_waking_tracepoint(id, source).with_wakeup_watermark(watermark);
+    let opened = match config.target {
+        CaptureTarget::SystemWide => opener.per_cpu(&attr, cpus).map_err(OpenError::Failure),
+        CaptureTarget::Process(pid) => {
+            opener.per_thread(&attr.clone().with_inherit(true), pid, cpus, registry)
+        }
+    };
+    let set = opened.map_err(|e| match e {
+        OpenError::Failure(f) => {
+            if f.error.as_ref().is_ok_and(is_permission_error) {
+                let remedy = perms.remedy(Need::RawTracepoint, f.errno());
+                Unsupported {
+                    what: what.clone(),
+                    errno: f.errno(),
+                    summary: format!(
+                        "{}; {skipped}",
+                        perms.remedy_short(Need::RawTracepoint, f.errno())
+                    ),
+                    hint: format!("{}; {remedy}; {skipped}", f.describe()),
+                }
+            } else {
+                unsupported(f.errno(), f.describe())
+            }
+        }
+        OpenError::Fatal(e) => unsupported(None, e.to_string()),
+    })?;
+    Ok((set, attr, Arc::new(fmt)))
+}
+
+/// Opens `cpu-clock` sampling at `hz` on every CPU (system-wide) or on every thread of
+/// `pid`, kernel frames included when permitted; or says why not.
+pub(super) fn open_sampling(
+    opener: &Opener<'_>,
+    config: &CaptureConfig,
+    perms: &PerfPermissions,
+    cpus: &[u32],
+    registry: &TaskRegistry,
+    (hz, source, watermark): (u64, super::time::PerfClock, u32),
+) -> Result<(OpenSet, EventAttr), Unsupported> {
+    let kernel = perms.allows(Need::CpuSampling { kernel: true });
+    let attr = EventAttr::cpu_clock_sampling(hz, CHAIN_DEPTH, kernel, source)
+        // Without a switch event, the samples carry the mapping records.
+        .with_mmaps(config.mmaps && !config.switches && config.lbr.is_none())
+        .with_wakeup_watermark(watermark);
+    let opened = match config.target {
+        CaptureTarget::SystemWide => opener.per_cpu(&attr, cpus).map_err(OpenError::Failure),
+        CaptureTarget::Process(pid) => {
+            opener.per_thread(&attr.clone().with_inherit(true), pid, cpus, registry)
+        }
+    };
+    let set = opened.map_err(|e| {
+        let (errno, why) = match e {
+            OpenError::Failure(f) => (f.errno(), f.describe()),
+            OpenError::Fatal(e) => (None, e.to_string()),
+        };
+        let need = Need::CpuSampling { kernel };
+        Unsupported {
+            what: format!("CPU samples (cpu-clock at {hz} Hz)"),
+            errno,
+            summary: perms.remedy_short(need, errno),
+            hint: format!("{why}; {}", perms.remedy(need, errno)),
+        }
+    })?;
+    Ok((set, attr))
 }

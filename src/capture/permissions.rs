@@ -39,6 +39,11 @@ pub enum Need {
         /// Kernel branches requested.
         kernel: bool,
     },
+    /// Software CPU samples (`cpu-clock`) of processes we own, optionally with kernel frames.
+    CpuSampling {
+        /// Kernel samples and frames requested.
+        kernel: bool,
+    },
     /// Locking ring-buffer memory (`mmap` of the rings).
     RingMemory,
 }
@@ -88,6 +93,7 @@ impl PerfPermissions {
             Need::HardwareSampling { kernel } => {
                 self.hardware_pmu && (privileged || paranoid <= if kernel { 1 } else { 2 })
             }
+            Need::CpuSampling { kernel } => privileged || paranoid <= if kernel { 1 } else { 2 },
             Need::RingMemory => true,
         }
     }
@@ -122,6 +128,15 @@ impl PerfPermissions {
             Need::HardwareSampling { kernel } => format!(
                 "hardware branch sampling (LBR{}) needs a CPU PMU with LBR and {} ({privilege})",
                 if kernel { ", with kernel branches" } else { "" },
+                if kernel {
+                    "perf_event_paranoid <= 1 or CAP_PERFMON"
+                } else {
+                    "perf_event_paranoid <= 2 or CAP_PERFMON"
+                }
+            ),
+            Need::CpuSampling { kernel } => format!(
+                "CPU samples{} need {} ({privilege}); system-wide ones need root or CAP_PERFMON",
+                if kernel { " with kernel frames" } else { "" },
                 if kernel {
                     "perf_event_paranoid <= 1 or CAP_PERFMON"
                 } else {
@@ -167,6 +182,10 @@ impl PerfPermissions {
                 "this CPU or hypervisor does not expose LBR branch stacks".to_owned()
             }
             Need::HardwareSampling { kernel } => format!(
+                "needs perf_event_paranoid <= {} or CAP_PERFMON",
+                if kernel { 1 } else { 2 }
+            ),
+            Need::CpuSampling { kernel } => format!(
                 "needs perf_event_paranoid <= {} or CAP_PERFMON",
                 if kernel { 1 } else { 2 }
             ),

@@ -32,7 +32,7 @@ use std::collections::VecDeque;
 use super::ids::IdMap;
 
 use super::decode::{known_pid, Pending};
-use super::events::{CaptureEvent, SwitchEvent, SwitchSides};
+use super::events::{CaptureEvent, SwitchEvent, SwitchSides, WakeupEvent};
 use super::procfs::TaskRegistry;
 
 /// How far (perf nanoseconds) the newest event may run ahead of a held one before the held one
@@ -134,19 +134,13 @@ impl PidResolver {
         self.newest = self.newest.max(perf_time);
         self.learn(&pending);
         let mut waits = [None, None];
-        if let Some(cs) = pending.switch_mut() {
-            let [prev, next] = sides(cs);
-            if prev {
-                cs.prev_pid = cs.prev_pid.or_else(|| self.registry.pid_of(cs.prev_tid));
-                if cs.prev_pid.is_none() {
-                    waits[0] = Some(cs.prev_tid);
-                }
+        for (wait, thread) in waits.iter_mut().zip(pending.threads_mut()) {
+            let Some((tid, pid)) = thread else { continue };
+            if pid.is_none() {
+                *pid = self.registry.pid_of(tid);
             }
-            if next {
-                cs.next_pid = cs.next_pid.or_else(|| self.registry.pid_of(cs.next_tid));
-                if cs.next_pid.is_none() {
-                    waits[1] = Some(cs.next_tid);
-                }
+            if pid.is_none() {
+                *wait = Some(tid);
             }
         }
         if waits.iter().any(Option::is_some) {
@@ -204,12 +198,8 @@ impl PidResolver {
                 Some(_) => self.stats.resolved += 1,
                 None => self.stats.unresolved += 1,
             }
-            if let Some(cs) = pending.switch_mut() {
-                if side == 0 {
-                    cs.prev_pid = pid;
-                } else {
-                    cs.next_pid = pid;
-                }
+            if let Some((_, slot)) = &mut pending.threads_mut()[side] {
+                **slot = pid;
             }
         }
         Some(pending)
@@ -223,11 +213,21 @@ impl PidResolver {
                 facts = switch_facts(cs);
                 None
             }
+            Pending::Wakeup(w, _) => {
+                facts = wakeup_facts(w);
+                None
+            }
+            Pending::Sample(s) => {
+                facts[0] = s.pid.map(|p| (p, s.tid));
+                None
+            }
             Pending::Other(o) => Some(&o.event),
         };
         match event {
             None => {}
             Some(CaptureEvent::ContextSwitch(cs)) => facts = switch_facts(cs),
+            Some(CaptureEvent::Wakeup(w)) => facts = wakeup_facts(w),
+            Some(CaptureEvent::Sample(s)) => facts[0] = s.pid.map(|p| (p, s.tid)),
             // The parent is the task that forked (`current`); for EXIT the kernel fills
             // `ptid` with a pid, so only the task's own pair is used there.
             Some(CaptureEvent::Fork(f)) => {
@@ -243,6 +243,8 @@ impl PidResolver {
                 CaptureEvent::Mmap(_)
                 | CaptureEvent::Lost(_)
                 | CaptureEvent::Thread(_)
+                | CaptureEvent::Stack(_)
+                | CaptureEvent::KernelSymbol(_)
                 | CaptureEvent::Unsupported(_),
             ) => {}
         }
@@ -271,6 +273,15 @@ fn switch_facts(cs: &SwitchEvent) -> [Option<(u32, u32)>; 2] {
     ]
 }
 
+/// The (pid, tid) facts a wake-up carries: the waker's (from the sample), and the woken
+/// thread's once known.
+fn wakeup_facts(w: &WakeupEvent) -> [Option<(u32, u32)>; 2] {
+    [
+        w.waker_pid.map(|p| (p, w.waker_tid)),
+        w.pid.map(|p| (p, w.tid)),
+    ]
+}
+
 /// Which sides of `cs` name a thread: `[outgoing, incoming]`.
 fn sides(cs: &SwitchEvent) -> [bool; 2] {
     [
@@ -294,6 +305,8 @@ mod tests {
             next_tid: next,
             next_pid: (next == 0).then_some(0),
             prev_state: LinuxThreadState::Blocked,
+            uninterruptible: false,
+            stack: None,
             prev_prio: 120,
             next_prio: 120,
             sides: SwitchSides::Both,

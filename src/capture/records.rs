@@ -152,28 +152,33 @@ pub struct RecordLayout {
     fixed: Option<FixedSample>,
 }
 
-/// The offsets in a sample's body of the fields the capture thread reads per context switch,
-/// for sample formats with raw data and nothing of variable size (no call chain, no branch
-/// stack): computed once per event, so [`RecordLayout::sample_in_place`] reads a sample with a
-/// few loads instead of walking the format bit by bit.
+/// The offsets in a sample's body of the fields the capture thread reads per sample (a
+/// context switch, a wake-up, a CPU sample), for sample formats whose fields before the call
+/// chain and the raw data are all fixed (no branch stack, no register dumps): computed once
+/// per event, so [`RecordLayout::sample_in_place`] reads a sample with a few loads instead of
+/// walking the format bit by bit.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct FixedSample {
+    ip: Option<usize>,
     /// `TID`: pid, then tid 4 bytes later.
     tid: Option<usize>,
     time: Option<usize>,
     cpu: Option<usize>,
-    /// The raw data's `u32` size; the data follows it.
-    raw: usize,
+    /// Where the variable part starts: the call chain's `nr` (with `CALLCHAIN`), then the raw
+    /// data's `u32` size (with `RAW`).
+    tail: usize,
+    callchain: bool,
+    raw: bool,
 }
 
 impl FixedSample {
     fn of(s: SampleFormat) -> Option<Self> {
-        if !s.contains(SampleFormat::RAW)
-            || s.intersects(SampleFormat::CALLCHAIN | SampleFormat::BRANCH_STACK)
+        if s.intersects(SampleFormat::BRANCH_STACK)
+            || !s.intersects(SampleFormat::RAW | SampleFormat::CALLCHAIN)
         {
             return None;
         }
-        // The order of `parse_sample`, every field before RAW 8 bytes.
+        // The order of `parse_sample`, every field before the call chain 8 bytes.
         let mut at = 0;
         let mut field = |f: SampleFormat| {
             s.contains(f).then(|| {
@@ -182,7 +187,7 @@ impl FixedSample {
             })
         };
         field(SampleFormat::IDENTIFIER);
-        field(SampleFormat::IP);
+        let ip = field(SampleFormat::IP);
         let tid = field(SampleFormat::TID);
         let time = field(SampleFormat::TIME);
         field(SampleFormat::ADDR);
@@ -191,10 +196,13 @@ impl FixedSample {
         let cpu = field(SampleFormat::CPU);
         field(SampleFormat::PERIOD);
         Some(Self {
+            ip,
             tid,
             time,
             cpu,
-            raw: at,
+            tail: at,
+            callchain: s.contains(SampleFormat::CALLCHAIN),
+            raw: s.contains(SampleFormat::RAW),
         })
     }
 }
@@ -202,11 +210,15 @@ impl FixedSample {
 /// What the capture thread reads of a sample (see [`RecordLayout::sample_in_place`]).
 #[derive(Debug, Clone, Copy)]
 pub(crate) struct InPlaceSample<'a> {
+    pub(crate) ip: Option<u64>,
     pub(crate) pid: Option<u32>,
     pub(crate) tid: Option<u32>,
     pub(crate) time: Option<u64>,
     pub(crate) cpu: Option<u32>,
-    /// The raw data, in the ring.
+    /// The call chain's instruction pointers as the ring holds them (`nr` native-endian
+    /// `u64`s; empty without `CALLCHAIN`).
+    pub(crate) callchain: &'a [u8],
+    /// The raw data, in the ring (empty without `RAW`).
     pub(crate) raw: &'a [u8],
 }
 
@@ -240,9 +252,10 @@ impl RecordLayout {
         })
     }
 
-    /// A sample's pid, tid, time, cpu and raw data read in place from its contiguous body,
-    /// when the layout puts them at fixed offsets. `None` when it does not, or when the body is
-    /// too short for them: [`Self::parse`] then gives the same record or the error.
+    /// A sample's fixed fields, call chain and raw data read in place from its contiguous
+    /// body, when the layout allows (see [`FixedSample`]). `None` when it does not, or when
+    /// the body is too short for them: [`Self::parse`] then gives the same record or the
+    /// error.
     #[inline]
     pub(crate) fn sample_in_place<'a>(&self, body: &'a [u8]) -> Option<InPlaceSample<'a>> {
         let f = self.fixed.as_ref()?;
@@ -256,6 +269,10 @@ impl RecordLayout {
             Some(at) => (Some(u32_at(at)?), Some(u32_at(at + 4)?)),
             None => (None, None),
         };
+        let ip = match f.ip {
+            Some(at) => Some(u64_at(at)?),
+            None => None,
+        };
         let time = match f.time {
             Some(at) => Some(u64_at(at)?),
             None => None,
@@ -264,14 +281,28 @@ impl RecordLayout {
             Some(at) => Some(u32_at(at)?),
             None => None,
         };
-        let size = u32_at(f.raw)? as usize;
-        let start = f.raw + 4;
-        let raw = body.get(start..start.checked_add(size)?)?;
+        let mut at = f.tail;
+        let mut callchain: &[u8] = &[];
+        if f.callchain {
+            let nr = usize::try_from(u64_at(at)?).ok()?;
+            let start = at + 8;
+            let end = start.checked_add(nr.checked_mul(8)?)?;
+            callchain = body.get(start..end)?;
+            at = end;
+        }
+        let mut raw: &[u8] = &[];
+        if f.raw {
+            let size = u32_at(at)? as usize;
+            let start = at + 4;
+            raw = body.get(start..start.checked_add(size)?)?;
+        }
         Some(InPlaceSample {
+            ip,
             pid,
             tid,
             time,
             cpu,
+            callchain,
             raw,
         })
     }
@@ -953,6 +984,17 @@ mod tests {
         assert_eq!((stack.entries[0].from, stack.entries[0].to), (0x10, 0x20));
     }
 
+    fn parse_sample<'a>(layout: &RecordLayout, body: &'a [u8]) -> Sample<'a> {
+        match layout.parse(&RawRecord {
+            kind: RECORD_SAMPLE,
+            misc: 0,
+            body: RawData::Single(body),
+        }) {
+            Ok(PerfRecord::Sample(s)) => s,
+            other => panic!("{other:?}"),
+        }
+    }
+
     /// The in-place sample read gives the fields `parse` gives, for every fixed layout, and
     /// declines variable layouts and short bodies.
     #[test]
@@ -984,14 +1026,7 @@ mod tests {
             }
             body.extend_from_slice(&12u32.to_ne_bytes());
             body.extend_from_slice(b"raw-data-123");
-            let parsed = match layout.parse(&RawRecord {
-                kind: RECORD_SAMPLE,
-                misc: 0,
-                body: RawData::Single(&body),
-            }) {
-                Ok(PerfRecord::Sample(s)) => s,
-                other => panic!("{other:?}"),
-            };
+            let parsed = parse_sample(&layout, &body);
             let fast = layout.sample_in_place(&body).unwrap();
             assert_eq!(
                 (fast.pid, fast.tid, fast.time, fast.cpu),
@@ -1001,13 +1036,82 @@ mod tests {
             assert_eq!(fast.raw, &parsed.raw.unwrap().to_vec()[..]);
             assert!(layout.sample_in_place(&body[..body.len() - 1]).is_none());
         }
-        let chain = RecordLayout::from_formats(
-            SampleFormat::RAW | SampleFormat::CALLCHAIN,
-            BranchSampleFormat::empty(),
+        let branches = RecordLayout::from_formats(
+            SampleFormat::RAW | SampleFormat::BRANCH_STACK,
+            BranchSampleFormat::ANY,
             true,
         )
         .unwrap();
-        assert!(chain.sample_in_place(&[0; 64]).is_none());
+        assert!(
+            branches.sample_in_place(&[0; 64]).is_none(),
+            "variable: parsed"
+        );
+    }
+
+    /// With a call chain (before the raw data, or alone as a CPU sample's), the in-place read
+    /// gives what `parse` gives; a chain longer than the body is declined.
+    #[test]
+    fn in_place_call_chains_match_parse() {
+        for format in [
+            SampleFormat::TID
+                | SampleFormat::TIME
+                | SampleFormat::CPU
+                | SampleFormat::CALLCHAIN
+                | SampleFormat::RAW,
+            SampleFormat::IP
+                | SampleFormat::TID
+                | SampleFormat::TIME
+                | SampleFormat::CPU
+                | SampleFormat::CALLCHAIN,
+        ] {
+            let layout =
+                RecordLayout::from_formats(format, BranchSampleFormat::empty(), true).unwrap();
+            let chain = [
+                0xffff_ffff_ffff_ff80u64,
+                0xffff_ffff_8100_0010,
+                0xffff_ffff_8100_0020,
+            ];
+            let mut body = Vec::new();
+            if format.contains(SampleFormat::IP) {
+                body.extend_from_slice(&0x40_1234u64.to_ne_bytes());
+            }
+            body.extend_from_slice(&7u32.to_ne_bytes());
+            body.extend_from_slice(&8u32.to_ne_bytes());
+            body.extend_from_slice(&99u64.to_ne_bytes());
+            body.extend_from_slice(&1u32.to_ne_bytes());
+            body.extend_from_slice(&0u32.to_ne_bytes());
+            body.extend_from_slice(&(chain.len() as u64).to_ne_bytes());
+            for ip in chain {
+                body.extend_from_slice(&ip.to_ne_bytes());
+            }
+            if format.contains(SampleFormat::RAW) {
+                body.extend_from_slice(&4u32.to_ne_bytes());
+                body.extend_from_slice(b"abcd");
+            }
+            let parsed = parse_sample(&layout, &body);
+            let fast = layout.sample_in_place(&body).unwrap();
+            assert_eq!(
+                (fast.ip, fast.pid, fast.tid, fast.time, fast.cpu),
+                (parsed.ip, parsed.pid, parsed.tid, parsed.time, parsed.cpu)
+            );
+            assert_eq!(fast.callchain, &parsed.callchain.unwrap().to_vec()[..]);
+            assert_eq!(
+                fast.raw,
+                &parsed.raw.map(|r| r.to_vec()).unwrap_or_default()[..]
+            );
+            // A chain claiming more frames than the body holds.
+            let nr_at = body.len()
+                - 8 * chain.len()
+                - 8
+                - if format.contains(SampleFormat::RAW) {
+                    8
+                } else {
+                    0
+                };
+            let mut long = body.clone();
+            long[nr_at..nr_at + 8].copy_from_slice(&1000u64.to_ne_bytes());
+            assert!(layout.sample_in_place(&long).is_none());
+        }
     }
 
     #[test]

@@ -24,7 +24,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
 
 use super::attr::PerfEventKind;
-use super::decode::{Decoded, Pending, Skip, StreamDecoder};
+use super::decode::{Decoded, Pending, RawFormat, Skip, StreamDecoder};
 use super::events::CaptureEvent;
 use super::ids::IdMap;
 use super::pids::PidResolver;
@@ -32,6 +32,7 @@ use super::procfs::TaskRegistry;
 use super::records::{ParseError, RecordLayout};
 use super::ring::{RawData, RawRecord};
 use super::session::Counters;
+use super::stacks::{StackInterner, MAX_STACK_BYTES};
 use super::switch::SchedSwitchFormat;
 use super::time::{PerfTimeConverter, TscConversion};
 use super::worker::{Delivery, ANNOUNCED_SLOTS};
@@ -134,6 +135,7 @@ impl Replay {
                 build_ids: None,
                 announced: IdMap::default(),
                 recent: Box::new([None; ANNOUNCED_SLOTS]),
+                stacks: StackInterner::new(MAX_STACK_BYTES, None),
                 counters: counters.clone(),
                 sink: Box::new(move |event| {
                     // A poisoned lock only means a panic elsewhere: the events are still whole.
@@ -209,14 +211,15 @@ impl Replay {
             (event, u32::MAX)
         };
         let decoder = self.decoders.entry(key).or_insert_with(|| {
-            StreamDecoder::new(desc.kind, key.1.min(cpu), desc.layout, desc.sched.clone())
+            let format = desc.sched.clone().map(RawFormat::Switch);
+            StreamDecoder::new(desc.kind, key.1.min(cpu), desc.layout, format)
         });
         let raw = RawRecord {
             kind,
             misc,
             body: RawData::Single(body),
         };
-        match decoder.decode(&raw, &self.conv)? {
+        match decoder.decode(&raw, &self.conv, &mut self.delivery.stacks)? {
             Decoded::Event {
                 perf_time,
                 mut pending,

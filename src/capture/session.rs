@@ -64,7 +64,7 @@ use std::time::Duration;
 use thiserror::Error;
 
 use super::attr::{BranchSampling, EventAttr, PerfEventKind};
-use super::decode::StreamDecoder;
+use super::decode::{RawFormat, StreamDecoder};
 use super::events::{CaptureEvent, Unsupported};
 use super::ids::IdMap;
 use super::maps::BuildIdCache;
@@ -75,7 +75,7 @@ use super::pids::PidResolver;
 use super::procfs::{online_cpus, TaskRegistry};
 use super::records::{ParseError, RecordLayout};
 use super::ring::RingError;
-use super::switch::SchedSwitchFormat;
+use super::stacks::{KernelSymbols, StackInterner, MAX_STACK_BYTES};
 use super::sys::{PerfIoctl, RealSys, Sys};
 use super::time::PerfTimeConverter;
 use super::tracefs::TracefsError;
@@ -131,11 +131,25 @@ pub struct CaptureConfig {
     /// Record executable mappings: those in `/proc` at the start and new ones
     /// (`PERF_RECORD_MMAP2`), as [`CaptureEvent::Mmap`].
     pub mmaps: bool,
+    /// Record wake-ups (`sched:sched_waking`, or `sched_wakeup`): who woke whom, as
+    /// [`CaptureEvent::Wakeup`]. System-wide, or the traced process's threads (waking or
+    /// woken) where the kernel allows raw tracepoint data (root, `CAP_PERFMON`,
+    /// `perf_event_paranoid = -1`).
+    pub wakeups: bool,
+    /// Record wait points: the call chain of every thread switched out blocked (kernel
+    /// frames, and user frames walked by frame pointers), interned as [`CaptureEvent::Stack`]
+    /// and referred to by [`SwitchEvent::stack`](super::SwitchEvent::stack). Needs the
+    /// `sched_switch` tracepoint (system-wide).
+    pub wait_points: bool,
+    /// CPU samples at this many a second of CPU time (software `cpu-clock`, no PMU needed),
+    /// with call chains, as [`CaptureEvent::Sample`].
+    pub sample_hz: Option<u64>,
 }
 
 impl CaptureConfig {
     /// System-wide switches, no LBR, no mappings (reading every process's maps at the start
-    /// costs some 100s of ms: recordings turn it on with LBR), 1 MiB rings (256 pages).
+    /// costs some 100s of ms: recordings turn it on with LBR), no wake-ups, wait points or CPU
+    /// samples, 1 MiB rings (256 pages).
     pub fn system_wide() -> Self {
         Self {
             target: CaptureTarget::SystemWide,
@@ -149,6 +163,9 @@ impl CaptureConfig {
             merge_slack: Duration::from_millis(20),
             clock: None,
             mmaps: false,
+            wakeups: false,
+            wait_points: false,
+            sample_hz: None,
         }
     }
 
@@ -180,6 +197,14 @@ pub struct CaptureReport {
     pub switch_source: Option<SwitchSource>,
     /// LBR sampling is running (with kernel branches or not).
     pub lbr: Option<BranchSampling>,
+    /// Wake-ups are recorded.
+    pub wakeups: bool,
+    /// Wait points are recorded (call chains on the switch event).
+    pub wait_points: bool,
+    /// CPU samples are taken at this rate; `kernel`: with kernel frames.
+    pub sampling: Option<(u64, bool)>,
+    /// Kernel frames are named (`/proc/kallsyms` was read).
+    pub kernel_symbols: bool,
     /// Sources that could not be used.
     pub unsupported: Vec<Unsupported>,
     /// The perf→TSC conversion.
@@ -280,6 +305,12 @@ pub(super) struct Counters {
     pub(super) parse_errors: AtomicU64,
     pub(super) corrupt_bytes: AtomicU64,
     pub(super) switches: AtomicU64,
+    pub(super) wakeups: AtomicU64,
+    pub(super) wait_points: AtomicU64,
+    pub(super) samples: AtomicU64,
+    pub(super) stacks: AtomicU64,
+    pub(super) stacks_not_interned: AtomicU64,
+    pub(super) kernel_symbols: AtomicU64,
     pub(super) branch_samples: AtomicU64,
     pub(super) mmaps: AtomicU64,
     pub(super) mmaps_synthesized: AtomicU64,
@@ -334,6 +365,19 @@ pub struct CaptureStats {
     pub corrupt_bytes: u64,
     /// Context switches delivered.
     pub switches: u64,
+    /// Wake-ups delivered.
+    pub wakeups: u64,
+    /// Context switches delivered with a wait point (the call chain where the thread blocked).
+    pub wait_points: u64,
+    /// CPU samples delivered.
+    pub samples: u64,
+    /// Distinct call chains announced.
+    pub stacks: u64,
+    /// Call chains not interned for want of room ([`super::stacks`]'s bound): their wait
+    /// point or sample went without a stack.
+    pub stacks_not_interned: u64,
+    /// Kernel symbols announced (those the stacks' kernel frames fall in).
+    pub kernel_symbols: u64,
     /// LBR samples delivered.
     pub branch_samples: u64,
     /// Executable mappings delivered (read from `/proc` at the start, or reported by the
@@ -385,6 +429,12 @@ impl Counters {
             parse_errors: g(&self.parse_errors),
             corrupt_bytes: g(&self.corrupt_bytes),
             switches: g(&self.switches),
+            wakeups: g(&self.wakeups),
+            wait_points: g(&self.wait_points),
+            samples: g(&self.samples),
+            stacks: g(&self.stacks),
+            stacks_not_interned: g(&self.stacks_not_interned),
+            kernel_symbols: g(&self.kernel_symbols),
             branch_samples: g(&self.branch_samples),
             mmaps: g(&self.mmaps),
             mmaps_synthesized: g(&self.mmaps_synthesized),
@@ -433,9 +483,10 @@ impl Capture {
         config: CaptureConfig,
         sink: impl FnMut(CaptureEvent) + Send + 'static,
     ) -> Result<Self, CaptureError> {
-        if !config.switches && config.lbr.is_none() {
+        if !config.switches && config.lbr.is_none() && !config.wakeups && config.sample_hz.is_none()
+        {
             return Err(CaptureError::NothingToCapture {
-                why: "neither context switches nor LBR requested".into(),
+                why: "neither context switches, wake-ups, CPU samples nor LBR requested".into(),
                 unavailable: Vec::new(),
             });
         }
@@ -465,12 +516,12 @@ impl Capture {
         let mut slots: Vec<RingSlot> = Vec::new();
         let mut members: Vec<(usize, GuardedFd)> = Vec::new();
         let mut events = 0usize;
-        let mut add = |set: OpenSet, attr: &EventAttr, sched: Option<Arc<SchedSwitchFormat>>| {
+        let mut add = |set: OpenSet, attr: &EventAttr, format: Option<RawFormat>| {
             let layout = RecordLayout::new(attr)?;
             events += set.rings.len() + set.members.len();
             let first = slots.len();
             for (cpu, ring) in set.rings {
-                let decoder = StreamDecoder::new(attr.kind(), cpu, layout, sched.clone());
+                let decoder = StreamDecoder::new(attr.kind(), cpu, layout, format.clone());
                 slots.push(RingSlot {
                     ring,
                     decoder,
@@ -505,7 +556,7 @@ impl Capture {
                 CaptureTarget::SystemWide => {
                     match open_tracepoint(&opener, &config, &perms, &cpus, source, watermark) {
                         Ok((set, attr, fmt)) => {
-                            add(set, &attr, Some(fmt))?;
+                            add(set, &attr, Some(RawFormat::Switch(fmt)))?;
                             switch_source = Some(SwitchSource::SchedSwitchTracepoint);
                         }
                         Err(note) => {
@@ -520,6 +571,68 @@ impl Capture {
                             switch_source = Some(SwitchSource::CpuWideSwitchRecords);
                         }
                     }
+                }
+            }
+        }
+
+        let wait_points =
+            config.wait_points && switch_source == Some(SwitchSource::SchedSwitchTracepoint);
+        if config.wait_points && !wait_points {
+            let hint = "they need the sched:sched_switch tracepoint of a system-wide capture; \
+                        not recorded";
+            unsupported.push(Unsupported {
+                what: "wait points (call chains at sched_switch)".into(),
+                errno: None,
+                summary: hint.into(),
+                hint: hint.into(),
+            });
+        }
+
+        // Wake-ups.
+        let mut wakeups = false;
+        if config.wakeups {
+            let clock = (source, watermark);
+            match open_waking(&opener, &config, &perms, &cpus, &registry, clock) {
+                Ok((set, attr, fmt)) => {
+                    add(set, &attr, Some(RawFormat::Waking(fmt)))?;
+                    wakeups = true;
+                }
+                Err(note) => unsupported.push(note),
+            }
+        }
+
+        // CPU samples.
+        let mut sampling = None;
+        if let Some(hz) = config.sample_hz {
+            match open_sampling(
+                &opener,
+                &config,
+                &perms,
+                &cpus,
+                &registry,
+                (hz, source, watermark),
+            ) {
+                Ok((set, attr)) => {
+                    add(set, &attr, None)?;
+                    sampling = Some((hz, !attr.exclude_kernel()));
+                }
+                Err(note) => unsupported.push(note),
+            }
+        }
+
+        // Kernel symbols, for the kernel frames of wait points and samples.
+        let mut symbols = None;
+        if wait_points || sampling.is_some_and(|(_, kernel)| kernel) {
+            match KernelSymbols::read(&config.proc_root.join("kallsyms")) {
+                Ok(s) => symbols = Some(s),
+                Err(e) => {
+                    let hint = format!("{e}; kernel frames stay addresses");
+                    unsupported.push(Unsupported {
+                        what: "kernel symbols".into(),
+                        errno: None,
+                        summary: hint.clone(),
+                        hint,
+                    })
                 }
             }
         }
@@ -608,6 +721,10 @@ impl Capture {
         let report = CaptureReport {
             switch_source,
             lbr,
+            wakeups,
+            wait_points,
+            sampling,
+            kernel_symbols: symbols.is_some(),
             unsupported: unsupported.clone(),
             clock,
             cpus,
@@ -648,6 +765,7 @@ impl Capture {
                 build_ids: Some(BuildIdCache::new()),
                 announced: IdMap::default(),
                 recent: Box::new([None; ANNOUNCED_SLOTS]),
+                stacks: StackInterner::new(MAX_STACK_BYTES, symbols),
                 counters: counters.clone(),
                 sink: Box::new(sink),
             },

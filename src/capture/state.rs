@@ -3,32 +3,40 @@
 //! # Outgoing thread state
 //!
 //! FXT thread states (Zircon `ZX_THREAD_STATE_*`): 0 new, 1 running, 2 suspended, 3 blocked,
-//! 4 dying, 5 dead. The outgoing thread of a switch is never "running".
+//! 4 dying, 5 dead. The states are chosen for what Perfetto's importer shows
+//! (`IdForOutgoingThreadState` in its `fuchsia_trace_parser.cc`: new and running → `R`,
+//! blocked → `S`, suspended → `T`, dying → `Z`, dead → `X`), so a thread switched out
+//! runnable is written *running*, the state the spec's table leaves to the incoming thread:
+//! Perfetto reads it as runnable, which is what a preempted thread is.
 //!
 //! `sched:sched_switch` reports `prev_state` as a bit set whose letters the tracepoint's
 //! `print fmt` lists (`{ 0x01, "S" }, …`); the bit just above the highest letter is the
 //! "preempted" marker (`R+`). The letters are read from the format file when it has them
 //! ([`TaskStateBits::from_print_fmt`]), else the table below (kernels ≥ 4.14) is used.
 //!
-//! | Linux `prev_state` | meaning | FXT state |
-//! |---|---|---|
-//! | preempt marker set (`R+`, 0x100) | preempted while runnable | 2 suspended |
-//! | 0 (`R`) | runnable, yielded | 2 suspended |
-//! | `S` 0x01 | interruptible sleep | 3 blocked |
-//! | `D` 0x02 | uninterruptible sleep | 3 blocked |
-//! | `T` 0x04 | stopped | 3 blocked |
-//! | `t` 0x08 | traced | 3 blocked |
-//! | `P` 0x40 | parked | 3 blocked |
-//! | `I` 0x80 | idle kernel thread | 3 blocked |
-//! | `Z` 0x20 (`EXIT_ZOMBIE`) | exited, not yet reaped | 4 dying |
-//! | `X` 0x10 (`EXIT_DEAD`) | exited and reaped | 5 dead |
-//! | any other set bits | — | 3 blocked |
+//! | Linux `prev_state` | meaning | FXT state | Perfetto shows |
+//! |---|---|---|---|
+//! | preempt marker set (`R+`, 0x100) | preempted while runnable | 1 running | `R` (Runnable) |
+//! | 0 (`R`) | runnable, yielded | 1 running | `R` (Runnable) |
+//! | `S` 0x01 | interruptible sleep | 3 blocked | `S` (Sleeping) |
+//! | `D` 0x02 | uninterruptible sleep | 3 blocked, marked uninterruptible | `S` (Sleeping) |
+//! | `T` 0x04 | stopped (a signal) | 2 suspended | `T` (Stopped) |
+//! | `t` 0x08 | stopped by a tracer | 2 suspended | `T` (Stopped) |
+//! | `P` 0x40 | parked | 3 blocked | `S` (Sleeping) |
+//! | `I` 0x80 | idle kernel thread | 3 blocked | `S` (Sleeping) |
+//! | `Z` 0x20 (`EXIT_ZOMBIE`) | exited, not yet reaped | 4 dying | `Z` (Zombie) |
+//! | `X` 0x10 (`EXIT_DEAD`) | exited and reaped | 5 dead | `X` (Dead) |
+//! | any other set bits | — | 3 blocked | `S` (Sleeping) |
 //!
-//! Precedence when several bits are set: preempt marker, then `X`, then `Z`, then blocked.
+//! Precedence when several bits are set: preempt marker, then `X`, then `Z`, then `T`/`t`,
+//! then blocked. FXT has no state for an uninterruptible sleep: a `D` switch keeps state 3
+//! and is marked ([`TaskStateBits::uninterruptible`]; the writer gives that switch a
+//! `linux_state` argument, see [`super::fxt`]), so fxtrace's readers tell `D` from `S` while
+//! every other switch stays a two-word record.
 //!
 //! `PERF_RECORD_SWITCH(_CPU_WIDE)` records carry no state, only
-//! `PERF_RECORD_MISC_SWITCH_OUT_PREEMPT` (the task was still runnable): preempted → 2
-//! suspended, otherwise → 3 blocked ([`state_after_switch_out`]).
+//! `PERF_RECORD_MISC_SWITCH_OUT_PREEMPT` (the task was still runnable): preempted → 1
+//! running, otherwise → 3 blocked ([`state_after_switch_out`]).
 //!
 //! # Priorities
 //!
@@ -45,11 +53,11 @@ use std::fmt::Write as _;
 pub enum LinuxThreadState {
     /// 0.
     New = 0,
-    /// 1.
+    /// 1: runnable (for an outgoing thread: preempted, or yielded).
     Running = 1,
-    /// 2: runnable but not running (preempted).
+    /// 2: stopped (a signal or a tracer).
     Suspended = 2,
-    /// 3: waiting (sleeping, stopped, parked).
+    /// 3: waiting (sleeping, parked).
     Blocked = 3,
     /// 4: exiting (zombie).
     Dying = 4,
@@ -75,7 +83,7 @@ pub fn fxt_priority(kernel_prio: i64) -> u8 {
 /// The outgoing state implied by a `PERF_RECORD_SWITCH(_CPU_WIDE)` switch-out.
 pub fn state_after_switch_out(preempted: bool) -> LinuxThreadState {
     if preempted {
-        LinuxThreadState::Suspended
+        LinuxThreadState::Running
     } else {
         LinuxThreadState::Blocked
     }
@@ -86,10 +94,13 @@ pub fn state_after_switch_out(preempted: bool) -> LinuxThreadState {
 pub struct TaskStateBits {
     letters: Vec<(u64, String)>,
     preempt: u64,
-    /// The bits of `X` (dead) and `Z` (dying), 0 when the kernel has no such letter: looked
-    /// up once here, not by name at every switch ([`Self::thread_state`]).
+    /// The bits of `X` (dead), `Z` (dying), `T` and `t` (stopped) and `D` (uninterruptible),
+    /// 0 when the kernel has no such letter: looked up once here, not by name at every switch
+    /// ([`Self::thread_state`]).
     dead: u64,
     dying: u64,
+    stopped: u64,
+    uninterruptible: u64,
 }
 
 impl TaskStateBits {
@@ -121,6 +132,8 @@ impl TaskStateBits {
         Self {
             dead: bit("X"),
             dying: bit("Z"),
+            stopped: bit("T") | bit("t"),
+            uninterruptible: bit("D"),
             letters,
             preempt,
         }
@@ -159,18 +172,28 @@ impl TaskStateBits {
     pub fn thread_state(&self, prev_state: i64) -> LinuxThreadState {
         let state = prev_state as u64;
         if state & self.preempt != 0 {
-            return LinuxThreadState::Suspended;
+            return LinuxThreadState::Running;
         }
         let flags = state & (self.preempt - 1);
         if flags == 0 {
-            LinuxThreadState::Suspended
+            LinuxThreadState::Running
         } else if flags & self.dead != 0 {
             LinuxThreadState::Dead
         } else if flags & self.dying != 0 {
             LinuxThreadState::Dying
+        } else if flags & self.stopped != 0 {
+            LinuxThreadState::Suspended
         } else {
             LinuxThreadState::Blocked
         }
+    }
+
+    /// Whether a thread switched out with `prev_state` went to sleep uninterruptibly (`D`):
+    /// blocked ([`Self::thread_state`]) with the `D` bit set.
+    pub fn uninterruptible(&self, prev_state: i64) -> bool {
+        let state = prev_state as u64;
+        state & self.uninterruptible != 0
+            && self.thread_state(prev_state) == LinuxThreadState::Blocked
     }
 
     /// `prev_state` as the kernel prints it: `R`, `R+`, `S`, `D|K`, ….
@@ -237,35 +260,42 @@ mod tests {
         assert_eq!(bits.preempt_bit(), 2048);
         assert_eq!(bits.thread_state(16), LinuxThreadState::Dying);
         assert_eq!(bits.thread_state(32), LinuxThreadState::Dead);
-        assert_eq!(bits.thread_state(2048), LinuxThreadState::Suspended);
+        assert_eq!(bits.thread_state(2048), LinuxThreadState::Running);
+        assert_eq!(bits.thread_state(4), LinuxThreadState::Suspended);
+        assert!(bits.uninterruptible(2) && !bits.uninterruptible(1));
     }
 
     #[test]
     fn mapping_table() {
         let b = TaskStateBits::kernel_default();
-        let cases: [(i64, LinuxThreadState, &str); 12] = [
-            (0, LinuxThreadState::Suspended, "R"),
-            (0x100, LinuxThreadState::Suspended, "R+"),
-            (0x01, LinuxThreadState::Blocked, "S"),
-            (0x02, LinuxThreadState::Blocked, "D"),
-            (0x04, LinuxThreadState::Blocked, "T"),
-            (0x08, LinuxThreadState::Blocked, "t"),
-            (0x40, LinuxThreadState::Blocked, "P"),
-            (0x80, LinuxThreadState::Blocked, "I"),
-            (0x20, LinuxThreadState::Dying, "Z"),
-            (0x10, LinuxThreadState::Dead, "X"),
-            (0x30, LinuxThreadState::Dead, "X|Z"),
-            (0x101, LinuxThreadState::Suspended, "S+"),
+        // (prev_state, FXT state, uninterruptible, as the kernel prints it): the module table.
+        let cases: [(i64, LinuxThreadState, bool, &str); 14] = [
+            (0, LinuxThreadState::Running, false, "R"),
+            (0x100, LinuxThreadState::Running, false, "R+"),
+            (0x01, LinuxThreadState::Blocked, false, "S"),
+            (0x02, LinuxThreadState::Blocked, true, "D"),
+            (0x04, LinuxThreadState::Suspended, false, "T"),
+            (0x08, LinuxThreadState::Suspended, false, "t"),
+            (0x40, LinuxThreadState::Blocked, false, "P"),
+            (0x80, LinuxThreadState::Blocked, false, "I"),
+            (0x20, LinuxThreadState::Dying, false, "Z"),
+            (0x10, LinuxThreadState::Dead, false, "X"),
+            (0x30, LinuxThreadState::Dead, false, "X|Z"),
+            (0x101, LinuxThreadState::Running, false, "S+"),
+            (0x102, LinuxThreadState::Running, false, "D+"),
+            (0x06, LinuxThreadState::Suspended, false, "D|T"),
         ];
-        for (raw, state, text) in cases {
+        for (raw, state, uninterruptible, text) in cases {
             assert_eq!(b.thread_state(raw), state, "prev_state {raw:#x}");
+            assert_eq!(b.uninterruptible(raw), uninterruptible, "{raw:#x}");
             assert_eq!(b.describe(raw), text);
         }
         assert_eq!(LinuxThreadState::Suspended.fxt_value(), 2);
         assert_eq!(LinuxThreadState::Blocked.fxt_value(), 3);
         assert_eq!(LinuxThreadState::Dying.fxt_value(), 4);
         assert_eq!(LinuxThreadState::Dead.fxt_value(), 5);
-        assert_eq!(state_after_switch_out(true), LinuxThreadState::Suspended);
+        assert_eq!(LinuxThreadState::Running.fxt_value(), 1);
+        assert_eq!(state_after_switch_out(true), LinuxThreadState::Running);
         assert_eq!(state_after_switch_out(false), LinuxThreadState::Blocked);
     }
 

@@ -59,7 +59,7 @@ impl IntAt {
 /// The `N` bytes of `raw` at `at` (a fixed-size load), `None` past the end. `at + N` does not
 /// overflow: a [`FixedLayout`] exists only for fields whose end does not.
 #[inline]
-fn array_at<const N: usize>(raw: &[u8], at: usize) -> Option<[u8; N]> {
+pub(crate) fn array_at<const N: usize>(raw: &[u8], at: usize) -> Option<[u8; N]> {
     raw.get(at..at + N)?.try_into().ok()
 }
 
@@ -145,12 +145,7 @@ pub struct SchedSwitchFields {
 impl SchedSwitchFormat {
     /// From the parsed format file; fails if a needed field is absent or oddly sized.
     pub fn from_format(format: &TracepointFormat) -> Result<Self, FormatError> {
-        let int = |name| {
-            format
-                .require(name)
-                .and_then(FieldDesc::expect_int)
-                .cloned()
-        };
+        let int = |name| format.require_int(name);
         let prev_comm = format.require("prev_comm")?.clone();
         let next_comm = format.require("next_comm")?.clone();
         let (prev_pid, prev_prio, prev_state) =
@@ -215,38 +210,14 @@ impl SchedSwitchFormat {
 
     /// Decodes one event's raw data (the `PERF_SAMPLE_RAW` bytes).
     pub fn decode(&self, raw: &RawData<'_>) -> Result<SchedSwitchFields, ParseError> {
-        let int = |f: &FieldDesc| {
-            f.read_int(raw).ok_or_else(|| {
-                ParseError::Tracepoint(format!(
-                    "field {} at {}+{} beyond the {} raw bytes",
-                    f.name,
-                    f.offset,
-                    f.size,
-                    raw.len()
-                ))
-            })
-        };
-        let comm = |f: &FieldDesc| {
-            raw.get(f.offset, f.size)
-                .map(|bytes| TaskName::from_raw(&bytes))
-                .ok_or_else(|| {
-                    ParseError::Tracepoint(format!(
-                        "field {} at {}+{} beyond the {} raw bytes",
-                        f.name,
-                        f.offset,
-                        f.size,
-                        raw.len()
-                    ))
-                })
-        };
         Ok(SchedSwitchFields {
-            prev_comm: comm(&self.prev_comm)?,
-            prev_tid: int(&self.prev_pid)? as u32,
-            prev_prio: int(&self.prev_prio)?,
-            prev_state: int(&self.prev_state)?,
-            next_comm: comm(&self.next_comm)?,
-            next_tid: int(&self.next_pid)? as u32,
-            next_prio: int(&self.next_prio)?,
+            prev_comm: self.prev_comm.task_name_in(raw)?,
+            prev_tid: self.prev_pid.int_in(raw)? as u32,
+            prev_prio: self.prev_prio.int_in(raw)?,
+            prev_state: self.prev_state.int_in(raw)?,
+            next_comm: self.next_comm.task_name_in(raw)?,
+            next_tid: self.next_pid.int_in(raw)? as u32,
+            next_prio: self.next_prio.int_in(raw)?,
         })
     }
 }

@@ -15,6 +15,7 @@
 
 use thiserror::Error;
 
+use super::records::{ParseError, TaskName};
 use super::ring::RawData;
 
 /// Errors reading a tracepoint format.
@@ -78,6 +79,28 @@ impl FieldDesc {
         })
     }
 
+    /// [`Self::read_int`], or the error naming the field beyond `raw`'s end.
+    pub fn int_in(&self, raw: &RawData<'_>) -> Result<i64, ParseError> {
+        self.read_int(raw).ok_or_else(|| self.beyond(raw))
+    }
+
+    /// The field as a task name (`char comm[N]`), or the error naming it beyond `raw`'s end.
+    pub fn task_name_in(&self, raw: &RawData<'_>) -> Result<TaskName, ParseError> {
+        raw.get(self.offset, self.size)
+            .map(|bytes| TaskName::from_raw(&bytes))
+            .ok_or_else(|| self.beyond(raw))
+    }
+
+    fn beyond(&self, raw: &RawData<'_>) -> ParseError {
+        ParseError::Tracepoint(format!(
+            "field {} at {}+{} beyond the {} raw bytes",
+            self.name,
+            self.offset,
+            self.size,
+            raw.len()
+        ))
+    }
+
     /// Checks the field is an integer of a readable size.
     pub fn expect_int(&self) -> Result<&Self, FormatError> {
         match self.size {
@@ -129,6 +152,11 @@ impl TracepointFormat {
     /// The field called `name`.
     pub fn field(&self, name: &str) -> Option<&FieldDesc> {
         self.fields.iter().find(|f| f.name == name)
+    }
+
+    /// The integer field called `name` (of a size [`FieldDesc::read_int`] reads), or why not.
+    pub fn require_int(&self, name: &'static str) -> Result<FieldDesc, FormatError> {
+        self.require(name).and_then(FieldDesc::expect_int).cloned()
     }
 
     /// The field called `name`, or a [`FormatError::MissingField`].

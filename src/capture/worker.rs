@@ -18,6 +18,7 @@ use super::procfs::SCAN_TASK_LIMIT;
 use super::records::TaskName;
 use super::ring::RingError;
 use super::session::*;
+use super::stacks::StackInterner;
 use super::sys::{lost_count, PerfIoctl, Sys};
 use super::time::PerfTimeConverter;
 use crate::fd_guard::{FdLost, GuardedFd, WakePipe};
@@ -35,6 +36,8 @@ pub(super) struct Delivery {
     /// lookup. Rules: written with every insert into `announced` (entries are never removed
     /// from it), so a slot holding a tid holds its entry.
     pub(super) recent: Box<[Option<Announced>; ANNOUNCED_SLOTS]>,
+    /// Interned call chains (wait points, samples), announced before their first use.
+    pub(super) stacks: StackInterner,
     pub(super) counters: Arc<Counters>,
     pub(super) sink: Box<dyn FnMut(CaptureEvent) + Send>,
 }
@@ -71,6 +74,20 @@ impl Delivery {
     pub(super) fn process(&mut self, pending: Pending) {
         let (cs, names) = match pending {
             Pending::Switch(cs, names) => (cs, names),
+            Pending::Wakeup(w, comm) => {
+                self.announce(w.time, w.tid, w.pid, || Some(TaskName::from_bytes(&comm)));
+                self.announce(w.time, w.waker_tid, w.waker_pid, || None);
+                bump(&self.counters.wakeups, 1);
+                return self.emit(CaptureEvent::Wakeup(w));
+            }
+            Pending::Sample(s) => {
+                self.announce(s.time, s.tid, s.pid, || None);
+                if let Some(id) = s.stack {
+                    self.announce_stack(id);
+                }
+                bump(&self.counters.samples, 1);
+                return self.emit(CaptureEvent::Sample(s));
+            }
             Pending::Other(other) => return self.process_other(*other),
         };
         if cs.sides != SwitchSides::IncomingOnly {
@@ -79,17 +96,34 @@ impl Delivery {
         if cs.sides != SwitchSides::OutgoingOnly {
             self.announce(cs.time, cs.next_tid, cs.next_pid, || names.next());
         }
+        if let Some(id) = cs.stack {
+            self.announce_stack(id);
+            bump(&self.counters.wait_points, 1);
+        }
         bump(&self.counters.switches, 1);
         self.emit(CaptureEvent::ContextSwitch(cs));
+    }
+
+    /// Announces stack `id` (and the kernel symbols of its frames) before its first use.
+    fn announce_stack(&mut self, id: u32) {
+        let mut symbols = Vec::new();
+        let Some(info) = self.stacks.announce(id, |k| symbols.push(k)) else {
+            return;
+        };
+        bump(&self.counters.kernel_symbols, symbols.len() as u64);
+        for k in symbols {
+            self.emit(CaptureEvent::KernelSymbol(k));
+        }
+        bump(&self.counters.stacks, 1);
+        self.emit(CaptureEvent::Stack(info));
     }
 
     /// [`Self::process`] for every event but a context switch held as [`Pending::Switch`].
     fn process_other(&mut self, other: OtherEvent) {
         let OtherEvent { mut event, inode } = other;
         match &mut event {
-            CaptureEvent::ContextSwitch(cs) => {
-                let cs = *cs;
-                return self.process(Pending::Switch(cs, super::decode::SwitchNames::None));
+            CaptureEvent::ContextSwitch(_) | CaptureEvent::Wakeup(_) | CaptureEvent::Sample(_) => {
+                return self.process(Pending::of(event));
             }
             CaptureEvent::Comm(c) => self.resolver.registry.note_name(c.tid, &c.name),
             CaptureEvent::Mmap(m) => {
@@ -106,6 +140,8 @@ impl Delivery {
             | CaptureEvent::Exit(_)
             | CaptureEvent::Lost(_)
             | CaptureEvent::Thread(_)
+            | CaptureEvent::Stack(_)
+            | CaptureEvent::KernelSymbol(_)
             | CaptureEvent::Unsupported(_) => {}
         }
         self.emit(event);
@@ -405,6 +441,7 @@ impl Worker {
             }
         }
         let counters = self.delivery.counters.clone();
+        let not_interned = self.delivery.stacks.not_interned;
         for (stream, slot) in self.slots.iter_mut().enumerate() {
             let now = self.conv.perf_now();
             let mut reader = slot.ring.reader();
@@ -420,7 +457,10 @@ impl Worker {
                         continue;
                     }
                 };
-                match slot.decoder.decode(&raw, &self.conv) {
+                match slot
+                    .decoder
+                    .decode(&raw, &self.conv, &mut self.delivery.stacks)
+                {
                     Ok(Decoded::Event { perf_time, pending }) => {
                         if let Pending::Other(o) = &pending {
                             if let CaptureEvent::Lost(l) = &o.event {
@@ -457,6 +497,10 @@ impl Worker {
             reader.commit();
             self.merger
                 .mark_caught_up(stream, now.saturating_sub(self.slack));
+        }
+        let refused = self.delivery.stacks.not_interned - not_interned;
+        if refused > 0 {
+            bump(&counters.stacks_not_interned, refused);
         }
     }
 }

@@ -32,11 +32,12 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use crossbeam_utils::CachePadded;
 
-/// Bits of the packed word holding the offset.
-pub(crate) const OFFSET_BITS: u32 = 41;
+/// Bits of the packed word holding the offset (the word is published as the header's
+/// `rolling_position`, whose layout this is).
+pub(crate) const OFFSET_BITS: u32 = crate::buffer::header::POSITION_OFFSET_BITS;
 const OFFSET_MASK: u64 = (1 << OFFSET_BITS) - 1;
 /// Shift of the wrapped count in the packed word.
-pub(crate) const WRAPPED_SHIFT: u32 = 44;
+pub(crate) const WRAPPED_SHIFT: u32 = crate::buffer::header::POSITION_WRAPPED_SHIFT;
 /// Mask of the wrapped count kept in the packed word (20 bits).
 pub(crate) const WRAPPED_MASK: u32 = (1 << 20) - 1;
 
@@ -228,17 +229,22 @@ pub(crate) struct RollingAllocator {
     /// [`thread_run_chunks`](super::context::thread_run_chunks)).
     thread_run: u64,
     pins: [PinList; 2],
+    /// The header's `rolling_position`, where the word is published for a manager's status
+    /// (written after each `fetch_add` and reset, never read here).
+    published: *const AtomicU64,
 }
 
 // SAFETY: the raw pointers point into the trace buffer mapping owned by the same context; the
-// allocator only computes addresses from them and hands out disjoint runs.
+// allocator only computes addresses from them, hands out disjoint runs, and stores into the
+// published position atomically.
 unsafe impl Send for RollingAllocator {}
 // SAFETY: as above; the only shared mutable state is the atomic word.
 unsafe impl Sync for RollingAllocator {}
 
 impl RollingAllocator {
-    /// `starts[1]` is unused (null) in oneshot mode.
-    pub(crate) fn new(starts: [*mut u8; 2], size: u64, chunk: u64) -> Self {
+    /// `starts[1]` is unused (null) in oneshot mode. `published`: the header's
+    /// `rolling_position` in the same mapping as the buffers.
+    pub(crate) fn new(starts: [*mut u8; 2], size: u64, chunk: u64, published: &AtomicU64) -> Self {
         Self {
             word: CachePadded::new(AtomicU64::new(pack(0, 0))),
             starts,
@@ -246,7 +252,19 @@ impl RollingAllocator {
             chunk,
             thread_run: super::context::thread_run_chunks(chunk, size),
             pins: [PinList::new(), PinList::new()],
+            published,
         }
+    }
+
+    /// Publish `word` as the header's `rolling_position`.
+    #[inline]
+    fn publish(&self, word: u64) {
+        // SAFETY: `published` points into the header of the mapping the context owns, which
+        // outlives the allocator (see `new`).
+        let published = unsafe { &*self.published };
+        // ATOMICS: `Relaxed`: a figure a manager reads for its status; nothing is published
+        // through it, and racing writers may store out of order (a status is approximate).
+        published.store(word, Ordering::Relaxed);
     }
 
     /// The most chunks a thread takes at once for its own records.
@@ -295,6 +313,7 @@ impl RollingAllocator {
     pub(crate) fn reset(&self, wrapped_count: u32) {
         // ATOMICS: `Release`: publishes the gate store that precedes it (see `word`).
         self.word.store(pack(0, wrapped_count), Ordering::Release);
+        self.publish(pack(0, wrapped_count));
     }
 
     /// Take a run of `chunks` chunks for a writer that read `gate` (open) and `gate_word`
@@ -310,6 +329,7 @@ impl RollingAllocator {
         // ATOMICS: `Acquire`: see `word` (pairs with the switch's `Release` reset, which
         // follows the gate and pin stores of the lap).
         let previous = self.word.fetch_add(bytes, Ordering::Acquire);
+        self.publish(previous.wrapping_add(bytes));
         let offset = packed_offset(previous);
         let wrapped = packed_wrapped(previous);
         let run_gate = if wrapped == gate_wrapped(gate) & WRAPPED_MASK {
@@ -363,20 +383,36 @@ pub(crate) struct DurableAllocator {
     current: CachePadded<AtomicU64>,
     start: *mut u8,
     size: u64,
+    /// The header's `durable_position` (written after each reservation and reset, never read
+    /// here).
+    published: *const AtomicU64,
 }
 
-// SAFETY: `start` points into the mapping owned by the same context; reservations are disjoint.
+// SAFETY: `start` and `published` point into the mapping owned by the same context;
+// reservations are disjoint; the published position is stored atomically.
 unsafe impl Send for DurableAllocator {}
 // SAFETY: as above.
 unsafe impl Sync for DurableAllocator {}
 
 impl DurableAllocator {
-    pub(crate) fn new(start: *mut u8, size: u64) -> Self {
+    /// `published`: the header's `durable_position` in the same mapping as the buffer.
+    pub(crate) fn new(start: *mut u8, size: u64, published: &AtomicU64) -> Self {
         Self {
             current: CachePadded::new(AtomicU64::new(0)),
             start,
             size,
+            published,
         }
+    }
+
+    /// Publish `offset` as the header's `durable_position`.
+    #[inline]
+    fn publish(&self, offset: u64) {
+        // SAFETY: `published` points into the header of the mapping the context owns, which
+        // outlives the allocator (see `new`).
+        let published = unsafe { &*self.published };
+        // ATOMICS: `Relaxed`: a figure for a manager's status, as the rolling position.
+        published.store(offset, Ordering::Relaxed);
     }
 
     pub(crate) fn size(&self) -> u64 {
@@ -393,12 +429,14 @@ impl DurableAllocator {
     pub(crate) fn reset(&self) {
         // ATOMICS: `Relaxed`: while stopped; the start's `Release` gate store publishes it.
         self.current.store(0, Ordering::Relaxed);
+        self.publish(0);
     }
 
     /// Reserve `bytes`; `Err(offset)` when they do not fit (the buffer is full).
     pub(crate) fn reserve(&self, bytes: u64) -> Result<*mut u64, u64> {
         // ATOMICS: `Relaxed`: see `current`.
         let offset = self.current.fetch_add(bytes, Ordering::Relaxed);
+        self.publish(offset.wrapping_add(bytes));
         if offset + bytes <= self.size {
             // SAFETY: `offset + bytes <= size`, inside the durable buffer.
             Ok(unsafe { self.start.add(offset as usize).cast::<u64>() })

@@ -455,10 +455,16 @@ impl Context {
             // ATOMICS: `Relaxed`: a unique counter.
             id: NEXT_CONTEXT_ID.fetch_add(1, Ordering::Relaxed),
             gate: CachePadded::new(AtomicU64::new(0)),
-            rolling: RollingAllocator::new(rolling_starts, geometry.rolling_buffer_size, chunk),
+            rolling: RollingAllocator::new(
+                rolling_starts,
+                geometry.rolling_buffer_size,
+                chunk,
+                &buffer.header().rolling_position,
+            ),
             durable: DurableAllocator::new(
                 at(geometry.durable_offset()),
                 geometry.durable_buffer_size,
+                &buffer.header().durable_position,
             ),
             fences: Fences::new(config.fence),
             slots: Arc::new(WriterSlots::new(slots)),

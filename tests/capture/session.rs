@@ -142,7 +142,7 @@ fn system_wide_merges_cpus_names_threads_counts_losses_and_reports_lbr_once() {
     assert_eq!((cs[0].prev_prio, cs[0].next_prio), (120, 100));
     assert_eq!(cs[0].sides, SwitchSides::Both);
     assert_eq!((cs[1].prev_tid, cs[1].prev_pid, cs[1].cpu), (0, Some(0), 1));
-    assert_eq!(cs[2].prev_state, LinuxThreadState::Suspended, "R+");
+    assert_eq!(cs[2].prev_state, LinuxThreadState::Running, "R+");
     assert_eq!(cs[3].prev_state, LinuxThreadState::Dead, "X");
 
     // Each thread announced once, before its first switch, with names.
@@ -333,7 +333,7 @@ fn process_mode_opens_per_thread_and_cpu_with_one_ring_per_cpu() {
         (cs[0].prev_tid, cs[0].prev_pid, cs[0].next_tid),
         (11, Some(10), 0)
     );
-    assert_eq!(cs[0].prev_state, LinuxThreadState::Suspended, "preempted");
+    assert_eq!(cs[0].prev_state, LinuxThreadState::Running, "preempted");
     assert_eq!(cs[1].sides, SwitchSides::IncomingOnly);
     assert_eq!(
         (cs[1].next_tid, cs[1].next_pid, cs[1].prev_tid),
@@ -696,4 +696,178 @@ fn a_capture_failing_at_the_stop_still_gives_its_final_counters() {
         "{outcome:?}"
     );
     assert_eq!((stats.lost_records, stats.lost_reports), (5, 1));
+}
+
+/// Wake-ups, wait points and CPU samples through the fake perf: each from its own ring, the
+/// woken thread named from the sample and placed in its process, the waker from the sample's
+/// own (pid, tid); a blocked switch's call chain interned once and announced (with the
+/// kernel symbols its frames fall in) before the first switch or sample that refers to it;
+/// a preempted switch keeps no wait point.
+#[test]
+fn wakeups_wait_points_and_samples_are_delivered_with_their_stacks_announced_first() {
+    let m = fake_machine(&[10, 11]);
+    kallsyms(m.proc.path());
+    let cfg = CaptureConfig {
+        wakeups: true,
+        wait_points: true,
+        sample_hz: Some(99),
+        ..config(CaptureConfig::system_wide(), m.tfs.path(), m.proc.path())
+    };
+    let (events, sink) = sink();
+    let capture = Capture::start_with(m.sys.clone(), root_perms(), cfg, sink).unwrap();
+    let report = capture.report().clone();
+    assert!(report.wakeups && report.wait_points && report.kernel_symbols);
+    assert_eq!(report.sampling, Some((99, true)));
+    assert!(report.unsupported.is_empty(), "{:?}", report.unsupported);
+    let opened = m.sys.events();
+    let waking: Vec<_> = opened
+        .iter()
+        .filter(|e| e.attr.kind() == PerfEventKind::SchedWakingTracepoint)
+        .collect();
+    assert_eq!(waking.len(), 2);
+    assert!(waking.iter().all(|e| e.attr.config() == 375 && e.pid == -1));
+    let switch_attr = &opened
+        .iter()
+        .find(|e| e.attr.kind() == PerfEventKind::SchedSwitchTracepoint)
+        .unwrap()
+        .attr;
+    assert!(switch_attr
+        .sample_format()
+        .contains(fxtrace::capture::SampleFormat::CALLCHAIN));
+
+    let t = base();
+    const KERNEL: u64 = (-128i64) as u64;
+    const USER: u64 = (-512i64) as u64;
+    let futex = [
+        KERNEL,
+        0xffff_ffff_821f_8550,
+        0xffff_ffff_8143_fca0,
+        USER,
+        0x40_1000,
+    ];
+    let sw = m.sys.ring(PerfEventKind::SchedSwitchTracepoint, 0).unwrap();
+    let wakes = m.sys.ring(PerfEventKind::SchedWakingTracepoint, 1).unwrap();
+    let clock = m.sys.ring(PerfEventKind::CpuClockSampling, 0).unwrap();
+    // 11 blocks in the futex path twice (one stack), is preempted once (no wait point).
+    for (time, state) in [(100, 0x1), (300, 0x1), (500, 0x100)] {
+        assert!(sw.write_record(
+            RECORD_SAMPLE,
+            0,
+            &switch_sample_with_chain(t + time, 0, ("worker", 11, state), ("swapper/0", 0), &futex)
+        ));
+    }
+    // 10 wakes 11 onto CPU 0 from CPU 1.
+    assert!(wakes.write_record(
+        RECORD_SAMPLE,
+        0,
+        &waking_sample(t + 200, 1, (10, 10), ("worker", 11), 0)
+    ));
+    // A sample of 10 in user code, one in the futex path.
+    assert!(clock.write_record(
+        RECORD_SAMPLE,
+        0,
+        &clock_sample(t + 250, 0, (10, 10), &[USER, 0x40_2000])
+    ));
+    assert!(clock.write_record(
+        RECORD_SAMPLE,
+        0,
+        &clock_sample(t + 350, 0, (10, 11), &futex)
+    ));
+    sw.wake();
+    wakes.wake();
+    clock.wake();
+    let stats = capture.stop().unwrap();
+    let events = events.lock().unwrap().clone();
+    assert_eq!(
+        (
+            stats.wakeups,
+            stats.wait_points,
+            stats.samples,
+            stats.stacks,
+            stats.kernel_symbols
+        ),
+        (1, 2, 2, 2, 2)
+    );
+    assert_eq!(stats.stacks_not_interned, 0);
+
+    let wake = events
+        .iter()
+        .find_map(|e| match e {
+            CaptureEvent::Wakeup(w) => Some(*w),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(
+        (
+            wake.tid,
+            wake.pid,
+            wake.waker_tid,
+            wake.waker_pid,
+            wake.cpu,
+            wake.target_cpu,
+            wake.prio
+        ),
+        (11, Some(10), 10, Some(10), 1, 0, 120)
+    );
+    let cs = switches(&events);
+    assert_eq!(cs.len(), 3);
+    assert_eq!(cs[0].stack, cs[1].stack, "one interned stack");
+    assert!(cs[0].stack.is_some());
+    assert_eq!(cs[2].stack, None, "preempted: no wait point");
+    // Symbols, then the stack, then its first use.
+    let at = |f: &dyn Fn(&CaptureEvent) -> bool| events.iter().position(f).unwrap();
+    let first_symbol = at(&|e| matches!(e, CaptureEvent::KernelSymbol(_)));
+    let stack = at(&|e| matches!(e, CaptureEvent::Stack(s) if Some(s.id) == cs[0].stack));
+    let first_use = at(&|e| matches!(e, CaptureEvent::ContextSwitch(c) if c.stack.is_some()));
+    assert!(first_symbol < stack && stack < first_use);
+    let names: Vec<String> = events
+        .iter()
+        .filter_map(|e| match e {
+            CaptureEvent::KernelSymbol(k) => Some(k.name.to_string()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(names, ["__schedule", "futex_wait"]);
+    let samples: Vec<_> = events
+        .iter()
+        .filter_map(|e| match e {
+            CaptureEvent::Sample(s) => Some(*s),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(samples.len(), 2);
+    assert_eq!(
+        (samples[0].tid, samples[0].pid, samples[0].ip),
+        (10, Some(10), 0x40_2000)
+    );
+    assert_eq!(
+        samples[1].stack, cs[0].stack,
+        "a sample in the same chain: the same stack"
+    );
+    assert_ne!(samples[0].stack, samples[1].stack);
+}
+
+/// Without the tracepoints (no tracefs), wake-ups and wait points are unsupported, each said
+/// once, and the switches still come (from the CPU-wide switch records).
+#[test]
+fn wakeups_and_wait_points_without_tracefs_are_noted_not_fatal() {
+    let m = fake_machine(&[10, 11]);
+    let cfg = CaptureConfig {
+        wakeups: true,
+        wait_points: true,
+        tracefs: fxtrace::capture::TracefsChoice::Skip,
+        ..config(CaptureConfig::system_wide(), m.tfs.path(), m.proc.path())
+    };
+    let (_events, sink) = sink();
+    let capture = Capture::start_with(m.sys.clone(), root_perms(), cfg, sink).unwrap();
+    let report = capture.report().clone();
+    assert_eq!(
+        report.switch_source,
+        Some(SwitchSource::CpuWideSwitchRecords)
+    );
+    assert!(!report.wakeups && !report.wait_points);
+    let what: Vec<&str> = report.unsupported.iter().map(|u| u.what.as_str()).collect();
+    assert!(what.iter().any(|w| w.contains("wake-ups")), "{what:?}");
+    assert!(what.iter().any(|w| w.contains("wait points")), "{what:?}");
+    capture.stop().unwrap();
 }

@@ -83,7 +83,7 @@ fn split_raw_data_decodes_the_same() {
     assert_eq!(d.prev_tid, 7);
     assert_eq!(
         f.state_bits().thread_state(d.prev_state),
-        LinuxThreadState::Suspended,
+        LinuxThreadState::Running,
         "preempted"
     );
 }

@@ -151,6 +151,44 @@ fn oneshot_stress_accounts_for_every_record() {
 }
 
 #[test]
+fn the_allocators_publish_their_positions_in_the_header() {
+    // Where writing is, for a manager's status (the data ends are written only at a switch
+    // or a stop): the rolling allocator's next chunk, the durable allocator's next byte.
+    let ctx = started(BufferingMode::Circular, 256 * 1024, 1024);
+    let header = || ctx.buffer().header().load();
+    assert_eq!(header().rolling_position(), (0, 0));
+    assert!(try_write(&ctx, 1, 0, 4, false));
+    let (offset, lap) = header().rolling_position();
+    assert!(
+        offset >= 1024 && offset % 1024 == 0,
+        "a run of chunks: {offset}"
+    );
+    assert_eq!(lap, 0);
+    assert_eq!(
+        header().rolling_data_end,
+        [0, 0],
+        "still written only at a switch"
+    );
+    let before = header().durable_position();
+    assert!(try_write(&ctx, 1, 1, 4, true));
+    assert_eq!(
+        header().durable_position(),
+        before + 32,
+        "one 4-word durable record"
+    );
+    // Past a switch: the next lap's position.
+    let mut seq = 2;
+    while header().wrapped_count == 0 {
+        try_write(&ctx, 1, seq, 8, false);
+        seq += 1;
+    }
+    let (offset, lap) = header().rolling_position();
+    assert_eq!(lap, 1, "the new lap");
+    assert!(offset <= 16 * 1024, "from the buffer's start: {offset}");
+    ctx.stop(STOP).unwrap();
+}
+
+#[test]
 fn thousands_of_short_lived_threads_fit_a_default_oneshot_buffer() {
     // Each thread writes one small record and ends: it leaves at most one (small) chunk
     // unused, so 4 MiB holds thousands of them (256 when each took 16 KiB).

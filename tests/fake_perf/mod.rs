@@ -8,6 +8,7 @@ use std::path::Path;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use fxtrace::capture::fake::SCHED_WAKING_FORMAT;
 use fxtrace::capture::{
     CaptureConfig, CaptureEvent, FakeSys, PerfPermissions, RecordBytes, TracefsChoice,
 };
@@ -37,9 +38,87 @@ pub(crate) fn tracefs(dir: &Path) {
     fs::create_dir_all(&ev).unwrap();
     fs::write(ev.join("id"), "372\n").unwrap();
     fs::write(ev.join("format"), FORMAT).unwrap();
+    let ev = dir.join("events/sched/sched_waking");
+    fs::create_dir_all(&ev).unwrap();
+    fs::write(ev.join("id"), "375\n").unwrap();
+    fs::write(ev.join("format"), SCHED_WAKING_FORMAT).unwrap();
+}
+
+/// A sched_waking tracepoint sample (TID, TIME, CPU, RAW): `waker` (its (pid, tid), the
+/// sample's own, as the tracepoint fires in the waker's context) wakes `woken` onto `target`.
+pub(crate) fn waking_sample(
+    time: u64,
+    cpu: u32,
+    waker: (u32, u32),
+    woken: (&str, u32),
+    target: u32,
+) -> Vec<u8> {
+    let raw = RecordBytes::new()
+        .u32(375)
+        .u32(waker.1)
+        .bytes(&comm16(woken.0))
+        .u32(woken.1)
+        .u32(120)
+        .u32(target)
+        .build();
+    assert_eq!(raw.len(), 36);
+    RecordBytes::new()
+        .u32(waker.0)
+        .u32(waker.1)
+        .u64(time)
+        .u32(cpu)
+        .u32(0)
+        .u32(36)
+        .bytes(&raw)
+        .build()
+}
+
+/// A sched_switch sample with a call chain (TID, TIME, CPU, CALLCHAIN, RAW), as the switch
+/// event has with wait points on.
+pub(crate) fn switch_sample_with_chain(
+    time: u64,
+    cpu: u32,
+    prev: (&str, u32, i64),
+    next: (&str, u32),
+    chain: &[u64],
+) -> Vec<u8> {
+    let plain = switch_sample(time, cpu, prev, next);
+    // TID, TIME, CPU (24 bytes), then the chain, then the raw data as before.
+    let mut b = RecordBytes::new()
+        .bytes(&plain[..24])
+        .u64(chain.len() as u64);
+    for ip in chain {
+        b = b.u64(*ip);
+    }
+    b.bytes(&plain[24..]).build()
+}
+
+/// A cpu-clock sample (IP, TID, TIME, CPU, CALLCHAIN).
+pub(crate) fn clock_sample(time: u64, cpu: u32, (pid, tid): (u32, u32), chain: &[u64]) -> Vec<u8> {
+    let mut b = RecordBytes::new()
+        .u64(chain.get(1).copied().unwrap_or(0))
+        .u32(pid)
+        .u32(tid)
+        .u64(time)
+        .u32(cpu)
+        .u32(0)
+        .u64(chain.len() as u64);
+    for ip in chain {
+        b = b.u64(*ip);
+    }
+    b.build()
 }
 
 /// /proc with process 10 ("server": threads 10, 11 "worker") and 12 (a thread that exits).
+/// A `/proc/kallsyms` of three kernel functions (the wait-point tests' frames).
+pub(crate) fn kallsyms(proc_dir: &Path) {
+    fs::write(
+        proc_dir.join("kallsyms"),
+        "ffffffff81000000 T _stext\nffffffff8143fc90 T futex_wait\nffffffff821f8540 t __schedule\nffffffff821f9490 T schedule\n",
+    )
+    .unwrap();
+}
+
 pub(crate) fn proc_tree(dir: &Path, tids: &[u32]) {
     for &tid in tids {
         fs::create_dir_all(dir.join(format!("10/task/{tid}"))).unwrap();

@@ -10,6 +10,10 @@ use serde_json::{json, Map, Value};
 
 use fxtrace_format::lbr::LbrSample;
 use fxtrace_format::mmap::{build_id_hex, MmapRecord, MMAP_BLOB_NAME};
+use fxtrace_format::stack::{
+    KernelSymbolRecord, SampleRecord, StackRecord, KSYM_BLOB_NAME, SAMPLE_BLOB_NAME,
+    STACK_BLOB_NAME,
+};
 use fxtrace_format::{
     BlobType, Decoded, DecodedArg, DecodedEventKind, DecodedRecord, DecodedValue, RecordHead,
     Thread, ThreadStateName, Timestamp,
@@ -267,6 +271,55 @@ fn to_json(d: &Decoded<'_>, origin_ns: u64) -> Value {
                             "path": m.path_lossy(),
                         }),
                     );
+                }
+            }
+            if *blob_type == BlobType::DATA {
+                let addresses = |ips: &[u64]| -> Vec<String> {
+                    ips.iter().map(|ip| format!("{ip:#x}")).collect()
+                };
+                match name.as_ref() {
+                    STACK_BLOB_NAME => {
+                        if let Ok(s) = StackRecord::decode(payload) {
+                            put(
+                                "stack",
+                                json!({
+                                    "id": s.id,
+                                    "kernel": addresses(s.kernel()),
+                                    "user": addresses(s.user()),
+                                }),
+                            );
+                        }
+                    }
+                    SAMPLE_BLOB_NAME => {
+                        if let Ok(s) = SampleRecord::decode(payload) {
+                            put(
+                                "sample",
+                                json!({
+                                    "time": time(Timestamp {
+                                        ticks: s.time,
+                                        ns: fxtrace_format::ticks_to_ns(s.time, d.ticks_per_second),
+                                    }),
+                                    "cpu": s.cpu,
+                                    "pid": s.pid,
+                                    "tid": s.tid,
+                                    "stack": s.stack,
+                                }),
+                            );
+                        }
+                    }
+                    KSYM_BLOB_NAME => {
+                        if let Ok(k) = KernelSymbolRecord::decode(payload) {
+                            put(
+                                "ksym",
+                                json!({
+                                    "start": format!("{:#x}", k.start),
+                                    "end": format!("{:#x}", k.start.saturating_add(k.len)),
+                                    "name": k.name_lossy(),
+                                }),
+                            );
+                        }
+                    }
+                    _ => {}
                 }
             }
             if *blob_type == BlobType::LAST_BRANCH {

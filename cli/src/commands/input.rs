@@ -1,9 +1,14 @@
 //! Reading a trace given on the command line through the pipeline (`fxtrace_tools::read`),
-//! and the one rule every reader ends with.
+//! and the one rule every reader ends with: what was read is reported, the damage is named on
+//! standard error, and the command fails (exit 1). A reader that writes as it reads (`dump`,
+//! `stats`, `convert`) names the damage after its output ([`finish`]); a report, which prints
+//! once it has read everything, names it first ([`notes`], then [`print`]).
 
+use std::io::{self, Write};
 use std::path::Path;
 use std::process::ExitCode;
 
+use fxtrace_format::{DecodeError, SkipCounts};
 use fxtrace_tools::read::{self, Analysis, Input, OpenError, Outcome, ReadError};
 
 use super::CliError;
@@ -57,4 +62,49 @@ pub(crate) fn finish(outcome: Outcome) -> Result<ExitCode, CliError> {
         }),
         None => Ok(ExitCode::SUCCESS),
     }
+}
+
+/// The rule for a report that prints after it has read its input: what went wrong with the
+/// input first, on standard error (a decode error alone, as the error, when `nothing` of the
+/// trace could be read; else the error and that the report covers the records before it),
+/// then what the decoder skipped. Returns whether the input was damaged (the command then
+/// fails, exit 1, after its report: [`print`]).
+pub(crate) fn notes(
+    name: &str,
+    decode_error: Option<DecodeError>,
+    nothing: bool,
+    skipped: &SkipCounts,
+) -> Result<bool, CliError> {
+    let damaged = decode_error.is_some();
+    if let Some(source) = decode_error {
+        let error = CliError::Decode {
+            path: name.to_owned(),
+            source,
+        };
+        if nothing {
+            return Err(error);
+        }
+        note!("{error}");
+        note!("(the report below covers the records before that point)");
+    }
+    if let Some(line) = skipped.summary() {
+        note!("{name}: {line}");
+    }
+    Ok(damaged)
+}
+
+/// Writes a report to standard output; fails the command when the input was `damaged`.
+pub(crate) fn print(
+    damaged: bool,
+    write: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> Result<ExitCode, CliError> {
+    let mut out = io::stdout().lock();
+    write(&mut out)
+        .and_then(|()| out.flush())
+        .map_err(CliError::Output)?;
+    Ok(if damaged {
+        ExitCode::FAILURE
+    } else {
+        ExitCode::SUCCESS
+    })
 }

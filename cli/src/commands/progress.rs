@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use indicatif::{HumanBytes, ProgressBar, ProgressDrawTarget, ProgressStyle};
 
-use fxtrace_tools::manager::service::protocol::SessionInfo;
+use fxtrace_tools::manager::service::protocol::{BufferFill, SessionInfo};
 
 /// How often the line is redrawn.
 pub(crate) const INTERVAL: Duration = Duration::from_secs(1);
@@ -62,8 +62,12 @@ pub(crate) fn line(f: &SessionInfo) -> String {
         1 => "1 provider".to_owned(),
         n => format!("{n} providers"),
     };
+    let fills = match f.fills.as_slice() {
+        [] => String::new(),
+        fills => format!(" | full: {}", BufferFill::list(fills, 3)),
+    };
     format!(
-        "fxtrace {}:{:02} | {providers} | {} records, {} to {} | {} buffered | {} dropped",
+        "fxtrace {}:{:02} | {providers} | {} records, {} to {} | {} buffered | {} dropped{fills}",
         elapsed / 60,
         elapsed % 60,
         f.records_written,
@@ -96,6 +100,26 @@ mod tests {
             line(&f),
             "fxtrace 1:15 | 2 providers | 1234 records, 3.00 MiB to t.fxt | 512.00 KiB \
              buffered | 7 dropped"
+        );
+        // Each provider's fill, the fullest first (as the status model lists them).
+        let fill = |id, name: &str, percent| BufferFill {
+            id,
+            name: name.into(),
+            percent,
+        };
+        let f = SessionInfo {
+            fills: vec![
+                fill(2, "ingest", 97),
+                fill(1, "taskset", 3),
+                fill(3, "a", 0),
+                fill(4, "b\u{1b}", 0),
+            ],
+            ..f
+        };
+        assert!(
+            line(&f).ends_with("| 7 dropped | full: ingest 97%, taskset 3%, a 0%, 1 more"),
+            "{}",
+            line(&f)
         );
     }
 }

@@ -15,7 +15,7 @@ use nix::sys::signal::Signal;
 
 use fxtrace::capture::{BranchSampling, Need, PerfPermissions};
 use fxtrace::protocol::control::BufferingMode;
-use fxtrace_tools::manager::kernel::{KernelProviderError, KernelSection};
+use fxtrace_tools::manager::kernel::{KernelOptions, KernelProviderError, KernelSection};
 use fxtrace_tools::manager::recorder::{
     stop_on_signals, RecordConfig, Recorder, RecorderError, StopReason,
 };
@@ -42,18 +42,21 @@ pub(crate) struct RecordArgs {
         long = "buffer-size",
         short = 'b',
         value_name = "SIZE",
-        default_value = "4"
+        default_value = "8"
     )]
     buffer_size: String,
-    /// Buffering mode: oneshot (stop writing when full), circular (keep the newest data),
-    /// streaming (save full buffers while tracing).
-    #[arg(long, short = 'm', value_name = "MODE", default_value = "oneshot")]
+    /// Buffering mode: streaming (the default: each half of the buffer is saved to the file
+    /// once full while the other fills, so a long run is kept whole while fxtrace keeps up),
+    /// oneshot (stop writing when the buffer is full), circular (keep the newest data: a
+    /// flight recorder).
+    #[arg(long, short = 'm', value_name = "MODE", default_value = "streaming")]
     mode: BufferingMode,
     /// Stop after this many seconds (default: when CMD exits, or on Ctrl-C).
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true)]
     duration: Option<f64>,
     /// Also stop cleanly (and write the trace) on SIGHUP, SIGUSR1 and SIGUSR2; SIGINT
-    /// (Ctrl-C) and SIGTERM always do.
+    /// (Ctrl-C) and SIGTERM always do. SIGINT, SIGTERM and SIGHUP are passed on to CMD as
+    /// they are, and it is traced while it ends (SIGTERM 5 s later if it still runs).
     #[arg(long)]
     stop_on_signal: bool,
     /// Flight recorder: stop and write the trace when a provider raises this alert
@@ -83,9 +86,31 @@ pub(crate) struct RecordArgs {
     /// so samples do not lock step with loops).
     #[arg(long, value_name = "N")]
     lbr_period: Option<u64>,
-    /// With --system-wide: data pages per CPU ring buffer (a power of two), as perf's -m.
-    #[arg(long = "mmap-pages", value_name = "PAGES", default_value_t = 256)]
-    mmap_pages: usize,
+    /// With --system-wide: data pages per CPU ring buffer (a power of two), as perf's -m
+    /// (default 256, and 1024 with --wait-points: a switch with its call chain is some
+    /// 200 bytes in the ring instead of 100).
+    #[arg(long = "mmap-pages", value_name = "PAGES")]
+    mmap_pages: Option<usize>,
+    /// With --system-wide: do not record wake-ups (who woke whom: sched:sched_waking).
+    #[arg(long)]
+    no_wakeups: bool,
+    /// With --system-wide: record wait points, the call chain where each thread blocked
+    /// (kernel frames, and user frames where the program keeps frame pointers); costs the
+    /// kernel a stack walk at every switch.
+    #[arg(long)]
+    wait_points: bool,
+    /// With --system-wide: CPU samples with call chains at HZ samples a second of CPU time
+    /// (software cpu-clock: no PMU needed), every CPU; with --preload alone, of the traced
+    /// programs' threads. `fxtrace report samples` shows where the time went. Without a
+    /// value: 999.
+    #[arg(
+        long,
+        value_name = "HZ",
+        num_args = 0..=1,
+        default_missing_value = "999",
+        require_equals = true
+    )]
+    sample: Option<u64>,
     /// Trace CMD unmodified: load libfxtrace_preload.so into it (LD_PRELOAD), which makes it
     /// (and every program it starts) a provider and captures its context switches. The object
     /// is looked for next to this executable, or at FXTRACE_PRELOAD_LIB.
@@ -102,22 +127,13 @@ pub(crate) struct RecordArgs {
     command: Vec<OsString>,
 }
 
-/// Kernel capture settings (`--system-wide`).
-#[derive(Debug, Clone, PartialEq)]
-pub(crate) struct KernelCapture {
-    /// LBR sampling, if on.
-    pub(crate) lbr: Option<BranchSampling>,
-    /// Data pages per CPU ring.
-    pub(crate) ring_pages: usize,
-}
-
 /// What `fxtrace record` was asked to do, independent of clap.
 #[derive(Debug, Clone, PartialEq)]
 pub(crate) struct RecordPlan {
     /// The session.
     pub(crate) recorder: RecordConfig,
     /// The built-in kernel provider, with `--system-wide`.
-    pub(crate) kernel: Option<KernelCapture>,
+    pub(crate) kernel: Option<KernelOptions>,
     /// Stop on SIGHUP, SIGUSR1, SIGUSR2 too.
     pub(crate) stop_on_signal: bool,
     /// `--preload`: the command runs with the preload object.
@@ -143,6 +159,15 @@ pub(crate) enum RecordCliError {
     #[error("fxtrace record: {0}")]
     Record(#[from] RecorderError),
 }
+
+/// Data pages per CPU ring by default (1 MiB).
+const RING_PAGES: usize = 256;
+/// ... with `--wait-points` (4 MiB: each switch sample carries its call chain).
+const WAIT_POINT_RING_PAGES: usize = 1024;
+
+/// The highest `--sample` rate accepted (the kernel caps software sampling at
+/// `kernel.perf_event_max_sample_rate`, 100000 by default, and throttles beyond it).
+const MAX_SAMPLE_HZ: u64 = 100_000;
 
 /// `UID:GID`, both numeric.
 fn parse_owner(s: &str) -> Result<(u32, u32), String> {
@@ -212,10 +237,14 @@ impl RecordArgs {
             fxtrace::protocol::fifo::AlertName::new(name)
                 .map_err(|e| RecordCliError::BadArgument(format!("--stop-on-alert: {e}")))?;
         }
-        if !self.mmap_pages.is_power_of_two() {
+        let mmap_pages = self.mmap_pages.unwrap_or(if self.wait_points {
+            WAIT_POINT_RING_PAGES
+        } else {
+            RING_PAGES
+        });
+        if !mmap_pages.is_power_of_two() {
             return Err(RecordCliError::BadArgument(format!(
-                "--mmap-pages must be a power of two, got {}",
-                self.mmap_pages
+                "--mmap-pages must be a power of two, got {mmap_pages}"
             )));
         }
         if !self.system_wide {
@@ -223,13 +252,24 @@ impl RecordArgs {
             for (given, option) in [
                 (self.no_lbr, "--no-lbr"),
                 (self.lbr_period.is_some(), "--lbr-period"),
+                (self.no_wakeups, "--no-wakeups"),
+                (self.wait_points, "--wait-points"),
+                (self.sample.is_some() && !self.preload, "--sample"),
             ] {
                 if given {
                     return Err(RecordCliError::BadArgument(format!(
-                        "{option} applies to --system-wide (-a) only, which samples LBR branch \
-                         stacks; add -a, or leave {option} out"
+                        "{option} applies to --system-wide (-a) only, where the kernel provider \
+                         records every CPU; add -a, or leave {option} out"
                     )));
                 }
+            }
+        }
+        if let Some(hz) = self.sample {
+            if !(1..=MAX_SAMPLE_HZ).contains(&hz) {
+                return Err(RecordCliError::BadArgument(format!(
+                    "--sample={hz}: give 1 to {MAX_SAMPLE_HZ} samples a second (perf's default \
+                     is 4000; 999 keeps clear of timer ticks)"
+                )));
             }
         }
         let lbr_period = self.lbr_period.unwrap_or(BranchSampling::default().period);
@@ -238,12 +278,15 @@ impl RecordArgs {
                 "--lbr-period must be at least 1".into(),
             ));
         }
-        let kernel = self.system_wide.then(|| KernelCapture {
+        let kernel = self.system_wide.then(|| KernelOptions {
             lbr: (!self.no_lbr).then_some(BranchSampling {
                 period: lbr_period,
                 include_kernel: true,
             }),
-            ring_pages: self.mmap_pages,
+            wakeups: !self.no_wakeups,
+            wait_points: self.wait_points,
+            sample_hz: self.sample,
+            ring_pages: mmap_pages,
         });
         let categories = self
             .categories
@@ -251,13 +294,17 @@ impl RecordArgs {
             .map(|c| c.trim().to_owned())
             .filter(|c| !c.is_empty())
             .collect();
-        let env = if self.preload {
+        let mut env = if self.preload {
             vec![preload_env(&preload_library().map_err(|e| {
                 RecordCliError::BadArgument(format!("--preload: {e}"))
             })?)]
         } else {
             Vec::new()
         };
+        if self.preload && self.system_wide {
+            env.extend(one_switch_source(std::env::var_os(PRELOAD_CAPTURE_VAR)));
+        }
+        env.extend(preload_samples(self.sample, self.preload, self.system_wide));
         Ok(RecordPlan {
             recorder: RecordConfig {
                 output: self.output,
@@ -281,6 +328,31 @@ impl RecordArgs {
 }
 
 // === --preload ===
+
+/// The preload object's option choosing what it captures in the traced process.
+const PRELOAD_CAPTURE_VAR: &str = "FXTRACE_PRELOAD_CAPTURE";
+/// The preload object's option for CPU samples (`--sample` with `--preload` alone).
+const PRELOAD_SAMPLE_VAR: &str = "FXTRACE_PRELOAD_SAMPLE";
+
+/// `--sample` with `--preload` alone: the preloaded programs sample their own threads (with
+/// `--system-wide`, the kernel provider samples every CPU instead).
+fn preload_samples(
+    hz: Option<u64>,
+    preload: bool,
+    system_wide: bool,
+) -> Option<(OsString, OsString)> {
+    let hz = hz.filter(|_| preload && !system_wide)?;
+    Some((PRELOAD_SAMPLE_VAR.into(), hz.to_string().into()))
+}
+
+/// With `--preload` and `--system-wide`: every switch once. The kernel provider records every
+/// CPU's switches (and LBR, mappings, wake-ups), so the preloaded programs capture nothing of
+/// their own (`FXTRACE_PRELOAD_CAPTURE=none`), unless the environment already chose.
+fn one_switch_source(existing: Option<OsString>) -> Option<(OsString, OsString)> {
+    existing
+        .is_none()
+        .then(|| (PRELOAD_CAPTURE_VAR.into(), "none".into()))
+}
 
 /// `LD_PRELOAD` for the command: `library` first, then what the environment already preloads.
 fn preload_env(library: &std::path::Path) -> (OsString, OsString) {
@@ -338,7 +410,7 @@ pub(crate) fn run(args: RecordArgs) -> Result<ExitCode, RecordCliError> {
     let mut recorder = Recorder::new(plan.recorder)?;
     let mut kernel_section = None;
     if let Some(kernel) = &plan.kernel {
-        let section = match KernelSection::start(&mut recorder, kernel.lbr, kernel.ring_pages) {
+        let section = match KernelSection::start(&mut recorder, kernel) {
             Ok(section) => section,
             Err(e) => {
                 // Nothing was captured: leave no half-written file behind.
@@ -482,6 +554,77 @@ mod tests {
     }
 
     #[test]
+    fn wakeups_wait_points_and_samples() {
+        let k = config(&["-a"]).unwrap().kernel.unwrap();
+        assert!(
+            k.wakeups && !k.wait_points && k.sample_hz.is_none(),
+            "{k:?}"
+        );
+        let k = config(&["-a", "--no-wakeups", "--wait-points", "--sample"])
+            .unwrap()
+            .kernel
+            .unwrap();
+        assert!(!k.wakeups && k.wait_points);
+        assert_eq!(k.sample_hz, Some(999), "--sample alone: 999 Hz");
+        let k = config(&["-a", "--sample=97"]).unwrap().kernel.unwrap();
+        assert_eq!(k.sample_hz, Some(97));
+        assert_eq!(k.ring_pages, 256);
+        let k = config(&["-a", "--wait-points"]).unwrap().kernel.unwrap();
+        assert_eq!(k.ring_pages, 1024, "call chains: a larger ring by default");
+        let k = config(&["-a", "--wait-points", "--mmap-pages", "64"])
+            .unwrap()
+            .kernel
+            .unwrap();
+        assert_eq!(k.ring_pages, 64, "unless given");
+        for bad in [
+            &["-a", "--sample=0"][..],
+            &["-a", "--sample=100001"],
+            &["--sample"],
+            &["--wait-points"],
+            &["--no-wakeups"],
+        ] {
+            assert!(
+                matches!(config(bad), Err(RecordCliError::BadArgument(_))),
+                "{bad:?}"
+            );
+        }
+        // `--sample 99` is `--sample` (999) and a command `99`, as `-g` in perf.
+        let c = config(&["-a", "--sample", "true"]).unwrap();
+        assert_eq!(c.kernel.unwrap().sample_hz, Some(999));
+        assert_eq!(c.recorder.command, vec![OsString::from("true")]);
+    }
+
+    #[test]
+    fn samples_under_preload_alone_are_the_programs_own() {
+        assert_eq!(
+            preload_samples(Some(999), true, false),
+            Some((
+                OsString::from("FXTRACE_PRELOAD_SAMPLE"),
+                OsString::from("999")
+            ))
+        );
+        assert_eq!(preload_samples(Some(999), true, true), None, "the kernel's");
+        assert_eq!(preload_samples(None, true, false), None);
+        assert_eq!(preload_samples(Some(99), false, true), None);
+    }
+
+    #[test]
+    fn preload_with_system_wide_leaves_the_switches_to_the_kernel_provider() {
+        assert_eq!(
+            one_switch_source(None),
+            Some((
+                OsString::from("FXTRACE_PRELOAD_CAPTURE"),
+                OsString::from("none")
+            ))
+        );
+        assert_eq!(
+            one_switch_source(Some("switches".into())),
+            None,
+            "the user's choice"
+        );
+    }
+
+    #[test]
     fn preload_keeps_ld_preload() {
         let lib = std::path::PathBuf::from("/opt/fxtrace/libfxtrace_preload.so");
         assert_eq!(
@@ -505,8 +648,9 @@ mod tests {
         assert_eq!(c.kernel.unwrap().lbr, None);
         let c = config(&[]).unwrap();
         assert!(c.kernel.is_none());
-        assert_eq!(c.recorder.buffering_mode, BufferingMode::Oneshot);
-        assert_eq!(c.recorder.buffer_size_bytes, 4 << 20);
+        // Streaming, 8 MiB: a busy program is kept whole (issue 34).
+        assert_eq!(c.recorder.buffering_mode, BufferingMode::Streaming);
+        assert_eq!(c.recorder.buffer_size_bytes, 8 << 20);
         assert!(c.recorder.categories.is_empty());
         assert!(!c.stop_on_signal);
         assert!(c.recorder.env.is_empty(), "no --preload, no LD_PRELOAD");

@@ -1,5 +1,7 @@
 //! `fxtrace report`: human-readable reports of a trace (`spans`: where spans spent their
-//! time; `sched`: what the scheduler did to each thread; `lbr`: the hottest branch edges).
+//! time and why the slowest were slow; `sched`: what the scheduler did to each thread; `lbr`:
+//! the hottest branch edges; `samples`: where the CPU time went; `waits`: where threads
+//! blocked, and who woke them).
 
 use std::io::{self, Write};
 use std::path::PathBuf;
@@ -11,10 +13,11 @@ use fxtrace_tools::read::filter::{Glob, RelativeTime};
 use fxtrace_tools::report::sched::{SchedOptions, SchedReport};
 use fxtrace_tools::report::spans::{SpansOptions, SpansReport, Style};
 use fxtrace_tools::report::{
-    write_lbr_text, BinarySpec, Breakdown, LbrReport, LbrTextOptions, SymbolizeError, Symbolizer,
+    write_lbr_text, write_samples_text, write_waits_text, BinarySpec, Breakdown, LbrReport,
+    LbrTextOptions, StackReport, StackTextOptions, SymbolizeError, Symbolizer,
 };
 
-use super::input;
+use super::input::{self, notes};
 use super::CliError;
 
 const EXAMPLES: &str = "\
@@ -24,10 +27,13 @@ EXAMPLES:
     fxtrace report spans trace.fxt --name 'batch*' --min-duration 10ms --json
     fxtrace report sched trace.fxt                 threads on and off the CPUs, stalls
     fxtrace report sched trace.fxt --pid 4242 --top 5
+    fxtrace report waits trace.fxt                 where threads blocked, who woke them
+    fxtrace report samples trace.fxt --folded      CPU samples for a flame graph
     fxtrace report lbr trace.fxt --per-thread      the hottest branch edges
 
 Record with -a (system-wide) for the context switches and wake-ups that `spans` splits a
-span's time with and that `sched` reads: `sudo fxtrace record -a -- ./server`.";
+span's time with and that `sched` reads, and --wait-points for where threads slept:
+`sudo fxtrace record -a --wait-points -- ./server`.";
 
 /// Arguments of `fxtrace report`.
 #[derive(Debug, Args)]
@@ -53,6 +59,34 @@ enum ReportKind {
     /// mispredict rate, average cycles, overall and per CPU or thread, symbolized through the
     /// mappings the trace recorded and the binaries given.
     Lbr(LbrArgs),
+    /// Where the CPU time went: the hottest call stacks of the CPU samples (`fxtrace record
+    /// -a --sample`), overall or of one thread; `--folded` for flame graphs.
+    Samples(StackArgs),
+    /// Where threads blocked: the wait points (`fxtrace record -a --wait-points`) by time
+    /// blocked, each with the threads that woke them; `--folded` for off-CPU flame graphs.
+    Waits(StackArgs),
+}
+
+/// Arguments of `fxtrace report samples` and `fxtrace report waits`.
+#[derive(Debug, Args)]
+struct StackArgs {
+    /// The trace to read (`-` for standard input).
+    #[arg(value_name = "FILE")]
+    file: PathBuf,
+    /// Only this thread (its tid).
+    #[arg(long, value_name = "TID")]
+    thread: Option<u64>,
+    /// Rows shown.
+    #[arg(long, value_name = "N", default_value_t = 20)]
+    top: usize,
+    /// One line per stack and thread, `thread;outermost;…;innermost COUNT` (samples, or
+    /// microseconds blocked), the input of flamegraph.pl and speedscope.
+    #[arg(long)]
+    folded: bool,
+    /// An ELF binary to name user addresses with, overriding the trace's own mappings;
+    /// `PATH@0xBASE` for a position-independent one. Repeatable.
+    #[arg(long = "binary", value_name = "PATH[@0xBASE]")]
+    binaries: Vec<BinarySpec>,
 }
 
 /// Arguments of `fxtrace report lbr`.
@@ -154,56 +188,15 @@ pub(crate) fn run(args: &ReportArgs) -> Result<ExitCode, CliError> {
         ReportKind::Spans(args) => spans(args),
         ReportKind::Sched(args) => sched(args),
         ReportKind::Lbr(args) => lbr(args),
+        ReportKind::Samples(args) => stacks(args, write_samples_text),
+        ReportKind::Waits(args) => stacks(args, write_waits_text),
     }
 }
 
-fn spans(args: &SpansArgs) -> Result<ExitCode, CliError> {
-    let options = SpansOptions {
-        top: args.top,
-        names: args.name.iter().map(|g| Glob::new(g)).collect(),
-        pids: args.pid.clone(),
-        tids: args.tid.clone(),
-        min_duration_ns: args.min_duration.map_or(0, |d| d.0),
-    };
-    let mut input = input::open_rereadable(&args.file)?;
-    let report = SpansReport::read(&mut input, &options)?;
-    let style = Style { wall: args.wall };
-    let mut out = io::stdout().lock();
-    if args.json {
-        report.write_json(&mut out, style)
-    } else {
-        writeln!(out, "file: {}", input.name()).and_then(|()| report.write_text(&mut out, style))
-    }
-    .and_then(|()| out.flush())
-    .map_err(CliError::Output)?;
-    input::finish(report.outcome)
-}
-
-fn sched(args: &SchedArgs) -> Result<ExitCode, CliError> {
-    let options = SchedOptions {
-        top: args.top,
-        pids: args.pid.clone(),
-        comms: args.comm.iter().map(|g| Glob::new(g)).collect(),
-        cpus: args.cpu.clone(),
-        min_stall_ns: args.min_stall.0,
-    };
-    let mut input = input::open_rereadable(&args.file)?;
-    let report = SchedReport::read(&mut input, &options)?;
-    let style = Style { wall: args.wall };
-    let mut out = io::stdout().lock();
-    if args.json {
-        report.write_json(&mut out, style)
-    } else {
-        writeln!(out, "file: {}", input.name()).and_then(|()| report.write_text(&mut out, style))
-    }
-    .and_then(|()| out.flush())
-    .map_err(CliError::Output)?;
-    input::finish(report.outcome)
-}
-
-fn lbr(args: &LbrArgs) -> Result<ExitCode, CliError> {
+/// A symbolizer with the binaries given by hand.
+fn symbolizer(binaries: &[BinarySpec]) -> Result<Symbolizer, CliError> {
     let mut symbols = Symbolizer::new();
-    for spec in &args.binaries {
+    for spec in binaries {
         symbols.add(spec).map_err(|e| {
             let source = match e {
                 SymbolizeError::Read { source, .. } => source,
@@ -219,6 +212,85 @@ fn lbr(args: &LbrArgs) -> Result<ExitCode, CliError> {
             }
         })?;
     }
+    Ok(symbols)
+}
+
+type StackText = fn(&mut dyn Write, &StackReport, &Symbolizer, &StackTextOptions) -> io::Result<()>;
+
+fn stacks(args: &StackArgs, write: StackText) -> Result<ExitCode, CliError> {
+    let mut symbols = symbolizer(&args.binaries)?;
+    let mut input = input::open(&args.file)?;
+    let read = StackReport::read_input(&mut input)?;
+    symbols.load_mappings(read.report.used_mappings());
+    let report = &read.report;
+    let nothing = report.sample_count() == 0 && report.waits().is_empty();
+    let damaged = notes(input.name(), read.decode_error, nothing, &read.skipped)?;
+    let (invalid, unknown) = (report.invalid_payloads(), report.unknown_stacks());
+    if invalid > 0 || unknown > 0 {
+        note!(
+            "{}: {invalid} stack, sample or symbol payload(s) did not decode; {unknown} \
+             reference(s) to a stack the trace does not define",
+            input.name()
+        );
+    }
+    let options = StackTextOptions {
+        top: args.top,
+        thread: args.thread,
+        folded: args.folded,
+    };
+    input::print(damaged, |out| write(out, report, &symbols, &options))
+}
+
+fn spans(args: &SpansArgs) -> Result<ExitCode, CliError> {
+    let options = SpansOptions {
+        top: args.top,
+        names: args.name.iter().map(|g| Glob::new(g)).collect(),
+        pids: args.pid.clone(),
+        tids: args.tid.clone(),
+        min_duration_ns: args.min_duration.map_or(0, |d| d.0),
+    };
+    let mut input = input::open_rereadable(&args.file)?;
+    let mut report = SpansReport::read(&mut input, &options)?;
+    let nothing = report.spans == 0 && report.unclosed == 0;
+    let (error, skipped) = (report.outcome.error.take(), report.outcome.skipped);
+    let damaged = notes(input.name(), error, nothing, &skipped)?;
+    let style = Style { wall: args.wall };
+    input::print(damaged, |out| {
+        if args.json {
+            report.write_json(out, style)
+        } else {
+            writeln!(out, "file: {}", input.name())?;
+            report.write_text(out, style)
+        }
+    })
+}
+
+fn sched(args: &SchedArgs) -> Result<ExitCode, CliError> {
+    let options = SchedOptions {
+        top: args.top,
+        pids: args.pid.clone(),
+        comms: args.comm.iter().map(|g| Glob::new(g)).collect(),
+        cpus: args.cpu.clone(),
+        min_stall_ns: args.min_stall.0,
+    };
+    let mut input = input::open_rereadable(&args.file)?;
+    let mut report = SchedReport::read(&mut input, &options)?;
+    let nothing = report.switches == 0 && report.outcome.bytes_decoded == 0;
+    let (error, skipped) = (report.outcome.error.take(), report.outcome.skipped);
+    let damaged = notes(input.name(), error, nothing, &skipped)?;
+    let style = Style { wall: args.wall };
+    input::print(damaged, |out| {
+        if args.json {
+            report.write_json(out, style)
+        } else {
+            writeln!(out, "file: {}", input.name())?;
+            report.write_text(out, style)
+        }
+    })
+}
+
+fn lbr(args: &LbrArgs) -> Result<ExitCode, CliError> {
+    let mut symbols = symbolizer(&args.binaries)?;
     let mut input = input::open(&args.file)?;
     let read = LbrReport::read_input(&mut input)?;
     // The trace's own mappings name what the binaries given by hand do not cover.
@@ -233,30 +305,9 @@ fn lbr(args: &LbrArgs) -> Result<ExitCode, CliError> {
             Breakdown::Overall
         },
     };
-    // An input error comes first, before any report line: alone when nothing of the trace
-    // could be read, else followed by the report of what came before it.
-    let damaged = read.decode_error.is_some();
-    if let Some(source) = read.decode_error {
-        let error = CliError::Decode {
-            path: input.name().to_owned(),
-            source,
-        };
-        if read.report.overall().samples() == 0 {
-            return Err(error);
-        }
-        note!("{error}");
-        note!("(the report below covers the records before that point)");
-    }
-    if let Some(line) = read.skipped.summary() {
-        note!("{}: {line}", input.name());
-    }
-    let mut out = io::stdout().lock();
-    write_lbr_text(&mut out, &read.report, &symbols, &options)
-        .and_then(|()| out.flush())
-        .map_err(CliError::Output)?;
-    Ok(if damaged {
-        ExitCode::FAILURE
-    } else {
-        ExitCode::SUCCESS
+    let nothing = read.report.overall().samples() == 0;
+    let damaged = notes(input.name(), read.decode_error, nothing, &read.skipped)?;
+    input::print(damaged, |mut out| {
+        write_lbr_text(&mut out, &read.report, &symbols, &options)
     })
 }

@@ -263,10 +263,12 @@ pub(crate) struct StartArgs {
     /// The trace file to write (created, or truncated).
     #[arg(long, short = 'o', value_name = "FILE")]
     output: Option<PathBuf>,
-    /// Buffering mode: oneshot, circular or streaming.
+    /// Buffering mode: streaming (the default: full halves of each buffer are saved while
+    /// tracing), oneshot (stop writing when full) or circular (keep the newest data).
     #[arg(long, short = 'm', value_name = "MODE")]
     mode: Option<BufferingMode>,
-    /// Buffer size per provider: MiB, or with a K/M/G suffix (a multiple of 4K).
+    /// Buffer size per provider: MiB, or with a K/M/G suffix (a multiple of 4K); default
+    /// 8 MiB.
     #[arg(long = "buffer-size", short = 'b', value_name = "SIZE")]
     buffer_size: Option<String>,
     /// Enabled categories, comma-separated (`prefix*` matches a prefix; default: all).

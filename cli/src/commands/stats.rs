@@ -147,6 +147,14 @@ fn print(
     } else {
         writeln!(out, "records dropped while tracing: {total}")?;
     }
+    if summary.markers_not_counted > 0 {
+        writeln!(
+            out,
+            "  ({} drop markers outside the trace manager's section were not counted: a \
+             provider wrote them)",
+            summary.markers_not_counted
+        )?;
+    }
     for ((id, event), n) in &summary.provider_events {
         let what = if *event == PROVIDER_EVENT_BUFFER_OVERFLOW {
             "buffer overflow, records likely dropped"

@@ -10,7 +10,7 @@ use std::time::Duration;
 use clap::Args;
 
 use fxtrace_tools::manager::report::printable;
-use fxtrace_tools::manager::service::protocol::{SessionInfo, StatusReport};
+use fxtrace_tools::manager::service::protocol::{BufferFill, SessionInfo, StatusReport};
 use fxtrace_tools::manager::status::{ask_status, session_socket_pattern, session_sockets, Answer};
 
 /// Arguments of `fxtrace status`.
@@ -92,6 +92,13 @@ fn print_session(out: &mut impl Write, indent: &str, s: &SessionInfo) -> io::Res
         HumanBytes(s.buffered_bytes),
         s.records_dropped
     )?;
+    if !s.fills.is_empty() {
+        let fills = BufferFill::list(&s.fills, s.fills.len());
+        writeln!(
+            out,
+            "{indent}buffers full (toward dropping records): {fills}"
+        )?;
+    }
     for problem in &s.problems {
         writeln!(out, "{indent}problem: {}", printable(problem))?;
     }

@@ -13,13 +13,19 @@
 //! provider info (id 2, name) …              (another provider)
 //! provider section (id)                     (provider `id` again: a later streaming save)
 //!   records …
+//! provider info (0, "fxtrace")              (the manager's own section, once it has a marker)
+//!   initialization (the manager's tick rate)
+//!   kernel object: thread "fxtrace" of the provider's process   (first marker about it)
+//!   marker "fxtrace: N records dropped" (provider id, count)
 //! ```
 //!
 //! The archive takes records only as [`CheckedRecords`] (bytes whose framing a scan accepted:
 //! the drain's chunk-aware scanner, or [`CheckedRecords::check`]), so it never walks their
 //! framing itself, and it never decodes their contents: a provider's records reach the output
 //! byte for byte. The only records the manager composes itself are metadata records
-//! and the visible drop/loss markers of [`Archive::marker`].
+//! and the visible drop/loss markers of [`Archive::marker`], written in a section of the
+//! manager's own that no provider can write into, so that readers tell them from a
+//! provider's imitation.
 
 use std::collections::BTreeSet;
 use std::io::{self, Write};
@@ -27,7 +33,7 @@ use std::io::{self, Write};
 use crate::read::wall::WallClock;
 use fxtrace_format::{
     self, Arg, ArgValue, CheckedRecords, Encode, EncodeError, Event, EventKind, FramingError,
-    ProviderEvent, ProviderInfo, ProviderSection, StringRef, ThreadRef, MAGIC_WORD,
+    Initialization, ProviderEvent, ProviderInfo, ProviderSection, StringRef, ThreadRef, MAGIC_WORD,
 };
 
 /// Why the archive could not take some data.
@@ -68,8 +74,11 @@ pub struct Archive<W: Write> {
     magic_pending: bool,
     /// The wall-clock anchor record ([`crate::read::wall`]), written right after the magic.
     anchor: Vec<u8>,
-    /// Records taken and not written yet (at most [`STAGED`] bytes): a read-out of many short
-    /// runs goes out in few writes. [`Self::flush`] writes them.
+    /// Processes whose marker thread ([`marker_tid`]) was named.
+    marker_threads: BTreeSet<u64>,
+    /// Records taken and not written yet (at most [`STAGED`] bytes): metadata and short runs
+    /// of records go out in few writes (a window of a read-out is written from where its
+    /// records are, [`Self::write_provider_runs`]). [`Self::flush`] writes them.
     staged: Vec<u8>,
 }
 
@@ -104,6 +113,28 @@ pub const MAX_READABLE_LARGE_WORDS: usize = 4095;
 
 /// Most bytes [`Archive`] keeps before writing them.
 const STAGED: usize = 1 << 20;
+/// Runs of provider records gathered for one `writev` ([`Archive::write_provider_runs`]).
+const GATHERED: usize = 64;
+
+/// Runs of records to write together: where they are, and how many bytes in all.
+struct Gathered<'a> {
+    slices: [io::IoSlice<'a>; GATHERED],
+    count: usize,
+    bytes: usize,
+}
+
+impl Default for Gathered<'_> {
+    fn default() -> Self {
+        Gathered {
+            slices: [io::IoSlice::new(&[]); GATHERED],
+            count: 0,
+            bytes: 0,
+        }
+    }
+}
+/// Gathered runs of fewer bytes are staged (copied) instead: a write of a few records would
+/// cost more than their copy.
+const WRITTEN_THROUGH_MIN: usize = 16 << 10;
 
 impl<W: Write> Archive<W> {
     /// A stream on `out` that starts with the magic number record. Nothing is written to `out`
@@ -119,6 +150,7 @@ impl<W: Write> Archive<W> {
             current: None,
             magic_pending: true,
             anchor: Vec::new(),
+            marker_threads: BTreeSet::new(),
             staged: Vec::new(),
         })
     }
@@ -233,47 +265,132 @@ impl<W: Write> Archive<W> {
         &mut self,
         records: CheckedRecords<'_>,
     ) -> Result<ProviderRecords, ArchiveError> {
+        self.write_provider_runs(std::iter::once(records))
+    }
+
+    /// [`Self::write_provider_records`] for the runs of records a scan of one window of a
+    /// provider's buffer found: gathered and written with one `writev` from where they are
+    /// (no copy into the staged bytes), unless they are few bytes (then staged).
+    pub fn write_provider_runs<'a>(
+        &mut self,
+        runs: impl IntoIterator<Item = CheckedRecords<'a>>,
+    ) -> Result<ProviderRecords, ArchiveError> {
         if self.current.is_none() {
             return Err(ArchiveError::NoSection);
         }
         let mut out = ProviderRecords::default();
-        let mut oversized = 0u64;
-        let mut runs = records.without(|header| {
-            let large = fxtrace_format::record_type(header)
-                == fxtrace_format::RecordType::LargeRecord as u8
-                && fxtrace_format::record_words(header) > MAX_READABLE_LARGE_WORDS;
-            oversized += u64::from(large);
-            large || is_provider_metadata(header)
-        });
-        for run in runs.by_ref() {
-            out.written += self.write_records(run)?;
-            out.bytes += run.len() as u64;
+        let mut gathered = Gathered::default();
+        for records in runs {
+            if !records.may_hold_metadata_or_large() {
+                // Nothing to leave out (the scan saw no metadata or large record): whole.
+                self.gather(&mut gathered, records, &mut out)?;
+                continue;
+            }
+            let mut oversized = 0u64;
+            let mut parts = records.without(|header| {
+                let large = fxtrace_format::record_type(header)
+                    == fxtrace_format::RecordType::LargeRecord as u8
+                    && fxtrace_format::record_words(header) > MAX_READABLE_LARGE_WORDS;
+                oversized += u64::from(large);
+                large || is_provider_metadata(header)
+            });
+            for part in parts.by_ref() {
+                self.gather(&mut gathered, part, &mut out)?;
+            }
+            let left_out = parts.left_out() as u64;
+            out.oversized += oversized;
+            out.forged += left_out - oversized;
         }
-        let left_out = runs.left_out() as u64;
-        out.oversized = oversized;
-        out.forged = left_out - oversized;
+        self.put_gathered(&mut gathered)?;
+        self.bytes += out.bytes;
+        self.records += out.written;
         Ok(out)
     }
 
-    /// A visible marker in the current provider's section: an instant event in category
-    /// `fxtrace` named `name`, at `ticks`, on thread (`pid`, 0) written inline, with one `u64`
-    /// argument. Viewers that ignore provider metadata (Perfetto) still show it.
+    /// Add `records` to `gathered` (and to `out`'s counts), putting the gathered ones into
+    /// the stream first when there is no room.
+    fn gather<'a>(
+        &mut self,
+        gathered: &mut Gathered<'a>,
+        records: CheckedRecords<'a>,
+        out: &mut ProviderRecords,
+    ) -> io::Result<()> {
+        if gathered.count == GATHERED {
+            self.put_gathered(gathered)?;
+        }
+        gathered.slices[gathered.count] = io::IoSlice::new(records.bytes());
+        gathered.count += 1;
+        gathered.bytes += records.len();
+        out.written += records.records() as u64;
+        out.bytes += records.len() as u64;
+        Ok(())
+    }
+
+    /// Append what is `gathered` to the stream, and empty it: staged when few bytes, else
+    /// written after what is staged, with `writev`.
+    fn put_gathered(&mut self, gathered: &mut Gathered<'_>) -> io::Result<()> {
+        let count = std::mem::take(&mut gathered.count);
+        let bytes = std::mem::take(&mut gathered.bytes);
+        let mut rest = &mut gathered.slices[..count];
+        if bytes < WRITTEN_THROUGH_MIN {
+            return rest.iter().try_for_each(|s| self.put(s));
+        }
+        self.write_staged()?;
+        let out = self.out()?;
+        while !rest.is_empty() {
+            match out.write_vectored(rest) {
+                Ok(0) => return Err(io::ErrorKind::WriteZero.into()),
+                Ok(written) => io::IoSlice::advance_slices(&mut rest, written),
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(())
+    }
+
+    /// A visible marker of the manager about provider `provider` of process `pid`, in the
+    /// manager's own section ([`fxtrace_format::MANAGER_PROVIDER_ID`], where no provider can
+    /// write: readers count only the markers found there): an instant event in category
+    /// `fxtrace` named `name`, at `ticks`, with the arguments `provider` and `arg_name`, on
+    /// the process's thread named "fxtrace" ([`marker_tid`]; its kernel object record is
+    /// written the first time). Viewers that ignore provider metadata (Perfetto) still show
+    /// it, on a track of the provider's process.
     pub fn marker(
         &mut self,
         ticks: u64,
-        pid: u64,
+        (provider, pid): (u32, u64),
         name: &str,
-        arg_name: &str,
-        arg_value: u64,
+        (arg_name, arg_value): (&str, u64),
     ) -> Result<(), ArchiveError> {
-        if self.current.is_none() {
-            return Err(ArchiveError::NoSection);
+        use fxtrace_format::{KernelObject, ObjectType, MANAGER_PROVIDER_ID, MARKER_PROVIDER_ARG};
+        if self.current != Some(MANAGER_PROVIDER_ID) {
+            let first = !self.introduced.contains(&MANAGER_PROVIDER_ID);
+            self.begin_provider(MANAGER_PROVIDER_ID, fxtrace_format::MANAGER_PROVIDER_NAME)?;
+            if first {
+                // The section's tick rate: the manager's clock (the one it gave providers).
+                let ticks_per_second = fxtrace::clock::info().ticks_per_second;
+                self.push("initialization", &Initialization { ticks_per_second })?;
+            }
+        }
+        let tid = marker_tid(pid);
+        if self.marker_threads.insert(pid) {
+            let process = [Arg::new("process", ArgValue::Koid(pid))];
+            let thread = KernelObject {
+                koid: tid,
+                object_type: ObjectType::THREAD,
+                name: StringRef::Inline(MARKER_THREAD_NAME),
+                args: &process,
+            };
+            self.push("marker thread", &thread)?;
         }
         let name = truncate_str(name, MARKER_NAME_MAX);
-        let args = [Arg::new(arg_name, ArgValue::U64(arg_value))];
+        let args = [
+            Arg::new(MARKER_PROVIDER_ARG, ArgValue::U64(u64::from(provider))),
+            Arg::new(arg_name, ArgValue::U64(arg_value)),
+        ];
         let event = Event {
             ticks,
-            thread: ThreadRef::Inline { pid, tid: 0 },
+            thread: ThreadRef::Inline { pid, tid },
             category: StringRef::Inline(MARKER_CATEGORY),
             name: StringRef::Inline(name),
             args: &args,
@@ -373,6 +490,12 @@ impl Write for CutOnFailure {
         written
     }
 
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        let written = self.file.write_vectored(bufs);
+        self.note(&written);
+        written
+    }
+
     fn flush(&mut self) -> io::Result<()> {
         let flushed = self.file.flush();
         self.note(&flushed);
@@ -444,6 +567,15 @@ fn is_provider_metadata(header: u64) -> bool {
 pub const MARKER_CATEGORY: &str = fxtrace_format::MARKER_CATEGORY;
 /// Longest marker name written (longer ones are cut).
 const MARKER_NAME_MAX: usize = 200;
+/// Name of the thread the manager's markers about a process are on.
+pub const MARKER_THREAD_NAME: &str = "fxtrace";
+
+/// The thread of process `pid` the manager's markers about it are on: one no real thread can
+/// be (Linux thread ids are below 2^22), in 32 bits (Perfetto keeps 32 of a thread id's bits),
+/// one per process (a thread koid names one thread of one process).
+pub const fn marker_tid(pid: u64) -> u64 {
+    0x8000_0000 | (pid & 0x7fff_ffff)
+}
 
 pub(crate) use fxtrace_format::truncate_str;
 
@@ -584,8 +716,23 @@ mod tests {
         a.provider_event(PROVIDER_EVENT_BUFFER_OVERFLOW).unwrap();
         a.begin_provider(2, "two").unwrap();
         a.begin_provider(1, "one").unwrap();
-        a.marker(5, 42, "fxtrace: 3 records dropped", "records_dropped", 3)
+        a.marker(
+            5,
+            (1, 42),
+            "fxtrace: 3 records dropped",
+            ("records_dropped", 3),
+        )
+        .unwrap();
+        a.marker(6, (1, 42), "fxtrace: provider lost", ("pid", 42))
             .unwrap();
+        a.begin_provider(2, "two").unwrap();
+        a.marker(
+            7,
+            (2, 43),
+            "fxtrace: 1 records dropped",
+            ("records_dropped", 1),
+        )
+        .unwrap();
         let bytes = a.into_inner().unwrap();
         assert_eq!(&bytes[..8], &MAGIC_WORD.to_ne_bytes());
         let got = records(&bytes);
@@ -595,9 +742,40 @@ mod tests {
             (Some(1), "event 0".into()),
             (Some(2), "info 2 two".into()),
             (Some(1), "section 1".into()),
-            (Some(1), "fxtrace:fxtrace: 3 records dropped".into()),
+            // The markers are in the manager's section, on each process's named thread.
+            (Some(0), "info 0 fxtrace".into()),
+            (Some(0), "initialization".into()),
+            (Some(0), "kernel_object".into()),
+            (Some(0), "fxtrace:fxtrace: 3 records dropped".into()),
+            (Some(0), "fxtrace:fxtrace: provider lost".into()),
+            (Some(2), "section 2".into()),
+            (Some(0), "section 0".into()),
+            (Some(0), "kernel_object".into()),
+            (Some(0), "fxtrace:fxtrace: 1 records dropped".into()),
         ];
         assert_eq!(got, want);
+        let threads: Vec<_> = Decoder::new(&bytes)
+            .filter_map(|d| match d.unwrap().record {
+                DecodedRecord::KernelObject {
+                    koid, name, args, ..
+                } => Some((koid, name.to_string(), args[0].value.clone())),
+                DecodedRecord::Event(e) => Some((
+                    e.thread.tid,
+                    e.args[0].name.to_string(),
+                    e.args[0].value.clone(),
+                )),
+                _ => None,
+            })
+            .collect();
+        assert_eq!(threads[0].0, 0x8000_0000 | 42);
+        assert_eq!(threads[0].1, "fxtrace");
+        assert!(matches!(
+            threads[0].2,
+            fxtrace_format::DecodedValue::Koid(42)
+        ));
+        assert_eq!(threads[1].0, 0x8000_0000 | 42, "on the named thread");
+        assert_eq!(threads[1].1, "provider");
+        assert!(matches!(threads[1].2, fxtrace_format::DecodedValue::U64(1)));
     }
 
     #[test]

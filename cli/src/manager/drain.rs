@@ -5,8 +5,11 @@
 //! The manager maps the same sealed memfd the provider writes. It trusts nothing in it: every read
 //! starts with a fresh copy of the header (atomic `Acquire` loads) validated exactly as
 //! `BufferHeaderReader::Validate` does ([`HeaderFields::validate`]) plus the fxtrace chunk
-//! extension, every region is copied out with `pread` inside the bounds the validated geometry
-//! gives, and every region goes through the chunk-aware record scanner of
+//! extension, every region is copied out (a rolling buffer a cache-sized window at a time, word
+//! by word through atomics; other regions with `pread`) inside the bounds the validated
+//! geometry gives, so that what is checked is what is written (a provider cannot change a
+//! record between its check and its write), and every region goes through the chunk-aware
+//! record scanner of
 //! [`fxtrace::buffer::header`], which yields only whole, well-framed records (unused chunk tails,
 //! stale chunks and zero words never reach the archive) as [`fxtrace_format::CheckedRecords`], so
 //! the archive copies them without walking their framing again, and stops at the first malformed
@@ -109,6 +112,9 @@ pub struct DrainStats {
     pub durable_data_end: u64,
     /// Durable buffer size (0 in oneshot mode).
     pub durable_buffer_size: u64,
+    /// The fullest the buffer was seen toward dropping records ([`fill_percent`]): at each
+    /// streaming save and at the final read-out.
+    pub fill_percent: u32,
     /// Chunk tails, tags and stale chunks the scanner skipped, in bytes.
     pub skipped_bytes: u64,
     /// Regions whose scan stopped at a malformed record, with where and why.
@@ -131,14 +137,75 @@ pub struct Drain {
     last_durable_data_end: u64,
     saved_any: bool,
     stats: DrainStats,
-    /// Reused for every copy out of the buffer.
-    scratch: Vec<u8>,
+    /// Reused for every copy out of the buffer (words: a window is copied word by word).
+    scratch: Vec<u64>,
     /// Bytes of a rolling buffer copied and scanned at a time ([`READ_WINDOW`]).
     window: u64,
     /// Windows read so far, and the most bytes read at once (the tests' evidence of the
     /// windowed path and of its bound).
     windows_read: u64,
     largest_read: u64,
+    /// When the buffer was made: a provider cannot have dropped more records than nanoseconds
+    /// have passed since (each drop is one atomic add on a shared counter).
+    created: std::time::Instant,
+    /// A drop count past that bound was reported (once).
+    implausible_drops_noted: bool,
+}
+
+/// What a buffer's header says now, while its provider writes ([`Drain::live`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LiveFigures {
+    /// What the buffer holds (in streaming mode, saved halves too).
+    pub buffered_bytes: u64,
+    /// Records dropped so far (0 when the header's count is not a count).
+    pub records_dropped: u64,
+    /// How full the buffer is toward dropping records, in percent ([`fill_percent`]).
+    pub fill_percent: u32,
+    /// Why the header's drop count was left out, if it was.
+    pub problem: Option<String>,
+}
+
+/// How full a buffer is toward dropping records, in percent, from the positions its engine
+/// publishes (the data ends are written only at a switch or a stop): in oneshot mode the
+/// rolling buffer written; in streaming mode the data not saved yet (the half being written,
+/// and the other half while it waits for its save) of both halves; in circular mode (whose
+/// rolling buffers are overwritten by design) and streaming mode, the durable buffer too (when
+/// it fills, tracing stops). A header of another engine (no positions) reads as its ends.
+pub fn fill_percent(fields: &HeaderFields, geometry: &BufferGeometry) -> u32 {
+    use fxtrace::buffer::header::POSITION_WRAPPED_SHIFT;
+    let percent = |used: u64, of: u64| match of {
+        0 => 0,
+        _ => (u128::from(used.min(of)) * 100 / u128::from(of)) as u32,
+    };
+    let rolling = geometry.rolling_buffer_size;
+    let (offset, wrapped) = fields.rolling_position();
+    // The position of the buffer being written (a position from before the last switch is
+    // not its).
+    let lap_mask = (1u32 << (64 - POSITION_WRAPPED_SHIFT)) - 1;
+    let current = match wrapped == fields.wrapped_count & lap_mask {
+        true => offset.min(rolling),
+        false => 0,
+    };
+    let in_use = match geometry.mode {
+        BufferingMode::Oneshot => percent(current.max(fields.rolling_data_end[0]), rolling),
+        BufferingMode::Streaming => {
+            let other = ((fields.wrapped_count & 1) ^ 1) as usize;
+            let waiting = match fields.rolling_data_end[other] {
+                0 => 0,
+                _ => rolling,
+            };
+            percent(current + waiting, 2 * rolling)
+        }
+        BufferingMode::Circular => 0,
+    };
+    let durable = match geometry.mode {
+        BufferingMode::Oneshot => 0,
+        _ => percent(
+            fields.durable_position().max(fields.durable_data_end),
+            geometry.durable_buffer_size,
+        ),
+    };
+    in_use.max(durable)
 }
 
 /// How much of the durable buffer a new trace keeps (the start disposition).
@@ -166,6 +233,8 @@ impl Drain {
             window: READ_WINDOW,
             windows_read: 0,
             largest_read: 0,
+            created: std::time::Instant::now(),
+            implausible_drops_noted: false,
         }
     }
 
@@ -195,9 +264,9 @@ impl Drain {
         }
     }
 
-    /// Read the header and validate it against the buffer and the session's mode.
-    fn read_header(
-        &mut self,
+    /// The header validated against the buffer and the session's mode.
+    fn checked_header(
+        &self,
         buffer: &TraceBuffer,
     ) -> Result<(HeaderFields, BufferGeometry), DrainError> {
         let fields = buffer.header().load();
@@ -209,8 +278,65 @@ impl Drain {
                 expected: self.mode,
             });
         }
-        self.stats.records_dropped = fields.num_records_dropped;
-        self.stats.records_dropped_before_start = fields.dropped_before_start();
+        Ok((fields, geometry))
+    }
+
+    /// The header's drop counts (all, and before the start), or why they are not counts: more
+    /// drops than nanoseconds since the buffer was made (the header is the provider's memory:
+    /// `2^64 - 1` there would make every drop total meaningless).
+    fn drop_counts(&self, fields: &HeaderFields) -> Result<(u64, u64), String> {
+        let bound = u64::try_from(self.created.elapsed().as_nanos()).unwrap_or(u64::MAX);
+        if fields.num_records_dropped > bound {
+            return Err(format!(
+                "its buffer header says {} records dropped, more than the {bound} ns since its \
+                 buffer was made: not a count, left out of the drop totals",
+                fields.num_records_dropped
+            ));
+        }
+        Ok((fields.num_records_dropped, fields.dropped_before_start()))
+    }
+
+    /// What the header says now, read while the provider writes (`status`): nothing but an
+    /// error when it does not validate, and no drop count when that count is not one.
+    pub fn live(&self, buffer: &TraceBuffer) -> Result<LiveFigures, DrainError> {
+        let (fields, geometry) = self.checked_header(buffer)?;
+        let (records_dropped, problem) = match self.drop_counts(&fields) {
+            Ok((dropped, _)) => (dropped, None),
+            Err(problem) => (0, Some(problem)),
+        };
+        // What the buffer holds (in streaming mode, saved halves too); the ends are within
+        // the validated geometry.
+        let buffered_bytes =
+            fields.durable_data_end + fields.rolling_data_end[0] + fields.rolling_data_end[1];
+        Ok(LiveFigures {
+            buffered_bytes,
+            records_dropped,
+            fill_percent: fill_percent(&fields, &geometry),
+            problem,
+        })
+    }
+
+    /// Read the header and validate it against the buffer and the session's mode.
+    fn read_header(
+        &mut self,
+        buffer: &TraceBuffer,
+    ) -> Result<(HeaderFields, BufferGeometry), DrainError> {
+        let (fields, geometry) = self.checked_header(buffer)?;
+        let (dropped, before_start) = match self.drop_counts(&fields) {
+            Ok(counts) => counts,
+            Err(problem) => {
+                if !std::mem::replace(&mut self.implausible_drops_noted, true) {
+                    self.stats.problems.push(problem);
+                }
+                (0, 0)
+            }
+        };
+        self.stats.records_dropped = dropped;
+        self.stats.records_dropped_before_start = before_start;
+        // At a save, the half being saved waits and the other is being written: the fullest
+        // a streaming buffer gets; at the read-out, how full it ended.
+        let fill = fill_percent(&fields, &geometry);
+        self.stats.fill_percent = self.stats.fill_percent.max(fill);
         self.stats.wrapped_count = fields.wrapped_count;
         self.stats.durable_data_end = fields.durable_data_end;
         self.stats.durable_buffer_size = geometry.durable_buffer_size;
@@ -378,7 +504,7 @@ impl Drain {
         };
         if windowed {
             let durable = self.copy_durable(buffer, &fields, &geometry)?;
-            self.begin_read_out(archive, (id, name), &fields)?;
+            self.begin_read_out(archive, (id, name))?;
             self.scan_durable(durable, archive)?;
             for (index, framing, end) in rolling {
                 let offset = geometry.rolling_offset(index);
@@ -400,7 +526,7 @@ impl Drain {
         // Durable data not yet saved, copied last.
         let durable = self.copy_durable(buffer, &fields, &geometry)?;
         self.stats.copy_time += started.elapsed();
-        self.begin_read_out(archive, (id, name), &fields)?;
+        self.begin_read_out(archive, (id, name))?;
         self.scan_durable(durable, archive)?;
         for (bytes, end, framing, region) in rolling {
             self.scan_into((&bytes, 0, 0), end, framing, region, archive)?;
@@ -459,10 +585,10 @@ impl Drain {
         &self,
         archive: &mut Archive<W>,
         (id, name): (u32, &str),
-        fields: &HeaderFields,
     ) -> Result<(), DrainError> {
         archive.begin_provider(id, name)?;
-        if fields.num_records_dropped > 0 {
+        // The count as read (0 when it is not one: see `drop_counts`).
+        if self.stats.records_dropped > 0 {
             archive.provider_event(PROVIDER_EVENT_BUFFER_OVERFLOW)?;
         }
         Ok(())
@@ -495,11 +621,11 @@ impl Drain {
             .into());
         }
         // Windows up to SCRATCH_KEPT bytes reuse one copy buffer.
-        let mut bytes = std::mem::take(&mut self.scratch);
+        let mut words = std::mem::take(&mut self.scratch);
         let range = (at, data_end, framing, region);
-        let result = self.forward_range(buffer, archive, &mut bytes, range);
-        if bytes.capacity() <= SCRATCH_KEPT {
-            self.scratch = bytes;
+        let result = self.forward_range(buffer, archive, &mut words, range);
+        if words.capacity() * 8 <= SCRATCH_KEPT {
+            self.scratch = words;
         }
         self.stats.copy_time += started.elapsed();
         result.map(drop)
@@ -516,7 +642,7 @@ impl Drain {
         &mut self,
         buffer: &TraceBuffer,
         archive: &mut Archive<W>,
-        bytes: &mut Vec<u8>,
+        words: &mut Vec<u64>,
         ((offset, base), data_end, framing, region): ((u64, u64), u64, Framing, Region),
     ) -> Result<Scanned, DrainError> {
         // Chunks larger than a window (the provider chose the chunk size) are read by their
@@ -540,14 +666,14 @@ impl Drain {
         let mut pos = 0;
         while pos < data_end {
             let remaining = data_end - pos;
-            self.read_window(buffer, offset + pos, window.min(remaining), bytes)?;
+            self.read_window(buffer, offset + pos, window.min(remaining), words)?;
             if let Some((chunk_size, lap)) = large_chunks {
-                let tag = u64::from_le_bytes(bytes[..8].try_into().expect("8 bytes"));
+                let tag = words[0];
                 match parse_chunk_tag(tag) {
                     Some((wc, run)) if wc == lap => {
                         let run = (u64::from(run) * chunk_size).min(remaining);
                         let at = (offset + pos, base + pos);
-                        if self.forward_run(buffer, archive, bytes, (at, run, region))? {
+                        if self.forward_run(buffer, archive, words, (at, run, region))? {
                             return Ok(Scanned::Malformed);
                         }
                         pos += run;
@@ -560,17 +686,17 @@ impl Drain {
                 }
                 continue;
             }
-            let cut = match window_cut(bytes, framing, remaining) {
+            let cut = match window_cut(as_bytes(words), framing, remaining) {
                 WindowCut::At(cut) => cut,
                 WindowCut::Unit(unit) if framing == Framing::Dense => {
-                    self.read_window(buffer, offset + pos, unit, bytes)?;
+                    self.read_window(buffer, offset + pos, unit, words)?;
                     unit
                 }
                 WindowCut::Unit(unit) => {
                     // A chunk run longer than a window.
                     let run = unit.min(remaining);
                     let at = (offset + pos, base + pos);
-                    if self.forward_run(buffer, archive, bytes, (at, run, region))? {
+                    if self.forward_run(buffer, archive, words, (at, run, region))? {
                         return Ok(Scanned::Malformed);
                     }
                     pos += run;
@@ -582,7 +708,11 @@ impl Drain {
                     continue;
                 }
             };
-            let piece = (&bytes[..cut as usize], base + pos, remaining - cut);
+            let piece = (
+                &as_bytes(words)[..cut as usize],
+                base + pos,
+                remaining - cut,
+            );
             match self.scan_into(piece, cut, framing, region, archive)? {
                 Scanned::Whole => pos += cut,
                 Scanned::ZeroWord => {
@@ -596,21 +726,22 @@ impl Drain {
         Ok(Scanned::Whole)
     }
 
-    /// Fill `bytes` with the `len` bytes of the buffer at `offset` (one read, counted).
+    /// Fill `words` with the `len` bytes (a multiple of 8) of the buffer at `offset` (one copy
+    /// out of the mapping, counted).
     fn read_window(
         &mut self,
         buffer: &TraceBuffer,
         offset: u64,
         len: u64,
-        bytes: &mut Vec<u8>,
+        words: &mut Vec<u64>,
     ) -> Result<(), DrainError> {
-        let size = usize::try_from(len).map_err(|_| BufferError::OutOfRange {
+        let size = usize::try_from(len / 8).map_err(|_| BufferError::OutOfRange {
             offset,
             len,
             size: buffer.size(),
         })?;
-        bytes.resize(size, 0);
-        buffer.read_at(offset, bytes)?;
+        words.resize(size, 0);
+        buffer.read_words_at(offset, words)?;
         self.windows_read += 1;
         self.largest_read = self.largest_read.max(len);
         Ok(())
@@ -623,12 +754,12 @@ impl Drain {
         &mut self,
         buffer: &TraceBuffer,
         archive: &mut Archive<W>,
-        bytes: &mut Vec<u8>,
+        words: &mut Vec<u64>,
         ((offset, base), run, region): ((u64, u64), u64, Region),
     ) -> Result<bool, DrainError> {
         self.stats.skipped_bytes += 8;
         let range = ((offset + 8, base + 8), run - 8, Framing::Dense, region);
-        Ok(self.forward_range(buffer, archive, bytes, range)? == Scanned::Malformed)
+        Ok(self.forward_range(buffer, archive, words, range)? == Scanned::Malformed)
     }
 
     /// Scan `bytes[..data_end]`, the region's bytes from offset `base`, followed by `beyond`
@@ -647,14 +778,11 @@ impl Drain {
             let bytes = &bytes[from.min(bytes.len())..];
             let data_end = data_end.saturating_sub(from as u64);
             let mut scan = scan_records(bytes, data_end, framing)?;
-            let mut copied = 0u64;
-            for run in scan.by_ref() {
-                let taken = archive.write_provider_records(run)?;
-                self.stats.records += taken.written;
-                self.stats.forged_metadata += taken.forged;
-                self.stats.oversized_records += taken.oversized;
-                copied += taken.bytes;
-            }
+            let taken = archive.write_provider_runs(scan.by_ref())?;
+            self.stats.records += taken.written;
+            self.stats.forged_metadata += taken.forged;
+            self.stats.oversized_records += taken.oversized;
+            let copied = taken.bytes;
             match region {
                 Region::Durable => self.stats.durable_bytes += copied,
                 Region::Rolling(_) => self.stats.rolling_bytes += copied,
@@ -727,8 +855,17 @@ pub enum Writers {
 const SCRATCH_KEPT: usize = 8 << 20;
 
 /// Bytes of a rolling buffer copied and scanned at a time (streaming saves, and the final
-/// read-out of a provider that answered STOPPED).
-pub const READ_WINDOW: u64 = 4 << 20;
+/// read-out of a provider that answered STOPPED): small enough to stay in a core's cache
+/// between its copy out of the mapping, its scan and its write to the output (4 MiB windows
+/// cost the manager about three times the CPU per MiB of 128 KiB ones: BENCHMARKS.md).
+pub const READ_WINDOW: u64 = 128 << 10;
+
+/// `words` as the bytes they hold (in memory order: the bytes the buffer holds).
+fn as_bytes(words: &[u64]) -> &[u8] {
+    // SAFETY: a `u64` slice is valid for reads of `8 * len` bytes at its start, any byte
+    // pattern is a `u8`, and `u8`'s alignment is 1; the borrow keeps `words` borrowed.
+    unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), words.len() * 8) }
+}
 
 /// How [`Drain::scan_into`] ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -832,7 +969,7 @@ impl std::fmt::Display for Region {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use fxtrace::buffer::header::{make_chunk_tag, HEADER_SIZE};
+    use fxtrace::buffer::header::{make_chunk_tag, HEADER_SIZE, POSITION_WRAPPED_SHIFT};
 
     const SIZE: u64 = 16 * 4096;
 
@@ -1334,6 +1471,57 @@ mod tests {
                 read_out_both_ways(&buffer, mode, (window & !7).max(8));
             }
         }
+    }
+
+    #[test]
+    fn the_fill_is_what_the_buffer_holds_before_it_drops() {
+        let g = |mode| BufferGeometry::compute(mode, 1 << 20).unwrap();
+        let position = |offset: u64, wrapped: u64| offset | (wrapped << POSITION_WRAPPED_SHIFT);
+        // Oneshot: the written part of the buffer, from the allocator's position (past the
+        // end: full), or from the end a full buffer records.
+        let oneshot = g(BufferingMode::Oneshot);
+        let mut h = HeaderFields::initial(&oneshot, 1024);
+        assert_eq!(fill_percent(&h, &oneshot), 0);
+        h.reserved[3] = position(oneshot.rolling_buffer_size * 97 / 100 + 8, 0);
+        assert_eq!(fill_percent(&h, &oneshot), 97);
+        h.reserved[3] = position(oneshot.rolling_buffer_size + 4096, 0);
+        assert_eq!(fill_percent(&h, &oneshot), 100);
+        h.reserved[3] = 0;
+        h.rolling_data_end[0] = oneshot.rolling_buffer_size / 2;
+        assert_eq!(fill_percent(&h, &oneshot), 50);
+        // Streaming: the half written, plus the other while it waits for its save.
+        let streaming = g(BufferingMode::Streaming);
+        let half = streaming.rolling_buffer_size;
+        let mut h = HeaderFields::initial(&streaming, 1024);
+        h.wrapped_count = 3;
+        h.reserved[3] = position(half * 6 / 10 + 8, 3);
+        assert_eq!(fill_percent(&h, &streaming), 30, "the other half was saved");
+        h.rolling_data_end[0] = half;
+        assert_eq!(
+            fill_percent(&h, &streaming),
+            80,
+            "buffer 0 waits for its save"
+        );
+        h.reserved[3] = position(half * 9 / 10, 2);
+        assert_eq!(
+            fill_percent(&h, &streaming),
+            50,
+            "a position of the lap before"
+        );
+        // The durable buffer fills too (then tracing stops): circular's only fill.
+        h.reserved[4] = streaming.durable_buffer_size * 9 / 10 + 8;
+        assert_eq!(fill_percent(&h, &streaming), 90);
+        let circular = g(BufferingMode::Circular);
+        let mut h = HeaderFields::initial(&circular, 1024);
+        h.reserved[3] = position(circular.rolling_buffer_size, 7);
+        h.wrapped_count = 7;
+        assert_eq!(
+            fill_percent(&h, &circular),
+            0,
+            "overwriting is circular's way"
+        );
+        h.reserved[4] = circular.durable_buffer_size / 4 + 8;
+        assert_eq!(fill_percent(&h, &circular), 25);
     }
 
     #[test]

@@ -105,16 +105,58 @@ pub struct KernelProviderConfig {
 }
 
 impl KernelProviderConfig {
-    /// System-wide switches, LBR as given, provider 1 `"kernel"`.
+    /// System-wide switches and wake-ups, LBR as given, provider 1 `"kernel"`.
     pub fn system_wide(lbr: Option<BranchSampling>) -> Self {
+        Self::with_options(&KernelOptions {
+            lbr,
+            ..KernelOptions::default()
+        })
+    }
+
+    /// System-wide capture as `options` say, provider 1 `"kernel"`.
+    pub fn with_options(options: &KernelOptions) -> Self {
         Self {
             capture: CaptureConfig {
-                lbr,
-                // Mappings name the LBR samples' addresses (`fxtrace report lbr`).
-                mmaps: lbr.is_some(),
+                lbr: options.lbr,
+                // Mappings name the user addresses of LBR samples, wait points and CPU
+                // samples (`fxtrace report`).
+                mmaps: options.lbr.is_some() || options.wait_points || options.sample_hz.is_some(),
+                wakeups: options.wakeups,
+                wait_points: options.wait_points,
+                sample_hz: options.sample_hz,
+                ring_pages: options.ring_pages,
                 ..CaptureConfig::system_wide()
             },
             trace: KernelTraceConfig::kernel(),
+        }
+    }
+}
+
+/// What the kernel provider captures besides every CPU's context switches.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KernelOptions {
+    /// LBR branch stacks (where the CPU has them).
+    pub lbr: Option<BranchSampling>,
+    /// Wake-ups: who woke whom (default on).
+    pub wakeups: bool,
+    /// Wait points: the call chain where each thread blocked (default off: the kernel walks
+    /// the stack at every switch).
+    pub wait_points: bool,
+    /// CPU samples a second (software `cpu-clock` with call chains; default off).
+    pub sample_hz: Option<u64>,
+    /// Data pages per CPU ring.
+    pub ring_pages: usize,
+}
+
+impl Default for KernelOptions {
+    fn default() -> Self {
+        let capture = CaptureConfig::system_wide();
+        Self {
+            lbr: None,
+            wakeups: true,
+            wait_points: false,
+            sample_hz: None,
+            ring_pages: capture.ring_pages,
         }
     }
 }
@@ -307,6 +349,13 @@ impl RecordSink for KernelSink {
     ) -> Result<usize, SinkError> {
         self.0.push_context_switch(record).map_err(section_error)
     }
+
+    fn push_wakeup(
+        &mut self,
+        record: &fxtrace_format::SchedThreadWakeup<'_>,
+    ) -> Result<usize, SinkError> {
+        self.0.push_wakeup(record).map_err(section_error)
+    }
 }
 
 fn section_error(e: SectionError) -> SinkError {
@@ -373,7 +422,7 @@ impl ExternalSource for KernelSource {
 }
 
 /// The kernel provider running as a section of a [`Recorder`]'s archive: every CPU's context
-/// switches, and LBR branch stacks when asked.
+/// switches, and what [`KernelOptions`] asks besides.
 #[derive(Debug)]
 pub struct KernelSection {
     lbr: Option<BranchSampling>,
@@ -383,23 +432,20 @@ pub struct KernelSection {
 
 impl KernelSection {
     /// Starts system-wide capture into a new section of `recorder` (which stops it after the
-    /// providers), with LBR as given and `ring_pages` data pages per CPU.
+    /// providers), as `options` say.
     pub fn start(
         recorder: &mut Recorder,
-        lbr: Option<BranchSampling>,
-        ring_pages: usize,
+        options: &KernelOptions,
     ) -> Result<Self, KernelProviderError> {
+        let lbr = options.lbr;
         let sink = recorder.section_sink("kernel");
         let section = sink.id();
         let config = KernelProviderConfig {
-            capture: CaptureConfig {
-                ring_pages,
-                ..KernelProviderConfig::system_wide(lbr).capture
-            },
             trace: KernelTraceConfig {
                 provider_id: sink.id(),
                 ..KernelTraceConfig::kernel()
             },
+            ..KernelProviderConfig::with_options(options)
         };
         let provider = KernelProvider::start(config, KernelSink(sink))?;
         let started = provider.report().clone();
@@ -451,10 +497,11 @@ impl KernelSection {
             bytes: report.output_bytes,
             switch_source: outcome.report.switch_source,
             lbr,
-            unsupported: outcome.report.unsupported,
+            unsupported: outcome.report.unsupported.clone(),
             capture: outcome.capture,
             trace: outcome.trace,
             capture_error: outcome.capture_error.map(|e| e.to_string()),
+            started: outcome.report.clone(),
             stopped_by: report.stop_reason.clone(),
             command_status: report.command_status,
             elapsed: report.elapsed,
@@ -503,6 +550,8 @@ pub struct KernelSummary {
     pub command_status: Option<ExitStatus>,
     /// Capture time.
     pub elapsed: Duration,
+    /// What the capture opened.
+    pub started: CaptureReport,
 }
 
 impl fmt::Display for KernelSummary {
@@ -521,6 +570,37 @@ impl fmt::Display for KernelSummary {
             "  context switches: {} (from {source})",
             t.context_switches
         )?;
+        if self.started.wakeups {
+            writeln!(f, "  wake-ups: {}", t.wakeups)?;
+        }
+        if self.started.wait_points {
+            writeln!(
+                f,
+                "  wait points: {} switches with the call chain where the thread blocked",
+                t.wait_points
+            )?;
+        }
+        if let Some((hz, kernel)) = self.started.sampling {
+            writeln!(
+                f,
+                "  CPU samples: {} (cpu-clock at {hz} Hz, {} frames)",
+                t.samples,
+                if kernel { "kernel and user" } else { "user" }
+            )?;
+        }
+        if t.stack_blobs > 0 {
+            writeln!(
+                f,
+                "  call chains: {} distinct, {} kernel symbols{}",
+                t.stack_blobs,
+                t.kernel_symbols,
+                if self.started.kernel_symbols || !self.started.wait_points {
+                    ""
+                } else {
+                    " (kernel frames unnamed: /proc/kallsyms unreadable)"
+                }
+            )?;
+        }
         let at_stop = match c.lost_unreported {
             0 => String::new(),
             n => format!(", {n} of the records counted at the stop (no LOST record after them)"),
@@ -597,6 +677,10 @@ impl fmt::Display for KernelSummary {
             ("events out of time order", t.late),
             ("records the trace could not hold", t.dropped_records),
             ("LBR entries beyond 32", t.lbr_entries_truncated),
+            (
+                "call chains not kept (the bound on distinct stacks was reached)",
+                c.stacks_not_interned,
+            ),
             ("mappings whose path or build-id was cut", t.mmaps_truncated),
             (
                 "mappings not kept for forked children (limit reached)",

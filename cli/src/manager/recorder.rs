@@ -12,6 +12,11 @@
 //!                            archive; a command still running gets SIGTERM (SIGKILL after 2 s)
 //! ```
 //!
+//! A SIGINT, SIGTERM or SIGHUP the recorder receives is passed on to the command's process
+//! group as it is (a terminal's Ctrl-C reaches that group itself when the command has the
+//! terminal): the command ends its own way and is traced meanwhile; SIGTERM follows only if it
+//! still runs [`RecordConfig::signal_grace`] later.
+//!
 //! The loop is the session loop every session runs ([`SessionDriver`]: the manager's turns,
 //! the duration, the stop alert, the sections); around it the recorder keeps the command,
 //! signals and the log lines.
@@ -87,6 +92,9 @@ pub struct RecordConfig {
     pub stop_timeout: Duration,
     /// After the command exits (or a Ctrl-C), how long to wait for its providers to finish.
     pub exit_grace: Duration,
+    /// After a stop signal passed on to the command, how long it is traced while it ends on
+    /// its own before it gets SIGTERM.
+    pub signal_grace: Duration,
     /// Extra environment variables for the command (`fxtrace record --preload` sets
     /// `LD_PRELOAD`).
     pub env: Vec<(OsString, OsString)>,
@@ -100,8 +108,8 @@ impl Default for RecordConfig {
         Self {
             output: PathBuf::from("trace.fxt"),
             categories: Vec::new(),
-            buffer_size_bytes: 4 << 20,
-            buffering_mode: BufferingMode::Oneshot,
+            buffer_size_bytes: super::session::RECORDING_BUFFER_SIZE,
+            buffering_mode: super::session::RECORDING_MODE,
             duration: None,
             stop_on_alert: None,
             command: Vec::new(),
@@ -110,6 +118,7 @@ impl Default for RecordConfig {
             start_timeout: super::session::DEFAULT_START_TIMEOUT,
             stop_timeout: Duration::from_secs(5),
             exit_grace: Duration::from_secs(1),
+            signal_grace: SIGNAL_GRACE,
             env: Vec::new(),
             output_owner: None,
         }
@@ -538,9 +547,10 @@ impl Recorder {
             out_file.chown(uid, gid).map_err(output_error)?;
         }
         out_file.commit().map_err(output_error)?;
-        // No buffer here: the archive stages one turn of the event loop's read-outs (at most
-        // 1 MiB at a time) and writes them at the end of the turn; section batches are
-        // written through. A recorder killed by SIGKILL loses what it had not yet written.
+        // No buffer here: the archive writes a read-out's records a window at a time
+        // straight from its copy of them (one writev each), stages the rest (metadata, a few
+        // records: at most 1 MiB) until the end of the turn, and writes section batches
+        // through. A recorder killed by SIGKILL loses what it had not yet written.
         let output = out_file.file().try_clone().map_err(output_error)?;
         let manager_config = ManagerConfig {
             listener: config.listener,
@@ -621,12 +631,11 @@ impl Recorder {
             };
         log(&format!("stopping: {stop_reason}"));
         let elapsed = self.started.elapsed();
-        // A failed output stops the command as Ctrl-C would: SIGINT to its process group.
-        // (A stop signal sent to the recorder alone is not passed on: the command's providers
-        // see the session stop and the command may finish on its own; a terminal's Ctrl-C
-        // reaches the command's group directly.)
+        // A failed output stops the command as Ctrl-C would: SIGINT to its process group. A
+        // stop signal the command was passed ([`Traced::pass_on`]) had its grace already; any
+        // other gets a moment to exit on its own after the session stops.
         let interrupted = match stop_reason {
-            StopReason::Signal(_) => true,
+            StopReason::Signal(_) => command.passed_on.is_none(),
             StopReason::OutputFailed => {
                 if let (Some(pgid), None) = (command.pid, command.status) {
                     lifecycle::signal_group(pgid, Signal::SIGINT);
@@ -665,7 +674,7 @@ impl Recorder {
         let mut next_progress = self.progress.as_ref().map(|p| self.started + p.interval);
         loop {
             let wake_at = command
-                .wake_at(self.config.exit_grace)
+                .wake_at(self.config.exit_grace, self.config.signal_grace)
                 .into_iter()
                 .chain(next_progress)
                 .min();
@@ -708,13 +717,26 @@ impl Recorder {
                 log(&line);
             }
             if let Some(reason) = reason {
-                return Ok(reason);
+                // A stop signal goes to the command first: tracing goes on while it ends.
+                match command.pass_on(&reason) {
+                    PassOn::Passed(line) => log(&line),
+                    PassOn::Waiting => {}
+                    PassOn::StopNow => return Ok(reason),
+                }
             }
             let now = Instant::now();
+            if let Some((signo, at)) = command.passed_on {
+                if command.exited_at.is_none() && now >= at + self.config.signal_grace {
+                    return Ok(StopReason::Signal(signo));
+                }
+            }
             if let Some(at) = command.exited_at {
                 let waiting = self.providers_of(command.pid.unwrap_or(0));
                 if waiting == 0 || now >= at + self.config.exit_grace {
-                    return Ok(StopReason::CommandExited);
+                    return Ok(match command.passed_on {
+                        Some((signo, _)) => StopReason::Signal(signo),
+                        None => StopReason::CommandExited,
+                    });
                 }
             }
             if let (Some(at), Some(progress)) = (next_progress, self.progress.as_mut()) {
@@ -975,7 +997,28 @@ struct Traced {
     pid: Option<u32>,
     status: Option<ExitStatus>,
     exited_at: Option<Instant>,
+    /// The stop signal passed on to the command, and when.
+    passed_on: Option<(i32, Instant)>,
 }
+
+/// What [`Traced::pass_on`] did with a stop reason.
+enum PassOn {
+    /// The signal went to the command: the line to log; tracing goes on.
+    Passed(String),
+    /// It went before: tracing goes on until the command exits or its grace ends.
+    Waiting,
+    /// Not a signal to pass on (or no command to take it): stop now.
+    StopNow,
+}
+
+/// Stop signals the recorder passes on to its command, as they are: a user's request that the
+/// command end (Ctrl-C when the recorder has the terminal, `kill`, `timeout -s INT`, a
+/// service manager's stop). SIGUSR1 and SIGUSR2 (`--stop-on-signal`) stop the recording only.
+pub const PASSED_ON_SIGNALS: [Signal; 3] = [Signal::SIGINT, Signal::SIGTERM, Signal::SIGHUP];
+
+/// How long a command passed a stop signal is traced while it ends on its own, by default
+/// ([`RecordConfig::signal_grace`]): then it gets SIGTERM.
+pub const SIGNAL_GRACE: Duration = Duration::from_secs(5);
 
 impl Traced {
     fn new(child: Option<Child>) -> Traced {
@@ -987,7 +1030,33 @@ impl Traced {
             pid,
             status: None,
             exited_at: None,
+            passed_on: None,
         }
+    }
+
+    /// Pass the stop signal of `reason` on to the command's process group, once, if it is one
+    /// of [`PASSED_ON_SIGNALS`] and the command runs.
+    fn pass_on(&mut self, reason: &StopReason) -> PassOn {
+        let StopReason::Signal(signo) = *reason else {
+            return PassOn::StopNow;
+        };
+        match self.passed_on {
+            // A later wake-up reads the same signal: the command still has its grace.
+            Some((passed, _)) if passed == signo => return PassOn::Waiting,
+            Some(_) => return PassOn::StopNow,
+            None => {}
+        }
+        let (Ok(signal), Some(pid), None) = (Signal::try_from(signo), self.pid, self.status) else {
+            return PassOn::StopNow;
+        };
+        if !PASSED_ON_SIGNALS.contains(&signal) || !lifecycle::signal_group(pid, signal) {
+            return PassOn::StopNow;
+        }
+        self.passed_on = Some((signo, Instant::now()));
+        PassOn::Passed(format!(
+            "{} passed on to the command (pid {pid}); tracing until it exits",
+            signal.as_str()
+        ))
     }
 
     /// The descriptor that says the command exited, while it runs.
@@ -999,13 +1068,16 @@ impl Traced {
     }
 
     /// When the session loop must look again: the end of the grace its providers get after
-    /// it exited, or in 50 ms when there is no pidfd to say it exits (kernel < 5.3).
-    fn wake_at(&self, grace: Duration) -> Option<Instant> {
+    /// it exited (`grace`), or of the one it gets after a stop signal (`signal_grace`), or in
+    /// 50 ms when there is no pidfd to say it exits (kernel < 5.3).
+    fn wake_at(&self, grace: Duration, signal_grace: Duration) -> Option<Instant> {
         let tick = (self.child.is_some() && self.status.is_none() && self.pidfd.is_none())
             .then(|| Instant::now() + Duration::from_millis(50));
+        let signalled = self.passed_on.map(|(_, at)| at + signal_grace);
         self.exited_at
             .map(|at| at + grace)
             .into_iter()
+            .chain(signalled)
             .chain(tick)
             .min()
     }
@@ -1162,6 +1234,8 @@ struct Successions {
     images: HashMap<u32, (Option<ProcessImage>, Vec<u32>)>,
     /// Provider → the provider its process exec'd into.
     execs: HashMap<u32, u32>,
+    /// Provider → the first provider of its process, for a provider that is not that first.
+    process_of: HashMap<u32, u32>,
 }
 
 impl Successions {
@@ -1198,6 +1272,10 @@ impl Successions {
                 self.images.insert(*pid, (*image, vec![*id]));
                 continue;
             };
+            // The process's first provider, if this one belongs to the same process.
+            let first = providers
+                .first()
+                .map(|p| self.process_of.get(p).copied().unwrap_or(*p));
             let beside = providers
                 .iter()
                 .rev()
@@ -1212,6 +1290,9 @@ impl Successions {
                 (Some(a), Some(b)) if a.auxv != b.auxv => true,
                 _ => beside.is_none(),
             };
+            if let Some(first) = first {
+                self.process_of.insert(*id, first);
+            }
             if !exec {
                 if let Some(beside) = beside {
                     lines.push(format!(
@@ -1238,12 +1319,20 @@ impl Successions {
     fn exec_of(&self, id: u32) -> Option<u32> {
         self.execs.get(&id).copied()
     }
+
+    /// The first provider of provider `id`'s process (`id` itself when it is that first).
+    fn process_of(&self, id: u32) -> u32 {
+        self.process_of.get(&id).copied().unwrap_or(id)
+    }
 }
 
 /// A provider followed by another of the same process by exec ([`Successions`]): an exec is
 /// a normal end of the old image, not a loss. One that closed without STOPPED (an exec the
 /// preload object could not flush before) had its buffer salvaged: said so, not marked lost.
 fn note_execs(providers: &mut [ProviderReport], successions: &Successions) {
+    for p in providers.iter_mut() {
+        p.process = successions.process_of(p.id);
+    }
     let next: Vec<Option<(u32, String)>> = providers
         .iter()
         .map(|p| {
@@ -1406,21 +1495,8 @@ mod tests {
 
     fn report(id: u32, pid: u32, name: &str, lost: Option<&str>) -> ProviderReport {
         ProviderReport {
-            id,
-            pid,
-            name: name.into(),
-            mode: BufferingMode::Oneshot,
-            records: 0,
-            durable_bytes: 0,
-            rolling_bytes: 0,
-            records_dropped: 0,
-            records_dropped_before_start: 0,
-            wrapped_count: 0,
-            durable_buffer_used_percent: 0,
-            saves: 0,
-            copy_time: Duration::ZERO,
             lost: lost.map(str::to_owned),
-            problems: vec![],
+            ..ProviderReport::idle(id, pid, name)
         }
     }
 
@@ -1581,27 +1657,38 @@ mod tests {
         assert!(providers[13].problems[0].starts_with("exec'd into \"reexec\" (provider 16)"));
         assert_eq!(providers[7].lost, None, "the unhooked exec's old image");
         assert!(providers[7].problems[0].starts_with("exec'd into \"true\" (provider 9)"));
+        // One process, one line: each provider's first provider of its process.
+        let processes: Vec<(u32, u32)> = providers.iter().map(|p| (p.id, p.process)).collect();
+        assert_eq!(
+            processes,
+            [
+                (1, 1),
+                (2, 1),
+                (3, 1),
+                (4, 4),
+                (5, 5),
+                (6, 5),
+                (7, 5),
+                (8, 8),
+                (9, 8),
+                (10, 10),
+                (11, 11),
+                (17, 17),
+                (18, 18),
+                (15, 15),
+                (16, 15)
+            ]
+        );
     }
 
     #[test]
     fn lost_reasons_name_the_signal() {
-        let mut providers = vec![ProviderReport {
-            id: 1,
-            pid: 10,
-            name: "p".into(),
-            mode: BufferingMode::Oneshot,
-            records: 0,
-            durable_bytes: 0,
-            rolling_bytes: 0,
-            records_dropped: 0,
-            records_dropped_before_start: 0,
-            wrapped_count: 0,
-            durable_buffer_used_percent: 0,
-            saves: 0,
-            copy_time: Duration::ZERO,
-            lost: Some("connection closed without STOPPED (…)".into()),
-            problems: vec![],
-        }];
+        let mut providers = vec![report(
+            1,
+            10,
+            "p",
+            Some("connection closed without STOPPED (…)"),
+        )];
         refine_lost_reasons(&mut providers, 10, ExitStatus::from_raw(9));
         assert!(providers[0]
             .lost

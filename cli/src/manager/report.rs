@@ -13,6 +13,9 @@ pub struct ProviderReport {
     pub id: u32,
     /// Process id (from `SO_PEERCRED`).
     pub pid: u32,
+    /// The first provider of its process (its own id unless another provider of the same
+    /// process came before it, by exec or beside it): the summary gives a process one line.
+    pub process: u32,
     /// Name the provider registered with.
     pub name: String,
     /// Buffering mode.
@@ -31,6 +34,9 @@ pub struct ProviderReport {
     pub wrapped_count: u32,
     /// `100 * durable_data_end / durable_buffer_size` (0 in oneshot mode).
     pub durable_buffer_used_percent: u32,
+    /// The fullest its buffer was seen toward dropping records, in percent
+    /// ([`super::drain::fill_percent`]).
+    pub fill_percent: u32,
     /// Streaming saves.
     pub saves: u64,
     /// Time the manager spent copying this provider's data into the archive.
@@ -42,9 +48,106 @@ pub struct ProviderReport {
 }
 
 impl ProviderReport {
+    /// A provider `id` of process `pid` that copied nothing, dropped nothing and was not lost
+    /// (the tests' starting point).
+    #[cfg(test)]
+    pub(crate) fn idle(id: u32, pid: u32, name: &str) -> Self {
+        ProviderReport {
+            id,
+            pid,
+            process: id,
+            name: name.into(),
+            mode: BufferingMode::Oneshot,
+            records: 0,
+            durable_bytes: 0,
+            rolling_bytes: 0,
+            records_dropped: 0,
+            records_dropped_before_start: 0,
+            wrapped_count: 0,
+            durable_buffer_used_percent: 0,
+            fill_percent: 0,
+            saves: 0,
+            copy_time: std::time::Duration::ZERO,
+            lost: None,
+            problems: vec![],
+        }
+    }
+
     /// Bytes copied into the archive.
     pub fn bytes(&self) -> u64 {
         self.durable_bytes + self.rolling_bytes
+    }
+}
+
+/// One process's line of the summary: its providers together, named after its images in
+/// order (`taskset → ingest`), the last its current one.
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ProcessRow<'a> {
+    providers: Vec<&'a ProviderReport>,
+}
+
+impl<'a> ProcessRow<'a> {
+    /// The rows of `providers`, each process where its first provider is.
+    fn of(providers: &'a [ProviderReport]) -> Vec<ProcessRow<'a>> {
+        let mut rows: Vec<ProcessRow<'a>> = Vec::new();
+        for p in providers {
+            match rows.iter_mut().find(|r| r.providers[0].id == p.process) {
+                Some(row) => row.providers.push(p),
+                None => rows.push(ProcessRow { providers: vec![p] }),
+            }
+        }
+        rows
+    }
+
+    /// The providers' ids, consecutive ones as a range (`1-3`, `4,7`).
+    fn ids(&self) -> String {
+        let mut out = String::new();
+        let ids: Vec<u32> = self.providers.iter().map(|p| p.id).collect();
+        let mut i = 0;
+        while i < ids.len() {
+            let mut j = i;
+            while j + 1 < ids.len() && ids[j + 1] == ids[j].wrapping_add(1) {
+                j += 1;
+            }
+            if !out.is_empty() {
+                out.push(',');
+            }
+            out += &match j - i {
+                0 => ids[i].to_string(),
+                _ => format!("{}-{}", ids[i], ids[j]),
+            };
+            i = j + 1;
+        }
+        out
+    }
+
+    /// Its images' names in order, each once in a row, the current last; cut at the front
+    /// to `width` characters so that the current image stays.
+    fn name(&self, width: usize) -> String {
+        let mut names: Vec<&str> = Vec::new();
+        for p in &self.providers {
+            if names.last() != Some(&p.name.as_str()) {
+                names.push(&p.name);
+            }
+        }
+        let chain = names.join(" → ");
+        let count = chain.chars().count();
+        if count <= width {
+            return chain;
+        }
+        let last = names.last().copied().unwrap_or_default();
+        if names.len() > 1 && last.chars().count() + 2 <= width {
+            let keep = width - 1;
+            let tail: String = chain.chars().skip(count - keep).collect();
+            return format!("…{tail}");
+        }
+        super::archive::truncate_str(last, width).to_owned()
+    }
+
+    fn sum(&self, of: impl Fn(&ProviderReport) -> u64) -> u64 {
+        self.providers
+            .iter()
+            .fold(0u64, |total, p| total.saturating_add(of(p)))
     }
 }
 
@@ -302,6 +405,30 @@ pub fn printable(s: &str) -> std::borrow::Cow<'_, str> {
 pub const NO_PROVIDER_HINT: &str = "no provider connected: the command does not link fxtrace; \
      use --preload to trace it unmodified, or --system-wide for its context switches";
 
+/// A buffer at least this full (in percent) is said to be about to drop records.
+pub const FILL_WARNING_PERCENT: u32 = 80;
+
+/// What a buffer [`FILL_WARNING_PERCENT`] full or more that dropped nothing yet means, and
+/// what keeps more, for its buffering mode.
+pub fn fill_hint(p: &ProviderReport) -> String {
+    let fill = p.fill_percent;
+    match p.mode {
+        BufferingMode::Oneshot => format!(
+            "its buffer was {fill}% full: records are dropped once it is full; a larger -b, \
+             or -m streaming, keeps more"
+        ),
+        BufferingMode::Streaming => format!(
+            "at its fullest, {fill}% of its buffer was not saved yet: records are dropped when \
+             both halves are full (or its durable buffer is); a larger -b gives the manager \
+             more time"
+        ),
+        BufferingMode::Circular => format!(
+            "its durable buffer (strings, threads) was {fill}% full: tracing stops when it \
+             is full; a larger -b keeps more"
+        ),
+    }
+}
+
 /// Why `p` dropped records and what keeps more: before the trace started, and after it, for
 /// its buffering mode.
 pub fn drop_hint(p: &ProviderReport) -> String {
@@ -352,19 +479,20 @@ impl fmt::Display for SummaryTable<'_> {
             "{:>4} {:>8}  {:<20} {:>10} {:>12} {:>9}  {:<9} {:<5}",
             "id", "pid", "name", "records", "bytes", "dropped", "mode", "lost"
         )?;
-        for p in self.providers {
-            let name = super::archive::truncate_str(&p.name, 20);
+        for row in ProcessRow::of(self.providers) {
+            let p = row.providers[row.providers.len() - 1];
+            let lost = row.providers.iter().any(|p| p.lost.is_some());
             writeln!(
                 f,
                 "{:>4} {:>8}  {:<20} {:>10} {:>12} {:>9}  {:<9} {:<5}",
-                p.id,
+                row.ids(),
                 p.pid,
-                name,
-                p.records,
-                p.bytes(),
-                p.records_dropped,
+                row.name(20),
+                row.sum(|p| p.records),
+                row.sum(ProviderReport::bytes),
+                row.sum(|p| p.records_dropped),
                 p.mode.as_str(),
-                if p.lost.is_some() { "LOST" } else { "no" },
+                if lost { "LOST" } else { "no" },
             )?;
         }
         for s in self.sections {
@@ -428,6 +556,8 @@ impl fmt::Display for SummaryTable<'_> {
                     p.records_dropped,
                     drop_hint(p)
                 )?;
+            } else if p.fill_percent >= FILL_WARNING_PERCENT {
+                writeln!(f, "provider {} ({}): {}", p.id, p.name, fill_hint(p))?;
             }
         }
         for r in self.refused {
@@ -520,6 +650,7 @@ mod tests {
         let p = ProviderReport {
             id: 1,
             pid: 42,
+            process: 1,
             name: "probe".into(),
             mode: BufferingMode::Streaming,
             records: 10,
@@ -529,6 +660,7 @@ mod tests {
             records_dropped_before_start: 0,
             wrapped_count: 2,
             durable_buffer_used_percent: 1,
+            fill_percent: 90,
             saves: 2,
             copy_time: std::time::Duration::from_micros(5),
             lost: Some("killed by signal 9".into()),
@@ -591,6 +723,54 @@ mod tests {
     }
 
     #[test]
+    fn a_process_is_one_line_named_after_its_images() {
+        let provider = |id: u32, process: u32, name: &str, records: u64| ProviderReport {
+            process,
+            records,
+            rolling_bytes: records * 8,
+            records_dropped: 1,
+            lost: (id == 2).then(|| "gone".to_owned()),
+            ..ProviderReport::idle(id, 7, name)
+        };
+        // taskset execs ingest, which has a second provider; another process; a long chain.
+        let providers = [
+            provider(1, 1, "taskset", 10),
+            provider(2, 1, "ingest", 20),
+            provider(3, 1, "ingest", 30),
+            provider(4, 4, "other", 1),
+            provider(5, 5, "a-rather-long-launcher", 1),
+            provider(7, 5, "a-long-image-name", 1),
+        ];
+        let table = SummaryTable {
+            providers: &providers,
+            sections: &[],
+            refused: &[],
+            output: std::path::Path::new("t.fxt"),
+            output_bytes: 8,
+            command_ran: true,
+        }
+        .to_string();
+        let rows: Vec<&str> = table
+            .lines()
+            .skip(1)
+            .take_while(|l| !l.starts_with("provider"))
+            .collect();
+        assert_eq!(rows.len(), 3, "{table}");
+        assert!(
+            rows[0].starts_with(" 1-3        7  taskset → ingest ")
+                && rows[0].contains("        60          480         3  oneshot   LOST"),
+            "{table}"
+        );
+        assert!(rows[1].starts_with("   4        7  other "), "{table}");
+        assert!(
+            rows[2].starts_with(" 5,7        7  …→ a-long-image-name "),
+            "{table}"
+        );
+        // Each provider still has its own lines below.
+        assert!(table.contains("provider 3 (ingest): 0 durable + 240 non-durable bytes"));
+    }
+
+    #[test]
     fn problems_keep_the_first_ones_and_count_the_rest() {
         let mut p = Problems::default();
         for i in 0..Problems::KEPT + 5 {
@@ -615,21 +795,9 @@ mod tests {
     #[test]
     fn hints_match_the_mode_and_an_empty_command() {
         let mut p = ProviderReport {
-            id: 1,
-            pid: 42,
-            name: "p".into(),
-            mode: BufferingMode::Oneshot,
             records: 1,
-            durable_bytes: 0,
-            rolling_bytes: 0,
             records_dropped: 1,
-            records_dropped_before_start: 0,
-            wrapped_count: 0,
-            durable_buffer_used_percent: 0,
-            saves: 0,
-            copy_time: std::time::Duration::ZERO,
-            lost: None,
-            problems: vec![],
+            ..ProviderReport::idle(1, 42, "p")
         };
         assert!(drop_hint(&p).contains("-m streaming"));
         // Drops before the start are not a full buffer.

@@ -6,9 +6,10 @@
 use std::sync::mpsc::{self, Receiver, Sender};
 
 use super::server::Waker;
-use fxtrace::capture::fxt::IndexedSwitch;
+use fxtrace::capture::fxt::{IndexedSwitch, WakeupWords};
 use fxtrace_format::{
     BatchError, BatchOut, BatchWriter, ContextSwitch, Encode, EncodeError, Record,
+    SchedThreadWakeup,
 };
 
 /// Why a [`SectionSink`] refused a record.
@@ -75,6 +76,15 @@ impl SectionSink {
     /// indexed: two stores instead of the general encoder).
     pub fn push_context_switch(&mut self, record: &ContextSwitch) -> Result<usize, SectionError> {
         match IndexedSwitch::of(record) {
+            Some(words) => self.push_encoded(&words),
+            None => self.push_encoded(record),
+        }
+    }
+
+    /// Encode one thread wakeup into the batch (five stores for fxtrace's, see
+    /// [`WakeupWords`]).
+    pub fn push_wakeup(&mut self, record: &SchedThreadWakeup<'_>) -> Result<usize, SectionError> {
+        match WakeupWords::of(record) {
             Some(words) => self.push_encoded(&words),
             None => self.push_encoded(record),
         }

@@ -88,6 +88,17 @@ pub struct StateError {
     pub state: SessionState,
 }
 
+/// The buffering mode `fxtrace record` and `fxtrace start` use when not told: streaming, so
+/// that a busy program is recorded whole while the manager keeps up (a 4 MiB oneshot buffer
+/// dropped 98.5 % of a writer of 350 000 records a second: docs/benchmarks). Oneshot and
+/// circular are there on request. ([`SessionConfig::default`] keeps Fuchsia's defaults.)
+pub const RECORDING_MODE: BufferingMode = BufferingMode::Streaming;
+/// The buffer size per provider `fxtrace record` and `fxtrace start` use when not told: two
+/// halves of about 3.9 MiB, so the manager may be late by the time a program takes to fill
+/// one (a provider's whole buffer is faulted in at its start: short processes under
+/// `--preload` pay for its size).
+pub const RECORDING_BUFFER_SIZE: u64 = 8 << 20;
+
 /// The part of `TraceConfig` the session logic needs.
 #[derive(Debug, Clone, PartialEq)]
 pub struct SessionConfig {

@@ -584,6 +584,18 @@ impl LbrReport {
         used.into_iter().map(|i| &self.mappings[i]).collect()
     }
 
+    /// The mapping holding `address` in process `pid` at `ns` (the latest one seen at or before
+    /// `ns`, else the earliest later one), or, when the process is unknown, the one every
+    /// process agrees on: the lookup of the branch addresses, for other reports' addresses
+    /// (call stacks).
+    pub fn mapping_at(&self, pid: Option<u32>, ns: u64, address: u64) -> Option<&Mapping> {
+        match pid {
+            Some(pid) => self.mapping_in(pid, ns, address),
+            None => self.mapping_anywhere(address),
+        }
+        .map(|i| &self.mappings[i])
+    }
+
     /// What is known of thread `tid`.
     pub fn thread(&self, tid: u64) -> Option<&ThreadNames> {
         self.threads.get(&tid)

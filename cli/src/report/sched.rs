@@ -678,7 +678,7 @@ impl SchedReport {
     }
 
     /// The report as text.
-    pub fn write_text(&self, out: &mut impl Write, style: Style) -> io::Result<()> {
+    pub fn write_text(&self, out: &mut (impl Write + ?Sized), style: Style) -> io::Result<()> {
         writeln!(
             out,
             "context switches: {}, wake-ups: {}, switches with a wait point: {}",
@@ -852,7 +852,7 @@ impl SchedReport {
     }
 
     /// The report as JSON lines: one object per thread, interval, stall and note.
-    pub fn write_json(&self, out: &mut impl Write, style: Style) -> io::Result<()> {
+    pub fn write_json(&self, out: &mut (impl Write + ?Sized), style: Style) -> io::Result<()> {
         for row in &self.threads {
             let mut line = self.thread_json(row.tid);
             line["type"] = json!("thread");

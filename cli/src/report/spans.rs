@@ -844,7 +844,7 @@ impl SpansReport {
     }
 
     /// The report as text.
-    pub fn write_text(&self, out: &mut impl Write, style: Style) -> io::Result<()> {
+    pub fn write_text(&self, out: &mut (impl Write + ?Sized), style: Style) -> io::Result<()> {
         writeln!(
             out,
             "spans: {} of {} name(s); context switches: {}, wake-ups: {}",
@@ -989,7 +989,7 @@ impl SpansReport {
     }
 
     /// The report as JSON lines: one object per table row, slow span and note.
-    pub fn write_json(&self, out: &mut impl Write, style: Style) -> io::Result<()> {
+    pub fn write_json(&self, out: &mut (impl Write + ?Sized), style: Style) -> io::Result<()> {
         for row in &self.names {
             let d = &row.durations;
             let line = json!({

@@ -1,7 +1,9 @@
 //! Address → function and file:line, from ELF binaries named by the trace's mappings or
 //! given by the user.
 //!
-//! Function names come from the ELF symbol table (`.symtab`, else `.dynsym`) through the
+//! Function names come from the ELF symbol table (`.symtab`, else `.dynsym`, and the
+//! `.symtab` of the file's detached debug file when `/usr/lib/debug/.build-id` has one for
+//! its build-id, as gdb and perf find it: `libc6-dbg` names glibc's internal functions) through the
 //! `object` crate; file and line from DWARF through `addr2line`, when the binary has debug
 //! information.
 //!
@@ -261,7 +263,7 @@ pub enum MappedFile {
 
 /// Resolves run-time addresses against the binaries added to it and the mapped files
 /// loaded into it.
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct Symbolizer {
     binaries: Vec<Binary>,
     /// Mapped files, by path and recorded build-id, in the order loaded.
@@ -272,9 +274,29 @@ pub struct Symbolizer {
     mapped_by_file: HashMap<(u64, u64, Option<Vec<u8>>), usize>,
     /// Binaries of the `Loaded` mapped files.
     mapped_binaries: HashMap<usize, Binary>,
+    /// Where detached debug files are looked up by build-id ([`DEBUG_FILE_DIR`]).
+    debug_dir: PathBuf,
+}
+
+impl Default for Symbolizer {
+    fn default() -> Self {
+        Symbolizer {
+            binaries: Vec::new(),
+            mapped: Vec::new(),
+            mapped_index: HashMap::new(),
+            mapped_by_file: HashMap::new(),
+            mapped_binaries: HashMap::new(),
+            debug_dir: PathBuf::from(DEBUG_FILE_DIR),
+        }
+    }
 }
 
 fn demangle(name: &str) -> String {
+    // Rust's mangling first: its legacy scheme is C++'s `_ZN…E` with Rust escapes, which
+    // the C++ demangler reads only half-way. `{:#}` leaves out the hash.
+    if let Ok(rust) = rustc_demangle::try_demangle(name) {
+        return format!("{rust:#}");
+    }
     if name.starts_with("_Z") {
         if let Ok(symbol) = cpp_demangle::Symbol::new(name) {
             if let Ok(text) = symbol.demangle(&cpp_demangle::DemangleOptions::default()) {
@@ -345,6 +367,12 @@ impl Symbolizer {
         Symbolizer::default()
     }
 
+    /// Look detached debug files up under `dir` instead of [`DEBUG_FILE_DIR`].
+    pub fn with_debug_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.debug_dir = dir.into();
+        self
+    }
+
     /// Reads and adds a binary.
     pub fn add(&mut self, spec: &BinarySpec) -> Result<&BinaryInfo, SymbolizeError> {
         let data = read_binary(&spec.path).map_err(|source| SymbolizeError::Read {
@@ -402,6 +430,8 @@ impl Symbolizer {
                         }
                     }
                     _ => {
+                        let mut binary = binary;
+                        binary.add_debug_file(&self.debug_dir);
                         let state = MappedFile::Loaded {
                             functions: binary.info.functions,
                             debug_info: binary.info.debug_info,
@@ -497,27 +527,7 @@ impl Binary {
         let lowest = file.segments().map(|s| s.address()).min().unwrap_or(0) & !(PAGE - 1);
         let bias = base.map_or(0, |b| b.wrapping_sub(lowest));
 
-        let mut functions: Vec<Function> = file
-            .symbols()
-            .chain(file.dynamic_symbols())
-            .filter(|s| s.kind() == object::SymbolKind::Text && s.is_definition())
-            .filter(|s| s.address() != 0)
-            .filter_map(|s| {
-                Some(Function {
-                    address: s.address(),
-                    size: s.size(),
-                    name: demangle(s.name().ok()?),
-                })
-            })
-            .collect();
-        // One entry per address: the sized one, then the first name.
-        functions.sort_by(|a, b| {
-            a.address
-                .cmp(&b.address)
-                .then(b.size.cmp(&a.size))
-                .then(a.name.cmp(&b.name))
-        });
-        functions.dedup_by_key(|f| f.address);
+        let functions = functions_of(&file, Vec::new());
 
         let mut warning = None;
         if position_independent && base.is_none() {
@@ -554,6 +564,80 @@ impl Binary {
             functions,
             dwarf,
         })
+    }
+}
+
+/// The function symbols of `file` (`.symtab` and `.dynsym`) with `more`, one per address:
+/// the sized one, then the first name.
+fn functions_of(file: &object::File<'_>, more: Vec<Function>) -> Vec<Function> {
+    let mut functions: Vec<Function> = file
+        .symbols()
+        .chain(file.dynamic_symbols())
+        .filter(|s| s.kind() == object::SymbolKind::Text && s.is_definition())
+        .filter(|s| s.address() != 0)
+        .filter_map(|s| {
+            Some(Function {
+                address: s.address(),
+                size: s.size(),
+                name: demangle(s.name().ok()?),
+            })
+        })
+        .chain(more)
+        .collect();
+    // glibc's internal aliases (`__GI___lll_lock_wait`) after the names perf and gdb show.
+    let alias = |f: &Function| f.name.starts_with("__GI_");
+    functions.sort_by(|a, b| {
+        a.address
+            .cmp(&b.address)
+            .then(b.size.cmp(&a.size))
+            .then(alias(a).cmp(&alias(b)))
+            .then(a.name.cmp(&b.name))
+    });
+    functions.dedup_by_key(|f| f.address);
+    functions
+}
+
+/// Where distributions install a binary's detached debug file, by its build-id
+/// (`/usr/lib/debug/.build-id/12/3456….debug`, as gdb and perf look it up).
+pub const DEBUG_FILE_DIR: &str = "/usr/lib/debug/.build-id";
+
+/// The detached debug file of build-id `id` under `dir`, if there is one.
+fn debug_file(dir: &Path, id: &[u8]) -> Option<PathBuf> {
+    let (first, rest) = id.split_first()?;
+    let rest: String = rest.iter().map(|b| format!("{b:02x}")).collect();
+    let path = dir
+        .join(format!("{first:02x}"))
+        .join(format!("{rest}.debug"));
+    path.is_file().then_some(path)
+}
+
+impl Binary {
+    /// Adds the symbols (and, when this file has none, the line information) of its detached
+    /// debug file found by build-id under `dir`: a stripped library (`libc.so.6` keeps only
+    /// its exported names) then names its internal functions too. Nothing happens without a
+    /// build-id, a debug file, or one that reads.
+    fn add_debug_file(&mut self, dir: &Path) {
+        let Some(path) = self.build_id.as_deref().and_then(|id| debug_file(dir, id)) else {
+            return;
+        };
+        let Ok(data) = read_binary(&path) else {
+            return;
+        };
+        let Ok(file) = object::File::parse(&*data) else {
+            return;
+        };
+        if file.build_id().ok().flatten() != self.build_id.as_deref() {
+            return;
+        }
+        let own = std::mem::take(&mut self.functions);
+        self.functions = functions_of(&file, own);
+        self.info.functions = self.functions.len();
+        if self.dwarf.is_none() {
+            if let Ok(Some(dwarf)) = load_dwarf(&file) {
+                self.dwarf = Some(dwarf);
+                self.info.debug_info = true;
+            }
+        }
     }
 }
 
@@ -734,5 +818,31 @@ mod tests {
         assert_eq!(demangle("_ZN3foo3barEv"), "foo::bar()");
         assert_eq!(demangle("main"), "main");
         assert_eq!(demangle("_Znot-valid"), "_Znot-valid");
+    }
+
+    #[test]
+    fn debug_files_are_found_by_build_id() {
+        let dir = tempfile::tempdir().unwrap();
+        let id = [0x93, 0xac, 0x61, 0xec];
+        assert_eq!(debug_file(dir.path(), &id), None);
+        std::fs::create_dir_all(dir.path().join("93")).unwrap();
+        std::fs::write(dir.path().join("93/ac61ec.debug"), b"x").unwrap();
+        assert_eq!(
+            debug_file(dir.path(), &id),
+            Some(dir.path().join("93/ac61ec.debug"))
+        );
+        assert_eq!(debug_file(dir.path(), &[]), None);
+    }
+
+    #[test]
+    fn demangles_rust_without_the_hash() {
+        assert_eq!(
+            demangle("_ZN10contention9busy_loop17h0f2c150931415665E"),
+            "contention::busy_loop"
+        );
+        assert_eq!(
+            demangle("_ZN89_$LT$core..ops..range..Range$LT$T$GT$$u20$as$u20$core..iter..range..RangeIteratorImpl$GT$9spec_next17h237e99d1ead4810aE"),
+            "<core::ops::range::Range<T> as core::iter::range::RangeIteratorImpl>::spec_next"
+        );
     }
 }

@@ -430,12 +430,19 @@ fn forger_records() -> Vec<u64> {
     words
 }
 
-/// Register as `name`, fill the buffer with `words`, answer Start and Stop like a good provider.
-fn scripted(socket: std::path::PathBuf, name: &'static str, words: Vec<u64>) {
+/// Register as `name`, fill the buffer with `words` (the header `tweak`ed after), answer Start
+/// and Stop like a good provider.
+fn scripted(
+    socket: std::path::PathBuf,
+    name: &'static str,
+    words: Vec<u64>,
+    tweak: impl FnOnce(&mut fxtrace::buffer::header::HeaderFields),
+) {
     let mut p = FakeProvider::register(&socket, name);
     let mut h = p.init_header();
     p.put_words(p.geometry().rolling_offset(0), &words);
     h.rolling_data_end[0] = words.len() as u64 * 8;
+    tweak(&mut h);
     p.buffer.header().store(&h);
     p.expect_start();
     p.send_started();
@@ -447,8 +454,16 @@ fn scripted(socket: std::path::PathBuf, name: &'static str, words: Vec<u64>) {
     p.wait_closed();
 }
 
-#[test]
-fn provider_metadata_written_by_a_provider_is_dropped_and_reported() {
+/// A header change of a scripted provider.
+type Tweak = fn(&mut fxtrace::buffer::header::HeaderFields);
+
+/// One session of scripted providers (`name`, buffer words, header change), registered in
+/// order (ids 1, 2, …), started, looked at by `while_started`, stopped: their reports and the
+/// archive.
+fn scripted_session(
+    providers: Vec<(&'static str, Vec<u64>, Tweak)>,
+    while_started: impl FnOnce(&Manager),
+) -> (Vec<fxtrace_tools::manager::ProviderReport>, Vec<u8>) {
     let dir = tempfile::tempdir().unwrap();
     let socket = dir.path().join("m.sock");
     let config = ManagerConfig {
@@ -461,21 +476,20 @@ fn provider_metadata_written_by_a_provider_is_dropped_and_reported() {
     let out = SharedOut::default();
     let mut m = Manager::new(config, Box::new(out.clone())).unwrap();
     let mut events = Vec::new();
-    let s = socket.clone();
-    let victim = std::thread::spawn(move || scripted(s, "victim", support::INIT_RECORD.to_vec()));
-    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
-        registered(ev) == 1
-    });
-    let s = socket.clone();
-    let forger = std::thread::spawn(move || scripted(s, "forger", forger_records()));
-    drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
-        registered(ev) == 2
-    });
+    let mut threads = Vec::new();
+    for (i, (name, words, tweak)) in providers.into_iter().enumerate() {
+        let s = socket.clone();
+        threads.push(std::thread::spawn(move || scripted(s, name, words, tweak)));
+        drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
+            registered(ev) == i + 1
+        });
+    }
     m.start(None).unwrap();
     drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
         ev.iter()
             .any(|e| matches!(e, ManagerEvent::StartAcknowledged { .. }))
     });
+    while_started(&m);
     m.stop(true).unwrap();
     drive(&mut m, &mut events, Duration::from_secs(10), |_, ev| {
         ev.iter()
@@ -483,10 +497,22 @@ fn provider_metadata_written_by_a_provider_is_dropped_and_reported() {
     });
     let reports = m.reports();
     m.finish().unwrap();
-    victim.join().unwrap();
-    forger.join().unwrap();
+    for t in threads {
+        t.join().unwrap();
+    }
+    (reports, out.bytes())
+}
 
-    let archive = decode(&out.bytes());
+#[test]
+fn provider_metadata_written_by_a_provider_is_dropped_and_reported() {
+    let (reports, bytes) = scripted_session(
+        vec![
+            ("victim", support::INIT_RECORD.to_vec(), |_| {}),
+            ("forger", forger_records(), |_| {}),
+        ],
+        |_| {},
+    );
+    let archive = decode(&bytes);
     let mut names = archive.names();
     names.sort();
     assert_eq!(names, ["forger", "victim"], "nobody renamed");
@@ -515,6 +541,107 @@ fn provider_metadata_written_by_a_provider_is_dropped_and_reported() {
     );
     let vr = reports.iter().find(|r| r.name == "victim").unwrap();
     assert!(vr.problems.is_empty() && vr.lost.is_none(), "{vr:?}");
+}
+
+#[test]
+fn a_drop_count_that_is_not_one_adds_nothing_but_a_problem_line() {
+    // A header that validates but claims 2^64 - 1 drops; one that does not validate at all;
+    // a provider that dropped 3 records.
+    let record = || support::INIT_RECORD.to_vec();
+    let providers: Vec<(&str, Vec<u64>, Tweak)> = vec![
+        ("boastful", record(), |h| h.num_records_dropped = u64::MAX),
+        ("broken", record(), |h| {
+            h.num_records_dropped = u64::MAX;
+            h.magic = 0;
+        }),
+        ("honest", record(), |h| h.num_records_dropped = 3),
+    ];
+    let (reports, bytes) = scripted_session(providers, |m| {
+        // While tracing: only the honest count, and a line for each of the others.
+        let info = m.session_info();
+        assert_eq!(info.records_dropped, 3, "{info:?}");
+        let said = |text: &str| info.problems.iter().filter(|p| p.contains(text)).count();
+        assert_eq!(
+            said("provider 1: its buffer header says 18446744073709551615 records dropped"),
+            1,
+            "{:?}",
+            info.problems
+        );
+        assert_eq!(
+            said("provider 2: invalid buffer header: bad header magic"),
+            1
+        );
+    });
+    let report = |name: &str| reports.iter().find(|r| r.name == name).unwrap();
+    let boastful = report("boastful");
+    assert_eq!(boastful.records_dropped, 0, "{boastful:?}");
+    assert_eq!(boastful.records, 1, "its records are kept: {boastful:?}");
+    assert!(
+        boastful.problems.iter().any(|p| p.contains("not a count")),
+        "{boastful:?}"
+    );
+    assert_eq!(report("broken").records_dropped, 0);
+    assert_eq!(report("honest").records_dropped, 3);
+    // The archive: no overflow and no marker but the honest provider's.
+    let archive = decode(&bytes);
+    let b = archive.one("boastful");
+    assert_eq!((b.overflows, b.markers.len()), (0, 0), "{b:?}");
+    let h = archive.one("honest");
+    assert_eq!(h.overflows, 1);
+    assert_eq!(h.markers, ["fxtrace: 3 records dropped"]);
+}
+
+#[test]
+fn a_provider_cannot_forge_the_managers_drop_marker() {
+    use fxtrace_format::{Arg, ArgValue, Event, EventKind, StringRef, ThreadRef};
+    // The honest provider dropped 3 records (provider 1); the forger writes the manager's
+    // marker for it, word for word, on the marker thread, claiming 999.
+    let pid = u64::from(std::process::id());
+    let args = [
+        Arg::new("provider", ArgValue::U64(1)),
+        Arg::new("records_dropped", ArgValue::U64(999)),
+    ];
+    let forged = Event {
+        ticks: 1,
+        thread: ThreadRef::Inline {
+            pid,
+            tid: 0x8000_0000 | pid,
+        },
+        category: StringRef::Inline("fxtrace"),
+        name: StringRef::Inline("fxtrace: 999 records dropped"),
+        args: &args,
+        kind: EventKind::Instant,
+    };
+    let mut words = support::INIT_RECORD.to_vec();
+    words.extend(fxtrace_format::encode_to_vec(&forged).unwrap());
+    let (_, bytes) = scripted_session(
+        vec![
+            ("honest", support::INIT_RECORD.to_vec(), |h| {
+                h.num_records_dropped = 3
+            }),
+            ("forger", words, |_| {}),
+        ],
+        |_| {},
+    );
+    let archive = decode(&bytes);
+    assert_eq!(
+        archive.one("honest").markers,
+        ["fxtrace: 3 records dropped"]
+    );
+    let f = archive.one("forger");
+    assert!(f.markers.is_empty(), "{f:?}");
+    assert_eq!(f.section_markers, ["fxtrace: 999 records dropped"]);
+    // What `fxtrace stats` counts: the manager's marker only.
+    let mut summary = fxtrace_format::Summary::new();
+    for d in fxtrace_format::Decoder::new(&bytes) {
+        summary.add(&d.unwrap());
+    }
+    assert_eq!(
+        summary.records_dropped,
+        std::collections::BTreeMap::from([(1, 3)])
+    );
+    assert_eq!(summary.markers_not_counted, 1);
+    assert_eq!(summary.providers.len(), 2, "{:?}", summary.providers);
 }
 
 /// Send Register as `name` on a fresh connection (the answer is not read).

@@ -57,6 +57,11 @@ fn check(bytes: &[u8]) -> Sections {
     let mut first: Option<&'static str> = None;
     for (i, d) in Decoder::new(bytes).enumerate() {
         let d = d.unwrap_or_else(|e| panic!("record {i} does not decode: {e}"));
+        if d.provider == Some(fxtrace_format::MANAGER_PROVIDER_ID) {
+            // The manager's own section (its markers, at its own tick rate): not a trace of
+            // the provider's.
+            continue;
+        }
         match &d.record {
             DecodedRecord::Magic | DecodedRecord::ProviderEvent { .. } => {}
             DecodedRecord::ProviderInfo { .. } | DecodedRecord::ProviderSection { .. } => {

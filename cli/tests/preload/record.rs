@@ -7,6 +7,7 @@
 
 use crate::preload_support;
 
+use std::collections::BTreeSet;
 use std::os::unix::process::ExitStatusExt;
 use std::process::{Command, Output};
 
@@ -570,4 +571,66 @@ int main(int argc, char** argv) {
         assert!(reported, "pause {pause_ms} ms: {:?} {:?}", s.events, s.logs);
         assert!(stderr.contains("lost"), "{stderr}");
     }
+}
+
+/// Under `--preload` alone, where the kernel gives raw tracepoint data (root here), the
+/// traced process's wake-ups are in its own section: ping woken by pong and pong by ping.
+#[test]
+fn the_traced_process_wakeups_name_their_wakers() {
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        println!("skipped: the_traced_process_wakeups_name_their_wakers: needs root");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let pingpong = crate::support::example("pingpong");
+    let (out, bytes) = record_preload(dir.path(), &[], &[pingpong.to_str().unwrap(), "500"], &[]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let stdout = text(&out.stdout);
+    let tid = |key: &str| -> u64 {
+        stdout
+            .split_whitespace()
+            .find_map(|kv| kv.strip_prefix(key)?.strip_prefix('='))
+            .and_then(|v| v.parse().ok())
+            .unwrap_or_else(|| panic!("{key} in {stdout}"))
+    };
+    let (ping, pong) = (tid("ping_tid"), tid("pong_tid"));
+    let wakers: BTreeSet<(u64, Option<u64>)> = decode(&bytes)
+        .iter()
+        .filter_map(|d| fxtrace_format::sched::WakeupView::of(&d.record))
+        .map(|w| (w.tid, w.waker))
+        .collect();
+    assert!(wakers.contains(&(ping, Some(pong))), "{wakers:?}");
+    assert!(wakers.contains(&(pong, Some(ping))), "{wakers:?}");
+}
+
+/// `fxtrace record --preload --sample`: the preloaded program samples its own threads
+/// (user frames where not permitted more), and the report finds its busy loop.
+#[test]
+fn a_preloaded_programs_samples_find_its_busy_loop() {
+    if !perf_allowed("a_preloaded_programs_samples_find_its_busy_loop") {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let contention = crate::support::example("contention");
+    let (out, bytes) = record_preload(
+        dir.path(),
+        &["--sample=999"],
+        &[contention.to_str().unwrap(), "spin", "1", "300"],
+        &[],
+    );
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    let samples = decode(&bytes)
+        .iter()
+        .filter(|d| matches!(&d.record, fxtrace_format::DecodedRecord::Blob { name, .. } if name == "fxtrace:sample"))
+        .count();
+    assert!(samples > 10, "{samples} samples");
+    let trace = dir.path().join("trace.fxt");
+    let report = Command::new(crate::preload_support::fxtrace_bin())
+        .args(["report", "samples", "--top", "3"])
+        .arg(&trace)
+        .output()
+        .unwrap();
+    let text = text(&report.stdout);
+    assert!(text.contains("contention::busy_loop"), "{text}");
 }

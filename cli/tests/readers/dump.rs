@@ -162,3 +162,104 @@ fn dump_missing_file_and_usage_errors() {
     let out = fxtrace(&["dump"], None);
     assert_eq!(out.status.code(), Some(2), "clap usage error");
 }
+
+/// fxtrace's stack, sample and kernel-symbol blobs and the scheduling records of a wait
+/// point, in text and JSON: decoded, and a switch side the source did not know as
+/// `unknown`, never as a thread 0.
+#[test]
+fn dump_shows_stacks_samples_and_unknown_sides() {
+    use fxtrace_format::sched::UNKNOWN_PROCESS_KOID;
+    use fxtrace_format::stack::{KernelSymbolRecord, SampleRecord, StackRecord};
+    use fxtrace_format::{
+        Arg, ArgValue, Blob, BlobType, ContextSwitch, Initialization, ProviderInfo, RecordWriter,
+        SchedContextSwitch, ThreadRef, ThreadState,
+    };
+    let mut w = RecordWriter::with_magic();
+    w.push(&ProviderInfo {
+        provider_id: 1,
+        name: "kernel",
+    })
+    .unwrap();
+    w.push(&Initialization {
+        ticks_per_second: 1_000_000_000,
+    })
+    .unwrap();
+    let ksym = KernelSymbolRecord {
+        start: 0xffff_ffff_8143_fc90,
+        len: 0x120,
+        name: b"futex_wait",
+    }
+    .encode()
+    .unwrap();
+    let stack = StackRecord::encode(3, &[0xffff_ffff_8143_fca0], &[0x40_1000]).unwrap();
+    let sample = SampleRecord {
+        time: 900,
+        cpu: 1,
+        pid: 10,
+        tid: 11,
+        stack: 3,
+    }
+    .encode();
+    for (name, payload) in [
+        ("fxtrace:ksym", &ksym[..]),
+        ("fxtrace:stack", &stack[..]),
+        ("fxtrace:sample", &sample[..]),
+    ] {
+        w.push(&Blob {
+            name: name.into(),
+            blob_type: BlobType::DATA,
+            payload,
+        })
+        .unwrap();
+    }
+    let args = [
+        Arg::new("incoming_weight", ArgValue::I32(i32::MIN)),
+        Arg::new("stack", ArgValue::U32(3)),
+    ];
+    w.push(&SchedContextSwitch {
+        ticks: 1000,
+        cpu: 1,
+        outgoing_state: ThreadState::Blocked,
+        outgoing_tid: 11,
+        incoming_tid: 0,
+        args: &args,
+    })
+    .unwrap();
+    w.push(&ContextSwitch {
+        ticks: 2000,
+        cpu: 0,
+        outgoing_state: ThreadState::Running,
+        outgoing: ThreadRef::Inline { pid: 10, tid: 11 },
+        incoming: ThreadRef::Inline {
+            pid: UNKNOWN_PROCESS_KOID,
+            tid: 0,
+        },
+        outgoing_priority: 120,
+        incoming_priority: 0,
+    })
+    .unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let path = file(dir.path(), "stacks.fxt", &w.to_bytes());
+    let out = fxtrace(&["dump", path.to_str().unwrap()], None);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    for expected in [
+        "ksym 0xffffffff8143fc90-0xffffffff8143fdb0 futex_wait",
+        "stack id=3 kernel=[0xffffffff8143fca0] user=[0x401000]",
+        "sample t=900ns cpu=1 pid=10 tid=11 stack=3",
+        "sched_context_switch t=1000ns cpu=1 out_tid=11 out_state=blocked in_tid=0 args={\"incoming_weight\": i32(-2147483648), \"stack\": u32(3)}",
+        "context_switch t=2000ns cpu=0 out=10/11 out_state=running out_prio=120 in=unknown in_prio=0",
+    ] {
+        assert!(stdout.contains(expected), "missing {expected:?} in\n{stdout}");
+    }
+    let out = fxtrace(&["dump", "--json", path.to_str().unwrap()], None);
+    let objects: Vec<serde_json::Value> = text(&out.stdout)
+        .lines()
+        .map(|l| serde_json::from_str(l).expect("a JSON line"))
+        .collect();
+    let find = |key: &str| objects.iter().find(|o| !o[key].is_null()).unwrap()[key].clone();
+    assert_eq!(find("stack")["id"], 3);
+    assert_eq!(find("stack")["kernel"][0], "0xffffffff8143fca0");
+    assert_eq!(find("sample")["tid"], 11);
+    assert_eq!(find("ksym")["name"], "futex_wait");
+}

@@ -14,8 +14,9 @@ use fxtrace::test_support::{skip, Requirement};
 use fxtrace_format::{
     Arg, ArgValue, Blob, BlobType, ContextSwitch, Encode, Event, EventKind, Initialization,
     KernelObject, LargeBlob, Log, ObjectType, ProcessRef, ProviderEvent, ProviderInfo,
-    ProviderSection, Record, RecordWriter, SchedContextSwitch, StringRecord, StringRef,
-    ThreadRecord, ThreadRef, ThreadState, UserspaceObject, PROVIDER_EVENT_BUFFER_OVERFLOW,
+    ProviderSection, Record, RecordWriter, SchedContextSwitch, SchedThreadWakeup, StringRecord,
+    StringRef, ThreadRecord, ThreadRef, ThreadState, UserspaceObject,
+    PROVIDER_EVENT_BUFFER_OVERFLOW,
 };
 use fxtrace_tools::check::perfetto::{
     check_for_perfetto, perfetto_ticks_to_ns, FindingKind, PerfettoReport, Severity,
@@ -355,6 +356,31 @@ fn drops_need_an_event_perfetto_shows() {
     t.instant(10, "fxtrace: 3 records dropped", &[]);
     let at = t.push(&overflow);
     flagged(&t.check(), FindingKind::DropsOnlyInMetadata, at);
+
+    // Or the trace manager's marker, in its own section (provider 0), naming the provider.
+    for (about, shown) in [(1, true), (2, false)] {
+        let mut t = Trace::new();
+        let at = t.push(&overflow);
+        t.push(&ProviderInfo {
+            provider_id: 0,
+            name: "fxtrace",
+        });
+        t.push(&Initialization {
+            ticks_per_second: GHZ2,
+        });
+        let args = [
+            Arg::new("provider", ArgValue::U64(about)),
+            Arg::new("records_dropped", ArgValue::U64(3)),
+        ];
+        t.instant(10, "fxtrace: 3 records dropped", &args);
+        let report = t.check();
+        if shown {
+            let found = report.find(FindingKind::DropsOnlyInMetadata);
+            assert!(found.is_none(), "{report}");
+        } else {
+            flagged(&report, FindingKind::DropsOnlyInMetadata, at);
+        }
+    }
 }
 
 #[test]
@@ -575,6 +601,88 @@ fn idle_and_thread_processes_in_context_switches() {
         1
     );
     flagged(&report, FindingKind::WrongArgType, wrong);
+}
+
+/// Outgoing states as Perfetto names them (`IdForOutgoingThreadState`: 0 to 5), and wake-ups
+/// with and without a waker.
+#[test]
+fn thread_states_and_wakeups() {
+    let mut t = Trace::new();
+    // Every defined state is fine, running (a preempted thread, Perfetto's `R`) included.
+    for (i, state) in [
+        ThreadState::New,
+        ThreadState::Running,
+        ThreadState::Suspended,
+        ThreadState::Blocked,
+        ThreadState::Dying,
+        ThreadState::Dead,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        t.push(&ContextSwitch {
+            ticks: 100 + i as u64,
+            cpu: 0,
+            outgoing_state: state,
+            outgoing: THREAD,
+            incoming: ThreadRef::Inline { pid: 0, tid: 0 },
+            outgoing_priority: 120,
+            incoming_priority: 0,
+        });
+    }
+    let waker = [Arg::new("waker", ArgValue::Koid(11))];
+    t.push(&SchedThreadWakeup {
+        ticks: 200,
+        cpu: 1,
+        waking_tid: 11,
+        args: &waker,
+    });
+    assert!(t.check().findings.is_empty(), "{}", t.check());
+    // A state Perfetto has no name for: the thread's state row shows none.
+    let mut header = t.bytes();
+    let offset = t.push(&ContextSwitch {
+        ticks: 300,
+        cpu: 0,
+        outgoing_state: ThreadState::Blocked,
+        outgoing: THREAD,
+        incoming: ThreadRef::Inline { pid: 0, tid: 0 },
+        outgoing_priority: 120,
+        incoming_priority: 0,
+    });
+    let mut record = t.bytes()[offset as usize..].to_vec();
+    // Outgoing state [24 .. 27] from 3 to 9.
+    record[3] = (record[3] & 0xf0) | 9;
+    header.extend(record);
+    let report = check(&header);
+    flagged(&report, FindingKind::UnknownThreadState, offset);
+    assert_eq!(
+        report
+            .find(FindingKind::UnknownThreadState)
+            .unwrap()
+            .severity(),
+        Severity::Warning
+    );
+    // A wake-up without a waker: Perfetto makes the thread its own waker (a note).
+    let mut t = Trace::new();
+    let selfless = t.push(&SchedThreadWakeup {
+        ticks: 200,
+        cpu: 1,
+        waking_tid: 11,
+        args: &[],
+    });
+    let report = t.check();
+    flagged(&report, FindingKind::WakeupWithoutWaker, selfless);
+    assert_eq!(report.worst(), Some(Severity::Note));
+    // A waker that is not a koid: the record is dropped.
+    let mut t = Trace::new();
+    let not_koid = [Arg::new("waker", ArgValue::U64(11))];
+    let wrong = t.push(&SchedThreadWakeup {
+        ticks: 200,
+        cpu: 1,
+        waking_tid: 11,
+        args: &not_koid,
+    });
+    flagged(&t.check(), FindingKind::WrongArgType, wrong);
 }
 
 #[test]

@@ -80,6 +80,8 @@ fn switch(
         next_tid: next.1,
         next_pid: Some(next.0),
         prev_state: state,
+        uninterruptible: false,
+        stack: None,
         prev_prio: 120,
         next_prio: 100,
         sides: SwitchSides::Both,
@@ -149,7 +151,7 @@ fn threads_names_and_switches() {
             name: Some("swapper/1".into()),
             process_name: None,
         }),
-        switch(4_000, 1, (10, 11), (0, 0), LinuxThreadState::Suspended),
+        switch(4_000, 1, (10, 11), (0, 0), LinuxThreadState::Running),
         // The same thread announced again with the same names: nothing new to write.
         CaptureEvent::Thread(ThreadInfo {
             time: 4_500,
@@ -228,8 +230,9 @@ fn threads_names_and_switches() {
         switches,
         vec![
             (3_000, 1, 3, (10, 10), (10, 11), 120, 100),
-            // The idle task (tid 0) is written with priority 0, as Perfetto expects.
-            (4_000, 1, 2, (10, 11), (0, 0), 120, 0),
+            // The idle task (tid 0) is written with priority 0, as Perfetto expects; the
+            // preempted thread as running (Perfetto's `R`).
+            (4_000, 1, 1, (10, 11), (0, 0), 120, 0),
             (5_000, 1, 3, (0, 0), (10, 10), 0, 100),
         ]
     );
@@ -556,7 +559,9 @@ fn threads_of_unknown_process_get_the_marker_process_and_are_counted() {
         prev_pid: Some(0),
         next_tid: 41,
         next_pid: None,
-        prev_state: LinuxThreadState::Suspended,
+        prev_state: LinuxThreadState::Running,
+        uninterruptible: false,
+        stack: None,
         prev_prio: 120,
         next_prio: 120,
         sides: SwitchSides::Both,
@@ -620,7 +625,7 @@ fn late_events_are_written_and_counted_and_big_cpus_keep_their_number() {
     let (bytes, stats) = write_all(&[
         switch(5_000, 0, (1, 1), (2, 2), LinuxThreadState::Blocked),
         switch(4_000, 1, (3, 3), (4, 4), LinuxThreadState::Blocked),
-        switch(6_000, 300, (5, 5), (6, 6), LinuxThreadState::Suspended),
+        switch(6_000, 300, (5, 5), (6, 6), LinuxThreadState::Running),
     ]);
     assert_eq!(stats.late, 1);
     assert_eq!(stats.context_switches, 3);
@@ -636,7 +641,7 @@ fn late_events_are_written_and_counted_and_big_cpus_keep_their_number() {
             cpu: 300,
             outgoing_tid: 5,
             incoming_tid: 6,
-            outgoing_state: 2,
+            outgoing_state: 1,
             ..
         }
     )));

@@ -147,6 +147,45 @@ fn sigterm_reaches_the_commands_whole_process_group() {
 }
 
 #[test]
+fn a_stop_signal_reaches_the_command_as_it_was_sent() {
+    // A command that ends gracefully on SIGINT (as a server on Ctrl-C) and says which signal
+    // it got; the recorder has no terminal to give it, so only the recorder gets the SIGINT
+    // (`kill`, `timeout -s INT`, a terminal the command does not hold).
+    let dir = temp_dir("sigint");
+    let script = "trap 'echo INT > got; exit 0' INT; trap 'echo TERM > got; exit 0' TERM; \
+                  : > ready; while :; do sleep 0.05; done";
+    let rec = Command::new(FXTRACE)
+        .current_dir(&dir)
+        .args(["record", "-o", "t.fxt", "--", "sh", "-c", script])
+        .stdin(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    assert!(
+        wait_until(Duration::from_secs(10), || dir.join("ready").exists()),
+        "the command never started"
+    );
+    let sent = Instant::now();
+    // SAFETY: kill on our own child's pid.
+    unsafe { libc::kill(rec.id() as i32, libc::SIGINT) };
+    let out = rec.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let got = std::fs::read_to_string(dir.join("got")).unwrap_or_default();
+    assert_eq!(got.trim(), "INT", "the command's signal; recorder: {err}");
+    assert!(err.contains("SIGINT passed on to the command"), "{err}");
+    assert!(err.contains("exited with status 0"), "{err}");
+    assert!(!err.contains("sent SIGTERM"), "{err}");
+    assert!(
+        sent.elapsed() < Duration::from_secs(4),
+        "no grace period waited: {:?}",
+        sent.elapsed()
+    );
+    assert!(stats(&dir.join("t.fxt")).contains("status: ok"));
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+#[test]
 fn a_recorder_killed_by_sigkill_takes_its_command_group_along() {
     let dir = temp_dir("sigkill");
     let tag = format!("20{}", std::process::id());

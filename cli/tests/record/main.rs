@@ -17,6 +17,7 @@ mod lifecycle;
 mod pidmap;
 mod readme_snippet;
 mod record_run;
+mod sched;
 mod system_wide;
 mod threads;
 mod trace_system_script;

@@ -216,8 +216,15 @@ fn system_wide_recording_of_pingpong() {
     assert_header(&records);
     assert_time_order(&records);
 
-    // The workload's switches: each thread leaves its CPU blocked in `read` or preempted.
+    // The workload's switches: each thread leaves its CPU blocked in `read` or preempted. A
+    // round trip blocks one of the two in `read` at least (the other, preempted by the thread
+    // it woke, finds its byte there when it runs again); how the blocks split between them
+    // varies (with wake-ups recorded, the waker is preempted more often: its path to `read`
+    // is longer by the `sched_waking` sample), so each has at least a fifth of them, and
+    // together (2000–2230 for 2000 round trips in the runs seen) at least half as many as
+    // round trips.
     let mut total_ins = 0;
+    let mut total_blocked = 0;
     for tid in [ping, pong] {
         let outs: Vec<u8> = records
             .iter()
@@ -238,9 +245,9 @@ fn system_wide_recording_of_pingpong() {
             .filter(|d| matches!(&d.record, DecodedRecord::ContextSwitch { incoming, .. } if incoming.tid == tid))
             .count();
         let blocked = outs.iter().filter(|&&s| s == 3).count();
-        let suspended = outs.iter().filter(|&&s| s == 2).count();
+        let preempted = outs.iter().filter(|&&s| s == 1).count();
         println!(
-            "tid {tid}: {} outs ({blocked} blocked, {suspended} preempted), {ins} ins",
+            "tid {tid}: {} outs ({blocked} blocked, {preempted} preempted), {ins} ins",
             outs.len()
         );
         assert!(
@@ -249,11 +256,12 @@ fn system_wide_recording_of_pingpong() {
             outs.len()
         );
         assert!(
-            blocked as u64 >= rounds / 3,
+            blocked as u64 >= rounds / 5,
             "tid {tid}: pipe reads block ({blocked})"
         );
+        total_blocked += blocked as u64;
         assert_eq!(
-            blocked + suspended + outs.iter().filter(|&&s| s == 5 || s == 4).count(),
+            blocked + preempted + outs.iter().filter(|&&s| s == 5 || s == 4).count(),
             outs.len(),
             "tid {tid}: blocked, preempted, or exiting at the end"
         );
@@ -262,6 +270,10 @@ fn system_wide_recording_of_pingpong() {
         total_ins += ins;
     }
     assert!(total_ins > 0, "the workload threads are seen switching in");
+    assert!(
+        total_blocked >= rounds / 2,
+        "reads block in most round trips: {total_blocked} of {rounds}"
+    );
 
     // Names: the threads (as the builder named them) with their process, and the process.
     let named = |object_type: ObjectType, koid: u64| -> Vec<(String, Option<u64>)> {

@@ -40,27 +40,33 @@ struct Counted {
 
 fn count(bytes: &[u8]) -> Counted {
     let mut c = Counted::default();
-    let mut ours = false;
+    let mut ours = None;
     for d in Decoder::new(bytes) {
         let d = d.unwrap_or_else(|e| panic!("the archive decodes: {e}"));
+        let ours_now = ours.is_some() && d.provider == ours;
+        let u64_arg = |args: &[fxtrace_format::DecodedArg<'_>], name: &str| {
+            args.iter().find_map(|a| match a.value {
+                DecodedValue::U64(n) if a.name == name => Some(n),
+                _ => None,
+            })
+        };
         match &d.record {
-            DecodedRecord::ProviderInfo { name, .. } => {
-                ours = name == "threads";
+            DecodedRecord::ProviderInfo { name, provider_id } => {
+                if name == "threads" {
+                    ours = Some(*provider_id);
+                }
                 c.providers.push(name.to_string());
             }
-            DecodedRecord::ProviderEvent { .. } if ours => c.overflow_events += 1,
-            DecodedRecord::Event(e) if ours && e.category == "example" => c.events += 1,
-            DecodedRecord::Event(e) if ours && e.category == "fxtrace" => {
-                if let Some(DecodedValue::U64(n)) = e
-                    .args
-                    .iter()
-                    .find(|a| a.name == "records_dropped")
-                    .map(|a| &a.value)
-                {
-                    c.dropped += n;
-                }
+            DecodedRecord::ProviderEvent { .. } if ours_now => c.overflow_events += 1,
+            DecodedRecord::Event(e) if ours_now && e.category == "example" => c.events += 1,
+            // The manager's markers, in its own section, name the provider they are about.
+            DecodedRecord::Event(e)
+                if d.provider == Some(fxtrace_format::MANAGER_PROVIDER_ID)
+                    && u64_arg(&e.args, "provider").map(|id| id as u32) == ours =>
+            {
+                c.dropped += u64_arg(&e.args, "records_dropped").unwrap_or(0);
             }
-            DecodedRecord::Log { .. } if ours => c.events += 1,
+            DecodedRecord::Log { .. } if ours_now => c.events += 1,
             _ => {}
         }
     }

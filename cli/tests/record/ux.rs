@@ -136,7 +136,7 @@ fn stats_shows_the_records_each_provider_dropped() {
     // 4 KiB in oneshot mode cannot hold 5000 events: the probe drops most of them.
     let out = fxtrace()
         .current_dir(dir.path())
-        .args(["record", "-b", "4K", "-o", "t.fxt", "--"])
+        .args(["record", "-m", "oneshot", "-b", "4K", "-o", "t.fxt", "--"])
         .arg(probe())
         .args(["--events", "5000"])
         .output()
@@ -167,6 +167,37 @@ fn stats_shows_the_records_each_provider_dropped() {
     assert!(
         stdout.contains(&format!("records dropped while tracing: {dropped}\n")),
         "{stdout}"
+    );
+    // The drop marker is on a thread of the probe's process named "fxtrace" (it was on an
+    // unnamed thread 0), in the Chrome JSON too.
+    let converted = fxtrace()
+        .current_dir(dir.path())
+        .args(["convert", "--to", "chrome-json", "-o", "t.json", "t.fxt"])
+        .output()
+        .unwrap();
+    assert!(converted.status.success(), "{}", text(&converted.stderr));
+    let json: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(dir.path().join("t.json")).unwrap()).unwrap();
+    let events = json["traceEvents"].as_array().unwrap();
+    let marker = events
+        .iter()
+        .find(|e| e["name"] == format!("fxtrace: {dropped} records dropped").as_str())
+        .unwrap_or_else(|| panic!("no drop marker in {json}"));
+    let (pid, tid) = (&marker["pid"], &marker["tid"]);
+    let probe = events.iter().find(|e| e["cat"] == "probe").unwrap();
+    assert_eq!(pid, &probe["pid"], "on the probe's process: {marker}");
+    // At the manager's tick rate: within seconds of the probe's events (microseconds).
+    let apart = marker["ts"].as_f64().unwrap() - probe["ts"].as_f64().unwrap();
+    assert!((0.0..60e6).contains(&apart), "{marker} vs {probe}");
+    let named = events.iter().any(|e| {
+        e["ph"] == "M"
+            && e["name"] == "thread_name"
+            && (&e["pid"], &e["tid"]) == (pid, tid)
+            && e["args"]["name"] == "fxtrace"
+    });
+    assert!(
+        named && tid != 0,
+        "the marker's thread is named fxtrace: {marker}"
     );
 }
 

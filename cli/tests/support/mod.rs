@@ -139,8 +139,11 @@ pub struct ProviderPart {
     pub inits: u64,
     /// Probe events (category "probe"), in archive order.
     pub events: Vec<Ev>,
-    /// Manager markers (category "fxtrace"): names.
+    /// The manager's markers about this provider (in the manager's section): names.
     pub markers: Vec<String>,
+    /// Markers (category "fxtrace") in the section itself: not the manager's (a provider's
+    /// own, or the kernel section's notes).
+    pub section_markers: Vec<String>,
     /// Other records by kind.
     pub other: BTreeMap<&'static str, u64>,
 }
@@ -186,6 +189,32 @@ pub fn decode(bytes: &[u8]) -> Archive {
         let id = d
             .provider
             .expect("every record after the magic is in a provider section");
+        if id == fxtrace_format::MANAGER_PROVIDER_ID {
+            // The manager's section: its markers, each about the provider its argument
+            // names, on that process's "fxtrace" thread.
+            if let DecodedRecord::Event(e) = &d.record {
+                assert_eq!(
+                    e.category, "fxtrace",
+                    "only markers in the manager's section"
+                );
+                let of = e
+                    .args
+                    .iter()
+                    .find_map(|a| match (a.name.as_ref(), &a.value) {
+                        ("provider", DecodedValue::U64(v)) => Some(*v as u32),
+                        _ => None,
+                    });
+                let of = of.expect("a manager's marker names its provider");
+                assert_eq!(
+                    e.thread.tid,
+                    0x8000_0000 | e.thread.pid,
+                    "on the process's marker thread"
+                );
+                let part = a.providers.entry(of).or_default();
+                part.markers.push(e.name.to_string());
+            }
+            continue;
+        }
         let part = a.providers.entry(id).or_default();
         match &d.record {
             DecodedRecord::ProviderInfo { name, .. } => {
@@ -203,7 +232,7 @@ pub fn decode(bytes: &[u8]) -> Archive {
             }
             DecodedRecord::Initialization { .. } => part.inits += 1,
             DecodedRecord::Event(e) if e.category == "fxtrace" => {
-                part.markers.push(e.name.to_string());
+                part.section_markers.push(e.name.to_string());
             }
             DecodedRecord::Event(e) => {
                 let seq = e

@@ -447,6 +447,42 @@ fn scheduling_and_log_headers() {
         }),
         [0x2000_0000_0020_0038, 5, 7]
     );
+    // fxtrace's wakeup: the `waker` koid argument (name index 3) that Perfetto reads into
+    // `thread_state.waker_utid`: type 8, 2 words, the koid in the second.
+    let waker = [Arg::new(StringRef::Index(3), ArgValue::Koid(8))];
+    assert_eq!(
+        encode(SchedThreadWakeup {
+            ticks: 5,
+            cpu: 2,
+            waking_tid: 7,
+            args: &waker
+        }),
+        [0x2000_0000_0021_0058, 5, 7, 0x0003_0028, 8]
+    );
+    // fxtrace's switch by tid with a wait point: `stack` (u32, name index 4) = 9, one word;
+    // `incoming_weight` (i32, name index 5) = INT32_MIN (the idle task), one word.
+    let wait = [
+        Arg::new(StringRef::Index(5), ArgValue::I32(i32::MIN)),
+        Arg::new(StringRef::Index(4), ArgValue::U32(9)),
+    ];
+    assert_eq!(
+        encode(SchedContextSwitch {
+            ticks: 5,
+            cpu: 1,
+            outgoing_state: ThreadState::Blocked,
+            outgoing_tid: 7,
+            incoming_tid: 0,
+            args: &wait,
+        }),
+        [
+            0x1000_0030_0012_0068,
+            5,
+            7,
+            0,
+            0x8000_0000_0005_0011,
+            0x0000_0009_0004_0012
+        ]
+    );
 }
 
 #[test]

@@ -14,7 +14,7 @@ use fxtrace_format::fields::{
 };
 use fxtrace_format::{
     record_words, ArgType, BlobType, EventType, MetadataType, ObjectType, RecordType,
-    SchedulingType, MAGIC_WORD, PROVIDER_EVENT_BUFFER_OVERFLOW,
+    SchedulingType, ThreadState, MAGIC_WORD, PROVIDER_EVENT_BUFFER_OVERFLOW,
 };
 
 use super::findings::*;
@@ -43,6 +43,8 @@ pub(super) enum StringTag {
     Weight,
     /// `"waker"`.
     Waker,
+    /// `"provider"` (the provider a trace manager's marker is about).
+    Provider,
     /// Mentions a drop or a loss ([`DROP_WORDS`]).
     Drop,
     /// Anything else.
@@ -51,12 +53,16 @@ pub(super) enum StringTag {
 
 impl StringTag {
     pub(super) fn of(bytes: &[u8]) -> StringTag {
+        use fxtrace_format::sched::{
+            INCOMING_WEIGHT_ARG, OUTGOING_WEIGHT_ARG, WAKER_ARG, WEIGHT_ARG,
+        };
         match bytes {
             b"process" => StringTag::Process,
-            b"incoming_weight" => StringTag::IncomingWeight,
-            b"outgoing_weight" => StringTag::OutgoingWeight,
-            b"weight" => StringTag::Weight,
-            b"waker" => StringTag::Waker,
+            _ if bytes == INCOMING_WEIGHT_ARG.as_bytes() => StringTag::IncomingWeight,
+            _ if bytes == OUTGOING_WEIGHT_ARG.as_bytes() => StringTag::OutgoingWeight,
+            _ if bytes == WEIGHT_ARG.as_bytes() => StringTag::Weight,
+            _ if bytes == WAKER_ARG.as_bytes() => StringTag::Waker,
+            b"provider" => StringTag::Provider,
             _ if DROP_WORDS
                 .iter()
                 .any(|w| contains_ignore_case(bytes, w.as_bytes())) =>
@@ -181,6 +187,8 @@ pub(super) struct ArgInfo {
     pub(super) i32_value: Option<i32>,
     /// The koid value (type 8).
     pub(super) koid: Option<u64>,
+    /// The value of an unsigned integer (types 2 and 4).
+    pub(super) unsigned: Option<u64>,
     /// Numeric (types 1..=5) and nonzero.
     pub(super) nonzero_number: bool,
 }
@@ -782,16 +790,21 @@ impl Checker {
                 kind,
                 i32_value: None,
                 koid: None,
+                unsigned: None,
                 nonzero_number: false,
             };
             match kind {
                 Some(ArgType::I32 | ArgType::U32) => {
                     let v = Int32Argument::VALUE.get(header);
                     arg.i32_value = Some(v as u32 as i32);
+                    arg.unsigned = (kind == Some(ArgType::U32)).then_some(v);
                     arg.nonzero_number = v != 0;
                 }
                 Some(ArgType::I64 | ArgType::U64) => match c.word() {
-                    Some(v) => arg.nonzero_number = v != 0,
+                    Some(v) => {
+                        arg.unsigned = (kind == Some(ArgType::U64)).then_some(v);
+                        arg.nonzero_number = v != 0;
+                    }
                     None => return Err(self.malformed(offset, &field)),
                 },
                 Some(ArgType::F64) => match c.word() {
@@ -942,6 +955,17 @@ impl Checker {
             || args
                 .iter()
                 .any(|a| a.name == StringTag::Drop && a.nonzero_number);
+        // The trace manager's markers, in its own section, report a drop of the provider
+        // their argument names.
+        let about = args
+            .iter()
+            .find(|a| a.name == StringTag::Provider)
+            .and_then(|a| a.unsigned)
+            .and_then(|id| u32::try_from(id).ok())
+            .filter(|_| self.current == fxtrace_format::MANAGER_PROVIDER_ID);
+        if let (true, Some(id)) = (reports_drop, about) {
+            self.tallies.entry(id).or_default().drop_shown = true;
+        }
         if reports_drop {
             self.tally().drop_shown = true;
         }
@@ -1165,6 +1189,7 @@ impl Checker {
                 for i in 0..2 {
                     self.legacy_side(offset, SIDES[i], tids[i], priorities[i]);
                 }
+                self.outgoing_state(offset, ContextSwitchRecord::OUTGOING_STATE.get(header));
             }
             SchedulingType::ContextSwitch => {
                 let (Some(outgoing), Some(incoming)) = (c.word(), c.word()) else {
@@ -1191,6 +1216,12 @@ impl Checker {
                     self.koid(offset, "thread", tid);
                     self.weighted_side(offset, SIDES[i], tid, weights[i]);
                 }
+                if weights[0] != PERFETTO_IDLE_WEIGHT {
+                    self.outgoing_state(
+                        offset,
+                        SchedContextSwitchRecord::OUTGOING_STATE.get(header),
+                    );
+                }
             }
             SchedulingType::ThreadWakeup => {
                 let Some(tid) = c.word() else {
@@ -1205,11 +1236,15 @@ impl Checker {
                     "Perfetto drops the record",
                 )?;
                 let mut weight = 0;
+                let mut waker = false;
                 for a in &args {
                     match a.name {
                         StringTag::Weight => weight = self.i32_weight(offset, a, "woken")?,
                         StringTag::Waker => match a.koid {
-                            Some(waker) => self.koid(offset, "waker", waker),
+                            Some(koid) => {
+                                waker = true;
+                                self.koid(offset, "waker", koid)
+                            }
                             None => {
                                 self.add(FindingKind::WrongArgType, offset, || {
                                     "a thread wakeup's \"waker\" argument is not a koid: \
@@ -1225,6 +1260,14 @@ impl Checker {
                 self.koid(offset, "thread", tid);
                 if weight != PERFETTO_IDLE_WEIGHT && tid != 0 {
                     self.check_process(offset, tid);
+                    if !waker {
+                        self.add(FindingKind::WakeupWithoutWaker, offset, || {
+                            format!(
+                                "a wakeup of thread {tid} without a \"waker\" koid: Perfetto \
+                                 records the thread as its own waker"
+                            )
+                        });
+                    }
                 }
             }
         }
@@ -1243,6 +1286,19 @@ impl Checker {
             _ => self.tally().last_sched = Some((ts, offset)),
         }
         Ok(())
+    }
+
+    /// The outgoing state of a (non-idle) switch: Perfetto names states 0 to 5 only.
+    pub(super) fn outgoing_state(&mut self, offset: u64, state: u64) {
+        if state > ThreadState::Dead as u64 {
+            self.add(FindingKind::UnknownThreadState, offset, || {
+                format!(
+                    "a context switch with outgoing state {state}: Perfetto knows 0 to 5 (new and \
+                     running → R, suspended → T, blocked → S, dying → Z, dead → X) and gives this \
+                     one no state"
+                )
+            });
+        }
     }
 
     pub(super) fn i32_weight(

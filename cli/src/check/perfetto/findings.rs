@@ -169,10 +169,18 @@ finding_kinds! {
     /// process koid from a Kernel Object record): its time on the CPU disappears.
     ThreadTakenForIdle = Warning, "thread_taken_for_idle",
         "fuchsia_trace_parser.cc Parse, kSchedulerEventLegacyContextSwitch";
+    /// A context switch whose outgoing state is not one of the six FXT states: Perfetto's
+    /// `IdForOutgoingThreadState` gives no state (a null string) to the thread's state row.
+    UnknownThreadState = Warning, "unknown_thread_state",
+        "fuchsia_trace_parser.cc IdForOutgoingThreadState (default: kNullStringId)";
     /// A thread whose process Perfetto does not know where it needs it (scheduling records,
     /// a thread name without `"process"`): attributed to process 0.
     ThreadWithoutProcess = Warning, "thread_without_process",
         "fuchsia_trace_parser.cc SwitchFrom/SwitchTo (thread->info.pid)";
+    /// A thread wakeup without a `waker` argument: Perfetto records the woken thread as its
+    /// own waker (a wake-up by a timer or a timeout, in Zircon's terms).
+    WakeupWithoutWaker = Note, "wakeup_without_waker",
+        "fuchsia_trace_parser.cc Wake (waker_utid.value_or(utid))";
     /// A blob of type 3 (Perfetto): Perfetto parses its payload as protobuf trace packets.
     PerfettoBlob = Warning, "perfetto_blob",
         "fuchsia_trace_tokenizer.cc ParseRecord, kBlob (kPerfettoBlob)";

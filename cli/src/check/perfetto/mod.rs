@@ -35,8 +35,9 @@
 //! provider whose section holds that metadata must also hold an event Perfetto shows that
 //! reports the loss ([`DROP_WORDS`]): an event whose name mentions a drop or a loss, or with
 //! a nonzero numeric argument whose name does (`"fxtrace: 12 perf records lost"`, a summary
-//! with `dropped_records = 3`). Otherwise the drop is a [`FindingKind::DropsOnlyInMetadata`]
-//! warning.
+//! with `dropped_records = 3`), or the trace manager's marker about it in the manager's own
+//! section (provider 0, an argument `provider` naming it). Otherwise the drop is a
+//! [`FindingKind::DropsOnlyInMetadata`] warning.
 //!
 //! ```
 //! use fxtrace_tools::check::perfetto::{check_for_perfetto, FindingKind, Severity};
@@ -72,7 +73,7 @@ pub const MAX_OFFSETS: usize = 8;
 /// The weight Perfetto reads as "this side of a context switch is the idle thread"
 /// (`kIdleWeight`, `INT32_MIN`), in the `incoming_weight` / `outgoing_weight` / `weight`
 /// arguments of scheduling records of types 1 and 2.
-pub const PERFETTO_IDLE_WEIGHT: i32 = i32::MIN;
+pub const PERFETTO_IDLE_WEIGHT: i32 = fxtrace_format::sched::IDLE_WEIGHT;
 
 /// Converts ticks to nanoseconds exactly as Perfetto's `fuchsia_trace_utils::TicksToNs`
 /// does: the high 32 bits of `ticks` through a truncated `(1e9 << 32) / ticks_per_second`,

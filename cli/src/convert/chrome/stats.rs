@@ -119,10 +119,7 @@ impl ChromeStats {
             self.thread_names_without_process,
             "thread name(s) with no process koid were dropped",
         );
-        add(
-            self.switch_mismatches,
-            "context switch(es) did not follow the previous switch on their CPU (records missing)",
-        );
+        add(self.switch_mismatches, &self.switch_mismatch_warning());
         add(
             self.lbr_invalid,
             "LAST_BRANCH blob(s) with an invalid payload were dropped",
@@ -155,6 +152,26 @@ impl ChromeStats {
         }
         lines
     }
+
+    /// What [`ChromeStats::switch_mismatches`] means, as far as the trace tells (after the
+    /// count).
+    fn switch_mismatch_warning(&self) -> String {
+        // A loss shows in the trace as a buffer overflow event (the kernel section writes one
+        // at its first lost perf record; the manager, for a provider that dropped records).
+        let why = if self.buffer_overflows.is_empty() && self.buffer_overflows_not_listed == 0 {
+            "the trace reports no lost records: the kernel emitted no switch event between \
+             them (some kernels emit none for some switches, e.g. when a CPU leaves its idle \
+             task; ftrace shows the same gaps)"
+        } else {
+            "records were lost (see the buffer overflows below), or the kernel emitted no \
+             switch event between them"
+        };
+        format!(
+            "context switch(es) switched out a thread other than the one the previous switch \
+             on their CPU switched in: {why}; the earlier thread's CPU slice runs until the \
+             later switch"
+        )
+    }
 }
 
 #[cfg(test)]
@@ -173,6 +190,20 @@ mod tests {
         };
         s.not_converted.insert("userspace_object", 4);
         s.buffer_overflows.insert(7, 1);
+        let mut switches = ChromeStats {
+            switch_mismatches: 20,
+            ..ChromeStats::default()
+        };
+        let no_loss = &switches.warnings()[0];
+        assert!(
+            no_loss.starts_with("20 context switch(es) switched out a thread other than")
+                && no_loss
+                    .contains("the trace reports no lost records: the kernel emitted no switch")
+                && !no_loss.contains("records missing"),
+            "{no_loss}"
+        );
+        switches.buffer_overflows.insert(1, 1);
+        assert!(switches.warnings()[0].contains("records were lost"));
         let w = s.warnings();
         assert_eq!(
             w,

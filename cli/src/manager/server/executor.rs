@@ -233,10 +233,9 @@ impl Manager {
                     };
                     r = self.archive.marker(
                         fxtrace::clock::ticks(),
-                        u64::from(t.pid),
+                        (id, u64::from(t.pid)),
                         &name,
-                        fxtrace_format::DROP_MARKER_ARG,
-                        dropped,
+                        (fxtrace_format::DROP_MARKER_ARG, dropped),
                     );
                 }
                 r.map_err(DrainError::from)
@@ -244,20 +243,15 @@ impl Manager {
             Err(e) => Err(e),
         };
         let outcome = outcome.and_then(|()| match &t.lost {
-            Some(reason) => {
-                if self.archive.current_provider() != Some(id) {
-                    self.archive.begin_provider(id, &t.name)?;
-                }
-                self.archive
-                    .marker(
-                        fxtrace::clock::ticks(),
-                        u64::from(t.pid),
-                        &format!("fxtrace: provider lost: {reason}"),
-                        "pid",
-                        u64::from(t.pid),
-                    )
-                    .map_err(DrainError::from)
-            }
+            Some(reason) => self
+                .archive
+                .marker(
+                    fxtrace::clock::ticks(),
+                    (id, u64::from(t.pid)),
+                    &format!("fxtrace: provider lost: {reason}"),
+                    ("pid", u64::from(t.pid)),
+                )
+                .map_err(DrainError::from),
             None => Ok(()),
         });
         match outcome {

@@ -64,6 +64,11 @@ impl Tracee {
         self.conn = None;
     }
 
+    /// `message` about this provider, as the session's problem list says it.
+    pub(super) fn problem_line(&self, message: &str) -> String {
+        format!("provider {}: {message}", self.id)
+    }
+
     pub(super) fn report(&self) -> ProviderReport {
         let stats = self.drain.stats();
         let mut problems: Vec<String> = self.problems.lines().collect();
@@ -86,6 +91,7 @@ impl Tracee {
         ProviderReport {
             id: self.id,
             pid: self.pid,
+            process: self.id,
             name: self.name.clone(),
             mode: self.mode,
             records: stats.records,
@@ -98,6 +104,7 @@ impl Tracee {
                 0 => 0,
                 size => (stats.durable_data_end.saturating_mul(100) / size) as u32,
             },
+            fill_percent: stats.fill_percent,
             saves: stats.saves,
             copy_time: stats.copy_time,
             lost: self.lost.clone(),

@@ -7,7 +7,8 @@
 use super::Manager;
 use crate::manager::archive::truncate_str;
 use crate::manager::service::protocol::{
-    FromService, ProviderInfo, Reply, Request, SessionInfo, StatusReport,
+    BufferFill, FromService, ProviderInfo, Reply, Request, SessionInfo, StatusReport,
+    MAX_FILLS_LISTED,
 };
 use crate::manager::session::ProviderPhase;
 use crate::manager::wire::{
@@ -19,27 +20,37 @@ impl Manager {
     pub fn session_info(&self) -> SessionInfo {
         let mut buffered_bytes = 0u64;
         let mut records_dropped = 0u64;
+        let mut problems: Vec<String> = self.problems.lines().collect();
+        let mut fills = Vec::new();
         for t in self.tracees.values() {
+            // Saturating: many providers' figures (each within its own buffer's bounds).
             match &t.buffer {
-                Some(buffer) if !t.ignore_data => {
-                    let h = buffer.header().load();
-                    // What the buffer holds now (in streaming mode, saved halves too).
-                    // Saturating: the header is the provider's memory, any value it likes.
-                    buffered_bytes = [
-                        h.durable_data_end,
-                        h.rolling_data_end[0],
-                        h.rolling_data_end[1],
-                    ]
-                    .into_iter()
-                    .fold(buffered_bytes, u64::saturating_add);
-                    records_dropped = records_dropped.saturating_add(h.num_records_dropped);
-                }
+                Some(buffer) if !t.ignore_data => match t.drain.live(buffer) {
+                    Ok(live) => {
+                        fills.push(BufferFill {
+                            id: t.id,
+                            name: t.name.clone(),
+                            percent: live.fill_percent,
+                        });
+                        buffered_bytes = buffered_bytes.saturating_add(live.buffered_bytes);
+                        records_dropped = records_dropped.saturating_add(live.records_dropped);
+                        problems.extend(live.problem.map(|p| t.problem_line(&p)));
+                    }
+                    // The header is the provider's memory: one that does not validate adds
+                    // nothing to the figures, and says why.
+                    Err(e) => problems.push(
+                        t.problem_line(&format!("{e}; its buffer is left out of the figures")),
+                    ),
+                },
                 _ => {
                     records_dropped =
                         records_dropped.saturating_add(t.drain.stats().records_dropped)
                 }
             }
         }
+        // The fullest first.
+        fills.sort_by_key(|f| (std::cmp::Reverse(f.percent), f.id));
+        fills.truncate(MAX_FILLS_LISTED);
         let session = self.session.config();
         SessionInfo {
             session: self.config.session_id,
@@ -56,7 +67,8 @@ impl Manager {
             output: truncate_str(&self.config.output_name, MAX_OUTPUT_NAME_LEN).to_owned(),
             owner_uid: self.config.owner_uid,
             detached: self.config.detached,
-            problems: self.problems.lines().collect(),
+            problems,
+            fills,
         }
     }
 

@@ -1534,14 +1534,14 @@ impl Service {
         session: u32,
         [to, start_to]: [Option<u64>; 2],
         reason: String,
-        info: SessionInfo,
+        info: Box<SessionInfo>,
     ) {
         self.log(format_args!(
             "fxtrace daemon: session {session} stopped ({reason}): {} records, {} bytes \
              written",
             info.records_written, info.bytes_written
         ));
-        let stopped = Reply::Stopped(info.clone());
+        let stopped = Reply::Stopped((*info).clone());
         let stopper = self
             .answer(session, to, Waiting::Stop, stopped.clone())
             .then_some(to)
@@ -1600,7 +1600,11 @@ impl Service {
 /// What a new session records, as `start` asks (mode, buffer size, categories), checked.
 fn session_config(start: &StartRequest) -> Result<SessionConfig, String> {
     use fxtrace::protocol::control::{MAX_CATEGORIES, MAX_CATEGORY_NAME_LEN};
-    let mut session_config = SessionConfig::default();
+    let mut session_config = SessionConfig {
+        buffering_mode: super::session::RECORDING_MODE,
+        buffer_size_bytes: super::session::RECORDING_BUFFER_SIZE,
+        ..SessionConfig::default()
+    };
     if let Some(mode) = &start.mode {
         session_config.buffering_mode = mode.parse::<BufferingMode>().map_err(|e| e.to_string())?;
     }

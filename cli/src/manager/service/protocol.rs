@@ -138,7 +138,7 @@ pub enum Event {
         /// Why.
         reason: String,
         /// The session then.
-        info: SessionInfo,
+        info: Box<SessionInfo>,
     },
     /// The session ended.
     Ended {
@@ -213,6 +213,45 @@ pub struct SessionInfo {
     pub detached: bool,
     /// Per-provider problems and losses reported so far.
     pub problems: Vec<String>,
+    /// How full the providers' buffers are toward dropping records, fullest first (at most
+    /// [`MAX_FILLS_LISTED`]).
+    pub fills: Vec<BufferFill>,
+}
+
+/// Most providers a [`SessionInfo`] lists the fill of.
+pub const MAX_FILLS_LISTED: usize = 16;
+
+/// How full one provider's buffer is toward dropping records (`drain::fill_percent`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default)]
+pub struct BufferFill {
+    /// The provider's id.
+    pub id: u32,
+    /// Its name.
+    pub name: String,
+    /// Percent.
+    pub percent: u32,
+}
+
+impl BufferFill {
+    /// The first `n` of `fills` as `name 97%, name 3%` (and how many more).
+    pub fn list(fills: &[BufferFill], n: usize) -> String {
+        let mut shown: Vec<String> = fills
+            .iter()
+            .take(n)
+            .map(|f| {
+                format!(
+                    "{} {}%",
+                    crate::manager::report::printable(&f.name),
+                    f.percent
+                )
+            })
+            .collect();
+        if fills.len() > n {
+            shown.push(format!("{} more", fills.len() - n));
+        }
+        shown.join(", ")
+    }
 }
 
 /// The answer to `status`: the trace service's, or a recording's (`recording`: one session,

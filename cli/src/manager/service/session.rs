@@ -66,7 +66,7 @@ pub(super) enum News {
         /// The controller whose start had not completed when the session stopped.
         start_to: Option<u64>,
         reason: String,
-        info: SessionInfo,
+        info: Box<SessionInfo>,
     },
     /// Over (the thread is finishing).
     Ended { session: u32, reason: String },
@@ -241,7 +241,7 @@ impl Running {
             to: self.stop_from.take(),
             start_to: self.start_from.take(),
             reason: self.stopping.take().unwrap_or_else(|| "stopped".into()),
-            info: self.driver.manager.session_info(),
+            info: Box::new(self.driver.manager.session_info()),
         };
         self.tell(stopped);
         let reason = self.end_after_stop.take()?;
