@@ -1,16 +1,16 @@
 //! The per-CPU switch state: which thread runs on each CPU since when, from the context
-//! switches read so far (either layout, [`Switch::of`]). A switch ends the slice of the thread
-//! that was running ([`Ran`]) and starts the incoming one's.
+//! switches read so far (either layout, [`Switch::of`], read as `fxtrace_format::sched` says
+//! fxtrace writes them). A switch ends the slice of the thread that was running ([`Ran`]) and
+//! starts the incoming one's.
 
 use std::collections::BTreeMap;
 
-use fxtrace_format::{DecodedArg, DecodedRecord, DecodedValue, ThreadState};
+use fxtrace_format::sched::{Side, SwitchView};
+use fxtrace_format::{Decoded, DecodedArg, DecodedRecord, ThreadState};
 
-/// Argument of a context switch by tid: the outgoing thread's Linux state when FXT's states
-/// do not say it (`"D"`: an uninterruptible sleep).
-pub const LINUX_STATE_ARG: &str = "linux_state";
-/// Argument of a context switch by tid: the id of the outgoing thread's wait point.
-pub const STACK_ARG: &str = "stack";
+/// A wait point: the provider section of the switch that names it, and its stack id there
+/// (stack ids are a writer's own: `report::stacks::StackKey`).
+pub type WaitPoint = (u32, u32);
 
 /// A context switch of either layout.
 #[derive(Debug, Clone, Copy, PartialEq)]
@@ -19,13 +19,13 @@ pub struct Switch<'r> {
     pub ns: u64,
     /// The CPU.
     pub cpu: u16,
-    /// The thread switched out (0: idle).
+    /// The thread switched out (0: idle, or a thread the source did not know).
     pub outgoing_tid: u64,
     /// Its process, when the record says (the legacy layout does).
     pub outgoing_pid: Option<u64>,
     /// The outgoing thread's state (a [`ThreadState`] number).
     pub outgoing_state: u8,
-    /// The thread switched in (0: idle).
+    /// The thread switched in (0: idle, or a thread the source did not know).
     pub incoming_tid: u64,
     /// Its process, when the record says.
     pub incoming_pid: Option<u64>,
@@ -33,67 +33,55 @@ pub struct Switch<'r> {
     pub incoming_priority: Option<u8>,
     /// The switch's arguments (the layout by tid has them).
     pub args: &'r [DecodedArg<'r>],
+    /// The outgoing thread slept uninterruptibly (Linux `D`).
+    pub uninterruptible: bool,
+    /// The outgoing thread's wait point, when the switch names one.
+    pub wait_point: Option<WaitPoint>,
+}
+
+fn side(side: Side) -> (u64, Option<u64>) {
+    match side {
+        Side::Thread { pid, tid } => (tid, pid),
+        Side::Idle | Side::Unknown => (0, None),
+    }
 }
 
 impl<'r> Switch<'r> {
-    /// The switch in `record`, if it is one.
-    pub fn of(record: &'r DecodedRecord<'r>) -> Option<Switch<'r>> {
-        match record {
+    /// The switch in `d`, if it is one.
+    pub fn of(d: &'r Decoded<'r>) -> Option<Switch<'r>> {
+        let view = SwitchView::of(&d.record)?;
+        let (outgoing_tid, outgoing_pid) = side(view.outgoing);
+        let (incoming_tid, incoming_pid) = side(view.incoming);
+        let (incoming_priority, args): (Option<u8>, &[DecodedArg<'_>]) = match &d.record {
             DecodedRecord::ContextSwitch {
-                time,
-                cpu,
-                outgoing_state,
-                outgoing,
-                incoming,
-                incoming_priority,
-                ..
-            } => Some(Switch {
-                ns: time.ns,
-                cpu: u16::from(*cpu),
-                outgoing_tid: outgoing.tid,
-                outgoing_pid: Some(outgoing.pid),
-                outgoing_state: *outgoing_state,
-                incoming_tid: incoming.tid,
-                incoming_pid: Some(incoming.pid),
-                incoming_priority: Some(*incoming_priority),
-                args: &[],
-            }),
-            DecodedRecord::SchedContextSwitch {
-                time,
-                cpu,
-                outgoing_state,
-                outgoing_tid,
-                incoming_tid,
-                args,
-            } => Some(Switch {
-                ns: time.ns,
-                cpu: *cpu,
-                outgoing_tid: *outgoing_tid,
-                outgoing_pid: None,
-                outgoing_state: *outgoing_state,
-                incoming_tid: *incoming_tid,
-                incoming_pid: None,
-                incoming_priority: None,
-                args,
-            }),
-            _ => None,
-        }
+                incoming_priority, ..
+            } => (Some(*incoming_priority), &[]),
+            DecodedRecord::SchedContextSwitch { args, .. } => (None, args),
+            _ => (None, &[]),
+        };
+        Some(Switch {
+            ns: view.time.ns,
+            cpu: view.cpu,
+            outgoing_tid,
+            outgoing_pid,
+            outgoing_state: view.outgoing_state,
+            incoming_tid,
+            incoming_pid,
+            incoming_priority,
+            args,
+            uninterruptible: view.uninterruptible,
+            wait_point: view.stack.map(|id| (d.provider.unwrap_or(0), id)),
+        })
     }
 
-    /// Why the outgoing thread left the CPU.
-    pub fn off_cpu(&self) -> OffCpu {
-        OffCpu::of(self.outgoing_state, self.args)
-    }
-
-    /// The id of the outgoing thread's wait point, when the switch names one.
-    pub fn stack(&self) -> Option<u32> {
-        self.args
-            .iter()
-            .find(|a| a.name == STACK_ARG)
-            .and_then(|a| match a.value {
-                DecodedValue::U32(id) => Some(id),
-                _ => None,
-            })
+    /// Why the outgoing thread left the CPU (`suspended` read as stopped: see
+    /// [`OffCpu::of`]).
+    pub fn off_cpu(&self, suspended_is_stopped: bool) -> OffCpu {
+        OffCpu::of(
+            self.outgoing_state,
+            self.uninterruptible,
+            suspended_is_stopped,
+        )
     }
 }
 
@@ -113,26 +101,20 @@ pub enum OffCpu {
 }
 
 impl OffCpu {
-    /// The state a switch out gives: FXT `running` (fxtrace writes a preempted thread so)
-    /// and `suspended` (earlier fxtrace traces wrote it so) are runnable; `blocked` is asleep,
-    /// uninterruptibly when the switch says `linux_state = "D"`.
-    pub fn of(state: u8, args: &[DecodedArg<'_>]) -> OffCpu {
+    /// The state a switch out gives (fxtrace's conventions, `fxtrace_format::sched`): FXT
+    /// `running` is runnable (a preempted thread), `blocked` asleep (uninterruptibly when the
+    /// switch says `linux_state = "D"`), `suspended` stopped. Traces written before fxtrace
+    /// wrote preempted threads as running used `suspended` for them: a reader takes
+    /// `suspended` as stopped only once it has seen a thread switched out `running`
+    /// (`suspended_is_stopped`).
+    pub fn of(state: u8, uninterruptible: bool, suspended_is_stopped: bool) -> OffCpu {
         match ThreadState::from_raw(state) {
-            Some(ThreadState::New | ThreadState::Running | ThreadState::Suspended) => {
-                OffCpu::Runnable
-            }
+            Some(ThreadState::New | ThreadState::Running) => OffCpu::Runnable,
+            Some(ThreadState::Suspended) if suspended_is_stopped => OffCpu::Stopped,
+            Some(ThreadState::Suspended) => OffCpu::Runnable,
             Some(ThreadState::Dying | ThreadState::Dead) => OffCpu::Exited,
-            Some(ThreadState::Blocked) | None => {
-                let d = args.iter().any(|a| {
-                    a.name == LINUX_STATE_ARG
-                        && matches!(&a.value, DecodedValue::Str(s) if s == "D")
-                });
-                if d {
-                    OffCpu::Uninterruptible
-                } else {
-                    OffCpu::Sleeping
-                }
-            }
+            Some(ThreadState::Blocked) | None if uninterruptible => OffCpu::Uninterruptible,
+            Some(ThreadState::Blocked) | None => OffCpu::Sleeping,
         }
     }
 

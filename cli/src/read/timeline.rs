@@ -9,10 +9,11 @@
 
 use std::collections::{BTreeMap, VecDeque};
 
-use fxtrace_format::{DecodedRecord, DecodedValue};
+use fxtrace_format::sched::WakeupView;
+use fxtrace_format::ThreadState;
 
 use super::bounded::BoundedMap;
-use super::cpus::{Cpus, OffCpu, Running, Switch};
+use super::cpus::{Cpus, OffCpu, Running, Switch, WaitPoint};
 
 /// Threads followed at once.
 pub const MAX_THREADS: usize = 1 << 18;
@@ -20,49 +21,6 @@ pub const MAX_THREADS: usize = 1 << 18;
 pub const MAX_CPUS: usize = 1024;
 /// Slices kept a CPU.
 pub const HISTORY: usize = 256;
-
-/// Argument of a thread wakeup: the thread that woke it.
-pub const WAKER_ARG: &str = "waker";
-
-/// A thread wakeup.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Wakeup {
-    /// When, ns.
-    pub ns: u64,
-    /// The CPU it was queued on.
-    pub cpu: u16,
-    /// The woken thread.
-    pub tid: u64,
-    /// The thread that woke it, when the record says.
-    pub waker: Option<u64>,
-}
-
-impl Wakeup {
-    /// The wakeup in `record`, if it is one.
-    pub fn of(record: &DecodedRecord<'_>) -> Option<Wakeup> {
-        let DecodedRecord::SchedThreadWakeup {
-            time,
-            cpu,
-            waking_tid,
-            args,
-        } = record
-        else {
-            return None;
-        };
-        Some(Wakeup {
-            ns: time.ns,
-            cpu: *cpu,
-            tid: *waking_tid,
-            waker: args
-                .iter()
-                .find(|a| a.name == WAKER_ARG)
-                .and_then(|a| match a.value {
-                    DecodedValue::Koid(k) | DecodedValue::U64(k) => Some(k),
-                    _ => None,
-                }),
-        })
-    }
-}
 
 /// A thread's time on or off the CPUs, closed by a switch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -99,8 +57,8 @@ pub struct OffInterval {
     pub end: u64,
     /// Why it left.
     pub reason: OffCpu,
-    /// Its wait point (a stack id), when the switch named one.
-    pub stack: Option<u32>,
+    /// Its wait point, when the switch named one.
+    pub stack: Option<WaitPoint>,
     /// When it was woken, and by whom, when a wake-up was recorded.
     pub woken: Option<(u64, Option<u64>)>,
 }
@@ -142,7 +100,7 @@ struct Slice {
 #[derive(Debug, Clone, Copy, Default)]
 struct ThreadNow {
     /// Switched out at, on that CPU, why, and its wait point.
-    off: Option<(u64, u16, OffCpu, Option<u32>)>,
+    off: Option<(u64, u16, OffCpu, Option<WaitPoint>)>,
     /// Woken at, by (while off).
     woken: Option<(u64, Option<u64>)>,
 }
@@ -164,6 +122,8 @@ pub struct Timeline {
     pub out_of_order: u64,
     /// The time of the last switch applied on each CPU.
     last_switch: BTreeMap<u16, u64>,
+    /// A thread was switched out `running` (a preempted one): `suspended` means stopped.
+    suspended_is_stopped: bool,
 }
 
 impl Default for Timeline {
@@ -177,6 +137,7 @@ impl Default for Timeline {
             mismatches: 0,
             out_of_order: 0,
             last_switch: BTreeMap::new(),
+            suspended_is_stopped: false,
         }
     }
 }
@@ -198,11 +159,11 @@ impl Timeline {
     }
 
     /// A wake-up: remembered until the woken thread runs.
-    pub fn wakeup(&mut self, w: &Wakeup) {
+    pub fn wakeup(&mut self, w: &WakeupView) {
         self.wakeups += 1;
         if let Some(t) = self.threads.get_mut(&w.tid) {
             if t.off.is_some() {
-                t.woken = Some((w.ns, w.waker));
+                t.woken = Some((w.time.ns, w.waker));
             }
         }
     }
@@ -247,10 +208,14 @@ impl Timeline {
                 end: s.ns,
             });
         }
+        if s.outgoing_state == ThreadState::Running as u8 {
+            self.suspended_is_stopped = true;
+        }
         if s.outgoing_tid != 0 {
+            let reason = s.off_cpu(self.suspended_is_stopped);
             if let Some(t) = self.threads.entry(s.outgoing_tid) {
                 *t = ThreadNow {
-                    off: Some((s.ns, s.cpu, s.off_cpu(), s.stack())),
+                    off: Some((s.ns, s.cpu, reason, s.wait_point)),
                     woken: None,
                 };
             }
@@ -319,6 +284,8 @@ mod tests {
             incoming_pid: None,
             incoming_priority: None,
             args: &[],
+            uninterruptible: false,
+            wait_point: None,
         }
     }
 
@@ -351,8 +318,11 @@ mod tests {
         let mut got = Vec::new();
         t.switch(&switch(0, 1, 0, 3, 10), |i| got.push(i));
         t.switch(&switch(50, 1, 10, 3, 0), |i| got.push(i));
-        t.wakeup(&Wakeup {
-            ns: 250,
+        t.wakeup(&WakeupView {
+            time: fxtrace_format::Timestamp {
+                ticks: 250,
+                ns: 250,
+            },
             cpu: 1,
             tid: 10,
             waker: Some(11),

@@ -19,13 +19,16 @@ use std::io;
 use fxtrace_format::{Decoded, RecordHead, RecordKind};
 
 use crate::read::bounded::{BoundedMap, FastMap};
-use crate::read::cpus::{OffCpu, Switch};
+use crate::read::cpus::{OffCpu, Switch, WaitPoint};
 use crate::read::filter::Glob;
 use crate::read::histogram::Durations;
 use crate::read::names::Names;
-use crate::read::timeline::{Interval, OffInterval, Timeline, Wakeup};
+use crate::read::timeline::{Interval, OffInterval, Timeline};
 use crate::read::wall::WallClock;
 use crate::read::{self, Analysis, Input, Outcome, ReadError};
+use crate::report::stacks::{one_line, StackReport};
+use crate::report::symbolize::Symbolizer;
+use fxtrace_format::sched::WakeupView;
 
 /// Threads with statistics of their own; the others are counted together.
 pub const MAX_THREADS: usize = 4096;
@@ -105,8 +108,8 @@ pub struct Waiter {
     pub start: u64,
     /// To (woken, or switched in), ns.
     pub end: u64,
-    /// Its wait point (a stack id), when recorded.
-    pub stack: Option<u32>,
+    /// Its wait point, when recorded.
+    pub stack: Option<WaitPoint>,
     /// Who woke it, when recorded.
     pub waker: Option<u64>,
     /// Uninterruptibly.
@@ -167,6 +170,10 @@ pub struct SchedReport {
     pub wall: Option<WallClock>,
     /// Thread and process names.
     pub names: Names,
+    /// The trace's call stacks (wait points).
+    pub stacks: StackReport,
+    /// Names their frames.
+    pub symbols: Symbolizer,
     /// How reading went.
     pub outcome: Outcome,
 }
@@ -192,8 +199,8 @@ impl SchedReport {
         }
         if self.wait_points == 0 {
             lacks.push(
-                "no wait points (kernel call chains at switches) in this trace: record with -a \
-                 to see where threads slept"
+                "no wait points (call chains at switches) in this trace: record with -a \
+                 --wait-points to see where threads slept"
                     .to_owned(),
             );
         }
@@ -227,6 +234,8 @@ struct Follow<'o> {
     seq: u64,
     wait_points: u64,
     intervals: Vec<Interval>,
+    /// The trace's call stacks, symbols and mappings (wait points named by their frames).
+    stacks: StackReport,
 }
 
 impl Follow<'_> {
@@ -457,26 +466,29 @@ impl Follow<'_> {
 impl Analysis for Follow<'_> {
     fn head(&mut self, head: &RecordHead) -> bool {
         self.first_ticks.head(head);
-        matches!(
-            head.kind,
-            RecordKind::ContextSwitch
-                | RecordKind::SchedContextSwitch
-                | RecordKind::SchedThreadWakeup
-                | RecordKind::KernelObject
-                | RecordKind::Thread
-        )
+        let stacks = Analysis::head(&mut self.stacks, head);
+        stacks
+            || matches!(
+                head.kind,
+                RecordKind::ContextSwitch
+                    | RecordKind::SchedContextSwitch
+                    | RecordKind::SchedThreadWakeup
+                    | RecordKind::KernelObject
+                    | RecordKind::Thread
+            )
     }
 
-    fn add(&mut self, _: &RecordHead, d: &Decoded<'_>) -> io::Result<()> {
-        if let Some(switch) = Switch::of(&d.record) {
-            self.wait_points += u64::from(switch.stack().is_some());
+    fn add(&mut self, head: &RecordHead, d: &Decoded<'_>) -> io::Result<()> {
+        Analysis::add(&mut self.stacks, head, d)?;
+        if let Some(switch) = Switch::of(d) {
+            self.wait_points += u64::from(switch.wait_point.is_some());
             let mut intervals = std::mem::take(&mut self.intervals);
             self.timeline.switch(&switch, |i| intervals.push(i));
             for i in intervals.drain(..) {
                 self.interval(i);
             }
             self.intervals = intervals;
-        } else if let Some(w) = Wakeup::of(&d.record) {
+        } else if let Some(w) = WakeupView::of(&d.record) {
             self.timeline.wakeup(&w);
         } else {
             if self.wall.is_none() {
@@ -508,7 +520,7 @@ impl Analysis for Running<'_> {
     }
 
     fn add(&mut self, _: &RecordHead, d: &Decoded<'_>) -> io::Result<()> {
-        let Some(switch) = Switch::of(&d.record) else {
+        let Some(switch) = Switch::of(d) else {
             return Ok(());
         };
         let mut intervals = std::mem::take(&mut self.intervals);
@@ -568,6 +580,7 @@ impl SchedReport {
             seq: 0,
             wait_points: 0,
             intervals: Vec::new(),
+            stacks: StackReport::new(),
         };
         let mut outcome = read::read(input, &mut follow)?;
         let pending: Vec<(u64, Vec<Cluster>)> = follow.clusters.drain().collect();
@@ -625,6 +638,12 @@ impl SchedReport {
             switches: follow.timeline.switches,
             wakeups: follow.timeline.wakeups,
             wait_points: follow.wait_points,
+            symbols: {
+                let mut symbols = Symbolizer::new();
+                symbols.load_mappings(follow.stacks.used_mappings());
+                symbols
+            },
+            stacks: follow.stacks,
             mismatches: follow.timeline.mismatches,
             out_of_order: follow.timeline.out_of_order,
             threads_not_kept: follow.timeline.threads_not_followed() + follow.rows.refused(),
@@ -657,9 +676,10 @@ impl SchedReport {
         }
     }
 
-    fn stack(stack: Option<u32>) -> String {
-        match stack {
-            Some(id) => format!("stack #{id}"),
+    /// A wait point as its frames, innermost first (`futex_wait ← __lll_lock_wait ← …`).
+    pub fn wait_point(&self, wait: Option<WaitPoint>) -> String {
+        match wait {
+            Some(key) => one_line(&self.stacks.frames(key, &self.symbols)),
             None => "-".to_owned(),
         }
     }
@@ -757,7 +777,7 @@ impl SchedReport {
                 writeln!(
                     out,
                     "    wait point: {}, woken by: {waker}",
-                    Self::stack(o.stack)
+                    self.wait_point(o.stack)
                 )?;
             }
             if !row.ran.is_empty() {
@@ -804,7 +824,7 @@ impl SchedReport {
                     None => String::new(),
                 };
                 let at = match w.stack {
-                    Some(_) => format!(" at {}", Self::stack(w.stack)),
+                    Some(_) => format!(" at {}", self.wait_point(w.stack)),
                     None => String::new(),
                 };
                 writeln!(
@@ -881,7 +901,7 @@ impl SchedReport {
             line["asleep_ns"] = json!(asleep);
             line["runnable_ns"] = json!(runnable);
             line["cpu"] = json!(o.cpu);
-            line["stack"] = json!(o.stack);
+            line["wait_point"] = json!(o.stack.map(|_| self.wait_point(o.stack)));
             line["waker"] = json!(o.woken.and_then(|(_, w)| w).map(|w| self.thread_json(w)));
             line["ran"] = json!(row
                 .ran
@@ -908,7 +928,7 @@ impl SchedReport {
                 "waiters": s.waiters.iter().map(|w| {
                     let mut t = self.thread_json(w.tid);
                     t["asleep_ns"] = json!(w.end - w.start);
-                    t["stack"] = json!(w.stack);
+                    t["wait_point"] = json!(w.stack.map(|_| self.wait_point(w.stack)));
                     t["uninterruptible"] = json!(w.uninterruptible);
                     t["waker"] = json!(w.waker.map(|k| self.thread_json(k)));
                     t

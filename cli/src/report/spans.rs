@@ -22,14 +22,17 @@ use fxtrace_format::{
 };
 
 use crate::read::bounded::{BoundedMap, FastMap};
-use crate::read::cpus::{OffCpu, Switch};
+use crate::read::cpus::{OffCpu, Switch, WaitPoint};
 use crate::read::filter::Glob;
 use crate::read::histogram::Durations;
 use crate::read::names::Names;
 use crate::read::slices::{Closed, Slices};
-use crate::read::timeline::{Interval, Timeline, Wakeup};
+use crate::read::timeline::{Interval, Timeline};
 use crate::read::wall::WallClock;
 use crate::read::{self, Analysis, Input, Outcome, ReadError};
+use crate::report::stacks::{one_line, StackReport};
+use crate::report::symbolize::Symbolizer;
+use fxtrace_format::sched::WakeupView;
 
 /// Span names with statistics of their own; the others are counted together.
 pub const MAX_NAMES: usize = 4096;
@@ -107,8 +110,8 @@ pub struct CpuSplit {
     pub ran_instead_partial: bool,
     /// Who woke it: (tid, times).
     pub woken_by: Vec<(u64, u64)>,
-    /// Where it waited: (stack id, ns asleep there).
-    pub wait_points: Vec<(u32, u64)>,
+    /// Where it waited: (wait point, ns asleep there).
+    pub wait_points: Vec<(WaitPoint, u64)>,
 }
 
 /// One of the slowest spans.
@@ -170,6 +173,10 @@ pub struct SpansReport {
     pub wakeups: u64,
     /// Names of threads and processes.
     pub names_of: Names,
+    /// The trace's call stacks (wait points).
+    pub stacks: StackReport,
+    /// Names their frames.
+    pub symbols: Symbolizer,
     /// How reading went (the second pass's, when there was one).
     pub outcome: Outcome,
 }
@@ -486,12 +493,14 @@ struct Follow<'s> {
     /// Per span: who ran instead, woken by, wait points, as maps.
     ran: Vec<BTreeMap<u64, u64>>,
     wakers: Vec<BTreeMap<u64, u64>>,
-    waits: Vec<BTreeMap<u32, u64>>,
+    waits: Vec<BTreeMap<WaitPoint, u64>>,
     partial: Vec<bool>,
     covered: Vec<u64>,
     intervals: Vec<Interval>,
     /// The followed threads now off a CPU: the CPU they left, since when.
     off_now: FastMap<u64, (u16, u64)>,
+    /// The trace's call stacks, symbols and mappings (wait points named by their frames).
+    stacks: StackReport,
 }
 
 fn overlap(a: u64, b: u64, start: u64, end: u64) -> Option<(u64, u64)> {
@@ -602,6 +611,9 @@ impl Follow<'_> {
 
 impl Analysis for Follow<'_> {
     fn head(&mut self, head: &RecordHead) -> bool {
+        if Analysis::head(&mut self.stacks, head) {
+            return true;
+        }
         match head.kind {
             RecordKind::ContextSwitch
             | RecordKind::SchedContextSwitch
@@ -612,9 +624,10 @@ impl Analysis for Follow<'_> {
     }
 
     fn add(&mut self, head: &RecordHead, d: &Decoded<'_>) -> io::Result<()> {
-        if let Some(switch) = Switch::of(&d.record) {
+        Analysis::add(&mut self.stacks, head, d)?;
+        if let Some(switch) = Switch::of(d) {
             self.switch(&switch);
-        } else if let Some(w) = Wakeup::of(&d.record) {
+        } else if let Some(w) = WakeupView::of(&d.record) {
             self.timeline.wakeup(&w);
         } else if let (Some(&i), DecodedRecord::Event(e)) =
             (self.begins.get(&head.offset), &d.record)
@@ -702,6 +715,8 @@ impl SpansReport {
             .filter_map(|(_, seq)| collect.slow.remove(&seq))
             .collect();
         let mut timeline_stats = (collect.switches, collect.wakeups);
+        let mut stacks = StackReport::new();
+        let mut symbols = Symbolizer::new();
         if !slowest.is_empty() && outcome.error.is_none() {
             let mut windows: FastMap<u64, Vec<usize>> = FastMap::default();
             let mut begins = FastMap::default();
@@ -724,6 +739,7 @@ impl SpansReport {
                 covered: vec![0; n],
                 intervals: Vec::new(),
                 off_now: FastMap::default(),
+                stacks: StackReport::new(),
             };
             let again = read::read_again(input, &mut follow)?;
             // (The first reading's counts; the second's error, if the file changed between.)
@@ -737,8 +753,11 @@ impl SpansReport {
                 waits,
                 partial,
                 covered,
+                stacks: followed,
                 ..
             } = follow;
+            symbols.load_mappings(followed.used_mappings());
+            stacks = followed;
             for (i, s) in slowest.iter_mut().enumerate() {
                 let duration = s.duration_ns();
                 if let Some(split) = s.cpu.as_mut() {
@@ -763,6 +782,8 @@ impl SpansReport {
             switches: timeline_stats.0,
             wakeups: timeline_stats.1,
             names_of: collect.names,
+            stacks,
+            symbols,
             outcome,
         })
     }
@@ -965,7 +986,10 @@ impl SpansReport {
                 let waits: Vec<String> = cpu
                     .wait_points
                     .iter()
-                    .map(|(stack, ns)| format!("stack #{stack} {}", Ns(*ns)))
+                    .map(|(wait, ns)| {
+                        let frames = one_line(&self.stacks.frames(*wait, &self.symbols));
+                        format!("{frames} {}", Ns(*ns))
+                    })
                     .collect();
                 writeln!(out, "    waited at: {}", waits.join(", "))?;
             }
@@ -1030,8 +1054,8 @@ impl SpansReport {
                         t["times"] = json!(n);
                         t
                     }).collect::<Vec<_>>(),
-                    "wait_points": cpu.wait_points.iter().map(|(stack, ns)| json!({
-                        "stack": stack, "ns": ns,
+                    "wait_points": cpu.wait_points.iter().map(|(wait, ns)| json!({
+                        "frames": one_line(&self.stacks.frames(*wait, &self.symbols)), "ns": ns,
                     })).collect::<Vec<_>>(),
                 });
             }

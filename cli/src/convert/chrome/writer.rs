@@ -361,7 +361,7 @@ impl<W: Write> ChromeJsonWriter<W> {
                 args,
             } => self.kernel_object(*koid, *object_type, name, args),
             DecodedRecord::ContextSwitch { .. } | DecodedRecord::SchedContextSwitch { .. } => {
-                match Switch::of(&d.record) {
+                match Switch::of(d) {
                     Some(switch) => self.switch(&switch),
                     None => Ok(()),
                 }
