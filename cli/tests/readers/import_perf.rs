@@ -588,16 +588,25 @@ impl Layout {
     /// the resident set other tests measure: a child that ends before their first look is
     /// measured by `wait4`, which counts the address space it was forked from).
     fn write_repeated(&self, path: &Path, copies: usize) {
-        use std::io::Write;
         let data = &self.bytes[self.data_offset..self.data_offset + self.data_size];
+        self.write_data(path, &[data], copies);
+    }
+
+    /// Writes the file with `parts` (`copies` times over) as its data section to `path`, the
+    /// features after it.
+    fn write_data(&self, path: &Path, parts: &[&[u8]], copies: usize) {
+        use std::io::Write;
+        let len: usize = parts.iter().map(|p| p.len()).sum::<usize>() * copies;
         let mut out = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
         let mut head = self.bytes[..self.data_offset].to_vec();
-        head[48..56].copy_from_slice(&((data.len() * copies) as u64).to_le_bytes());
+        head[48..56].copy_from_slice(&(len as u64).to_le_bytes());
         out.write_all(&head).unwrap();
         for _ in 0..copies {
-            out.write_all(data).unwrap();
+            for part in parts {
+                out.write_all(part).unwrap();
+            }
         }
-        let mut at = (self.data_offset + data.len() * copies + 16 * self.features.len()) as u64;
+        let mut at = (self.data_offset + len + 16 * self.features.len()) as u64;
         for &(_, _, size) in &self.features {
             out.write_all(&at.to_le_bytes()).unwrap();
             out.write_all(&size.to_le_bytes()).unwrap();
@@ -779,5 +788,62 @@ fn a_large_recording_imports_in_bounded_memory() {
         48 * 1024,
     );
     assert!(run.status.success(), "{}", run.stderr);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// A compressed record (`perf record -z`) whose 16 KiB of zstd data decompress to 512 MiB
+/// (RLE blocks, 4 bytes for 128 KiB each), after half the recording's records: refused by
+/// name at its offset before the parser would hold what it decompresses to; the samples before
+/// it imported, in bounded memory.
+#[test]
+fn a_zstd_bomb_is_refused_before_it_is_decompressed() {
+    let layout = Layout::of(std::fs::read(fixture(LBR_DATA)).unwrap());
+    let records = layout.records();
+    let half = records[records.len() / 2];
+    let before = &layout.bytes[layout.data_offset..half];
+    let samples = records[..records.len() / 2]
+        .iter()
+        .filter(|&&at| layout.bytes[at..at + 4] == 9u32.to_le_bytes())
+        .count() as u64;
+    // A zstd frame: no content size, a 128 KiB window, 4096 RLE blocks of 128 KiB of byte 8.
+    let mut frame = 0xFD2F_B528u32.to_le_bytes().to_vec();
+    frame.extend_from_slice(&[0x00, 7 << 3]);
+    for i in 0..4096u32 {
+        let header = u32::from(i == 4095) | 1 << 1 | (128 << 10) << 3;
+        frame.extend_from_slice(&header.to_le_bytes()[..3]);
+        frame.push(8);
+    }
+    // PERF_RECORD_COMPRESSED (81): the zstd data is the body.
+    let mut bomb = 81u32.to_le_bytes().to_vec();
+    bomb.extend_from_slice(&0u16.to_le_bytes());
+    bomb.extend_from_slice(&(8 + frame.len() as u16).to_le_bytes());
+    bomb.extend_from_slice(&frame);
+    let dir = temp_dir("import-perf-zstd-bomb");
+    let path = dir.join("bomb.data");
+    let out = dir.join("bomb.fxt");
+    layout.write_data(&path, &[before, &bomb], 1);
+    let run = run_within_memory(
+        &[
+            "import-perf",
+            path.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        64 * 1024,
+    );
+    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
+    let says = format!("byte {half}: a compressed record decompresses to more than");
+    assert!(run.stderr.contains(&says), "{says:?} not in {}", run.stderr);
+    assert!(
+        run.stderr.contains("holds what was read before it"),
+        "{}",
+        run.stderr
+    );
+    let trace = std::fs::read(&out).unwrap();
+    assert!(samples > 0);
+    assert_eq!(
+        LbrReport::read(&trace[..]).report.overall().samples(),
+        samples
+    );
     std::fs::remove_dir_all(dir).unwrap();
 }

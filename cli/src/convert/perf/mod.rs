@@ -40,6 +40,7 @@
 //! parser cannot read at all is an [`ImportError`] before anything is written.
 
 pub mod input;
+mod rounds;
 mod to_fxt;
 pub mod tracing_data;
 
