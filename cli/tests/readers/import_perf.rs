@@ -373,6 +373,22 @@ fn timehist_run_times(perf: &str, data: &Path) -> HashMap<u64, u64> {
     times
 }
 
+/// The records perf finds out of time order in a recording (`N out of order events recorded.`
+/// on the standard error of `perf script`): a CPU's record that reached its buffer after perf
+/// had read a later round of the other CPUs' (a vCPU stalled by its host, say). perf and the
+/// import both sort a round with the one before it, no further.
+fn perf_out_of_order(stderr: &[u8]) -> u64 {
+    String::from_utf8_lossy(stderr)
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_suffix(" out of order events recorded.")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
+}
+
 #[test]
 fn perf_sched_record_imports_every_switch_and_run_time() {
     let Some(perf) = perf() else { return };
@@ -414,7 +430,21 @@ fn perf_sched_record_imports_every_switch_and_run_time() {
         .count() as u64;
     assert!(perf_switches > 10, "{perf_switches} switches recorded");
     assert_eq!(summary.written.context_switches, perf_switches, "{summary}");
-    assert_eq!(summary.written.late, 0, "records written in time order");
+    // In time order, but for the records the recording itself has out of order, which perf
+    // counts too: each is written late with at most the two thread announcements of its
+    // switch (a loaded host once gave "late: 5").
+    let perf_late = perf_out_of_order(&script.stderr);
+    assert!(
+        summary.written.late <= 3 * perf_late,
+        "{} records written late; perf sched script finds {perf_late} out of order",
+        summary.written.late
+    );
+    if perf_late > 0 {
+        println!(
+            "note: the recording has {perf_late} records out of order (perf's count): {} late",
+            summary.written.late
+        );
+    }
     let (switches, ours) = run_times_ns(&trace);
     assert_eq!(switches, perf_switches);
     let mut theirs = timehist_run_times(perf, &data);
