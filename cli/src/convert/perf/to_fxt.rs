@@ -189,6 +189,15 @@ impl fmt::Display for ImportSummary {
                 grouped(w.dropped_records)
             )?;
         }
+        if w.late > 0 {
+            // Records perf wrote after a later round of the other CPUs' (perf's own "out of
+            // order events"), and the thread announcements before them.
+            write!(
+                f,
+                "; {} events written out of time order, as the recording has them",
+                grouped(w.late)
+            )?;
+        }
         if self.skipped.total() > 0 {
             write!(f, "\nskipped: {}", self.skipped)?;
         }
@@ -865,6 +874,19 @@ mod tests {
             "1 234 PERF_RECORD_LOST, 2 PERF_RECORD_THROTTLE"
         );
         assert_eq!(s.total(), 1236);
+    }
+
+    #[test]
+    fn the_summary_says_records_written_out_of_time_order() {
+        let mut summary = ImportSummary::default();
+        assert!(!summary.to_string().contains("out of time order"));
+        summary.written.late = 1234;
+        assert!(
+            summary
+                .to_string()
+                .contains("; 1 234 events written out of time order"),
+            "{summary}"
+        );
     }
 
     #[test]
