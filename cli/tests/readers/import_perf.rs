@@ -23,7 +23,7 @@ use fxtrace_tools::report::LbrReport;
 
 use fxtrace::test_support::{skip, Requirement};
 
-use crate::bounded::{run_within_memory, temp_dir};
+use crate::bounded::{run_within_memory, temp_dir, Run};
 use crate::WORKSPACE;
 
 const FXTRACE: &str = env!("CARGO_BIN_EXE_fxtrace");
@@ -697,6 +697,28 @@ fn cut_at_every_4_kib_imports_what_precedes_the_cut() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
+/// `fxtrace import-perf PATH -o OUT` in under 64 MiB, failing (exit 1) with `says` in its
+/// message, never a panic (`what` names the case).
+fn import_failing(path: &Path, out: &Path, says: &str, what: &str) -> Run {
+    let run = run_within_memory(
+        &[
+            "import-perf",
+            path.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        64 * 1024,
+    );
+    assert_eq!(run.status.code(), Some(1), "{what}: {}", run.stderr);
+    assert!(
+        run.stderr.contains(says),
+        "{what}: {says:?} not in {}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("panicked"), "{what}: {}", run.stderr);
+    run
+}
+
 /// A header lying about its sections, an attribute count of 2^32, an EVENT_DESC claiming
 /// 2^32 - 1 events, records of size 0 and 65 535: each through the command, in bounded memory,
 /// failing with a message that names the problem and its offset, never a panic; what precedes
@@ -766,22 +788,7 @@ fn crafted_headers_and_records_are_named_never_trusted() {
         let out = dir.join("crafted.fxt");
         let _ = std::fs::remove_file(&out);
         std::fs::write(&path, &bytes).unwrap();
-        let run = run_within_memory(
-            &[
-                "import-perf",
-                path.to_str().unwrap(),
-                "-o",
-                out.to_str().unwrap(),
-            ],
-            64 * 1024,
-        );
-        assert_eq!(run.status.code(), Some(1), "{what}: {}", run.stderr);
-        assert!(
-            run.stderr.contains(says),
-            "{what}: {says:?} not in {}",
-            run.stderr
-        );
-        assert!(!run.stderr.contains("panicked"), "{what}: {}", run.stderr);
+        let run = import_failing(&path, &out, says, what);
         if partial {
             assert!(
                 run.stderr.contains("holds what was read before it"),
@@ -852,18 +859,8 @@ fn a_zstd_bomb_is_refused_before_it_is_decompressed() {
     let path = dir.join("bomb.data");
     let out = dir.join("bomb.fxt");
     layout.write_data(&path, &[before, &bomb], 1);
-    let run = run_within_memory(
-        &[
-            "import-perf",
-            path.to_str().unwrap(),
-            "-o",
-            out.to_str().unwrap(),
-        ],
-        64 * 1024,
-    );
-    assert_eq!(run.status.code(), Some(1), "{}", run.stderr);
     let says = format!("byte {half}: a compressed record decompresses to more than");
-    assert!(run.stderr.contains(&says), "{says:?} not in {}", run.stderr);
+    let run = import_failing(&path, &out, &says, "a zstd bomb");
     assert!(
         run.stderr.contains("holds what was read before it"),
         "{}",

@@ -196,6 +196,21 @@ mod tests {
         metadata(2, &fields(&[&cpu.to_le_bytes(), &tsc.to_le_bytes()]))
     }
 
+    /// [`import`] of `data` (read as `log`) writes what [`write_fxt`] writes of `log`, with the
+    /// same counts: what it imported, and how often it had `release` called.
+    fn import_as_write_fxt(data: &[u8], log: &XrayLog) -> (Imported, usize) {
+        let options = ImportOptions::new("x");
+        let mut expected = Vec::new();
+        let stats = write_fxt(log, &options, &mut expected).unwrap();
+        let mut got = Vec::new();
+        let mut released = 0;
+        let imported =
+            import(data, &log.header, &options, &mut got, &mut || released += 1).unwrap();
+        assert!(got == expected, "import and write_fxt differ");
+        assert_eq!(imported.stats, stats);
+        (imported, released)
+    }
+
     #[test]
     fn thread_buffers_are_ordered_by_wall_time_and_migrations_synthesized() {
         // Thread 5's second buffer (wall time 20 s) comes first in the file, as a
@@ -246,17 +261,7 @@ mod tests {
         assert_eq!(log.header.cycle_frequency, 2_000_000_000);
         // Two passes, no event kept, buffers read in each thread's wall-time order: the
         // same trace.
-        let options = ImportOptions::new("x");
-        let mut expected = Vec::new();
-        let stats = write_fxt(&log, &options, &mut expected).unwrap();
-        let mut got = Vec::new();
-        let mut released = 0;
-        let imported = import(&data, &log.header, &options, &mut got, &mut || {
-            released += 1
-        })
-        .unwrap();
-        assert!(got == expected);
-        assert_eq!(imported.stats, stats);
+        let (imported, released) = import_as_write_fxt(&data, &log);
         assert_eq!((imported.events, imported.error), (5, None));
         assert_eq!(released, 0, "a log this small is never released");
     }
@@ -288,17 +293,7 @@ mod tests {
         let log = read_log(&data).unwrap();
         assert!(log.is_complete(), "{:?}", log.error);
         assert_eq!(log.threads.len(), threads as usize);
-        let options = ImportOptions::new("x");
-        let mut expected = Vec::new();
-        let stats = write_fxt(&log, &options, &mut expected).unwrap();
-        let mut got = Vec::new();
-        let mut released = 0;
-        let imported = import(&data, &log.header, &options, &mut got, &mut || {
-            released += 1
-        })
-        .unwrap();
-        assert!(got == expected);
-        assert_eq!(imported.stats, stats);
+        let (imported, released) = import_as_write_fxt(&data, &log);
         // Entry, exit and the CPU migration between them.
         assert_eq!(imported.events, 3 * u64::from(threads));
         assert_eq!(
