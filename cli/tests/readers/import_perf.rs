@@ -4,8 +4,9 @@
 //! same; Perfetto's importer loads the imports with no error; a `perf sched record` made here
 //! (root) imports every switch `perf sched script` shows, with the run times of
 //! `perf sched timehist -s`; crafted inputs (cut at every 4 KiB, lying headers, 2^32
-//! attributes, records of size 0 and 65 535) import what precedes the damage, name its
-//! offset, never panic, and stay in bounded memory.
+//! attributes, records of size 0 and 65 535, a zstd bomb, feature sections that repeat the
+//! data) import what precedes the damage, name its offset, never panic, and stay in bounded
+//! memory.
 //!
 //! The fixture is a reduced copy of google/autofdo's `testdata/propeller_sample_1.perfdata1`
 //! (Apache-2.0; `tests/fixtures/perf/README.md`).
@@ -871,6 +872,52 @@ fn a_zstd_bomb_is_refused_before_it_is_decompressed() {
     assert_eq!(
         LbrReport::read(&trace[..]).report.overall().samples(),
         samples
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// 126 feature sections (every bit below 128 but EVENT_DESC and CMDLINE), each the 4 MiB data
+/// section again: the parser reads each kept section whole (504 MiB), so at most 32 MiB of
+/// them are kept and the others named; every sample is imported, in bounded memory.
+#[test]
+fn feature_sections_are_read_within_a_bound() {
+    let layout = Layout::of(std::fs::read(fixture(LBR_DATA)).unwrap());
+    let data = &layout.bytes[layout.data_offset..layout.data_offset + layout.data_size];
+    let copies = (4 << 20) / data.len();
+    let len = (data.len() * copies) as u64;
+    let bits: Vec<u32> = (0..128).filter(|b| ![11, 12].contains(b)).collect();
+    let mut file = layout.bytes[..layout.data_offset].to_vec();
+    file[48..56].copy_from_slice(&len.to_le_bytes());
+    let mut bitmap = [0u64; 4];
+    for &b in &bits {
+        bitmap[b as usize / 64] |= 1 << (b % 64);
+    }
+    for (i, word) in bitmap.iter().enumerate() {
+        file[72 + 8 * i..80 + 8 * i].copy_from_slice(&word.to_le_bytes());
+    }
+    for _ in 0..copies {
+        file.extend_from_slice(data);
+    }
+    for _ in &bits {
+        file.extend_from_slice(&(layout.data_offset as u64).to_le_bytes());
+        file.extend_from_slice(&len.to_le_bytes());
+    }
+    let dir = temp_dir("import-perf-features");
+    let path = dir.join("features.data");
+    let out = dir.join("features.fxt");
+    std::fs::write(&path, &file).unwrap();
+    drop(file);
+    let run = import_failing(
+        &path,
+        &out,
+        "would take the feature sections read past 33554432 bytes",
+        "126 sections of 4 MiB",
+    );
+    assert!(run.stderr.contains("more problems"), "{}", run.stderr);
+    let trace = std::fs::read(&out).unwrap();
+    assert_eq!(
+        LbrReport::read(&trace[..]).report.overall().samples(),
+        124 * copies as u64
     );
     std::fs::remove_dir_all(dir).unwrap();
 }

@@ -13,8 +13,10 @@
 //!   section inside the file), the old `event_types` id lists, then the data section's record
 //!   framing (each record at least its 8-byte header and inside the section; each compressed
 //!   record decompressed and its records framed, at most [`MAX_DECOMPRESSED_RECORD`] bytes),
-//!   then the feature sections (inside the file; `EVENT_DESC` and `CMDLINE` walked, their
-//!   counts checked against their bytes). The parser then reads a [`FileView`]: the file with a
+//!   then the feature sections (inside the file; each at most [`MAX_FEATURE_SECTION`], all
+//!   at most [`MAX_FEATURE_BYTES`], the tracing data [`MAX_TRACING_DATA`]: the parser reads
+//!   them whole; `EVENT_DESC` and `CMDLINE` walked, their counts checked against their
+//!   bytes). The parser then reads a [`FileView`]: the file with a
 //!   corrected header whose data section ends after the last whole record, a synthetic round
 //!   end wherever a round would hold more than [`MAX_ROUND_BYTES`], and whose feature list
 //!   holds only the sections that passed (their table rewritten right after the kept data).
@@ -48,8 +50,9 @@ pub const MIN_ATTR_SIZE: u64 = 64;
 pub const MAX_ATTR_SIZE: u64 = 4096;
 /// Attributes (events) accepted at most.
 pub const MAX_ATTRS: u64 = 1 << 16;
-/// Tracing data accepted at most in a stream (its tracepoint formats, kallsyms, printk).
-pub const MAX_TRACING_DATA: u64 = 256 << 20;
+/// Tracing data accepted at most, in a file's feature section or a stream's record (its
+/// tracepoint formats, kallsyms, printk formats: 20 KiB to a few MiB).
+pub const MAX_TRACING_DATA: u64 = 64 << 20;
 /// Bytes of a record header.
 const RECORD_HEADER: u64 = 8;
 /// The magic of a little-endian perf.data.
@@ -64,6 +67,8 @@ pub const RECORD_HEADER_TRACING_DATA: u32 = 66;
 /// `PERF_RECORD_HEADER_FEATURE`: a feature section in a stream.
 const RECORD_HEADER_FEATURE: u32 = 80;
 
+/// `HEADER_TRACING_DATA`.
+const FEATURE_TRACING_DATA: u32 = 1;
 /// `HEADER_CMDLINE`.
 const FEATURE_CMDLINE: u32 = 11;
 /// `HEADER_EVENT_DESC`.
@@ -585,21 +590,30 @@ fn check_features<R: Read + Seek>(
     read_at(r, table_at, &mut entries)
         .map_err(|e| Damage::at(table_at, format!("cannot read: {e}")))?;
     let mut kept = Vec::new();
+    // The parser reads every kept section whole: what they take together is bounded.
+    let mut kept_bytes = 0u64;
     for (i, &bit) in bits.iter().enumerate() {
         let s = Section::read(&entries, 16 * i);
         let at = table_at + 16 * i as u64;
+        let limit = if bit == FEATURE_TRACING_DATA {
+            MAX_TRACING_DATA
+        } else {
+            MAX_FEATURE_SECTION
+        };
         let problem = if !s.inside(file_len) {
             Some(format!("runs past the end of the file ({file_len} bytes)"))
+        } else if s.size > limit {
+            Some(format!("is larger than {limit} bytes"))
+        } else if bit != FEATURE_TRACING_DATA && kept_bytes + s.size > MAX_FEATURE_BYTES {
+            Some(format!(
+                "would take the feature sections read past {MAX_FEATURE_BYTES} bytes"
+            ))
         } else if bit == FEATURE_EVENT_DESC || bit == FEATURE_CMDLINE {
             // Small sections (a few KiB): read whole and walked.
-            let mut bytes = vec![0u8; s.size.min(MAX_CHECKED_SECTION) as usize];
+            let mut bytes = vec![0u8; s.size as usize];
             read_at(r, s.offset, &mut bytes)
                 .map_err(|e| Damage::at(s.offset, format!("cannot read: {e}")))?;
-            if s.size > MAX_CHECKED_SECTION {
-                Some(format!("is larger than {MAX_CHECKED_SECTION} bytes"))
-            } else {
-                check_feature(bit, &bytes).err()
-            }
+            check_feature(bit, &bytes).err()
         } else {
             None
         };
@@ -612,14 +626,23 @@ fn check_features<R: Read + Seek>(
                     s.describe()
                 ),
             )),
-            None => kept.push((bit, s)),
+            None => {
+                if bit != FEATURE_TRACING_DATA {
+                    kept_bytes += s.size;
+                }
+                kept.push((bit, s));
+            }
         }
     }
     Ok(kept)
 }
 
-/// The largest `EVENT_DESC` or `CMDLINE` section read.
-const MAX_CHECKED_SECTION: u64 = 16 << 20;
+/// The largest feature section read but the tracing data.
+pub const MAX_FEATURE_SECTION: u64 = 16 << 20;
+
+/// The feature sections read but the tracing data, at most together (a few hundred KiB in
+/// a system-wide recording: build-ids, topology, BPF programs).
+pub const MAX_FEATURE_BYTES: u64 = 32 << 20;
 
 /// Checks a feature section's contents where the parser would trust a count: `EVENT_DESC`
 /// (events, ids, names) and `CMDLINE` (strings). Other sections pass.
