@@ -921,3 +921,61 @@ fn feature_sections_are_read_within_a_bound() {
     );
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// The id lists the parser reads whole, one per event, each a section of the file: 1 024
+/// events of the old `event_types` section whose ids are each the whole file (305 MB read,
+/// before), and a simpleperf file's attributes with ids of 8 GiB each (an 8 GiB allocation,
+/// before): refused by name before the parser reads a byte, in bounded memory.
+#[test]
+fn id_lists_are_checked_before_the_parser_reads_them() {
+    let mut layout = Layout::of(std::fs::read(fixture(LBR_DATA)).unwrap());
+    // Without EVENT_DESC (its count a lie), the parser reads the ids where the header says.
+    let event_desc = u64_at(&layout.bytes, layout.feature_entry(12)) as usize;
+    layout.bytes[event_desc..event_desc + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+    let attr_size = u64_at(&layout.bytes, 16) as usize;
+    let (attrs, attrs_size) = (
+        u64_at(&layout.bytes, 24) as usize,
+        u64_at(&layout.bytes, 32) as usize,
+    );
+    let dir = temp_dir("import-perf-ids");
+    let data = &layout.bytes[layout.data_offset..layout.data_offset + layout.data_size];
+    let out = dir.join("ids.fxt");
+    // event_types: (attr, ids) × 1 024 after the features, each id list the whole file.
+    let old = dir.join("event-types.data");
+    layout.write_data(&old, &[data], 1);
+    let mut bytes = std::fs::read(&old).unwrap();
+    let entries = 1024;
+    let len = (bytes.len() + entries * (attr_size + 16)) as u64;
+    let at = bytes.len() as u64;
+    for _ in 0..entries {
+        bytes.extend_from_slice(&layout.bytes[attrs..attrs + attr_size]);
+        bytes.extend_from_slice(&0u64.to_le_bytes());
+        bytes.extend_from_slice(&len.to_le_bytes());
+    }
+    bytes[56..64].copy_from_slice(&at.to_le_bytes());
+    bytes[64..72].copy_from_slice(&(len - at).to_le_bytes());
+    std::fs::write(&old, bytes).unwrap();
+    let says = "take the events' ids past 16777216 bytes";
+    import_failing(&old, &out, says, "event_types");
+    assert!(!out.exists(), "an output for an unreadable input");
+    // simpleperf: HEADER_SIMPLEPERF_META_INFO naming the event; each attribute entry ends
+    // with its id section, of 8 GiB.
+    let simpleperf = dir.join("simpleperf.data");
+    let meta = b"event_type_info\0cycles,0,0\0";
+    layout
+        .features
+        .push((129, layout.bytes.len() as u64, meta.len() as u64));
+    layout.bytes.extend_from_slice(meta);
+    layout.bytes[72 + 16..72 + 24].copy_from_slice(&(1u64 << 1).to_le_bytes());
+    for entry in (attrs..attrs + attrs_size).step_by(attr_size) {
+        let ids = entry + attr_size - 16;
+        layout.bytes[ids..ids + 8].copy_from_slice(&0u64.to_le_bytes());
+        layout.bytes[ids + 8..ids + 16].copy_from_slice(&(8u64 << 30).to_le_bytes());
+    }
+    let data = layout.bytes[layout.data_offset..layout.data_offset + layout.data_size].to_vec();
+    layout.write_data(&simpleperf, &[&data], 1);
+    let says = "(offset 0, 8589934592 bytes) lie past the end of the file";
+    import_failing(&simpleperf, &out, says, "simpleperf");
+    assert!(!out.exists(), "an output for an unreadable input");
+    std::fs::remove_dir_all(dir).unwrap();
+}

@@ -10,7 +10,9 @@
 //!
 //! * **A file** (read by seeking, `perf record -o FILE`) is checked by [`check_file`]: the
 //!   header's sizes (attribute size 64..=4096 bytes, at most [`MAX_ATTRS`] attributes, every
-//!   section inside the file), the old `event_types` id lists, then the data section's record
+//!   section inside the file), the id lists of the old `event_types` section and of a
+//!   simpleperf file's attributes (inside the file, [`MAX_ID_BYTES`] in all), then the data
+//!   section's record
 //!   framing (each record at least its 8-byte header and inside the section; each compressed
 //!   record decompressed and its records framed, at most [`MAX_DECOMPRESSED_RECORD`] bytes),
 //!   then the feature sections (inside the file; each at most [`MAX_FEATURE_SECTION`], all
@@ -71,6 +73,8 @@ const RECORD_HEADER_FEATURE: u32 = 80;
 const FEATURE_TRACING_DATA: u32 = 1;
 /// `HEADER_CMDLINE`.
 const FEATURE_CMDLINE: u32 = 11;
+/// `HEADER_SIMPLEPERF_META_INFO` (a file of Android's simpleperf).
+const FEATURE_SIMPLEPERF_META_INFO: u32 = 129;
 /// `HEADER_EVENT_DESC`.
 const FEATURE_EVENT_DESC: u32 = 12;
 
@@ -285,7 +289,13 @@ pub fn check_file<R: BufRead + Seek>(r: &mut R, file_len: u64) -> Result<FileChe
     let mut header = vec![0u8; FILE_HEADER_LEN as usize];
     read_at(r, 0, &mut header).map_err(|e| Damage::at(0, format!("cannot read: {e}")))?;
     let sections = check_header(&header, file_len)?;
-    check_event_types(r, sections.event_types, sections.attr_size, file_len)?;
+    let event_types = (sections.event_types, 56, "event_types");
+    check_id_lists(r, event_types, sections.attr_size + 16, file_len)?;
+    if has_bit(&header, FEATURE_SIMPLEPERF_META_INFO) {
+        // A simpleperf file: its attribute entries end with their id section.
+        let attrs = (sections.attrs, 24, "attribute");
+        check_id_lists(r, attrs, sections.attr_size, file_len)?;
+    }
     let data = sections.data;
     let mut damage = Vec::new();
     let data_end = match data.end().filter(|&end| end <= file_len) {
@@ -347,6 +357,7 @@ pub fn check_file<R: BufRead + Seek>(r: &mut R, file_len: u64) -> Result<FileChe
 struct HeaderSections {
     header_size: u64,
     attr_size: u64,
+    attrs: Section,
     data: Section,
     event_types: Section,
 }
@@ -401,56 +412,66 @@ fn check_header(header: &[u8], file_len: u64) -> Result<HeaderSections, Damage> 
     Ok(HeaderSections {
         header_size,
         attr_size,
+        attrs,
         data,
         event_types: Section::read(header, 56),
     })
 }
 
-/// The old `event_types` section (attr, then a section of ids, per event): each id section
-/// inside the file.
-fn check_event_types<R: Read + Seek>(
+/// A section of (attr, section of ids) entries, whose id lists the parser reads whole: the
+/// old `event_types` section (`header_at` 56: its entries the attribute size and 16 bytes
+/// more), or a simpleperf file's attribute section (`header_at` 24: the id section in the
+/// attribute size's last 16 bytes). Each id list inside the file, all at most
+/// [`MAX_ID_BYTES`].
+fn check_id_lists<R: Read + Seek>(
     r: &mut R,
-    event_types: Section,
-    attr_size: u64,
+    (section, header_at, what): (Section, u64, &str),
+    entry: u64,
     file_len: u64,
 ) -> Result<(), Damage> {
-    if event_types.size == 0 {
+    if section.size == 0 {
         return Ok(());
     }
-    if !event_types.inside(file_len) {
+    if !section.inside(file_len) {
         return Err(Damage::at(
-            56,
+            header_at,
             format!(
-                "the event_types section ({}) runs past the end of the file ({file_len} bytes)",
-                event_types.describe()
+                "the {what} section ({}) runs past the end of the file ({file_len} bytes)",
+                section.describe()
             ),
         ));
     }
-    let entry = attr_size + 16;
-    let count = event_types.size / entry;
+    let count = section.size / entry;
     if count > MAX_ATTRS {
         return Err(Damage::at(
-            64,
-            format!("the event_types section holds {count} events: at most {MAX_ATTRS} are read"),
+            header_at + 8,
+            format!("the {what} section holds {count} events: at most {MAX_ATTRS} are read"),
         ));
     }
+    let mut total = 0u64;
     for i in 0..count {
-        let at = event_types.offset + i * entry + attr_size;
+        let at = section.offset + (i + 1) * entry - 16;
         let mut bytes = [0u8; 16];
         read_at(r, at, &mut bytes).map_err(|e| Damage::at(at, format!("cannot read: {e}")))?;
         let ids = Section::read(&bytes, 0);
-        if !ids.inside(file_len) {
-            return Err(Damage::at(
-                at,
-                format!(
-                    "the ids of event {i} ({}) lie past the end of the file ({file_len} bytes)",
-                    ids.describe()
-                ),
-            ));
-        }
+        total = total.saturating_add(ids.size);
+        let problem = if !ids.inside(file_len) {
+            format!("lie past the end of the file ({file_len} bytes)")
+        } else if total > MAX_ID_BYTES {
+            format!("take the events' ids past {MAX_ID_BYTES} bytes")
+        } else {
+            continue;
+        };
+        return Err(Damage::at(
+            at,
+            format!("the ids of event {i} ({}) {problem}", ids.describe()),
+        ));
     }
     Ok(())
 }
+
+/// The events' id lists read at most, together (8 bytes an event and CPU or thread).
+pub const MAX_ID_BYTES: u64 = 16 << 20;
 
 /// Walks the record headers from `start` to `end`: the bytes of whole records, their count,
 /// and where round ends must go ([`Rounds`], which reads the compressed records' bodies);
@@ -568,9 +589,7 @@ fn check_features<R: Read + Seek>(
     file_len: u64,
     damage: &mut Vec<Damage>,
 ) -> Result<Vec<(u32, Section)>, Damage> {
-    let bits: Vec<u32> = (0..256u32)
-        .filter(|&bit| u64_at(header, 72 + 8 * (bit as usize / 64)) >> (bit % 64) & 1 != 0)
-        .collect();
+    let bits: Vec<u32> = (0..256u32).filter(|&bit| has_bit(header, bit)).collect();
     let table = Section {
         offset: table_at,
         size: 16 * bits.len() as u64,
@@ -635,6 +654,11 @@ fn check_features<R: Read + Seek>(
         }
     }
     Ok(kept)
+}
+
+/// Whether the file header's feature bitmap has `bit`.
+fn has_bit(header: &[u8], bit: u32) -> bool {
+    u64_at(header, 72 + 8 * (bit as usize / 64)) >> (bit % 64) & 1 != 0
 }
 
 /// The largest feature section read but the tracing data.
