@@ -9,27 +9,28 @@
 //! So, before the parser reads a byte:
 //!
 //! * **A file** (read by seeking, `perf record -o FILE`) is checked by [`check_file`]: the
-//!   header's sizes (attribute size 64..=4096 bytes, at most [`MAX_ATTRS`] attributes, every
-//!   section inside the file), the id lists of the old `event_types` section and of a
+//!   header's sizes (attribute size 64..=4096 bytes, at most [`MAX_ATTRS`] attributes,
+//!   every section inside the file), the id lists of the old `event_types` section and of a
 //!   simpleperf file's attributes (inside the file, [`MAX_ID_BYTES`] in all), then the data
-//!   section's record
-//!   framing (each record at least its 8-byte header and inside the section; each compressed
-//!   record decompressed and its records framed, at most [`MAX_DECOMPRESSED_RECORD`] bytes),
-//!   then the feature sections (inside the file; each at most [`MAX_FEATURE_SECTION`], all
-//!   at most [`MAX_FEATURE_BYTES`], the tracing data [`MAX_TRACING_DATA`]: the parser reads
-//!   them whole; `EVENT_DESC` and `CMDLINE` walked, their counts checked against their
-//!   bytes). The parser then reads a [`FileView`]: the file with a
-//!   corrected header whose data section ends after the last whole record, a synthetic round
-//!   end wherever a round would hold more than [`MAX_ROUND_BYTES`], and whose feature list
-//!   holds only the sections that passed (their table rewritten right after the kept data).
-//!   Everything wrong is a [`Damage`] naming its byte offset.
+//!   section's record framing (each record at least its 8-byte header and inside the
+//!   section; each compressed record decompressed and its records framed, at most
+//!   [`MAX_DECOMPRESSED_RECORD`] bytes), then the feature sections (inside the file; each
+//!   at most [`MAX_FEATURE_SECTION`], all at most [`MAX_FEATURE_BYTES`], the tracing data
+//!   [`MAX_TRACING_DATA`]: the parser reads them whole; `EVENT_DESC` and `CMDLINE` walked,
+//!   their counts checked against their bytes). The parser then reads a [`FileView`]: the
+//!   file with a corrected header whose data section ends after the last whole record, a
+//!   synthetic round end wherever a round would hold more than [`MAX_ROUND_BYTES`], and
+//!   whose feature list holds only the sections that passed (their table rewritten right
+//!   after the kept data). Everything wrong is a [`Damage`] naming its byte offset.
 //! * **A stream** (`perf record -o -`, read from standard input or a FIFO) passes through a
-//!   [`PipeFilter`]: it checks each record's framing (compressed records too) as it goes, puts
-//!   the same synthetic round ends in, and ends the stream cleanly after the last whole
-//!   record, takes out the tracing data record (whose data follows the record, outside its
-//!   size, which the parser does not know) and the AUXTRACE records with their data (hardware
-//!   trace, not converted: counted), and checks `HEADER_FEATURE` records as the file's feature
-//!   sections are checked.
+//!   [`PipeFilter`]: it checks each record's framing (compressed records too) as it goes,
+//!   puts the same synthetic round ends in (the header records count: the parser holds the
+//!   attributes it reads before the first round end, so at most [`MAX_ROUND_BYTES`] of
+//!   them; later ones are records it counts as skipped), and ends the stream cleanly after
+//!   the last whole record, takes out the tracing data record (whose data follows the
+//!   record, outside its size, which the parser does not know) and the AUXTRACE records
+//!   with their data (hardware trace, not converted: counted), and checks `HEADER_FEATURE`
+//!   records as the file's feature sections are checked.
 //!
 //! Only little-endian recordings are read (every machine with LBR is): a big-endian one is
 //! refused by name.
