@@ -11,7 +11,7 @@
 //!    (the first pass notes where each thread's runs of records lie: its threads' records
 //!    are interleaved a buffer at a time). However many threads the log has, each record is
 //!    decoded a bounded number of times (twice, unless threads interleave record by record:
-//!    [`RUN_GAP`]).
+//!    `RUN_GAP`).
 //!
 //! What stays in memory grows with the threads, the FDR buffers (48 bytes each), a basic
 //! log's runs (16 bytes each; XRay writes a thread's buffer of 1024 records whole), the
