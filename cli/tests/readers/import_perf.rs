@@ -18,7 +18,8 @@ use std::process::{Command, Stdio};
 use fxtrace_format::{DecodedRecord, Decoder};
 use fxtrace_tools::convert::perf::input::Damage;
 use fxtrace_tools::convert::perf::{
-    import_perf, ImportError, ImportOptions, ImportSummary, PerfSource,
+    import_perf, ImportError, ImportOptions, ImportSummary, PerfSource, FURTHER_KINDS,
+    MAX_SKIPPED_KINDS,
 };
 use fxtrace_tools::report::LbrReport;
 
@@ -977,5 +978,43 @@ fn id_lists_are_checked_before_the_parser_reads_them() {
     let says = "(offset 0, 8589934592 bytes) lie past the end of the file";
     import_failing(&simpleperf, &out, says, "simpleperf");
     assert!(!out.exists(), "an output for an unreadable input");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// A million 8-byte records of a million kinds after the recording's: the parser holds a
+/// round of them (at some 20 times their bytes) and each kind is counted; the rounds are
+/// counted by what the parser holds, the kinds past the 64th together. (358 MB before.)
+#[test]
+fn a_million_small_records_of_a_million_kinds_import_in_bounded_memory() {
+    let layout = Layout::of(std::fs::read(fixture(LBR_DATA)).unwrap());
+    let data = &layout.bytes[layout.data_offset..layout.data_offset + layout.data_size];
+    let mut small = Vec::with_capacity(8 << 20);
+    for kind in 1_000u32..1_001_000 {
+        small.extend_from_slice(&kind.to_le_bytes());
+        small.extend_from_slice(&[0, 0, 8, 0]);
+    }
+    let dir = temp_dir("import-perf-kinds");
+    let path = dir.join("kinds.data");
+    let out = dir.join("kinds.fxt");
+    layout.write_data(&path, &[data, &small], 1);
+    drop(small);
+    let run = run_within_memory(
+        &[
+            "import-perf",
+            path.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        64 * 1024,
+    );
+    assert!(run.status.success(), "{}", run.stderr);
+    let (_, summary) = import(&path).unwrap();
+    // Every record counted: the recording's own (1 TIME_CONV, 29 THROTTLE, 29 UNTHROTTLE)
+    // and the million, 64 kinds by name.
+    assert_eq!(summary.skipped.total(), 1_000_000 + 59);
+    assert_eq!(summary.skipped.kinds().len(), MAX_SKIPPED_KINDS + 1);
+    assert!(summary.skipped.count(FURTHER_KINDS) > 999_000);
+    assert!(summary.to_string().len() < 4096, "{summary}");
+    assert_eq!(summary.written.branch_blobs, 124);
     std::fs::remove_dir_all(dir).unwrap();
 }

@@ -41,7 +41,7 @@ use std::io::{self, BufRead, Read, Seek, SeekFrom};
 use std::rc::Rc;
 
 use super::rounds::{Rounds, FINISHED_ROUND};
-pub use super::rounds::{MAX_DECOMPRESSED_RECORD, MAX_ROUND_BYTES};
+pub use super::rounds::{MAX_DECOMPRESSED_RECORD, MAX_ROUND_BYTES, RECORD_OVERHEAD};
 
 /// Bytes of the file header perf writes (`struct perf_file_header`).
 pub const FILE_HEADER_LEN: u64 = 104;

@@ -44,7 +44,10 @@ mod rounds;
 mod to_fxt;
 pub mod tracing_data;
 
-pub use to_fxt::{import_perf, ImportError, ImportOptions, ImportSummary, Skipped, IMPORT_KOID};
+pub use to_fxt::{
+    import_perf, ImportError, ImportOptions, ImportSummary, Skipped, FURTHER_KINDS, IMPORT_KOID,
+    MAX_SKIPPED_KINDS,
+};
 
 /// Where a perf.data comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -22,12 +22,17 @@ pub(crate) const RECORD_COMPRESSED2: u32 = 83;
 /// A `PERF_RECORD_FINISHED_ROUND` record.
 pub(crate) const FINISHED_ROUND: [u8; 8] = [68, 0, 0, 0, 0, 0, 8, 0];
 
-/// Bytes of records between two round ends at most: a longer run of records without one (perf
-/// writes one per pass over its buffers) gets a synthetic round end, so that the parser, which
-/// holds a round to sort it, holds at most this much (perf's own ordering queue does the same
-/// when full, flushing what it holds). Records of one perf round that are more than this far
-/// apart may come out of time order then; the capture's writer counts them as late.
+/// Bytes of records between two round ends at most, each record counted with
+/// [`RECORD_OVERHEAD`]: a longer run of records without one (perf writes one per pass over its
+/// buffers) gets a synthetic round end, so that the parser, which holds a round to sort it,
+/// holds at most this much (perf's own ordering queue does the same when full, flushing what
+/// it holds). Records of one perf round that are more than this far apart may come out of
+/// time order then; the capture's writer counts them as late.
 pub const MAX_ROUND_BYTES: u64 = 8 << 20;
+
+/// What the parser holds for a record beside its bytes (its sort key, its slot in the round,
+/// its buffer's allocation): a round of 8-byte records takes some 20 times their bytes.
+pub const RECORD_OVERHEAD: u64 = 128;
 
 /// What one compressed record may decompress to at most.
 pub const MAX_DECOMPRESSED_RECORD: u64 = 16 << 20;
@@ -64,11 +69,14 @@ impl Rounds {
                 self.held = 0;
                 return Ok(false);
             }
-            RECORD_COMPRESSED | RECORD_COMPRESSED2 => self
-                .zstd
-                .get_or_insert_with(Unzstd::new)
-                .record(kind, body)?,
-            _ => bytes,
+            RECORD_COMPRESSED | RECORD_COMPRESSED2 => {
+                let (bytes, records) = self
+                    .zstd
+                    .get_or_insert_with(Unzstd::new)
+                    .record(kind, body)?;
+                bytes + records * RECORD_OVERHEAD
+            }
+            _ => bytes + RECORD_OVERHEAD,
         };
         let end = self.held > 0 && self.held.saturating_add(held) > MAX_ROUND_BYTES;
         self.held = if end { held } else { self.held + held };
@@ -107,8 +115,9 @@ impl Unzstd {
         }
     }
 
-    /// What a compressed record's body decompresses to (bytes), as the parser decompresses it.
-    fn record(&mut self, kind: u32, body: &[u8]) -> Result<u64, String> {
+    /// What a compressed record's body decompresses to, as the parser decompresses it: its
+    /// bytes, and the records begun in them.
+    fn record(&mut self, kind: u32, body: &[u8]) -> Result<(u64, u64), String> {
         let data = if kind == RECORD_COMPRESSED2 {
             // `u64 data_size`, then that many bytes of zstd data, then padding.
             let size = body
@@ -127,6 +136,7 @@ impl Unzstd {
         let Self { dctx, out, framing } = self;
         let mut input = InBuffer::around(data);
         let mut total = 0u64;
+        let records = framing.records;
         loop {
             let mut output = OutBuffer::around(&mut out[..]);
             dctx.decompress_stream(&mut output, &mut input)
@@ -146,7 +156,7 @@ impl Unzstd {
             }
             framing.walk(&out[..n])?;
             if n < out.len() && input.pos() == data.len() {
-                return Ok(total);
+                return Ok((total, framing.records - records));
             }
         }
     }
@@ -160,6 +170,8 @@ struct Framing {
     have: usize,
     /// Bytes of the current record's body still to pass.
     body_left: u64,
+    /// Records begun so far.
+    records: u64,
 }
 
 impl Framing {
@@ -186,6 +198,7 @@ impl Framing {
                     ));
                 }
                 self.body_left = size - RECORD_HEADER;
+                self.records += 1;
             }
         }
         Ok(())
@@ -224,10 +237,17 @@ mod tests {
     #[test]
     fn rounds_end_before_the_record_that_passes_the_bound() {
         let mut r = Rounds::default();
-        let big = MAX_ROUND_BYTES / 2;
+        let big = MAX_ROUND_BYTES / 2 - RECORD_OVERHEAD;
         assert_eq!(r.record(9, big, &[]), Ok(false));
         assert_eq!(r.record(9, big, &[]), Ok(false));
         assert_eq!(r.record(9, 8, &[]), Ok(true), "past the bound");
+        // 8-byte records: each counted with what the parser holds for it.
+        let mut r = Rounds::default();
+        let fit = MAX_ROUND_BYTES / (8 + RECORD_OVERHEAD);
+        for _ in 0..fit {
+            assert_eq!(r.record(82, 8, &[]), Ok(false));
+        }
+        assert_eq!(r.record(82, 8, &[]), Ok(true), "{fit} records of 8 bytes");
         assert_eq!(r.record(RECORD_FINISHED_ROUND, 8, &[]), Ok(false));
         assert_eq!(r.record(9, MAX_ROUND_BYTES * 2, &[]), Ok(false), "alone");
         assert_eq!(r.unfinished(), None);
@@ -249,7 +269,8 @@ mod tests {
             r.record(RECORD_COMPRESSED, 8 + b.len() as u64, b),
             Ok(false)
         );
-        assert_eq!(r.held, u64::from(len));
+        let held = u64::from(len) + 63 * RECORD_OVERHEAD;
+        assert_eq!(r.held, held);
         assert_eq!(r.unfinished(), None);
         // COMPRESSED2: the size first, padding after.
         let mut r = Rounds::default();
@@ -257,7 +278,7 @@ mod tests {
         body.extend_from_slice(&frame);
         body.extend_from_slice(&[0; 5]);
         assert_eq!(r.record(RECORD_COMPRESSED2, 0, &body), Ok(false));
-        assert_eq!(r.held, u64::from(len));
+        assert_eq!(r.held, held);
         body[..8].copy_from_slice(&u64::MAX.to_le_bytes());
         assert!(r.record(RECORD_COMPRESSED2, 0, &body).is_err());
     }

@@ -70,6 +70,13 @@ pub enum ImportError {
     Write(#[source] io::Error),
 }
 
+/// Kinds a [`Skipped`] names at most; records of further kinds are counted together, as
+/// [`FURTHER_KINDS`] (a crafted file can hold as many kinds as records).
+pub const MAX_SKIPPED_KINDS: usize = 64;
+
+/// The kind records of kinds past [`MAX_SKIPPED_KINDS`] are counted under.
+pub const FURTHER_KINDS: &str = "records of further kinds";
+
 /// Record kinds not converted, with their counts, in order of first appearance.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Skipped {
@@ -88,6 +95,11 @@ impl Skipped {
         if n == 0 {
             return;
         }
+        let kind = if self.index.len() < MAX_SKIPPED_KINDS || self.index.contains_key(kind) {
+            kind
+        } else {
+            FURTHER_KINDS
+        };
         match self.index.get(kind) {
             Some(&i) => self.kinds[i].1 += n,
             None => {
@@ -874,6 +886,21 @@ mod tests {
             "1 234 PERF_RECORD_LOST, 2 PERF_RECORD_THROTTLE"
         );
         assert_eq!(s.total(), 1236);
+    }
+
+    /// A file can hold as many kinds as records: past `MAX_SKIPPED_KINDS`, they are counted
+    /// together, never dropped.
+    #[test]
+    fn skipped_kinds_are_bounded_and_all_counted() {
+        let mut s = Skipped::default();
+        for kind in 0..10_000 {
+            s.add(&record_name(1_000 + kind));
+        }
+        s.add(&record_name(1_000));
+        assert_eq!(s.kinds().len(), MAX_SKIPPED_KINDS + 1);
+        assert_eq!(s.total(), 10_001);
+        assert_eq!(s.count(&record_name(1_000)), 2);
+        assert_eq!(s.count(FURTHER_KINDS), 10_000 - MAX_SKIPPED_KINDS as u64);
     }
 
     #[test]
