@@ -126,6 +126,7 @@ pub fn skip(requirement: Requirement, why: impl Display) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     #[test]
     fn a_listed_requirement_is_found_among_others_and_spaces() {
@@ -187,6 +188,55 @@ mod tests {
         let typo = run("cc,gpu");
         assert!(!typo.status.success());
         assert!(String::from_utf8_lossy(&typo.stdout).contains("lists `gpu`"));
+    }
+
+    /// The scripts' checks read the same list: a missing tool is a skip (exit 0, one line)
+    /// with the variable unset, empty or not naming it, a failure with it listed. Run with a
+    /// `PATH` of only what they run before their tool check.
+    #[test]
+    fn the_scripts_skip_a_missing_tool_unless_it_is_required() {
+        let bin = std::env::temp_dir().join(format!("fxtrace-scripts-path-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&bin);
+        std::fs::create_dir_all(&bin).unwrap();
+        let path = std::env::var_os("PATH").unwrap_or_default();
+        for tool in ["bash", "dirname", "id"] {
+            let found = std::env::split_paths(&path)
+                .map(|dir| dir.join(tool))
+                .find(|p| p.is_file())
+                .unwrap_or_else(|| panic!("{tool} is not on PATH"));
+            std::os::unix::fs::symlink(found, bin.join(tool)).unwrap();
+        }
+        let scripts = [
+            ("scripts/make-xray-fixtures.sh", "clang"),
+            ("scripts/check-instructions.sh", "valgrind"),
+        ];
+        for (script, tool) in scripts {
+            let run = |required: Option<&str>| {
+                let mut command =
+                    std::process::Command::new(Path::new(env!("CARGO_MANIFEST_DIR")).join(script));
+                command
+                    .arg("--check")
+                    .env("PATH", &bin)
+                    .env_remove(REQUIRE_ENV);
+                if let Some(list) = required {
+                    command.env(REQUIRE_ENV, list);
+                }
+                let out = command.output().unwrap();
+                let text = String::from_utf8_lossy(&out.stdout).into_owned()
+                    + &String::from_utf8_lossy(&out.stderr);
+                (out.status.code(), text)
+            };
+            for list in [None, Some(""), Some("root, perf")] {
+                let (code, text) = run(list);
+                assert_eq!(code, Some(0), "{script} with {list:?}: {text}");
+                assert!(text.contains("skipped"), "{script} with {list:?}: {text}");
+            }
+            let list = format!("root, {tool} ,perf");
+            let (code, text) = run(Some(&list));
+            assert_eq!(code, Some(1), "{script} with {list:?}: {text}");
+            assert!(text.contains("FAIL"), "{script} with {list:?}: {text}");
+        }
+        std::fs::remove_dir_all(&bin).unwrap();
     }
 
     #[test]

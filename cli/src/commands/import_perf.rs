@@ -7,7 +7,9 @@ use std::process::ExitCode;
 use clap::Args;
 
 use fxtrace_tools::convert::perf::input::Damage;
-use fxtrace_tools::convert::perf::{import_perf, ImportError, ImportOptions, PerfSource};
+use fxtrace_tools::convert::perf::{
+    import_perf, ImportError, ImportOptions, ImportSummary, PerfSource,
+};
 use fxtrace_tools::output_file::OutputFile;
 
 /// What `import-perf --help` ends with.
@@ -74,92 +76,119 @@ fn default_output(input: &Path) -> PathBuf {
     input.with_file_name(format!("{stem}.fxt"))
 }
 
+/// Where an import reads and writes, and the names it says them by.
+struct Paths {
+    source: PerfSource,
+    /// The input as messages name it (`<stdin>` for standard input).
+    input: String,
+    /// The output file; `None`: standard output.
+    output: Option<PathBuf>,
+    /// The output as messages name it (`<stdout>` for standard output).
+    output_name: String,
+    options: ImportOptions,
+}
+
+impl Paths {
+    fn of(args: &ImportPerfArgs) -> Result<Self, ImportPerfError> {
+        let stdin = args.input.as_os_str() == "-";
+        let output = match (&args.output, stdin) {
+            (Some(o), _) => o.clone(),
+            (None, false) => default_output(&args.input),
+            (None, true) => return Err(ImportPerfError::NoOutput),
+        };
+        let output = (output.as_os_str() != "-").then_some(output);
+        let file_name = || {
+            let name = args.input.file_name().unwrap_or(args.input.as_os_str());
+            name.to_string_lossy().into_owned()
+        };
+        Ok(Self {
+            source: if stdin {
+                PerfSource::Stdin
+            } else {
+                PerfSource::File(args.input.clone())
+            },
+            input: if stdin {
+                "<stdin>".into()
+            } else {
+                args.input.display().to_string()
+            },
+            output_name: output
+                .as_ref()
+                .map_or("<stdout>".into(), |o| o.display().to_string()),
+            output,
+            options: ImportOptions {
+                provider_name: format!("perf:{}", if stdin { "stdin".into() } else { file_name() }),
+            },
+        })
+    }
+
+    /// Imports into the output: a file is written under a temporary name, renamed into place
+    /// when complete (a previous one kept as `OUT.old`), removed on failure.
+    fn import(&self) -> Result<ImportSummary, ImportPerfError> {
+        let failed = |source: ImportError| ImportPerfError::Import {
+            path: self.input.clone(),
+            source,
+        };
+        let written = |e: io::Error| failed(ImportError::Write(e));
+        match &self.output {
+            None => {
+                let out = BufWriter::new(io::stdout().lock());
+                let (out, summary) =
+                    import_perf(&self.source, out, &self.options).map_err(failed)?;
+                let mut stdout = out.into_inner().map_err(|e| written(e.into_error()))?;
+                stdout.flush().map_err(written)?;
+                Ok(summary)
+            }
+            Some(path) => {
+                let mut file = OutputFile::create(path).map_err(written)?;
+                let (out, summary) =
+                    import_perf(&self.source, BufWriter::new(file.file()), &self.options)
+                        .map_err(failed)?;
+                out.into_inner().map_err(|e| written(e.into_error()))?;
+                file.commit().map_err(written)?;
+                Ok(summary)
+            }
+        }
+    }
+}
+
 /// Imports the file; a damaged one is imported up to its damage and then reported as
 /// [`ImportPerfError::Partial`].
 pub(crate) fn run(args: &ImportPerfArgs) -> Result<ExitCode, super::CliError> {
-    let stdin = args.input.as_os_str() == "-";
-    let (source, path) = if stdin {
-        (PerfSource::Stdin, "<stdin>".to_string())
-    } else {
-        (
-            PerfSource::File(args.input.clone()),
-            args.input.display().to_string(),
-        )
-    };
-    let output = match (&args.output, stdin) {
-        (Some(o), _) => o.clone(),
-        (None, false) => default_output(&args.input),
-        (None, true) => return Err(ImportPerfError::NoOutput.into()),
-    };
-    let to_stdout = output.as_os_str() == "-";
-    let output_name = if to_stdout {
-        "<stdout>".to_string()
-    } else {
-        output.display().to_string()
-    };
-    let name = if stdin {
-        "stdin".to_string()
-    } else {
-        args.input
-            .file_name()
-            .unwrap_or(args.input.as_os_str())
-            .to_string_lossy()
-            .into_owned()
-    };
-    let options = ImportOptions {
-        provider_name: format!("perf:{name}"),
-    };
-    let failed = |source: ImportError| ImportPerfError::Import {
-        path: path.clone(),
-        source,
-    };
-    // A file output is written under a temporary name, renamed into place when complete (a
-    // previous one kept as `OUT.old`), removed on failure.
-    let summary = if to_stdout {
-        let (out, summary) =
-            import_perf(&source, BufWriter::new(io::stdout().lock()), &options).map_err(failed)?;
-        let mut stdout = out
-            .into_inner()
-            .map_err(|e| failed(ImportError::Write(e.into_error())))?;
-        stdout.flush().map_err(|e| failed(ImportError::Write(e)))?;
-        summary
-    } else {
-        let mut file = OutputFile::create(&output).map_err(|e| failed(ImportError::Write(e)))?;
-        let (out, summary) =
-            import_perf(&source, BufWriter::new(file.file()), &options).map_err(failed)?;
-        out.into_inner()
-            .map_err(|e| failed(ImportError::Write(e.into_error())))?;
-        file.commit().map_err(|e| failed(ImportError::Write(e)))?;
-        summary
-    };
-    let line = format!("import-perf: {path} -> {output_name}: {summary}");
-    if to_stdout {
+    let paths = Paths::of(args)?;
+    let summary = paths.import()?;
+    let Paths {
+        input,
+        output,
+        output_name,
+        ..
+    } = paths;
+    let line = format!("import-perf: {input} -> {output_name}: {summary}");
+    if output.is_none() {
         note!("{line}");
     } else {
         let mut out = io::stdout().lock();
         writeln!(out, "{line}").map_err(super::CliError::Output)?;
     }
     let mut damage = summary.damage.into_iter();
-    match damage.next() {
-        None => Ok(ExitCode::SUCCESS),
-        Some(first) => {
-            let rest: Vec<Damage> = damage.collect();
-            for d in &rest {
-                note!("{path}: also {d}");
-            }
-            let more = match rest.len() {
-                0 => String::new(),
-                n => format!(" (and {n} more problems, above)"),
-            };
-            Err(ImportPerfError::Partial {
-                path,
-                first,
-                more,
-                output: output_name,
-            }
-            .into())
-        }
+    let Some(first) = damage.next() else {
+        return Ok(ExitCode::SUCCESS);
+    };
+    let rest: Vec<Damage> = damage.collect();
+    for d in &rest {
+        note!("{input}: also {d}");
     }
+    let more = match rest.len() {
+        0 => String::new(),
+        n => format!(" (and {n} more problems, above)"),
+    };
+    Err(ImportPerfError::Partial {
+        path: input,
+        first,
+        more,
+        output: output_name,
+    }
+    .into())
 }
 
 #[cfg(test)]

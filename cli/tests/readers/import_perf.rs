@@ -4,8 +4,9 @@
 //! same; Perfetto's importer loads the imports with no error; a `perf sched record` made here
 //! (root) imports every switch `perf sched script` shows, with the run times of
 //! `perf sched timehist -s`; crafted inputs (cut at every 4 KiB, lying headers, 2^32
-//! attributes, records of size 0 and 65 535) import what precedes the damage, name its
-//! offset, never panic, and stay in bounded memory.
+//! attributes, records of size 0 and 65 535, a zstd bomb, feature sections that repeat the
+//! data) import what precedes the damage, name its offset, never panic, and stay in bounded
+//! memory.
 //!
 //! The fixture is a reduced copy of google/autofdo's `testdata/propeller_sample_1.perfdata1`
 //! (Apache-2.0; `tests/fixtures/perf/README.md`).
@@ -14,16 +15,18 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use fxtrace_format::sched::{Side, SwitchView};
 use fxtrace_format::{DecodedRecord, Decoder};
 use fxtrace_tools::convert::perf::input::Damage;
 use fxtrace_tools::convert::perf::{
-    import_perf, ImportError, ImportOptions, ImportSummary, PerfSource,
+    import_perf, ImportError, ImportOptions, ImportSummary, PerfSource, FURTHER_KINDS,
+    MAX_SKIPPED_KINDS,
 };
 use fxtrace_tools::report::LbrReport;
 
 use fxtrace::test_support::{skip, Requirement};
 
-use crate::bounded::{run_within_memory, temp_dir};
+use crate::bounded::{run_within_memory, temp_dir, Run};
 use crate::WORKSPACE;
 
 const FXTRACE: &str = env!("CARGO_BIN_EXE_fxtrace");
@@ -308,33 +311,37 @@ fn perfetto_loads_the_lbr_import_with_no_error() {
 /// The run time of every thread, from the trace's context switches: each switch ends the
 /// outgoing thread's slice, which began at the previous switch of its CPU (the first switch
 /// of each CPU begins nothing).
-fn run_times_ns(trace: &[u8]) -> (u64, HashMap<u64, u64>) {
+fn run_times_ns(trace: &[u8]) -> (Switches, HashMap<u64, u64>) {
     let mut last: HashMap<u16, u64> = HashMap::new();
     let mut run: HashMap<u64, u64> = HashMap::new();
-    let mut switches = 0;
+    let mut switches = Switches::default();
     for d in Decoder::new(trace) {
         let d = d.unwrap();
-        let (cpu, ns, out) = match d.record {
-            DecodedRecord::ContextSwitch {
-                time,
-                cpu,
-                outgoing,
-                ..
-            } => (u16::from(cpu), time.ns, outgoing.tid),
-            DecodedRecord::SchedContextSwitch {
-                time,
-                cpu,
-                outgoing_tid,
-                ..
-            } => (cpu, time.ns, outgoing_tid),
+        let Some(switch) = SwitchView::of(&d.record) else {
+            continue;
+        };
+        let out = match d.record {
+            DecodedRecord::ContextSwitch { outgoing, .. } => outgoing.tid,
+            DecodedRecord::SchedContextSwitch { outgoing_tid, .. } => outgoing_tid,
             _ => continue,
         };
-        switches += 1;
-        if let Some(start) = last.insert(cpu, ns) {
-            *run.entry(out).or_default() += ns - start;
+        switches.all += 1;
+        if switch.incoming == Side::Idle {
+            switches.to_idle += 1;
+        }
+        if let Some(start) = last.insert(switch.cpu, switch.time.ns) {
+            *run.entry(out).or_default() += switch.time.ns - start;
         }
     }
     (switches, run)
+}
+
+/// The context switches of a trace: all of them, and those to the idle task, which get no
+/// scheduling slice in Perfetto (its importer opens one for an incoming thread not idle).
+#[derive(Default)]
+struct Switches {
+    all: u64,
+    to_idle: u64,
 }
 
 /// `perf sched timehist -s`: tid → run time (ns), from its runtime summary and terminated
@@ -371,6 +378,22 @@ fn timehist_run_times(perf: &str, data: &Path) -> HashMap<u64, u64> {
         *times.entry(tid).or_default() += (ms * 1e6).round() as u64;
     }
     times
+}
+
+/// The records perf finds out of time order in a recording (`N out of order events recorded.`
+/// on the standard error of `perf script`): a CPU's record that reached its buffer after perf
+/// had read a later round of the other CPUs' (a vCPU stalled by its host, say). perf and the
+/// import both sort a round with the one before it, no further.
+fn perf_out_of_order(stderr: &[u8]) -> u64 {
+    String::from_utf8_lossy(stderr)
+        .lines()
+        .find_map(|l| {
+            l.trim()
+                .strip_suffix(" out of order events recorded.")?
+                .parse()
+                .ok()
+        })
+        .unwrap_or(0)
 }
 
 #[test]
@@ -414,9 +437,23 @@ fn perf_sched_record_imports_every_switch_and_run_time() {
         .count() as u64;
     assert!(perf_switches > 10, "{perf_switches} switches recorded");
     assert_eq!(summary.written.context_switches, perf_switches, "{summary}");
-    assert_eq!(summary.written.late, 0, "records written in time order");
+    // In time order, but for the records the recording itself has out of order, which perf
+    // counts too: each is written late with at most the two thread announcements of its
+    // switch (a loaded host once gave "late: 5").
+    let perf_late = perf_out_of_order(&script.stderr);
+    assert!(
+        summary.written.late <= 3 * perf_late,
+        "{} records written late; perf sched script finds {perf_late} out of order",
+        summary.written.late
+    );
+    if perf_late > 0 {
+        println!(
+            "note: the recording has {perf_late} records out of order (perf's count): {} late",
+            summary.written.late
+        );
+    }
     let (switches, ours) = run_times_ns(&trace);
-    assert_eq!(switches, perf_switches);
+    assert_eq!(switches.all, perf_switches);
     let mut theirs = timehist_run_times(perf, &data);
     // The three dd's at least ran for a millisecond each.
     assert!(
@@ -462,13 +499,17 @@ fn perf_sched_record_imports_every_switch_and_run_time() {
         assert_eq!(stats.lines().count(), 1, "error stats:\n{stats}");
         let slices = perfetto_query(&tool, &out, "select count(*) from sched_slice;");
         let slices: u64 = slices.lines().nth(1).unwrap().parse().unwrap();
-        println!("Perfetto: {slices} scheduling slices of {perf_switches} switches");
-        // A slice per switch, but where the recording itself breaks a CPU's chain (a task
-        // switched in, another switched out next: tasks of other pid namespaces on this
-        // machine), which Perfetto counts in an info stat.
-        assert!(
-            slices <= perf_switches && slices * 100 >= perf_switches * 99,
-            "{slices} slices of {perf_switches} switches"
+        println!(
+            "Perfetto: {slices} scheduling slices of {perf_switches} switches, {} to idle",
+            switches.to_idle
+        );
+        // A slice per switch to a thread: the idle task has none. (A loaded machine seldom
+        // idles; a quiet one switched to idle 8 times in 35 switches.)
+        assert_eq!(
+            slices,
+            perf_switches - switches.to_idle,
+            "{slices} slices of {perf_switches} switches, {} of them to idle",
+            switches.to_idle
         );
     }
     // `fxtrace report sched` (issue 32) reads it, where this build has it.
@@ -588,16 +629,25 @@ impl Layout {
     /// the resident set other tests measure: a child that ends before their first look is
     /// measured by `wait4`, which counts the address space it was forked from).
     fn write_repeated(&self, path: &Path, copies: usize) {
-        use std::io::Write;
         let data = &self.bytes[self.data_offset..self.data_offset + self.data_size];
+        self.write_data(path, &[data], copies);
+    }
+
+    /// Writes the file with `parts` (`copies` times over) as its data section to `path`, the
+    /// features after it.
+    fn write_data(&self, path: &Path, parts: &[&[u8]], copies: usize) {
+        use std::io::Write;
+        let len: usize = parts.iter().map(|p| p.len()).sum::<usize>() * copies;
         let mut out = std::io::BufWriter::new(std::fs::File::create(path).unwrap());
         let mut head = self.bytes[..self.data_offset].to_vec();
-        head[48..56].copy_from_slice(&((data.len() * copies) as u64).to_le_bytes());
+        head[48..56].copy_from_slice(&(len as u64).to_le_bytes());
         out.write_all(&head).unwrap();
         for _ in 0..copies {
-            out.write_all(data).unwrap();
+            for part in parts {
+                out.write_all(part).unwrap();
+            }
         }
-        let mut at = (self.data_offset + data.len() * copies + 16 * self.features.len()) as u64;
+        let mut at = (self.data_offset + len + 16 * self.features.len()) as u64;
         for &(_, _, size) in &self.features {
             out.write_all(&at.to_le_bytes()).unwrap();
             out.write_all(&size.to_le_bytes()).unwrap();
@@ -656,6 +706,28 @@ fn cut_at_every_4_kib_imports_what_precedes_the_cut() {
     }
     assert!(last_samples > 100);
     std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// `fxtrace import-perf PATH -o OUT` in under 64 MiB, failing (exit 1) with `says` in its
+/// message, never a panic (`what` names the case).
+fn import_failing(path: &Path, out: &Path, says: &str, what: &str) -> Run {
+    let run = run_within_memory(
+        &[
+            "import-perf",
+            path.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        64 * 1024,
+    );
+    assert_eq!(run.status.code(), Some(1), "{what}: {}", run.stderr);
+    assert!(
+        run.stderr.contains(says),
+        "{what}: {says:?} not in {}",
+        run.stderr
+    );
+    assert!(!run.stderr.contains("panicked"), "{what}: {}", run.stderr);
+    run
 }
 
 /// A header lying about its sections, an attribute count of 2^32, an EVENT_DESC claiming
@@ -727,22 +799,7 @@ fn crafted_headers_and_records_are_named_never_trusted() {
         let out = dir.join("crafted.fxt");
         let _ = std::fs::remove_file(&out);
         std::fs::write(&path, &bytes).unwrap();
-        let run = run_within_memory(
-            &[
-                "import-perf",
-                path.to_str().unwrap(),
-                "-o",
-                out.to_str().unwrap(),
-            ],
-            64 * 1024,
-        );
-        assert_eq!(run.status.code(), Some(1), "{what}: {}", run.stderr);
-        assert!(
-            run.stderr.contains(says),
-            "{what}: {says:?} not in {}",
-            run.stderr
-        );
-        assert!(!run.stderr.contains("panicked"), "{what}: {}", run.stderr);
+        let run = import_failing(&path, &out, says, what);
         if partial {
             assert!(
                 run.stderr.contains("holds what was read before it"),
@@ -779,5 +836,194 @@ fn a_large_recording_imports_in_bounded_memory() {
         48 * 1024,
     );
     assert!(run.status.success(), "{}", run.stderr);
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// A compressed record (`perf record -z`) whose 16 KiB of zstd data decompress to 512 MiB
+/// (RLE blocks, 4 bytes for 128 KiB each), after half the recording's records: refused by
+/// name at its offset before the parser would hold what it decompresses to; the samples before
+/// it imported, in bounded memory.
+#[test]
+fn a_zstd_bomb_is_refused_before_it_is_decompressed() {
+    let layout = Layout::of(std::fs::read(fixture(LBR_DATA)).unwrap());
+    let records = layout.records();
+    let half = records[records.len() / 2];
+    let before = &layout.bytes[layout.data_offset..half];
+    let samples = records[..records.len() / 2]
+        .iter()
+        .filter(|&&at| layout.bytes[at..at + 4] == 9u32.to_le_bytes())
+        .count() as u64;
+    // A zstd frame: no content size, a 128 KiB window, 4096 RLE blocks of 128 KiB of byte 8.
+    let mut frame = 0xFD2F_B528u32.to_le_bytes().to_vec();
+    frame.extend_from_slice(&[0x00, 7 << 3]);
+    for i in 0..4096u32 {
+        let header = u32::from(i == 4095) | 1 << 1 | (128 << 10) << 3;
+        frame.extend_from_slice(&header.to_le_bytes()[..3]);
+        frame.push(8);
+    }
+    // PERF_RECORD_COMPRESSED (81): the zstd data is the body.
+    let mut bomb = 81u32.to_le_bytes().to_vec();
+    bomb.extend_from_slice(&0u16.to_le_bytes());
+    bomb.extend_from_slice(&(8 + frame.len() as u16).to_le_bytes());
+    bomb.extend_from_slice(&frame);
+    let dir = temp_dir("import-perf-zstd-bomb");
+    let path = dir.join("bomb.data");
+    let out = dir.join("bomb.fxt");
+    layout.write_data(&path, &[before, &bomb], 1);
+    let says = format!("byte {half}: a compressed record decompresses to more than");
+    let run = import_failing(&path, &out, &says, "a zstd bomb");
+    assert!(
+        run.stderr.contains("holds what was read before it"),
+        "{}",
+        run.stderr
+    );
+    let trace = std::fs::read(&out).unwrap();
+    assert!(samples > 0);
+    assert_eq!(
+        LbrReport::read(&trace[..]).report.overall().samples(),
+        samples
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// 126 feature sections (every bit below 128 but EVENT_DESC and CMDLINE), each the 4 MiB data
+/// section again: the parser reads each kept section whole (504 MiB), so at most 32 MiB of
+/// them are kept and the others named; every sample is imported, in bounded memory.
+#[test]
+fn feature_sections_are_read_within_a_bound() {
+    let layout = Layout::of(std::fs::read(fixture(LBR_DATA)).unwrap());
+    let data = &layout.bytes[layout.data_offset..layout.data_offset + layout.data_size];
+    let copies = (4 << 20) / data.len();
+    let len = (data.len() * copies) as u64;
+    let bits: Vec<u32> = (0..128).filter(|b| ![11, 12].contains(b)).collect();
+    let mut file = layout.bytes[..layout.data_offset].to_vec();
+    file[48..56].copy_from_slice(&len.to_le_bytes());
+    let mut bitmap = [0u64; 4];
+    for &b in &bits {
+        bitmap[b as usize / 64] |= 1 << (b % 64);
+    }
+    for (i, word) in bitmap.iter().enumerate() {
+        file[72 + 8 * i..80 + 8 * i].copy_from_slice(&word.to_le_bytes());
+    }
+    for _ in 0..copies {
+        file.extend_from_slice(data);
+    }
+    for _ in &bits {
+        file.extend_from_slice(&(layout.data_offset as u64).to_le_bytes());
+        file.extend_from_slice(&len.to_le_bytes());
+    }
+    let dir = temp_dir("import-perf-features");
+    let path = dir.join("features.data");
+    let out = dir.join("features.fxt");
+    std::fs::write(&path, &file).unwrap();
+    drop(file);
+    let run = import_failing(
+        &path,
+        &out,
+        "would take the feature sections read past 33554432 bytes",
+        "126 sections of 4 MiB",
+    );
+    assert!(run.stderr.contains("more problems"), "{}", run.stderr);
+    let trace = std::fs::read(&out).unwrap();
+    assert_eq!(
+        LbrReport::read(&trace[..]).report.overall().samples(),
+        124 * copies as u64
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// The id lists the parser reads whole, one per event, each a section of the file: 1 024
+/// events of the old `event_types` section whose ids are each the whole file (305 MB read,
+/// before), and a simpleperf file's attributes with ids of 8 GiB each (an 8 GiB allocation,
+/// before): refused by name before the parser reads a byte, in bounded memory.
+#[test]
+fn id_lists_are_checked_before_the_parser_reads_them() {
+    let mut layout = Layout::of(std::fs::read(fixture(LBR_DATA)).unwrap());
+    // Without EVENT_DESC (its count a lie), the parser reads the ids where the header says.
+    let event_desc = u64_at(&layout.bytes, layout.feature_entry(12)) as usize;
+    layout.bytes[event_desc..event_desc + 4].copy_from_slice(&u32::MAX.to_le_bytes());
+    let attr_size = u64_at(&layout.bytes, 16) as usize;
+    let (attrs, attrs_size) = (
+        u64_at(&layout.bytes, 24) as usize,
+        u64_at(&layout.bytes, 32) as usize,
+    );
+    let dir = temp_dir("import-perf-ids");
+    let data = &layout.bytes[layout.data_offset..layout.data_offset + layout.data_size];
+    let out = dir.join("ids.fxt");
+    // event_types: (attr, ids) × 1 024 after the features, each id list the whole file.
+    let old = dir.join("event-types.data");
+    layout.write_data(&old, &[data], 1);
+    let mut bytes = std::fs::read(&old).unwrap();
+    let entries = 1024;
+    let len = (bytes.len() + entries * (attr_size + 16)) as u64;
+    let at = bytes.len() as u64;
+    for _ in 0..entries {
+        bytes.extend_from_slice(&layout.bytes[attrs..attrs + attr_size]);
+        bytes.extend_from_slice(&0u64.to_le_bytes());
+        bytes.extend_from_slice(&len.to_le_bytes());
+    }
+    bytes[56..64].copy_from_slice(&at.to_le_bytes());
+    bytes[64..72].copy_from_slice(&(len - at).to_le_bytes());
+    std::fs::write(&old, bytes).unwrap();
+    let says = "take the events' ids past 16777216 bytes";
+    import_failing(&old, &out, says, "event_types");
+    assert!(!out.exists(), "an output for an unreadable input");
+    // simpleperf: HEADER_SIMPLEPERF_META_INFO naming the event; each attribute entry ends
+    // with its id section, of 8 GiB.
+    let simpleperf = dir.join("simpleperf.data");
+    let meta = b"event_type_info\0cycles,0,0\0";
+    layout
+        .features
+        .push((129, layout.bytes.len() as u64, meta.len() as u64));
+    layout.bytes.extend_from_slice(meta);
+    layout.bytes[72 + 16..72 + 24].copy_from_slice(&(1u64 << 1).to_le_bytes());
+    for entry in (attrs..attrs + attrs_size).step_by(attr_size) {
+        let ids = entry + attr_size - 16;
+        layout.bytes[ids..ids + 8].copy_from_slice(&0u64.to_le_bytes());
+        layout.bytes[ids + 8..ids + 16].copy_from_slice(&(8u64 << 30).to_le_bytes());
+    }
+    let data = layout.bytes[layout.data_offset..layout.data_offset + layout.data_size].to_vec();
+    layout.write_data(&simpleperf, &[&data], 1);
+    let says = "(offset 0, 8589934592 bytes) lie past the end of the file";
+    import_failing(&simpleperf, &out, says, "simpleperf");
+    assert!(!out.exists(), "an output for an unreadable input");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// A million 8-byte records of a million kinds after the recording's: the parser holds a
+/// round of them (at some 20 times their bytes) and each kind is counted; the rounds are
+/// counted by what the parser holds, the kinds past the 64th together. (358 MB before.)
+#[test]
+fn a_million_small_records_of_a_million_kinds_import_in_bounded_memory() {
+    let layout = Layout::of(std::fs::read(fixture(LBR_DATA)).unwrap());
+    let data = &layout.bytes[layout.data_offset..layout.data_offset + layout.data_size];
+    let mut small = Vec::with_capacity(8 << 20);
+    for kind in 1_000u32..1_001_000 {
+        small.extend_from_slice(&kind.to_le_bytes());
+        small.extend_from_slice(&[0, 0, 8, 0]);
+    }
+    let dir = temp_dir("import-perf-kinds");
+    let path = dir.join("kinds.data");
+    let out = dir.join("kinds.fxt");
+    layout.write_data(&path, &[data, &small], 1);
+    drop(small);
+    let run = run_within_memory(
+        &[
+            "import-perf",
+            path.to_str().unwrap(),
+            "-o",
+            out.to_str().unwrap(),
+        ],
+        64 * 1024,
+    );
+    assert!(run.status.success(), "{}", run.stderr);
+    let (_, summary) = import(&path).unwrap();
+    // Every record counted: the recording's own (1 TIME_CONV, 29 THROTTLE, 29 UNTHROTTLE)
+    // and the million, 64 kinds by name.
+    assert_eq!(summary.skipped.total(), 1_000_000 + 59);
+    assert_eq!(summary.skipped.kinds().len(), MAX_SKIPPED_KINDS + 1);
+    assert!(summary.skipped.count(FURTHER_KINDS) > 999_000);
+    assert!(summary.to_string().len() < 4096, "{summary}");
+    assert_eq!(summary.written.branch_blobs, 124);
     std::fs::remove_dir_all(dir).unwrap();
 }

@@ -3,24 +3,34 @@
 //! before the damage.
 //!
 //! The parser (`linux-perf-data`) trusts the sizes it reads: a section or a count that lies
-//! becomes an allocation of that size, a record cut short ends the whole read with the records
-//! of its round (perf writes one per buffer flush) lost. So, before the parser reads a byte:
+//! becomes an allocation of that size, a compressed record an allocation of whatever it
+//! decompresses to, a record cut short ends the whole read with the records of its round
+//! (perf writes one per buffer flush) lost, and a round is held whole however long it runs.
+//! So, before the parser reads a byte:
 //!
 //! * **A file** (read by seeking, `perf record -o FILE`) is checked by [`check_file`]: the
-//!   header's sizes (attribute size 64..=4096 bytes, at most [`MAX_ATTRS`] attributes, every
-//!   section inside the file), the old `event_types` id lists, then the data section's record
-//!   framing (each record at least its 8-byte header and inside the section), then the feature
-//!   sections (inside the file; `EVENT_DESC` and `CMDLINE` walked, their counts checked against
-//!   their bytes). The parser then reads a [`FileView`]: the file with a corrected header whose
-//!   data section ends after the last whole record, and whose feature list holds only the
-//!   sections that passed (their table rewritten right after the kept data). Everything wrong
-//!   is a [`Damage`] naming its byte offset.
+//!   header's sizes (attribute size 64..=4096 bytes, at most [`MAX_ATTRS`] attributes,
+//!   every section inside the file), the id lists of the old `event_types` section and of a
+//!   simpleperf file's attributes (inside the file, [`MAX_ID_BYTES`] in all), then the data
+//!   section's record framing (each record at least its 8-byte header and inside the
+//!   section; each compressed record decompressed and its records framed, at most
+//!   [`MAX_DECOMPRESSED_RECORD`] bytes), then the feature sections (inside the file; each
+//!   at most [`MAX_FEATURE_SECTION`], all at most [`MAX_FEATURE_BYTES`], the tracing data
+//!   [`MAX_TRACING_DATA`]: the parser reads them whole; `EVENT_DESC` and `CMDLINE` walked,
+//!   their counts checked against their bytes). The parser then reads a [`FileView`]: the
+//!   file with a corrected header whose data section ends after the last whole record, a
+//!   synthetic round end wherever a round would hold more than [`MAX_ROUND_BYTES`], and
+//!   whose feature list holds only the sections that passed (their table rewritten right
+//!   after the kept data). Everything wrong is a [`Damage`] naming its byte offset.
 //! * **A stream** (`perf record -o -`, read from standard input or a FIFO) passes through a
-//!   [`PipeFilter`]: it checks each record's framing as it goes and ends the stream cleanly
-//!   after the last whole record, takes out the tracing data record (whose data follows the
-//!   record, outside its size, which the parser does not know) and the AUXTRACE records with
-//!   their data (hardware trace, not converted: counted), and checks `HEADER_FEATURE` records
-//!   as the file's feature sections are checked.
+//!   [`PipeFilter`]: it checks each record's framing (compressed records too) as it goes,
+//!   puts the same synthetic round ends in (the header records count: the parser holds the
+//!   attributes it reads before the first round end, so at most [`MAX_ROUND_BYTES`] of
+//!   them; later ones are records it counts as skipped), and ends the stream cleanly after
+//!   the last whole record, takes out the tracing data record (whose data follows the
+//!   record, outside its size, which the parser does not know) and the AUXTRACE records
+//!   with their data (hardware trace, not converted: counted), and checks `HEADER_FEATURE`
+//!   records as the file's feature sections are checked.
 //!
 //! Only little-endian recordings are read (every machine with LBR is): a big-endian one is
 //! refused by name.
@@ -29,6 +39,9 @@ use std::cell::{Cell, RefCell};
 use std::fmt;
 use std::io::{self, BufRead, Read, Seek, SeekFrom};
 use std::rc::Rc;
+
+use super::rounds::{Rounds, FINISHED_ROUND};
+pub use super::rounds::{MAX_DECOMPRESSED_RECORD, MAX_ROUND_BYTES, RECORD_OVERHEAD};
 
 /// Bytes of the file header perf writes (`struct perf_file_header`).
 pub const FILE_HEADER_LEN: u64 = 104;
@@ -40,8 +53,9 @@ pub const MIN_ATTR_SIZE: u64 = 64;
 pub const MAX_ATTR_SIZE: u64 = 4096;
 /// Attributes (events) accepted at most.
 pub const MAX_ATTRS: u64 = 1 << 16;
-/// Tracing data accepted at most in a stream (its tracepoint formats, kallsyms, printk).
-pub const MAX_TRACING_DATA: u64 = 256 << 20;
+/// Tracing data accepted at most, in a file's feature section or a stream's record (its
+/// tracepoint formats, kallsyms, printk formats: 20 KiB to a few MiB).
+pub const MAX_TRACING_DATA: u64 = 64 << 20;
 /// Bytes of a record header.
 const RECORD_HEADER: u64 = 8;
 /// The magic of a little-endian perf.data.
@@ -56,8 +70,12 @@ pub const RECORD_HEADER_TRACING_DATA: u32 = 66;
 /// `PERF_RECORD_HEADER_FEATURE`: a feature section in a stream.
 const RECORD_HEADER_FEATURE: u32 = 80;
 
+/// `HEADER_TRACING_DATA`.
+const FEATURE_TRACING_DATA: u32 = 1;
 /// `HEADER_CMDLINE`.
 const FEATURE_CMDLINE: u32 = 11;
+/// `HEADER_SIMPLEPERF_META_INFO` (a file of Android's simpleperf).
+const FEATURE_SIMPLEPERF_META_INFO: u32 = 129;
 /// `HEADER_EVENT_DESC`.
 const FEATURE_EVENT_DESC: u32 = 12;
 
@@ -272,7 +290,13 @@ pub fn check_file<R: BufRead + Seek>(r: &mut R, file_len: u64) -> Result<FileChe
     let mut header = vec![0u8; FILE_HEADER_LEN as usize];
     read_at(r, 0, &mut header).map_err(|e| Damage::at(0, format!("cannot read: {e}")))?;
     let sections = check_header(&header, file_len)?;
-    check_event_types(r, sections.event_types, sections.attr_size, file_len)?;
+    let event_types = (sections.event_types, 56, "event_types");
+    check_id_lists(r, event_types, sections.attr_size + 16, file_len)?;
+    if has_bit(&header, FEATURE_SIMPLEPERF_META_INFO) {
+        // A simpleperf file: its attribute entries end with their id section.
+        let attrs = (sections.attrs, 24, "attribute");
+        check_id_lists(r, attrs, sections.attr_size, file_len)?;
+    }
     let data = sections.data;
     let mut damage = Vec::new();
     let data_end = match data.end().filter(|&end| end <= file_len) {
@@ -334,6 +358,7 @@ pub fn check_file<R: BufRead + Seek>(r: &mut R, file_len: u64) -> Result<FileChe
 struct HeaderSections {
     header_size: u64,
     attr_size: u64,
+    attrs: Section,
     data: Section,
     event_types: Section,
 }
@@ -388,72 +413,84 @@ fn check_header(header: &[u8], file_len: u64) -> Result<HeaderSections, Damage> 
     Ok(HeaderSections {
         header_size,
         attr_size,
+        attrs,
         data,
         event_types: Section::read(header, 56),
     })
 }
 
-/// The old `event_types` section (attr, then a section of ids, per event): each id section
-/// inside the file.
-fn check_event_types<R: Read + Seek>(
+/// A section of (attr, section of ids) entries, whose id lists the parser reads whole: the
+/// old `event_types` section (`header_at` 56: its entries the attribute size and 16 bytes
+/// more), or a simpleperf file's attribute section (`header_at` 24: the id section in the
+/// attribute size's last 16 bytes). Each id list inside the file, all at most
+/// [`MAX_ID_BYTES`].
+fn check_id_lists<R: Read + Seek>(
     r: &mut R,
-    event_types: Section,
-    attr_size: u64,
+    (section, header_at, what): (Section, u64, &str),
+    entry: u64,
     file_len: u64,
 ) -> Result<(), Damage> {
-    if event_types.size == 0 {
+    if section.size == 0 {
         return Ok(());
     }
-    if !event_types.inside(file_len) {
+    if !section.inside(file_len) {
         return Err(Damage::at(
-            56,
+            header_at,
             format!(
-                "the event_types section ({}) runs past the end of the file ({file_len} bytes)",
-                event_types.describe()
+                "the {what} section ({}) runs past the end of the file ({file_len} bytes)",
+                section.describe()
             ),
         ));
     }
-    let entry = attr_size + 16;
-    let count = event_types.size / entry;
+    let count = section.size / entry;
     if count > MAX_ATTRS {
         return Err(Damage::at(
-            64,
-            format!("the event_types section holds {count} events: at most {MAX_ATTRS} are read"),
+            header_at + 8,
+            format!("the {what} section holds {count} events: at most {MAX_ATTRS} are read"),
         ));
     }
+    let mut total = 0u64;
     for i in 0..count {
-        let at = event_types.offset + i * entry + attr_size;
+        let at = section.offset + (i + 1) * entry - 16;
         let mut bytes = [0u8; 16];
         read_at(r, at, &mut bytes).map_err(|e| Damage::at(at, format!("cannot read: {e}")))?;
         let ids = Section::read(&bytes, 0);
-        if !ids.inside(file_len) {
-            return Err(Damage::at(
-                at,
-                format!(
-                    "the ids of event {i} ({}) lie past the end of the file ({file_len} bytes)",
-                    ids.describe()
-                ),
-            ));
-        }
+        total = total.saturating_add(ids.size);
+        let problem = if !ids.inside(file_len) {
+            format!("lie past the end of the file ({file_len} bytes)")
+        } else if total > MAX_ID_BYTES {
+            format!("take the events' ids past {MAX_ID_BYTES} bytes")
+        } else {
+            continue;
+        };
+        return Err(Damage::at(
+            at,
+            format!("the ids of event {i} ({}) {problem}", ids.describe()),
+        ));
     }
     Ok(())
 }
 
+/// The events' id lists read at most, together (8 bytes an event and CPU or thread).
+pub const MAX_ID_BYTES: u64 = 16 << 20;
+
 /// Walks the record headers from `start` to `end`: the bytes of whole records, their count,
-/// and where runs without a round end need one; the first bad record is a damage.
+/// and where round ends must go ([`Rounds`], which reads the compressed records' bodies);
+/// the first bad record is a damage.
 fn check_framing<R: BufRead + Seek>(
     r: &mut R,
     start: u64,
     end: u64,
     damage: &mut Vec<Damage>,
 ) -> Result<(u64, u64, Vec<u64>), Damage> {
-    r.seek(SeekFrom::Start(start))
-        .map_err(|e| Damage::at(start, format!("cannot read: {e}")))?;
+    let io = |at: u64| move |e: io::Error| Damage::at(at, format!("cannot read: {e}"));
+    r.seek(SeekFrom::Start(start)).map_err(io(start))?;
     let mut at = start;
     let mut records = 0u64;
     let mut round_ends = Vec::new();
-    let mut round_start = start;
+    let mut rounds = Rounds::default();
     let mut header = [0u8; RECORD_HEADER as usize];
+    let mut body = Vec::new();
     while at < end {
         if end - at < RECORD_HEADER {
             damage.push(Damage::at(
@@ -465,8 +502,7 @@ fn check_framing<R: BufRead + Seek>(
             ));
             break;
         }
-        r.read_exact(&mut header)
-            .map_err(|e| Damage::at(at, format!("cannot read: {e}")))?;
+        r.read_exact(&mut header).map_err(io(at))?;
         let kind = u32_at(&header, 0);
         let size = u64::from(u16::from_le_bytes([header[6], header[7]]));
         if size < RECORD_HEADER {
@@ -480,8 +516,7 @@ fn check_framing<R: BufRead + Seek>(
         let mut read = RECORD_HEADER;
         if kind == RECORD_AUXTRACE && size >= RECORD_HEADER + 8 {
             let mut aux = [0u8; 8];
-            r.read_exact(&mut aux)
-                .map_err(|e| Damage::at(at, format!("cannot read: {e}")))?;
+            r.read_exact(&mut aux).map_err(io(at))?;
             next = next.saturating_add(u64::from_le_bytes(aux));
             read += 8;
         }
@@ -496,15 +531,32 @@ fn check_framing<R: BufRead + Seek>(
             ));
             break;
         }
-        if kind == RECORD_FINISHED_ROUND {
-            round_start = next;
-        } else if next - round_start > MAX_ROUND_BYTES {
-            round_ends.push(at);
-            round_start = at;
+        body.clear();
+        if Rounds::reads_body(kind) {
+            body.resize((size - read) as usize, 0);
+            r.read_exact(&mut body).map_err(io(at))?;
+            read = size;
         }
-        skip(r, next - at - read).map_err(|e| Damage::at(at, format!("cannot read: {e}")))?;
+        match rounds.record(kind, next - at, &body) {
+            Ok(true) => round_ends.push(at),
+            Ok(false) => {}
+            Err(problem) => {
+                damage.push(Damage::at(
+                    at,
+                    format!("{problem}: it and anything after it are not read"),
+                ));
+                break;
+            }
+        }
+        skip(r, next - at - read).map_err(io(at))?;
         at = next;
         records += 1;
+    }
+    if let Some(n) = rounds.unfinished() {
+        damage.push(Damage::at(
+            at,
+            format!("the compressed records end inside a record: its first {n} bytes are not read"),
+        ));
     }
     Ok((at - start, records, round_ends))
 }
@@ -538,9 +590,7 @@ fn check_features<R: Read + Seek>(
     file_len: u64,
     damage: &mut Vec<Damage>,
 ) -> Result<Vec<(u32, Section)>, Damage> {
-    let bits: Vec<u32> = (0..256u32)
-        .filter(|&bit| u64_at(header, 72 + 8 * (bit as usize / 64)) >> (bit % 64) & 1 != 0)
-        .collect();
+    let bits: Vec<u32> = (0..256u32).filter(|&bit| has_bit(header, bit)).collect();
     let table = Section {
         offset: table_at,
         size: 16 * bits.len() as u64,
@@ -560,21 +610,30 @@ fn check_features<R: Read + Seek>(
     read_at(r, table_at, &mut entries)
         .map_err(|e| Damage::at(table_at, format!("cannot read: {e}")))?;
     let mut kept = Vec::new();
+    // The parser reads every kept section whole: what they take together is bounded.
+    let mut kept_bytes = 0u64;
     for (i, &bit) in bits.iter().enumerate() {
         let s = Section::read(&entries, 16 * i);
         let at = table_at + 16 * i as u64;
+        let limit = if bit == FEATURE_TRACING_DATA {
+            MAX_TRACING_DATA
+        } else {
+            MAX_FEATURE_SECTION
+        };
         let problem = if !s.inside(file_len) {
             Some(format!("runs past the end of the file ({file_len} bytes)"))
+        } else if s.size > limit {
+            Some(format!("is larger than {limit} bytes"))
+        } else if bit != FEATURE_TRACING_DATA && kept_bytes + s.size > MAX_FEATURE_BYTES {
+            Some(format!(
+                "would take the feature sections read past {MAX_FEATURE_BYTES} bytes"
+            ))
         } else if bit == FEATURE_EVENT_DESC || bit == FEATURE_CMDLINE {
             // Small sections (a few KiB): read whole and walked.
-            let mut bytes = vec![0u8; s.size.min(MAX_CHECKED_SECTION) as usize];
+            let mut bytes = vec![0u8; s.size as usize];
             read_at(r, s.offset, &mut bytes)
                 .map_err(|e| Damage::at(s.offset, format!("cannot read: {e}")))?;
-            if s.size > MAX_CHECKED_SECTION {
-                Some(format!("is larger than {MAX_CHECKED_SECTION} bytes"))
-            } else {
-                check_feature(bit, &bytes).err()
-            }
+            check_feature(bit, &bytes).err()
         } else {
             None
         };
@@ -587,14 +646,28 @@ fn check_features<R: Read + Seek>(
                     s.describe()
                 ),
             )),
-            None => kept.push((bit, s)),
+            None => {
+                if bit != FEATURE_TRACING_DATA {
+                    kept_bytes += s.size;
+                }
+                kept.push((bit, s));
+            }
         }
     }
     Ok(kept)
 }
 
-/// The largest `EVENT_DESC` or `CMDLINE` section read.
-const MAX_CHECKED_SECTION: u64 = 16 << 20;
+/// Whether the file header's feature bitmap has `bit`.
+fn has_bit(header: &[u8], bit: u32) -> bool {
+    u64_at(header, 72 + 8 * (bit as usize / 64)) >> (bit % 64) & 1 != 0
+}
+
+/// The largest feature section read but the tracing data.
+pub const MAX_FEATURE_SECTION: u64 = 16 << 20;
+
+/// The feature sections read but the tracing data, at most together (a few hundred KiB in
+/// a system-wide recording: build-ids, topology, BPF programs).
+pub const MAX_FEATURE_BYTES: u64 = 32 << 20;
 
 /// Checks a feature section's contents where the parser would trust a count: `EVENT_DESC`
 /// (events, ids, names) and `CMDLINE` (strings). Other sections pass.
@@ -710,20 +783,6 @@ impl FileCheck {
         self.features.iter().any(|&(b, _)| b == bit)
     }
 }
-
-/// A `PERF_RECORD_FINISHED_ROUND` record.
-const FINISHED_ROUND: [u8; 8] = [68, 0, 0, 0, 0, 0, 8, 0];
-
-/// `PERF_RECORD_FINISHED_ROUND`.
-const RECORD_FINISHED_ROUND: u32 = 68;
-
-/// Records between two round ends at most: a longer run of records without one (perf writes
-/// one per pass over its buffers) gets a synthetic round end, so that the parser, which holds
-/// a round to sort it, holds at most this much (perf's own ordering queue does the same when
-/// full, flushing what it holds). Records of one perf round that are more than this far
-/// apart in the file may come out of time order then; the capture's writer counts them as
-/// late.
-pub const MAX_ROUND_BYTES: u64 = 8 << 20;
 
 /// Where a run of the view's bytes comes from.
 #[derive(Debug)]
@@ -861,6 +920,8 @@ pub struct PipeFilter<R> {
     out_at: usize,
     header_done: bool,
     ended: bool,
+    /// Where round ends go; the compressed records checked.
+    rounds: Rounds,
     state: Rc<RefCell<PipeState>>,
 }
 
@@ -874,6 +935,7 @@ impl<R: Read> PipeFilter<R> {
             out_at: 0,
             header_done: false,
             ended: false,
+            rounds: Rounds::default(),
             state,
         }
     }
@@ -911,9 +973,32 @@ impl<R: Read> PipeFilter<R> {
             };
             self.state.borrow_mut().offset += passed;
             if keep {
+                self.count_in_round(kind, offset);
                 return Ok(());
             }
             self.out.clear();
+        }
+    }
+
+    /// Counts the record in `out` into its round: a round end put before it when one is due;
+    /// the stream ended before it when the parser must not read it.
+    fn count_in_round(&mut self, kind: u32, offset: u64) {
+        match self.rounds.record(
+            kind,
+            self.out.len() as u64,
+            &self.out[RECORD_HEADER as usize..],
+        ) {
+            Ok(false) => {}
+            Ok(true) => {
+                self.out.splice(0..0, FINISHED_ROUND);
+            }
+            Err(problem) => {
+                self.out.clear();
+                self.end(Some(Damage::at(
+                    offset,
+                    format!("{problem}: the stream after it is not read"),
+                )));
+            }
         }
     }
 
@@ -937,7 +1022,13 @@ impl<R: Read> PipeFilter<R> {
         let mut header = [0u8; RECORD_HEADER as usize];
         let n = fill(&mut self.inner, &mut header)?;
         if n == 0 {
-            self.end(None);
+            let unfinished = self.rounds.unfinished().map(|n| {
+                Damage::at(
+                    offset,
+                    format!("the compressed records end inside a record: its first {n} bytes are not read"),
+                )
+            });
+            self.end(unfinished);
             return Ok(None);
         }
         if n < header.len() {
@@ -1220,5 +1311,74 @@ mod tests {
                 .unwrap();
             assert!(out.len() <= cut);
         }
+    }
+
+    /// The stream of `records` through a filter: what it passed, and the damage found.
+    fn filtered(records: &[Vec<u8>]) -> (Vec<u8>, Vec<Damage>) {
+        let mut s = MAGIC.to_vec();
+        s.extend_from_slice(&16u64.to_le_bytes());
+        s.extend(records.concat());
+        let state = Rc::new(RefCell::new(PipeState::default()));
+        let mut passed = Vec::new();
+        PipeFilter::new(Cursor::new(&s), state.clone())
+            .read_to_end(&mut passed)
+            .unwrap();
+        let damage = state.borrow().damage.clone();
+        (passed, damage)
+    }
+
+    /// The type and offset of each record passed (after the 16-byte header).
+    fn kinds(passed: &[u8]) -> Vec<(u32, usize)> {
+        let mut at = PIPE_HEADER_LEN as usize;
+        let mut out = Vec::new();
+        while at < passed.len() {
+            out.push((u32_at(passed, at), at));
+            at += usize::from(u16::from_le_bytes([passed[at + 6], passed[at + 7]]));
+        }
+        out
+    }
+
+    /// A stream with no round end of its own gets one before the parser would hold more than
+    /// `MAX_ROUND_BYTES` of it, as a file does.
+    #[test]
+    fn a_stream_without_round_ends_gets_them() {
+        let n = (MAX_ROUND_BYTES / 65_528) as usize + 2;
+        let (passed, damage) = filtered(&vec![record(9, 65_528); n]);
+        assert_eq!(damage, []);
+        let kinds = kinds(&passed);
+        let ends: Vec<usize> = kinds
+            .iter()
+            .filter(|(k, _)| *k == 68)
+            .map(|&(_, at)| at)
+            .collect();
+        assert_eq!(ends.len(), 1, "one round end in {} records", n);
+        assert!(ends[0] - PIPE_HEADER_LEN as usize <= MAX_ROUND_BYTES as usize);
+        assert_eq!(kinds.len(), n + 1, "every record passed");
+    }
+
+    /// A compressed record that decompresses to more than `MAX_DECOMPRESSED_RECORD` ends the
+    /// stream before it: the parser never holds what it decompresses to.
+    #[test]
+    fn a_stream_ends_before_a_zstd_bomb() {
+        // A zstd frame (128 KiB window) of RLE blocks of 128 KiB: 4 bytes each.
+        let blocks = (MAX_DECOMPRESSED_RECORD >> 17) as u32 + 1;
+        let mut frame = 0xFD2F_B528u32.to_le_bytes().to_vec();
+        frame.extend_from_slice(&[0x00, 7 << 3]);
+        for i in 0..blocks {
+            let header = u32::from(i + 1 == blocks) | 1 << 1 | (128 << 10) << 3;
+            frame.extend_from_slice(&header.to_le_bytes()[..3]);
+            frame.push(8);
+        }
+        let mut bomb = record(81, 8 + frame.len() as u16);
+        bomb[8..].copy_from_slice(&frame);
+        let (passed, damage) = filtered(&[record(9, 24), bomb, record(9, 24)]);
+        assert_eq!(passed.len(), 16 + 24, "the record before the bomb");
+        assert_eq!(damage.len(), 1);
+        assert_eq!(damage[0].offset, 16 + 24);
+        assert!(
+            damage[0].what.contains("decompresses to more than"),
+            "{}",
+            damage[0]
+        );
     }
 }

@@ -40,10 +40,14 @@
 //! parser cannot read at all is an [`ImportError`] before anything is written.
 
 pub mod input;
+mod rounds;
 mod to_fxt;
 pub mod tracing_data;
 
-pub use to_fxt::{import_perf, ImportError, ImportOptions, ImportSummary, Skipped, IMPORT_KOID};
+pub use to_fxt::{
+    import_perf, ImportError, ImportOptions, ImportSummary, Skipped, FURTHER_KINDS, IMPORT_KOID,
+    MAX_SKIPPED_KINDS,
+};
 
 /// Where a perf.data comes from.
 #[derive(Debug, Clone, PartialEq, Eq)]

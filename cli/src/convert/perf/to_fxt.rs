@@ -70,6 +70,13 @@ pub enum ImportError {
     Write(#[source] io::Error),
 }
 
+/// Kinds a [`Skipped`] names at most; records of further kinds are counted together, as
+/// [`FURTHER_KINDS`] (a crafted file can hold as many kinds as records).
+pub const MAX_SKIPPED_KINDS: usize = 64;
+
+/// The kind records of kinds past [`MAX_SKIPPED_KINDS`] are counted under.
+pub const FURTHER_KINDS: &str = "records of further kinds";
+
 /// Record kinds not converted, with their counts, in order of first appearance.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct Skipped {
@@ -88,6 +95,11 @@ impl Skipped {
         if n == 0 {
             return;
         }
+        let kind = if self.index.len() < MAX_SKIPPED_KINDS || self.index.contains_key(kind) {
+            kind
+        } else {
+            FURTHER_KINDS
+        };
         match self.index.get(kind) {
             Some(&i) => self.kinds[i].1 += n,
             None => {
@@ -187,6 +199,15 @@ impl fmt::Display for ImportSummary {
                 f,
                 "; {} records could not be encoded",
                 grouped(w.dropped_records)
+            )?;
+        }
+        if w.late > 0 {
+            // Records perf wrote after a later round of the other CPUs' (perf's own "out of
+            // order events"), and the thread announcements before them.
+            write!(
+                f,
+                "; {} events written out of time order, as the recording has them",
+                grouped(w.late)
             )?;
         }
         if self.skipped.total() > 0 {
@@ -865,6 +886,34 @@ mod tests {
             "1 234 PERF_RECORD_LOST, 2 PERF_RECORD_THROTTLE"
         );
         assert_eq!(s.total(), 1236);
+    }
+
+    /// A file can hold as many kinds as records: past `MAX_SKIPPED_KINDS`, they are counted
+    /// together, never dropped.
+    #[test]
+    fn skipped_kinds_are_bounded_and_all_counted() {
+        let mut s = Skipped::default();
+        for kind in 0..10_000 {
+            s.add(&record_name(1_000 + kind));
+        }
+        s.add(&record_name(1_000));
+        assert_eq!(s.kinds().len(), MAX_SKIPPED_KINDS + 1);
+        assert_eq!(s.total(), 10_001);
+        assert_eq!(s.count(&record_name(1_000)), 2);
+        assert_eq!(s.count(FURTHER_KINDS), 10_000 - MAX_SKIPPED_KINDS as u64);
+    }
+
+    #[test]
+    fn the_summary_says_records_written_out_of_time_order() {
+        let mut summary = ImportSummary::default();
+        assert!(!summary.to_string().contains("out of time order"));
+        summary.written.late = 1234;
+        assert!(
+            summary
+                .to_string()
+                .contains("; 1 234 events written out of time order"),
+            "{summary}"
+        );
     }
 
     #[test]

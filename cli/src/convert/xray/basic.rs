@@ -29,6 +29,7 @@
 //! | 24 | 8 | padding |
 
 use std::collections::HashMap;
+use std::ops::Range;
 
 use super::bytes::{i32_at, u16_at, u32_at, u64_at};
 use super::error::{XrayError, XrayErrorKind};
@@ -69,6 +70,8 @@ pub const ARG_VALUE: usize = 16;
 #[derive(Debug)]
 struct LastEntry {
     thread: usize,
+    /// Where its NORMAL record starts.
+    start: usize,
     event: XrayEvent,
     func_id: i32,
     tid: u32,
@@ -102,44 +105,85 @@ pub(crate) fn read_threads(
 ) -> (Vec<ThreadStream>, Option<XrayError>) {
     let mut streams: Vec<ThreadStream> = Vec::new();
     let mut threads = Vec::new();
-    let error = read_into(data, header, stats, &mut threads, &mut |thread, event| {
-        // Events come in record order, so a thread's first event comes after the first
-        // events of every thread seen before it: a new thread is the next index.
-        if thread == streams.len() {
-            streams.push(ThreadStream {
-                pid: event.pid,
-                tid: event.tid,
-                events: Vec::new(),
-                wall_times: Vec::new(),
-                buffers: 0,
-            });
-        }
-        if let Some(stream) = streams.get_mut(thread) {
-            stream.events.push(event);
-        }
-    });
+    let error = read_into(
+        data,
+        header,
+        stats,
+        &mut threads,
+        &mut |thread, event, _| {
+            // Events come in record order, so a thread's first event comes after the first
+            // events of every thread seen before it: a new thread is the next index.
+            if thread == streams.len() {
+                streams.push(ThreadStream {
+                    pid: event.pid,
+                    tid: event.tid,
+                    events: Vec::new(),
+                    wall_times: Vec::new(),
+                    buffers: 0,
+                });
+            }
+            if let Some(stream) = streams.get_mut(thread) {
+                stream.events.push(event);
+            }
+        },
+    );
     (streams, error)
 }
 
 /// Decodes every record after the header, handing each event to `on_event` with the index
 /// of its thread in `threads` (which lists each (pid, tid) once, in order of first
-/// appearance), its argument payloads attached, counting into `stats`. Returns the first
-/// error, after every event before it.
+/// appearance), its argument payloads attached, and the bytes of its records (the NORMAL
+/// record and its payloads), counting into `stats`. Returns the first error, after every
+/// event before it.
 pub(crate) fn read_into(
     data: &[u8],
     header: &FileHeader,
     stats: &mut ReadStats,
     threads: &mut Vec<(Option<u32>, u32)>,
-    on_event: &mut dyn FnMut(usize, XrayEvent),
+    on_event: &mut dyn FnMut(usize, XrayEvent, Range<usize>),
 ) -> Option<XrayError> {
+    let records = FILE_HEADER_SIZE..data.len();
+    read_records(data, header.version, records, stats, threads, on_event)
+}
+
+/// Decodes the records in `span` of `data` again (whole records [`read_into`] read without
+/// an error, the first a NORMAL one) as [`read_into`] does: thread 0 is the first record's.
+pub(crate) fn read_span(
+    data: &[u8],
+    header: &FileHeader,
+    span: Range<usize>,
+    on_event: &mut dyn FnMut(usize, XrayEvent, Range<usize>),
+) {
+    let mut stats = ReadStats::default();
+    let mut threads = Vec::new();
+    let _ = read_records(
+        data,
+        header.version,
+        span,
+        &mut stats,
+        &mut threads,
+        on_event,
+    );
+}
+
+/// [`read_into`] over the records in `span`.
+fn read_records(
+    data: &[u8],
+    version: u16,
+    span: Range<usize>,
+    stats: &mut ReadStats,
+    threads: &mut Vec<(Option<u32>, u32)>,
+    on_event: &mut dyn FnMut(usize, XrayEvent, Range<usize>),
+) -> Option<XrayError> {
+    let data = data.get(..span.end).unwrap_or(data);
     let mut index: HashMap<(u32, u32), usize> = HashMap::new();
     let mut last: Option<LastEntry> = None;
-    let mut pos = FILE_HEADER_SIZE;
+    let mut pos = span.start;
     let error = loop {
         if pos >= data.len() {
             break None;
         }
-        match read_record(data, pos, header.version) {
+        match read_record(data, pos, version) {
             Ok(Record::Normal {
                 key,
                 event,
@@ -147,7 +191,7 @@ pub(crate) fn read_into(
                 raw_pid,
             }) => {
                 if let Some(done) = last.take() {
-                    on_event(done.thread, done.event);
+                    on_event(done.thread, done.event, done.start..pos);
                 }
                 let thread = *index.entry(key).or_insert_with(|| {
                     threads.push((event.pid, event.tid));
@@ -155,6 +199,7 @@ pub(crate) fn read_into(
                 });
                 last = Some(LastEntry {
                     thread,
+                    start: pos,
                     func_id,
                     tid: event.tid,
                     pid: raw_pid,
@@ -168,7 +213,7 @@ pub(crate) fn read_into(
                 arg,
             }) => {
                 let owner = last.as_mut().filter(|l| {
-                    l.func_id == func_id && l.tid == tid && (header.version < 3 || l.pid == pid)
+                    l.func_id == func_id && l.tid == tid && (version < 3 || l.pid == pid)
                 });
                 let Some(owner) = owner else {
                     break Some(XrayError::new(
@@ -193,7 +238,7 @@ pub(crate) fn read_into(
         pos += RECORD_SIZE;
     };
     if let Some(done) = last {
-        on_event(done.thread, done.event);
+        on_event(done.thread, done.event, done.start..pos);
     }
     error
 }

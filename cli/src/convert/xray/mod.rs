@@ -196,6 +196,21 @@ mod tests {
         metadata(2, &fields(&[&cpu.to_le_bytes(), &tsc.to_le_bytes()]))
     }
 
+    /// [`import`] of `data` (read as `log`) writes what [`write_fxt`] writes of `log`, with the
+    /// same counts: what it imported, and how often it had `release` called.
+    fn import_as_write_fxt(data: &[u8], log: &XrayLog) -> (Imported, usize) {
+        let options = ImportOptions::new("x");
+        let mut expected = Vec::new();
+        let stats = write_fxt(log, &options, &mut expected).unwrap();
+        let mut got = Vec::new();
+        let mut released = 0;
+        let imported =
+            import(data, &log.header, &options, &mut got, &mut || released += 1).unwrap();
+        assert!(got == expected, "import and write_fxt differ");
+        assert_eq!(imported.stats, stats);
+        (imported, released)
+    }
+
     #[test]
     fn thread_buffers_are_ordered_by_wall_time_and_migrations_synthesized() {
         // Thread 5's second buffer (wall time 20 s) comes first in the file, as a
@@ -246,19 +261,47 @@ mod tests {
         assert_eq!(log.header.cycle_frequency, 2_000_000_000);
         // Two passes, no event kept, buffers read in each thread's wall-time order: the
         // same trace.
-        let options = ImportOptions::new("x");
-        let mut expected = Vec::new();
-        let stats = write_fxt(&log, &options, &mut expected).unwrap();
-        let mut got = Vec::new();
-        let mut released = 0;
-        let imported = import(&data, &log.header, &options, &mut got, &mut || {
-            released += 1
-        })
-        .unwrap();
-        assert!(got == expected);
-        assert_eq!(imported.stats, stats);
+        let (imported, released) = import_as_write_fxt(&data, &log);
         assert_eq!((imported.events, imported.error), (5, None));
         assert_eq!(released, 0, "a log this small is never released");
+    }
+
+    /// A basic-mode log of 1 024 threads, each one's entry and exit records apart (every
+    /// thread's entry, then every exit; one entry with argument payloads): the import reads it
+    /// twice in all, not once per thread (64 MiB here, which `release` would be told of four
+    /// times), and writes what `write_fxt` writes.
+    #[test]
+    fn a_basic_log_of_many_threads_is_read_twice_not_once_per_thread() {
+        use super::basic::encode::{arg, normal};
+        let mut h = vec![0u8; header::FILE_HEADER_SIZE];
+        h[0..2].copy_from_slice(&3u16.to_le_bytes());
+        h[8..16].copy_from_slice(&1_000_000_000u64.to_le_bytes());
+        let threads = 1024u32;
+        let mut records = vec![h];
+        for tid in 0..threads {
+            let entry = if tid == 7 { 3 } else { 0 };
+            records.push(normal(0, entry, 1, 100 + u64::from(tid), 10 + tid, 9));
+            if tid == 7 {
+                records.push(arg(1, 10 + tid, 9, 42));
+                records.push(arg(1, 10 + tid, 9, 43));
+            }
+        }
+        for tid in 0..threads {
+            records.push(normal(1, 1, 1, 5_000 + u64::from(tid), 10 + tid, 9));
+        }
+        let data = records.concat();
+        let log = read_log(&data).unwrap();
+        assert!(log.is_complete(), "{:?}", log.error);
+        assert_eq!(log.threads.len(), threads as usize);
+        let (imported, released) = import_as_write_fxt(&data, &log);
+        // Entry, exit and the CPU migration between them.
+        assert_eq!(imported.events, 3 * u64::from(threads));
+        assert_eq!(
+            released,
+            0,
+            "{} bytes read as {released} x 16 MiB",
+            data.len()
+        );
     }
 
     #[test]

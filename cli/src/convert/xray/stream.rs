@@ -7,16 +7,21 @@
 //! 1. a first pass keeps no event: it finds the threads (in order of first appearance), the
 //!    function ids, and, for an FDR log, where each buffer lies, its thread and wall time;
 //! 2. the second decodes each thread's events again and converts them as they come: an FDR
-//!    log buffer by buffer, in each thread's wall-time order; a basic-mode log in one scan
-//!    per thread (its threads' records are interleaved).
+//!    log buffer by buffer, in each thread's wall-time order; a basic-mode log run by run
+//!    (the first pass notes where each thread's runs of records lie: its threads' records
+//!    are interleaved a buffer at a time). However many threads the log has, each record is
+//!    decoded a bounded number of times (twice, unless threads interleave record by record:
+//!    `RUN_GAP`).
 //!
-//! What stays in memory grows with the threads, the FDR buffers (48 bytes each), the
+//! What stays in memory grows with the threads, the FDR buffers (48 bytes each), a basic
+//! log's runs (16 bytes each; XRay writes a thread's buffer of 1024 records whole), the
 //! distinct function ids and a thread's open frames, not with the events. The log itself is
 //! the caller's `&[u8]` (the command maps the file), of which `release` is told every
 //! [`RELEASE_EVERY`] bytes read, so that pages already read need not stay resident.
 
 use std::collections::HashSet;
 use std::io::Write;
+use std::ops::Range;
 
 use super::basic;
 use super::error::XrayError;
@@ -28,6 +33,11 @@ use crate::read::Mapping;
 
 /// How many bytes of the log are read between two calls of `release`.
 pub const RELEASE_EVERY: usize = 16 << 20;
+
+/// The largest gap of other threads' records a basic-mode thread's run takes in (its records
+/// then decoded again and passed over): each record is decoded by at most 9 threads' runs,
+/// and records of a few threads interleaved one by one make a run per thread, not per record.
+const RUN_GAP: usize = 8 * basic::RECORD_SIZE;
 
 /// What [`import`] did.
 #[derive(Debug)]
@@ -170,10 +180,26 @@ fn import_basic<W: Write>(
     let mut stats = ReadStats::default();
     let mut threads = Vec::new();
     let mut ids = HashSet::new();
-    let error = basic::read_into(data, header, &mut stats, &mut threads, &mut |_, event| {
-        ids.extend(event.kind.func_id());
-        pacer.read(basic::RECORD_SIZE);
-    });
+    // Each thread's runs of records, in order: XRay writes a thread's buffer whole. A run
+    // takes in a gap of up to RUN_GAP bytes of other threads' records.
+    let mut runs: Vec<Vec<Range<usize>>> = Vec::new();
+    let error = basic::read_into(
+        data,
+        header,
+        &mut stats,
+        &mut threads,
+        &mut |t, event, span| {
+            ids.extend(event.kind.func_id());
+            pacer.read(span.len());
+            if runs.len() <= t {
+                runs.resize_with(t + 1, Vec::new);
+            }
+            match runs[t].last_mut() {
+                Some(run) if span.start - run.end <= RUN_GAP => run.end = span.end,
+                _ => runs[t].push(span),
+            }
+        },
+    );
     let import = Import::begin(header, &stats, options, ids, &threads, out)?;
     convert_each(
         import,
@@ -181,19 +207,15 @@ fn import_basic<W: Write>(
         |_| Vec::new(),
         error,
         |i, feed| {
-            // The first pass found the error, if any: this one stops at the same record.
-            let _ = basic::read_into(
-                data,
-                header,
-                &mut ReadStats::default(),
-                &mut Vec::new(),
-                &mut |t, event| {
-                    if t == i {
+            // The first pass read these records without an error: they decode the same.
+            for run in runs.get(i).into_iter().flatten() {
+                basic::read_span(data, header, run.clone(), &mut |t, event, span| {
+                    if t == 0 {
                         feed.feed(&event);
                     }
-                    pacer.read(basic::RECORD_SIZE);
-                },
-            );
+                    pacer.read(span.len());
+                });
+            }
             None
         },
     )
