@@ -580,7 +580,7 @@ impl SchedReport {
             seq: 0,
             wait_points: 0,
             intervals: Vec::new(),
-            stacks: StackReport::new(),
+            stacks: StackReport::for_naming(),
         };
         let mut outcome = read::read(input, &mut follow)?;
         let pending: Vec<(u64, Vec<Cluster>)> = follow.clusters.drain().collect();

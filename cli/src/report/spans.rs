@@ -739,7 +739,7 @@ impl SpansReport {
                 covered: vec![0; n],
                 intervals: Vec::new(),
                 off_now: FastMap::default(),
-                stacks: StackReport::new(),
+                stacks: StackReport::for_naming(),
             };
             let again = read::read_again(input, &mut follow)?;
             // (The first reading's counts; the second's error, if the file changed between.)

@@ -69,6 +69,9 @@ pub struct StackReport {
     last_ns: u64,
     invalid_payloads: u64,
     unknown_stacks: u64,
+    /// Only the stacks and what names their frames: no samples, no waits (whose state grows
+    /// with the threads of the trace) — [`StackReport::for_naming`].
+    naming_only: bool,
 }
 
 /// The result of reading a whole trace.
@@ -132,6 +135,16 @@ impl StackReport {
         StackReport::default()
     }
 
+    /// A report that keeps only the stacks, the kernel symbols, the mappings and the names
+    /// that name a wait point's frames ([`StackReport::frames`]): what `report spans` and
+    /// `report sched` need, without the per-thread state of samples and waits.
+    pub fn for_naming() -> Self {
+        StackReport {
+            naming_only: true,
+            ..StackReport::default()
+        }
+    }
+
     /// Reads a whole trace (starting with the magic number record) from `input`.
     pub fn read<R: Read>(mut input: R) -> StackRead {
         let mut report = StackReport::new();
@@ -171,6 +184,7 @@ impl StackReport {
                     }
                     Err(_) => self.invalid_payloads += 1,
                 },
+                SAMPLE_BLOB_NAME if self.naming_only => {}
                 SAMPLE_BLOB_NAME => match SampleRecord::decode(payload) {
                     Ok(s) => {
                         let ns = ticks_to_ns(s.time, d.ticks_per_second);
@@ -184,6 +198,11 @@ impl StackReport {
                 },
                 _ => {}
             },
+            record if self.naming_only => {
+                if let Some(s) = SwitchView::of(record) {
+                    self.name_wait_point(provider, &s);
+                }
+            }
             record => {
                 if let Some(w) = WakeupView::of(record) {
                     if let Some(open) = self.open_waits.get_mut(&w.tid) {
@@ -203,14 +222,10 @@ impl StackReport {
                 self.close(tid, open, ns);
             }
         }
-        let Side::Thread { tid, pid } = s.outgoing else {
+        let Side::Thread { tid, .. } = s.outgoing else {
             return;
         };
-        if let Some(id) = s.stack {
-            let pid = pid
-                .or_else(|| self.names.thread(tid).and_then(|t| t.pid))
-                .and_then(|p| u32::try_from(p).ok());
-            let stack = self.stack_ref(provider, id, pid, ns);
+        if let Some(stack) = self.name_wait_point(provider, s) {
             self.open_waits.insert(
                 tid,
                 OpenWait {
@@ -220,6 +235,18 @@ impl StackReport {
                 },
             );
         }
+    }
+
+    /// The wait point of a switch of a thread out, its first use noted (whose process names
+    /// its user frames); `None` when the switch names none.
+    fn name_wait_point(&mut self, provider: u32, s: &SwitchView) -> Option<Option<StackKey>> {
+        let (Some(id), Side::Thread { tid, pid }) = (s.stack, s.outgoing) else {
+            return None;
+        };
+        let pid = pid
+            .or_else(|| self.names.thread(tid).and_then(|t| t.pid))
+            .and_then(|p| u32::try_from(p).ok());
+        Some(self.stack_ref(provider, id, pid, s.time.ns))
     }
 
     fn close(&mut self, tid: u64, open: OpenWait, end_ns: u64) {
