@@ -1,8 +1,8 @@
 //! "Finding out why it was slow" (README), an unmodified C server: the requests of
 //! `examples/c/slow_requests.c` are slow while its `compactor` thread holds their lock;
-//! recorded with `--preload -a`, `fxtrace report sched` must name the compactor in the stall
-//! list, beside the workers asleep. Needs root and a C compiler (a line says which is
-//! missing otherwise).
+//! recorded with `--preload -a --wait-points`, `fxtrace report sched` must name the compactor
+//! in the stall list, beside the workers asleep and where they slept (the futex of the lock).
+//! Needs root and a C compiler (a line says which is missing otherwise).
 
 use crate::preload_support;
 
@@ -29,7 +29,7 @@ fn report_sched_names_the_thread_that_held_the_lock() {
     let exe = compile_c(dir.path(), "slow_requests", source, false);
     let (out, bytes) = record_preload(
         dir.path(),
-        &["-a", "--no-lbr"],
+        &["-a", "--no-lbr", "--wait-points"],
         &[exe.to_str().unwrap(), "1"],
         &[],
     );
@@ -66,6 +66,17 @@ fn report_sched_names_the_thread_that_held_the_lock() {
     );
     assert!(
         first.matches("waiting: worker-").count() >= 2,
+        "{report_text}"
+    );
+    // Each waiting worker's wait point: asleep in the kernel's futex wait, under the lock.
+    let waiting: Vec<&str> = first
+        .lines()
+        .filter(|l| l.contains("waiting: worker-"))
+        .collect();
+    assert!(
+        waiting
+            .iter()
+            .all(|l| l.contains(" at ") && l.contains("futex")),
         "{report_text}"
     );
 }
