@@ -5,9 +5,10 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+use fxtrace_format::stack::{KernelSymbolRecord, StackRecord, KSYM_BLOB_NAME, STACK_BLOB_NAME};
 use fxtrace_format::{
-    Arg, ArgValue, ContextSwitch, Event, EventKind, KernelObject, ObjectType, RecordWriter,
-    SchedThreadWakeup, StringRef, ThreadRef, ThreadState,
+    Arg, ArgValue, Blob, BlobType, ContextSwitch, Event, EventKind, KernelObject, ObjectType,
+    RecordWriter, SchedContextSwitch, SchedThreadWakeup, StringRef, ThreadRef, ThreadState,
 };
 use serde_json::Value;
 
@@ -112,6 +113,105 @@ fn preempted_trace() -> Vec<u8> {
     switch(&mut w, 5_000, 0, OTHER, ThreadState::Blocked, WORKER);
     switch(&mut w, 9_000, 0, WORKER, ThreadState::Blocked, IDLE);
     w.to_bytes()
+}
+
+/// A request (500..9 500 ns) of `worker` that sleeps twice: on a futex (1 000..4 000, stack
+/// 5: `futex_wait ← do_futex`) and in D (5 000..7 000, stack 6: `io_schedule`), the wait
+/// points written as `--wait-points` writes them (kernel symbols, stacks, switches by tid
+/// naming them).
+fn wait_point_trace() -> Vec<u8> {
+    let mut w = RecordWriter::with_magic();
+    name_thread(&mut w, WORKER, "worker");
+    name_thread(&mut w, HOLDER, "holder");
+    let blob = |w: &mut RecordWriter, name, payload: &[u8]| {
+        w.push(&Blob {
+            name: StringRef::Inline(name),
+            blob_type: BlobType::DATA,
+            payload,
+        })
+        .unwrap()
+    };
+    for (start, name) in [
+        (0x1000, "futex_wait"),
+        (0x2000, "do_futex"),
+        (0x3000, "io_schedule"),
+    ] {
+        let ksym = KernelSymbolRecord {
+            start,
+            len: 0x100,
+            name: name.as_bytes(),
+        };
+        blob(&mut w, KSYM_BLOB_NAME, &ksym.encode().unwrap());
+    }
+    blob(
+        &mut w,
+        STACK_BLOB_NAME,
+        &StackRecord::encode(5, &[0x1010, 0x2020], &[]).unwrap(),
+    );
+    blob(
+        &mut w,
+        STACK_BLOB_NAME,
+        &StackRecord::encode(6, &[0x3010], &[]).unwrap(),
+    );
+    span(&mut w, WORKER, "request", 500, 9_500, &[]);
+    let futex = [Arg::new("stack", ArgValue::U32(5))];
+    let disk = [
+        Arg::new("stack", ArgValue::U32(6)),
+        Arg::new("linux_state", ArgValue::Str(StringRef::Inline("D"))),
+    ];
+    for (ticks, outgoing_tid, incoming_tid, args) in [
+        (0, 0, 11, &[][..]),
+        (1_000, 11, 12, &futex[..]),
+        (4_000, 12, 11, &[][..]),
+        (5_000, 11, 0, &disk[..]),
+        (7_000, 0, 11, &[][..]),
+        (10_000, 11, 0, &[][..]),
+    ] {
+        w.push(&SchedContextSwitch {
+            ticks,
+            cpu: 0,
+            outgoing_state: ThreadState::Blocked,
+            outgoing_tid,
+            incoming_tid,
+            args,
+        })
+        .unwrap();
+    }
+    w.to_bytes()
+}
+
+#[test]
+fn both_reports_name_a_wait_point_by_its_frames_and_tell_d_from_sleeping() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write(dir.path(), "t.fxt", &wait_point_trace());
+    let file = trace.to_str().unwrap();
+    let out = fxtrace(&["report", "spans", file]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains("on CPU 4.00 µs · runnable 0 ns · sleeping 3.00 µs · D 2.00 µs"),
+        "{stdout}"
+    );
+    let waited = stdout
+        .lines()
+        .find(|l| l.contains("waited at:"))
+        .unwrap_or_else(|| panic!("{stdout}"));
+    assert!(
+        waited.contains("futex_wait ← do_futex 3.00 µs") && waited.contains("io_schedule 2.00 µs"),
+        "{waited}"
+    );
+    let out = fxtrace(&["report", "sched", file, "--top", "2"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(stdout.contains("switches with a wait point: 2"), "{stdout}");
+    assert!(
+        stdout.contains("wait point: futex_wait ← do_futex,"),
+        "{stdout}"
+    );
+    assert!(stdout.contains("wait point: io_schedule,"), "{stdout}");
+    let rows = json_lines(&fxtrace(&["report", "sched", file, "--json"]));
+    let longest = rows.iter().find(|r| r["type"] == "off_cpu").unwrap();
+    assert_eq!(longest["wait_point"], "futex_wait ← do_futex", "{longest}");
 }
 
 /// A server whose two workers sleep on a lock from 1 000 to 9 000 ns while `holder` runs,
