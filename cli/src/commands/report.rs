@@ -233,6 +233,16 @@ fn stacks(args: &StackArgs, write: StackText) -> Result<ExitCode, CliError> {
             input.name()
         );
     }
+    let not_kept = report.not_kept();
+    if not_kept > 0 {
+        note!(
+            "{}: {not_kept} stack(s), kernel symbol(s), waker(s) or (stack, thread) total(s) \
+             beyond the reader's bounds not counted (a crafted trace, or one of more than \
+             {} stacks or threads)",
+            input.name(),
+            fxtrace_tools::report::stacks::MAX_PAIRS
+        );
+    }
     let options = StackTextOptions {
         top: args.top,
         thread: args.thread,

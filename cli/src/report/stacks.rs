@@ -9,6 +9,11 @@
 //! lasts from the switch that took the thread off its CPU to the switch that brought it
 //! back; its waker is that of the first wake-up of the thread in between.
 //!
+//! Bounded for crafted input: at most [`MAX_STACKS`] stacks of [`MAX_FRAMES`] frames in all,
+//! [`MAX_KERNEL_SYMBOLS`] kernel symbols, [`MAX_PAIRS`] (stack, thread) totals of samples and of
+//! waits, [`MAX_WAKERS`] wakers per wait total, a wait open on [`timeline::MAX_THREADS`]
+//! threads at once; what is beyond them is counted ([`StackReport::not_kept`]).
+//!
 //! Stack ids are a writer's own: they are read per provider section. A stack's user frames
 //! are named through the mappings of the process that used it first (by the mappings the
 //! trace recorded, as the LBR report reads them, and the files they name); its kernel frames
@@ -26,10 +31,24 @@ use fxtrace_format::{
     ticks_to_ns, BlobType, DecodeError, Decoded, DecodedRecord, RecordHead, RecordKind, SkipCounts,
 };
 
+use crate::read::bounded::BoundedMap;
+use crate::read::timeline;
 use crate::read::{self, Analysis, Input, ReadError};
 
 use super::lbr::LbrReport;
 use super::symbolize::{Location, Mapping, Symbolizer};
+
+/// Stacks kept (a writer interns each call stack once: a real trace has a few thousand).
+pub const MAX_STACKS: usize = 1 << 16;
+/// Frames of the stacks kept, in all (8 MiB).
+pub const MAX_FRAMES: usize = 1 << 20;
+/// Kernel symbols kept (a recorder writes those its stacks use).
+pub const MAX_KERNEL_SYMBOLS: usize = 1 << 17;
+/// (stack, thread) totals kept, of samples and of waits each: 7/8 of 2^16, the most a hash
+/// table of 2^16 buckets holds before it doubles.
+pub const MAX_PAIRS: usize = (1 << 16) / 8 * 7;
+/// Distinct wakers counted per (wait point, thread); the others are counted in all.
+pub const MAX_WAKERS: usize = 64;
 
 /// A stack: its provider section and its id there.
 pub type StackKey = (u32, u32);
@@ -41,8 +60,24 @@ pub struct WaitStats {
     pub count: u64,
     /// Time blocked there, in nanoseconds (to the trace's end for a wait not over).
     pub blocked_ns: u64,
-    /// Who woke the thread, by waker tid (`None`: no wake-up recorded before it ran again).
-    pub wakers: BTreeMap<Option<u64>, u64>,
+    /// Who woke the thread, by waker tid (`None`: no wake-up recorded before it ran again),
+    /// at most [`MAX_WAKERS`] of them, in no order.
+    pub wakers: Vec<(Option<u64>, u64)>,
+}
+
+impl WaitStats {
+    /// Counts `n` wake-ups by `waker`; `false` (not counted) when `waker` is new and `limit`
+    /// wakers are counted already.
+    pub fn woken(&mut self, waker: Option<u64>, n: u64, limit: usize) -> bool {
+        if let Some((_, count)) = self.wakers.iter_mut().find(|(who, _)| *who == waker) {
+            *count += n;
+        } else if self.wakers.len() < limit {
+            self.wakers.push((waker, n));
+        } else {
+            return false;
+        }
+        true
+    }
 }
 
 #[derive(Debug, Clone, Copy)]
@@ -53,25 +88,50 @@ struct OpenWait {
 }
 
 /// Samples and wait points of a trace, by stack and thread (see the module docs).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct StackReport {
     /// Thread and process names, and the executable mappings, as the LBR report reads them.
     names: LbrReport,
-    stacks: HashMap<StackKey, StackRecord>,
+    stacks: BoundedMap<StackKey, StackRecord>,
+    /// Frames of the stacks kept.
+    frames_kept: usize,
     /// Kernel symbols by address: (bytes covered, name).
     kernel_symbols: BTreeMap<u64, (u64, String)>,
     /// The process and time of a stack's first use (its user frames' address space).
-    first_use: HashMap<StackKey, (Option<u32>, u64)>,
-    samples: HashMap<(Option<StackKey>, u64), u64>,
+    first_use: BoundedMap<StackKey, (Option<u32>, u64)>,
+    samples: BoundedMap<(Option<StackKey>, u64), u64>,
     sample_count: u64,
-    waits: HashMap<(Option<StackKey>, u64), WaitStats>,
-    open_waits: HashMap<u64, OpenWait>,
+    waits: BoundedMap<(Option<StackKey>, u64), WaitStats>,
+    open_waits: BoundedMap<u64, OpenWait>,
+    /// Stacks, kernel symbols and wakers beyond the bounds (the maps count their own).
+    not_kept: u64,
     last_ns: u64,
     invalid_payloads: u64,
     unknown_stacks: u64,
     /// Only the stacks and what names their frames: no samples, no waits (whose state grows
     /// with the threads of the trace) — [`StackReport::for_naming`].
     naming_only: bool,
+}
+
+impl Default for StackReport {
+    fn default() -> Self {
+        StackReport {
+            names: LbrReport::default(),
+            stacks: BoundedMap::new(MAX_STACKS),
+            frames_kept: 0,
+            kernel_symbols: BTreeMap::new(),
+            first_use: BoundedMap::new(MAX_STACKS),
+            samples: BoundedMap::new(MAX_PAIRS),
+            sample_count: 0,
+            waits: BoundedMap::new(MAX_PAIRS),
+            open_waits: BoundedMap::new(timeline::MAX_THREADS),
+            not_kept: 0,
+            last_ns: 0,
+            invalid_payloads: 0,
+            unknown_stacks: 0,
+            naming_only: false,
+        }
+    }
 }
 
 /// The result of reading a whole trace.
@@ -173,14 +233,18 @@ impl StackReport {
                 payload,
             } if *blob_type == BlobType::DATA => match name.as_ref() {
                 STACK_BLOB_NAME => match StackRecord::decode(payload) {
-                    Ok(s) => {
-                        self.stacks.insert((provider, s.id), s);
-                    }
+                    Ok(s) => self.keep_stack(provider, s),
                     Err(_) => self.invalid_payloads += 1,
                 },
                 KSYM_BLOB_NAME => match KernelSymbolRecord::decode(payload) {
                     Ok(k) => {
-                        self.kernel_symbols.insert(k.start, (k.len, k.name_lossy()));
+                        if self.kernel_symbols.len() < MAX_KERNEL_SYMBOLS
+                            || self.kernel_symbols.contains_key(&k.start)
+                        {
+                            self.kernel_symbols.insert(k.start, (k.len, k.name_lossy()));
+                        } else {
+                            self.not_kept += 1;
+                        }
                     }
                     Err(_) => self.invalid_payloads += 1,
                 },
@@ -191,7 +255,9 @@ impl StackReport {
                         self.last_ns = self.last_ns.max(ns);
                         let pid = Some(s.pid).filter(|&p| u64::from(p) != UNKNOWN_PROCESS_KOID);
                         let stack = self.stack_ref(provider, s.stack, pid, ns);
-                        *self.samples.entry((stack, u64::from(s.tid))).or_default() += 1;
+                        if let Some(n) = self.samples.entry((stack, u64::from(s.tid))) {
+                            *n += 1;
+                        }
                         self.sample_count += 1;
                     }
                     Err(_) => self.invalid_payloads += 1,
@@ -226,14 +292,14 @@ impl StackReport {
             return;
         };
         if let Some(stack) = self.name_wait_point(provider, s) {
-            self.open_waits.insert(
-                tid,
-                OpenWait {
-                    stack,
-                    since_ns: ns,
-                    waker: None,
-                },
-            );
+            let open = OpenWait {
+                stack,
+                since_ns: ns,
+                waker: None,
+            };
+            if let Some(slot) = self.open_waits.entry_with(tid, || open) {
+                *slot = open;
+            }
         }
     }
 
@@ -250,10 +316,29 @@ impl StackReport {
     }
 
     fn close(&mut self, tid: u64, open: OpenWait, end_ns: u64) {
-        let w = self.waits.entry((open.stack, tid)).or_default();
+        let Some(w) = self.waits.entry((open.stack, tid)) else {
+            return;
+        };
         w.count += 1;
         w.blocked_ns += end_ns.saturating_sub(open.since_ns);
-        *w.wakers.entry(open.waker.flatten()).or_default() += 1;
+        if !w.woken(open.waker.flatten(), 1, MAX_WAKERS) {
+            self.not_kept += 1;
+        }
+    }
+
+    /// Keeps a stack record (in place of an earlier one of its id), within [`MAX_STACKS`]
+    /// and [`MAX_FRAMES`].
+    fn keep_stack(&mut self, provider: u32, s: StackRecord) {
+        let key = (provider, s.id);
+        if let Some(old) = self.stacks.remove(&key) {
+            self.frames_kept -= old.frames.len();
+        }
+        let frames = s.frames.len();
+        if self.frames_kept + frames > MAX_FRAMES {
+            self.not_kept += 1;
+        } else if self.stacks.entry_with(key, || s).is_some() {
+            self.frames_kept += frames;
+        }
     }
 
     /// The key of stack `id` of `provider` (`None` for 0, "no stack"), noting its first use.
@@ -262,17 +347,19 @@ impl StackReport {
             return None;
         }
         let key = (provider, id);
-        if !self.stacks.contains_key(&key) {
+        if self.stacks.get(&key).is_none() {
             self.unknown_stacks += 1;
         }
-        self.first_use.entry(key).or_insert((pid, ns));
+        self.first_use.entry_with(key, || (pid, ns));
         Some(key)
     }
 
     /// Closes the waits still open at the trace's end (blocked until then).
     pub fn finish(&mut self) {
-        let open: Vec<(u64, OpenWait)> = self.open_waits.drain().collect();
-        for (tid, wait) in open {
+        // (Taken out, the waits closed as they are drained: no copy of them all at once.)
+        let mut open = std::mem::replace(&mut self.open_waits, BoundedMap::new(0));
+        self.not_kept += open.refused();
+        for (tid, wait) in open.drain() {
             self.close(tid, wait, self.last_ns);
         }
     }
@@ -283,13 +370,24 @@ impl StackReport {
     }
 
     /// Samples by (stack, thread).
-    pub fn samples(&self) -> &HashMap<(Option<StackKey>, u64), u64> {
+    pub fn samples(&self) -> &BoundedMap<(Option<StackKey>, u64), u64> {
         &self.samples
     }
 
     /// Waits by (wait point, thread).
-    pub fn waits(&self) -> &HashMap<(Option<StackKey>, u64), WaitStats> {
+    pub fn waits(&self) -> &BoundedMap<(Option<StackKey>, u64), WaitStats> {
         &self.waits
+    }
+
+    /// What the bounds left out: stacks, kernel symbols, wakers, (stack, thread) totals of
+    /// samples and waits, and waits of threads beyond those followed (see the module docs).
+    pub fn not_kept(&self) -> u64 {
+        self.not_kept
+            + self.stacks.refused()
+            + self.first_use.refused()
+            + self.samples.refused()
+            + self.waits.refused()
+            + self.open_waits.refused()
     }
 
     /// Stack, sample and symbol payloads that did not decode.
@@ -311,7 +409,7 @@ impl StackReport {
     /// symbolizer to load.
     pub fn used_mappings(&self) -> Vec<&Mapping> {
         let mut used: Vec<&Mapping> = Vec::new();
-        for (key, &(pid, ns)) in &self.first_use {
+        for (key, &(pid, ns)) in self.first_use.iter() {
             let Some(stack) = self.stacks.get(key) else {
                 continue;
             };
@@ -556,7 +654,7 @@ pub fn write_waits_text(
     // Each row's waits summed (counts, time, wakers) by thread and named frames.
     let mut merged: HashMap<(u64, Vec<String>), WaitStats> = HashMap::new();
     let mut names: HashMap<Option<StackKey>, Vec<String>> = HashMap::new();
-    for ((key, tid), w) in &report.waits {
+    for ((key, tid), w) in report.waits.iter() {
         if options.thread.is_some_and(|t| t != *tid) {
             continue;
         }
@@ -567,8 +665,8 @@ pub fn write_waits_text(
         let m = merged.entry((*tid, frames)).or_default();
         m.count += w.count;
         m.blocked_ns += w.blocked_ns;
-        for (who, n) in &w.wakers {
-            *m.wakers.entry(*who).or_default() += n;
+        for &(who, n) in &w.wakers {
+            m.woken(who, n, usize::MAX);
         }
     }
     let mut rows: Vec<((u64, Vec<String>), WaitStats)> = merged.into_iter().collect();
@@ -598,7 +696,7 @@ pub fn write_waits_text(
         "\n   waits  blocked ms   avg µs  thread / wait point / woken by"
     )?;
     for ((tid, frames), w) in rows.iter().take(options.top.max(1)) {
-        let mut wakers: Vec<(&Option<u64>, &u64)> = w.wakers.iter().collect();
+        let mut wakers: Vec<(&Option<u64>, &u64)> = w.wakers.iter().map(|(a, b)| (a, b)).collect();
         wakers.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
         let woken: Vec<String> = wakers
             .iter()
