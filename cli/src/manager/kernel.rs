@@ -554,22 +554,11 @@ pub struct KernelSummary {
     pub started: CaptureReport,
 }
 
-impl fmt::Display for KernelSummary {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+impl KernelSummary {
+    /// The lines of what the capture recorded beside the switches: wake-ups, wait points,
+    /// samples and their call chains.
+    fn fmt_signals(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let t = &self.trace;
-        let c = &self.capture;
-        writeln!(f, "system-wide (kernel section):")?;
-        let source = match self.switch_source {
-            Some(SwitchSource::SchedSwitchTracepoint) => "sched:sched_switch tracepoint",
-            Some(SwitchSource::CpuWideSwitchRecords) => "PERF_RECORD_SWITCH_CPU_WIDE",
-            Some(SwitchSource::ProcessSwitchRecords) => "PERF_RECORD_SWITCH",
-            None => "none",
-        };
-        writeln!(
-            f,
-            "  context switches: {} (from {source})",
-            t.context_switches
-        )?;
         if self.started.wakeups {
             writeln!(f, "  wake-ups: {}", t.wakeups)?;
         }
@@ -601,6 +590,67 @@ impl fmt::Display for KernelSummary {
                 }
             )?;
         }
+        Ok(())
+    }
+
+    /// One warning line per kind of damage the capture or the conversion counted.
+    fn fmt_damage(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (t, c) = (&self.trace, &self.capture);
+        let damage = [
+            ("records that failed to parse", c.parse_errors),
+            (
+                "ring bytes skipped after a corrupt record header",
+                c.corrupt_bytes,
+            ),
+            (
+                "records of a type fxtrace did not ask for, skipped",
+                c.unknown_records,
+            ),
+            (
+                "samples from events that should give none, skipped",
+                c.unexpected_samples,
+            ),
+            (
+                "lines of /proc/PID/maps that did not parse",
+                c.maps_bad_lines,
+            ),
+            ("events out of time order", t.late),
+            ("records the trace could not hold", t.dropped_records),
+            ("LBR entries beyond 32", t.lbr_entries_truncated),
+            (
+                "call chains not kept (the bound on distinct stacks was reached)",
+                c.stacks_not_interned,
+            ),
+            ("mappings whose path or build-id was cut", t.mmaps_truncated),
+            (
+                "mappings not kept for forked children (limit reached)",
+                t.mmaps_not_remembered,
+            ),
+        ];
+        for (what, n) in damage.iter().filter(|(_, n)| *n > 0) {
+            writeln!(f, "  warning: {n} {what}")?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for KernelSummary {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let t = &self.trace;
+        let c = &self.capture;
+        writeln!(f, "system-wide (kernel section):")?;
+        let source = match self.switch_source {
+            Some(SwitchSource::SchedSwitchTracepoint) => "sched:sched_switch tracepoint",
+            Some(SwitchSource::CpuWideSwitchRecords) => "PERF_RECORD_SWITCH_CPU_WIDE",
+            Some(SwitchSource::ProcessSwitchRecords) => "PERF_RECORD_SWITCH",
+            None => "none",
+        };
+        writeln!(
+            f,
+            "  context switches: {} (from {source})",
+            t.context_switches
+        )?;
+        self.fmt_signals(f)?;
         let at_stop = match c.lost_unreported {
             0 => String::new(),
             n => format!(", {n} of the records counted at the stop (no LOST record after them)"),
@@ -656,40 +706,7 @@ impl fmt::Display for KernelSummary {
                  the trace"
             )?;
         }
-        let damage = [
-            ("records that failed to parse", c.parse_errors),
-            (
-                "ring bytes skipped after a corrupt record header",
-                c.corrupt_bytes,
-            ),
-            (
-                "records of a type fxtrace did not ask for, skipped",
-                c.unknown_records,
-            ),
-            (
-                "samples from events that should give none, skipped",
-                c.unexpected_samples,
-            ),
-            (
-                "lines of /proc/PID/maps that did not parse",
-                c.maps_bad_lines,
-            ),
-            ("events out of time order", t.late),
-            ("records the trace could not hold", t.dropped_records),
-            ("LBR entries beyond 32", t.lbr_entries_truncated),
-            (
-                "call chains not kept (the bound on distinct stacks was reached)",
-                c.stacks_not_interned,
-            ),
-            ("mappings whose path or build-id was cut", t.mmaps_truncated),
-            (
-                "mappings not kept for forked children (limit reached)",
-                t.mmaps_not_remembered,
-            ),
-        ];
-        for (what, n) in damage.iter().filter(|(_, n)| *n > 0) {
-            writeln!(f, "  warning: {n} {what}")?;
-        }
+        self.fmt_damage(f)?;
         let stopped = match self.stopped_by {
             StopReason::CommandExited => "the command exited",
             StopReason::Duration => "the duration elapsed",
