@@ -631,6 +631,14 @@ impl SchedReport {
             stalls.sort_by(|a, b| b.score.total_cmp(&a.score).then(a.start.cmp(&b.start)));
         }
         stalls.truncate(options.top);
+        // Only the binaries of the wait points shown.
+        let shown = longest.iter().filter_map(|o| o.off.stack).chain(
+            stalls
+                .iter()
+                .flat_map(|s| s.waiters.iter().filter_map(|w| w.stack)),
+        );
+        let mut symbols = Symbolizer::new();
+        symbols.load_mappings(follow.stacks.mappings_of(shown));
         Ok(SchedReport {
             threads,
             longest,
@@ -638,11 +646,7 @@ impl SchedReport {
             switches: follow.timeline.switches,
             wakeups: follow.timeline.wakeups,
             wait_points: follow.wait_points,
-            symbols: {
-                let mut symbols = Symbolizer::new();
-                symbols.load_mappings(follow.stacks.used_mappings());
-                symbols
-            },
+            symbols,
             stacks: follow.stacks,
             mismatches: follow.timeline.mismatches,
             out_of_order: follow.timeline.out_of_order,

@@ -756,8 +756,6 @@ impl SpansReport {
                 stacks: followed,
                 ..
             } = follow;
-            symbols.load_mappings(followed.used_mappings());
-            stacks = followed;
             for (i, s) in slowest.iter_mut().enumerate() {
                 let duration = s.duration_ns();
                 if let Some(split) = s.cpu.as_mut() {
@@ -768,6 +766,13 @@ impl SpansReport {
                     split.wait_points = top_entries(&waits[i], 3);
                 }
             }
+            // Only the binaries of the wait points shown.
+            let shown = slowest
+                .iter()
+                .filter_map(|s| s.cpu.as_ref())
+                .flat_map(|c| c.wait_points.iter().map(|(wait, _)| *wait));
+            symbols.load_mappings(followed.mappings_of(shown));
+            stacks = followed;
         }
         Ok(SpansReport {
             names,

@@ -408,9 +408,17 @@ impl StackReport {
     /// The mappings the user frames of the stacks used fall in (each once), for the
     /// symbolizer to load.
     pub fn used_mappings(&self) -> Vec<&Mapping> {
+        self.mappings_of(self.first_use.iter().map(|(key, _)| *key))
+    }
+
+    /// The mappings the user frames of `stacks` fall in (each once): those a report that
+    /// shows only these stacks loads (a system-wide trace's stacks name the binaries of every
+    /// process, loading them all costs their symbol tables).
+    pub fn mappings_of(&self, stacks: impl IntoIterator<Item = StackKey>) -> Vec<&Mapping> {
         let mut used: Vec<&Mapping> = Vec::new();
-        for (key, &(pid, ns)) in self.first_use.iter() {
-            let Some(stack) = self.stacks.get(key) else {
+        for key in stacks {
+            let (Some(stack), Some(&(pid, ns))) = (self.stacks.get(&key), self.first_use.get(&key))
+            else {
                 continue;
             };
             for &ip in stack.user() {
