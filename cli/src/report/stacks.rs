@@ -171,6 +171,17 @@ impl Analysis for StackReport {
         if let Some(end) = head.end_time() {
             self.last_ns = self.last_ns.max(end.ns);
         }
+        if self.naming_only {
+            // No wake-ups (no waits), no LBR notes (instant events and logs).
+            return matches!(
+                head.kind,
+                RecordKind::Blob
+                    | RecordKind::ContextSwitch
+                    | RecordKind::SchedContextSwitch
+                    | RecordKind::Thread
+                    | RecordKind::KernelObject
+            );
+        }
         matches!(
             head.kind,
             RecordKind::Blob
