@@ -39,9 +39,10 @@ use super::lbr::LbrReport;
 use super::symbolize::{Location, Mapping, Symbolizer};
 
 /// Stacks kept (a writer interns each call stack once: a real trace has a few thousand).
-pub const MAX_STACKS: usize = 1 << 16;
-/// Frames of the stacks kept, in all (8 MiB).
-pub const MAX_FRAMES: usize = 1 << 20;
+pub const MAX_STACKS: usize = 1 << 17;
+/// Frames of the stacks kept, in all (16 MiB; the recorder interns 32 MiB of frames at most,
+/// some of which no record of a trace refers to any more).
+pub const MAX_FRAMES: usize = 1 << 21;
 /// Kernel symbols kept (a recorder writes those its stacks use).
 pub const MAX_KERNEL_SYMBOLS: usize = 1 << 17;
 /// (stack, thread) totals kept, of samples and of waits each: 7/8 of 2^16, the most a hash
@@ -447,7 +448,12 @@ impl StackReport {
     /// symbols, user frames by `symbols` through the mappings of the stack's first user.
     pub fn frames(&self, key: StackKey, symbols: &Symbolizer) -> Vec<String> {
         let Some(stack) = self.stacks.get(&key) else {
-            return vec![format!("(stack {} not in the trace)", key.1)];
+            let why = if self.stacks.refused() + self.not_kept > 0 {
+                "not in the trace, or beyond the reader's bounds"
+            } else {
+                "not in the trace"
+            };
+            return vec![format!("(stack {}: {why})", key.1)];
         };
         let (pid, ns) = self.first_use.get(&key).copied().unwrap_or((None, 0));
         let kernel = stack.kernel().iter().map(|&ip| self.kernel_frame(ip));
