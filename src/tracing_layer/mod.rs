@@ -2,11 +2,14 @@
 
 mod spans;
 
+#[cfg(any(test, feature = "test-support"))]
+pub(crate) use spans::allow_levels;
+
 use std::cell::{Cell, RefCell};
 use std::fmt::{self, Write as _};
 use std::mem::MaybeUninit;
 use std::ops::Range;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -25,7 +28,7 @@ use crate::engine::record::{
 use crate::engine::Context;
 use crate::format::{Arg, ArgValue, Event, EventKind, ScalarArg, StringRef, ThreadRef, MAX_ARGS};
 use crate::instrument;
-use spans::{text_value, Key, Missing, NewSpan, Owned, SpanState};
+use spans::{text_value, Key, LayerNumber, Missing, NewSpan, Owned, SlotRef, SpanState, SPAN_ID};
 
 /// Longest text argument (string field, `Debug` text, message) written, in bytes.
 pub(crate) const MAX_TEXT: usize = 4096;
@@ -34,13 +37,12 @@ pub(crate) const MAX_TEXT: usize = 4096;
 /// thread's string cache knows it by (string literals are not guaranteed to be merged).
 static LEVEL: &str = "level";
 
-/// Name of a span duration's argument carrying the span's id (a `static`, as [`LEVEL`]).
-static SPAN_ID: &str = "span_id";
-
-/// Name and value of the argument of a span created before the trace: its fields were
-/// recorded then, and are not in the trace.
+/// Name and values of the argument of a span whose fields are not all kept: created before
+/// the trace (its fields were recorded then, and are not in the trace), or while the table
+/// of spans was full.
 static FIELDS: &str = "fields";
 static RECORDED_BEFORE_THE_TRACE: &str = "recorded before the trace";
+static NOT_KEPT_TABLE_FULL: &str = "not kept: the table of spans was full";
 
 /// Name of the argument counting fields that did not fit in one record.
 const FIELDS_DROPPED: &str = "fields_dropped";
@@ -104,28 +106,33 @@ const MAX_ENTERED: usize = 1024;
 /// - Span ids are reused by the registry after a span closes, so an async id (and
 ///   `span_id`) is unique only among live spans (async begin/end pairs with the same id do
 ///   not overlap).
-/// - The table keeps up to 522 240 live spans; the durations of spans beyond are not
-///   written, each counted as a dropped record.
-#[derive(Debug, Default)]
+/// - The table keeps up to 522 240 live spans; a span created while it is full is taken in
+///   at its first enter if room was made meanwhile (its creation fields then missing, an
+///   argument `fields` says so), else its durations are not written, each counted as a
+///   dropped record.
+#[derive(Debug)]
 pub struct TracingLayer {
-    /// This layer's number in the table of spans, given when it joins a subscriber
-    /// ([`Layer::on_layer`]): two subscribers number their spans independently. 0 before.
+    /// This layer's number in the table of spans (`number`'s): two subscribers number their
+    /// spans independently.
     layer: u32,
-    /// The subscriber already held the layer (a configuration mistake that must not
-    /// panic): this copy takes the other's number, so that the copies share each span's
-    /// entry (one async pair per span), and adds an entry only for a span the other did
-    /// not see (its filter may differ).
+    /// The number, shared with a copy of this layer that the same subscriber already held
+    /// (a configuration mistake that must not panic): the copies then share each span's
+    /// entry (one async pair per span), and a copy adds an entry only for a span the other
+    /// did not see (its filter may differ). The last copy dropped frees the number's spans.
+    number: Arc<LayerNumber>,
+    /// The subscriber already held the layer (see `number`).
     shared: bool,
 }
-
-/// The next layer number.
-/// ATOMICS: `Relaxed`: a unique counter.
-static NEXT_LAYER: AtomicU32 = AtomicU32::new(1);
 
 impl TracingLayer {
     /// The layer.
     pub fn new() -> Self {
-        Self::default()
+        let number = LayerNumber::new();
+        Self {
+            layer: number.get(),
+            number,
+            shared: false,
+        }
     }
 
     #[inline(always)]
@@ -137,19 +144,16 @@ impl TracingLayer {
     }
 }
 
-impl Clone for TracingLayer {
-    /// A layer of its own: it takes a number when it joins a subscriber.
-    fn clone(&self) -> Self {
+impl Default for TracingLayer {
+    fn default() -> Self {
         Self::new()
     }
 }
 
-impl Drop for TracingLayer {
-    fn drop(&mut self) {
-        // Its subscriber is gone: none of its spans will be closed.
-        if self.layer != 0 && !self.shared {
-            spans::remove_layer(self.layer);
-        }
+impl Clone for TracingLayer {
+    /// A layer of its own (its own number in the table of spans).
+    fn clone(&self) -> Self {
+        Self::new()
     }
 }
 
@@ -165,17 +169,30 @@ thread_local! {
     static TID: Cell<u64> = const { Cell::new(0) };
 }
 
+/// A span entered on this thread and not yet exited.
 #[derive(Debug, Clone, Copy)]
 struct Entered {
-    span: u64,
-    layer: u32,
+    key: Key,
     start: u64,
+    /// Its slot in the table when the enter had it (else the span was not kept then).
+    slot: Option<SlotRef<'static>>,
+}
+
+/// A span this thread created or exited lately, and its slot in the table: its next enter
+/// (or its close) finds the slot without a lookup, after checking that the slot still holds
+/// it ([`SlotRef::holds`]; ids are reused once a span closes).
+#[derive(Debug, Clone, Copy)]
+struct Known {
+    key: Key,
+    slot: SlotRef<'static>,
 }
 
 /// How many of the spans a thread created last it remembers ([`ThreadSpans::created`]).
 const CREATED_HINTS: usize = 8;
 
-/// A thread's spans.
+/// A thread's spans. Borrowed for a few instructions by each callback, which runs none of
+/// the program's code meanwhile; a callback that finds it borrowed (a signal handler's, on
+/// a thread interrupted inside the layer) leaves it alone.
 struct ThreadSpans {
     /// Entered and not yet exited, innermost last.
     entered: Vec<Entered>,
@@ -183,30 +200,54 @@ struct ThreadSpans {
     /// has stopped since (the only way an exit is skipped, leaving its entry here), the next
     /// enter drops them.
     epoch: u32,
-    /// The ids of the last spans this thread created that a trace records: a hint that an
-    /// enter of one of them is on its creator's thread (ids are reused once a span closes, so
-    /// the exit checks again), and needs no lookup for an async begin.
-    created: [u64; CREATED_HINTS],
+    /// The last spans this thread created that a trace records: a hint that an enter of one
+    /// of them is on its creator's thread (ids are reused once a span closes, so the exit
+    /// checks again), and needs no lookup for an async begin.
+    created: [Option<Known>; CREATED_HINTS],
     next_created: usize,
+    /// The span this thread exited last: its close usually follows.
+    exited: Option<Known>,
 }
 
 impl ThreadSpans {
     const NEW: ThreadSpans = ThreadSpans {
         entered: Vec::new(),
         epoch: 0,
-        created: [0; CREATED_HINTS],
+        created: [None; CREATED_HINTS],
         next_created: 0,
+        exited: None,
     };
 
-    fn note_created(&mut self, span: u64) {
-        self.created[self.next_created] = span;
+    #[inline]
+    fn note_created(&mut self, known: Known) {
+        self.created[self.next_created] = Some(known);
         self.next_created = (self.next_created + 1) % CREATED_HINTS;
     }
 
-    fn created_here(&self, span: u64) -> bool {
+    /// The slot of span `key` if this thread created it lately.
+    #[inline]
+    fn created_here(&self, key: Key) -> Option<SlotRef<'static>> {
         // Most often the span the thread created last.
         let last = (self.next_created + CREATED_HINTS - 1) % CREATED_HINTS;
-        self.created[last] == span || self.created.contains(&span)
+        match self.created[last] {
+            Some(known) if known.key == key => Some(known.slot),
+            _ => self
+                .created
+                .iter()
+                .flatten()
+                .find(|k| k.key == key)
+                .map(|k| k.slot),
+        }
+    }
+
+    /// The slot of span `key` if this thread exited it last or created it lately (not
+    /// checked: see [`Known`]).
+    #[inline]
+    fn slot_hint(&self, key: Key) -> Option<SlotRef<'static>> {
+        match self.exited {
+            Some(known) if known.key == key => Some(known.slot),
+            _ => self.created_here(key),
+        }
     }
 
     /// Push `entered`, first dropping what was entered before the quiet epoch became `epoch`
@@ -228,18 +269,36 @@ impl ThreadSpans {
         self.entered.remove(0);
     }
 
+    /// Pop span `key`'s entry (the innermost one of it), remembering its slot for its
+    /// close.
     #[inline]
-    fn exit(&mut self, span: u64, layer: u32) -> Option<Entered> {
-        let this = |e: &Entered| e.span == span && e.layer == layer;
+    fn exit(&mut self, key: Key) -> Option<Entered> {
+        let this = |e: &Entered| e.key == key;
         // Most often the innermost.
-        if self.entered.last().is_some_and(this) {
-            return self.entered.pop();
+        let entered = if self.entered.last().is_some_and(this) {
+            self.entered.pop()?
+        } else {
+            let at = self.entered.iter().rposition(this)?;
+            self.entered.remove(at)
+        };
+        if let Some(slot) = entered.slot {
+            self.exited = Some(Known { key, slot });
         }
-        let at = self.entered.iter().rposition(this)?;
-        Some(self.entered.remove(at))
+        Some(entered)
     }
 }
 
+/// `f` of the thread's spans, unless they are borrowed (a signal handler that interrupted a
+/// callback) or gone (the thread is exiting).
+#[inline(always)]
+fn with_spans<R>(f: impl FnOnce(&mut ThreadSpans) -> R) -> Option<R> {
+    SPANS
+        .try_with(|spans| spans.try_borrow_mut().ok().map(|mut spans| f(&mut spans)))
+        .ok()
+        .flatten()
+}
+
+#[inline]
 fn current_tid() -> u64 {
     TID.with(|t| {
         if t.get() == 0 {
@@ -586,8 +645,13 @@ fn span_args<'a>(
         out[n] = Arg::new(writer.string_ref(SPAN_ID), ArgValue::U64(id));
         n += 1;
     }
-    if state.missing == Missing::BeforeTrace {
-        let note = writer.string_ref(RECORDED_BEFORE_THE_TRACE);
+    let note = match state.missing {
+        Missing::None => None,
+        Missing::BeforeTrace => Some(RECORDED_BEFORE_THE_TRACE),
+        Missing::TableFull => Some(NOT_KEPT_TABLE_FULL),
+    };
+    if let Some(note) = note {
+        let note = writer.string_ref(note);
         out[n] = Arg::new(writer.string_ref(FIELDS), ArgValue::Str(note));
         n += 1;
     }
@@ -607,17 +671,14 @@ where
 {
     fn on_layer(&mut self, subscriber: &mut S) {
         let inner: &dyn Subscriber = subscriber;
-        match inner.downcast_ref::<TracingLayer>() {
-            Some(other) if other.layer != 0 => {
-                self.layer = other.layer;
-                self.shared = true;
-            }
-            // ATOMICS: see `NEXT_LAYER`.
-            _ => self.layer = NEXT_LAYER.fetch_add(1, Ordering::Relaxed),
+        if let Some(other) = inner.downcast_ref::<TracingLayer>() {
+            self.layer = other.layer;
+            self.number = Arc::clone(&other.number);
+            self.shared = true;
         }
     }
 
-    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, _ctx: LayerContext<'_, S>) {
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: LayerContext<'_, S>) {
         if !tracing_maybe_on() {
             return;
         }
@@ -653,10 +714,13 @@ where
                 .scalars()
                 .is_some_and(|(names, _)| names.len() == metadata.fields().len());
         });
-        // When the table is full the span's enters take it in if room was made meanwhile;
-        // else each counts its duration as dropped.
-        if kept {
-            let _ = SPANS.try_with(|spans| spans.borrow_mut().note_created(id.into_u64()));
+        match kept {
+            Some(slot) => {
+                with_spans(|spans| spans.note_created(Known { key, slot }));
+            }
+            // The table is full: the span's enters take it in if room was made meanwhile,
+            // else each counts its duration as dropped.
+            None => table_full_at_creation(id, &ctx),
         }
     }
 
@@ -664,8 +728,8 @@ where
         let key = self.key(id);
         // A span the table keeps takes the values whether a trace runs or not (a later trace
         // writes them); one it does not is taken in if a trace records it.
-        let kept = spans::find(key).is_some();
-        if !kept && !tracing_maybe_on() {
+        let kept = spans::find(key);
+        if kept.is_none() && !tracing_maybe_on() {
             return;
         }
         // The values are visited with no lock held: a value's `Debug` is the program's code
@@ -681,13 +745,17 @@ where
             }
             state.all_fields = false;
         };
-        if let Some(slot) = spans::find(key) {
-            set_all(&mut slot.lock());
+        // A kept span whose lock the thread holds already (a signal handler's record) does
+        // not take these values.
+        if let Some(slot) = kept.or_else(|| spans::find(key)) {
+            if let Some(mut state) = slot.lock() {
+                set_all(&mut state);
+            }
             return;
         }
         // Created before the trace: its other fields are gone; its origin is its first
         // entry in the trace.
-        if let Some(new) = self.take_in(id, &ctx, 0) {
+        if let Some(new) = self.take_in(id, &ctx, 0, Missing::BeforeTrace) {
             spans::take_in(key, new, set_all);
         }
     }
@@ -696,23 +764,31 @@ where
         let Some(epoch) = active_epoch() else {
             return;
         };
-        let span_id = id.into_u64();
-        // A span this thread created needs no lookup here: the exit looks it up once, for its
-        // record. Another (a span that moved here, or one from before the trace) is looked up
-        // now, so that its async begin is in the trace even if the trace stops before this
-        // thread exits it.
-        let created_here = SPANS
-            .try_with(|spans| spans.borrow().created_here(span_id))
-            .unwrap_or(false);
-        if !created_here {
-            self.enter_elsewhere(id, &ctx);
+        let key = self.key(id);
+        // A span this thread created needs no lookup here: its slot is known, and the exit
+        // checks it for its record. Another (a span that moved here, or one from before the
+        // trace) is looked up now, so that its async begin is in the trace even if the trace
+        // stops before this thread exits it.
+        let entered_here = with_spans(|spans| {
+            let slot = spans.created_here(key)?;
+            let start = clock::ticks();
+            spans.enter(
+                Entered {
+                    key,
+                    start,
+                    slot: Some(slot),
+                },
+                epoch,
+            );
+            Some(())
+        });
+        if entered_here != Some(None) {
+            // Entered, or the thread's spans are out of reach (a signal handler's enter).
+            return;
         }
-        let entered = Entered {
-            span: span_id,
-            layer: self.layer,
-            start: clock::ticks(),
-        };
-        let _ = SPANS.try_with(|spans| spans.borrow_mut().enter(entered, epoch));
+        let slot = self.enter_elsewhere(id, &ctx);
+        let start = clock::ticks();
+        with_spans(|spans| spans.enter(Entered { key, start, slot }, epoch));
     }
 
     fn on_exit(&self, id: &Id, _ctx: LayerContext<'_, S>) {
@@ -720,20 +796,26 @@ where
             return;
         }
         let end = clock::ticks();
-        let span_id = id.into_u64();
-        let Some(entered) = SPANS
-            .try_with(|spans| spans.borrow_mut().exit(span_id, self.layer))
-            .ok()
-            .flatten()
-        else {
+        let key = self.key(id);
+        let Some(entered) = with_spans(|spans| spans.exit(key)).flatten() else {
             return;
         };
-        // Not kept: a category the trace does not enable (or a span the full table could
-        // not take in, counted at its enter).
-        let Some(slot) = spans::find(self.key(id)) else {
+        // The slot the enter had (checked: it may have been freed and taken by another span
+        // since, if the span closed and its id was reused), else a lookup. Not kept: a
+        // category the trace does not enable (or a span the full table could not take in,
+        // counted at its enter).
+        let slot = match entered.slot {
+            Some(slot) if slot.holds(key) => slot,
+            _ => match spans::find(key) {
+                Some(slot) => slot,
+                None => return,
+            },
+        };
+        let Some(mut state) = slot.lock() else {
+            // This thread holds the lock beneath (a signal handler's exit).
+            count_dropped_span();
             return;
         };
-        let mut state = slot.lock();
         // A span recorded in an earlier trace, entered on its creator's thread in this one
         // (its enter skipped the lookup): taken in now, its entry the origin.
         if (state.generation != latest_generation() || state.origin == 0)
@@ -743,16 +825,28 @@ where
         }
         // Unless its enter wrote it (a span entered here whose id the thread's hint took for
         // one of its own).
-        begin_async_if_moved(span_id, &mut state);
-        write_span_end(span_id, &state, (entered.start, end));
+        begin_async_if_moved(key.span, &mut state);
+        write_span_end(&state, (entered.start, end));
     }
 
     fn on_close(&self, id: Id, _ctx: LayerContext<'_, S>) {
-        spans::remove(self.key(&id), |state| {
-            if state.async_begun {
-                write_async_end(id.into_u64(), state);
-            }
-        });
+        if !spans::in_use() {
+            return;
+        }
+        let key = self.key(&id);
+        // Most often the span this thread exited last.
+        let hint = with_spans(|spans| spans.slot_hint(key)).flatten();
+        let slot = match hint {
+            Some(slot) if slot.holds(key) => Some(slot),
+            _ => spans::find(key),
+        };
+        if let Some(slot) = slot {
+            spans::close(slot, |state| {
+                if state.async_begun {
+                    write_async_end(key.span, state);
+                }
+            });
+        }
     }
 
     fn on_event(&self, event: &TracingEvent<'_>, _ctx: LayerContext<'_, S>) {
@@ -795,33 +889,53 @@ where
 impl TracingLayer {
     /// The enter of a span this thread did not just create: the async begin of a span that
     /// moved here; a span of an earlier trace, or one the layer never recorded (created
-    /// before the trace), taken into this one.
+    /// before the trace, or while the table was full), taken into this one. Its slot, if the
+    /// table keeps it.
     #[inline(never)]
-    fn enter_elsewhere<S>(&self, id: &Id, ctx: &LayerContext<'_, S>)
+    fn enter_elsewhere<S>(&self, id: &Id, ctx: &LayerContext<'_, S>) -> Option<SlotRef<'static>>
     where
         S: Subscriber + for<'a> LookupSpan<'a>,
     {
         let key = self.key(id);
         if let Some(slot) = spans::find(key) {
-            let mut state = slot.lock();
-            if (state.generation == latest_generation() && state.origin != 0)
-                || take_in_again(&mut state, clock::ticks_unordered())
-            {
-                begin_async_if_moved(id.into_u64(), &mut state);
+            // Unless this thread holds the lock beneath (a signal handler's enter).
+            if let Some(mut state) = slot.lock() {
+                if (state.generation == latest_generation() && state.origin != 0)
+                    || take_in_again(&mut state, clock::ticks_unordered())
+                {
+                    begin_async_if_moved(key.span, &mut state);
+                }
             }
-            return;
+            return Some(slot);
         }
-        if let Some(new) = self.take_in(id, ctx, clock::ticks_unordered()) {
-            if !spans::take_in(key, new, |_| {}) {
-                count_dropped_span();
-            }
+        // Not kept: created before the trace, or while the table was full (its creation
+        // marked it so).
+        let full = ctx
+            .span(id)
+            .is_some_and(|span| span.extensions().get::<CreatedWhileFull>().is_some());
+        let missing = if full {
+            Missing::TableFull
+        } else {
+            Missing::BeforeTrace
+        };
+        let new = self.take_in(id, ctx, clock::ticks_unordered(), missing)?;
+        let slot = spans::take_in(key, new, |_| {});
+        if slot.is_none() {
+            count_dropped_span();
         }
+        slot
     }
 
-    /// What the table keeps of span `id`, which the layer did not record (created before the
-    /// trace started), if the running trace enables its category: its origin `origin`
-    /// (0: at its first entry) on this thread, its fields missing.
-    fn take_in<S>(&self, id: &Id, ctx: &LayerContext<'_, S>, origin: u64) -> Option<NewSpan>
+    /// What the table keeps of span `id`, which the layer did not record, if the running
+    /// trace enables its category: its origin `origin` (0: at its first entry) on this
+    /// thread, its fields missing (`missing`, if it has any).
+    fn take_in<S>(
+        &self,
+        id: &Id,
+        ctx: &LayerContext<'_, S>,
+        origin: u64,
+        missing: Missing,
+    ) -> Option<NewSpan>
     where
         S: Subscriber + for<'a> LookupSpan<'a>,
     {
@@ -830,7 +944,7 @@ impl TracingLayer {
         let missing = if metadata.fields().is_empty() {
             Missing::None
         } else {
-            Missing::BeforeTrace
+            missing
         };
         Some(NewSpan {
             generation,
@@ -840,6 +954,23 @@ impl TracingLayer {
             missing,
             memo: SpanMemo::NONE,
         })
+    }
+}
+
+/// Marks, in the registry's extensions, a span created while the table of spans was full:
+/// when it is taken in later, its creation fields are missing for that reason.
+#[derive(Debug)]
+struct CreatedWhileFull;
+
+/// Span `id` was created while the table was full: marked so.
+#[cold]
+#[inline(never)]
+fn table_full_at_creation<S>(id: &Id, ctx: &LayerContext<'_, S>)
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    if let Some(span) = ctx.span(id) {
+        span.extensions_mut().replace(CreatedWhileFull);
     }
 }
 
@@ -1034,52 +1165,46 @@ fn write_event(
 /// The duration-complete record of one enter → exit of a recorded span, `span` its start and
 /// end ticks, with the span's fields and id.
 #[inline]
-fn write_span_end(span_id: u64, state: &SpanState, span: (u64, u64)) {
+fn write_span_end(state: &SpanState, span: (u64, u64)) {
     let pair = (state.metadata.target(), state.metadata.name());
     let generation = state.generation;
-    if let (Some((names, values)), Missing::None) = (state.fields.scalars(), state.missing) {
-        let len = names.len();
-        if len < INSTALLED_SPAN_ARGS {
-            // The fields, then the id.
-            let mut arg_names = [SPAN_ID; INSTALLED_SPAN_ARGS];
-            let mut arg_values = [ScalarArg::NULL; INSTALLED_SPAN_ARGS];
-            arg_names[..len].copy_from_slice(names);
-            arg_values[..len].copy_from_slice(values);
-            arg_values[len] = ScalarArg::new(ArgValue::U64(span_id)).unwrap_or(ScalarArg::NULL);
-            let (names, values) = (&arg_names[..=len], &arg_values[..=len]);
-            // The engine's one-announcement path, the names' indices from the thread's memo
-            // when the creation found them there, else from its string cache (and then
-            // remembered); the first record of the span's name in a trace goes through the
-            // general path (which interns, and teaches the thread's memo).
-            let remembered = match state.memo.arg_indices_here() {
-                0 => None,
-                indices => state.all_fields.then_some(indices),
-            };
-            let indices = remembered.or_else(|| record::arg_name_indices(generation, names));
-            let written = indices.is_some_and(|indices| {
-                installed_span_end(generation, state.memo, span, pair, values, indices)
-            });
-            if written && remembered.is_none() && state.all_fields {
-                if let Some(indices) = indices {
-                    let key = spans::args_key(state.metadata);
-                    record::remember_arg_indices(generation, pair, key, indices);
-                }
+    // The fields then the id, as kept: inline scalars with room for the id.
+    if let (Some((names, values)), Missing::None) = (state.fields.args_with_id(), state.missing) {
+        // The engine's one-announcement path, the names' indices from the thread's memo
+        // when the creation found them there, else from its string cache (and then
+        // remembered); the first record of the span's name in a trace goes through the
+        // general path (which interns, and teaches the thread's memo).
+        let remembered = match state.all_fields {
+            true => state.memo.arg_indices_here(),
+            false => 0,
+        };
+        let indices = match remembered {
+            0 => record::arg_name_indices(generation, names),
+            indices => Some(indices),
+        };
+        let written = indices.is_some_and(|indices| {
+            installed_span_end(generation, state.memo, span, pair, values, indices)
+        });
+        if written && remembered == 0 && state.all_fields {
+            if let Some(indices) = indices {
+                let key = spans::args_key(state.metadata);
+                record::remember_arg_indices(generation, pair, key, indices);
             }
-            if !written {
-                instrument::end_slow(
-                    generation,
-                    instrument::Mode::Complete,
-                    span,
-                    pair,
-                    (names, values),
-                );
-            }
-            return;
         }
+        if !written {
+            instrument::end_slow(
+                generation,
+                instrument::Mode::Complete,
+                span,
+                pair,
+                (names, values),
+            );
+        }
+        return;
     }
     with_writer_in(generation, |writer| {
         let mut args = [EMPTY_ARG; MAX_ARGS];
-        let n = span_args(writer, state, Some(span_id), &mut args);
+        let n = span_args(writer, state, Some(state.fields.id()), &mut args);
         let kind = EventKind::DurationComplete { end_ticks: span.1 };
         let _ = writer.event(span.0, pair.0, pair.1, kind, &args[..n]);
     });
@@ -1157,11 +1282,15 @@ fn write_async_begin(id: u64, state: &SpanState) {
 mod tests {
     use super::*;
 
+    fn key(span: u64) -> Key {
+        Key { layer: 1, span }
+    }
+
     fn entered(span: u64) -> Entered {
         Entered {
-            span,
-            layer: 1,
+            key: key(span),
             start: span,
+            slot: None,
         }
     }
 
@@ -1170,23 +1299,87 @@ mod tests {
         let mut spans = ThreadSpans::NEW;
         spans.enter(entered(1), 7);
         spans.enter(entered(2), 7);
-        assert_eq!(spans.exit(2, 1).map(|e| e.span), Some(2));
+        assert_eq!(spans.exit(key(2)).map(|e| e.key.span), Some(2));
         // Span 1's exit ran with no trace running: its entry stayed.
         spans.enter(entered(3), 8);
-        assert_eq!(spans.exit(1, 1).map(|e| e.span), None);
-        assert_eq!(spans.exit(3, 1).map(|e| e.span), Some(3));
+        assert_eq!(spans.exit(key(1)).map(|e| e.key.span), None);
+        assert_eq!(spans.exit(key(3)).map(|e| e.key.span), Some(3));
         assert!(spans.entered.is_empty());
     }
 
+    /// A span of a layer number no layer of this process takes, kept in the table.
+    fn kept(span: u64) -> Known {
+        static META: &tracing::Metadata<'static> = {
+            static CALLSITE: tracing::callsite::DefaultCallsite =
+                tracing::callsite::DefaultCallsite::new(&META);
+            static META: tracing::Metadata<'static> = tracing::metadata!(
+                name: "test",
+                target: "test",
+                level: tracing::Level::INFO,
+                fields: &[],
+                callsite: &CALLSITE,
+                kind: tracing::metadata::Kind::SPAN,
+            );
+            &META
+        };
+        let key = Key {
+            layer: u32::MAX - 10,
+            span,
+        };
+        let new = NewSpan {
+            generation: 1,
+            metadata: META,
+            origin: 0,
+            origin_tid: 0,
+            missing: Missing::None,
+            memo: SpanMemo::NONE,
+        };
+        let slot = spans::insert(key, new, |_| {}).expect("room");
+        Known { key, slot }
+    }
+
     #[test]
-    fn a_thread_remembers_the_last_spans_it_created() {
+    fn a_thread_remembers_the_last_spans_it_created_and_exited_with_their_slots() {
         let mut spans = ThreadSpans::NEW;
-        for id in 1..=CREATED_HINTS as u64 + 1 {
-            spans.note_created(id);
+        let known: Vec<Known> = (1..=CREATED_HINTS as u64 + 1).map(kept).collect();
+        for k in &known {
+            spans.note_created(*k);
         }
-        assert!(!spans.created_here(1), "the oldest is forgotten");
-        assert!((2..=CREATED_HINTS as u64 + 1).all(|id| spans.created_here(id)));
-        assert!(!spans.created_here(100));
+        assert!(
+            spans.created_here(known[0].key).is_none(),
+            "the oldest is forgotten"
+        );
+        for k in &known[1..] {
+            let slot = spans.created_here(k.key).expect("remembered");
+            assert!(slot.holds(k.key));
+        }
+        assert!(spans
+            .created_here(Key {
+                layer: 2,
+                ..known[1].key
+            })
+            .is_none());
+        // The last span exited, forgotten as created, is still known to its close.
+        let first = known[0];
+        spans.enter(
+            Entered {
+                key: first.key,
+                start: 0,
+                slot: Some(first.slot),
+            },
+            1,
+        );
+        assert!(spans.exit(first.key).is_some());
+        assert!(spans
+            .slot_hint(first.key)
+            .is_some_and(|s| s.holds(first.key)));
+        for k in known {
+            spans::close(k.slot, |_| {});
+            assert!(
+                !k.slot.holds(k.key),
+                "a closed span's slot no longer holds it"
+            );
+        }
     }
 
     #[test]
@@ -1196,7 +1389,7 @@ mod tests {
             spans.enter(entered(id), 1);
         }
         assert_eq!(spans.entered.len(), MAX_ENTERED);
-        assert_eq!(spans.exit(1, 1).map(|e| e.span), None);
-        assert_eq!(spans.exit(2, 1).map(|e| e.span), Some(2));
+        assert_eq!(spans.exit(key(1)).map(|e| e.key.span), None);
+        assert_eq!(spans.exit(key(2)).map(|e| e.key.span), Some(2));
     }
 }
