@@ -28,7 +28,10 @@ use crate::engine::record::{
 use crate::engine::Context;
 use crate::format::{Arg, ArgValue, Event, EventKind, ScalarArg, StringRef, ThreadRef, MAX_ARGS};
 use crate::instrument;
-use spans::{text_value, Key, LayerNumber, Missing, NewSpan, Owned, SlotRef, SpanState, SPAN_ID};
+use spans::{
+    text_value, Key, LayerNumber, Missing, NewSpan, Owned, SlotGuard, SlotRef, SpanState, SpanView,
+    SPAN_ID,
+};
 
 /// Longest text argument (string field, `Debug` text, message) written, in bytes.
 pub(crate) const MAX_TEXT: usize = 4096;
@@ -298,15 +301,23 @@ fn with_spans<R>(f: impl FnOnce(&mut ThreadSpans) -> R) -> Option<R> {
         .flatten()
 }
 
-#[inline]
+/// The calling thread's kernel id.
+#[inline(always)]
 fn current_tid() -> u64 {
-    TID.with(|t| {
-        if t.get() == 0 {
-            // SAFETY: `gettid` has no preconditions.
-            t.set(unsafe { libc::gettid() } as u64);
-        }
-        t.get()
-    })
+    match TID.with(Cell::get) {
+        0 => first_tid(),
+        tid => tid,
+    }
+}
+
+/// [`current_tid`] the first time on a thread.
+#[cold]
+#[inline(never)]
+fn first_tid() -> u64 {
+    // SAFETY: `gettid` has no preconditions.
+    let tid = unsafe { libc::gettid() } as u64;
+    TID.with(|t| t.set(tid));
+    tid
 }
 
 // === values ===
@@ -395,41 +406,34 @@ impl<F: FnMut(&'static str, Owned)> Visit for SpanVisitor<F> {
     }
 }
 
-/// A new span's fields, visited straight into its state in the table.
-struct FieldsVisitor<'s>(&'s mut SpanState);
+/// A new span's fields, visited straight into its state in the table (its slot not yet
+/// published).
+struct FieldsVisitor<'s>(&'s SpanState);
 
 impl Visit for FieldsVisitor<'_> {
     fn record_f64(&mut self, field: &Field, value: f64) {
-        self.0
-            .fields
-            .push_scalar(field.name(), ArgValue::F64(value));
+        self.0.push_scalar(field.name(), ArgValue::F64(value));
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
-        self.0
-            .fields
-            .push_scalar(field.name(), ArgValue::I64(value));
+        self.0.push_scalar(field.name(), ArgValue::I64(value));
     }
 
     fn record_u64(&mut self, field: &Field, value: u64) {
-        self.0
-            .fields
-            .push_scalar(field.name(), ArgValue::U64(value));
+        self.0.push_scalar(field.name(), ArgValue::U64(value));
     }
 
     fn record_bool(&mut self, field: &Field, value: bool) {
-        self.0
-            .fields
-            .push_scalar(field.name(), ArgValue::Bool(value));
+        self.0.push_scalar(field.name(), ArgValue::Bool(value));
     }
 
     fn record_str(&mut self, field: &Field, value: &str) {
-        let mut set = |name, value| self.0.fields.set(name, value);
+        let mut set = |name, value| self.0.set(name, value);
         SpanVisitor { set: &mut set }.record_str(field, value);
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        let mut set = |name, value| self.0.fields.set(name, value);
+        let mut set = |name, value| self.0.set(name, value);
         SpanVisitor { set: &mut set }.record_debug(field, value);
     }
 }
@@ -614,30 +618,27 @@ fn with_writer_in(generation: u32, f: impl FnOnce(&mut TraceWriter<'_>)) {
     });
 }
 
-/// Arguments of a span's record: its fields, names interned (with the `fields_dropped` count
-/// last when they do not all fit), then, if given, `span_id`, then the note of fields
-/// recorded before the trace when some are missing.
+/// Arguments of a span's record (its state read under its slot's lock): its fields, names
+/// interned (with the `fields_dropped` count last when they do not all fit), then, if
+/// given, `span_id`, then the note of fields not kept when some are missing.
 fn span_args<'a>(
     writer: &mut TraceWriter<'_>,
     state: &'a SpanState,
     span_id: Option<u64>,
     out: &mut [Arg<'a>; MAX_ARGS],
 ) -> usize {
-    let fields = &state.fields;
-    let after = usize::from(span_id.is_some()) + usize::from(state.missing != Missing::None);
+    let missing = state.missing();
+    let len = state.fields_len();
+    let after = usize::from(span_id.is_some()) + usize::from(missing != Missing::None);
     let room = MAX_ARGS - after;
-    let fit = if fields.len() > room {
-        room - 1
-    } else {
-        fields.len()
-    };
+    let fit = if len > room { room - 1 } else { len };
     for (i, slot) in out.iter_mut().enumerate().take(fit) {
-        let (name, value) = fields.get(i);
+        let (name, value) = state.field(i);
         *slot = Arg::new(writer.string_ref(name), value);
     }
     let mut n = fit;
-    if fit < fields.len() {
-        let dropped = (fields.len() - fit) as u32;
+    if fit < len {
+        let dropped = (len - fit) as u32;
         out[n] = Arg::new(writer.string_ref(FIELDS_DROPPED), ArgValue::U32(dropped));
         n += 1;
     }
@@ -645,7 +646,7 @@ fn span_args<'a>(
         out[n] = Arg::new(writer.string_ref(SPAN_ID), ArgValue::U64(id));
         n += 1;
     }
-    let note = match state.missing {
+    let note = match missing {
         Missing::None => None,
         Missing::BeforeTrace => Some(RECORDED_BEFORE_THE_TRACE),
         Missing::TableFull => Some(NOT_KEPT_TABLE_FULL),
@@ -709,10 +710,7 @@ where
         // The fields are visited into the span's slot, which no other thread finds yet.
         let kept = spans::insert(key, new, |state| {
             attrs.record(&mut FieldsVisitor(state));
-            state.all_fields = state
-                .fields
-                .scalars()
-                .is_some_and(|(names, _)| names.len() == metadata.fields().len());
+            state.set_all_fields(state.inline_len() == Some(metadata.fields().len()));
         });
         match kept {
             Some(slot) => {
@@ -739,17 +737,17 @@ where
         values.record(&mut SpanVisitor {
             set: |name, value| recorded.push((name, value)),
         });
-        let set_all = |state: &mut SpanState| {
+        let set_all = |state: &SpanState| {
             for (name, value) in recorded {
-                state.fields.set(name, value);
+                state.set(name, value);
             }
-            state.all_fields = false;
+            state.set_all_fields(false);
         };
         // A kept span whose lock the thread holds already (a signal handler's record) does
         // not take these values.
         if let Some(slot) = kept.or_else(|| spans::find(key)) {
-            if let Some(mut state) = slot.lock() {
-                set_all(&mut state);
+            if let Some(state) = slot.lock() {
+                state.change(set_all);
             }
             return;
         }
@@ -811,22 +809,22 @@ where
                 None => return,
             },
         };
-        let Some(mut state) = slot.lock() else {
-            // This thread holds the lock beneath (a signal handler's exit).
-            count_dropped_span();
-            return;
-        };
-        // A span recorded in an earlier trace, entered on its creator's thread in this one
-        // (its enter skipped the lookup): taken in now, its entry the origin.
-        if (state.generation != latest_generation() || state.origin == 0)
-            && !take_in_again(&mut state, entered.start)
-        {
-            return;
+        let span = (entered.start, end);
+        // The usual case: a span of the running trace, on the thread it began on or with its
+        // async begin written, its fields inline: its state read without the lock.
+        let written = slot.state().read_then(|view| {
+            let usual = view.generation == latest_generation()
+                && view.origin != 0
+                && (view.async_begun() || view.origin_tid == current_tid())
+                && view.has_args();
+            if usual {
+                write_span_end(slot, view, span);
+            }
+            usual
+        });
+        if written != Some(true) {
+            exit_locked(slot, span);
         }
-        // Unless its enter wrote it (a span entered here whose id the thread's hint took for
-        // one of its own).
-        begin_async_if_moved(key.span, &mut state);
-        write_span_end(&state, (entered.start, end));
     }
 
     fn on_close(&self, id: Id, _ctx: LayerContext<'_, S>) {
@@ -842,8 +840,8 @@ where
         };
         if let Some(slot) = slot {
             spans::close(slot, |state| {
-                if state.async_begun {
-                    write_async_end(key.span, state);
+                if let Some(generation) = state.async_begun_in() {
+                    write_async_end(key.span, state.metadata(), generation);
                 }
             });
         }
@@ -899,11 +897,12 @@ impl TracingLayer {
         let key = self.key(id);
         if let Some(slot) = spans::find(key) {
             // Unless this thread holds the lock beneath (a signal handler's enter).
-            if let Some(mut state) = slot.lock() {
-                if (state.generation == latest_generation() && state.origin != 0)
-                    || take_in_again(&mut state, clock::ticks_unordered())
+            if let Some(state) = slot.lock() {
+                let view = state.view();
+                if (view.generation == latest_generation() && view.origin != 0)
+                    || take_in_again(&state, clock::ticks_unordered())
                 {
-                    begin_async_if_moved(key.span, &mut state);
+                    begin_async_if_moved(&state);
                 }
             }
             return Some(slot);
@@ -980,17 +979,14 @@ where
 /// running trace does not record it.
 #[cold]
 #[inline(never)]
-fn take_in_again(state: &mut SpanState, origin: u64) -> bool {
-    let category = state.metadata.target();
+fn take_in_again(state: &SlotGuard<'_>, origin: u64) -> bool {
+    let category = state.metadata().target();
     let Some(generation) = with_current(|c| enabled_generation(c, category)).flatten() else {
         return false;
     };
-    if generation != state.generation || state.origin == 0 {
-        state.generation = generation;
-        state.origin = origin;
-        state.origin_tid = current_tid();
-        state.async_begun = false;
-        state.memo = SpanMemo::NONE;
+    let view = state.view();
+    if generation != view.generation || view.origin == 0 {
+        state.change(|state| state.retake(generation, origin, current_tid()));
     }
     true
 }
@@ -1162,51 +1158,115 @@ fn write_event(
     });
 }
 
-/// The duration-complete record of one enter → exit of a recorded span, `span` its start and
-/// end ticks, with the span's fields and id.
-#[inline]
-fn write_span_end(state: &SpanState, span: (u64, u64)) {
-    let pair = (state.metadata.target(), state.metadata.name());
-    let generation = state.generation;
-    // The fields then the id, as kept: inline scalars with room for the id.
-    if let (Some((names, values)), Missing::None) = (state.fields.args_with_id(), state.missing) {
-        // The engine's one-announcement path, the names' indices from the thread's memo
-        // when the creation found them there, else from its string cache (and then
-        // remembered); the first record of the span's name in a trace goes through the
-        // general path (which interns, and teaches the thread's memo).
-        let remembered = match state.all_fields {
-            true => state.memo.arg_indices_here(),
-            false => 0,
-        };
-        let indices = match remembered {
-            0 => record::arg_name_indices(generation, names),
-            indices => Some(indices),
-        };
-        let written = indices.is_some_and(|indices| {
-            installed_span_end(generation, state.memo, span, pair, values, indices)
-        });
-        if written && remembered == 0 && state.all_fields {
-            if let Some(indices) = indices {
-                let key = spans::args_key(state.metadata);
-                record::remember_arg_indices(generation, pair, key, indices);
-            }
-        }
-        if !written {
-            instrument::end_slow(
-                generation,
-                instrument::Mode::Complete,
-                span,
-                pair,
-                (names, values),
-            );
-        }
+/// The exit of a span (`span`: its entry's start and end ticks) whose state the exit could
+/// not read without the lock, or must change: a span of an earlier trace (taken into this
+/// one), one that moved here (its async begin), one whose fields are not inline scalars.
+#[cold]
+#[inline(never)]
+fn exit_locked(slot: SlotRef<'static>, span: (u64, u64)) {
+    let Some(state) = slot.lock() else {
+        // This thread holds the lock beneath (a signal handler's exit).
+        return count_dropped_span();
+    };
+    // A span recorded in an earlier trace, entered on its creator's thread in this one (its
+    // enter skipped the lookup): taken in now, its entry the origin.
+    let view = state.view();
+    if (view.generation != latest_generation() || view.origin == 0)
+        && !take_in_again(&state, span.0)
+    {
         return;
     }
-    with_writer_in(generation, |writer| {
+    // Unless its enter wrote it (a span entered here whose id the thread's hint took for
+    // one of its own).
+    begin_async_if_moved(&state);
+    let view = state.view();
+    if view.has_args() {
+        drop(state);
+        write_span_end(slot, &view, span);
+    } else {
+        write_span_end_general(&state, &view, span);
+    }
+}
+
+/// The duration-complete record of one enter → exit of a recorded span (`span`: its start
+/// and end ticks), its fields inline with its id (`view`, of the span in `slot`), on the
+/// engine's one-announcement path when the names' indices are remembered with the thread's
+/// memo (the usual case).
+#[inline(always)]
+fn write_span_end(slot: SlotRef<'static>, view: &SpanView, span: (u64, u64)) {
+    let written = view.remembered_indices().is_some_and(|indices| {
+        let metadata = slot.state().metadata();
+        let pair = (metadata.target(), metadata.name());
+        installed_span_end(
+            view.generation,
+            view.memo,
+            span,
+            pair,
+            view.values(),
+            indices,
+        )
+    });
+    if !written {
+        write_span_end_named(slot, view, span);
+    }
+}
+
+/// [`write_span_end`] by the names: their indices from the thread's string cache (then
+/// remembered with its memo), else the general path, which interns them (and teaches the
+/// thread's memo).
+#[cold]
+#[inline(never)]
+fn write_span_end_named(slot: SlotRef<'static>, view: &SpanView, span: (u64, u64)) {
+    // The names, read under the lock if the view has none.
+    let view = match view.names() {
+        Some(_) => *view,
+        None => match slot.lock() {
+            Some(state) => state.view(),
+            None => return count_dropped_span(),
+        },
+    };
+    let (Some(names), values) = (view.names(), view.values()) else {
+        return;
+    };
+    let metadata = slot.state().metadata();
+    let pair = (metadata.target(), metadata.name());
+    let generation = view.generation;
+    let indices = match view.remembered_indices() {
+        // Remembered, yet not written by them: the general path.
+        Some(_) => None,
+        None => record::arg_name_indices(generation, names),
+    };
+    let written = indices.is_some_and(|indices| {
+        installed_span_end(generation, view.memo, span, pair, values, indices)
+    });
+    if written && view.all_fields() {
+        if let Some(indices) = indices {
+            let key = spans::args_key(metadata);
+            record::remember_arg_indices(generation, pair, key, indices);
+        }
+    }
+    if !written {
+        instrument::end_slow(
+            generation,
+            instrument::Mode::Complete,
+            span,
+            pair,
+            (names, values),
+        );
+    }
+}
+
+/// [`write_span_end`] for a span whose fields are not inline scalars with room for its id
+/// (texts, many fields, some missing), under its slot's lock (`state`, as `view`).
+#[cold]
+#[inline(never)]
+fn write_span_end_general(state: &SpanState, view: &SpanView, span: (u64, u64)) {
+    let metadata = state.metadata();
+    with_writer_in(view.generation, |writer| {
         let mut args = [EMPTY_ARG; MAX_ARGS];
-        let n = span_args(writer, state, Some(state.fields.id()), &mut args);
+        let n = span_args(writer, state, Some(state.id()), &mut args);
         let kind = EventKind::DurationComplete { end_ticks: span.1 };
-        let _ = writer.event(span.0, pair.0, pair.1, kind, &args[..n]);
+        let _ = writer.event(span.0, metadata.target(), metadata.name(), kind, &args[..n]);
     });
 }
 
@@ -1232,48 +1292,52 @@ fn installed_span_end(
     }
 }
 
-/// The async begin of span `id` if the calling thread is not its origin's and no thread has
-/// written it yet.
+/// The async begin of the span under `state`'s lock if the calling thread is not its
+/// origin's and no thread has written it yet.
 #[inline]
-fn begin_async_if_moved(id: u64, state: &mut SpanState) {
-    if !state.async_begun && current_tid() != state.origin_tid {
-        state.async_begun = true;
-        write_async_begin(id, state);
+fn begin_async_if_moved(state: &SlotGuard<'_>) {
+    let view = state.view();
+    if !view.async_begun() && current_tid() != view.origin_tid {
+        state.change(SpanState::set_async_begun);
+        write_async_begin(state, &view);
     }
 }
 
-/// The async end of span `id` (its close, after its async begin).
+/// The async end of span `id` of call site `metadata` in trace `generation` (its close,
+/// after its async begin).
 #[cold]
 #[inline(never)]
-fn write_async_end(id: u64, state: &SpanState) {
+fn write_async_end(id: u64, metadata: &'static tracing::Metadata<'static>, generation: u32) {
     let ticks = clock::ticks();
-    let (category, name) = (state.metadata.target(), state.metadata.name());
-    with_writer_in(state.generation, |writer| {
+    let (category, name) = (metadata.target(), metadata.name());
+    with_writer_in(generation, |writer| {
         let kind = EventKind::AsyncEnd { id };
         let _ = writer.event(ticks, category, name, kind, &[]);
     });
 }
 
-/// The async begin of a span that crossed threads: at its origin (creation, or first entry
-/// in the trace), on that thread (an inline thread ref), with its fields.
+/// The async begin of a span that crossed threads (its state under its slot's lock, as
+/// `view`): at its origin (creation, or first entry in the trace), on that thread (an inline
+/// thread ref), with its fields.
 #[cold]
 #[inline(never)]
-fn write_async_begin(id: u64, state: &SpanState) {
-    with_writer_in(state.generation, |writer| {
+fn write_async_begin(state: &SpanState, view: &SpanView) {
+    let metadata = state.metadata();
+    with_writer_in(view.generation, |writer| {
         let mut args = [EMPTY_ARG; MAX_ARGS];
         let n = span_args(writer, state, None, &mut args);
-        let category = writer.string_ref(state.metadata.target());
-        let name = writer.string_ref(state.metadata.name());
+        let category = writer.string_ref(metadata.target());
+        let name = writer.string_ref(metadata.name());
         let _ = writer.write_event(&Event {
-            ticks: state.origin,
+            ticks: view.origin,
             thread: ThreadRef::Inline {
                 pid: u64::from(std::process::id()),
-                tid: state.origin_tid,
+                tid: view.origin_tid,
             },
             category,
             name,
             args: &args[..n],
-            kind: EventKind::AsyncBegin { id },
+            kind: EventKind::AsyncBegin { id: state.id() },
         });
     });
 }

@@ -5,16 +5,16 @@
 //! Why not the registry's extensions: a span's data there costs a box, a hash-map insert, a
 //! lock and a lookup of the span at each access, and the clearing at close (about 600
 //! instructions of a span's 2 270 in the CI count of 2026-11-26). Here a span costs a slot
-//! claimed at its creation (one compare-and-swap), one slot lock per exit, and the slot
-//! freed at close; a thread that holds a [`SlotRef`] of the span (from its creation, or
-//! its enter) checks that the slot still holds it ([`SlotRef::holds`]: two loads) rather
-//! than looking it up.
+//! claimed at its creation (one compare-and-swap) and freed at its close (plain stores);
+//! its exits read its state without a lock (atomic words and a version, [`SpanState`]),
+//! and a thread that holds a [`SlotRef`] of the span (from its creation, or its enter)
+//! checks that the slot still holds it ([`SlotRef::holds`]: two loads) rather than looking
+//! it up. The slot's lock is taken to change the state (a `record`, an async begin, a span
+//! taken into another trace) and by the rare paths that read fields only it guards.
 //!
 //! Layout: levels of buckets of [`BUCKET_SLOTS`] slots; a key's home is one bucket of a
 //! level. The slots' span ids are a separate array of words (0: free), one 64-byte line per
-//! bucket, so that a lookup reads one line per bucket; a live span's state is read and
-//! changed under its slot's lock (its users may be on several threads), its slot claimed
-//! with one compare-and-swap and freed by its close with plain stores (see [`Level`]). A key
+//! bucket, so that a lookup reads one line per bucket (see [`Level`]). A key
 //! that finds its home and the next [`PROBE_BUCKETS`]` - 1` buckets full goes to the next
 //! level (allocated then, twice the size), and its home bucket is marked overflowed, so that
 //! a lookup of a key of a bucket never overflowed reads that bucket alone. Levels are
@@ -29,9 +29,11 @@ use std::alloc::{self, Layout};
 use std::cell::UnsafeCell;
 use std::marker::PhantomData;
 use std::mem::MaybeUninit;
-use std::ops::{Deref, DerefMut};
+use std::ops::Deref;
 use std::ptr::{self, NonNull};
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{
+    fence, AtomicBool, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering,
+};
 use std::sync::Arc;
 
 use tracing::Metadata;
@@ -112,176 +114,6 @@ pub(super) enum Owned {
     Text(String),
 }
 
-/// A span's fields: inline while they are few scalars, owned in a `Vec` otherwise. While
-/// inline with room, the span's id follows them as one more argument ([`SPAN_ID`]), so that
-/// a duration's arguments are one slice ([`SpanFields::args_with_id`]).
-#[derive(Debug)]
-pub(super) struct SpanFields {
-    /// Inline fields: `names[..len]` and `values[..len]` are initialised (while `owned` is
-    /// `None`; 0 after), and so are `names[len]` and `values[len]` (the id) when
-    /// `len < INSTALLED_SPAN_ARGS`.
-    len: usize,
-    /// At most [`INSTALLED_SPAN_ARGS`] scalar fields, encoded for the record (but for their
-    /// names' indices): no allocation.
-    names: [MaybeUninit<&'static str>; INSTALLED_SPAN_ARGS],
-    values: [MaybeUninit<ScalarArg>; INSTALLED_SPAN_ARGS],
-    /// Any fields, once one is a text or there are more than fit inline.
-    owned: Option<Vec<(&'static str, Owned)>>,
-    /// The span's id (its `span_id` argument).
-    id: u64,
-}
-
-impl SpanFields {
-    /// No fields yet, of span `id`, written in place (a whole `SpanFields` is not built and
-    /// copied: its inline arrays stay uninitialised).
-    ///
-    /// # Safety
-    /// `place` must be valid for writes and aligned.
-    #[inline(always)]
-    unsafe fn init_in(place: *mut SpanFields, id: u64) {
-        // SAFETY: the caller's promise; each field is written through a raw pointer, none
-        // read.
-        unsafe {
-            ptr::addr_of_mut!((*place).len).write(0);
-            ptr::addr_of_mut!((*place).owned).write(None);
-            ptr::addr_of_mut!((*place).id).write(id);
-            ptr::addr_of_mut!((*place).names)
-                .cast::<&'static str>()
-                .write(SPAN_ID);
-            ptr::addr_of_mut!((*place).values)
-                .cast::<ScalarArg>()
-                .write(id_arg(id));
-        }
-    }
-
-    /// The fields while they are inline scalars (names and values side by side).
-    #[inline(always)]
-    pub(super) fn scalars(&self) -> Option<(&[&'static str], &[ScalarArg])> {
-        if self.owned.is_some() {
-            return None;
-        }
-        // SAFETY: `names[..len]` and `values[..len]` are initialised (see `len`);
-        // `MaybeUninit<T>` has the layout of `T`.
-        unsafe {
-            Some((
-                std::slice::from_raw_parts(self.names.as_ptr().cast(), self.len),
-                std::slice::from_raw_parts(self.values.as_ptr().cast(), self.len),
-            ))
-        }
-    }
-
-    /// The fields then the id ([`SPAN_ID`]), while the fields are inline scalars with room
-    /// for it: a duration's arguments as they are kept.
-    #[inline(always)]
-    pub(super) fn args_with_id(&self) -> Option<(&[&'static str], &[ScalarArg])> {
-        if self.owned.is_some() || self.len >= INSTALLED_SPAN_ARGS {
-            return None;
-        }
-        // SAFETY: `names[..=len]` and `values[..=len]` are initialised while inline with
-        // `len < INSTALLED_SPAN_ARGS` (see `len`); `MaybeUninit<T>` has the layout of `T`.
-        unsafe {
-            Some((
-                std::slice::from_raw_parts(self.names.as_ptr().cast(), self.len + 1),
-                std::slice::from_raw_parts(self.values.as_ptr().cast(), self.len + 1),
-            ))
-        }
-    }
-
-    /// The span's id.
-    pub(super) fn id(&self) -> u64 {
-        self.id
-    }
-
-    /// Count one more inline field, and write the id after it if there is room.
-    #[inline(always)]
-    fn grew(&mut self) {
-        self.len += 1;
-        if self.len < INSTALLED_SPAN_ARGS {
-            self.names[self.len].write(SPAN_ID);
-            self.values[self.len].write(id_arg(self.id));
-        }
-    }
-
-    /// Add field `name`, one the span does not have yet (a span's fields at its creation).
-    #[inline(always)]
-    pub(super) fn push_scalar(&mut self, name: &'static str, value: ArgValue<'static>) {
-        match ScalarArg::new(value) {
-            Some(scalar) if self.owned.is_none() && self.len < INSTALLED_SPAN_ARGS => {
-                self.names[self.len].write(name);
-                self.values[self.len].write(scalar);
-                self.grew();
-            }
-            _ => self.set(name, Owned::Scalar(value)),
-        }
-    }
-
-    /// Set field `name` (replacing an earlier value of the same name).
-    pub(super) fn set(&mut self, name: &'static str, value: Owned) {
-        if let Some((names, _)) = self.scalars() {
-            let at = names.iter().position(|n| *n == name);
-            let scalar = match &value {
-                Owned::Scalar(v) => ScalarArg::new(*v),
-                Owned::Text(_) => None,
-            };
-            match (at, scalar) {
-                (Some(at), Some(scalar)) => {
-                    self.values[at].write(scalar);
-                    return;
-                }
-                (None, Some(scalar)) if self.len < INSTALLED_SPAN_ARGS => {
-                    self.names[self.len].write(name);
-                    self.values[self.len].write(scalar);
-                    self.grew();
-                    return;
-                }
-                _ => {
-                    let (names, values) = self.scalars().unwrap_or_default();
-                    let owned = names
-                        .iter()
-                        .zip(values)
-                        .map(|(&name, value)| (name, Owned::Scalar(value.value())))
-                        .collect();
-                    self.owned = Some(owned);
-                    self.len = 0;
-                }
-            }
-        }
-        if let Some(owned) = &mut self.owned {
-            match owned.iter_mut().find(|(n, _)| *n == name) {
-                Some(slot) => slot.1 = value,
-                None => owned.push((name, value)),
-            }
-        }
-    }
-
-    /// Number of fields.
-    pub(super) fn len(&self) -> usize {
-        self.owned.as_ref().map_or(self.len, Vec::len)
-    }
-
-    /// Field `i` (`i < len()`) as an argument value.
-    pub(super) fn get(&self, i: usize) -> (&'static str, ArgValue<'_>) {
-        match (&self.owned, self.scalars()) {
-            (Some(owned), _) => {
-                let (name, value) = &owned[i];
-                let value = match value {
-                    Owned::Scalar(v) => *v,
-                    Owned::Text(t) => text_value(t),
-                };
-                (*name, value)
-            }
-            (None, Some((names, values))) => (names[i], values[i].value()),
-            (None, None) => unreachable!("scalars() is None only with owned fields"),
-        }
-    }
-}
-
-/// A span id as an argument value.
-#[inline(always)]
-fn id_arg(id: u64) -> ScalarArg {
-    ScalarArg::new(ArgValue::U64(id)).unwrap_or(ScalarArg::NULL)
-}
-
 /// A recorded text field's value: inline, or the empty ref for an empty text.
 pub(super) fn text_value(text: &str) -> ArgValue<'_> {
     if text.is_empty() {
@@ -304,30 +136,510 @@ pub(super) enum Missing {
     TableFull,
 }
 
-/// What the layer keeps of a span it records.
-#[derive(Debug)]
+/// A span's fields once they are not all inline scalars.
+type OwnedFields = Vec<(&'static str, Owned)>;
+
+/// Bits of [`SpanState::flags`].
+const ASYNC_BEGUN: u32 = 1;
+/// The fields are the call site's, all of them, in their order, and scalars: the arguments'
+/// names are the call site's and `span_id`, which the thread's memo keeps the indices of
+/// under the call site's key ([`args_key`]).
+const ALL_FIELDS: u32 = 1 << 1;
+/// The fields are in [`SpanState::owned`] (a text, or more than fit inline).
+const OWNED: u32 = 1 << 2;
+/// [`Missing`], two bits.
+const MISSING_SHIFT: u32 = 3;
+const MISSING_MASK: u32 = 3 << MISSING_SHIFT;
+
+impl Missing {
+    fn bits(self) -> u32 {
+        let n = match self {
+            Missing::None => 0,
+            Missing::BeforeTrace => 1,
+            Missing::TableFull => 2,
+        };
+        n << MISSING_SHIFT
+    }
+
+    fn from_bits(flags: u32) -> Missing {
+        match (flags & MISSING_MASK) >> MISSING_SHIFT {
+            0 => Missing::None,
+            1 => Missing::BeforeTrace,
+            _ => Missing::TableFull,
+        }
+    }
+}
+
+/// What the layer keeps of a span it records, in its slot. All zero is a valid state (a
+/// level is allocated zeroed), and the words stay valid across the slot's lives: a state is
+/// never dropped, only its owned fields.
+///
+/// Rules: `metadata` is written by the claiming thread before the slot is published and
+/// does not change until the slot is freed. The other words change only under the slot's
+/// lock, each change between two increments of `version` ([`SlotGuard::change`]); a thread
+/// without the lock reads them optimistically ([`SpanState::read_then`]) and keeps what it
+/// read only if `version` was even and did not move: every word it reads is an atomic, so a
+/// read that raced a change is discarded, never a data race. `owned` is read and written
+/// under the lock only (and by the claiming thread before the slot is published).
 pub(super) struct SpanState {
-    /// The trace it is recorded in.
-    pub(super) generation: u32,
     /// Its call site: target (the category) and name.
-    pub(super) metadata: &'static Metadata<'static>,
+    /// ATOMICS: `Relaxed`: published with the slot (its layer word's `Release`).
+    metadata: AtomicPtr<Metadata<'static>>,
+    /// The span's id (its `span_id` argument), written with `metadata`.
+    id: AtomicU64,
+    /// Odd while a change is being made.
+    /// ATOMICS: the writer (holding the lock) stores it odd `Relaxed`, a `Release` fence,
+    /// its changes `Relaxed`, then even with `Release`; the reader loads it `Acquire`, the
+    /// words `Relaxed`, an `Acquire` fence, then it again: the same even value means no
+    /// change overlapped the reads (the seqlock of Boehm, "Can seqlocks get along with
+    /// programming language memory models?", 2012, with every datum an atomic).
+    version: AtomicU32,
+    /// The trace it is recorded in.
+    generation: AtomicU32,
+    /// [`ASYNC_BEGUN`], [`ALL_FIELDS`], [`OWNED`], [`Missing`].
+    flags: AtomicU32,
+    /// Inline fields: `names[..len]` and `values[..len]` (while not [`OWNED`]); the span's
+    /// id follows them (`names[len]`, `values[len]`) when `len < INSTALLED_SPAN_ARGS`.
+    len: AtomicU32,
     /// Where its async begin goes if it crosses threads: its creation (time read unordered,
     /// [`crate::clock::ticks_unordered`], and thread), or, for a span created before the
     /// trace, its first entry in the trace (time 0 until then).
+    origin: AtomicU64,
+    origin_tid: AtomicU64,
+    /// What the creating thread's event memo said at the creation ([`SpanMemo::to_words`]):
+    /// the record's header, and the indices of the argument names when it had them.
+    memo: [AtomicU64; 3],
+    /// Each inline argument's name, a `&'static str` as its address and length.
+    names: [[AtomicUsize; 2]; INSTALLED_SPAN_ARGS],
+    /// Each inline argument's value ([`ScalarArg::to_words`]).
+    values: [[AtomicU64; 2]; INSTALLED_SPAN_ARGS],
+    /// The fields once [`OWNED`] (a text, or more than fit inline); `None` otherwise.
+    owned: UnsafeCell<Option<Box<OwnedFields>>>,
+}
+
+// SAFETY: every field but `owned` is an atomic; `owned` is touched under the slot's lock
+// only, or by the one thread that claimed the slot before publishing it (see the rules).
+unsafe impl Sync for SpanState {}
+
+/// A span's state as read at one moment (under its slot's lock, or optimistically).
+#[derive(Debug, Clone, Copy)]
+pub(super) struct SpanView {
+    pub(super) generation: u32,
     pub(super) origin: u64,
     pub(super) origin_tid: u64,
-    /// Set once, by the first enter (or exit) of the span on a thread other than the
-    /// origin's, which then writes the async begin; the close writes the async end.
-    pub(super) async_begun: bool,
-    pub(super) missing: Missing,
-    pub(super) fields: SpanFields,
-    /// What the creating thread's event memo said at the creation: the record's header, and
-    /// the indices of the argument names when it had them ([`SpanState::all_fields`]).
     pub(super) memo: SpanMemo,
-    /// The fields are its call site's, all of them, in their order, and scalars: the
-    /// arguments' names are the call site's and `span_id`, which the thread's memo keeps
-    /// the indices of under the call site's key ([`args_key`]).
-    pub(super) all_fields: bool,
+    flags: u32,
+    /// The inline fields then the id, `args` of them (0: the fields are not inline scalars
+    /// with room for the id, or some are missing: the record takes the general path).
+    args: usize,
+    /// Whether `names[..args]` were read (always under the lock; without it, only when the
+    /// names' indices are not remembered: [`Self::remembered_indices`]).
+    named: bool,
+    names: [MaybeUninit<&'static str>; INSTALLED_SPAN_ARGS],
+    values: [MaybeUninit<ScalarArg>; INSTALLED_SPAN_ARGS],
+}
+
+impl SpanView {
+    #[inline(always)]
+    pub(super) fn async_begun(&self) -> bool {
+        self.flags & ASYNC_BEGUN != 0
+    }
+
+    #[inline(always)]
+    pub(super) fn all_fields(&self) -> bool {
+        self.flags & ALL_FIELDS != 0
+    }
+
+    /// Whether the fields are inline scalars with room for the id, none missing: a
+    /// duration's arguments are [`Self::values`].
+    #[inline(always)]
+    pub(super) fn has_args(&self) -> bool {
+        self.args != 0
+    }
+
+    /// The string indices of the arguments' names, packed, when the creation learned them
+    /// on the calling thread from its memo (see [`ALL_FIELDS`]).
+    #[inline(always)]
+    pub(super) fn remembered_indices(&self) -> Option<u64> {
+        remembered(self.flags, self.memo)
+    }
+
+    /// The fields' values then the id's (empty without [`Self::has_args`]).
+    #[inline(always)]
+    pub(super) fn values(&self) -> &[ScalarArg] {
+        // SAFETY: `values[..args]` are initialised (`SpanState::read`); `MaybeUninit<T>`
+        // has the layout of `T`.
+        unsafe { std::slice::from_raw_parts(self.values.as_ptr().cast(), self.args) }
+    }
+
+    /// The names of [`Self::values`], if they were read.
+    #[inline(always)]
+    pub(super) fn names(&self) -> Option<&[&'static str]> {
+        // SAFETY: `names[..args]` are initialised when `named` (`SpanState::name`);
+        // `MaybeUninit<T>` has the layout of `T`.
+        self.named
+            .then(|| unsafe { std::slice::from_raw_parts(self.names.as_ptr().cast(), self.args) })
+    }
+}
+
+/// [`SpanView::remembered_indices`] of a state's `flags` and `memo`.
+#[inline(always)]
+fn remembered(flags: u32, memo: SpanMemo) -> Option<u64> {
+    if flags & ALL_FIELDS == 0 {
+        return None;
+    }
+    match memo.arg_indices_here() {
+        0 => None,
+        indices => Some(indices),
+    }
+}
+
+/// A span id as an argument value.
+#[inline(always)]
+fn id_arg(id: u64) -> ScalarArg {
+    ScalarArg::new(ArgValue::U64(id)).unwrap_or(ScalarArg::NULL)
+}
+
+/// A `&'static str` as two words.
+#[inline(always)]
+fn str_words(s: &'static str) -> [usize; 2] {
+    [s.as_ptr() as usize, s.len()]
+}
+
+impl SpanState {
+    /// Its call site (the slot holds a span: see the rules).
+    #[inline(always)]
+    pub(super) fn metadata(&self) -> &'static Metadata<'static> {
+        // ATOMICS: see `metadata`.
+        let metadata = self.metadata.load(Ordering::Relaxed);
+        // SAFETY: written from a `&'static Metadata` before the slot was published, and not
+        // changed while it holds a span (the rules); callers read it only then.
+        unsafe { &*metadata }
+    }
+
+    /// The span's id.
+    #[inline(always)]
+    pub(super) fn id(&self) -> u64 {
+        // ATOMICS: see `metadata`.
+        self.id.load(Ordering::Relaxed)
+    }
+
+    /// Start the state of a new span in this claimed, unpublished slot: made of `new`, no
+    /// fields, span `id`.
+    #[inline(always)]
+    fn start(&self, new: &NewSpan, id: u64) {
+        // ATOMICS: `Relaxed` throughout: the slot is published later with `Release`.
+        self.metadata.store(
+            new.metadata as *const Metadata<'static> as *mut Metadata<'static>,
+            Ordering::Relaxed,
+        );
+        self.id.store(id, Ordering::Relaxed);
+        self.generation.store(new.generation, Ordering::Relaxed);
+        self.flags.store(new.missing.bits(), Ordering::Relaxed);
+        self.len.store(0, Ordering::Relaxed);
+        self.origin.store(new.origin, Ordering::Relaxed);
+        self.origin_tid.store(new.origin_tid, Ordering::Relaxed);
+        for (word, value) in self.memo.iter().zip(new.memo.to_words()) {
+            word.store(value, Ordering::Relaxed);
+        }
+    }
+
+    /// End the creation begun by [`Self::start`]: the id after the fields (written once, not
+    /// moved at each field).
+    #[inline(always)]
+    fn finish(&self) {
+        // ATOMICS: see `start`.
+        let len = self.len.load(Ordering::Relaxed) as usize;
+        if self.flags() & OWNED == 0 && len < INSTALLED_SPAN_ARGS {
+            self.write_arg(len, SPAN_ID, id_arg(self.id()));
+        }
+    }
+
+    /// Write inline argument `i`.
+    #[inline(always)]
+    fn write_arg(&self, i: usize, name: &'static str, value: ScalarArg) {
+        // ATOMICS: `Relaxed`: under the lock, between `version`'s increments (or before the
+        // slot is published).
+        for (word, v) in self.names[i].iter().zip(str_words(name)) {
+            word.store(v, Ordering::Relaxed);
+        }
+        for (word, v) in self.values[i].iter().zip(value.to_words()) {
+            word.store(v, Ordering::Relaxed);
+        }
+    }
+
+    #[inline(always)]
+    fn flags(&self) -> u32 {
+        // ATOMICS: see `version`.
+        self.flags.load(Ordering::Relaxed)
+    }
+
+    #[inline(always)]
+    fn set_flags(&self, flags: u32) {
+        // ATOMICS: see `version`.
+        self.flags.store(flags, Ordering::Relaxed);
+    }
+
+    /// The state as it is, read under the lock (or as a reader that validates it after),
+    /// the names of the arguments (as words) only if `names` or they are needed: their
+    /// indices are not remembered.
+    #[inline(always)]
+    fn read(&self, names: bool) -> (SpanView, [[usize; 2]; INSTALLED_SPAN_ARGS]) {
+        // ATOMICS: see `version`.
+        let flags = self.flags.load(Ordering::Relaxed);
+        let len = self.len.load(Ordering::Relaxed) as usize;
+        let memo = SpanMemo::from_words(self.memo.each_ref().map(|w| w.load(Ordering::Relaxed)));
+        let mut view = SpanView {
+            generation: self.generation.load(Ordering::Relaxed),
+            origin: self.origin.load(Ordering::Relaxed),
+            origin_tid: self.origin_tid.load(Ordering::Relaxed),
+            memo,
+            flags,
+            args: 0,
+            named: false,
+            names: [MaybeUninit::uninit(); INSTALLED_SPAN_ARGS],
+            values: [MaybeUninit::uninit(); INSTALLED_SPAN_ARGS],
+        };
+        let mut name_words = [[0; 2]; INSTALLED_SPAN_ARGS];
+        if flags & (OWNED | MISSING_MASK) == 0 && len < INSTALLED_SPAN_ARGS {
+            view.args = len + 1;
+            let kept = self.values.iter().zip(&mut view.values);
+            for (kept, value) in kept.take(view.args) {
+                let words = kept.each_ref().map(|word| word.load(Ordering::Relaxed));
+                value.write(ScalarArg::from_words(words));
+            }
+            view.named = names || remembered(flags, memo).is_none();
+            if view.named {
+                for (kept, words) in self.names.iter().zip(&mut name_words).take(view.args) {
+                    *words = kept.each_ref().map(|word| word.load(Ordering::Relaxed));
+                }
+            }
+        }
+        (view, name_words)
+    }
+
+    /// Give `view` the names read with it (`names`, as [`Self::read`] gave them), once they
+    /// are known to be one state's.
+    ///
+    /// # Safety
+    /// `names[..view.args]` must be words of `&'static str`s ([`str_words`]) written
+    /// together with the rest of what `view` holds (read under the lock, or validated) when
+    /// `view.named`.
+    #[inline(always)]
+    unsafe fn name(view: &mut SpanView, names: &[[usize; 2]; INSTALLED_SPAN_ARGS]) {
+        if view.named {
+            for (name, &[ptr, len]) in view.names.iter_mut().zip(names).take(view.args) {
+                // SAFETY: the words of a `&'static str` (the caller's promise).
+                name.write(unsafe {
+                    std::str::from_utf8_unchecked(std::slice::from_raw_parts(ptr as *const u8, len))
+                });
+            }
+        }
+    }
+
+    /// `f` of the state as it is, read without the lock: `None` if a change overlapped the
+    /// reads (then read it under the lock). (The view is lent, not returned: it stays where
+    /// it was read.)
+    #[inline(always)]
+    pub(super) fn read_then<R>(&self, f: impl FnOnce(&SpanView) -> R) -> Option<R> {
+        // ATOMICS: see `version`.
+        let before = self.version.load(Ordering::Acquire);
+        let (mut view, names) = self.read(false);
+        fence(Ordering::Acquire);
+        if before & 1 != 0 || self.version.load(Ordering::Relaxed) != before {
+            return None;
+        }
+        // SAFETY: no change overlapped the reads: the names are those the state held.
+        unsafe { Self::name(&mut view, &names) };
+        Some(f(&view))
+    }
+
+    /// The trace of the span's async begin, if one was written (by its close, its last
+    /// user).
+    #[inline(always)]
+    pub(super) fn async_begun_in(&self) -> Option<u32> {
+        // ATOMICS: see `version`.
+        (self.flags() & ASYNC_BEGUN != 0).then(|| self.generation.load(Ordering::Relaxed))
+    }
+
+    /// The number of fields (under the lock).
+    pub(super) fn fields_len(&self) -> usize {
+        match self.owned() {
+            Some(owned) => owned.len(),
+            // ATOMICS: see `version`.
+            None => self.len.load(Ordering::Relaxed) as usize,
+        }
+    }
+
+    /// The owned fields, if the fields are owned (under the lock).
+    fn owned(&self) -> Option<&OwnedFields> {
+        if self.flags() & OWNED == 0 {
+            return None;
+        }
+        // SAFETY: under the lock (the caller's), so no other access to `owned`.
+        unsafe { (*self.owned.get()).as_deref() }
+    }
+
+    /// Inline argument `i` (`i <= len`), under the lock.
+    fn inline_arg(&self, i: usize) -> (&'static str, ScalarArg) {
+        // ATOMICS: see `version`.
+        let [ptr, len] = [
+            self.names[i][0].load(Ordering::Relaxed),
+            self.names[i][1].load(Ordering::Relaxed),
+        ];
+        // SAFETY: under the lock, argument `i <= len` holds the words of a `&'static str`
+        // (`write_arg`).
+        let name = unsafe {
+            std::str::from_utf8_unchecked(std::slice::from_raw_parts(ptr as *const u8, len))
+        };
+        let value = ScalarArg::from_words([
+            self.values[i][0].load(Ordering::Relaxed),
+            self.values[i][1].load(Ordering::Relaxed),
+        ]);
+        (name, value)
+    }
+
+    /// Field `i` (`i < fields_len()`) as an argument value, under the lock.
+    pub(super) fn field(&self, i: usize) -> (&'static str, ArgValue<'_>) {
+        match self.owned() {
+            Some(owned) => {
+                let (name, value) = &owned[i];
+                let value = match value {
+                    Owned::Scalar(v) => *v,
+                    Owned::Text(t) => text_value(t),
+                };
+                (*name, value)
+            }
+            None => {
+                let (name, value) = self.inline_arg(i);
+                (name, value.value())
+            }
+        }
+    }
+
+    /// Add field `name`, one the span does not have yet: at its creation (before the slot
+    /// is published; [`SlotRef::fill`] then writes the id after the fields).
+    #[inline(always)]
+    pub(super) fn push_scalar(&self, name: &'static str, value: ArgValue<'static>) {
+        // ATOMICS: see `start`.
+        let len = self.len.load(Ordering::Relaxed) as usize;
+        match ScalarArg::new(value) {
+            Some(scalar) if self.flags() & OWNED == 0 && len < INSTALLED_SPAN_ARGS => {
+                self.write_arg(len, name, scalar);
+                self.len.store(len as u32 + 1, Ordering::Relaxed);
+            }
+            _ => self.set(name, Owned::Scalar(value)),
+        }
+    }
+
+    /// Count `len` inline fields, the id after them if there is room.
+    #[inline(always)]
+    fn grew(&self, len: usize) {
+        if len < INSTALLED_SPAN_ARGS {
+            self.write_arg(len, SPAN_ID, id_arg(self.id()));
+        }
+        // ATOMICS: see `version`.
+        self.len.store(len as u32, Ordering::Relaxed);
+    }
+
+    /// Set field `name` (replacing an earlier value of the same name): at the creation, or
+    /// under the lock within [`SlotGuard::change`].
+    pub(super) fn set(&self, name: &'static str, value: Owned) {
+        if self.flags() & OWNED == 0 {
+            // ATOMICS: see `version`.
+            let len = self.len.load(Ordering::Relaxed) as usize;
+            let at = (0..len).find(|&i| self.inline_arg(i).0 == name);
+            let scalar = match &value {
+                Owned::Scalar(v) => ScalarArg::new(*v),
+                Owned::Text(_) => None,
+            };
+            match (at, scalar) {
+                (Some(at), Some(scalar)) => return self.write_arg(at, name, scalar),
+                (None, Some(scalar)) if len < INSTALLED_SPAN_ARGS => {
+                    self.write_arg(len, name, scalar);
+                    return self.grew(len + 1);
+                }
+                _ => self.own_fields(len),
+            }
+        }
+        // SAFETY: under the lock, or before the slot is published (the caller's): no other
+        // access to `owned`.
+        let owned = unsafe { &mut *self.owned.get() }.get_or_insert_with(Box::default);
+        match owned.iter_mut().find(|(n, _)| *n == name) {
+            Some(slot) => slot.1 = value,
+            None => owned.push((name, value)),
+        }
+    }
+
+    /// Move the `len` inline fields to `owned`.
+    #[cold]
+    fn own_fields(&self, len: usize) {
+        let fields = (0..len)
+            .map(|i| {
+                let (name, value) = self.inline_arg(i);
+                (name, Owned::Scalar(value.value()))
+            })
+            .collect();
+        // SAFETY: as in `set`.
+        unsafe { *self.owned.get() = Some(Box::new(fields)) };
+        self.set_flags((self.flags() | OWNED) & !ALL_FIELDS);
+        // ATOMICS: see `version`.
+        self.len.store(0, Ordering::Relaxed);
+    }
+
+    /// Say whether the fields are all the call site's (see [`ALL_FIELDS`]).
+    #[inline(always)]
+    pub(super) fn set_all_fields(&self, all: bool) {
+        let flags = self.flags() & !ALL_FIELDS;
+        self.set_flags(if all { flags | ALL_FIELDS } else { flags });
+    }
+
+    /// The number of fields while they are inline scalars.
+    #[inline(always)]
+    pub(super) fn inline_len(&self) -> Option<usize> {
+        // ATOMICS: see `version`.
+        (self.flags() & OWNED == 0).then(|| self.len.load(Ordering::Relaxed) as usize)
+    }
+
+    /// The async begin is written (under the lock, within [`SlotGuard::change`]).
+    pub(super) fn set_async_begun(&self) {
+        self.set_flags(self.flags() | ASYNC_BEGUN);
+    }
+
+    /// Take the span into trace `generation`, its origin (for an async begin) `origin` on
+    /// thread `tid`, no async begin written there, nothing learned from a memo (under the
+    /// lock, within [`SlotGuard::change`]).
+    pub(super) fn retake(&self, generation: u32, origin: u64, tid: u64) {
+        // ATOMICS: see `version`.
+        self.generation.store(generation, Ordering::Relaxed);
+        self.origin.store(origin, Ordering::Relaxed);
+        self.origin_tid.store(tid, Ordering::Relaxed);
+        for (word, value) in self.memo.iter().zip(SpanMemo::NONE.to_words()) {
+            word.store(value, Ordering::Relaxed);
+        }
+        self.set_flags(self.flags() & !ASYNC_BEGUN);
+    }
+
+    /// Why some fields are not kept.
+    #[inline(always)]
+    pub(super) fn missing(&self) -> Missing {
+        Missing::from_bits(self.flags())
+    }
+
+    /// The state as it is, read under the lock (or by the span's close, its last user).
+    pub(super) fn view(&self) -> SpanView {
+        let (mut view, names) = self.read(true);
+        // SAFETY: under the lock, or by the last user: no change overlaps the reads.
+        unsafe { Self::name(&mut view, &names) };
+        view
+    }
+
+    /// Free the owned fields (the slot is being freed).
+    #[inline(always)]
+    fn clear(&self) {
+        // SAFETY: the slot's last user frees it: no other access.
+        drop(unsafe { (*self.owned.get()).take() });
+    }
 }
 
 /// The key of a span call site's argument names in the thread's event memo
@@ -431,15 +743,9 @@ struct Slot {
     /// Held while the users of a live span (its enters, exits and records, on any thread)
     /// read or change its state.
     lock: OwnerLock,
-    /// Initialised from the slot's claim (its id word set) until its free (its id word
-    /// cleared); see [`Level::ids`] for who may touch it when.
-    state: UnsafeCell<MaybeUninit<SpanState>>,
+    /// The span's state (see its rules; [`Level::ids`] for who may touch it when).
+    state: SpanState,
 }
-
-// SAFETY: `state` is written by the thread that claimed the slot until it publishes it, then
-// under `lock` by the span's users, and dropped by the span's close when no user is left
-// (see `Level::ids`); a `SpanState` is `Send` (metadata is `Sync`, the rest owned data).
-unsafe impl Sync for Slot {}
 
 /// `len` zeroed `T`s, aligned to a 64-byte line, freed when dropped (only a level that lost
 /// the race to be installed is dropped: see [`level_or_new`]).
@@ -531,8 +837,9 @@ impl Level {
     fn new(bits: u32) -> Level {
         let buckets = 1usize << bits;
         // SAFETY: zero is a valid `AtomicU64`, `AtomicU32` (0), `AtomicBool` (false), and
-        // `Slot` (unlocked, state uninitialised: a `MaybeUninit` holds any bits); none
-        // needs a drop (a `Slot`'s state is `MaybeUninit`).
+        // `Slot` (unlocked; its state's words atomics, its metadata a null `AtomicPtr`, its
+        // owned fields `None`: a null `Option<Box<_>>`); none needs a drop (a slot's owned
+        // fields are dropped when it is freed, and a level is dropped only unused).
         unsafe {
             Level {
                 ids: Zeroed::new(buckets),
@@ -611,12 +918,19 @@ impl Level {
         (1..PROBE_BUCKETS).find_map(|step| self.claim_in(self.bucket_after(home, step), key))
     }
 
+    /// Slot `i` of `bucket` (`bucket` a bucket of this level: [`Self::home`],
+    /// [`Self::bucket_after`]; `i < BUCKET_SLOTS`).
     #[inline(always)]
     fn slot(&self, bucket: usize, i: usize) -> SlotRef<'_> {
-        SlotRef {
-            slot: &self.slots[bucket][i],
-            id: &self.ids[bucket][i],
-            layer: &self.layers[bucket][i],
+        debug_assert!(bucket < 1 << self.bits && i < BUCKET_SLOTS);
+        // SAFETY: each array has a bucket per bucket of the level (`Level::new`); `bucket` is
+        // one (the caller's promise: `home` and `bucket_after` keep `bits` bits).
+        unsafe {
+            SlotRef {
+                slot: self.slots.get_unchecked(bucket).get_unchecked(i),
+                id: self.ids.get_unchecked(bucket).get_unchecked(i),
+                layer: self.layers.get_unchecked(bucket).get_unchecked(i),
+            }
         }
     }
 }
@@ -665,24 +979,11 @@ impl<'l> SlotRef<'l> {
     /// it in place, then publish it for `key`. If `fill` panics (the program's `Debug` of a
     /// field), the slot is freed again.
     #[inline(always)]
-    fn fill(self, key: Key, new: NewSpan, fill: impl FnOnce(&mut SpanState)) {
-        let state = self.slot.state.get();
-        // SAFETY: the slot is claimed by this thread and unpublished (its layer word is 0):
-        // no other thread reads or writes the state. Written field by field: no copy of a
-        // whole state.
-        let state = unsafe {
-            let state = (*state).as_mut_ptr();
-            ptr::addr_of_mut!((*state).generation).write(new.generation);
-            ptr::addr_of_mut!((*state).metadata).write(new.metadata);
-            ptr::addr_of_mut!((*state).origin).write(new.origin);
-            ptr::addr_of_mut!((*state).origin_tid).write(new.origin_tid);
-            ptr::addr_of_mut!((*state).async_begun).write(false);
-            ptr::addr_of_mut!((*state).missing).write(new.missing);
-            SpanFields::init_in(ptr::addr_of_mut!((*state).fields), key.span);
-            ptr::addr_of_mut!((*state).memo).write(new.memo);
-            ptr::addr_of_mut!((*state).all_fields).write(false);
-            &mut *state
-        };
+    fn fill(self, key: Key, new: NewSpan, fill: impl FnOnce(&SpanState)) {
+        let state = &self.slot.state;
+        // The slot is claimed by this thread and unpublished (its layer word is 0): no other
+        // thread reads or writes the state.
+        state.start(&new, key.span);
         /// Frees the slot if `fill` unwinds (forgotten when it returns).
         struct Unwinding<'l>(SlotRef<'l>);
         impl Drop for Unwinding<'_> {
@@ -693,16 +994,22 @@ impl<'l> SlotRef<'l> {
         let unwinding = Unwinding(self);
         fill(state);
         std::mem::forget(unwinding);
+        state.finish();
         // ATOMICS: see `Level::layers`.
         self.layer.store(key.layer_word(), Ordering::Release);
     }
 
-    /// Free the slot, dropping its state: by the span's close (no user is left), by the
-    /// thread that claimed it, or once no copy of its layer is left.
+    /// The span's state, for its last user (its close) or a reader that validates what it
+    /// reads ([`SpanState::read_then`]).
+    #[inline(always)]
+    pub(super) fn state(self) -> &'l SpanState {
+        &self.slot.state
+    }
+
+    /// Free the slot, dropping its owned fields: by the span's close (no user is left), by
+    /// the thread that claimed it, or once no copy of its layer is left.
     fn free(self) {
-        // SAFETY: the state is initialised (claimed and filled, or its fill began with every
-        // field written) and no other thread uses it (see `Level`).
-        unsafe { (*self.slot.state.get()).assume_init_drop() };
+        self.slot.state.clear();
         // ATOMICS: see `Level::ids` and `Level::layers`.
         self.layer.store(0, Ordering::Relaxed);
         self.id.store(0, Ordering::Release);
@@ -715,20 +1022,29 @@ pub(super) struct SlotGuard<'l> {
     _guard: OwnerGuard<'l>,
 }
 
+impl SlotGuard<'_> {
+    /// Change the state (`f` calls its setters), between two increments of its version, so
+    /// that optimistic readers see the change whole or read again.
+    pub(super) fn change(&self, f: impl FnOnce(&SpanState)) {
+        let state = &self.slot.state;
+        // ATOMICS: see `SpanState::version`.
+        let version = state.version.load(Ordering::Relaxed);
+        state
+            .version
+            .store(version.wrapping_add(1), Ordering::Relaxed);
+        fence(Ordering::Release);
+        f(state);
+        state
+            .version
+            .store(version.wrapping_add(2), Ordering::Release);
+    }
+}
+
 impl Deref for SlotGuard<'_> {
     type Target = SpanState;
 
     fn deref(&self) -> &SpanState {
-        // SAFETY: a guard is made only for a published slot (initialised state), and the
-        // lock makes this the only access.
-        unsafe { (*self.slot.state.get()).assume_init_ref() }
-    }
-}
-
-impl DerefMut for SlotGuard<'_> {
-    fn deref_mut(&mut self) -> &mut SpanState {
-        // SAFETY: as in `deref`.
-        unsafe { (*self.slot.state.get()).assume_init_mut() }
+        &self.slot.state
     }
 }
 
@@ -805,7 +1121,7 @@ pub(super) struct NewSpan {
 pub(super) fn insert(
     key: Key,
     new: NewSpan,
-    fill: impl FnOnce(&mut SpanState),
+    fill: impl FnOnce(&SpanState),
 ) -> Option<SlotRef<'static>> {
     let slot = claim(key)?;
     slot.fill(key, new, fill);
@@ -823,7 +1139,7 @@ static TAKING_IN: OwnerLock = OwnerLock::new();
 pub(super) fn take_in(
     key: Key,
     new: NewSpan,
-    fill: impl FnOnce(&mut SpanState),
+    fill: impl FnOnce(&SpanState),
 ) -> Option<SlotRef<'static>> {
     let _one = TAKING_IN.lock()?;
     find(key).or_else(|| insert(key, new, fill))
@@ -899,9 +1215,7 @@ fn find_beyond_home(key: Key) -> Option<SlotRef<'static>> {
 /// of what was kept, then the slot freed.
 #[inline]
 pub(super) fn close(slot: SlotRef<'static>, f: impl FnOnce(&SpanState)) {
-    // SAFETY: a published slot's state is initialised; at the close no other thread uses it
-    // (see `Level`).
-    f(unsafe { (*slot.slot.state.get()).assume_init_ref() });
+    f(slot.state());
     slot.free();
 }
 
@@ -947,12 +1261,12 @@ mod tests {
     }
 
     fn generation(key: Key) -> Option<u32> {
-        find(key).map(|s| s.lock().expect("not held").generation)
+        find(key).map(|s| s.lock().expect("not held").view().generation)
     }
 
     fn remove(key: Key) -> Option<u32> {
         let mut removed = None;
-        close(find(key)?, |s| removed = Some(s.generation));
+        close(find(key)?, |s| removed = Some(s.view().generation));
         removed
     }
 
@@ -1042,7 +1356,7 @@ mod tests {
         let held = slot.lock().expect("free");
         // The holder again (a signal handler on its thread): refused, not a deadlock.
         assert!(slot.lock().is_none());
-        let waiter = std::thread::spawn(move || slot.lock().map(|state| state.generation));
+        let waiter = std::thread::spawn(move || slot.lock().map(|state| state.view().generation));
         std::thread::sleep(std::time::Duration::from_millis(20));
         assert!(!waiter.is_finished(), "another thread waits for the holder");
         drop(held);
@@ -1067,33 +1381,105 @@ mod tests {
 
     #[test]
     fn the_span_id_follows_the_inline_fields_until_they_are_full() {
-        let mut fields = MaybeUninit::<SpanFields>::uninit();
-        // SAFETY: a local's pointer, valid and aligned; every field written.
-        let mut fields = unsafe {
-            SpanFields::init_in(fields.as_mut_ptr(), 9);
-            fields.assume_init()
+        let key = Key {
+            layer: u32::MAX - 7,
+            span: 0x5eed_0000_000c,
         };
-        let id = id_arg(9);
-        assert_eq!(fields.args_with_id(), Some((&[SPAN_ID][..], &[id][..])));
-        fields.push_scalar("a", ArgValue::U64(1));
-        fields.set("b", Owned::Scalar(ArgValue::I64(-2)));
-        let (names, values) = fields.args_with_id().expect("room");
+        let slot = insert(key, span(5), |_| {}).expect("room");
+        let args = |slot: SlotRef<'_>| {
+            let view = slot.lock().expect("free").view();
+            view.has_args().then(|| {
+                let names = view.names().expect("read under the lock");
+                (names.to_vec(), view.values().to_vec())
+            })
+        };
+        let id = id_arg(key.span);
+        assert_eq!(args(slot), Some((vec![SPAN_ID], vec![id])));
+        let guard = slot.lock().expect("free");
+        guard.change(|state| {
+            state.set("a", Owned::Scalar(ArgValue::U64(1)));
+            state.set("b", Owned::Scalar(ArgValue::I64(-2)));
+        });
+        drop(guard);
+        let (names, values) = args(slot).expect("room");
         assert_eq!(names, ["a", "b", SPAN_ID]);
         assert_eq!(values[2], id);
-        fields.set("a", Owned::Scalar(ArgValue::U64(3)));
+        let guard = slot.lock().expect("free");
+        guard.change(|state| {
+            state.set("a", Owned::Scalar(ArgValue::U64(3)));
+            state.set("c", Owned::Scalar(ArgValue::Bool(true)));
+            state.set("d", Owned::Scalar(ArgValue::Bool(false)));
+        });
+        assert_eq!(guard.fields_len(), INSTALLED_SPAN_ARGS);
+        assert_eq!(guard.field(0), ("a", ArgValue::U64(3)));
+        drop(guard);
+        assert!(args(slot).is_none(), "no room for the id");
+        let guard = slot.lock().expect("free");
+        guard.change(|state| state.set("e", Owned::Text("text".into())));
+        assert!(!guard.view().has_args());
         assert_eq!(
-            fields.args_with_id().expect("room").1[0].value(),
-            ArgValue::U64(3)
-        );
-        fields.push_scalar("c", ArgValue::Bool(true));
-        fields.push_scalar("d", ArgValue::Bool(false));
-        assert_eq!(fields.len(), INSTALLED_SPAN_ARGS);
-        assert!(fields.args_with_id().is_none(), "no room for the id");
-        fields.set("e", Owned::Text("text".into()));
-        assert!(fields.args_with_id().is_none());
-        assert_eq!(
-            fields.get(4),
+            guard.field(4),
             ("e", ArgValue::Str(StringRef::Inline("text")))
         );
+        assert_eq!(guard.id(), key.span);
+        drop(guard);
+        assert_eq!(remove(key), Some(5));
+    }
+
+    #[test]
+    fn a_read_without_the_lock_sees_a_change_whole_or_not_at_all() {
+        let key = Key {
+            layer: u32::MAX - 8,
+            span: 0x5eed_0000_000d,
+        };
+        let slot = insert(key, span(6), |state| {
+            state.push_scalar("n", ArgValue::U64(1))
+        })
+        .expect("room");
+        let read = || {
+            slot.state()
+                .read_then(|view| (view.generation, view.values().first().map(|v| v.value())))
+        };
+        assert_eq!(read(), Some((6, Some(ArgValue::U64(1)))));
+        let guard = slot.lock().expect("free");
+        guard.change(|state| {
+            state.retake(7, 1, 2);
+            // A reader during the change reads again under the lock.
+            assert_eq!(read(), None);
+            state.set("n", Owned::Scalar(ArgValue::U64(2)));
+        });
+        drop(guard);
+        assert_eq!(read(), Some((7, Some(ArgValue::U64(2)))));
+        // A writer on another thread, readers here: each read is one state or none (every
+        // state written from now on has origin = generation + 1, tid = generation = n).
+        let guard = slot.lock().expect("free");
+        guard.change(|state| {
+            state.retake(0, 1, 0);
+            state.set("n", Owned::Scalar(ArgValue::U64(0)));
+        });
+        drop(guard);
+        let writer = std::thread::spawn(move || {
+            for n in 0..20_000u64 {
+                let guard = slot.lock().expect("free");
+                guard.change(|state| {
+                    state.retake(n as u32, n + 1, n);
+                    state.set("n", Owned::Scalar(ArgValue::U64(n)));
+                });
+            }
+        });
+        let check = || {
+            slot.state().read_then(|view| {
+                let n = u64::from(view.generation);
+                assert_eq!((view.origin, view.origin_tid), (n + 1, n), "{view:?}");
+                assert_eq!(view.values()[0].value(), ArgValue::U64(n));
+                n
+            })
+        };
+        while !writer.is_finished() {
+            check();
+        }
+        writer.join().unwrap();
+        assert_eq!(check(), Some(19_999), "no writer left: the read succeeds");
+        assert!(remove(key).is_some());
     }
 }
