@@ -8,7 +8,7 @@
 //! claimed at its creation (one compare-and-swap) and freed at its close (plain stores);
 //! its exits read its state without a lock (atomic words and a version, [`SpanState`]),
 //! and a thread that holds a [`SlotRef`] of the span (from its creation, or its enter)
-//! checks that the slot still holds it ([`SlotRef::holds`]: two loads) rather than looking
+//! checks that the slot still holds it ([`SlotRef::holds`]: three loads) rather than looking
 //! it up. The slot's lock is taken to change the state (a `record`, an async begin, a span
 //! taken into another trace) and by the rare paths that read fields only it guards.
 //!
@@ -102,6 +102,33 @@ impl LayerNumber {
 impl Drop for LayerNumber {
     fn drop(&mut self) {
         remove_layer(self.0);
+    }
+}
+
+/// A slot's layer word ([`Level::layers`]): the layer of its span in the low half
+/// ([`Key::layer_word`], 0 while free or being filled), the count of the slot's lives in the
+/// high half.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct LayerWord(u64);
+
+impl LayerWord {
+    /// The layer of the slot's span ([`Key::layer_word`]), 0 if none is published.
+    #[inline(always)]
+    fn layer(self) -> u32 {
+        self.0 as u32
+    }
+
+    /// The word once a span of layer word `layer` is published: one life more (it wraps
+    /// after 2³² lives, far more than a slot goes through between two loads of a reader).
+    #[inline(always)]
+    fn published(self, layer: u32) -> LayerWord {
+        LayerWord((self.0 & !u64::from(u32::MAX)).wrapping_add(1 << 32) | u64::from(layer))
+    }
+
+    /// The word once the slot is freed: no layer, its lives kept.
+    #[inline(always)]
+    fn freed(self) -> LayerWord {
+        LayerWord(self.0 & !u64::from(u32::MAX))
     }
 }
 
@@ -815,14 +842,18 @@ impl<T> Drop for Zeroed<T> {
 struct Level {
     /// Per bucket, the id of each slot's span, 0 when free.
     /// ATOMICS: the claim's compare-and-swap is `AcqRel` (it reads the free's `Release`
-    /// store of 0, so the claimer's writes follow the last occupant's drop; finders'
-    /// `Acquire` loads of the id then see the layer word cleared by that free, never the
-    /// previous occupant's); the free stores 0 with `Release`.
+    /// store of 0, so the claimer's writes follow the last occupant's drop, and its read of
+    /// the slot's lives the free's); the free stores 0 with `Release`; [`SlotRef::holds`]
+    /// loads it `Acquire` between two loads of the layer word.
     ids: Zeroed<[AtomicU64; BUCKET_SLOTS]>,
-    /// Per bucket, each slot's span's layer number plus 1, 0 while free or being filled.
+    /// Per bucket, each slot's [`LayerWord`]: its span's layer number plus 1 (0 while free
+    /// or being filled), and above it the count of the slot's lives, raised by each publish,
+    /// so that a word read twice tells whether the slot changed hands in between
+    /// ([`SlotRef::holds`]).
     /// ATOMICS: `Release` store when published (after the state is written), `Acquire`
-    /// loads by finders; cleared `Relaxed` by the free before its `Release` of the id.
-    layers: Zeroed<[AtomicU32; BUCKET_SLOTS]>,
+    /// loads by finders; its layer cleared `Relaxed` by the free before its `Release` of
+    /// the id.
+    layers: Zeroed<[AtomicU64; BUCKET_SLOTS]>,
     /// Per bucket: a key whose home it is went to a later bucket or level.
     /// ATOMICS: `Relaxed`: set before the key's slot elsewhere is published; a lookup of
     /// that key runs after the span's creation returned, which the span's handle orders
@@ -871,14 +902,13 @@ impl Level {
     /// The slot of the live span `key` in `bucket`.
     #[inline(always)]
     fn find_in(&self, bucket: usize, key: Key) -> Option<SlotRef<'_>> {
-        let ids = &self.ids[bucket];
-        let layers = &self.layers[bucket];
-        for (i, id) in ids.iter().enumerate() {
-            // ATOMICS: see `ids` and `layers`.
-            if id.load(Ordering::Acquire) == key.span
-                && layers[i].load(Ordering::Acquire) == key.layer_word()
-            {
-                return Some(self.slot(bucket, i));
+        for (i, id) in self.ids[bucket].iter().enumerate() {
+            // ATOMICS: see `ids` (a first sieve: `holds` checks the slot whole).
+            if id.load(Ordering::Relaxed) == key.span {
+                let slot = self.slot(bucket, i);
+                if slot.holds(key) {
+                    return Some(slot);
+                }
             }
         }
         None
@@ -941,7 +971,7 @@ impl Level {
 pub(super) struct SlotRef<'l> {
     slot: &'l Slot,
     id: &'l AtomicU64,
-    layer: &'l AtomicU32,
+    layer: &'l AtomicU64,
 }
 
 impl std::fmt::Debug for SlotRef<'_> {
@@ -957,11 +987,22 @@ impl<'l> SlotRef<'l> {
     /// handle, or is its close) that kept this slot from an earlier call: one live span has
     /// that key, so matching words are its slot; after the span's close the slot may hold
     /// another span, or none.
+    ///
+    /// The layer word is read before and after the id: the same word twice means one life
+    /// of the slot (each publish raises its count of lives), so the id read is that life's.
+    /// (Two words read once each could be of two lives: the id of a span of another layer,
+    /// freed in between, then the layer of a span of this layer with another id.)
     #[inline(always)]
     pub(super) fn holds(self, key: Key) -> bool {
-        // ATOMICS: see `Level::ids` and `Level::layers`.
-        self.id.load(Ordering::Acquire) == key.span
-            && self.layer.load(Ordering::Acquire) == key.layer_word()
+        // ATOMICS: see `Level::ids` and `Level::layers`. The first load of the layer word
+        // acquires its publish, so the id load sees that life's claim or later; a free after
+        // it clears the layer before its `Release` of the id, so if the id load saw the free
+        // (or a later claim), the second layer load, after the `Acquire` id load, sees the
+        // cleared word or a later one, never the first again.
+        let word = self.layer.load(Ordering::Acquire);
+        LayerWord(word).layer() == key.layer_word()
+            && self.id.load(Ordering::Acquire) == key.span
+            && self.layer.load(Ordering::Relaxed) == word
     }
 
     /// The span's state, locked; `None` if the calling thread holds the lock already (a
@@ -995,8 +1036,10 @@ impl<'l> SlotRef<'l> {
         fill(state);
         std::mem::forget(unwinding);
         state.finish();
-        // ATOMICS: see `Level::layers`.
-        self.layer.store(key.layer_word(), Ordering::Release);
+        // ATOMICS: see `Level::layers`; the slot is this thread's: its word read `Relaxed`.
+        let lives = LayerWord(self.layer.load(Ordering::Relaxed));
+        self.layer
+            .store(lives.published(key.layer_word()).0, Ordering::Release);
     }
 
     /// The span's state, for its last user (its close) or a reader that validates what it
@@ -1010,8 +1053,10 @@ impl<'l> SlotRef<'l> {
     /// the thread that claimed it, or once no copy of its layer is left.
     fn free(self) {
         self.slot.state.clear();
-        // ATOMICS: see `Level::ids` and `Level::layers`.
-        self.layer.store(0, Ordering::Relaxed);
+        // ATOMICS: see `Level::ids` and `Level::layers`; the slot is this thread's (its last
+        // user, or its claimer): its word read `Relaxed`.
+        let word = LayerWord(self.layer.load(Ordering::Relaxed));
+        self.layer.store(word.freed().0, Ordering::Relaxed);
         self.id.store(0, Ordering::Release);
     }
 }
@@ -1227,7 +1272,7 @@ fn remove_layer(layer: u32) {
         for (bucket, layers) in level.layers.iter().enumerate() {
             for (i, slot_layer) in layers.iter().enumerate() {
                 // ATOMICS: see `Level::layers`.
-                if slot_layer.load(Ordering::Acquire) == word {
+                if LayerWord(slot_layer.load(Ordering::Acquire)).layer() == word {
                     level.slot(bucket, i).free();
                 }
             }
@@ -1295,6 +1340,39 @@ mod tests {
         assert_eq!(generation(b), Some(2));
         remove_layer(u32::MAX - 2);
         assert!(find(b).is_none());
+    }
+
+    #[test]
+    fn a_slots_layer_word_counts_its_lives() {
+        let free = LayerWord(0);
+        let first = free.published(5);
+        assert_eq!(first.layer(), 5);
+        assert_eq!(first.freed().layer(), 0);
+        let second = first.freed().published(5);
+        assert_eq!(second.layer(), 5);
+        assert_ne!(first, second, "a slot's next life has another word");
+        let wrapped = LayerWord(u64::MAX).published(7);
+        assert_eq!((wrapped.layer(), wrapped.0 >> 32), (7, 0));
+        // A slot freed and claimed again by a span of the same key: the reference kept from
+        // the first life holds the span again (one live span has the key), with a new word.
+        let key = Key {
+            layer: u32::MAX - 9,
+            span: 0x5eed_0000_000e,
+        };
+        let slot = insert(key, span(8), |_| {}).expect("room");
+        // ATOMICS: a test's read of the word.
+        let before = slot.layer.load(Ordering::Relaxed);
+        close(slot, |_| {});
+        assert!(!slot.holds(key));
+        let again = insert(key, span(9), |_| {}).expect("room");
+        // (Its home slot, unless another test's span took it meanwhile.)
+        if std::ptr::eq(slot.slot, again.slot) {
+            assert!(slot.holds(key));
+            assert_ne!(slot.layer.load(Ordering::Relaxed), before);
+        } else {
+            assert!(!slot.holds(key));
+        }
+        assert_eq!(remove(key), Some(9));
     }
 
     #[test]
