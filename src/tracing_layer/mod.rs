@@ -95,9 +95,9 @@ const MAX_ENTERED: usize = 1024;
 /// - A span's enter does not look the span up when it is one of the last eight spans its
 ///   thread recorded (the usual case); others are looked up (a span entered on another
 ///   thread, for its async begin; a span from before the trace, to be taken in). Its exit
-///   looks it up once, for its record, which is written on the engine's one-announcement
-///   path (up to three scalar fields) once its thread has written the span's name in the
-///   trace.
+///   checks the slot its enter had and reads the span's state there without a lock; the
+///   record is written on the engine's one-announcement path (up to three scalar fields)
+///   once its thread has written the span's name in the trace.
 /// - Events with string or `Debug` fields format into a per-thread scratch buffer (no
 ///   allocation once warm; an event emitted while another's field is formatted takes a
 ///   string of its own).
@@ -1373,31 +1373,11 @@ mod tests {
 
     /// A span of a layer number no layer of this process takes, kept in the table.
     fn kept(span: u64) -> Known {
-        static META: &tracing::Metadata<'static> = {
-            static CALLSITE: tracing::callsite::DefaultCallsite =
-                tracing::callsite::DefaultCallsite::new(&META);
-            static META: tracing::Metadata<'static> = tracing::metadata!(
-                name: "test",
-                target: "test",
-                level: tracing::Level::INFO,
-                fields: &[],
-                callsite: &CALLSITE,
-                kind: tracing::metadata::Kind::SPAN,
-            );
-            &META
-        };
         let key = Key {
             layer: u32::MAX - 10,
             span,
         };
-        let new = NewSpan {
-            generation: 1,
-            metadata: META,
-            origin: 0,
-            origin_tid: 0,
-            missing: Missing::None,
-            memo: SpanMemo::NONE,
-        };
+        let new = spans::tests::span(1);
         let slot = spans::insert(key, new, |_| {}).expect("room");
         Known { key, slot }
     }

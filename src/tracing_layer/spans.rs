@@ -1281,10 +1281,11 @@ fn remove_layer(layer: u32) {
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
-    fn span(generation: u32) -> NewSpan {
+    /// A new span of a test call site, in trace `generation` (also the layer's tests').
+    pub(in crate::tracing_layer) fn span(generation: u32) -> NewSpan {
         static CALLSITE: tracing::callsite::DefaultCallsite =
             tracing::callsite::DefaultCallsite::new(&META);
         static META: Metadata<'static> = tracing::metadata!(
