@@ -999,10 +999,22 @@ impl<'l> SlotRef<'l> {
         // it clears the layer before its `Release` of the id, so if the id load saw the free
         // (or a later claim), the second layer load, after the `Acquire` id load, sees the
         // cleared word or a later one, never the first again.
+        self.holds_with(key, |_| {})
+    }
+
+    /// [`Self::holds`], calling `after(n)` after its load `n` (0, 1): a test changes the
+    /// slot's hands there.
+    #[inline(always)]
+    fn holds_with(self, key: Key, mut after: impl FnMut(usize)) -> bool {
+        // ATOMICS: see `holds`.
         let word = self.layer.load(Ordering::Acquire);
-        LayerWord(word).layer() == key.layer_word()
-            && self.id.load(Ordering::Acquire) == key.span
-            && self.layer.load(Ordering::Relaxed) == word
+        after(0);
+        if LayerWord(word).layer() != key.layer_word() {
+            return false;
+        }
+        let id = self.id.load(Ordering::Acquire);
+        after(1);
+        id == key.span && self.layer.load(Ordering::Relaxed) == word
     }
 
     /// The span's state, locked; `None` if the calling thread holds the lock already (a
@@ -1374,6 +1386,42 @@ pub(super) mod tests {
             assert!(!slot.holds(key));
         }
         assert_eq!(remove(key), Some(9));
+    }
+
+    #[test]
+    fn a_slot_that_changes_hands_amid_the_checks_loads_never_holds_another_key() {
+        // Key `mine` is never in the slot, which goes from a span of layer `b` with id `id`
+        // to one of layer `a` with another id, or back, after any load of the check.
+        let (a, b, id) = (u32::MAX - 11, u32::MAX - 12, 0x5eed_0000_000f);
+        let mine = Key { layer: a, span: id };
+        let others = [
+            Key { layer: b, span: id },
+            Key {
+                layer: a,
+                span: id + 1,
+            },
+        ];
+        let slot = insert(others[0], span(1), |_| {}).expect("room");
+        // Freed and claimed again (its id never 0 meanwhile: no other test's claim takes it).
+        let retake = |key: Key| {
+            // ATOMICS: as `SlotRef::free` and `Level::claim_in`.
+            let word = LayerWord(slot.layer.load(Ordering::Relaxed));
+            slot.layer.store(word.freed().0, Ordering::Relaxed);
+            slot.id.store(key.span, Ordering::Release);
+            slot.fill(key, span(2), |_| {});
+        };
+        for first in 0..2 {
+            for at in 0..2 {
+                retake(others[first]);
+                let held = slot.holds_with(mine, |n| {
+                    if n == at {
+                        retake(others[1 - first]);
+                    }
+                });
+                assert!(!held, "from {:?}, changed after load {at}", others[first]);
+            }
+        }
+        slot.free();
     }
 
     #[test]
