@@ -123,6 +123,14 @@ pub fn skip(requirement: Requirement, why: impl Display) {
     }
 }
 
+/// Let `fxtrace::TracingLayer`'s table of spans use `levels` levels at most (1 to 8: 2 048 ×
+/// (2^`levels` − 1) live spans; 8 by default); the previous bound. For tests of a full table
+/// (a test that lowers it restores it, and runs alone: the table is the process's).
+#[cfg(feature = "tracing")]
+pub fn limit_span_table(levels: usize) -> usize {
+    crate::tracing_layer::allow_levels(levels)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -23,6 +23,18 @@ fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|p| p.into_inner())
 }
 
+/// This thread's nice value.
+fn nice() -> i32 {
+    // getpriority returns -1 both as a nice value and as an error: errno tells them apart.
+    // SAFETY: __errno_location returns this thread's errno; getpriority has no preconditions.
+    unsafe {
+        *libc::__errno_location() = 0;
+        let nice = libc::getpriority(libc::PRIO_PROCESS, 0);
+        assert_eq!(*libc::__errno_location(), 0, "getpriority failed");
+        nice
+    }
+}
+
 fn gettid() -> u32 {
     // SAFETY: gettid has no preconditions.
     unsafe { libc::gettid() as u32 }
@@ -334,9 +346,13 @@ fn system_wide_sched_switch_sees_the_workload() {
             println!("tid {tid}: the kernel reported no switch-out for the exit");
             assert_states(&outs, rounds);
         }
+        // The kernel's prio of a normal task is 120 + its nice (inherited from the test run:
+        // `nice -n 5 cargo test` gives 125).
+        let prio = 120 + nice();
         assert!(
-            outs.iter().all(|c| c.prev_prio == 120),
-            "nice 0 is prio 120"
+            outs.iter().all(|c| i32::from(c.prev_prio) == prio),
+            "nice {} is prio {prio}",
+            prio - 120
         );
     }
     assert!(total_ins > 0, "the workload threads are seen switching in");

@@ -208,6 +208,20 @@ impl ScalarArg {
         self.word
     }
 
+    /// The argument as two words, its header (name ref zero) then its value word: a copy
+    /// that can be kept in two atomics; [`Self::from_words`] gives the argument back.
+    #[inline(always)]
+    pub fn to_words(self) -> [u64; 2] {
+        [self.header, self.word]
+    }
+
+    /// The argument whose [`Self::to_words`] these are. (Other words give an argument that
+    /// encodes as they say: its header is the first word.)
+    #[inline(always)]
+    pub fn from_words([header, word]: [u64; 2]) -> ScalarArg {
+        ScalarArg { header, word }
+    }
+
     /// The value it was made from.
     pub fn value(self) -> ArgValue<'static> {
         let int32 = Int32Argument::VALUE.get(self.header);
@@ -310,6 +324,29 @@ pub(crate) fn check_arg_count(args: &[Arg<'_>]) -> Result<u64, EncodeError> {
 mod tests {
     use super::*;
     use crate::sink::Cursor;
+
+    #[test]
+    fn a_scalar_argument_comes_back_from_its_words() {
+        let values = [
+            ArgValue::Null,
+            ArgValue::I32(-3),
+            ArgValue::U32(3),
+            ArgValue::Bool(true),
+            ArgValue::I64(-1 << 40),
+            ArgValue::U64(u64::MAX),
+            ArgValue::F64(2.5),
+            ArgValue::Pointer(0x1000),
+            ArgValue::Koid(7),
+            ArgValue::Str(StringRef::Index(12)),
+            ArgValue::Str(StringRef::Empty),
+        ];
+        for value in values {
+            let arg = ScalarArg::new(value).expect("a scalar");
+            let back = ScalarArg::from_words(arg.to_words());
+            assert_eq!(back, arg);
+            assert_eq!(back.value(), value);
+        }
+    }
 
     fn total_words(args: &[Arg<'_>]) -> usize {
         args.iter().map(|a| a.words().unwrap()).sum()

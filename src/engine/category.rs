@@ -54,6 +54,7 @@ fn one_context_left(word: u64) -> u64 {
 /// process had stopped before: what a thread began (a `tracing` span entered) under an
 /// earlier value belongs to a trace that has stopped. One relaxed load for both answers.
 #[cfg_attr(not(feature = "tracing"), allow(dead_code))]
+#[inline]
 pub(crate) fn active_epoch() -> Option<u32> {
     // ATOMICS: see `ACTIVE_CONTEXTS`.
     let word = ACTIVE_CONTEXTS.load(Ordering::Relaxed);

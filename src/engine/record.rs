@@ -474,6 +474,25 @@ impl SpanMemo {
         arg_indices: 0,
     };
 
+    /// The memo as three words (header, thread, argument indices): a copy that can be kept
+    /// in atomics; [`Self::from_words`] gives it back.
+    #[cfg(feature = "tracing")]
+    #[inline(always)]
+    pub(crate) fn to_words(self) -> [u64; 3] {
+        [self.header, self.thread as u64, self.arg_indices]
+    }
+
+    /// The memo whose [`Self::to_words`] these are.
+    #[cfg(feature = "tracing")]
+    #[inline(always)]
+    pub(crate) fn from_words([header, thread, arg_indices]: [u64; 3]) -> SpanMemo {
+        SpanMemo {
+            header,
+            thread: thread as usize,
+            arg_indices,
+        }
+    }
+
     /// The argument names' indices, packed, if the begin learned them on the calling thread
     /// (they are its own registrations); 0 otherwise.
     #[inline(always)]

@@ -2,11 +2,14 @@
 
 mod spans;
 
+#[cfg(any(test, feature = "test-support"))]
+pub(crate) use spans::allow_levels;
+
 use std::cell::{Cell, RefCell};
 use std::fmt::{self, Write as _};
 use std::mem::MaybeUninit;
 use std::ops::Range;
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::Arc;
 
 use tracing::field::{Field, Visit};
 use tracing::span::{Attributes, Id, Record};
@@ -25,7 +28,10 @@ use crate::engine::record::{
 use crate::engine::Context;
 use crate::format::{Arg, ArgValue, Event, EventKind, ScalarArg, StringRef, ThreadRef, MAX_ARGS};
 use crate::instrument;
-use spans::{text_value, Key, Missing, NewSpan, Owned, SpanState};
+use spans::{
+    text_value, Key, LayerNumber, Missing, NewSpan, Owned, SlotGuard, SlotRef, SpanState, SpanView,
+    SPAN_ID,
+};
 
 /// Longest text argument (string field, `Debug` text, message) written, in bytes.
 pub(crate) const MAX_TEXT: usize = 4096;
@@ -34,13 +40,12 @@ pub(crate) const MAX_TEXT: usize = 4096;
 /// thread's string cache knows it by (string literals are not guaranteed to be merged).
 static LEVEL: &str = "level";
 
-/// Name of a span duration's argument carrying the span's id (a `static`, as [`LEVEL`]).
-static SPAN_ID: &str = "span_id";
-
-/// Name and value of the argument of a span created before the trace: its fields were
-/// recorded then, and are not in the trace.
+/// Name and values of the argument of a span whose fields are not all kept: created before
+/// the trace (its fields were recorded then, and are not in the trace), or while the table
+/// of spans was full.
 static FIELDS: &str = "fields";
 static RECORDED_BEFORE_THE_TRACE: &str = "recorded before the trace";
+static NOT_KEPT_TABLE_FULL: &str = "not kept: the table of spans was full";
 
 /// Name of the argument counting fields that did not fit in one record.
 const FIELDS_DROPPED: &str = "fields_dropped";
@@ -90,9 +95,9 @@ const MAX_ENTERED: usize = 1024;
 /// - A span's enter does not look the span up when it is one of the last eight spans its
 ///   thread recorded (the usual case); others are looked up (a span entered on another
 ///   thread, for its async begin; a span from before the trace, to be taken in). Its exit
-///   looks it up once, for its record, which is written on the engine's one-announcement
-///   path (up to three scalar fields) once its thread has written the span's name in the
-///   trace.
+///   checks the slot its enter had and reads the span's state there without a lock; the
+///   record is written on the engine's one-announcement path (up to three scalar fields)
+///   once its thread has written the span's name in the trace.
 /// - Events with string or `Debug` fields format into a per-thread scratch buffer (no
 ///   allocation once warm; an event emitted while another's field is formatted takes a
 ///   string of its own).
@@ -104,28 +109,33 @@ const MAX_ENTERED: usize = 1024;
 /// - Span ids are reused by the registry after a span closes, so an async id (and
 ///   `span_id`) is unique only among live spans (async begin/end pairs with the same id do
 ///   not overlap).
-/// - The table keeps up to 522 240 live spans; the durations of spans beyond are not
-///   written, each counted as a dropped record.
-#[derive(Debug, Default)]
+/// - The table keeps up to 522 240 live spans; a span created while it is full is taken in
+///   at its first enter if room was made meanwhile (its creation fields then missing, an
+///   argument `fields` says so), else its durations are not written, each counted as a
+///   dropped record.
+#[derive(Debug)]
 pub struct TracingLayer {
-    /// This layer's number in the table of spans, given when it joins a subscriber
-    /// ([`Layer::on_layer`]): two subscribers number their spans independently. 0 before.
+    /// This layer's number in the table of spans (`number`'s): two subscribers number their
+    /// spans independently.
     layer: u32,
-    /// The subscriber already held the layer (a configuration mistake that must not
-    /// panic): this copy takes the other's number, so that the copies share each span's
-    /// entry (one async pair per span), and adds an entry only for a span the other did
-    /// not see (its filter may differ).
+    /// The number, shared with a copy of this layer that the same subscriber already held
+    /// (a configuration mistake that must not panic): the copies then share each span's
+    /// entry (one async pair per span), and a copy adds an entry only for a span the other
+    /// did not see (its filter may differ). The last copy dropped frees the number's spans.
+    number: Arc<LayerNumber>,
+    /// The subscriber already held the layer (see `number`).
     shared: bool,
 }
-
-/// The next layer number.
-/// ATOMICS: `Relaxed`: a unique counter.
-static NEXT_LAYER: AtomicU32 = AtomicU32::new(1);
 
 impl TracingLayer {
     /// The layer.
     pub fn new() -> Self {
-        Self::default()
+        let number = LayerNumber::new();
+        Self {
+            layer: number.get(),
+            number,
+            shared: false,
+        }
     }
 
     #[inline(always)]
@@ -137,19 +147,16 @@ impl TracingLayer {
     }
 }
 
-impl Clone for TracingLayer {
-    /// A layer of its own: it takes a number when it joins a subscriber.
-    fn clone(&self) -> Self {
+impl Default for TracingLayer {
+    fn default() -> Self {
         Self::new()
     }
 }
 
-impl Drop for TracingLayer {
-    fn drop(&mut self) {
-        // Its subscriber is gone: none of its spans will be closed.
-        if self.layer != 0 && !self.shared {
-            spans::remove_layer(self.layer);
-        }
+impl Clone for TracingLayer {
+    /// A layer of its own (its own number in the table of spans).
+    fn clone(&self) -> Self {
+        Self::new()
     }
 }
 
@@ -165,17 +172,30 @@ thread_local! {
     static TID: Cell<u64> = const { Cell::new(0) };
 }
 
+/// A span entered on this thread and not yet exited.
 #[derive(Debug, Clone, Copy)]
 struct Entered {
-    span: u64,
-    layer: u32,
+    key: Key,
     start: u64,
+    /// Its slot in the table when the enter had it (else the span was not kept then).
+    slot: Option<SlotRef<'static>>,
+}
+
+/// A span this thread created or exited lately, and its slot in the table: its next enter
+/// (or its close) finds the slot without a lookup, after checking that the slot still holds
+/// it ([`SlotRef::holds`]; ids are reused once a span closes).
+#[derive(Debug, Clone, Copy)]
+struct Known {
+    key: Key,
+    slot: SlotRef<'static>,
 }
 
 /// How many of the spans a thread created last it remembers ([`ThreadSpans::created`]).
 const CREATED_HINTS: usize = 8;
 
-/// A thread's spans.
+/// A thread's spans. Borrowed for a few instructions by each callback, which runs none of
+/// the program's code meanwhile; a callback that finds it borrowed (a signal handler's, on
+/// a thread interrupted inside the layer) leaves it alone.
 struct ThreadSpans {
     /// Entered and not yet exited, innermost last.
     entered: Vec<Entered>,
@@ -183,30 +203,54 @@ struct ThreadSpans {
     /// has stopped since (the only way an exit is skipped, leaving its entry here), the next
     /// enter drops them.
     epoch: u32,
-    /// The ids of the last spans this thread created that a trace records: a hint that an
-    /// enter of one of them is on its creator's thread (ids are reused once a span closes, so
-    /// the exit checks again), and needs no lookup for an async begin.
-    created: [u64; CREATED_HINTS],
+    /// The last spans this thread created that a trace records: a hint that an enter of one
+    /// of them is on its creator's thread (ids are reused once a span closes, so the exit
+    /// checks again), and needs no lookup for an async begin.
+    created: [Option<Known>; CREATED_HINTS],
     next_created: usize,
+    /// The span this thread exited last: its close usually follows.
+    exited: Option<Known>,
 }
 
 impl ThreadSpans {
     const NEW: ThreadSpans = ThreadSpans {
         entered: Vec::new(),
         epoch: 0,
-        created: [0; CREATED_HINTS],
+        created: [None; CREATED_HINTS],
         next_created: 0,
+        exited: None,
     };
 
-    fn note_created(&mut self, span: u64) {
-        self.created[self.next_created] = span;
+    #[inline]
+    fn note_created(&mut self, known: Known) {
+        self.created[self.next_created] = Some(known);
         self.next_created = (self.next_created + 1) % CREATED_HINTS;
     }
 
-    fn created_here(&self, span: u64) -> bool {
+    /// The slot of span `key` if this thread created it lately.
+    #[inline]
+    fn created_here(&self, key: Key) -> Option<SlotRef<'static>> {
         // Most often the span the thread created last.
         let last = (self.next_created + CREATED_HINTS - 1) % CREATED_HINTS;
-        self.created[last] == span || self.created.contains(&span)
+        match self.created[last] {
+            Some(known) if known.key == key => Some(known.slot),
+            _ => self
+                .created
+                .iter()
+                .flatten()
+                .find(|k| k.key == key)
+                .map(|k| k.slot),
+        }
+    }
+
+    /// The slot of span `key` if this thread exited it last or created it lately (not
+    /// checked: see [`Known`]).
+    #[inline]
+    fn slot_hint(&self, key: Key) -> Option<SlotRef<'static>> {
+        match self.exited {
+            Some(known) if known.key == key => Some(known.slot),
+            _ => self.created_here(key),
+        }
     }
 
     /// Push `entered`, first dropping what was entered before the quiet epoch became `epoch`
@@ -228,26 +272,52 @@ impl ThreadSpans {
         self.entered.remove(0);
     }
 
+    /// Pop span `key`'s entry (the innermost one of it), remembering its slot for its
+    /// close.
     #[inline]
-    fn exit(&mut self, span: u64, layer: u32) -> Option<Entered> {
-        let this = |e: &Entered| e.span == span && e.layer == layer;
+    fn exit(&mut self, key: Key) -> Option<Entered> {
+        let this = |e: &Entered| e.key == key;
         // Most often the innermost.
-        if self.entered.last().is_some_and(this) {
-            return self.entered.pop();
+        let entered = if self.entered.last().is_some_and(this) {
+            self.entered.pop()?
+        } else {
+            let at = self.entered.iter().rposition(this)?;
+            self.entered.remove(at)
+        };
+        if let Some(slot) = entered.slot {
+            self.exited = Some(Known { key, slot });
         }
-        let at = self.entered.iter().rposition(this)?;
-        Some(self.entered.remove(at))
+        Some(entered)
     }
 }
 
+/// `f` of the thread's spans, unless they are borrowed (a signal handler that interrupted a
+/// callback) or gone (the thread is exiting).
+#[inline(always)]
+fn with_spans<R>(f: impl FnOnce(&mut ThreadSpans) -> R) -> Option<R> {
+    SPANS
+        .try_with(|spans| spans.try_borrow_mut().ok().map(|mut spans| f(&mut spans)))
+        .ok()
+        .flatten()
+}
+
+/// The calling thread's kernel id.
+#[inline(always)]
 fn current_tid() -> u64 {
-    TID.with(|t| {
-        if t.get() == 0 {
-            // SAFETY: `gettid` has no preconditions.
-            t.set(unsafe { libc::gettid() } as u64);
-        }
-        t.get()
-    })
+    match TID.with(Cell::get) {
+        0 => first_tid(),
+        tid => tid,
+    }
+}
+
+/// [`current_tid`] the first time on a thread.
+#[cold]
+#[inline(never)]
+fn first_tid() -> u64 {
+    // SAFETY: `gettid` has no preconditions.
+    let tid = unsafe { libc::gettid() } as u64;
+    TID.with(|t| t.set(tid));
+    tid
 }
 
 // === values ===
@@ -336,41 +406,34 @@ impl<F: FnMut(&'static str, Owned)> Visit for SpanVisitor<F> {
     }
 }
 
-/// A new span's fields, visited straight into its state in the table.
-struct FieldsVisitor<'s>(&'s mut SpanState);
+/// A new span's fields, visited straight into its state in the table (its slot not yet
+/// published).
+struct FieldsVisitor<'s>(&'s SpanState);
 
 impl Visit for FieldsVisitor<'_> {
     fn record_f64(&mut self, field: &Field, value: f64) {
-        self.0
-            .fields
-            .push_scalar(field.name(), ArgValue::F64(value));
+        self.0.push_scalar(field.name(), ArgValue::F64(value));
     }
 
     fn record_i64(&mut self, field: &Field, value: i64) {
-        self.0
-            .fields
-            .push_scalar(field.name(), ArgValue::I64(value));
+        self.0.push_scalar(field.name(), ArgValue::I64(value));
     }
 
     fn record_u64(&mut self, field: &Field, value: u64) {
-        self.0
-            .fields
-            .push_scalar(field.name(), ArgValue::U64(value));
+        self.0.push_scalar(field.name(), ArgValue::U64(value));
     }
 
     fn record_bool(&mut self, field: &Field, value: bool) {
-        self.0
-            .fields
-            .push_scalar(field.name(), ArgValue::Bool(value));
+        self.0.push_scalar(field.name(), ArgValue::Bool(value));
     }
 
     fn record_str(&mut self, field: &Field, value: &str) {
-        let mut set = |name, value| self.0.fields.set(name, value);
+        let mut set = |name, value| self.0.set(name, value);
         SpanVisitor { set: &mut set }.record_str(field, value);
     }
 
     fn record_debug(&mut self, field: &Field, value: &dyn fmt::Debug) {
-        let mut set = |name, value| self.0.fields.set(name, value);
+        let mut set = |name, value| self.0.set(name, value);
         SpanVisitor { set: &mut set }.record_debug(field, value);
     }
 }
@@ -555,30 +618,27 @@ fn with_writer_in(generation: u32, f: impl FnOnce(&mut TraceWriter<'_>)) {
     });
 }
 
-/// Arguments of a span's record: its fields, names interned (with the `fields_dropped` count
-/// last when they do not all fit), then, if given, `span_id`, then the note of fields
-/// recorded before the trace when some are missing.
+/// Arguments of a span's record (its state read under its slot's lock): its fields, names
+/// interned (with the `fields_dropped` count last when they do not all fit), then, if
+/// given, `span_id`, then the note of fields not kept when some are missing.
 fn span_args<'a>(
     writer: &mut TraceWriter<'_>,
     state: &'a SpanState,
     span_id: Option<u64>,
     out: &mut [Arg<'a>; MAX_ARGS],
 ) -> usize {
-    let fields = &state.fields;
-    let after = usize::from(span_id.is_some()) + usize::from(state.missing != Missing::None);
+    let missing = state.missing();
+    let len = state.fields_len();
+    let after = usize::from(span_id.is_some()) + usize::from(missing != Missing::None);
     let room = MAX_ARGS - after;
-    let fit = if fields.len() > room {
-        room - 1
-    } else {
-        fields.len()
-    };
+    let fit = if len > room { room - 1 } else { len };
     for (i, slot) in out.iter_mut().enumerate().take(fit) {
-        let (name, value) = fields.get(i);
+        let (name, value) = state.field(i);
         *slot = Arg::new(writer.string_ref(name), value);
     }
     let mut n = fit;
-    if fit < fields.len() {
-        let dropped = (fields.len() - fit) as u32;
+    if fit < len {
+        let dropped = (len - fit) as u32;
         out[n] = Arg::new(writer.string_ref(FIELDS_DROPPED), ArgValue::U32(dropped));
         n += 1;
     }
@@ -586,8 +646,13 @@ fn span_args<'a>(
         out[n] = Arg::new(writer.string_ref(SPAN_ID), ArgValue::U64(id));
         n += 1;
     }
-    if state.missing == Missing::BeforeTrace {
-        let note = writer.string_ref(RECORDED_BEFORE_THE_TRACE);
+    let note = match missing {
+        Missing::None => None,
+        Missing::BeforeTrace => Some(RECORDED_BEFORE_THE_TRACE),
+        Missing::TableFull => Some(NOT_KEPT_TABLE_FULL),
+    };
+    if let Some(note) = note {
+        let note = writer.string_ref(note);
         out[n] = Arg::new(writer.string_ref(FIELDS), ArgValue::Str(note));
         n += 1;
     }
@@ -607,17 +672,14 @@ where
 {
     fn on_layer(&mut self, subscriber: &mut S) {
         let inner: &dyn Subscriber = subscriber;
-        match inner.downcast_ref::<TracingLayer>() {
-            Some(other) if other.layer != 0 => {
-                self.layer = other.layer;
-                self.shared = true;
-            }
-            // ATOMICS: see `NEXT_LAYER`.
-            _ => self.layer = NEXT_LAYER.fetch_add(1, Ordering::Relaxed),
+        if let Some(other) = inner.downcast_ref::<TracingLayer>() {
+            self.layer = other.layer;
+            self.number = Arc::clone(&other.number);
+            self.shared = true;
         }
     }
 
-    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, _ctx: LayerContext<'_, S>) {
+    fn on_new_span(&self, attrs: &Attributes<'_>, id: &Id, ctx: LayerContext<'_, S>) {
         if !tracing_maybe_on() {
             return;
         }
@@ -648,15 +710,15 @@ where
         // The fields are visited into the span's slot, which no other thread finds yet.
         let kept = spans::insert(key, new, |state| {
             attrs.record(&mut FieldsVisitor(state));
-            state.all_fields = state
-                .fields
-                .scalars()
-                .is_some_and(|(names, _)| names.len() == metadata.fields().len());
+            state.set_all_fields(state.inline_len() == Some(metadata.fields().len()));
         });
-        // When the table is full the span's enters take it in if room was made meanwhile;
-        // else each counts its duration as dropped.
-        if kept {
-            let _ = SPANS.try_with(|spans| spans.borrow_mut().note_created(id.into_u64()));
+        match kept {
+            Some(slot) => {
+                with_spans(|spans| spans.note_created(Known { key, slot }));
+            }
+            // The table is full: the span's enters take it in if room was made meanwhile,
+            // else each counts its duration as dropped.
+            None => table_full_at_creation(id, &ctx),
         }
     }
 
@@ -664,8 +726,8 @@ where
         let key = self.key(id);
         // A span the table keeps takes the values whether a trace runs or not (a later trace
         // writes them); one it does not is taken in if a trace records it.
-        let kept = spans::find(key).is_some();
-        if !kept && !tracing_maybe_on() {
+        let kept = spans::find(key);
+        if kept.is_none() && !tracing_maybe_on() {
             return;
         }
         // The values are visited with no lock held: a value's `Debug` is the program's code
@@ -675,19 +737,23 @@ where
         values.record(&mut SpanVisitor {
             set: |name, value| recorded.push((name, value)),
         });
-        let set_all = |state: &mut SpanState| {
+        let set_all = |state: &SpanState| {
             for (name, value) in recorded {
-                state.fields.set(name, value);
+                state.set(name, value);
             }
-            state.all_fields = false;
+            state.set_all_fields(false);
         };
-        if let Some(slot) = spans::find(key) {
-            set_all(&mut slot.lock());
+        // A kept span whose lock the thread holds already (a signal handler's record) does
+        // not take these values.
+        if let Some(slot) = kept.or_else(|| spans::find(key)) {
+            if let Some(state) = slot.lock() {
+                state.change(set_all);
+            }
             return;
         }
         // Created before the trace: its other fields are gone; its origin is its first
         // entry in the trace.
-        if let Some(new) = self.take_in(id, &ctx, 0) {
+        if let Some(new) = self.take_in(id, &ctx, 0, Missing::BeforeTrace) {
             spans::take_in(key, new, set_all);
         }
     }
@@ -696,23 +762,31 @@ where
         let Some(epoch) = active_epoch() else {
             return;
         };
-        let span_id = id.into_u64();
-        // A span this thread created needs no lookup here: the exit looks it up once, for its
-        // record. Another (a span that moved here, or one from before the trace) is looked up
-        // now, so that its async begin is in the trace even if the trace stops before this
-        // thread exits it.
-        let created_here = SPANS
-            .try_with(|spans| spans.borrow().created_here(span_id))
-            .unwrap_or(false);
-        if !created_here {
-            self.enter_elsewhere(id, &ctx);
+        let key = self.key(id);
+        // A span this thread created needs no lookup here: its slot is known, and the exit
+        // checks it for its record. Another (a span that moved here, or one from before the
+        // trace) is looked up now, so that its async begin is in the trace even if the trace
+        // stops before this thread exits it.
+        let entered_here = with_spans(|spans| {
+            let slot = spans.created_here(key)?;
+            let start = clock::ticks();
+            spans.enter(
+                Entered {
+                    key,
+                    start,
+                    slot: Some(slot),
+                },
+                epoch,
+            );
+            Some(())
+        });
+        if entered_here != Some(None) {
+            // Entered, or the thread's spans are out of reach (a signal handler's enter).
+            return;
         }
-        let entered = Entered {
-            span: span_id,
-            layer: self.layer,
-            start: clock::ticks(),
-        };
-        let _ = SPANS.try_with(|spans| spans.borrow_mut().enter(entered, epoch));
+        let slot = self.enter_elsewhere(id, &ctx);
+        let start = clock::ticks();
+        with_spans(|spans| spans.enter(Entered { key, start, slot }, epoch));
     }
 
     fn on_exit(&self, id: &Id, _ctx: LayerContext<'_, S>) {
@@ -720,39 +794,57 @@ where
             return;
         }
         let end = clock::ticks();
-        let span_id = id.into_u64();
-        let Some(entered) = SPANS
-            .try_with(|spans| spans.borrow_mut().exit(span_id, self.layer))
-            .ok()
-            .flatten()
-        else {
+        let key = self.key(id);
+        let Some(entered) = with_spans(|spans| spans.exit(key)).flatten() else {
             return;
         };
-        // Not kept: a category the trace does not enable (or a span the full table could
-        // not take in, counted at its enter).
-        let Some(slot) = spans::find(self.key(id)) else {
-            return;
+        // The slot the enter had (checked: it may have been freed and taken by another span
+        // since, if the span closed and its id was reused), else a lookup. Not kept: a
+        // category the trace does not enable (or a span the full table could not take in,
+        // counted at its enter).
+        let slot = match entered.slot {
+            Some(slot) if slot.holds(key) => slot,
+            _ => match spans::find(key) {
+                Some(slot) => slot,
+                None => return,
+            },
         };
-        let mut state = slot.lock();
-        // A span recorded in an earlier trace, entered on its creator's thread in this one
-        // (its enter skipped the lookup): taken in now, its entry the origin.
-        if (state.generation != latest_generation() || state.origin == 0)
-            && !take_in_again(&mut state, entered.start)
-        {
-            return;
+        let span = (entered.start, end);
+        // The usual case: a span of the running trace, on the thread it began on or with its
+        // async begin written, its fields inline: its state read without the lock.
+        let written = slot.state().read_then(|view| {
+            let usual = view.generation == latest_generation()
+                && view.origin != 0
+                && (view.async_begun() || view.origin_tid == current_tid())
+                && view.has_args();
+            if usual {
+                write_span_end(slot, view, span);
+            }
+            usual
+        });
+        if written != Some(true) {
+            exit_locked(slot, span);
         }
-        // Unless its enter wrote it (a span entered here whose id the thread's hint took for
-        // one of its own).
-        begin_async_if_moved(span_id, &mut state);
-        write_span_end(span_id, &state, (entered.start, end));
     }
 
     fn on_close(&self, id: Id, _ctx: LayerContext<'_, S>) {
-        spans::remove(self.key(&id), |state| {
-            if state.async_begun {
-                write_async_end(id.into_u64(), state);
-            }
-        });
+        if !spans::in_use() {
+            return;
+        }
+        let key = self.key(&id);
+        // Most often the span this thread exited last.
+        let hint = with_spans(|spans| spans.slot_hint(key)).flatten();
+        let slot = match hint {
+            Some(slot) if slot.holds(key) => Some(slot),
+            _ => spans::find(key),
+        };
+        if let Some(slot) = slot {
+            spans::close(slot, |state| {
+                if let Some(generation) = state.async_begun_in() {
+                    write_async_end(key.span, state.metadata(), generation);
+                }
+            });
+        }
     }
 
     fn on_event(&self, event: &TracingEvent<'_>, _ctx: LayerContext<'_, S>) {
@@ -795,33 +887,54 @@ where
 impl TracingLayer {
     /// The enter of a span this thread did not just create: the async begin of a span that
     /// moved here; a span of an earlier trace, or one the layer never recorded (created
-    /// before the trace), taken into this one.
+    /// before the trace, or while the table was full), taken into this one. Its slot, if the
+    /// table keeps it.
     #[inline(never)]
-    fn enter_elsewhere<S>(&self, id: &Id, ctx: &LayerContext<'_, S>)
+    fn enter_elsewhere<S>(&self, id: &Id, ctx: &LayerContext<'_, S>) -> Option<SlotRef<'static>>
     where
         S: Subscriber + for<'a> LookupSpan<'a>,
     {
         let key = self.key(id);
         if let Some(slot) = spans::find(key) {
-            let mut state = slot.lock();
-            if (state.generation == latest_generation() && state.origin != 0)
-                || take_in_again(&mut state, clock::ticks_unordered())
-            {
-                begin_async_if_moved(id.into_u64(), &mut state);
+            // Unless this thread holds the lock beneath (a signal handler's enter).
+            if let Some(state) = slot.lock() {
+                let view = state.view();
+                if (view.generation == latest_generation() && view.origin != 0)
+                    || take_in_again(&state, clock::ticks_unordered())
+                {
+                    begin_async_if_moved(&state);
+                }
             }
-            return;
+            return Some(slot);
         }
-        if let Some(new) = self.take_in(id, ctx, clock::ticks_unordered()) {
-            if !spans::take_in(key, new, |_| {}) {
-                count_dropped_span();
-            }
+        // Not kept: created before the trace, or while the table was full (its creation
+        // marked it so).
+        let full = ctx
+            .span(id)
+            .is_some_and(|span| span.extensions().get::<CreatedWhileFull>().is_some());
+        let missing = if full {
+            Missing::TableFull
+        } else {
+            Missing::BeforeTrace
+        };
+        let new = self.take_in(id, ctx, clock::ticks_unordered(), missing)?;
+        let slot = spans::take_in(key, new, |_| {});
+        if slot.is_none() {
+            count_dropped_span();
         }
+        slot
     }
 
-    /// What the table keeps of span `id`, which the layer did not record (created before the
-    /// trace started), if the running trace enables its category: its origin `origin`
-    /// (0: at its first entry) on this thread, its fields missing.
-    fn take_in<S>(&self, id: &Id, ctx: &LayerContext<'_, S>, origin: u64) -> Option<NewSpan>
+    /// What the table keeps of span `id`, which the layer did not record, if the running
+    /// trace enables its category: its origin `origin` (0: at its first entry) on this
+    /// thread, its fields missing (`missing`, if it has any).
+    fn take_in<S>(
+        &self,
+        id: &Id,
+        ctx: &LayerContext<'_, S>,
+        origin: u64,
+        missing: Missing,
+    ) -> Option<NewSpan>
     where
         S: Subscriber + for<'a> LookupSpan<'a>,
     {
@@ -830,7 +943,7 @@ impl TracingLayer {
         let missing = if metadata.fields().is_empty() {
             Missing::None
         } else {
-            Missing::BeforeTrace
+            missing
         };
         Some(NewSpan {
             generation,
@@ -843,23 +956,37 @@ impl TracingLayer {
     }
 }
 
+/// Marks, in the registry's extensions, a span created while the table of spans was full:
+/// when it is taken in later, its creation fields are missing for that reason.
+#[derive(Debug)]
+struct CreatedWhileFull;
+
+/// Span `id` was created while the table was full: marked so.
+#[cold]
+#[inline(never)]
+fn table_full_at_creation<S>(id: &Id, ctx: &LayerContext<'_, S>)
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    if let Some(span) = ctx.span(id) {
+        span.extensions_mut().replace(CreatedWhileFull);
+    }
+}
+
 /// A span the table keeps, of another trace than the running one (or taken in before its
 /// first entry): taken into the running trace if it enables the span's category, its
 /// origin (for an async begin) `origin` on this thread; its fields are kept. `false`: the
 /// running trace does not record it.
 #[cold]
 #[inline(never)]
-fn take_in_again(state: &mut SpanState, origin: u64) -> bool {
-    let category = state.metadata.target();
+fn take_in_again(state: &SlotGuard<'_>, origin: u64) -> bool {
+    let category = state.metadata().target();
     let Some(generation) = with_current(|c| enabled_generation(c, category)).flatten() else {
         return false;
     };
-    if generation != state.generation || state.origin == 0 {
-        state.generation = generation;
-        state.origin = origin;
-        state.origin_tid = current_tid();
-        state.async_begun = false;
-        state.memo = SpanMemo::NONE;
+    let view = state.view();
+    if generation != view.generation || view.origin == 0 {
+        state.change(|state| state.retake(generation, origin, current_tid()));
     }
     true
 }
@@ -1031,57 +1158,115 @@ fn write_event(
     });
 }
 
-/// The duration-complete record of one enter → exit of a recorded span, `span` its start and
-/// end ticks, with the span's fields and id.
-#[inline]
-fn write_span_end(span_id: u64, state: &SpanState, span: (u64, u64)) {
-    let pair = (state.metadata.target(), state.metadata.name());
-    let generation = state.generation;
-    if let (Some((names, values)), Missing::None) = (state.fields.scalars(), state.missing) {
-        let len = names.len();
-        if len < INSTALLED_SPAN_ARGS {
-            // The fields, then the id.
-            let mut arg_names = [SPAN_ID; INSTALLED_SPAN_ARGS];
-            let mut arg_values = [ScalarArg::NULL; INSTALLED_SPAN_ARGS];
-            arg_names[..len].copy_from_slice(names);
-            arg_values[..len].copy_from_slice(values);
-            arg_values[len] = ScalarArg::new(ArgValue::U64(span_id)).unwrap_or(ScalarArg::NULL);
-            let (names, values) = (&arg_names[..=len], &arg_values[..=len]);
-            // The engine's one-announcement path, the names' indices from the thread's memo
-            // when the creation found them there, else from its string cache (and then
-            // remembered); the first record of the span's name in a trace goes through the
-            // general path (which interns, and teaches the thread's memo).
-            let remembered = match state.memo.arg_indices_here() {
-                0 => None,
-                indices => state.all_fields.then_some(indices),
-            };
-            let indices = remembered.or_else(|| record::arg_name_indices(generation, names));
-            let written = indices.is_some_and(|indices| {
-                installed_span_end(generation, state.memo, span, pair, values, indices)
-            });
-            if written && remembered.is_none() && state.all_fields {
-                if let Some(indices) = indices {
-                    let key = spans::args_key(state.metadata);
-                    record::remember_arg_indices(generation, pair, key, indices);
-                }
-            }
-            if !written {
-                instrument::end_slow(
-                    generation,
-                    instrument::Mode::Complete,
-                    span,
-                    pair,
-                    (names, values),
-                );
-            }
-            return;
+/// The exit of a span (`span`: its entry's start and end ticks) whose state the exit could
+/// not read without the lock, or must change: a span of an earlier trace (taken into this
+/// one), one that moved here (its async begin), one whose fields are not inline scalars.
+#[cold]
+#[inline(never)]
+fn exit_locked(slot: SlotRef<'static>, span: (u64, u64)) {
+    let Some(state) = slot.lock() else {
+        // This thread holds the lock beneath (a signal handler's exit).
+        return count_dropped_span();
+    };
+    // A span recorded in an earlier trace, entered on its creator's thread in this one (its
+    // enter skipped the lookup): taken in now, its entry the origin.
+    let view = state.view();
+    if (view.generation != latest_generation() || view.origin == 0)
+        && !take_in_again(&state, span.0)
+    {
+        return;
+    }
+    // Unless its enter wrote it (a span entered here whose id the thread's hint took for
+    // one of its own).
+    begin_async_if_moved(&state);
+    let view = state.view();
+    if view.has_args() {
+        drop(state);
+        write_span_end(slot, &view, span);
+    } else {
+        write_span_end_general(&state, &view, span);
+    }
+}
+
+/// The duration-complete record of one enter → exit of a recorded span (`span`: its start
+/// and end ticks), its fields inline with its id (`view`, of the span in `slot`), on the
+/// engine's one-announcement path when the names' indices are remembered with the thread's
+/// memo (the usual case).
+#[inline(always)]
+fn write_span_end(slot: SlotRef<'static>, view: &SpanView, span: (u64, u64)) {
+    let written = view.remembered_indices().is_some_and(|indices| {
+        let metadata = slot.state().metadata();
+        let pair = (metadata.target(), metadata.name());
+        installed_span_end(
+            view.generation,
+            view.memo,
+            span,
+            pair,
+            view.values(),
+            indices,
+        )
+    });
+    if !written {
+        write_span_end_named(slot, view, span);
+    }
+}
+
+/// [`write_span_end`] by the names: their indices from the thread's string cache (then
+/// remembered with its memo), else the general path, which interns them (and teaches the
+/// thread's memo).
+#[cold]
+#[inline(never)]
+fn write_span_end_named(slot: SlotRef<'static>, view: &SpanView, span: (u64, u64)) {
+    // The names, read under the lock if the view has none.
+    let view = match view.names() {
+        Some(_) => *view,
+        None => match slot.lock() {
+            Some(state) => state.view(),
+            None => return count_dropped_span(),
+        },
+    };
+    let (Some(names), values) = (view.names(), view.values()) else {
+        return;
+    };
+    let metadata = slot.state().metadata();
+    let pair = (metadata.target(), metadata.name());
+    let generation = view.generation;
+    let indices = match view.remembered_indices() {
+        // Remembered, yet not written by them: the general path.
+        Some(_) => None,
+        None => record::arg_name_indices(generation, names),
+    };
+    let written = indices.is_some_and(|indices| {
+        installed_span_end(generation, view.memo, span, pair, values, indices)
+    });
+    if written && view.all_fields() {
+        if let Some(indices) = indices {
+            let key = spans::args_key(metadata);
+            record::remember_arg_indices(generation, pair, key, indices);
         }
     }
-    with_writer_in(generation, |writer| {
+    if !written {
+        instrument::end_slow(
+            generation,
+            instrument::Mode::Complete,
+            span,
+            pair,
+            (names, values),
+        );
+    }
+}
+
+/// [`write_span_end`] for a span whose fields are not inline scalars with room for its id
+/// (texts, many fields, some missing), under its slot's lock (`state`, as `view`).
+#[cold]
+#[inline(never)]
+fn write_span_end_general(state: &SpanState, view: &SpanView, span: (u64, u64)) {
+    let metadata = state.metadata();
+    with_writer_in(view.generation, |writer| {
         let mut args = [EMPTY_ARG; MAX_ARGS];
-        let n = span_args(writer, state, Some(span_id), &mut args);
+        let n = span_args(writer, state, Some(state.id()), &mut args);
         let kind = EventKind::DurationComplete { end_ticks: span.1 };
-        let _ = writer.event(span.0, pair.0, pair.1, kind, &args[..n]);
+        let _ = writer.event(span.0, metadata.target(), metadata.name(), kind, &args[..n]);
     });
 }
 
@@ -1107,48 +1292,52 @@ fn installed_span_end(
     }
 }
 
-/// The async begin of span `id` if the calling thread is not its origin's and no thread has
-/// written it yet.
+/// The async begin of the span under `state`'s lock if the calling thread is not its
+/// origin's and no thread has written it yet.
 #[inline]
-fn begin_async_if_moved(id: u64, state: &mut SpanState) {
-    if !state.async_begun && current_tid() != state.origin_tid {
-        state.async_begun = true;
-        write_async_begin(id, state);
+fn begin_async_if_moved(state: &SlotGuard<'_>) {
+    let view = state.view();
+    if !view.async_begun() && current_tid() != view.origin_tid {
+        state.change(SpanState::set_async_begun);
+        write_async_begin(state, &view);
     }
 }
 
-/// The async end of span `id` (its close, after its async begin).
+/// The async end of span `id` of call site `metadata` in trace `generation` (its close,
+/// after its async begin).
 #[cold]
 #[inline(never)]
-fn write_async_end(id: u64, state: &SpanState) {
+fn write_async_end(id: u64, metadata: &'static tracing::Metadata<'static>, generation: u32) {
     let ticks = clock::ticks();
-    let (category, name) = (state.metadata.target(), state.metadata.name());
-    with_writer_in(state.generation, |writer| {
+    let (category, name) = (metadata.target(), metadata.name());
+    with_writer_in(generation, |writer| {
         let kind = EventKind::AsyncEnd { id };
         let _ = writer.event(ticks, category, name, kind, &[]);
     });
 }
 
-/// The async begin of a span that crossed threads: at its origin (creation, or first entry
-/// in the trace), on that thread (an inline thread ref), with its fields.
+/// The async begin of a span that crossed threads (its state under its slot's lock, as
+/// `view`): at its origin (creation, or first entry in the trace), on that thread (an inline
+/// thread ref), with its fields.
 #[cold]
 #[inline(never)]
-fn write_async_begin(id: u64, state: &SpanState) {
-    with_writer_in(state.generation, |writer| {
+fn write_async_begin(state: &SpanState, view: &SpanView) {
+    let metadata = state.metadata();
+    with_writer_in(view.generation, |writer| {
         let mut args = [EMPTY_ARG; MAX_ARGS];
         let n = span_args(writer, state, None, &mut args);
-        let category = writer.string_ref(state.metadata.target());
-        let name = writer.string_ref(state.metadata.name());
+        let category = writer.string_ref(metadata.target());
+        let name = writer.string_ref(metadata.name());
         let _ = writer.write_event(&Event {
-            ticks: state.origin,
+            ticks: view.origin,
             thread: ThreadRef::Inline {
                 pid: u64::from(std::process::id()),
-                tid: state.origin_tid,
+                tid: view.origin_tid,
             },
             category,
             name,
             args: &args[..n],
-            kind: EventKind::AsyncBegin { id },
+            kind: EventKind::AsyncBegin { id: state.id() },
         });
     });
 }
@@ -1157,11 +1346,15 @@ fn write_async_begin(id: u64, state: &SpanState) {
 mod tests {
     use super::*;
 
+    fn key(span: u64) -> Key {
+        Key { layer: 1, span }
+    }
+
     fn entered(span: u64) -> Entered {
         Entered {
-            span,
-            layer: 1,
+            key: key(span),
             start: span,
+            slot: None,
         }
     }
 
@@ -1170,23 +1363,67 @@ mod tests {
         let mut spans = ThreadSpans::NEW;
         spans.enter(entered(1), 7);
         spans.enter(entered(2), 7);
-        assert_eq!(spans.exit(2, 1).map(|e| e.span), Some(2));
+        assert_eq!(spans.exit(key(2)).map(|e| e.key.span), Some(2));
         // Span 1's exit ran with no trace running: its entry stayed.
         spans.enter(entered(3), 8);
-        assert_eq!(spans.exit(1, 1).map(|e| e.span), None);
-        assert_eq!(spans.exit(3, 1).map(|e| e.span), Some(3));
+        assert_eq!(spans.exit(key(1)).map(|e| e.key.span), None);
+        assert_eq!(spans.exit(key(3)).map(|e| e.key.span), Some(3));
         assert!(spans.entered.is_empty());
     }
 
+    /// A span of a layer number no layer of this process takes, kept in the table.
+    fn kept(span: u64) -> Known {
+        let key = Key {
+            layer: u32::MAX - 10,
+            span,
+        };
+        let new = spans::tests::span(1);
+        let slot = spans::insert(key, new, |_| {}).expect("room");
+        Known { key, slot }
+    }
+
     #[test]
-    fn a_thread_remembers_the_last_spans_it_created() {
+    fn a_thread_remembers_the_last_spans_it_created_and_exited_with_their_slots() {
         let mut spans = ThreadSpans::NEW;
-        for id in 1..=CREATED_HINTS as u64 + 1 {
-            spans.note_created(id);
+        let known: Vec<Known> = (1..=CREATED_HINTS as u64 + 1).map(kept).collect();
+        for k in &known {
+            spans.note_created(*k);
         }
-        assert!(!spans.created_here(1), "the oldest is forgotten");
-        assert!((2..=CREATED_HINTS as u64 + 1).all(|id| spans.created_here(id)));
-        assert!(!spans.created_here(100));
+        assert!(
+            spans.created_here(known[0].key).is_none(),
+            "the oldest is forgotten"
+        );
+        for k in &known[1..] {
+            let slot = spans.created_here(k.key).expect("remembered");
+            assert!(slot.holds(k.key));
+        }
+        assert!(spans
+            .created_here(Key {
+                layer: 2,
+                ..known[1].key
+            })
+            .is_none());
+        // The last span exited, forgotten as created, is still known to its close.
+        let first = known[0];
+        spans.enter(
+            Entered {
+                key: first.key,
+                start: 0,
+                slot: Some(first.slot),
+            },
+            1,
+        );
+        assert!(spans.exit(first.key).is_some());
+        assert!(spans
+            .slot_hint(first.key)
+            .is_some_and(|s| s.holds(first.key)));
+        for k in known {
+            spans::close(k.slot, |_| {});
+            assert!(
+                !k.slot.holds(k.key),
+                "a closed span's slot no longer holds it"
+            );
+        }
     }
 
     #[test]
@@ -1196,7 +1433,7 @@ mod tests {
             spans.enter(entered(id), 1);
         }
         assert_eq!(spans.entered.len(), MAX_ENTERED);
-        assert_eq!(spans.exit(1, 1).map(|e| e.span), None);
-        assert_eq!(spans.exit(2, 1).map(|e| e.span), Some(2));
+        assert_eq!(spans.exit(key(1)).map(|e| e.key.span), None);
+        assert_eq!(spans.exit(key(2)).map(|e| e.key.span), Some(2));
     }
 }

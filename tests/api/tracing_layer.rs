@@ -1008,3 +1008,118 @@ fn the_durations_of_a_span_that_crosses_threads_carry_the_id_of_its_async_pair()
         );
     }
 }
+
+/// Sets the table of spans' bound back when dropped (a failed assertion included).
+struct SpanTableLimit(usize);
+
+impl SpanTableLimit {
+    fn new(levels: usize) -> Self {
+        Self(fxtrace::test_support::limit_span_table(levels))
+    }
+}
+
+impl Drop for SpanTableLimit {
+    fn drop(&mut self) {
+        fxtrace::test_support::limit_span_table(self.0);
+    }
+}
+
+/// The table of spans full (bounded to its first level, 2 048 slots, for the test): the
+/// spans it cannot keep have no durations, each counted as a dropped record, and none is
+/// lost silently; once closes make room, such a span is taken in at its next enter, an
+/// argument saying why the fields it was created with are missing.
+#[test]
+fn spans_beyond_a_full_table_are_counted_as_dropped_then_taken_in_when_room_is_made() {
+    use fxtrace::buffer::header::BufferingMode;
+    use fxtrace::standalone::{self, StandaloneConfig};
+
+    const SPANS: usize = 3000;
+    let _s = serial();
+    let _limit = SpanTableLimit::new(1);
+    let session = standalone::start_with(StandaloneConfig::new(BufferingMode::Oneshot, 4 << 20))
+        .expect("standalone session");
+    with_layer(|| {
+        let spans: Vec<tracing::Span> = (0..SPANS as u64)
+            .map(|n| tracing::info_span!("many", n))
+            .collect();
+        for span in &spans {
+            span.in_scope(|| {});
+        }
+        // Room made: the last span (not kept: created last) is taken in at its enter.
+        let last = spans.last().expect("spans").clone();
+        drop(spans);
+        last.in_scope(|| {});
+    });
+    let (bytes, report) = session.finish_to_vec().expect("finish");
+    let events = traced_support::decode_events(&bytes);
+    let many: Vec<&Ev> = events.iter().filter(|e| e.name == "many").collect();
+    let written = many.len() - 1;
+    let dropped = report.stop.records_dropped as usize;
+    assert!(
+        dropped > 0 && written >= 1024,
+        "{written} written, {dropped} dropped"
+    );
+    assert_eq!(
+        written + dropped,
+        SPANS,
+        "every duration written or counted"
+    );
+    let taken_in = many.last().expect("the last span's duration");
+    assert_eq!(taken_in.arg("n"), None, "{taken_in:?}");
+    assert_eq!(
+        taken_in.arg("fields"),
+        Some(&str_value("not kept: the table of spans was full"))
+    );
+    assert!(many[..written].iter().all(|e| e.arg("fields").is_none()));
+}
+
+/// Two subscribers whose layers were swapped in through `reload` (such a layer never joins
+/// its subscriber: it gets no `on_layer`) number their spans apart: their first spans have
+/// the same id in each registry, and each duration is its own span's.
+#[test]
+fn reloaded_layers_of_two_subscribers_keep_spans_of_the_same_id_apart() {
+    use tracing_subscriber::reload;
+
+    let _s = serial();
+    let dispatch = || {
+        let (layer, handle) = reload::Layer::new(TracingLayer::new());
+        let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+        handle.reload(TracingLayer::new()).expect("reload");
+        dispatch
+    };
+    let (first, second) = (dispatch(), dispatch());
+    let ((), events) = trace(|| {
+        let a = tracing::dispatcher::with_default(&first, || tracing::info_span!("a", n = 1u64));
+        let b = tracing::dispatcher::with_default(&second, || tracing::info_span!("b", n = 2u64));
+        assert_eq!(a.id(), b.id(), "the registries' first ids on this thread");
+        tracing::dispatcher::with_default(&first, || a.in_scope(|| {}));
+        tracing::dispatcher::with_default(&second, || b.in_scope(|| {}));
+    });
+    let a = only(&events, "a");
+    let b = only(&events, "b");
+    assert_eq!(fields(a), [("n".to_owned(), DecodedValue::U64(1))]);
+    assert_eq!(fields(b), [("n".to_owned(), DecodedValue::U64(2))]);
+}
+
+/// A layer swapped out (`reload`) while a span it kept is alive: the span's entry goes with
+/// the layer, and the layer swapped in takes the span in at its next enter.
+#[test]
+fn a_span_outlives_the_layer_that_kept_it() {
+    use tracing_subscriber::reload;
+
+    let _s = serial();
+    let (layer, handle) = reload::Layer::new(TracingLayer::new());
+    let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+    let ((), events) = trace(|| {
+        tracing::dispatcher::with_default(&dispatch, || {
+            let span = tracing::info_span!("kept", n = 3u64);
+            span.in_scope(|| {});
+            handle.reload(TracingLayer::new()).expect("reload");
+            span.in_scope(|| {});
+        });
+    });
+    let kept: Vec<&Ev> = events.iter().filter(|e| e.name == "kept").collect();
+    assert_eq!(kept.len(), 2, "{events:?}");
+    assert_eq!(fields(kept[0]), [("n".to_owned(), DecodedValue::U64(3))]);
+    assert_eq!(span_id(kept[0]), span_id(kept[1]));
+}
