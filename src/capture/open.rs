@@ -5,7 +5,6 @@ use std::collections::{HashMap, HashSet};
 use std::io;
 use std::os::fd::{AsFd, OwnedFd};
 use std::sync::Arc;
-use std::time::Duration;
 
 use super::attr::{EventAttr, PerfEventKind};
 use super::decode::StreamDecoder;
@@ -214,7 +213,8 @@ impl OpenError {
     }
 }
 
-/// Picks the clock: the caller's, else the mmap page of a probe event, else a measured mapping.
+/// Picks the clock: the caller's, else the mmap page of a probe event, else a measured mapping
+/// (its first anchor taken now, with the clock's rate until the capture thread's next anchor).
 pub(super) fn choose_clock(sys: &Arc<dyn Sys>, config: &CaptureConfig) -> PerfTimeConverter {
     if let Some(c) = config.clock {
         return c;
@@ -226,7 +226,11 @@ pub(super) fn choose_clock(sys: &Arc<dyn Sys>, config: &CaptureConfig) -> PerfTi
         .and_then(|ring| ring.tsc_conversion().ok().flatten());
     match probe {
         Some(c) => PerfTimeConverter::MmapPage(c),
-        None => PerfTimeConverter::Measured(MeasuredMapping::measure(Duration::from_millis(10))),
+        // The first anchor now, the next at the capture thread's first drain: nothing waits
+        // here (this ran a 10 ms sleep in every traced process's start).
+        None => PerfTimeConverter::Measured(MeasuredMapping::starting_now(
+            crate::clock::info().ticks_per_second as f64 / 1e9,
+        )),
     }
 }
 

@@ -19,9 +19,11 @@
 //!
 //! When the page does not offer the conversion (no `cap_user_time_zero`, or a short counter with
 //! `cap_user_time_short`), events are opened on `CLOCK_MONOTONIC_RAW` instead and converted with
-//! a [`MeasuredMapping`] taken at session start: two (TSC, `CLOCK_MONOTONIC_RAW`) anchors, each
-//! the tightest of several `rdtscp` brackets. TSC reads and `CLOCK_MONOTONIC_RAW` come from
-//! [`crate::clock`].
+//! a [`MeasuredMapping`]: (TSC, `CLOCK_MONOTONIC_RAW`) anchors, each the tightest of several
+//! `rdtscp` brackets, the first taken when the session starts (no waiting: a short-lived
+//! traced process must not sleep to calibrate), the next ones by the capture thread before it
+//! converts what it drained, so a timestamp is interpolated between the two anchors around it.
+//! TSC reads and `CLOCK_MONOTONIC_RAW` come from [`crate::clock`].
 
 use std::time::Duration;
 
@@ -132,17 +134,14 @@ impl MeasuredMapping {
         }
     }
 
-    /// Measures the mapping: an anchor now, another after `span`, each the tightest of eight
-    /// `rdtscp` brackets around `clock_gettime(CLOCK_MONOTONIC_RAW)`.
-    pub fn measure(span: Duration) -> Self {
-        let (ns0, tsc0) = anchor();
-        std::thread::sleep(span);
-        let (ns1, tsc1) = anchor();
-        let mut m = Self::new(ns0, tsc0, 1.0);
-        m.advance_to(ns1, tsc1);
-        m.start_ns = ns0;
-        m.start_tsc = tsc0;
-        m
+    /// A mapping from one anchor taken now (the tightest of eight `rdtscp` brackets around
+    /// `clock_gettime(CLOCK_MONOTONIC_RAW)`), with `ticks_per_ns` as the rate until
+    /// [`Self::advance`] takes the next anchor: no waiting. Timestamps between two anchors are
+    /// interpolated, so their error is the anchors' own (tens of nanoseconds) however short
+    /// the segment; only a timestamp past the last anchor is extrapolated with a rate.
+    pub fn starting_now(ticks_per_ns: f64) -> Self {
+        let (ns, tsc) = anchor();
+        Self::new(ns, tsc, ticks_per_ns)
     }
 
     /// Starts a new segment from the current end anchor to `(ns, tsc)`. Ignored unless `ns`
@@ -396,14 +395,24 @@ mod tests {
 
     #[test]
     fn measured_mapping_tracks_the_tsc() {
-        let m = MeasuredMapping::measure(Duration::from_millis(5));
-        assert!(m.ticks_per_ns() > 0.1 && m.ticks_per_ns() < 10.0);
+        // A rate 10 % off: the next anchor replaces it for what lies between the two.
+        let rate = crate::clock::info().ticks_per_second as f64 / 1e9;
+        let mut m = MeasuredMapping::starting_now(rate * 1.1);
+        std::thread::sleep(Duration::from_millis(2));
         let before = ticks();
         let ns = monotonic_raw_ns();
         let after = ticks();
+        std::thread::sleep(Duration::from_millis(1));
+        assert!(
+            m.advance(Duration::from_millis(1)),
+            "3 ms after the first anchor"
+        );
+        assert!(!m.advance(Duration::from_secs(60)), "too soon for another");
+        assert!(m.ticks_per_ns() > 0.1 && m.ticks_per_ns() < 10.0);
+        // Interpolated: within 2 µs worth of ticks (two anchors' jitter, and a preemption
+        // between the reads above); the first rate would be some 200 µs off.
         let est = m.ns_to_tsc(ns);
-        // Within 50 µs worth of ticks (the measurement is over 5 ms only).
-        let slack = (50_000.0 * m.ticks_per_ns()) as u64;
+        let slack = (2_000.0 * m.ticks_per_ns()) as u64;
         assert!(
             est + slack >= before && est <= after + slack,
             "{before} {est} {after}"

@@ -233,6 +233,10 @@ pub(super) struct StopSignal {
     pub(super) requested: AtomicBool,
 }
 
+/// The shortest time between two anchors of a measured clock mapping: the capture thread takes
+/// one before each drain at most this often (an anchor costs well under a microsecond).
+const CLOCK_REFRESH: Duration = Duration::from_millis(1);
+
 pub(super) struct Worker {
     pub(super) sys: Arc<dyn Sys>,
     pub(super) synthesize: Option<Synthesize>,
@@ -433,7 +437,8 @@ impl Worker {
     }
 
     pub(super) fn drain_all(&mut self) {
-        self.conv.refresh(Duration::from_millis(100));
+        // Before the rings are read: what they hold lies between the last anchor and this one.
+        self.conv.refresh(CLOCK_REFRESH);
         if let PerfTimeConverter::MmapPage(_) = self.conv {
             // The kernel may update the parameters (e.g. TSC recalibration): follow it.
             if let Some(Ok(Some(c))) = self.slots.first().map(|s| s.ring.tsc_conversion()) {
