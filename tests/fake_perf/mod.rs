@@ -130,8 +130,12 @@ pub(crate) fn proc_tree(dir: &Path, tids: &[u32]) {
         .unwrap();
     }
     fs::write(dir.join("10/comm"), "server\n").unwrap();
-    fs::write(dir.join("10/task/10/comm"), "server\n").unwrap();
-    fs::write(dir.join("10/task/11/comm"), "worker\n").unwrap();
+    // A thread's name is read at /proc/<tid>/comm (capture::procfs's module docs).
+    for (tid, name) in [(10, "server"), (11, "worker")] {
+        if tids.contains(&tid) {
+            fs::write(dir.join(format!("{tid}/comm")), format!("{name}\n")).unwrap();
+        }
+    }
 }
 
 pub(crate) fn comm16(name: &str) -> [u8; 16] {
