@@ -73,11 +73,10 @@ pub const DEFAULT_SOCKET_MODE: u32 = 0o600;
 /// them are closed).
 pub const MAX_FDS_PER_MESSAGE: usize = 8;
 
-/// Pending connections the listener queues.
-const LISTEN_BACKLOG: i32 = 128;
-
-/// Longest pause between connect retries while the listener's queue is full.
-const CONNECT_RETRY_MAX: Duration = Duration::from_millis(16);
+/// Pending connections the listener queues (the kernel caps it at `net.core.somaxconn`,
+/// 4096 by default): a script starting hundreds of traced processes at once must find room,
+/// since one that finds the queue full waits for the manager's next accept, bounded.
+const LISTEN_BACKLOG: i32 = 4096;
 
 /// A transport failure.
 #[derive(Debug, Error)]
@@ -591,7 +590,8 @@ pub struct ControlConn {
 
 impl ControlConn {
     /// Connects to the manager at `path`, giving up after `timeout` (a full listen queue
-    /// is retried until then; a missing or refusing socket fails at once with
+    /// is waited on until then, woken by the manager's accept; a missing or refusing socket
+    /// fails at once with
     /// [`TransportError::NoManager`]). The manager must run as this process's uid or root.
     pub fn connect(path: &Path, timeout: Duration) -> Result<ControlConn, TransportError> {
         let deadline = Instant::now() + timeout;
@@ -614,23 +614,25 @@ impl ControlConn {
         let fd = socket::socket(
             AddressFamily::Unix,
             SockType::Stream,
-            SockFlag::SOCK_CLOEXEC | SockFlag::SOCK_NONBLOCK,
+            SockFlag::SOCK_CLOEXEC,
             None,
         )
         .map_err(sys("socket"))?;
-        let mut pause = Duration::from_millis(1);
         loop {
+            // A full listen queue (a busy manager) makes a blocking Unix-socket connect sleep
+            // until the manager accepts one, for at most the send timeout: woken by the
+            // accept, never polled. Tried at least once, however late (a loaded machine may
+            // not have run this thread since the deadline was set).
+            let left = deadline.saturating_duration_since(Instant::now());
+            socket::setsockopt(&fd, sockopt::SendTimeout, &timeval(Some(left)))
+                .map_err(sys("setsockopt(SO_SNDTIMEO)"))?;
             match socket::connect(fd.as_raw_fd(), &addr) {
                 Ok(()) | Err(Errno::EISCONN) => break,
-                Err(Errno::EINTR) => continue,
-                // Listen queue full (EAGAIN), or still in progress: retry until the deadline.
-                Err(Errno::EAGAIN | Errno::EINPROGRESS | Errno::EALREADY) => {
-                    let now = Instant::now();
-                    if now >= deadline {
+                // A signal, or the bound (EAGAIN).
+                Err(Errno::EINTR | Errno::EAGAIN | Errno::EINPROGRESS | Errno::EALREADY) => {
+                    if Instant::now() >= deadline {
                         return Err(TransportError::TimedOut { op: "connect" });
                     }
-                    std::thread::sleep(pause.min(deadline - now));
-                    pause = (pause * 2).min(CONNECT_RETRY_MAX);
                 }
                 Err(e @ (Errno::ENOENT | Errno::ECONNREFUSED)) => {
                     return Err(TransportError::NoManager {
@@ -641,7 +643,9 @@ impl ControlConn {
                 Err(e) => return Err(path_err("connect", path)(e)),
             }
         }
-        set_nonblocking(fd.as_fd(), false)?;
+        // As a new socket has it: no send timeout (callers set their own).
+        socket::setsockopt(&fd, sockopt::SendTimeout, &timeval(None))
+            .map_err(sys("setsockopt(SO_SNDTIMEO)"))?;
         let peer = peer_cred(&fd)?;
         if !provider_accepts_manager(unistd::geteuid().as_raw(), peer.uid) {
             return Err(TransportError::PeerRefused {
@@ -1058,6 +1062,51 @@ mod tests {
         let provider = ControlConn::connect(&path, TIMEOUT).expect("connect");
         let manager = listener.accept().expect("accept");
         (listener, manager, provider)
+    }
+
+    /// A listener whose queue is full: a connect waits for the manager's next accept (and
+    /// gets through), or gives up at its bound; the send timeout it used is not left behind.
+    #[test]
+    fn a_full_listen_queue_is_waited_on_until_an_accept_or_the_bound() {
+        let dir = tempdir();
+        let path = dir.path().join("busy.sock");
+        let addr = UnixAddr::new(&path).expect("addr");
+        let listener = socket::socket(
+            AddressFamily::Unix,
+            SockType::Stream,
+            SockFlag::SOCK_CLOEXEC,
+            None,
+        )
+        .expect("socket");
+        socket::bind(listener.as_raw_fd(), &addr).expect("bind");
+        socket::listen(&listener, Backlog::new(0).expect("backlog")).expect("listen");
+        // Fill the queue: connections nobody accepts (a backlog of 0 still queues one).
+        let mut queued = Vec::new();
+        while let Ok(conn) = ControlConn::connect(&path, Duration::from_millis(50)) {
+            queued.push(conn);
+            assert!(queued.len() < 64, "the listen queue never filled");
+        }
+        assert!(matches!(
+            ControlConn::connect(&path, Duration::from_millis(20)),
+            Err(TransportError::TimedOut { op: "connect" })
+        ));
+        let waiting =
+            std::thread::spawn(move || ControlConn::connect(&path, Duration::from_secs(30)));
+        std::thread::sleep(Duration::from_millis(50));
+        let accepted = socket::accept(listener.as_raw_fd()).expect("accept");
+        let conn = waiting
+            .join()
+            .unwrap()
+            .expect("connected once a place was free");
+        let timeout: TimeVal = socket::getsockopt(&conn.fd, sockopt::SendTimeout).unwrap();
+        assert_eq!(
+            timeout,
+            timeval(None),
+            "no send timeout left on the connection"
+        );
+        drop(queued);
+        // SAFETY: the descriptor accept returned, closed once.
+        unsafe { libc::close(accepted) };
     }
 
     #[test]
