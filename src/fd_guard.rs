@@ -316,6 +316,22 @@ impl WakePipe {
         wake_raw(self.write.raw(), &self.write.identity()).map_err(|s| self.write.lost(s))
     }
 
+    /// Take every wake-up byte waiting in the pipe (the waiting thread, once awake), if its
+    /// read end is still fxtrace's.
+    pub fn drain(&self) -> Result<(), FdLost> {
+        let fd = self.read.checked()?;
+        let mut bytes = [0u8; 64];
+        loop {
+            // SAFETY: reads into a live local buffer of its length from our (non-blocking)
+            // pipe.
+            let n = unsafe { libc::read(fd.as_raw_fd(), bytes.as_mut_ptr().cast(), bytes.len()) };
+            // Empty (EAGAIN), or fewer bytes than asked: nothing more now.
+            if n < bytes.len() as isize {
+                return Ok(());
+            }
+        }
+    }
+
     /// The end the waiting thread polls.
     pub fn read_end(&self) -> &GuardedFd {
         &self.read

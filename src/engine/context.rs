@@ -78,6 +78,7 @@ use super::allocator::{
     Taken, GATE_DURABLE_FULL, GATE_STARTED, GENERATION_MASK,
 };
 use super::category::{context_active, context_inactive, CategoryFilter};
+use super::prefault::PrefaultAhead;
 use super::slots::{FencePolicy, Fences, Grace, WriterSlots};
 use super::writer::{self, Writer};
 use crate::buffer::header::{
@@ -101,6 +102,13 @@ pub trait BufferHandler: Send + Sync {
     /// bytes up to `durable_data_end`, then the rolling buffer up to its `rolling_data_end`,
     /// then call [`Context::mark_buffer_saved`] with the same two values.
     fn notify_buffer_full(&self, wrapped_count: u32, durable_data_end: u64);
+
+    /// Writers are getting near the end of what is faulted in ahead of them
+    /// (the engine's `prefault` module): have [`Context::prefault_ahead`] called soon, off the record
+    /// path. Called on a writer's thread, once per request, possibly in a signal handler, so
+    /// it must be async-signal-safe (a wake-up). By default nothing: the writers fault the
+    /// buffer's pages as they go.
+    fn notify_prefault(&self) {}
 }
 
 /// A handler for modes that never notify (oneshot, circular).
@@ -402,7 +410,9 @@ pub(crate) struct Inner {
     /// stop is delivered before the stop returns (and before the provider says STOPPED), never
     /// after, where a manager would take it for the next trace's.
     delivering: Mutex<()>,
-    handler: Arc<dyn BufferHandler>,
+    pub(crate) handler: Arc<dyn BufferHandler>,
+    /// Where the buffer is faulted in ahead of the writers (reset by every start).
+    pub(crate) prefault_ahead: PrefaultAhead,
     pub(crate) buffer: TraceBuffer,
 }
 
@@ -497,6 +507,7 @@ impl Context {
                 armed: None,
             }),
             handler,
+            prefault_ahead: PrefaultAhead::new(),
             buffer,
         };
         Ok(Self {
@@ -597,6 +608,25 @@ impl Context {
             offset += len;
         }
         offset
+    }
+
+    /// Fault in the next slice of the buffer ahead of its writers (the engine's `prefault` module), if
+    /// the trace runs and a writer asked for more ([`BufferHandler::notify_prefault`]). Call
+    /// it off the record path, again while it returns `true` (a slice is a fraction of a
+    /// millisecond, so the caller can answer other work between two). Best effort: a slice
+    /// that cannot be faulted in now is left to the writers.
+    pub fn prefault_ahead(&self) -> bool {
+        let inner = &*self.inner;
+        // ATOMICS: `Relaxed`: only a hint to stop early; a stale value costs one slice.
+        if inner.gate.load(Ordering::Relaxed) & GATE_STARTED == 0 {
+            return false;
+        }
+        let limit = inner.buffer.size();
+        let Some(slice) = inner.prefault_ahead.next_slice(limit) else {
+            return false;
+        };
+        let _ = inner.buffer.prefault(slice.from, slice.to - slice.from);
+        inner.prefault_ahead.advanced(slice, limit)
     }
 
     /// Start tracing. Valid only while stopped. Writes no record: a trace that readers decode
@@ -701,6 +731,7 @@ impl Context {
         LATEST_GENERATION.store(st.generation, Ordering::Relaxed);
         st.categories = Arc::new(categories);
         st.phase = TraceState::Started;
+        inner.prefault_ahead.reset(inner.geometry.rolling_offset(0));
         let flags = GATE_STARTED
             | if st.durable_full_at.is_some() {
                 GATE_DURABLE_FULL

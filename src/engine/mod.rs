@@ -8,6 +8,7 @@
 //! - [`global`]: the process-wide current context that instrumentation writes into.
 //! - [`standalone`]: a trace without a manager, written to an FXT file.
 //! - `allocator`, `slots`: the lock-free core (chunked classic allocator; grace periods).
+//! - `prefault`: faulting the buffer in ahead of its writers.
 //!
 //! The buffer the engine writes into, its header layout, geometry and the reader's record
 //! framing live in [`crate::buffer`], shared with the provider client and the manager.
@@ -17,6 +18,7 @@ pub(crate) mod cache;
 pub mod category;
 pub mod context;
 pub mod global;
+pub(crate) mod prefault;
 pub mod record;
 mod slots;
 pub mod standalone;

@@ -1026,6 +1026,11 @@ impl<'c> Writer<'c> {
                     // SAFETY: `run.start` is inside the run.
                     unsafe { AtomicU64::from_ptr(run.start) }.store(tag, Ordering::Release);
                     self.gate = run.gate;
+                    // Near the end of what is faulted in: ask for more (engine::prefault).
+                    let end = run.end as u64 - self.inner.buffer.as_ptr() as u64;
+                    if self.inner.prefault_ahead.passed(end) {
+                        self.inner.handler.notify_prefault();
+                    }
                     if own_run {
                         self.thread.chunk.set(Chunk {
                             pos: first,

@@ -238,6 +238,77 @@ fn prefault_runs_only_while_the_trace_is_started() {
     assert_eq!(found_set(&read.rolling), BTreeSet::from([(1, 0), (1, 1)]));
 }
 
+/// Pages of `buffer` resident in this process (mincore), over `[from, to)`.
+fn resident_pages(buffer: &TraceBuffer, from: u64, to: u64) -> usize {
+    let page = 4096;
+    let mut vec = vec![0u8; ((to - from) / page) as usize];
+    // SAFETY: the mapping is live, `from` is page-aligned and `vec` has one byte per page.
+    let ret = unsafe {
+        libc::mincore(
+            buffer.as_ptr().add(from as usize).cast(),
+            (to - from) as usize,
+            vec.as_mut_ptr(),
+        )
+    };
+    assert_eq!(ret, 0, "mincore: {}", std::io::Error::last_os_error());
+    vec.iter().filter(|b| **b & 1 != 0).count()
+}
+
+/// Counts the writers' prefault requests.
+#[derive(Default)]
+struct CountPrefaults(std::sync::atomic::AtomicU64);
+
+impl BufferHandler for CountPrefaults {
+    fn notify_buffer_full(&self, _: u32, _: u64) {}
+    fn notify_prefault(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
+
+#[test]
+fn the_buffer_is_faulted_in_ahead_of_its_writers_only_as_far_as_they_write() {
+    let size = 16 << 20;
+    let handler = Arc::new(CountPrefaults::default());
+    let config = ContextConfig {
+        mode: BufferingMode::Oneshot,
+        ..ContextConfig::default()
+    };
+    let buffer = TraceBuffer::create(size).expect("memfd");
+    let ctx = Context::new(buffer, config, handler.clone()).expect("context");
+    ctx.start(StartMode::ClearEntire, CategoryFilter::all())
+        .unwrap();
+    // A short-lived process's few kilobytes: no request, nothing faulted in ahead.
+    for seq in 0..100 {
+        assert!(try_write(&ctx, 1, seq, 4, false));
+    }
+    assert_eq!(handler.0.load(Ordering::Relaxed), 0);
+    assert!(!ctx.prefault_ahead(), "nothing asked for");
+    assert!(resident_pages(ctx.buffer(), 0, size) < 8);
+    // Past the first 64 KiB: one request, then the buffer is in 1 MiB past the writers.
+    let mut seq = 100;
+    while handler.0.load(Ordering::Relaxed) == 0 {
+        assert!(try_write(&ctx, 1, seq, 32, false));
+        seq += 1;
+    }
+    for _ in 0..16 {
+        assert!(try_write(&ctx, 1, seq, 32, false));
+        seq += 1;
+    }
+    assert_eq!(handler.0.load(Ordering::Relaxed), 1, "once until served");
+    while ctx.prefault_ahead() {}
+    let written = (seq * 33 * 8).next_multiple_of(4096);
+    let resident = resident_pages(ctx.buffer(), 0, size) as u64 * 4096;
+    assert!(
+        resident >= written + (1 << 19) && resident <= written + (2 << 20),
+        "{resident} bytes resident, {written} written"
+    );
+    // Stopped: nothing more, whatever is asked.
+    ctx.stop(STOP).unwrap();
+    assert!(!ctx.prefault_ahead());
+    let read = final_read(&snapshot(ctx.buffer()), 0, false);
+    assert_eq!(read.rolling.len() as u64, seq, "every record kept");
+}
+
 #[test]
 fn a_threads_runs_grow_again_from_one_chunk_in_each_trace() {
     use fxtrace::buffer::header::{parse_chunk_tag, BufferGeometry, HEADER_SIZE};
