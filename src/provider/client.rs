@@ -12,7 +12,10 @@
 //! trace as a Log record while tracing is still on; the manager salvages the buffer. A number
 //! that is no longer the provider's is never written to, read, shut down or closed.
 //!
-//! The control thread sleeps in `poll` without a timeout. A program closing every descriptor
+//! The control thread sleeps in `poll` without a timeout. The wake-up pipe also carries the
+//! writers' requests to fault more of the buffer in ahead of them
+//! ([`Context::prefault_ahead`](crate::engine::Context::prefault_ahead), a slice per turn of
+//! the loop, so a Stop waits for one slice at most). A program closing every descriptor
 //! closes the wake-up pipe's write end, which wakes it at once (`POLLHUP` on the read end);
 //! it then checks, writes the reason and stops tracing within microseconds of the manager
 //! seeing the connection close (a sleeping `poll` holds the socket alive, so the manager's
@@ -94,9 +97,12 @@ pub(super) struct Shared {
     categories: Vec<String>,
     context: Context,
     fifo: Arc<GuardedFd>,
-    /// Rules: set by the handle's drop, read by the control thread after every wake-up (its
-    /// wake-up pipe may be gone and a manager message wake it instead). ATOMICS: `Relaxed`: a
-    /// flag; nothing is published through it (the thread's join orders what follows).
+    /// Rules: set by the handle's drop before it wakes the control thread, read by the
+    /// control thread after every wake-up (its wake-up pipe may be gone and a manager message
+    /// wake it instead; the pipe also carries prefault requests, so a wake-up alone does not
+    /// mean closing). ATOMICS: `Release` store / `Acquire` load: a control thread that drained
+    /// the drop's wake-up byte sees the flag (nothing else is published through it; the
+    /// thread's join orders what follows).
     closing: AtomicBool,
     stop_timeout: Duration,
     /// What became of the manager's clock rate (see [`Provider::clock_handoff`]).
@@ -121,11 +127,14 @@ struct Counters {
     packets_lost: AtomicU64,
 }
 
-/// Sends SAVE_BUFFER when the engine hands over a full rolling buffer (streaming mode).
+/// Sends SAVE_BUFFER when the engine hands over a full rolling buffer (streaming mode), and
+/// wakes the control thread when the writers want more of the buffer faulted in.
 #[derive(Debug)]
 struct SaveRequester {
     fifo: Arc<GuardedFd>,
     counters: Arc<Counters>,
+    /// The control thread's wake-up pipe.
+    waker: Arc<WakePipe>,
 }
 
 impl BufferHandler for SaveRequester {
@@ -143,6 +152,11 @@ impl BufferHandler for SaveRequester {
             // ATOMICS: `Relaxed` counter (statistics only).
             Err(()) => self.counters.packets_lost.fetch_add(1, Ordering::Relaxed),
         };
+    }
+
+    fn notify_prefault(&self) {
+        // A pipe the program took: the writers fault the pages in as they go.
+        let _ = self.waker.wake();
     }
 }
 
@@ -194,32 +208,25 @@ impl Shared {
         // The initialization record is written by the start itself, before the gate opens
         // (the context may already be installed and other threads calling): at the first
         // start whatever the disposition, and after every start that cleared it.
-        let started_now = match start_trace(&self.context, mode, filter) {
-            Ok(_) => true,
+        match start_trace(&self.context, mode, filter) {
             // Already tracing: answer STARTED again so the manager does not wait.
-            Err(EngineError::BadState {
+            Ok(_)
+            | Err(EngineError::BadState {
                 state: TraceState::Started,
                 ..
-            }) => false,
+            }) => {}
             Err(e) => {
                 // No STARTED: the manager's start timeout reports this provider.
                 self.lock().end_reason = Some(format!("start failed: {e}"));
                 return;
             }
-        };
+        }
         {
             let mut status = self.lock();
             status.starts += 1;
         }
         self.set_state(ProviderState::Started, None);
         self.send(&ProviderPacket::STARTED.to_packet());
-        // Once the program and the manager know the trace started (it is open to writers),
-        // and on a thread of its own, so that a large buffer delays no Stop.
-        // Without that thread (none could start), the writers fault the pages in as they go.
-        if started_now {
-            let context = self.context.clone();
-            let _ = crate::helper_thread::spawn("fxtrace-prefault", move || context.prefault());
-        }
     }
 
     /// Stop tracing (if it is on) and, when `report` or tracing was on, send STOPPED. Returns
@@ -379,7 +386,7 @@ impl Provider {
     /// sets up: the buffer mapped, the context armed, the control thread serving `conn`.
     pub(super) fn from_initialize(
         name: String,
-        conn: ControlConn,
+        mut conn: ControlConn,
         msg: Message,
         mut fds: Vec<OwnedFd>,
         options: &ProviderOptions,
@@ -408,9 +415,11 @@ impl Provider {
         let buffer = TraceBuffer::map_received(memfd.as_fd())?;
         drop(memfd);
         let counters = Arc::new(Counters::default());
+        let waker = Arc::new(WakePipe::new("wake-up pipe").map_err(sys_error("pipe2"))?);
         let handler = Arc::new(SaveRequester {
             fifo: fifo.clone(),
             counters: counters.clone(),
+            waker: waker.clone(),
         });
         let config = ContextConfig {
             mode: header::BufferingMode::from_raw(buffering_mode.to_engine())
@@ -425,7 +434,6 @@ impl Provider {
         // frame stalled half-way for this long ends the session.
         conn.set_recv_timeout(Some(Duration::from_secs(1)))?;
         conn.set_send_timeout(Some(Duration::from_secs(1)))?;
-        let waker = Arc::new(WakePipe::new("wake-up pipe").map_err(sys_error("pipe2"))?);
         let control = ControlFd::of(&conn).map_err(sys_error("fstat"))?;
         let shared = Arc::new(Shared {
             id: provider_id,
@@ -446,9 +454,23 @@ impl Provider {
             stopping: Mutex::new(()),
             counters,
         });
-        // A session that is already tracing sends Start right behind Initialize.
-        let start_queued = !options.start_wait.is_zero()
-            && message_queued(&conn, START_PEEK.min(options.start_wait));
+        // A session that is already tracing sends Start right behind Initialize: served here,
+        // on the connecting thread, so `connect` returns with tracing on and waits for no
+        // other thread (nor, under `dlopen`, for a control thread the loader's lock holds
+        // up until the constructor returns).
+        if !options.start_wait.is_zero()
+            && message_queued(&conn, START_PEEK.min(options.start_wait))
+        {
+            if let Some(reason) = serve_control(&shared, conn.recv_msg()) {
+                shared.end(reason);
+                control.drop_if_ours(conn);
+                return Ok(Provider {
+                    shared,
+                    waker,
+                    thread: None,
+                });
+            }
+        }
         let thread = {
             let shared = shared.clone();
             let waker = waker.clone();
@@ -461,17 +483,11 @@ impl Provider {
         if options.exit_hook {
             install_exit_hook();
         }
-        let provider = Provider {
+        Ok(Provider {
             shared,
             waker,
             thread: Some(thread),
-        };
-        if start_queued {
-            // Bounded: if the start does not complete in time, the program runs on and its
-            // events before the start are counted by the engine as it can.
-            provider.wait_started(options.start_wait);
-        }
-        Ok(provider)
+        })
     }
 
     /// The engine context over the shared buffer: install it as the process's current context,
@@ -602,6 +618,15 @@ impl Provider {
         Ok(self.shared.send_alert(name))
     }
 
+    /// Stop tracing on this thread (waiting, bounded, for writers in flight) and, if it was
+    /// on, tell the manager (STOPPED), keeping the connection: once this returns the buffer
+    /// holds everything and the manager knows it, so a process that is about to end need
+    /// not wait for the rest of [`Self::shutdown`] (the control thread's end, the buffer's
+    /// unmapping). Dropping the provider later sends nothing more.
+    pub fn stop(&self) {
+        self.shared.stop(self.shared.stop_timeout, false);
+    }
+
     /// Stop tracing, tell the manager (STOPPED), and close the connection. Same as dropping.
     pub fn shutdown(self) {
         drop(self);
@@ -618,7 +643,7 @@ impl Drop for Provider {
         // No thread may reach the context through the process-wide slot once it stops.
         let _ = global::uninstall_if(&self.shared.context);
         // ATOMICS: see `Shared::closing`.
-        self.shared.closing.store(true, Ordering::Relaxed);
+        self.shared.closing.store(true, Ordering::Release);
         match self.waker.wake() {
             Ok(()) => {
                 if let Some(thread) = self.thread.take() {
@@ -774,6 +799,8 @@ fn control_loop(
     control_fd: ControlFd,
     waker: &WakePipe,
 ) {
+    // The writers asked for more of the buffer to be faulted in, and there is more to do.
+    let mut prefaulting = false;
     let reason = loop {
         let (control, fifo, wake) = {
             let borrow = |fd: RawFd| {
@@ -786,7 +813,14 @@ fn control_loop(
                 PollFd::new(borrow(shared.fifo.raw()), PollFlags::POLLIN),
                 PollFd::new(borrow(waker.read_end().raw()), PollFlags::POLLIN),
             ];
-            match poll(&mut fds, PollTimeout::NONE) {
+            // Asleep until a message or a wake-up; not at all while the writers wait for
+            // more of the buffer to be faulted in (a slice between two looks at messages).
+            let timeout = if prefaulting {
+                PollTimeout::ZERO
+            } else {
+                PollTimeout::NONE
+            };
+            match poll(&mut fds, timeout) {
                 Ok(_) => {}
                 Err(Errno::EINTR) => continue,
                 Err(e) => break format!("poll failed: {e}"),
@@ -797,8 +831,13 @@ fn control_loop(
         if let Some(lost) = shared.lost_descriptor(&control_fd, waker) {
             break shared.descriptor_lost(lost);
         }
+        if wake {
+            // A prefault request, or the handle's drop (`closing`, below). Drained before
+            // `closing` is read: a drop's byte taken here is seen there.
+            let _ = waker.drain();
+        }
         // ATOMICS: see `Shared::closing`.
-        if wake || shared.closing.load(Ordering::Relaxed) {
+        if shared.closing.load(Ordering::Acquire) {
             // The handle is being dropped (or shut down).
             shared.stop(shared.stop_timeout, false);
             break "the provider was shut down".to_owned();
@@ -809,24 +848,43 @@ fn control_loop(
             }
         }
         if control {
-            match conn.recv_msg() {
-                Ok((Message::Start { disposition }, _)) => shared.start(disposition),
-                Ok((Message::Stop, _)) => shared.stop(shared.stop_timeout, true),
-                Ok((Message::Terminate, _)) => {
-                    shared.stop(shared.stop_timeout, false);
-                    break "terminated by the manager".to_owned();
-                }
-                Ok((other, _)) => {
-                    break format!("protocol violation: unexpected {} message", other.name())
-                }
-                Err(TransportError::PeerClosed) => break "the trace manager went away".to_owned(),
-                Err(e) => break format!("control connection: {e}"),
+            if let Some(reason) = serve_control(shared, conn.recv_msg()) {
+                break reason;
             }
+        }
+        // Writers asked (`SaveRequester::notify_prefault`), or a slice was done last turn:
+        // the next slice, if the trace still runs and more is wanted.
+        if wake || prefaulting {
+            prefaulting = shared.context.prefault_ahead();
         }
     };
     shared.end(reason);
     // The transport closes the socket on drop: only while the number is still ours.
     fd_guard::drop_if_ours(conn, control_fd.fd, &control_fd.identity);
+}
+
+/// Answer one control message from the manager. Returns why the session ends, if it does.
+fn serve_control(
+    shared: &Shared,
+    received: Result<(Message, Vec<OwnedFd>), TransportError>,
+) -> Option<String> {
+    match received {
+        Ok((Message::Start { disposition }, _)) => shared.start(disposition),
+        Ok((Message::Stop, _)) => shared.stop(shared.stop_timeout, true),
+        Ok((Message::Terminate, _)) => {
+            shared.stop(shared.stop_timeout, false);
+            return Some("terminated by the manager".to_owned());
+        }
+        Ok((other, _)) => {
+            return Some(format!(
+                "protocol violation: unexpected {} message",
+                other.name()
+            ))
+        }
+        Err(TransportError::PeerClosed) => return Some("the trace manager went away".to_owned()),
+        Err(e) => return Some(format!("control connection: {e}")),
+    }
+    None
 }
 
 /// Read every BUFFER_SAVED waiting on the FIFO. Returns why the session ends, if it does.
@@ -895,6 +953,7 @@ mod tests {
         let handler = SaveRequester {
             fifo: Arc::new(GuardedFd::new(a, "FIFO").unwrap()),
             counters: counters.clone(),
+            waker: Arc::new(WakePipe::new("wake-up pipe").unwrap()),
         };
         handler.notify_buffer_full(3, 64);
         let p = transport::try_recv_packet(b.as_fd()).unwrap().unwrap();

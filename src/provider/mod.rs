@@ -27,14 +27,18 @@
 //!    ([`crate::clock::set_ticks_per_second`]) so that no traced process measures its TSC.
 //! 3. It maps the memfd and builds an engine [`Context`](crate::engine::Context) over it (the
 //!    engine initialises the header) with a [`crate::engine::BufferHandler`] that sends
-//!    SAVE_BUFFER in streaming mode.
+//!    SAVE_BUFFER in streaming mode and passes the writers' prefault requests on. A Start
+//!    queued behind Initialize (a session already tracing) is served right there, on the
+//!    connecting thread ([`ProviderOptions::start_wait`]).
 //! 4. A background thread (`fxtrace-provider`) serves the manager: Start → start the context
 //!    (clearing as the disposition says; the start writes the initialization record before
 //!    any other thread can write, at the first start and after every clearing start, as
 //!    Fuchsia's engine does) → STARTED (version 1); Stop → stop the context (waits
 //!    for writers in flight, bounded) → STOPPED; Terminate → stop, then close; BUFFER_SAVED →
 //!    [`Context::mark_buffer_saved`](crate::engine::Context::mark_buffer_saved). Anything
-//!    else from the manager ends the session, as Fuchsia's provider does.
+//!    else from the manager ends the session, as Fuchsia's provider does. Between messages it
+//!    faults the buffer in ahead of the writers, as far as they ask
+//!    ([`Context::prefault_ahead`](crate::engine::Context::prefault_ahead)).
 //! 5. If the manager goes away (its end of the socket or FIFO closes), tracing stops cleanly
 //!    and the program carries on; nothing ever blocks a writer.
 //! 6. When the process exits normally (`exit`, or returning from `main`), an `atexit` hook stops
@@ -100,8 +104,9 @@ pub struct ProviderOptions {
     /// ([`Provider::clock_handoff`] says which happened).
     pub accept_manager_clock: bool,
     /// When the manager's session is already tracing (it sends Start right behind
-    /// Initialize), `connect` returns only once this provider has started, waiting at most
-    /// this long, so the program's first events are recorded. Zero: do not wait.
+    /// Initialize), `connect` serves that Start itself before it returns, so the program's
+    /// first events are recorded: it looks for it for at most this long (and at most 10 ms).
+    /// Zero: do not look; the provider's thread serves the Start when it comes.
     pub start_wait: Duration,
 }
 
