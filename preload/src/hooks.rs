@@ -230,14 +230,14 @@ pub(crate) fn flush_done(done: &WakePipe) {
 
 /// `atexit` hook: flush, bounded.
 extern "C" fn at_exit() {
-    let started = now_ms();
+    let started = std::time::Instant::now();
     let in_time = flush_and_wait();
     // Logging allocates: fine at exit, but not in a forked child that never armed.
     if in_time || armed_here() {
         crate::log::log!(
-            "flush at exit {} after {} ms",
+            "flush at exit {} after {:.3} ms",
             if in_time { "done" } else { "timed out" },
-            now_ms().saturating_sub(started)
+            started.elapsed().as_secs_f64() * 1e3
         );
     }
 }

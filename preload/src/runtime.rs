@@ -7,8 +7,10 @@
 //! 2. Connect to the manager as a provider named after the executable. Nobody listening: stop
 //!    here. The program runs untouched; this cost one failed `connect`.
 //! 3. Install the provider's context as the process's current context (the C API and any
-//!    Rust instrumentation write into it), and wait (bounded) for the manager's Start: not
-//!    when loaded by `dlopen`, whose lock keeps the provider's thread from serving it.
+//!    Rust instrumentation write into it). A Start the manager sends right behind Initialize
+//!    (`fxtrace record` does) was served while connecting, on this thread; a later one is
+//!    waited for (bounded), but not when loaded by `dlopen`, whose lock keeps the provider's
+//!    thread from serving it.
 //! 4. Name the process and the loading thread (engine thread registration).
 //! 5. Start the per-process context-switch capture (perf, inherited by every thread and
 //!    child the program creates; LBR sampling where the CPU has it; wake-ups where raw
@@ -19,8 +21,13 @@
 //!    SIGTERM/SIGINT/SIGHUP) flushes, bounded by `FXTRACE_PRELOAD_FLUSH_MS`.
 //!
 //! The flush ([`Runtime::finish`], on the flusher thread): stop the capture (its rings are
-//! drained and converted), write the capture summary, then shut the provider down, which
-//! stops the engine (waiting, bounded, for writers in flight) and sends STOPPED.
+//! drained and converted), write the capture summary, stop the engine (waiting, bounded, for
+//! writers in flight) and send STOPPED, then answer the hooks: an exiting process goes on
+//! at once, while the flusher closes the connection. A provider whose Start has not come yet
+//! waits for it first (bounded), so that it ends stopped rather than lost.
+//!
+//! With `FXTRACE_PRELOAD_LOG=1`, where the time of the start and of the flush went is logged
+//! (`start: 1.013 ms (register 0.445, start wait 0.010, …)`).
 //!
 //! If the manager ends the session first (Terminate, or it went away), the flusher stops the
 //! capture, disarms the hooks and exits: the program goes on untraced.
@@ -44,7 +51,7 @@ use fxtrace::fd_guard::WakePipe;
 use fxtrace::provider::{Provider, ProviderOptions, ProviderState};
 
 use crate::hooks;
-use crate::log::log;
+use crate::log::{log, Phases};
 use crate::opt::{self, CaptureMode, Options};
 use crate::sink::{EngineRefs, EngineSink};
 
@@ -63,6 +70,9 @@ struct Runtime {
     request: WakePipe,
     /// The flusher writes it when the flush is complete; the hooks poll it.
     done: WakePipe,
+    /// How long a flush waits for a Start not served yet (`FXTRACE_PRELOAD_START_WAIT_MS`,
+    /// within `FXTRACE_PRELOAD_FLUSH_MS`).
+    start_wait: Duration,
 }
 
 /// The executable's file name (`/proc/self/exe`), else the process name.
@@ -90,6 +100,7 @@ pub(crate) fn init() {
     // Whatever follows: a main thread that ends before the process does must not leave it
     // running forever on fxtrace's threads.
     crate::last_thread::arm();
+    let mut phases = Phases::start();
     let (options, complaints) = opt::from_env();
     crate::log::set_enabled(options.log);
     log!("options: {}", opt::describe(&options));
@@ -102,6 +113,9 @@ pub(crate) fn init() {
         stop_timeout: options.flush,
         // The preload's own exit hook orders the flush (capture first, then the engine).
         exit_hook: false,
+        // A Start the manager sent behind Initialize is served while connecting, on this
+        // thread; a later one is waited for below.
+        start_wait: options.start_wait,
         ..ProviderOptions::default()
     };
     if options.socket.as_ref().map_or(true, |s| s.is_empty()) {
@@ -128,6 +142,7 @@ pub(crate) fn init() {
         }
     };
     log!("registered as provider {} ({name})", provider.id());
+    phases.mark("register");
     let context = provider.context().clone();
     if let Err(e) = provider.install_global() {
         // Only the program's own instrumentation misses the context; the capture goes on.
@@ -136,6 +151,9 @@ pub(crate) fn init() {
     let waited = Instant::now();
     if options.start_wait.is_zero() {
         log!("not waiting for the start (FXTRACE_PRELOAD_START_WAIT_MS=0)");
+    } else if provider.state() == ProviderState::Started {
+        // The usual case: the Start came behind Initialize and was served while connecting.
+        log!("tracing started while registering");
     } else if !new_threads_run() {
         // Loaded by `dlopen`: the dynamic loader holds its lock while this constructor runs,
         // and our new threads wait for it (thread-local storage of a dlopen'ed object). The
@@ -149,6 +167,7 @@ pub(crate) fn init() {
             options.start_wait.as_millis()
         );
     }
+    phases.mark("start wait");
     // The process and this thread's name records, and the option complaints as Log records.
     global::with_writer(|w| {
         let _ = w.thread_ref();
@@ -159,10 +178,12 @@ pub(crate) fn init() {
     });
 
     let writer = new_writer(&provider, &context);
+    phases.mark("names");
     let capture = match options.capture {
         CaptureMode::Switches => start_capture(&options, &writer),
         CaptureMode::None => None,
     };
+    phases.mark("capture");
     let pipes = (
         WakePipe::new("exit-flush request pipe"),
         WakePipe::new("exit-flush done pipe"),
@@ -182,6 +203,7 @@ pub(crate) fn init() {
         writer,
         request,
         done,
+        start_wait: options.start_wait.min(options.flush),
     };
     // Armed before the flusher starts, from the pipes it will own (the flusher never closes
     // them: see `Runtime::finish`).
@@ -202,6 +224,8 @@ pub(crate) fn init() {
         let taken = hooks::install_signal_handlers();
         log!("flushing on signals {taken:?} (those left at their default action)");
     }
+    phases.mark("flusher and hooks");
+    log!("start: {phases}");
 }
 
 /// Register with the trace service and, for each session of it that traces this process,
@@ -397,30 +421,44 @@ impl Runtime {
                 break;
             }
         }
-        let done = self.finish();
-        // Answer every hook that requested the flush, including one that raced with a
-        // disarm above or came after (it waits on `done` or `FLUSHED`, bounded).
-        hooks::flush_done(done);
+        self.finish();
         if !hooks::flush_requested() {
             log!("capture stopped");
         }
     }
 
-    /// Drain the capture, write its summary, stop the engine, say STOPPED. Returns the done
-    /// pipe, to answer the hooks with.
-    fn finish(self) -> &'static WakePipe {
+    /// Drain the capture, write its summary, stop the engine, say STOPPED, then answer every
+    /// hook that requested the flush (including one that raced with a disarm in
+    /// [`Self::serve`] or came after: it waits on `done` or `FLUSHED`, bounded). Only then
+    /// the provider's connection is closed and its buffer unmapped: a process that is
+    /// exiting does not wait for that.
+    fn finish(self) {
         let Runtime {
             provider,
             capture,
             writer,
             request,
             done,
+            start_wait,
         } = self;
+        let mut phases = Phases::start();
+        if provider.state() == ProviderState::Idle && !start_wait.is_zero() {
+            // The program ends before the manager's Start was served (a loaded machine): it
+            // is on its way, so wait for it (bounded), then the capture's switches are kept
+            // and the manager gets STOPPED instead of finding the provider gone unstarted.
+            let started = provider.wait_started(start_wait);
+            log!(
+                "flush: tracing {}",
+                if started { "started" } else { "never started" }
+            );
+        }
+        phases.mark("start wait");
         if let Some(capture) = capture {
             if let Err(e) = capture.stop() {
                 log!("capture: {e}");
             }
         }
+        phases.mark("capture stop");
         let taken = writer.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(writer) = taken {
             if let Ok((sink, stats)) = writer.finish() {
@@ -433,6 +471,14 @@ impl Runtime {
                 );
             }
         }
+        phases.mark("capture summary");
+        // The buffer holds everything and the manager is told so.
+        provider.stop();
+        phases.mark("engine stop and STOPPED");
+        log!("flush: {phases}");
+        // The hooks may still use `done` (and `request`) until the process ends: never closed.
+        std::mem::forget(request);
+        hooks::flush_done(Box::leak(Box::new(done)));
         provider.shutdown();
         if fxtrace::fd_guard::abandoned() > 0 {
             log!(
@@ -440,8 +486,5 @@ impl Runtime {
                 fxtrace::fd_guard::abandoned()
             );
         }
-        // The hooks may still use `done` (and `request`) until the process ends: never closed.
-        std::mem::forget(request);
-        Box::leak(Box::new(done))
     }
 }
