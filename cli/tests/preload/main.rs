@@ -19,4 +19,5 @@ mod no_manager;
 mod own_engine;
 mod record;
 mod service;
+mod short;
 mod why_slow;
