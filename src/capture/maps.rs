@@ -92,7 +92,7 @@ impl MapsLine {
 /// Reads and parses `<proc_root>/<pid>/maps` (unparsable lines are skipped and counted in the
 /// second value).
 pub fn read_maps(proc_root: &Path, pid: u32) -> io::Result<(Vec<MapsLine>, u64)> {
-    let text = fs::read(proc_root.join(pid.to_string()).join("maps"))?;
+    let text = super::procfs::read_small(proc_root.join(pid.to_string()).join("maps"))?;
     let mut lines = Vec::new();
     let mut bad = 0;
     for line in text.split(|&b| b == b'\n').filter(|l| !l.is_empty()) {
@@ -140,11 +140,15 @@ const MAX_NOTE_SEGMENT: u64 = 1 << 16;
 const MAX_PROGRAM_HEADERS: u64 = 256;
 
 /// The build-id in the `PT_NOTE` segments of an ELF file (32 or 64-bit, either byte order),
-/// read through `read_at(offset, buf) -> filled`: the ELF header, the program headers and the
-/// note segments, each bounded.
+/// read through `read_at(offset, buf) -> filled`: the ELF header, the program header table
+/// and the note segments, one read each (a traced process reads every file it has mapped
+/// when its capture starts), each bounded.
 fn elf_build_id(read_at: impl Fn(u64, &mut [u8]) -> bool) -> Option<Vec<u8>> {
     let mut ident = [0u8; 64];
-    if !read_at(0, &mut ident[..52]) || ident[..4] != *b"\x7fELF" {
+    // The 64 bytes of an ELF64 header; only a file shorter than that (an ELF32 one) needs
+    // the second read.
+    let whole = read_at(0, &mut ident);
+    if !(whole || read_at(0, &mut ident[..52])) || ident[..4] != *b"\x7fELF" {
         return None;
     }
     let wide = match ident[4] {
@@ -182,7 +186,7 @@ fn elf_build_id(read_at: impl Fn(u64, &mut [u8]) -> bool) -> Option<Vec<u8>> {
             u64::from_be_bytes(v)
         }
     };
-    if wide && !read_at(0, &mut ident[..64]) {
+    if wide && !whole {
         return None;
     }
     // e_phoff, e_phentsize, e_phnum (ELF32: 28, 42, 44; ELF64: 32, 54, 56).
@@ -195,18 +199,20 @@ fn elf_build_id(read_at: impl Fn(u64, &mut [u8]) -> bool) -> Option<Vec<u8>> {
     if phentsize < min_entry || phentsize > 256 {
         return None;
     }
-    let mut entry = vec![0u8; phentsize as usize];
-    for i in 0..phnum.min(MAX_PROGRAM_HEADERS) {
-        if !read_at(phoff.checked_add(i * phentsize)?, &mut entry)
-            || u32_at(&entry, 0) != u64::from(PT_NOTE)
-        {
+    let phnum = phnum.min(MAX_PROGRAM_HEADERS);
+    let mut table = vec![0u8; (phnum * phentsize) as usize];
+    if !read_at(phoff, &mut table) {
+        return None;
+    }
+    for entry in table.chunks_exact(phentsize as usize) {
+        if u32_at(entry, 0) != u64::from(PT_NOTE) {
             continue;
         }
         // p_offset, p_filesz, p_align (ELF32: 4, 16, 28; ELF64: 8, 32, 48).
         let (offset, size, align) = if wide {
-            (u64_at(&entry, 8), u64_at(&entry, 32), u64_at(&entry, 48))
+            (u64_at(entry, 8), u64_at(entry, 32), u64_at(entry, 48))
         } else {
-            (u32_at(&entry, 4), u32_at(&entry, 16), u32_at(&entry, 28))
+            (u32_at(entry, 4), u32_at(entry, 16), u32_at(entry, 28))
         };
         if size > MAX_NOTE_SEGMENT {
             continue;
@@ -541,6 +547,30 @@ mod tests {
             build_id_of_bytes(b"not an ELF file at all, really not one"),
             None
         );
+    }
+
+    /// A traced process reads the build-id of every file it has mapped when its capture
+    /// starts: the header, the program header table and the notes, one read each.
+    #[test]
+    fn a_build_id_takes_three_reads() {
+        for wide in [false, true] {
+            let f = tiny_elf(wide, true);
+            let reads = std::cell::Cell::new(0);
+            let id = elf_build_id(|offset, buf| {
+                reads.set(reads.get() + 1);
+                let end = offset as usize + buf.len();
+                f.get(offset as usize..end)
+                    .map(|src| buf.copy_from_slice(src))
+                    .is_some()
+            });
+            assert_eq!(id, Some(vec![0xde, 0xad, 0xbe, 0xef]));
+            // An ELF32 file shorter than 64 bytes would take one more.
+            assert!(
+                reads.get() <= 3 + usize::from(!wide),
+                "{} reads",
+                reads.get()
+            );
+        }
     }
 
     #[test]

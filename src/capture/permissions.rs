@@ -20,6 +20,8 @@ use std::fs;
 use std::io;
 use std::path::Path;
 
+use super::procfs::read_small_text;
+
 /// `CAP_SYS_ADMIN` bit in `CapEff`.
 const CAP_SYS_ADMIN: u32 = 21;
 /// `CAP_PERFMON` bit in `CapEff`.
@@ -64,10 +66,10 @@ pub struct PerfPermissions {
 impl PerfPermissions {
     /// Reads `/proc/sys/kernel/perf_event_paranoid`, the uid, `CapEff` and the PMU list.
     pub fn read() -> Self {
-        let paranoid = fs::read_to_string("/proc/sys/kernel/perf_event_paranoid")
+        let paranoid = read_small_text("/proc/sys/kernel/perf_event_paranoid")
             .ok()
             .and_then(|s| s.trim().parse().ok());
-        let cap_eff = fs::read_to_string("/proc/self/status").ok().and_then(|s| {
+        let cap_eff = read_small_text("/proc/self/status").ok().and_then(|s| {
             s.lines()
                 .find_map(|l| l.strip_prefix("CapEff:"))
                 .and_then(|v| u64::from_str_radix(v.trim(), 16).ok())

@@ -272,13 +272,29 @@ fn thread_file(root: &Path, tid: u32, file: &str) -> PathBuf {
     root.join(tid.to_string()).join(file)
 }
 
+/// A file of `/proc` or `/sys`, read whole in one `read` (and a last one that finds its end):
+/// such files say their size is 0, which has `fs::read` probe 32 bytes at a time, growing
+/// (eight reads for a 4 KiB file). A traced process reads a few of them when it starts, and
+/// the manager when it registers one.
+pub fn read_small(path: impl AsRef<Path>) -> io::Result<Vec<u8>> {
+    use std::io::Read;
+    let mut bytes = Vec::with_capacity(4096);
+    fs::File::open(path)?.read_to_end(&mut bytes)?;
+    Ok(bytes)
+}
+
+/// [`read_small`], as text (`InvalidData` when it is not UTF-8).
+pub fn read_small_text(path: impl AsRef<Path>) -> io::Result<String> {
+    String::from_utf8(read_small(path)?).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e))
+}
+
 fn read_line(path: &Path) -> Option<String> {
-    let text = fs::read_to_string(path).ok()?;
+    let text = read_small_text(path).ok()?;
     Some(text.trim_end_matches('\n').to_owned())
 }
 
 fn read_tgid(status: &Path) -> Option<u32> {
-    fs::read_to_string(status)
+    read_small_text(status)
         .ok()?
         .lines()
         .find_map(|l| l.strip_prefix("Tgid:"))?
@@ -318,7 +334,7 @@ pub fn process_ended(pid: u32) -> bool {
     if unsafe { libc::kill(signed, 0) } != 0 {
         return std::io::Error::last_os_error().raw_os_error() == Some(libc::ESRCH);
     }
-    let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
+    let Ok(stat) = read_small(format!("/proc/{pid}/stat")) else {
         return false;
     };
     // After the command: field 3 (the state) first, field 9 (`flags`) the 7th, field 20
@@ -368,13 +384,13 @@ pub fn process_image(pid: u32) -> Option<ProcessImage> {
         return None;
     }
     let start_time = || -> Option<u64> {
-        let stat = std::fs::read(format!("/proc/{pid}/stat")).ok()?;
+        let stat = read_small(format!("/proc/{pid}/stat")).ok()?;
         // After the command: field 3 (the state) first, field 22 (`starttime`) the 20th.
         let field = stat_fields(&stat).nth(19)?;
         std::str::from_utf8(field).ok()?.parse().ok()
     };
     let before = start_time()?;
-    let auxv = std::fs::read(format!("/proc/{pid}/auxv")).ok()?;
+    let auxv = read_small(format!("/proc/{pid}/auxv")).ok()?;
     // Empty for a kernel thread or a process already gone; read again after the vector, so
     // that a pid given to another process meanwhile is not taken for the same one.
     if auxv.is_empty() || start_time()? != before {
@@ -418,7 +434,7 @@ pub fn parse_cpu_list(text: &str) -> Option<Vec<u32>> {
 /// The online CPUs (`/sys/devices/system/cpu/online`).
 pub fn online_cpus() -> io::Result<Vec<u32>> {
     let path = "/sys/devices/system/cpu/online";
-    let text = fs::read_to_string(path)?;
+    let text = read_small_text(path)?;
     parse_cpu_list(&text).ok_or_else(|| {
         io::Error::new(
             io::ErrorKind::InvalidData,
@@ -505,6 +521,21 @@ mod tests {
         child.kill().unwrap();
         child.wait().unwrap();
         assert_eq!(process_image(pid), None, "reaped");
+    }
+
+    #[test]
+    fn small_files_are_read_whole_whatever_their_size() {
+        let auxv = read_small("/proc/self/auxv").unwrap();
+        assert_eq!(auxv, fs::read("/proc/self/auxv").unwrap());
+        let dir = tempfile::tempdir().unwrap();
+        let big: Vec<u8> = (0..10_000u32).map(|i| i as u8).collect();
+        fs::write(dir.path().join("big"), &big).unwrap();
+        assert_eq!(read_small(dir.path().join("big")).unwrap(), big);
+        assert!(
+            read_small_text(dir.path().join("big")).is_err(),
+            "not UTF-8"
+        );
+        assert!(read_small(dir.path().join("missing")).is_err());
     }
 
     #[test]

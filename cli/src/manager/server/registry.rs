@@ -523,7 +523,7 @@ fn is_descendant(pid: i32, root: u32) -> bool {
             return true;
         }
         // Bytes: a command name need not be UTF-8.
-        let Ok(stat) = std::fs::read(format!("/proc/{pid}/stat")) else {
+        let Ok(stat) = fxtrace::capture::procfs::read_small(format!("/proc/{pid}/stat")) else {
             return false;
         };
         let Some(ppid) = fxtrace::capture::procfs::stat_fields(&stat)
