@@ -177,7 +177,7 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
     OptionSpec {
         name: "FXTRACE_PRELOAD_START_WAIT_MS",
         default: "250",
-        doc: "at load, wait at most this long for the manager's Start (served while registering when it comes right behind the registration, as under `fxtrace record`), so the program's first events are traced (0: do not wait); a program that ends before its start waits for it at exit as long (within `FXTRACE_PRELOAD_FLUSH_MS`); events written before the start are counted, and the summary says \"N before the trace started\"",
+        doc: "at load, wait at most this long for the manager's Start (served while registering when it comes right behind the registration, as under `fxtrace record`), so the program's first events are traced (0: do not wait); a program that ends before its start waits for it at exit, within `FXTRACE_PRELOAD_FLUSH_MS`; events written before the start are counted, and the summary says \"N before the trace started\"",
         parse: |v, o| {
             o.start_wait = parse_ms(v)?;
             Ok(())

@@ -70,8 +70,8 @@ struct Runtime {
     request: WakePipe,
     /// The flusher writes it when the flush is complete; the hooks poll it.
     done: WakePipe,
-    /// How long a flush waits for a Start not served yet (`FXTRACE_PRELOAD_START_WAIT_MS`,
-    /// within `FXTRACE_PRELOAD_FLUSH_MS`).
+    /// How long a flush waits for a Start not served yet: `FXTRACE_PRELOAD_FLUSH_MS`, whatever
+    /// `FXTRACE_PRELOAD_START_WAIT_MS` says (that one is about the program's start).
     start_wait: Duration,
 }
 
@@ -149,11 +149,11 @@ pub(crate) fn init() {
         log!("cannot install the trace context for instrumentation: {e}");
     }
     let waited = Instant::now();
-    if options.start_wait.is_zero() {
-        log!("not waiting for the start (FXTRACE_PRELOAD_START_WAIT_MS=0)");
-    } else if provider.state() == ProviderState::Started {
+    if provider.state() == ProviderState::Started {
         // The usual case: the Start came behind Initialize and was served while connecting.
         log!("tracing started while registering");
+    } else if options.start_wait.is_zero() {
+        log!("not waiting for the start (FXTRACE_PRELOAD_START_WAIT_MS=0)");
     } else if !new_threads_run() {
         // Loaded by `dlopen`: the dynamic loader holds its lock while this constructor runs,
         // and our new threads wait for it (thread-local storage of a dlopen'ed object). The
@@ -203,7 +203,7 @@ pub(crate) fn init() {
         writer,
         request,
         done,
-        start_wait: options.start_wait.min(options.flush),
+        start_wait: options.flush,
     };
     // Armed before the flusher starts, from the pipes it will own (the flusher never closes
     // them: see `Runtime::finish`).

@@ -458,9 +458,7 @@ impl Provider {
         // on the connecting thread, so `connect` returns with tracing on and waits for no
         // other thread (nor, under `dlopen`, for a control thread the loader's lock holds
         // up until the constructor returns).
-        if !options.start_wait.is_zero()
-            && message_queued(&conn, START_PEEK.min(options.start_wait))
-        {
+        if message_queued(&conn, START_PEEK.min(options.start_wait)) {
             if let Some(reason) = serve_control(&shared, conn.recv_msg()) {
                 shared.end(reason);
                 control.drop_if_ours(conn);

@@ -106,7 +106,7 @@ pub struct ProviderOptions {
     /// When the manager's session is already tracing (it sends Start right behind
     /// Initialize), `connect` serves that Start itself before it returns, so the program's
     /// first events are recorded: it looks for it for at most this long (and at most 10 ms).
-    /// Zero: do not look; the provider's thread serves the Start when it comes.
+    /// Zero: only a Start already there is served so; a later one by the provider's thread.
     pub start_wait: Duration,
 }
 
