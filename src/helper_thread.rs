@@ -1,5 +1,5 @@
 //! fxtrace's own threads: a provider's control thread, the trace-service follower, the
-//! capture thread, the buffer prefault, the preload object's flusher and watcher.
+//! capture thread, the preload object's flusher and watcher.
 //!
 //! Each starts with every signal blocked, so that a signal sent to the process always reaches
 //! one of the program's threads (a program that blocks a signal everywhere to `sigwait` for it
