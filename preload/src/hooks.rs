@@ -38,6 +38,7 @@ use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
 use std::sync::OnceLock;
 use std::time::Duration;
 
+use fxtrace::capture::CaptureStopper;
 use fxtrace::fd_guard::{self, FdIdentity, FdStatus, WakePipe};
 
 /// Rules: the pid that armed the hooks; written by [`arm`] (constructor thread) before
@@ -56,6 +57,12 @@ struct HookFds {
 
 /// See [`HookFds`]. `OnceLock::get` is one atomic load: async-signal-safe.
 static FDS: OnceLock<HookFds> = OnceLock::new();
+/// Rules: set once, when the capture runs and the trace had started by the end of the
+/// constructor: a flush request also asks the capture thread to stop, so that its last drain
+/// runs while the flusher wakes up (the flusher's own stop then only waits for it). Not set
+/// when the trace had not started: the flusher waits for the start before the capture's last
+/// drain, so that its switches are kept.
+static CAPTURE_STOPPER: OnceLock<CaptureStopper> = OnceLock::new();
 /// Rules: the flush bound in ms; written by [`arm`] before `ARMED`. ATOMICS: as `OWNER_PID`.
 static FLUSH_MS: AtomicU64 = AtomicU64::new(0);
 /// Rules: set by the flusher once the flush is complete (whether or not the done pipe could
@@ -98,6 +105,11 @@ pub(crate) fn arm(request: &WakePipe, done: &WakePipe, flush: Duration) {
         Ordering::Relaxed,
     );
     ARMED.store(true, Ordering::Release);
+}
+
+/// Have a flush request stop the capture thread too (see [`CAPTURE_STOPPER`]).
+pub(crate) fn stop_capture_on_flush(stopper: CaptureStopper) {
+    let _ = CAPTURE_STOPPER.set(stopper);
 }
 
 /// Disarm the hooks (the session is over: nothing to flush at exit).
@@ -176,6 +188,9 @@ pub(crate) fn flush_and_wait() -> bool {
         // A request pipe the program took gets no byte: the flusher notices the loss (and
         // the request) by itself within SESSION_CHECK.
         let _ = fd_guard::wake_raw(fds.request.0, &fds.request.1);
+        if let Some(capture) = CAPTURE_STOPPER.get() {
+            capture.request();
+        }
     }
     let deadline = now_ms().saturating_add(ms);
     loop {

@@ -183,6 +183,11 @@ pub(crate) fn init() {
         CaptureMode::Switches => start_capture(&options, &writer),
         CaptureMode::None => None,
     };
+    if let Some(capture) = &capture {
+        if provider.state() == ProviderState::Started {
+            hooks::stop_capture_on_flush(capture.stopper());
+        }
+    }
     phases.mark("capture");
     let pipes = (
         WakePipe::new("exit-flush request pipe"),

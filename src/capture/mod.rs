@@ -96,8 +96,8 @@ pub use refs::{LocalRefs, RefTable, Registration};
 pub use replay::{Replay, ReplayEventKind, ReplaySkip, ReplayStats, Replayed};
 pub use ring::{PerfRing, RawData, RawRecord, RingError, RingReader};
 pub use session::{
-    Capture, CaptureConfig, CaptureError, CaptureReport, CaptureStats, CaptureTarget, SwitchSource,
-    TracefsChoice,
+    Capture, CaptureConfig, CaptureError, CaptureReport, CaptureStats, CaptureStopper,
+    CaptureTarget, SwitchSource, TracefsChoice,
 };
 pub use state::{LinuxThreadState, TaskStateBits};
 pub use switch::{SchedSwitchFields, SchedSwitchFormat};

@@ -789,6 +789,16 @@ impl Capture {
         &self.report
     }
 
+    /// A handle that asks the capture thread to stop from anywhere, a signal handler too:
+    /// the thread drains its rings a last time, delivers everything and ends, and
+    /// [`Self::stop`] then only waits for it. An exit hook starts that while the thread that
+    /// will call `stop` is still waking up.
+    pub fn stopper(&self) -> CaptureStopper {
+        CaptureStopper {
+            signal: self.stop.clone(),
+        }
+    }
+
     /// The counters so far.
     pub fn stats(&self) -> CaptureStats {
         self.counters.snapshot()
@@ -820,6 +830,23 @@ impl Capture {
         thread.join().map_err(|_| {
             CaptureError::Thread("the capture thread panicked (in the sink?)".into())
         })?
+    }
+}
+
+/// Asks a capture thread to stop ([`Capture::stopper`]).
+#[derive(Debug, Clone)]
+pub struct CaptureStopper {
+    signal: Arc<StopSignal>,
+}
+
+impl CaptureStopper {
+    /// Ask the capture thread to stop (see [`Capture::stopper`]). Async-signal-safe: an atomic
+    /// store and a checked one-byte write; a stop pipe the program took is not written, and
+    /// the thread sees the flag within its poll interval.
+    pub fn request(&self) {
+        // ATOMICS: see `StopSignal::requested`.
+        self.signal.requested.store(true, Ordering::Relaxed);
+        let _ = self.signal.pipe.wake();
     }
 }
 
