@@ -274,12 +274,25 @@ fn thread_file(root: &Path, tid: u32, file: &str) -> PathBuf {
 
 /// A file of `/proc` or `/sys`, read whole in one `read` (and a last one that finds its end):
 /// such files say their size is 0, which has `fs::read` probe 32 bytes at a time, growing
-/// (eight reads for a 4 KiB file). A traced process reads a few of them when it starts, and
-/// the manager when it registers one.
+/// (eight reads for a 4 KiB file, after a `statx` and an `lseek` for a size hint). A traced
+/// process reads a few of them when it starts, and the manager when it registers one.
 pub fn read_small(path: impl AsRef<Path>) -> io::Result<Vec<u8>> {
     use std::io::Read;
-    let mut bytes = Vec::with_capacity(4096);
-    fs::File::open(path)?.read_to_end(&mut bytes)?;
+    let mut file = fs::File::open(path)?;
+    let mut bytes = vec![0u8; 4096];
+    let mut len = 0;
+    loop {
+        if len == bytes.len() {
+            bytes.resize(len * 2, 0);
+        }
+        match file.read(&mut bytes[len..]) {
+            Ok(0) => break,
+            Ok(n) => len += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    bytes.truncate(len);
     Ok(bytes)
 }
 
