@@ -114,70 +114,85 @@ impl Tracee {
 }
 
 impl Manager {
+    /// Accept what the listener holds (at most [`MAX_ACCEPTS_PER_TURN`]; the rest next turn),
+    /// and read what each new connection already sent: a provider sends Register right behind
+    /// its connect, so most register in the turn that accepts them instead of a poll later (a
+    /// round trip on every traced process's start), and leave no room taken among the
+    /// pending connections.
     pub(super) fn accept_all(&mut self) {
-        let Some(listener) = &self.listener else {
-            return;
-        };
-        // At most MAX_ACCEPTS_PER_TURN; the rest next turn.
         for _ in 0..MAX_ACCEPTS_PER_TURN {
-            match listener.accept() {
-                Ok(conn) => {
-                    let peer_pid = conn.peer_pid();
-                    match FramedConn::new(conn, MAX_REGISTRATION_BODY) {
-                        Ok(conn) => {
-                            if self.pending.len() >= MAX_PENDING {
-                                let oldest = eviction_victim(
-                                    &self.pending,
-                                    |p| p.conn.conn().peer_uid(),
-                                    |p| p.deadline,
-                                );
-                                let oldest = self.pending.swap_remove(oldest);
-                                self.events.push(ManagerEvent::Refused {
-                                    pid: Some(oldest.conn.conn().peer_pid()),
-                                    reason: format!(
-                                        "a connection was closed unregistered: more than \
-                                         {MAX_PENDING} connections were waiting to register"
-                                    ),
-                                });
-                            }
-                            self.next_pending += 1;
-                            self.pending.push(Pending {
-                                key: self.next_pending,
-                                conn,
-                                deadline: Instant::now() + self.config.registration_timeout,
+            match self.accept_one() {
+                Accepted::Pending(key) => self.read_pending(key),
+                Accepted::Refused => {}
+                Accepted::Nothing => return,
+            }
+        }
+    }
+
+    fn accept_one(&mut self) -> Accepted {
+        let Some(listener) = &self.listener else {
+            return Accepted::Nothing;
+        };
+        match listener.accept() {
+            Ok(conn) => {
+                let peer_pid = conn.peer_pid();
+                match FramedConn::new(conn, MAX_REGISTRATION_BODY) {
+                    Ok(conn) => {
+                        if self.pending.len() >= MAX_PENDING {
+                            let oldest = eviction_victim(
+                                &self.pending,
+                                |p| p.conn.conn().peer_uid(),
+                                |p| p.deadline,
+                            );
+                            let oldest = self.pending.swap_remove(oldest);
+                            self.events.push(ManagerEvent::Refused {
+                                pid: Some(oldest.conn.conn().peer_pid()),
+                                reason: format!(
+                                    "a connection was closed unregistered: more than \
+                                     {MAX_PENDING} connections were waiting to register"
+                                ),
                             });
                         }
-                        Err(e) => self.events.push(ManagerEvent::Refused {
+                        self.next_pending += 1;
+                        self.pending.push(Pending {
+                            key: self.next_pending,
+                            conn,
+                            deadline: Instant::now() + self.config.registration_timeout,
+                        });
+                        Accepted::Pending(self.next_pending)
+                    }
+                    Err(e) => {
+                        self.events.push(ManagerEvent::Refused {
                             pid: Some(peer_pid),
                             reason: format!("setting up the connection failed: {e}"),
-                        }),
+                        });
+                        Accepted::Refused
                     }
                 }
-                Err(TransportError::Sys {
-                    source: Errno::EAGAIN,
-                    ..
-                }) => return,
-                Err(TransportError::PeerRefused { pid, uid, .. }) => {
-                    self.refused.push(RefusedPeer { pid, uid });
-                    self.events.push(ManagerEvent::Refused {
-                        pid: Some(pid),
-                        reason: format!(
-                            "peer pid {pid} runs as uid {uid}, not as this manager's user"
-                        ),
-                    });
-                }
-                Err(TransportError::Sys {
-                    source: Errno::ECONNABORTED | Errno::EINTR,
-                    ..
-                }) => {}
-                Err(e) => {
-                    // EMFILE and the like: try again on the next turn.
-                    self.events.push(ManagerEvent::Refused {
-                        pid: None,
-                        reason: format!("accept failed: {e}"),
-                    });
-                    return;
-                }
+            }
+            Err(TransportError::Sys {
+                source: Errno::EAGAIN,
+                ..
+            }) => Accepted::Nothing,
+            Err(TransportError::PeerRefused { pid, uid, .. }) => {
+                self.refused.push(RefusedPeer { pid, uid });
+                self.events.push(ManagerEvent::Refused {
+                    pid: Some(pid),
+                    reason: format!("peer pid {pid} runs as uid {uid}, not as this manager's user"),
+                });
+                Accepted::Refused
+            }
+            Err(TransportError::Sys {
+                source: Errno::ECONNABORTED | Errno::EINTR,
+                ..
+            }) => Accepted::Refused,
+            Err(e) => {
+                // EMFILE and the like: try again on the next turn.
+                self.events.push(ManagerEvent::Refused {
+                    pid: None,
+                    reason: format!("accept failed: {e}"),
+                });
+                Accepted::Nothing
             }
         }
     }
@@ -537,6 +552,16 @@ fn is_descendant(pid: i32, root: u32) -> bool {
     false
 }
 
+/// What one accept gave.
+enum Accepted {
+    /// A connection, pending until it says who it is.
+    Pending(u64),
+    /// A connection refused (or none this time: interrupted); accept the next.
+    Refused,
+    /// Nothing more to accept this turn.
+    Nothing,
+}
+
 /// What a Register message asks for.
 #[derive(Debug, Clone)]
 pub(crate) struct Registration {
@@ -633,6 +658,32 @@ mod tests {
         });
         assert_eq!(m.pending.len(), super::MAX_PENDING);
         drop(conns);
+    }
+
+    /// A provider sends Register right behind its connect: the turn that accepts the
+    /// connection registers it (a poll later, before: a round trip on every traced
+    /// process's start).
+    #[test]
+    fn a_register_sent_with_the_connect_is_answered_in_the_accepting_turn() {
+        let (_dir, mut m) = manager(|_| {});
+        let mut conn = ControlConn::connect(m.socket_path(), Duration::from_secs(1)).unwrap();
+        let register = Message::Register {
+            pid: std::process::id(),
+            name: "prompt".into(),
+            known_categories: Vec::new(),
+            accepts_ticks_per_second: true,
+            waits_for_session: false,
+        };
+        conn.send_msg(&register, &[]).unwrap();
+        let out = m.poll(&[], Some(Duration::from_secs(5))).unwrap();
+        assert!(
+            out.events.iter().any(
+                |e| matches!(e, ManagerEvent::ProviderRegistered { name, .. } if name == "prompt")
+            ),
+            "{:?}",
+            out.events
+        );
+        assert!(m.pending.is_empty());
     }
 
     #[test]
