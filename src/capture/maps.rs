@@ -306,6 +306,9 @@ pub struct MapsSynthesis {
     pub mappings_skipped: u64,
     /// Lines of a maps file that did not parse.
     pub bad_lines: u64,
+    /// For each of `maps`, its file's device and inode (the build-id cache's key), for
+    /// [`Self::resolve_build_ids`].
+    files: Vec<Option<(u32, u32, u64)>>,
 }
 
 impl MapsSynthesis {
@@ -317,6 +320,15 @@ impl MapsSynthesis {
         time: u64,
         build_ids: &mut BuildIdCache,
     ) -> MapsSynthesis {
+        let mut found = Self::read_without_build_ids(proc_root, pid, time);
+        found.resolve_build_ids(build_ids);
+        found
+    }
+
+    /// [`Self::read`] without the build-ids, which [`Self::resolve_build_ids`] reads later
+    /// (opening every mapped file: a capture reads the maps before it returns, the build-ids
+    /// on its own thread).
+    pub fn read_without_build_ids(proc_root: &Path, pid: Option<u32>, time: u64) -> MapsSynthesis {
         let mut out = MapsSynthesis::default();
         let pids = match pid {
             Some(p) => vec![p],
@@ -352,7 +364,7 @@ impl MapsSynthesis {
                 } else {
                     line.path
                 };
-                let build_id = build_ids.get(&path, Some((line.major, line.minor, line.inode)));
+                out.files.push(Some((line.major, line.minor, line.inode)));
                 out.maps.push(MemoryMap {
                     time,
                     pid,
@@ -361,12 +373,21 @@ impl MapsSynthesis {
                     len: line.end.saturating_sub(line.start),
                     pgoff: line.offset,
                     path,
-                    build_id,
+                    build_id: None,
                     synthesized: true,
                 });
             }
         }
         out
+    }
+
+    /// The build-id of every mapping's file (through `build_ids`, once per file).
+    pub fn resolve_build_ids(&mut self, build_ids: &mut BuildIdCache) {
+        for (map, file) in self.maps.iter_mut().zip(&self.files) {
+            if map.build_id.is_none() {
+                map.build_id = build_ids.get(&map.path, *file);
+            }
+        }
     }
 }
 
@@ -409,6 +430,30 @@ mod tests {
         assert_eq!(spaced.path, b"/tmp/a b (deleted)");
         assert_eq!(MapsLine::parse(b"garbage"), None);
         assert_eq!(MapsLine::parse(b"zz-2000 r-xp 0 08:02 7 /x"), None);
+    }
+
+    /// The maps read before a capture returns, the build-ids later on its thread: the same
+    /// mappings as read at once, the files opened only by the second step.
+    #[test]
+    fn build_ids_are_read_apart_from_the_maps() {
+        let dir = tempfile::tempdir().unwrap();
+        let exe = std::env::current_exe().unwrap();
+        let p = dir.path().join("7");
+        fs::create_dir(&p).unwrap();
+        fs::write(
+            p.join("maps"),
+            format!("1000-3000 r-xp 00000000 00:00 0 {}\n", exe.display()),
+        )
+        .unwrap();
+        let mut at_once = BuildIdCache::new();
+        let whole = MapsSynthesis::read(dir.path(), Some(7), 5, &mut at_once);
+        let mut later = MapsSynthesis::read_without_build_ids(dir.path(), Some(7), 5);
+        assert_eq!(later.maps[0].build_id, None);
+        let mut ids = BuildIdCache::new();
+        later.resolve_build_ids(&mut ids);
+        assert_eq!((ids.reads(), at_once.reads()), (1, 1));
+        assert_eq!(later, whole);
+        assert_eq!(whole.maps[0].build_id, read_build_id(&exe));
     }
 
     #[test]

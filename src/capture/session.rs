@@ -758,6 +758,7 @@ impl Capture {
                 },
                 time: start_ticks,
             }),
+            synthesized: None,
             scan_proc: config.target == CaptureTarget::SystemWide,
             scan_thread_names: switch_source == Some(SwitchSource::CpuWideSwitchRecords),
             delivery: Delivery {

@@ -240,6 +240,9 @@ const CLOCK_REFRESH: Duration = Duration::from_millis(1);
 pub(super) struct Worker {
     pub(super) sys: Arc<dyn Sys>,
     pub(super) synthesize: Option<Synthesize>,
+    /// The mappings read from `/proc` by [`Worker::prepare`], delivered by the capture thread
+    /// first (once their build-ids are read, on that thread).
+    pub(super) synthesized: Option<MapsSynthesis>,
     pub(super) slots: Vec<RingSlot>,
     /// Redirected events, with the index of the slot whose ring they write into.
     pub(super) members: Vec<(usize, GuardedFd)>,
@@ -257,8 +260,10 @@ pub(super) struct Worker {
 }
 
 impl Worker {
-    /// What is delivered first, with the events already enabled: the unsupported sources,
-    /// the `/proc` task scan and the synthesized mappings.
+    /// What is known first, with the events already enabled: the unsupported sources
+    /// (delivered), the `/proc` task scan and the mappings in `/proc` (read now, before the
+    /// caller lets the program go on; delivered by the capture thread, which reads their
+    /// build-ids first).
     pub(super) fn prepare(&mut self) {
         for u in std::mem::take(&mut self.unsupported) {
             self.delivery.emit(CaptureEvent::Unsupported(u));
@@ -280,11 +285,15 @@ impl Worker {
             }
         }
         if let Some(s) = self.synthesize.take() {
-            self.synthesize_maps(&s);
+            let found = MapsSynthesis::read_without_build_ids(&s.proc_root, s.pid, s.time);
+            self.synthesized = Some(found);
         }
     }
 
     pub(super) fn run(mut self) -> Result<(), CaptureError> {
+        if let Some(found) = self.synthesized.take() {
+            self.deliver_maps(found);
+        }
         let mut fds: Vec<libc::pollfd> = self
             .slots
             .iter()
@@ -332,11 +341,11 @@ impl Worker {
         }
     }
 
-    /// Delivers the executable mappings in `/proc` (see the module docs).
-    pub(super) fn synthesize_maps(&mut self, s: &Synthesize) {
+    /// Delivers the executable mappings read from `/proc` (see the module docs), with their
+    /// build-ids.
+    pub(super) fn deliver_maps(&mut self, mut found: MapsSynthesis) {
         let d = &mut self.delivery;
-        let build_ids = d.build_ids.get_or_insert_with(BuildIdCache::new);
-        let found = MapsSynthesis::read(&s.proc_root, s.pid, s.time, build_ids);
+        found.resolve_build_ids(d.build_ids.get_or_insert_with(BuildIdCache::new));
         let c = &d.counters;
         bump(&c.mmaps_synthesized, found.maps.len() as u64);
         bump(
