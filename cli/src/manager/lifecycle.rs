@@ -1,10 +1,12 @@
 //! The recorder's hold on what it starts and leaves behind: the traced command runs in its
 //! own process group (signalled as a whole, as a shell signals a job), dies with the recorder
 //! (`PR_SET_PDEATHSIG`), gets the terminal while it runs when the recorder had it; session
-//! directories of recorders that are gone are removed.
+//! directories of recorders that are gone are removed. The recorder raises its own
+//! descriptor limit (a manager holds three per provider) and the command gets the one it had.
 //!
 //! Rules: everything run between `fork` and `exec` (in [`prepare_command`]'s `pre_exec`) is
-//! async-signal-safe (`prctl`, `getppid`, `signal`, `tcsetpgrp`, `getpid`, `raise`).
+//! async-signal-safe (`prctl`, `getppid`, `signal`, `tcsetpgrp`, `getpid`, `raise`,
+//! `setrlimit`).
 
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
@@ -28,17 +30,79 @@ pub fn terminal_is_ours() -> bool {
     unsafe { libc::isatty(0) == 1 && libc::tcgetpgrp(0) == libc::getpgrp() }
 }
 
+/// A descriptor limit (`RLIMIT_NOFILE`) raised by [`raise_descriptor_limit`].
+#[derive(Debug, Clone, Copy)]
+pub struct DescriptorLimit {
+    /// The soft limit now.
+    pub soft: u64,
+    /// The limit before, for what this process starts ([`prepare_command`]).
+    before: Option<libc::rlimit>,
+}
+
+/// Descriptors a provider holds in a manager (its connection, its FIFO end, its buffer's
+/// memfd while it is mapped), and those kept for everything else.
+const FDS_PER_PROVIDER: u64 = 3;
+const FDS_RESERVED: u64 = 256;
+
+impl DescriptorLimit {
+    /// Providers a manager can hold within this limit: at least 16, at most `most`.
+    pub fn providers(&self, most: usize) -> usize {
+        let usable = self.soft.saturating_sub(FDS_RESERVED) / FDS_PER_PROVIDER;
+        usize::try_from(usable)
+            .unwrap_or(usize::MAX)
+            .clamp(16, most)
+    }
+}
+
+/// Raise this process's soft descriptor limit to its hard limit: a manager holds three
+/// descriptors per provider (its connection, its FIFO and its buffer), and hundreds of
+/// processes traced at once are common under `--preload`.
+pub fn raise_descriptor_limit() -> DescriptorLimit {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the limit into `limit`, a valid local.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) } != 0 {
+        return DescriptorLimit {
+            soft: 1024,
+            before: None,
+        };
+    }
+    let raised = libc::rlimit {
+        rlim_cur: limit.rlim_max,
+        rlim_max: limit.rlim_max,
+    };
+    let raise = || {
+        // SAFETY: setrlimit reads `raised`, a valid local.
+        unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 }
+    };
+    if limit.rlim_cur < limit.rlim_max && raise() {
+        return DescriptorLimit {
+            soft: raised.rlim_cur,
+            before: Some(limit),
+        };
+    }
+    DescriptorLimit {
+        soft: limit.rlim_cur,
+        before: None,
+    }
+}
+
 /// Sets up `cmd` to run in a new process group, to get [`DEATH_SIGNAL`] when the recorder's
 /// spawning thread ends, and (with `take_terminal`) to become the terminal's foreground group,
 /// as a shell runs a job. Ctrl-C then reaches the command's whole group (and not the
-/// recorder, which stops when the command exits).
-pub fn prepare_command(cmd: &mut Command, take_terminal: bool) {
+/// recorder, which stops when the command exits). The command gets the descriptor limit the
+/// recorder had before `limit` raised it: a program's behaviour may depend on it (one that
+/// closes every number up to the limit, say).
+pub fn prepare_command(cmd: &mut Command, take_terminal: bool, limit: DescriptorLimit) {
     // SAFETY: getpid has no preconditions.
     let recorder = unsafe { libc::getpid() };
     cmd.process_group(0);
     let hook = move || {
         // SAFETY: prctl(PR_SET_PDEATHSIG) takes integers only. getppid, signal, getpid,
-        // tcsetpgrp and raise are async-signal-safe and take no pointers.
+        // tcsetpgrp and raise are async-signal-safe and take no pointers; setrlimit (a system
+        // call) reads a copy of the limit captured by the closure.
         unsafe {
             if libc::prctl(
                 libc::PR_SET_PDEATHSIG,
@@ -53,6 +117,11 @@ pub fn prepare_command(cmd: &mut Command, take_terminal: bool) {
             // The recorder died before the prctl: there is no one to deliver it.
             if libc::getppid() != recorder {
                 libc::raise(DEATH_SIGNAL as libc::c_int);
+            }
+            if let Some(before) = limit.before {
+                if libc::setrlimit(libc::RLIMIT_NOFILE, &before) != 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
             }
             if take_terminal {
                 // A background group calling tcsetpgrp gets SIGTTOU unless it ignores it.

@@ -53,7 +53,9 @@ use super::report::{
     ProviderReport, RefusedPeer, SectionLosses, SectionReport, SummaryTable, Throttle,
 };
 pub use super::section::{SectionError, SectionSink};
-use super::server::{Manager, ManagerConfig, ManagerError, ManagerEvent, Waker};
+use super::server::{
+    Manager, ManagerConfig, ManagerError, ManagerEvent, Waker, DEFAULT_RESERVED_FOR_TRACED,
+};
 use super::service::protocol::SessionInfo;
 use super::session::{SessionConfig, SessionState};
 use fxtrace::capture::procfs::ProcessImage;
@@ -64,6 +66,10 @@ use crate::output_file::OutputFile;
 
 /// Prefix of the private session directories (under the runtime directory).
 pub const SESSION_DIR_PREFIX: &str = "fxtrace-session-";
+
+/// Most providers a recording holds at once (its descriptor limit may allow fewer, never
+/// fewer than 16): the processes of a build or a script traced under `--preload`.
+pub const MAX_PROVIDERS: usize = 1024;
 
 /// What to record and how.
 #[derive(Debug, Clone, PartialEq)]
@@ -432,6 +438,8 @@ pub struct Recorder {
     progress: Option<Progress>,
     /// The output, under its name since the start (as `perf record`'s).
     output: OutputFile,
+    /// The descriptor limit raised for the manager; the command gets the one before.
+    descriptors: lifecycle::DescriptorLimit,
     /// The command was given the terminal (see [`lifecycle::prepare_command`]).
     gave_terminal: bool,
     /// The log lines of the manager's events.
@@ -552,6 +560,11 @@ impl Recorder {
         // records: at most 1 MiB) until the end of the turn, and writes section batches
         // through. A recorder killed by SIGKILL loses what it had not yet written.
         let output = out_file.file().try_clone().map_err(output_error)?;
+        // Hundreds of the command's processes may be providers at once (a script's or a
+        // build's short ones under --preload): as many as the descriptors allow, up to
+        // MAX_PROVIDERS; the command gets its own limit back.
+        let descriptors = lifecycle::raise_descriptor_limit();
+        let max_providers = descriptors.providers(MAX_PROVIDERS);
         let manager_config = ManagerConfig {
             listener: config.listener,
             session: SessionConfig {
@@ -562,6 +575,8 @@ impl Recorder {
                 stop_timeout: config.stop_timeout,
             },
             output_name: config.output.display().to_string(),
+            max_providers,
+            max_per_uid: max_providers.saturating_sub(DEFAULT_RESERVED_FOR_TRACED),
             ..ManagerConfig::new(socket_path)
         };
         let mut manager = Manager::new(manager_config, Box::new(output))?;
@@ -583,6 +598,7 @@ impl Recorder {
             externals: Vec::new(),
             progress: None,
             output: out_file,
+            descriptors,
             gave_terminal: false,
             lines: EventLines::new(),
             successions: Successions::default(),
@@ -873,7 +889,7 @@ impl Recorder {
         };
         let mut command = std::process::Command::new(program);
         self.gave_terminal = lifecycle::terminal_is_ours();
-        lifecycle::prepare_command(&mut command, self.gave_terminal);
+        lifecycle::prepare_command(&mut command, self.gave_terminal, self.descriptors);
         command
             .args(args)
             .env(SOCKET_ENV, self.driver.manager.socket_path())

@@ -78,10 +78,6 @@ pub const SESSION_STOP_TIMEOUT: Duration = Duration::from_secs(5);
 pub const SHUTDOWN_TIMEOUT: Duration = Duration::from_secs(15);
 /// How long the listener rests after accepting failed for want of descriptors.
 pub const ACCEPT_PAUSE: Duration = Duration::from_millis(100);
-/// Descriptors a provider in a session holds in the service (its connection, its FIFO end,
-/// its buffer's memfd while it is mapped), and those kept for everything else.
-const FDS_PER_PROVIDER: u64 = 3;
-const FDS_RESERVED: u64 = 256;
 /// How long a new connection may take to say who it is.
 pub const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(5);
 
@@ -302,7 +298,8 @@ impl Service {
         let waker = Waker::new().map_err(ServiceError::Waker)?;
         // Sessions hand this rate to providers; measure it now, not in the loop.
         let _ = fxtrace::clock::info();
-        let max_providers = provider_capacity(raise_descriptor_limit());
+        let max_providers =
+            crate::manager::lifecycle::raise_descriptor_limit().providers(MAX_PROVIDERS);
         let (news_tx, news) = mpsc::channel();
         Ok(Service {
             config,
@@ -1638,27 +1635,6 @@ fn session_config(start: &StartRequest) -> Result<SessionConfig, String> {
     session_config.stop_timeout = SESSION_STOP_TIMEOUT;
     session_config.start_timeout = SESSION_STOP_TIMEOUT;
     Ok(session_config)
-}
-
-/// Raise this process's soft descriptor limit to its hard limit; the soft limit then.
-fn raise_descriptor_limit() -> u64 {
-    use nix::sys::resource::{getrlimit, setrlimit, Resource};
-    match getrlimit(Resource::RLIMIT_NOFILE) {
-        Ok((soft, hard)) if soft < hard => match setrlimit(Resource::RLIMIT_NOFILE, hard, hard) {
-            Ok(()) => hard,
-            Err(_) => soft,
-        },
-        Ok((soft, _)) => soft,
-        Err(_) => 1024,
-    }
-}
-
-/// Providers the service can hold with `nofile` descriptors.
-fn provider_capacity(nofile: u64) -> usize {
-    let usable = nofile.saturating_sub(FDS_RESERVED) / FDS_PER_PROVIDER;
-    usize::try_from(usable)
-        .unwrap_or(usize::MAX)
-        .clamp(16, MAX_PROVIDERS)
 }
 
 /// Create `/run/fxtrace` (0755, root's) for the system socket.
