@@ -189,7 +189,9 @@ pub(crate) fn flush_and_wait() -> bool {
         // the request) by itself within SESSION_CHECK.
         let _ = fd_guard::wake_raw(fds.request.0, &fds.request.1);
         if let Some(capture) = CAPTURE_STOPPER.get() {
-            capture.request();
+            // The image ends (exit, exec, a terminating signal): the kernel tears the
+            // capture's events down with it.
+            capture.request_at_exit();
         }
     }
     let deadline = now_ms().saturating_add(ms);

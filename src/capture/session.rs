@@ -736,6 +736,7 @@ impl Capture {
             pipe: WakePipe::new("capture stop pipe")
                 .map_err(|e| CaptureError::Thread(format!("pipe: {e}")))?,
             requested: AtomicBool::new(false),
+            at_exit: AtomicBool::new(false),
         });
         let streams = slots.len();
         let mut worker = Worker {
@@ -848,6 +849,17 @@ impl CaptureStopper {
         // ATOMICS: see `StopSignal::requested`.
         self.signal.requested.store(true, Ordering::Relaxed);
         let _ = self.signal.pipe.wake();
+    }
+
+    /// [`Self::request`] from a process that is ending (its exit, or an exec that will
+    /// replace its image): the last drain leaves the events enabled, and their rings and
+    /// descriptors to the kernel, which tears them down with the process more cheaply than
+    /// disabling and closing them one by one. What the process does after the last drain is
+    /// not read, as it would not be recorded after a stop. Async-signal-safe, as `request`.
+    pub fn request_at_exit(&self) {
+        // ATOMICS: see `StopSignal::at_exit`.
+        self.signal.at_exit.store(true, Ordering::Relaxed);
+        self.request();
     }
 }
 

@@ -280,19 +280,26 @@ fn every_switched_thread_gets_its_process_from_records_or_is_counted() {
     );
 }
 
-#[test]
-fn process_mode_opens_per_thread_and_cpu_with_one_ring_per_cpu() {
+/// A capture of process 10 whose `/proc` (the returned directory) lists `tids`, on a fake
+/// perf whose control pages give the clock.
+fn process_10(tids: &[u32]) -> (tempfile::TempDir, std::sync::Arc<FakeSys>, CaptureConfig) {
     let proc = tempfile::tempdir().unwrap();
-    proc_tree(proc.path(), &[10, 11, 12]);
+    proc_tree(proc.path(), tids);
     let sys = FakeSys::new();
     sys.set_clock(0, 1 << 31, 31);
-    // Thread 12 exits between the listing and perf_event_open.
-    sys.fail_when(|_, pid, _| (pid == 12).then_some(libc::ESRCH));
     let cfg = config(
         CaptureConfig::process(10),
         Path::new("/nonexistent"),
         proc.path(),
     );
+    (proc, sys, cfg)
+}
+
+#[test]
+fn process_mode_opens_per_thread_and_cpu_with_one_ring_per_cpu() {
+    let (_proc, sys, cfg) = process_10(&[10, 11, 12]);
+    // Thread 12 exits between the listing and perf_event_open.
+    sys.fail_when(|_, pid, _| (pid == 12).then_some(libc::ESRCH));
     let (events, sink) = sink();
     let capture = Capture::start_with(sys.clone(), root_perms(), cfg, sink).unwrap();
     assert_eq!(
@@ -357,6 +364,35 @@ fn process_mode_opens_per_thread_and_cpu_with_one_ring_per_cpu() {
         "the unknown side (tid 0) is not announced"
     );
     assert_eq!(stats.switches, 2);
+}
+
+/// A process that is ending stops its capture with `request_at_exit`: the last drain
+/// delivers what the rings hold and counts their losses as any stop does, but the events
+/// are left enabled (and their rings and descriptors to the kernel's teardown), without a
+/// disable per event.
+#[test]
+fn a_stop_at_exit_drains_and_counts_without_disabling() {
+    let (_proc, sys, cfg) = process_10(&[10, 11]);
+    let (events, sink) = sink();
+    let capture = Capture::start_with(sys.clone(), root_perms(), cfg, sink).unwrap();
+    let ring = sys.ring(PerfEventKind::ProcessSwitches, 0).unwrap();
+    let out = RecordBytes::new().sample_id(10, 11, base() + 10, 0).build();
+    assert!(ring.write_record(RECORD_SWITCH, MISC_SWITCH_OUT, &out));
+    sys.set_lost(PerfEventKind::ProcessSwitches, 0, 4);
+    capture.stopper().request_at_exit();
+    let stats = capture.stop().unwrap();
+    assert_eq!(switches(&events.lock().unwrap()).len(), 1, "drained");
+    assert_eq!(stats.lost_unreported, 4, "losses read from the events");
+    let opened: Vec<_> = sys
+        .events()
+        .into_iter()
+        .filter(|e| e.attr.kind() == PerfEventKind::ProcessSwitches)
+        .collect();
+    assert_eq!(opened.len(), 4, "threads 10 and 11 on cpus 0 and 1");
+    assert!(
+        opened.iter().all(|e| e.enabled),
+        "no event disabled at exit"
+    );
 }
 
 #[test]
