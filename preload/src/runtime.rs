@@ -42,6 +42,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use fxtrace::capture::sys::RealSys;
 use fxtrace::capture::{
     BranchSampling, Capture, CaptureConfig, CaptureEvent, KernelTraceConfig, KernelTraceWriter,
     Need, PerfPermissions, TracefsChoice, Unsupported,
@@ -344,19 +345,21 @@ fn new_writer(provider: &Provider, context: &fxtrace::engine::Context) -> Shared
 
 /// Start the per-process capture, or note in the trace why it could not start.
 fn start_capture(options: &Options, writer: &SharedWriter) -> Option<Capture> {
+    // Read once (three files and a directory): the capture's start uses the same facts.
+    let perms = PerfPermissions::read();
     let config = CaptureConfig {
         ring_pages: options.ring_pages,
         lbr: options.lbr.then(BranchSampling::default),
         // Wake-ups of and by the process's threads where the kernel gives raw tracepoint
         // data (root, CAP_PERFMON, perf_event_paranoid -1), tracefs as it is: never mounted
         // from inside the program.
-        wakeups: PerfPermissions::read().allows(Need::RawTracepoint),
+        wakeups: perms.allows(Need::RawTracepoint),
         sample_hz: options.sample_hz,
         tracefs: TracefsChoice::Auto { may_mount: false },
         ..CaptureConfig::process(std::process::id())
     };
     let sink_writer = writer.clone();
-    let started = Capture::start(config, move |event| {
+    let started = Capture::start_with(Arc::new(RealSys), perms, config, move |event| {
         let mut guard = sink_writer.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(writer) = guard.as_mut() {
             // The engine sink returns no I/O errors; refusals are counted by the writer.
@@ -459,6 +462,10 @@ impl Runtime {
         }
         phases.mark("start wait");
         if let Some(capture) = capture {
+            if hooks::flush_requested() {
+                // A hook's flush: the image ends (see `CaptureStopper::request_at_exit`).
+                capture.stopper().request_at_exit();
+            }
             if let Err(e) = capture.stop() {
                 log!("capture: {e}");
             }
