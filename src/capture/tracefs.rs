@@ -116,8 +116,13 @@ impl Drop for MountGuard {
     }
 }
 
-/// The tracefs root, if mounted.
+/// The tracefs root, if mounted: [`MOUNT_POINT`] when a tracefs is mounted there (one
+/// `statfs`; every traced process under `--preload` asks), else the first tracefs in
+/// `/proc/self/mounts`, else a `tracing` directory under debugfs.
 pub fn locate() -> Option<PathBuf> {
+    if is_tracefs(MOUNT_POINT) {
+        return Some(PathBuf::from(MOUNT_POINT));
+    }
     let from_mounts = fs::read_to_string("/proc/self/mounts").ok().and_then(|m| {
         m.lines().find_map(|l| {
             let mut f = l.split_whitespace();
@@ -132,6 +137,23 @@ pub fn locate() -> Option<PathBuf> {
             PathBuf::from("/sys/kernel/debug/tracing"),
         ])
         .find(|p| p.join("events").is_dir())
+}
+
+/// `TRACEFS_MAGIC` of `<linux/magic.h>`: `statfs`'s `f_type` of a tracefs.
+const TRACEFS_MAGIC: i64 = 0x7472_6163;
+
+/// Whether `path` is the root of a mounted tracefs.
+fn is_tracefs(path: &str) -> bool {
+    let Ok(path) = std::ffi::CString::new(path) else {
+        return false;
+    };
+    // SAFETY: an all-zero `statfs` is a valid value of the plain C struct.
+    let mut st: libc::statfs = unsafe { std::mem::zeroed() };
+    // SAFETY: `path` is NUL-terminated and outlives the call; `st` is valid for writes.
+    let ok = unsafe { libc::statfs(path.as_ptr(), &mut st) } == 0;
+    #[allow(clippy::unnecessary_cast)] // `f_type`'s type differs between targets.
+    let magic = st.f_type as i64;
+    ok && magic == TRACEFS_MAGIC
 }
 
 /// An open tracefs (possibly mounted by us for as long as this value lives).
@@ -219,6 +241,18 @@ impl Tracefs {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_tracefs_is_taken_for_one() {
+        assert!(!is_tracefs("/proc"));
+        assert!(!is_tracefs("/no/such/directory"));
+        // The mount table says the same as statfs about the usual mount point.
+        let mounted = fs::read_to_string("/proc/self/mounts")
+            .unwrap()
+            .lines()
+            .any(|l| l.split_whitespace().nth(1) == Some(MOUNT_POINT) && l.contains(" tracefs "));
+        assert_eq!(is_tracefs(MOUNT_POINT), mounted);
+    }
 
     #[test]
     fn synthetic_tree() {
