@@ -326,3 +326,40 @@ mod tests {
         std::fs::remove_dir_all(base).unwrap();
     }
 }
+
+/// The kernel's `sched_waking` probe, kept registered while the recorder holds this (a
+/// `sched:sched_waking` perf event of the recorder's own, never enabled: it records nothing).
+///
+/// Under `--preload` every traced process opens that tracepoint for its wake-ups. The first
+/// such event in the system registers the kernel's perf probe, which patches kernel text
+/// (about 13 ms on a 2-vCPU VM, 2026-11-29), and the last one to close unregisters it again:
+/// without a holder, a command whose processes come and go one after another (a script run
+/// by an untraced parent, or a chain of `exec`s) pays that twice per process. Held for the
+/// whole recording, each traced process's open is only its own.
+#[derive(Debug)]
+pub struct WakingProbeHold {
+    _event: std::os::fd::OwnedFd,
+}
+
+impl WakingProbeHold {
+    /// Open the event, or `None` where the recorder may not (it then only costs the traced
+    /// processes what it would have without it; their own capture says what it could open).
+    pub fn open() -> Option<Self> {
+        use fxtrace::capture::sys::{RealSys, Sys};
+        use fxtrace::capture::{EventAttr, Need, PerfPermissions};
+        let perms = PerfPermissions::read();
+        if !perms.allows(Need::RawTracepoint) {
+            return None;
+        }
+        let tracefs = fxtrace::capture::tracefs::Tracefs::open(false, perms.root).ok()?;
+        let id = ["sched_waking", "sched_wakeup"]
+            .iter()
+            .find_map(|name| tracefs.tracepoint_id("sched", name).ok())?;
+        // Disabled (as every attribute built there starts), on this process, any CPU: no ring.
+        let attr =
+            EventAttr::sched_waking_tracepoint(id, fxtrace::capture::time::PerfClock::PerfDefault)
+                .without_lost_count();
+        let event = RealSys.perf_event_open(&attr, 0, -1, None).ok()?;
+        Some(Self { _event: event })
+    }
+}

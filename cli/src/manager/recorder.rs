@@ -440,6 +440,8 @@ pub struct Recorder {
     output: OutputFile,
     /// The descriptor limit raised for the manager; the command gets the one before.
     descriptors: lifecycle::DescriptorLimit,
+    /// Held while a command runs under `--preload` (see [`lifecycle::WakingProbeHold`]).
+    waking_probe: Option<lifecycle::WakingProbeHold>,
     /// The command was given the terminal (see [`lifecycle::prepare_command`]).
     gave_terminal: bool,
     /// The log lines of the manager's events.
@@ -599,6 +601,7 @@ impl Recorder {
             progress: None,
             output: out_file,
             descriptors,
+            waking_probe: None,
             gave_terminal: false,
             lines: EventLines::new(),
             successions: Successions::default(),
@@ -887,6 +890,15 @@ impl Recorder {
         let Some((program, args)) = self.config.command.split_first() else {
             return Ok(None);
         };
+        let preloaded = self.config.env.iter().any(|(k, _)| k == "LD_PRELOAD");
+        let captures =
+            |(k, v): &(OsString, OsString)| k == "FXTRACE_PRELOAD_CAPTURE" && v == "none";
+        if preloaded
+            && !self.config.env.iter().any(captures)
+            && std::env::var_os("FXTRACE_PRELOAD_CAPTURE").map_or(true, |v| v != "none")
+        {
+            self.waking_probe = lifecycle::WakingProbeHold::open();
+        }
         let mut command = std::process::Command::new(program);
         self.gave_terminal = lifecycle::terminal_is_ours();
         lifecycle::prepare_command(&mut command, self.gave_terminal, self.descriptors);
