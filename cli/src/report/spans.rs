@@ -508,6 +508,23 @@ fn overlap(a: u64, b: u64, start: u64, end: u64) -> Option<(u64, u64)> {
     (hi > lo).then_some((lo, hi))
 }
 
+/// `ran` = (tid, a, b): `tid` ran from `a` to `b` on the CPU `target` left at `since`; within
+/// `target`'s slow spans, that is time `tid` ran instead of it.
+fn ran_instead_of(
+    windows: &FastMap<u64, Vec<usize>>,
+    slow: &[SlowSpan],
+    instead: &mut [BTreeMap<u64, u64>],
+    target: u64,
+    since: u64,
+    (tid, a, b): (u64, u64, u64),
+) {
+    for &i in windows.get(&target).into_iter().flatten() {
+        if let Some((lo, hi)) = overlap(a.max(since), b, slow[i].start_ns, slow[i].end_ns) {
+            *instead[i].entry(tid).or_default() += hi - lo;
+        }
+    }
+}
+
 impl Follow<'_> {
     fn interval(&mut self, interval: Interval) {
         let tid = match interval {
@@ -564,14 +581,15 @@ impl Follow<'_> {
     /// CPU meanwhile had it run instead (within its slow spans).
     fn ran_instead(&mut self, tid: u64, cpu: u16, a: u64, b: u64) {
         for (&target, &(left, since)) in &self.off_now {
-            if left != cpu || target == tid {
-                continue;
-            }
-            for &i in self.windows.get(&target).into_iter().flatten() {
-                let (start, end) = (self.slow[i].start_ns, self.slow[i].end_ns);
-                if let Some((lo, hi)) = overlap(a.max(since), b, start, end) {
-                    *self.ran[i].entry(tid).or_default() += hi - lo;
-                }
+            if left == cpu && target != tid {
+                ran_instead_of(
+                    &self.windows,
+                    self.slow,
+                    &mut self.ran,
+                    target,
+                    since,
+                    (tid, a, b),
+                );
             }
         }
     }
@@ -590,13 +608,24 @@ impl Follow<'_> {
                     ..
                 } => self.ran_instead(tid, cpu, start, end),
                 Interval::Off(off) => {
-                    // Back on another CPU: what still runs on the one it left ran until now.
-                    if off.back_on != off.cpu {
-                        if let Some((tid, since)) = self.timeline.running(off.cpu) {
-                            self.ran_instead(tid, off.cpu, since, off.end);
+                    // A followed thread back on another CPU: what still runs on the one it
+                    // left ran instead of it until now (and of it alone: the others off that
+                    // CPU are credited when that slice ends).
+                    if let Some((left, since)) = self.off_now.remove(&off.tid) {
+                        if off.back_on != left {
+                            if let Some((tid, ran_since)) = self.timeline.running(left) {
+                                let ran = (tid, ran_since, off.end);
+                                ran_instead_of(
+                                    &self.windows,
+                                    self.slow,
+                                    &mut self.ran,
+                                    off.tid,
+                                    since,
+                                    ran,
+                                );
+                            }
                         }
                     }
-                    self.off_now.remove(&off.tid);
                 }
             }
             self.interval(interval);

@@ -88,6 +88,12 @@ fn name_thread(w: &mut RecordWriter, thread: ThreadRef, name: &str) {
 /// A program whose batch 7 (1 000..6 000 ns) is slow: preempted at 2 000 by `backup`, which
 /// runs its CPU until 5 000; batch 8 (7 000..8 000) is quick. Times are ns (1 tick = 1 ns).
 fn preempted_trace() -> Vec<u8> {
+    preempted_trace_with(false)
+}
+
+/// [`preempted_trace`]; with `migrant`, a third thread (HOLDER) that slept on CPU 0 before
+/// the batch wakes on CPU 1 at 3 000, amid `backup`'s time on CPU 0.
+fn preempted_trace_with(migrant: bool) -> Vec<u8> {
     let mut w = RecordWriter::with_magic();
     name_thread(&mut w, WORKER, "worker");
     name_thread(&mut w, OTHER, "backup");
@@ -108,8 +114,15 @@ fn preempted_trace() -> Vec<u8> {
     at(1_500, "parse", EventKind::DurationEnd, &[]);
     at(6_000, "batch", EventKind::DurationEnd, &[]);
     span(&mut w, WORKER, "batch", 7_000, 8_000, &id(8));
+    if migrant {
+        switch(&mut w, 300, 0, HOLDER, ThreadState::Blocked, IDLE);
+    }
     switch(&mut w, 500, 0, IDLE, ThreadState::Blocked, WORKER);
     switch(&mut w, 2_000, 0, WORKER, ThreadState::Running, OTHER);
+    if migrant {
+        switch(&mut w, 3_000, 1, IDLE, ThreadState::Blocked, HOLDER);
+        switch(&mut w, 3_500, 1, HOLDER, ThreadState::Blocked, IDLE);
+    }
     switch(&mut w, 5_000, 0, OTHER, ThreadState::Blocked, WORKER);
     switch(&mut w, 9_000, 0, WORKER, ThreadState::Blocked, IDLE);
     w.to_bytes()
@@ -283,6 +296,23 @@ fn spans_names_the_process_that_ran_instead_of_a_slow_span() {
     assert_eq!(slow["cpu"]["runnable_ns"], 3000);
     assert_eq!(slow["cpu"]["ran_instead"][0]["tid"], 21);
     assert_eq!(slow["args"][0], "id=7");
+}
+
+#[test]
+fn a_thread_that_changes_cpu_does_not_count_who_ran_instead_twice() {
+    // `backup` ran instead of the batch 3 µs (2 000..5 000), not 3 + the 1 µs before
+    // HOLDER's move to CPU 1 (a report once credited a slice up to another thread's change
+    // of CPU, then the whole slice again).
+    let trace = preempted_trace_with(true);
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write(dir.path(), "t.fxt", &trace);
+    let out = fxtrace(&["report", "spans", trace.to_str().unwrap(), "--top", "1"]);
+    let stdout = text(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", text(&out.stderr));
+    assert!(
+        stdout.contains("ran instead on its CPU: backup (pid 20/tid 21) 3.00 µs"),
+        "{stdout}"
+    );
 }
 
 #[test]
