@@ -497,7 +497,10 @@ impl StreamDecoder {
                         });
                     }
                     (PerfEventKind::CpuClockSampling, _, _, _) => {
-                        let stack = chain().and_then(|c| stacks.intern(&c));
+                        // Without a call chain (a recording without `-g`), the sampled
+                        // instruction alone.
+                        let chain = chain().or_else(|| s.ip.map(|ip| Chain::of([ip].into_iter())));
+                        let stack = chain.and_then(|c| stacks.intern(&c));
                         let sample = self.cpu_sample(time, (s.pid, s.tid, s.cpu), s.ip, stack);
                         return Ok(Decoded::Event {
                             perf_time,

@@ -93,7 +93,9 @@ pub use merge::Merger;
 pub use permissions::{Need, PerfPermissions};
 pub use records::{MmapFile, ParseError, PerfMmap, PerfRecord, RecordLayout, TaskName};
 pub use refs::{LocalRefs, RefTable, Registration};
-pub use replay::{Replay, ReplayEventKind, ReplaySkip, ReplayStats, Replayed};
+pub use replay::{
+    KernelSymbolsState, Replay, ReplayEventKind, ReplaySkip, ReplayStats, Replayed, KERNEL_MAP,
+};
 pub use ring::{PerfRing, RawData, RawRecord, RingError, RingReader};
 pub use session::{
     Capture, CaptureConfig, CaptureError, CaptureReport, CaptureStats, CaptureStopper,

@@ -19,6 +19,10 @@
 //!   per-CPU merge.
 //!
 //! A record without a CPU (an event recorded without `PERF_SAMPLE_CPU`) is decoded as CPU 0's.
+//!
+//! Kernel frames of call chains are named by the symbols the caller gives
+//! ([`Replay::set_kernel_symbols`]: a `kallsyms` of the recording kernel), moved to where the
+//! recording's kernel mapping says its text was ([`Replay::kernel_symbols`] says how).
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -29,17 +33,22 @@ use super::events::CaptureEvent;
 use super::ids::IdMap;
 use super::pids::PidResolver;
 use super::procfs::TaskRegistry;
-use super::records::{ParseError, RecordLayout};
+use super::records::{ParseError, RecordLayout, RECORD_SAMPLE};
 use super::ring::{RawData, RawRecord};
 use super::session::Counters;
-use super::stacks::{StackInterner, MAX_STACK_BYTES};
+use super::stacks::{KernelSymbols, StackInterner, MAX_STACK_BYTES};
 use super::switch::SchedSwitchFormat;
 use super::time::{PerfTimeConverter, TscConversion};
+use super::waking::SchedWakingFormat;
 use super::worker::{Delivery, ANNOUNCED_SLOTS};
 
 /// Decoders kept at most (one per event and CPU); records of further (event, CPU) pairs share
 /// one decoder per event.
 pub const MAX_DECODERS: usize = 4096;
+
+/// The path perf gives the kernel's own mapping, followed by the name of the symbol whose
+/// address the mapping's file offset holds (`[kernel.kallsyms]_text`).
+pub const KERNEL_MAP: &[u8] = b"[kernel.kallsyms]";
 
 /// Build-ids kept at most ([`Replay::add_build_id`]); further ones are not used.
 pub const MAX_BUILD_IDS: usize = 1 << 16;
@@ -47,10 +56,17 @@ pub const MAX_BUILD_IDS: usize = 1 << 16;
 /// What an event's samples are to the capture.
 #[derive(Debug, Clone)]
 pub enum ReplayEventKind {
-    /// `sched:sched_switch` tracepoint samples, decoded by the recorded format.
+    /// `sched:sched_switch` tracepoint samples, decoded by the recorded format (with a call
+    /// chain, a blocked thread's is its wait point).
     SchedSwitch(Box<SchedSwitchFormat>),
+    /// Wake-ups: `sched:sched_waking`, `sched_wakeup` or `sched_wakeup_new` tracepoint
+    /// samples, decoded by the recorded format.
+    SchedWaking(Box<SchedWakingFormat>),
     /// Samples with a branch stack (LBR).
     BranchSampling,
+    /// CPU samples (a `cpu-clock`, `cycles`, … sampling event): the sample's call chain, else
+    /// its instruction pointer, as an interned stack.
+    CpuSampling,
     /// An event whose samples the capture has no records for: only its side-band records
     /// (COMM, MMAP, FORK, EXIT, SWITCH, LOST) are decoded.
     SideBand,
@@ -97,8 +113,24 @@ pub struct ReplayStats {
 struct EventDesc {
     kind: PerfEventKind,
     layout: RecordLayout,
-    sched: Option<Arc<SchedSwitchFormat>>,
+    format: Option<RawFormat>,
 }
+
+/// Where the kernel symbols of a replay stand ([`Replay::kernel_symbols`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum KernelSymbolsState {
+    /// None given: kernel frames stay addresses.
+    #[default]
+    None,
+    /// Given, not in use yet (no kernel mapping or sample seen).
+    Pending,
+    /// In use, moved by this many bytes (0: the addresses as given).
+    Relocated(i64),
+}
+
+/// Kernel symbols given before the recording's kernel mapping was seen.
+#[derive(Debug)]
+struct PendingSymbols(KernelSymbols);
 
 /// Recorded perf records → [`CaptureEvent`]s (see the module docs).
 pub struct Replay {
@@ -109,6 +141,8 @@ pub struct Replay {
     counters: Arc<Counters>,
     conv: PerfTimeConverter,
     build_ids: HashMap<Vec<u8>, Vec<u8>>,
+    pending_symbols: Option<PendingSymbols>,
+    symbols_state: KernelSymbolsState,
 }
 
 impl std::fmt::Debug for Replay {
@@ -148,6 +182,8 @@ impl Replay {
             counters,
             conv,
             build_ids: HashMap::new(),
+            pending_symbols: None,
+            symbols_state: KernelSymbolsState::None,
         }
     }
 
@@ -161,19 +197,24 @@ impl Replay {
     /// Adds an event of the recording (in the file's order of events); returns its index, the
     /// `event` of [`Self::record`].
     pub fn add_event(&mut self, kind: ReplayEventKind, layout: RecordLayout) -> usize {
-        let (kind, sched) = match kind {
+        let (kind, format) = match kind {
             ReplayEventKind::SchedSwitch(format) => (
                 PerfEventKind::SchedSwitchTracepoint,
-                Some(Arc::from(format)),
+                Some(RawFormat::Switch(Arc::from(format))),
+            ),
+            ReplayEventKind::SchedWaking(format) => (
+                PerfEventKind::SchedWakingTracepoint,
+                Some(RawFormat::Waking(Arc::from(format))),
             ),
             ReplayEventKind::BranchSampling => (PerfEventKind::BranchSampling, None),
+            ReplayEventKind::CpuSampling => (PerfEventKind::CpuClockSampling, None),
             // The capture's side-band event (a dummy whose samples are unexpected).
             ReplayEventKind::SideBand => (PerfEventKind::CpuWideSwitches, None),
         };
         self.events.push(EventDesc {
             kind,
             layout,
-            sched,
+            format,
         });
         self.events.len() - 1
     }
@@ -184,6 +225,40 @@ impl Replay {
         if self.build_ids.len() < MAX_BUILD_IDS || self.build_ids.contains_key(&path) {
             self.build_ids.insert(path, build_id);
         }
+    }
+
+    /// The recording kernel's symbols, as `/proc/kallsyms` lists them (perf keeps a copy in its
+    /// build-id cache): they name the kernel frames of the stacks interned from now on. The
+    /// recording's kernel mapping (`[kernel.kallsyms]_text`, whose file offset is where `_text`
+    /// was) moves them to that boot's addresses when they are another boot's (KASLR). `false`
+    /// when `kallsyms` has no symbol with an address (read where they are hidden).
+    pub fn set_kernel_symbols(&mut self, kallsyms: String) -> bool {
+        let symbols = KernelSymbols::parse(kallsyms);
+        if symbols.len() == 0 {
+            return false;
+        }
+        self.pending_symbols = Some(PendingSymbols(symbols));
+        self.symbols_state = KernelSymbolsState::Pending;
+        true
+    }
+
+    /// Where the kernel symbols stand: none, not yet used, or in use (and moved by how much).
+    pub fn kernel_symbols(&self) -> KernelSymbolsState {
+        self.symbols_state
+    }
+
+    /// Puts the pending kernel symbols in use, moved so that `reference` (a symbol name) is at
+    /// `address` when both are given.
+    fn use_kernel_symbols(&mut self, reference: Option<(&str, u64)>) {
+        let Some(PendingSymbols(mut symbols)) = self.pending_symbols.take() else {
+            return;
+        };
+        let shift = reference
+            .and_then(|(name, address)| Some(address.wrapping_sub(symbols.address_of(name)?)))
+            .unwrap_or(0);
+        symbols.relocate(shift);
+        self.symbols_state = KernelSymbolsState::Relocated(shift as i64);
+        self.delivery.stacks.set_symbols(symbols);
     }
 
     /// Decodes one record of event `event` (its type, `misc` and body after the 8-byte
@@ -197,12 +272,12 @@ impl Replay {
         misc: u16,
         body: &[u8],
     ) -> Result<Replayed, ParseError> {
-        let Some(desc) = self.events.get(event) else {
+        if event >= self.events.len() {
             return Err(ParseError::Tracepoint(format!(
                 "record of event {event}, of {} events",
                 self.events.len()
             )));
-        };
+        }
         let cpu = cpu.unwrap_or(0);
         let key = if self.decoders.len() < MAX_DECODERS || self.decoders.contains_key(&(event, cpu))
         {
@@ -210,9 +285,13 @@ impl Replay {
         } else {
             (event, u32::MAX)
         };
+        if kind == RECORD_SAMPLE && self.pending_symbols.is_some() {
+            // A call chain may come: no kernel mapping said where the kernel was.
+            self.use_kernel_symbols(None);
+        }
+        let desc = &self.events[event];
         let decoder = self.decoders.entry(key).or_insert_with(|| {
-            let format = desc.sched.clone().map(RawFormat::Switch);
-            StreamDecoder::new(desc.kind, key.1.min(cpu), desc.layout, format)
+            StreamDecoder::new(desc.kind, key.1.min(cpu), desc.layout, desc.format.clone())
         });
         let raw = RawRecord {
             kind,
@@ -228,6 +307,14 @@ impl Replay {
                     if let CaptureEvent::Mmap(map) = &mut other.event {
                         if map.build_id.is_none() {
                             map.build_id = self.build_ids.get(&map.path).cloned();
+                        }
+                        // perf's kernel mapping: `[kernel.kallsyms]` and the symbol whose
+                        // address its file offset holds (`_text`).
+                        if let Some(reference) = map.path.strip_prefix(KERNEL_MAP) {
+                            if self.pending_symbols.is_some() {
+                                let name = String::from_utf8_lossy(reference).into_owned();
+                                self.use_kernel_symbols(Some((&name, map.pgoff)));
+                            }
                         }
                     }
                 }
@@ -416,5 +503,140 @@ mod tests {
             [(9, Some("prev".to_string())), (0, Some("next".into()))]
         );
         assert!(r.record(7, None, RECORD_SAMPLE, 0, &body).is_err());
+    }
+
+    /// A wake-up names its woken thread and its waker (the sample's own thread); a CPU
+    /// sample's call chain is interned and announced before it, its kernel frame named by
+    /// the given symbols moved to where the recording's kernel mapping says `_text` was.
+    #[test]
+    fn wakeups_and_cpu_samples_with_kernel_symbols_moved_to_the_recording() {
+        use crate::capture::fake::SCHED_WAKING_FORMAT;
+        use crate::capture::records::RECORD_MMAP;
+        let mut r = Replay::nanoseconds();
+        let tid_time_cpu = SampleFormat::TID | SampleFormat::TIME | SampleFormat::CPU;
+        let waking =
+            SchedWakingFormat::from_format(&TracepointFormat::parse(SCHED_WAKING_FORMAT).unwrap())
+                .unwrap();
+        let layout = |extra| {
+            RecordLayout::from_formats(tid_time_cpu | extra, BranchSampleFormat::empty(), true)
+                .unwrap()
+        };
+        let wake = r.add_event(
+            ReplayEventKind::SchedWaking(Box::new(waking)),
+            layout(SampleFormat::RAW),
+        );
+        let cpu = r.add_event(
+            ReplayEventKind::CpuSampling,
+            layout(SampleFormat::IP | SampleFormat::CALLCHAIN),
+        );
+        assert_eq!(r.kernel_symbols(), KernelSymbolsState::None);
+        assert!(!r.set_kernel_symbols("0000000000000000 T hidden\n".into()));
+        assert!(r.set_kernel_symbols(
+            "ffffffff81000000 T _text\nffffffff81000100 T hot_fn\nffffffff81000200 T next\n".into()
+        ));
+        assert_eq!(r.kernel_symbols(), KernelSymbolsState::Pending);
+        // perf's kernel mapping: _text was at 0xffffffff82000000 in the recording.
+        let mut mmap = words(&[u64::MAX >> 32, 0xffff_ffff_8200_0000, 0x100_0000]);
+        mmap.extend(words(&[0xffff_ffff_8200_0000]));
+        mmap.extend_from_slice(b"[kernel.kallsyms]_text\0\0");
+        mmap.extend(words(&[0, 0, 0]));
+        r.record(cpu, Some(0), RECORD_MMAP, 0, &mmap).unwrap();
+        assert_eq!(
+            r.kernel_symbols(),
+            KernelSymbolsState::Relocated(0x100_0000)
+        );
+        // A wake-up of 8 by 7 (pid 7) on CPU 1, queued on CPU 0.
+        let mut raw = vec![0u8; 36];
+        raw[8..12].copy_from_slice(b"wkd\0");
+        raw[24..28].copy_from_slice(&8i32.to_ne_bytes());
+        raw[28..32].copy_from_slice(&120i32.to_ne_bytes());
+        let mut body = words(&[7 | 7 << 32, 100, 1]);
+        body.extend_from_slice(&(raw.len() as u32).to_ne_bytes());
+        body.extend_from_slice(&raw);
+        r.record(wake, Some(1), RECORD_SAMPLE, 0, &body).unwrap();
+        // A sample of 7 in hot_fn, called from user code.
+        const KERNEL: u64 = (-128i64) as u64;
+        const USER: u64 = (-512i64) as u64;
+        let sample = words(&[
+            0xffff_ffff_8200_0110,
+            7 | 7 << 32,
+            200,
+            1,
+            4,
+            KERNEL,
+            0xffff_ffff_8200_0110,
+            USER,
+            0x40_1000,
+        ]);
+        r.record(cpu, Some(1), RECORD_SAMPLE, 0, &sample).unwrap();
+        // Without a call chain the sample has none (a chain of one is its ip).
+        r.finish();
+        let events = r.take_events();
+        let w = events
+            .iter()
+            .find_map(|e| match e {
+                CaptureEvent::Wakeup(w) => Some(*w),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(
+            (w.tid, w.waker_tid, w.waker_pid, w.cpu, w.target_cpu),
+            (8, 7, Some(7), 1, 0)
+        );
+        let order: Vec<&str> = events
+            .iter()
+            .filter_map(|e| match e {
+                CaptureEvent::KernelSymbol(k) => {
+                    assert_eq!(
+                        (&*k.name, k.start, k.len),
+                        ("hot_fn", 0xffff_ffff_8200_0100, 0x100)
+                    );
+                    Some("ksym")
+                }
+                CaptureEvent::Stack(s) => {
+                    assert_eq!(
+                        (s.kernel_frames, &s.frames[..]),
+                        (1, &[0xffff_ffff_8200_0110, 0x40_1000][..])
+                    );
+                    Some("stack")
+                }
+                CaptureEvent::Sample(s) => {
+                    assert_eq!((s.tid, s.cpu, s.stack), (7, 1, Some(1)));
+                    Some("sample")
+                }
+                _ => None,
+            })
+            .collect();
+        assert_eq!(order, ["ksym", "stack", "sample"]);
+    }
+
+    /// Samples recorded without a call chain: the sampled instruction is the stack.
+    #[test]
+    fn a_sample_without_a_call_chain_is_its_instruction() {
+        let mut r = Replay::nanoseconds();
+        let cpu = r.add_event(
+            ReplayEventKind::CpuSampling,
+            RecordLayout::from_formats(
+                SampleFormat::IP | SampleFormat::TID | SampleFormat::TIME,
+                BranchSampleFormat::empty(),
+                true,
+            )
+            .unwrap(),
+        );
+        let sample = words(&[0x40_1234, 3 | 3 << 32, 50]);
+        r.record(cpu, Some(0), RECORD_SAMPLE, 0, &sample).unwrap();
+        r.finish();
+        let stack = r
+            .take_events()
+            .into_iter()
+            .find_map(|e| match e {
+                CaptureEvent::Stack(s) => Some(s),
+                _ => None,
+            })
+            .unwrap();
+        assert_eq!(
+            (stack.kernel_frames, &stack.frames[..]),
+            (0, &[0x40_1234][..])
+        );
     }
 }

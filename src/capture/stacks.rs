@@ -197,6 +197,13 @@ impl StackInterner {
         Some(new)
     }
 
+    /// Names the kernel frames of the stacks announced from now on with `symbols` (a
+    /// recording's, known only once its records began: [`super::Replay`]).
+    pub(crate) fn set_symbols(&mut self, symbols: KernelSymbols) {
+        self.symbols_announced = vec![false; symbols.len()];
+        self.symbols = Some(symbols);
+    }
+
     /// Distinct stacks interned.
     #[cfg(test)]
     pub(crate) fn len(&self) -> usize {
@@ -315,6 +322,28 @@ impl KernelSymbols {
         }
         entries.sort_by_key(|e| e.0);
         Self { text, entries }
+    }
+
+    /// The address of the symbol named `name` (the first one of that name).
+    pub(crate) fn address_of(&self, name: &str) -> Option<u64> {
+        self.entries
+            .iter()
+            .find(|e| &self.text[e.1 as usize..e.2 as usize] == name)
+            .map(|e| e.0)
+    }
+
+    /// The kernel's own symbols moved by `by` (wrapping): the symbols of a kernel as another
+    /// boot loaded it (KASLR). Modules load at addresses of their own each boot: their
+    /// symbols are dropped (their frames stay addresses).
+    pub(crate) fn relocate(&mut self, by: u64) {
+        if by == 0 {
+            return;
+        }
+        self.entries.retain(|e| e.4 == 0);
+        for e in &mut self.entries {
+            e.0 = e.0.wrapping_add(by);
+        }
+        self.entries.sort_by_key(|e| e.0);
     }
 
     /// Symbols kept.
@@ -507,5 +536,21 @@ ffffffffc0a01000 t kvm_vcpu_block\t[kvm]
         );
         let hidden = KernelSymbols::parse("0000000000000000 T futex_wait\n".to_owned());
         assert_eq!(hidden.len(), 0);
+    }
+
+    #[test]
+    fn kallsyms_of_another_boot_moved_without_their_modules() {
+        let mut s = KernelSymbols::parse(
+            "ffffffff81000000 T _text\nffffffff81000100 T hot\nffffffffc0a01000 t m\t[kvm]\n"
+                .to_owned(),
+        );
+        assert_eq!(s.address_of("hot"), Some(0xffff_ffff_8100_0100));
+        assert_eq!(s.address_of("absent"), None);
+        s.relocate(0);
+        assert_eq!(s.len(), 3, "not moved: kept whole");
+        s.relocate((-0x10_0000i64) as u64);
+        assert_eq!(s.len(), 2, "the module's symbol dropped");
+        let hot = s.symbol(s.find(0xffff_ffff_80f0_0110).unwrap());
+        assert_eq!((&*hot.name, hot.start), ("hot", 0xffff_ffff_80f0_0100));
     }
 }

@@ -7,6 +7,7 @@ use std::process::ExitCode;
 use clap::Args;
 
 use fxtrace_tools::convert::perf::input::Damage;
+use fxtrace_tools::convert::perf::kallsyms::KallsymsChoice;
 use fxtrace_tools::convert::perf::{
     import_perf, ImportError, ImportOptions, ImportSummary, PerfSource,
 };
@@ -19,8 +20,15 @@ EXAMPLES:
     fxtrace import-perf perf.data                writes perf.fxt
     fxtrace report lbr perf.fxt                  its hottest branches, named from ./app
 
-    sudo perf sched record -- sleep 1            every CPU's context switches
+    sudo perf sched record -- sleep 1            every CPU's context switches and wake-ups
     fxtrace import-perf perf.data -o sched.fxt   open sched.fxt in ui.perfetto.dev
+
+    perf record -F 999 -g -- ./app               CPU samples with call chains
+    fxtrace import-perf perf.data                writes perf.fxt
+    fxtrace report samples perf.fxt              the hottest functions and stacks
+
+    sudo perf record -e sched:sched_switch -g -a -- sleep 1   switches with call chains
+    fxtrace import-perf perf.data                 then `fxtrace report waits perf.fxt`
 
     perf record -o - -e cycles -b -- ./app | fxtrace import-perf - -o app.fxt   a stream";
 
@@ -36,6 +44,12 @@ pub(crate) struct ImportPerfArgs {
     /// (`perf.data` → `perf.fxt`).
     #[arg(short, long, value_name = "OUT.fxt")]
     output: Option<PathBuf>,
+    /// The recording kernel's symbols, to name the kernel frames of call chains: a copy of
+    /// its /proc/kallsyms (as `perf report --kallsyms`), or `none`. Default: perf's build-id
+    /// cache (~/.debug), else /proc/kallsyms when this machine runs the recording's kernel,
+    /// else the frames stay addresses (the summary says which).
+    #[arg(long, value_name = "FILE")]
+    kallsyms: Option<PathBuf>,
 }
 
 /// Why `import-perf` failed.
@@ -117,7 +131,15 @@ impl Paths {
                 .map_or("<stdout>".into(), |o| o.display().to_string()),
             output,
             options: ImportOptions {
-                provider_name: format!("perf:{}", if stdin { "stdin".into() } else { file_name() }),
+                kallsyms: match &args.kallsyms {
+                    None => KallsymsChoice::Auto,
+                    Some(none) if none.as_os_str() == "none" => KallsymsChoice::Off,
+                    Some(file) => KallsymsChoice::File(file.clone()),
+                },
+                ..ImportOptions::new(format!(
+                    "perf:{}",
+                    if stdin { "stdin".into() } else { file_name() }
+                ))
             },
         })
     }

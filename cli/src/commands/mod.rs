@@ -39,7 +39,7 @@ EXAMPLES:
     fxtrace report spans trace.fxt --top 3   why the slowest spans were slow
     fxtrace report sched trace.fxt        threads on and off the CPUs, stalls
     fxtrace import-xray xray-log.app.Ab12Cd --instr-map ./app -o app.fxt
-    fxtrace import-perf perf.data         perf record's LBR samples, switches, mappings
+    fxtrace import-perf perf.data         perf record's samples, switches, wake-ups, mappings
     fxtrace record -o trace.fxt -- ./app --flag   trace a program that links fxtrace
     fxtrace record -m circular --stop-on-alert oom -- ./server   flight recorder
     fxtrace record -m streaming -b 64K -- ./app   small buffers, saved while tracing
@@ -71,9 +71,9 @@ enum Command {
     /// Convert an LLVM XRay log (basic or FDR mode) to FXT: function durations per thread,
     /// custom and typed events, CPU migrations, wall-clock anchors.
     ImportXray(import_xray::ImportXrayArgs),
-    /// Convert a `perf record` file (perf.data) to FXT: LBR samples, context switches
-    /// (`perf sched record`), mappings, thread names; every record kind not converted is
-    /// counted.
+    /// Convert a `perf record` file (perf.data) to FXT: CPU samples with their call chains
+    /// (`perf record -g`), LBR samples, context switches and wake-ups (`perf sched record`),
+    /// mappings, thread names; every record kind not converted is counted.
     #[command(after_help = import_perf::EXAMPLES)]
     ImportPerf(import_perf::ImportPerfArgs),
     /// Convert a trace to another format: `--to chrome-json` (chrome://tracing, Perfetto).

@@ -598,6 +598,22 @@ fn write_folded(out: &mut dyn Write, report: &StackReport, rows: &Rows) -> io::R
     Ok(())
 }
 
+/// Samples by their innermost frame's name (the function the sample fell in), the biggest
+/// first.
+fn self_counts(rows: &Rows) -> Vec<(String, u64)> {
+    let mut by_function: HashMap<&str, u64> = HashMap::new();
+    for ((_, frames), c) in rows {
+        let leaf = frames.first().map_or("(no stack recorded)", String::as_str);
+        *by_function.entry(leaf).or_default() += c;
+    }
+    let mut functions: Vec<(String, u64)> = by_function
+        .into_iter()
+        .map(|(f, c)| (f.to_owned(), c))
+        .collect();
+    functions.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    functions
+}
+
 fn stack_line(frames: &[String]) -> String {
     if frames.is_empty() {
         "(no stack recorded)".into()
@@ -648,6 +664,13 @@ pub fn write_samples_text(
             percent(*c, total),
             report.thread_label(*tid)
         )?;
+    }
+    writeln!(
+        out,
+        "\nhottest functions (samples in the function itself, as `perf report --no-children`):"
+    )?;
+    for (function, c) in self_counts(&rows).iter().take(options.top.max(1)) {
+        writeln!(out, "  {c:>7} {:>5.1}%  {function}", percent(*c, total))?;
     }
     writeln!(out, "\nhottest stacks (innermost frame first):")?;
     for ((tid, frames), c) in rows.iter().take(options.top.max(1)) {
@@ -775,5 +798,24 @@ mod tests {
         );
         assert_eq!(one_line(&["schedule".to_owned()]), "schedule");
         assert_eq!(one_line(&[]), "(no frames)");
+    }
+
+    #[test]
+    fn self_counts_sum_each_innermost_function_over_stacks_and_threads() {
+        let frames = |f: &[&str]| f.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let rows: Rows = vec![
+            ((1, frames(&["spin", "main"])), 5),
+            ((2, frames(&["work", "main"])), 4),
+            ((1, frames(&["work", "other", "main"])), 3),
+            ((1, Vec::new()), 1),
+        ];
+        assert_eq!(
+            self_counts(&rows),
+            [
+                ("work".to_string(), 7),
+                ("spin".to_string(), 5),
+                ("(no stack recorded)".to_string(), 1)
+            ]
+        );
     }
 }

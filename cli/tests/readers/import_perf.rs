@@ -65,9 +65,7 @@ fn perf() -> Option<&'static str> {
 }
 
 fn options() -> ImportOptions {
-    ImportOptions {
-        provider_name: "perf:test".into(),
-    }
+    ImportOptions::new("perf:test")
 }
 
 /// Imports `path` in this process.
@@ -249,9 +247,12 @@ fn a_stream_imports_as_the_file_does() {
     std::fs::remove_dir_all(dir).unwrap();
 }
 
-/// Perfetto's trace processor, when this checkout has it beside it (`../shared/tools`).
+/// Perfetto's trace processor: `FXTRACE_TRACE_PROCESSOR`, else beside this checkout
+/// (`../shared/tools`).
 fn trace_processor() -> Option<PathBuf> {
-    let tool = Path::new(WORKSPACE).join("../shared/tools/trace_processor_shell");
+    let tool = std::env::var_os("FXTRACE_TRACE_PROCESSOR")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(WORKSPACE).join("../shared/tools/trace_processor_shell"));
     let runs = runs(&tool);
     if !runs {
         skip(
@@ -401,9 +402,9 @@ fn perf_sched_record_imports_every_switch_and_run_time() {
     let Some(perf) = perf() else { return };
     let dir = temp_dir("import-perf-sched");
     let data = dir.join("sched.data");
-    // A few threads that sleep, wake and burn CPU, recorded on every CPU.
+    // A few threads that sleep, wake and burn CPU, recorded on every CPU, with call chains.
     let record = Command::new(perf)
-        .args(["sched", "record", "-o"])
+        .args(["sched", "record", "-g", "-o"])
         .arg(&data)
         .args([
             "--",
@@ -486,12 +487,24 @@ fn perf_sched_record_imports_every_switch_and_run_time() {
          timehist -s, {excess} ns more in all where perf charged {reaped} ns to task -1",
         theirs.len()
     );
-    // Wake-ups have no record of their own yet: counted, named.
-    assert!(summary
-        .skipped
-        .kinds()
+    // Every wake-up perf shows (`sched_waking`, and a new thread's first,
+    // `sched_wakeup_new`) is a wakeup record; a blocked thread's switch has its wait point.
+    let script = String::from_utf8_lossy(&script.stdout);
+    let wakeups = ["sched_waking", "sched_wakeup_new"]
         .iter()
-        .any(|(k, _)| k.contains("sched:sched_waking (wake-ups")));
+        .map(|tp| {
+            let tp = format!("sched:{tp}:");
+            script.lines().filter(|l| l.contains(&tp)).count() as u64
+        })
+        .sum::<u64>();
+    assert!(wakeups > 3, "{wakeups} wake-ups recorded");
+    assert_eq!(summary.written.wakeups, wakeups, "{summary}");
+    assert!(summary.written.wait_points > 0, "{summary}");
+    assert!(
+        matches!(summary.kernel_symbols, Some(Ok(_))),
+        "{:?}",
+        summary.kernel_symbols
+    );
     if let Some(tool) = trace_processor() {
         let out = dir.join("sched.fxt");
         std::fs::write(&out, &trace).unwrap();
@@ -511,6 +524,23 @@ fn perf_sched_record_imports_every_switch_and_run_time() {
             "{slices} slices of {perf_switches} switches, {} of them to idle",
             switches.to_idle
         );
+        // The wake-ups as Waking states, each with its waker (a wake-up of a thread that
+        // is already runnable may open none).
+        let wakes = perfetto_query(
+            &tool,
+            &out,
+            "select count(*), count(waker_utid) from thread_state where state = 'W';",
+        );
+        let row: Vec<u64> = wakes
+            .lines()
+            .nth(1)
+            .unwrap()
+            .split(',')
+            .map(|n| n.parse().unwrap())
+            .collect();
+        println!("Perfetto: {} waking states of {wakeups} wake-ups", row[0]);
+        assert!(row[0] <= wakeups && row[0] * 10 >= wakeups * 9, "{wakes}");
+        assert_eq!(row[1], row[0], "a waker for each: {wakes}");
     }
     // `fxtrace report sched` (issue 32) reads it, where this build has it.
     let help = Command::new(FXTRACE)
@@ -568,6 +598,215 @@ fn compressed_records_are_read() {
     assert_eq!(summary.damage, [], "{summary}");
     assert!(switches > 0);
     assert_eq!(summary.written.context_switches, switches, "{summary}");
+    std::fs::remove_dir_all(dir).unwrap();
+}
+
+/// A program that spins in `spin_here` (most of its CPU time), `other_work`, and reads
+/// `/dev/zero` in `read_zeros` (kernel time), by CPU time: the same samples on a loaded host.
+const SAMPLED_PROGRAM: &str = r#"
+#include <fcntl.h>
+#include <stdio.h>
+#include <time.h>
+#include <unistd.h>
+static volatile unsigned long sink;
+static char buf[1 << 20];
+static double cpu(void) { return (double)clock() / CLOCKS_PER_SEC; }
+__attribute__((noinline)) void spin_here(void) { for (long i = 0; i < 2000000; i++) sink += i * i; }
+__attribute__((noinline)) void other_work(void) { for (long i = 0; i < 300000; i++) sink ^= i; }
+__attribute__((noinline)) void read_zeros(int fd) { for (int i = 0; i < 8; i++) sink += read(fd, buf, sizeof buf); }
+int main(void) {
+    int fd = open("/dev/zero", O_RDONLY);
+    while (cpu() < 0.3) { spin_here(); other_work(); }
+    while (cpu() < 0.45) read_zeros(fd);
+    printf("%lu\n", sink);
+    return 0;
+}
+"#;
+
+/// `perf report --no-children --sort symbol`: samples by the function they fell in, the
+/// biggest first (perf's `[.]`/`[k]` marks dropped).
+fn perf_self_counts(perf: &str, data: &Path) -> Vec<(String, u64)> {
+    let out = Command::new(perf)
+        .args(["report", "--stdio", "--no-children", "--sort", "symbol"])
+        .args(["-F", "sample,sym", "-i"])
+        .arg(data)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    let mut counts: Vec<(String, u64)> = String::from_utf8_lossy(&out.stdout)
+        .lines()
+        .filter(|l| !l.starts_with('#'))
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let n = f.next()?.parse().ok()?;
+            let _mark = f.next()?;
+            Some((f.next()?.to_string(), n))
+        })
+        .collect();
+    counts.sort_by(|a, b| b.1.cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    counts
+}
+
+/// `fxtrace report samples`'s hottest functions.
+fn our_self_counts(report: &str) -> Vec<(String, u64)> {
+    report
+        .lines()
+        .skip_while(|l| !l.starts_with("hottest functions"))
+        .skip(1)
+        .take_while(|l| !l.trim().is_empty())
+        .filter_map(|l| {
+            let mut f = l.split_whitespace();
+            let n = f.next()?.parse().ok()?;
+            let _percent = f.next()?;
+            Some((f.collect::<Vec<_>>().join(" "), n))
+        })
+        .collect()
+}
+
+fn report_samples(trace: &Path) -> String {
+    let out = Command::new(FXTRACE)
+        .args(["report", "samples", "--top", "50"])
+        .arg(trace)
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{out:?}");
+    String::from_utf8(out.stdout).unwrap()
+}
+
+/// `perf record -F 999 -g` of a program (root here: kernel frames too): every sample is a
+/// CPU sample of the import, with its call chain; `report samples` finds the functions
+/// `perf report` finds, with the same counts, the kernel's named by the recording kernel's
+/// symbols (perf's build-id cache, or this machine's kernel), also when they come from
+/// another boot (moved to the recording's kernel address), and kept as addresses without
+/// them. Perfetto loads the import with no error.
+#[test]
+fn perf_record_g_samples_are_cpu_samples_with_perfs_functions() {
+    let Some(perf) = perf() else { return };
+    let Some(cc) = crate::report_lbr::cc() else {
+        skip(
+            Requirement::Cc,
+            "no C compiler (cc) for the sampled program",
+        );
+        return;
+    };
+    let dir = temp_dir("import-perf-samples");
+    std::fs::write(dir.join("sampled.c"), SAMPLED_PROGRAM).unwrap();
+    let program = dir.join("sampled");
+    let built = Command::new(cc)
+        .args(["-O1", "-g", "-fno-omit-frame-pointer", "-o"])
+        .arg(&program)
+        .arg(dir.join("sampled.c"))
+        .output()
+        .unwrap();
+    assert!(built.status.success(), "{built:?}");
+    let data = dir.join("samples.data");
+    let record = Command::new(perf)
+        .args(["record", "-F", "999", "-g", "-o"])
+        .arg(&data)
+        .arg("--")
+        .arg(&program)
+        .output()
+        .unwrap();
+    if !record.status.success() {
+        skip(
+            Requirement::Perf,
+            format!(
+                "perf record -F 999 -g failed here: {}",
+                String::from_utf8_lossy(&record.stderr).trim()
+            ),
+        );
+        return;
+    }
+    // perf script's samples: a line each with the call graph hidden.
+    let script = Command::new(perf)
+        .args(["script", "-G", "-i"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    let perf_samples = String::from_utf8_lossy(&script.stdout)
+        .lines()
+        .filter(|l| !l.trim().is_empty())
+        .count() as u64;
+    let (trace, summary) = import(&data).unwrap();
+    assert_eq!(summary.damage, [], "{summary}");
+    assert!(perf_samples > 100, "{perf_samples} samples");
+    assert_eq!(summary.written.samples, perf_samples, "{summary}");
+    assert!(summary.written.stack_blobs > 0, "{summary}");
+    assert!(
+        matches!(summary.kernel_symbols, Some(Ok(_))),
+        "{:?}",
+        summary.kernel_symbols
+    );
+    let out = dir.join("samples.fxt");
+    std::fs::write(&out, &trace).unwrap();
+    let text = report_samples(&out);
+    let ours = our_self_counts(&text);
+    let theirs = perf_self_counts(perf, &data);
+    println!(
+        "perf report: {:?}\nours: {:?}",
+        &theirs[..theirs.len().min(4)],
+        &ours[..ours.len().min(4)]
+    );
+    assert_eq!(
+        ours.first().map(|f| &f.0),
+        Some(&"spin_here".to_string()),
+        "{text}"
+    );
+    assert_eq!(ours.first(), theirs.first(), "the hottest function\n{text}");
+    // Every function of at least 5 % of the samples, named and counted as perf does: the
+    // program's own and the kernel's (reading /dev/zero).
+    let big: Vec<&(String, u64)> = theirs.iter().filter(|f| f.1 * 20 >= perf_samples).collect();
+    assert!(big.len() >= 2, "{theirs:?}");
+    for f in &big {
+        assert!(ours.contains(f), "{f:?} (perf report) not in\n{text}");
+    }
+    let kernel = ours.iter().find(|f| {
+        !f.0.starts_with("[kernel]")
+            && { !["spin_here", "other_work", "read_zeros", "main"].contains(&f.0.as_str()) }
+            && f.1 * 20 >= perf_samples
+    });
+    assert!(
+        kernel.is_some(),
+        "a kernel function of the /dev/zero reads in\n{text}"
+    );
+
+    // The same kernel's symbols as another boot placed them (KASLR): moved back.
+    let shifted: String = std::fs::read_to_string("/proc/kallsyms")
+        .unwrap()
+        .lines()
+        .filter_map(|l| {
+            let (addr, rest) = l.split_once(' ')?;
+            let addr = u64::from_str_radix(addr, 16).ok()?;
+            Some(format!("{:016x} {rest}\n", addr.wrapping_add(0x1000_0000)))
+        })
+        .collect();
+    std::fs::write(dir.join("kallsyms.shifted"), shifted).unwrap();
+    let import_with = |kallsyms: &str, name: &str| {
+        let out = dir.join(name);
+        let run = Command::new(FXTRACE)
+            .arg("import-perf")
+            .arg(&data)
+            .args(["--kallsyms", kallsyms, "-o"])
+            .arg(&out)
+            .output()
+            .unwrap();
+        assert!(run.status.success(), "{run:?}");
+        (String::from_utf8(run.stdout).unwrap(), report_samples(&out))
+    };
+    let shifted_path = dir.join("kallsyms.shifted");
+    let (said, moved) = import_with(shifted_path.to_str().unwrap(), "moved.fxt");
+    assert!(said.contains("moved by -0x10000000"), "{said}");
+    assert_eq!(our_self_counts(&moved), ours, "{moved}");
+    // None: kernel frames stay addresses, and the import says so.
+    let (said, bare) = import_with("none", "bare.fxt");
+    assert!(said.contains("kernel frames kept as addresses"), "{said}");
+    assert!(bare.contains("[kernel] 0x"), "{bare}");
+    assert_eq!(our_self_counts(&bare).first(), ours.first());
+
+    if let Some(tool) = trace_processor() {
+        let stats = perfetto_query(&tool, &out, ERROR_STATS);
+        assert_eq!(stats.lines().count(), 1, "error stats:\n{stats}");
+    }
     std::fs::remove_dir_all(dir).unwrap();
 }
 

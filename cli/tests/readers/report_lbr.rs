@@ -239,7 +239,7 @@ fn samples_are_attributed_to_threads_by_context_switches() {
     assert!(worker < other && other < unknown, "{out}");
 }
 
-fn cc() -> Option<PathBuf> {
+pub(crate) fn cc() -> Option<PathBuf> {
     let found = Command::new("cc")
         .arg("--version")
         .stdout(Stdio::null())

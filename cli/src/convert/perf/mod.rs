@@ -12,7 +12,9 @@
 //! | perf record | FXT |
 //! |---|---|
 //! | `SAMPLE` with a branch stack (`perf record -b`, `-j`) | LAST_BRANCH blob: entries (from, to, mispredicted, cycles), the sample's cpu, time and pid |
-//! | `SAMPLE` of `sched:sched_switch` (`perf sched record`, `perf record -e sched:sched_switch`), decoded by the recording kernel's format (its tracing data) | Context Switch record |
+//! | `SAMPLE` of a sampling event (`perf record -F 999 -g`: `cpu-clock`, `cycles`, …; the first such event) | `"fxtrace:sample"` blob, its call chain (else its ip) an interned `"fxtrace:stack"`, kernel frames named by `"fxtrace:ksym"` blobs ([`kallsyms`]) |
+//! | `SAMPLE` of `sched:sched_switch` (`perf sched record`, `perf record -e sched:sched_switch`), decoded by the recording kernel's format (its tracing data) | Context Switch record; with a call chain, a blocked thread's wait point (`stack` argument) |
+//! | `SAMPLE` of `sched:sched_waking`, `sched_wakeup_new` (and `sched_wakeup` in a file without `sched_waking`), by the recorded format | Thread Wakeup record with its `waker` |
 //! | `SWITCH`, `SWITCH_CPU_WIDE` (`perf record --switch-events`) | Context Switch record |
 //! | `MMAP`, `MMAP2` (executable) | `"fxtrace:mmap"` blob, build-id from the record or the file's build-id section |
 //! | `COMM` | Kernel Object records naming the thread (and its process, for a main thread) |
@@ -21,9 +23,9 @@
 //! | the header: host, OS, perf version, CPU, command line, clock, event attributes | instant events `perf.data header` and `perf.data event` (category `perf`) on the import's own thread, their arguments |
 //!
 //! Every other record is counted by kind in [`ImportSummary::skipped`], including samples of
-//! events fxtrace has no record for yet: call-chain samples (`perf record -g`) and wake-ups
-//! (`sched:sched_waking`, `sched:sched_wakeup`), and the throttling, metadata and hardware
-//! trace records. None is dropped silently.
+//! events fxtrace has no record for (other tracepoints, a second sampling event, the
+//! `sched_wakeup` copies of `sched_waking`'s wake-ups), and the throttling, metadata and
+//! hardware trace records. None is dropped silently.
 //!
 //! # Time
 //!
@@ -40,6 +42,7 @@
 //! parser cannot read at all is an [`ImportError`] before anything is written.
 
 pub mod input;
+pub mod kallsyms;
 mod rounds;
 mod to_fxt;
 pub mod tracing_data;

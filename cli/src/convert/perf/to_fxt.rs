@@ -12,19 +12,21 @@ use std::rc::Rc;
 
 use fxtrace::capture::{BranchSampleFormat as CaptureBranch, SampleFormat as CaptureSample};
 use fxtrace::capture::{
-    CaptureEvent, FxtStreamSink, KernelTraceConfig, KernelTraceStats, KernelTraceWriter,
-    RecordLayout, Replay, ReplayEventKind, ReplaySkip, ReplayStats, Replayed, SchedSwitchFormat,
-    SinkError, TaskComm,
+    CaptureEvent, FxtStreamSink, KernelSymbolsState, KernelTraceConfig, KernelTraceStats,
+    KernelTraceWriter, RecordLayout, Replay, ReplayEventKind, ReplaySkip, ReplayStats, Replayed,
+    SchedSwitchFormat, SchedWakingFormat, SinkError, TaskComm, KERNEL_MAP,
 };
 use fxtrace_format::{truncate_str, Arg, ArgValue, Event, EventKind, Record, StringRef, ThreadRef};
 use linux_perf_data::linux_perf_event_reader::{
     AttrFlags, PerfEventAttr, PerfEventType, RawEventRecord, SampleFormat, SamplingPolicy,
+    SoftwareCounterType,
 };
 use linux_perf_data::{Feature, PerfFile, PerfFileReader, PerfFileRecord};
 
 use super::input::{
     check_file, kind_of, Damage, FileCheck, Kind, PipeFilter, PipeState, PIPE_HEADER_LEN,
 };
+use super::kallsyms::{find_kallsyms, KallsymsChoice};
 use super::tracing_data::event_formats;
 use super::PerfSource;
 
@@ -51,6 +53,18 @@ const MAX_DESCRIBED_EVENTS: usize = 256;
 pub struct ImportOptions {
     /// The provider's name in the trace (`perf:<file name>`).
     pub provider_name: String,
+    /// Where the kernel symbols of call chains come from ([`super::kallsyms`]).
+    pub kallsyms: KallsymsChoice,
+}
+
+impl ImportOptions {
+    /// The provider `provider_name`, kernel symbols found by the recording's build-id.
+    pub fn new(provider_name: impl Into<String>) -> Self {
+        Self {
+            provider_name: provider_name.into(),
+            kallsyms: KallsymsChoice::Auto,
+        }
+    }
 }
 
 /// Why nothing could be imported, or the output could not be written.
@@ -166,6 +180,9 @@ pub struct ImportSummary {
     pub first_unreadable: Option<String>,
     /// Everything wrong with the input; the import is partial when it is not empty.
     pub damage: Vec<Damage>,
+    /// How the kernel frames of call chains were named (`None`: the recording has no call
+    /// chains): `Ok(where the symbols came from)`, or `Err(why they stay addresses)`.
+    pub kernel_symbols: Option<Result<String, String>>,
     /// Bytes of FXT written.
     pub bytes: u64,
 }
@@ -175,17 +192,31 @@ impl fmt::Display for ImportSummary {
         let w = &self.written;
         write!(
             f,
-            "{} perf records: {} branch samples, {} context switches, {} mappings, {} threads \
-             ({} of unknown process), {} FXT records ({} bytes)",
+            "{} perf records: {} branch samples, {} CPU samples, {} context switches ({} with \
+             a wait point), {} wake-ups, {} mappings, {} threads ({} of unknown process), {} \
+             stacks, {} FXT records ({} bytes)",
             grouped(self.records),
             grouped(w.branch_blobs),
+            grouped(w.samples),
             grouped(w.context_switches),
+            grouped(w.wait_points),
+            grouped(w.wakeups),
             grouped(w.mmap_blobs),
             grouped(self.replay.threads),
             grouped(self.replay.unknown_process_threads),
+            grouped(w.stack_blobs),
             grouped(w.records),
             grouped(self.bytes),
         )?;
+        match &self.kernel_symbols {
+            Some(Ok(from)) => write!(
+                f,
+                "; kernel frames named from {from} ({} symbols)",
+                grouped(w.kernel_symbols)
+            )?,
+            Some(Err(why)) => write!(f, "; kernel frames kept as addresses: {why}")?,
+            None => {}
+        }
         if w.lost_records > 0 || w.lost_samples > 0 {
             write!(
                 f,
@@ -289,6 +320,8 @@ struct EventPlan {
     kind: ReplayEventKind,
     /// The skipped-kind key its unconverted samples are counted under.
     sample_key: String,
+    /// Its samples carry call chains (`PERF_SAMPLE_CALLCHAIN`).
+    callchains: bool,
 }
 
 /// The records of perf's own that carry no data to convert (structure of the file).
@@ -421,10 +454,26 @@ fn convert<R: Read, W: Write>(
     let sched_formats = recorded_sched_formats(tracing_data.as_deref(), &mut summary);
     let mut replay = Replay::nanoseconds();
     let plans = plan_events(&perf_file, &sched_formats, &mut replay, &mut summary);
+    let mut kernel_build_id = None;
     if let Ok(build_ids) = perf_file.build_ids() {
         for info in build_ids.into_values() {
+            if info.path == KERNEL_MAP {
+                kernel_build_id = Some(info.build_id.clone());
+            }
             replay.add_build_id(info.path, info.build_id);
         }
+    }
+    let stacks = plans.iter().any(|p| match p.kind {
+        ReplayEventKind::CpuSampling => true,
+        ReplayEventKind::SchedSwitch(_) => p.callchains,
+        _ => false,
+    });
+    if stacks {
+        summary.kernel_symbols = Some(kernel_symbols(
+            &mut replay,
+            &options.kallsyms,
+            kernel_build_id.as_deref(),
+        ));
     }
     let writer = start_section(&perf_file, &plans, out, options)?;
     let mut import = Import {
@@ -457,6 +506,25 @@ fn convert<R: Read, W: Write>(
         break;
     }
     import.finish()
+}
+
+/// Gives `replay` the recording kernel's symbols (see [`super::kallsyms`]): where they came
+/// from, or why there are none.
+fn kernel_symbols(
+    replay: &mut Replay,
+    choice: &KallsymsChoice,
+    build_id: Option<&[u8]>,
+) -> Result<String, String> {
+    let found = find_kallsyms(choice, build_id)?;
+    if replay.set_kernel_symbols(found.text) {
+        Ok(found.from)
+    } else {
+        Err(format!(
+            "{} lists no symbol with an address (kernel.kptr_restrict hides them from this \
+             user)",
+            found.from
+        ))
+    }
 }
 
 /// The `sched` tracepoint formats of the recording kernel, from the tracing data; none (and
@@ -606,6 +674,19 @@ impl<W: Write> Import<W> {
             self.writer.handle(&event).map_err(write_error)?;
         }
         self.summary.replay = self.replay.stats();
+        if let (Some(Ok(from)), KernelSymbolsState::Relocated(by)) = (
+            &mut self.summary.kernel_symbols,
+            self.replay.kernel_symbols(),
+        ) {
+            if by != 0 {
+                let sign = if by < 0 { '-' } else { '+' };
+                from.push_str(&format!(
+                    ", moved by {sign}{:#x} to where the recording's kernel was (its modules' \
+                     frames stay addresses)",
+                    by.unsigned_abs()
+                ));
+            }
+        }
         write_summary_event(&mut self.writer, &self.summary).map_err(write_error)?;
         let (sink, written) = self.writer.finish().map_err(write_error)?;
         self.summary.written = written;
@@ -642,13 +723,22 @@ fn plan_events(
     replay: &mut Replay,
     summary: &mut ImportSummary,
 ) -> Vec<EventPlan> {
+    let events = perf_file.event_attributes();
+    let tracepoint_of = |attr: &PerfEventAttr| match attr.type_ {
+        PerfEventType::Tracepoint(id) => sched_formats.iter().find(|f| f.format.id == Some(id)),
+        _ => None,
+    };
+    // `sched_wakeup` repeats the wake-ups `sched_waking` recorded (later, on the woken
+    // thread's CPU): with both, only `sched_waking`'s are written.
+    let waking_recorded = events.iter().any(|d| {
+        tracepoint_of(&d.attr).is_some_and(|f| f.format.name == "sched_waking")
+            && layout_of(&d.attr).1.is_none()
+    });
+    let mut sampled: Option<String> = None;
     let mut plans = Vec::new();
-    for desc in perf_file.event_attributes() {
+    for desc in events {
         let attr = &desc.attr;
-        let tracepoint = match attr.type_ {
-            PerfEventType::Tracepoint(id) => sched_formats.iter().find(|f| f.format.id == Some(id)),
-            _ => None,
-        };
+        let tracepoint = tracepoint_of(attr);
         let name = desc
             .name()
             .map(str::to_owned)
@@ -662,27 +752,43 @@ fn plan_events(
         } else if attr.sample_format.contains(SampleFormat::BRANCH_STACK) {
             (ReplayEventKind::BranchSampling, String::new())
         } else if let Some(f) = tracepoint {
+            let mut damage = |what: String| {
+                summary.damage.push(Damage { offset: 0, what });
+                side_band(" (format unreadable)")
+            };
             match f.format.name.as_str() {
                 "sched_switch" => match SchedSwitchFormat::from_format(&f.format) {
                     Ok(format) => (
                         ReplayEventKind::SchedSwitch(Box::new(format)),
                         String::new(),
                     ),
-                    Err(e) => {
-                        summary.damage.push(Damage {
-                            offset: 0,
-                            what: format!("the recorded sched_switch format: {e}"),
-                        });
-                        side_band(" (format unreadable)")
-                    }
+                    Err(e) => damage(format!("the recorded sched_switch format: {e}")),
                 },
-                "sched_waking" | "sched_wakeup" | "sched_wakeup_new" => {
-                    side_band(" (wake-ups: no fxtrace record for them yet)")
+                "sched_wakeup" if waking_recorded => {
+                    side_band(" (the wake-ups of sched:sched_waking, again)")
+                }
+                tp @ ("sched_waking" | "sched_wakeup" | "sched_wakeup_new") => {
+                    match SchedWakingFormat::from_format(&f.format) {
+                        Ok(format) => (
+                            ReplayEventKind::SchedWaking(Box::new(format)),
+                            String::new(),
+                        ),
+                        Err(e) => damage(format!("the recorded {tp} format: {e}")),
+                    }
                 }
                 _ => side_band(""),
             }
-        } else if attr.sample_format.contains(SampleFormat::CALLCHAIN) {
-            side_band(" (call-chain samples: no fxtrace CPU sample record yet)")
+        } else if is_sampling(attr) {
+            // fxtrace's CPU samples name no event: one event's samples are written.
+            match &sampled {
+                None => {
+                    sampled = Some(name.clone());
+                    (ReplayEventKind::CpuSampling, String::new())
+                }
+                Some(first) => side_band(&format!(
+                    " (CPU samples are {first}'s: fxtrace's samples name no event)"
+                )),
+            }
         } else {
             side_band("")
         };
@@ -691,9 +797,19 @@ fn plan_events(
             name,
             kind,
             sample_key,
+            callchains: attr.sample_format.contains(SampleFormat::CALLCHAIN),
         });
     }
     plans
+}
+
+/// Whether `attr` samples (with a period or a frequency) an event that is neither a
+/// tracepoint nor perf's side-band dummy: a `cpu-clock`, `cycles`, … profile.
+fn is_sampling(attr: &PerfEventAttr) -> bool {
+    !matches!(
+        attr.type_,
+        PerfEventType::Tracepoint(_) | PerfEventType::Software(SoftwareCounterType::Dummy)
+    ) && !matches!(attr.sampling_policy, SamplingPolicy::NoSampling)
 }
 
 /// The capture's layout of an event's records, and why its samples cannot be decoded when
@@ -759,7 +875,12 @@ fn write_header_events<S: fxtrace::capture::RecordSink>(
         }
         let converted = match plan.kind {
             ReplayEventKind::BranchSampling => "LAST_BRANCH blobs",
+            ReplayEventKind::SchedSwitch(_) if plan.callchains => {
+                "context switches (a blocked thread's with its wait point)"
+            }
             ReplayEventKind::SchedSwitch(_) => "context switches",
+            ReplayEventKind::SchedWaking(_) => "thread wakeups",
+            ReplayEventKind::CpuSampling => "CPU samples (fxtrace:sample)",
             ReplayEventKind::SideBand => "side-band records only",
         };
         let described = describe_attr(&desc.attr);
