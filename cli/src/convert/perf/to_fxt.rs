@@ -211,7 +211,7 @@ impl fmt::Display for ImportSummary {
         match &self.kernel_symbols {
             Some(Ok(from)) => write!(
                 f,
-                "; kernel frames named from {from} ({} symbols)",
+                "; kernel frames named from {from}: {} kernel symbols written",
                 grouped(w.kernel_symbols)
             )?,
             Some(Err(why)) => write!(f, "; kernel frames kept as addresses: {why}")?,
