@@ -133,6 +133,46 @@ impl Opener<'_> {
         Ok(set)
     }
 
+    /// One event per CPU, `pid = -1`, each `SET_OUTPUT` into `set`'s ring of its CPU (CPUs
+    /// without one are skipped): another event whose records the same decoder reads.
+    pub(super) fn per_cpu_into(
+        &self,
+        attr: &EventAttr,
+        set: &mut OpenSet,
+    ) -> Result<(), OpenError> {
+        let first = set.members.len();
+        let opened = (0..set.rings.len()).try_for_each(|i| {
+            let cpu = set.rings[i].0;
+            let fd = self.open(attr, -1, cpu).map_err(OpenError::Failure)?;
+            let member = self.redirect(fd, &set.rings[i].1)?;
+            set.members.push((cpu, member));
+            Ok(())
+        });
+        if opened.is_err() {
+            // None of them, rather than a few CPUs' (closed here).
+            set.members.truncate(first);
+        }
+        opened
+    }
+
+    /// `fd` writing into `ring`.
+    fn redirect(&self, fd: OwnedFd, ring: &PerfRing) -> Result<GuardedFd, OpenError> {
+        self.sys
+            .ioctl(fd.as_fd(), PerfIoctl::SetOutput(ring.fd()))
+            .map_err(|source| {
+                OpenError::Fatal(CaptureError::Ioctl {
+                    what: "SET_OUTPUT",
+                    source,
+                })
+            })?;
+        GuardedFd::new(fd, "perf event").map_err(|source| {
+            OpenError::Fatal(CaptureError::System {
+                what: "fstat of a perf event descriptor".into(),
+                source,
+            })
+        })
+    }
+
     /// One event per (thread of `pid`, CPU), one ring per CPU, the rest `SET_OUTPUT` into it.
     pub(super) fn per_thread(
         &self,
@@ -142,7 +182,43 @@ impl Opener<'_> {
         registry: &TaskRegistry,
     ) -> Result<OpenSet, OpenError> {
         let mut set = OpenSet::default();
-        let mut leader: HashMap<u32, usize> = HashMap::new();
+        self.per_thread_into(attr, pid, cpus, registry, &mut set)?;
+        Ok(set)
+    }
+
+    /// [`Self::per_thread`] into `set`: a CPU that has a ring in it already gets none more,
+    /// its events write into that one. On failure `set` keeps what it had.
+    pub(super) fn per_thread_into(
+        &self,
+        attr: &EventAttr,
+        pid: u32,
+        cpus: &[u32],
+        registry: &TaskRegistry,
+        set: &mut OpenSet,
+    ) -> Result<(), OpenError> {
+        let (rings, members) = (set.rings.len(), set.members.len());
+        let opened = self.add_per_thread(attr, pid, cpus, registry, set);
+        if opened.is_err() {
+            set.rings.truncate(rings);
+            set.members.truncate(members);
+        }
+        opened
+    }
+
+    fn add_per_thread(
+        &self,
+        attr: &EventAttr,
+        pid: u32,
+        cpus: &[u32],
+        registry: &TaskRegistry,
+        set: &mut OpenSet,
+    ) -> Result<(), OpenError> {
+        let mut leader: HashMap<u32, usize> = set
+            .rings
+            .iter()
+            .enumerate()
+            .map(|(i, (cpu, _))| (*cpu, i))
+            .collect();
         let mut opened: HashSet<u32> = HashSet::new();
         for _round in 0..16 {
             let tids = registry.list_threads(pid).map_err(|source| {
@@ -153,7 +229,7 @@ impl Opener<'_> {
             })?;
             let new: Vec<u32> = tids.into_iter().filter(|t| !opened.contains(t)).collect();
             if new.is_empty() {
-                return Ok(set);
+                return Ok(());
             }
             for tid in new {
                 opened.insert(tid);
@@ -166,21 +242,8 @@ impl Opener<'_> {
                     };
                     match leader.get(&cpu) {
                         Some(&i) => {
-                            self.sys
-                                .ioctl(fd.as_fd(), PerfIoctl::SetOutput(set.rings[i].1.fd()))
-                                .map_err(|source| {
-                                    OpenError::Fatal(CaptureError::Ioctl {
-                                        what: "SET_OUTPUT",
-                                        source,
-                                    })
-                                })?;
-                            let fd = GuardedFd::new(fd, "perf event").map_err(|source| {
-                                OpenError::Fatal(CaptureError::System {
-                                    what: "fstat of a perf event descriptor".into(),
-                                    source,
-                                })
-                            })?;
-                            set.members.push((cpu, fd));
+                            let member = self.redirect(fd, &set.rings[i].1)?;
+                            set.members.push((cpu, member));
                         }
                         None => {
                             let ring =
@@ -192,7 +255,7 @@ impl Opener<'_> {
                 }
             }
         }
-        Ok(set)
+        Ok(())
     }
 }
 
@@ -234,26 +297,48 @@ pub(super) fn choose_clock(sys: &Arc<dyn Sys>, config: &CaptureConfig) -> PerfTi
     }
 }
 
+/// A tracepoint's id and format.
+type TracepointFound = (u64, TracepointFormat);
+
+/// A tracepoint's id and format, and which of the names asked for it is.
+type TracepointChosen = (u64, TracepointFormat, &'static str);
+
 /// The id and format of the first of the `sched` tracepoints `names` this tracefs has, with
 /// its name, or why none could be read.
 fn sched_tracepoint(
     config: &CaptureConfig,
     perms: &PerfPermissions,
     names: &[&'static str],
-) -> Result<(u64, TracepointFormat, &'static str), String> {
+) -> Result<TracepointChosen, String> {
+    sched_tracepoints(config, perms, names, &[]).map(|(found, _)| found)
+}
+
+/// [`sched_tracepoint`], and through the same tracefs each of the `sched` tracepoints `also`
+/// (`None` for one that cannot be read).
+fn sched_tracepoints(
+    config: &CaptureConfig,
+    perms: &PerfPermissions,
+    names: &[&'static str],
+    also: &[&'static str],
+) -> Result<(TracepointChosen, Vec<Option<TracepointFound>>), String> {
     let tracefs = match &config.tracefs {
         TracefsChoice::Skip => return Err("tracepoints disabled by configuration".into()),
         TracefsChoice::At(path) => Ok(Tracefs::at(path)),
         TracefsChoice::Auto { may_mount } => Tracefs::open(*may_mount, perms.root),
     };
     let tracefs = tracefs.map_err(|e| e.to_string())?;
+    let read = |name| {
+        tracefs
+            .tracepoint_id("sched", name)
+            .and_then(|id| Ok((id, tracefs.tracepoint_format("sched", name)?)))
+    };
     let mut first_error = None;
     for &name in names {
-        let read = tracefs
-            .tracepoint_id("sched", name)
-            .and_then(|id| Ok((id, tracefs.tracepoint_format("sched", name)?)));
-        match read {
-            Ok((id, format)) => return Ok((id, format, name)),
+        match read(name) {
+            Ok((id, format)) => {
+                let more = also.iter().map(|&n| read(n).ok()).collect();
+                return Ok(((id, format, name), more));
+            }
             Err(e) => {
                 first_error.get_or_insert(e.to_string());
             }
@@ -313,8 +398,19 @@ pub(super) fn open_tracepoint(
     Ok((set, attr, Arc::new(fmt)))
 }
 
+/// The wake-up events opened, their attributes and format, and why `sched_wakeup_new` was
+/// not opened (if it was not).
+type WakingOpened = (
+    OpenSet,
+    EventAttr,
+    Arc<SchedWakingFormat>,
+    Option<Unsupported>,
+);
+
 /// Opens `sched:sched_waking` (or, on kernels without it, `sched:sched_wakeup`) on every CPU
-/// (system-wide) or on every thread of `pid`, or says why not.
+/// (system-wide) or on every thread of `pid`, or says why not; and into the same rings
+/// `sched:sched_wakeup_new`, a new thread's first wake-up (which `sched_waking` does not
+/// see), or a note of why not.
 pub(super) fn open_waking(
     opener: &Opener<'_>,
     config: &CaptureConfig,
@@ -322,7 +418,7 @@ pub(super) fn open_waking(
     cpus: &[u32],
     registry: &TaskRegistry,
     (source, watermark): (super::time::PerfClock, u32),
-) -> Result<(OpenSet, EventAttr, Arc<SchedWakingFormat>), Unsupported> {
+) -> Result<WakingOpened, Unsupported> {
     let what = "wake-ups (sched:sched_waking tracepoint)".to_owned();
     let skipped = "wake-ups are not recorded";
     let unsupported = |errno, why: String| {
@@ -334,8 +430,13 @@ pub(super) fn open_waking(
             hint,
         }
     };
-    let (id, format, _) = sched_tracepoint(config, perms, &["sched_waking", "sched_wakeup"])
-        .map_err(|e| unsupported(None, e))?;
+    let ((id, format, _), new) = sched_tracepoints(
+        config,
+        perms,
+        &["sched_waking", "sched_wakeup"],
+        &["sched_wakeup_new"],
+    )
+    .map_err(|e| unsupported(None, e))?;
     let fmt =
         SchedWakingFormat::from_format(&format).map_err(|e| unsupported(None, e.to_string()))?;
     let attr = EventAttr::sched_waking_tracepoint(id, source).with_wakeup_watermark(watermark);
@@ -345,7 +446,7 @@ pub(super) fn open_waking(
             opener.per_thread(&attr.clone().with_inherit(true), pid, cpus, registry)
         }
     };
-    let set = opened.map_err(|e| match e {
+    let mut set = opened.map_err(|e| match e {
         OpenError::Failure(f) => {
             if f.error.as_ref().is_ok_and(is_permission_error) {
                 let remedy = perms.remedy(Need::RawTracepoint, f.errno());
@@ -364,7 +465,56 @@ pub(super) fn open_waking(
         }
         OpenError::Fatal(e) => unsupported(None, e.to_string()),
     })?;
-    Ok((set, attr, Arc::new(fmt)))
+    let found = new.into_iter().flatten().next();
+    let targets = (cpus, registry);
+    let new = open_wakeup_new(
+        opener,
+        config,
+        targets,
+        (&fmt, found),
+        (source, watermark),
+        &mut set,
+    )
+    .err()
+    .map(|why| {
+        let hint = format!("{why}; a new thread's first wake-up is not recorded");
+        Unsupported {
+            what: "new threads' wake-ups (sched:sched_wakeup_new tracepoint)".into(),
+            errno: None,
+            summary: hint.clone(),
+            hint,
+        }
+    });
+    Ok((set, attr, Arc::new(fmt), new))
+}
+
+/// Opens `sched:sched_wakeup_new` (`found`) as `set`'s wake-ups are, into their rings: the
+/// same fields at the same offsets (one template in the kernel), so their decoder reads both.
+fn open_wakeup_new(
+    opener: &Opener<'_>,
+    config: &CaptureConfig,
+    (cpus, registry): (&[u32], &TaskRegistry),
+    (fmt, found): (&SchedWakingFormat, Option<TracepointFound>),
+    (source, watermark): (super::time::PerfClock, u32),
+    set: &mut OpenSet,
+) -> Result<(), String> {
+    let (id, format) = found.ok_or("this kernel's tracefs has no sched_wakeup_new")?;
+    match SchedWakingFormat::from_format(&format) {
+        Ok(new) if new == *fmt => {}
+        Ok(_) => return Err("its fields are not where sched_waking has them".into()),
+        Err(e) => return Err(e.to_string()),
+    }
+    let attr = EventAttr::sched_waking_tracepoint(id, source).with_wakeup_watermark(watermark);
+    let opened = match config.target {
+        CaptureTarget::SystemWide => opener.per_cpu_into(&attr, set),
+        CaptureTarget::Process(pid) => {
+            opener.per_thread_into(&attr.with_inherit(true), pid, cpus, registry, set)
+        }
+    };
+    opened.map_err(|e| match e {
+        OpenError::Failure(f) => f.describe(),
+        OpenError::Fatal(e) => e.to_string(),
+    })
 }
 
 /// Opens `cpu-clock` sampling at `hz` on every CPU (system-wide) or on every thread of

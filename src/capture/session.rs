@@ -593,9 +593,10 @@ impl Capture {
         if config.wakeups {
             let clock = (source, watermark);
             match open_waking(&opener, &config, &perms, &cpus, &registry, clock) {
-                Ok((set, attr, fmt)) => {
+                Ok((set, attr, fmt, wakeup_new)) => {
                     add(set, &attr, Some(RawFormat::Waking(fmt)))?;
                     wakeups = true;
+                    unsupported.extend(wakeup_new);
                 }
                 Err(note) => unsupported.push(note),
             }

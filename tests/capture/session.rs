@@ -741,7 +741,7 @@ fn a_capture_failing_at_the_stop_still_gives_its_final_counters() {
 /// a preempted switch keeps no wait point.
 #[test]
 fn wakeups_wait_points_and_samples_are_delivered_with_their_stacks_announced_first() {
-    let m = fake_machine(&[10, 11]);
+    let m = fake_machine(&[10, 11, 12]);
     kallsyms(m.proc.path());
     let cfg = CaptureConfig {
         wakeups: true,
@@ -760,8 +760,20 @@ fn wakeups_wait_points_and_samples_are_delivered_with_their_stacks_announced_fir
         .iter()
         .filter(|e| e.attr.kind() == PerfEventKind::SchedWakingTracepoint)
         .collect();
-    assert_eq!(waking.len(), 2);
-    assert!(waking.iter().all(|e| e.attr.config() == 375 && e.pid == -1));
+    // sched_waking on each CPU, and sched_wakeup_new writing into its ring there.
+    assert_eq!(waking.len(), 4);
+    assert!(waking.iter().all(|e| e.pid == -1));
+    let of = |config| {
+        let mut on: Vec<(i32, bool)> = waking
+            .iter()
+            .filter(|e| e.attr.config() == config)
+            .map(|e| (e.cpu, e.redirected))
+            .collect();
+        on.sort();
+        on
+    };
+    assert_eq!(of(375), [(0, false), (1, false)]);
+    assert_eq!(of(376), [(0, true), (1, true)]);
     let switch_attr = &opened
         .iter()
         .find(|e| e.attr.kind() == PerfEventKind::SchedSwitchTracepoint)
@@ -798,6 +810,12 @@ fn wakeups_wait_points_and_samples_are_delivered_with_their_stacks_announced_fir
         0,
         &waking_sample(t + 200, 1, (10, 10), ("worker", 11), 0)
     ));
+    // 10 starts thread 12 on CPU 0: its first wake-up is sched_wakeup_new's.
+    assert!(wakes.write_record(
+        RECORD_SAMPLE,
+        0,
+        &wakeup_new_sample(t + 220, 1, (10, 10), ("worker", 12), 0)
+    ));
     // A sample of 10 in user code, one in the futex path.
     assert!(clock.write_record(
         RECORD_SAMPLE,
@@ -822,28 +840,31 @@ fn wakeups_wait_points_and_samples_are_delivered_with_their_stacks_announced_fir
             stats.stacks,
             stats.kernel_symbols
         ),
-        (1, 2, 2, 2, 2)
+        (2, 2, 2, 2, 2)
     );
     assert_eq!(stats.stacks_not_interned, 0);
 
-    let wake = events
+    let wakes: Vec<_> = events
         .iter()
-        .find_map(|e| match e {
-            CaptureEvent::Wakeup(w) => Some(*w),
+        .filter_map(|e| match e {
+            CaptureEvent::Wakeup(w) => Some((
+                w.tid,
+                w.pid,
+                w.waker_tid,
+                w.waker_pid,
+                w.cpu,
+                w.target_cpu,
+                w.prio,
+            )),
             _ => None,
         })
-        .unwrap();
+        .collect();
     assert_eq!(
-        (
-            wake.tid,
-            wake.pid,
-            wake.waker_tid,
-            wake.waker_pid,
-            wake.cpu,
-            wake.target_cpu,
-            wake.prio
-        ),
-        (11, Some(10), 10, Some(10), 1, 0, 120)
+        wakes,
+        [
+            (11, Some(10), 10, Some(10), 1, 0, 120),
+            (12, Some(10), 10, Some(10), 1, 0, 120)
+        ]
     );
     let cs = switches(&events);
     assert_eq!(cs.len(), 3);
@@ -905,5 +926,34 @@ fn wakeups_and_wait_points_without_tracefs_are_noted_not_fatal() {
     let what: Vec<&str> = report.unsupported.iter().map(|u| u.what.as_str()).collect();
     assert!(what.iter().any(|w| w.contains("wake-ups")), "{what:?}");
     assert!(what.iter().any(|w| w.contains("wait points")), "{what:?}");
+    capture.stop().unwrap();
+}
+
+/// A kernel without `sched_wakeup_new`: wake-ups are recorded, and the note says a new
+/// thread's first one is not.
+#[test]
+fn wakeups_without_sched_wakeup_new_say_so() {
+    let m = fake_machine(&[10, 11]);
+    std::fs::remove_dir_all(m.tfs.path().join("events/sched/sched_wakeup_new")).unwrap();
+    let cfg = CaptureConfig {
+        wakeups: true,
+        ..config(CaptureConfig::system_wide(), m.tfs.path(), m.proc.path())
+    };
+    let (_events, sink) = sink();
+    let capture = Capture::start_with(m.sys.clone(), root_perms(), cfg, sink).unwrap();
+    let report = capture.report().clone();
+    assert!(report.wakeups);
+    let notes: Vec<String> = report
+        .unsupported
+        .iter()
+        .map(|u| format!("{}: {}", u.what, u.summary))
+        .collect();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].contains("sched_wakeup_new") && notes[0].contains("first wake-up"),
+        "{notes:?}"
+    );
+    let waking = m.sys.events();
+    assert!(waking.iter().all(|e| e.attr.config() != 376));
     capture.stop().unwrap();
 }

@@ -42,6 +42,14 @@ pub(crate) fn tracefs(dir: &Path) {
     fs::create_dir_all(&ev).unwrap();
     fs::write(ev.join("id"), "375\n").unwrap();
     fs::write(ev.join("format"), SCHED_WAKING_FORMAT).unwrap();
+    // A new thread's first wake-up: the same template, another name and id.
+    let ev = dir.join("events/sched/sched_wakeup_new");
+    fs::create_dir_all(&ev).unwrap();
+    fs::write(ev.join("id"), "376\n").unwrap();
+    let new = SCHED_WAKING_FORMAT
+        .replace("name: sched_waking", "name: sched_wakeup_new")
+        .replace("ID: 375", "ID: 376");
+    fs::write(ev.join("format"), new).unwrap();
 }
 
 /// A sched_waking tracepoint sample (TID, TIME, CPU, RAW): `waker` (its (pid, tid), the
@@ -53,8 +61,32 @@ pub(crate) fn waking_sample(
     woken: (&str, u32),
     target: u32,
 ) -> Vec<u8> {
+    tracepoint_wakeup(375, time, cpu, waker, woken, target)
+}
+
+/// A sched_wakeup_new tracepoint sample, as [`waking_sample`]: `waker` (the thread that
+/// created it) puts the new thread `woken` on `target`'s queue.
+pub(crate) fn wakeup_new_sample(
+    time: u64,
+    cpu: u32,
+    waker: (u32, u32),
+    woken: (&str, u32),
+    target: u32,
+) -> Vec<u8> {
+    tracepoint_wakeup(376, time, cpu, waker, woken, target)
+}
+
+/// A sample of the wake-up tracepoint `id` (both have the kernel's one wake-up template).
+fn tracepoint_wakeup(
+    id: u32,
+    time: u64,
+    cpu: u32,
+    waker: (u32, u32),
+    woken: (&str, u32),
+    target: u32,
+) -> Vec<u8> {
     let raw = RecordBytes::new()
-        .u32(375)
+        .u32(id)
         .u32(waker.1)
         .bytes(&comm16(woken.0))
         .u32(woken.1)

@@ -574,7 +574,8 @@ int main(int argc, char** argv) {
 }
 
 /// Under `--preload` alone, where the kernel gives raw tracepoint data (root here), the
-/// traced process's wake-ups are in its own section: ping woken by pong and pong by ping.
+/// traced process's wake-ups are in its own section: ping woken by pong and pong by ping, and
+/// each first by the main thread that made it.
 #[test]
 fn the_traced_process_wakeups_name_their_wakers() {
     // SAFETY: geteuid has no preconditions.
@@ -602,6 +603,10 @@ fn the_traced_process_wakeups_name_their_wakers() {
         .collect();
     assert!(wakers.contains(&(ping, Some(pong))), "{wakers:?}");
     assert!(wakers.contains(&(pong, Some(ping))), "{wakers:?}");
+    // Each thread's first wake-up (sched_wakeup_new) is the main thread's, which made it.
+    let main = tid("pid");
+    assert!(wakers.contains(&(ping, Some(main))), "{wakers:?}");
+    assert!(wakers.contains(&(pong, Some(main))), "{wakers:?}");
 }
 
 /// `fxtrace record --preload --sample`: the preloaded program samples its own threads

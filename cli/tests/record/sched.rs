@@ -173,6 +173,28 @@ fn a_cpu_contended_program_shows_runnable_sleeping_and_its_wakers() {
             wakers.get(w)
         );
     }
+    // A new thread's first wake-up (sched_wakeup_new) is its creator's, before it first
+    // runs: the holder made the waiters.
+    for w in &waiters {
+        let first_wake = records
+            .iter()
+            .filter_map(|d| WakeupView::of(&d.record))
+            .filter(|x| x.tid == *w)
+            .min_by_key(|x| x.time.ticks);
+        let first_run = records
+            .iter()
+            .filter_map(|d| SwitchView::of(&d.record))
+            .filter(|s| s.incoming.tid() == Some(*w))
+            .map(|s| s.time.ticks)
+            .min();
+        assert!(
+            first_wake.is_some_and(
+                |x| x.waker == Some(holder) && first_run.is_some_and(|run| x.time.ticks <= run)
+            ),
+            "waiter {w}: first woken {first_wake:?} by the holder {holder}, before its first \
+             run at {first_run:?}"
+        );
+    }
     let report = check_for_perfetto(&bytes[..]).unwrap();
     assert_eq!(report.count(Severity::Error), 0, "{report}");
 
