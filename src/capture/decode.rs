@@ -37,6 +37,10 @@ pub(crate) enum RawFormat {
     Switch(Arc<SchedSwitchFormat>),
     /// `sched:sched_waking` (or `sched_wakeup`).
     Waking(Arc<SchedWakingFormat>),
+    /// `sched:sched_switch` on a process's threads, read for its call chains only: the
+    /// process's switches are its `PERF_RECORD_SWITCH` records, and a blocked one takes the
+    /// wait point of the sample just before it ([`Pending::WaitPoint`]).
+    WaitPoints(Arc<SchedSwitchFormat>),
 }
 
 /// A decoded event waiting to be merged and delivered. Context switches, wake-ups and CPU
@@ -50,6 +54,8 @@ pub(crate) enum Pending {
     Wakeup(WakeupEvent, [u8; 16]),
     /// A CPU sample.
     Sample(CpuSample),
+    /// Where thread `tid` blocked (stack `stack`), for its switch-out that follows.
+    WaitPoint { tid: u32, stack: u32 },
     /// Any other event.
     Other(Box<OtherEvent>),
 }
@@ -116,6 +122,7 @@ impl Pending {
             Self::Switch(cs, _) => return switch_threads(cs),
             Self::Wakeup(w, _) => return wakeup_threads(w),
             Self::Sample(s) => return [Some((s.tid, &mut s.pid)), None],
+            Self::WaitPoint { .. } => return [None, None],
             Self::Other(o) => &mut o.event,
         };
         match event {
@@ -133,6 +140,7 @@ impl Pending {
             Self::Switch(cs, _) => CaptureEvent::ContextSwitch(cs),
             Self::Wakeup(w, _) => CaptureEvent::Wakeup(w),
             Self::Sample(s) => CaptureEvent::Sample(s),
+            Self::WaitPoint { .. } => panic!("a wait point is no event of its own"),
             Self::Other(o) => o.event,
         }
     }
@@ -180,15 +188,32 @@ pub(crate) enum Skip {
     UnexpectedSample,
     /// A mapping that is not executable.
     DataMapping,
+    /// A switch read for its wait point ([`RawFormat::WaitPoints`]) whose thread does not
+    /// wait (preempted, exiting) or has no call chain: its `PERF_RECORD_SWITCH` says it all.
+    NoWaitPoint,
 }
 
 /// Whether the outgoing thread of `cs` waits (blocked, or stopped): its call chain is a wait
 /// point. A preempted or exiting thread's is not kept.
-fn waits(cs: &SwitchEvent) -> bool {
+pub(crate) fn waits(cs: &SwitchEvent) -> bool {
     matches!(
         cs.prev_state,
         LinuxThreadState::Blocked | LinuxThreadState::Suspended
     ) && cs.prev_tid != 0
+}
+
+/// The wait point of `cs`, a switch read for it alone ([`RawFormat::WaitPoints`]).
+fn wait_point(perf_time: u64, cs: &SwitchEvent) -> Decoded {
+    match cs.stack {
+        Some(stack) => Decoded::Event {
+            perf_time,
+            pending: Pending::WaitPoint {
+                tid: cs.prev_tid,
+                stack,
+            },
+        },
+        None => Decoded::Skipped(Skip::NoWaitPoint),
+    }
 }
 
 /// A pid the kernel could resolve: not the -1 (`0xffffffff`) perf writes for a task whose pid
@@ -218,6 +243,8 @@ pub(crate) struct StreamDecoder {
     layout: RecordLayout,
     sched: Option<Arc<SchedSwitchFormat>>,
     waking: Option<Arc<SchedWakingFormat>>,
+    /// `sched` is read for wait points only ([`RawFormat::WaitPoints`]).
+    waits_only: bool,
     last_time: u64,
     /// CPU-wide switches: the (pid, tid) the last switch-out of this ring switched to.
     running: Option<(Option<u32>, u32)>,
@@ -235,8 +262,9 @@ impl StreamDecoder {
         layout: RecordLayout,
         format: Option<RawFormat>,
     ) -> Self {
+        let waits_only = matches!(format, Some(RawFormat::WaitPoints(_)));
         let (sched, waking) = match format {
-            Some(RawFormat::Switch(f)) => (Some(f), None),
+            Some(RawFormat::Switch(f) | RawFormat::WaitPoints(f)) => (Some(f), None),
             Some(RawFormat::Waking(f)) => (None, Some(f)),
             None => (None, None),
         };
@@ -246,6 +274,7 @@ impl StreamDecoder {
             layout,
             sched,
             waking,
+            waits_only,
             last_time: 0,
             running: None,
         }
@@ -319,6 +348,9 @@ impl StreamDecoder {
             cs.stack = stacks.intern(&Chain::of_ring_bytes(s.callchain));
         }
         self.last_time = perf_time;
+        if self.waits_only {
+            return Some(wait_point(perf_time, &cs));
+        }
         Some(Decoded::Event {
             perf_time,
             pending: Pending::Switch(
@@ -473,6 +505,9 @@ impl StreamDecoder {
                         );
                         if waits(&cs) {
                             cs.stack = chain().and_then(|c| stacks.intern(&c));
+                        }
+                        if self.waits_only {
+                            return Ok(wait_point(perf_time, &cs));
                         }
                         let names = SwitchNames::Names(Box::new((f.prev_comm, f.next_comm)));
                         return Ok(Decoded::Event {

@@ -398,6 +398,44 @@ pub(super) fn open_tracepoint(
     Ok((set, attr, Arc::new(fmt)))
 }
 
+/// Opens `sched:sched_switch` with call chains on every thread of process `pid`, for its
+/// wait points alone (the process's switches are its `PERF_RECORD_SWITCH` records), or says
+/// why not.
+pub(super) fn open_wait_points(
+    opener: &Opener<'_>,
+    (config, perms): (&CaptureConfig, &PerfPermissions),
+    (pid, cpus, registry): (u32, &[u32], &TaskRegistry),
+    (source, watermark): (super::time::PerfClock, u32),
+) -> Result<(OpenSet, EventAttr, Arc<SchedSwitchFormat>), Unsupported> {
+    let failed = |errno, why: String| Unsupported {
+        what: "wait points (call chains at sched_switch)".into(),
+        errno,
+        summary: format!("{why}; not recorded"),
+        hint: format!("{why}; not recorded"),
+    };
+    let (id, format, _) =
+        sched_tracepoint(config, perms, &["sched_switch"]).map_err(|e| failed(None, e))?;
+    let fmt = SchedSwitchFormat::from_format(&format).map_err(|e| failed(None, e.to_string()))?;
+    let attr = EventAttr::sched_switch_tracepoint(id, source)
+        .with_wakeup_watermark(watermark)
+        .with_callchain(CHAIN_DEPTH, true)
+        .with_inherit(true);
+    let set = opener
+        .per_thread(&attr, pid, cpus, registry)
+        .map_err(|e| match e {
+            OpenError::Failure(f) => {
+                let remedy = if f.error.as_ref().is_ok_and(is_permission_error) {
+                    format!("; {}", perms.remedy(Need::RawTracepoint, f.errno()))
+                } else {
+                    String::new()
+                };
+                failed(f.errno(), format!("{}{remedy}", f.describe()))
+            }
+            OpenError::Fatal(e) => failed(None, e.to_string()),
+        })?;
+    Ok((set, attr, Arc::new(fmt)))
+}
+
 /// The wake-up events opened, their attributes and format, and why `sched_wakeup_new` was
 /// not opened (if it was not).
 type WakingOpened = (

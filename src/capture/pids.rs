@@ -221,6 +221,7 @@ impl PidResolver {
                 facts[0] = s.pid.map(|p| (p, s.tid));
                 None
             }
+            Pending::WaitPoint { .. } => None,
             Pending::Other(o) => Some(&o.event),
         };
         match event {

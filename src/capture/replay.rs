@@ -169,6 +169,7 @@ impl Replay {
                 build_ids: None,
                 announced: IdMap::default(),
                 recent: Box::new([None; ANNOUNCED_SLOTS]),
+                waiting: IdMap::default(),
                 stacks: StackInterner::new(MAX_STACK_BYTES, None),
                 counters: counters.clone(),
                 sink: Box::new(move |event| {
@@ -327,6 +328,8 @@ impl Replay {
                 Skip::SwitchInPair => ReplaySkip::SwitchInPair,
                 Skip::UnexpectedSample => ReplaySkip::Sample,
                 Skip::DataMapping => ReplaySkip::DataMapping,
+                // Not read from a recording: its switches carry their own call chains.
+                Skip::NoWaitPoint => ReplaySkip::Sample,
             })),
         }
     }

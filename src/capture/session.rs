@@ -139,7 +139,9 @@ pub struct CaptureConfig {
     /// Record wait points: the call chain of every thread switched out blocked (kernel
     /// frames, and user frames walked by frame pointers), interned as [`CaptureEvent::Stack`]
     /// and referred to by [`SwitchEvent::stack`](super::SwitchEvent::stack). Needs the
-    /// `sched_switch` tracepoint (system-wide).
+    /// `sched_switch` tracepoint: system-wide it is the switches' source; on a process it is
+    /// opened beside the switch records, for its call chains alone (raw tracepoint data:
+    /// root, `CAP_PERFMON`, `perf_event_paranoid = -1`).
     pub wait_points: bool,
     /// CPU samples at this many a second of CPU time (software `cpu-clock`, no PMU needed),
     /// with call chains, as [`CaptureEvent::Sample`].
@@ -541,6 +543,8 @@ impl Capture {
 
         // Context switches.
         let mut switch_source = None;
+        // Wait points of a process capture: (tried, opened).
+        let (mut process_waits_tried, mut process_wait_points) = (false, false);
         if config.switches {
             match config.target {
                 CaptureTarget::Process(pid) => {
@@ -550,6 +554,21 @@ impl Capture {
                     let set = opener
                         .per_thread(&attr, pid, &cpus, &registry)
                         .map_err(|e| e.into_error(&perms, Need::ProcessSwitches))?;
+                    if config.wait_points {
+                        // Added first: a switch's wait point comes before the switch-out
+                        // record, and the merge puts equal times in the order rings were
+                        // added.
+                        process_waits_tried = true;
+                        let targets = (pid, &cpus[..], &registry);
+                        let clock = (source, watermark);
+                        match open_wait_points(&opener, (&config, &perms), targets, clock) {
+                            Ok((set, attr, fmt)) => {
+                                add(set, &attr, Some(RawFormat::WaitPoints(fmt)))?;
+                                process_wait_points = true;
+                            }
+                            Err(note) => unsupported.push(note),
+                        }
+                    }
                     add(set, &attr, None)?;
                     switch_source = Some(SwitchSource::ProcessSwitchRecords);
                 }
@@ -575,11 +594,11 @@ impl Capture {
             }
         }
 
-        let wait_points =
-            config.wait_points && switch_source == Some(SwitchSource::SchedSwitchTracepoint);
-        if config.wait_points && !wait_points {
-            let hint = "they need the sched:sched_switch tracepoint of a system-wide capture; \
-                        not recorded";
+        let wait_points = process_wait_points
+            || config.wait_points && switch_source == Some(SwitchSource::SchedSwitchTracepoint);
+        if config.wait_points && !wait_points && !process_waits_tried {
+            let hint = "they need the sched:sched_switch tracepoint (system-wide, it is the \
+                        switches' source); not recorded";
             unsupported.push(Unsupported {
                 what: "wait points (call chains at sched_switch)".into(),
                 errno: None,
@@ -768,6 +787,7 @@ impl Capture {
                 build_ids: Some(BuildIdCache::new()),
                 announced: IdMap::default(),
                 recent: Box::new([None; ANNOUNCED_SLOTS]),
+                waiting: IdMap::default(),
                 stacks: StackInterner::new(MAX_STACK_BYTES, symbols),
                 counters: counters.clone(),
                 sink: Box::new(sink),

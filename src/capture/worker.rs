@@ -7,7 +7,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::decode::{known_pid, Decoded, OtherEvent, Pending, Skip};
+use super::decode::{known_pid, waits, Decoded, OtherEvent, Pending, Skip};
 use super::events::{CaptureEvent, Lost, LostKind, SwitchSides, ThreadInfo, Unsupported};
 use super::ids::IdMap;
 use super::maps::{BuildIdCache, MapsSynthesis};
@@ -38,6 +38,9 @@ pub(super) struct Delivery {
     pub(super) recent: Box<[Option<Announced>; ANNOUNCED_SLOTS]>,
     /// Interned call chains (wait points, samples), announced before their first use.
     pub(super) stacks: StackInterner,
+    /// Per thread, the wait point of a `sched_switch` read for it alone, until the thread's
+    /// switch-out record that follows it ([`Pending::WaitPoint`]).
+    pub(super) waiting: IdMap<u32>,
     pub(super) counters: Arc<Counters>,
     pub(super) sink: Box<dyn FnMut(CaptureEvent) + Send>,
 }
@@ -72,8 +75,12 @@ impl Delivery {
     }
 
     pub(super) fn process(&mut self, pending: Pending) {
-        let (cs, names) = match pending {
+        let (mut cs, names) = match pending {
             Pending::Switch(cs, names) => (cs, names),
+            Pending::WaitPoint { tid, stack } => {
+                self.waiting.insert(tid, stack);
+                return;
+            }
             Pending::Wakeup(w, comm) => {
                 self.announce(w.time, w.tid, w.pid, || Some(TaskName::from_bytes(&comm)));
                 self.announce(w.time, w.waker_tid, w.waker_pid, || None);
@@ -91,6 +98,13 @@ impl Delivery {
             Pending::Other(other) => return self.process_other(*other),
         };
         if cs.sides != SwitchSides::IncomingOnly {
+            // A switch-out takes its thread's wait point, which comes just before it (the
+            // tracepoint fires first in `__schedule`); a preempted one drops it.
+            if let Some(stack) = self.waiting.remove(&cs.prev_tid) {
+                if cs.stack.is_none() && waits(&cs) {
+                    cs.stack = Some(stack);
+                }
+            }
             self.announce(cs.time, cs.prev_tid, cs.prev_pid, || names.prev());
         }
         if cs.sides != SwitchSides::OutgoingOnly {
@@ -516,7 +530,7 @@ impl Worker {
                     Ok(Decoded::Skipped(Skip::UnexpectedSample)) => {
                         bump(&counters.unexpected_samples, 1)
                     }
-                    Ok(Decoded::Skipped(Skip::SwitchInPair)) => {}
+                    Ok(Decoded::Skipped(Skip::SwitchInPair | Skip::NoWaitPoint)) => {}
                     Ok(Decoded::Skipped(Skip::DataMapping)) => bump(&counters.data_mappings, 1),
                     Err(_) => bump(&counters.parse_errors, 1),
                 }

@@ -957,3 +957,86 @@ fn wakeups_without_sched_wakeup_new_say_so() {
     assert!(waking.iter().all(|e| e.attr.config() != 376));
     capture.stop().unwrap();
 }
+
+/// Wait points of a process capture: `sched_switch` with call chains on each thread (into
+/// rings of its own), its blocked samples' stacks given to the thread's switch-out record that
+/// follows; a preempted switch keeps none, and a wait point not followed by a blocked
+/// switch-out is dropped, not given to a later one.
+#[test]
+fn a_process_captures_wait_points_go_to_its_switch_records() {
+    let m = fake_machine(&[10, 11]);
+    kallsyms(m.proc.path());
+    let cfg = CaptureConfig {
+        wait_points: true,
+        ..config(CaptureConfig::process(10), m.tfs.path(), m.proc.path())
+    };
+    let (events, sink) = sink();
+    let capture = Capture::start_with(m.sys.clone(), root_perms(), cfg, sink).unwrap();
+    let report = capture.report().clone();
+    assert_eq!(
+        report.switch_source,
+        Some(SwitchSource::ProcessSwitchRecords)
+    );
+    assert!(report.wait_points && report.kernel_symbols);
+    assert!(report.unsupported.is_empty(), "{:?}", report.unsupported);
+    let tracepoints: Vec<_> = m
+        .sys
+        .events()
+        .into_iter()
+        .filter(|e| e.attr.kind() == PerfEventKind::SchedSwitchTracepoint)
+        .collect();
+    assert_eq!(tracepoints.len(), 4, "threads 10 and 11 on cpus 0 and 1");
+    assert!(tracepoints.iter().all(|e| e.attr.inherit()
+        && e.pid != -1
+        && e.attr
+            .sample_format()
+            .contains(fxtrace::capture::SampleFormat::CALLCHAIN)));
+
+    let t = base();
+    const KERNEL: u64 = (-128i64) as u64;
+    let futex = [KERNEL, 0xffff_ffff_821f_8550, 0xffff_ffff_8143_fca0];
+    let tp = m.sys.ring(PerfEventKind::SchedSwitchTracepoint, 0).unwrap();
+    let sw = m.sys.ring(PerfEventKind::ProcessSwitches, 0).unwrap();
+    let out = |time: u64, preempted: bool| {
+        let body = RecordBytes::new().sample_id(10, 11, t + time, 0).build();
+        let misc = if preempted {
+            MISC_SWITCH_OUT | MISC_SWITCH_OUT_PREEMPT
+        } else {
+            MISC_SWITCH_OUT
+        };
+        assert!(sw.write_record(RECORD_SWITCH, misc, &body));
+    };
+    let sample = |time: u64, state: i64| {
+        let body = switch_sample_with_chain(t + time, 0, ("worker", 11, state), ("x", 0), &futex);
+        assert!(tp.write_record(RECORD_SAMPLE, 0, &body));
+    };
+    // Blocked, with its wait point; preempted; a blocked sample whose switch-out says
+    // preempted (its wait point dropped); a blocked switch-out without a sample.
+    sample(100, 0x1);
+    out(110, false);
+    sample(200, 0x100);
+    out(210, true);
+    sample(300, 0x1);
+    out(310, true);
+    out(410, false);
+    tp.wake();
+    sw.wake();
+    let stats = capture.stop().unwrap();
+    let events = events.lock().unwrap().clone();
+    let cs = switches(&events);
+    assert_eq!(cs.len(), 4, "the switch records alone are switches");
+    assert!(cs.iter().all(|c| c.prev_tid == 11));
+    let stacks: Vec<_> = cs.iter().map(|c| c.stack).collect();
+    assert!(stacks[0].is_some(), "{stacks:?}");
+    assert_eq!(stacks[1..], [None, None, None]);
+    assert_eq!((stats.switches, stats.wait_points, stats.stacks), (4, 1, 1));
+    let stack = events
+        .iter()
+        .position(|e| matches!(e, CaptureEvent::Stack(s) if Some(s.id) == stacks[0]))
+        .unwrap();
+    let first_use = events
+        .iter()
+        .position(|e| matches!(e, CaptureEvent::ContextSwitch(c) if c.stack.is_some()))
+        .unwrap();
+    assert!(stack < first_use, "the stack is announced before its use");
+}
