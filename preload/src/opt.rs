@@ -30,6 +30,8 @@ pub(crate) struct Options {
     pub(crate) ring_pages: usize,
     /// `FXTRACE_PRELOAD_SAMPLE`: CPU samples a second of the process's threads (`None`: off).
     pub(crate) sample_hz: Option<u64>,
+    /// `FXTRACE_PRELOAD_WAIT_POINTS`: the call chain where each thread blocked.
+    pub(crate) wait_points: bool,
     /// `FXTRACE_PRELOAD_START_WAIT_MS`: how long loading waits for the manager's Start.
     pub(crate) start_wait: Duration,
     /// `FXTRACE_PRELOAD_FLUSH_MS`: bound on the flush at exit.
@@ -50,6 +52,7 @@ impl Default for Options {
             lbr: true,
             ring_pages: 64,
             sample_hz: None,
+            wait_points: false,
             start_wait: Duration::from_millis(250),
             flush: Duration::from_millis(500),
             signals: false,
@@ -173,6 +176,16 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
             _ => Err(format!("{v:?} is not a rate from 0 to 100000")),
         },
         show: |o| o.sample_hz.unwrap_or(0).to_string(),
+    },
+    OptionSpec {
+        name: "FXTRACE_PRELOAD_WAIT_POINTS",
+        default: "0",
+        doc: "`1`, with `switches`: the call chain where each thread blocked (sched_switch with call chains, where the kernel gives raw tracepoint data; `fxtrace record --preload --wait-points` sets it)",
+        parse: |v, o| {
+            o.wait_points = parse_bool(v)?;
+            Ok(())
+        },
+        show: |o| u8::from(o.wait_points).to_string(),
     },
     OptionSpec {
         name: "FXTRACE_PRELOAD_START_WAIT_MS",
@@ -300,6 +313,7 @@ mod tests {
             ("FXTRACE_PRELOAD_LBR", "0"),
             ("FXTRACE_PRELOAD_RING_PAGES", "8"),
             ("FXTRACE_PRELOAD_SAMPLE", "99"),
+            ("FXTRACE_PRELOAD_WAIT_POINTS", "1"),
             ("FXTRACE_PRELOAD_START_WAIT_MS", "0"),
             ("FXTRACE_PRELOAD_FLUSH_MS", "1500"),
             ("FXTRACE_PRELOAD_SIGNALS", "1"),
@@ -315,6 +329,7 @@ mod tests {
                 lbr: false,
                 ring_pages: 8,
                 sample_hz: Some(99),
+                wait_points: true,
                 start_wait: Duration::ZERO,
                 flush: Duration::from_millis(1500),
                 signals: true,

@@ -355,6 +355,7 @@ fn start_capture(options: &Options, writer: &SharedWriter) -> Option<Capture> {
         // from inside the program.
         wakeups: perms.allows(Need::RawTracepoint),
         sample_hz: options.sample_hz,
+        wait_points: options.wait_points,
         tracefs: TracefsChoice::Auto { may_mount: false },
         ..CaptureConfig::process(std::process::id())
     };

@@ -96,7 +96,8 @@ pub(crate) struct RecordArgs {
     no_wakeups: bool,
     /// With --system-wide: record wait points, the call chain where each thread blocked
     /// (kernel frames, and user frames where the program keeps frame pointers); costs the
-    /// kernel a stack walk at every switch.
+    /// kernel a stack walk at every switch. With --preload alone, of the traced programs'
+    /// threads.
     #[arg(long)]
     wait_points: bool,
     /// With --system-wide: CPU samples with call chains at HZ samples a second of CPU time
@@ -253,7 +254,7 @@ impl RecordArgs {
                 (self.no_lbr, "--no-lbr"),
                 (self.lbr_period.is_some(), "--lbr-period"),
                 (self.no_wakeups, "--no-wakeups"),
-                (self.wait_points, "--wait-points"),
+                (self.wait_points && !self.preload, "--wait-points"),
                 (self.sample.is_some() && !self.preload, "--sample"),
             ] {
                 if given {
@@ -305,6 +306,9 @@ impl RecordArgs {
             env.extend(one_switch_source(std::env::var_os(PRELOAD_CAPTURE_VAR)));
         }
         env.extend(preload_samples(self.sample, self.preload, self.system_wide));
+        if self.wait_points && self.preload && !self.system_wide {
+            env.push((PRELOAD_WAIT_POINTS_VAR.into(), "1".into()));
+        }
         Ok(RecordPlan {
             recorder: RecordConfig {
                 output: self.output,
@@ -333,6 +337,8 @@ impl RecordArgs {
 const PRELOAD_CAPTURE_VAR: &str = "FXTRACE_PRELOAD_CAPTURE";
 /// The preload object's option for CPU samples (`--sample` with `--preload` alone).
 const PRELOAD_SAMPLE_VAR: &str = "FXTRACE_PRELOAD_SAMPLE";
+/// The preload object's option for wait points (`--wait-points` with `--preload` alone).
+const PRELOAD_WAIT_POINTS_VAR: &str = "FXTRACE_PRELOAD_WAIT_POINTS";
 
 /// `--sample` with `--preload` alone: the preloaded programs sample their own threads (with
 /// `--system-wide`, the kernel provider samples every CPU instead).

@@ -8,6 +8,7 @@
 //!   no error statistic;
 //! - a lock held while others wait: each waiter is woken by the holder, and its wait point
 //!   (`--wait-points`) names the futex path, in the trace and in `fxtrace report waits`;
+//!   under `--preload` alone too (the program's own `sched_switch` call chains);
 //! - `--sample` on a machine without a PMU: the hottest stack of a spinning thread is its busy
 //!   loop (`fxtrace report samples`);
 //! - `--preload` with `--system-wide`: every switch once (the kernel provider's).
@@ -300,11 +301,15 @@ fn a_lock_waiters_wait_point_names_the_futex_path_and_its_waker() {
             });
         assert!(futex, "waiter {w} has a wait point in futex_wait");
     }
-    // The report: each waiter's futex wait, woken by the holder.
-    for w in &waiters {
+    assert_futex_waits_reported(&trace, &waiters, holder);
+}
+
+/// `fxtrace report waits` on `trace`: each waiter's futex wait, woken by the holder.
+fn assert_futex_waits_reported(trace: &Path, waiters: &[u64], holder: u64) {
+    for w in waiters {
         let out = fxtrace()
             .args(["report", "waits", "--thread", &w.to_string()])
-            .arg(&trace)
+            .arg(trace)
             .output()
             .unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
@@ -333,6 +338,37 @@ fn a_lock_waiters_wait_point_names_the_futex_path_and_its_waker() {
             }
         }
     }
+}
+
+/// `--wait-points` under `--preload` alone: the traced program's own `sched_switch` call
+/// chains (beside its switch records) name each lock waiter's futex wait, and its waker.
+#[test]
+fn preload_wait_points_name_the_futex_path() {
+    if !root() {
+        return;
+    }
+    let contention = support::example("contention");
+    let dir = tempfile::tempdir().unwrap();
+    let trace = dir.path().join("preload-lock.fxt");
+    let out = fxtrace()
+        .args(["record", "--preload", "--wait-points", "-o"])
+        .arg(&trace)
+        .arg("--")
+        .args([
+            contention.as_os_str(),
+            "lock".as_ref(),
+            "3".as_ref(),
+            "3".as_ref(),
+        ])
+        .env_remove("FXTRACE_PRELOAD_CAPTURE")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{stderr}");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let holder = tids(&stdout, "holder_tid")[0];
+    let waiters = tids(&stdout, "waiter_tids");
+    assert_futex_waits_reported(&trace, &waiters, holder);
 }
 
 #[test]
