@@ -814,7 +814,7 @@ fn wakeups_wait_points_and_samples_are_delivered_with_their_stacks_announced_fir
     assert!(wakes.write_record(
         RECORD_SAMPLE,
         0,
-        &wakeup_new_sample(t + 220, 1, (10, 10), ("worker", 12), 0)
+        &tracepoint_wakeup(376, t + 220, 1, (10, 10), ("worker", 12), 0)
     ));
     // A sample of 10 in user code, one in the futex path.
     assert!(clock.write_record(

@@ -64,20 +64,9 @@ pub(crate) fn waking_sample(
     tracepoint_wakeup(375, time, cpu, waker, woken, target)
 }
 
-/// A sched_wakeup_new tracepoint sample, as [`waking_sample`]: `waker` (the thread that
-/// created it) puts the new thread `woken` on `target`'s queue.
-pub(crate) fn wakeup_new_sample(
-    time: u64,
-    cpu: u32,
-    waker: (u32, u32),
-    woken: (&str, u32),
-    target: u32,
-) -> Vec<u8> {
-    tracepoint_wakeup(376, time, cpu, waker, woken, target)
-}
-
-/// A sample of the wake-up tracepoint `id` (both have the kernel's one wake-up template).
-fn tracepoint_wakeup(
+/// A sample of the wake-up tracepoint `id` (375 `sched_waking`, 376 `sched_wakeup_new`: the
+/// kernel's one wake-up template), as [`waking_sample`].
+pub(crate) fn tracepoint_wakeup(
     id: u32,
     time: u64,
     cpu: u32,
