@@ -159,6 +159,15 @@ impl EventAttr {
         self
     }
 
+    /// No FORK/EXIT/COMM records: for an event beside another that has them (the same
+    /// tasks' records twice otherwise).
+    pub fn without_side_band(mut self) -> Self {
+        self.raw.set_task(0);
+        self.raw.set_comm(0);
+        self.raw.set_comm_exec(0);
+        self
+    }
+
     fn dummy(kind: PerfEventKind, clock: PerfClock) -> Self {
         let mut attr = Self::base(kind, clock);
         attr.raw.type_ = b::PERF_TYPE_SOFTWARE;

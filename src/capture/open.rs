@@ -416,7 +416,9 @@ pub(super) fn open_wait_points(
     let (id, format, _) =
         sched_tracepoint(config, perms, &["sched_switch"]).map_err(|e| failed(None, e))?;
     let fmt = SchedSwitchFormat::from_format(&format).map_err(|e| failed(None, e.to_string()))?;
+    // The switch records' event has the side band.
     let attr = EventAttr::sched_switch_tracepoint(id, source)
+        .without_side_band()
         .with_wakeup_watermark(watermark)
         .with_callchain(CHAIN_DEPTH, true)
         .with_inherit(true);

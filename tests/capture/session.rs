@@ -986,7 +986,10 @@ fn a_process_captures_wait_points_go_to_its_switch_records() {
         .filter(|e| e.attr.kind() == PerfEventKind::SchedSwitchTracepoint)
         .collect();
     assert_eq!(tracepoints.len(), 4, "threads 10 and 11 on cpus 0 and 1");
+    // Its switch records' event has the side band (FORK, EXIT, COMM): this one has none.
     assert!(tracepoints.iter().all(|e| e.attr.inherit()
+        && !e.attr.task()
+        && !e.attr.comm()
         && e.pid != -1
         && e.attr
             .sample_format()
