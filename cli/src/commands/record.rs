@@ -250,17 +250,27 @@ impl RecordArgs {
         }
         if !self.system_wide {
             // LBR is sampled by the kernel provider only: an option for it alone does nothing.
-            for (given, option) in [
-                (self.no_lbr, "--no-lbr"),
-                (self.lbr_period.is_some(), "--lbr-period"),
-                (self.no_wakeups, "--no-wakeups"),
-                (self.wait_points && !self.preload, "--wait-points"),
-                (self.sample.is_some() && !self.preload, "--sample"),
+            // (given, option, whether --preload alone takes it)
+            for (given, option, preload_too) in [
+                (self.no_lbr, "--no-lbr", false),
+                (self.lbr_period.is_some(), "--lbr-period", false),
+                (self.no_wakeups, "--no-wakeups", false),
+                (self.wait_points && !self.preload, "--wait-points", true),
+                (self.sample.is_some() && !self.preload, "--sample", true),
             ] {
                 if given {
+                    let (only, preload, add) = if preload_too {
+                        (
+                            "",
+                            ", or to --preload, for the traced programs' threads",
+                            "one",
+                        )
+                    } else {
+                        (" only", "", "-a")
+                    };
                     return Err(RecordCliError::BadArgument(format!(
-                        "{option} applies to --system-wide (-a) only, where the kernel provider \
-                         records every CPU; add -a, or leave {option} out"
+                        "{option} applies to --system-wide (-a){only}, where the kernel provider \
+                         records every CPU{preload}; add {add}, or leave {option} out"
                     )));
                 }
             }
@@ -593,6 +603,14 @@ mod tests {
                 matches!(config(bad), Err(RecordCliError::BadArgument(_))),
                 "{bad:?}"
             );
+        }
+        // Those --preload takes too say so; the others say -a only.
+        for (args, preload) in [(&["--wait-points"][..], true), (&["--no-wakeups"], false)] {
+            let Err(RecordCliError::BadArgument(m)) = config(args) else {
+                panic!("{args:?} alone is refused");
+            };
+            assert_eq!(m.contains("or to --preload"), preload, "{m}");
+            assert_eq!(m.contains("-a) only"), !preload, "{m}");
         }
         // `--sample 99` is `--sample` (999) and a command `99`, as `-g` in perf.
         let c = config(&["-a", "--sample", "true"]).unwrap();
