@@ -1043,3 +1043,46 @@ fn a_process_captures_wait_points_go_to_its_switch_records() {
         .unwrap();
     assert!(stack < first_use, "the stack is announced before its use");
 }
+
+/// A process capture where the kernel refuses the `sched_switch` event (no raw tracepoint
+/// data for this user): its switches are recorded, and a note says wait points are not,
+/// with the remedy.
+#[test]
+fn a_process_capture_refused_its_wait_points_says_why_and_goes_on() {
+    let m = fake_machine(&[10, 11]);
+    m.sys.fail_when(|attr, _, _| {
+        (attr.kind() == PerfEventKind::SchedSwitchTracepoint).then_some(libc::EACCES)
+    });
+    let cfg = CaptureConfig {
+        wait_points: true,
+        ..config(CaptureConfig::process(10), m.tfs.path(), m.proc.path())
+    };
+    let (_events, sink) = sink();
+    let capture = Capture::start_with(m.sys.clone(), root_perms(), cfg, sink).unwrap();
+    let report = capture.report().clone();
+    assert_eq!(
+        report.switch_source,
+        Some(SwitchSource::ProcessSwitchRecords)
+    );
+    assert!(!report.wait_points);
+    let notes: Vec<String> = report
+        .unsupported
+        .iter()
+        .map(|u| format!("{}: {}", u.what, u.hint))
+        .collect();
+    assert_eq!(notes.len(), 1, "{notes:?}");
+    assert!(
+        notes[0].starts_with("wait points") && notes[0].contains("not recorded"),
+        "{notes:?}"
+    );
+    assert!(
+        notes[0].contains("perf_event_paranoid"),
+        "the remedy: {notes:?}"
+    );
+    assert!(m
+        .sys
+        .events()
+        .iter()
+        .all(|e| e.attr.kind() != PerfEventKind::SchedSwitchTracepoint));
+    capture.stop().unwrap();
+}
