@@ -7,6 +7,7 @@
 //! Bounded for crafted input: [`MAX_THREADS`] threads followed at once, [`MAX_CPUS`] CPUs with
 //! a history; what is beyond them is counted ([`Timeline::threads_not_followed`]).
 
+use std::collections::btree_map::Entry;
 use std::collections::{BTreeMap, VecDeque};
 
 use fxtrace_format::sched::WakeupView;
@@ -117,7 +118,8 @@ pub struct Timeline {
     pub wakeups: u64,
     /// Context switches read.
     pub switches: u64,
-    /// Switches whose outgoing thread was not the one the CPU was running (a switch missing).
+    /// Switches whose outgoing thread was not the one the CPU's previous switch brought in
+    /// (a switch missing between): the time since is the named outgoing thread's.
     pub mismatches: u64,
     /// Switches older than the last one read on their CPU (a second source of the same
     /// switches, or a section out of order): not applied.
@@ -172,13 +174,25 @@ impl Timeline {
 
     /// A switch: hands `out` the outgoing thread's time on the CPU, then the incoming
     /// thread's time off the CPUs (when its switch out was read).
+    ///
+    /// The outgoing thread is the one the switch names, and it ran since the CPU's previous
+    /// switch, as `perf sched timehist` counts it: when that switch brought in another thread
+    /// (a switch missing between, [`Timeline::mismatches`]), the time is the named thread's,
+    /// whose switch in is the one missing. The first switch of a CPU begins its first slice.
     pub fn switch(&mut self, s: &Switch<'_>, mut out: impl FnMut(Interval)) {
-        let last = self.last_switch.entry(s.cpu).or_insert(0);
-        if s.ns < *last {
-            self.out_of_order += 1;
-            return;
-        }
-        *last = s.ns;
+        let previous = match self.last_switch.entry(s.cpu) {
+            Entry::Occupied(mut last) => {
+                if s.ns < *last.get() {
+                    self.out_of_order += 1;
+                    return;
+                }
+                Some(last.insert(s.ns))
+            }
+            Entry::Vacant(last) => {
+                last.insert(s.ns);
+                None
+            }
+        };
         self.switches += 1;
         let incoming = (s.incoming_tid != 0).then_some(Running {
             tid: s.incoming_tid,
@@ -186,29 +200,37 @@ impl Timeline {
             since_ns: s.ns,
             data: (),
         });
-        if let Some(ran) = self
+        let ran = self
             .cpus
             .switch(s.cpu, s.ns, s.outgoing_tid, s.outgoing_state, incoming)
-        {
-            self.mismatches += u64::from(ran.mismatch);
-            let r = &ran.running;
-            if let Some(history) = self.history.entry(s.cpu) {
-                if history.len() >= HISTORY {
-                    history.pop_front();
+            .map(|ran| ran.running);
+        let expected = ran.as_ref().map_or(0, |r| r.tid);
+        if let Some(start) = previous {
+            self.mismatches += u64::from(expected != s.outgoing_tid);
+            if s.outgoing_tid != 0 {
+                let pid = match ran {
+                    Some(r) if r.tid == s.outgoing_tid => r.pid.or(s.outgoing_pid),
+                    _ => s.outgoing_pid,
+                };
+                let slice = Slice {
+                    tid: s.outgoing_tid,
+                    start,
+                    end: s.ns,
+                };
+                if let Some(history) = self.history.entry(s.cpu) {
+                    if history.len() >= HISTORY {
+                        history.pop_front();
+                    }
+                    history.push_back(slice);
                 }
-                history.push_back(Slice {
-                    tid: r.tid,
-                    start: r.since_ns,
+                out(Interval::On {
+                    tid: s.outgoing_tid,
+                    pid,
+                    cpu: s.cpu,
+                    start,
                     end: s.ns,
                 });
             }
-            out(Interval::On {
-                tid: r.tid,
-                pid: r.pid.or(s.outgoing_pid),
-                cpu: s.cpu,
-                start: r.since_ns,
-                end: s.ns,
-            });
         }
         if s.outgoing_state == ThreadState::Running as u8 {
             self.suspended_is_stopped = true;
@@ -312,6 +334,29 @@ mod tests {
         );
         assert_eq!(off.split(), (0, 300));
         assert_eq!(t.ran_on(0, off.start, off.end), (vec![(20, 300)], true));
+    }
+
+    #[test]
+    fn a_switch_missing_leaves_the_time_to_the_thread_switched_out() {
+        let mut t = Timeline::new();
+        let mut got = Vec::new();
+        t.switch(&switch(0, 0, 0, 3, 10), |i| got.push(i));
+        // 20's switch in (and 10's out) are missing: the CPU ran 20 until 300, as far as the
+        // trace says; then idle, yet 30 is switched out at 700.
+        t.switch(&switch(300, 0, 20, 3, 0), |i| got.push(i));
+        t.switch(&switch(700, 0, 30, 3, 0), |i| got.push(i));
+        let on: Vec<(u64, u64, u64)> = got
+            .iter()
+            .filter_map(|i| match *i {
+                Interval::On {
+                    tid, start, end, ..
+                } => Some((tid, start, end)),
+                Interval::Off(_) => None,
+            })
+            .collect();
+        assert_eq!(on, [(20, 0, 300), (30, 300, 700)]);
+        assert_eq!(t.mismatches, 2);
+        assert_eq!(t.ran_on(0, 0, 700), (vec![(30, 400), (20, 300)], true));
     }
 
     #[test]

@@ -844,7 +844,8 @@ impl SchedReport {
             writeln!(
                 out,
                 "\nnote: {} switch(es) named an outgoing thread other than the one running \
-                 (switch records missing): those intervals are approximate",
+                 (switch records missing): each one's time since its CPU's previous switch went \
+                 to the thread it names, as perf sched timehist counts it",
                 self.mismatches
             )?;
         }

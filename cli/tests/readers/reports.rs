@@ -413,6 +413,51 @@ fn sched_filters_by_process_name_and_cpu() {
     assert_eq!(tids(&["--cpu", "0"]), [11, 12]);
 }
 
+/// Switches with one missing between (a lost record, or a source that missed one): each
+/// switch's outgoing thread ran since its CPU's previous switch, as `perf sched timehist -s`
+/// counts it. On CPU 0, `worker` (1 000..2 000) then `holder` switched in, but the next
+/// switch names `backup` (20/21) switched out at 6 000: its switch in is the one missing. On
+/// CPU 1, idle was switched in at 1 000 (the CPU's first switch, which ends no slice), but
+/// `late` (30/31) is switched out at 3 000.
+#[test]
+fn sched_charges_a_switch_to_the_thread_it_names_when_one_is_missing() {
+    let late = ThreadRef::Inline { pid: 30, tid: 31 };
+    let mut w = RecordWriter::with_magic();
+    name_thread(&mut w, WORKER, "worker");
+    name_thread(&mut w, HOLDER, "holder");
+    switch(&mut w, 1_000, 0, IDLE, ThreadState::Blocked, WORKER);
+    switch(&mut w, 1_000, 1, OTHER, ThreadState::Blocked, IDLE);
+    switch(&mut w, 2_000, 0, WORKER, ThreadState::Running, HOLDER);
+    switch(&mut w, 3_000, 1, late, ThreadState::Blocked, IDLE);
+    switch(&mut w, 6_000, 0, OTHER, ThreadState::Blocked, IDLE);
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write(dir.path(), "t.fxt", &w.to_bytes());
+    let file = trace.to_str().unwrap();
+    let rows = json_lines(&fxtrace(&["report", "sched", file, "--json"]));
+    let mut on_cpu: Vec<(u64, u64, u64, u64)> = rows
+        .iter()
+        .filter(|r| r["type"] == "thread")
+        .map(|r| {
+            let n = |k: &str| r[k].as_u64().unwrap();
+            (n("tid"), n("pid"), n("on_cpu_ns"), n("switches"))
+        })
+        .collect();
+    on_cpu.sort_unstable();
+    // (tid, pid, ns on CPU, slices): `holder` ran for an unknown time, so for none (perf
+    // too); `backup` has its own process, not the one of the thread it was taken for.
+    assert_eq!(
+        on_cpu,
+        [(11, 10, 1_000, 1), (21, 20, 4_000, 1), (31, 30, 2_000, 1)],
+        "{rows:?}"
+    );
+    let out = fxtrace(&["report", "sched", file]);
+    let stdout = text(&out.stdout);
+    assert!(
+        stdout.contains("note: 2 switch(es) named an outgoing thread other than the one running"),
+        "{stdout}"
+    );
+}
+
 #[test]
 fn each_report_says_what_a_trace_lacks() {
     let dir = tempfile::tempdir().unwrap();
