@@ -3,20 +3,20 @@
 //! gives, symbolized with the sampled binary; the same recording as a stream imports the
 //! same; Perfetto's importer loads the imports with no error; a `perf sched record` made here
 //! (root) imports every switch `perf sched script` shows, with the run times of
-//! `perf sched timehist -s`; crafted inputs (cut at every 4 KiB, lying headers, 2^32
-//! attributes, records of size 0 and 65 535, a zstd bomb, feature sections that repeat the
-//! data) import what precedes the damage, name its offset, never panic, and stay in bounded
-//! memory.
+//! `perf sched timehist -s`, which `report sched` gives too; crafted inputs (cut at every
+//! 4 KiB, lying headers, 2^32 attributes, records of size 0 and 65 535, a zstd bomb, feature
+//! sections that repeat the data) import what precedes the damage, name its offset, never
+//! panic, and stay in bounded memory.
 //!
 //! The fixture is a reduced copy of google/autofdo's `testdata/propeller_sample_1.perfdata1`
 //! (Apache-2.0; `tests/fixtures/perf/README.md`).
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use fxtrace_format::sched::{Side, SwitchView};
-use fxtrace_format::{DecodedRecord, Decoder};
+use fxtrace_format::{DecodedRecord, Decoder, ObjectType};
 use fxtrace_tools::convert::perf::input::Damage;
 use fxtrace_tools::convert::perf::{
     import_perf, ImportError, ImportOptions, ImportSummary, PerfSource, FURTHER_KINDS,
@@ -337,6 +337,21 @@ fn run_times_ns(trace: &[u8]) -> (Switches, HashMap<u64, u64>) {
     (switches, run)
 }
 
+/// The threads a trace names `fxtrace-…` (fxtrace's own, which `report sched` leaves out).
+fn fxtraces_own_threads(trace: &[u8]) -> HashSet<u64> {
+    Decoder::new(trace)
+        .filter_map(|d| match d.unwrap().record {
+            DecodedRecord::KernelObject {
+                koid,
+                object_type: ObjectType::THREAD,
+                name,
+                ..
+            } if name.starts_with("fxtrace-") => Some(koid),
+            _ => None,
+        })
+        .collect()
+}
+
 /// The context switches of a trace: all of them, and those to the idle task, which get no
 /// scheduling slice in Perfetto (its importer opens one for an incoming thread not idle).
 #[derive(Default)]
@@ -542,23 +557,58 @@ fn perf_sched_record_imports_every_switch_and_run_time() {
         assert!(row[0] <= wakeups && row[0] * 10 >= wakeups * 9, "{wakes}");
         assert_eq!(row[1], row[0], "a waker for each: {wakes}");
     }
-    // `fxtrace report sched` (issue 32) reads it, where this build has it.
-    let help = Command::new(FXTRACE)
-        .args(["report", "sched", "--help"])
+    // `fxtrace report sched` gives each thread the on-CPU time the import's switches give,
+    // so perf's within the same bounds; fxtrace's own threads (another program traced here
+    // while perf records every CPU) it leaves out.
+    let out = dir.join("sched.fxt");
+    std::fs::write(&out, &trace).unwrap();
+    let report = Command::new(FXTRACE)
+        .args(["report", "sched", "--json"])
+        .arg(&out)
         .output()
         .unwrap();
-    if help.status.success() {
-        let out = dir.join("sched.fxt");
-        std::fs::write(&out, &trace).unwrap();
-        let report = Command::new(FXTRACE)
-            .args(["report", "sched"])
-            .arg(&out)
-            .output()
-            .unwrap();
-        assert!(report.status.success(), "{report:?}");
-    } else {
-        println!("note: this build has no `fxtrace report sched` to read the import with");
+    assert!(report.status.success(), "{report:?}");
+    let on_cpu: HashMap<u64, u64> = String::from_utf8_lossy(&report.stdout)
+        .lines()
+        .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+        .filter(|row| row["type"] == "thread")
+        .map(|row| {
+            (
+                row["tid"].as_u64().unwrap(),
+                row["on_cpu_ns"].as_u64().unwrap(),
+            )
+        })
+        .collect();
+    let own = fxtraces_own_threads(&trace);
+    for (tid, ns) in ours
+        .iter()
+        .filter(|(tid, _)| **tid != 0 && !own.contains(tid))
+    {
+        assert_eq!(
+            on_cpu.get(tid),
+            Some(ns),
+            "thread {tid}: on CPU in report sched, and from the import's switches"
+        );
     }
+    let mut worst = 0;
+    for (tid, ns) in theirs
+        .iter()
+        .filter(|(tid, _)| **tid != 0 && !own.contains(tid))
+    {
+        let got = on_cpu.get(tid).copied().unwrap_or(0);
+        assert!(
+            got + 1_000_000 >= *ns && got.saturating_sub(*ns) <= reaped + 1_000_000,
+            "thread {tid}: {got} ns on CPU in report sched, {ns} ns from perf sched timehist \
+             ({reaped} ns charged to task -1)"
+        );
+        if got.abs_diff(*ns) <= 1_000_000 {
+            worst = worst.max(got.abs_diff(*ns));
+        }
+    }
+    println!(
+        "report sched: on-CPU time of {} threads within {worst} ns of perf sched timehist -s",
+        on_cpu.len()
+    );
     std::fs::remove_dir_all(dir).unwrap();
 }
 
