@@ -1123,3 +1123,107 @@ fn a_span_outlives_the_layer_that_kept_it() {
     assert_eq!(fields(kept[0]), [("n".to_owned(), DecodedValue::U64(3))]);
     assert_eq!(span_id(kept[0]), span_id(kept[1]));
 }
+
+/// Review: a span created on a thread that has exited, entered and exited on a new thread
+/// that reuses the dead thread's thread-local storage (glibc reuses a dead thread's stack,
+/// and its static TLS with it): the duration must be on the thread that ran it. The span's
+/// memo is trusted by `writer::thread_key()` (the address of the thread's writer state),
+/// which the new thread shares with the dead one.
+#[test]
+fn review_a_span_exited_on_a_thread_that_reuses_a_dead_threads_tls_is_on_that_thread() {
+    thread_local! {
+        static PROBE: u8 = const { 0 };
+    }
+    fn probe() -> usize {
+        PROBE.with(|p| p as *const u8 as usize)
+    }
+    let _s = serial();
+    let subscriber = tracing_subscriber::registry().with(TracingLayer::new());
+    let dispatch = tracing::Dispatch::new(subscriber);
+    let ((creator, runner, reused), events) = trace(|| {
+        let d = dispatch.clone();
+        let (span, creator, creator_tls) = std::thread::spawn(move || {
+            tracing::dispatcher::with_default(&d, || {
+                // The first span of the call site teaches the thread's memo (its header
+                // and, all its fields scalars, its names' indices); the second learns them.
+                // (One call site: the memo's names are keyed by it.)
+                let mut kept = None;
+                for n in 5..=7u64 {
+                    let span = tracing::info_span!("hop", n);
+                    if n < 7 {
+                        span.in_scope(|| {});
+                    } else {
+                        kept = Some(span);
+                    }
+                }
+                let span = kept.expect("the last span");
+                (span, gettid(), probe())
+            })
+        })
+        .join()
+        .unwrap();
+        let d = dispatch.clone();
+        let (runner, runner_tls) = std::thread::spawn(move || {
+            tracing::dispatcher::with_default(&d, || {
+                span.in_scope(|| {});
+                drop(span);
+            });
+            (gettid(), probe())
+        })
+        .join()
+        .unwrap();
+        (creator, runner, creator_tls == runner_tls)
+    });
+    if !reused {
+        println!("skipped: the second thread did not reuse the first one's TLS");
+        return;
+    }
+    let run = events
+        .iter()
+        .find(|e| e.is_complete() && e.name == "hop" && e.arg("n") == Some(&DecodedValue::U64(7)))
+        .expect("the duration of the span that moved");
+    assert_ne!(creator, runner);
+    assert_eq!(
+        run.tid, runner,
+        "creator {creator}, runner {runner}: {events:#?}"
+    );
+}
+
+/// Review: a span created while the table was full, entered (its duration counted as
+/// dropped: the table is still full), then taken in by a `record` while it is entered (the
+/// spans that filled the table closed meanwhile): its exit finds it and writes the duration
+/// that was already counted as dropped, and the duration's note says its fields were
+/// "recorded before the trace" (the `record`'s take-in ignores the span's mark of a full
+/// table). Each duration is written or counted, never both; the note names the cause.
+#[test]
+fn review_a_span_counted_as_dropped_at_its_enter_is_not_also_written() {
+    use fxtrace::buffer::header::BufferingMode;
+    use fxtrace::standalone::{self, StandaloneConfig};
+
+    let _s = serial();
+    let _limit = SpanTableLimit::new(1);
+    let session = standalone::start_with(StandaloneConfig::new(BufferingMode::Oneshot, 4 << 20))
+        .expect("standalone session");
+    with_layer(|| {
+        let fillers: Vec<tracing::Span> = (0..5000u64)
+            .map(|n| tracing::info_span!("filler", n))
+            .collect();
+        let late = tracing::info_span!("late", n = 1u64, m = tracing::field::Empty);
+        let entered = late.enter();
+        drop(fillers);
+        late.record("m", 2u64);
+        drop(entered);
+    });
+    let (bytes, report) = session.finish_to_vec().expect("finish");
+    let events = traced_support::decode_events(&bytes);
+    let late: Vec<&Ev> = events.iter().filter(|e| e.name == "late").collect();
+    let dropped = report.stop.records_dropped as usize;
+    assert_eq!(late.len() + dropped, 1, "{late:?}, {dropped} dropped");
+    if let Some(late) = late.first() {
+        assert_eq!(
+            late.arg("fields"),
+            Some(&str_value("not kept: the table of spans was full")),
+            "{late:?}"
+        );
+    }
+}
