@@ -1227,3 +1227,90 @@ fn review_a_span_counted_as_dropped_at_its_enter_is_not_also_written() {
         );
     }
 }
+
+/// Review: spans shared by threads that enter, exit and record them at once: every enter's
+/// duration is written (or counted), none twice.
+#[test]
+fn review_spans_shared_by_threads_keep_every_duration() {
+    use fxtrace::buffer::header::BufferingMode;
+    use fxtrace::standalone::{self, StandaloneConfig};
+
+    const THREADS: usize = 4;
+    const ROUNDS: usize = 2000;
+    let _s = serial();
+    let session = standalone::start_with(StandaloneConfig::new(BufferingMode::Oneshot, 32 << 20))
+        .expect("standalone session");
+    let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(TracingLayer::new()));
+    tracing::dispatcher::with_default(&dispatch, || {
+        for round in 0..ROUNDS / 100 {
+            let span = tracing::info_span!("shared", n = round as u64, t = tracing::field::Empty);
+            std::thread::scope(|s| {
+                for t in 0..THREADS {
+                    let (span, dispatch) = (span.clone(), dispatch.clone());
+                    s.spawn(move || {
+                        tracing::dispatcher::with_default(&dispatch, || {
+                            for i in 0..100u64 {
+                                span.in_scope(|| {});
+                                if i % 10 == t as u64 {
+                                    if i % 20 == 0 {
+                                        span.record("t", "text");
+                                    } else {
+                                        span.record("t", i);
+                                    }
+                                }
+                            }
+                        })
+                    });
+                }
+            });
+        }
+    });
+    let (bytes, report) = session.finish_to_vec().expect("finish");
+    let events = traced_support::decode_events(&bytes);
+    let durations = events
+        .iter()
+        .filter(|e| e.is_complete() && e.name == "shared")
+        .count();
+    let begins = events
+        .iter()
+        .filter(|e| matches!(e.kind, DecodedEventKind::AsyncBegin { .. }))
+        .count();
+    let ends = events
+        .iter()
+        .filter(|e| matches!(e.kind, DecodedEventKind::AsyncEnd { .. }))
+        .count();
+    assert_eq!(
+        (durations, report.stop.records_dropped, begins, ends),
+        (THREADS * ROUNDS, 0, ROUNDS / 100, ROUNDS / 100)
+    );
+}
+
+/// Review: a span whose async begin is written, its layer then swapped out (`reload`): the
+/// trace still gets the async end (an async begin is never left without its end).
+#[test]
+fn review_a_span_that_moved_keeps_its_async_end_when_its_layer_is_swapped_out() {
+    use tracing_subscriber::reload;
+
+    let _s = serial();
+    let (layer, handle) = reload::Layer::new(TracingLayer::new());
+    let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+    let ((), events) = trace(|| {
+        let span = tracing::dispatcher::with_default(&dispatch, || tracing::info_span!("moved"));
+        let d = dispatch.clone();
+        let moved = span.clone();
+        std::thread::spawn(move || tracing::dispatcher::with_default(&d, || moved.in_scope(|| {})))
+            .join()
+            .unwrap();
+        handle.reload(TracingLayer::new()).expect("reload");
+        tracing::dispatcher::with_default(&dispatch, || drop(span));
+    });
+    let begins = events
+        .iter()
+        .filter(|e| matches!(e.kind, DecodedEventKind::AsyncBegin { .. }))
+        .count();
+    let ends = events
+        .iter()
+        .filter(|e| matches!(e.kind, DecodedEventKind::AsyncEnd { .. }))
+        .count();
+    assert_eq!((begins, ends), (1, 1), "{events:#?}");
+}
