@@ -460,7 +460,7 @@ pub(crate) struct SpanMemo {
     /// The header (size field zero); 0: nothing learned.
     header: u64,
     /// [`writer::thread_key`] of the thread whose memo it came from.
-    thread: usize,
+    thread: u64,
     /// The string indices of the span's argument names, packed as
     /// [`cache::Memo::arg_indices`], if the memo had them; 0: not learned.
     arg_indices: u64,
@@ -479,7 +479,7 @@ impl SpanMemo {
     #[cfg(feature = "tracing")]
     #[inline(always)]
     pub(crate) fn to_words(self) -> [u64; 3] {
-        [self.header, self.thread as u64, self.arg_indices]
+        [self.header, self.thread, self.arg_indices]
     }
 
     /// The memo whose [`Self::to_words`] these are.
@@ -488,7 +488,7 @@ impl SpanMemo {
     pub(crate) fn from_words([header, thread, arg_indices]: [u64; 3]) -> SpanMemo {
         SpanMemo {
             header,
-            thread: thread as usize,
+            thread,
             arg_indices,
         }
     }
@@ -497,7 +497,7 @@ impl SpanMemo {
     /// (they are its own registrations); 0 otherwise.
     #[inline(always)]
     pub(crate) fn arg_indices_here(&self) -> u64 {
-        if self.thread == writer::thread_key() {
+        if self.thread == writer::thread_key_if_any() {
             self.arg_indices
         } else {
             0
@@ -551,7 +551,7 @@ pub(crate) fn latest_memo(category: &'static str, name: &'static str) -> Option<
 #[inline(always)]
 pub(crate) fn installed_span_end(generation: u32, memo: SpanMemo, span: (u64, u64)) -> bool {
     memo.header != 0
-        && memo.thread == writer::thread_key()
+        && memo.thread == writer::thread_key_if_any()
         && writer::installed_record(open_gate_high(generation), memo.header, [span.0, span.1], 2)
 }
 
@@ -700,7 +700,7 @@ pub(crate) fn installed_span_end_with_args<const M: usize>(
     if args.len() > INSTALLED_SPAN_ARGS || 2 + 2 * args.len() > M {
         return false;
     }
-    let header = if memo.header != 0 && memo.thread == writer::thread_key() {
+    let header = if memo.header != 0 && memo.thread == writer::thread_key_if_any() {
         memo.header
     } else {
         match cache::current().memo_any(category, name) {

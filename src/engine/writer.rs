@@ -128,6 +128,8 @@ struct ThreadState {
     /// run up to the context's `thread_run_chunks`, so that a short-lived thread leaves little
     /// unused.
     next_run: Cell<u64>,
+    /// The thread's [`thread_key`], 0 until first asked.
+    key: Cell<u64>,
 }
 
 thread_local! {
@@ -141,6 +143,7 @@ thread_local! {
             busy: Cell::new(false),
             chunk: Cell::new(NO_CHUNK),
             next_run: Cell::new(1),
+            key: Cell::new(0),
         }
     };
 
@@ -188,11 +191,38 @@ fn thread_state() -> &'static ThreadState {
     THREAD.with(|t| unsafe { &*(t as *const ThreadState) })
 }
 
-/// A number that identifies the calling thread among live threads (the address of its
-/// writer state): what per-thread data remembered elsewhere was valid for.
+/// The last [`thread_key`] handed out.
+/// ATOMICS: `Relaxed`: a unique counter (nothing is published with it).
+static LAST_THREAD_KEY: AtomicU64 = AtomicU64::new(0);
+
+/// A number that identifies the calling thread among every thread the process ever ran (never
+/// 0, never reused: a thread's storage, and with it any address of it, is reused by the next
+/// thread once it exits): what per-thread data remembered elsewhere was valid for.
 #[inline(always)]
-pub(crate) fn thread_key() -> usize {
-    thread_state() as *const ThreadState as usize
+pub(crate) fn thread_key() -> u64 {
+    let t = thread_state();
+    match t.key.get() {
+        0 => first_thread_key(t),
+        key => key,
+    }
+}
+
+/// The calling thread's [`thread_key`] if it was asked for already on this thread, else 0
+/// (no thread's key): what a key remembered elsewhere (never 0) is compared with. One load.
+#[inline(always)]
+pub(crate) fn thread_key_if_any() -> u64 {
+    thread_state().key.get()
+}
+
+/// [`thread_key`] the first time on a thread: the next number (lock-free, so that a signal
+/// handler may be the first to ask).
+#[cold]
+#[inline(never)]
+fn first_thread_key(t: &ThreadState) -> u64 {
+    // ATOMICS: see `LAST_THREAD_KEY`. (2⁶⁴ threads are never started.)
+    let key = LAST_THREAD_KEY.fetch_add(1, Ordering::Relaxed) + 1;
+    t.key.set(key);
+    key
 }
 
 /// Is the calling thread inside a writer section (of any context)?
