@@ -113,6 +113,13 @@ const MAX_ENTERED: usize = 1024;
 ///   at its first enter if room was made meanwhile (its creation fields then missing, an
 ///   argument `fields` says so), else its durations are not written, each counted as a
 ///   dropped record.
+/// - A layer swapped out (`tracing_subscriber::reload`) writes the async ends of its spans
+///   that crossed threads; the durations of its spans entered at the swap are lost (their
+///   exits reach the new layer) and counted as dropped when their thread next exits a span
+///   it has no entry of.
+/// - Not async-signal-safe: the layer (like `tracing`'s registry) may allocate. A signal
+///   handler that uses `tracing` on a thread interrupted inside the layer never deadlocks:
+///   what it cannot reach is left alone and counted as dropped.
 #[derive(Debug)]
 pub struct TracingLayer {
     /// This layer's number in the table of spans (`number`'s): two subscribers number their
@@ -179,6 +186,9 @@ struct Entered {
     start: u64,
     /// Its slot in the table when the enter had it (else the span was not kept then).
     slot: Option<SlotRef<'static>>,
+    /// The enter counted the duration as dropped (the table was full): the exit writes
+    /// nothing, even if the span was taken in meanwhile.
+    counted: bool,
 }
 
 /// A span this thread created or exited lately, and its slot in the table: its next enter
@@ -195,7 +205,7 @@ const CREATED_HINTS: usize = 8;
 
 /// A thread's spans. Borrowed for a few instructions by each callback, which runs none of
 /// the program's code meanwhile; a callback that finds it borrowed (a signal handler's, on
-/// a thread interrupted inside the layer) leaves it alone.
+/// a thread interrupted inside the layer) leaves it alone, counting what it loses.
 struct ThreadSpans {
     /// Entered and not yet exited, innermost last.
     entered: Vec<Entered>,
@@ -270,6 +280,25 @@ impl ThreadSpans {
     #[cold]
     fn forget_oldest(&mut self) {
         self.entered.remove(0);
+    }
+
+    /// Drop the entries of spans the table no longer keeps although they were kept at their
+    /// enter (their layer was swapped out by `reload`: their exits go to another layer,
+    /// which does not know them); how many of them were entered in quiet epoch `epoch`
+    /// ([`active_epoch`]: older ones were entered in a trace that has stopped since).
+    #[cold]
+    #[inline(never)]
+    fn forget_orphans(&mut self, epoch: Option<u32>) -> usize {
+        let before = self.entered.len();
+        self.entered.retain(|e| match e.slot {
+            Some(slot) => slot.holds(e.key) || spans::find(e.key).is_some(),
+            None => true,
+        });
+        if epoch == Some(self.epoch) {
+            before - self.entered.len()
+        } else {
+            0
+        }
     }
 
     /// Pop span `key`'s entry (the innermost one of it), remembering its slot for its
@@ -737,24 +766,35 @@ where
         values.record(&mut SpanVisitor {
             set: |name, value| recorded.push((name, value)),
         });
-        let set_all = |state: &SpanState| {
+        let set_all = |state: &SpanState, recorded: Vec<(&'static str, Owned)>| {
             for (name, value) in recorded {
                 state.set(name, value);
             }
             state.set_all_fields(false);
         };
-        // A kept span whose lock the thread holds already (a signal handler's record) does
-        // not take these values.
-        if let Some(slot) = kept.or_else(|| spans::find(key)) {
-            if let Some(state) = slot.lock() {
-                state.change(set_all);
-            }
-            return;
+        if let Some(slot) = kept {
+            return record_under_lock(slot, |state| set_all(state, recorded));
         }
-        // Created before the trace: its other fields are gone; its origin is its first
-        // entry in the trace.
-        if let Some(new) = self.take_in(id, &ctx, 0, Missing::BeforeTrace) {
-            spans::take_in(key, new, set_all);
+        // Created before the trace or while the table was full: its other fields are gone;
+        // its origin is its first entry in the trace.
+        let Some(new) = self.take_in(id, &ctx, 0) else {
+            return;
+        };
+        let mut recorded = Some(recorded);
+        let taken = spans::take_in(key, new, |state| {
+            if let Some(recorded) = recorded.take() {
+                set_all(state, recorded);
+            }
+        });
+        match (taken, recorded) {
+            // Taken in now with the values, or by another user meanwhile: they go there.
+            (Some(_), None) => {}
+            (Some(slot), Some(recorded)) => {
+                record_under_lock(slot, |state| set_all(state, recorded));
+            }
+            // The table is full (or the thread is taking a span in already: a signal
+            // handler's record).
+            (None, _) => count_dropped_span(),
         }
     }
 
@@ -775,18 +815,35 @@ where
                     key,
                     start,
                     slot: Some(slot),
+                    counted: false,
                 },
                 epoch,
             );
             Some(())
         });
-        if entered_here != Some(None) {
-            // Entered, or the thread's spans are out of reach (a signal handler's enter).
-            return;
+        match entered_here {
+            Some(Some(())) => return,
+            // The thread's spans are out of reach (a signal handler's enter, or one as the
+            // thread exits): the duration of a span the trace records is lost.
+            None => {
+                if spans::find(key).is_some() {
+                    count_dropped_span();
+                }
+                return;
+            }
+            Some(None) => {}
         }
-        let slot = self.enter_elsewhere(id, &ctx);
+        let (slot, counted) = self.enter_elsewhere(id, &ctx);
         let start = clock::ticks();
-        with_spans(|spans| spans.enter(Entered { key, start, slot }, epoch));
+        let entered = Entered {
+            key,
+            start,
+            slot,
+            counted,
+        };
+        if with_spans(|spans| spans.enter(entered, epoch)).is_none() && slot.is_some() {
+            count_dropped_span();
+        }
     }
 
     fn on_exit(&self, id: &Id, _ctx: LayerContext<'_, S>) {
@@ -796,14 +853,16 @@ where
         let end = clock::ticks();
         let key = self.key(id);
         let Some(entered) = with_spans(|spans| spans.exit(key)).flatten() else {
-            return;
+            return exit_not_entered();
         };
         // The slot the enter had (checked: it may have been freed and taken by another span
         // since, if the span closed and its id was reused), else a lookup. Not kept: a
-        // category the trace does not enable (or a span the full table could not take in,
-        // counted at its enter).
+        // category the trace does not enable.
         let slot = match entered.slot {
             Some(slot) if slot.holds(key) => slot,
+            // A span the full table could not take in at its enter, counted then as
+            // dropped (even if a `record` took it in since).
+            None if entered.counted => return,
             _ => match spans::find(key) {
                 Some(slot) => slot,
                 None => return,
@@ -839,11 +898,7 @@ where
             _ => spans::find(key),
         };
         if let Some(slot) = slot {
-            spans::close(slot, |state| {
-                if let Some(generation) = state.async_begun_in() {
-                    write_async_end(key.span, state.metadata(), generation);
-                }
-            });
+            spans::close(slot, end_kept_span);
         }
     }
 
@@ -888,9 +943,13 @@ impl TracingLayer {
     /// The enter of a span this thread did not just create: the async begin of a span that
     /// moved here; a span of an earlier trace, or one the layer never recorded (created
     /// before the trace, or while the table was full), taken into this one. Its slot, if the
-    /// table keeps it.
+    /// table keeps it, and whether its duration was counted as dropped (the table is full).
     #[inline(never)]
-    fn enter_elsewhere<S>(&self, id: &Id, ctx: &LayerContext<'_, S>) -> Option<SlotRef<'static>>
+    fn enter_elsewhere<S>(
+        &self,
+        id: &Id,
+        ctx: &LayerContext<'_, S>,
+    ) -> (Option<SlotRef<'static>>, bool)
     where
         S: Subscriber + for<'a> LookupSpan<'a>,
     {
@@ -905,36 +964,23 @@ impl TracingLayer {
                     begin_async_if_moved(&state);
                 }
             }
-            return Some(slot);
+            return (Some(slot), false);
         }
-        // Not kept: created before the trace, or while the table was full (its creation
-        // marked it so).
-        let full = ctx
-            .span(id)
-            .is_some_and(|span| span.extensions().get::<CreatedWhileFull>().is_some());
-        let missing = if full {
-            Missing::TableFull
-        } else {
-            Missing::BeforeTrace
+        // Not kept: created before the trace, or while the table was full.
+        let Some(new) = self.take_in(id, ctx, clock::ticks_unordered()) else {
+            return (None, false);
         };
-        let new = self.take_in(id, ctx, clock::ticks_unordered(), missing)?;
         let slot = spans::take_in(key, new, |_| {});
         if slot.is_none() {
             count_dropped_span();
         }
-        slot
+        (slot, slot.is_none())
     }
 
     /// What the table keeps of span `id`, which the layer did not record, if the running
     /// trace enables its category: its origin `origin` (0: at its first entry) on this
-    /// thread, its fields missing (`missing`, if it has any).
-    fn take_in<S>(
-        &self,
-        id: &Id,
-        ctx: &LayerContext<'_, S>,
-        origin: u64,
-        missing: Missing,
-    ) -> Option<NewSpan>
+    /// thread, its fields missing ([`missing_fields`], if it has any).
+    fn take_in<S>(&self, id: &Id, ctx: &LayerContext<'_, S>, origin: u64) -> Option<NewSpan>
     where
         S: Subscriber + for<'a> LookupSpan<'a>,
     {
@@ -943,7 +989,7 @@ impl TracingLayer {
         let missing = if metadata.fields().is_empty() {
             Missing::None
         } else {
-            missing
+            missing_fields(id, ctx)
         };
         Some(NewSpan {
             generation,
@@ -960,6 +1006,22 @@ impl TracingLayer {
 /// when it is taken in later, its creation fields are missing for that reason.
 #[derive(Debug)]
 struct CreatedWhileFull;
+
+/// Why span `id`, which the table did not keep, misses the fields it was created with:
+/// created while the table was full (its creation marked it so), else before the trace.
+fn missing_fields<S>(id: &Id, ctx: &LayerContext<'_, S>) -> Missing
+where
+    S: Subscriber + for<'a> LookupSpan<'a>,
+{
+    let full = ctx
+        .span(id)
+        .is_some_and(|span| span.extensions().get::<CreatedWhileFull>().is_some());
+    if full {
+        Missing::TableFull
+    } else {
+        Missing::BeforeTrace
+    }
+}
 
 /// Span `id` was created while the table was full: marked so.
 #[cold]
@@ -991,8 +1053,40 @@ fn take_in_again(state: &SlotGuard<'_>, origin: u64) -> bool {
     true
 }
 
-/// A span's duration that could not be written: counted as a dropped record of the running
-/// trace.
+/// Values recorded into a kept span (`slot`), applied by `set` under its lock; counted as
+/// dropped when the calling thread holds that lock already (a signal handler's record).
+#[cold]
+#[inline(never)]
+fn record_under_lock(slot: SlotRef<'static>, set: impl FnOnce(&SpanState)) {
+    match slot.lock() {
+        Some(state) => state.change(set),
+        None => count_dropped_span(),
+    }
+}
+
+/// The exit of a span this thread has no entry of: entered before the trace (nothing to
+/// write), or under a layer that `reload` swapped out since, whose entries are dropped here
+/// and their durations counted as dropped.
+#[cold]
+#[inline(never)]
+fn exit_not_entered() {
+    let epoch = active_epoch();
+    let orphans = with_spans(|spans| spans.forget_orphans(epoch)).unwrap_or(0);
+    for _ in 0..orphans {
+        count_dropped_span();
+    }
+}
+
+/// The end of a span the table kept, its last user gone (its close, or its layer's removal):
+/// its async end if its async begin was written.
+fn end_kept_span(state: &SpanState) {
+    if let Some(generation) = state.async_begun_in() {
+        write_async_end(state.id(), state.metadata(), generation);
+    }
+}
+
+/// A span's duration, or values recorded into it, that could not be kept: counted as a
+/// dropped record of the running trace (if one runs).
 #[cold]
 #[inline(never)]
 fn count_dropped_span() {
@@ -1221,12 +1315,21 @@ fn write_span_end_named(slot: SlotRef<'static>, view: &SpanView, span: (u64, u64
     let view = match view.names() {
         Some(_) => *view,
         None => match slot.lock() {
-            Some(state) => state.view(),
+            Some(state) => {
+                let view = state.view();
+                if view.names().is_none() {
+                    // The fields moved out of line since the view was read (a `record` on
+                    // another thread): the general path, under the lock.
+                    return write_span_end_general(&state, &view, span);
+                }
+                view
+            }
             None => return count_dropped_span(),
         },
     };
     let (Some(names), values) = (view.names(), view.values()) else {
-        return;
+        // (Not reached: both views above have their names.)
+        return count_dropped_span();
     };
     let metadata = slot.state().metadata();
     let pair = (metadata.target(), metadata.name());
@@ -1355,6 +1458,7 @@ mod tests {
             key: key(span),
             start: span,
             slot: None,
+            counted: false,
         }
     }
 
@@ -1410,6 +1514,7 @@ mod tests {
                 key: first.key,
                 start: 0,
                 slot: Some(first.slot),
+                counted: false,
             },
             1,
         );

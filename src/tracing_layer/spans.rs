@@ -20,10 +20,14 @@
 //! a lookup of a key of a bucket never overflowed reads that bucket alone. Levels are
 //! allocated zeroed (untouched pages cost nothing) and never freed.
 //!
-//! Signal handlers: a handler that uses `tracing` on a thread interrupted inside the layer
-//! may find a lock held by that very thread (a slot's, or the taking in's): it then gets no
-//! lock ([`OwnerLock::lock`] answers `None`) and the layer leaves that span alone (a duration
-//! not written is counted as dropped), rather than waiting for itself forever.
+//! Signal handlers: the layer is not async-signal-safe in general. It allocates (a level the
+//! first time it is needed, a text field, the growth of a thread's list of entered spans),
+//! and `tracing`'s registry does too. What it does guarantee is narrower: it never waits for
+//! itself. A handler that uses `tracing` on a thread interrupted inside the layer may find a
+//! lock held by that very thread (a slot's, or the taking in's): it then gets no lock
+//! ([`OwnerLock::lock`] answers `None`) and the layer leaves that span alone (a duration or
+//! values not kept are counted as dropped); it finds the thread's list of spans borrowed,
+//! and leaves it alone the same way.
 
 use std::alloc::{self, Layout};
 use std::cell::UnsafeCell;
@@ -39,6 +43,7 @@ use std::sync::Arc;
 use tracing::Metadata;
 
 use crate::engine::record::{SpanMemo, INSTALLED_SPAN_ARGS};
+use crate::engine::writer::thread_key;
 use crate::format::{ArgValue, ScalarArg, StringRef};
 
 /// Slots per bucket: their keys fill one 64-byte line.
@@ -101,7 +106,7 @@ impl LayerNumber {
 
 impl Drop for LayerNumber {
     fn drop(&mut self) {
-        remove_layer(self.0);
+        remove_layer(self.0, super::end_kept_span);
     }
 }
 
@@ -677,31 +682,19 @@ pub(super) fn args_key(metadata: &'static Metadata<'static>) -> usize {
 
 // === locks ===
 
-thread_local! {
-    /// Its address is the thread's key in an [`OwnerLock`] (no destructor, a constant
-    /// initialiser: always reachable, never 0).
-    static THREAD_KEY: u8 = const { 0 };
-}
-
-/// The calling thread's key: unique among live threads.
-#[inline(always)]
-fn thread_key() -> usize {
-    THREAD_KEY.with(|key| key as *const u8 as usize)
-}
-
 /// A lock held for a few hundred instructions at most (a record written, fields copied)
-/// whose word is its holder's [`thread_key`], 0 when free.
+/// whose word is its holder's [`thread_key`] (never reused by another thread), 0 when free.
 #[derive(Debug)]
 struct OwnerLock {
     /// ATOMICS: `Acquire` on taking, `Release` on giving back: what is written under the
     /// lock is seen by the next holder.
-    holder: AtomicUsize,
+    holder: AtomicU64,
 }
 
 impl OwnerLock {
     const fn new() -> OwnerLock {
         OwnerLock {
-            holder: AtomicUsize::new(0),
+            holder: AtomicU64::new(0),
         }
     }
 
@@ -731,7 +724,7 @@ impl OwnerLock {
 /// calling thread itself.
 #[cold]
 #[inline(never)]
-fn lock_contended(holder: &AtomicUsize, me: usize) -> bool {
+fn lock_contended(holder: &AtomicU64, me: u64) -> bool {
     let mut spins = 0u32;
     loop {
         // ATOMICS: see `OwnerLock::holder`.
@@ -752,7 +745,7 @@ fn lock_contended(holder: &AtomicUsize, me: usize) -> bool {
 
 /// A held [`OwnerLock`], given back when dropped.
 struct OwnerGuard<'l> {
-    holder: &'l AtomicUsize,
+    holder: &'l AtomicU64,
 }
 
 impl Drop for OwnerGuard<'_> {
@@ -794,21 +787,21 @@ impl<T> Zeroed<T> {
             .expect("a level's size fits in memory")
     }
 
+    /// The array; `None` when the allocation fails (the table is then full: the spans it
+    /// cannot keep are counted, never a reason to abort the program).
+    ///
     /// # Safety
     /// The all-zero bit pattern must be a valid `T`, and `T` must need no drop.
-    unsafe fn new(len: usize) -> Zeroed<T> {
+    unsafe fn new(len: usize) -> Option<Zeroed<T>> {
         let layout = Self::layout(len);
         // SAFETY: `layout` has a non-zero size (every level has slots, every `T` here is
         // non-zero-sized).
         let ptr = unsafe { alloc::alloc_zeroed(layout) }.cast::<T>();
-        let Some(ptr) = NonNull::new(ptr) else {
-            alloc::handle_alloc_error(layout);
-        };
-        Zeroed {
-            ptr,
+        Some(Zeroed {
+            ptr: NonNull::new(ptr)?,
             len,
             _owns: PhantomData,
-        }
+        })
     }
 }
 
@@ -854,10 +847,16 @@ struct Level {
     /// loads by finders; its layer cleared `Relaxed` by the free before its `Release` of
     /// the id.
     layers: Zeroed<[AtomicU64; BUCKET_SLOTS]>,
-    /// Per bucket: a key whose home it is went to a later bucket or level.
-    /// ATOMICS: `Relaxed`: set before the key's slot elsewhere is published; a lookup of
-    /// that key runs after the span's creation returned, which the span's handle orders
-    /// before it.
+    /// Per bucket: a key whose home it is went to a later bucket or level (set, never
+    /// cleared: a stale mark only costs a lookup the buckets beyond).
+    /// ATOMICS: `Relaxed`: stored before the claim beyond the home, so before the `Release`
+    /// that publishes the key's slot there ([`Self::layers`]). A lookup ordered after that
+    /// publish sees the mark: one after the span's creation (the handle that names the span
+    /// got to the looking thread through some synchronisation), or one made under
+    /// [`TAKING_IN`]'s lock after the take-in that kept it. A lookup not so ordered (a user
+    /// on another thread racing a take-in) may miss the mark, as it may miss the slot
+    /// itself: it finds the span not kept, as it would have a moment earlier; a take-in
+    /// looks again under the lock.
     overflowed: Zeroed<AtomicBool>,
     slots: Zeroed<[Slot; BUCKET_SLOTS]>,
     /// log2 of the bucket count.
@@ -865,20 +864,21 @@ struct Level {
 }
 
 impl Level {
-    fn new(bits: u32) -> Level {
+    /// A level of 2^`bits` buckets; `None` when its memory cannot be allocated.
+    fn new(bits: u32) -> Option<Level> {
         let buckets = 1usize << bits;
         // SAFETY: zero is a valid `AtomicU64`, `AtomicU32` (0), `AtomicBool` (false), and
         // `Slot` (unlocked; its state's words atomics, its metadata a null `AtomicPtr`, its
         // owned fields `None`: a null `Option<Box<_>>`); none needs a drop (a slot's owned
         // fields are dropped when it is freed, and a level is dropped only unused).
         unsafe {
-            Level {
-                ids: Zeroed::new(buckets),
-                layers: Zeroed::new(buckets),
-                overflowed: Zeroed::new(buckets),
-                slots: Zeroed::new(buckets),
+            Some(Level {
+                ids: Zeroed::new(buckets)?,
+                layers: Zeroed::new(buckets)?,
+                overflowed: Zeroed::new(buckets)?,
+                slots: Zeroed::new(buckets)?,
                 bits,
-            }
+            })
         }
     }
 
@@ -1125,14 +1125,15 @@ fn level(n: usize) -> Option<&'static Level> {
     unsafe { level.as_ref() }
 }
 
-/// Level `n`, installed now if it was not (lock-free: a signal handler may need a level).
+/// Level `n`, installed now if it was not (no lock: two threads may allocate it, one
+/// installs its own); `None` when its memory cannot be allocated (the table is full).
 #[cold]
-fn level_or_new(n: usize) -> &'static Level {
+fn level_or_new(n: usize) -> Option<&'static Level> {
     if let Some(level) = level(n) {
-        return level;
+        return Some(level);
     }
     let bits = FIRST_LEVEL_BUCKETS.trailing_zeros() + n as u32;
-    let new = Box::into_raw(Box::new(Level::new(bits)));
+    let new = Box::into_raw(Box::new(Level::new(bits)?));
     // ATOMICS: see `LEVELS_IN_USE`.
     match LEVELS_IN_USE[n].compare_exchange(
         ptr::null_mut(),
@@ -1141,12 +1142,12 @@ fn level_or_new(n: usize) -> &'static Level {
         Ordering::Acquire,
     ) {
         // SAFETY: `new` is a leaked box, installed for good.
-        Ok(_) => unsafe { &*new },
+        Ok(_) => Some(unsafe { &*new }),
         Err(installed) => {
             // SAFETY: `new` was never shared (another thread installed its level first).
             drop(unsafe { Box::from_raw(new) });
             // SAFETY: as in `level`.
-            unsafe { &*installed }
+            Some(unsafe { &*installed })
         }
     }
 }
@@ -1221,7 +1222,14 @@ fn claim(key: Key) -> Option<SlotRef<'static>> {
 fn claim_beyond_home(key: Key) -> Option<SlotRef<'static>> {
     // ATOMICS: see `LEVELS_ALLOWED`.
     let allowed = LEVELS_ALLOWED.load(Ordering::Relaxed).min(LEVELS);
-    (0..allowed).find_map(|n| level_or_new(n).claim(key))
+    for n in 0..allowed {
+        // A level that cannot be allocated ends the search: lookups stop at the first
+        // missing level.
+        if let Some(slot) = level_or_new(n)?.claim(key) {
+            return Some(slot);
+        }
+    }
+    None
 }
 
 /// Whether the table keeps any span (its first level exists).
@@ -1277,15 +1285,18 @@ pub(super) fn close(slot: SlotRef<'static>, f: impl FnOnce(&SpanState)) {
 }
 
 /// Stop keeping every span of `layer` (no copy of the layer is left: none of its spans has a
-/// user left, and none will be closed).
-fn remove_layer(layer: u32) {
+/// user left through it, and none will be closed through it), `end` of each span's state
+/// first (its async end, which its close would have written).
+fn remove_layer(layer: u32, end: impl Fn(&SpanState)) {
     let word = Key { layer, span: 0 }.layer_word();
     for level in (0..LEVELS).filter_map(level) {
         for (bucket, layers) in level.layers.iter().enumerate() {
             for (i, slot_layer) in layers.iter().enumerate() {
                 // ATOMICS: see `Level::layers`.
                 if LayerWord(slot_layer.load(Ordering::Acquire)).layer() == word {
-                    level.slot(bucket, i).free();
+                    let slot = level.slot(bucket, i);
+                    end(slot.state());
+                    slot.free();
                 }
             }
         }
@@ -1351,8 +1362,19 @@ pub(super) mod tests {
             "a kept slot no longer holds the closed span"
         );
         assert_eq!(generation(b), Some(2));
-        remove_layer(u32::MAX - 2);
+        remove_layer(u32::MAX - 2, |_| {});
         assert!(find(b).is_none());
+    }
+
+    #[test]
+    fn a_level_whose_memory_cannot_be_allocated_is_none_not_an_abort() {
+        // 2⁶¹ bytes: a valid layout, more than any address space.
+        // SAFETY: zero is a valid `AtomicU64`, which needs no drop.
+        let huge = unsafe { Zeroed::<AtomicU64>::new(1 << 58) };
+        assert!(huge.is_none());
+        // SAFETY: as above.
+        let small = unsafe { Zeroed::<AtomicU64>::new(8) }.expect("8 words");
+        assert!(small.iter().all(|w| w.load(Ordering::Relaxed) == 0));
     }
 
     #[test]

@@ -1124,13 +1124,13 @@ fn a_span_outlives_the_layer_that_kept_it() {
     assert_eq!(span_id(kept[0]), span_id(kept[1]));
 }
 
-/// Review: a span created on a thread that has exited, entered and exited on a new thread
+/// A span created on a thread that has exited, entered and exited on a new thread
 /// that reuses the dead thread's thread-local storage (glibc reuses a dead thread's stack,
 /// and its static TLS with it): the duration must be on the thread that ran it. The span's
 /// memo is trusted by `writer::thread_key()` (the address of the thread's writer state),
-/// which the new thread shares with the dead one.
+/// which the new thread shared with the dead one: the key is now a number never reused.
 #[test]
-fn review_a_span_exited_on_a_thread_that_reuses_a_dead_threads_tls_is_on_that_thread() {
+fn a_span_exited_on_a_thread_that_reuses_a_dead_threads_tls_is_on_that_thread() {
     thread_local! {
         static PROBE: u8 = const { 0 };
     }
@@ -1189,14 +1189,14 @@ fn review_a_span_exited_on_a_thread_that_reuses_a_dead_threads_tls_is_on_that_th
     );
 }
 
-/// Review: a span created while the table was full, entered (its duration counted as
+/// A span created while the table was full, entered (its duration counted as
 /// dropped: the table is still full), then taken in by a `record` while it is entered (the
 /// spans that filled the table closed meanwhile): its exit finds it and writes the duration
 /// that was already counted as dropped, and the duration's note says its fields were
 /// "recorded before the trace" (the `record`'s take-in ignores the span's mark of a full
 /// table). Each duration is written or counted, never both; the note names the cause.
 #[test]
-fn review_a_span_counted_as_dropped_at_its_enter_is_not_also_written() {
+fn a_span_counted_as_dropped_at_its_enter_is_not_also_written() {
     use fxtrace::buffer::header::BufferingMode;
     use fxtrace::standalone::{self, StandaloneConfig};
 
@@ -1228,10 +1228,10 @@ fn review_a_span_counted_as_dropped_at_its_enter_is_not_also_written() {
     }
 }
 
-/// Review: spans shared by threads that enter, exit and record them at once: every enter's
+/// Spans shared by threads that enter, exit and record them at once: every enter's
 /// duration is written (or counted), none twice.
 #[test]
-fn review_spans_shared_by_threads_keep_every_duration() {
+fn spans_shared_by_threads_keep_every_duration() {
     use fxtrace::buffer::header::BufferingMode;
     use fxtrace::standalone::{self, StandaloneConfig};
 
@@ -1285,10 +1285,10 @@ fn review_spans_shared_by_threads_keep_every_duration() {
     );
 }
 
-/// Review: a span whose async begin is written, its layer then swapped out (`reload`): the
+/// A span whose async begin is written, its layer then swapped out (`reload`): the
 /// trace still gets the async end (an async begin is never left without its end).
 #[test]
-fn review_a_span_that_moved_keeps_its_async_end_when_its_layer_is_swapped_out() {
+fn a_span_that_moved_keeps_its_async_end_when_its_layer_is_swapped_out() {
     use tracing_subscriber::reload;
 
     let _s = serial();
@@ -1313,4 +1313,59 @@ fn review_a_span_that_moved_keeps_its_async_end_when_its_layer_is_swapped_out() 
         .filter(|e| matches!(e.kind, DecodedEventKind::AsyncEnd { .. }))
         .count();
     assert_eq!((begins, ends), (1, 1), "{events:#?}");
+}
+
+/// A span created while the table was full, taken in by a `record` once room was made (not
+/// by its enter): its duration's note names the full table, not the trace's start.
+#[test]
+fn a_span_taken_in_by_a_record_after_the_table_was_full_says_so() {
+    let _s = serial();
+    let _limit = SpanTableLimit::new(1);
+    let ((), events) = trace(|| {
+        with_layer(|| {
+            let fillers: Vec<tracing::Span> = (0..5000u64)
+                .map(|n| tracing::info_span!("filler", n))
+                .collect();
+            let late = tracing::info_span!("late", n = 1u64, m = tracing::field::Empty);
+            drop(fillers);
+            late.record("m", 2u64);
+            late.in_scope(|| {});
+        })
+    });
+    let late = only(&events, "late");
+    assert_eq!(
+        late.arg("fields"),
+        Some(&str_value("not kept: the table of spans was full")),
+        "{late:?}"
+    );
+    assert_eq!(late.arg("m"), Some(&DecodedValue::U64(2)), "{late:?}");
+}
+
+/// A span entered, its layer then swapped out (`reload`) before the exit: the exit reaches
+/// the new layer, which never saw the enter, so the duration is lost; it is counted as
+/// dropped, not lost silently.
+#[test]
+fn a_duration_lost_to_a_layer_swapped_out_while_entered_is_counted() {
+    use fxtrace::buffer::header::BufferingMode;
+    use fxtrace::standalone::{self, StandaloneConfig};
+    use tracing_subscriber::reload;
+
+    let _s = serial();
+    let session = standalone::start_with(StandaloneConfig::new(BufferingMode::Oneshot, 4 << 20))
+        .expect("standalone session");
+    let (layer, handle) = reload::Layer::new(TracingLayer::new());
+    let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(layer));
+    tracing::dispatcher::with_default(&dispatch, || {
+        let span = tracing::info_span!("swapped", n = 1u64);
+        let entered = span.enter();
+        handle.reload(TracingLayer::new()).expect("reload");
+        drop(entered);
+        // Later spans of the new layer are written as usual.
+        tracing::info_span!("after").in_scope(|| {});
+    });
+    let (bytes, report) = session.finish_to_vec().expect("finish");
+    let events = traced_support::decode_events(&bytes);
+    assert!(events.iter().all(|e| e.name != "swapped"), "{events:?}");
+    assert!(events.iter().any(|e| e.name == "after"), "{events:?}");
+    assert_eq!(report.stop.records_dropped, 1);
 }
