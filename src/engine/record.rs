@@ -521,7 +521,8 @@ pub(crate) fn memoised_latest_generation(
 ) -> Option<(u32, SpanMemo)> {
     latest_memo(category, name).map(|memo| {
         let header = indexed_event_header(EventType::DurationComplete, memo);
-        let thread = writer::thread_key();
+        // (Not 0: the memo was filled in a section of this thread, which bound it.)
+        let thread = writer::thread_key_if_any();
         let arg_indices = if args_key != 0 && memo.args_key == args_key {
             memo.arg_indices
         } else {

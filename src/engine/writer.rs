@@ -207,8 +207,10 @@ pub(crate) fn thread_key() -> u64 {
     }
 }
 
-/// The calling thread's [`thread_key`] if it was asked for already on this thread, else 0
-/// (no thread's key): what a key remembered elsewhere (never 0) is compared with. One load.
+/// The calling thread's [`thread_key`] if it has one already, else 0 (no thread's key): what
+/// a key remembered elsewhere (never 0) is compared with. One load. A thread has its key
+/// once it asked for it or bound to a context ([`bind`]): every thread that has written, so
+/// every thread whose event memo holds anything.
 #[inline(always)]
 pub(crate) fn thread_key_if_any() -> u64 {
     thread_state().key.get()
@@ -241,6 +243,11 @@ pub(crate) fn in_section_of(inner: &Inner) -> bool {
 #[cold]
 #[inline(never)]
 fn bind(inner: &Arc<Inner>, t: &ThreadState) -> bool {
+    // Every memo of the thread is filled in a section, so after this: a memo's begin reads
+    // the key with `thread_key_if_any`.
+    if t.key.get() == 0 {
+        first_thread_key(t);
+    }
     LEASE
         .try_with(|lease| {
             let Ok(mut lease) = lease.try_borrow_mut() else {
