@@ -1228,6 +1228,21 @@ fn a_span_counted_as_dropped_at_its_enter_is_not_also_written() {
     }
 }
 
+/// The async begins and ends of a trace.
+fn async_pairs(events: &[Ev]) -> (usize, usize) {
+    let count = |end: bool| {
+        events
+            .iter()
+            .filter(|e| match e.kind {
+                DecodedEventKind::AsyncBegin { .. } => !end,
+                DecodedEventKind::AsyncEnd { .. } => end,
+                _ => false,
+            })
+            .count()
+    };
+    (count(false), count(true))
+}
+
 /// Spans shared by threads that enter, exit and record them at once: every enter's
 /// duration is written (or counted), none twice.
 #[test]
@@ -1271,14 +1286,7 @@ fn spans_shared_by_threads_keep_every_duration() {
         .iter()
         .filter(|e| e.is_complete() && e.name == "shared")
         .count();
-    let begins = events
-        .iter()
-        .filter(|e| matches!(e.kind, DecodedEventKind::AsyncBegin { .. }))
-        .count();
-    let ends = events
-        .iter()
-        .filter(|e| matches!(e.kind, DecodedEventKind::AsyncEnd { .. }))
-        .count();
+    let (begins, ends) = async_pairs(&events);
     assert_eq!(
         (durations, report.stop.records_dropped, begins, ends),
         (THREADS * ROUNDS, 0, ROUNDS / 100, ROUNDS / 100)
@@ -1304,14 +1312,7 @@ fn a_span_that_moved_keeps_its_async_end_when_its_layer_is_swapped_out() {
         handle.reload(TracingLayer::new()).expect("reload");
         tracing::dispatcher::with_default(&dispatch, || drop(span));
     });
-    let begins = events
-        .iter()
-        .filter(|e| matches!(e.kind, DecodedEventKind::AsyncBegin { .. }))
-        .count();
-    let ends = events
-        .iter()
-        .filter(|e| matches!(e.kind, DecodedEventKind::AsyncEnd { .. }))
-        .count();
+    let (begins, ends) = async_pairs(&events);
     assert_eq!((begins, ends), (1, 1), "{events:#?}");
 }
 
