@@ -1370,3 +1370,54 @@ fn a_duration_lost_to_a_layer_swapped_out_while_entered_is_counted() {
     assert!(events.iter().any(|e| e.name == "after"), "{events:?}");
     assert_eq!(report.stop.records_dropped, 1);
 }
+
+/// A span entered by a thread-local's destructor, after the layer's own per-thread list of
+/// spans is gone: the enter cannot be remembered, so its duration is lost; it is counted as
+/// dropped, not lost silently.
+#[test]
+fn a_span_entered_after_its_threads_list_of_spans_is_gone_is_counted() {
+    use fxtrace::buffer::header::BufferingMode;
+    use fxtrace::standalone::{self, StandaloneConfig};
+    use std::cell::RefCell;
+
+    struct EnterAtExit(RefCell<Option<tracing::Span>>);
+    impl Drop for EnterAtExit {
+        fn drop(&mut self) {
+            if let Some(span) = self.0.borrow_mut().take() {
+                span.in_scope(|| {});
+            }
+        }
+    }
+    thread_local! {
+        static AT_EXIT: EnterAtExit = const { EnterAtExit(RefCell::new(None)) };
+    }
+
+    let _s = serial();
+    let session = standalone::start_with(StandaloneConfig::new(BufferingMode::Oneshot, 4 << 20))
+        .expect("standalone session");
+    let dispatch = tracing::Dispatch::new(tracing_subscriber::registry().with(TracingLayer::new()));
+    std::thread::spawn(move || {
+        // Thread-locals are destroyed in the reverse order of their first use. The
+        // registry's (a span of a subscriber without the layer) and the engine's (a record)
+        // first: gone last, as the destructor below needs them; then this one's; then the
+        // layer's: gone before it.
+        let plain = tracing::Dispatch::new(tracing_subscriber::registry());
+        tracing::dispatcher::with_default(&plain, || tracing::info_span!("plain").in_scope(|| {}));
+        fxtrace::instant("api::tracing_layer", "warm", fxtrace::Scope::Thread, &[]);
+        AT_EXIT.with(|_| {});
+        tracing::dispatcher::with_default(&dispatch, || {
+            let span = tracing::info_span!("at_exit", n = 1u64);
+            span.in_scope(|| {});
+            AT_EXIT.with(|at_exit| *at_exit.0.borrow_mut() = Some(span));
+        });
+    })
+    .join()
+    .unwrap();
+    let (bytes, report) = session.finish_to_vec().expect("finish");
+    let events = traced_support::decode_events(&bytes);
+    let written = events
+        .iter()
+        .filter(|e| e.is_complete() && e.name == "at_exit")
+        .count();
+    assert_eq!((written, report.stop.records_dropped), (1, 1), "{events:?}");
+}
