@@ -37,7 +37,8 @@ impl Default for Names {
     }
 }
 
-fn koid_arg(args: &[DecodedArg<'_>], name: &str) -> Option<u64> {
+/// The koid (or integer) argument `name` of a record's arguments.
+pub(crate) fn koid_arg(args: &[DecodedArg<'_>], name: &str) -> Option<u64> {
     args.iter()
         .find(|a| a.name == name)
         .and_then(|a| match a.value {

@@ -29,8 +29,8 @@ use super::symbolize::Mapping;
 use fxtrace_format::lbr::{LbrBranch, LbrSample};
 use fxtrace_format::mmap::{MmapRecord, MMAP_BLOB_NAME};
 use fxtrace_format::{
-    ticks_to_ns, BlobType, DecodeError, Decoded, DecodedArg, DecodedRecord, DecodedValue,
-    ObjectType, RecordHead, RecordKind,
+    ticks_to_ns, BlobType, DecodeError, Decoded, DecodedRecord, DecodedValue, ObjectType,
+    RecordHead, RecordKind,
 };
 
 use crate::read::{self, Analysis, Input, ReadError};
@@ -254,16 +254,6 @@ impl Analysis for LbrReport {
     }
 }
 
-fn koid_arg(args: &[DecodedArg<'_>], name: &str) -> Option<u64> {
-    args.iter()
-        .find(|a| a.name == name)
-        .and_then(|a| match a.value {
-            DecodedValue::Koid(k) | DecodedValue::U64(k) => Some(k),
-            DecodedValue::U32(k) => Some(u64::from(k)),
-            _ => None,
-        })
-}
-
 /// The N of a blob named `cpu<N>`.
 fn cpu_of_name(name: &str) -> Option<u16> {
     name.strip_prefix("cpu")?.parse().ok()
@@ -336,7 +326,7 @@ impl LbrReport {
                 } else if *object_type == ObjectType::THREAD {
                     let t = self.threads.entry(*koid).or_default();
                     t.name = Some(crate::kept_name(name));
-                    if let Some(pid) = koid_arg(args, "process") {
+                    if let Some(pid) = read::names::koid_arg(args, "process") {
                         t.pid = Some(pid);
                     }
                 }
