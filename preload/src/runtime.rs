@@ -117,6 +117,10 @@ pub(crate) fn init() {
         // A Start the manager sent behind Initialize is served while connecting, on this
         // thread; a later one is waited for below.
         start_wait: options.start_wait,
+        // Started once the capture's events are open, so that the thread inherits them
+        // instead of having events of its own opened (and enabled, an IPI each) beside the
+        // loading thread's.
+        defer_control_thread: true,
         ..ProviderOptions::default()
     };
     if options.socket.as_ref().map_or(true, |s| s.is_empty()) {
@@ -128,7 +132,7 @@ pub(crate) fn init() {
     // A trace service there (`fxtrace daemon --socket PATH`) is followed as the default
     // ones are; a session manager (`fxtrace record`) gives its provider.
     let hook = session_hook(options.clone(), complaints.clone());
-    let provider = match fxtrace::provider::join_or_follow(&name, &provider_options, hook) {
+    let mut provider = match fxtrace::provider::join_or_follow(&name, &provider_options, hook) {
         Ok(Some(provider)) => provider,
         Ok(None) => {
             match fxtrace::provider::service_status() {
@@ -149,8 +153,12 @@ pub(crate) fn init() {
         // Only the program's own instrumentation misses the context; the capture goes on.
         log!("cannot install the trace context for instrumentation: {e}");
     }
+    let started = provider.state() == ProviderState::Started;
+    if !started && !start_control_thread(&mut provider) {
+        return;
+    }
     let waited = Instant::now();
-    if provider.state() == ProviderState::Started {
+    if started {
         // The usual case: the Start came behind Initialize and was served while connecting.
         log!("tracing started while registering");
     } else if options.start_wait.is_zero() {
@@ -190,6 +198,10 @@ pub(crate) fn init() {
         }
     }
     phases.mark("capture");
+    if !start_control_thread(&mut provider) {
+        return;
+    }
+    phases.mark("control thread");
     let pipes = (
         WakePipe::new("exit-flush request pipe"),
         WakePipe::new("exit-flush done pipe"),
@@ -232,6 +244,19 @@ pub(crate) fn init() {
     }
     phases.mark("flusher and hooks");
     log!("start: {phases}");
+}
+
+/// Start the provider's control thread (see `defer_control_thread` in [`init`]); false, said
+/// in the log, when it cannot start: the provider is dropped then (its session ends, the
+/// capture stops), as a provider whose `connect` could not start that thread never was.
+fn start_control_thread(provider: &mut Provider) -> bool {
+    match provider.start_control_thread() {
+        Ok(()) => true,
+        Err(e) => {
+            log!("not tracing: {e}");
+            false
+        }
+    }
 }
 
 /// Register with the trace service and, for each session of it that traces this process,

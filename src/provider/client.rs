@@ -353,6 +353,9 @@ pub struct Provider {
     shared: Arc<Shared>,
     waker: Arc<WakePipe>,
     thread: Option<JoinHandle<()>>,
+    /// The control connection while its thread is not started yet
+    /// ([`ProviderOptions::defer_control_thread`]).
+    deferred: Option<(ControlConn, ControlFd)>,
 }
 
 impl Provider {
@@ -466,26 +469,41 @@ impl Provider {
                     shared,
                     waker,
                     thread: None,
+                    deferred: None,
                 });
             }
         }
-        let thread = {
-            let shared = shared.clone();
-            let waker = waker.clone();
-            crate::helper_thread::spawn("fxtrace-provider", move || {
-                control_loop(&shared, conn, control, &waker)
-            })
-            .map_err(ProviderError::Thread)?
+        let mut provider = Provider {
+            shared,
+            waker,
+            thread: None,
+            deferred: Some((conn, control)),
         };
-        super::set_current(&shared);
+        if !options.defer_control_thread {
+            provider.start_control_thread()?;
+        }
+        super::set_current(&provider.shared);
         if options.exit_hook {
             install_exit_hook();
         }
-        Ok(Provider {
-            shared,
-            waker,
-            thread: Some(thread),
+        Ok(provider)
+    }
+
+    /// Start the control thread that [`ProviderOptions::defer_control_thread`] left
+    /// unstarted (nothing to do when it runs, or the session ended while connecting).
+    /// Whoever waits on the provider's state ([`Self::wait_started`], …) needs it running.
+    pub fn start_control_thread(&mut self) -> Result<(), ProviderError> {
+        let Some((conn, control)) = self.deferred.take() else {
+            return Ok(());
+        };
+        let shared = self.shared.clone();
+        let waker = self.waker.clone();
+        let thread = crate::helper_thread::spawn("fxtrace-provider", move || {
+            control_loop(&shared, conn, control, &waker)
         })
+        .map_err(ProviderError::Thread)?;
+        self.thread = Some(thread);
+        Ok(())
     }
 
     /// The engine context over the shared buffer: install it as the process's current context,
@@ -642,6 +660,12 @@ impl Drop for Provider {
         let _ = global::uninstall_if(&self.shared.context);
         // ATOMICS: see `Shared::closing`.
         self.shared.closing.store(true, Ordering::Release);
+        if let Some((conn, control)) = self.deferred.take() {
+            // The control thread never started: its work at the end is done here.
+            self.shared.stop(self.shared.stop_timeout, false);
+            self.shared.end("the provider was shut down".to_owned());
+            fd_guard::drop_if_ours(conn, control.fd, &control.identity);
+        }
         match self.waker.wake() {
             Ok(()) => {
                 if let Some(thread) = self.thread.take() {

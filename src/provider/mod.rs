@@ -108,6 +108,12 @@ pub struct ProviderOptions {
     /// first events are recorded: it looks for it for at most this long (and at most 10 ms).
     /// Zero: only a Start already there is served so; a later one by the provider's thread.
     pub start_wait: Duration,
+    /// Leave the control thread (which reads the manager's messages) to
+    /// [`Provider::start_control_thread`] instead of starting it in `connect`: a caller that
+    /// opens per-thread perf events with `inherit` next (the preload object's capture) has
+    /// the thread inherit them rather than open its own. Until it starts, nothing reads the
+    /// manager's messages (a Start behind Initialize was served by `connect` already).
+    pub defer_control_thread: bool,
 }
 
 impl Default for ProviderOptions {
@@ -122,6 +128,7 @@ impl Default for ProviderOptions {
             known_categories: Vec::new(),
             accept_manager_clock: true,
             start_wait: DEFAULT_START_WAIT,
+            defer_control_thread: false,
         }
     }
 }

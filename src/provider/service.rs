@@ -238,6 +238,8 @@ pub fn join_or_follow(
     };
     let options = ProviderOptions {
         exit_hook: true,
+        // The sessions' providers are served here, each with its thread from the start.
+        defer_control_thread: false,
         ..options.clone()
     };
     let shared = start_following(name, &options, on_session, vec![path], first)?;
