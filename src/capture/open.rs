@@ -327,10 +327,15 @@ fn sched_tracepoints(
         TracefsChoice::Auto { may_mount } => Tracefs::open(*may_mount, perms.root),
     };
     let tracefs = tracefs.map_err(|e| e.to_string())?;
+    // The format file names the id too (`ID:`): the `id` file only where it does not.
     let read = |name| {
-        tracefs
-            .tracepoint_id("sched", name)
-            .and_then(|id| Ok((id, tracefs.tracepoint_format("sched", name)?)))
+        tracefs.tracepoint_format("sched", name).and_then(|format| {
+            let id = match format.id {
+                Some(id) => id,
+                None => tracefs.tracepoint_id("sched", name)?,
+            };
+            Ok((id, format))
+        })
     };
     let mut first_error = None;
     for &name in names {

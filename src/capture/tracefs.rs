@@ -213,7 +213,7 @@ impl Tracefs {
     /// `events/<system>/<event>/id`.
     pub fn tracepoint_id(&self, system: &str, event: &str) -> Result<u64, TracefsError> {
         let path = self.event_dir(system, event).join("id");
-        let text = fs::read_to_string(&path).map_err(|source| TracefsError::Read {
+        let text = read_text(&path).map_err(|source| TracefsError::Read {
             path: path.clone(),
             source,
         })?;
@@ -230,12 +230,39 @@ impl Tracefs {
         event: &str,
     ) -> Result<TracepointFormat, TracefsError> {
         let path = self.event_dir(system, event).join("format");
-        let text = fs::read_to_string(&path).map_err(|source| TracefsError::Read {
+        let text = read_text(&path).map_err(|source| TracefsError::Read {
             path: path.clone(),
             source,
         })?;
         TracepointFormat::parse(&text).map_err(|source| TracefsError::Format { path, source })
     }
+}
+
+/// A tracefs file's text, read in one go: tracefs reports a size of 0, with which
+/// `fs::read_to_string` asks for the size (`statx`) and then reads in growing steps from 32
+/// bytes (seven reads for a `format` file, each regenerating the text). Every traced process
+/// under `--preload` reads one at its start.
+fn read_text(path: &Path) -> io::Result<String> {
+    use io::Read;
+    let mut file = fs::File::open(path)?;
+    let mut bytes = Vec::with_capacity(8192);
+    loop {
+        if bytes.len() == bytes.capacity() {
+            bytes.reserve(bytes.capacity());
+        }
+        let start = bytes.len();
+        bytes.resize(bytes.capacity(), 0);
+        match file.read(&mut bytes[start..]) {
+            Ok(0) => {
+                bytes.truncate(start);
+                break;
+            }
+            Ok(n) => bytes.truncate(start + n),
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => bytes.truncate(start),
+            Err(e) => return Err(e),
+        }
+    }
+    String::from_utf8(bytes).map_err(|e| io::Error::new(io::ErrorKind::InvalidData, e.utf8_error()))
 }
 
 #[cfg(test)]
@@ -277,6 +304,25 @@ mod tests {
             t.tracepoint_id("sched", "sched_switch"),
             Err(TracefsError::BadId { .. })
         ));
+    }
+
+    #[test]
+    fn a_file_is_read_whole_past_the_first_buffer() {
+        // Longer than the first 8 KiB read, not a multiple of it, multi-byte characters
+        // across the boundary.
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("format");
+        let text: String = (0..3000).map(|i| format!("{i}é\n")).collect();
+        assert!(text.len() > 2 * 8192);
+        fs::write(&path, &text).unwrap();
+        assert_eq!(read_text(&path).unwrap(), text);
+        fs::write(&path, "").unwrap();
+        assert_eq!(read_text(&path).unwrap(), "");
+        fs::write(&path, [0xff, 0xfe]).unwrap();
+        assert_eq!(
+            read_text(&path).unwrap_err().kind(),
+            io::ErrorKind::InvalidData
+        );
     }
 
     #[test]
