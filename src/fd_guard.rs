@@ -141,6 +141,33 @@ impl FdIdentity {
         Ok(id)
     }
 
+    /// The identity of `fd`, a perf event descriptor its caller has just had from
+    /// `perf_event_open`: what [`Self::of`] finds for one, without asking `/proc` for the
+    /// kind it knows (a `readlink` per event at every capture's start).
+    pub fn of_perf_event(fd: BorrowedFd<'_>) -> io::Result<Self> {
+        let fd = fd.as_raw_fd();
+        // SAFETY: as in `of_raw`.
+        let mut st: libc::stat = unsafe { std::mem::zeroed() };
+        // SAFETY: `st` is a valid out-pointer for the call.
+        if unsafe { libc::fstat(fd, &mut st) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
+        let mut kind = [0; KIND_LEN];
+        kind[..PERF_EVENT_KIND.len()].copy_from_slice(PERF_EVENT_KIND);
+        let mut event_id = 0u64;
+        // SAFETY: the caller's number names a perf event, for which PERF_EVENT_IOC_ID only
+        // writes the event's id into `event_id`, a valid u64.
+        let ok = unsafe { perf_event_open_sys::ioctls::ID(fd, &mut event_id) } == 0;
+        Ok(Self {
+            dev: st.st_dev,
+            ino: st.st_ino,
+            rdev: st.st_rdev,
+            mode: st.st_mode,
+            kind,
+            object: if ok { event_id } else { u64::MAX },
+        })
+    }
+
     /// Whether the number `fd` still names this object. Async-signal-safe.
     pub fn check(&self, fd: RawFd) -> FdStatus {
         match Self::of_raw(fd) {
@@ -205,6 +232,17 @@ impl GuardedFd {
             fd: fd.into_raw_fd(),
             identity,
             what,
+        })
+    }
+
+    /// [`Self::new`] for a perf event descriptor just had from `perf_event_open`
+    /// ([`FdIdentity::of_perf_event`]).
+    pub fn perf_event(fd: OwnedFd) -> io::Result<Self> {
+        let identity = FdIdentity::of_perf_event(fd.as_fd())?;
+        Ok(Self {
+            fd: fd.into_raw_fd(),
+            identity,
+            what: "perf event",
         })
     }
 
@@ -451,6 +489,33 @@ mod tests {
         file.rewind().unwrap();
         file.read_to_string(&mut text).unwrap();
         text
+    }
+
+    #[test]
+    #[cfg(feature = "capture")]
+    fn a_perf_event_guarded_without_readlink_has_the_identity_a_check_finds() {
+        use crate::capture::sys::{RealSys, Sys};
+        use crate::capture::EventAttr;
+        // A software event any user may open on itself: the clock probe's dummy.
+        let attr = EventAttr::clock_probe();
+        let open = || RealSys.perf_event_open(&attr, 0, -1, None);
+        let (Ok(a), Ok(b)) = (open(), open()) else {
+            crate::test_support::skip(
+                crate::test_support::Requirement::Perf,
+                "perf_event_open of a software event on this process was refused",
+            );
+            return;
+        };
+        let quick = FdIdentity::of_perf_event(a.as_fd()).unwrap();
+        assert_eq!(quick, FdIdentity::of(a.as_fd()).unwrap());
+        assert_ne!(
+            quick,
+            FdIdentity::of(b.as_fd()).unwrap(),
+            "each event its own id"
+        );
+        let guard = RealSys.guard_event(a).unwrap();
+        assert_eq!(guard.status(), FdStatus::Ours);
+        assert_eq!(guard.identity(), quick);
     }
 
     #[test]

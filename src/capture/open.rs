@@ -165,7 +165,7 @@ impl Opener<'_> {
                     source,
                 })
             })?;
-        GuardedFd::new(fd, "perf event").map_err(|source| {
+        self.sys.guard_event(fd).map_err(|source| {
             OpenError::Fatal(CaptureError::System {
                 what: "fstat of a perf event descriptor".into(),
                 source,

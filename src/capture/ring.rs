@@ -308,7 +308,7 @@ impl PerfRing {
         let base = sys
             .mmap(fd.as_fd(), len)
             .map_err(|source| RingError::Map { len, source })?;
-        let fd = match GuardedFd::new(fd, "perf event") {
+        let fd = match sys.guard_event(fd) {
             Ok(fd) => fd,
             Err(e) => {
                 // SAFETY: the mapping was just made and nothing refers to it.

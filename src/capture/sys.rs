@@ -15,6 +15,7 @@ use std::ptr::NonNull;
 use perf_event_open_sys as pe;
 
 use super::attr::EventAttr;
+use crate::fd_guard::GuardedFd;
 
 /// The one errno helper: a syscall return of `-1` becomes [`io::Error::last_os_error`].
 ///
@@ -75,6 +76,13 @@ pub trait Sys: Send + Sync + fmt::Debug {
 
     /// The page size perf mappings are made of.
     fn page_size(&self) -> usize;
+
+    /// Own `fd`, a descriptor [`Sys::perf_event_open`] returned, checked before each use
+    /// ([`GuardedFd`]). The kernel's are perf events, whose kind need not be asked of `/proc`
+    /// ([`GuardedFd::perf_event`]); by default, the kind is read as for any descriptor.
+    fn guard_event(&self, fd: OwnedFd) -> io::Result<GuardedFd> {
+        GuardedFd::new(fd, "perf event")
+    }
 }
 
 /// The records perf event `fd` lost for want of room in its ring since it was opened
@@ -189,6 +197,10 @@ impl Sys for RealSys {
         // SAFETY: sysconf has no memory-safety preconditions.
         let size = unsafe { libc::sysconf(libc::_SC_PAGESIZE) };
         usize::try_from(size).unwrap_or(4096)
+    }
+
+    fn guard_event(&self, fd: OwnedFd) -> io::Result<GuardedFd> {
+        GuardedFd::perf_event(fd)
     }
 }
 
