@@ -381,6 +381,14 @@ fn start_capture(options: &Options, writer: &SharedWriter) -> Option<Capture> {
         wakeups: perms.allows(Need::RawTracepoint),
         sample_hz: options.sample_hz,
         wait_points: options.wait_points,
+        // The executable mappings (MMAP records, and `/proc/PID/maps` with each mapped
+        // file's build-id read by the capture thread at its start) only serve to symbolise
+        // the addresses of LBR branch stacks, CPU samples and wait points: without any (LBR
+        // cannot open without a hardware PMU, as in most VMs), a short process does not pay
+        // for them.
+        mmaps: (options.lbr && perms.hardware_pmu)
+            || options.sample_hz.is_some()
+            || options.wait_points,
         tracefs: TracefsChoice::Auto { may_mount: false },
         ..CaptureConfig::process(std::process::id())
     };
