@@ -198,6 +198,7 @@ static LAST_THREAD_KEY: AtomicU64 = AtomicU64::new(0);
 /// A number that identifies the calling thread among every thread the process ever ran (never
 /// 0, never reused: a thread's storage, and with it any address of it, is reused by the next
 /// thread once it exits): what per-thread data remembered elsewhere was valid for.
+#[cfg_attr(not(feature = "tracing"), allow(dead_code))] // Only the tracing layer asks.
 #[inline(always)]
 pub(crate) fn thread_key() -> u64 {
     let t = thread_state();

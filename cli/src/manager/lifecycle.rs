@@ -327,24 +327,27 @@ mod tests {
     }
 }
 
-/// The kernel's `sched_waking` probe, kept registered while the recorder holds this (a
-/// `sched:sched_waking` perf event of the recorder's own, never enabled: it records nothing).
+/// The kernel's probes of the tracepoints a preloaded capture opens (`sched_waking`,
+/// `sched_wakeup_new`, and `sched_switch` for wait points), kept registered while the recorder
+/// holds this: a perf event of the recorder's own on each, never enabled (it records nothing).
 ///
-/// Under `--preload` every traced process opens that tracepoint for its wake-ups. The first
-/// such event in the system registers the kernel's perf probe, which patches kernel text
-/// (about 13 ms on a 2-vCPU VM, 2026-11-29), and the last one to close unregisters it again:
-/// without a holder, a command whose processes come and go one after another (a script run
-/// by an untraced parent, or a chain of `exec`s) pays that twice per process. Held for the
-/// whole recording, each traced process's open is only its own.
+/// Under `--preload` every traced process opens those tracepoints. The first perf event on a
+/// tracepoint in the system registers the kernel's perf probe, which patches kernel text
+/// (about 13 ms on a 2-vCPU VM, 2026-11-29), and the last one to close unregisters it again
+/// (`tracepoint_synchronize_unregister`, 40–54 ms there): without a holder, a command whose
+/// processes come and go one after another (a script run by an untraced or static parent, or a
+/// chain of `exec`s) pays that per process and per tracepoint. Held for the whole recording,
+/// each traced process's open is only its own.
 #[derive(Debug)]
-pub struct WakingProbeHold {
-    _event: std::os::fd::OwnedFd,
+pub struct ProbeHold {
+    _events: Vec<std::os::fd::OwnedFd>,
 }
 
-impl WakingProbeHold {
-    /// Open the event, or `None` where the recorder may not (it then only costs the traced
-    /// processes what it would have without it; their own capture says what it could open).
-    pub fn open() -> Option<Self> {
+impl ProbeHold {
+    /// Open the events (`sched_switch` too when `wait_points`), or `None` where the recorder
+    /// may open none (it then only costs the traced processes what it would have without it;
+    /// their own capture says what it could open).
+    pub fn open(wait_points: bool) -> Option<Self> {
         use fxtrace::capture::sys::{RealSys, Sys};
         use fxtrace::capture::{EventAttr, Need, PerfPermissions};
         let perms = PerfPermissions::read();
@@ -352,14 +355,31 @@ impl WakingProbeHold {
             return None;
         }
         let tracefs = fxtrace::capture::tracefs::Tracefs::open(false, perms.root).ok()?;
-        let id = ["sched_waking", "sched_wakeup"]
-            .iter()
-            .find_map(|name| tracefs.tracepoint_id("sched", name).ok())?;
+        let id = |names: &[&str]| {
+            names
+                .iter()
+                .find_map(|name| tracefs.tracepoint_id("sched", name).ok())
+        };
+        let mut ids = vec![
+            id(&["sched_waking", "sched_wakeup"]),
+            id(&["sched_wakeup_new"]),
+        ];
+        if wait_points {
+            ids.push(id(&["sched_switch"]));
+        }
         // Disabled (as every attribute built there starts), on this process, any CPU: no ring.
-        let attr =
-            EventAttr::sched_waking_tracepoint(id, fxtrace::capture::time::PerfClock::PerfDefault)
+        let events: Vec<_> = ids
+            .into_iter()
+            .flatten()
+            .filter_map(|id| {
+                let attr = EventAttr::sched_waking_tracepoint(
+                    id,
+                    fxtrace::capture::time::PerfClock::PerfDefault,
+                )
                 .without_lost_count();
-        let event = RealSys.perf_event_open(&attr, 0, -1, None).ok()?;
-        Some(Self { _event: event })
+                RealSys.perf_event_open(&attr, 0, -1, None).ok()
+            })
+            .collect();
+        (!events.is_empty()).then_some(Self { _events: events })
     }
 }

@@ -440,8 +440,8 @@ pub struct Recorder {
     output: OutputFile,
     /// The descriptor limit raised for the manager; the command gets the one before.
     descriptors: lifecycle::DescriptorLimit,
-    /// Held while a command runs under `--preload` (see [`lifecycle::WakingProbeHold`]).
-    waking_probe: Option<lifecycle::WakingProbeHold>,
+    /// Held while a command runs under `--preload` (see [`lifecycle::ProbeHold`]).
+    probes: Option<lifecycle::ProbeHold>,
     /// The command was given the terminal (see [`lifecycle::prepare_command`]).
     gave_terminal: bool,
     /// The log lines of the manager's events.
@@ -567,6 +567,8 @@ impl Recorder {
         // MAX_PROVIDERS; the command gets its own limit back.
         let descriptors = lifecycle::raise_descriptor_limit();
         let max_providers = descriptors.providers(MAX_PROVIDERS);
+        // Half of them at most kept for the command where descriptors are few: never all.
+        let reserved = DEFAULT_RESERVED_FOR_TRACED.min(max_providers / 2);
         let manager_config = ManagerConfig {
             listener: config.listener,
             session: SessionConfig {
@@ -578,7 +580,8 @@ impl Recorder {
             },
             output_name: config.output.display().to_string(),
             max_providers,
-            max_per_uid: max_providers.saturating_sub(DEFAULT_RESERVED_FOR_TRACED),
+            max_per_uid: max_providers - reserved,
+            reserved_for_traced: reserved,
             ..ManagerConfig::new(socket_path)
         };
         let mut manager = Manager::new(manager_config, Box::new(output))?;
@@ -601,7 +604,7 @@ impl Recorder {
             progress: None,
             output: out_file,
             descriptors,
-            waking_probe: None,
+            probes: None,
             gave_terminal: false,
             lines: EventLines::new(),
             successions: Successions::default(),
@@ -897,7 +900,13 @@ impl Recorder {
             && !self.config.env.iter().any(captures)
             && std::env::var_os("FXTRACE_PRELOAD_CAPTURE").map_or(true, |v| v != "none")
         {
-            self.waking_probe = lifecycle::WakingProbeHold::open();
+            let wait_points = |(k, v): &(OsString, OsString)| {
+                k == "FXTRACE_PRELOAD_WAIT_POINTS" && v != "0" && !v.is_empty()
+            };
+            let wait_points = self.config.env.iter().any(wait_points)
+                || std::env::var_os("FXTRACE_PRELOAD_WAIT_POINTS")
+                    .is_some_and(|v| v != "0" && !v.is_empty());
+            self.probes = lifecycle::ProbeHold::open(wait_points);
         }
         let mut command = std::process::Command::new(program);
         self.gave_terminal = lifecycle::terminal_is_ours();
