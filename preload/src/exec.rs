@@ -66,7 +66,7 @@ fn before_exec(will_run: impl FnOnce() -> bool) {
     if !hooks::armed_here() || !will_run() {
         return;
     }
-    let flushed = hooks::flush_and_wait();
+    let flushed = hooks::flush_and_wait(hooks::Ending::Exec);
     log!(
         "flush at exec {}",
         if flushed { "done" } else { "timed out" }
@@ -88,7 +88,7 @@ type Exit = unsafe extern "C" fn(c_int) -> !;
 /// else the `exit_group` system call.
 fn flush_then_exit(name: &CStr, status: c_int) -> ! {
     if hooks::armed_here() {
-        hooks::flush_and_wait();
+        hooks::flush_and_wait(hooks::Ending::Exit);
     }
     if let Some(f) = next(name) {
         // SAFETY: libc's `_exit`/`_Exit` has this signature and does not return.

@@ -29,9 +29,11 @@
 //! eventfds are inherited). Every hook also compares `getpid()` with the pid that armed it,
 //! which covers children made without `pthread_atfork` handlers (`vfork`, raw `clone`). The
 //! child stays silent; if it calls `exec`, the new image loads the preload object again
-//! (`LD_PRELOAD` is inherited) and registers as a provider of its own. Until then its context
-//! switches still appear in the parent's trace, with its pid, since the per-process perf
-//! events are inherited by child tasks.
+//! (`LD_PRELOAD` is inherited) and registers as a provider of its own. Its context switches
+//! also appear in the parent's trace, with its pid, before the exec and after it: the
+//! per-process perf events are inherited by child tasks and stay on them across an exec (so a
+//! preloaded child of a preloaded parent has its switches in both providers; a child whose new
+//! image does not load the object, static or setuid, has them only there).
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};
@@ -77,6 +79,12 @@ static ARMED: AtomicBool = AtomicBool::new(false);
 /// ATOMICS: `Relaxed` swap: a claim, nothing is published through it (the eventfd carries
 /// the request).
 static REQUESTED: AtomicBool = AtomicBool::new(false);
+/// Rules: set by the hook whose request was the first when it came from an `exec` (which can
+/// fail and leave the program running), before it wakes the flusher.
+/// ATOMICS: `Relaxed`: the flusher reads it after the request's wake-up (a write and a read
+/// of the request descriptor, system calls, in between); a reader that missed it would only
+/// leave the kernel the events of an exec that fails.
+static BY_EXEC: AtomicBool = AtomicBool::new(false);
 
 /// The signals whose default action the opt-in handler takes over (only when left at
 /// `SIG_DFL`).
@@ -173,9 +181,19 @@ fn wait_readable(fd: RawFd, timeout_ms: u64) -> bool {
 /// How long one wait of a hook lasts before it looks at [`FLUSHED`] and the done pipe again.
 const WAIT_SLICE_MS: u64 = 10;
 
+/// How the process's image ends, as a hook sees it.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub(crate) enum Ending {
+    /// Exit, or a terminating signal: the kernel tears the capture's events down with it.
+    Exit,
+    /// An `exec`, which can still fail and leave the program running: the capture closes
+    /// its events itself.
+    Exec,
+}
+
 /// Request the flush (once per process) and wait for it, bounded. Async-signal-safe.
 /// Returns whether the flusher finished in time (false also when not armed here).
-pub(crate) fn flush_and_wait() -> bool {
+pub(crate) fn flush_and_wait(ending: Ending) -> bool {
     if !armed_here() {
         return false;
     }
@@ -185,13 +203,19 @@ pub(crate) fn flush_and_wait() -> bool {
     // ATOMICS: published by `ARMED` (see the statics); `REQUESTED` is a claim.
     let ms = FLUSH_MS.load(Ordering::Relaxed);
     if !REQUESTED.swap(true, Ordering::Relaxed) {
+        // ATOMICS: see `BY_EXEC`.
+        BY_EXEC.store(ending == Ending::Exec, Ordering::Relaxed);
         // A request pipe the program took gets no byte: the flusher notices the loss (and
         // the request) by itself within SESSION_CHECK.
         let _ = fd_guard::wake_raw(fds.request.0, &fds.request.1);
         if let Some(capture) = CAPTURE_STOPPER.get() {
-            // The image ends (exit, exec, a terminating signal): the kernel tears the
-            // capture's events down with it.
-            capture.request_at_exit();
+            match ending {
+                // The kernel tears the capture's events down with the process.
+                Ending::Exit => capture.request_at_exit(),
+                // An exec that fails (ENOEXEC, E2BIG, …) leaves the program running: its
+                // events must not stay enabled, writing into rings nobody reads.
+                Ending::Exec => capture.request(),
+            }
         }
     }
     let deadline = now_ms().saturating_add(ms);
@@ -227,6 +251,13 @@ pub(crate) fn flush_requested() -> bool {
     REQUESTED.load(Ordering::Relaxed)
 }
 
+/// Whether a flush was requested by an exit or a terminating signal (not an `exec`, which can
+/// fail): the image ends, the kernel tears the capture's events down with it.
+pub(crate) fn flush_requested_at_exit() -> bool {
+    // ATOMICS: see `REQUESTED` and `BY_EXEC`.
+    flush_requested() && !BY_EXEC.load(Ordering::Relaxed)
+}
+
 /// The flusher's side: wait for a request on `request` for at most `timeout`.
 pub(crate) fn wait_for_request(request: RawFd, timeout: Duration) -> bool {
     wait_readable(
@@ -248,7 +279,7 @@ pub(crate) fn flush_done(done: &WakePipe) {
 /// `atexit` hook: flush, bounded.
 extern "C" fn at_exit() {
     let started = std::time::Instant::now();
-    let in_time = flush_and_wait();
+    let in_time = flush_and_wait(Ending::Exit);
     // Logging allocates: fine at exit, but not in a forked child that never armed.
     if in_time || armed_here() {
         crate::log::log!(
@@ -289,7 +320,7 @@ pub(crate) fn install_at_fork() -> bool {
 extern "C" fn on_signal(signal: libc::c_int) {
     // SAFETY: errno is thread-local and always readable.
     let saved_errno = unsafe { *libc::__errno_location() };
-    flush_and_wait();
+    flush_and_wait(Ending::Exit);
     // SAFETY: a zeroed sigaction is a valid "SIG_DFL, no flags, empty mask"; sigaction,
     // sigemptyset, sigaddset, sigprocmask and raise are async-signal-safe and get valid
     // pointers to locals.
@@ -340,7 +371,7 @@ mod tests {
 
     #[test]
     fn unarmed_hooks_do_nothing_and_waits_are_bounded() {
-        assert!(!flush_and_wait());
+        assert!(!flush_and_wait(Ending::Exit));
         let mut fds = [0; 2];
         // SAFETY: a valid 2-element array.
         assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);

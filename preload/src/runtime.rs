@@ -496,8 +496,10 @@ impl Runtime {
         }
         phases.mark("start wait");
         if let Some(capture) = capture {
-            if hooks::flush_requested() {
-                // A hook's flush: the image ends (see `CaptureStopper::request_at_exit`).
+            if hooks::flush_requested_at_exit() {
+                // A hook's flush at exit: the image ends (see
+                // `CaptureStopper::request_at_exit`). After an exec's, which may fail, the
+                // capture closes its events itself.
                 capture.stopper().request_at_exit();
             }
             if let Err(e) = capture.stop() {

@@ -15,6 +15,7 @@ mod support;
 
 mod c_api_example;
 mod exec;
+mod failed_exec;
 mod no_manager;
 mod own_engine;
 mod record;
