@@ -10,13 +10,15 @@
 //! find, map and relocate (0.08 ms of each short process's start, 2026-11-29). Its symbols
 //! stay local to the object (the cdylib's version script exports only fxtrace's), so a
 //! program's own unwinder (C++ exceptions) is untouched. Where the compiler driver does not
-//! know the archive, the object links `libgcc_s` as before.
+//! know the archive, or when cross-compiling (the host's `cc` would answer with the host's
+//! archive), the object links `libgcc_s` as before.
 
 fn main() {
     println!("cargo:rustc-cdylib-link-arg=-Wl,-z,nodelete");
     println!("cargo:rerun-if-changed=build.rs");
     println!("cargo:rerun-if-env-changed=CC");
-    if std::env::var("CARGO_CFG_TARGET_ENV").as_deref() == Ok("gnu") {
+    let native = std::env::var("HOST").ok() == std::env::var("TARGET").ok();
+    if native && std::env::var("CARGO_CFG_TARGET_ENV").as_deref() == Ok("gnu") {
         if let Some(dir) = libgcc_eh_dir() {
             // Before the `-lgcc_s` that std asks for, so the unwinder's symbols are defined
             // when the linker gets there (`--as-needed` then leaves it out).
