@@ -730,3 +730,54 @@ fn a_missing_switch_in_charges_no_time_the_thread_spent_on_another_cpu() {
         .unwrap();
     assert!(worker["on_cpu_ns"].as_u64().unwrap() <= 4_500, "{worker}");
 }
+
+/// Review (rev-read): a trace file that shrinks while a reader has it mapped (a user's file
+/// truncated under `sudo fxtrace report …`, a trace rewritten in place by another tool)
+/// kills the reader with SIGBUS: no message, exit 135, where damage should be named. The
+/// reading runs in a child process (this test run again) so that the signal fails only it.
+#[test]
+fn a_trace_truncated_while_mapped_is_damage_not_a_bus_error() {
+    const CHILD: &str = "FXTRACE_REV_READ_TRUNCATE_CHILD";
+    let name = "reports::a_trace_truncated_while_mapped_is_damage_not_a_bus_error";
+    if let Ok(path) = std::env::var(CHILD) {
+        struct Count(u64);
+        impl fxtrace_tools::read::Analysis for Count {
+            fn add(
+                &mut self,
+                _: &fxtrace_format::RecordHead,
+                _: &fxtrace_format::Decoded<'_>,
+            ) -> std::io::Result<()> {
+                self.0 += 1;
+                Ok(())
+            }
+        }
+        let mut input = fxtrace_tools::read::Input::open(Path::new(&path)).unwrap();
+        // Another process truncates the file (at a page boundary, mid-records) once mapped.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(64 << 10)
+            .unwrap();
+        let outcome = fxtrace_tools::read::read(&mut input, &mut Count(0)).unwrap();
+        assert!(outcome.damaged(), "{outcome:?}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = RecordWriter::with_magic();
+    for i in 0..20_000 {
+        span(&mut w, WORKER, "batch", i * 10, i * 10 + 5, &[]);
+    }
+    let trace = write(dir.path(), "t.fxt", &w.to_bytes());
+    let status = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(CHILD, &trace)
+        .status()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert!(
+        status.success(),
+        "the reader of a truncated trace ended with {status:?} (signal {:?})",
+        status.signal()
+    );
+}
