@@ -781,3 +781,27 @@ fn a_trace_truncated_while_mapped_is_damage_not_a_bus_error() {
         status.signal()
     );
 }
+
+/// Review (rev-read): the worker is switched in at 500 (after a sleep) and still runs when the trace ends
+/// (recording stopped, `--duration`): a span of 1 000..2 000 on it ran on its CPU the whole
+/// time, as the switch in says, not "not covered by switches".
+#[test]
+fn a_span_of_a_thread_still_running_at_the_trace_end_is_on_cpu() {
+    let mut w = RecordWriter::with_magic();
+    name_thread(&mut w, WORKER, "worker");
+    span(&mut w, WORKER, "batch", 1_000, 2_000, &[]);
+    switch(&mut w, 300, 0, IDLE, ThreadState::Blocked, WORKER);
+    switch(&mut w, 400, 0, WORKER, ThreadState::Blocked, IDLE);
+    switch(&mut w, 500, 0, IDLE, ThreadState::Blocked, WORKER);
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write(dir.path(), "t.fxt", &w.to_bytes());
+    let rows = json_lines(&fxtrace(&[
+        "report",
+        "spans",
+        trace.to_str().unwrap(),
+        "--json",
+    ]));
+    let slow = rows.iter().find(|r| r["type"] == "span").unwrap();
+    assert_eq!(slow["cpu"]["on_cpu_ns"], 1_000, "{slow}");
+    assert_eq!(slow["cpu"]["not_covered_ns"], 0, "{slow}");
+}
