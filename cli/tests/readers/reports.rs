@@ -805,3 +805,20 @@ fn a_span_of_a_thread_still_running_at_the_trace_end_is_on_cpu() {
     assert_eq!(slow["cpu"]["on_cpu_ns"], 1_000, "{slow}");
     assert_eq!(slow["cpu"]["not_covered_ns"], 0, "{slow}");
 }
+
+/// Review (rev-read): `dump --pid` keeps "a switch of either thread's": the worker's process
+/// (10) has its thread's six switches, written by tid as `--wait-points` writes them (the
+/// thread's process is known from its kernel object), as `--tid 11` keeps them.
+#[test]
+fn dump_by_process_keeps_its_threads_switches_written_by_tid() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write(dir.path(), "t.fxt", &wait_point_trace());
+    let switches = |args: &[&str]| {
+        dumped(&trace, args)
+            .into_iter()
+            .filter(|(t, _)| t == "sched_context_switch")
+            .count()
+    };
+    assert_eq!(switches(&["--tid", "11"]), 6);
+    assert_eq!(switches(&["--pid", "10"]), 6);
+}
