@@ -822,3 +822,52 @@ fn dump_by_process_keeps_its_threads_switches_written_by_tid() {
     assert_eq!(switches(&["--tid", "11"]), 6);
     assert_eq!(switches(&["--pid", "10"]), 6);
 }
+
+/// Review (rev-read): the same switch from a second source (`--preload` beside `-a`), read
+/// after newer switches of its CPU, is left out of the timeline ("older than the last one
+/// read on their CPU"), but `report spans` still takes it as the worker leaving CPU 1 at 50:
+/// `late`'s slice of CPU 1 (400..800), while the worker runs on CPU 0 (300..1 000), is
+/// counted as having run instead of it. Who ran instead cannot exceed the time off the CPUs.
+#[test]
+fn a_switch_left_out_as_out_of_order_does_not_count_who_ran_instead() {
+    let late = ThreadRef::Inline { pid: 30, tid: 31 };
+    let mut w = RecordWriter::with_magic();
+    name_thread(&mut w, WORKER, "worker");
+    name_thread(&mut w, OTHER, "backup");
+    name_thread(&mut w, HOLDER, "holder");
+    span(&mut w, WORKER, "batch", 0, 1_000, &[]);
+    switch(&mut w, 0, 1, IDLE, ThreadState::Blocked, WORKER);
+    switch(&mut w, 50, 1, WORKER, ThreadState::Blocked, OTHER);
+    switch(&mut w, 100, 0, IDLE, ThreadState::Blocked, HOLDER);
+    switch(&mut w, 300, 0, HOLDER, ThreadState::Blocked, WORKER);
+    switch(&mut w, 400, 1, OTHER, ThreadState::Blocked, late);
+    // The second source's copy of the switch at 50.
+    switch(&mut w, 50, 1, WORKER, ThreadState::Blocked, OTHER);
+    switch(&mut w, 800, 1, late, ThreadState::Blocked, IDLE);
+    switch(&mut w, 1_000, 0, WORKER, ThreadState::Blocked, IDLE);
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write(dir.path(), "t.fxt", &w.to_bytes());
+    let rows = json_lines(&fxtrace(&[
+        "report",
+        "spans",
+        trace.to_str().unwrap(),
+        "--json",
+    ]));
+    let slow = rows.iter().find(|r| r["type"] == "span").unwrap();
+    let cpu = &slow["cpu"];
+    let off = ["runnable_ns", "sleeping_ns", "uninterruptible_ns"]
+        .iter()
+        .map(|k| cpu[k].as_u64().unwrap())
+        .sum::<u64>();
+    let instead: u64 = cpu["ran_instead"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["ns"].as_u64().unwrap())
+        .sum();
+    assert_eq!(off, 250, "{slow}");
+    assert!(
+        instead <= off,
+        "ran instead {instead} ns of {off} off: {slow}"
+    );
+}
