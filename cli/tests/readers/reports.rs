@@ -871,3 +871,34 @@ fn a_switch_left_out_as_out_of_order_does_not_count_who_ran_instead() {
         "ran instead {instead} ns of {off} off: {slow}"
     );
 }
+
+/// Review (rev-read): `report sched --json` says what the text says of the switches missing:
+/// the text's note on 2 switches naming another thread than the one running is not in the
+/// JSON (nor those on switches left out and threads beyond the bounds).
+#[test]
+fn sched_json_notes_the_switches_missing_as_the_text_does() {
+    let late = ThreadRef::Inline { pid: 30, tid: 31 };
+    let mut w = RecordWriter::with_magic();
+    switch(&mut w, 1_000, 0, IDLE, ThreadState::Blocked, WORKER);
+    switch(&mut w, 1_000, 1, OTHER, ThreadState::Blocked, IDLE);
+    switch(&mut w, 2_000, 0, WORKER, ThreadState::Running, HOLDER);
+    switch(&mut w, 3_000, 1, late, ThreadState::Blocked, IDLE);
+    switch(&mut w, 6_000, 0, OTHER, ThreadState::Blocked, IDLE);
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write(dir.path(), "t.fxt", &w.to_bytes());
+    let file = trace.to_str().unwrap();
+    let stdout = text(&fxtrace(&["report", "sched", file]).stdout);
+    assert!(
+        stdout.contains("2 switch(es) named an outgoing thread"),
+        "{stdout}"
+    );
+    let rows = json_lines(&fxtrace(&["report", "sched", file, "--json"]));
+    assert!(
+        rows.iter().any(|r| r["type"] == "note"
+            && r["text"]
+                .as_str()
+                .unwrap()
+                .contains("2 switch(es) named an outgoing thread")),
+        "{rows:?}"
+    );
+}
