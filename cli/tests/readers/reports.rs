@@ -902,3 +902,37 @@ fn sched_json_notes_the_switches_missing_as_the_text_does() {
         "{rows:?}"
     );
 }
+
+/// Review (rev-read): a long system-wide trace (a parallel build) names more than 65 536
+/// threads; the names table keeps the first 65 536, and a thread named after them has no
+/// process: `report sched --pid` leaves its row out, its sleeps are no stall, and no note
+/// says anything was dropped.
+#[test]
+fn sched_by_process_keeps_a_thread_seen_after_65536_others() {
+    let mut w = RecordWriter::with_magic();
+    for i in 0..65_536u64 {
+        name_thread(
+            &mut w,
+            ThreadRef::Inline {
+                pid: 99,
+                tid: 100_000 + i,
+            },
+            "cc1",
+        );
+    }
+    name_thread(&mut w, WORKER, "worker");
+    switch(&mut w, 1_000, 0, IDLE, ThreadState::Blocked, WORKER);
+    switch(&mut w, 2_000, 0, WORKER, ThreadState::Blocked, IDLE);
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write(dir.path(), "t.fxt", &w.to_bytes());
+    let file = trace.to_str().unwrap();
+    let out = fxtrace(&["report", "sched", file, "--pid", "10", "--json"]);
+    let rows = json_lines(&out);
+    assert!(
+        rows.iter().any(|r| r["type"] == "thread" && r["tid"] == 11)
+            || rows
+                .iter()
+                .any(|r| r["type"] == "note" && r["text"].as_str().unwrap().contains("beyond")),
+        "worker's row left out, and no note: {rows:?}"
+    );
+}
