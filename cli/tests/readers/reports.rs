@@ -936,3 +936,29 @@ fn sched_by_process_keeps_a_thread_seen_after_65536_others() {
         "worker's row left out, and no note: {rows:?}"
     );
 }
+
+/// Review (rev-read): `--top` is a `usize`; `report sched` multiplies it by the candidates
+/// kept per stall (sched.rs: `top * STALL_CANDIDATES`): 2^62 wraps to 0 in a release build
+/// (the stalls vanish) and panics in a debug one. A large `--top` means "all of them".
+#[test]
+fn sched_with_a_huge_top_still_lists_the_stall() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write(dir.path(), "t.fxt", &stall_trace());
+    let file = trace.to_str().unwrap();
+    let out = fxtrace(&[
+        "report",
+        "sched",
+        file,
+        "--min-stall",
+        "1us",
+        "--top",
+        "4611686018427387904",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        json_lines(&out).iter().any(|r| r["type"] == "stall"),
+        "{}",
+        text(&out.stdout)
+    );
+}
