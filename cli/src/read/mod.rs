@@ -36,10 +36,10 @@ pub mod wall;
 use std::io::{self, Read, Write};
 
 use fxtrace_format::{
-    DecodeError, Decoded, Decoder, RecordHead, SkipCounts, StreamDecoder, Visitor,
+    DecodeError, DecodeErrorKind, Decoded, Decoder, RecordHead, SkipCounts, StreamDecoder, Visitor,
 };
 
-pub use input::{input_name, Input, MappedReader, Mapping, OpenError, Source};
+pub use input::{input_name, name_bus_errors, Input, MappedReader, Mapping, OpenError, Source};
 
 /// What a reader computes from a trace, record by record.
 pub trait Analysis {
@@ -220,8 +220,27 @@ fn read_mapped(
         Decoder::new(bytes)
     };
     let mut error = None;
-    let (mut release_at, mut release_resolved) = (RELEASE_EVERY, RELEASE_EVERY);
-    while let Some(head) = decoder.next_head() {
+    // The first part's give-back and length check come before its first record.
+    let (mut release_at, mut release_resolved) = (0, 0);
+    loop {
+        let (at, resolved) = (decoder.offset(), decoder.table_bytes_resolved());
+        if at >= release_at || resolved >= release_resolved {
+            map.release_before(at as usize);
+            release_at = at + RELEASE_EVERY;
+            release_resolved = resolved + RELEASE_EVERY;
+            // A file that shrank since it was mapped raises SIGBUS on the pages it lost:
+            // reading stops before the next part, as damage.
+            if let Err(e) = map.check_length() {
+                error = Some(DecodeError {
+                    offset: at,
+                    kind: DecodeErrorKind::Io(e),
+                });
+                break;
+            }
+        }
+        let Some(head) = decoder.next_head() else {
+            break;
+        };
         let head = match head {
             Ok(head) => head,
             Err(e) => {
@@ -238,12 +257,6 @@ fn read_mapped(
                 }
                 None => {}
             }
-        }
-        let (at, resolved) = (decoder.offset(), decoder.table_bytes_resolved());
-        if at >= release_at || resolved >= release_resolved {
-            map.release_before(at as usize);
-            release_at = at + RELEASE_EVERY;
-            release_resolved = resolved + RELEASE_EVERY;
         }
     }
     map.release_before(bytes.len());
