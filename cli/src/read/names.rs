@@ -19,7 +19,7 @@ pub struct ThreadInfo {
 }
 
 /// Names of threads and processes.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Names {
     threads: BoundedMap<u64, ThreadInfo>,
     processes: BoundedMap<u64, String>,
