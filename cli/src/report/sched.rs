@@ -432,7 +432,8 @@ impl Follow<'_> {
             .map(|w| w.end.min(end).saturating_sub(w.start.max(start)))
             .sum();
         // Candidates: more than shown, ranked again once the second pass says who ran.
-        let top = self.options.top * STALL_CANDIDATES;
+        // A `--top` beyond memory means "all of them": saturate rather than wrap to 0.
+        let top = self.options.top.saturating_mul(STALL_CANDIDATES);
         if top == 0 {
             return;
         }
