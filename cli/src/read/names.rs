@@ -99,6 +99,12 @@ impl Names {
         }
     }
 
+    /// Threads and processes not kept because the table was full, counted per record that
+    /// named one (reports say so in a note).
+    pub fn refused(&self) -> u64 {
+        self.threads.refused() + self.processes.refused()
+    }
+
     /// Thread `tid`'s process, if known.
     pub fn pid(&self, tid: u64) -> Option<u64> {
         self.threads.get(&tid)?.pid
