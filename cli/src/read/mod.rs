@@ -219,28 +219,24 @@ fn read_mapped(
     } else {
         Decoder::new(bytes)
     };
+    // A file that shrank since it was mapped raises SIGBUS on the pages it lost: its length
+    // is checked before the first part and each next one, and reading stops there as damage.
+    let shrank = |e: io::Error, offset: u64| DecodeError {
+        offset,
+        kind: DecodeErrorKind::Io(e),
+    };
+    if let Err(e) = map.check_length() {
+        return Ok(Outcome {
+            name,
+            bytes_read: bytes.len() as u64,
+            bytes_decoded: 0,
+            skipped: SkipCounts::default(),
+            error: Some(shrank(e, 0)),
+        });
+    }
     let mut error = None;
-    // The first part's give-back and length check come before its first record.
-    let (mut release_at, mut release_resolved) = (0, 0);
-    loop {
-        let (at, resolved) = (decoder.offset(), decoder.table_bytes_resolved());
-        if at >= release_at || resolved >= release_resolved {
-            map.release_before(at as usize);
-            release_at = at + RELEASE_EVERY;
-            release_resolved = resolved + RELEASE_EVERY;
-            // A file that shrank since it was mapped raises SIGBUS on the pages it lost:
-            // reading stops before the next part, as damage.
-            if let Err(e) = map.check_length() {
-                error = Some(DecodeError {
-                    offset: at,
-                    kind: DecodeErrorKind::Io(e),
-                });
-                break;
-            }
-        }
-        let Some(head) = decoder.next_head() else {
-            break;
-        };
+    let (mut release_at, mut release_resolved) = (RELEASE_EVERY, RELEASE_EVERY);
+    while let Some(head) = decoder.next_head() {
         let head = match head {
             Ok(head) => head,
             Err(e) => {
@@ -256,6 +252,16 @@ fn read_mapped(
                     break;
                 }
                 None => {}
+            }
+        }
+        let (at, resolved) = (decoder.offset(), decoder.table_bytes_resolved());
+        if at >= release_at || resolved >= release_resolved {
+            map.release_before(at as usize);
+            release_at = at + RELEASE_EVERY;
+            release_resolved = resolved + RELEASE_EVERY;
+            if let Err(e) = map.check_length() {
+                error = Some(shrank(e, at));
+                break;
             }
         }
     }
