@@ -181,6 +181,8 @@ fn open_checked_log(path: &Path) -> Result<(MappedLog, FileHeader), LogRead> {
         .read_to_end(&mut head)
         .map_err(LogRead::Io)?;
     let header = FileHeader::parse(&head).map_err(LogRead::Header)?;
+    // A log truncated while mapped: a message and exit 1, not death by SIGBUS.
+    fxtrace_tools::read::name_bus_errors();
     let log = MappedLog::new(file, &head).map_err(LogRead::Io)?;
     Ok((log, header))
 }

@@ -33,11 +33,13 @@ impl From<ReadError> for CliError {
 
 /// Opens `arg` (`-`: standard input).
 pub(crate) fn open(arg: &Path) -> Result<Input, CliError> {
+    read::name_bus_errors();
     Ok(Input::open(arg)?)
 }
 
 /// Opens `arg` for a reader that reads it twice (a stream is saved to a temporary file).
 pub(crate) fn open_rereadable(arg: &Path) -> Result<Input, CliError> {
+    read::name_bus_errors();
     Ok(Input::open_rereadable(arg)?)
 }
 

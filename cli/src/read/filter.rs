@@ -6,9 +6,9 @@ use std::collections::BTreeSet;
 use std::fmt;
 use std::str::FromStr;
 
-use fxtrace_format::{
-    Decoded, DecodedArg, DecodedRecord, DecodedValue, EventType, RecordHead, RecordKind,
-};
+use fxtrace_format::{Decoded, DecodedRecord, EventType, RecordHead, RecordKind};
+
+use super::names::{koid_arg, Names};
 
 /// A shell-style pattern: `*` any run of characters, `?` one character, anything else
 /// itself.
@@ -189,6 +189,18 @@ pub struct Filter {
     /// The ids of the providers [`ProviderName::Name`] names, learnt from provider info
     /// records as the reading goes (empty at first).
     pub provider_ids: BTreeSet<u32>,
+    /// Each thread's process, learnt as the reading goes (empty at first).
+    pub learnt: Learnt,
+}
+
+/// What a [`Filter`] by process learns as the reading goes: each thread's process, from
+/// Thread and Kernel Object records and records that name both (a switch or wake-up written
+/// by tid alone is then judged by its thread's process).
+#[derive(Debug, Clone, Default)]
+pub struct Learnt {
+    names: Names,
+    /// The record whose head was judged last is decoded only to learn from.
+    learn_only: bool,
 }
 
 impl Filter {
@@ -210,8 +222,16 @@ impl Filter {
     }
 
     /// Whether the filters that need no decoding can keep the record; `false` means it is
-    /// not kept whatever it holds.
+    /// not kept whatever it holds. (A filter by process asks for the records that name a
+    /// thread's process even when it does not keep them: [`Filter::matches`] learns from them
+    /// and says `false`.)
     pub fn head(&mut self, head: &RecordHead) -> bool {
+        let keeps = self.head_keeps(head);
+        self.learnt.learn_only = !keeps && !self.pids.is_empty() && Names::wants(head);
+        keeps || self.learnt.learn_only
+    }
+
+    fn head_keeps(&mut self, head: &RecordHead) -> bool {
         if !self.types.is_empty() && !self.types.iter().any(|t| t.matches(head)) {
             return false;
         }
@@ -254,8 +274,14 @@ impl Filter {
                 return false;
             }
         }
+        if !self.pids.is_empty() {
+            self.learnt.names.add(&d.record);
+            if std::mem::take(&mut self.learnt.learn_only) {
+                return false;
+            }
+        }
         let who = Who::of(&d.record);
-        if !self.pids.is_empty() && !who.pids.iter().flatten().any(|p| self.pids.contains(p)) {
+        if !self.pids.is_empty() && !self.of_a_process(&who) {
             return false;
         }
         if !self.tids.is_empty() && !who.tids.iter().flatten().any(|t| self.tids.contains(t)) {
@@ -279,21 +305,26 @@ impl Filter {
     }
 }
 
+impl Filter {
+    /// Whether a record is of a process asked: by the processes it names, or by the
+    /// processes of the threads it names (as learnt so far).
+    fn of_a_process(&self, who: &Who<'_>) -> bool {
+        let named = who.pids.iter().flatten().copied();
+        let learnt = who
+            .tids
+            .iter()
+            .flatten()
+            .filter_map(|&t| self.learnt.names.pid(t));
+        named.chain(learnt).any(|p| self.pids.contains(&p))
+    }
+}
+
 /// What a record says of its process, thread, name and category.
 struct Who<'r> {
     pids: [Option<u64>; 2],
     tids: [Option<u64>; 2],
     name: Option<&'r str>,
     category: Option<&'r str>,
-}
-
-fn koid_arg(args: &[DecodedArg<'_>], name: &str) -> Option<u64> {
-    args.iter()
-        .find(|a| a.name == name)
-        .and_then(|a| match a.value {
-            DecodedValue::Koid(k) | DecodedValue::U64(k) => Some(k),
-            _ => None,
-        })
 }
 
 impl<'r> Who<'r> {

@@ -23,14 +23,17 @@ pub struct OpenError {
 pub struct Mapping {
     ptr: NonNull<u8>,
     len: usize,
+    /// The file (a duplicate descriptor), whose length [`Mapping::check_length`] reads.
+    file: File,
     /// Pages before this offset were given back (`MADV_DONTNEED`).
     released: std::cell::Cell<usize>,
 }
 
 impl Mapping {
-    /// Maps `file` (`len` bytes, at least one) read-only (the mapping outlives the
-    /// descriptor).
+    /// Maps `file` (`len` bytes, at least one) read-only (the mapping keeps a duplicate of
+    /// the descriptor, to see the file shrink).
     pub fn new(file: &File, len: usize) -> io::Result<Mapping> {
+        let file = file.try_clone()?;
         // SAFETY: a new read-only private mapping of a descriptor we own, at an address the
         // kernel chooses; nothing else refers to that range.
         let ptr = unsafe {
@@ -53,8 +56,24 @@ impl Mapping {
         Ok(Mapping {
             ptr: NonNull::new(ptr.cast()).ok_or_else(|| io::Error::other("mmap returned null"))?,
             len,
+            file,
             released: std::cell::Cell::new(0),
         })
+    }
+
+    /// Whether the file still holds every byte mapped (`fstat`): a file truncated while
+    /// mapped raises SIGBUS on the pages it lost, so a reader checks before each next part
+    /// of the mapping ([`super::RELEASE_EVERY`] bytes) and stops with this error instead.
+    pub fn check_length(&self) -> io::Result<()> {
+        let now = self.file.metadata()?.len();
+        if now < self.len as u64 {
+            return Err(io::Error::other(format!(
+                "the file shrank while being read ({} bytes when opened, {now} now): another \
+                 program truncated or rewrote it; read a copy once it is complete",
+                self.len
+            )));
+        }
+        Ok(())
     }
 
     /// The file's bytes.
@@ -62,8 +81,9 @@ impl Mapping {
         // SAFETY: `ptr` maps `len` readable bytes for the life of `self`. Pages given back by
         // `release_before` read again from the file when touched (a private read-only
         // mapping that was never written holds nothing of its own). A file truncated while
-        // mapped raises SIGBUS on the lost pages: fxtrace never truncates a trace it reads,
-        // and a trace still being written only grows.
+        // mapped raises SIGBUS on the lost pages: the readers call `check_length` before
+        // each next part, and the command line names a SIGBUS between a check and an access
+        // (`name_bus_errors`).
         unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), self.len) }
     }
 
@@ -107,6 +127,9 @@ pub struct MappedReader<'m> {
 
 impl Read for MappedReader<'_> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.pos == 0 {
+            self.map.check_length()?;
+        }
         let bytes = &self.map.bytes()[self.pos..];
         let n = bytes.len().min(buf.len());
         buf[..n].copy_from_slice(&bytes[..n]);
@@ -114,6 +137,7 @@ impl Read for MappedReader<'_> {
         if self.pos >= self.release_at {
             self.map.release_before(self.pos);
             self.release_at = self.pos + super::RELEASE_EVERY as usize;
+            self.map.check_length()?;
         }
         Ok(n)
     }
@@ -126,6 +150,37 @@ impl Drop for Mapping {
         unsafe {
             libc::munmap(self.ptr.as_ptr().cast(), self.len);
         }
+    }
+}
+
+/// Makes a SIGBUS (a mapped trace truncated between [`Mapping::check_length`] and the access
+/// to a page it lost) end the process with a one-line message and exit status 1 instead of a
+/// silent death by signal. For the command line's readers only (a library user's process has
+/// its own signal handling); installed once.
+pub fn name_bus_errors() {
+    static ONCE: std::sync::Once = std::sync::Once::new();
+    ONCE.call_once(|| {
+        // SAFETY: a zeroed sigaction is a valid value (empty mask, no flags); the handler
+        // installed calls only async-signal-safe functions (write, _exit).
+        unsafe {
+            let mut action: libc::sigaction = std::mem::zeroed();
+            action.sa_sigaction = on_bus_error as extern "C" fn(libc::c_int) as usize;
+            libc::sigemptyset(&mut action.sa_mask);
+            // A failure leaves the default action (death by SIGBUS): nothing worse.
+            libc::sigaction(libc::SIGBUS, &action, std::ptr::null_mut());
+        }
+    });
+}
+
+extern "C" fn on_bus_error(_: libc::c_int) {
+    const MESSAGE: &[u8] = b"fxtrace: error: an input file shrank while being read (another \
+        program truncated or rewrote it; SIGBUS on a page it lost): read a copy once it is \
+        complete\n";
+    // SAFETY: write(2) and _exit(2) are async-signal-safe; MESSAGE is a static buffer. A
+    // short or failed write loses only the message.
+    unsafe {
+        libc::write(2, MESSAGE.as_ptr().cast(), MESSAGE.len());
+        libc::_exit(1);
     }
 }
 

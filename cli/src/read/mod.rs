@@ -36,10 +36,10 @@ pub mod wall;
 use std::io::{self, Read, Write};
 
 use fxtrace_format::{
-    DecodeError, Decoded, Decoder, RecordHead, SkipCounts, StreamDecoder, Visitor,
+    DecodeError, DecodeErrorKind, Decoded, Decoder, RecordHead, SkipCounts, StreamDecoder, Visitor,
 };
 
-pub use input::{input_name, Input, MappedReader, Mapping, OpenError, Source};
+pub use input::{input_name, name_bus_errors, Input, MappedReader, Mapping, OpenError, Source};
 
 /// What a reader computes from a trace, record by record.
 pub trait Analysis {
@@ -219,6 +219,21 @@ fn read_mapped(
     } else {
         Decoder::new(bytes)
     };
+    // A file that shrank since it was mapped raises SIGBUS on the pages it lost: its length
+    // is checked before the first part and each next one, and reading stops there as damage.
+    let shrank = |e: io::Error, offset: u64| DecodeError {
+        offset,
+        kind: DecodeErrorKind::Io(e),
+    };
+    if let Err(e) = map.check_length() {
+        return Ok(Outcome {
+            name,
+            bytes_read: bytes.len() as u64,
+            bytes_decoded: 0,
+            skipped: SkipCounts::default(),
+            error: Some(shrank(e, 0)),
+        });
+    }
     let mut error = None;
     let (mut release_at, mut release_resolved) = (RELEASE_EVERY, RELEASE_EVERY);
     while let Some(head) = decoder.next_head() {
@@ -244,6 +259,10 @@ fn read_mapped(
             map.release_before(at as usize);
             release_at = at + RELEASE_EVERY;
             release_resolved = resolved + RELEASE_EVERY;
+            if let Err(e) = map.check_length() {
+                error = Some(shrank(e, at));
+                break;
+            }
         }
     }
     map.release_before(bytes.len());

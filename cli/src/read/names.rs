@@ -19,7 +19,7 @@ pub struct ThreadInfo {
 }
 
 /// Names of threads and processes.
-#[derive(Debug)]
+#[derive(Debug, Clone)]
 pub struct Names {
     threads: BoundedMap<u64, ThreadInfo>,
     processes: BoundedMap<u64, String>,
@@ -97,6 +97,12 @@ impl Names {
         } else if let Some(t) = self.threads.entry(tid) {
             t.pid = Some(pid);
         }
+    }
+
+    /// Threads and processes not kept because the table was full, counted per record that
+    /// named one (reports say so in a note).
+    pub fn refused(&self) -> u64 {
+        self.threads.refused() + self.processes.refused()
     }
 
     /// Thread `tid`'s process, if known.

@@ -137,6 +137,14 @@ pub struct Stall {
 }
 
 impl Stall {
+    /// The distinct threads asleep (a thread may have slept more than once in the window).
+    pub fn threads(&self) -> usize {
+        let mut tids: Vec<u64> = self.waiters.iter().map(|w| w.tid).collect();
+        tids.sort_unstable();
+        tids.dedup();
+        tids.len()
+    }
+
     /// The window's length, ns.
     pub fn duration_ns(&self) -> u64 {
         self.end.saturating_sub(self.start)
@@ -164,6 +172,8 @@ pub struct SchedReport {
     pub out_of_order: u64,
     /// Threads not followed (beyond the timeline's bound) or not given a row.
     pub threads_not_kept: u64,
+    /// Threads and processes the names table refused (beyond its bound), counted per record.
+    pub names_not_kept: u64,
     /// The trace's first timestamp, ns.
     pub origin_ns: u64,
     /// When the trace was taken, if it says.
@@ -205,6 +215,42 @@ impl SchedReport {
             );
         }
         lacks
+    }
+
+    /// What the report could not count, and why: one sentence each (the text prints them
+    /// after the stalls, the JSON as notes after [`SchedReport::lacks`]).
+    pub fn counted_notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        if self.mismatches > 0 {
+            notes.push(format!(
+                "{} switch(es) named an outgoing thread other than the one running (switch \
+                 records missing): each one's time since its CPU's previous switch went to the \
+                 thread it names, as perf sched timehist counts it",
+                self.mismatches
+            ));
+        }
+        if self.out_of_order > 0 {
+            notes.push(format!(
+                "{} switch(es) older than the last one read on their CPU were left out (the \
+                 same switches from a second source, such as --preload beside -a)",
+                self.out_of_order
+            ));
+        }
+        if self.threads_not_kept > 0 {
+            notes.push(format!(
+                "threads beyond the report's bounds were counted together ({} times)",
+                self.threads_not_kept
+            ));
+        }
+        if self.names_not_kept > 0 {
+            notes.push(format!(
+                "threads or processes beyond the names table's bound ({}) were not named \
+                 ({} times): their process is unknown, so --pid and the stalls leave them out",
+                crate::read::names::MAX_NAMED,
+                self.names_not_kept
+            ));
+        }
+        notes
     }
 }
 
@@ -432,7 +478,8 @@ impl Follow<'_> {
             .map(|w| w.end.min(end).saturating_sub(w.start.max(start)))
             .sum();
         // Candidates: more than shown, ranked again once the second pass says who ran.
-        let top = self.options.top * STALL_CANDIDATES;
+        // A `--top` beyond memory means "all of them": saturate rather than wrap to 0.
+        let top = self.options.top.saturating_mul(STALL_CANDIDATES);
         if top == 0 {
             return;
         }
@@ -596,6 +643,7 @@ impl SchedReport {
         }
         let longest = ordered(follow.longest, follow.longest_rows);
         let mut stalls = ordered(follow.stalls, follow.stall_rows);
+        let names_not_kept = follow.names.refused();
         let names = follow.names;
         if !stalls.is_empty() && outcome.error.is_none() {
             let mut by_pid: FastMap<u64, Vec<usize>> = FastMap::default();
@@ -651,6 +699,7 @@ impl SchedReport {
             mismatches: follow.timeline.mismatches,
             out_of_order: follow.timeline.out_of_order,
             threads_not_kept: follow.timeline.threads_not_followed() + follow.rows.refused(),
+            names_not_kept,
             origin_ns: follow.first_ticks.ns(),
             wall: follow.wall,
             names,
@@ -809,7 +858,7 @@ impl SchedReport {
                 "{:>2}. {process} (pid {})  {} threads asleep at once for {} at {} ({} lost)",
                 i + 1,
                 s.pid,
-                s.waiters.len(),
+                s.threads(),
                 Ns(s.duration_ns()),
                 self.when(s.start, style),
                 Ns(s.lost_ns)
@@ -840,29 +889,12 @@ impl SchedReport {
                 )?;
             }
         }
-        if self.mismatches > 0 {
-            writeln!(
-                out,
-                "\nnote: {} switch(es) named an outgoing thread other than the one running \
-                 (switch records missing): each one's time since its CPU's previous switch went \
-                 to the thread it names, as perf sched timehist counts it",
-                self.mismatches
-            )?;
+        let counted = self.counted_notes();
+        if !counted.is_empty() {
+            writeln!(out)?;
         }
-        if self.out_of_order > 0 {
-            writeln!(
-                out,
-                "note: {} switch(es) older than the last one read on their CPU were left out \
-                 (the same switches from a second source, such as --preload beside -a)",
-                self.out_of_order
-            )?;
-        }
-        if self.threads_not_kept > 0 {
-            writeln!(
-                out,
-                "note: threads beyond the report's bounds were counted together ({} times)",
-                self.threads_not_kept
-            )?;
+        for note in counted {
+            writeln!(out, "note: {note}")?;
         }
         Ok(())
     }
@@ -917,6 +949,7 @@ impl SchedReport {
                     t
                 })
                 .collect::<Vec<_>>());
+            line["ran_partial"] = json!(row.ran_partial);
             writeln!(out, "{line}")?;
         }
         for (i, s) in self.stalls.iter().enumerate() {
@@ -924,7 +957,7 @@ impl SchedReport {
                 "type": "stall", "rank": i + 1, "pid": s.pid,
                 "process": self.names.process(s.pid),
                 "start_ns": s.start.saturating_sub(self.origin_ns), "start_wall": wall(s.start),
-                "duration_ns": s.duration_ns(), "lost_ns": s.lost_ns,
+                "duration_ns": s.duration_ns(), "lost_ns": s.lost_ns, "threads": s.threads(),
                 "running": s.running.iter().map(|(tid, ns)| {
                     let mut t = self.thread_json(*tid);
                     t["ns"] = json!(ns);
@@ -941,9 +974,36 @@ impl SchedReport {
             });
             writeln!(out, "{line}")?;
         }
-        for lack in self.lacks() {
-            writeln!(out, "{}", json!({"type": "note", "text": lack}))?;
+        for note in self.lacks().into_iter().chain(self.counted_notes()) {
+            writeln!(out, "{}", json!({"type": "note", "text": note}))?;
         }
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_stall_counts_a_thread_that_slept_twice_once() {
+        let waiter = |tid, start, end| Waiter {
+            tid,
+            start,
+            end,
+            stack: None,
+            waker: None,
+            uninterruptible: false,
+        };
+        let stall = Stall {
+            pid: 10,
+            start: 0,
+            end: 100,
+            lost_ns: 0,
+            score: 0.0,
+            waiters: vec![waiter(11, 0, 40), waiter(11, 50, 100), waiter(12, 0, 100)],
+            running: Vec::new(),
+        };
+        assert_eq!(stall.threads(), 2);
     }
 }

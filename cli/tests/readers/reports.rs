@@ -691,3 +691,274 @@ fn dump_relative_times_agree_in_text_and_json() {
         "the same name as the text"
     );
 }
+
+/// Review (rev-read): the worker runs on CPU 1 from 500 to 2 500; CPU 0's switch in of the
+/// worker (and out of `backup`) is lost, and CPU 0 switches the worker out at 3 000. The
+/// time charged to the worker on CPU 0 cannot begin before it left CPU 1: a span of
+/// 1 000..4 000 cannot hold more than 3 000 ns of CPU time and states.
+#[test]
+fn a_missing_switch_in_charges_no_time_the_thread_spent_on_another_cpu() {
+    let mut w = RecordWriter::with_magic();
+    name_thread(&mut w, WORKER, "worker");
+    name_thread(&mut w, OTHER, "backup");
+    span(&mut w, WORKER, "batch", 1_000, 4_000, &[]);
+    switch(&mut w, 500, 1, IDLE, ThreadState::Blocked, WORKER);
+    switch(&mut w, 600, 0, IDLE, ThreadState::Blocked, OTHER);
+    switch(&mut w, 2_500, 1, WORKER, ThreadState::Blocked, IDLE);
+    // (lost: CPU 0 switching `backup` out and the worker in, somewhere in 2 500..3 000)
+    switch(&mut w, 3_000, 0, WORKER, ThreadState::Blocked, IDLE);
+    switch(&mut w, 3_500, 0, IDLE, ThreadState::Blocked, WORKER);
+    switch(&mut w, 5_000, 0, WORKER, ThreadState::Blocked, IDLE);
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write(dir.path(), "t.fxt", &w.to_bytes());
+    let file = trace.to_str().unwrap();
+    let rows = json_lines(&fxtrace(&["report", "spans", file, "--json"]));
+    let slow = rows.iter().find(|r| r["type"] == "span").unwrap();
+    let cpu = &slow["cpu"];
+    let n = |k: &str| cpu[k].as_u64().unwrap();
+    let parts = n("on_cpu_ns")
+        + n("runnable_ns")
+        + n("sleeping_ns")
+        + n("uninterruptible_ns")
+        + n("not_covered_ns");
+    assert_eq!(parts, 3_000, "{slow}");
+    // report sched: the worker's time on the CPUs fits in the trace's 4 500 ns.
+    let rows = json_lines(&fxtrace(&["report", "sched", file, "--json"]));
+    let worker = rows
+        .iter()
+        .find(|r| r["type"] == "thread" && r["tid"] == 11)
+        .unwrap();
+    assert!(worker["on_cpu_ns"].as_u64().unwrap() <= 4_500, "{worker}");
+}
+
+/// Review (rev-read): a trace file that shrinks while a reader has it mapped (a user's file
+/// truncated under `sudo fxtrace report …`, a trace rewritten in place by another tool)
+/// kills the reader with SIGBUS: no message, exit 135, where damage should be named. The
+/// reading runs in a child process (this test run again) so that the signal fails only it.
+#[test]
+fn a_trace_truncated_while_mapped_is_damage_not_a_bus_error() {
+    const CHILD: &str = "FXTRACE_REV_READ_TRUNCATE_CHILD";
+    let name = "reports::a_trace_truncated_while_mapped_is_damage_not_a_bus_error";
+    if let Ok(path) = std::env::var(CHILD) {
+        struct Count(u64);
+        impl fxtrace_tools::read::Analysis for Count {
+            fn add(
+                &mut self,
+                _: &fxtrace_format::RecordHead,
+                _: &fxtrace_format::Decoded<'_>,
+            ) -> std::io::Result<()> {
+                self.0 += 1;
+                Ok(())
+            }
+        }
+        let mut input = fxtrace_tools::read::Input::open(Path::new(&path)).unwrap();
+        // Another process truncates the file (at a page boundary, mid-records) once mapped.
+        std::fs::OpenOptions::new()
+            .write(true)
+            .open(&path)
+            .unwrap()
+            .set_len(64 << 10)
+            .unwrap();
+        let outcome = fxtrace_tools::read::read(&mut input, &mut Count(0)).unwrap();
+        assert!(outcome.damaged(), "{outcome:?}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let mut w = RecordWriter::with_magic();
+    for i in 0..20_000 {
+        span(&mut w, WORKER, "batch", i * 10, i * 10 + 5, &[]);
+    }
+    let trace = write(dir.path(), "t.fxt", &w.to_bytes());
+    let status = Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(CHILD, &trace)
+        .status()
+        .unwrap();
+    use std::os::unix::process::ExitStatusExt;
+    assert!(
+        status.success(),
+        "the reader of a truncated trace ended with {status:?} (signal {:?})",
+        status.signal()
+    );
+}
+
+/// Review (rev-read): the worker is switched in at 500 (after a sleep) and still runs when the trace ends
+/// (recording stopped, `--duration`): a span of 1 000..2 000 on it ran on its CPU the whole
+/// time, as the switch in says, not "not covered by switches".
+#[test]
+fn a_span_of_a_thread_still_running_at_the_trace_end_is_on_cpu() {
+    let mut w = RecordWriter::with_magic();
+    name_thread(&mut w, WORKER, "worker");
+    span(&mut w, WORKER, "batch", 1_000, 2_000, &[]);
+    switch(&mut w, 300, 0, IDLE, ThreadState::Blocked, WORKER);
+    switch(&mut w, 400, 0, WORKER, ThreadState::Blocked, IDLE);
+    switch(&mut w, 500, 0, IDLE, ThreadState::Blocked, WORKER);
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write(dir.path(), "t.fxt", &w.to_bytes());
+    let rows = json_lines(&fxtrace(&[
+        "report",
+        "spans",
+        trace.to_str().unwrap(),
+        "--json",
+    ]));
+    let slow = rows.iter().find(|r| r["type"] == "span").unwrap();
+    assert_eq!(slow["cpu"]["on_cpu_ns"], 1_000, "{slow}");
+    assert_eq!(slow["cpu"]["not_covered_ns"], 0, "{slow}");
+}
+
+/// Review (rev-read): `dump --pid` keeps "a switch of either thread's": the worker's process
+/// (10) has its thread's six switches, written by tid as `--wait-points` writes them (the
+/// thread's process is known from its kernel object), as `--tid 11` keeps them.
+#[test]
+fn dump_by_process_keeps_its_threads_switches_written_by_tid() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write(dir.path(), "t.fxt", &wait_point_trace());
+    let switches = |args: &[&str]| {
+        dumped(&trace, args)
+            .into_iter()
+            .filter(|(t, _)| t == "sched_context_switch")
+            .count()
+    };
+    assert_eq!(switches(&["--tid", "11"]), 6);
+    assert_eq!(switches(&["--pid", "10"]), 6);
+}
+
+/// Review (rev-read): the same switch from a second source (`--preload` beside `-a`), read
+/// after newer switches of its CPU, is left out of the timeline ("older than the last one
+/// read on their CPU"), but `report spans` still takes it as the worker leaving CPU 1 at 50:
+/// `late`'s slice of CPU 1 (400..800), while the worker runs on CPU 0 (300..1 000), is
+/// counted as having run instead of it. Who ran instead cannot exceed the time off the CPUs.
+#[test]
+fn a_switch_left_out_as_out_of_order_does_not_count_who_ran_instead() {
+    let late = ThreadRef::Inline { pid: 30, tid: 31 };
+    let mut w = RecordWriter::with_magic();
+    name_thread(&mut w, WORKER, "worker");
+    name_thread(&mut w, OTHER, "backup");
+    name_thread(&mut w, HOLDER, "holder");
+    span(&mut w, WORKER, "batch", 0, 1_000, &[]);
+    switch(&mut w, 0, 1, IDLE, ThreadState::Blocked, WORKER);
+    switch(&mut w, 50, 1, WORKER, ThreadState::Blocked, OTHER);
+    switch(&mut w, 100, 0, IDLE, ThreadState::Blocked, HOLDER);
+    switch(&mut w, 300, 0, HOLDER, ThreadState::Blocked, WORKER);
+    switch(&mut w, 400, 1, OTHER, ThreadState::Blocked, late);
+    // The second source's copy of the switch at 50.
+    switch(&mut w, 50, 1, WORKER, ThreadState::Blocked, OTHER);
+    switch(&mut w, 800, 1, late, ThreadState::Blocked, IDLE);
+    switch(&mut w, 1_000, 0, WORKER, ThreadState::Blocked, IDLE);
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write(dir.path(), "t.fxt", &w.to_bytes());
+    let rows = json_lines(&fxtrace(&[
+        "report",
+        "spans",
+        trace.to_str().unwrap(),
+        "--json",
+    ]));
+    let slow = rows.iter().find(|r| r["type"] == "span").unwrap();
+    let cpu = &slow["cpu"];
+    let off = ["runnable_ns", "sleeping_ns", "uninterruptible_ns"]
+        .iter()
+        .map(|k| cpu[k].as_u64().unwrap())
+        .sum::<u64>();
+    let instead: u64 = cpu["ran_instead"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["ns"].as_u64().unwrap())
+        .sum();
+    assert_eq!(off, 250, "{slow}");
+    assert!(
+        instead <= off,
+        "ran instead {instead} ns of {off} off: {slow}"
+    );
+}
+
+/// Review (rev-read): `report sched --json` says what the text says of the switches missing:
+/// the text's note on 2 switches naming another thread than the one running is not in the
+/// JSON (nor those on switches left out and threads beyond the bounds).
+#[test]
+fn sched_json_notes_the_switches_missing_as_the_text_does() {
+    let late = ThreadRef::Inline { pid: 30, tid: 31 };
+    let mut w = RecordWriter::with_magic();
+    switch(&mut w, 1_000, 0, IDLE, ThreadState::Blocked, WORKER);
+    switch(&mut w, 1_000, 1, OTHER, ThreadState::Blocked, IDLE);
+    switch(&mut w, 2_000, 0, WORKER, ThreadState::Running, HOLDER);
+    switch(&mut w, 3_000, 1, late, ThreadState::Blocked, IDLE);
+    switch(&mut w, 6_000, 0, OTHER, ThreadState::Blocked, IDLE);
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write(dir.path(), "t.fxt", &w.to_bytes());
+    let file = trace.to_str().unwrap();
+    let stdout = text(&fxtrace(&["report", "sched", file]).stdout);
+    assert!(
+        stdout.contains("2 switch(es) named an outgoing thread"),
+        "{stdout}"
+    );
+    let rows = json_lines(&fxtrace(&["report", "sched", file, "--json"]));
+    assert!(
+        rows.iter().any(|r| r["type"] == "note"
+            && r["text"]
+                .as_str()
+                .unwrap()
+                .contains("2 switch(es) named an outgoing thread")),
+        "{rows:?}"
+    );
+}
+
+/// Review (rev-read): a long system-wide trace (a parallel build) names more than 65 536
+/// threads; the names table keeps the first 65 536, and a thread named after them has no
+/// process: `report sched --pid` leaves its row out, its sleeps are no stall, and no note
+/// says anything was dropped.
+#[test]
+fn sched_by_process_keeps_a_thread_seen_after_65536_others() {
+    let mut w = RecordWriter::with_magic();
+    for i in 0..65_536u64 {
+        name_thread(
+            &mut w,
+            ThreadRef::Inline {
+                pid: 99,
+                tid: 100_000 + i,
+            },
+            "cc1",
+        );
+    }
+    name_thread(&mut w, WORKER, "worker");
+    switch(&mut w, 1_000, 0, IDLE, ThreadState::Blocked, WORKER);
+    switch(&mut w, 2_000, 0, WORKER, ThreadState::Blocked, IDLE);
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write(dir.path(), "t.fxt", &w.to_bytes());
+    let file = trace.to_str().unwrap();
+    let out = fxtrace(&["report", "sched", file, "--pid", "10", "--json"]);
+    let rows = json_lines(&out);
+    assert!(
+        rows.iter().any(|r| r["type"] == "thread" && r["tid"] == 11)
+            || rows
+                .iter()
+                .any(|r| r["type"] == "note" && r["text"].as_str().unwrap().contains("beyond")),
+        "worker's row left out, and no note: {rows:?}"
+    );
+}
+
+/// Review (rev-read): `--top` is a `usize`; `report sched` multiplies it by the candidates
+/// kept per stall (sched.rs: `top * STALL_CANDIDATES`): 2^62 wraps to 0 in a release build
+/// (the stalls vanish) and panics in a debug one. A large `--top` means "all of them".
+#[test]
+fn sched_with_a_huge_top_still_lists_the_stall() {
+    let dir = tempfile::tempdir().unwrap();
+    let trace = write(dir.path(), "t.fxt", &stall_trace());
+    let file = trace.to_str().unwrap();
+    let out = fxtrace(&[
+        "report",
+        "sched",
+        file,
+        "--min-stall",
+        "1us",
+        "--top",
+        "4611686018427387904",
+        "--json",
+    ]);
+    assert!(out.status.success(), "{}", text(&out.stderr));
+    assert!(
+        json_lines(&out).iter().any(|r| r["type"] == "stall"),
+        "{}",
+        text(&out.stdout)
+    );
+}
