@@ -124,11 +124,11 @@ pub struct Timeline {
     /// Switches whose outgoing thread was not the one the CPU's previous switch brought in
     /// (a switch missing between): the time since is the named outgoing thread's.
     pub mismatches: u64,
-    /// Switches older than the last one read on their CPU (a second source of the same
-    /// switches, or a section out of order): not applied.
+    /// Switches older than the last one read on their CPU, or the same as it (a second
+    /// source of the same switches, or a section out of order): not applied.
     pub out_of_order: u64,
-    /// The time of the last switch applied on each CPU.
-    last_switch: BTreeMap<u16, u64>,
+    /// The last switch applied on each CPU: (ns, outgoing tid, incoming tid).
+    last_switch: BTreeMap<u16, (u64, u64, u64)>,
     /// A thread was switched out `running` (a preempted one): `suspended` means stopped.
     suspended_is_stopped: bool,
 }
@@ -184,17 +184,21 @@ impl Timeline {
     /// whose switch in is the one missing; its slice begins no earlier than its own last
     /// switch (it ran on another CPU until then). The first switch of a CPU begins its first
     /// slice.
-    pub fn switch(&mut self, s: &Switch<'_>, mut out: impl FnMut(Interval)) {
+    ///
+    /// Returns whether the switch was applied: not when it is older than the CPU's last one,
+    /// or the same switch again ([`Timeline::out_of_order`]).
+    pub fn switch(&mut self, s: &Switch<'_>, mut out: impl FnMut(Interval)) -> bool {
+        let this = (s.ns, s.outgoing_tid, s.incoming_tid);
         let previous = match self.last_switch.entry(s.cpu) {
             Entry::Occupied(mut last) => {
-                if s.ns < *last.get() {
+                if s.ns < last.get().0 || this == *last.get() {
                     self.out_of_order += 1;
-                    return;
+                    return false;
                 }
-                Some(last.insert(s.ns))
+                Some(last.insert(this).0)
             }
             Entry::Vacant(last) => {
-                last.insert(s.ns);
+                last.insert(this);
                 None
             }
         };
@@ -275,6 +279,7 @@ impl Timeline {
                 }
             }
         }
+        true
     }
 
     /// Who ran on `cpu` between `start` and `end` (ns), by thread: (tid, ns) the longest
@@ -400,6 +405,20 @@ mod tests {
         t.switch(&switch(3_000, 0, 10, 3, 0), |i| got.push(i));
         assert_eq!(on(&got), [(10, 1, 500, 2_500), (10, 0, 2_500, 3_000)]);
         assert_eq!(t.mismatches, 1);
+    }
+
+    #[test]
+    fn the_same_switch_twice_is_applied_once() {
+        let mut t = Timeline::new();
+        let mut got = Vec::new();
+        assert!(t.switch(&switch(0, 0, 0, 3, 10), |i| got.push(i)));
+        assert!(t.switch(&switch(100, 0, 10, 3, 20), |i| got.push(i)));
+        assert!(!t.switch(&switch(100, 0, 10, 3, 20), |i| got.push(i)));
+        assert!(!t.switch(&switch(50, 0, 10, 3, 20), |i| got.push(i)));
+        // Another switch at the same time is applied.
+        assert!(t.switch(&switch(100, 0, 20, 3, 0), |i| got.push(i)));
+        assert_eq!(on(&got), [(10, 0, 0, 100), (20, 0, 100, 100)]);
+        assert_eq!((t.switches, t.out_of_order), (3, 2));
     }
 
     #[test]

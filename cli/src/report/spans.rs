@@ -597,7 +597,7 @@ impl Follow<'_> {
     /// One switch: the intervals it closes, who ran instead of the followed threads.
     fn switch(&mut self, switch: &Switch<'_>) {
         let mut intervals = std::mem::take(&mut self.intervals);
-        self.timeline.switch(switch, |i| intervals.push(i));
+        let applied = self.timeline.switch(switch, |i| intervals.push(i));
         for interval in intervals.drain(..) {
             match interval {
                 Interval::On {
@@ -631,7 +631,7 @@ impl Follow<'_> {
             self.interval(interval);
         }
         self.intervals = intervals;
-        if self.windows.contains_key(&switch.outgoing_tid) && self.timeline.switches > 0 {
+        if applied && self.windows.contains_key(&switch.outgoing_tid) {
             self.off_now
                 .insert(switch.outgoing_tid, (switch.cpu, switch.ns));
         }
