@@ -282,6 +282,29 @@ impl Timeline {
         true
     }
 
+    /// The trace ended at `end_ns`: hands `out` the time on its CPU of each thread still
+    /// running ([`Interval::On`] to `end_ns`). A thread seen switched on another CPU since
+    /// its switch in here (its switch out here lost) is left out: when it left is unknown.
+    pub fn finish(&mut self, end_ns: u64, mut out: impl FnMut(Interval)) {
+        for ran in self.cpus.finish(end_ns) {
+            let r = ran.running;
+            let elsewhere = self
+                .threads
+                .get(&r.tid)
+                .and_then(|t| t.last)
+                .is_some_and(|last| last != (r.since_ns, ran.cpu));
+            if !elsewhere {
+                out(Interval::On {
+                    tid: r.tid,
+                    pid: r.pid,
+                    cpu: ran.cpu,
+                    start: r.since_ns,
+                    end: ran.until_ns.max(r.since_ns),
+                });
+            }
+        }
+    }
+
     /// Who ran on `cpu` between `start` and `end` (ns), by thread: (tid, ns) the longest
     /// first, from the slices kept ([`HISTORY`]) and the one running now; `false` when the
     /// history does not reach back to `start` (the list covers only its end).
@@ -419,6 +442,24 @@ mod tests {
         assert!(t.switch(&switch(100, 0, 20, 3, 0), |i| got.push(i)));
         assert_eq!(on(&got), [(10, 0, 0, 100), (20, 0, 100, 100)]);
         assert_eq!((t.switches, t.out_of_order), (3, 2));
+    }
+
+    #[test]
+    fn the_trace_end_closes_the_slices_still_running() {
+        let mut t = Timeline::new();
+        let mut got = Vec::new();
+        t.switch(&switch(100, 0, 0, 3, 10), |i| got.push(i));
+        t.switch(&switch(200, 1, 0, 3, 20), |i| got.push(i));
+        // 20 is switched out of CPU 2 (its switch out of CPU 1, and in, lost): when it left
+        // CPU 1 is unknown.
+        t.switch(&switch(250, 2, 0, 3, 30), |i| got.push(i));
+        t.switch(&switch(300, 2, 20, 3, 0), |i| got.push(i));
+        got.clear();
+        t.finish(1_000, |i| got.push(i));
+        assert_eq!(on(&got), [(10, 0, 100, 1_000)]);
+        got.clear();
+        t.finish(2_000, |i| got.push(i));
+        assert!(got.is_empty(), "{got:?}");
     }
 
     #[test]

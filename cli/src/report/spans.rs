@@ -501,6 +501,10 @@ struct Follow<'s> {
     off_now: FastMap<u64, (u16, u64)>,
     /// The trace's call stacks, symbols and mappings (wait points named by their frames).
     stacks: StackReport,
+    /// The latest time read (records' and complete events' ends), as (ticks per second,
+    /// ticks) and ns: where the slices still running end.
+    last: (u64, u64),
+    last_ns: u64,
 }
 
 fn overlap(a: u64, b: u64, start: u64, end: u64) -> Option<(u64, u64)> {
@@ -598,6 +602,24 @@ impl Follow<'_> {
     fn switch(&mut self, switch: &Switch<'_>) {
         let mut intervals = std::mem::take(&mut self.intervals);
         let applied = self.timeline.switch(switch, |i| intervals.push(i));
+        self.intervals(&mut intervals);
+        self.intervals = intervals;
+        if applied && self.windows.contains_key(&switch.outgoing_tid) {
+            self.off_now
+                .insert(switch.outgoing_tid, (switch.cpu, switch.ns));
+        }
+    }
+
+    /// The trace ended: the slices still running, to the latest time read.
+    fn finish(&mut self) {
+        let mut intervals = std::mem::take(&mut self.intervals);
+        self.timeline.finish(self.last_ns, |i| intervals.push(i));
+        self.intervals(&mut intervals);
+        self.intervals = intervals;
+    }
+
+    /// Intervals closed: the spans' splits, who ran instead of the followed threads.
+    fn intervals(&mut self, intervals: &mut Vec<Interval>) {
         for interval in intervals.drain(..) {
             match interval {
                 Interval::On {
@@ -630,16 +652,25 @@ impl Follow<'_> {
             }
             self.interval(interval);
         }
-        self.intervals = intervals;
-        if applied && self.windows.contains_key(&switch.outgoing_tid) {
-            self.off_now
-                .insert(switch.outgoing_tid, (switch.cpu, switch.ns));
+    }
+
+    /// Takes a record's time (and a complete event's end) into the latest time read.
+    fn saw(&mut self, rate: u64, ticks: u64) {
+        if rate != self.last.0 || ticks > self.last.1 {
+            let ns = fxtrace_format::ticks_to_ns(ticks, rate);
+            if ns >= self.last_ns {
+                self.last = (rate, ticks);
+                self.last_ns = ns;
+            }
         }
     }
 }
 
 impl Analysis for Follow<'_> {
     fn head(&mut self, head: &RecordHead) -> bool {
+        for ticks in [head.ticks, head.end_ticks].into_iter().flatten() {
+            self.saw(head.ticks_per_second, ticks);
+        }
         if Analysis::head(&mut self.stacks, head) {
             return true;
         }
@@ -769,8 +800,11 @@ impl SpansReport {
                 intervals: Vec::new(),
                 off_now: FastMap::default(),
                 stacks: StackReport::for_naming(),
+                last: (0, 0),
+                last_ns: 0,
             };
             let again = read::read_again(input, &mut follow)?;
+            follow.finish();
             // (The first reading's counts; the second's error, if the file changed between.)
             if again.error.is_some() {
                 outcome = again;
