@@ -106,8 +106,6 @@ pub struct CpuSplit {
     pub unknown: u64,
     /// Who ran on the CPU the thread had left while it was off: (tid, ns), longest first.
     pub ran_instead: Vec<(u64, u64)>,
-    /// The CPUs' histories did not reach back far enough for all of it.
-    pub ran_instead_partial: bool,
     /// Who woke it: (tid, times).
     pub woken_by: Vec<(u64, u64)>,
     /// Where it waited: (wait point, ns asleep there).
@@ -494,7 +492,6 @@ struct Follow<'s> {
     ran: Vec<BTreeMap<u64, u64>>,
     wakers: Vec<BTreeMap<u64, u64>>,
     waits: Vec<BTreeMap<WaitPoint, u64>>,
-    partial: Vec<bool>,
     covered: Vec<u64>,
     intervals: Vec<Interval>,
     /// The followed threads now off a CPU: the CPU they left, since when.
@@ -795,7 +792,6 @@ impl SpansReport {
                 ran: vec![BTreeMap::new(); n],
                 wakers: vec![BTreeMap::new(); n],
                 waits: vec![BTreeMap::new(); n],
-                partial: vec![false; n],
                 covered: vec![0; n],
                 intervals: Vec::new(),
                 off_now: FastMap::default(),
@@ -814,7 +810,6 @@ impl SpansReport {
                 ran,
                 wakers,
                 waits,
-                partial,
                 covered,
                 stacks: followed,
                 ..
@@ -824,7 +819,6 @@ impl SpansReport {
                 if let Some(split) = s.cpu.as_mut() {
                     split.unknown = duration.saturating_sub(covered[i]);
                     split.ran_instead = top_entries(&ran[i], 5);
-                    split.ran_instead_partial = partial[i];
                     split.woken_by = top_entries(&wakers[i], 3);
                     split.wait_points = top_entries(&waits[i], 3);
                 }
@@ -1031,16 +1025,7 @@ impl SpansReport {
                     .iter()
                     .map(|(tid, ns)| format!("{} {}", self.names_of.label(*tid), Ns(*ns)))
                     .collect();
-                writeln!(
-                    out,
-                    "    ran instead on its CPU: {}{}",
-                    ran.join(", "),
-                    if cpu.ran_instead_partial {
-                        " (at least)"
-                    } else {
-                        ""
-                    }
-                )?;
+                writeln!(out, "    ran instead on its CPU: {}", ran.join(", "))?;
             }
             if !cpu.woken_by.is_empty() {
                 let woken: Vec<String> = cpu
@@ -1116,7 +1101,6 @@ impl SpansReport {
                         t["ns"] = json!(ns);
                         t
                     }).collect::<Vec<_>>(),
-                    "ran_instead_partial": cpu.ran_instead_partial,
                     "woken_by": cpu.woken_by.iter().map(|(tid, n)| {
                         let mut t = self.thread_json(*tid);
                         t["times"] = json!(n);
