@@ -106,6 +106,9 @@ struct ThreadNow {
     off: Option<(u64, u16, OffCpu, Option<WaitPoint>)>,
     /// Woken at, by (while off).
     woken: Option<(u64, Option<u64>)>,
+    /// Its last switch, in or out, on any CPU: (ns, CPU). A slice charged to it on a CPU
+    /// whose switch in was lost begins no earlier (it ran elsewhere until then).
+    last: Option<(u64, u16)>,
 }
 
 /// Threads on and off the CPUs.
@@ -121,11 +124,11 @@ pub struct Timeline {
     /// Switches whose outgoing thread was not the one the CPU's previous switch brought in
     /// (a switch missing between): the time since is the named outgoing thread's.
     pub mismatches: u64,
-    /// Switches older than the last one read on their CPU (a second source of the same
-    /// switches, or a section out of order): not applied.
+    /// Switches older than the last one read on their CPU, or the same as it (a second
+    /// source of the same switches, or a section out of order): not applied.
     pub out_of_order: u64,
-    /// The time of the last switch applied on each CPU.
-    last_switch: BTreeMap<u16, u64>,
+    /// The last switch applied on each CPU: (ns, outgoing tid, incoming tid).
+    last_switch: BTreeMap<u16, (u64, u64, u64)>,
     /// A thread was switched out `running` (a preempted one): `suspended` means stopped.
     suspended_is_stopped: bool,
 }
@@ -178,18 +181,24 @@ impl Timeline {
     /// The outgoing thread is the one the switch names, and it ran since the CPU's previous
     /// switch, as `perf sched timehist` counts it: when that switch brought in another thread
     /// (a switch missing between, [`Timeline::mismatches`]), the time is the named thread's,
-    /// whose switch in is the one missing. The first switch of a CPU begins its first slice.
-    pub fn switch(&mut self, s: &Switch<'_>, mut out: impl FnMut(Interval)) {
+    /// whose switch in is the one missing; its slice begins no earlier than its own last
+    /// switch (it ran on another CPU until then). The first switch of a CPU begins its first
+    /// slice.
+    ///
+    /// Returns whether the switch was applied: not when it is older than the CPU's last one,
+    /// or the same switch again ([`Timeline::out_of_order`]).
+    pub fn switch(&mut self, s: &Switch<'_>, mut out: impl FnMut(Interval)) -> bool {
+        let this = (s.ns, s.outgoing_tid, s.incoming_tid);
         let previous = match self.last_switch.entry(s.cpu) {
             Entry::Occupied(mut last) => {
-                if s.ns < *last.get() {
+                if s.ns < last.get().0 || this == *last.get() {
                     self.out_of_order += 1;
-                    return;
+                    return false;
                 }
-                Some(last.insert(s.ns))
+                Some(last.insert(this).0)
             }
             Entry::Vacant(last) => {
-                last.insert(s.ns);
+                last.insert(this);
                 None
             }
         };
@@ -205,9 +214,15 @@ impl Timeline {
             .switch(s.cpu, s.ns, s.outgoing_tid, s.outgoing_state, incoming)
             .map(|ran| ran.running);
         let expected = ran.as_ref().map_or(0, |r| r.tid);
-        if let Some(start) = previous {
+        if let Some(previous) = previous {
             self.mismatches += u64::from(expected != s.outgoing_tid);
             if s.outgoing_tid != 0 {
+                let own_last = self
+                    .threads
+                    .get(&s.outgoing_tid)
+                    .and_then(|t| t.last)
+                    .map_or(0, |(ns, _)| ns);
+                let start = previous.max(own_last).min(s.ns);
                 let pid = match ran {
                     Some(r) if r.tid == s.outgoing_tid => r.pid.or(s.outgoing_pid),
                     _ => s.outgoing_pid,
@@ -241,11 +256,15 @@ impl Timeline {
                 *t = ThreadNow {
                     off: Some((s.ns, s.cpu, reason, s.wait_point)),
                     woken: None,
+                    last: Some((s.ns, s.cpu)),
                 };
             }
         }
-        if s.incoming_tid != 0 {
-            if let Some(t) = self.threads.get_mut(&s.incoming_tid) {
+        // (A full map refuses, and counts, a thread at its switch out alone, as before.)
+        let room = self.threads.len() < self.threads.limit();
+        if s.incoming_tid != 0 && (room || self.threads.get(&s.incoming_tid).is_some()) {
+            if let Some(t) = self.threads.entry(s.incoming_tid) {
+                t.last = Some((s.ns, s.cpu));
                 if let Some((start, cpu, reason, stack)) = t.off.take() {
                     out(Interval::Off(OffInterval {
                         tid: s.incoming_tid,
@@ -258,6 +277,30 @@ impl Timeline {
                         woken: t.woken.take(),
                     }));
                 }
+            }
+        }
+        true
+    }
+
+    /// The trace ended at `end_ns`: hands `out` the time on its CPU of each thread still
+    /// running ([`Interval::On`] to `end_ns`). A thread seen switched on another CPU since
+    /// its switch in here (its switch out here lost) is left out: when it left is unknown.
+    pub fn finish(&mut self, end_ns: u64, mut out: impl FnMut(Interval)) {
+        for ran in self.cpus.finish(end_ns) {
+            let r = ran.running;
+            let elsewhere = self
+                .threads
+                .get(&r.tid)
+                .and_then(|t| t.last)
+                .is_some_and(|last| last != (r.since_ns, ran.cpu));
+            if !elsewhere {
+                out(Interval::On {
+                    tid: r.tid,
+                    pid: r.pid,
+                    cpu: ran.cpu,
+                    start: r.since_ns,
+                    end: ran.until_ns.max(r.since_ns),
+                });
             }
         }
     }
@@ -357,6 +400,66 @@ mod tests {
         assert_eq!(on, [(20, 0, 300), (30, 300, 700)]);
         assert_eq!(t.mismatches, 2);
         assert_eq!(t.ran_on(0, 0, 700), (vec![(30, 400), (20, 300)], true));
+    }
+
+    fn on(got: &[Interval]) -> Vec<(u64, u16, u64, u64)> {
+        got.iter()
+            .filter_map(|i| match *i {
+                Interval::On {
+                    tid,
+                    cpu,
+                    start,
+                    end,
+                    ..
+                } => Some((tid, cpu, start, end)),
+                Interval::Off(_) => None,
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_lost_switch_in_charges_no_time_the_thread_ran_elsewhere() {
+        let mut t = Timeline::new();
+        let mut got = Vec::new();
+        t.switch(&switch(500, 1, 0, 3, 10), |i| got.push(i));
+        t.switch(&switch(600, 0, 0, 3, 20), |i| got.push(i));
+        t.switch(&switch(2_500, 1, 10, 3, 0), |i| got.push(i));
+        // CPU 0's switch of 20 out and 10 in is lost: 10 ran there from 2 500 at the most.
+        t.switch(&switch(3_000, 0, 10, 3, 0), |i| got.push(i));
+        assert_eq!(on(&got), [(10, 1, 500, 2_500), (10, 0, 2_500, 3_000)]);
+        assert_eq!(t.mismatches, 1);
+    }
+
+    #[test]
+    fn the_same_switch_twice_is_applied_once() {
+        let mut t = Timeline::new();
+        let mut got = Vec::new();
+        assert!(t.switch(&switch(0, 0, 0, 3, 10), |i| got.push(i)));
+        assert!(t.switch(&switch(100, 0, 10, 3, 20), |i| got.push(i)));
+        assert!(!t.switch(&switch(100, 0, 10, 3, 20), |i| got.push(i)));
+        assert!(!t.switch(&switch(50, 0, 10, 3, 20), |i| got.push(i)));
+        // Another switch at the same time is applied.
+        assert!(t.switch(&switch(100, 0, 20, 3, 0), |i| got.push(i)));
+        assert_eq!(on(&got), [(10, 0, 0, 100), (20, 0, 100, 100)]);
+        assert_eq!((t.switches, t.out_of_order), (3, 2));
+    }
+
+    #[test]
+    fn the_trace_end_closes_the_slices_still_running() {
+        let mut t = Timeline::new();
+        let mut got = Vec::new();
+        t.switch(&switch(100, 0, 0, 3, 10), |i| got.push(i));
+        t.switch(&switch(200, 1, 0, 3, 20), |i| got.push(i));
+        // 20 is switched out of CPU 2 (its switch out of CPU 1, and in, lost): when it left
+        // CPU 1 is unknown.
+        t.switch(&switch(250, 2, 0, 3, 30), |i| got.push(i));
+        t.switch(&switch(300, 2, 20, 3, 0), |i| got.push(i));
+        got.clear();
+        t.finish(1_000, |i| got.push(i));
+        assert_eq!(on(&got), [(10, 0, 100, 1_000)]);
+        got.clear();
+        t.finish(2_000, |i| got.push(i));
+        assert!(got.is_empty(), "{got:?}");
     }
 
     #[test]

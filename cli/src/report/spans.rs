@@ -106,8 +106,6 @@ pub struct CpuSplit {
     pub unknown: u64,
     /// Who ran on the CPU the thread had left while it was off: (tid, ns), longest first.
     pub ran_instead: Vec<(u64, u64)>,
-    /// The CPUs' histories did not reach back far enough for all of it.
-    pub ran_instead_partial: bool,
     /// Who woke it: (tid, times).
     pub woken_by: Vec<(u64, u64)>,
     /// Where it waited: (wait point, ns asleep there).
@@ -494,13 +492,16 @@ struct Follow<'s> {
     ran: Vec<BTreeMap<u64, u64>>,
     wakers: Vec<BTreeMap<u64, u64>>,
     waits: Vec<BTreeMap<WaitPoint, u64>>,
-    partial: Vec<bool>,
     covered: Vec<u64>,
     intervals: Vec<Interval>,
     /// The followed threads now off a CPU: the CPU they left, since when.
     off_now: FastMap<u64, (u16, u64)>,
     /// The trace's call stacks, symbols and mappings (wait points named by their frames).
     stacks: StackReport,
+    /// The latest time read (records' and complete events' ends), as (ticks per second,
+    /// ticks) and ns: where the slices still running end.
+    last: (u64, u64),
+    last_ns: u64,
 }
 
 fn overlap(a: u64, b: u64, start: u64, end: u64) -> Option<(u64, u64)> {
@@ -597,7 +598,25 @@ impl Follow<'_> {
     /// One switch: the intervals it closes, who ran instead of the followed threads.
     fn switch(&mut self, switch: &Switch<'_>) {
         let mut intervals = std::mem::take(&mut self.intervals);
-        self.timeline.switch(switch, |i| intervals.push(i));
+        let applied = self.timeline.switch(switch, |i| intervals.push(i));
+        self.intervals(&mut intervals);
+        self.intervals = intervals;
+        if applied && self.windows.contains_key(&switch.outgoing_tid) {
+            self.off_now
+                .insert(switch.outgoing_tid, (switch.cpu, switch.ns));
+        }
+    }
+
+    /// The trace ended: the slices still running, to the latest time read.
+    fn finish(&mut self) {
+        let mut intervals = std::mem::take(&mut self.intervals);
+        self.timeline.finish(self.last_ns, |i| intervals.push(i));
+        self.intervals(&mut intervals);
+        self.intervals = intervals;
+    }
+
+    /// Intervals closed: the spans' splits, who ran instead of the followed threads.
+    fn intervals(&mut self, intervals: &mut Vec<Interval>) {
         for interval in intervals.drain(..) {
             match interval {
                 Interval::On {
@@ -630,16 +649,25 @@ impl Follow<'_> {
             }
             self.interval(interval);
         }
-        self.intervals = intervals;
-        if self.windows.contains_key(&switch.outgoing_tid) && self.timeline.switches > 0 {
-            self.off_now
-                .insert(switch.outgoing_tid, (switch.cpu, switch.ns));
+    }
+
+    /// Takes a record's time (and a complete event's end) into the latest time read.
+    fn saw(&mut self, rate: u64, ticks: u64) {
+        if rate != self.last.0 || ticks > self.last.1 {
+            let ns = fxtrace_format::ticks_to_ns(ticks, rate);
+            if ns >= self.last_ns {
+                self.last = (rate, ticks);
+                self.last_ns = ns;
+            }
         }
     }
 }
 
 impl Analysis for Follow<'_> {
     fn head(&mut self, head: &RecordHead) -> bool {
+        for ticks in [head.ticks, head.end_ticks].into_iter().flatten() {
+            self.saw(head.ticks_per_second, ticks);
+        }
         if Analysis::head(&mut self.stacks, head) {
             return true;
         }
@@ -764,13 +792,15 @@ impl SpansReport {
                 ran: vec![BTreeMap::new(); n],
                 wakers: vec![BTreeMap::new(); n],
                 waits: vec![BTreeMap::new(); n],
-                partial: vec![false; n],
                 covered: vec![0; n],
                 intervals: Vec::new(),
                 off_now: FastMap::default(),
                 stacks: StackReport::for_naming(),
+                last: (0, 0),
+                last_ns: 0,
             };
             let again = read::read_again(input, &mut follow)?;
+            follow.finish();
             // (The first reading's counts; the second's error, if the file changed between.)
             if again.error.is_some() {
                 outcome = again;
@@ -780,7 +810,6 @@ impl SpansReport {
                 ran,
                 wakers,
                 waits,
-                partial,
                 covered,
                 stacks: followed,
                 ..
@@ -790,7 +819,6 @@ impl SpansReport {
                 if let Some(split) = s.cpu.as_mut() {
                     split.unknown = duration.saturating_sub(covered[i]);
                     split.ran_instead = top_entries(&ran[i], 5);
-                    split.ran_instead_partial = partial[i];
                     split.woken_by = top_entries(&wakers[i], 3);
                     split.wait_points = top_entries(&waits[i], 3);
                 }
@@ -997,16 +1025,7 @@ impl SpansReport {
                     .iter()
                     .map(|(tid, ns)| format!("{} {}", self.names_of.label(*tid), Ns(*ns)))
                     .collect();
-                writeln!(
-                    out,
-                    "    ran instead on its CPU: {}{}",
-                    ran.join(", "),
-                    if cpu.ran_instead_partial {
-                        " (at least)"
-                    } else {
-                        ""
-                    }
-                )?;
+                writeln!(out, "    ran instead on its CPU: {}", ran.join(", "))?;
             }
             if !cpu.woken_by.is_empty() {
                 let woken: Vec<String> = cpu
@@ -1082,7 +1101,6 @@ impl SpansReport {
                         t["ns"] = json!(ns);
                         t
                     }).collect::<Vec<_>>(),
-                    "ran_instead_partial": cpu.ran_instead_partial,
                     "woken_by": cpu.woken_by.iter().map(|(tid, n)| {
                         let mut t = self.thread_json(*tid);
                         t["times"] = json!(n);
