@@ -29,11 +29,12 @@
 //! eventfds are inherited). Every hook also compares `getpid()` with the pid that armed it,
 //! which covers children made without `pthread_atfork` handlers (`vfork`, raw `clone`). The
 //! child stays silent; if it calls `exec`, the new image loads the preload object again
-//! (`LD_PRELOAD` is inherited) and registers as a provider of its own. Its context switches
-//! also appear in the parent's trace, with its pid, before the exec and after it: the
-//! per-process perf events are inherited by child tasks and stay on them across an exec (so a
-//! preloaded child of a preloaded parent has its switches in both providers; a child whose new
-//! image does not load the object, static or setuid, has them only there).
+//! (`LD_PRELOAD` is inherited) and registers as a provider of its own. Until then its context
+//! switches appear in the parent's trace, with its pid: the per-process perf events are
+//! inherited by child tasks and leave them at the exec (`remove_on_exec`, Linux 5.13; on older
+//! kernels they stay, and a preloaded child's switches are in both providers). A child whose
+//! new image does not load the object (static, setuid) has its switches in no provider after
+//! its exec; `record -a` records every process's.
 
 use std::os::fd::RawFd;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering};

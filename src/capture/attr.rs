@@ -176,13 +176,14 @@ impl EventAttr {
     }
 
     /// Context switches of one process's threads: a software dummy event with
-    /// `context_switch = 1`, `inherit = 1` (threads created later are followed), FORK/EXIT/COMM
+    /// `context_switch = 1`, [`Self::with_inherit`] (threads created later are followed), FORK/EXIT/COMM
     /// side-band records, and `sample_id_all` with `TID | TIME | CPU`. Open it per (thread, CPU);
     /// the kernel refuses to mmap inherited events opened with `cpu = -1`.
     pub fn process_switches(clock: PerfClock) -> Self {
-        let mut attr = Self::dummy(PerfEventKind::ProcessSwitches, clock).with_side_band();
+        let mut attr = Self::dummy(PerfEventKind::ProcessSwitches, clock)
+            .with_side_band()
+            .with_inherit(true);
         attr.raw.set_context_switch(1);
-        attr.raw.set_inherit(1);
         attr.raw.set_exclude_kernel(1);
         attr.raw.set_exclude_hv(1);
         attr.raw.sample_type = (SampleFormat::TID | SampleFormat::TIME | SampleFormat::CPU).bits();
@@ -295,10 +296,27 @@ impl EventAttr {
         self
     }
 
-    /// Follow threads created later (`inherit = 1`).
+    /// Follow threads and children created later (`inherit = 1`), but not a child's new image
+    /// after its `exec` (`remove_on_exec = 1`, Linux 5.13; [`Self::without_remove_on_exec`]
+    /// for older kernels): a preloaded image records itself, and a child of a preloaded
+    /// parent would otherwise have each of its switches in both processes' captures.
     pub fn with_inherit(mut self, inherit: bool) -> Self {
         self.raw.set_inherit(u64::from(inherit));
+        self.raw.set_remove_on_exec(u64::from(inherit));
         self
+    }
+
+    /// Whether the event leaves a task at its `exec` (`remove_on_exec`).
+    pub fn removed_on_exec(&self) -> bool {
+        self.raw.remove_on_exec() != 0
+    }
+
+    /// The same event kept across an `exec`, for kernels before 5.13 (which refuse
+    /// `remove_on_exec` with `EINVAL`).
+    pub fn without_remove_on_exec(&self) -> Self {
+        let mut attr = self.clone();
+        attr.raw.set_remove_on_exec(0);
+        attr
     }
 
     /// Report new executable mappings (`mmap = 1`, `mmap2 = 1`: `PERF_RECORD_MMAP2` records,

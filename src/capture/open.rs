@@ -93,13 +93,21 @@ impl Opener<'_> {
         pid: i32,
         cpu: u32,
     ) -> Result<OwnedFd, OpenFailure> {
-        let opened = match self.sys.perf_event_open(attr, pid, cpu as i32, None) {
-            // A kernel before 6.0 does not know `PERF_FORMAT_LOST`: the event without it
-            // (its last losses before the stop then go uncounted, as before 6.0 they must).
-            Err(e) if e.raw_os_error() == Some(libc::EINVAL) && attr.counts_lost() => self
-                .sys
-                .perf_event_open(&attr.without_lost_count(), pid, cpu as i32, None),
-            opened => opened,
+        let mut asked = attr.clone();
+        let opened = loop {
+            match self.sys.perf_event_open(&asked, pid, cpu as i32, None) {
+                // A kernel before 6.0 does not know `PERF_FORMAT_LOST`: the event without it
+                // (its last losses before the stop then go uncounted, as before 6.0 they must).
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) && asked.counts_lost() => {
+                    asked = asked.without_lost_count();
+                }
+                // Before 5.13, no `remove_on_exec`: a child's new image stays followed (its
+                // switches then also in this capture, as they were before 5.13).
+                Err(e) if e.raw_os_error() == Some(libc::EINVAL) && asked.removed_on_exec() => {
+                    asked = asked.without_remove_on_exec();
+                }
+                opened => break opened,
+            }
         };
         opened.map_err(|e| OpenFailure {
             kind: attr.kind(),

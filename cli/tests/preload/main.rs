@@ -14,6 +14,7 @@ mod service_support;
 mod support;
 
 mod c_api_example;
+mod children;
 mod exec;
 mod failed_exec;
 mod no_manager;
