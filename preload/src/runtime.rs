@@ -390,6 +390,8 @@ fn start_capture(options: &Options, writer: &SharedWriter) -> Option<Capture> {
             || options.sample_hz.is_some()
             || options.wait_points,
         tracefs: TracefsChoice::Auto { may_mount: false },
+        // A child's new image loads this object again and records its own switches.
+        leave_at_exec: true,
         ..CaptureConfig::process(std::process::id())
     };
     let sink_writer = writer.clone();

@@ -176,7 +176,7 @@ impl EventAttr {
     }
 
     /// Context switches of one process's threads: a software dummy event with
-    /// `context_switch = 1`, [`Self::with_inherit`] (threads created later are followed), FORK/EXIT/COMM
+    /// `context_switch = 1`, `inherit = 1` (threads created later are followed), FORK/EXIT/COMM
     /// side-band records, and `sample_id_all` with `TID | TIME | CPU`. Open it per (thread, CPU);
     /// the kernel refuses to mmap inherited events opened with `cpu = -1`.
     pub fn process_switches(clock: PerfClock) -> Self {
@@ -296,13 +296,17 @@ impl EventAttr {
         self
     }
 
-    /// Follow threads and children created later (`inherit = 1`), but not a child's new image
-    /// after its `exec` (`remove_on_exec = 1`, Linux 5.13; [`Self::without_remove_on_exec`]
-    /// for older kernels): a preloaded image records itself, and a child of a preloaded
-    /// parent would otherwise have each of its switches in both processes' captures.
+    /// Follow threads and children created later (`inherit = 1`).
     pub fn with_inherit(mut self, inherit: bool) -> Self {
         self.raw.set_inherit(u64::from(inherit));
-        self.raw.set_remove_on_exec(u64::from(inherit));
+        self
+    }
+
+    /// Leave a task at its `exec` (`remove_on_exec = 1`, Linux 5.13;
+    /// [`Self::without_remove_on_exec`] for older kernels): an inherited event then follows a
+    /// child until it execs, not its new image.
+    pub fn with_remove_on_exec(mut self, remove: bool) -> Self {
+        self.raw.set_remove_on_exec(u64::from(remove));
         self
     }
 

@@ -84,6 +84,8 @@ pub(super) struct OpenSet {
 pub(super) struct Opener<'a> {
     pub(super) sys: &'a Arc<dyn Sys>,
     pub(super) pages: usize,
+    /// Inherited events leave a child at its `exec` ([`super::CaptureConfig::leave_at_exec`]).
+    pub(super) leave_at_exec: bool,
 }
 
 impl Opener<'_> {
@@ -93,7 +95,9 @@ impl Opener<'_> {
         pid: i32,
         cpu: u32,
     ) -> Result<OwnedFd, OpenFailure> {
-        let mut asked = attr.clone();
+        let mut asked = attr
+            .clone()
+            .with_remove_on_exec(self.leave_at_exec && attr.inherit());
         let opened = loop {
             match self.sys.perf_event_open(&asked, pid, cpu as i32, None) {
                 // A kernel before 6.0 does not know `PERF_FORMAT_LOST`: the event without it

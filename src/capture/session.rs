@@ -146,6 +146,11 @@ pub struct CaptureConfig {
     /// CPU samples at this many a second of CPU time (software `cpu-clock`, no PMU needed),
     /// with call chains, as [`CaptureEvent::Sample`].
     pub sample_hz: Option<u64>,
+    /// A process's events, inherited by the children it forks, leave each child at its
+    /// `exec` (`remove_on_exec`, Linux 5.13): for a process whose children's new images
+    /// record themselves (the preload object's), so each switch is recorded once. Off: a
+    /// child is followed into its new image.
+    pub leave_at_exec: bool,
 }
 
 impl CaptureConfig {
@@ -168,6 +173,7 @@ impl CaptureConfig {
             wakeups: false,
             wait_points: false,
             sample_hz: None,
+            leave_at_exec: false,
         }
     }
 
@@ -512,6 +518,7 @@ impl Capture {
         let opener = Opener {
             sys: &sys,
             pages: config.ring_pages,
+            leave_at_exec: config.leave_at_exec,
         };
         let registry = TaskRegistry::new(config.proc_root.clone());
         let mut unsupported = Vec::new();
