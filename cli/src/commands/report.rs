@@ -265,14 +265,13 @@ fn spans(args: &SpansArgs) -> Result<ExitCode, CliError> {
     let (error, skipped) = (report.outcome.error.take(), report.outcome.skipped);
     let damaged = notes(input.name(), error, nothing, &skipped)?;
     let style = Style { wall: args.wall };
-    input::print(damaged, |out| {
-        if args.json {
-            report.write_json(out, style)
-        } else {
-            writeln!(out, "file: {}", input.name())?;
-            report.write_text(out, style)
-        }
-    })
+    print_report(
+        input.name(),
+        damaged,
+        args.json,
+        |out| report.write_json(out, style),
+        |out| report.write_text(out, style),
+    )
 }
 
 fn sched(args: &SchedArgs) -> Result<ExitCode, CliError> {
@@ -289,12 +288,30 @@ fn sched(args: &SchedArgs) -> Result<ExitCode, CliError> {
     let (error, skipped) = (report.outcome.error.take(), report.outcome.skipped);
     let damaged = notes(input.name(), error, nothing, &skipped)?;
     let style = Style { wall: args.wall };
+    print_report(
+        input.name(),
+        damaged,
+        args.json,
+        |out| report.write_json(out, style),
+        |out| report.write_text(out, style),
+    )
+}
+
+/// A report's output: JSON lines, or the text after the file's name; the exit code says
+/// whether the input was damaged.
+fn print_report(
+    name: &str,
+    damaged: bool,
+    json: bool,
+    write_json: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+    write_text: impl FnOnce(&mut dyn Write) -> io::Result<()>,
+) -> Result<ExitCode, CliError> {
     input::print(damaged, |out| {
-        if args.json {
-            report.write_json(out, style)
+        if json {
+            write_json(out)
         } else {
-            writeln!(out, "file: {}", input.name())?;
-            report.write_text(out, style)
+            writeln!(out, "file: {name}")?;
+            write_text(out)
         }
     })
 }
