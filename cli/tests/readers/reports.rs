@@ -692,45 +692,6 @@ fn dump_relative_times_agree_in_text_and_json() {
     );
 }
 
-/// Review (rev-read): the worker runs on CPU 1 from 500 to 2 500; CPU 0's switch in of the
-/// worker (and out of `backup`) is lost, and CPU 0 switches the worker out at 3 000. The
-/// time charged to the worker on CPU 0 cannot begin before it left CPU 1: a span of
-/// 1 000..4 000 cannot hold more than 3 000 ns of CPU time and states.
-#[test]
-fn a_missing_switch_in_charges_no_time_the_thread_spent_on_another_cpu() {
-    let mut w = RecordWriter::with_magic();
-    name_thread(&mut w, WORKER, "worker");
-    name_thread(&mut w, OTHER, "backup");
-    span(&mut w, WORKER, "batch", 1_000, 4_000, &[]);
-    switch(&mut w, 500, 1, IDLE, ThreadState::Blocked, WORKER);
-    switch(&mut w, 600, 0, IDLE, ThreadState::Blocked, OTHER);
-    switch(&mut w, 2_500, 1, WORKER, ThreadState::Blocked, IDLE);
-    // (lost: CPU 0 switching `backup` out and the worker in, somewhere in 2 500..3 000)
-    switch(&mut w, 3_000, 0, WORKER, ThreadState::Blocked, IDLE);
-    switch(&mut w, 3_500, 0, IDLE, ThreadState::Blocked, WORKER);
-    switch(&mut w, 5_000, 0, WORKER, ThreadState::Blocked, IDLE);
-    let dir = tempfile::tempdir().unwrap();
-    let trace = write(dir.path(), "t.fxt", &w.to_bytes());
-    let file = trace.to_str().unwrap();
-    let rows = json_lines(&fxtrace(&["report", "spans", file, "--json"]));
-    let slow = rows.iter().find(|r| r["type"] == "span").unwrap();
-    let cpu = &slow["cpu"];
-    let n = |k: &str| cpu[k].as_u64().unwrap();
-    let parts = n("on_cpu_ns")
-        + n("runnable_ns")
-        + n("sleeping_ns")
-        + n("uninterruptible_ns")
-        + n("not_covered_ns");
-    assert_eq!(parts, 3_000, "{slow}");
-    // report sched: the worker's time on the CPUs fits in the trace's 4 500 ns.
-    let rows = json_lines(&fxtrace(&["report", "sched", file, "--json"]));
-    let worker = rows
-        .iter()
-        .find(|r| r["type"] == "thread" && r["tid"] == 11)
-        .unwrap();
-    assert!(worker["on_cpu_ns"].as_u64().unwrap() <= 4_500, "{worker}");
-}
-
 /// Review (rev-read): a trace file that shrinks while a reader has it mapped (a user's file
 /// truncated under `sudo fxtrace report …`, a trace rewritten in place by another tool)
 /// kills the reader with SIGBUS: no message, exit 135, where damage should be named. The
