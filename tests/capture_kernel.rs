@@ -151,8 +151,8 @@ fn require_root() -> bool {
 
 /// A ping-pong thread leaves the CPU either blocked in `read` (S → blocked) or preempted by the
 /// thread it just woke or by other load (R+ → running, what Perfetto shows as runnable);
-/// nothing else.
-fn assert_states(outs: &[&SwitchEvent], rounds: usize) {
+/// nothing else. Returns how many of `outs` blocked.
+fn assert_states(outs: &[&SwitchEvent]) -> usize {
     let blocked = outs
         .iter()
         .filter(|c| c.prev_state == LinuxThreadState::Blocked)
@@ -163,9 +163,17 @@ fn assert_states(outs: &[&SwitchEvent], rounds: usize) {
         .count();
     println!("  blocked {blocked}, preempted {preempted}");
     assert_eq!(blocked + preempted, outs.len(), "only blocked or runnable");
+    blocked
+}
+
+/// Each round one of the two threads waits for the other in `read`. Which one depends on the
+/// placement: on two CPUs both block; on one, the thread woken preempts the writer (R+) and
+/// blocks in its next read, so one thread can show almost no blocked switches (seen in CI:
+/// 127 of 500) while the pair still blocks about once a round.
+fn assert_pair_blocks(blocked: usize, rounds: usize) {
     assert!(
-        blocked >= rounds / 3,
-        "pipe reads block: {blocked} of {rounds} rounds"
+        blocked >= rounds / 2,
+        "pipe reads block: {blocked} blocked switch-outs in {rounds} rounds of two threads"
     );
 }
 
@@ -192,6 +200,7 @@ fn per_process_switches_of_a_ping_pong() {
     let events = events.lock().unwrap().clone();
     assert_in_time_order(&events);
     let cs = switches(&events);
+    let mut blocked = 0;
     for tid in [ping, pong] {
         let outs: Vec<_> = cs
             .iter()
@@ -209,8 +218,9 @@ fn per_process_switches_of_a_ping_pong() {
         );
         assert!(ins >= rounds / 2, "tid {tid}: {ins} switch-ins");
         assert!(outs.iter().all(|c| c.prev_pid == Some(pid)));
-        assert_states(&outs, rounds);
+        blocked += assert_states(&outs);
     }
+    assert_pair_blocks(blocked, rounds);
     assert_eq!(last_name(&events, ping).as_deref(), Some("fxt-ping"));
     assert_eq!(last_name(&events, pong).as_deref(), Some("fxt-pong"));
     assert!(events
@@ -306,6 +316,7 @@ fn system_wide_sched_switch_sees_the_workload() {
     let pid = std::process::id();
     let mut total_ins = 0;
     let mut exits = 0;
+    let mut blocked = 0;
     for tid in [ping, pong] {
         let outs: Vec<_> = cs.iter().filter(|c| c.prev_tid == tid).collect();
         let ins = cs.iter().filter(|c| c.next_tid == tid).count();
@@ -335,7 +346,7 @@ fn system_wide_sched_switch_sees_the_workload() {
         );
         if exited {
             exits += 1;
-            assert_states(earlier, rounds);
+            blocked += assert_states(earlier);
         } else {
             assert!(
                 outs.len() <= rounds,
@@ -344,7 +355,7 @@ fn system_wide_sched_switch_sees_the_workload() {
                 last.prev_state
             );
             println!("tid {tid}: the kernel reported no switch-out for the exit");
-            assert_states(&outs, rounds);
+            blocked += assert_states(&outs);
         }
         // The kernel's prio of a normal task is 120 + its nice (inherited from the test run:
         // `nice -n 5 cargo test` gives 125).
@@ -355,6 +366,7 @@ fn system_wide_sched_switch_sees_the_workload() {
             prio - 120
         );
     }
+    assert_pair_blocks(blocked, rounds);
     assert!(total_ins > 0, "the workload threads are seen switching in");
     assert!(
         exits > 0,
