@@ -24,6 +24,9 @@ pub enum Requirement {
     /// `perf`: the perf_event capture the test makes is allowed and works (system-wide: root
     /// or `CAP_PERFMON`; per-process: `perf_event_paranoid` ≤ 2 or root).
     Perf,
+    /// `perf-tsc-clock`: a perf event's mmap page gives the TSC conversion
+    /// (`cap_user_time_zero`: the kernel's sched_clock is the TSC; not on most KVM guests).
+    PerfTscClock,
     /// `paranoid`: `perf_event_paranoid` ≥ 1, so that an unprivileged user is refused a
     /// system-wide capture.
     Paranoid,
@@ -49,9 +52,10 @@ pub enum Requirement {
 
 impl Requirement {
     /// Every requirement, in the order of the documentation.
-    pub const ALL: [Requirement; 11] = [
+    pub const ALL: [Requirement; 12] = [
         Requirement::Root,
         Requirement::Perf,
+        Requirement::PerfTscClock,
         Requirement::Paranoid,
         Requirement::TracefsUnmounted,
         Requirement::Procfs,
@@ -68,6 +72,7 @@ impl Requirement {
         match self {
             Requirement::Root => "root",
             Requirement::Perf => "perf",
+            Requirement::PerfTscClock => "perf-tsc-clock",
             Requirement::Paranoid => "paranoid",
             Requirement::TracefsUnmounted => "tracefs-unmounted",
             Requirement::Procfs => "procfs",

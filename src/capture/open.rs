@@ -294,12 +294,7 @@ pub(super) fn choose_clock(sys: &Arc<dyn Sys>, config: &CaptureConfig) -> PerfTi
     if let Some(c) = config.clock {
         return c;
     }
-    let probe = sys
-        .perf_event_open(&EventAttr::clock_probe(), 0, -1, None)
-        .ok()
-        .and_then(|fd| PerfRing::map(sys.clone(), fd, 0).ok())
-        .and_then(|ring| ring.tsc_conversion().ok().flatten());
-    match probe {
+    match super::time::mmap_page_clock(sys) {
         Some(c) => PerfTimeConverter::MmapPage(c),
         // The first anchor now, the next at the capture thread's first drain: nothing waits
         // here (this ran a 10 ms sleep in every traced process's start).

@@ -74,6 +74,15 @@ impl TscConversion {
         self.time_shift
     }
 
+    /// The TSC rate this conversion implies, in ticks per second: the kernel's own
+    /// (`tsc_khz`, from which it derives `time_mult / 2^time_shift` nanoseconds per tick),
+    /// rounded to nearest.
+    pub fn ticks_per_second(&self) -> u64 {
+        let scaled = u128::from(crate::clock::NANOS_PER_SECOND) << self.time_shift;
+        let mult = u128::from(self.time_mult);
+        u64::try_from((scaled + mult / 2) / mult).unwrap_or(u64::MAX)
+    }
+
     /// TSC ticks → perf time, exactly the kernel's formula (wrapping u64 arithmetic).
     pub fn tsc_to_perf(&self, cyc: u64) -> u64 {
         let shift = u32::from(self.time_shift);
@@ -258,6 +267,15 @@ impl PerfTimeConverter {
     }
 }
 
+/// The TSC conversion of the mmap page of a probe event (a disabled dummy event on this
+/// process), or `None` where perf events cannot be opened or the page offers none.
+pub(crate) fn mmap_page_clock(sys: &std::sync::Arc<dyn super::sys::Sys>) -> Option<TscConversion> {
+    sys.perf_event_open(&super::attr::EventAttr::clock_probe(), 0, -1, None)
+        .ok()
+        .and_then(|fd| super::ring::PerfRing::map(sys.clone(), fd, 0).ok())
+        .and_then(|ring| ring.tsc_conversion().ok().flatten())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -268,6 +286,23 @@ mod tests {
     fn sample() -> TscConversion {
         let mult = ((1u64 << 31) as f64 / 2.1) as u32;
         TscConversion::new(0u64.wrapping_sub(123_456_789_000), mult, 31).unwrap()
+    }
+
+    /// The kernel derives `time_mult` from `tsc_khz` (ns per tick × 2^shift, rounded down):
+    /// the rate comes back within the rounding of `mult` (1 in 2^30 here).
+    #[test]
+    fn the_rate_is_the_one_mult_and_shift_encode() {
+        let rate = sample().ticks_per_second();
+        assert!(rate.abs_diff(2_100_000_000) <= 3, "{rate}");
+        assert_eq!(
+            TscConversion::new(0, 1, 0).unwrap().ticks_per_second(),
+            1_000_000_000
+        );
+        // 1 GHz at shift 10: mult 1024.
+        let c = TscConversion::new(0, 1024, 10).unwrap();
+        assert_eq!(c.ticks_per_second(), 1_000_000_000);
+        // A second of ticks converts to a second of perf time.
+        assert_eq!(c.tsc_to_perf(c.ticks_per_second()), 1_000_000_000);
     }
 
     #[test]
