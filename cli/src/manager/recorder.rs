@@ -666,6 +666,9 @@ impl Recorder {
             }
             _ => false,
         };
+        // The command's processes are done opening tracepoints: release the recorder's hold
+        // while the session winds down (the kernel's waits overlap with it).
+        let released = self.probes.take().map(lifecycle::ProbeHold::release);
         self.wind_down(&mut output_failure, &mut log)?;
         // The trace ended first: the command goes too (SIGTERM to its group, then SIGKILL).
         // After a stop signal it gets a moment to exit on its own.
@@ -683,7 +686,9 @@ impl Recorder {
             elapsed,
             output_failure,
         };
-        self.report(ended)
+        let report = self.report(ended);
+        drop(released);
+        report
     }
 
     /// Trace until a stop condition: the session's turns, the command's exit, signals.
