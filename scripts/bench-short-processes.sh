@@ -6,12 +6,13 @@ set -euo pipefail
 
 usage() {
     cat <<'EOF'
-Usage: scripts/bench-short-processes.sh [-r ROUNDS] [-n COUNT] [-c CONCURRENT]
+Usage: scripts/bench-short-processes.sh [-r ROUNDS] [-n COUNT] [-l LONG] [-c CONCURRENT]
                                         [--build LABEL=DIR]... [--perf PATH] [--quick]
                                         [--keep DIR]
 
   -r ROUNDS        alternating rounds (default 5)
   -n COUNT         /bin/true runs of the sequential loop (default 100)
+  -l LONG          /bin/true runs of the long loop (default 3 × COUNT)
   -c CONCURRENT    /bin/true started at once by the concurrent workload (default 300)
   --build L=DIR    a build to measure: DIR holds `fxtrace` and `libfxtrace_preload.so`
                    (repeat it to compare builds in the same rounds, say before=/tmp/old
@@ -25,6 +26,7 @@ Usage: scripts/bench-short-processes.sh [-r ROUNDS] [-n COUNT] [-c CONCURRENT]
 
 Workloads (each /bin/true a process of its own; under --preload each is a provider):
   loop        sh -c 'for i in $(seq COUNT); do /bin/true; done'
+  long        the same loop with LONG runs
   concurrent  sh -c 'for i in $(seq CONCURRENT); do /bin/true & done; wait'
 
 Rows, in an order rotated from round to round:
@@ -47,6 +49,7 @@ EOF
 
 rounds=5
 count=100
+long=""
 concurrent=300
 builds=()
 perf_bin=""
@@ -56,6 +59,7 @@ while [ $# -gt 0 ]; do
     case "$1" in
         -r) rounds="$2"; shift 2 ;;
         -n) count="$2"; shift 2 ;;
+        -l) long="$2"; shift 2 ;;
         -c) concurrent="$2"; shift 2 ;;
         --build) builds+=("$2"); shift 2 ;;
         --perf) perf_bin="$2"; shift 2 ;;
@@ -66,6 +70,11 @@ while [ $# -gt 0 ]; do
     esac
 done
 
+[ -n "$long" ] || long=$((3 * count))
+if [ "$long" -le "$count" ]; then
+    echo "-l LONG ($long) must be more than -n COUNT ($count)" >&2
+    exit 2
+fi
 root="$(cd "$(dirname "$0")/.." && pwd)"
 if [ ${#builds[@]} -eq 0 ]; then
     (cd "$root" && cargo build --release -q -p fxtrace-tools -p fxtrace-preload)
@@ -114,6 +123,7 @@ done
 workload() {
     case "$1" in
         loop) echo "for i in \$(seq $count); do /bin/true; done" ;;
+        long) echo "for i in \$(seq $long); do /bin/true; done" ;;
         concurrent) echo "for i in \$(seq $concurrent); do /bin/true & done; wait" ;;
     esac
 }
@@ -153,9 +163,12 @@ run() {
 
 echo "# bench-short-processes: $(date -u '+%Y-%m-%d %H:%M UTC'), $(nproc) CPUs, $(uname -r), scheduling: $(chrt -p $$ 2>/dev/null | head -1 | sed 's/.*: //')"
 echo "# load average before: $(cut -d' ' -f1-3 /proc/loadavg)"
-for w in loop concurrent; do
-    n=$count
-    [ "$w" = loop ] || n=$concurrent
+for w in loop long concurrent; do
+    case "$w" in
+        loop) n=$count ;;
+        long) n=$long ;;
+        concurrent) n=$concurrent ;;
+    esac
     results="$work/$w.results"
     : >"$results"
     for ((r = 0; r < rounds; r++)); do
@@ -195,4 +208,34 @@ for w in loop concurrent; do
                     (p == "") ? "" : p, (p == "") ? "" : l + 0
             }' "$results"
     done
+done
+
+# The marginal cost of a process: from the medians of the two loops of each row.
+echo
+echo "## per process: (long − loop) / ($long − $count), and what the session costs once"
+echo
+echo "| how it ran | ms per /bin/true, marginal | added | once per session, ms | added |"
+echo "|---|---|---|---|---|"
+for ((i = 0; i < ${#rows[@]}; i++)); do
+    label="${rows[$i]%%|*}"
+    awk -v row="$i" -v n="$count" -v l="$long" -v label="$label" '
+        function median(a, k,    t, x, y) {
+            for (x = 2; x <= k; x++) { t = a[x]; y = x - 1
+                while (y >= 1 && a[y] > t) { a[y + 1] = a[y]; y-- }
+                a[y + 1] = t }
+            return (k % 2) ? a[(k + 1) / 2] : (a[k / 2] + a[k / 2 + 1]) / 2
+        }
+        FILENAME ~ /loop.results$/ && $1 == 0 { s0[++ns0] = $2 / 1e6 }
+        FILENAME ~ /long.results$/ && $1 == 0 { l0[++nl0] = $2 / 1e6 }
+        FILENAME ~ /loop.results$/ && $1 == row { s[++ns] = $2 / 1e6 }
+        FILENAME ~ /long.results$/ && $1 == row { g[++ng] = $2 / 1e6 }
+        END {
+            per = (median(g, ng) - median(s, ns)) / (l - n)
+            per0 = (median(l0, nl0) - median(s0, ns0)) / (l - n)
+            once = median(s, ns) - per * n
+            once0 = median(s0, ns0) - per0 * n
+            printf "| %s | %.2f | %s | %.0f | %s |\n", label, per,
+                (row == 0) ? "" : sprintf("%+.2f", per - per0), once,
+                (row == 0) ? "" : sprintf("%+.0f", once - once0)
+        }' "$work/loop.results" "$work/long.results"
 done
