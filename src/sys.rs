@@ -3,7 +3,7 @@
 
 use std::ffi::CStr;
 use std::io;
-use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, BorrowedFd, FromRawFd, OwnedFd, RawFd};
 use std::ptr::NonNull;
 
 /// A failed system call: which one, and the OS error.
@@ -86,24 +86,38 @@ pub(crate) fn get_seals(fd: BorrowedFd<'_>) -> Result<libc::c_int, SysError> {
 
 /// The file size from `fstat(fd)`.
 pub(crate) fn fstat_size(fd: BorrowedFd<'_>) -> Result<u64, SysError> {
+    Ok(fstat_raw(fd.as_raw_fd())?.st_size as u64)
+}
+
+/// `fstat(fd)` of a descriptor number that may not be open (`EBADF` then) or may not be what
+/// the caller thinks: only the kernel's answer about it is read.
+pub(crate) fn fstat_raw(fd: RawFd) -> Result<libc::stat, SysError> {
     let mut stat = std::mem::MaybeUninit::<libc::stat>::uninit();
-    // SAFETY: `stat` points to writable memory of the right size for the kernel to fill.
-    check("fstat", unsafe {
-        libc::fstat(fd.as_raw_fd(), stat.as_mut_ptr())
-    })?;
+    // SAFETY: `stat` points to writable memory of the right size for the kernel to fill; any
+    // descriptor number is a valid argument.
+    check("fstat", unsafe { libc::fstat(fd, stat.as_mut_ptr()) })?;
     // SAFETY: fstat succeeded, so it initialised `stat`.
-    let stat = unsafe { stat.assume_init() };
-    Ok(stat.st_size as u64)
+    Ok(unsafe { stat.assume_init() })
 }
 
 /// `mmap(NULL, len, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0)`.
 pub(crate) fn mmap_shared(fd: BorrowedFd<'_>, len: usize) -> Result<NonNull<u8>, SysError> {
+    mmap_file(fd, len, libc::PROT_READ | libc::PROT_WRITE)
+}
+
+/// `mmap(NULL, len, PROT_READ, MAP_SHARED, fd, 0)`: a read-only view of a file (a sealed
+/// memfd's pages are shared with every process that maps it).
+pub(crate) fn mmap_read_only(fd: BorrowedFd<'_>, len: usize) -> Result<NonNull<u8>, SysError> {
+    mmap_file(fd, len, libc::PROT_READ)
+}
+
+fn mmap_file(fd: BorrowedFd<'_>, len: usize, prot: libc::c_int) -> Result<NonNull<u8>, SysError> {
     // SAFETY: a fresh mapping chosen by the kernel; no existing memory is affected.
     let ptr = unsafe {
         libc::mmap(
             std::ptr::null_mut(),
             len,
-            libc::PROT_READ | libc::PROT_WRITE,
+            prot,
             libc::MAP_SHARED,
             fd.as_raw_fd(),
             0,
@@ -125,7 +139,8 @@ pub(crate) fn mmap_shared(fd: BorrowedFd<'_>, len: usize) -> Result<NonNull<u8>,
 ///
 /// # Safety
 ///
-/// `ptr..ptr+len` must be a mapping made by [`mmap_shared`] that nothing references any more.
+/// `ptr..ptr+len` must be a mapping made by [`mmap_shared`] or [`mmap_read_only`] that nothing
+/// references any more.
 pub(crate) unsafe fn munmap(ptr: NonNull<u8>, len: usize) -> Result<(), SysError> {
     // SAFETY: guaranteed by the caller.
     check("munmap", unsafe { libc::munmap(ptr.as_ptr().cast(), len) })?;

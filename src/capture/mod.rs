@@ -12,7 +12,8 @@
 //! | [`records`] | record layouts → typed records ([`PerfRecord`]) |
 //! | [`lbr`] | branch stacks (`perf_branch_entry`) |
 //! | [`tracepoint`], [`switch`], [`waking`] | tracepoint format files; `sched_switch` and `sched_waking` raw data by their offsets |
-//! | `stacks` | call chains interned (wait points, CPU samples); kernel symbols from `/proc/kallsyms` |
+//! | `stacks` | call chains interned (wait points, CPU samples), their kernel frames named |
+//! | [`kernel_symbols`] | kernel symbols: `/proc/kallsyms` as one sorted table, shared by a manager with the processes it traces (a sealed memfd) |
 //! | [`state`] | Linux `prev_state` / priorities → FXT thread states / priorities (table) |
 //! | [`time`] | perf timestamps → TSC ticks |
 //! | [`merge`] | k-way timestamp merge of per-CPU streams, with its release rule |
@@ -54,6 +55,7 @@ pub mod events;
 pub mod fake;
 pub mod fxt;
 mod ids;
+pub mod kernel_symbols;
 pub mod lbr;
 pub mod maps;
 pub mod merge;
@@ -86,6 +88,9 @@ pub use events::{
 pub use fake::{FakeRing, FakeSys, RecordBytes};
 pub use fxt::{
     FxtStreamSink, KernelTraceConfig, KernelTraceStats, KernelTraceWriter, RecordSink, SinkError,
+};
+pub use kernel_symbols::{
+    KernelSymbols, KernelSymbolsError, SharedSymbols, SharedSymbolsRef, SHARED_SYMBOLS_ENV,
 };
 pub use lbr::{BranchEntry, BranchStack};
 pub use maps::{read_build_id, BuildIdCache, MapsLine, MapsSynthesis};

@@ -31,12 +31,13 @@ use super::attr::PerfEventKind;
 use super::decode::{Decoded, Pending, RawFormat, Skip, StreamDecoder};
 use super::events::CaptureEvent;
 use super::ids::IdMap;
+use super::kernel_symbols::KernelSymbols;
 use super::pids::PidResolver;
 use super::procfs::TaskRegistry;
 use super::records::{ParseError, RecordLayout, RECORD_SAMPLE};
 use super::ring::{RawData, RawRecord};
 use super::session::Counters;
-use super::stacks::{KernelSymbols, StackInterner, MAX_STACK_BYTES};
+use super::stacks::{StackInterner, MAX_STACK_BYTES};
 use super::switch::SchedSwitchFormat;
 use super::time::{PerfTimeConverter, TscConversion};
 use super::waking::SchedWakingFormat;
@@ -234,8 +235,8 @@ impl Replay {
     /// was) moves them to that boot's addresses when they are another boot's (KASLR). `false`
     /// when `kallsyms` has no symbol with an address (read where they are hidden).
     pub fn set_kernel_symbols(&mut self, kallsyms: String) -> bool {
-        let symbols = KernelSymbols::parse(kallsyms);
-        if symbols.len() == 0 {
+        let symbols = KernelSymbols::parse(&kallsyms);
+        if symbols.is_empty() {
             return false;
         }
         self.pending_symbols = Some(PendingSymbols(symbols));

@@ -67,6 +67,7 @@ use super::attr::{BranchSampling, EventAttr, PerfEventKind};
 use super::decode::{RawFormat, StreamDecoder};
 use super::events::{CaptureEvent, Unsupported};
 use super::ids::IdMap;
+use super::kernel_symbols::KernelSymbols;
 use super::maps::BuildIdCache;
 use super::merge::Merger;
 use super::open::*;
@@ -75,7 +76,7 @@ use super::pids::PidResolver;
 use super::procfs::{online_cpus, TaskRegistry};
 use super::records::{ParseError, RecordLayout};
 use super::ring::RingError;
-use super::stacks::{KernelSymbols, StackInterner, MAX_STACK_BYTES};
+use super::stacks::{StackInterner, MAX_STACK_BYTES};
 use super::sys::{PerfIoctl, RealSys, Sys};
 use super::time::PerfTimeConverter;
 use super::tracefs::TracefsError;
@@ -151,6 +152,11 @@ pub struct CaptureConfig {
     /// record themselves (the preload object's), so each switch is recorded once. Off: a
     /// child is followed into its new image.
     pub leave_at_exec: bool,
+    /// The symbols naming kernel frames (of wait points, of samples with kernel frames): a
+    /// table the manager shared ([`KernelSymbols::open_shared`]), so that this capture does
+    /// not read `/proc/kallsyms` (read only if that table turns out to have a bad entry).
+    /// `None`: `proc_root/kallsyms` is read at the start when needed.
+    pub kernel_symbols: Option<KernelSymbols>,
 }
 
 impl CaptureConfig {
@@ -174,6 +180,7 @@ impl CaptureConfig {
             wait_points: false,
             sample_hz: None,
             leave_at_exec: false,
+            kernel_symbols: None,
         }
     }
 
@@ -649,8 +656,10 @@ impl Capture {
 
         // Kernel symbols, for the kernel frames of wait points and samples.
         let mut symbols = None;
+        let kallsyms = config.proc_root.join("kallsyms");
         if wait_points || sampling.is_some_and(|(_, kernel)| kernel) {
-            match KernelSymbols::read(&config.proc_root.join("kallsyms")) {
+            let given = config.kernel_symbols.clone();
+            match given.map_or_else(|| KernelSymbols::read(&kallsyms), Ok) {
                 Ok(s) => symbols = Some(s),
                 Err(e) => {
                     let hint = format!("{e}; kernel frames stay addresses");
@@ -795,7 +804,8 @@ impl Capture {
                 announced: IdMap::default(),
                 recent: Box::new([None; ANNOUNCED_SLOTS]),
                 waiting: IdMap::default(),
-                stacks: StackInterner::new(MAX_STACK_BYTES, symbols),
+                stacks: StackInterner::new(MAX_STACK_BYTES, symbols)
+                    .with_fallback(config.kernel_symbols.is_some().then_some(kallsyms)),
                 counters: counters.clone(),
                 sink: Box::new(sink),
             },

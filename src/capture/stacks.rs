@@ -1,8 +1,10 @@
 //! Call chains interned: each distinct chain gets an id the first time it is seen, and every
 //! event carrying it (a switch's wait point, a CPU sample) refers to it by that id. The
-//! capture thread announces a stack (and the kernel symbols its kernel frames fall in, from
-//! `/proc/kallsyms` read when the capture started) before the first event that refers to it,
-//! as it announces threads ([`super::events::StackInfo`], [`super::events::KernelSymbol`]).
+//! capture thread announces a stack (and the kernel symbols its kernel frames fall in,
+//! [`super::kernel_symbols`]) before the first event that refers to it, as it announces
+//! threads ([`super::events::StackInfo`], [`super::events::KernelSymbol`]). A shared symbol
+//! table with a bad entry is replaced, at that entry's first use, by the symbols of the
+//! fallback file (`/proc/kallsyms`), and a note says so.
 //!
 //! A perf call chain (`PERF_SAMPLE_CALLCHAIN`) is `nr` instruction pointers, innermost first,
 //! with context markers (`PERF_CONTEXT_KERNEL`, `PERF_CONTEXT_USER`, … : values of the last
@@ -16,11 +18,12 @@
 
 use std::collections::HashMap;
 use std::hash::BuildHasherDefault;
-use std::path::Path;
+use std::path::PathBuf;
 use std::sync::Arc;
 
-use super::events::{KernelSymbol, StackInfo};
+use super::events::{KernelSymbol, StackInfo, Unsupported};
 use super::ids::IdHasher;
+use super::kernel_symbols::{KernelSymbols, KernelSymbolsError};
 
 /// The most frames one interned stack keeps (the format's limit,
 /// [`crate::format::stack::STACK_MAX_FRAMES`]).
@@ -142,6 +145,11 @@ pub(crate) struct StackInterner {
     pub(crate) not_interned: u64,
     symbols: Option<KernelSymbols>,
     symbols_announced: Vec<bool>,
+    /// Where symbols are read from when the table in use has a bad entry (a shared table's
+    /// `/proc/kallsyms`); taken at that first use.
+    fallback: Option<PathBuf>,
+    /// What happened to a table with a bad entry, for the capture to deliver.
+    pub(crate) symbols_note: Option<Unsupported>,
 }
 
 impl StackInterner {
@@ -197,6 +205,14 @@ impl StackInterner {
         Some(new)
     }
 
+    /// Symbols are read from `path` if the table given turns out to have a bad entry.
+    pub(crate) fn with_fallback(self, path: Option<PathBuf>) -> Self {
+        Self {
+            fallback: path,
+            ..self
+        }
+    }
+
     /// Names the kernel frames of the stacks announced from now on with `symbols` (a
     /// recording's, known only once its records began: [`super::Replay`]).
     pub(crate) fn set_symbols(&mut self, symbols: KernelSymbols) {
@@ -223,160 +239,61 @@ impl StackInterner {
             return None;
         }
         s.announced = true;
-        if let Some(symbols) = &self.symbols {
-            for &ip in &s.frames[..usize::from(s.kernel)] {
-                if let Some(i) = symbols.find(ip) {
-                    if !std::mem::replace(&mut self.symbols_announced[i], true) {
-                        symbol(symbols.symbol(i));
-                    }
-                }
-            }
-        }
-        Some(StackInfo {
+        let info = StackInfo {
             id,
             kernel_frames: s.kernel,
             frames: s.frames.clone(),
-        })
-    }
-}
-
-// === impl KernelSymbols ===
-
-/// The text symbols of `/proc/kallsyms`, sorted by address.
-#[derive(Debug)]
-pub(crate) struct KernelSymbols {
-    /// The file's text, names sliced out of it.
-    text: String,
-    /// (address, name start, name end, module start, module end) into `text`; the module
-    /// range is empty for the kernel's own symbols.
-    entries: Vec<(u64, u32, u32, u32, u32)>,
-}
-
-/// Why `/proc/kallsyms` gave no symbols.
-#[derive(Debug, thiserror::Error)]
-pub(crate) enum KallsymsError {
-    /// It could not be read.
-    #[error("reading {path}: {source}")]
-    Read {
-        /// The file.
-        path: String,
-        /// The cause.
-        source: std::io::Error,
-    },
-    /// Every address reads 0 (`kernel.kptr_restrict` hides them from this user).
-    #[error("{path} shows every address as 0 (kernel.kptr_restrict hides them; run as root)")]
-    Hidden {
-        /// The file.
-        path: String,
-    },
-}
-
-impl KernelSymbols {
-    /// Reads `path` (`/proc/kallsyms`).
-    pub(crate) fn read(path: &Path) -> Result<Self, KallsymsError> {
-        let text = std::fs::read_to_string(path).map_err(|source| KallsymsError::Read {
-            path: path.display().to_string(),
-            source,
-        })?;
-        let symbols = Self::parse(text);
-        if symbols.entries.is_empty() {
-            return Err(KallsymsError::Hidden {
-                path: path.display().to_string(),
-            });
-        }
-        Ok(symbols)
-    }
-
-    /// The text symbols (types `t`, `T`, `w`, `W`) with a nonzero address of a kallsyms text.
-    pub(crate) fn parse(text: String) -> Self {
-        let mut entries = Vec::new();
-        let base = text.as_ptr() as usize;
-        let at = |s: &str| (s.as_ptr() as usize - base) as u32;
-        for line in text.lines() {
-            let mut parts = line.split_ascii_whitespace();
-            let (Some(addr), Some(kind), Some(name)) = (parts.next(), parts.next(), parts.next())
-            else {
-                continue;
-            };
-            if !matches!(kind, "t" | "T" | "w" | "W") {
-                continue;
-            }
-            let Ok(addr) = u64::from_str_radix(addr, 16) else {
-                continue;
-            };
-            if addr == 0 || name.len() > 255 {
-                continue;
-            }
-            let module = parts.next().unwrap_or("");
-            entries.push((
-                addr,
-                at(name),
-                at(name) + name.len() as u32,
-                if module.is_empty() { 0 } else { at(module) },
-                if module.is_empty() {
-                    0
-                } else {
-                    at(module) + module.len() as u32
-                },
-            ));
-        }
-        entries.sort_by_key(|e| e.0);
-        Self { text, entries }
-    }
-
-    /// The address of the symbol named `name` (the first one of that name).
-    pub(crate) fn address_of(&self, name: &str) -> Option<u64> {
-        self.entries
-            .iter()
-            .find(|e| &self.text[e.1 as usize..e.2 as usize] == name)
-            .map(|e| e.0)
-    }
-
-    /// The kernel's own symbols moved by `by` (wrapping): the symbols of a kernel as another
-    /// boot loaded it (KASLR). Modules load at addresses of their own each boot: their
-    /// symbols are dropped (their frames stay addresses).
-    pub(crate) fn relocate(&mut self, by: u64) {
-        if by == 0 {
-            return;
-        }
-        self.entries.retain(|e| e.4 == 0);
-        for e in &mut self.entries {
-            e.0 = e.0.wrapping_add(by);
-        }
-        self.entries.sort_by_key(|e| e.0);
-    }
-
-    /// Symbols kept.
-    pub(crate) fn len(&self) -> usize {
-        self.entries.len()
-    }
-
-    /// The index of the symbol `ip` falls in: the last one at or below it (`None` below the
-    /// first).
-    pub(crate) fn find(&self, ip: u64) -> Option<usize> {
-        self.entries.partition_point(|e| e.0 <= ip).checked_sub(1)
-    }
-
-    /// Symbol `i`: its address, the bytes up to the next symbol, and its name (`name
-    /// [module]` for a module's).
-    pub(crate) fn symbol(&self, i: usize) -> KernelSymbol {
-        let (start, n0, n1, m0, m1) = self.entries[i];
-        let name = &self.text[n0 as usize..n1 as usize];
-        let name: Arc<str> = if m1 > m0 {
-            format!("{name} {}", &self.text[m0 as usize..m1 as usize]).into()
-        } else {
-            name.into()
         };
-        // The last symbol covers up to the next page: kallsyms gives no size.
-        let end = self
-            .entries
-            .get(i + 1)
-            .map_or(start.saturating_add(4096), |e| e.0);
-        KernelSymbol {
-            start,
-            len: end - start,
-            name,
+        let kernel = &info.frames[..usize::from(info.kernel_frames)];
+        if let Err(broken) = self.name_frames(kernel, &mut symbol) {
+            self.replace_symbols(broken);
+            // The fallback is parsed here: its entries are well-formed.
+            let _ = self.name_frames(kernel, &mut symbol);
         }
+        Some(info)
+    }
+
+    /// Announces the symbols of `frames` not announced yet; `Err` at the first bad entry of
+    /// the table (the symbols before it were announced).
+    fn name_frames(
+        &mut self,
+        frames: &[u64],
+        symbol: &mut impl FnMut(KernelSymbol),
+    ) -> Result<(), KernelSymbolsError> {
+        let Some(symbols) = &self.symbols else {
+            return Ok(());
+        };
+        for &ip in frames {
+            let Some(i) = symbols.find(ip) else {
+                continue;
+            };
+            if self.symbols_announced.get(i) == Some(&false) {
+                symbol(symbols.symbol(i)?);
+                self.symbols_announced[i] = true;
+            }
+        }
+        Ok(())
+    }
+
+    /// The table in use has a bad entry: read the fallback's symbols (or name no frame from
+    /// now on), and note it.
+    fn replace_symbols(&mut self, broken: KernelSymbolsError) {
+        let (symbols, outcome) = match self.fallback.take() {
+            Some(path) => match KernelSymbols::read(&path) {
+                Ok(s) => (Some(s), format!("read {} instead", path.display())),
+                Err(e) => (None, format!("{e}; kernel frames stay addresses")),
+            },
+            None => (None, "kernel frames stay addresses".to_owned()),
+        };
+        self.symbols_announced = vec![false; symbols.as_ref().map_or(0, KernelSymbols::len)];
+        self.symbols = symbols;
+        let text = format!("{broken}; {outcome}");
+        self.symbols_note = Some(Unsupported {
+            what: "shared kernel symbols".into(),
+            errno: None,
+            summary: text.clone(),
+            hint: text,
+        });
     }
 }
 
@@ -481,30 +398,15 @@ mod tests {
         );
     }
 
-    #[test]
-    fn kallsyms_text_symbols_sorted_and_announced_once() {
-        let text = "\
+    const TEXT: &str = "\
 ffffffff8143fc90 T futex_wait
 ffffffff81000000 T _stext
 ffffffff821f8540 t __schedule
-ffffffff821f8000 d some_data
-0000000000000000 A fixed_percpu_data
 ffffffffc0a01000 t kvm_vcpu_block\t[kvm]
-"
-        .to_owned();
-        let s = KernelSymbols::parse(text);
-        assert_eq!(s.len(), 4, "text symbols only");
-        let i = s.find(0xffff_ffff_8143_fca0).unwrap();
-        let sym = s.symbol(i);
-        assert_eq!(
-            (sym.start, &*sym.name),
-            (0xffff_ffff_8143_fc90, "futex_wait")
-        );
-        assert_eq!(sym.len, 0xffff_ffff_821f_8540 - 0xffff_ffff_8143_fc90);
-        assert_eq!(s.find(0xffff_ffff_8000_0000), None);
-        let kvm = s.symbol(s.find(0xffff_ffff_c0a0_1010).unwrap());
-        assert_eq!((&*kvm.name, kvm.len), ("kvm_vcpu_block [kvm]", 4096));
-        let mut interner = StackInterner::new(MAX_STACK_BYTES, Some(s));
+";
+
+    /// Interns two stacks over [`TEXT`]'s symbols and announces them: the names announced.
+    fn announce_two(interner: &mut StackInterner) -> Vec<String> {
         let a = interner
             .intern(&Chain::of(
                 [
@@ -523,34 +425,56 @@ ffffffffc0a01000 t kvm_vcpu_block\t[kvm]
             ))
             .unwrap();
         let mut names = Vec::new();
-        interner
-            .announce(a, |k| names.push(k.name.to_string()))
-            .unwrap();
-        interner
-            .announce(b, |k| names.push(k.name.to_string()))
-            .unwrap();
-        assert_eq!(
-            names,
-            ["__schedule", "futex_wait", "_stext"],
-            "each symbol once"
-        );
-        let hidden = KernelSymbols::parse("0000000000000000 T futex_wait\n".to_owned());
-        assert_eq!(hidden.len(), 0);
+        for id in [a, b] {
+            interner
+                .announce(id, |k| names.push(k.name.to_string()))
+                .unwrap();
+        }
+        names
     }
 
     #[test]
-    fn kallsyms_of_another_boot_moved_without_their_modules() {
-        let mut s = KernelSymbols::parse(
-            "ffffffff81000000 T _text\nffffffff81000100 T hot\nffffffffc0a01000 t m\t[kvm]\n"
-                .to_owned(),
+    fn kernel_symbols_are_announced_once() {
+        let s = KernelSymbols::parse(TEXT);
+        let mut interner = StackInterner::new(MAX_STACK_BYTES, Some(s));
+        assert_eq!(
+            announce_two(&mut interner),
+            ["__schedule", "futex_wait", "_stext"],
+            "each symbol once"
         );
-        assert_eq!(s.address_of("hot"), Some(0xffff_ffff_8100_0100));
-        assert_eq!(s.address_of("absent"), None);
-        s.relocate(0);
-        assert_eq!(s.len(), 3, "not moved: kept whole");
-        s.relocate((-0x10_0000i64) as u64);
-        assert_eq!(s.len(), 2, "the module's symbol dropped");
-        let hot = s.symbol(s.find(0xffff_ffff_80f0_0110).unwrap());
-        assert_eq!((&*hot.name, hot.start), ("hot", 0xffff_ffff_80f0_0100));
+        assert!(interner.symbols_note.is_none());
+    }
+
+    #[test]
+    fn a_table_with_a_bad_entry_gives_way_to_the_fallback_file_with_a_note() {
+        let good = KernelSymbols::parse(TEXT);
+        // `futex_wait` (index 1 by address) names a module the table does not have.
+        let mut bytes = good.table().to_vec();
+        // The table's layout (`kernel_symbols`' docs): 32-byte header, addresses, string
+        // ends (4 names, 1 module), then each symbol's module.
+        let module_of = 32 + 8 * 4 + 4 * (4 + 1);
+        bytes[module_of + 4..][..4].copy_from_slice(&7u32.to_le_bytes());
+        let bad = KernelSymbols::from_table(bytes).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("kallsyms");
+        std::fs::write(&file, TEXT).unwrap();
+        let mut interner =
+            StackInterner::new(MAX_STACK_BYTES, Some(bad.clone())).with_fallback(Some(file));
+        assert_eq!(
+            announce_two(&mut interner),
+            ["__schedule", "__schedule", "futex_wait", "_stext"],
+            "named from the file from the bad entry on"
+        );
+        let note = interner.symbols_note.take().unwrap();
+        assert!(
+            note.summary.contains("entry 1") && note.summary.contains("instead"),
+            "{}",
+            note.summary
+        );
+        // No fallback: the frames stay addresses, said once.
+        let mut interner = StackInterner::new(MAX_STACK_BYTES, Some(bad));
+        assert_eq!(announce_two(&mut interner), ["__schedule"]);
+        let note = interner.symbols_note.take().unwrap();
+        assert!(note.summary.ends_with("kernel frames stay addresses"));
     }
 }

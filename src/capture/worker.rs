@@ -124,6 +124,9 @@ impl Delivery {
         let Some(info) = self.stacks.announce(id, |k| symbols.push(k)) else {
             return;
         };
+        if let Some(note) = self.stacks.symbols_note.take() {
+            self.emit(CaptureEvent::Unsupported(note));
+        }
         bump(&self.counters.kernel_symbols, symbols.len() as u64);
         for k in symbols {
             self.emit(CaptureEvent::KernelSymbol(k));
