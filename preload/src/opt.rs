@@ -8,6 +8,8 @@
 use std::ffi::OsString;
 use std::time::Duration;
 
+use fxtrace::capture::{KernelSymbolsError, SharedSymbolsRef, SHARED_SYMBOLS_ENV};
+
 /// Which kernel events the preload object captures for its process.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub(crate) enum CaptureMode {
@@ -32,6 +34,8 @@ pub(crate) struct Options {
     pub(crate) sample_hz: Option<u64>,
     /// `FXTRACE_PRELOAD_WAIT_POINTS`: the call chain where each thread blocked.
     pub(crate) wait_points: bool,
+    /// `FXTRACE_PRELOAD_KERNEL_SYMBOLS`: the session's kernel symbol table.
+    pub(crate) kernel_symbols: Option<SharedSymbolsRef>,
     /// `FXTRACE_PRELOAD_START_WAIT_MS`: how long loading waits for the manager's Start.
     pub(crate) start_wait: Duration,
     /// `FXTRACE_PRELOAD_FLUSH_MS`: bound on the flush at exit.
@@ -53,6 +57,7 @@ impl Default for Options {
             ring_pages: 64,
             sample_hz: None,
             wait_points: false,
+            kernel_symbols: None,
             start_wait: Duration::from_millis(250),
             flush: Duration::from_millis(500),
             signals: false,
@@ -188,6 +193,19 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
         show: |o| u8::from(o.wait_points).to_string(),
     },
     OptionSpec {
+        name: SHARED_SYMBOLS_ENV,
+        default: "none",
+        doc: "set by `fxtrace record --preload` with wait points or CPU samples: the kernel symbols the session read once, a sealed memfd this process inherits (`FD:PID:INODE`), which the capture maps instead of reading `/proc/kallsyms`; a descriptor that is not that table (the program closed or reused it) is looked for in the recorder, else `/proc/kallsyms` is read, as the trace notes",
+        parse: |v, o| {
+            o.kernel_symbols = Some(v.parse().map_err(|e: KernelSymbolsError| e.to_string())?);
+            Ok(())
+        },
+        show: |o| match &o.kernel_symbols {
+            Some(r) => r.to_string(),
+            None => "none".into(),
+        },
+    },
+    OptionSpec {
         name: "FXTRACE_PRELOAD_START_WAIT_MS",
         default: "250",
         doc: "at load, wait at most this long for the manager's Start (served while registering when it comes right behind the registration, as under `fxtrace record`), so the program's first events are traced (0: do not wait); a program that ends before its start waits for it at exit, within `FXTRACE_PRELOAD_FLUSH_MS`; events written before the start are counted, and the summary says \"N before the trace started\"",
@@ -314,6 +332,7 @@ mod tests {
             ("FXTRACE_PRELOAD_RING_PAGES", "8"),
             ("FXTRACE_PRELOAD_SAMPLE", "99"),
             ("FXTRACE_PRELOAD_WAIT_POINTS", "1"),
+            ("FXTRACE_PRELOAD_KERNEL_SYMBOLS", "5:100:77"),
             ("FXTRACE_PRELOAD_START_WAIT_MS", "0"),
             ("FXTRACE_PRELOAD_FLUSH_MS", "1500"),
             ("FXTRACE_PRELOAD_SIGNALS", "1"),
@@ -330,6 +349,11 @@ mod tests {
                 ring_pages: 8,
                 sample_hz: Some(99),
                 wait_points: true,
+                kernel_symbols: Some(SharedSymbolsRef {
+                    fd: 5,
+                    pid: 100,
+                    inode: 77
+                }),
                 start_wait: Duration::ZERO,
                 flush: Duration::from_millis(1500),
                 signals: true,
@@ -350,12 +374,17 @@ mod tests {
             ("FXTRACE_PRELOAD_FLUSH_MS", "999999"),
             ("FXTRACE_PRELOAD_LOG", "maybe"),
             ("FXTRACE_PRELOAD_SAMPLE", "100001"),
+            ("FXTRACE_PRELOAD_KERNEL_SYMBOLS", "5"),
         ]);
         assert_eq!(options, Options::default());
-        assert_eq!(complaints.len(), 5, "{complaints:?}");
+        assert_eq!(complaints.len(), 6, "{complaints:?}");
+        assert!(
+            complaints[3].starts_with("FXTRACE_PRELOAD_KERNEL_SYMBOLS: \"5\" names no"),
+            "{complaints:?}"
+        );
         assert!(complaints[0].starts_with("FXTRACE_PRELOAD_CAPTURE: \"everything\""));
         assert!(complaints[2].starts_with("FXTRACE_PRELOAD_SAMPLE: \"100001\""));
-        assert!(complaints[3].contains("using the default (500)"));
+        assert!(complaints[4].contains("using the default (500)"));
     }
 
     #[test]

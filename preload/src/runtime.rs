@@ -44,8 +44,8 @@ use std::time::{Duration, Instant};
 
 use fxtrace::capture::sys::RealSys;
 use fxtrace::capture::{
-    BranchSampling, Capture, CaptureConfig, CaptureEvent, KernelTraceConfig, KernelTraceWriter,
-    Need, PerfPermissions, TracefsChoice, Unsupported,
+    BranchSampling, Capture, CaptureConfig, CaptureEvent, KernelSymbols, KernelTraceConfig,
+    KernelTraceWriter, Need, PerfPermissions, TracefsChoice, Unsupported, SHARED_SYMBOLS_ENV,
 };
 use fxtrace::engine::global;
 use fxtrace::fd_guard::WakePipe;
@@ -368,6 +368,38 @@ fn new_writer(provider: &Provider, context: &fxtrace::engine::Context) -> Shared
     Arc::new(Mutex::new(writer))
 }
 
+/// The kernel symbols the session shared (`FXTRACE_PRELOAD_KERNEL_SYMBOLS`), mapped, when
+/// something will name kernel frames: the capture then does not read `/proc/kallsyms`. A
+/// reference naming no usable table (the program closed or reused the descriptor, or the
+/// session is over) is noted in the log and the trace, and the capture reads the file.
+fn shared_kernel_symbols(options: &Options) -> Option<KernelSymbols> {
+    let reference = options.kernel_symbols.as_ref()?;
+    if !options.wait_points && options.sample_hz.is_none() {
+        return None;
+    }
+    let opening = Instant::now();
+    match KernelSymbols::open_shared(reference) {
+        Ok(symbols) => {
+            log!(
+                "kernel symbols: the session's table ({} symbols, mapped in {} µs)",
+                symbols.len(),
+                opening.elapsed().as_micros()
+            );
+            Some(symbols)
+        }
+        Err(e) => {
+            let message = format!(
+                "fxtrace-preload: {SHARED_SYMBOLS_ENV}={reference}: {e}; reading /proc/kallsyms"
+            );
+            log!("{message}");
+            global::with_writer(|w| {
+                let _ = w.log(fxtrace::clock::ticks(), &message);
+            });
+            None
+        }
+    }
+}
+
 /// Start the per-process capture, or note in the trace why it could not start.
 fn start_capture(options: &Options, writer: &SharedWriter) -> Option<Capture> {
     // Read once (three files and a directory): the capture's start uses the same facts.
@@ -392,6 +424,7 @@ fn start_capture(options: &Options, writer: &SharedWriter) -> Option<Capture> {
         tracefs: TracefsChoice::Auto { may_mount: false },
         // A child's new image loads this object again and records its own switches.
         leave_at_exec: true,
+        kernel_symbols: shared_kernel_symbols(options),
         ..CaptureConfig::process(std::process::id())
     };
     let sink_writer = writer.clone();

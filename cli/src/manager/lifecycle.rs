@@ -4,9 +4,12 @@
 //! directories of recorders that are gone are removed. The recorder raises its own
 //! descriptor limit (a manager holds three per provider) and the command gets the one it had.
 //!
-//! Rules: everything run between `fork` and `exec` (in [`prepare_command`]'s `pre_exec`) is
-//! async-signal-safe (`prctl`, `getppid`, `signal`, `tcsetpgrp`, `getpid`, `raise`,
-//! `setrlimit`).
+//! Under `--preload` with wait points or CPU samples, the command inherits the kernel symbols
+//! its processes name kernel frames with ([`share_kernel_symbols`]).
+//!
+//! Rules: everything run between `fork` and `exec` (in [`prepare_command`]'s and
+//! [`share_kernel_symbols`]' `pre_exec`) is async-signal-safe (`prctl`, `getppid`, `signal`,
+//! `tcsetpgrp`, `getpid`, `raise`, `setrlimit`, `fcntl`).
 
 use std::os::fd::AsRawFd;
 use std::os::unix::fs::MetadataExt;
@@ -137,6 +140,38 @@ pub fn prepare_command(cmd: &mut Command, take_terminal: bool, limit: Descriptor
     unsafe {
         cmd.pre_exec(hook);
     }
+}
+
+/// Reads `/proc/kallsyms` once for every process of the command (under `--preload`, each
+/// would read it at its start: 40 ms of system time and a parse), shares it as a sealed memfd
+/// ([`KernelSymbols::share`]) that `cmd` inherits under its number (close-on-exec cleared in
+/// the child only, so nothing else the recorder starts gets it), and names it to the preload
+/// object ([`SHARED_SYMBOLS_ENV`]). The table lives as long as the value returned (and the
+/// processes that inherited it). `None` where `/proc/kallsyms` cannot be read: each process
+/// then says why in its own trace, as it would without this.
+///
+/// [`KernelSymbols::share`]: fxtrace::capture::KernelSymbols::share
+/// [`SHARED_SYMBOLS_ENV`]: fxtrace::capture::SHARED_SYMBOLS_ENV
+pub fn share_kernel_symbols(cmd: &mut Command) -> Option<fxtrace::capture::SharedSymbols> {
+    use fxtrace::capture::{KernelSymbols, SHARED_SYMBOLS_ENV};
+    let symbols = KernelSymbols::read(Path::new("/proc/kallsyms")).ok()?;
+    let shared = symbols.share().ok()?;
+    let fd = shared.fd().as_raw_fd();
+    let hook = move || {
+        // SAFETY: fcntl takes integers only; `fd` is open in the child (inherited from the
+        // recorder, which holds it until the command ends).
+        match unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } {
+            -1 => Err(std::io::Error::last_os_error()),
+            _ => Ok(()),
+        }
+    };
+    // SAFETY: the hook runs between fork and exec and calls only fcntl, async-signal-safe; it
+    // allocates nothing.
+    unsafe {
+        cmd.pre_exec(hook);
+    }
+    cmd.env(SHARED_SYMBOLS_ENV, shared.reference().to_string());
+    Some(shared)
 }
 
 /// Makes the recorder's own process group the terminal's foreground again (after

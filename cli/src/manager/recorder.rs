@@ -442,6 +442,9 @@ pub struct Recorder {
     descriptors: lifecycle::DescriptorLimit,
     /// Held while a command runs under `--preload` (see [`lifecycle::ProbeHold`]).
     probes: Option<lifecycle::ProbeHold>,
+    /// The kernel symbols the command's preloaded processes map, held while it runs (see
+    /// [`lifecycle::share_kernel_symbols`]).
+    kernel_symbols: Option<fxtrace::capture::SharedSymbols>,
     /// The command was given the terminal (see [`lifecycle::prepare_command`]).
     gave_terminal: bool,
     /// The log lines of the manager's events.
@@ -605,6 +608,7 @@ impl Recorder {
             output: out_file,
             descriptors,
             probes: None,
+            kernel_symbols: None,
             gave_terminal: false,
             lines: EventLines::new(),
             successions: Successions::default(),
@@ -898,22 +902,23 @@ impl Recorder {
         let Some((program, args)) = self.config.command.split_first() else {
             return Ok(None);
         };
-        let preloaded = self.config.env.iter().any(|(k, _)| k == "LD_PRELOAD");
-        let captures =
-            |(k, v): &(OsString, OsString)| k == "FXTRACE_PRELOAD_CAPTURE" && v == "none";
-        if preloaded
-            && !self.config.env.iter().any(captures)
-            && std::env::var_os("FXTRACE_PRELOAD_CAPTURE").map_or(true, |v| v != "none")
-        {
-            let wait_points = |(k, v): &(OsString, OsString)| {
-                k == "FXTRACE_PRELOAD_WAIT_POINTS" && v != "0" && !v.is_empty()
-            };
-            let wait_points = self.config.env.iter().any(wait_points)
-                || std::env::var_os("FXTRACE_PRELOAD_WAIT_POINTS")
-                    .is_some_and(|v| v != "0" && !v.is_empty());
-            self.probes = lifecycle::ProbeHold::open(wait_points);
-        }
+        // What the command will see: the recorder's settings over its own environment.
+        let option = |name: &str| {
+            let set = self.config.env.iter().rev().find(|(k, _)| k == name);
+            set.map(|(_, v)| v.clone())
+                .or_else(|| std::env::var_os(name))
+        };
+        let on = |name: &str| option(name).is_some_and(|v| v != "0" && !v.is_empty());
         let mut command = std::process::Command::new(program);
+        if self.config.env.iter().any(|(k, _)| k == "LD_PRELOAD")
+            && option("FXTRACE_PRELOAD_CAPTURE").map_or(true, |v| v != "none")
+        {
+            let wait_points = on("FXTRACE_PRELOAD_WAIT_POINTS");
+            self.probes = lifecycle::ProbeHold::open(wait_points);
+            if wait_points || on("FXTRACE_PRELOAD_SAMPLE") {
+                self.kernel_symbols = lifecycle::share_kernel_symbols(&mut command);
+            }
+        }
         self.gave_terminal = lifecycle::terminal_is_ours();
         lifecycle::prepare_command(&mut command, self.gave_terminal, self.descriptors);
         command

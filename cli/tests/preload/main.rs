@@ -17,6 +17,7 @@ mod c_api_example;
 mod children;
 mod exec;
 mod failed_exec;
+mod kernel_symbols;
 mod no_manager;
 mod own_engine;
 mod record;
