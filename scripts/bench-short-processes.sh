@@ -8,7 +8,7 @@ usage() {
     cat <<'EOF'
 Usage: scripts/bench-short-processes.sh [-r ROUNDS] [-n COUNT] [-l LONG] [-c CONCURRENT]
                                         [--build LABEL=DIR]... [--perf PATH] [--quick]
-                                        [--keep DIR]
+                                        [--keep DIR] [--wait-points]
 
   -r ROUNDS        alternating rounds (default 5)
   -n COUNT         /bin/true runs of the sequential loop (default 100)
@@ -23,6 +23,9 @@ Usage: scripts/bench-short-processes.sh [-r ROUNDS] [-n COUNT] [-l LONG] [-c CON
   --quick          only the default --preload row and CAPTURE=none (besides untraced and
                    perf)
   --keep DIR       keep each run's stderr (the recorders' summaries) in DIR
+  --wait-points    also a --preload row with wait points (FXTRACE_PRELOAD_WAIT_POINTS=1,
+                   what --wait-points sets: each process records its call chains and
+                   names kernel frames, from the kernel symbols the recorder shares)
 
 Workloads (each /bin/true a process of its own; under --preload each is a provider):
   loop        sh -c 'for i in $(seq COUNT); do /bin/true; done'
@@ -55,6 +58,7 @@ builds=()
 perf_bin=""
 quick=no
 keep=""
+wait_points=no
 while [ $# -gt 0 ]; do
     case "$1" in
         -r) rounds="$2"; shift 2 ;;
@@ -65,6 +69,7 @@ while [ $# -gt 0 ]; do
         --perf) perf_bin="$2"; shift 2 ;;
         --quick) quick=yes; shift ;;
         --keep) keep="$2"; shift 2 ;;
+        --wait-points) wait_points=yes; shift ;;
         -h|--help) usage; exit 0 ;;
         *) echo "unknown argument: $1 (see --help)" >&2; exit 2 ;;
     esac
@@ -107,6 +112,9 @@ rows=("untraced|plain||")
 for b in "${builds[@]}"; do
     label="${b%%=*}"
     dir="$(cd "${b#*=}" && pwd)"
+    if [ "$wait_points" = yes ]; then
+        rows+=("$label: --preload WAIT_POINTS=1|preload|$dir|FXTRACE_PRELOAD_WAIT_POINTS=1")
+    fi
     if [ "$quick" = yes ]; then
         rows+=("$label: --preload (defaults)|preload|$dir|")
         rows+=("$label: --preload CAPTURE=none|preload|$dir|FXTRACE_PRELOAD_CAPTURE=none")
