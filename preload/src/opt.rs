@@ -195,7 +195,7 @@ pub(crate) const OPTIONS: &[OptionSpec] = &[
     OptionSpec {
         name: SHARED_SYMBOLS_ENV,
         default: "none",
-        doc: "set by `fxtrace record --preload` with wait points or CPU samples: the kernel symbols the session read once, a sealed memfd this process inherits (`FD:PID:INODE`), which the capture maps instead of reading `/proc/kallsyms`; a descriptor that is not that table (the program closed or reused it) is looked for in the recorder, else `/proc/kallsyms` is read, as the trace notes",
+        doc: "set by `fxtrace record --preload` with wait points or CPU samples: the kernel symbols the session read once, a sealed memfd the recorder holds (`PID:START:FD:DEV:INODE`), which the capture opens through `/proc/PID/fd/N` and maps instead of reading `/proc/kallsyms`; where it cannot (another user, the recorder gone, not that file) `/proc/kallsyms` is read, as the trace notes",
         parse: |v, o| {
             o.kernel_symbols = Some(v.parse().map_err(|e: KernelSymbolsError| e.to_string())?);
             Ok(())
@@ -332,7 +332,7 @@ mod tests {
             ("FXTRACE_PRELOAD_RING_PAGES", "8"),
             ("FXTRACE_PRELOAD_SAMPLE", "99"),
             ("FXTRACE_PRELOAD_WAIT_POINTS", "1"),
-            ("FXTRACE_PRELOAD_KERNEL_SYMBOLS", "5:100:77"),
+            ("FXTRACE_PRELOAD_KERNEL_SYMBOLS", "100:4:5:6:77"),
             ("FXTRACE_PRELOAD_START_WAIT_MS", "0"),
             ("FXTRACE_PRELOAD_FLUSH_MS", "1500"),
             ("FXTRACE_PRELOAD_SIGNALS", "1"),
@@ -350,8 +350,10 @@ mod tests {
                 sample_hz: Some(99),
                 wait_points: true,
                 kernel_symbols: Some(SharedSymbolsRef {
-                    fd: 5,
                     pid: 100,
+                    start_time: 4,
+                    fd: 5,
+                    dev: 6,
                     inode: 77
                 }),
                 start_wait: Duration::ZERO,

@@ -7,9 +7,10 @@
 //! made ([`KernelSymbols::open_shared`]). Reading `/proc/kallsyms` costs some 40 ms of system
 //! time (120 000 lines on a 6.x kernel) and parsing it more; under `fxtrace record --preload`
 //! every traced process would pay that at its start. The manager reads it once, puts the
-//! table in a sealed memfd ([`KernelSymbols::share`]) that its command inherits, and names it
-//! in [`SHARED_SYMBOLS_ENV`]: each preloaded process maps it (`fstat`, `fcntl`, `mmap`) and
-//! looks symbols up in place, with no parse and no copy.
+//! table in a sealed memfd it keeps ([`KernelSymbols::share`]), and names it in
+//! [`SHARED_SYMBOLS_ENV`]: each preloaded process opens it through `/proc/PID/fd/N` and maps
+//! it (`stat`, `open`, `fstat`, `fcntl`, `mmap`), and looks symbols up in place, with no
+//! parse and no copy.
 //!
 //! # The table (version 1)
 //!
@@ -30,17 +31,22 @@
 //!
 //! # Trust
 //!
-//! A shared table comes from a descriptor number the environment names, in a program that may
-//! have closed it and opened another file under that number, or been handed a crafted one.
-//! Before anything is mapped, `fstat` says it is the file the variable names (a regular file
-//! of that inode) and `F_GET_SEALS` that its contents and size cannot change (no `SIGBUS`, no
-//! contents moving under a reader); then the magic, the version and the sections adding up to
-//! its size. Every offset read from the table is checked where it is used: a bad entry is a
+//! The reference comes from the environment, which a program may have kept long after the
+//! recorder ended, or been handed crafted. Nothing is opened before the process it names is
+//! shown to be the one that shared (its start time: a reused pid has another) and the path to
+//! name a regular file of the table's device and inode (`stat` follows the link without
+//! opening what it names: no FIFO waited on, no terminal, no device). The kernel opens another
+//! process's descriptor only for a process that may read that process's descriptors (ptrace
+//! read access: the same user, or root): a descendant that dropped its privileges gets an
+//! error and reads `/proc/kallsyms` itself, which hides the addresses from it, instead of the
+//! root recorder's copy. On its own descriptor, `fstat` says again that it is that file and
+//! `F_GET_SEALS` that its contents and size cannot change (no `SIGBUS`, no contents moving
+//! under a reader); then the magic, the version and the sections adding up to its size. Every
+//! offset read from the table is checked where it is used: a bad entry is a
 //! [`KernelSymbolsError::BadEntry`], never a panic or a read out of bounds. (Checking each
 //! entry up front would cost every traced process's start some 0.1 ms of page faults and
-//! reads, for a table only the manager writes.) A descriptor the program closed is looked
-//! for in the manager that shared it (`/proc/PID/fd/N`); without either, the capture reads
-//! `/proc/kallsyms` itself.
+//! reads, for a table only the manager writes.) Where the table cannot be opened, the capture
+//! reads `/proc/kallsyms` itself and says why in the trace.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -54,8 +60,8 @@ use std::sync::Arc;
 use super::events::KernelSymbol;
 use crate::sys::{self, SysError};
 
-/// The environment variable naming a shared table to a traced process: `FD:PID:INODE`
-/// ([`SharedSymbolsRef`]), set by `fxtrace record --preload`.
+/// The environment variable naming a shared table to a traced process:
+/// `PID:START:FD:DEV:INODE` ([`SharedSymbolsRef`]), set by `fxtrace record --preload`.
 pub const SHARED_SYMBOLS_ENV: &str = "FXTRACE_PRELOAD_KERNEL_SYMBOLS";
 
 /// The table's first 8 bytes.
@@ -94,7 +100,7 @@ pub enum KernelSymbolsError {
     #[error("kernel symbol table: {0}")]
     System(#[from] SysError),
     /// A reference ([`SHARED_SYMBOLS_ENV`]'s value) that does not parse.
-    #[error("{0:?} names no shared kernel symbol table (FD:PID:INODE expected)")]
+    #[error("{0:?} names no shared kernel symbol table (PID:START:FD:DEV:INODE expected)")]
     BadReference(String),
     /// The descriptor is not the shared table (closed, reused, not sealed).
     #[error("{what} is not the session's kernel symbol table: {why}")]
@@ -494,9 +500,18 @@ impl KernelSymbols {
         *self = Self::encode(kept.iter().map(|(a, n)| (*a, n.as_str(), "")).collect());
     }
 
-    /// The table in a sealed memfd (close-on-exec: whoever hands it to another process clears
-    /// that in the child), for other processes to map with [`Self::open_shared`].
+    /// The table in a sealed memfd, kept close-on-exec by this process: other processes map
+    /// it with [`Self::open_shared`] through `/proc/PID/fd/N`, which the kernel opens only for
+    /// a process that may read this one's descriptors (ptrace read access: the same user, or
+    /// root), so a descendant that dropped its privileges cannot read kernel addresses that
+    /// `/proc/kallsyms` hides from it.
     pub fn share(&self) -> Result<SharedSymbols, Error> {
+        let pid = std::process::id();
+        let start_time = super::procfs::start_time(pid).ok_or_else(|| {
+            Error::BadReference(format!(
+                "/proc/{pid}/stat unreadable: no start time to name"
+            ))
+        })?;
         let fd = sys::memfd_create(
             c"fxtrace-kernel-symbols",
             libc::MFD_CLOEXEC | libc::MFD_ALLOW_SEALING,
@@ -508,70 +523,87 @@ impl KernelSymbols {
         })?;
         let fd = OwnedFd::from(file);
         sys::add_seals(fd.as_fd(), REQUIRED_SEALS | libc::F_SEAL_SEAL)?;
-        let inode = sys::fstat_raw(fd.as_raw_fd())?.st_ino;
+        let stat = sys::fstat_raw(fd.as_raw_fd())?;
         Ok(SharedSymbols {
             reference: SharedSymbolsRef {
+                pid,
+                start_time,
                 fd: fd.as_raw_fd(),
-                pid: std::process::id(),
-                inode,
+                dev: stat.st_dev,
+                inode: stat.st_ino,
             },
             fd,
         })
     }
 
-    /// The table `reference` names, mapped: through the descriptor this process inherited,
-    /// else through the sharing process's (`/proc/PID/fd/N`: a parent that closed its
-    /// descriptors before starting this one). Each is checked (see the module docs) before
-    /// it is mapped; the error says why neither is the table.
+    /// The table `reference` names, mapped from the sharing process's descriptor
+    /// (`/proc/PID/fd/N`). Nothing is opened before the process is shown to be the one that
+    /// shared it (its start time) and the path to name a regular file of the table's device
+    /// and inode (`stat` follows the link without opening what it names); the file is then
+    /// opened non-blocking, without becoming a controlling terminal, and checked again on
+    /// this process's own descriptor before it is mapped (see the module docs). The error
+    /// says why it is not the table.
     pub fn open_shared(reference: &SharedSymbolsRef) -> Result<Self, Error> {
-        let inherited = match Self::map(reference.fd, reference.inode) {
-            Ok(symbols) => return Ok(symbols),
-            Err(Error::NotTheTable { why, .. }) => why,
-            Err(e) => return Err(e),
+        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        let pid = reference.pid;
+        let path = format!("/proc/{pid}/fd/{}", reference.fd);
+        let not = |why: String| Error::NotTheTable {
+            what: path.clone(),
+            why,
         };
-        let what = format!("descriptor {}", reference.fd);
-        if reference.pid == std::process::id() {
-            return Err(Error::NotTheTable {
-                what,
-                why: inherited,
-            });
+        match super::procfs::start_time(pid) {
+            Some(t) if t == reference.start_time => {}
+            Some(_) => {
+                return Err(not(format!(
+                    "process {pid} is another process now (the recorder ended)"
+                )))
+            }
+            None => {
+                return Err(not(format!(
+                    "no process {pid} here (the recorder ended, or this is another pid namespace)"
+                )))
+            }
         }
-        let path = format!("/proc/{}/fd/{}", reference.pid, reference.fd);
-        let file = std::fs::File::open(&path).map_err(|e| Error::NotTheTable {
-            what: what.clone(),
-            why: format!("{inherited}; {path}: {e}"),
-        })?;
-        Self::map(file.as_raw_fd(), reference.inode).map_err(|e| match e {
-            Error::NotTheTable { why, .. } => Error::NotTheTable {
-                what,
-                why: format!("{inherited}; {path}: {why}"),
-            },
+        let named = std::fs::metadata(&path).map_err(|e| not(e.to_string()))?;
+        if !named.file_type().is_file()
+            || named.dev() != reference.dev
+            || named.ino() != reference.inode
+        {
+            return Err(not(format!(
+                "another file (device {}, inode {})",
+                named.dev(),
+                named.ino()
+            )));
+        }
+        let file = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
+            .open(&path)
+            .map_err(|e| not(e.to_string()))?;
+        Self::map(file.as_fd(), reference).map_err(|e| match e {
+            Error::NotTheTable { why, .. } => not(why),
             e => e,
         })
     }
 
-    /// Maps descriptor `fd` once it is shown to be a sealed regular file of inode `inode`.
-    fn map(fd: RawFd, inode: u64) -> Result<Self, Error> {
+    /// Maps `fd`, this process's own descriptor, once it is shown to be a sealed regular file
+    /// of the device and inode `reference` names.
+    fn map(fd: BorrowedFd<'_>, reference: &SharedSymbolsRef) -> Result<Self, Error> {
         let not = |why: String| Error::NotTheTable {
-            what: format!("descriptor {fd}"),
+            what: format!("descriptor {}", fd.as_raw_fd()),
             why,
         };
-        let stat = sys::fstat_raw(fd).map_err(|e| match e.source.raw_os_error() {
-            Some(libc::EBADF) => not("it is closed".into()),
-            _ => not(e.to_string()),
-        })?;
-        if stat.st_mode & libc::S_IFMT != libc::S_IFREG || stat.st_ino != inode {
+        let stat = sys::fstat_raw(fd.as_raw_fd()).map_err(|e| not(e.to_string()))?;
+        if stat.st_mode & libc::S_IFMT != libc::S_IFREG
+            || stat.st_dev != reference.dev
+            || stat.st_ino != reference.inode
+        {
             return Err(not(format!(
-                "another file (inode {}; the program reused the number?)",
-                stat.st_ino
+                "another file (device {}, inode {})",
+                stat.st_dev, stat.st_ino
             )));
         }
-        // SAFETY: `fd` was open a moment ago (fstat) and this process does not close it.
-        // A program thread closing it and opening another file under its number in the
-        // meantime can only make the calls below fail or read that file's seals and bytes,
-        // which are checked (see `crate::fd_guard`'s "What cannot be guaranteed").
-        let borrowed = unsafe { BorrowedFd::borrow_raw(fd) };
-        let seals = sys::get_seals(borrowed).map_err(|e| not(format!("not a memfd ({e})")))?;
+        let seals = sys::get_seals(fd).map_err(|e| not(format!("not a memfd ({e})")))?;
         if seals & REQUIRED_SEALS != REQUIRED_SEALS {
             return Err(not(format!(
                 "not sealed against changes (seals {seals:#x}, {REQUIRED_SEALS:#x} needed)"
@@ -584,7 +616,8 @@ impl KernelSymbols {
             )));
         }
         let len = size as usize;
-        let ptr = sys::mmap_read_only(borrowed, len)?;
+        // The mapping outlives `fd`: it keeps the file, which its seals keep as it is.
+        let ptr = sys::mmap_read_only(fd, len)?;
         Self::of_bytes(Bytes::Mapped(Mapping { ptr, len }))
     }
 }
@@ -603,28 +636,36 @@ impl SharedSymbols {
         self.fd.as_fd()
     }
 
-    /// What names it (the value of [`SHARED_SYMBOLS_ENV`] for a process that inherits
-    /// [`Self::fd`] under its number).
+    /// What names it (the value of [`SHARED_SYMBOLS_ENV`]).
     pub fn reference(&self) -> SharedSymbolsRef {
         self.reference
     }
 }
 
-/// What names a shared table: the descriptor number it is inherited under, the process that
-/// shared it (which holds it under the same number), and its inode. Written `FD:PID:INODE`.
+/// What names a shared table: the process that shares it (its pid and start time, which a
+/// reused pid does not have), the descriptor number it holds the table under, and the
+/// table's device and inode. Written `PID:START:FD:DEV:INODE`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct SharedSymbolsRef {
-    /// The descriptor number.
-    pub fd: RawFd,
     /// The sharing process.
     pub pid: u32,
+    /// Its start time (`/proc/PID/stat` field 22).
+    pub start_time: u64,
+    /// The descriptor number it holds the table under.
+    pub fd: RawFd,
+    /// The memfd's device.
+    pub dev: u64,
     /// The memfd's inode number.
     pub inode: u64,
 }
 
 impl fmt::Display for SharedSymbolsRef {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}:{}:{}", self.fd, self.pid, self.inode)
+        write!(
+            f,
+            "{}:{}:{}:{}:{}",
+            self.pid, self.start_time, self.fd, self.dev, self.inode
+        )
     }
 }
 
@@ -633,19 +674,19 @@ impl FromStr for SharedSymbolsRef {
 
     fn from_str(s: &str) -> Result<Self, Error> {
         let bad = || Error::BadReference(s.to_owned());
-        let mut parts = s.trim().split(':');
-        let (Some(fd), Some(pid), Some(inode), None) =
-            (parts.next(), parts.next(), parts.next(), parts.next())
-        else {
+        let fields: Vec<&str> = s.trim().split(':').collect();
+        let [pid, start_time, fd, dev, inode] = fields[..] else {
             return Err(bad());
         };
         Ok(Self {
+            pid: pid.parse().ok().filter(|&p| p != 0).ok_or_else(bad)?,
+            start_time: start_time.parse().map_err(|_| bad())?,
             fd: fd
                 .parse()
                 .ok()
                 .filter(|&fd: &RawFd| fd >= 0)
                 .ok_or_else(bad)?,
-            pid: pid.parse().map_err(|_| bad())?,
+            dev: dev.parse().map_err(|_| bad())?,
             inode: inode.parse().map_err(|_| bad())?,
         })
     }
@@ -765,10 +806,22 @@ ffffffffc0b00000 t ext4_sync_file\t[ext4]
 
     #[test]
     fn references_parse_and_refuse_garbage() {
-        let r: SharedSymbolsRef = "7:1234:99887766".parse().unwrap();
-        assert_eq!((r.fd, r.pid, r.inode), (7, 1234, 99_887_766));
-        assert_eq!(r.to_string(), "7:1234:99887766");
-        for bad in ["", "7", "7:1", "-1:1:1", "7:1:1:1", "a:1:1", "7:1:x"] {
+        let r: SharedSymbolsRef = "1234:555:7:64:99887766".parse().unwrap();
+        assert_eq!(
+            (r.pid, r.start_time, r.fd, r.dev, r.inode),
+            (1234, 555, 7, 64, 99_887_766)
+        );
+        assert_eq!(r.to_string(), "1234:555:7:64:99887766");
+        for bad in [
+            "",
+            "7",
+            "7:1:1",
+            "1:1:-1:1:1",
+            "0:1:7:1:1",
+            "1:1:7:1:1:1",
+            "a:1:7:1:1",
+            "1:1:7:1:x",
+        ] {
             assert!(
                 matches!(bad.parse::<SharedSymbolsRef>(), Err(Error::BadReference(_))),
                 "{bad:?}"
@@ -776,63 +829,103 @@ ffffffffc0b00000 t ext4_sync_file\t[ext4]
         }
     }
 
+    fn not_the_table(r: &SharedSymbolsRef) -> String {
+        match KernelSymbols::open_shared(r) {
+            Err(Error::NotTheTable { why, .. }) => why,
+            other => panic!("{r}: {other:?}"),
+        }
+    }
+
+    /// This process shares; each reference below names something else under its pid.
     #[test]
-    fn a_descriptor_that_is_not_the_table_is_refused_before_it_is_mapped() {
+    fn what_is_not_the_table_is_refused_and_nothing_is_opened_blindly() {
         let parsed = KernelSymbols::parse(TEXT);
         let shared = parsed.share().unwrap();
         let good = shared.reference();
-        let not_the_table = |r: &SharedSymbolsRef| match KernelSymbols::open_shared(r) {
-            Err(Error::NotTheTable { why, .. }) => why,
-            other => panic!("{r}: {other:?}"),
-        };
-        // Closed: a number this process does not have.
+        assert_eq!(good.pid, std::process::id());
+        assert_eq!(
+            answers(&KernelSymbols::open_shared(&good).unwrap()),
+            answers(&parsed)
+        );
+        // A number this process does not have.
         let closed = SharedSymbolsRef { fd: 9999, ..good };
-        assert!(not_the_table(&closed).contains("closed"));
-        // Reused: the number now names another file.
+        assert!(not_the_table(&closed).contains("No such file"));
+        // The number names another file.
         let file = tempfile::tempfile().unwrap();
         let reused = SharedSymbolsRef {
             fd: file.as_raw_fd(),
             ..good
         };
         assert!(not_the_table(&reused).contains("another file"));
-        // A file of the right inode that is not sealed (its inode given as the table's).
-        let inode = sys::fstat_raw(file.as_raw_fd()).unwrap().st_ino;
-        let unsealed = SharedSymbolsRef { inode, ..reused };
-        assert!(not_the_table(&unsealed).contains("not a memfd"));
+        // A pipe with no writer, even given its own inode, is never opened (a blocking open
+        // of a FIFO would wait for a writer forever).
+        let (read_end, _write_end) = nix::unistd::pipe().unwrap();
+        let pipe = sys::fstat_raw(read_end.as_raw_fd()).unwrap();
+        let fifo = SharedSymbolsRef {
+            fd: read_end.as_raw_fd(),
+            dev: pipe.st_dev,
+            inode: pipe.st_ino,
+            ..good
+        };
+        assert!(not_the_table(&fifo).contains("another file"));
+        // A regular file of the right device and inode, not sealed: on most file systems
+        // F_GET_SEALS refuses it (not a memfd), on tmpfs it has no seal but F_SEAL_SEAL.
+        let plain = sys::fstat_raw(file.as_raw_fd()).unwrap();
+        let unsealed = SharedSymbolsRef {
+            dev: plain.st_dev,
+            inode: plain.st_ino,
+            ..reused
+        };
+        let why = not_the_table(&unsealed);
+        assert!(
+            why.contains("not a memfd") || why.contains("not sealed"),
+            "{why}"
+        );
         let memfd = sys::memfd_create(c"t", libc::MFD_ALLOW_SEALING).unwrap();
         std::fs::File::from(memfd.try_clone().unwrap())
             .write_all(parsed.table())
             .unwrap();
-        let writable = SharedSymbolsRef {
-            fd: memfd.as_raw_fd(),
-            inode: sys::fstat_raw(memfd.as_raw_fd()).unwrap().st_ino,
-            ..good
+        let at = |fd: &OwnedFd| {
+            let st = sys::fstat_raw(fd.as_raw_fd()).unwrap();
+            SharedSymbolsRef {
+                fd: fd.as_raw_fd(),
+                dev: st.st_dev,
+                inode: st.st_ino,
+                ..good
+            }
         };
-        assert!(not_the_table(&writable).contains("not sealed"));
-        // A sealed memfd of the right inode but not a table.
-        let other = KernelSymbols::parse(TEXT);
-        let mut bytes = other.table().to_vec();
+        assert!(not_the_table(&at(&memfd)).contains("not sealed"));
+        // A sealed memfd that is not a table.
+        let mut bytes = parsed.table().to_vec();
         bytes[0] = b'X';
-        let forged = KernelSymbols::from_table(bytes.clone());
-        assert!(matches!(forged, Err(Error::BadTable(_))));
-        let memfd = sys::memfd_create(c"t", libc::MFD_ALLOW_SEALING).unwrap();
-        std::fs::File::from(memfd.try_clone().unwrap())
+        assert!(matches!(
+            KernelSymbols::from_table(bytes.clone()),
+            Err(Error::BadTable(_))
+        ));
+        let forged = sys::memfd_create(c"t", libc::MFD_ALLOW_SEALING).unwrap();
+        std::fs::File::from(forged.try_clone().unwrap())
             .write_all(&bytes)
             .unwrap();
-        sys::add_seals(memfd.as_fd(), REQUIRED_SEALS).unwrap();
-        let forged = SharedSymbolsRef {
-            fd: memfd.as_raw_fd(),
-            inode: sys::fstat_raw(memfd.as_raw_fd()).unwrap().st_ino,
-            ..good
-        };
+        sys::add_seals(forged.as_fd(), REQUIRED_SEALS).unwrap();
         assert!(matches!(
-            KernelSymbols::open_shared(&forged),
+            KernelSymbols::open_shared(&at(&forged)),
             Err(Error::BadTable(why)) if why.contains("magic")
         ));
+        // Another process under the pid (another start time), or no process.
+        let reused_pid = SharedSymbolsRef {
+            start_time: good.start_time + 1,
+            ..good
+        };
+        assert!(not_the_table(&reused_pid).contains("another process"));
+        let gone = SharedSymbolsRef {
+            pid: 1 << 23,
+            ..good
+        };
+        assert!(not_the_table(&gone).contains("no process"));
     }
 
     #[test]
-    fn a_descriptor_closed_here_is_found_in_the_sharing_process() {
+    fn the_table_is_read_through_the_sharing_process_while_it_lives() {
         use std::os::unix::process::CommandExt;
         let parsed = KernelSymbols::parse(TEXT);
         let shared = parsed.share().unwrap();
@@ -850,25 +943,58 @@ ffffffffc0b00000 t ext4_sync_file\t[ext4]
         }
         let mut holder = holder.spawn().unwrap();
         let reference = SharedSymbolsRef {
-            fd: NUMBER,
             pid: holder.id(),
+            start_time: super::super::procfs::start_time(holder.id()).unwrap(),
+            fd: NUMBER,
             ..shared.reference()
         };
         let opened = KernelSymbols::open_shared(&reference);
-        // Read /proc/PID/fd before the holder is gone.
         let gone = {
             let _ = holder.kill();
             let _ = holder.wait();
             KernelSymbols::open_shared(&reference)
         };
-        let mapped = opened.unwrap();
-        assert_eq!(answers(&mapped), answers(&parsed));
+        assert_eq!(answers(&opened.unwrap()), answers(&parsed));
         match gone {
-            Err(Error::NotTheTable { why, .. }) => {
-                assert!(why.contains("closed") && why.contains("/proc/"), "{why}")
-            }
-            other => panic!("the session is over: {other:?}"),
+            Err(Error::NotTheTable { why, .. }) => assert!(why.contains("no process"), "{why}"),
+            other => panic!("the holder is gone: {other:?}"),
         }
+    }
+
+    /// What keeps kernel addresses from a descendant that dropped its privileges: the kernel
+    /// opens `/proc/PID/fd/N` only for a process that may read PID's descriptors.
+    #[test]
+    fn another_user_cannot_open_the_table() {
+        use crate::test_support::{skip, Requirement};
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            skip(
+                Requirement::Root,
+                "needs root to run a command as another user",
+            );
+            return;
+        }
+        let shared = KernelSymbols::parse(TEXT).share().unwrap();
+        let path = format!(
+            "/proc/{}/fd/{}",
+            std::process::id(),
+            shared.fd().as_raw_fd()
+        );
+        let run = |uid: Option<u32>| {
+            use std::os::unix::process::CommandExt;
+            let mut cat = std::process::Command::new("cat");
+            cat.arg(&path).stdout(std::process::Stdio::piped());
+            if let Some(uid) = uid {
+                cat.uid(uid).gid(uid);
+            }
+            cat.output().unwrap()
+        };
+        let root = run(None);
+        assert!(root.status.success(), "root reads it");
+        assert_eq!(&root.stdout[..8], &MAGIC[..]);
+        let nobody = run(Some(65534));
+        assert!(!nobody.status.success(), "uid 65534 read the table");
+        assert!(nobody.stdout.is_empty());
     }
 
     /// Looks every symbol of `s` up, in every way, without panicking.

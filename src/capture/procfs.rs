@@ -396,12 +396,7 @@ pub fn process_image(pid: u32) -> Option<ProcessImage> {
     if pid == 0 || !proc_is_ours() {
         return None;
     }
-    let start_time = || -> Option<u64> {
-        let stat = read_small(format!("/proc/{pid}/stat")).ok()?;
-        // After the command: field 3 (the state) first, field 22 (`starttime`) the 20th.
-        let field = stat_fields(&stat).nth(19)?;
-        std::str::from_utf8(field).ok()?.parse().ok()
-    };
+    let start_time = || start_time(pid);
     let before = start_time()?;
     let auxv = read_small(format!("/proc/{pid}/auxv")).ok()?;
     // Empty for a kernel thread or a process already gone; read again after the vector, so
@@ -415,6 +410,16 @@ pub fn process_image(pid: u32) -> Option<ProcessImage> {
         start_time: before,
         auxv: hasher.finish(),
     })
+}
+
+/// When process `pid` started (`/proc/PID/stat` field 22, clock ticks after boot): with its
+/// pid, what names one process (a reused pid has another). `None` where `/proc` does not show
+/// it.
+pub fn start_time(pid: u32) -> Option<u64> {
+    let stat = read_small(format!("/proc/{pid}/stat")).ok()?;
+    // After the command: field 3 (the state) first, field 22 (`starttime`) the 20th.
+    let field = stat_fields(&stat).nth(19)?;
+    std::str::from_utf8(field).ok()?.parse().ok()
 }
 
 /// Whether `/proc` shows this process's pid namespace (`/proc/self` is its own pid).

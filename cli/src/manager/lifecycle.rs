@@ -144,11 +144,11 @@ pub fn prepare_command(cmd: &mut Command, take_terminal: bool, limit: Descriptor
 
 /// Reads `/proc/kallsyms` once for every process of the command (under `--preload`, each
 /// would read it at its start: 40 ms of system time and a parse), shares it as a sealed memfd
-/// ([`KernelSymbols::share`]) that `cmd` inherits under its number (close-on-exec cleared in
-/// the child only, so nothing else the recorder starts gets it), and names it to the preload
-/// object ([`SHARED_SYMBOLS_ENV`]). The table lives as long as the value returned (and the
-/// processes that inherited it). `None` where `/proc/kallsyms` cannot be read: each process
-/// then says why in its own trace, as it would without this.
+/// the recorder keeps ([`KernelSymbols::share`]: processes open it through
+/// `/proc/PID/fd/N`, which the kernel allows only to those that may read the recorder's
+/// descriptors), and names it to the preload object ([`SHARED_SYMBOLS_ENV`]). The table
+/// lives as long as the value returned. `None` where `/proc/kallsyms` cannot be read: each
+/// process then says why in its own trace, as it would without this.
 ///
 /// [`KernelSymbols::share`]: fxtrace::capture::KernelSymbols::share
 /// [`SHARED_SYMBOLS_ENV`]: fxtrace::capture::SHARED_SYMBOLS_ENV
@@ -156,20 +156,6 @@ pub fn share_kernel_symbols(cmd: &mut Command) -> Option<fxtrace::capture::Share
     use fxtrace::capture::{KernelSymbols, SHARED_SYMBOLS_ENV};
     let symbols = KernelSymbols::read(Path::new("/proc/kallsyms")).ok()?;
     let shared = symbols.share().ok()?;
-    let fd = shared.fd().as_raw_fd();
-    let hook = move || {
-        // SAFETY: fcntl takes integers only; `fd` is open in the child (inherited from the
-        // recorder, which holds it until the command ends).
-        match unsafe { libc::fcntl(fd, libc::F_SETFD, 0) } {
-            -1 => Err(std::io::Error::last_os_error()),
-            _ => Ok(()),
-        }
-    };
-    // SAFETY: the hook runs between fork and exec and calls only fcntl, async-signal-safe; it
-    // allocates nothing.
-    unsafe {
-        cmd.pre_exec(hook);
-    }
     cmd.env(SHARED_SYMBOLS_ENV, shared.reference().to_string());
     Some(shared)
 }

@@ -670,14 +670,21 @@ impl Recorder {
             }
             _ => false,
         };
-        // The command's processes are done opening tracepoints: release the recorder's hold
-        // while the session winds down (the kernel's waits overlap with it).
-        let released = self.probes.take().map(lifecycle::ProbeHold::release);
+        // A command that exited opens no more tracepoints: the recorder's hold is released
+        // while the session winds down (the kernel's waits overlap with it). One still running
+        // (a duration, a signal, a failed output) keeps the hold until it has ended below.
+        let mut released = None;
+        if command.exited_at.is_some() {
+            released = self.probes.take().map(lifecycle::ProbeHold::release);
+        }
         self.wind_down(&mut output_failure, &mut log)?;
         // The trace ended first: the command goes too (SIGTERM to its group, then SIGKILL).
         // After a stop signal it gets a moment to exit on its own.
         if let Some(line) = command.end(interrupted, self.config.exit_grace)? {
             log(&line);
+        }
+        if released.is_none() {
+            released = self.probes.take().map(lifecycle::ProbeHold::release);
         }
         if self.gave_terminal {
             lifecycle::take_back_terminal();
@@ -918,6 +925,10 @@ impl Recorder {
             if wait_points || on("FXTRACE_PRELOAD_SAMPLE") {
                 self.kernel_symbols = lifecycle::share_kernel_symbols(&mut command);
             }
+        }
+        if self.kernel_symbols.is_none() {
+            // An outer session's table (a recorder started under another) is not this one's.
+            command.env_remove(fxtrace::capture::SHARED_SYMBOLS_ENV);
         }
         self.gave_terminal = lifecycle::terminal_is_ours();
         lifecycle::prepare_command(&mut command, self.gave_terminal, self.descriptors);
