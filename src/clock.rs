@@ -21,7 +21,10 @@
 //! 2. CPUID leaf 0x16: processor base frequency in MHz.
 //! 3. Hypervisor leaf 0x40000010 (`eax` = TSC kHz), only when CPUID.1:ECX\[31\] (hypervisor
 //!    present) is set and the maximum hypervisor leaf is at least 0x40000010.
-//! 4. Otherwise the rate is measured against `CLOCK_MONOTONIC_RAW` ([`calibrate`]).
+//! 4. With the feature `capture`: the kernel's own rate, from the `time_mult` and `time_shift`
+//!    of a perf event's mmap page (where the kernel offers it: `cap_user_time_zero`, a
+//!    TSC-based sched_clock; a rate outside 100 MHz–20 GHz is not taken).
+//! 5. Otherwise the rate is measured against `CLOCK_MONOTONIC_RAW` ([`calibrate`]).
 //!
 //! [`ClockInfo`] records which source won and whether the TSC is invariant
 //! (CPUID 0x80000007 EDX bit 8). A non-invariant TSC changes rate with the core
@@ -38,7 +41,8 @@
 //! between, so it costs no CPU on a loaded machine), discards windows whose bound is above
 //! [`CALIBRATION_TARGET_ERROR`] (a preemption inside a bracket shows up as a wide bracket),
 //! and takes the median of the rest, which also rejects a window spoiled by a TSC that is
-//! not synchronized between CPUs. The narrowest bracket width is the cost of reading both
+//! not synchronized between CPUs. It ends early once [`CALIBRATION_AGREEING_WINDOWS`]
+//! accepted windows agree within half the target (a spoiled window would not). The narrowest bracket width is the cost of reading both
 //! clocks and is reported as [`Calibration::read_overhead_ns`].
 //!
 //! # Example
@@ -449,8 +453,13 @@ fn kernel_tsc_rate() -> Option<u64> {
 fn kernel_tsc_rate_through(sys: &std::sync::Arc<dyn crate::capture::sys::Sys>) -> Option<u64> {
     crate::capture::time::mmap_page_clock(sys)
         .map(|c| c.ticks_per_second())
-        .filter(|&hz| hz != 0)
+        .filter(|hz| KERNEL_RATE_RANGE.contains(hz))
 }
+
+/// The kernel rates taken (100 MHz to 20 GHz); a page outside it is a broken page, and the
+/// rate is measured instead.
+#[cfg(all(target_arch = "x86_64", feature = "capture"))]
+const KERNEL_RATE_RANGE: std::ops::RangeInclusive<u64> = 100_000_000..=20_000_000_000;
 
 /// Without the capture (its perf event code), the rate is measured.
 #[cfg(all(target_arch = "x86_64", not(feature = "capture")))]
@@ -827,9 +836,17 @@ mod tests {
         assert_eq!(kernel_tsc_rate_through(&(sys.clone() as _)), None);
         sys.set_clock(0, 1 << 30, 31);
         assert_eq!(
-            kernel_tsc_rate_through(&(sys as _)),
+            kernel_tsc_rate_through(&(sys.clone() as _)),
             Some(2 * NANOS_PER_SECOND)
         );
+        // 1 tick a nanosecond at shift 31 is 1 GHz; 2^31 ns a tick (0.47 Hz) is no TSC.
+        sys.set_clock(0, 1 << 31, 31);
+        assert_eq!(
+            kernel_tsc_rate_through(&(sys.clone() as _)),
+            Some(NANOS_PER_SECOND)
+        );
+        sys.set_clock(0, u32::MAX, 0);
+        assert_eq!(kernel_tsc_rate_through(&(sys as _)), None, "out of range");
     }
 
     #[cfg(all(target_arch = "x86_64", feature = "capture"))]

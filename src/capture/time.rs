@@ -288,7 +288,7 @@ mod tests {
         TscConversion::new(0u64.wrapping_sub(123_456_789_000), mult, 31).unwrap()
     }
 
-    /// The kernel derives `time_mult` from `tsc_khz` (ns per tick × 2^shift, rounded down):
+    /// The kernel derives `time_mult` from `tsc_khz` (ns per tick × 2^shift, rounded to nearest):
     /// the rate comes back within the rounding of `mult` (1 in 2^30 here).
     #[test]
     fn the_rate_is_the_one_mult_and_shift_encode() {
