@@ -1,11 +1,16 @@
 //! Command-line definitions (clap derives only) and dispatch to one module per subcommand.
 
 /// `eprintln!` that never panics: when standard error is a closed pipe (`fxtrace record … 2>&1
-/// | true`) the message is lost, never the recording (`eprintln!` panics on `EPIPE`).
+/// | true`) the message is lost, never the recording (`eprintln!` panics on `EPIPE`). The line
+/// is formatted first and written in one `write` (standard error is unbuffered: `writeln!`
+/// writes each piece of the format on its own, and the preloaded processes that share the
+/// terminal wrote their own lines between the pieces).
 macro_rules! note {
     ($($arg:tt)*) => {{
         use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), $($arg)*);
+        let mut line = format!($($arg)*);
+        line.push('\n');
+        let _ = std::io::stderr().write_all(line.as_bytes());
     }};
 }
 
