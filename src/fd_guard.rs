@@ -22,6 +22,17 @@
 //! is a perf event). Two eventfds stay indistinguishable, so fxtrace wakes its threads through
 //! pipes ([`WakePipe`], each pipe its own inode), not eventfds.
 //!
+//! Where `/proc` cannot say (not mounted, not readable, a `chroot` without it), a perf event is
+//! still recognised, by its id: `PERF_EVENT_IOC_ID` is asked of the anonymous-inode file, and
+//! if it answers, the identity is a perf event's with that id, exactly what
+//! [`FdIdentity::of_perf_event`] takes at the open. The request is safe on an anonymous-inode
+//! file of another kind: its type (`'$'`) is perf's alone in the kernel's ioctl registry
+//! (`Documentation/userspace-api/ioctl/ioctl-number.rst`), it only reads (`_IOR`, 8 bytes into
+//! a `u64` of ours), and the other anonymous-inode files (eventfd, epoll, timerfd, signalfd,
+//! inotify, fanotify, userfaultfd, io_uring, KVM, VFIO, sync_file, bpf) dispatch on the whole
+//! request number and refuse it (`ENOTTY`, `EINVAL`). Without `/proc`, anonymous-inode files
+//! other than perf events are told apart by inode only (their kind is left empty).
+//!
 //! Every check is made of `fstat`, `readlink` and `ioctl` on stack buffers: no allocation, no
 //! lock, no new descriptor, so it is async-signal-safe (the preload's exit and signal hooks use
 //! it).
@@ -112,6 +123,12 @@ impl FdIdentity {
     /// The identity of the object the number `fd` names now; `EBADF` when it names none.
     /// Async-signal-safe (no allocation, no lock, no new descriptor).
     pub fn of_raw(fd: RawFd) -> io::Result<Self> {
+        Self::of_raw_with(fd, link_text)
+    }
+
+    /// [`Self::of_raw`] with the `/proc/self/fd` link read by `link` (`None`: unreadable), the
+    /// seam through which tests take `/proc` away.
+    fn of_raw_with(fd: RawFd, link: fn(RawFd) -> Option<[u8; KIND_LEN]>) -> io::Result<Self> {
         // SAFETY: a zeroed `stat` is valid storage; fstat writes it or fails, and touches no
         // other memory whatever number it is given.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
@@ -129,13 +146,21 @@ impl FdIdentity {
         };
         if st.st_mode & libc::S_IFMT == 0 {
             // An anonymous-inode file: the inode is shared, its kind and object are not.
-            id.kind = link_text(fd);
-            if id.kind.starts_with(PERF_EVENT_KIND) {
-                let mut event_id = 0u64;
-                // SAFETY: the number names a perf event (its link says so), for which
-                // PERF_EVENT_IOC_ID only writes the event's id into `event_id`, a valid u64.
-                let ok = unsafe { perf_event_open_sys::ioctls::ID(fd, &mut event_id) } == 0;
-                id.object = if ok { event_id } else { u64::MAX };
+            match link(fd) {
+                Some(text) => {
+                    id.kind = text;
+                    if text.starts_with(PERF_EVENT_KIND) {
+                        id.object = perf_event_id(fd).unwrap_or(u64::MAX);
+                    }
+                }
+                // `/proc` cannot say: a perf event still answers with its id (see the module
+                // docs for why asking another kind of file is safe).
+                None => {
+                    if let Some(event_id) = perf_event_id(fd) {
+                        id.kind = perf_event_kind();
+                        id.object = event_id;
+                    }
+                }
             }
         }
         Ok(id)
@@ -152,25 +177,30 @@ impl FdIdentity {
         if unsafe { libc::fstat(fd, &mut st) } != 0 {
             return Err(io::Error::last_os_error());
         }
-        let mut kind = [0; KIND_LEN];
-        kind[..PERF_EVENT_KIND.len()].copy_from_slice(PERF_EVENT_KIND);
-        let mut event_id = 0u64;
-        // SAFETY: the caller's number names a perf event, for which PERF_EVENT_IOC_ID only
-        // writes the event's id into `event_id`, a valid u64.
-        let ok = unsafe { perf_event_open_sys::ioctls::ID(fd, &mut event_id) } == 0;
         Ok(Self {
             dev: st.st_dev,
             ino: st.st_ino,
             rdev: st.st_rdev,
             mode: st.st_mode,
-            kind,
-            object: if ok { event_id } else { u64::MAX },
+            kind: perf_event_kind(),
+            object: perf_event_id(fd).unwrap_or(u64::MAX),
         })
+    }
+
+    /// The kernel's id of the perf event this identity is of (`PERF_EVENT_IOC_ID`: what
+    /// `PERF_SAMPLE_IDENTIFIER` writes into its records); `None` for any other object.
+    pub fn perf_event_id(&self) -> Option<u64> {
+        (self.kind == perf_event_kind() && self.object != u64::MAX).then_some(self.object)
     }
 
     /// Whether the number `fd` still names this object. Async-signal-safe.
     pub fn check(&self, fd: RawFd) -> FdStatus {
-        match Self::of_raw(fd) {
+        self.check_with(fd, link_text)
+    }
+
+    /// [`Self::check`] with the link read by `link` (see [`Self::of_raw_with`]).
+    fn check_with(&self, fd: RawFd, link: fn(RawFd) -> Option<[u8; KIND_LEN]>) -> FdStatus {
+        match Self::of_raw_with(fd, link) {
             Ok(now) if now == *self => FdStatus::Ours,
             Ok(_) => FdStatus::Reused,
             Err(e) if e.raw_os_error() == Some(libc::EBADF) => FdStatus::Closed,
@@ -181,8 +211,32 @@ impl FdIdentity {
     }
 }
 
-/// The first [`KIND_LEN`] bytes of the `/proc/self/fd/N` link (zero padded), or all zero.
-fn link_text(fd: RawFd) -> [u8; KIND_LEN] {
+/// The kind of a perf event's identity: its link text, zero padded.
+const fn perf_event_kind() -> [u8; KIND_LEN] {
+    let mut kind = [0; KIND_LEN];
+    let mut i = 0;
+    while i < PERF_EVENT_KIND.len() {
+        kind[i] = PERF_EVENT_KIND[i];
+        i += 1;
+    }
+    kind
+}
+
+/// The kernel's id of the perf event `fd` names (`PERF_EVENT_IOC_ID`); `None` when the number
+/// names no perf event (the request is refused). Asked of anonymous-inode files only (see the
+/// module docs).
+fn perf_event_id(fd: RawFd) -> Option<u64> {
+    let mut event_id = 0u64;
+    // SAFETY: PERF_EVENT_IOC_ID writes at most one u64 through its argument, here a valid,
+    // exclusively borrowed local; a file of another kind refuses the request and writes
+    // nothing (module docs).
+    let ok = unsafe { perf_event_open_sys::ioctls::ID(fd, &mut event_id) } == 0;
+    ok.then_some(event_id)
+}
+
+/// The first [`KIND_LEN`] bytes of the `/proc/self/fd/N` link (zero padded); `None` when the
+/// link cannot be read (no `/proc`).
+fn link_text(fd: RawFd) -> Option<[u8; KIND_LEN]> {
     const PREFIX: &[u8] = b"/proc/self/fd/";
     let mut path = [0u8; PREFIX.len() + 12];
     path[..PREFIX.len()].copy_from_slice(PREFIX);
@@ -205,10 +259,7 @@ fn link_text(fd: RawFd) -> [u8; KIND_LEN] {
     // SAFETY: `path` is a NUL-terminated string and `text` a writable buffer of `KIND_LEN`
     // bytes; readlink writes at most that many.
     let n = unsafe { libc::readlink(path.as_ptr().cast(), text.as_mut_ptr().cast(), KIND_LEN) };
-    if n < 0 {
-        return [0; KIND_LEN];
-    }
-    text
+    (n >= 0).then_some(text)
 }
 
 // === impl GuardedFd ===
@@ -491,19 +542,30 @@ mod tests {
         text
     }
 
+    /// Two perf events of this process (software events any user may open on itself: the
+    /// clock probe's dummy), or `None` after saying why the test skips.
+    #[cfg(feature = "capture")]
+    fn two_perf_events() -> Option<(OwnedFd, OwnedFd)> {
+        use crate::capture::sys::{RealSys, Sys};
+        let attr = crate::capture::EventAttr::clock_probe();
+        let open = || RealSys.perf_event_open(&attr, 0, -1, None);
+        match (open(), open()) {
+            (Ok(a), Ok(b)) => Some((a, b)),
+            _ => {
+                crate::test_support::skip(
+                    crate::test_support::Requirement::Perf,
+                    "perf_event_open of a software event on this process was refused",
+                );
+                None
+            }
+        }
+    }
+
     #[test]
     #[cfg(feature = "capture")]
     fn a_perf_event_guarded_without_readlink_has_the_identity_a_check_finds() {
         use crate::capture::sys::{RealSys, Sys};
-        use crate::capture::EventAttr;
-        // A software event any user may open on itself: the clock probe's dummy.
-        let attr = EventAttr::clock_probe();
-        let open = || RealSys.perf_event_open(&attr, 0, -1, None);
-        let (Ok(a), Ok(b)) = (open(), open()) else {
-            crate::test_support::skip(
-                crate::test_support::Requirement::Perf,
-                "perf_event_open of a software event on this process was refused",
-            );
+        let Some((a, b)) = two_perf_events() else {
             return;
         };
         let quick = FdIdentity::of_perf_event(a.as_fd()).unwrap();
@@ -516,6 +578,46 @@ mod tests {
         let guard = RealSys.guard_event(a).unwrap();
         assert_eq!(guard.status(), FdStatus::Ours);
         assert_eq!(guard.identity(), quick);
+    }
+
+    /// Without `/proc` (the link unreadable), a perf event's identity taken at the open and
+    /// the one a later check takes are the same; another perf event, or an eventfd put under
+    /// the number, is not it.
+    #[test]
+    #[cfg(feature = "capture")]
+    fn a_perf_event_is_still_recognised_without_proc() {
+        let no_proc: fn(RawFd) -> Option<[u8; KIND_LEN]> = |_| None;
+        let Some((a, b)) = two_perf_events() else {
+            return;
+        };
+        let at_open = FdIdentity::of_perf_event(a.as_fd()).unwrap();
+        let later = FdIdentity::of_raw_with(a.as_raw_fd(), no_proc).unwrap();
+        assert_eq!(later, at_open, "the kind learnt from the event itself");
+        assert!(at_open.perf_event_id().is_some());
+        assert_eq!(at_open.check_with(a.as_raw_fd(), no_proc), FdStatus::Ours);
+        assert_eq!(at_open.check_with(b.as_raw_fd(), no_proc), FdStatus::Reused);
+        // The program closes the event and an eventfd of its own takes the number.
+        let a = a.into_raw_fd();
+        // SAFETY: closing the test's own descriptor; eventfd has no pointer arguments.
+        let efd = unsafe {
+            libc::close(a);
+            libc::eventfd(0, 0)
+        };
+        assert!(efd >= 0);
+        // SAFETY: dup2 of the test's own eventfd onto the number it just closed.
+        assert_eq!(unsafe { libc::dup2(efd, a) }, a);
+        let eventfd = FdIdentity::of_raw_with(a, no_proc).unwrap();
+        assert_eq!(
+            eventfd.perf_event_id(),
+            None,
+            "an eventfd answers no event id"
+        );
+        assert_eq!(at_open.check_with(a, no_proc), FdStatus::Reused);
+        // SAFETY: closing the test's own descriptors.
+        unsafe {
+            libc::close(a);
+            libc::close(efd);
+        }
     }
 
     #[test]
