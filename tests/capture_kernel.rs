@@ -638,3 +638,312 @@ fn switches_lost_just_before_the_stop_are_counted() {
         happened - captured - stats.lost_records - stats.lost_samples
     );
 }
+
+/// What a [`RacingSys`] asks of the thread that makes the late threads.
+enum Make {
+    /// A thread that starts before its maker has an event of the kind (it inherits none).
+    Uninherited,
+    /// A thread that starts once its maker has the kind's events on every CPU (it inherits
+    /// them, and is opened itself in the next listing: two events of the kind).
+    Inherited,
+}
+
+/// The kernel, with a thread made at the worst moments of a process capture's opening: for
+/// each kind of event, right after the maker thread's event on the last CPU is open, and once
+/// before its first.
+#[derive(Debug)]
+struct RacingSys {
+    maker: u32,
+    last_cpu: i32,
+    /// Taken once the capture runs, which ends the maker thread.
+    request: Mutex<Option<std::sync::mpsc::Sender<Make>>>,
+    made: Mutex<std::sync::mpsc::Receiver<u32>>,
+    /// The kinds (and tracepoints) a thread was made for.
+    done: Mutex<Vec<(fxtrace::capture::PerfEventKind, u64)>>,
+    uninherited: std::sync::atomic::AtomicBool,
+}
+
+impl RacingSys {
+    fn make(&self, what: Make) {
+        let request = self.request.lock().unwrap();
+        request.as_ref().unwrap().send(what).unwrap();
+        // The thread exists before the opener lists the threads again.
+        self.made.lock().unwrap().recv().unwrap();
+    }
+}
+
+impl fxtrace::capture::Sys for RacingSys {
+    fn perf_event_open(
+        &self,
+        attr: &fxtrace::capture::EventAttr,
+        pid: i32,
+        cpu: i32,
+        group: Option<std::os::fd::BorrowedFd<'_>>,
+    ) -> std::io::Result<OwnedFd> {
+        use std::sync::atomic::Ordering;
+        let maker = pid == self.maker as i32;
+        if maker && !self.uninherited.swap(true, Ordering::SeqCst) {
+            self.make(Make::Uninherited);
+        }
+        let fd = fxtrace::capture::RealSys.perf_event_open(attr, pid, cpu, group)?;
+        let key = (attr.kind(), attr.config());
+        if maker && cpu == self.last_cpu && !self.done.lock().unwrap().contains(&key) {
+            self.done.lock().unwrap().push(key);
+            self.make(Make::Inherited);
+        }
+        Ok(fd)
+    }
+
+    fn ioctl(
+        &self,
+        fd: std::os::fd::BorrowedFd<'_>,
+        request: fxtrace::capture::PerfIoctl<'_>,
+    ) -> std::io::Result<()> {
+        fxtrace::capture::RealSys.ioctl(fd, request)
+    }
+
+    fn mmap(
+        &self,
+        fd: std::os::fd::BorrowedFd<'_>,
+        len: usize,
+    ) -> std::io::Result<std::ptr::NonNull<u8>> {
+        fxtrace::capture::RealSys.mmap(fd, len)
+    }
+
+    unsafe fn munmap(&self, addr: std::ptr::NonNull<u8>, len: usize) -> std::io::Result<()> {
+        // SAFETY: the caller's guarantee, passed on: `addr`/`len` is a live mapping that
+        // `mmap` above (the kernel's) returned.
+        unsafe { fxtrace::capture::RealSys.munmap(addr, len) }
+    }
+
+    fn poll(&self, fds: &mut [libc::pollfd], timeout_ms: i32) -> std::io::Result<usize> {
+        fxtrace::capture::RealSys.poll(fds, timeout_ms)
+    }
+
+    fn read(&self, fd: std::os::fd::BorrowedFd<'_>, buf: &mut [u8]) -> std::io::Result<usize> {
+        fxtrace::capture::RealSys.read(fd, buf)
+    }
+
+    fn page_size(&self) -> usize {
+        fxtrace::capture::RealSys.page_size()
+    }
+
+    fn guard_event(&self, fd: OwnedFd) -> std::io::Result<fxtrace::fd_guard::GuardedFd> {
+        fxtrace::capture::RealSys.guard_event(fd)
+    }
+}
+
+/// This thread's CPU time, in nanoseconds.
+fn thread_cpu_ns() -> u64 {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: `ts` is a valid out-pointer for the call.
+    let ret = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    assert_eq!(ret, 0);
+    ts.tv_sec as u64 * 1_000_000_000 + ts.tv_nsec as u64
+}
+
+/// Spins for `ms` milliseconds of this thread's CPU time; returns the thread's CPU time
+/// since it started.
+fn spin_cpu(ms: u64) -> u64 {
+    let start = thread_cpu_ns();
+    while thread_cpu_ns() - start < ms * 1_000_000 {
+        std::hint::spin_loop();
+    }
+    thread_cpu_ns()
+}
+
+/// The threads of one late worker: (tid, CPU nanoseconds used) of it and of the child it
+/// made after the start.
+type Pair = [(u32, u64); 2];
+
+/// A late thread's work once the capture runs (`gate` opens): it makes a child (which
+/// inherits all its events), they bounce a byte `rounds` times (switches and wake-ups), then
+/// spin (samples).
+fn late_worker(gate: Arc<std::sync::RwLock<()>>, rounds: usize) -> Pair {
+    drop(gate.read().unwrap());
+    let (r1, w1) = pipe();
+    let (r2, w2) = pipe();
+    let child = std::thread::spawn(move || {
+        for _ in 0..rounds {
+            read1(&r1);
+            write1(&w2);
+        }
+        (gettid(), spin_cpu(30))
+    });
+    for _ in 0..rounds {
+        write1(&w1);
+        read1(&r2);
+    }
+    let me = (gettid(), spin_cpu(30));
+    [me, child.join().unwrap()]
+}
+
+/// A process that makes threads while a capture of it starts: a thread made once its maker's
+/// events are open inherited them and gets its own in the next listing, two events of each
+/// kind (switch records, wait points, wake-ups, CPU samples); the threads it makes later
+/// inherit both. Every switch of theirs is recorded once (a thread's switches on a CPU
+/// alternate out and in), every wake-up once, and they are sampled at the rate asked, not
+/// twice it; none is missed, the thread made before its maker was followed included. The
+/// copies are counted (`duplicates`). The moments are made, not hoped for ([`RacingSys`]).
+#[test]
+fn threads_made_while_a_process_capture_starts_are_recorded_once() {
+    let _g = serial();
+    if !require_root() {
+        return;
+    }
+    use std::sync::mpsc::channel;
+    let rounds = 200;
+    // Held until the capture runs: the late threads wait for it.
+    let gate = Arc::new(std::sync::RwLock::new(()));
+    let closed = gate.write().unwrap();
+    let workers: Arc<Mutex<Vec<std::thread::JoinHandle<Pair>>>> = Arc::default();
+    let (request_tx, request_rx) = channel::<Make>();
+    let (made_tx, made_rx) = channel::<u32>();
+    let (maker_tid_tx, maker_tid_rx) = channel();
+    let maker = {
+        let (workers, gate) = (workers.clone(), gate.clone());
+        std::thread::Builder::new()
+            .name("fxt-maker".into())
+            .spawn(move || {
+                maker_tid_tx.send(gettid()).unwrap();
+                while let Ok(what) = request_rx.recv() {
+                    let gate = gate.clone();
+                    let (tx, rx) = channel();
+                    let name = match what {
+                        Make::Uninherited => "fxt-uninherited",
+                        Make::Inherited => "fxt-inherited",
+                    };
+                    let h = std::thread::Builder::new()
+                        .name(name.into())
+                        .spawn(move || {
+                            tx.send(gettid()).unwrap();
+                            late_worker(gate, rounds)
+                        })
+                        .unwrap();
+                    let tid = rx.recv().unwrap();
+                    workers.lock().unwrap().push(h);
+                    made_tx.send(tid).unwrap();
+                }
+            })
+            .unwrap()
+    };
+    let cpus = fxtrace::capture::procfs::online_cpus().unwrap();
+    let sys = Arc::new(RacingSys {
+        maker: maker_tid_rx.recv().unwrap(),
+        last_cpu: *cpus.last().unwrap() as i32,
+        request: Mutex::new(Some(request_tx)),
+        made: Mutex::new(made_rx),
+        done: Mutex::default(),
+        uninherited: Default::default(),
+    });
+    let config = CaptureConfig {
+        wakeups: true,
+        wait_points: true,
+        sample_hz: Some(999),
+        ..CaptureConfig::process(std::process::id())
+    };
+    let events: Events = Arc::default();
+    let sink = events.clone();
+    let capture = Capture::start_with(sys.clone(), PerfPermissions::read(), config, move |e| {
+        sink.lock().unwrap().push(e)
+    })
+    .unwrap();
+    drop(closed);
+    let report = capture.report().clone();
+    if !(report.wakeups && report.wait_points && report.sampling.is_some()) {
+        let why: Vec<String> = report
+            .unsupported
+            .iter()
+            .map(|u| u.summary.clone())
+            .collect();
+        skip(
+            Requirement::Perf,
+            format!("wake-ups, wait points or samples unavailable: {why:?}"),
+        );
+        return;
+    }
+    println!("threads made for: {:?}", sys.done.lock().unwrap());
+    sys.request.lock().unwrap().take();
+    maker.join().unwrap();
+    let handles: Vec<_> = std::mem::take(&mut *workers.lock().unwrap());
+    // One before the first event, one per kind: switches, wait points, two wake-up
+    // tracepoints, samples.
+    assert_eq!(handles.len(), 6);
+    let pairs: Vec<Pair> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+    std::thread::sleep(Duration::from_millis(50));
+    let stats = capture.stop().unwrap();
+    println!("stats: {stats:?}");
+    let events = events.lock().unwrap().clone();
+    assert_eq!((stats.lost_records, stats.lost_samples), (0, 0));
+    let ticks_per_us = fxtrace::clock::info().ticks_per_second / 1_000_000;
+    let cs = switches(&events);
+    for &[w, c] in &pairs {
+        for (tid, cpu_ns) in [w, c] {
+            // Switches: on each CPU, out and in alternate (a copy is a second out or in).
+            let mut last: std::collections::HashMap<u32, bool> = Default::default();
+            let mut outs = 0;
+            for cs in &cs {
+                let (t, out) = match cs.sides {
+                    SwitchSides::IncomingOnly => (cs.next_tid, false),
+                    _ => (cs.prev_tid, true),
+                };
+                if t != tid {
+                    continue;
+                }
+                outs += usize::from(out);
+                assert_ne!(
+                    last.insert(cs.cpu, out),
+                    Some(out),
+                    "thread {tid}: two switch-{} records in a row on cpu {} at {}",
+                    if out { "out" } else { "in" },
+                    cs.cpu,
+                    cs.time
+                );
+            }
+            assert!(outs >= rounds / 4, "thread {tid}: {outs} switch-outs");
+            // Samples: at the rate asked of the thread's CPU time (cpu-clock counts it), not
+            // twice it (a second timer).
+            let samples = events
+                .iter()
+                .filter(|e| matches!(e, CaptureEvent::Sample(s) if s.tid == tid))
+                .count();
+            let expected = cpu_ns as f64 * 999.0 / 1e9;
+            println!(
+                "thread {tid}: {outs} switch-outs, {samples} samples for {:.1} ms of CPU",
+                cpu_ns as f64 / 1e6
+            );
+            assert!(
+                (samples as f64) < expected * 1.3 + 3.0 && (samples as f64) > expected * 0.5 - 3.0,
+                "thread {tid}: {samples} samples, {expected:.0} expected"
+            );
+        }
+        // Wake-ups of the child by the worker and back: each once (the copies are written
+        // nanoseconds apart), and some of each.
+        for (woken, waker) in [(c.0, w.0), (w.0, c.0)] {
+            let times: Vec<(u32, u64)> = events
+                .iter()
+                .filter_map(|e| match e {
+                    CaptureEvent::Wakeup(x) if x.tid == woken && x.waker_tid == waker => {
+                        Some((x.cpu, x.time))
+                    }
+                    _ => None,
+                })
+                .collect();
+            assert!(!times.is_empty(), "no wake-up of {woken} by {waker}");
+            for pair in times.windows(2) {
+                assert!(
+                    pair[0].0 != pair[1].0 || pair[1].1 - pair[0].1 > ticks_per_us,
+                    "a wake-up of {woken} by {waker} recorded twice at {}",
+                    pair[0].1
+                );
+            }
+        }
+    }
+    assert!(
+        stats.duplicates > 0,
+        "the race was made: copies were dropped"
+    );
+}

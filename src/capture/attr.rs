@@ -21,6 +21,10 @@
 //! executable mapping) to the event that carries the task/comm side band.
 //! [`EventAttr::with_callchain`] adds `PERF_SAMPLE_CALLCHAIN` (the call chain at each sample:
 //! kernel frames, then user frames walked by frame pointers) to a sampling event.
+//! [`EventAttr::with_identifier`] adds `PERF_SAMPLE_IDENTIFIER` to the events a process
+//! capture opens per thread: each record then names the event that wrote it (for an inherited
+//! event, the one fxtrace opened), which is how the capture tells the copies apart when a
+//! thread ends up with two events of one kind ([`super::duplicates`]).
 //!
 //! Clock: by default events keep perf's own clock (`perf_clock()`, i.e. `sched_clock`, derived
 //! from the TSC on x86), converted to TSC ticks with the mmap page's `time_zero/time_mult/
@@ -151,7 +155,10 @@ impl EventAttr {
         Self { raw, kind }
     }
 
-    fn with_side_band(mut self) -> Self {
+    /// FORK/EXIT/COMM records (`task`, `comm`, `comm_exec`), timestamped (`sample_id_all`):
+    /// the switch events have them; a process capture without switch events gives them to
+    /// its sampling event (names, and the thread tree [`super::duplicates`] follows).
+    pub fn with_side_band(mut self) -> Self {
         self.raw.set_sample_id_all(1);
         self.raw.set_task(1);
         self.raw.set_comm(1);
@@ -293,6 +300,16 @@ impl EventAttr {
         self.raw.sample_type |= SampleFormat::CALLCHAIN.bits();
         self.raw.sample_max_stack = max_stack;
         self.raw.set_exclude_callchain_user(u64::from(!user));
+        self
+    }
+
+    /// Every record names the event that wrote it (`PERF_SAMPLE_IDENTIFIER`: first in a
+    /// sample, last in a side-band record's `sample_id`, which `sample_id_all` adds). For an
+    /// inherited event the kernel writes the id of the event it was inherited from, the one
+    /// `perf_event_open` returned (`primary_event_id`), not the copy's own.
+    pub fn with_identifier(mut self) -> Self {
+        self.raw.sample_type |= SampleFormat::IDENTIFIER.bits();
+        self.raw.set_sample_id_all(1);
         self
     }
 

@@ -17,6 +17,7 @@
 use std::sync::Arc;
 
 use super::attr::PerfEventKind;
+use super::duplicates::TwinFilter;
 use super::events::{
     BranchSample, CaptureEvent, CpuSample, Lost, LostKind, MemoryMap, SwitchEvent, SwitchSides,
     TaskComm, TaskExit, TaskFork, WakeupEvent,
@@ -52,8 +53,8 @@ pub(crate) enum Pending {
     Switch(SwitchEvent, SwitchNames),
     /// A wake-up, with the woken task's name as the ring held it (`comm[16]`).
     Wakeup(WakeupEvent, [u8; 16]),
-    /// A CPU sample.
-    Sample(CpuSample),
+    /// A CPU sample, with the lineage its record named ([`super::duplicates`]; 0: none).
+    Sample(CpuSample, u64),
     /// Where thread `tid` blocked (stack `stack`), for its switch-out that follows.
     WaitPoint { tid: u32, stack: u32 },
     /// Any other event.
@@ -66,6 +67,8 @@ pub(crate) struct OtherEvent {
     pub(crate) event: CaptureEvent,
     /// A mapping's (major, minor, inode), to look its build-id up by.
     pub(crate) inode: Option<(u32, u32, u64)>,
+    /// The lineage an LBR sample's record named ([`super::duplicates`]; 0: none).
+    pub(crate) lineage: u64,
 }
 
 /// The task names of a context switch, as its source gave them.
@@ -110,8 +113,12 @@ impl Pending {
         match event {
             CaptureEvent::ContextSwitch(cs) => Self::Switch(cs, SwitchNames::None),
             CaptureEvent::Wakeup(w) => Self::Wakeup(w, [0; 16]),
-            CaptureEvent::Sample(s) => Self::Sample(s),
-            event => Self::Other(Box::new(OtherEvent { event, inode: None })),
+            CaptureEvent::Sample(s) => Self::Sample(s, 0),
+            event => Self::Other(Box::new(OtherEvent {
+                event,
+                inode: None,
+                lineage: 0,
+            })),
         }
     }
 
@@ -121,7 +128,7 @@ impl Pending {
         let event = match self {
             Self::Switch(cs, _) => return switch_threads(cs),
             Self::Wakeup(w, _) => return wakeup_threads(w),
-            Self::Sample(s) => return [Some((s.tid, &mut s.pid)), None],
+            Self::Sample(s, _) => return [Some((s.tid, &mut s.pid)), None],
             Self::WaitPoint { .. } => return [None, None],
             Self::Other(o) => &mut o.event,
         };
@@ -139,7 +146,7 @@ impl Pending {
         match self {
             Self::Switch(cs, _) => CaptureEvent::ContextSwitch(cs),
             Self::Wakeup(w, _) => CaptureEvent::Wakeup(w),
-            Self::Sample(s) => CaptureEvent::Sample(s),
+            Self::Sample(s, _) => CaptureEvent::Sample(s),
             Self::WaitPoint { .. } => panic!("a wait point is no event of its own"),
             Self::Other(o) => o.event,
         }
@@ -191,6 +198,9 @@ pub(crate) enum Skip {
     /// A switch read for its wait point ([`RawFormat::WaitPoints`]) whose thread does not
     /// wait (preempted, exiting) or has no call chain: its `PERF_RECORD_SWITCH` says it all.
     NoWaitPoint,
+    /// The copy of the record before it, written by a second event of the same thread
+    /// ([`super::duplicates`]).
+    Duplicate,
 }
 
 /// Whether the outgoing thread of `cs` waits (blocked, or stopped): its call chain is a wait
@@ -248,6 +258,9 @@ pub(crate) struct StreamDecoder {
     last_time: u64,
     /// CPU-wide switches: the (pid, tid) the last switch-out of this ring switched to.
     running: Option<(Option<u32>, u32)>,
+    /// A process capture's ring where a thread may have two events of a kind: the copies of
+    /// a record are dropped ([`super::duplicates`]).
+    twins: Option<TwinFilter>,
 }
 
 impl StreamDecoder {
@@ -277,7 +290,22 @@ impl StreamDecoder {
             waits_only,
             last_time: 0,
             running: None,
+            twins: None,
         }
+    }
+
+    /// Drops the copies of a record another event of the same thread wrote
+    /// ([`super::duplicates`]).
+    pub(crate) fn drop_twins(&mut self, twins: TwinFilter) {
+        self.twins = Some(twins);
+    }
+
+    /// Whether `rec` is such a copy. Out of line: only the rings of a capture that had threads
+    /// made while its events were opened ask, and the check kept inline slowed every other
+    /// ring's records (`benches/capture.rs`).
+    #[inline(never)]
+    fn is_twin(&mut self, rec: &RawRecord<'_>) -> bool {
+        self.twins.as_mut().is_some_and(|t| t.is_twin(rec))
     }
 
     /// The perf timestamp of a record: its own, else the previous one of this ring.
@@ -433,7 +461,7 @@ impl StreamDecoder {
         let sample = self.cpu_sample(time, (s.pid, s.tid, s.cpu), s.ip, stack);
         Some(Decoded::Event {
             perf_time,
-            pending: Pending::Sample(sample),
+            pending: Pending::Sample(sample, self.layout.identifier_in_place(body)),
         })
     }
 
@@ -466,6 +494,9 @@ impl StreamDecoder {
         conv: &PerfTimeConverter,
         stacks: &mut StackInterner,
     ) -> Result<Decoded, ParseError> {
+        if self.twins.is_some() && self.is_twin(rec) {
+            return Ok(Decoded::Skipped(Skip::Duplicate));
+        }
         if rec.kind == RECORD_SAMPLE {
             let fast = match self.kind {
                 PerfEventKind::SchedSwitchTracepoint => {
@@ -480,7 +511,7 @@ impl StreamDecoder {
             }
         }
         let record = self.layout.parse(rec)?;
-        let mut inode = None;
+        let (mut inode, mut lineage) = (None, 0);
         let (perf_time, event) = match record {
             PerfRecord::Sample(s) => {
                 let perf_time = self.stamp(s.time);
@@ -539,7 +570,7 @@ impl StreamDecoder {
                         let sample = self.cpu_sample(time, (s.pid, s.tid, s.cpu), s.ip, stack);
                         return Ok(Decoded::Event {
                             perf_time,
-                            pending: Pending::Sample(sample),
+                            pending: Pending::Sample(sample, s.id.unwrap_or(0)),
                         });
                     }
                     (PerfEventKind::BranchSampling, _, _, Some(stack)) => {
@@ -552,6 +583,7 @@ impl StreamDecoder {
                             hw_idx: stack.hw_idx,
                             entries: stack.entries,
                         };
+                        lineage = s.id.unwrap_or(0);
                         (perf_time, CaptureEvent::Branch(b))
                     }
                     (
@@ -715,7 +747,11 @@ impl StreamDecoder {
         };
         Ok(Decoded::Event {
             perf_time,
-            pending: Pending::Other(Box::new(OtherEvent { event, inode })),
+            pending: Pending::Other(Box::new(OtherEvent {
+                event,
+                inode,
+                lineage,
+            })),
         })
     }
 

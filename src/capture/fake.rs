@@ -214,7 +214,13 @@ struct FakeEvent {
     live: bool,
     /// What a `read` reports as lost (`PERF_FORMAT_LOST`).
     lost: u64,
+    /// Its id (`PERF_EVENT_IOC_ID`): [`FIRST_EVENT_ID`] plus its index, in opening order as the
+    /// kernel's.
+    id: u64,
 }
+
+/// The id of the first event a [`FakeSys`] opens.
+pub const FIRST_EVENT_ID: u64 = 1000;
 
 /// What a test can see of a fake event.
 #[derive(Debug, Clone)]
@@ -231,6 +237,8 @@ pub struct FakeEventInfo {
     pub redirected: bool,
     /// Enabled with `ioctl(ENABLE)`.
     pub enabled: bool,
+    /// Its id, as `PERF_SAMPLE_IDENTIFIER` writes it.
+    pub id: u64,
 }
 
 #[derive(Default)]
@@ -308,6 +316,7 @@ impl FakeSys {
                 mapped: e.mem.is_some(),
                 redirected: e.output.is_some(),
                 enabled: e.enabled,
+                id: e.id,
             })
             .collect()
     }
@@ -421,6 +430,7 @@ impl Sys for FakeSys {
             enabled: !attr.disabled(),
             live: true,
             lost: 0,
+            id: FIRST_EVENT_ID + index as u64,
         });
         Ok(fd)
     }
@@ -537,6 +547,12 @@ impl Sys for FakeSys {
     fn page_size(&self) -> usize {
         self.page
     }
+
+    fn event_id(&self, fd: &crate::fd_guard::GuardedFd) -> Option<u64> {
+        let state = self.lock();
+        let index = *state.by_fd.get(&fd.raw())?;
+        Some(state.events[index].id)
+    }
 }
 
 /// Builds record bodies for [`FakeRing::write_record`] (native-endian).
@@ -576,6 +592,12 @@ impl RecordBytes {
     /// Appends a `sample_id` trailer with `TID | TIME | CPU`.
     pub fn sample_id(self, pid: u32, tid: u32, time: u64, cpu: u32) -> Self {
         self.u32(pid).u32(tid).u64(time).u32(cpu).u32(0)
+    }
+
+    /// Appends a `sample_id` trailer with `TID | TIME | CPU | IDENTIFIER` (a process capture's
+    /// events): `id` is the event's, or for an inherited copy the one it was inherited from.
+    pub fn sample_id_of(self, pid: u32, tid: u32, time: u64, cpu: u32, id: u64) -> Self {
+        self.sample_id(pid, tid, time, cpu).u64(id)
     }
 
     /// Current length.

@@ -17,6 +17,7 @@
 //! | [`state`] | Linux `prev_state` / priorities → FXT thread states / priorities (table) |
 //! | [`time`] | perf timestamps → TSC ticks |
 //! | [`merge`] | k-way timestamp merge of per-CPU streams, with its release rule |
+//! | `duplicates` | a process capture's threads with two events of a kind (made while the events were opened): the copies of their records told apart and dropped |
 //! | [`procfs`] | tid → pid and names, cached, from records and `/proc` |
 //! | [`maps`] | executable mappings from `/proc/PID/maps` at the start; ELF build-ids of mapped files |
 //! | `pids` | the process of every switched thread: pids learnt from records, events held until known |
@@ -50,6 +51,7 @@
 
 pub mod attr;
 mod decode;
+mod duplicates;
 pub mod events;
 #[cfg(feature = "test-support")]
 pub mod fake;
@@ -85,7 +87,7 @@ pub use events::{
     SwitchEvent, SwitchSides, TaskComm, TaskExit, TaskFork, ThreadInfo, Unsupported, WakeupEvent,
 };
 #[cfg(feature = "test-support")]
-pub use fake::{FakeRing, FakeSys, RecordBytes};
+pub use fake::{FakeRing, FakeSys, RecordBytes, FIRST_EVENT_ID};
 pub use fxt::{
     FxtStreamSink, KernelTraceConfig, KernelTraceStats, KernelTraceWriter, RecordSink, SinkError,
 };

@@ -79,6 +79,11 @@ pub(super) struct OpenSet {
     pub(super) rings: Vec<(u32, PerfRing)>,
     /// With the CPU of the ring each writes into.
     pub(super) members: Vec<(u32, GuardedFd)>,
+    /// Per-thread events: `(id, tid, cpu)` of each (its lineage, [`super::duplicates`]).
+    pub(super) per_thread: Vec<(u64, u32, u32)>,
+    /// Some thread appeared after the first listing and was opened: a thread may have two
+    /// events of a kind ([`super::duplicates`]).
+    pub(super) late: bool,
 }
 
 pub(super) struct Opener<'a> {
@@ -208,11 +213,12 @@ impl Opener<'_> {
         registry: &TaskRegistry,
         set: &mut OpenSet,
     ) -> Result<(), OpenError> {
-        let (rings, members) = (set.rings.len(), set.members.len());
+        let (rings, members, ids) = (set.rings.len(), set.members.len(), set.per_thread.len());
         let opened = self.add_per_thread(attr, pid, cpus, registry, set);
         if opened.is_err() {
             set.rings.truncate(rings);
             set.members.truncate(members);
+            set.per_thread.truncate(ids);
         }
         opened
     }
@@ -232,7 +238,7 @@ impl Opener<'_> {
             .map(|(i, (cpu, _))| (*cpu, i))
             .collect();
         let mut opened: HashSet<u32> = HashSet::new();
-        for _round in 0..16 {
+        for round in 0..16 {
             let tids = registry.list_threads(pid).map_err(|source| {
                 OpenError::Fatal(CaptureError::System {
                     what: format!("listing threads of process {pid}"),
@@ -243,6 +249,9 @@ impl Opener<'_> {
             if new.is_empty() {
                 return Ok(());
             }
+            // Threads made since the last listing: one may have inherited events of this kind
+            // already, from its maker's opened before (the copies are told apart later).
+            set.late |= round > 0;
             for tid in new {
                 opened.insert(tid);
                 for &cpu in cpus {
@@ -252,17 +261,24 @@ impl Opener<'_> {
                         Err(f) if f.errno() == Some(libc::ESRCH) => break,
                         Err(f) => return Err(OpenError::Failure(f)),
                     };
-                    match leader.get(&cpu) {
+                    let id = match leader.get(&cpu) {
                         Some(&i) => {
                             let member = self.redirect(fd, &set.rings[i].1)?;
+                            let id = self.sys.event_id(&member);
                             set.members.push((cpu, member));
+                            id
                         }
                         None => {
                             let ring =
                                 self.map(attr.kind(), fd, cpu).map_err(OpenError::Failure)?;
+                            let id = self.sys.event_id(ring.guarded_fd());
                             leader.insert(cpu, set.rings.len());
                             set.rings.push((cpu, ring));
+                            id
                         }
+                    };
+                    if let Some(id) = id {
+                        set.per_thread.push((id, tid, cpu));
                     }
                 }
             }
@@ -433,7 +449,8 @@ pub(super) fn open_wait_points(
         .without_side_band()
         .with_wakeup_watermark(watermark)
         .with_callchain(CHAIN_DEPTH, true)
-        .with_inherit(true);
+        .with_inherit(true)
+        .with_identifier();
     let set = opener
         .per_thread(&attr, pid, cpus, registry)
         .map_err(|e| match e {
@@ -491,10 +508,11 @@ pub(super) fn open_waking(
     .map_err(|e| unsupported(None, e))?;
     let fmt =
         SchedWakingFormat::from_format(&format).map_err(|e| unsupported(None, e.to_string()))?;
-    let attr = EventAttr::sched_waking_tracepoint(id, source).with_wakeup_watermark(watermark);
+    let mut attr = EventAttr::sched_waking_tracepoint(id, source).with_wakeup_watermark(watermark);
     let opened = match config.target {
         CaptureTarget::SystemWide => opener.per_cpu(&attr, cpus).map_err(OpenError::Failure),
         CaptureTarget::Process(pid) => {
+            attr = attr.with_identifier();
             opener.per_thread(&attr.clone().with_inherit(true), pid, cpus, registry)
         }
     };
@@ -559,9 +577,13 @@ fn open_wakeup_new(
     let attr = EventAttr::sched_waking_tracepoint(id, source).with_wakeup_watermark(watermark);
     let opened = match config.target {
         CaptureTarget::SystemWide => opener.per_cpu_into(&attr, set),
-        CaptureTarget::Process(pid) => {
-            opener.per_thread_into(&attr.with_inherit(true), pid, cpus, registry, set)
-        }
+        CaptureTarget::Process(pid) => opener.per_thread_into(
+            &attr.with_inherit(true).with_identifier(),
+            pid,
+            cpus,
+            registry,
+            set,
+        ),
     };
     opened.map_err(|e| match e {
         OpenError::Failure(f) => f.describe(),
@@ -580,13 +602,19 @@ pub(super) fn open_sampling(
     (hz, source, watermark): (u64, super::time::PerfClock, u32),
 ) -> Result<(OpenSet, EventAttr), Unsupported> {
     let kernel = perms.allows(Need::CpuSampling { kernel: true });
-    let attr = EventAttr::cpu_clock_sampling(hz, CHAIN_DEPTH, kernel, source)
+    let mut attr = EventAttr::cpu_clock_sampling(hz, CHAIN_DEPTH, kernel, source)
         // Without a switch event, the samples carry the mapping records.
         .with_mmaps(config.mmaps && !config.switches && config.lbr.is_none())
         .with_wakeup_watermark(watermark);
     let opened = match config.target {
         CaptureTarget::SystemWide => opener.per_cpu(&attr, cpus).map_err(OpenError::Failure),
         CaptureTarget::Process(pid) => {
+            attr = attr.with_identifier();
+            if !config.switches {
+                // Without a switch event, the samples carry the FORK records: the thread
+                // tree their copies are told apart by (`super::duplicates`), and the names.
+                attr = attr.with_side_band();
+            }
             opener.per_thread(&attr.clone().with_inherit(true), pid, cpus, registry)
         }
     };

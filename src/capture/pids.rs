@@ -217,7 +217,7 @@ impl PidResolver {
                 facts = wakeup_facts(w);
                 None
             }
-            Pending::Sample(s) => {
+            Pending::Sample(s, _) => {
                 facts[0] = s.pid.map(|p| (p, s.tid));
                 None
             }

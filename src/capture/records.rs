@@ -307,6 +307,28 @@ impl RecordLayout {
         })
     }
 
+    /// A sample's `IDENTIFIER` (first in its body: the event that wrote it, for an inherited
+    /// one its parent), when the layout has it; 0 otherwise.
+    #[inline]
+    pub(crate) fn identifier_in_place(&self, body: &[u8]) -> u64 {
+        match body.get(..8) {
+            Some(id) if self.sample.contains(SampleFormat::IDENTIFIER) => {
+                u64::from_ne_bytes(id.try_into().unwrap_or_default())
+            }
+            _ => 0,
+        }
+    }
+
+    /// The `sample_type` the records were written with.
+    pub fn sample_format(&self) -> SampleFormat {
+        self.sample
+    }
+
+    /// Side-band records end with a `sample_id` trailer ([`Self::sample_id_len`] bytes).
+    pub fn has_sample_id(&self) -> bool {
+        self.sample_id_all
+    }
+
     /// Bytes of the `sample_id` trailer on side-band records.
     pub fn sample_id_len(&self) -> usize {
         if !self.sample_id_all {

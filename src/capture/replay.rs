@@ -171,6 +171,7 @@ impl Replay {
                 announced: IdMap::default(),
                 recent: Box::new([None; ANNOUNCED_SLOTS]),
                 waiting: IdMap::default(),
+                samples: None,
                 stacks: StackInterner::new(MAX_STACK_BYTES, None),
                 counters: counters.clone(),
                 sink: Box::new(move |event| {
@@ -331,6 +332,9 @@ impl Replay {
                 Skip::DataMapping => ReplaySkip::DataMapping,
                 // Not read from a recording: its switches carry their own call chains.
                 Skip::NoWaitPoint => ReplaySkip::Sample,
+                // A replay's decoders drop no copies (`perf record` lists a process's threads
+                // once: no thread has two events of a kind).
+                Skip::Duplicate => ReplaySkip::UnknownRecord,
             })),
         }
     }

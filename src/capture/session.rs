@@ -10,7 +10,8 @@
 //! - [`CaptureTarget::Process`]: per (thread, CPU) a dummy event with `context_switch` and
 //!   `inherit` (threads created later are followed by the kernel), all events of one CPU
 //!   redirected with `SET_OUTPUT` into one ring per CPU. The thread list is re-read until no
-//!   thread appeared meanwhile.
+//!   thread appeared meanwhile; a thread that appeared may have inherited events before it got
+//!   its own, and the copies of its records are dropped ([`super::duplicates`]).
 //! - LBR, when asked: per CPU (and per thread for a process) a cycles sampling event with the
 //!   branch stack, in rings of its own. If the PMU refuses (no PMU in a VM: `ENOENT`; no LBR:
 //!   `EOPNOTSUPP`/`EINVAL`; not permitted), that is one [`Unsupported`] outcome and the rest of
@@ -65,6 +66,7 @@ use thiserror::Error;
 
 use super::attr::{BranchSampling, EventAttr, PerfEventKind};
 use super::decode::{RawFormat, StreamDecoder};
+use super::duplicates::{SampleFilter, SampleLineages, TwinFilter};
 use super::events::{CaptureEvent, Unsupported};
 use super::ids::IdMap;
 use super::kernel_symbols::KernelSymbols;
@@ -319,6 +321,7 @@ pub(super) struct Counters {
     pub(super) throttles: AtomicU64,
     pub(super) parse_errors: AtomicU64,
     pub(super) corrupt_bytes: AtomicU64,
+    pub(super) duplicates: AtomicU64,
     pub(super) switches: AtomicU64,
     pub(super) wakeups: AtomicU64,
     pub(super) wait_points: AtomicU64,
@@ -378,6 +381,11 @@ pub struct CaptureStats {
     pub parse_errors: u64,
     /// Ring bytes skipped after a corrupt header.
     pub corrupt_bytes: u64,
+    /// Records dropped as copies of another: a thread of a process capture made while its
+    /// events were being opened can have two events of a kind, which write each of its
+    /// switches, wake-ups and wait points twice and sample it twice as often (see
+    /// `capture::duplicates`). Not a loss: one record of each is delivered.
+    pub duplicates: u64,
     /// Context switches delivered.
     pub switches: u64,
     /// Wake-ups delivered.
@@ -443,6 +451,7 @@ impl Counters {
             throttles: g(&self.throttles),
             parse_errors: g(&self.parse_errors),
             corrupt_bytes: g(&self.corrupt_bytes),
+            duplicates: g(&self.duplicates),
             switches: g(&self.switches),
             wakeups: g(&self.wakeups),
             wait_points: g(&self.wait_points),
@@ -532,12 +541,25 @@ impl Capture {
         let mut slots: Vec<RingSlot> = Vec::new();
         let mut members: Vec<(usize, GuardedFd)> = Vec::new();
         let mut events = 0usize;
+        let mut sample_filter = SampleFilter::default();
         let mut add = |set: OpenSet, attr: &EventAttr, format: Option<RawFormat>| {
             let layout = RecordLayout::new(attr)?;
             events += set.rings.len() + set.members.len();
             let first = slots.len();
+            // A thread may have two events of this kind: their copies are dropped.
+            let sampling = matches!(
+                attr.kind(),
+                PerfEventKind::CpuClockSampling | PerfEventKind::BranchSampling
+            );
+            if set.late && sampling {
+                sample_filter.add(SampleLineages::new(attr.kind(), &set.per_thread));
+            }
             for (cpu, ring) in set.rings {
-                let decoder = StreamDecoder::new(attr.kind(), cpu, layout, format.clone());
+                let mut decoder = StreamDecoder::new(attr.kind(), cpu, layout, format.clone());
+                // (Every per-thread event names its lineage: `new` gives a filter.)
+                if let Some(twins) = TwinFilter::new(&layout, !sampling).filter(|_| set.late) {
+                    decoder.drop_twins(twins);
+                }
                 slots.push(RingSlot {
                     ring,
                     decoder,
@@ -564,7 +586,8 @@ impl Capture {
                 CaptureTarget::Process(pid) => {
                     let attr = EventAttr::process_switches(source)
                         .with_mmaps(config.mmaps)
-                        .with_wakeup_watermark(watermark);
+                        .with_wakeup_watermark(watermark)
+                        .with_identifier();
                     let set = opener
                         .per_thread(&attr, pid, &cpus, &registry)
                         .map_err(|e| e.into_error(&perms, Need::ProcessSwitches))?;
@@ -685,7 +708,7 @@ impl Capture {
                 kernel: cfg.include_kernel,
             };
             // Without a switch event, the LBR event carries the mapping records.
-            let attr = EventAttr::branch_sampling(cfg, source)
+            let mut attr = EventAttr::branch_sampling(cfg, source)
                 .with_mmaps(config.mmaps && !config.switches)
                 .with_wakeup_watermark(watermark);
             let opened = match config.target {
@@ -693,6 +716,11 @@ impl Capture {
                     opener.per_cpu(&attr, &cpus).map_err(OpenError::Failure)
                 }
                 CaptureTarget::Process(pid) => {
+                    attr = attr.with_identifier();
+                    if !config.switches && sampling.is_none() {
+                        // The FORK records, as the CPU samples' (`open_sampling`).
+                        attr = attr.with_side_band();
+                    }
                     opener.per_thread(&attr.clone().with_inherit(true), pid, &cpus, &registry)
                 }
             };
@@ -804,6 +832,7 @@ impl Capture {
                 announced: IdMap::default(),
                 recent: Box::new([None; ANNOUNCED_SLOTS]),
                 waiting: IdMap::default(),
+                samples: (!sample_filter.is_empty()).then_some(sample_filter),
                 stacks: StackInterner::new(MAX_STACK_BYTES, symbols)
                     .with_fallback(config.kernel_symbols.is_some().then_some(kallsyms)),
                 counters: counters.clone(),

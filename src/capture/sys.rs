@@ -83,6 +83,13 @@ pub trait Sys: Send + Sync + fmt::Debug {
     fn guard_event(&self, fd: OwnedFd) -> io::Result<GuardedFd> {
         GuardedFd::new(fd, "perf event")
     }
+
+    /// The kernel's id of the perf event `fd` (from [`Sys::guard_event`]): the id
+    /// `PERF_SAMPLE_IDENTIFIER` writes into its records and into those of the events inherited
+    /// from it. By default, the one its guard read (`PERF_EVENT_IOC_ID`).
+    fn event_id(&self, fd: &GuardedFd) -> Option<u64> {
+        fd.identity().perf_event_id()
+    }
 }
 
 /// The records perf event `fd` lost for want of room in its ring since it was opened

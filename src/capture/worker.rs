@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use super::decode::{known_pid, waits, Decoded, OtherEvent, Pending, Skip};
+use super::duplicates::{SampleFilter, Sampled};
 use super::events::{CaptureEvent, Lost, LostKind, SwitchSides, ThreadInfo, Unsupported};
 use super::ids::IdMap;
 use super::maps::{BuildIdCache, MapsSynthesis};
@@ -41,6 +42,9 @@ pub(super) struct Delivery {
     /// Per thread, the wait point of a `sched_switch` read for it alone, until the thread's
     /// switch-out record that follows it ([`Pending::WaitPoint`]).
     pub(super) waiting: IdMap<u32>,
+    /// The samples of a thread with two sampling events of a kind kept from one
+    /// ([`super::duplicates`]); `None` when no thread can have two.
+    pub(super) samples: Option<SampleFilter>,
     pub(super) counters: Arc<Counters>,
     pub(super) sink: Box<dyn FnMut(CaptureEvent) + Send>,
 }
@@ -60,6 +64,20 @@ impl Delivery {
             Some(pending) => self.process(pending),
             None => self.release(false),
         }
+    }
+
+    /// Whether `sampled` is no sample a thread's second sampling event took (those are
+    /// counted), and notes a FORK ([`super::duplicates`]): asked in time order, a FORK before
+    /// the new thread's samples.
+    fn keep_sample(&mut self, sampled: Sampled<'_>) -> bool {
+        let keep = match &mut self.samples {
+            Some(filter) => filter.keep(sampled),
+            None => true,
+        };
+        if !keep {
+            bump(&self.counters.duplicates, 1);
+        }
+        keep
     }
 
     /// Delivers what the resolver lets go; `finished`: everything (end of capture).
@@ -87,7 +105,10 @@ impl Delivery {
                 bump(&self.counters.wakeups, 1);
                 return self.emit(CaptureEvent::Wakeup(w));
             }
-            Pending::Sample(s) => {
+            Pending::Sample(s, lineage) => {
+                if !self.keep_sample(Sampled::Cpu(&s, lineage)) {
+                    return;
+                }
                 self.announce(s.time, s.tid, s.pid, || None);
                 if let Some(id) = s.stack {
                     self.announce_stack(id);
@@ -137,7 +158,16 @@ impl Delivery {
 
     /// [`Self::process`] for every event but a context switch held as [`Pending::Switch`].
     fn process_other(&mut self, other: OtherEvent) {
-        let OtherEvent { mut event, inode } = other;
+        let OtherEvent {
+            mut event,
+            inode,
+            lineage,
+        } = other;
+        if matches!(event, CaptureEvent::Fork(_) | CaptureEvent::Branch(_))
+            && !self.keep_sample(Sampled::Other(&event, lineage))
+        {
+            return;
+        }
         match &mut event {
             CaptureEvent::ContextSwitch(_) | CaptureEvent::Wakeup(_) | CaptureEvent::Sample(_) => {
                 return self.process(Pending::of(event));
@@ -535,6 +565,7 @@ impl Worker {
                     }
                     Ok(Decoded::Skipped(Skip::SwitchInPair | Skip::NoWaitPoint)) => {}
                     Ok(Decoded::Skipped(Skip::DataMapping)) => bump(&counters.data_mappings, 1),
+                    Ok(Decoded::Skipped(Skip::Duplicate)) => bump(&counters.duplicates, 1),
                     Err(_) => bump(&counters.parse_errors, 1),
                 }
                 // Hand consumed space back to the kernel during long batches, not only at the

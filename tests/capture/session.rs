@@ -11,7 +11,7 @@ use fxtrace::capture::records::{
 use fxtrace::capture::{
     BranchSampling, Capture, CaptureConfig, CaptureError, CaptureEvent, FakeRing, FakeSys,
     LinuxThreadState, LostKind, PerfEventKind, PerfPermissions, RecordBytes, SwitchSides,
-    SwitchSource,
+    SwitchSource, FIRST_EVENT_ID,
 };
 
 use crate::fake_perf;
@@ -322,13 +322,19 @@ fn process_mode_opens_per_thread_and_cpu_with_one_ring_per_cpu() {
 
     let t = base();
     let ring = sys.ring(PerfEventKind::ProcessSwitches, 0).unwrap();
-    let out = RecordBytes::new().sample_id(10, 11, t + 10, 0).build();
+    // A process capture's records name their event (`IDENTIFIER`, last).
+    let id = FIRST_EVENT_ID;
+    let out = RecordBytes::new()
+        .sample_id_of(10, 11, t + 10, 0, id)
+        .build();
     assert!(ring.write_record(
         RECORD_SWITCH,
         MISC_SWITCH_OUT | MISC_SWITCH_OUT_PREEMPT,
         &out
     ));
-    let inbound = RecordBytes::new().sample_id(10, 10, t + 20, 0).build();
+    let inbound = RecordBytes::new()
+        .sample_id_of(10, 10, t + 20, 0, id)
+        .build();
     assert!(ring.write_record(RECORD_SWITCH, 0, &inbound));
     ring.wake();
     let stats = capture.stop().unwrap();
@@ -376,7 +382,9 @@ fn a_stop_at_exit_drains_and_counts_without_disabling() {
     let (events, sink) = sink();
     let capture = Capture::start_with(sys.clone(), root_perms(), cfg, sink).unwrap();
     let ring = sys.ring(PerfEventKind::ProcessSwitches, 0).unwrap();
-    let out = RecordBytes::new().sample_id(10, 11, base() + 10, 0).build();
+    let out = RecordBytes::new()
+        .sample_id_of(10, 11, base() + 10, 0, FIRST_EVENT_ID)
+        .build();
     assert!(ring.write_record(RECORD_SWITCH, MISC_SWITCH_OUT, &out));
     sys.set_lost(PerfEventKind::ProcessSwitches, 0, 4);
     capture.stopper().request_at_exit();
@@ -1001,7 +1009,9 @@ fn a_process_captures_wait_points_go_to_its_switch_records() {
     let tp = m.sys.ring(PerfEventKind::SchedSwitchTracepoint, 0).unwrap();
     let sw = m.sys.ring(PerfEventKind::ProcessSwitches, 0).unwrap();
     let out = |time: u64, preempted: bool| {
-        let body = RecordBytes::new().sample_id(10, 11, t + time, 0).build();
+        let body = RecordBytes::new()
+            .sample_id_of(10, 11, t + time, 0, FIRST_EVENT_ID)
+            .build();
         let misc = if preempted {
             MISC_SWITCH_OUT | MISC_SWITCH_OUT_PREEMPT
         } else {
@@ -1010,7 +1020,10 @@ fn a_process_captures_wait_points_go_to_its_switch_records() {
         assert!(sw.write_record(RECORD_SWITCH, misc, &body));
     };
     let sample = |time: u64, state: i64| {
-        let body = switch_sample_with_chain(t + time, 0, ("worker", 11, state), ("x", 0), &futex);
+        let body = identified(
+            FIRST_EVENT_ID,
+            &switch_sample_with_chain(t + time, 0, ("worker", 11, state), ("x", 0), &futex),
+        );
         assert!(tp.write_record(RECORD_SAMPLE, 0, &body));
     };
     // Blocked, with its wait point; preempted; a blocked sample whose switch-out says
@@ -1085,4 +1098,176 @@ fn a_process_capture_refused_its_wait_points_says_why_and_goes_on() {
         .iter()
         .all(|e| e.attr.kind() != PerfEventKind::SchedSwitchTracepoint));
     capture.stop().unwrap();
+}
+
+/// Threads made while a process capture opens its events: each appears once its maker,
+/// thread 10, has its event of a kind on CPU 0 open (so it inherited that one), and is opened
+/// itself in the next listing. It then has two events of that kind on CPU 0, and every record
+/// of it comes twice (as the kernel writes them: one after the other, each naming its
+/// lineage); a thread it makes later has both lineages too. One record of each is delivered,
+/// the copies counted: switches and their side band (13, made for the switch events; 14, made
+/// by 13 after the start), wake-ups (15, for the wake-up events), CPU samples, two timers of
+/// one thread (16, for the sampling events; 17, made by 16 after the start).
+#[test]
+fn a_thread_made_while_the_events_open_is_recorded_once() {
+    let m = fake_machine(&[10, 11]);
+    let proc = m.proc.path().to_owned();
+    m.sys.fail_when(move |attr, pid, cpu| {
+        let made = match attr.kind() {
+            PerfEventKind::ProcessSwitches => 13,
+            PerfEventKind::SchedWakingTracepoint if attr.config() == 375 => 15,
+            PerfEventKind::CpuClockSampling => 16,
+            _ => return None,
+        };
+        if (pid, cpu) == (10, 1) {
+            proc_thread(&proc, made);
+        }
+        None
+    });
+    let cfg = CaptureConfig {
+        wakeups: true,
+        sample_hz: Some(99),
+        ..config(CaptureConfig::process(10), m.tfs.path(), m.proc.path())
+    };
+    let (events, sink) = sink();
+    let capture = Capture::start_with(m.sys.clone(), root_perms(), cfg, sink).unwrap();
+    assert!(capture.report().wakeups && capture.report().sampling.is_some());
+    let opened = m.sys.events();
+    // The id of the event of `kind` fxtrace opened on thread `tid`, CPU 0.
+    let id = |kind: PerfEventKind, tid: i32| {
+        opened
+            .iter()
+            .find(|e| e.attr.kind() == kind && e.pid == tid && e.cpu == 0)
+            .map(|e| e.id)
+            .unwrap_or_else(|| panic!("no {kind:?} event on thread {tid}"))
+    };
+    for (kind, late) in [
+        (PerfEventKind::ProcessSwitches, 13),
+        (PerfEventKind::SchedWakingTracepoint, 15),
+        (PerfEventKind::CpuClockSampling, 16),
+    ] {
+        assert!(
+            id(kind, late) > id(kind, 10),
+            "{late} is opened after its maker"
+        );
+    }
+    let t = base();
+    let sw = m.sys.ring(PerfEventKind::ProcessSwitches, 0).unwrap();
+    let (own13, of10) = (
+        id(PerfEventKind::ProcessSwitches, 13),
+        id(PerfEventKind::ProcessSwitches, 10),
+    );
+    let switch = |misc, tid, time, lineage| {
+        let body = RecordBytes::new()
+            .sample_id_of(10, tid, t + time, 0, lineage)
+            .build();
+        assert!(sw.write_record(RECORD_SWITCH, misc, &body));
+    };
+    // 13 leaves the CPU, comes back (the copies in either order), 11 (one event) leaves.
+    switch(MISC_SWITCH_OUT, 13, 10, own13);
+    switch(MISC_SWITCH_OUT, 13, 11, of10);
+    switch(0, 13, 50, of10);
+    switch(0, 13, 51, own13);
+    switch(
+        MISC_SWITCH_OUT,
+        11,
+        60,
+        id(PerfEventKind::ProcessSwitches, 11),
+    );
+    // 13 makes 14: a FORK from each of 13's events; 14 has both lineages.
+    for (lineage, dt) in [(own13, 0), (of10, 2)] {
+        let fork = RecordBytes::new()
+            .u32(10)
+            .u32(10)
+            .u32(14)
+            .u32(13)
+            .u64(t + 70 + dt)
+            .sample_id_of(10, 13, t + 70 + dt, 0, lineage)
+            .build();
+        assert!(sw.write_record(RECORD_FORK, 0, &fork));
+    }
+    switch(MISC_SWITCH_OUT, 14, 80, of10);
+    switch(MISC_SWITCH_OUT, 14, 81, own13);
+    sw.wake();
+    // 15 wakes 11: the tracepoint fires in each of 15's events.
+    let wk = m.sys.ring(PerfEventKind::SchedWakingTracepoint, 0).unwrap();
+    for (lineage, dt) in [
+        (id(PerfEventKind::SchedWakingTracepoint, 15), 0),
+        (id(PerfEventKind::SchedWakingTracepoint, 10), 3),
+    ] {
+        let body = identified(
+            lineage,
+            &waking_sample(t + 90 + dt, 0, (10, 15), ("worker", 11), 1),
+        );
+        assert!(wk.write_record(RECORD_SAMPLE, 0, &body));
+    }
+    wk.wake();
+    // Samples of 16 from its own timer and its copy of 10's, of 10, and of 17 (made by 16
+    // after the start: both lineages), as the timers fire.
+    let sm = m.sys.ring(PerfEventKind::CpuClockSampling, 0).unwrap();
+    let (own16, of10) = (
+        id(PerfEventKind::CpuClockSampling, 16),
+        id(PerfEventKind::CpuClockSampling, 10),
+    );
+    let fork17 = RecordBytes::new()
+        .u32(10)
+        .u32(10)
+        .u32(17)
+        .u32(16)
+        .u64(t + 150)
+        .sample_id_of(10, 16, t + 150, 0, of10)
+        .build();
+    assert!(sw.write_record(RECORD_FORK, 0, &fork17));
+    sw.wake();
+    for (tid, time, lineage) in [
+        (16, 100, of10),
+        (16, 101, own16),
+        (10, 120, of10),
+        (16, 200, own16),
+        (16, 202, of10),
+        (17, 300, of10),
+        (17, 301, own16),
+    ] {
+        let body = identified(lineage, &clock_sample(t + time, 0, (10, tid), &[0x401000]));
+        assert!(sm.write_record(RECORD_SAMPLE, 0, &body));
+    }
+    sm.wake();
+    let stats = capture.stop().unwrap();
+    let events = events.lock().unwrap().clone();
+    let outs: Vec<(u32, bool)> = switches(&events)
+        .iter()
+        .map(|c| match c.sides {
+            SwitchSides::IncomingOnly => (c.next_tid, false),
+            _ => (c.prev_tid, true),
+        })
+        .collect();
+    assert_eq!(outs, [(13, true), (13, false), (11, true), (14, true)]);
+    let forks = events
+        .iter()
+        .filter(|e| matches!(e, CaptureEvent::Fork(f) if f.tid == 14))
+        .count();
+    assert_eq!(forks, 1, "one FORK of 14");
+    let wakeups = events
+        .iter()
+        .filter(|e| matches!(e, CaptureEvent::Wakeup(w) if w.tid == 11 && w.waker_tid == 15))
+        .count();
+    assert_eq!(wakeups, 1);
+    let samples: Vec<(u32, u64)> = events
+        .iter()
+        .filter_map(|e| match e {
+            CaptureEvent::Sample(s) => Some((s.tid, s.time - t)),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        samples,
+        [(16, 101), (10, 120), (16, 200), (17, 301)],
+        "the newest lineage of each thread"
+    );
+    assert_eq!(stats.duplicates, 4 + 1 + 3);
+    assert_eq!(
+        (stats.switches, stats.wakeups, stats.samples),
+        (4, 1, 4),
+        "{stats:?}"
+    );
 }

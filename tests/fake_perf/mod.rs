@@ -114,6 +114,11 @@ pub(crate) fn switch_sample_with_chain(
     b.bytes(&plain[24..]).build()
 }
 
+/// `sample` as an event of a process capture writes it: its `IDENTIFIER` (`id`) first.
+pub(crate) fn identified(id: u64, sample: &[u8]) -> Vec<u8> {
+    RecordBytes::new().u64(id).bytes(sample).build()
+}
+
 /// A cpu-clock sample (IP, TID, TIME, CPU, CALLCHAIN).
 pub(crate) fn clock_sample(time: u64, cpu: u32, (pid, tid): (u32, u32), chain: &[u64]) -> Vec<u8> {
     let mut b = RecordBytes::new()
@@ -142,13 +147,7 @@ pub(crate) fn kallsyms(proc_dir: &Path) {
 
 pub(crate) fn proc_tree(dir: &Path, tids: &[u32]) {
     for &tid in tids {
-        fs::create_dir_all(dir.join(format!("10/task/{tid}"))).unwrap();
-        fs::create_dir_all(dir.join(tid.to_string())).unwrap();
-        fs::write(
-            dir.join(format!("{tid}/status")),
-            format!("Tgid:\t10\nPid:\t{tid}\n"),
-        )
-        .unwrap();
+        proc_thread(dir, tid);
     }
     fs::write(dir.join("10/comm"), "server\n").unwrap();
     // A thread's name is read at /proc/<tid>/comm (capture::procfs's module docs).
@@ -157,6 +156,17 @@ pub(crate) fn proc_tree(dir: &Path, tids: &[u32]) {
             fs::write(dir.join(format!("{tid}/comm")), format!("{name}\n")).unwrap();
         }
     }
+}
+
+/// Thread `tid` of process 10 in the fake `/proc` (a thread made while a capture starts).
+pub(crate) fn proc_thread(dir: &Path, tid: u32) {
+    fs::create_dir_all(dir.join(format!("10/task/{tid}"))).unwrap();
+    fs::create_dir_all(dir.join(tid.to_string())).unwrap();
+    fs::write(
+        dir.join(format!("{tid}/status")),
+        format!("Tgid:\t10\nPid:\t{tid}\n"),
+    )
+    .unwrap();
 }
 
 pub(crate) fn comm16(name: &str) -> [u8; 16] {

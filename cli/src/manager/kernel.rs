@@ -666,6 +666,14 @@ impl fmt::Display for KernelSummary {
                 ""
             }
         )?;
+        if c.duplicates > 0 {
+            writeln!(
+                f,
+                "  copies dropped: {} records a thread's second event wrote (a thread made \
+                 while the events were opened)",
+                c.duplicates
+            )?;
+        }
         writeln!(
             f,
             "  threads: {} ({} beyond the thread table, referenced inline)",
