@@ -135,9 +135,12 @@ pub struct CaptureConfig {
     /// (`PERF_RECORD_MMAP2`), as [`CaptureEvent::Mmap`].
     pub mmaps: bool,
     /// Record wake-ups (`sched:sched_waking`, or `sched_wakeup`): who woke whom, as
-    /// [`CaptureEvent::Wakeup`]. System-wide, or the traced process's threads (waking or
-    /// woken) where the kernel allows raw tracepoint data (root, `CAP_PERFMON`,
-    /// `perf_event_paranoid = -1`).
+    /// [`CaptureEvent::Wakeup`]. System-wide, or the wake-ups the traced process's threads
+    /// make (of its own threads or others), where the kernel allows raw tracepoint data
+    /// (root, `CAP_PERFMON`, `perf_event_paranoid = -1`). A process capture misses wake-ups of
+    /// its threads by others (a timer interrupt, another process): the kernel hands those to
+    /// the woken task's events only while they run (a stopped event is skipped), never while
+    /// it sleeps. `-a` has them all.
     pub wakeups: bool,
     /// Record wait points: the call chain of every thread switched out blocked (kernel
     /// frames, and user frames walked by frame pointers), interned as [`CaptureEvent::Stack`]

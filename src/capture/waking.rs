@@ -3,8 +3,11 @@
 //!
 //! The tracepoint fires where `try_to_wake_up()` runs, in the waker's context: the sample's own
 //! `(pid, tid)` is the waker's, and the raw data names the woken task (`comm`, `pid`, `prio`,
-//! `target_cpu`: the CPU it is queued on). It is declared with `__perf_task(p)`, so a
-//! per-thread event of the woken task sees it too.
+//! `target_cpu`: the CPU it is queued on). It is declared with `__perf_task(p)`, but a
+//! per-thread event of the woken task sees it only while that event runs (the kernel skips a
+//! stopped event), so not for a sleeping task: a process capture records the wake-ups its own
+//! threads make, not those of its threads by others (a timer, another process), which only a
+//! system-wide capture has.
 
 use super::records::{ParseError, TaskName};
 use super::ring::RawData;
