@@ -44,8 +44,9 @@ use std::time::{Duration, Instant};
 
 use fxtrace::capture::sys::RealSys;
 use fxtrace::capture::{
-    BranchSampling, Capture, CaptureConfig, CaptureEvent, KernelSymbols, KernelTraceConfig,
-    KernelTraceWriter, Need, PerfPermissions, TracefsChoice, Unsupported, SHARED_SYMBOLS_ENV,
+    BranchSampling, Capture, CaptureConfig, CaptureEvent, CaptureStats, KernelSymbols,
+    KernelTraceConfig, KernelTraceStats, KernelTraceWriter, Need, PerfPermissions, TracefsChoice,
+    Unsupported, SHARED_SYMBOLS_ENV,
 };
 use fxtrace::engine::global;
 use fxtrace::fd_guard::WakePipe;
@@ -316,16 +317,12 @@ struct SessionCapture {
 
 impl Drop for SessionCapture {
     fn drop(&mut self) {
-        if let Some(capture) = self.capture.take() {
-            // The capture thread's last events go into the writer before it stops.
-            if let Err(e) = capture.stop() {
-                log!("capture: {e}");
-            }
-        }
+        // The capture thread's last events go into the writer before it stops.
+        let captured = self.capture.take().and_then(stop_capture);
         // The session's context is stopped by now: what the writer still has is refused by
         // the engine and counted as dropped.
         let taken = self.writer.lock().unwrap_or_else(|p| p.into_inner()).take();
-        if let Some(Ok((_, stats))) = taken.map(|w| w.finish()) {
+        if let Some(Ok((_, stats))) = taken.map(|w| finish_writer(w, captured.as_ref())) {
             log!(
                 "session capture: {} switches, {} threads",
                 stats.context_switches,
@@ -467,6 +464,24 @@ fn start_capture(options: &Options, writer: &SharedWriter) -> Option<Capture> {
     }
 }
 
+/// Stop `capture` (its last events go into the writer): its counters, or `None` (said in the
+/// log) when it failed.
+fn stop_capture(capture: Capture) -> Option<CaptureStats> {
+    capture.stop().map_err(|e| log!("capture: {e}")).ok()
+}
+
+/// Finish the capture's section of the trace, with what the capture itself could not parse
+/// and the copies it dropped, as the recorder's kernel provider does.
+fn finish_writer(
+    mut writer: KernelTraceWriter<EngineSink, EngineRefs>,
+    captured: Option<&CaptureStats>,
+) -> Result<(EngineSink, KernelTraceStats), fxtrace::capture::SinkError> {
+    if let Some(captured) = captured {
+        writer.note_capture_damage(captured);
+    }
+    writer.finish()
+}
+
 impl Runtime {
     /// The flusher thread: wait for the exit request (or the end of the session), then
     /// finish.
@@ -530,21 +545,19 @@ impl Runtime {
             );
         }
         phases.mark("start wait");
-        if let Some(capture) = capture {
+        let captured = capture.and_then(|capture| {
             if hooks::flush_requested_at_exit() {
                 // A hook's flush at exit: the image ends (see
                 // `CaptureStopper::request_at_exit`). After an exec's, which may fail, the
                 // capture closes its events itself.
                 capture.stopper().request_at_exit();
             }
-            if let Err(e) = capture.stop() {
-                log!("capture: {e}");
-            }
-        }
+            stop_capture(capture)
+        });
         phases.mark("capture stop");
         let taken = writer.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(writer) = taken {
-            if let Ok((sink, stats)) = writer.finish() {
+            if let Ok((sink, stats)) = finish_writer(writer, captured.as_ref()) {
                 log!(
                     "capture: {} switches, {} threads, {} lost; engine sink {:?}",
                     stats.context_switches,

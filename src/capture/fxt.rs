@@ -415,6 +415,9 @@ pub struct KernelTraceStats {
     pub unparsed_records: u64,
     /// Ring bytes the capture skipped after a corrupt record header (as it counted them).
     pub corrupt_bytes: u64,
+    /// Second copies the capture dropped (a thread with two events of a kind, as it counted
+    /// them: [`KernelTraceWriter::note_capture_damage`]); one of each is in the trace.
+    pub duplicates: u64,
 }
 
 impl KernelTraceStats {
@@ -643,9 +646,12 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
     /// Note what the capture itself could not read (records that failed to parse, bytes
     /// skipped after a corrupt header: [`super::CaptureStats`]): written in the summary
     /// event, and marked as a loss ([`PROVIDER_EVENT_BUFFER_OVERFLOW`]) at [`Self::finish`].
-    pub fn note_capture_damage(&mut self, unparsed_records: u64, corrupt_bytes: u64) {
-        self.stats.unparsed_records = unparsed_records;
-        self.stats.corrupt_bytes = corrupt_bytes;
+    /// The copies it dropped ([`super::CaptureStats::duplicates`]) are written in an event of
+    /// their own after the summary.
+    pub fn note_capture_damage(&mut self, capture: &super::CaptureStats) {
+        self.stats.unparsed_records = capture.parse_errors;
+        self.stats.corrupt_bytes = capture.corrupt_bytes;
+        self.stats.duplicates = capture.duplicates;
     }
 
     /// Ends the section: a summary event with the totals (and the buffer-overflow metadata if
@@ -687,6 +693,17 @@ impl<S: RecordSink, T: RefTable<S>> KernelTraceWriter<S, T> {
             args: &args,
             kind: EventKind::Instant,
         }))?;
+        if s.duplicates > 0 {
+            // The summary holds MAX_ARGS already.
+            self.push(&Record::Event(Event {
+                ticks: self.last_time,
+                thread: recorder,
+                category,
+                name: StringRef::Inline("fxtrace: duplicate records dropped"),
+                args: &[Arg::new("records", ArgValue::U64(s.duplicates))],
+                kind: EventKind::Instant,
+            }))?;
+        }
         if self.stats.lost_anything() {
             self.report_overflow()?;
         }
@@ -2039,6 +2056,48 @@ mod tests {
             r,
             DecodedRecord::Event(e) if e.category == "fxtrace" && e.thread.tid == 7
         )));
+    }
+
+    /// What the capture counted (parse errors, copies dropped) ends in the trace: the
+    /// summary's damage counts, and the copies in an event of their own, only when there are.
+    #[test]
+    fn the_copies_a_capture_dropped_are_written_after_the_summary() {
+        let events = |duplicates: u64| {
+            let mut w = KernelTraceWriter::new(RecordWriter::with_magic(), config()).unwrap();
+            w.note_capture_damage(&super::super::CaptureStats {
+                parse_errors: 2,
+                duplicates,
+                ..Default::default()
+            });
+            let (sink, stats) = w.finish().unwrap();
+            assert_eq!((stats.unparsed_records, stats.duplicates), (2, duplicates));
+            let bytes = sink.to_bytes();
+            Decoder::new(&bytes)
+                .filter_map(|d| match d.unwrap().record {
+                    DecodedRecord::Event(e) => Some((
+                        e.name.into_owned(),
+                        e.args
+                            .iter()
+                            .map(|a| format!("{}={}", a.name, a.value))
+                            .collect::<Vec<_>>(),
+                    )),
+                    _ => None,
+                })
+                .collect::<Vec<_>>()
+        };
+        let with = events(5);
+        assert_eq!(with[0].0, "fxtrace: kernel capture summary");
+        assert!(with[0].1.contains(&"unparsed_records=u64(2)".to_owned()));
+        assert_eq!(
+            with[1],
+            (
+                "fxtrace: duplicate records dropped".to_owned(),
+                vec!["records=u64(5)".to_owned()]
+            )
+        );
+        assert!(events(0)
+            .iter()
+            .all(|(name, _)| name != "fxtrace: duplicate records dropped"));
     }
 
     #[test]

@@ -315,7 +315,7 @@ impl<S: RecordSink + Send + 'static> KernelProvider<S> {
                 unwritten: 0,
             })?;
         drop(shared);
-        writer.note_capture_damage(capture.parse_errors, capture.corrupt_bytes);
+        writer.note_capture_damage(&capture);
         let (sink, trace) = writer
             .finish()
             .map_err(|source| KernelProviderError::Write {
