@@ -9,8 +9,7 @@
 //! every traced process would pay that at its start. The manager reads it once, puts the
 //! table in a sealed memfd it keeps ([`KernelSymbols::share`]), and names it in
 //! [`SHARED_SYMBOLS_ENV`]: each preloaded process opens it through `/proc/PID/fd/N` and maps
-//! it (`stat`, `open`, `fstat`, `fcntl`, `mmap`), and looks symbols up in place, with no
-//! parse and no copy.
+//! it, and looks symbols up in place, with no parse and no copy.
 //!
 //! # The table (version 1)
 //!
@@ -32,14 +31,19 @@
 //! # Trust
 //!
 //! The reference comes from the environment, which a program may have kept long after the
-//! recorder ended, or been handed crafted. Nothing is opened before the process it names is
-//! shown to be the one that shared (its start time: a reused pid has another) and the path to
-//! name a regular file of the table's device and inode (`stat` follows the link without
-//! opening what it names: no FIFO waited on, no terminal, no device). The kernel opens another
-//! process's descriptor only for a process that may read that process's descriptors (ptrace
-//! read access: the same user, or root): a descendant that dropped its privileges gets an
-//! error and reads `/proc/kallsyms` itself, which hides the addresses from it, instead of the
-//! root recorder's copy. On its own descriptor, `fstat` says again that it is that file and
+//! recorder ended, or been handed crafted. Nothing is opened for reading before the process it
+//! names is shown to be the one that shared (its start time: a reused pid has another) and the
+//! file to be that table: `/proc/PID/fd/N` is opened `O_PATH` (no device, FIFO or file
+//! system's file is opened by that: it only holds the inode the link names, so that what
+//! follows is about that one file however the number is swapped meanwhile), its name read
+//! back from `/proc/self/fd` (a memfd named as the recorder names it: no network or FUSE file
+//! system is asked anything), its owner (root or this user), device and inode checked; only
+//! then is that inode opened for reading, non-blocking and without becoming a controlling
+//! terminal. The kernel opens another process's descriptor only for a process that may read
+//! that process's descriptors (ptrace read access: the same user, or root), and a process to
+//! which `/proc/kallsyms` shows zeros (`kernel.kptr_restrict`) does not take the table: a
+//! descendant that dropped its privileges reads `/proc/kallsyms` itself, which hides the
+//! addresses from it. On its own descriptor, `fstat` says again that it is that file and
 //! `F_GET_SEALS` that its contents and size cannot change (no `SIGBUS`, no contents moving
 //! under a reader); then the magic, the version and the sections adding up to its size. Every
 //! offset read from the table is checked where it is used: a bad entry is a
@@ -72,6 +76,28 @@ const VERSION: u32 = 1;
 const HEADER_LEN: usize = 32;
 /// The largest shared table mapped (a 6.18 kernel's: 4.9 MB for 122 059 symbols).
 const MAX_TABLE_LEN: u64 = 256 << 20;
+/// What `/proc/self/fd/N` says of a memfd [`KernelSymbols::share`] made.
+const MEMFD_LINK: &[u8] = b"/memfd:fxtrace-kernel-symbols";
+
+/// Whether `/proc/kallsyms` shows this process zeros for addresses (`kernel.kptr_restrict`,
+/// no `CAP_SYSLOG`): its first line is enough (the kernel formats it on demand). A file it
+/// cannot read says nothing either way.
+fn kernel_addresses_hidden() -> bool {
+    use std::io::Read;
+    let mut first = [0u8; 32];
+    let Ok(mut file) = std::fs::File::open("/proc/kallsyms") else {
+        return false;
+    };
+    let n = file.read(&mut first).unwrap_or(0);
+    shows_zero_address(&first[..n])
+}
+
+/// Whether a kallsyms text begins with a zero address.
+fn shows_zero_address(first: &[u8]) -> bool {
+    let address = first.split(|&b| b == b' ').next().unwrap_or(&[]);
+    !address.is_empty() && address.iter().all(|&b| b == b'0')
+}
+
 /// The longest symbol name kept (kallsyms' own limit is 512; longer ones are dropped).
 const MAX_NAME_LEN: usize = 255;
 /// The bytes a symbol covers when no symbol follows it: kallsyms gives no sizes.
@@ -537,14 +563,17 @@ impl KernelSymbols {
     }
 
     /// The table `reference` names, mapped from the sharing process's descriptor
-    /// (`/proc/PID/fd/N`). Nothing is opened before the process is shown to be the one that
-    /// shared it (its start time) and the path to name a regular file of the table's device
-    /// and inode (`stat` follows the link without opening what it names); the file is then
-    /// opened non-blocking, without becoming a controlling terminal, and checked again on
-    /// this process's own descriptor before it is mapped (see the module docs). The error
-    /// says why it is not the table.
+    /// (`/proc/PID/fd/N`), for a process that may see kernel addresses. Nothing is opened for
+    /// reading before the process is shown to be the one that shared it (its start time) and
+    /// the file to be that table: the path is opened `O_PATH` (which opens no device, no FIFO,
+    /// no file system's file: it only holds the inode the link names, so that everything
+    /// after is about that one file), its name read from `/proc/self/fd` (a memfd named as the
+    /// recorder names it: no network or FUSE file system is ever asked anything), its owner,
+    /// device and inode checked, and only then is that inode opened for reading, non-blocking
+    /// and without becoming a controlling terminal, and checked again before it is mapped
+    /// (see the module docs). The error says why it is not the table.
     pub fn open_shared(reference: &SharedSymbolsRef) -> Result<Self, Error> {
-        use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+        use std::os::unix::fs::OpenOptionsExt;
         let pid = reference.pid;
         let path = format!("/proc/{pid}/fd/{}", reference.fd);
         let not = |why: String| Error::NotTheTable {
@@ -555,7 +584,8 @@ impl KernelSymbols {
             Some(t) if t == reference.start_time => {}
             Some(_) => {
                 return Err(not(format!(
-                    "process {pid} is another process now (the recorder ended)"
+                    "process {pid} is another process now (the recorder ended; or this \
+                     process is in another time namespace)"
                 )))
             }
             None => {
@@ -564,21 +594,45 @@ impl KernelSymbols {
                 )))
             }
         }
-        let named = std::fs::metadata(&path).map_err(|e| not(e.to_string()))?;
-        if !named.file_type().is_file()
-            || named.dev() != reference.dev
-            || named.ino() != reference.inode
+        if kernel_addresses_hidden() {
+            return Err(not(
+                "this process sees no kernel addresses in /proc/kallsyms (kernel.kptr_restrict): \
+                 the recorder's table is not for it"
+                    .into(),
+            ));
+        }
+        let held = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH)
+            .open(&path)
+            .map_err(|e| not(e.to_string()))?;
+        let here = format!("/proc/self/fd/{}", held.as_raw_fd());
+        let name = std::fs::read_link(&here).map_err(|e| not(e.to_string()))?;
+        if !name.as_os_str().as_encoded_bytes().starts_with(MEMFD_LINK) {
+            return Err(not(format!("another file ({})", name.display())));
+        }
+        let stat = sys::fstat_raw(held.as_raw_fd()).map_err(|e| not(e.to_string()))?;
+        // SAFETY: geteuid has no preconditions.
+        let me = unsafe { libc::geteuid() };
+        if stat.st_uid != 0 && stat.st_uid != me {
+            return Err(not(format!(
+                "a memfd of user {} (only root's or this user's are taken)",
+                stat.st_uid
+            )));
+        }
+        if stat.st_mode & libc::S_IFMT != libc::S_IFREG
+            || stat.st_dev != reference.dev
+            || stat.st_ino != reference.inode
         {
             return Err(not(format!(
                 "another file (device {}, inode {})",
-                named.dev(),
-                named.ino()
+                stat.st_dev, stat.st_ino
             )));
         }
         let file = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
-            .open(&path)
+            .open(&here)
             .map_err(|e| not(e.to_string()))?;
         Self::map(file.as_fd(), reference).map_err(|e| match e {
             Error::NotTheTable { why, .. } => not(why),
@@ -836,6 +890,27 @@ ffffffffc0b00000 t ext4_sync_file\t[ext4]
         }
     }
 
+    /// A sealed memfd named as the recorder names it, holding `bytes`, sealed with `seals`.
+    fn memfd(bytes: &[u8], seals: libc::c_int) -> OwnedFd {
+        let fd = sys::memfd_create(c"fxtrace-kernel-symbols", libc::MFD_ALLOW_SEALING).unwrap();
+        std::fs::File::from(fd.try_clone().unwrap())
+            .write_all(bytes)
+            .unwrap();
+        if seals != 0 {
+            sys::add_seals(fd.as_fd(), seals).unwrap();
+        }
+        fd
+    }
+
+    #[test]
+    fn zero_addresses_say_kallsyms_is_hidden() {
+        assert!(shows_zero_address(
+            b"0000000000000000 A fixed_percpu_data\n"
+        ));
+        assert!(!shows_zero_address(b"ffffffff81000000 T _stext\n"));
+        assert!(!shows_zero_address(b""), "an empty file says nothing");
+    }
+
     /// This process shares; each reference below names something else under its pid.
     #[test]
     fn what_is_not_the_table_is_refused_and_nothing_is_opened_blindly() {
@@ -847,70 +922,82 @@ ffffffffc0b00000 t ext4_sync_file\t[ext4]
             answers(&KernelSymbols::open_shared(&good).unwrap()),
             answers(&parsed)
         );
-        // A number this process does not have.
-        let closed = SharedSymbolsRef { fd: 9999, ..good };
-        assert!(not_the_table(&closed).contains("No such file"));
-        // The number names another file.
-        let file = tempfile::tempfile().unwrap();
-        let reused = SharedSymbolsRef {
-            fd: file.as_raw_fd(),
-            ..good
-        };
-        assert!(not_the_table(&reused).contains("another file"));
-        // A pipe with no writer, even given its own inode, is never opened (a blocking open
-        // of a FIFO would wait for a writer forever).
-        let (read_end, _write_end) = nix::unistd::pipe().unwrap();
-        let pipe = sys::fstat_raw(read_end.as_raw_fd()).unwrap();
-        let fifo = SharedSymbolsRef {
-            fd: read_end.as_raw_fd(),
-            dev: pipe.st_dev,
-            inode: pipe.st_ino,
-            ..good
-        };
-        assert!(not_the_table(&fifo).contains("another file"));
-        // A regular file of the right device and inode, not sealed: on most file systems
-        // F_GET_SEALS refuses it (not a memfd), on tmpfs it has no seal but F_SEAL_SEAL.
-        let plain = sys::fstat_raw(file.as_raw_fd()).unwrap();
-        let unsealed = SharedSymbolsRef {
-            dev: plain.st_dev,
-            inode: plain.st_ino,
-            ..reused
-        };
-        let why = not_the_table(&unsealed);
-        assert!(
-            why.contains("not a memfd") || why.contains("not sealed"),
-            "{why}"
-        );
-        let memfd = sys::memfd_create(c"t", libc::MFD_ALLOW_SEALING).unwrap();
-        std::fs::File::from(memfd.try_clone().unwrap())
-            .write_all(parsed.table())
-            .unwrap();
-        let at = |fd: &OwnedFd| {
-            let st = sys::fstat_raw(fd.as_raw_fd()).unwrap();
+        let at = |fd: RawFd| {
+            let st = sys::fstat_raw(fd).unwrap();
             SharedSymbolsRef {
-                fd: fd.as_raw_fd(),
+                fd,
                 dev: st.st_dev,
                 inode: st.st_ino,
                 ..good
             }
         };
-        assert!(not_the_table(&at(&memfd)).contains("not sealed"));
-        // A sealed memfd that is not a table.
+        // A number this process does not have.
+        let closed = SharedSymbolsRef { fd: 9999, ..good };
+        assert!(not_the_table(&closed).contains("No such file"));
+        // Another file under the number, even given its own device and inode.
+        let file = tempfile::tempfile().unwrap();
+        assert!(not_the_table(&SharedSymbolsRef {
+            fd: file.as_raw_fd(),
+            ..good
+        })
+        .contains("another file"));
+        assert!(not_the_table(&at(file.as_raw_fd())).contains("another file"));
+        // A FIFO nobody writes to, held as O_PATH: never opened for reading (a blocking open
+        // would wait for a writer forever; any open would make a writer's non-blocking open
+        // succeed): refused at once, and still without a reader after.
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let held = {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .read(true)
+                .custom_flags(libc::O_PATH)
+                .open(&fifo)
+                .unwrap()
+        };
+        let started = std::time::Instant::now();
+        assert!(not_the_table(&at(held.as_raw_fd())).contains("another file"));
+        assert!(started.elapsed() < std::time::Duration::from_secs(5));
+        let writer = {
+            use std::os::unix::fs::OpenOptionsExt;
+            std::fs::OpenOptions::new()
+                .write(true)
+                .custom_flags(libc::O_NONBLOCK)
+                .open(&fifo)
+        };
+        assert_eq!(
+            writer.map(|_| ()).map_err(|e| e.raw_os_error()),
+            Err(Some(libc::ENXIO)),
+            "no reader ever opened the FIFO"
+        );
+        // A memfd named as the table, not sealed.
+        let writable = memfd(parsed.table(), 0);
+        assert!(not_the_table(&at(writable.as_raw_fd())).contains("not sealed"));
+        // A sealed one that is not a table.
         let mut bytes = parsed.table().to_vec();
         bytes[0] = b'X';
         assert!(matches!(
             KernelSymbols::from_table(bytes.clone()),
             Err(Error::BadTable(_))
         ));
-        let forged = sys::memfd_create(c"t", libc::MFD_ALLOW_SEALING).unwrap();
-        std::fs::File::from(forged.try_clone().unwrap())
-            .write_all(&bytes)
-            .unwrap();
-        sys::add_seals(forged.as_fd(), REQUIRED_SEALS).unwrap();
+        let forged = memfd(&bytes, REQUIRED_SEALS);
         assert!(matches!(
-            KernelSymbols::open_shared(&at(&forged)),
+            KernelSymbols::open_shared(&at(forged.as_raw_fd())),
             Err(Error::BadTable(why)) if why.contains("magic")
         ));
+        // A table of another user (root can make one: the test changes its owner).
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } == 0 {
+            let theirs = memfd(parsed.table(), REQUIRED_SEALS);
+            nix::unistd::fchown(
+                &theirs,
+                Some(nix::unistd::Uid::from_raw(65534)),
+                Some(nix::unistd::Gid::from_raw(65534)),
+            )
+            .unwrap();
+            assert!(not_the_table(&at(theirs.as_raw_fd())).contains("user 65534"));
+        }
         // Another process under the pid (another start time), or no process.
         let reused_pid = SharedSymbolsRef {
             start_time: good.start_time + 1,
@@ -922,6 +1009,70 @@ ffffffffc0b00000 t ext4_sync_file\t[ext4]
             ..good
         };
         assert!(not_the_table(&gone).contains("no process"));
+    }
+
+    /// The number swapped between the table and a FIFO while the table is opened through
+    /// it: whatever the timing, the FIFO is never opened for reading (a writer's
+    /// non-blocking open never finds a reader).
+    #[test]
+    fn a_file_swapped_in_after_the_checks_is_not_opened() {
+        use std::os::unix::fs::OpenOptionsExt;
+        use std::sync::atomic::{AtomicBool, Ordering};
+        let table = KernelSymbols::parse(TEXT).share().unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        let fifo = dir.path().join("fifo");
+        nix::unistd::mkfifo(&fifo, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let held = std::fs::OpenOptions::new()
+            .read(true)
+            .custom_flags(libc::O_PATH)
+            .open(&fifo)
+            .unwrap();
+        const NUMBER: RawFd = 777;
+        let reference = SharedSymbolsRef {
+            fd: NUMBER,
+            ..table.reference()
+        };
+        let (table_fd, fifo_fd) = (table.fd().as_raw_fd(), held.as_raw_fd());
+        let done = std::sync::Arc::new(AtomicBool::new(false));
+        let swapper = {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                while !done.load(Ordering::Relaxed) {
+                    for from in [table_fd, fifo_fd] {
+                        // SAFETY: dup2 onto a number this test owns; both sources stay open
+                        // until the thread is joined.
+                        unsafe { libc::dup2(from, NUMBER) };
+                    }
+                }
+            })
+        };
+        // A writer's non-blocking open succeeds only while a reader has the FIFO open.
+        let prober = {
+            let (done, fifo) = (done.clone(), fifo.clone());
+            std::thread::spawn(move || {
+                let mut readers = 0;
+                while !done.load(Ordering::Relaxed) {
+                    let writer = std::fs::OpenOptions::new()
+                        .write(true)
+                        .custom_flags(libc::O_NONBLOCK)
+                        .open(&fifo);
+                    readers += usize::from(writer.is_ok());
+                }
+                readers
+            })
+        };
+        let mut opened = 0;
+        let until = std::time::Instant::now() + std::time::Duration::from_millis(700);
+        while std::time::Instant::now() < until {
+            opened += usize::from(KernelSymbols::open_shared(&reference).is_ok());
+        }
+        done.store(true, Ordering::Relaxed);
+        swapper.join().unwrap();
+        let readers = prober.join().unwrap();
+        // SAFETY: closes the number the test made.
+        unsafe { libc::close(NUMBER) };
+        assert_eq!(readers, 0, "the FIFO was opened for reading");
+        println!("opened the table {opened} times");
     }
 
     #[test]
