@@ -39,7 +39,10 @@
 //! which comes before the new thread's samples), so down to the nearest thread fxtrace opened
 //! (its *anchor*). A thread without a known anchor (made in the instant between the last
 //! listing and the start, or whose FORK was lost) keeps the newest lineage seen so far: at most
-//! the first sample of an older lineage before the newest one's first goes through.
+//! the first sample of an older lineage before the newest one's first goes through. A thread's
+//! EXIT forgets it (the maps hold live threads only, and a reused tid starts afresh), and so
+//! does an exec (whose thread, when it was not the leader, takes the leader's tid with its own
+//! events).
 
 use super::events::{CaptureEvent, CpuSample};
 use super::ids::IdMap;
@@ -263,6 +266,15 @@ impl SampleLineages {
         };
     }
 
+    /// Thread `tid` ended (an EXIT record), or began a new image in a thread that may not
+    /// have been its leader (an exec's COMM): what was known of it is forgotten, so the maps
+    /// hold only live threads, and a tid given to another thread, or a process whose exec'ing
+    /// thread brought its own events, starts again from the newest lineage it shows.
+    fn forget(&mut self, tid: u32) {
+        self.anchor.remove(&tid);
+        self.newest.remove(&tid);
+    }
+
     /// Whether to keep a sample of `tid` on `cpu` from lineage `lineage`.
     fn keep(&mut self, tid: u32, cpu: u32, lineage: u64) -> bool {
         let own = self
@@ -321,6 +333,18 @@ impl SampleFilter {
                 }
                 return true;
             }
+            Sampled::Other(CaptureEvent::Exit(x), _) => {
+                for k in &mut self.kinds {
+                    k.forget(x.tid);
+                }
+                return true;
+            }
+            Sampled::Other(CaptureEvent::Comm(c), _) if c.exec => {
+                for k in &mut self.kinds {
+                    k.forget(c.tid);
+                }
+                return true;
+            }
             Sampled::Other(..) => return true,
         };
         match self.kinds.iter_mut().find(|k| k.kind == kind) {
@@ -343,7 +367,7 @@ pub(crate) enum Sampled<'a> {
 mod tests {
     use super::*;
     use crate::capture::attr::BranchSampleFormat;
-    use crate::capture::events::TaskFork;
+    use crate::capture::events::{TaskComm, TaskExit, TaskFork};
     use crate::capture::records::{MISC_SWITCH_OUT, RECORD_LOST};
 
     fn layout(sample: SampleFormat) -> RecordLayout {
@@ -599,5 +623,53 @@ mod tests {
             entries: Vec::new(),
         });
         assert!(f.keep(Sampled::Other(&b, 3)));
+    }
+
+    /// An EXIT forgets its thread (the maps hold live threads only; the tid's next thread
+    /// starts afresh, even when its FORK was lost), and so does an exec.
+    #[test]
+    fn an_exit_or_an_exec_forgets_the_thread() {
+        let mut f = SampleFilter::default();
+        f.add(SampleLineages::new(
+            PerfEventKind::CpuClockSampling,
+            &[(5, 10, 0), (6, 11, 0)],
+        ));
+        assert!(f.keep(Sampled::Other(&fork(20, 10), 0)));
+        assert!(
+            !f.keep(Sampled::Cpu(&cpu_sample(20, 0), 6)),
+            "not its anchor's"
+        );
+        let exit = CaptureEvent::Exit(TaskExit {
+            time: 0,
+            pid: 10,
+            ppid: 10,
+            tid: 20,
+            ptid: 10,
+        });
+        assert!(f.keep(Sampled::Other(&exit, 0)));
+        assert!(!f.kinds[0].anchor.contains_key(&20) && !f.kinds[0].newest.contains_key(&20));
+        // Tid 20 again, its FORK lost: the newest lineage it shows is kept.
+        assert!(f.keep(Sampled::Cpu(&cpu_sample(20, 0), 6)));
+        assert!(
+            !f.keep(Sampled::Cpu(&cpu_sample(20, 0), 5)),
+            "older than the newest"
+        );
+        // Thread 11 execs and, not the leader, takes tid 10 with its own events (lineage 6).
+        let exec = CaptureEvent::Comm(TaskComm {
+            time: 0,
+            pid: 10,
+            tid: 10,
+            name: "next".into(),
+            exec: true,
+        });
+        assert!(
+            !f.keep(Sampled::Cpu(&cpu_sample(10, 0), 6)),
+            "before: 10's own only"
+        );
+        assert!(f.keep(Sampled::Other(&exec, 0)));
+        assert!(
+            f.keep(Sampled::Cpu(&cpu_sample(10, 0), 6)),
+            "after the exec"
+        );
     }
 }
