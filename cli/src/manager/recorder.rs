@@ -673,6 +673,8 @@ impl Recorder {
         // A command that exited opens no more tracepoints: the recorder's hold is released
         // while the session winds down (the kernel's waits overlap with it). One still running
         // (a duration, a signal, a failed output) keeps the hold until it has ended below.
+        // Processes the command left running in the background pay the probes' registration
+        // themselves from then on (13 ms, and 40–54 ms at their last close): a cost, no loss.
         let mut released = None;
         if command.exited_at.is_some() {
             released = self.probes.take().map(lifecycle::ProbeHold::release);
