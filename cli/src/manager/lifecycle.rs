@@ -346,6 +346,75 @@ mod tests {
         assert!(alive.exists());
         std::fs::remove_dir_all(base).unwrap();
     }
+
+    /// The processes whose command name is `comm` and which hold perf events, with how many.
+    fn perf_event_holders(comm: &str) -> Vec<(u32, usize)> {
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
+            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
+                continue;
+            };
+            let named = std::fs::read_to_string(format!("/proc/{pid}/comm"))
+                .is_ok_and(|c| c.trim_end() == comm);
+            if !named || pid == std::process::id() {
+                continue;
+            }
+            let events = std::fs::read_dir(format!("/proc/{pid}/fd"))
+                .map(|fds| {
+                    fds.flatten()
+                        .filter(|fd| {
+                            std::fs::read_link(fd.path())
+                                .is_ok_and(|l| l.to_string_lossy() == "anon_inode:[perf_event]")
+                        })
+                        .count()
+                })
+                .unwrap_or(0);
+            found.push((pid, events));
+        }
+        found
+    }
+
+    /// A process of its own holds the events (nothing else of the test's), in a process group
+    /// of its own, and ends once the hold is released, without the releaser waiting for the
+    /// kernel's grace periods.
+    #[test]
+    fn a_holder_process_holds_the_probes_until_the_release() {
+        use fxtrace::test_support::{skip, Requirement};
+        // The holder is a fork of this thread: it bears the thread's name.
+        let comm = "fxtrace-probes";
+        // SAFETY: prctl(PR_SET_NAME) names this thread (a test thread of its own) from a
+        // NUL-terminated string.
+        unsafe { libc::prctl(libc::PR_SET_NAME, c"fxtrace-probes".as_ptr()) };
+        let Some(hold) = ProbeHold::open(false) else {
+            skip(
+                Requirement::Perf,
+                "no raw tracepoint events here (root, CAP_PERFMON)",
+            );
+            return;
+        };
+        assert!(matches!(hold.held, Held::Holder(_)), "{hold:?}");
+        let holders = perf_event_holders(comm);
+        assert_eq!(holders.len(), 1, "one holder: {holders:?}");
+        let (pid, events) = holders[0];
+        assert_eq!(events, 2, "sched_waking and sched_wakeup_new");
+        let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+            .unwrap()
+            .count();
+        assert_eq!(fds, 3, "the events and its pipe, nothing else");
+        let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
+        let after = &stat[stat.rfind(')').unwrap() + 2..];
+        let pgrp: u32 = after.split(' ').nth(2).unwrap().parse().unwrap();
+        assert_eq!(pgrp, pid, "a process group of its own");
+        drop(hold.release());
+        let until = std::time::Instant::now() + std::time::Duration::from_secs(10);
+        while std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            assert!(
+                std::time::Instant::now() < until,
+                "the holder {pid} did not end"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(10));
+        }
+    }
 }
 
 /// The kernel's probes of the tracepoints a preloaded capture opens (`sched_waking`,
@@ -359,9 +428,22 @@ mod tests {
 /// processes come and go one after another (a script run by an untraced or static parent, or a
 /// chain of `exec`s) pays that per process and per tracepoint. Held for the whole recording,
 /// each traced process's open is only its own.
+///
+/// The events are held by a small process of their own ([`Holder`]), so that their last close,
+/// with its grace periods (39 and 44 ms, one after the other: the kernel serializes them), is
+/// nobody's wait: neither the session's wind-down nor the recorder's exit waits for it.
 #[derive(Debug)]
 pub struct ProbeHold {
-    _events: Vec<std::os::fd::OwnedFd>,
+    held: Held,
+}
+
+/// Who holds a [`ProbeHold`]'s events.
+#[derive(Debug)]
+enum Held {
+    /// A holder process, which closes them once this end of its pipe closes.
+    Holder(std::os::fd::OwnedFd),
+    /// This process (no holder could be started): closed by [`ProbeHold::release`].
+    Here(Vec<std::os::fd::OwnedFd>),
 }
 
 impl ProbeHold {
@@ -401,30 +483,43 @@ impl ProbeHold {
                 RealSys.perf_event_open(&attr, 0, -1, None).ok()
             })
             .collect();
-        (!events.is_empty()).then_some(Self { _events: events })
+        if events.is_empty() {
+            return None;
+        }
+        let held = match Holder::start(&events) {
+            // The holder has them; this process's copies are not the last: closed at once.
+            Ok(release) => Held::Holder(release),
+            Err(_) => Held::Here(events),
+        };
+        Some(Self { held })
     }
 
-    /// Close the events, each on a thread of its own: the kernel waits for RCU grace periods
-    /// at each tracepoint's last close (40–54 ms each here), and those waits overlap instead of
-    /// adding up, and overlap with whatever the caller does until it drops the
-    /// [`ProbeRelease`].
+    /// Let the events go: the holder closes them on its own time (or, without a holder, each
+    /// closes on a thread of its own, so that their grace periods overlap with whatever the
+    /// caller does until it drops the [`ProbeRelease`]).
     pub fn release(self) -> ProbeRelease {
-        let closers = self
-            ._events
-            .into_iter()
-            .filter_map(|fd| {
-                std::thread::Builder::new()
-                    .name("fxtrace-release".into())
-                    .spawn(move || drop(fd))
-                    // Without a thread, the event closes here, on the caller's time.
-                    .ok()
-            })
-            .collect();
+        let closers = match self.held {
+            Held::Holder(release) => {
+                drop(release);
+                Vec::new()
+            }
+            Held::Here(events) => events
+                .into_iter()
+                .filter_map(|fd| {
+                    std::thread::Builder::new()
+                        .name("fxtrace-release".into())
+                        .spawn(move || drop(fd))
+                        // Without a thread, the event closes here, on the caller's time.
+                        .ok()
+                })
+                .collect(),
+        };
         ProbeRelease { closers }
     }
 }
 
-/// A [`ProbeHold`] being released; dropping it waits until every event is closed.
+/// A [`ProbeHold`] being released; dropping it waits until every event this process held is
+/// closed (none, when a holder process had them).
 #[derive(Debug)]
 pub struct ProbeRelease {
     closers: Vec<std::thread::JoinHandle<()>>,
@@ -436,5 +531,77 @@ impl Drop for ProbeRelease {
             // A closer only drops a descriptor: it cannot panic.
             let _ = closer.join();
         }
+    }
+}
+
+/// The process that holds a [`ProbeHold`]'s events: a grandchild of the recorder (its parent
+/// exits at once and is reaped, so the holder is nobody's zombie), in a process group of its
+/// own (a Ctrl-C at the terminal is the recorder's to handle), holding nothing of the
+/// recorder's but the events and its end of a pipe. It closes the events, and exits, when the
+/// pipe's other end closes: when the recorder releases the hold, or ends in any way (killed
+/// too).
+struct Holder;
+
+impl Holder {
+    /// Starts the holder of `events`; returns the recorder's end of its pipe.
+    fn start(events: &[std::os::fd::OwnedFd]) -> std::io::Result<std::os::fd::OwnedFd> {
+        use std::os::fd::{FromRawFd, OwnedFd};
+        let mut fds = [0; 2];
+        // SAFETY: pipe2 writes two new descriptors into the array.
+        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: both descriptors are new and owned here only.
+        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+        // The descriptors the holder keeps, in ascending order (every other one it closes).
+        let mut keep: Vec<libc::c_int> = events.iter().map(|e| e.as_raw_fd()).collect();
+        keep.push(read.as_raw_fd());
+        keep.sort_unstable();
+        let r = read.as_raw_fd();
+        let events: Vec<libc::c_int> = events.iter().map(|e| e.as_raw_fd()).collect();
+        // SAFETY: the children run only async-signal-safe calls on integers and on the two
+        // vectors allocated above (read only, never freed: the children end in `_exit`), and
+        // never return into Rust code; the parent only waits for the first.
+        let pid = unsafe { libc::fork() };
+        if pid < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        if pid == 0 {
+            // SAFETY: see above.
+            unsafe {
+                if libc::fork() != 0 {
+                    // The first child (or a failed fork: the events close at this exit, which
+                    // the recorder then waits for, as without a holder).
+                    libc::_exit(0);
+                }
+                libc::setpgid(0, 0);
+                let mut from = 0u32;
+                for &fd in &keep {
+                    if fd as u32 > from {
+                        libc::syscall(libc::SYS_close_range, from, fd as u32 - 1, 0u32);
+                    }
+                    from = fd as u32 + 1;
+                }
+                libc::syscall(libc::SYS_close_range, from, u32::MAX, 0u32);
+                let mut byte = 0u8;
+                loop {
+                    let n = libc::read(r, (&mut byte as *mut u8).cast(), 1);
+                    if n == 0 || (n < 0 && *libc::__errno_location() != libc::EINTR) {
+                        break;
+                    }
+                }
+                for &fd in &events {
+                    libc::close(fd);
+                }
+                libc::_exit(0);
+            }
+        }
+        let mut status = 0;
+        // SAFETY: waits for our own child, which exits at once; the status goes to a local.
+        unsafe {
+            libc::waitpid(pid, &mut status, 0);
+        }
+        drop(read);
+        Ok(write)
     }
 }
