@@ -464,10 +464,14 @@ fn start_capture(options: &Options, writer: &SharedWriter) -> Option<Capture> {
     }
 }
 
-/// Stop `capture` (its last events go into the writer): its counters, or `None` (said in the
-/// log) when it failed.
+/// Stop `capture` (its last events go into the writer): its counters, also when it failed
+/// (said in the log), so that what it dropped is in the trace whatever happened.
 fn stop_capture(capture: Capture) -> Option<CaptureStats> {
-    capture.stop().map_err(|e| log!("capture: {e}")).ok()
+    let (stats, outcome) = capture.stop_with_stats();
+    if let Err(e) = outcome {
+        log!("capture: {e}");
+    }
+    Some(stats)
 }
 
 /// Finish the capture's section of the trace, with what the capture itself could not parse

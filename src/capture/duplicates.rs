@@ -266,13 +266,24 @@ impl SampleLineages {
         };
     }
 
-    /// Thread `tid` ended (an EXIT record), or began a new image in a thread that may not
-    /// have been its leader (an exec's COMM): what was known of it is forgotten, so the maps
-    /// hold only live threads, and a tid given to another thread, or a process whose exec'ing
-    /// thread brought its own events, starts again from the newest lineage it shows.
+    /// Thread `tid` ended (an EXIT record): what was known of it is forgotten, so the maps
+    /// hold only live threads, and a tid given to another thread (its FORK lost) starts again
+    /// from the newest lineage it shows.
     fn forget(&mut self, tid: u32) {
         self.anchor.remove(&tid);
         self.newest.remove(&tid);
+    }
+
+    /// Thread `tid` began a new image (an exec's COMM). The leader keeps its events, so its
+    /// anchor's stays the newest lineage it knows; a thread that was not the leader took the
+    /// leader's tid with its own events, after the leader's EXIT forgot the tid, and its new
+    /// lineage is taken as it shows (as after a lost EXIT: the old anchor would drop them all).
+    fn execed(&mut self, tid: u32) {
+        if let Some(anchor) = self.anchor.remove(&tid) {
+            if let Some(own) = self.own.get(&anchor) {
+                self.newest.insert(tid, own.clone());
+            }
+        }
     }
 
     /// Whether to keep a sample of `tid` on `cpu` from lineage `lineage`.
@@ -341,7 +352,7 @@ impl SampleFilter {
             }
             Sampled::Other(CaptureEvent::Comm(c), _) if c.exec => {
                 for k in &mut self.kinds {
-                    k.forget(c.tid);
+                    k.execed(c.tid);
                 }
                 return true;
             }
@@ -654,7 +665,8 @@ mod tests {
             !f.keep(Sampled::Cpu(&cpu_sample(20, 0), 5)),
             "older than the newest"
         );
-        // Thread 11 execs and, not the leader, takes tid 10 with its own events (lineage 6).
+        // The leader 10 execs: its own lineage (5) stays the newest it knows; an older one
+        // (a copy it had) is not let through.
         let exec = CaptureEvent::Comm(TaskComm {
             time: 0,
             pid: 10,
@@ -662,10 +674,22 @@ mod tests {
             name: "next".into(),
             exec: true,
         });
+        assert!(f.keep(Sampled::Other(&exec, 0)));
+        assert!(f.keep(Sampled::Cpu(&cpu_sample(10, 0), 5)));
         assert!(
-            !f.keep(Sampled::Cpu(&cpu_sample(10, 0), 6)),
-            "before: 10's own only"
+            !f.keep(Sampled::Cpu(&cpu_sample(10, 0), 4)),
+            "an older lineage"
         );
+        // Thread 11 execs and, not the leader, takes tid 10 with its own events (lineage 6),
+        // after the leader's EXIT: its lineage is newer, and kept.
+        let leader_exit = CaptureEvent::Exit(TaskExit {
+            time: 0,
+            pid: 10,
+            ppid: 1,
+            tid: 10,
+            ptid: 1,
+        });
+        assert!(f.keep(Sampled::Other(&leader_exit, 0)));
         assert!(f.keep(Sampled::Other(&exec, 0)));
         assert!(
             f.keep(Sampled::Cpu(&cpu_sample(10, 0), 6)),

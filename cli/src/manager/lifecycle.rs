@@ -347,44 +347,12 @@ mod tests {
         std::fs::remove_dir_all(base).unwrap();
     }
 
-    /// The processes whose command name is `comm` and which hold perf events, with how many.
-    fn perf_event_holders(comm: &str) -> Vec<(u32, usize)> {
-        let mut found = Vec::new();
-        for entry in std::fs::read_dir("/proc").unwrap().flatten() {
-            let Ok(pid) = entry.file_name().to_string_lossy().parse::<u32>() else {
-                continue;
-            };
-            let named = std::fs::read_to_string(format!("/proc/{pid}/comm"))
-                .is_ok_and(|c| c.trim_end() == comm);
-            if !named || pid == std::process::id() {
-                continue;
-            }
-            let events = std::fs::read_dir(format!("/proc/{pid}/fd"))
-                .map(|fds| {
-                    fds.flatten()
-                        .filter(|fd| {
-                            std::fs::read_link(fd.path())
-                                .is_ok_and(|l| l.to_string_lossy() == "anon_inode:[perf_event]")
-                        })
-                        .count()
-                })
-                .unwrap_or(0);
-            found.push((pid, events));
-        }
-        found
-    }
-
-    /// A process of its own holds the events (nothing else of the test's), in a process group
-    /// of its own, and ends once the hold is released, without the releaser waiting for the
-    /// kernel's grace periods.
+    /// A holder process holds the events and nothing else of the test's, in a process group
+    /// of its own, named for what it is, and ends once the hold is released, without the
+    /// releaser waiting for the kernel's grace periods.
     #[test]
     fn a_holder_process_holds_the_probes_until_the_release() {
         use fxtrace::test_support::{skip, Requirement};
-        // The holder is a fork of this thread: it bears the thread's name.
-        let comm = "fxtrace-probes";
-        // SAFETY: prctl(PR_SET_NAME) names this thread (a test thread of its own) from a
-        // NUL-terminated string.
-        unsafe { libc::prctl(libc::PR_SET_NAME, c"fxtrace-probes".as_ptr()) };
         let Some(hold) = ProbeHold::open(false) else {
             skip(
                 Requirement::Perf,
@@ -392,15 +360,31 @@ mod tests {
             );
             return;
         };
-        assert!(matches!(hold.held, Held::Holder(_)), "{hold:?}");
-        let holders = perf_event_holders(comm);
-        assert_eq!(holders.len(), 1, "one holder: {holders:?}");
-        let (pid, events) = holders[0];
-        assert_eq!(events, 2, "sched_waking and sched_wakeup_new");
-        let fds = std::fs::read_dir(format!("/proc/{pid}/fd"))
+        let Held::Holder(_, pid) = hold.held else {
+            panic!("no holder process: {hold:?}");
+        };
+        let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap();
+        assert_eq!(comm.trim_end(), "fxtrace-probes");
+        let fds: Vec<String> = std::fs::read_dir(format!("/proc/{pid}/fd"))
             .unwrap()
+            .flatten()
+            .map(|fd| {
+                std::fs::read_link(fd.path())
+                    .unwrap()
+                    .to_string_lossy()
+                    .into_owned()
+            })
+            .collect();
+        let events = fds
+            .iter()
+            .filter(|l| *l == "anon_inode:[perf_event]")
             .count();
-        assert_eq!(fds, 3, "the events and its pipe, nothing else");
+        assert_eq!(events, 2, "sched_waking and sched_wakeup_new: {fds:?}");
+        assert_eq!(
+            fds.len(),
+            3,
+            "the events and its pipe, nothing else: {fds:?}"
+        );
         let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap();
         let after = &stat[stat.rfind(')').unwrap() + 2..];
         let pgrp: u32 = after.split(' ').nth(2).unwrap().parse().unwrap();
@@ -440,8 +424,11 @@ pub struct ProbeHold {
 /// Who holds a [`ProbeHold`]'s events.
 #[derive(Debug)]
 enum Held {
-    /// A holder process, which closes them once this end of its pipe closes.
-    Holder(std::os::fd::OwnedFd),
+    /// A holder process (its pid), which closes them once this end of its pipe closes.
+    Holder(
+        std::os::fd::OwnedFd,
+        #[cfg_attr(not(test), allow(dead_code, reason = "what the tests look at"))] u32,
+    ),
     /// This process (no holder could be started): closed by [`ProbeHold::release`].
     Here(Vec<std::os::fd::OwnedFd>),
 }
@@ -488,7 +475,7 @@ impl ProbeHold {
         }
         let held = match Holder::start(&events) {
             // The holder has them; this process's copies are not the last: closed at once.
-            Ok(release) => Held::Holder(release),
+            Ok((release, pid)) => Held::Holder(release, pid),
             Err(_) => Held::Here(events),
         };
         Some(Self { held })
@@ -499,7 +486,7 @@ impl ProbeHold {
     /// caller does until it drops the [`ProbeRelease`]).
     pub fn release(self) -> ProbeRelease {
         let closers = match self.held {
-            Held::Holder(release) => {
+            Held::Holder(release, _) => {
                 drop(release);
                 Vec::new()
             }
@@ -542,26 +529,44 @@ impl Drop for ProbeRelease {
 /// too).
 struct Holder;
 
+/// A pipe's two ends, close-on-exec.
+fn cloexec_pipe() -> std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 writes two new descriptors into the array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both descriptors are new and owned here only.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
 impl Holder {
-    /// Starts the holder of `events`; returns the recorder's end of its pipe.
-    fn start(events: &[std::os::fd::OwnedFd]) -> std::io::Result<std::os::fd::OwnedFd> {
-        use std::os::fd::{FromRawFd, OwnedFd};
-        let mut fds = [0; 2];
-        // SAFETY: pipe2 writes two new descriptors into the array.
-        if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-            return Err(std::io::Error::last_os_error());
-        }
-        // SAFETY: both descriptors are new and owned here only.
-        let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    /// Starts the holder of `events`; returns the recorder's end of its pipe and the holder's
+    /// pid, once the holder is set up (it has closed everything else).
+    fn start(events: &[std::os::fd::OwnedFd]) -> std::io::Result<(std::os::fd::OwnedFd, u32)> {
+        let (release_read, release_write) = cloexec_pipe()?;
+        let (ready_read, ready_write) = cloexec_pipe()?;
         // The descriptors the holder keeps, in ascending order (every other one it closes).
         let mut keep: Vec<libc::c_int> = events.iter().map(|e| e.as_raw_fd()).collect();
-        keep.push(read.as_raw_fd());
+        keep.push(release_read.as_raw_fd());
         keep.sort_unstable();
-        let r = read.as_raw_fd();
         let events: Vec<libc::c_int> = events.iter().map(|e| e.as_raw_fd()).collect();
+        let (r, w, ready) = (
+            release_read.as_raw_fd(),
+            release_write.as_raw_fd(),
+            ready_write.as_raw_fd(),
+        );
+        let mut limit: libc::rlimit = libc::rlimit {
+            rlim_cur: 0,
+            rlim_max: 0,
+        };
+        // SAFETY: getrlimit writes the limit into a live local.
+        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+        let limit = libc::c_int::try_from(limit.rlim_cur.min(1 << 20)).unwrap_or(1 << 20);
         // SAFETY: the children run only async-signal-safe calls on integers and on the two
         // vectors allocated above (read only, never freed: the children end in `_exit`), and
-        // never return into Rust code; the parent only waits for the first.
+        // never return into Rust code; the parent only waits for the first and reads a pipe.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
             return Err(std::io::Error::last_os_error());
@@ -569,20 +574,39 @@ impl Holder {
         if pid == 0 {
             // SAFETY: see above.
             unsafe {
-                if libc::fork() != 0 {
-                    // The first child (or a failed fork: the events close at this exit, which
-                    // the recorder then waits for, as without a holder).
-                    libc::_exit(0);
+                match libc::fork() {
+                    0 => {}
+                    // The first child, or a failed fork, which the recorder hears.
+                    n => libc::_exit(i32::from(n < 0)),
                 }
+                // First the recorder's end of the release pipe: whatever fails below, the
+                // holder ends when the recorder does.
+                libc::close(w);
                 libc::setpgid(0, 0);
-                let mut from = 0u32;
-                for &fd in &keep {
-                    if fd as u32 > from {
-                        libc::syscall(libc::SYS_close_range, from, fd as u32 - 1, 0u32);
-                    }
-                    from = fd as u32 + 1;
+                for signal in [libc::SIGINT, libc::SIGTERM, libc::SIGHUP, libc::SIGPIPE] {
+                    libc::signal(signal, libc::SIG_DFL);
                 }
-                libc::syscall(libc::SYS_close_range, from, u32::MAX, 0u32);
+                let mut none: libc::sigset_t = std::mem::zeroed();
+                libc::sigemptyset(&mut none);
+                libc::sigprocmask(libc::SIG_SETMASK, &none, std::ptr::null_mut());
+                libc::prctl(libc::PR_SET_NAME, c"fxtrace-probes".as_ptr());
+                let me = libc::getpid();
+                libc::write(ready, (&me as *const libc::pid_t).cast(), 4);
+                // Everything but `keep` (the ready pipe's end too: its reader then sees the
+                // end); one close at a time where close_range is missing (Linux < 5.9, some
+                // seccomp profiles).
+                let mut from = 0;
+                for &fd in keep.iter().chain(std::iter::once(&limit)) {
+                    if fd > from
+                        && libc::syscall(libc::SYS_close_range, from as u32, fd as u32 - 1, 0u32)
+                            != 0
+                    {
+                        for gap in from..fd {
+                            libc::close(gap);
+                        }
+                    }
+                    from = fd + 1;
+                }
                 let mut byte = 0u8;
                 loop {
                     let n = libc::read(r, (&mut byte as *mut u8).cast(), 1);
@@ -601,7 +625,19 @@ impl Holder {
         unsafe {
             libc::waitpid(pid, &mut status, 0);
         }
-        drop(read);
-        Ok(write)
+        drop(ready_write);
+        drop(release_read);
+        if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+            return Err(std::io::Error::other(
+                "the holder process could not be started",
+            ));
+        }
+        // Its pid, then the end of the pipe once it closed everything else.
+        let mut ready = std::fs::File::from(ready_read);
+        let mut pid = [0u8; 4];
+        std::io::Read::read_exact(&mut ready, &mut pid)?;
+        let mut rest = Vec::new();
+        std::io::Read::read_to_end(&mut ready, &mut rest)?;
+        Ok((release_write, u32::from_ne_bytes(pid)))
     }
 }
