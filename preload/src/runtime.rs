@@ -464,24 +464,38 @@ fn start_capture(options: &Options, writer: &SharedWriter) -> Option<Capture> {
     }
 }
 
+/// How the capture ended: its counters (also when it failed), and why it failed.
+type Captured = (CaptureStats, Option<String>);
+
 /// Stop `capture` (its last events go into the writer): its counters, also when it failed
-/// (said in the log), so that what it dropped is in the trace whatever happened.
-fn stop_capture(capture: Capture) -> Option<CaptureStats> {
+/// (said in the log, and in the trace by [`finish_writer`]), so that what it dropped is in the
+/// trace whatever happened.
+fn stop_capture(capture: Capture) -> Option<Captured> {
     let (stats, outcome) = capture.stop_with_stats();
-    if let Err(e) = outcome {
+    let failed = outcome.err().map(|e| {
         log!("capture: {e}");
-    }
-    Some(stats)
+        e.to_string()
+    });
+    Some((stats, failed))
 }
 
-/// Finish the capture's section of the trace, with what the capture itself could not parse
-/// and the copies it dropped, as the recorder's kernel provider does.
+/// Finish the capture's section of the trace, with what the capture itself could not parse,
+/// the copies it dropped and why it failed, as the recorder's kernel provider does.
 fn finish_writer(
     mut writer: KernelTraceWriter<EngineSink, EngineRefs>,
-    captured: Option<&CaptureStats>,
+    captured: Option<&Captured>,
 ) -> Result<(EngineSink, KernelTraceStats), fxtrace::capture::SinkError> {
-    if let Some(captured) = captured {
-        writer.note_capture_damage(captured);
+    if let Some((stats, failed)) = captured {
+        writer.note_capture_damage(stats);
+        if let Some(why) = failed {
+            // The engine sink returns no I/O errors; a refusal is counted by the writer.
+            let _ = writer.handle(&CaptureEvent::Unsupported(Unsupported {
+                what: "the per-process capture's end".into(),
+                errno: None,
+                hint: why.clone(),
+                summary: format!("the capture failed: {why}; events it had not delivered are lost"),
+            }));
+        }
     }
     writer.finish()
 }

@@ -40,9 +40,9 @@
 //! (its *anchor*). A thread without a known anchor (made in the instant between the last
 //! listing and the start, or whose FORK was lost) keeps the newest lineage seen so far: at most
 //! the first sample of an older lineage before the newest one's first goes through. A thread's
-//! EXIT forgets it (the maps hold live threads only, and a reused tid starts afresh), and so
-//! does an exec (whose thread, when it was not the leader, takes the leader's tid with its own
-//! events).
+//! EXIT forgets it (the maps hold live threads only, and a reused tid starts afresh). An exec
+//! keeps the leader's newest lineage (and a thread it makes then inherits it); one by a thread
+//! that was not the leader comes after the leader's EXIT, and its own lineage is taken.
 
 use super::events::{CaptureEvent, CpuSample};
 use super::ids::IdMap;
@@ -261,9 +261,17 @@ impl SampleLineages {
     fn forked(&mut self, tid: u32, ptid: u32) {
         self.newest.remove(&tid);
         match self.anchor.get(&ptid).copied() {
-            Some(a) => self.anchor.insert(tid, a),
-            None => self.anchor.remove(&tid),
-        };
+            Some(a) => {
+                self.anchor.insert(tid, a);
+            }
+            None => {
+                self.anchor.remove(&tid);
+                // A maker known only by its newest lineages (after its exec) hands them on.
+                if let Some(seen) = self.newest.get(&ptid).cloned() {
+                    self.newest.insert(tid, seen);
+                }
+            }
+        }
     }
 
     /// Thread `tid` ended (an EXIT record): what was known of it is forgotten, so the maps
@@ -680,6 +688,13 @@ mod tests {
             !f.keep(Sampled::Cpu(&cpu_sample(10, 0), 4)),
             "an older lineage"
         );
+        // A thread it makes after the exec inherits what it knows.
+        assert!(f.keep(Sampled::Other(&fork(21, 10), 0)));
+        assert!(
+            !f.keep(Sampled::Cpu(&cpu_sample(21, 0), 4)),
+            "the child's older copy"
+        );
+        assert!(f.keep(Sampled::Cpu(&cpu_sample(21, 0), 5)));
         // Thread 11 execs and, not the leader, takes tid 10 with its own events (lineage 6),
         // after the leader's EXIT: its lineage is newer, and kept.
         let leader_exit = CaptureEvent::Exit(TaskExit {

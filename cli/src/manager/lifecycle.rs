@@ -221,21 +221,19 @@ impl GroupGuard {
             tv_nsec: libc::c_long::from(grace.subsec_nanos() as i32),
         };
         let r = read.as_raw_fd();
+        let limit = descriptor_limit();
         // SAFETY: the child runs only async-signal-safe calls on integers and stack locals
-        // (close_range, read, kill, nanosleep, _exit) and never returns into Rust code; the
-        // parent only reads the result.
+        // (close_range, close, read, kill, nanosleep, _exit) and never returns into Rust code;
+        // the parent only reads the result.
         let pid = unsafe { libc::fork() };
         if pid < 0 {
             return Err(std::io::Error::last_os_error());
         }
         if pid == 0 {
-            // SAFETY: see above; every descriptor but the watchdog's end is closed first, so
-            // the watchdog holds no socket or file of the recorder's.
+            // SAFETY: see above; every descriptor but the watchdog's end (and the standard
+            // ones) is closed first, so the watchdog holds no socket or file of the recorder's.
             unsafe {
-                if r > 3 {
-                    libc::syscall(libc::SYS_close_range, 3u32, (r - 1) as u32, 0u32);
-                }
-                libc::syscall(libc::SYS_close_range, (r + 1) as u32, u32::MAX, 0u32);
+                close_all_but(3, &[r], limit);
                 let mut byte = 0u8;
                 loop {
                     let n = libc::read(r, (&mut byte as *mut u8).cast(), 1);
@@ -529,6 +527,53 @@ impl Drop for ProbeRelease {
 /// too).
 struct Holder;
 
+/// The highest descriptor count a forked child closes one at a time where `close_range` fails
+/// (Linux < 5.9, some seccomp profiles): the soft `RLIMIT_NOFILE`, at most 2^20. Read before
+/// the fork.
+fn descriptor_limit() -> libc::c_int {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit writes the limit into a live local.
+    unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
+    libc::c_int::try_from(limit.rlim_cur.min(1 << 20)).unwrap_or(1 << 20)
+}
+
+/// In a forked child: closes every descriptor from `from` on but those of `keep` (ascending),
+/// one `close_range` per gap, or one `close` at a time below `limit` where it fails.
+///
+/// # Safety
+/// Only in a child between `fork` and `_exit`, with `keep` not closed by anyone else: it
+/// closes descriptors other code may hold.
+unsafe fn close_all_but(from: libc::c_int, keep: &[libc::c_int], limit: libc::c_int) {
+    let mut low = from;
+    for &fd in keep.iter().filter(|&&fd| fd >= from) {
+        if fd > low {
+            // SAFETY: as the function's.
+            unsafe { close_gap(low, Some(fd - 1), limit) };
+        }
+        low = low.max(fd + 1);
+    }
+    // SAFETY: as the function's.
+    unsafe { close_gap(low, None, limit) };
+}
+
+/// Closes descriptors `low..=high` (`None`: all from `low` on); see [`close_all_but`].
+///
+/// # Safety
+/// As [`close_all_but`].
+unsafe fn close_gap(low: libc::c_int, high: Option<libc::c_int>, limit: libc::c_int) {
+    let last = high.map_or(u32::MAX, |h| h as u32);
+    // SAFETY: close_range takes integers only.
+    if unsafe { libc::syscall(libc::SYS_close_range, low as u32, last, 0u32) } != 0 {
+        for fd in low..=high.unwrap_or(limit - 1).min(limit - 1) {
+            // SAFETY: close takes an integer only.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
 /// A pipe's two ends, close-on-exec.
 fn cloexec_pipe() -> std::io::Result<(std::os::fd::OwnedFd, std::os::fd::OwnedFd)> {
     use std::os::fd::{FromRawFd, OwnedFd};
@@ -547,9 +592,11 @@ impl Holder {
     fn start(events: &[std::os::fd::OwnedFd]) -> std::io::Result<(std::os::fd::OwnedFd, u32)> {
         let (release_read, release_write) = cloexec_pipe()?;
         let (ready_read, ready_write) = cloexec_pipe()?;
-        // The descriptors the holder keeps, in ascending order (every other one it closes).
+        // The descriptors the holder keeps, in ascending order (every other one it closes):
+        // the events, its end of the release pipe, and the ready pipe's until it is done.
         let mut keep: Vec<libc::c_int> = events.iter().map(|e| e.as_raw_fd()).collect();
         keep.push(release_read.as_raw_fd());
+        keep.push(ready_write.as_raw_fd());
         keep.sort_unstable();
         let events: Vec<libc::c_int> = events.iter().map(|e| e.as_raw_fd()).collect();
         let (r, w, ready) = (
@@ -557,13 +604,7 @@ impl Holder {
             release_write.as_raw_fd(),
             ready_write.as_raw_fd(),
         );
-        let mut limit: libc::rlimit = libc::rlimit {
-            rlim_cur: 0,
-            rlim_max: 0,
-        };
-        // SAFETY: getrlimit writes the limit into a live local.
-        unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) };
-        let limit = libc::c_int::try_from(limit.rlim_cur.min(1 << 20)).unwrap_or(1 << 20);
+        let limit = descriptor_limit();
         // SAFETY: the children run only async-signal-safe calls on integers and on the two
         // vectors allocated above (read only, never freed: the children end in `_exit`), and
         // never return into Rust code; the parent only waits for the first and reads a pipe.
@@ -592,21 +633,10 @@ impl Holder {
                 libc::prctl(libc::PR_SET_NAME, c"fxtrace-probes".as_ptr());
                 let me = libc::getpid();
                 libc::write(ready, (&me as *const libc::pid_t).cast(), 4);
-                // Everything but `keep` (the ready pipe's end too: its reader then sees the
-                // end); one close at a time where close_range is missing (Linux < 5.9, some
-                // seccomp profiles).
-                let mut from = 0;
-                for &fd in keep.iter().chain(std::iter::once(&limit)) {
-                    if fd > from
-                        && libc::syscall(libc::SYS_close_range, from as u32, fd as u32 - 1, 0u32)
-                            != 0
-                    {
-                        for gap in from..fd {
-                            libc::close(gap);
-                        }
-                    }
-                    from = fd + 1;
-                }
+                close_all_but(0, &keep, limit);
+                // Set up: one byte more, then the end of the ready pipe.
+                libc::write(ready, [1u8].as_ptr().cast(), 1);
+                libc::close(ready);
                 let mut byte = 0u8;
                 loop {
                     let n = libc::read(r, (&mut byte as *mut u8).cast(), 1);
@@ -622,22 +652,24 @@ impl Holder {
         }
         let mut status = 0;
         // SAFETY: waits for our own child, which exits at once; the status goes to a local.
-        unsafe {
-            libc::waitpid(pid, &mut status, 0);
-        }
+        let waited = unsafe { libc::waitpid(pid, &mut status, 0) };
         drop(ready_write);
         drop(release_read);
-        if !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
+        if waited != pid || !libc::WIFEXITED(status) || libc::WEXITSTATUS(status) != 0 {
             return Err(std::io::Error::other(
                 "the holder process could not be started",
             ));
         }
-        // Its pid, then the end of the pipe once it closed everything else.
+        // Its pid, then a byte once it closed everything else, then the end of the pipe (a
+        // holder that died on the way says less).
         let mut ready = std::fs::File::from(ready_read);
-        let mut pid = [0u8; 4];
-        std::io::Read::read_exact(&mut ready, &mut pid)?;
-        let mut rest = Vec::new();
-        std::io::Read::read_to_end(&mut ready, &mut rest)?;
-        Ok((release_write, u32::from_ne_bytes(pid)))
+        let mut said = Vec::new();
+        std::io::Read::read_to_end(&mut ready, &mut said)?;
+        match said[..] {
+            [a, b, c, d, 1] => Ok((release_write, u32::from_ne_bytes([a, b, c, d]))),
+            _ => Err(std::io::Error::other(
+                "the holder process ended while starting",
+            )),
+        }
     }
 }
