@@ -141,17 +141,31 @@ fn check_workload(s: &Summary, capture: bool) -> (u32, u64) {
     let provider = s
         .provider("workload")
         .expect("a provider named after the executable");
-    let (&pid, _) = s
-        .processes
+    // The provider's process: the pid of its own events. (Not the process named "workload":
+    // the trace also names the threads its threads woke, and the tests beside this one run
+    // workloads of that name at the same time.)
+    let pid = s
+        .events
         .iter()
-        .find(|(_, names)| names.contains("workload"))
-        .expect("the process is named");
+        .find(|e| e.0 == provider && e.4 == "main done")
+        .map(|e| e.1)
+        .expect("the workload's events");
+    assert!(
+        s.processes
+            .get(&pid)
+            .is_some_and(|n| n.contains("workload")),
+        "the process is named"
+    );
     for worker in ["worker-0", "worker-1", "worker-2"] {
-        let tids = s.tids_named(worker);
-        assert_eq!(tids.len(), 1, "{worker} named once per thread: {tids:?}");
+        let tids: Vec<u64> = s
+            .tids_named(worker)
+            .into_iter()
+            .filter(|tid| s.threads[tid].0 == pid)
+            .collect();
         assert_eq!(
-            s.threads[&tids[0]].0, pid,
-            "{worker} belongs to the process"
+            tids.len(),
+            1,
+            "{worker} named once per thread of the process: {tids:?}"
         );
         if capture {
             assert!(
