@@ -633,15 +633,7 @@ impl KernelSymbols {
                 stat.st_uid
             )));
         }
-        if stat.st_mode & libc::S_IFMT != libc::S_IFREG
-            || stat.st_dev != reference.dev
-            || stat.st_ino != reference.inode
-        {
-            return Err(not(format!(
-                "another file (device {}, inode {})",
-                stat.st_dev, stat.st_ino
-            )));
-        }
+        reference.names(&stat).map_err(not)?;
         let file = std::fs::OpenOptions::new()
             .read(true)
             .custom_flags(libc::O_NONBLOCK | libc::O_NOCTTY)
@@ -661,15 +653,7 @@ impl KernelSymbols {
             why,
         };
         let stat = sys::fstat_raw(fd.as_raw_fd()).map_err(|e| not(e.to_string()))?;
-        if stat.st_mode & libc::S_IFMT != libc::S_IFREG
-            || stat.st_dev != reference.dev
-            || stat.st_ino != reference.inode
-        {
-            return Err(not(format!(
-                "another file (device {}, inode {})",
-                stat.st_dev, stat.st_ino
-            )));
-        }
+        reference.names(&stat).map_err(not)?;
         let seals = sys::get_seals(fd).map_err(|e| not(format!("not a memfd ({e})")))?;
         if seals & REQUIRED_SEALS != REQUIRED_SEALS {
             return Err(not(format!(
@@ -724,6 +708,23 @@ pub struct SharedSymbolsRef {
     pub dev: u64,
     /// The memfd's inode number.
     pub inode: u64,
+}
+
+impl SharedSymbolsRef {
+    /// Whether `stat` is of the file this names (a regular file of its device and inode);
+    /// else what it is instead.
+    fn names(&self, stat: &libc::stat) -> Result<(), String> {
+        if stat.st_mode & libc::S_IFMT == libc::S_IFREG
+            && stat.st_dev == self.dev
+            && stat.st_ino == self.inode
+        {
+            return Ok(());
+        }
+        Err(format!(
+            "another file (device {}, inode {})",
+            stat.st_dev, stat.st_ino
+        ))
+    }
 }
 
 impl fmt::Display for SharedSymbolsRef {
