@@ -4,7 +4,9 @@
 #     CPU time (user + system) per MiB, after each recording, as much as it wrote;
 #   - `fxtrace record -m streaming` saving a flat-out writer's records (examples/provider_probe,
 #     one thread): the recorder's CPU time per MiB of trace written, and the records dropped;
-#   - the same recorder with the writer paced (a pause every 1000 events): records dropped.
+#   - the same recorder with the writer paced (a pause every 1000 events): records dropped;
+#   - the same recorder recording one event: its fixed cost (start, clock calibration, end),
+#     which the medians take out of each recording's CPU time ("net"): dd has none to speak of.
 # With BEFORE_FXTRACE set, that build's recorder is measured in the same rounds (the same
 # writer binary for both: the comparison is the manager's).
 #
@@ -16,8 +18,8 @@
 #        EVENTS                  events the writer writes (default 4000000, ~290 MB)
 #        BUFFER                  -b of the recordings (default 8M, record's default)
 #        PAUSE_US                the paced writer's pause per 1000 events (default 20)
-# Needs GNU time (/usr/bin/time, Debian package `time`); prints one line per measurement and
-# the medians.
+# Needs python3 (its os.wait4 gives CPU time in microseconds; GNU time prints 10 ms steps, a
+# tenth of a recording's CPU time); prints one line per measurement and the medians.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -30,8 +32,8 @@ events=${EVENTS:-4000000}
 buffer=${BUFFER:-8M}
 pause_us=${PAUSE_US:-20}
 
-if [ ! -x /usr/bin/time ]; then
-    echo "bench-streaming: skipped (GNU time missing: apt-get install time)"
+if ! command -v python3 >/dev/null; then
+    echo "bench-streaming: skipped (python3 missing: apt-get install python3)"
     exit 0
 fi
 for f in "$fxtrace" "$probe" ${before:+"$before"}; do
@@ -48,29 +50,46 @@ settle() {
     sync
 }
 
-# CPU seconds (user + system) in a GNU time output file "%U %S".
-cpu_of() { awk '{ printf "%.4f", $1 + $2 }' "$1"; }
+# Run a command, writing its CPU seconds "user system" to file $1 (as GNU time's "%U %S", in
+# microseconds) and its pid to $1.pid. The command gets SIGINT's default action back; this
+# wrapper ignores it.
+cpu_time() {
+    local out=$1
+    shift
+    python3 -c '
+import os, signal, subprocess, sys
+signal.signal(signal.SIGINT, signal.SIG_IGN)
+child = subprocess.Popen(sys.argv[2:], preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+with open(sys.argv[1] + ".pid", "w") as f:
+    f.write("%d\n" % child.pid)
+_, status, usage = os.wait4(child.pid, 0)
+with open(sys.argv[1], "w") as f:
+    f.write("%.6f %.6f\n" % (usage.ru_utime, usage.ru_stime))
+sys.exit(os.waitstatus_to_exitcode(status) & 0xff)
+' "$out" "$@"
+}
+
+# CPU seconds (user + system) in a file written by cpu_time.
+cpu_of() { awk '{ printf "%.6f", $1 + $2 }' "$1"; }
 
 # dd of $1 MiB in blocks of $2 KiB: CPU ms per MiB.
 measure_dd() {
     local mib=$1 kib=$2
     settle
-    /usr/bin/time -f "%U %S" -o "$dir/dd.time" \
-        dd if=/dev/zero of="$dir/dd.bin" bs="${kib}K" count="$((mib * 1024 / kib))" 2>/dev/null
+    cpu_time "$dir/dd.time" dd if=/dev/zero of="$dir/dd.bin" bs="${kib}K" count="$((mib * 1024 / kib))" 2>/dev/null
     rm -f "$dir/dd.bin"
     awk -v c="$(cpu_of "$dir/dd.time")" -v m="$mib" 'BEGIN { printf "%.4f", c * 1000 / m }'
 }
 
 # One recording by recorder $1 (label $2) of the writer with arguments $3...: prints
-# "label cpu_ms_per_mib mib dropped written seconds".
+# "label cpu_ms_per_mib mib dropped written seconds cpu_ms".
 measure_record() {
     local recorder=$1 label=$2
     shift 2
     local sock="$dir/s.sock" out="$dir/t.fxt"
     rm -f "$sock" "$out"
     settle
-    /usr/bin/time -f "%U %S" -o "$dir/rec.time" \
-        "$recorder" record -m streaming -b "$buffer" --socket "$sock" -o "$out" \
+    cpu_time "$dir/rec.time" "$recorder" record -m streaming -b "$buffer" --socket "$sock" -o "$out" \
         2>"$dir/rec.err" &
     local timer=$!
     for _ in $(seq 200); do [ -S "$sock" ] && break; sleep 0.05; done
@@ -78,8 +97,8 @@ measure_record() {
     started=$(date +%s%N)
     FXTRACE_SOCKET="$sock" "$probe" "$@" >"$dir/probe.out"
     ended=$(date +%s%N)
-    # The recorder is GNU time's child (time itself ignores SIGINT).
-    kill -INT "$(pgrep -P "$timer")"
+    # The recorder is the wrapper's child (the wrapper ignores SIGINT).
+    kill -INT "$(cat "$dir/rec.time.pid")"
     wait "$timer"
     local mib written dropped
     mib=$(stat -c %s "$out" | awk '{ printf "%.1f", $1 / 1048576 }')
@@ -87,12 +106,12 @@ measure_record() {
     dropped=$(sed -n 's/.*dropped=\([0-9]*\).*/\1/p' "$dir/probe.out")
     awk -v l="$label" -v c="$(cpu_of "$dir/rec.time")" -v m="$mib" -v d="$dropped" \
         -v w="$written" -v s="$(( (ended - started) / 1000000 ))" \
-        'BEGIN { printf "%s %.4f %s %s %s %.3f\n", l, c * 1000 / m, m, d, w, s / 1000 }'
+        'BEGIN { printf "%s %.4f %s %s %s %.3f %.2f\n", l, c * 1000 / m, m, d, w, s / 1000, c * 1000 }'
     rm -f "$out"
 }
 
 echo "bench-streaming: $rounds rounds, writer $events events, -b $buffer, in $dir ($(df -T "$dir" | awk 'NR == 2 { print $2 }')); load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "columns: what, CPU ms per MiB, MiB, dropped, written, writer seconds"
+echo "columns: what, CPU ms per MiB, MiB, dropped, written, writer seconds, CPU ms"
 recorders=("$fxtrace:after")
 if [ -n "$before" ]; then
     recorders=("$before:before" "${recorders[@]}")
@@ -109,14 +128,26 @@ for round in $(seq "$rounds"); do
         echo "dd-128K $(measure_dd "$mib" 128) $mib - - -" | tee -a "$results"
         measure_record "$recorder" "$label-paced" --events "$events" \
             --pause-every 1000 --pause-us "$pause_us" | tee -a "$results"
+        # What a recording costs whatever it saves (start, clock, end): one event.
+        measure_record "$recorder" "$label-fixed" --events 1 | tee -a "$results"
     done
     echo "round $round done; load $(cut -d' ' -f1-3 /proc/loadavg)"
 done
 
-# Medians (and ranges) of CPU ms per MiB and of the drops, by label.
+# Median (min..max) of the numbers on standard input.
+median() { sort -g | awk -v f="$1" '{ v[NR] = $1 } END { if (NR) printf f " (" f ".." f ")", v[int((NR + 1) / 2)], v[1], v[NR]; else printf "-" }'; }
+
+# Medians (and ranges) of CPU ms per MiB and of the drops, by label; for the recordings, also
+# per MiB net of the recorder's fixed cost (its median CPU time for one event).
 echo "medians (min..max):"
-for label in $(awk '{ print $1 }' "$results" | sort -u); do
-    cpu=$(awk -v l="$label" '$1 == l { print $2 }' "$results" | sort -g | awk '{ v[NR] = $1 } END { printf "%.3f (%.3f..%.3f)", v[int((NR + 1) / 2)], v[1], v[NR] }')
-    drops=$(awk -v l="$label" '$1 == l && $4 != "-" { print $4 }' "$results" | sort -g | awk '{ v[NR] = $1 } END { if (NR) printf "%d (%d..%d)", v[int((NR + 1) / 2)], v[1], v[NR]; else printf "-" }')
-    echo "  $label: CPU ms/MiB $cpu; dropped $drops"
+for label in $(awk '$1 !~ /-fixed$/ { print $1 }' "$results" | sort -u); do
+    cpu=$(awk -v l="$label" '$1 == l { print $2 }' "$results" | median %.3f)
+    drops=$(awk -v l="$label" '$1 == l && $4 != "-" { print $4 }' "$results" | median %d)
+    net=""
+    recorder=${label%-*}
+    if grep -q "^$recorder-fixed " "$results"; then
+        fixed=$(awk -v l="$recorder-fixed" '$1 == l { print $7 }' "$results" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
+        net="; net of its fixed $fixed ms: $(awk -v l="$label" -v f="$fixed" '$1 == l { print ($7 - f) / $3 }' "$results" | median %.3f)"
+    fi
+    echo "  $label: CPU ms/MiB $cpu$net; dropped $drops"
 done

@@ -5,7 +5,9 @@
 //!   `server/registry.rs` (registry and pending connections), `server/fifo.rs` (per-provider
 //!   FIFO protocol), `server/executor.rs` (carrying out the session's commands).
 //! - [`drain`]: copying a provider's buffer out (streaming saves, final read-out, salvage).
-//! - [`archive`]: the FXT stream written (magic, provider metadata, framing-checked records).
+//! - [`archive`]: the FXT stream written (magic, provider metadata, framing-checked records);
+//!   [`direct_output`]: `fxtrace record`'s output file, written in blocks with direct I/O by a
+//!   writer thread.
 //! - [`recorder`]: `fxtrace record` as a library: run a command under a fresh session.
 //! - `driver`: the session loop `fxtrace record` and the service's sessions run (the manager's
 //!   turns, the duration, the stop alert, the sections of sources outside the protocol,
@@ -26,6 +28,7 @@
 
 pub mod archive;
 mod conn;
+pub mod direct_output;
 pub mod drain;
 mod driver;
 pub mod kernel;

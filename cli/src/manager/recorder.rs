@@ -62,6 +62,7 @@ use fxtrace::capture::procfs::ProcessImage;
 use fxtrace::protocol::control::BufferingMode;
 use fxtrace::protocol::transport::{ListenerOptions, SOCKET_ENV, SOCKET_FILE_NAME};
 
+use super::direct_output::{DirectOutcome, DirectOutput};
 use crate::output_file::OutputFile;
 
 /// Prefix of the private session directories (under the runtime directory).
@@ -438,6 +439,9 @@ pub struct Recorder {
     progress: Option<Progress>,
     /// The output, under its name since the start (as `perf record`'s).
     output: OutputFile,
+    /// How the archive's writer thread ended (read once the manager, which owns the
+    /// archive's [`DirectOutput`], is finished).
+    written: DirectOutcome,
     /// The descriptor limit raised for the manager; the command gets the one before.
     descriptors: lifecycle::DescriptorLimit,
     /// Held while a command runs under `--preload` (see [`lifecycle::ProbeHold`]).
@@ -560,11 +564,11 @@ impl Recorder {
             out_file.chown(uid, gid).map_err(output_error)?;
         }
         out_file.commit().map_err(output_error)?;
-        // No buffer here: the archive writes a read-out's records a window at a time
-        // straight from its copy of them (one writev each), stages the rest (metadata, a few
-        // records: at most 1 MiB) until the end of the turn, and writes section batches
-        // through. A recorder killed by SIGKILL loses what it had not yet written.
+        // Written in large blocks with direct I/O by a writer thread, each turn's bytes in
+        // the file or in its queue when the turn ends (see `DirectOutput`). A recorder killed
+        // by SIGKILL loses what it had not yet written.
         let output = out_file.file().try_clone().map_err(output_error)?;
+        let (output, written) = DirectOutput::new(output);
         // Hundreds of the command's processes may be providers at once (a script's or a
         // build's short ones under --preload): as many as the descriptors allow, up to
         // MAX_PROVIDERS; the command gets its own limit back.
@@ -606,6 +610,7 @@ impl Recorder {
             externals: Vec::new(),
             progress: None,
             output: out_file,
+            written,
             descriptors,
             probes: None,
             kernel_symbols: None,
@@ -861,10 +866,15 @@ impl Recorder {
             socket_dir,
             config,
             output,
+            written,
             ..
         } = self;
+        // The manager's end drops the archive's output, which waits for its writer.
         let finished = match (ended.output_failure, driver.manager.finish()) {
-            (None, Ok(bytes)) => Ok(bytes),
+            (None, Ok(bytes)) => match written.error() {
+                None => Ok(bytes),
+                Some(e) => Err(e.to_string()),
+            },
             (Some(reason), _) => Err(reason),
             (None, Err(e)) => {
                 let e = RecorderError::Manager(e);

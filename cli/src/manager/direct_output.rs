@@ -1,0 +1,776 @@
+//! The archive's output file, written in large blocks with direct I/O (`O_DIRECT`) by a writer
+//! thread: a streaming session's records reach the disk without the page cache's per-page work
+//! (most of a buffered `write`'s CPU: a folio per page, the file system's per-block accounting,
+//! the copy), and the event loop never waits for the device.
+//!
+//! Bytes are copied into a page-aligned block of [`BLOCK`] bytes. A full block is handed to
+//! the writer thread, which writes its whole pages with direct I/O, and the part of a page that
+//! may end it through the file's own (buffered) description; that partial page starts the next
+//! block, to be written again, direct, once that block is handed over. At the end of each turn
+//! ([`Write::flush`]) the block is handed over when it holds at least [`DIRECT_MIN`] bytes not
+//! yet in the file; fewer are written through at once (a small direct write costs more than a
+//! buffered one), as the archive wrote every turn before. So each turn's bytes are in the file,
+//! or in the writer's queue, when the turn ends: a recorder killed by `SIGKILL` loses at most
+//! the queue ([`MAX_BLOCKS`] blocks).
+//!
+//! Where direct I/O is not possible the output is written through: a file that is not regular,
+//! open for appending, or whose archive does not start at a page boundary; no `/proc` to open
+//! a second, direct description with (the given one is left as it is: its owner may share
+//! it); or a file system that refuses `O_DIRECT` (the writer then writes that block and every
+//! later one buffered).
+//!
+//! Errors are kept: after the first failed write the writer writes nothing more (the file has
+//! no hole), and every later call returns that error; how the writer ended is read from
+//! [`DirectOutcome`] once the output is dropped (its drop waits for the writer).
+
+use std::fs::File;
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
+use std::ptr::NonNull;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::mpsc::{self, Receiver, SyncSender};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+
+/// Alignment of a direct write's memory, file offset and length: a page (every common block
+/// device's logical block size divides it).
+pub const DIRECT_ALIGN: usize = 4096;
+/// Bytes of a block, the largest direct write (direct writes of 1 MiB cost the test machine
+/// 0.065 ms of CPU per MiB, of 4 MiB 0.04, buffered ones 0.17 or more: BENCHMARKS.md; 2 MiB
+/// blocks, twice as many, drop less in a burst than 4 MiB ones).
+pub const BLOCK: usize = 2 << 20;
+/// Fewest bytes a turn's end hands over for a direct write; fewer are written through.
+pub const DIRECT_MIN: usize = 512 << 10;
+/// Bytes at most that the writer sends through the page cache while the disk is behind,
+/// until it has caught up ([`write_blocks`]).
+pub const BEHIND_THROUGH: usize = 256 << 20;
+/// Blocks at most (16 MiB): one being filled, the others queued or being written. When the
+/// writer has them all, handing one more over waits for one (the saves then go at the disk's
+/// speed, and providers drop, counted, what they cannot buffer).
+pub const MAX_BLOCKS: usize = 8;
+
+/// What the writer thread did: read it once the [`DirectOutput`] is dropped.
+#[derive(Debug, Clone, Default)]
+pub struct DirectOutcome(Arc<Shared>);
+
+#[derive(Debug, Default)]
+struct Shared {
+    /// A write failed (the error is in `figures`).
+    failed: AtomicBool,
+    figures: Mutex<Figures>,
+}
+
+#[derive(Debug, Default)]
+struct Figures {
+    /// The first failed write: its kind and text.
+    error: Option<(io::ErrorKind, String)>,
+    /// Bytes written with direct I/O.
+    direct_bytes: u64,
+    /// Why direct I/O was not used, or stopped, if it was not or did.
+    refused: Option<String>,
+}
+
+impl DirectOutcome {
+    /// The first write that failed, if one did.
+    pub fn error(&self) -> Option<io::Error> {
+        if !self.0.failed.load(Ordering::Acquire) {
+            return None;
+        }
+        let figures = self.figures();
+        let (kind, text) = figures.error.as_ref()?;
+        Some(io::Error::new(*kind, text.clone()))
+    }
+
+    /// Bytes written with direct I/O.
+    pub fn direct_bytes(&self) -> u64 {
+        self.figures().direct_bytes
+    }
+
+    /// Why direct I/O was not used or was given up, if it was.
+    pub fn refused(&self) -> Option<String> {
+        self.figures().refused.clone()
+    }
+
+    fn figures(&self) -> std::sync::MutexGuard<'_, Figures> {
+        // A writer that panicked left figures that are still figures.
+        self.0
+            .figures
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    fn fail(&self, e: &io::Error) {
+        self.figures()
+            .error
+            .get_or_insert_with(|| (e.kind(), e.to_string()));
+        // ATOMICS: `Release` after the error is stored: a reader that sees the flag with
+        // `Acquire` finds it (the mutex orders it too; the flag is the writes' fast check).
+        self.0.failed.store(true, Ordering::Release);
+    }
+
+    fn refuse(&self, why: String) {
+        self.figures().refused.get_or_insert(why);
+    }
+
+    /// The error to return when a write has failed.
+    fn check(&self) -> io::Result<()> {
+        self.error().map_or(Ok(()), Err)
+    }
+}
+
+/// A page-aligned buffer of [`BLOCK`] bytes (an anonymous mapping: zero pages until written)
+/// and the file range it covers.
+struct Block {
+    ptr: NonNull<u8>,
+    /// File offset of its first byte (a multiple of [`DIRECT_ALIGN`]).
+    base: u64,
+    /// Bytes it holds.
+    fill: usize,
+    /// Of those, the first ones already in the file (written through).
+    written: usize,
+}
+
+// SAFETY: a `Block` owns its mapping exclusively (no copy of the pointer outlives it), so it
+// may move to the writer thread and back.
+unsafe impl Send for Block {}
+
+impl Block {
+    fn new(base: u64) -> io::Result<Self> {
+        use nix::sys::mman::{mmap_anonymous, MapFlags, ProtFlags};
+        let len = std::num::NonZeroUsize::new(BLOCK).ok_or_else(|| io::Error::other("BLOCK"))?;
+        // SAFETY: a fresh private anonymous mapping, at an address the kernel chooses: it
+        // aliases no other memory.
+        let ptr = unsafe {
+            mmap_anonymous(
+                None,
+                len,
+                ProtFlags::PROT_READ | ProtFlags::PROT_WRITE,
+                MapFlags::MAP_PRIVATE,
+            )
+        }
+        .map_err(io::Error::from)?;
+        Ok(Self {
+            ptr: ptr.cast(),
+            base,
+            fill: 0,
+            written: 0,
+        })
+    }
+
+    fn bytes(&self) -> &[u8] {
+        // SAFETY: the mapping is `BLOCK` readable bytes (zero until written), alive as long as
+        // `self`, written only through `bytes_mut`, which borrows `self` mutably.
+        unsafe { std::slice::from_raw_parts(self.ptr.as_ptr(), BLOCK) }
+    }
+
+    fn bytes_mut(&mut self) -> &mut [u8] {
+        // SAFETY: as in `bytes`; the mutable borrow of `self` makes this the only access.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr.as_ptr(), BLOCK) }
+    }
+
+    /// Bytes from its start that fill whole pages.
+    fn aligned(&self) -> usize {
+        self.fill - self.fill % DIRECT_ALIGN
+    }
+
+    /// Write `[written, fill)` through `file`.
+    fn write_through(&mut self, file: &File) -> io::Result<()> {
+        let (from, to) = (self.written, self.fill);
+        write_through_at(file, &self.bytes()[from..to], self.base + from as u64)?;
+        self.written = to;
+        Ok(())
+    }
+
+    /// Continue from its last partial page, the rest being in the file (or handed over):
+    /// that page moves to the start.
+    fn rebase(&mut self) {
+        let aligned = self.aligned();
+        let rest = self.fill - aligned;
+        self.bytes_mut().copy_within(aligned..aligned + rest, 0);
+        self.base += aligned as u64;
+        self.fill = rest;
+        self.written = rest;
+    }
+}
+
+impl Drop for Block {
+    fn drop(&mut self) {
+        // SAFETY: the mapping `Block::new` made, `BLOCK` bytes, unmapped once (no slice of it
+        // outlives `self`).
+        let _ = unsafe { nix::sys::mman::munmap(self.ptr.cast(), BLOCK) };
+    }
+}
+
+/// The archive's output; see the module docs.
+pub struct DirectOutput {
+    /// The file, as it was given (buffered).
+    file: Arc<File>,
+    /// `None`: written through (no direct I/O possible).
+    blocks: Option<Blocks>,
+    outcome: DirectOutcome,
+}
+
+impl std::fmt::Debug for DirectOutput {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("DirectOutput")
+            .field("blocks", &self.blocks.is_some())
+            .finish_non_exhaustive()
+    }
+}
+
+/// The block being filled, the others, and the writer thread.
+struct Blocks {
+    block: Block,
+    /// Blocks the writer gave back.
+    free: Vec<Block>,
+    /// Blocks made so far.
+    made: usize,
+    /// Started at the first hand-over; `None` after that if direct I/O is not possible.
+    writer: Option<WriterThread>,
+    /// Whether a writer may still be started.
+    direct: bool,
+}
+
+struct WriterThread {
+    jobs: Option<SyncSender<Block>>,
+    done: Receiver<Block>,
+    thread: Option<JoinHandle<()>>,
+    /// Blocks handed over and not given back yet.
+    in_flight: usize,
+}
+
+impl DirectOutput {
+    /// An output on `file` (open for writing; the archive starts at its offset), and what
+    /// its writer did, to read once the output is dropped.
+    pub fn new(file: File) -> (Self, DirectOutcome) {
+        let outcome = DirectOutcome::default();
+        let blocks = match block_start(&file) {
+            Ok(base) => Block::new(base)
+                .map(|block| Blocks {
+                    block,
+                    free: Vec::new(),
+                    made: 1,
+                    writer: None,
+                    direct: true,
+                })
+                .map_err(|e| outcome.refuse(format!("no block for direct writes: {e}")))
+                .ok(),
+            Err(why) => {
+                outcome.refuse(why);
+                None
+            }
+        };
+        let output = Self {
+            file: Arc::new(file),
+            blocks,
+            outcome: outcome.clone(),
+        };
+        (output, outcome)
+    }
+}
+
+/// Where the archive starts in `file` if it may be written direct; else why not.
+fn block_start(file: &File) -> Result<u64, String> {
+    use std::io::Seek;
+    if !file.metadata().is_ok_and(|m| m.file_type().is_file()) {
+        return Err("not a regular file".into());
+    }
+    let appends = nix::fcntl::fcntl(file, nix::fcntl::FcntlArg::F_GETFL)
+        .is_ok_and(|flags| flags & libc::O_APPEND != 0);
+    if appends {
+        return Err("open for appending".into());
+    }
+    let mut position = file;
+    match position.stream_position() {
+        Ok(offset) if offset % DIRECT_ALIGN as u64 == 0 => Ok(offset),
+        Ok(offset) => Err(format!("starts at byte {offset}")),
+        Err(e) => Err(format!("no offset: {e}")),
+    }
+}
+
+impl Blocks {
+    /// Copy `buf` into blocks, handing each full one over.
+    fn take(
+        &mut self,
+        mut buf: &[u8],
+        file: &Arc<File>,
+        outcome: &DirectOutcome,
+    ) -> io::Result<()> {
+        while !buf.is_empty() {
+            if self.block.fill == BLOCK {
+                self.hand_over(file, outcome)?;
+            }
+            let fill = self.block.fill;
+            let n = (BLOCK - fill).min(buf.len());
+            self.block.bytes_mut()[fill..fill + n].copy_from_slice(&buf[..n]);
+            self.block.fill += n;
+            buf = &buf[n..];
+        }
+        Ok(())
+    }
+
+    /// Hand the block to the writer thread (started now if it is not yet) and continue in
+    /// another from its last partial page, waiting for one while the writer has them all;
+    /// where no writer can run, write it through.
+    fn hand_over(&mut self, file: &Arc<File>, outcome: &DirectOutcome) -> io::Result<()> {
+        outcome.check()?;
+        if self.writer.is_none() && self.direct {
+            match WriterThread::start(file, outcome) {
+                Ok(writer) => self.writer = Some(writer),
+                Err(e) => {
+                    outcome.refuse(format!("no direct description of the file: {e}"));
+                    self.direct = false;
+                }
+            }
+        }
+        let Some(writer) = &mut self.writer else {
+            self.block.write_through(file)?;
+            self.block.rebase();
+            return Ok(());
+        };
+        writer.collect(&mut self.free);
+        let mut next = match self.free.pop() {
+            Some(block) => block,
+            None if self.made < MAX_BLOCKS => {
+                self.made += 1;
+                Block::new(0)?
+            }
+            None => writer.wait_block()?,
+        };
+        let aligned = self.block.aligned();
+        let rest = self.block.fill - aligned;
+        next.base = self.block.base + aligned as u64;
+        next.bytes_mut()[..rest].copy_from_slice(&self.block.bytes()[aligned..self.block.fill]);
+        next.fill = rest;
+        next.written = rest;
+        let full = std::mem::replace(&mut self.block, next);
+        writer.send(full)
+    }
+
+    /// The end of a turn: the block is handed over when it holds [`DIRECT_MIN`] bytes not in
+    /// the file, or any while the writer is writing (so that this thread never waits for the
+    /// file while a direct write holds it: an extending direct write keeps the inode locked
+    /// until the device is done); else they are written through here.
+    fn end_turn(&mut self, file: &Arc<File>, outcome: &DirectOutcome) -> io::Result<()> {
+        outcome.check()?;
+        let unwritten = self.block.fill - self.block.written;
+        if unwritten == 0 {
+            return Ok(());
+        }
+        let writing = self.writer.as_mut().is_some_and(|writer| {
+            writer.collect(&mut self.free);
+            writer.in_flight > 0
+        });
+        if unwritten >= DIRECT_MIN || writing {
+            return self.hand_over(file, outcome);
+        }
+        self.block.write_through(file)?;
+        self.block.rebase();
+        Ok(())
+    }
+
+    /// Hand over what is not in the file yet and wait for the writer to write it all.
+    fn finish(&mut self, file: &Arc<File>, outcome: &DirectOutcome) -> io::Result<()> {
+        let handed = match self.block.fill > self.block.written {
+            true => self.hand_over(file, outcome),
+            false => Ok(()),
+        };
+        if let Some(writer) = &mut self.writer {
+            writer.jobs = None;
+            if let Some(thread) = writer.thread.take() {
+                if thread.join().is_err() {
+                    outcome.fail(&io::Error::other("the output's writer thread panicked"));
+                }
+            }
+        }
+        handed?;
+        outcome.check()
+    }
+
+    /// Where the archive ends in the file.
+    fn end(&self) -> u64 {
+        self.block.base + self.block.fill as u64
+    }
+}
+
+impl WriterThread {
+    fn start(file: &Arc<File>, outcome: &DirectOutcome) -> io::Result<Self> {
+        let direct = reopen_direct(file)?;
+        let (jobs, queue) = mpsc::sync_channel::<Block>(MAX_BLOCKS);
+        let (give_back, done) = mpsc::channel();
+        let file = Arc::clone(file);
+        let outcome = outcome.clone();
+        let thread = std::thread::Builder::new()
+            .name("fxtrace-output".into())
+            .spawn(move || write_blocks(&queue, &give_back, &direct, &file, &outcome))?;
+        Ok(Self {
+            jobs: Some(jobs),
+            done,
+            thread: Some(thread),
+            in_flight: 0,
+        })
+    }
+
+    /// Add the blocks the writer gave back to `free`.
+    fn collect(&mut self, free: &mut Vec<Block>) {
+        for block in self.done.try_iter() {
+            self.in_flight -= 1;
+            free.push(block);
+        }
+    }
+
+    /// Wait for the writer to give a block back.
+    fn wait_block(&mut self) -> io::Result<Block> {
+        let block = self.done.recv().map_err(|_| writer_gone())?;
+        self.in_flight -= 1;
+        Ok(block)
+    }
+
+    fn send(&mut self, block: Block) -> io::Result<()> {
+        let jobs = self.jobs.as_ref().ok_or_else(writer_gone)?;
+        jobs.send(block).map_err(|_| writer_gone())?;
+        self.in_flight += 1;
+        Ok(())
+    }
+}
+
+fn writer_gone() -> io::Error {
+    io::Error::other("the trace output's writer thread ended")
+}
+
+impl Write for DirectOutput {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        match &mut self.blocks {
+            Some(blocks) => {
+                blocks.take(buf, &self.file, &self.outcome)?;
+                Ok(buf.len())
+            }
+            None => (&*self.file).write(buf),
+        }
+    }
+
+    fn write_vectored(&mut self, bufs: &[io::IoSlice<'_>]) -> io::Result<usize> {
+        match &mut self.blocks {
+            Some(blocks) => {
+                let mut total = 0;
+                for buf in bufs {
+                    blocks.take(buf, &self.file, &self.outcome)?;
+                    total += buf.len();
+                }
+                Ok(total)
+            }
+            None => (&*self.file).write_vectored(bufs),
+        }
+    }
+
+    /// The end of a turn: what the output took is in the file or in the writer's queue (see
+    /// the module docs); a failed write of the writer's is returned.
+    fn flush(&mut self) -> io::Result<()> {
+        match &mut self.blocks {
+            Some(blocks) => blocks.end_turn(&self.file, &self.outcome),
+            None => Ok(()),
+        }
+    }
+}
+
+/// Dropped, the output writes what it holds, waits for its writer, and leaves the file's
+/// offset at the archive's end; [`DirectOutcome`] then says whether a write failed.
+impl Drop for DirectOutput {
+    fn drop(&mut self) {
+        use std::io::Seek;
+        if let Some(blocks) = &mut self.blocks {
+            if let Err(e) = blocks.finish(&self.file, &self.outcome) {
+                self.outcome.fail(&e);
+            }
+            let _ = (&*self.file).seek(io::SeekFrom::Start(blocks.end()));
+        }
+    }
+}
+
+/// A second description of `file`, for writing with `O_DIRECT` (the given one stays as it is).
+fn reopen_direct(file: &File) -> io::Result<File> {
+    use std::os::fd::AsRawFd;
+    use std::os::unix::fs::OpenOptionsExt;
+    std::fs::OpenOptions::new()
+        .write(true)
+        .custom_flags(libc::O_DIRECT | libc::O_CLOEXEC)
+        .open(format!("/proc/self/fd/{}", file.as_raw_fd()))
+}
+
+/// The writer thread: write each block handed over, in order, and give it back; after a
+/// failure, write nothing more.
+///
+/// While the disk is behind (another block is queued behind this one), blocks go through the
+/// page cache, which takes them at memory speed, up to [`BEHIND_THROUGH`] bytes until the
+/// writer has caught up: a burst faster than the disk costs no more drops than before direct
+/// writes, while a sustained stream that outruns the disk goes at the disk's pace, direct
+/// (through the page cache, such a stream filled memory with dirty pages, slowed every write
+/// and saved less: BENCHMARKS.md).
+fn write_blocks(
+    queue: &Receiver<Block>,
+    give_back: &mpsc::Sender<Block>,
+    direct: &File,
+    file: &File,
+    outcome: &DirectOutcome,
+) {
+    let mut use_direct = true;
+    let mut queued = std::collections::VecDeque::new();
+    let mut budget = BEHIND_THROUGH;
+    while let Some(block) = queued.pop_front().or_else(|| queue.recv().ok()) {
+        queued.extend(queue.try_iter());
+        if !outcome.0.failed.load(Ordering::Acquire) {
+            let behind = !queued.is_empty() && budget >= block.fill;
+            match behind {
+                true => budget -= block.fill,
+                false if queued.is_empty() => budget = BEHIND_THROUGH,
+                false => {}
+            }
+            if let Err(e) = write_block(&block, direct, file, use_direct && !behind, outcome) {
+                outcome.fail(&e);
+            }
+            use_direct &= outcome.figures().refused.is_none();
+        }
+        if give_back.send(block).is_err() {
+            break;
+        }
+    }
+}
+
+/// Write one block handed over: its whole pages direct from its base (rewriting the first
+/// bytes written through before), the partial page that ends it through `file`; all of it
+/// through `file` when it has fewer than [`DIRECT_MIN`] bytes of whole pages (a turn's end
+/// while the writer was busy). A file system that refuses direct I/O (`EINVAL`) gets this
+/// block and the later ones through `file`.
+fn write_block(
+    block: &Block,
+    direct: &File,
+    file: &File,
+    use_direct: bool,
+    outcome: &DirectOutcome,
+) -> io::Result<()> {
+    let aligned = block.aligned();
+    let bytes = block.bytes();
+    let mut through_from = block.written;
+    if aligned >= DIRECT_MIN && use_direct {
+        match direct.write_all_at(&bytes[..aligned], block.base) {
+            Ok(()) => {
+                outcome.figures().direct_bytes += aligned as u64;
+                through_from = through_from.max(aligned);
+            }
+            // The file system does not take direct I/O (or not at this alignment).
+            Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
+                outcome.refuse(format!("the file system refused a direct write: {e}"));
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if block.fill > through_from {
+        write_through_at(
+            file,
+            &bytes[through_from..block.fill],
+            block.base + through_from as u64,
+        )?;
+    }
+    Ok(())
+}
+
+/// Most bytes of one buffered write.
+pub const THROUGH_PIECE: usize = 1 << 20;
+
+fn write_through_at(file: &File, bytes: &[u8], offset: u64) -> io::Result<()> {
+    let mut at = offset;
+    for piece in bytes.chunks(THROUGH_PIECE) {
+        file.write_all_at(piece, at)?;
+        at += piece.len() as u64;
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use fxtrace::test_support::{skip, Requirement};
+
+    /// `len` bytes that differ from page to page and block to block.
+    fn pattern(len: usize) -> Vec<u8> {
+        (0..len)
+            .map(|i| (i as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15).to_le_bytes()[7])
+            .collect()
+    }
+
+    fn file_in(dir: &tempfile::TempDir) -> (std::path::PathBuf, File) {
+        let path = dir.path().join("t.fxt");
+        let file = File::create(&path).unwrap();
+        (path, file)
+    }
+
+    /// Whether `outcome` shows direct writes, or else says why not (a file system that
+    /// refuses them): the test then checks the written-through path only, and says so.
+    fn went_direct(outcome: &DirectOutcome) -> bool {
+        match outcome.refused() {
+            Some(why) => {
+                skip(Requirement::Root, format!("direct writes: {why}"));
+                false
+            }
+            None => true,
+        }
+    }
+
+    #[test]
+    fn pieces_and_turns_of_every_size_read_back_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, file) = file_in(&dir);
+        let (mut out, outcome) = DirectOutput::new(file);
+        let data = pattern(3 * BLOCK + 5 * DIRECT_ALIGN + 123);
+        // Pieces of 1 byte to more than a block; turns ending after small and large amounts,
+        // on and off page boundaries.
+        let sizes = [1, 7, 4096, 100_000, DIRECT_MIN + 8, 3, BLOCK + 17, 65_536];
+        let mut at = 0;
+        let mut n = 0;
+        while at < data.len() {
+            let len = sizes[n % sizes.len()].min(data.len() - at);
+            if n % 3 == 0 {
+                let slices = [
+                    io::IoSlice::new(&data[at..at + len / 2]),
+                    io::IoSlice::new(&data[at + len / 2..at + len]),
+                ];
+                assert_eq!(out.write_vectored(&slices).unwrap(), len);
+            } else {
+                out.write_all(&data[at..at + len]).unwrap();
+            }
+            at += len;
+            n += 1;
+            if n % 2 == 0 {
+                out.flush().unwrap();
+            }
+        }
+        drop(out);
+        assert!(outcome.error().is_none());
+        assert!(std::fs::read(&path).unwrap() == data, "the file differs");
+        if went_direct(&outcome) {
+            // The full blocks went direct.
+            assert!(
+                outcome.direct_bytes() >= 2 * BLOCK as u64,
+                "{}",
+                outcome.direct_bytes()
+            );
+        }
+        // The file's offset is left at the archive's end.
+        let mut file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        use std::io::Seek;
+        assert_eq!(file.seek(io::SeekFrom::End(0)).unwrap(), data.len() as u64);
+    }
+
+    #[test]
+    fn a_turn_end_puts_its_bytes_in_the_file_or_the_writers_queue() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, file) = file_in(&dir);
+        let (mut out, outcome) = DirectOutput::new(file);
+        let data = pattern(BLOCK + DIRECT_MIN + 1000);
+        // A small turn with no writer running: in the file when the turn ends.
+        out.write_all(&data[..1000]).unwrap();
+        out.flush().unwrap();
+        assert_eq!(std::fs::read(&path).unwrap(), &data[..1000]);
+        // Then a large one: handed over, in the file once the writer is done (the drop waits).
+        out.write_all(&data[1000..]).unwrap();
+        out.flush().unwrap();
+        drop(out);
+        assert!(std::fs::read(&path).unwrap() == data);
+        if went_direct(&outcome) {
+            assert!(outcome.direct_bytes() >= BLOCK as u64);
+        }
+    }
+
+    #[test]
+    fn what_cannot_go_direct_is_written_through() {
+        let dir = tempfile::tempdir().unwrap();
+        let data = pattern(BLOCK + 4000);
+        // An archive that starts inside a page keeps what the file held before it.
+        let path = dir.path().join("after.fxt");
+        std::fs::write(&path, b"100 bytes before".repeat(6)).unwrap();
+        let mut file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        use std::io::Seek;
+        file.seek(io::SeekFrom::End(0)).unwrap();
+        let (mut out, outcome) = DirectOutput::new(file);
+        out.write_all(&data).unwrap();
+        drop(out);
+        let bytes = std::fs::read(&path).unwrap();
+        assert_eq!(&bytes[..96], b"100 bytes before".repeat(6).as_slice());
+        assert!(bytes[96..] == data);
+        assert_eq!(outcome.direct_bytes(), 0);
+        assert_eq!(outcome.refused().as_deref(), Some("starts at byte 96"));
+        // A file open for appending.
+        let path = dir.path().join("append.fxt");
+        let file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .unwrap();
+        let (mut out, outcome) = DirectOutput::new(file);
+        out.write_all(&data).unwrap();
+        drop(out);
+        assert!(std::fs::read(&path).unwrap() == data);
+        assert_eq!(outcome.refused().as_deref(), Some("open for appending"));
+        // A pipe.
+        let (read_end, write_end) = nix::unistd::pipe().unwrap();
+        let reader = std::thread::spawn(move || {
+            let mut got = Vec::new();
+            io::Read::read_to_end(&mut File::from(read_end), &mut got).unwrap();
+            got
+        });
+        let (mut out, outcome) = DirectOutput::new(File::from(write_end));
+        out.write_all(&data).unwrap();
+        drop(out);
+        assert!(reader.join().unwrap() == data);
+        assert_eq!(outcome.refused().as_deref(), Some("not a regular file"));
+    }
+
+    #[test]
+    fn a_failed_write_is_kept_returned_and_leaves_no_hole() {
+        // SAFETY: geteuid has no preconditions.
+        if unsafe { libc::geteuid() } != 0 {
+            skip(Requirement::Root, "mounting a 6 MB tmpfs needs root");
+            return;
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let mounted = std::process::Command::new("mount")
+            .args(["-t", "tmpfs", "-o", "size=6m", "fxtrace-direct"])
+            .arg(dir.path())
+            .status()
+            .is_ok_and(|s| s.success());
+        if !mounted {
+            skip(Requirement::Root, "cannot mount a tmpfs");
+            return;
+        }
+        let (path, file) = file_in(&dir);
+        let (mut out, outcome) = DirectOutput::new(file);
+        let data = pattern(4 * BLOCK);
+        let mut failed = None;
+        for piece in data.chunks(DIRECT_MIN) {
+            if let Err(e) = out.write_all(piece).and_then(|()| out.flush()) {
+                failed = Some(e);
+                break;
+            }
+        }
+        drop(out);
+        let error = outcome.error().expect("the writer's error is kept");
+        let bytes = std::fs::read(&path).unwrap();
+        let _ = std::process::Command::new("umount")
+            .arg(dir.path())
+            .status();
+        assert_eq!(error.raw_os_error(), None, "kept as text: {error}");
+        assert!(error.to_string().contains("No space left"), "{error}");
+        let failed = failed.expect("a later call returns the error");
+        assert!(failed.to_string().contains("No space left"), "{failed}");
+        // What the file holds is what was given, up to where it ends: no hole, no later block.
+        assert!(
+            bytes.len() < data.len() && bytes.len() > BLOCK,
+            "{}",
+            bytes.len()
+        );
+        assert!(
+            data.starts_with(&bytes),
+            "the file is not a prefix of what was written"
+        );
+    }
+}
