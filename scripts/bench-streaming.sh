@@ -106,7 +106,7 @@ measure_record() {
     dropped=$(sed -n 's/.*dropped=\([0-9]*\).*/\1/p' "$dir/probe.out")
     awk -v l="$label" -v c="$(cpu_of "$dir/rec.time")" -v m="$mib" -v d="$dropped" \
         -v w="$written" -v s="$(( (ended - started) / 1000000 ))" \
-        'BEGIN { printf "%s %.4f %s %s %s %.3f %.2f\n", l, c * 1000 / m, m, d, w, s / 1000, c * 1000 }'
+        'BEGIN { printf "%s %s %s %s %s %.3f %.2f\n", l, (m > 0 ? sprintf("%.4f", c * 1000 / m) : "-"), m, d, w, s / 1000, c * 1000 }'
     rm -f "$out"
 }
 

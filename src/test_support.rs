@@ -34,6 +34,8 @@ pub enum Requirement {
     TracefsUnmounted,
     /// `procfs`: `/proc/self/fd` names what each descriptor is.
     Procfs,
+    /// `direct-io`: the temporary directory's file system takes `O_DIRECT` writes.
+    DirectIo,
     /// `cc`: a C compiler (`cc`, `gcc` or `clang`).
     Cc,
     /// `clang`: `clang++` and `llvm-xray`, the XRay tools.
@@ -52,13 +54,14 @@ pub enum Requirement {
 
 impl Requirement {
     /// Every requirement, in the order of the documentation.
-    pub const ALL: [Requirement; 12] = [
+    pub const ALL: [Requirement; 13] = [
         Requirement::Root,
         Requirement::Perf,
         Requirement::PerfTscClock,
         Requirement::Paranoid,
         Requirement::TracefsUnmounted,
         Requirement::Procfs,
+        Requirement::DirectIo,
         Requirement::Cc,
         Requirement::Clang,
         Requirement::Valgrind,
@@ -76,6 +79,7 @@ impl Requirement {
             Requirement::Paranoid => "paranoid",
             Requirement::TracefsUnmounted => "tracefs-unmounted",
             Requirement::Procfs => "procfs",
+            Requirement::DirectIo => "direct-io",
             Requirement::Cc => "cc",
             Requirement::Clang => "clang",
             Requirement::Valgrind => "valgrind",

@@ -4,14 +4,17 @@
 //! the copy), and the event loop never waits for the device.
 //!
 //! Bytes are copied into a page-aligned block of [`BLOCK`] bytes. A full block is handed to
-//! the writer thread, which writes its whole pages with direct I/O, and the part of a page that
-//! may end it through the file's own (buffered) description; that partial page starts the next
-//! block, to be written again, direct, once that block is handed over. At the end of each turn
-//! ([`Write::flush`]) the block is handed over when it holds at least [`DIRECT_MIN`] bytes not
-//! yet in the file; fewer are written through at once (a small direct write costs more than a
-//! buffered one), as the archive wrote every turn before. So each turn's bytes are in the file,
-//! or in the writer's queue, when the turn ends: a recorder killed by `SIGKILL` loses at most
-//! the queue ([`MAX_BLOCKS`] blocks).
+//! the writer thread, which writes its whole pages with direct I/O (through the page cache
+//! while other blocks wait behind it, within a budget), and the part of a
+//! page that may end it through the file's own (buffered) description; that partial page starts
+//! the next block, to be written again, direct, once that block is handed over. At the end of
+//! each turn ([`Write::flush`]) the block is handed over when it holds at least [`DIRECT_MIN`]
+//! bytes not yet in the file; fewer are written through at once while the writer is idle (a
+//! small direct write costs more than a buffered one), as the archive wrote every turn before,
+//! and handed over while it writes. So each turn's bytes are in the file, or in the writer's
+//! queue, when the turn ends, but when every block is in the writer's hands: then a turn's few
+//! bytes wait in the block for a later turn rather than the event loop for the disk. A
+//! recorder killed by `SIGKILL` loses at most the queue ([`MAX_BLOCKS`] − 1 blocks) and those.
 //!
 //! Where direct I/O is not possible the output is written through: a file that is not regular,
 //! open for appending, or whose archive does not start at a page boundary; no `/proc` to open
@@ -62,8 +65,8 @@ struct Shared {
 
 #[derive(Debug, Default)]
 struct Figures {
-    /// The first failed write: its kind and text.
-    error: Option<(io::ErrorKind, String)>,
+    /// The first failed write: its system error number, else its kind and text.
+    error: Option<(Option<i32>, io::ErrorKind, String)>,
     /// Bytes written with direct I/O.
     direct_bytes: u64,
     /// Why direct I/O was not used, or stopped, if it was not or did.
@@ -77,8 +80,10 @@ impl DirectOutcome {
             return None;
         }
         let figures = self.figures();
-        let (kind, text) = figures.error.as_ref()?;
-        Some(io::Error::new(*kind, text.clone()))
+        Some(match figures.error.as_ref()? {
+            (Some(code), _, _) => io::Error::from_raw_os_error(*code),
+            (None, kind, text) => io::Error::new(*kind, text.clone()),
+        })
     }
 
     /// Bytes written with direct I/O.
@@ -102,7 +107,7 @@ impl DirectOutcome {
     fn fail(&self, e: &io::Error) {
         self.figures()
             .error
-            .get_or_insert_with(|| (e.kind(), e.to_string()));
+            .get_or_insert_with(|| (e.raw_os_error(), e.kind(), e.to_string()));
         // ATOMICS: `Release` after the error is stored: a reader that sees the flag with
         // `Acquire` finds it (the mutex orders it too; the flag is the writes' fast check).
         self.0.failed.store(true, Ordering::Release);
@@ -135,8 +140,12 @@ struct Block {
 unsafe impl Send for Block {}
 
 impl Block {
-    fn new(base: u64) -> io::Result<Self> {
-        use nix::sys::mman::{mmap_anonymous, MapFlags, ProtFlags};
+    /// A block at file offset `base`. A `huge` one asks for huge pages where the kernel has
+    /// them (`madvise` mode: a direct write then pins and maps one page instead of 512, a tenth
+    /// of the recorder's CPU per MiB on the test machine); the first block has small pages, so
+    /// that a short recording faults in only the few it fills.
+    fn new(base: u64, huge: bool) -> io::Result<Self> {
+        use nix::sys::mman::{madvise, mmap_anonymous, MapFlags, MmapAdvise, ProtFlags};
         let len = std::num::NonZeroUsize::new(BLOCK).ok_or_else(|| io::Error::other("BLOCK"))?;
         // SAFETY: a fresh private anonymous mapping, at an address the kernel chooses: it
         // aliases no other memory.
@@ -149,6 +158,11 @@ impl Block {
             )
         }
         .map_err(io::Error::from)?;
+        if huge {
+            // SAFETY: advice on the mapping just made, which nothing else uses yet. Refused
+            // (no huge pages in this kernel), the block has small pages.
+            let _ = unsafe { madvise(ptr, BLOCK, MmapAdvise::MADV_HUGEPAGE) };
+        }
         Ok(Self {
             ptr: ptr.cast(),
             base,
@@ -173,10 +187,14 @@ impl Block {
         self.fill - self.fill % DIRECT_ALIGN
     }
 
-    /// Write `[written, fill)` through `file`.
-    fn write_through(&mut self, file: &File) -> io::Result<()> {
+    /// Write `[written, fill)` through `file`; a failure is kept in `outcome` (nothing is
+    /// written after it).
+    fn write_through(&mut self, file: &File, outcome: &DirectOutcome) -> io::Result<()> {
         let (from, to) = (self.written, self.fill);
-        write_through_at(file, &self.bytes()[from..to], self.base + from as u64)?;
+        if let Err(e) = write_through_at(file, &self.bytes()[from..to], self.base + from as u64) {
+            outcome.fail(&e);
+            return Err(e);
+        }
         self.written = to;
         Ok(())
     }
@@ -229,6 +247,8 @@ struct Blocks {
     writer: Option<WriterThread>,
     /// Whether a writer may still be started.
     direct: bool,
+    /// The writer's [`BEHIND_THROUGH`].
+    behind_through: usize,
 }
 
 struct WriterThread {
@@ -243,15 +263,22 @@ impl DirectOutput {
     /// An output on `file` (open for writing; the archive starts at its offset), and what
     /// its writer did, to read once the output is dropped.
     pub fn new(file: File) -> (Self, DirectOutcome) {
+        Self::with_behind_budget(file, BEHIND_THROUGH)
+    }
+
+    /// [`Self::new`] whose writer sends at most `behind_through` bytes through the page cache
+    /// while the disk is behind (the tests' 0: every whole page direct).
+    fn with_behind_budget(file: File, behind_through: usize) -> (Self, DirectOutcome) {
         let outcome = DirectOutcome::default();
         let blocks = match block_start(&file) {
-            Ok(base) => Block::new(base)
+            Ok(base) => Block::new(base, false)
                 .map(|block| Blocks {
                     block,
                     free: Vec::new(),
                     made: 1,
                     writer: None,
                     direct: true,
+                    behind_through,
                 })
                 .map_err(|e| outcome.refuse(format!("no block for direct writes: {e}")))
                 .ok(),
@@ -289,13 +316,14 @@ fn block_start(file: &File) -> Result<u64, String> {
 }
 
 impl Blocks {
-    /// Copy `buf` into blocks, handing each full one over.
+    /// Copy `buf` into blocks, handing each full one over (nothing after a kept failure).
     fn take(
         &mut self,
         mut buf: &[u8],
         file: &Arc<File>,
         outcome: &DirectOutcome,
     ) -> io::Result<()> {
+        outcome.check()?;
         while !buf.is_empty() {
             if self.block.fill == BLOCK {
                 self.hand_over(file, outcome)?;
@@ -315,7 +343,7 @@ impl Blocks {
     fn hand_over(&mut self, file: &Arc<File>, outcome: &DirectOutcome) -> io::Result<()> {
         outcome.check()?;
         if self.writer.is_none() && self.direct {
-            match WriterThread::start(file, outcome) {
+            match WriterThread::start(file, outcome, self.behind_through) {
                 Ok(writer) => self.writer = Some(writer),
                 Err(e) => {
                     outcome.refuse(format!("no direct description of the file: {e}"));
@@ -324,18 +352,26 @@ impl Blocks {
             }
         }
         let Some(writer) = &mut self.writer else {
-            self.block.write_through(file)?;
+            self.block.write_through(file, outcome)?;
             self.block.rebase();
             return Ok(());
         };
         writer.collect(&mut self.free);
-        let mut next = match self.free.pop() {
-            Some(block) => block,
-            None if self.made < MAX_BLOCKS => {
-                self.made += 1;
-                Block::new(0)?
+        let made = match self.free.pop() {
+            Some(block) => Ok(block),
+            None if self.made < MAX_BLOCKS => Block::new(0, true).inspect(|_| self.made += 1),
+            None => writer.wait_block(),
+        };
+        let mut next = match made {
+            Ok(block) => block,
+            // No memory for another block: wait for one the writer has, or else write this
+            // one through (the recording goes on).
+            Err(_) if writer.in_flight > 0 => writer.wait_block()?,
+            Err(_) => {
+                self.block.write_through(file, outcome)?;
+                self.block.rebase();
+                return Ok(());
             }
-            None => writer.wait_block()?,
         };
         let aligned = self.block.aligned();
         let rest = self.block.fill - aligned;
@@ -348,25 +384,34 @@ impl Blocks {
     }
 
     /// The end of a turn: the block is handed over when it holds [`DIRECT_MIN`] bytes not in
-    /// the file, or any while the writer is writing (so that this thread never waits for the
-    /// file while a direct write holds it: an extending direct write keeps the inode locked
-    /// until the device is done); else they are written through here.
+    /// the file; fewer are written through here while the writer is idle, and handed over
+    /// while it is writing (this thread never writes the file while a direct write holds it:
+    /// an extending direct write keeps the inode locked until the device is done), unless
+    /// that would wait for a block: then they stay in the block until a later turn.
     fn end_turn(&mut self, file: &Arc<File>, outcome: &DirectOutcome) -> io::Result<()> {
-        outcome.check()?;
         let unwritten = self.block.fill - self.block.written;
-        if unwritten == 0 {
-            return Ok(());
+        let (writing, block_free) = match &mut self.writer {
+            Some(writer) => {
+                writer.collect(&mut self.free);
+                let free = !self.free.is_empty() || self.made < MAX_BLOCKS;
+                (writer.in_flight > 0, free)
+            }
+            None => (false, true),
+        };
+        // After the blocks given back: a failure of the writer's is seen before this thread
+        // writes past it.
+        outcome.check()?;
+        match (unwritten, writing) {
+            (0, _) => Ok(()),
+            (DIRECT_MIN.., _) => self.hand_over(file, outcome),
+            (_, true) if block_free => self.hand_over(file, outcome),
+            (_, true) => Ok(()),
+            (_, false) => {
+                self.block.write_through(file, outcome)?;
+                self.block.rebase();
+                Ok(())
+            }
         }
-        let writing = self.writer.as_mut().is_some_and(|writer| {
-            writer.collect(&mut self.free);
-            writer.in_flight > 0
-        });
-        if unwritten >= DIRECT_MIN || writing {
-            return self.hand_over(file, outcome);
-        }
-        self.block.write_through(file)?;
-        self.block.rebase();
-        Ok(())
     }
 
     /// Hand over what is not in the file yet and wait for the writer to write it all.
@@ -394,7 +439,7 @@ impl Blocks {
 }
 
 impl WriterThread {
-    fn start(file: &Arc<File>, outcome: &DirectOutcome) -> io::Result<Self> {
+    fn start(file: &Arc<File>, outcome: &DirectOutcome, behind_through: usize) -> io::Result<Self> {
         let direct = reopen_direct(file)?;
         let (jobs, queue) = mpsc::sync_channel::<Block>(MAX_BLOCKS);
         let (give_back, done) = mpsc::channel();
@@ -402,7 +447,10 @@ impl WriterThread {
         let outcome = outcome.clone();
         let thread = std::thread::Builder::new()
             .name("fxtrace-output".into())
-            .spawn(move || write_blocks(&queue, &give_back, &direct, &file, &outcome))?;
+            .spawn(move || {
+                let files = (&direct, &*file);
+                write_blocks(&queue, &give_back, files, behind_through, &outcome);
+            })?;
         Ok(Self {
             jobs: Some(jobs),
             done,
@@ -421,6 +469,9 @@ impl WriterThread {
 
     /// Wait for the writer to give a block back.
     fn wait_block(&mut self) -> io::Result<Block> {
+        if self.in_flight == 0 {
+            return Err(io::Error::other("no block to wait for"));
+        }
         let block = self.done.recv().map_err(|_| writer_gone())?;
         self.in_flight -= 1;
         Ok(block)
@@ -473,16 +524,19 @@ impl Write for DirectOutput {
     }
 }
 
-/// Dropped, the output writes what it holds, waits for its writer, and leaves the file's
-/// offset at the archive's end; [`DirectOutcome`] then says whether a write failed.
+/// Dropped, the output writes what it holds (unless a write failed), waits for its writer, and
+/// leaves the file's offset at the archive's end; [`DirectOutcome`] then says whether a write
+/// failed (the file then ends at most where the failure left it).
 impl Drop for DirectOutput {
     fn drop(&mut self) {
         use std::io::Seek;
         if let Some(blocks) = &mut self.blocks {
-            if let Err(e) = blocks.finish(&self.file, &self.outcome) {
-                self.outcome.fail(&e);
+            match blocks.finish(&self.file, &self.outcome) {
+                Ok(()) => {
+                    let _ = (&*self.file).seek(io::SeekFrom::Start(blocks.end()));
+                }
+                Err(e) => self.outcome.fail(&e),
             }
-            let _ = (&*self.file).seek(io::SeekFrom::Start(blocks.end()));
         }
     }
 }
@@ -501,28 +555,28 @@ fn reopen_direct(file: &File) -> io::Result<File> {
 /// failure, write nothing more.
 ///
 /// While the disk is behind (another block is queued behind this one), blocks go through the
-/// page cache, which takes them at memory speed, up to [`BEHIND_THROUGH`] bytes until the
-/// writer has caught up: a burst faster than the disk costs no more drops than before direct
-/// writes, while a sustained stream that outruns the disk goes at the disk's pace, direct
+/// page cache, which takes them at memory speed, up to `behind_through` bytes until the
+/// writer has caught up: a burst faster than the disk costs few more drops than it did before
+/// direct writes, while a sustained stream that outruns the disk goes at the disk's pace, direct
 /// (through the page cache, such a stream filled memory with dirty pages, slowed every write
 /// and saved less: BENCHMARKS.md).
 fn write_blocks(
     queue: &Receiver<Block>,
     give_back: &mpsc::Sender<Block>,
-    direct: &File,
-    file: &File,
+    (direct, file): (&File, &File),
+    behind_through: usize,
     outcome: &DirectOutcome,
 ) {
     let mut use_direct = true;
     let mut queued = std::collections::VecDeque::new();
-    let mut budget = BEHIND_THROUGH;
+    let mut budget = behind_through;
     while let Some(block) = queued.pop_front().or_else(|| queue.recv().ok()) {
         queued.extend(queue.try_iter());
         if !outcome.0.failed.load(Ordering::Acquire) {
             let behind = !queued.is_empty() && budget >= block.fill;
             match behind {
                 true => budget -= block.fill,
-                false if queued.is_empty() => budget = BEHIND_THROUGH,
+                false if queued.is_empty() => budget = behind_through,
                 false => {}
             }
             if let Err(e) = write_block(&block, direct, file, use_direct && !behind, outcome) {
@@ -538,9 +592,9 @@ fn write_blocks(
 
 /// Write one block handed over: its whole pages direct from its base (rewriting the first
 /// bytes written through before), the partial page that ends it through `file`; all of it
-/// through `file` when it has fewer than [`DIRECT_MIN`] bytes of whole pages (a turn's end
-/// while the writer was busy). A file system that refuses direct I/O (`EINVAL`) gets this
-/// block and the later ones through `file`.
+/// through `file` when `use_direct` is false or it has fewer than [`DIRECT_MIN`] bytes of
+/// whole pages (a turn's end while the writer was busy). A file system that refuses direct
+/// I/O (`EINVAL`) gets this block, and the caller the later ones, through `file`.
 fn write_block(
     block: &Block,
     direct: &File,
@@ -609,7 +663,7 @@ mod tests {
     fn went_direct(outcome: &DirectOutcome) -> bool {
         match outcome.refused() {
             Some(why) => {
-                skip(Requirement::Root, format!("direct writes: {why}"));
+                skip(Requirement::DirectIo, format!("direct writes: {why}"));
                 false
             }
             None => true,
@@ -620,7 +674,7 @@ mod tests {
     fn pieces_and_turns_of_every_size_read_back_whole() {
         let dir = tempfile::tempdir().unwrap();
         let (path, file) = file_in(&dir);
-        let (mut out, outcome) = DirectOutput::new(file);
+        let (mut out, outcome) = DirectOutput::with_behind_budget(file, 0);
         let data = pattern(3 * BLOCK + 5 * DIRECT_ALIGN + 123);
         // Pieces of 1 byte to more than a block; turns ending after small and large amounts,
         // on and off page boundaries.
@@ -665,7 +719,7 @@ mod tests {
     fn a_turn_end_puts_its_bytes_in_the_file_or_the_writers_queue() {
         let dir = tempfile::tempdir().unwrap();
         let (path, file) = file_in(&dir);
-        let (mut out, outcome) = DirectOutput::new(file);
+        let (mut out, outcome) = DirectOutput::with_behind_budget(file, 0);
         let data = pattern(BLOCK + DIRECT_MIN + 1000);
         // A small turn with no writer running: in the file when the turn ends.
         out.write_all(&data[..1000]).unwrap();
@@ -726,6 +780,32 @@ mod tests {
     }
 
     #[test]
+    fn while_blocks_wait_behind_the_disk_they_go_through_the_page_cache_within_a_budget() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, file) = file_in(&dir);
+        let direct = reopen_direct(&file).unwrap();
+        let data = pattern(4 * BLOCK);
+        // Four full blocks queued before the writer starts: the first three have another
+        // behind them; a budget of two blocks sends two through, then the rest direct.
+        let (jobs, queue) = mpsc::sync_channel(4);
+        for (n, bytes) in data.chunks(BLOCK).enumerate() {
+            let mut block = Block::new((n * BLOCK) as u64, n > 0).unwrap();
+            block.bytes_mut().copy_from_slice(bytes);
+            block.fill = BLOCK;
+            jobs.send(block).unwrap();
+        }
+        drop(jobs);
+        let (give_back, done) = mpsc::channel();
+        let outcome = DirectOutcome::default();
+        write_blocks(&queue, &give_back, (&direct, &file), 2 * BLOCK, &outcome);
+        assert_eq!(done.try_iter().count(), 4, "every block given back");
+        assert!(std::fs::read(&path).unwrap() == data);
+        if went_direct(&outcome) {
+            assert_eq!(outcome.direct_bytes(), 2 * BLOCK as u64);
+        }
+    }
+
+    #[test]
     fn a_failed_write_is_kept_returned_and_leaves_no_hole() {
         // SAFETY: geteuid has no preconditions.
         if unsafe { libc::geteuid() } != 0 {
@@ -742,23 +822,33 @@ mod tests {
             skip(Requirement::Root, "cannot mount a tmpfs");
             return;
         }
+        /// Unmounts the tmpfs however the test ends.
+        struct Unmount<'a>(&'a std::path::Path);
+        impl Drop for Unmount<'_> {
+            fn drop(&mut self) {
+                let _ = std::process::Command::new("umount").arg(self.0).status();
+            }
+        }
+        let unmount = Unmount(dir.path());
         let (path, file) = file_in(&dir);
-        let (mut out, outcome) = DirectOutput::new(file);
+        let (mut out, outcome) = DirectOutput::with_behind_budget(file, 0);
         let data = pattern(4 * BLOCK);
-        let mut failed = None;
         for piece in data.chunks(DIRECT_MIN) {
-            if let Err(e) = out.write_all(piece).and_then(|()| out.flush()) {
-                failed = Some(e);
+            if out.write_all(piece).and_then(|()| out.flush()).is_err() {
                 break;
             }
         }
+        // The writer fails on its own time; once it has, every call says so.
+        let started = std::time::Instant::now();
+        while outcome.error().is_none() && started.elapsed() < std::time::Duration::from_secs(10) {
+            std::thread::sleep(std::time::Duration::from_millis(5));
+        }
+        let failed = out.write_all(b"more").and_then(|()| out.flush()).err();
         drop(out);
         let error = outcome.error().expect("the writer's error is kept");
         let bytes = std::fs::read(&path).unwrap();
-        let _ = std::process::Command::new("umount")
-            .arg(dir.path())
-            .status();
-        assert_eq!(error.raw_os_error(), None, "kept as text: {error}");
+        drop(unmount);
+        assert_eq!(error.raw_os_error(), Some(libc::ENOSPC), "{error}");
         assert!(error.to_string().contains("No space left"), "{error}");
         let failed = failed.expect("a later call returns the error");
         assert!(failed.to_string().contains("No space left"), "{failed}");
@@ -771,6 +861,45 @@ mod tests {
         assert!(
             data.starts_with(&bytes),
             "the file is not a prefix of what was written"
+        );
+    }
+
+    #[test]
+    fn an_archive_at_a_page_boundary_past_the_start_goes_direct_after_what_was_there() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("t.fxt");
+        let head = pattern(2 * DIRECT_ALIGN);
+        std::fs::write(&path, &head).unwrap();
+        let mut file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        use std::io::Seek;
+        file.seek(io::SeekFrom::End(0)).unwrap();
+        let (mut out, outcome) = DirectOutput::with_behind_budget(file, 0);
+        let data: Vec<u8> = pattern(BLOCK + 10).into_iter().rev().collect();
+        out.write_all(&data).unwrap();
+        drop(out);
+        let bytes = std::fs::read(&path).unwrap();
+        assert!(bytes[..head.len()] == head && bytes[head.len()..] == data);
+        if went_direct(&outcome) {
+            assert_eq!(outcome.direct_bytes(), BLOCK as u64);
+        }
+    }
+
+    #[test]
+    fn after_a_kept_failure_nothing_more_is_written() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, file) = file_in(&dir);
+        let (mut out, outcome) = DirectOutput::new(file);
+        out.write_all(&pattern(1000)).unwrap();
+        // The writer's failure, as it keeps it.
+        outcome.fail(&io::Error::from_raw_os_error(libc::EIO));
+        let error = out.flush().unwrap_err();
+        assert_eq!(error.raw_os_error(), Some(libc::EIO));
+        assert!(out.write_all(b"more").is_err());
+        drop(out);
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            0,
+            "nothing written after it"
         );
     }
 }
