@@ -147,7 +147,7 @@ for label in $(awk '$1 !~ /-fixed$/ { print $1 }' "$results" | sort -u); do
     recorder=${label%-*}
     if grep -q "^$recorder-fixed " "$results"; then
         fixed=$(awk -v l="$recorder-fixed" '$1 == l { print $7 }' "$results" | sort -g | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }')
-        net="; net of its fixed $fixed ms: $(awk -v l="$label" -v f="$fixed" '$1 == l { print ($7 - f) / $3 }' "$results" | median %.3f)"
+        net="; net of its fixed $fixed ms: $(awk -v l="$label" -v f="$fixed" '$1 == l && $3 > 0 { print ($7 - f) / $3 }' "$results" | median %.3f)"
     fi
     echo "  $label: CPU ms/MiB $cpu$net; dropped $drops"
 done

@@ -39,14 +39,17 @@ use std::thread::JoinHandle;
 /// device's logical block size divides it).
 pub const DIRECT_ALIGN: usize = 4096;
 /// Bytes of a block, the largest direct write (direct writes of 1 MiB cost the test machine
-/// 0.065 ms of CPU per MiB, of 4 MiB 0.04, buffered ones 0.17 or more: BENCHMARKS.md; 2 MiB
-/// blocks, twice as many, drop less in a burst than 4 MiB ones).
+/// 0.065 ms of CPU per MiB, of 4 MiB 0.04, buffered ones 0.17 or more; 2 MiB
+/// blocks, twice as many, drop less in a burst than 4 MiB ones:
+/// `docs/benchmarks/manager-and-service.md`).
 pub const BLOCK: usize = 2 << 20;
 /// Fewest bytes a turn's end hands over for a direct write; fewer are written through.
 pub const DIRECT_MIN: usize = 512 << 10;
 /// Bytes at most that the writer sends through the page cache while the disk is behind,
-/// until it has caught up ([`write_blocks`]).
+/// until it has caught up (the writer thread's loop, `write_blocks`).
 pub const BEHIND_THROUGH: usize = 256 << 20;
+/// Bytes of a huge page (x86-64's PMD pages) that a block other than the first is aligned to.
+const HUGE_PAGE: usize = 2 << 20;
 /// Blocks at most (16 MiB): one being filled, the others queued or being written. When the
 /// writer has them all, handing one more over waits for one (the saves then go at the disk's
 /// speed, and providers drop, counted, what they cannot buffer).
@@ -145,11 +148,15 @@ impl Block {
     /// of the recorder's CPU per MiB on the test machine); the first block has small pages, so
     /// that a short recording faults in only the few it fills.
     fn new(base: u64, huge: bool) -> io::Result<Self> {
-        use nix::sys::mman::{madvise, mmap_anonymous, MapFlags, MmapAdvise, ProtFlags};
-        let len = std::num::NonZeroUsize::new(BLOCK).ok_or_else(|| io::Error::other("BLOCK"))?;
+        use nix::sys::mman::{madvise, mmap_anonymous, munmap, MapFlags, MmapAdvise, ProtFlags};
+        // A huge one is cut out of a mapping a huge page longer, at a huge page boundary
+        // (kernels before 6.7 do not align anonymous mappings to one).
+        let extra = if huge { HUGE_PAGE } else { 0 };
+        let len =
+            std::num::NonZeroUsize::new(BLOCK + extra).ok_or_else(|| io::Error::other("BLOCK"))?;
         // SAFETY: a fresh private anonymous mapping, at an address the kernel chooses: it
         // aliases no other memory.
-        let ptr = unsafe {
+        let mapped = unsafe {
             mmap_anonymous(
                 None,
                 len,
@@ -158,13 +165,26 @@ impl Block {
             )
         }
         .map_err(io::Error::from)?;
+        let start = mapped.as_ptr() as usize;
+        let head = start.next_multiple_of(extra.max(1)) - start;
+        let trim = |at: usize, len: usize| {
+            if let Some(at) = NonNull::new(at as *mut std::ffi::c_void).filter(|_| len > 0) {
+                // SAFETY: a part of the mapping just made, outside the block kept: nothing
+                // refers to it.
+                let _ = unsafe { munmap(at, len) };
+            }
+        };
+        trim(start, head);
+        trim(start + head + BLOCK, extra - head);
+        let ptr =
+            NonNull::new((start + head) as *mut u8).ok_or_else(|| io::Error::other("mmap"))?;
         if huge {
-            // SAFETY: advice on the mapping just made, which nothing else uses yet. Refused
-            // (no huge pages in this kernel), the block has small pages.
-            let _ = unsafe { madvise(ptr, BLOCK, MmapAdvise::MADV_HUGEPAGE) };
+            // SAFETY: advice on the block just made, which nothing else uses yet. Refused (no
+            // huge pages in this kernel), the block has small pages.
+            let _ = unsafe { madvise(ptr.cast(), BLOCK, MmapAdvise::MADV_HUGEPAGE) };
         }
         Ok(Self {
-            ptr: ptr.cast(),
+            ptr,
             base,
             fill: 0,
             written: 0,
@@ -190,6 +210,7 @@ impl Block {
     /// Write `[written, fill)` through `file`; a failure is kept in `outcome` (nothing is
     /// written after it).
     fn write_through(&mut self, file: &File, outcome: &DirectOutcome) -> io::Result<()> {
+        outcome.check()?;
         let (from, to) = (self.written, self.fill);
         if let Err(e) = write_through_at(file, &self.bytes()[from..to], self.base + from as u64) {
             outcome.fail(&e);
@@ -360,13 +381,15 @@ impl Blocks {
         let made = match self.free.pop() {
             Some(block) => Ok(block),
             None if self.made < MAX_BLOCKS => Block::new(0, true).inspect(|_| self.made += 1),
-            None => writer.wait_block(),
+            None => writer.wait_block().inspect_err(|e| outcome.fail(e)),
         };
         let mut next = match made {
             Ok(block) => block,
             // No memory for another block: wait for one the writer has, or else write this
             // one through (the recording goes on).
-            Err(_) if writer.in_flight > 0 => writer.wait_block()?,
+            Err(_) if writer.in_flight > 0 => {
+                writer.wait_block().inspect_err(|e| outcome.fail(e))?
+            }
             Err(_) => {
                 self.block.write_through(file, outcome)?;
                 self.block.rebase();
@@ -380,7 +403,8 @@ impl Blocks {
         next.fill = rest;
         next.written = rest;
         let full = std::mem::replace(&mut self.block, next);
-        writer.send(full)
+        // A writer gone (it cannot panic) is a failure kept like a failed write.
+        writer.send(full).inspect_err(|e| outcome.fail(e))
     }
 
     /// The end of a turn: the block is handed over when it holds [`DIRECT_MIN`] bytes not in
@@ -559,7 +583,7 @@ fn reopen_direct(file: &File) -> io::Result<File> {
 /// writer has caught up: a burst faster than the disk costs few more drops than it did before
 /// direct writes, while a sustained stream that outruns the disk goes at the disk's pace, direct
 /// (through the page cache, such a stream filled memory with dirty pages, slowed every write
-/// and saved less: BENCHMARKS.md).
+/// and saved less: `docs/benchmarks/manager-and-service.md`).
 fn write_blocks(
     queue: &Receiver<Block>,
     give_back: &mpsc::Sender<Block>,
@@ -605,7 +629,8 @@ fn write_block(
     let aligned = block.aligned();
     let bytes = block.bytes();
     let mut through_from = block.written;
-    if aligned >= DIRECT_MIN && use_direct {
+    // (A turn's end hands over DIRECT_MIN bytes or more, whole pages of them one page less.)
+    if aligned > DIRECT_MIN - DIRECT_ALIGN && use_direct {
         match direct.write_all_at(&bytes[..aligned], block.base) {
             Ok(()) => {
                 outcome.figures().direct_bytes += aligned as u64;
@@ -629,7 +654,7 @@ fn write_block(
 }
 
 /// Most bytes of one buffered write.
-pub const THROUGH_PIECE: usize = 1 << 20;
+const THROUGH_PIECE: usize = 1 << 20;
 
 fn write_through_at(file: &File, bytes: &[u8], offset: u64) -> io::Result<()> {
     let mut at = offset;
@@ -674,6 +699,7 @@ mod tests {
     fn pieces_and_turns_of_every_size_read_back_whole() {
         let dir = tempfile::tempdir().unwrap();
         let (path, file) = file_in(&dir);
+        let mut description = file.try_clone().unwrap();
         let (mut out, outcome) = DirectOutput::with_behind_budget(file, 0);
         let data = pattern(3 * BLOCK + 5 * DIRECT_ALIGN + 123);
         // Pieces of 1 byte to more than a block; turns ending after small and large amounts,
@@ -709,10 +735,9 @@ mod tests {
                 outcome.direct_bytes()
             );
         }
-        // The file's offset is left at the archive's end.
-        let mut file = std::fs::OpenOptions::new().write(true).open(&path).unwrap();
+        // The offset of the description it was given is left at the archive's end.
         use std::io::Seek;
-        assert_eq!(file.seek(io::SeekFrom::End(0)).unwrap(), data.len() as u64);
+        assert_eq!(description.stream_position().unwrap(), data.len() as u64);
     }
 
     #[test]
@@ -725,9 +750,18 @@ mod tests {
         out.write_all(&data[..1000]).unwrap();
         out.flush().unwrap();
         assert_eq!(std::fs::read(&path).unwrap(), &data[..1000]);
-        // Then a large one: handed over, in the file once the writer is done (the drop waits).
+        // Then a large one: handed over to the writer, in the file without another turn.
         out.write_all(&data[1000..]).unwrap();
         out.flush().unwrap();
+        let started = std::time::Instant::now();
+        while std::fs::metadata(&path).unwrap().len() < data.len() as u64 {
+            let waited = started.elapsed();
+            assert!(
+                waited < std::time::Duration::from_secs(10),
+                "not written: {waited:?}"
+            );
+            std::thread::sleep(std::time::Duration::from_millis(2));
+        }
         drop(out);
         assert!(std::fs::read(&path).unwrap() == data);
         if went_direct(&outcome) {
@@ -783,7 +817,13 @@ mod tests {
     fn while_blocks_wait_behind_the_disk_they_go_through_the_page_cache_within_a_budget() {
         let dir = tempfile::tempdir().unwrap();
         let (path, file) = file_in(&dir);
-        let direct = reopen_direct(&file).unwrap();
+        let Ok(direct) = reopen_direct(&file) else {
+            skip(
+                Requirement::DirectIo,
+                "no O_DIRECT description of a temporary file",
+            );
+            return;
+        };
         let data = pattern(4 * BLOCK);
         // Four full blocks queued before the writer starts: the first three have another
         // behind them; a budget of two blocks sends two through, then the rest direct.
@@ -901,5 +941,54 @@ mod tests {
             0,
             "nothing written after it"
         );
+    }
+
+    #[test]
+    fn a_writer_that_failed_writes_no_later_block() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, file) = file_in(&dir);
+        let Ok(direct) = reopen_direct(&file) else {
+            skip(
+                Requirement::DirectIo,
+                "no O_DIRECT description of a temporary file",
+            );
+            return;
+        };
+        // The buffered description cannot write (EBADF): the first block, sent through the
+        // page cache (two wait behind it; the budget takes one), fails; the next two would go
+        // direct, which works.
+        let read_only = File::open(&path).unwrap();
+        let data = pattern(3 * BLOCK);
+        let (jobs, queue) = mpsc::sync_channel(3);
+        for (n, bytes) in data.chunks(BLOCK).enumerate() {
+            let mut block = Block::new((n * BLOCK) as u64, false).unwrap();
+            block.bytes_mut().copy_from_slice(bytes);
+            block.fill = BLOCK;
+            jobs.send(block).unwrap();
+        }
+        drop(jobs);
+        let (give_back, done) = mpsc::channel();
+        let outcome = DirectOutcome::default();
+        write_blocks(&queue, &give_back, (&direct, &read_only), BLOCK, &outcome);
+        assert_eq!(done.try_iter().count(), 3, "every block given back");
+        assert_eq!(
+            outcome.error().and_then(|e| e.raw_os_error()),
+            Some(libc::EBADF)
+        );
+        assert_eq!(
+            std::fs::metadata(&path).unwrap().len(),
+            0,
+            "a block after the failure"
+        );
+    }
+
+    #[test]
+    fn a_huge_block_starts_at_a_huge_page_boundary_and_keeps_its_bytes() {
+        for _ in 0..4 {
+            let mut block = Block::new(0, true).unwrap();
+            assert_eq!(block.ptr.as_ptr() as usize % HUGE_PAGE, 0);
+            block.bytes_mut().copy_from_slice(&pattern(BLOCK));
+            assert!(block.bytes() == pattern(BLOCK).as_slice());
+        }
     }
 }

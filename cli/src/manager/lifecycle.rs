@@ -411,7 +411,7 @@ mod tests {
 /// chain of `exec`s) pays that per process and per tracepoint. Held for the whole recording,
 /// each traced process's open is only its own.
 ///
-/// The events are held by a small process of their own ([`Holder`]), so that their last close,
+/// The events are held by a small process of their own (`Holder`), so that their last close,
 /// with its grace periods (39 and 44 ms, one after the other: the kernel serializes them), is
 /// nobody's wait: neither the session's wind-down nor the recorder's exit waits for it.
 #[derive(Debug)]

@@ -17,7 +17,7 @@
 //! terminal): the command ends its own way and is traced meanwhile; SIGTERM follows only if it
 //! still runs [`RecordConfig::signal_grace`] later.
 //!
-//! The loop is the session loop every session runs ([`SessionDriver`]: the manager's turns,
+//! The loop is the session loop every session runs (`SessionDriver`: the manager's turns,
 //! the duration, the stop alert, the sections); around it the recorder keeps the command,
 //! signals and the log lines.
 //!
@@ -565,7 +565,8 @@ impl Recorder {
         }
         out_file.commit().map_err(output_error)?;
         // Written in large blocks with direct I/O by a writer thread, each turn's bytes in
-        // the file or in its queue when the turn ends (see `DirectOutput`). A recorder killed
+        // the file or in its queue when the turn ends, or waiting in the block for a later turn
+        // while every block is in the writer's hands (see `DirectOutput`). A recorder killed
         // by SIGKILL loses what it had not yet written.
         let output = out_file.file().try_clone().map_err(output_error)?;
         let (output, written) = DirectOutput::new(output);

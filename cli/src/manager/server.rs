@@ -591,9 +591,10 @@ impl Manager {
         if self.archive.current_provider() != Some(id) {
             self.archive.begin_provider(id, name)?;
         }
-        // Written through, as a read-out is at the end of its turn: a section's batches come
-        // from outside the event loop, which may sleep long before its next turn. A failed
-        // write ends the session as one while reading a provider out does.
+        // Handed to the output now, as a read-out is at the end of its turn (written, or queued
+        // for `record`'s writer thread: `direct_output`): a section's batches come from outside
+        // the event loop, which may sleep long before its next turn. A failed write ends the
+        // session as one while reading a provider out does.
         let written = self
             .archive
             .write_records(records)
