@@ -461,9 +461,7 @@ impl CutOnFailure {
     /// appending, else its offset (what comes before is never cut).
     pub fn new(file: std::fs::File) -> Self {
         use std::io::Seek;
-        let appends = nix::fcntl::fcntl(&file, nix::fcntl::FcntlArg::F_GETFL)
-            .is_ok_and(|flags| flags & libc::O_APPEND != 0);
-        let start = if appends {
+        let start = if opened_for_appending(&file) {
             file.metadata().map_or(0, |m| m.len())
         } else {
             (&file).stream_position().unwrap_or(0)
@@ -509,6 +507,13 @@ impl Drop for CutOnFailure {
             let _ = truncate_to_complete_records_from(&self.file, self.start);
         }
     }
+}
+
+/// Whether `file`'s description was opened for appending (`O_APPEND`: every write goes to the
+/// end, whatever its offset).
+pub(crate) fn opened_for_appending(file: &std::fs::File) -> bool {
+    nix::fcntl::fcntl(file, nix::fcntl::FcntlArg::F_GETFL)
+        .is_ok_and(|flags| flags & libc::O_APPEND != 0)
 }
 
 /// Cuts `file` after its last complete record and returns what it holds: after a failed write

@@ -207,8 +207,8 @@ impl Block {
         self.fill - self.fill % DIRECT_ALIGN
     }
 
-    /// Write `[written, fill)` through `file`; a failure is kept in `outcome` (nothing is
-    /// written after it).
+    /// Write `[written, fill)` through `file` and continue from the block's last partial page
+    /// (moved to its start); a failure is kept in `outcome` (nothing is written after it).
     fn write_through(&mut self, file: &File, outcome: &DirectOutcome) -> io::Result<()> {
         outcome.check()?;
         let (from, to) = (self.written, self.fill);
@@ -216,19 +216,13 @@ impl Block {
             outcome.fail(&e);
             return Err(e);
         }
-        self.written = to;
-        Ok(())
-    }
-
-    /// Continue from its last partial page, the rest being in the file (or handed over):
-    /// that page moves to the start.
-    fn rebase(&mut self) {
         let aligned = self.aligned();
         let rest = self.fill - aligned;
         self.bytes_mut().copy_within(aligned..aligned + rest, 0);
         self.base += aligned as u64;
         self.fill = rest;
         self.written = rest;
+        Ok(())
     }
 }
 
@@ -323,9 +317,7 @@ fn block_start(file: &File) -> Result<u64, String> {
     if !file.metadata().is_ok_and(|m| m.file_type().is_file()) {
         return Err("not a regular file".into());
     }
-    let appends = nix::fcntl::fcntl(file, nix::fcntl::FcntlArg::F_GETFL)
-        .is_ok_and(|flags| flags & libc::O_APPEND != 0);
-    if appends {
+    if super::archive::opened_for_appending(file) {
         return Err("open for appending".into());
     }
     let mut position = file;
@@ -373,9 +365,7 @@ impl Blocks {
             }
         }
         let Some(writer) = &mut self.writer else {
-            self.block.write_through(file, outcome)?;
-            self.block.rebase();
-            return Ok(());
+            return self.block.write_through(file, outcome);
         };
         writer.collect(&mut self.free);
         let made = match self.free.pop() {
@@ -391,9 +381,7 @@ impl Blocks {
                 writer.wait_block().inspect_err(|e| outcome.fail(e))?
             }
             Err(_) => {
-                self.block.write_through(file, outcome)?;
-                self.block.rebase();
-                return Ok(());
+                return self.block.write_through(file, outcome);
             }
         };
         let aligned = self.block.aligned();
@@ -430,11 +418,7 @@ impl Blocks {
             (DIRECT_MIN.., _) => self.hand_over(file, outcome),
             (_, true) if block_free => self.hand_over(file, outcome),
             (_, true) => Ok(()),
-            (_, false) => {
-                self.block.write_through(file, outcome)?;
-                self.block.rebase();
-                Ok(())
-            }
+            (_, false) => self.block.write_through(file, outcome),
         }
     }
 
@@ -683,6 +667,31 @@ mod tests {
         (path, file)
     }
 
+    /// A second, direct description of `file`, or `None` after a skip line.
+    fn direct_or_skip(file: &File) -> Option<File> {
+        let direct = reopen_direct(file).ok();
+        if direct.is_none() {
+            skip(
+                Requirement::DirectIo,
+                "no O_DIRECT description of a temporary file",
+            );
+        }
+        direct
+    }
+
+    /// `data` (whole blocks) as full blocks queued for a writer, the queue closed; all but
+    /// the first `huge` when asked.
+    fn queued_blocks(data: &[u8], huge: bool) -> Receiver<Block> {
+        let (jobs, queue) = mpsc::sync_channel(data.len() / BLOCK);
+        for (n, bytes) in data.chunks(BLOCK).enumerate() {
+            let mut block = Block::new((n * BLOCK) as u64, huge && n > 0).unwrap();
+            block.bytes_mut().copy_from_slice(bytes);
+            block.fill = BLOCK;
+            jobs.send(block).unwrap();
+        }
+        queue
+    }
+
     /// Whether `outcome` shows direct writes, or else says why not (a file system that
     /// refuses them): the test then checks the written-through path only, and says so.
     fn went_direct(outcome: &DirectOutcome) -> bool {
@@ -817,24 +826,13 @@ mod tests {
     fn while_blocks_wait_behind_the_disk_they_go_through_the_page_cache_within_a_budget() {
         let dir = tempfile::tempdir().unwrap();
         let (path, file) = file_in(&dir);
-        let Ok(direct) = reopen_direct(&file) else {
-            skip(
-                Requirement::DirectIo,
-                "no O_DIRECT description of a temporary file",
-            );
+        let Some(direct) = direct_or_skip(&file) else {
             return;
         };
         let data = pattern(4 * BLOCK);
         // Four full blocks queued before the writer starts: the first three have another
         // behind them; a budget of two blocks sends two through, then the rest direct.
-        let (jobs, queue) = mpsc::sync_channel(4);
-        for (n, bytes) in data.chunks(BLOCK).enumerate() {
-            let mut block = Block::new((n * BLOCK) as u64, n > 0).unwrap();
-            block.bytes_mut().copy_from_slice(bytes);
-            block.fill = BLOCK;
-            jobs.send(block).unwrap();
-        }
-        drop(jobs);
+        let queue = queued_blocks(&data, true);
         let (give_back, done) = mpsc::channel();
         let outcome = DirectOutcome::default();
         write_blocks(&queue, &give_back, (&direct, &file), 2 * BLOCK, &outcome);
@@ -947,11 +945,7 @@ mod tests {
     fn a_writer_that_failed_writes_no_later_block() {
         let dir = tempfile::tempdir().unwrap();
         let (path, file) = file_in(&dir);
-        let Ok(direct) = reopen_direct(&file) else {
-            skip(
-                Requirement::DirectIo,
-                "no O_DIRECT description of a temporary file",
-            );
+        let Some(direct) = direct_or_skip(&file) else {
             return;
         };
         // The buffered description cannot write (EBADF): the first block, sent through the
@@ -959,14 +953,7 @@ mod tests {
         // direct, which works.
         let read_only = File::open(&path).unwrap();
         let data = pattern(3 * BLOCK);
-        let (jobs, queue) = mpsc::sync_channel(3);
-        for (n, bytes) in data.chunks(BLOCK).enumerate() {
-            let mut block = Block::new((n * BLOCK) as u64, false).unwrap();
-            block.bytes_mut().copy_from_slice(bytes);
-            block.fill = BLOCK;
-            jobs.send(block).unwrap();
-        }
-        drop(jobs);
+        let queue = queued_blocks(&data, false);
         let (give_back, done) = mpsc::channel();
         let outcome = DirectOutcome::default();
         write_blocks(&queue, &give_back, (&direct, &read_only), BLOCK, &outcome);
