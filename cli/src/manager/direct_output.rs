@@ -5,9 +5,10 @@
 //!
 //! Bytes are copied into a page-aligned block of [`BLOCK`] bytes. A full block is handed to
 //! the writer thread, which writes its whole pages with direct I/O (through the page cache
-//! while other blocks wait behind it, within a budget), and the part of a
-//! page that may end it through the file's own (buffered) description; that partial page starts
-//! the next block, to be written again, direct, once that block is handed over. At the end of
+//! while the disk is behind, within a budget), and the part of a page that may end it through
+//! the file's own (buffered) description; that partial page starts the next block, whose
+//! writer completes it through the page cache too: no page is written both ways (a direct
+//! write over a page the page cache holds first waits for that page's writeback). At the end of
 //! each turn ([`Write::flush`]) the block is handed over when it holds at least [`DIRECT_MIN`]
 //! bytes not yet in the file; fewer are written through at once while the writer is idle (a
 //! small direct write costs more than a buffered one), as the archive wrote every turn before,
@@ -48,6 +49,9 @@ pub const DIRECT_MIN: usize = 512 << 10;
 /// Bytes at most that the writer sends through the page cache while the disk is behind,
 /// until it has caught up (the writer thread's loop, `write_blocks`).
 pub const BEHIND_THROUGH: usize = 256 << 20;
+/// Blocks waiting behind the one the writer takes from which the disk is behind: one is not
+/// (a save larger than a block hands two over at once).
+const BEHIND_QUEUED: usize = 2;
 /// Bytes of a huge page (x86-64's PMD pages) that a block other than the first is aligned to.
 const HUGE_PAGE: usize = 2 << 20;
 /// Blocks at most (16 MiB): one being filled, the others queued or being written. When the
@@ -562,10 +566,11 @@ fn reopen_direct(file: &File) -> io::Result<File> {
 /// The writer thread: write each block handed over, in order, and give it back; after a
 /// failure, write nothing more.
 ///
-/// While the disk is behind (another block is queued behind this one), blocks go through the
-/// page cache, which takes them at memory speed, up to `behind_through` bytes until the
-/// writer has caught up: a burst faster than the disk costs few more drops than it did before
-/// direct writes, while a sustained stream that outruns the disk goes at the disk's pace, direct
+/// While the disk is behind ([`BEHIND_QUEUED`] blocks or more queued behind this one),
+/// blocks go through the page cache, which takes them at memory speed, up to
+/// `behind_through` bytes until the writer has caught up: a burst faster than the disk costs
+/// few more drops than it did before direct writes, while a sustained stream that outruns the
+/// disk goes at the disk's pace, direct
 /// (through the page cache, such a stream filled memory with dirty pages, slowed every write
 /// and saved less: `docs/benchmarks/manager-and-service.md`).
 fn write_blocks(
@@ -581,7 +586,7 @@ fn write_blocks(
     while let Some(block) = queued.pop_front().or_else(|| queue.recv().ok()) {
         queued.extend(queue.try_iter());
         if !outcome.0.failed.load(Ordering::Acquire) {
-            let behind = !queued.is_empty() && budget >= block.fill;
+            let behind = queued.len() >= BEHIND_QUEUED && budget >= block.fill;
             match behind {
                 true => budget -= block.fill,
                 false if queued.is_empty() => budget = behind_through,
@@ -598,10 +603,12 @@ fn write_blocks(
     }
 }
 
-/// Write one block handed over: its whole pages direct from its base (rewriting the first
-/// bytes written through before), the partial page that ends it through `file`; all of it
-/// through `file` when `use_direct` is false or it has fewer than [`DIRECT_MIN`] bytes of
-/// whole pages (a turn's end while the writer was busy). A file system that refuses direct
+/// Write one block handed over: what is not in the file yet (from `written`), its whole pages
+/// direct, the partial pages around them through `file` (the one that ends it starts the next
+/// block, which writes the rest of that page the same way): no page is written both ways, so
+/// a direct write never waits for the page cache to write back a page of its range. All of it
+/// goes through `file` when `use_direct` is false or it has fewer than [`DIRECT_MIN`] bytes
+/// of whole pages (a turn's end while the writer was busy). A file system that refuses direct
 /// I/O (`EINVAL`) gets this block, and the caller the later ones, through `file`.
 fn write_block(
     block: &Block,
@@ -610,31 +617,37 @@ fn write_block(
     use_direct: bool,
     outcome: &DirectOutcome,
 ) -> io::Result<()> {
-    let aligned = block.aligned();
     let bytes = block.bytes();
-    let mut through_from = block.written;
-    // (A turn's end hands over DIRECT_MIN bytes or more, whole pages of them one page less.)
-    if aligned > DIRECT_MIN - DIRECT_ALIGN && use_direct {
-        match direct.write_all_at(&bytes[..aligned], block.base) {
+    let at = |offset: usize| block.base + offset as u64;
+    let [head, whole, tail] = block_pieces(block.written, block.fill);
+    // (A turn's end hands over DIRECT_MIN bytes or more: whole pages of them, two pages less.)
+    if use_direct && whole.len() + 2 * DIRECT_ALIGN > DIRECT_MIN {
+        write_through_at(file, &bytes[head.clone()], at(head.start))?;
+        match direct.write_all_at(&bytes[whole.clone()], at(whole.start)) {
             Ok(()) => {
-                outcome.figures().direct_bytes += aligned as u64;
-                through_from = through_from.max(aligned);
+                outcome.figures().direct_bytes += whole.len() as u64;
+                return write_through_at(file, &bytes[tail.clone()], at(tail.start));
             }
             // The file system does not take direct I/O (or not at this alignment).
             Err(e) if e.raw_os_error() == Some(libc::EINVAL) => {
                 outcome.refuse(format!("the file system refused a direct write: {e}"));
+                return write_through_at(file, &bytes[whole.start..tail.end], at(whole.start));
             }
             Err(e) => return Err(e),
         }
     }
-    if block.fill > through_from {
-        write_through_at(
-            file,
-            &bytes[through_from..block.fill],
-            block.base + through_from as u64,
-        )?;
-    }
-    Ok(())
+    write_through_at(file, &bytes[head.start..tail.end], at(head.start))
+}
+
+/// The bytes `[written, fill)` of a block not in the file yet, in three pieces: up to the
+/// first page boundary, the whole pages after it (page-aligned: what may be written direct),
+/// and the partial page that ends them. A page of the direct piece holds no byte of the
+/// others (and none already in the file).
+fn block_pieces(written: usize, fill: usize) -> [std::ops::Range<usize>; 3] {
+    let aligned = fill - fill % DIRECT_ALIGN;
+    let head_end = written.next_multiple_of(DIRECT_ALIGN).clamp(written, fill);
+    let whole_end = aligned.max(head_end);
+    [written..head_end, head_end..whole_end, whole_end..fill]
 }
 
 /// Most bytes of one buffered write.
@@ -826,20 +839,68 @@ mod tests {
     fn while_blocks_wait_behind_the_disk_they_go_through_the_page_cache_within_a_budget() {
         let dir = tempfile::tempdir().unwrap();
         let (path, file) = file_in(&dir);
-        let Some(direct) = direct_or_skip(&file) else {
+        if direct_or_skip(&file).is_none() {
             return;
-        };
-        let data = pattern(4 * BLOCK);
-        // Four full blocks queued before the writer starts: the first three have another
-        // behind them; a budget of two blocks sends two through, then the rest direct.
-        let queue = queued_blocks(&data, true);
-        let (give_back, done) = mpsc::channel();
-        let outcome = DirectOutcome::default();
-        write_blocks(&queue, &give_back, (&direct, &file), 2 * BLOCK, &outcome);
-        assert_eq!(done.try_iter().count(), 4, "every block given back");
-        assert!(std::fs::read(&path).unwrap() == data);
-        if went_direct(&outcome) {
-            assert_eq!(outcome.direct_bytes(), 2 * BLOCK as u64);
+        }
+        // Full blocks queued before the writer starts: while two or more are behind one (the
+        // disk is behind; one is not: a save of two blocks hands two over at once), it goes
+        // through the page cache within the budget; the rest direct.
+        for (blocks, budget, direct) in [(5, 4, 2), (6, 2, 4)] {
+            let data = pattern(blocks * BLOCK);
+            let queue = queued_blocks(&data, true);
+            let (give_back, done) = mpsc::channel();
+            let outcome = DirectOutcome::default();
+            let file = File::create(&path).unwrap();
+            let direct_file = reopen_direct(&file).unwrap();
+            write_blocks(
+                &queue,
+                &give_back,
+                (&direct_file, &file),
+                budget * BLOCK,
+                &outcome,
+            );
+            assert_eq!(done.try_iter().count(), blocks, "every block given back");
+            assert!(std::fs::read(&path).unwrap() == data);
+            if went_direct(&outcome) {
+                assert_eq!(
+                    outcome.direct_bytes(),
+                    (direct * BLOCK) as u64,
+                    "{blocks} blocks"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn no_page_is_written_both_direct_and_through() {
+        let page = DIRECT_ALIGN;
+        for (written, fill) in [
+            (0, BLOCK),
+            (0, 3 * page + 10),
+            (100, 3 * page + 10),
+            (page, 3 * page),
+            (page - 8, page + 8),
+            (100, 200),
+            (5000, 5000),
+        ] {
+            let [head, whole, tail] = block_pieces(written, fill);
+            let case = format!("{written}..{fill}: {head:?} {whole:?} {tail:?}");
+            // Every byte not in the file, once, in order.
+            assert_eq!(
+                (head.start, head.end, whole.end),
+                (written, whole.start, tail.start)
+            );
+            assert_eq!(tail.end, fill, "{case}");
+            // The direct piece is whole pages, and shares no page with the others or with
+            // what is in the file already.
+            if !whole.is_empty() {
+                assert_eq!((whole.start % page, whole.len() % page), (0, 0), "{case}");
+                assert!(written <= whole.start && head.end <= whole.start, "{case}");
+                assert!(tail.is_empty() || tail.start >= whole.end, "{case}");
+                assert!(written.div_ceil(page) * page <= whole.start, "{case}");
+            }
+            // As much as can go direct does.
+            assert!(tail.len() < page && head.len() < page, "{case}");
         }
     }
 
