@@ -608,7 +608,7 @@ fn write_blocks(
 /// block, which writes the rest of that page the same way): no page is written both ways, so
 /// a direct write never waits for the page cache to write back a page of its range. All of it
 /// goes through `file` when `use_direct` is false or it has fewer than [`DIRECT_MIN`] bytes
-/// of whole pages (a turn's end while the writer was busy). A file system that refuses direct
+/// of whole pages but one page (a turn's end while the writer was busy). A file system that refuses direct
 /// I/O (`EINVAL`) gets this block, and the caller the later ones, through `file`.
 fn write_block(
     block: &Block,
@@ -620,8 +620,8 @@ fn write_block(
     let bytes = block.bytes();
     let at = |offset: usize| block.base + offset as u64;
     let [head, whole, tail] = block_pieces(block.written, block.fill);
-    // (A turn's end hands over DIRECT_MIN bytes or more: whole pages of them, two pages less.)
-    if use_direct && whole.len() + 2 * DIRECT_ALIGN > DIRECT_MIN {
+    // (A turn's end hands over DIRECT_MIN bytes or more: whole pages of them, a page less.)
+    if use_direct && whole.len() + DIRECT_ALIGN >= DIRECT_MIN {
         write_through_at(file, &bytes[head.clone()], at(head.start))?;
         match direct.write_all_at(&bytes[whole.clone()], at(whole.start)) {
             Ok(()) => {
@@ -886,10 +886,8 @@ mod tests {
             let [head, whole, tail] = block_pieces(written, fill);
             let case = format!("{written}..{fill}: {head:?} {whole:?} {tail:?}");
             // Every byte not in the file, once, in order.
-            assert_eq!(
-                (head.start, head.end, whole.end),
-                (written, whole.start, tail.start)
-            );
+            let ends = (head.start, head.end, whole.end);
+            assert_eq!(ends, (written, whole.start, tail.start), "{case}");
             assert_eq!(tail.end, fill, "{case}");
             // The direct piece is whole pages, and shares no page with the others or with
             // what is in the file already.
@@ -901,6 +899,30 @@ mod tests {
             }
             // As much as can go direct does.
             assert!(tail.len() < page && head.len() < page, "{case}");
+        }
+    }
+
+    #[test]
+    fn a_block_that_starts_in_the_file_goes_direct_from_its_next_page() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, file) = file_in(&dir);
+        let Some(direct) = direct_or_skip(&file) else {
+            return;
+        };
+        // The first 100 bytes of the block are in the file already (a partial page carried
+        // over, or a turn's bytes written through).
+        let data = pattern(BLOCK);
+        std::fs::write(&path, &data[..100]).unwrap();
+        let mut block = Block::new(0, false).unwrap();
+        block.bytes_mut().copy_from_slice(&data);
+        (block.fill, block.written) = (BLOCK, 100);
+        let outcome = DirectOutcome::default();
+        write_block(&block, &direct, &file, true, &outcome).unwrap();
+        assert!(std::fs::read(&path).unwrap() == data);
+        if went_direct(&outcome) {
+            // Not the first page: the page cache holds it.
+            let direct_bytes = (BLOCK - DIRECT_ALIGN) as u64;
+            assert_eq!(outcome.direct_bytes(), direct_bytes);
         }
     }
 
