@@ -81,6 +81,17 @@ fn scan_with(len: usize, word_at: impl Fn(usize) -> Option<u64>) -> (Scan, usize
         if header == 0 {
             break ScanStop::ZeroWord;
         }
+        // A record that is not large (nearly all): its size is one shift and one mask away,
+        // so the walk's chain from one header to the next is short; the checks branch off it.
+        // Large records, zero sizes and records past the end take `check_frame`.
+        let kind = record_type(header);
+        let bytes = RecordHeader::SIZE.get(header) as usize * 8;
+        if kind != RecordType::LargeRecord as u8 && bytes != 0 && bytes <= len - offset {
+            offset += bytes;
+            records += 1;
+            metadata_or_large += usize::from(kind == RecordType::Metadata as u8);
+            continue;
+        }
         match check_frame(header, len - offset) {
             Ok(bytes) => {
                 offset += bytes;
@@ -334,6 +345,65 @@ pub fn check_frame(header: u64, available: usize) -> Result<usize, FramingErrorK
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// The scan's rule one record at a time, without its fast path: what the scan must find.
+    fn reference_prefix(bytes: &[u8]) -> (usize, usize, bool, ScanStop) {
+        let (mut offset, mut records, mut metadata_or_large) = (0, 0, false);
+        let stop = loop {
+            if offset == bytes.len() {
+                break ScanStop::End;
+            }
+            let Some(header) = word_at(bytes, offset) else {
+                let len = bytes.len() - offset;
+                let kind = FramingErrorKind::TrailingBytes { len };
+                break ScanStop::Error(FramingError { offset, kind });
+            };
+            if header == 0 {
+                break ScanStop::ZeroWord;
+            }
+            match check_frame(header, bytes.len() - offset) {
+                Ok(size) => {
+                    offset += size;
+                    records += 1;
+                    metadata_or_large |= is_metadata_or_large(header);
+                }
+                Err(kind) => break ScanStop::Error(FramingError { offset, kind }),
+            }
+        };
+        (offset, records, metadata_or_large, stop)
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn the_scan_finds_what_the_record_by_record_rule_finds(
+            words in proptest::collection::vec(
+                (0u64..16, 0u64..6, proptest::bool::ANY, 0u64..1 << 20),
+                0..40,
+            ),
+            trailing in 0usize..8,
+        ) {
+            // Headers of every type with small sizes (0 included), large records whose size
+            // may run far, zero words, and payload words that are not headers.
+            let mut bytes = Vec::new();
+            for (kind, size, large_size, high) in words {
+                let header = match (kind, large_size) {
+                    (15, true) => 15 | (size.pow(3) << 4) | (high << 36),
+                    (0, true) => 0,
+                    _ => kind | (size << 4) | (high << 16),
+                };
+                bytes.extend_from_slice(&header.to_ne_bytes());
+            }
+            bytes.extend(std::iter::repeat_n(0x55, trailing));
+            let (checked, stop) = CheckedRecords::prefix(&bytes);
+            let found = (
+                checked.len(),
+                checked.records(),
+                checked.may_hold_metadata_or_large(),
+                stop,
+            );
+            proptest::prop_assert_eq!(found, reference_prefix(&bytes));
+        }
+    }
 
     fn bytes(words: &[u64]) -> Vec<u8> {
         words.iter().flat_map(|w| w.to_ne_bytes()).collect()
