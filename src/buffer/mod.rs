@@ -184,14 +184,15 @@ impl TraceBuffer {
         Ok(())
     }
 
-    /// Copy the `words.len()` words at `offset` (a multiple of 8) out of the mapping, each with
-    /// one `Relaxed` atomic load: no data race with a writer, no system call, and on x86-64
-    /// the plain loads of a copy loop. As [`Self::read_at`], the words are only meaningful for
-    /// ranges whose writers have finished; a reader checks what it copied, never the mapping.
-    pub fn read_words_at(&self, offset: u64, words: &mut [u64]) -> Result<(), BufferError> {
-        let len = (words.len() as u64).saturating_mul(8);
+    /// Copy the `out.len()` bytes (a whole number of words) at `offset` (a multiple of 8) out
+    /// of the mapping, each word with one `Relaxed` atomic load: no data race with a writer,
+    /// no system call, and on x86-64 the plain loads of a copy loop. As [`Self::read_at`],
+    /// the words are only meaningful for ranges whose writers have finished; a reader checks
+    /// what it copied, never the mapping.
+    pub fn read_words_at(&self, offset: u64, out: &mut [u8]) -> Result<(), BufferError> {
+        let len = out.len() as u64;
         self.check_range(offset, len)?;
-        if offset % 8 != 0 {
+        if offset % 8 != 0 || len % 8 != 0 {
             return Err(BufferError::OutOfRange {
                 offset,
                 len,
@@ -205,14 +206,14 @@ impl TraceBuffer {
         let shared = unsafe {
             std::slice::from_raw_parts(
                 self.ptr.as_ptr().add(offset as usize).cast::<AtomicU64>(),
-                words.len(),
+                out.len() / 8,
             )
         };
-        for (word, shared) in words.iter_mut().zip(shared) {
+        for (word, shared) in out.chunks_exact_mut(8).zip(shared) {
             // ATOMICS: `Relaxed`: the copy's consistency comes from the protocol (the writers
             // of the range are done, published by the header's `Release` stores the caller
             // read with `Acquire`), not from this load.
-            *word = shared.load(Ordering::Relaxed);
+            word.copy_from_slice(&shared.load(Ordering::Relaxed).to_ne_bytes());
         }
         Ok(())
     }

@@ -22,13 +22,16 @@
 //! The archive takes records only as [`CheckedRecords`] (bytes whose framing a scan accepted:
 //! the drain's chunk-aware scanner, or [`CheckedRecords::check`]), so it never walks their
 //! framing itself, and it never decodes their contents: a provider's records reach the output
-//! byte for byte. The only records the manager composes itself are metadata records
+//! byte for byte. An output that keeps its next bytes in memory lends it ([`ArchiveOutput`]):
+//! the drain reads a window of a provider's buffer there, and the archive keeps the checked runs
+//! in place ([`RoomRuns`]: only runs handed over as `CheckedRecords` are kept). The only records the manager composes itself are metadata records
 //! and the visible drop/loss markers of [`Archive::marker`], written in a section of the
 //! manager's own that no provider can write into, so that readers tell them from a
 //! provider's imitation.
 
 use std::collections::BTreeSet;
 use std::io::{self, Write};
+use std::ops::Range;
 
 use crate::read::wall::WallClock;
 use fxtrace_format::{
@@ -60,7 +63,7 @@ pub enum ArchiveError {
 
 /// Writes one FXT stream: the magic number, then provider sections.
 #[derive(Debug)]
-pub struct Archive<W: Write> {
+pub struct Archive<W: ArchiveOutput> {
     /// `None` only once [`Self::into_inner`] has taken it.
     out: Option<W>,
     bytes: u64,
@@ -84,7 +87,7 @@ pub struct Archive<W: Write> {
 
 /// An archive dropped without [`Archive::flush`] (an error or a panic on the way out) still
 /// writes what it had taken, the magic number included: the file holds every record taken.
-impl<W: Write> Drop for Archive<W> {
+impl<W: ArchiveOutput> Drop for Archive<W> {
     fn drop(&mut self) {
         // An archive that took nothing writes nothing (a recording that failed to start leaves
         // an output written in place, such as a pipe, untouched).
@@ -92,6 +95,203 @@ impl<W: Write> Drop for Archive<W> {
             let _ = self.flush();
         }
     }
+}
+
+/// Where an archive's bytes go: any `Write`, and an output that keeps its next bytes in memory
+/// of its own before writing them (the recorder's `DirectOutput`) lends that memory
+/// ([`Archive::room`]), so that a provider's records are copied into the output once, where
+/// they are checked and kept, rather than through a copy of the drain's first.
+pub trait ArchiveOutput: Write {
+    /// `len` bytes of the output's memory right after the bytes it took, for the caller to
+    /// fill; `None` when the output has none (or not that many at once).
+    fn room(&mut self, len: usize) -> io::Result<Option<&mut [u8]>> {
+        let _ = len;
+        Ok(None)
+    }
+
+    /// Take the bytes `kept` (ascending, disjoint ranges) of the room last lent, moved
+    /// together in their order ([`compact_room`]), as the output's next bytes.
+    fn take_room(&mut self, kept: &[Range<usize>]) -> io::Result<()> {
+        match kept.is_empty() {
+            true => Ok(()),
+            false => Err(io::Error::other("this output lends no room")),
+        }
+    }
+}
+
+impl ArchiveOutput for Vec<u8> {}
+impl ArchiveOutput for std::fs::File {}
+impl ArchiveOutput for CutOnFailure {}
+impl ArchiveOutput for Box<dyn Write + Send> {}
+
+impl ArchiveOutput for Box<dyn ArchiveOutput + Send> {
+    fn room(&mut self, len: usize) -> io::Result<Option<&mut [u8]>> {
+        (**self).room(len)
+    }
+
+    fn take_room(&mut self, kept: &[Range<usize>]) -> io::Result<()> {
+        (**self).take_room(kept)
+    }
+}
+
+/// An output that lends room as the recorder's does, for tests: what it took, and the room
+/// it lends (filled with a pattern each time, so that bytes not written read as garbage).
+#[cfg(test)]
+#[derive(Debug, Default)]
+pub(crate) struct LendingOutput {
+    pub(crate) bytes: Vec<u8>,
+    room: Vec<u8>,
+    /// Rooms lent.
+    pub(crate) lent: usize,
+}
+
+#[cfg(test)]
+impl Write for LendingOutput {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.bytes.extend_from_slice(buf);
+        Ok(buf.len())
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+impl ArchiveOutput for LendingOutput {
+    fn room(&mut self, len: usize) -> io::Result<Option<&mut [u8]>> {
+        self.lent += 1;
+        self.room.clear();
+        self.room.resize(len, 0xa5);
+        Ok(Some(&mut self.room))
+    }
+
+    fn take_room(&mut self, kept: &[Range<usize>]) -> io::Result<()> {
+        let len = compact_room(&mut self.room, kept)?;
+        self.bytes.extend_from_slice(&self.room[..len]);
+        Ok(())
+    }
+}
+
+/// Move the ranges `kept` of `room` (ascending, disjoint, within it) together to its start, in
+/// their order; their total length.
+pub fn compact_room(room: &mut [u8], kept: &[Range<usize>]) -> io::Result<usize> {
+    let (mut end, mut previous_end) = (0, 0);
+    for range in kept {
+        if range.start < previous_end || range.end > room.len() || range.start > range.end {
+            return Err(io::Error::other(format!(
+                "room range {range:?} out of order or outside {} bytes",
+                room.len()
+            )));
+        }
+        room.copy_within(range.clone(), end);
+        end += range.len();
+        previous_end = range.end;
+    }
+    Ok(end)
+}
+
+/// The records a drain checked in an output's room ([`Archive::room`]) and keeps there
+/// ([`Archive::take_room`]): where they are in the room, and their counts.
+#[derive(Debug)]
+pub struct RoomRuns {
+    /// The room's address and length (its records are found by address: this holds no borrow
+    /// of it, so that the records lent from it can be passed in).
+    start: usize,
+    len: usize,
+    kept: Vec<Range<usize>>,
+    counts: ProviderRecords,
+}
+
+impl RoomRuns {
+    fn new(room: &[u8]) -> Self {
+        Self {
+            start: room.as_ptr() as usize,
+            len: room.len(),
+            kept: Vec::new(),
+            counts: ProviderRecords::default(),
+        }
+    }
+}
+
+/// Where a drain's scan puts the records it accepted from a provider's buffer: an archive
+/// (written, or staged), or the room the archive's output lent ([`RoomRuns`]). What is left
+/// out is the same for both ([`Archive::write_provider_records`]).
+pub trait ProviderRuns<'a> {
+    /// Take `runs`; what was kept and left out.
+    fn take_runs(
+        &mut self,
+        runs: impl IntoIterator<Item = CheckedRecords<'a>>,
+    ) -> Result<ProviderRecords, ArchiveError>;
+}
+
+impl<'a> ProviderRuns<'a> for RoomRuns {
+    fn take_runs(
+        &mut self,
+        runs: impl IntoIterator<Item = CheckedRecords<'a>>,
+    ) -> Result<ProviderRecords, ArchiveError> {
+        let taken = keep_provider_runs(runs, |records| {
+            let at = (records.bytes().as_ptr() as usize).wrapping_sub(self.start);
+            if at > self.len || records.len() > self.len - at {
+                return Err(io::Error::other(
+                    "records outside the room they were read into",
+                ));
+            }
+            self.kept.push(at..at + records.len());
+            Ok(())
+        })?;
+        let counts = &mut self.counts;
+        counts.written += taken.written;
+        counts.bytes += taken.bytes;
+        counts.forged += taken.forged;
+        counts.oversized += taken.oversized;
+        Ok(taken)
+    }
+}
+
+impl<'a, W: ArchiveOutput> ProviderRuns<'a> for Archive<W> {
+    fn take_runs(
+        &mut self,
+        runs: impl IntoIterator<Item = CheckedRecords<'a>>,
+    ) -> Result<ProviderRecords, ArchiveError> {
+        self.write_provider_runs(runs)
+    }
+}
+
+/// Pass each run of `runs` to `keep`, leaving out what a provider must not write (see
+/// [`Archive::write_provider_records`]); the counts.
+fn keep_provider_runs<'a>(
+    runs: impl IntoIterator<Item = CheckedRecords<'a>>,
+    mut keep: impl FnMut(CheckedRecords<'a>) -> io::Result<()>,
+) -> io::Result<ProviderRecords> {
+    let mut out = ProviderRecords::default();
+    let mut kept = |records: CheckedRecords<'a>, out: &mut ProviderRecords| {
+        out.written += records.records() as u64;
+        out.bytes += records.len() as u64;
+        keep(records)
+    };
+    for records in runs {
+        if !records.may_hold_metadata_or_large() {
+            // Nothing to leave out (the scan saw no metadata or large record): whole.
+            kept(records, &mut out)?;
+            continue;
+        }
+        let mut oversized = 0u64;
+        let mut parts = records.without(|header| {
+            let large = fxtrace_format::record_type(header)
+                == fxtrace_format::RecordType::LargeRecord as u8
+                && fxtrace_format::record_words(header) > MAX_READABLE_LARGE_WORDS;
+            oversized += u64::from(large);
+            large || is_provider_metadata(header)
+        });
+        for part in parts.by_ref() {
+            kept(part, &mut out)?;
+        }
+        let left_out = parts.left_out() as u64;
+        out.oversized += oversized;
+        out.forged += left_out - oversized;
+    }
+    Ok(out)
 }
 
 /// What [`Archive::write_provider_records`] did.
@@ -136,7 +336,7 @@ impl Default for Gathered<'_> {
 /// cost more than their copy.
 const WRITTEN_THROUGH_MIN: usize = 16 << 10;
 
-impl<W: Write> Archive<W> {
+impl<W: ArchiveOutput> Archive<W> {
     /// A stream on `out` that starts with the magic number record. Nothing is written to `out`
     /// until the first record, flush or [`Self::into_inner`]: whoever creates the archive
     /// never blocks on `out` (the trace service creates sessions' archives on its event loop,
@@ -278,42 +478,44 @@ impl<W: Write> Archive<W> {
         if self.current.is_none() {
             return Err(ArchiveError::NoSection);
         }
-        let mut out = ProviderRecords::default();
         let mut gathered = Gathered::default();
-        for records in runs {
-            if !records.may_hold_metadata_or_large() {
-                // Nothing to leave out (the scan saw no metadata or large record): whole.
-                self.gather(&mut gathered, records, &mut out)?;
-                continue;
-            }
-            let mut oversized = 0u64;
-            let mut parts = records.without(|header| {
-                let large = fxtrace_format::record_type(header)
-                    == fxtrace_format::RecordType::LargeRecord as u8
-                    && fxtrace_format::record_words(header) > MAX_READABLE_LARGE_WORDS;
-                oversized += u64::from(large);
-                large || is_provider_metadata(header)
-            });
-            for part in parts.by_ref() {
-                self.gather(&mut gathered, part, &mut out)?;
-            }
-            let left_out = parts.left_out() as u64;
-            out.oversized += oversized;
-            out.forged += left_out - oversized;
-        }
+        let out = keep_provider_runs(runs, |records| self.gather(&mut gathered, records))?;
         self.put_gathered(&mut gathered)?;
         self.bytes += out.bytes;
         self.records += out.written;
         Ok(out)
     }
 
-    /// Add `records` to `gathered` (and to `out`'s counts), putting the gathered ones into
-    /// the stream first when there is no room.
+    /// `len` bytes of the output's own memory, right after what the archive wrote, for a
+    /// provider's records to be read into, checked in place and kept with
+    /// [`Self::take_room`] (the [`RoomRuns`] collects them): no copy into the output after
+    /// the copy out of the buffer. `None` when the output lends none ([`ArchiveOutput`]).
+    pub fn room(&mut self, len: usize) -> Result<Option<(&mut [u8], RoomRuns)>, ArchiveError> {
+        if self.current.is_none() {
+            return Err(ArchiveError::NoSection);
+        }
+        self.write_staged()?;
+        let room = self.out()?.room(len)?;
+        Ok(room.map(|room| {
+            let runs = RoomRuns::new(room);
+            (room, runs)
+        }))
+    }
+
+    /// Keep the records `runs` collected in the room [`Self::room`] lent last.
+    pub fn take_room(&mut self, runs: RoomRuns) -> Result<(), ArchiveError> {
+        self.out()?.take_room(&runs.kept)?;
+        self.bytes += runs.counts.bytes;
+        self.records += runs.counts.written;
+        Ok(())
+    }
+
+    /// Add `records` to `gathered`, putting the gathered ones into the stream first when
+    /// there is no room.
     fn gather<'a>(
         &mut self,
         gathered: &mut Gathered<'a>,
         records: CheckedRecords<'a>,
-        out: &mut ProviderRecords,
     ) -> io::Result<()> {
         if gathered.count == GATHERED {
             self.put_gathered(gathered)?;
@@ -321,8 +523,6 @@ impl<W: Write> Archive<W> {
         gathered.slices[gathered.count] = io::IoSlice::new(records.bytes());
         gathered.count += 1;
         gathered.bytes += records.len();
-        out.written += records.records() as u64;
-        out.bytes += records.len() as u64;
         Ok(())
     }
 

@@ -29,12 +29,15 @@
 
 use std::fs::File;
 use std::io::{self, Write};
+use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
+
+use super::archive::{compact_room, ArchiveOutput};
 
 /// Alignment of a direct write's memory, file offset and length: a page (every common block
 /// device's logical block size divides it).
@@ -536,6 +539,41 @@ impl Write for DirectOutput {
     }
 }
 
+/// The block's memory after its bytes is lent to the archive: a provider's records are read
+/// into it and checked there, then kept where they are (no copy from the drain's window).
+impl ArchiveOutput for DirectOutput {
+    /// Room in the block being filled (handed over first when it has fewer than `len` bytes
+    /// free); `None` when written through, or for more than a block holds after a partial
+    /// page.
+    fn room(&mut self, len: usize) -> io::Result<Option<&mut [u8]>> {
+        let Some(blocks) = &mut self.blocks else {
+            return Ok(None);
+        };
+        if len > BLOCK - DIRECT_ALIGN {
+            return Ok(None);
+        }
+        self.outcome.check()?;
+        if BLOCK - blocks.block.fill < len {
+            blocks.hand_over(&self.file, &self.outcome)?;
+        }
+        // A block handed over leaves less than a page in the next one.
+        let fill = blocks.block.fill;
+        Ok(blocks.block.bytes_mut().get_mut(fill..fill + len))
+    }
+
+    fn take_room(&mut self, kept: &[Range<usize>]) -> io::Result<()> {
+        let Some(blocks) = &mut self.blocks else {
+            return match kept.is_empty() {
+                true => Ok(()),
+                false => Err(io::Error::other("the trace output lent no room")),
+            };
+        };
+        let fill = blocks.block.fill;
+        blocks.block.fill += compact_room(&mut blocks.block.bytes_mut()[fill..], kept)?;
+        Ok(())
+    }
+}
+
 /// Dropped, the output writes what it holds (unless a write failed), waits for its writer, and
 /// leaves the file's offset at the archive's end; [`DirectOutcome`] then says whether a write
 /// failed (the file then ends at most where the failure left it).
@@ -900,6 +938,45 @@ mod tests {
             // As much as can go direct does.
             assert!(tail.len() < page && head.len() < page, "{case}");
         }
+    }
+
+    #[test]
+    fn records_kept_in_the_lent_room_are_the_next_bytes_of_the_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let (path, file) = file_in(&dir);
+        let (mut out, outcome) = DirectOutput::new(file);
+        let data = pattern(3 * BLOCK);
+        let mut expected = Vec::new();
+        // Written bytes, then rooms: one that fits, one that does not (the block is handed
+        // over first), with parts left out of each; then written bytes again.
+        out.write_all(&data[..1000]).unwrap();
+        expected.extend_from_slice(&data[..1000]);
+        let mut at = 1000;
+        for len in [300_000, BLOCK - 400_000, BLOCK - DIRECT_ALIGN] {
+            let room = out.room(len).unwrap().expect("a room");
+            assert_eq!(room.len(), len);
+            room.copy_from_slice(&data[at..at + len]);
+            // Keep all but the first 8 bytes and a stretch in the middle.
+            let kept = [8..len / 2, len / 2 + 800..len];
+            for range in &kept {
+                expected.extend_from_slice(&data[at + range.start..at + range.end]);
+            }
+            out.take_room(&kept).unwrap();
+            at += len;
+        }
+        out.write_all(&data[at..at + 5000]).unwrap();
+        expected.extend_from_slice(&data[at..at + 5000]);
+        // More than a block holds after a partial page: no room.
+        assert!(out.room(BLOCK - DIRECT_ALIGN + 8).unwrap().is_none());
+        // Ranges out of order are refused, not taken.
+        out.room(64).unwrap().expect("a room");
+        assert!(out.take_room(&[16..32, 8..16]).is_err());
+        drop(out);
+        assert!(outcome.error().is_none());
+        assert!(
+            std::fs::read(&path).unwrap() == expected,
+            "the file differs"
+        );
     }
 
     #[test]

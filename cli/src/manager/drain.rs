@@ -6,7 +6,9 @@
 //! starts with a fresh copy of the header (atomic `Acquire` loads) validated exactly as
 //! `BufferHeaderReader::Validate` does ([`HeaderFields::validate`]) plus the fxtrace chunk
 //! extension, every region is copied out (a rolling buffer a cache-sized window at a time, word
-//! by word through atomics; other regions with `pread`) inside the bounds the validated
+//! by word through atomics, into the room the archive's output lends when it does, so that the
+//! records are checked and kept where they will be written; other regions with `pread`)
+//! inside the bounds the validated
 //! geometry gives, so that what is checked is what is written (a provider cannot change a
 //! record between its check and its write), and every region goes through the chunk-aware
 //! record scanner of
@@ -16,9 +18,9 @@
 //! one. A scan that stops early is not an error: what came before it is kept and the stop is
 //! reported in [`DrainStats::problems`].
 
-use std::io::Write;
-
-use super::archive::{Archive, ArchiveError, MAX_READABLE_LARGE_WORDS};
+use super::archive::{
+    Archive, ArchiveError, ArchiveOutput, ProviderRuns, MAX_READABLE_LARGE_WORDS,
+};
 use fxtrace::buffer::header::{
     chunked_data_extent, dense_data_extent, parse_chunk_tag, scan_records, BufferGeometry,
     BufferingMode, ChunkFramingError, ChunkScanStop, Framing, HeaderError, HeaderFields,
@@ -347,7 +349,7 @@ impl Drain {
     /// the request and the header, then copy the new durable bytes and rolling buffer `wrapped_count & 1` into the
     /// archive under provider `id`'s section. On success the caller answers BUFFER_SAVED with
     /// the same two values; on error it drops the provider.
-    pub fn save_buffer<W: Write>(
+    pub fn save_buffer<W: ArchiveOutput>(
         &mut self,
         buffer: &TraceBuffer,
         archive: &mut Archive<W>,
@@ -437,7 +439,7 @@ impl Drain {
     /// archive order (durable first): a thread writes its Thread/String record into the
     /// durable buffer before any rolling record that refers to it, so a durable copy taken
     /// after the rolling copy holds every record the copied events refer to.
-    pub fn read_out<W: Write>(
+    pub fn read_out<W: ArchiveOutput>(
         &mut self,
         buffer: &TraceBuffer,
         archive: &mut Archive<W>,
@@ -567,7 +569,7 @@ impl Drain {
     }
 
     /// Scan the durable bytes [`Self::copy_durable`] copied, if any, into the archive.
-    fn scan_durable<W: Write>(
+    fn scan_durable<W: ArchiveOutput>(
         &mut self,
         durable: Option<(Vec<u8>, u64, u64)>,
         archive: &mut Archive<W>,
@@ -581,7 +583,7 @@ impl Drain {
 
     /// A final read-out's section: Provider Info/Section, then a Provider Event "buffer
     /// overflow" when records were dropped.
-    fn begin_read_out<W: Write>(
+    fn begin_read_out<W: ArchiveOutput>(
         &self,
         archive: &mut Archive<W>,
         (id, name): (u32, &str),
@@ -600,7 +602,7 @@ impl Drain {
     /// most 1 MiB) at once. `base`: where `offset` is in its region (for the reports of
     /// malformed records).
     #[allow(clippy::too_many_arguments)]
-    fn forward<W: Write>(
+    fn forward<W: ArchiveOutput>(
         &mut self,
         buffer: &TraceBuffer,
         archive: &mut Archive<W>,
@@ -638,7 +640,7 @@ impl Drain {
     /// counted and not read; a chunk run longer than a window is read as the dense stretch of
     /// records it is, a window at a time. So the manager holds about one window whatever the
     /// provider wrote. How the scan ended.
-    fn forward_range<W: Write>(
+    fn forward_range<W: ArchiveOutput>(
         &mut self,
         buffer: &TraceBuffer,
         archive: &mut Archive<W>,
@@ -666,6 +668,22 @@ impl Drain {
         let mut pos = 0;
         while pos < data_end {
             let remaining = data_end - pos;
+            if large_chunks.is_none() {
+                let at = (offset + pos, base + pos);
+                let room = (window.min(remaining), remaining, framing, region);
+                match self.forward_in_room(buffer, archive, at, room)? {
+                    Some((Scanned::Whole, cut)) => {
+                        pos += cut;
+                        continue;
+                    }
+                    Some((Scanned::ZeroWord, cut)) => {
+                        self.stats.skipped_bytes += remaining - cut;
+                        return Ok(Scanned::ZeroWord);
+                    }
+                    Some((Scanned::Malformed, _)) => return Ok(Scanned::Malformed),
+                    None => {}
+                }
+            }
             self.read_window(buffer, offset + pos, window.min(remaining), words)?;
             if let Some((chunk_size, lap)) = large_chunks {
                 let tag = words[0];
@@ -726,6 +744,35 @@ impl Drain {
         Ok(Scanned::Whole)
     }
 
+    /// [`Self::forward_range`]'s step where the archive's output lends room for a window: the
+    /// window (`len` bytes at `offset`, `base` in the region, `remaining` bytes of the region's
+    /// data from there) read straight into that room, cut, scanned there, and its records
+    /// kept in place: one copy out of the buffer and none into the output. How the scan ended
+    /// and where the window was cut; `None` when the output lends no room, or when the
+    /// window's first record or run is longer than it (the caller then reads it its own way).
+    fn forward_in_room<W: ArchiveOutput>(
+        &mut self,
+        buffer: &TraceBuffer,
+        archive: &mut Archive<W>,
+        (offset, base): (u64, u64),
+        (len, remaining, framing, region): (u64, u64, Framing, Region),
+    ) -> Result<Option<(Scanned, u64)>, DrainError> {
+        let Ok(size) = usize::try_from(len) else {
+            return Ok(None);
+        };
+        let Some((room, mut runs)) = archive.room(size)? else {
+            return Ok(None);
+        };
+        self.read_into(buffer, offset, room)?;
+        let WindowCut::At(cut) = window_cut(room, framing, remaining) else {
+            return Ok(None);
+        };
+        let piece = (&room[..cut as usize], base, remaining - cut);
+        let scanned = self.scan_into(piece, cut, framing, region, &mut runs)?;
+        archive.take_room(runs)?;
+        Ok(Some((scanned, cut)))
+    }
+
     /// Fill `words` with the `len` bytes (a multiple of 8) of the buffer at `offset` (one copy
     /// out of the mapping, counted).
     fn read_window(
@@ -741,16 +788,27 @@ impl Drain {
             size: buffer.size(),
         })?;
         words.resize(size, 0);
-        buffer.read_words_at(offset, words)?;
+        self.read_into(buffer, offset, as_bytes_mut(words))
+    }
+
+    /// Fill `bytes` (a whole number of words) with the buffer's bytes at `offset` (one copy
+    /// out of the mapping, counted).
+    fn read_into(
+        &mut self,
+        buffer: &TraceBuffer,
+        offset: u64,
+        bytes: &mut [u8],
+    ) -> Result<(), DrainError> {
+        buffer.read_words_at(offset, bytes)?;
         self.windows_read += 1;
-        self.largest_read = self.largest_read.max(len);
+        self.largest_read = self.largest_read.max(bytes.len() as u64);
         Ok(())
     }
 
     /// The records of the chunk run of `run` bytes at `offset` (`base` in the region): its tag
     /// skipped, as the scanner skips it, then its records, the dense stretch a zero word ends
     /// (the run, not the region), window by window. Whether a malformed record ended the scan.
-    fn forward_run<W: Write>(
+    fn forward_run<W: ArchiveOutput>(
         &mut self,
         buffer: &TraceBuffer,
         archive: &mut Archive<W>,
@@ -765,20 +823,20 @@ impl Drain {
     /// Scan `bytes[..data_end]`, the region's bytes from offset `base`, followed by `beyond`
     /// more bytes of the region's data (a window's), with `framing` and append the records
     /// found; how the scan ended.
-    fn scan_into<W: Write>(
+    fn scan_into<'a>(
         &mut self,
-        (bytes, base, beyond): (&[u8], u64, u64),
+        (bytes, base, beyond): (&'a [u8], u64, u64),
         data_end: u64,
         framing: Framing,
         region: Region,
-        archive: &mut Archive<W>,
+        sink: &mut impl ProviderRuns<'a>,
     ) -> Result<Scanned, DrainError> {
         let mut from = 0usize;
         loop {
             let bytes = &bytes[from.min(bytes.len())..];
             let data_end = data_end.saturating_sub(from as u64);
             let mut scan = scan_records(bytes, data_end, framing)?;
-            let taken = archive.write_provider_runs(scan.by_ref())?;
+            let taken = sink.take_runs(scan.by_ref())?;
             self.stats.records += taken.written;
             self.stats.forged_metadata += taken.forged;
             self.stats.oversized_records += taken.oversized;
@@ -865,6 +923,13 @@ fn as_bytes(words: &[u64]) -> &[u8] {
     // SAFETY: a `u64` slice is valid for reads of `8 * len` bytes at its start, any byte
     // pattern is a `u8`, and `u8`'s alignment is 1; the borrow keeps `words` borrowed.
     unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), words.len() * 8) }
+}
+
+/// [`as_bytes`], to write.
+fn as_bytes_mut(words: &mut [u64]) -> &mut [u8] {
+    // SAFETY: as `as_bytes`, for writes too: any byte pattern written is a valid `u64`; the
+    // mutable borrow keeps `words` exclusively borrowed.
+    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), words.len() * 8) }
 }
 
 /// How [`Drain::scan_into`] ended.
@@ -969,6 +1034,7 @@ impl std::fmt::Display for Region {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::manager::archive::LendingOutput;
     use fxtrace::buffer::header::{make_chunk_tag, HEADER_SIZE, POSITION_WRAPPED_SHIFT};
 
     const SIZE: u64 = 16 * 4096;
@@ -1082,7 +1148,30 @@ mod tests {
             windowed.largest_read
         );
         assert_eq!(w.problems.kept(), e.problems.kept());
+        // The same read into an output's room: the same archive and counters.
+        let mut in_room = Drain::new(mode);
+        in_room.window = window;
+        let mut archive = Archive::new(LendingOutput::default()).unwrap();
+        in_room
+            .read_out(buffer, &mut archive, (1, "p"), Writers::Stopped)
+            .unwrap();
+        let lending = archive.into_inner().unwrap();
+        assert_eq!(lending.bytes, expected, "read-out into room differs");
+        same_counts(in_room.stats(), whole.stats());
         (got, windowed)
+    }
+
+    /// Whether two drains counted alike.
+    fn same_counts(a: &DrainStats, b: &DrainStats) {
+        assert_eq!(
+            (a.records, a.rolling_bytes, a.durable_bytes, a.skipped_bytes),
+            (b.records, b.rolling_bytes, b.durable_bytes, b.skipped_bytes)
+        );
+        assert_eq!(
+            (a.forged_metadata, a.oversized_records),
+            (b.forged_metadata, b.oversized_records)
+        );
+        assert_eq!(a.problems.kept(), b.problems.kept());
     }
 
     #[test]
@@ -1247,7 +1336,19 @@ mod tests {
                 .save_buffer(&buffer, &mut archive, 1, "s", 0, 16)
                 .unwrap();
             assert_eq!(drain.stats().records, tag, "window {window}");
-            archive.into_inner().unwrap()
+            // Into an output's room: the same.
+            let mut in_room = Drain::new(BufferingMode::Streaming);
+            in_room.window = window;
+            let mut lending = Archive::new(LendingOutput::default()).unwrap();
+            in_room
+                .save_buffer(&buffer, &mut lending, 1, "s", 0, 16)
+                .unwrap();
+            same_counts(in_room.stats(), drain.stats());
+            let lending = lending.into_inner().unwrap();
+            assert!(lending.lent > 0, "no room lent");
+            let bytes = archive.into_inner().unwrap();
+            assert_eq!(lending.bytes, bytes, "window {window}: in room");
+            bytes
         };
         assert_eq!(save(chunk), save(READ_WINDOW));
     }

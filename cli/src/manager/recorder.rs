@@ -592,7 +592,7 @@ impl Recorder {
             reserved_for_traced: reserved,
             ..ManagerConfig::new(socket_path)
         };
-        let mut manager = Manager::new(manager_config, Box::new(output))?;
+        let mut manager = Manager::with_output(manager_config, Box::new(output))?;
         // A fresh session is INITIALIZED: Start cannot fail.
         let _ = manager.start(None);
         let stop = StopHandle {

@@ -35,7 +35,7 @@ use nix::errno::Errno;
 use nix::poll::{poll, PollFd, PollFlags, PollTimeout};
 use nix::sys::eventfd::{EfdFlags, EventFd};
 
-use super::archive::{Archive, ArchiveError};
+use super::archive::{Archive, ArchiveError, ArchiveOutput};
 use super::conn::FramedConn;
 use super::report::{Problems, ProviderReport, RefusedPeer};
 use super::session::{
@@ -280,7 +280,7 @@ pub struct Manager {
     listener: Option<ControlListener>,
     waker: Waker,
     session: Session,
-    archive: Archive<Box<dyn Write + Send>>,
+    archive: Archive<Box<dyn ArchiveOutput + Send>>,
     /// The archive failed: the session was aborted and nothing more is written.
     archive_failed: Option<String>,
     tracees: BTreeMap<ProviderId, Tracee>,
@@ -309,6 +309,15 @@ impl Manager {
     /// Listen at `config.socket_path`, initialize the session, and start the archive on
     /// `output` (the magic number is written at once).
     pub fn new(config: ManagerConfig, output: Box<dyn Write + Send>) -> Result<Self, ManagerError> {
+        Self::with_output(config, Box::new(output))
+    }
+
+    /// [`Self::new`] on an output that may lend its memory to the archive ([`ArchiveOutput`]:
+    /// the recorder's direct output).
+    pub fn with_output(
+        config: ManagerConfig,
+        output: Box<dyn ArchiveOutput + Send>,
+    ) -> Result<Self, ManagerError> {
         let size = config.session.buffer_size_bytes;
         if !fxtrace::buffer::is_valid_buffer_size(size) {
             return Err(ManagerError::BufferSize(size));
@@ -331,13 +340,13 @@ impl Manager {
         if !fxtrace::buffer::is_valid_buffer_size(size) {
             return Err(ManagerError::BufferSize(size));
         }
-        Self::with_listener(config, None, output)
+        Self::with_listener(config, None, Box::new(output))
     }
 
     fn with_listener(
         config: ManagerConfig,
         listener: Option<ControlListener>,
-        output: Box<dyn Write + Send>,
+        output: Box<dyn ArchiveOutput + Send>,
     ) -> Result<Self, ManagerError> {
         let waker = Waker::new()?;
         let mut session = Session::new();
@@ -397,6 +406,7 @@ impl Manager {
         name: String,
     ) -> Result<(), ManagerError> {
         self.archive.flush()?;
+        let output: Box<dyn ArchiveOutput + Send> = Box::new(output);
         self.archive = Archive::recording(output)?;
         self.config.output_name = name;
         Ok(())
