@@ -24,10 +24,10 @@
 //! framing itself, and it never decodes their contents: a provider's records reach the output
 //! byte for byte. An output that keeps its next bytes in memory lends it ([`ArchiveOutput`]):
 //! the drain reads a window of a provider's buffer there, and the archive keeps the checked runs
-//! in place ([`RoomRuns`]: only runs handed over as `CheckedRecords` are kept). The only records the manager composes itself are metadata records
-//! and the visible drop/loss markers of [`Archive::marker`], written in a section of the
-//! manager's own that no provider can write into, so that readers tell them from a
-//! provider's imitation.
+//! in place ([`RoomRuns`]: only runs handed over as `CheckedRecords` are kept). The only
+//! records the manager composes itself are metadata records and the visible drop/loss markers
+//! of [`Archive::marker`], written in a section of the manager's own that no provider can
+//! write into, so that readers tell them from a provider's imitation.
 
 use std::collections::BTreeSet;
 use std::io::{self, Write};
@@ -103,18 +103,18 @@ impl<W: ArchiveOutput> Drop for Archive<W> {
 /// they are checked and kept, rather than through a copy of the drain's first.
 pub trait ArchiveOutput: Write {
     /// `len` bytes of the output's memory right after the bytes it took, for the caller to
-    /// fill; `None` when the output has none (or not that many at once).
+    /// fill; `None` when the output has none (or not that many at once). Asked again for as
+    /// many bytes or fewer before [`Self::commit_room`], the same memory.
     fn room(&mut self, len: usize) -> io::Result<Option<&mut [u8]>> {
         let _ = len;
         Ok(None)
     }
 
-    /// Take the bytes `kept` (ascending, disjoint ranges) of the room last lent, moved
-    /// together in their order ([`compact_room`]), as the output's next bytes.
-    fn take_room(&mut self, kept: &[Range<usize>]) -> io::Result<()> {
-        match kept.is_empty() {
-            true => Ok(()),
-            false => Err(io::Error::other("this output lends no room")),
+    /// The first `len` bytes of the room lent last are the output's next bytes.
+    fn commit_room(&mut self, len: usize) -> io::Result<()> {
+        match len {
+            0 => Ok(()),
+            _ => Err(io::Error::other("this output lends no room")),
         }
     }
 }
@@ -129,8 +129,8 @@ impl ArchiveOutput for Box<dyn ArchiveOutput + Send> {
         (**self).room(len)
     }
 
-    fn take_room(&mut self, kept: &[Range<usize>]) -> io::Result<()> {
-        (**self).take_room(kept)
+    fn commit_room(&mut self, len: usize) -> io::Result<()> {
+        (**self).commit_room(len)
     }
 }
 
@@ -141,13 +141,16 @@ impl ArchiveOutput for Box<dyn ArchiveOutput + Send> {
 pub(crate) struct LendingOutput {
     pub(crate) bytes: Vec<u8>,
     room: Vec<u8>,
-    /// Rooms lent.
+    /// Rooms lent (asked again before a commit: the same one).
     pub(crate) lent: usize,
+    /// A room is lent and not committed.
+    open: bool,
 }
 
 #[cfg(test)]
 impl Write for LendingOutput {
     fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.open = false;
         self.bytes.extend_from_slice(buf);
         Ok(buf.len())
     }
@@ -160,14 +163,17 @@ impl Write for LendingOutput {
 #[cfg(test)]
 impl ArchiveOutput for LendingOutput {
     fn room(&mut self, len: usize) -> io::Result<Option<&mut [u8]>> {
-        self.lent += 1;
-        self.room.clear();
-        self.room.resize(len, 0xa5);
-        Ok(Some(&mut self.room))
+        if !(self.open && len <= self.room.len()) {
+            self.lent += 1;
+            self.open = true;
+            self.room.clear();
+            self.room.resize(len, 0xa5);
+        }
+        Ok(Some(&mut self.room[..len]))
     }
 
-    fn take_room(&mut self, kept: &[Range<usize>]) -> io::Result<()> {
-        let len = compact_room(&mut self.room, kept)?;
+    fn commit_room(&mut self, len: usize) -> io::Result<()> {
+        self.open = false;
         self.bytes.extend_from_slice(&self.room[..len]);
         Ok(())
     }
@@ -175,7 +181,7 @@ impl ArchiveOutput for LendingOutput {
 
 /// Move the ranges `kept` of `room` (ascending, disjoint, within it) together to its start, in
 /// their order; their total length.
-pub fn compact_room(room: &mut [u8], kept: &[Range<usize>]) -> io::Result<usize> {
+fn compact_room(room: &mut [u8], kept: &[Range<usize>]) -> io::Result<usize> {
     let (mut end, mut previous_end) = (0, 0);
     for range in kept {
         if range.start < previous_end || range.end > room.len() || range.start > range.end {
@@ -502,9 +508,16 @@ impl<W: ArchiveOutput> Archive<W> {
         }))
     }
 
-    /// Keep the records `runs` collected in the room [`Self::room`] lent last.
+    /// Keep the records `runs` collected in the room [`Self::room`] lent last: moved together
+    /// to its start, and committed.
     pub fn take_room(&mut self, runs: RoomRuns) -> Result<(), ArchiveError> {
-        self.out()?.take_room(&runs.kept)?;
+        let room = self.out()?.room(runs.len)?;
+        let Some(room) = room.filter(|room| room.as_ptr() as usize == runs.start) else {
+            let lent = "the output's room moved before its records were kept";
+            return Err(ArchiveError::Io(io::Error::other(lent)));
+        };
+        let len = compact_room(room, &runs.kept)?;
+        self.out()?.commit_room(len)?;
         self.bytes += runs.counts.bytes;
         self.records += runs.counts.written;
         Ok(())
@@ -1013,6 +1026,32 @@ mod tests {
             2
         );
         assert_eq!(a.bytes_written(), before + 24);
+    }
+
+    #[test]
+    fn room_ranges_move_together_in_order_and_bad_ones_are_refused() {
+        let mut room: Vec<u8> = (0..32).collect();
+        assert_eq!(compact_room(&mut room, &[2..4, 4..6, 10..13]).unwrap(), 7);
+        assert_eq!(&room[..7], &[2, 3, 4, 5, 10, 11, 12]);
+        // Out of order, overlapping, past the room, reversed.
+        let reversed = Range { start: 5, end: 3 };
+        for bad in [
+            [4..6, 2..4],
+            [0..8, 6..10],
+            [0..2, 30..40],
+            [0..2, reversed],
+        ] {
+            assert!(compact_room(&mut room, &bad).is_err(), "{bad:?}");
+        }
+        // Records kept in a room the output no longer lends (it moved) are refused.
+        let mut a = Archive::new(LendingOutput::default()).unwrap();
+        a.begin_provider(1, "p").unwrap();
+        let (room, mut runs) = a.room(16).unwrap().expect("a room");
+        room.copy_from_slice(&fxtrace_format::words_to_bytes(&[0x24 | (1 << 16), 1]));
+        let checked = CheckedRecords::check(room).unwrap();
+        assert_eq!(runs.take_runs([checked]).unwrap().written, 1);
+        runs.start += 8;
+        assert!(a.take_room(runs).is_err());
     }
 
     #[test]

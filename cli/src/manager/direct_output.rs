@@ -29,7 +29,6 @@
 
 use std::fs::File;
 use std::io::{self, Write};
-use std::ops::Range;
 use std::os::unix::fs::FileExt;
 use std::ptr::NonNull;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -37,7 +36,7 @@ use std::sync::mpsc::{self, Receiver, SyncSender};
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 
-use super::archive::{compact_room, ArchiveOutput};
+use super::archive::ArchiveOutput;
 
 /// Alignment of a direct write's memory, file offset and length: a page (every common block
 /// device's logical block size divides it).
@@ -561,15 +560,19 @@ impl ArchiveOutput for DirectOutput {
         Ok(blocks.block.bytes_mut().get_mut(fill..fill + len))
     }
 
-    fn take_room(&mut self, kept: &[Range<usize>]) -> io::Result<()> {
+    fn commit_room(&mut self, len: usize) -> io::Result<()> {
         let Some(blocks) = &mut self.blocks else {
-            return match kept.is_empty() {
-                true => Ok(()),
-                false => Err(io::Error::other("the trace output lent no room")),
+            return match len {
+                0 => Ok(()),
+                _ => Err(io::Error::other("the trace output lent no room")),
             };
         };
-        let fill = blocks.block.fill;
-        blocks.block.fill += compact_room(&mut blocks.block.bytes_mut()[fill..], kept)?;
+        if len > BLOCK - blocks.block.fill {
+            return Err(io::Error::other(
+                "more bytes committed than the block holds",
+            ));
+        }
+        blocks.block.fill += len;
         Ok(())
     }
 }
@@ -941,14 +944,14 @@ mod tests {
     }
 
     #[test]
-    fn records_kept_in_the_lent_room_are_the_next_bytes_of_the_file() {
+    fn bytes_committed_in_the_lent_room_are_the_next_bytes_of_the_file() {
         let dir = tempfile::tempdir().unwrap();
         let (path, file) = file_in(&dir);
         let (mut out, outcome) = DirectOutput::new(file);
         let data = pattern(3 * BLOCK);
         let mut expected = Vec::new();
-        // Written bytes, then rooms: one that fits, one that does not (the block is handed
-        // over first), with parts left out of each; then written bytes again.
+        // Written bytes, then rooms: two that fit in the first block, one that does not (the
+        // block is handed over first), each committed in part; then written bytes again.
         out.write_all(&data[..1000]).unwrap();
         expected.extend_from_slice(&data[..1000]);
         let mut at = 1000;
@@ -956,21 +959,19 @@ mod tests {
             let room = out.room(len).unwrap().expect("a room");
             assert_eq!(room.len(), len);
             room.copy_from_slice(&data[at..at + len]);
-            // Keep all but the first 8 bytes and a stretch in the middle.
-            let kept = [8..len / 2, len / 2 + 800..len];
-            for range in &kept {
-                expected.extend_from_slice(&data[at + range.start..at + range.end]);
-            }
-            out.take_room(&kept).unwrap();
+            // Asked again before the commit: the same memory.
+            let start = room.as_ptr();
+            assert_eq!(out.room(len / 2).unwrap().unwrap().as_ptr(), start);
+            out.commit_room(len - 800).unwrap();
+            expected.extend_from_slice(&data[at..at + len - 800]);
             at += len;
         }
         out.write_all(&data[at..at + 5000]).unwrap();
         expected.extend_from_slice(&data[at..at + 5000]);
-        // More than a block holds after a partial page: no room.
+        // More than a block holds after a partial page: no room; more than it has: refused.
         assert!(out.room(BLOCK - DIRECT_ALIGN + 8).unwrap().is_none());
-        // Ranges out of order are refused, not taken.
         out.room(64).unwrap().expect("a room");
-        assert!(out.take_room(&[16..32, 8..16]).is_err());
+        assert!(out.commit_room(BLOCK).is_err());
         drop(out);
         assert!(outcome.error().is_none());
         assert!(

@@ -5,10 +5,10 @@
 //! The manager maps the same sealed memfd the provider writes. It trusts nothing in it: every read
 //! starts with a fresh copy of the header (atomic `Acquire` loads) validated exactly as
 //! `BufferHeaderReader::Validate` does ([`HeaderFields::validate`]) plus the fxtrace chunk
-//! extension, every region is copied out (a rolling buffer a cache-sized window at a time, word
-//! by word through atomics, into the room the archive's output lends when it does, so that the
-//! records are checked and kept where they will be written; other regions with `pread`)
-//! inside the bounds the validated
+//! extension, every region is copied out (a rolling buffer a cache-sized window at a time, and
+//! a save's durable bytes, word by word through atomics, into the room the archive's output
+//! lends when it does, so that the records are checked and kept where they will be written;
+//! the other regions of a final read-out with `pread`) inside the bounds the validated
 //! geometry gives, so that what is checked is what is written (a provider cannot change a
 //! record between its check and its write), and every region goes through the chunk-aware
 //! record scanner of
@@ -1875,6 +1875,71 @@ mod tests {
         assert!(
             problems[0].contains("16 bytes at offset 16"),
             "{problems:?}"
+        );
+    }
+
+    /// A save read into the output's room leaves out and reports what a save through the
+    /// drain's own window does: provider metadata a provider wrote, a large record over the
+    /// readable size, and a hole in the durable buffer.
+    #[test]
+    fn a_save_into_the_outputs_room_leaves_out_and_reports_as_any_save() {
+        let size = 1 << 20;
+        let buffer = TraceBuffer::create(size).unwrap();
+        let g = BufferGeometry::compute(BufferingMode::Streaming, size).unwrap();
+        let chunk = 256;
+        buffer.header().store(&HeaderFields::initial(&g, chunk));
+        // Durable: rec 1, two words never written, rec 2.
+        let (a, b) = (rec(1), rec(2));
+        put_words(&buffer, g.durable_offset(), &[a[0], a[1], 0, 0, b[0], b[1]]);
+        // Rolling: one run of 200 chunks: records, a provider section (only the manager writes
+        // those), a large record over the readable size, records; all in one window.
+        let forged = 0x10 | (2 << 16) | (7 << 20);
+        let large_words = MAX_READABLE_LARGE_WORDS as u64 + 5;
+        let mut large = vec![0u64; large_words as usize];
+        large[0] = 0xf | (large_words << 4);
+        let mut words = vec![make_chunk_tag(0, 200)];
+        words.extend(record(3, 4));
+        words.push(forged);
+        words.extend(record(4, 4));
+        words.extend(&large);
+        words.extend(record(5, 4));
+        put_words(&buffer, g.rolling_offset(0), &words);
+        let end = 200 * chunk;
+        assert!(end < READ_WINDOW);
+        buffer.header().rolling_data_end[0].store(end, std::sync::atomic::Ordering::Release);
+        let mut drain = Drain::new(BufferingMode::Streaming);
+        let mut archive = Archive::new(Vec::new()).unwrap();
+        drain
+            .save_buffer(&buffer, &mut archive, 1, "s", 0, 48)
+            .unwrap();
+        let mut in_room = Drain::new(BufferingMode::Streaming);
+        let mut lending = Archive::new(LendingOutput::default()).unwrap();
+        in_room
+            .save_buffer(&buffer, &mut lending, 1, "s", 0, 48)
+            .unwrap();
+        let (expected, lending) = (archive.into_inner().unwrap(), lending.into_inner().unwrap());
+        assert_eq!(
+            lending.lent, 2,
+            "the durable bytes and the window, each in a room"
+        );
+        assert_eq!(lending.bytes, expected);
+        same_counts(in_room.stats(), drain.stats());
+        let stats = in_room.stats();
+        assert_eq!((stats.forged_metadata, stats.oversized_records), (1, 1));
+        assert_eq!(stats.records, 5, "rec 1, 2 and the three kept in the run");
+        assert!(stats.problems.kept()[0].contains("never written"));
+        let got: Vec<String> = tags(&lending.bytes).into_iter().map(|(_, w)| w).collect();
+        assert_eq!(
+            got,
+            [
+                "magic",
+                "section 1",
+                "rec 1",
+                "rec 2",
+                "type 4",
+                "type 4",
+                "type 4"
+            ]
         );
     }
 
