@@ -10,9 +10,16 @@
 //! switch-out) and for a task outside the event's pid namespace; such a pid is not used. The
 //! incoming side is resolved later (FORK records, the `/proc` scan, its own switch-out).
 //! `PERF_RECORD_SWITCH_CPU_WIDE` carries both pids, with the same -1 convention; a switch-out
-//! whose own task is reported as -1 (a reaped thread leaving the CPU for the last time) is the
-//! task the previous switch-out of the same CPU named as incoming, so each ring's decoder
-//! remembers that.
+//! whose own task is reported as -1 (a reaped thread leaving the CPU) is the task the previous
+//! switch-out of the same CPU named as incoming, so each ring's decoder remembers that.
+//!
+//! A reaped task can also be switched *in*: one preempted between its own `release_task` and
+//! its last `schedule` (a thread, or a process nobody waits for), or one its parent reaped
+//! while it was off the CPU, still in `do_exit` after `exit_notify`. The switch-out naming it as incoming then says -1 for its tid
+//! (and for its pid once its whole process is gone): the kernel no longer knows who it is, and
+//! nothing in the record does. That side is written as unknown, like the other task of a
+//! per-process switch, never as a thread `0xffffffff`; so is its own next switch-out, and a
+//! switch between two such tasks names nobody and is skipped ([`Skip::NoKnownTask`]).
 
 use std::sync::Arc;
 
@@ -201,6 +208,9 @@ pub(crate) enum Skip {
     /// The copy of the record before it, written by a second event of the same thread
     /// ([`super::duplicates`]).
     Duplicate,
+    /// A CPU-wide switch between two tasks the kernel no longer identifies (reaped, see the
+    /// module docs): no side to write.
+    NoKnownTask,
 }
 
 /// Whether the outgoing thread of `cs` waits (blocked, or stopped): its call chain is a wait
@@ -611,7 +621,10 @@ impl StreamDecoder {
                     (pid, tid) = self.running.unwrap_or((None, u32::MAX));
                 }
                 self.running = match (sw.next_prev, sw.out) {
-                    (Some((next_pid, next_tid)), true) => Some((known_pid(next_pid), next_tid)),
+                    // An incoming task reported as -1 is not known (see the module docs).
+                    (Some((next_pid, next_tid)), true) => {
+                        (next_tid != u32::MAX).then_some((known_pid(next_pid), next_tid))
+                    }
                     // A switch-in record's own task is the incoming one.
                     (_, false) => (tid != u32::MAX).then_some((pid, tid)),
                     // Per-process switch-out: the next task is outside the process.
@@ -664,13 +677,25 @@ impl StreamDecoder {
                     },
                 };
                 let mut cs = cs;
-                if cs.prev_tid == u32::MAX {
-                    // Who left is unknown (its switch-in was never seen): keep what is known.
+                let prev_unknown = cs.prev_tid == u32::MAX;
+                // A reaped task switched in (see the module docs): perf's -1 is no tid.
+                let next_unknown = cs.sides == SwitchSides::Both && cs.next_tid == u32::MAX;
+                if prev_unknown && next_unknown {
+                    return Ok(Decoded::Skipped(Skip::NoKnownTask));
+                }
+                if prev_unknown {
+                    // Who left is unknown (its switch-in was never seen, or named nobody):
+                    // keep what is known.
                     cs.prev_tid = 0;
                     cs.prev_pid = Some(0);
                     if cs.sides == SwitchSides::Both {
                         cs.sides = SwitchSides::IncomingOnly;
                     }
+                }
+                if next_unknown {
+                    cs.next_tid = 0;
+                    cs.next_pid = Some(0);
+                    cs.sides = SwitchSides::OutgoingOnly;
                 }
                 return Ok(Decoded::Event {
                     perf_time,

@@ -86,6 +86,9 @@ pub enum ReplaySkip {
     Sample,
     /// A mapping that is not executable.
     DataMapping,
+    /// A CPU-wide switch between two tasks the kernel no longer identified (both reaped): it
+    /// names no task.
+    NoKnownTask,
 }
 
 /// What [`Replay::record`] did with a record.
@@ -335,6 +338,7 @@ impl Replay {
                 // A replay's decoders drop no copies (`perf record` lists a process's threads
                 // once: no thread has two events of a kind).
                 Skip::Duplicate => ReplaySkip::UnknownRecord,
+                Skip::NoKnownTask => ReplaySkip::NoKnownTask,
             })),
         }
     }

@@ -531,6 +531,79 @@ fn cpu_wide_switch_out_of_a_reaped_thread_names_the_task_last_switched_in() {
     assert_eq!(stats.unknown_process_threads, 0);
 }
 
+/// A reaped task can be switched back in (preempted after its own `release_task`, or reaped by
+/// its parent while off the CPU): the `SWITCH_CPU_WIDE` switch-out naming it says -1 for its
+/// tid, and for its pid once its process is gone. Neither the incoming side nor that task's
+/// own next switch-out is a thread `0xffffffff` (of no process, or of its old one); a switch
+/// between two such tasks names nobody.
+#[test]
+fn a_reaped_task_switched_back_in_is_an_unknown_side_not_thread_minus_one() {
+    let proc = tempfile::tempdir().unwrap();
+    proc_tree(proc.path(), &[10, 11]);
+    let sys = FakeSys::new();
+    sys.set_clock(0, 1 << 31, 31);
+    let empty = tempfile::tempdir().unwrap();
+    let cfg = config(CaptureConfig::system_wide(), empty.path(), proc.path());
+    let (events, sink) = sink();
+    let capture = Capture::start_with(sys.clone(), root_perms(), cfg, sink).unwrap();
+    let t = base();
+    let ring = sys.ring(PerfEventKind::CpuWideSwitches, 0).unwrap();
+    let cpu_wide = fxtrace::capture::records::RECORD_SWITCH_CPU_WIDE;
+    let minus_one = u32::MAX;
+    let out = |time: u64, own: (u32, u32), next: (u32, u32)| {
+        RecordBytes::new()
+            .u32(next.0)
+            .u32(next.1)
+            .sample_id(own.0, own.1, time, 0)
+            .build()
+    };
+    let records = [
+        // 11 -> a task whose whole process is gone (-1, -1), which then leaves for idle.
+        ((10, 11), (minus_one, minus_one)),
+        ((minus_one, minus_one), (0, 0)),
+        // 11 -> a reaped thread of process 10 (10, -1), which then leaves for 11.
+        ((10, 11), (10, minus_one)),
+        ((10, minus_one), (10, 11)),
+        // 11 -> a reaped task, which leaves for another one: a switch of nobody.
+        ((10, 11), (minus_one, minus_one)),
+        ((minus_one, minus_one), (minus_one, minus_one)),
+    ];
+    for (i, (own, next)) in records.into_iter().enumerate() {
+        let time = t + 10 * (i as u64 + 1);
+        assert!(ring.write_record(cpu_wide, MISC_SWITCH_OUT, &out(time, own, next)));
+    }
+    ring.wake();
+    let stats = capture.stop().unwrap();
+    let events = events.lock().unwrap().clone();
+    let cs = switches(&events);
+    let sides: Vec<_> = cs
+        .iter()
+        .map(|c| (c.prev_tid, c.next_tid, c.sides))
+        .collect();
+    assert_eq!(
+        sides,
+        vec![
+            (11, 0, SwitchSides::OutgoingOnly),
+            (0, 0, SwitchSides::IncomingOnly),
+            (11, 0, SwitchSides::OutgoingOnly),
+            (0, 11, SwitchSides::IncomingOnly),
+            (11, 0, SwitchSides::OutgoingOnly),
+        ],
+        "{cs:?}"
+    );
+    assert!(
+        !events
+            .iter()
+            .any(|e| matches!(e, CaptureEvent::Thread(t) if t.tid == minus_one)),
+        "no thread -1"
+    );
+    assert_eq!(stats.unknown_process_threads, 0);
+    assert_eq!(
+        stats.deferred_events, 0,
+        "nothing waits for a pid of nobody"
+    );
+}
+
 #[test]
 fn permission_denied_says_what_is_missing() {
     let sys = FakeSys::new();

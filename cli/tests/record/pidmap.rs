@@ -249,6 +249,9 @@ fn no_thread_lands_in_process_zero_with_cpu_wide_switch_records() {
         outcome.capture.unknown_process_threads
     );
     assert!(a.switched.len() > threads as usize / 2);
+    // A reaped task switched back in is reported with tid -1 (machines with process churn):
+    // an unknown side, never a thread 0xffffffff.
+    assert!(!a.switched.contains(&u64::from(u32::MAX)), "thread -1");
     assert_eq!(a.in_process_zero, BTreeSet::new(), "threads in process 0");
     assert_eq!(a.named_without_process, BTreeSet::new());
     assert_eq!(
