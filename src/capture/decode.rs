@@ -15,9 +15,9 @@
 //!
 //! A reaped task can also be switched *in*: one preempted between its own `release_task` and
 //! its last `schedule` (a thread, or a process nobody waits for), or one its parent reaped
-//! while it was off the CPU, still in `do_exit` after `exit_notify`. The switch-out naming it as incoming then says -1 for its tid
-//! (and for its pid once its whole process is gone): the kernel no longer knows who it is, and
-//! nothing in the record does. That side is written as unknown, like the other task of a
+//! while it was off the CPU, still in `do_exit` after `exit_notify`. The switch-out naming it
+//! as incoming then says -1 for its tid (and for its pid once its whole process is gone): the
+//! kernel no longer knows who it is, and nothing in the record does. That side is written as unknown, like the other task of a
 //! per-process switch, never as a thread `0xffffffff`; so is its own next switch-out, and a
 //! switch between two such tasks names nobody and is skipped ([`Skip::NoKnownTask`]).
 
