@@ -679,8 +679,8 @@ impl StreamDecoder {
                 let mut cs = cs;
                 let prev_unknown = cs.prev_tid == u32::MAX;
                 // A reaped task switched in (see the module docs): perf's -1 is no tid.
-                let next_unknown = cs.sides == SwitchSides::Both && cs.next_tid == u32::MAX;
-                if prev_unknown && next_unknown {
+                let next_unknown = cs.sides != SwitchSides::OutgoingOnly && cs.next_tid == u32::MAX;
+                if next_unknown && (prev_unknown || cs.sides == SwitchSides::IncomingOnly) {
                     return Ok(Decoded::Skipped(Skip::NoKnownTask));
                 }
                 if prev_unknown {

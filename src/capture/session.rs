@@ -339,6 +339,7 @@ pub(super) struct Counters {
     pub(super) maps_unreadable: AtomicU64,
     pub(super) maps_bad_lines: AtomicU64,
     pub(super) data_mappings: AtomicU64,
+    pub(super) unknown_task_switches: AtomicU64,
     pub(super) threads: AtomicU64,
     pub(super) delivered: AtomicU64,
     pub(super) reordered: AtomicU64,
@@ -420,6 +421,9 @@ pub struct CaptureStats {
     pub maps_bad_lines: u64,
     /// Non-executable mapping records, skipped.
     pub data_mappings: u64,
+    /// Context switches between two tasks the kernel no longer identified (both reaped: a
+    /// CPU-wide switch record with -1 on both sides), skipped: no side to write.
+    pub unknown_task_switches: u64,
     /// Threads announced.
     pub threads: u64,
     /// Events delivered in total.
@@ -469,6 +473,7 @@ impl Counters {
             maps_unreadable: g(&self.maps_unreadable),
             maps_bad_lines: g(&self.maps_bad_lines),
             data_mappings: g(&self.data_mappings),
+            unknown_task_switches: g(&self.unknown_task_switches),
             threads: g(&self.threads),
             delivered: g(&self.delivered),
             reordered: g(&self.reordered),

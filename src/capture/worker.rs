@@ -563,9 +563,10 @@ impl Worker {
                     Ok(Decoded::Skipped(Skip::UnexpectedSample)) => {
                         bump(&counters.unexpected_samples, 1)
                     }
-                    Ok(Decoded::Skipped(
-                        Skip::SwitchInPair | Skip::NoWaitPoint | Skip::NoKnownTask,
-                    )) => {}
+                    Ok(Decoded::Skipped(Skip::SwitchInPair | Skip::NoWaitPoint)) => {}
+                    Ok(Decoded::Skipped(Skip::NoKnownTask)) => {
+                        bump(&counters.unknown_task_switches, 1)
+                    }
                     Ok(Decoded::Skipped(Skip::DataMapping)) => bump(&counters.data_mappings, 1),
                     Ok(Decoded::Skipped(Skip::Duplicate)) => bump(&counters.duplicates, 1),
                     Err(_) => bump(&counters.parse_errors, 1),

@@ -597,6 +597,10 @@ fn a_reaped_task_switched_back_in_is_an_unknown_side_not_thread_minus_one() {
             .any(|e| matches!(e, CaptureEvent::Thread(t) if t.tid == minus_one)),
         "no thread -1"
     );
+    assert_eq!(
+        stats.unknown_task_switches, 1,
+        "the switch naming nobody, counted"
+    );
     assert_eq!(stats.unknown_process_threads, 0);
     assert_eq!(
         stats.deferred_events, 0,

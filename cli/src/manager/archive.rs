@@ -83,6 +83,9 @@ pub struct Archive<W: ArchiveOutput> {
     /// of records go out in few writes (a window of a read-out is written from where its
     /// records are, [`Self::write_provider_runs`]). [`Self::flush`] writes them.
     staged: Vec<u8>,
+    /// The room the output lent last ([`Self::room`]: its address and length), until anything
+    /// is written to the output ([`Self::out`]): only records collected in it are kept there.
+    lent_room: Option<(usize, usize)>,
 }
 
 /// An archive dropped without [`Archive::flush`] (an error or a panic on the way out) still
@@ -358,6 +361,7 @@ impl<W: ArchiveOutput> Archive<W> {
             anchor: Vec::new(),
             marker_threads: BTreeSet::new(),
             staged: Vec::new(),
+            lent_room: None,
         })
     }
 
@@ -404,8 +408,10 @@ impl<W: ArchiveOutput> Archive<W> {
         written
     }
 
-    /// The output, after the magic number record.
+    /// The output, after the magic number record, to write (a room lent before is no longer
+    /// the output's next bytes).
     fn out(&mut self) -> io::Result<&mut W> {
+        self.lent_room = None;
         let out = self
             .out
             .as_mut()
@@ -501,7 +507,16 @@ impl<W: ArchiveOutput> Archive<W> {
             return Err(ArchiveError::NoSection);
         }
         self.write_staged()?;
-        let room = self.out()?.room(len)?;
+        // The magic number first, then the room, borrowed from the output field alone.
+        self.out()?;
+        let out = self
+            .out
+            .as_mut()
+            .ok_or_else(|| io::Error::other("no output"))?;
+        let room = out.room(len)?;
+        self.lent_room = room
+            .as_ref()
+            .map(|room| (room.as_ptr() as usize, room.len()));
         Ok(room.map(|room| {
             let runs = RoomRuns::new(room);
             (room, runs)
@@ -511,13 +526,17 @@ impl<W: ArchiveOutput> Archive<W> {
     /// Keep the records `runs` collected in the room [`Self::room`] lent last: moved together
     /// to its start, and committed.
     pub fn take_room(&mut self, runs: RoomRuns) -> Result<(), ArchiveError> {
-        let room = self.out()?.room(runs.len)?;
+        let moved = || ArchiveError::Io(io::Error::other("the output's room is no longer lent"));
+        if self.lent_room.take() != Some((runs.start, runs.len)) {
+            return Err(moved());
+        }
+        let out = self.out.as_mut().ok_or_else(moved)?;
+        let room = out.room(runs.len)?;
         let Some(room) = room.filter(|room| room.as_ptr() as usize == runs.start) else {
-            let lent = "the output's room moved before its records were kept";
-            return Err(ArchiveError::Io(io::Error::other(lent)));
+            return Err(moved());
         };
         let len = compact_room(room, &runs.kept)?;
-        self.out()?.commit_room(len)?;
+        out.commit_room(len)?;
         self.bytes += runs.counts.bytes;
         self.records += runs.counts.written;
         Ok(())
@@ -1051,6 +1070,14 @@ mod tests {
         let checked = CheckedRecords::check(room).unwrap();
         assert_eq!(runs.take_runs([checked]).unwrap().written, 1);
         runs.start += 8;
+        assert!(a.take_room(runs).is_err());
+        // Or when the archive wrote to the output in between (the same memory lent again).
+        let (room, mut runs) = a.room(16).unwrap().expect("a room");
+        room.copy_from_slice(&fxtrace_format::words_to_bytes(&[0x24 | (1 << 16), 1]));
+        let checked = CheckedRecords::check(room).unwrap();
+        runs.take_runs([checked]).unwrap();
+        a.provider_event(0).unwrap();
+        a.flush().unwrap();
         assert!(a.take_room(runs).is_err());
     }
 

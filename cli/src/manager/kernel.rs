@@ -674,6 +674,14 @@ impl fmt::Display for KernelSummary {
                 c.duplicates
             )?;
         }
+        if c.unknown_task_switches > 0 {
+            writeln!(
+                f,
+                "  switches skipped: {} between two tasks already reaped (the kernel named \
+                 neither)",
+                c.unknown_task_switches
+            )?;
+        }
         writeln!(
             f,
             "  threads: {} ({} beyond the thread table, referenced inline)",
