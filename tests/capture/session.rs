@@ -455,11 +455,25 @@ fn tracepoint_unavailable_falls_back_to_cpu_wide_records() {
     assert_eq!(cs[0].prev_state, LinuxThreadState::Blocked);
 }
 
-/// A reaped thread's last `SWITCH_CPU_WIDE` switch-out says -1 for its own pid and tid: it is
-/// the task the previous switch-out of that CPU switched to. Its name, unknown to `/proc`, is
-/// its parent's from the FORK record.
-#[test]
-fn cpu_wide_switch_out_of_a_reaped_thread_names_the_task_last_switched_in() {
+/// A `SWITCH_CPU_WIDE` switch-out record of `own` (pid, tid) to `next` at `time`.
+fn cpu_wide_out(time: u64, own: (u32, u32), next: (u32, u32)) -> Vec<u8> {
+    RecordBytes::new()
+        .u32(next.0)
+        .u32(next.1)
+        .sample_id(own.0, own.1, time, 0)
+        .build()
+}
+
+/// A system-wide capture on fake perf, processes 10 and 11 in its `/proc`, with CPU-wide switch
+/// records (no tracefs): its directories (kept while it runs), the fake system, what it
+/// delivers, the capture and CPU 0's switch ring.
+fn cpu_wide_capture() -> (
+    [tempfile::TempDir; 2],
+    std::sync::Arc<FakeSys>,
+    Events,
+    Capture,
+    FakeRing,
+) {
     let proc = tempfile::tempdir().unwrap();
     proc_tree(proc.path(), &[10, 11]);
     let sys = FakeSys::new();
@@ -468,8 +482,17 @@ fn cpu_wide_switch_out_of_a_reaped_thread_names_the_task_last_switched_in() {
     let cfg = config(CaptureConfig::system_wide(), empty.path(), proc.path());
     let (events, sink) = sink();
     let capture = Capture::start_with(sys.clone(), root_perms(), cfg, sink).unwrap();
-    let t = base();
     let ring = sys.ring(PerfEventKind::CpuWideSwitches, 0).unwrap();
+    ([proc, empty], sys, events, capture, ring)
+}
+
+/// A reaped thread's last `SWITCH_CPU_WIDE` switch-out says -1 for its own pid and tid: it is
+/// the task the previous switch-out of that CPU switched to. Its name, unknown to `/proc`, is
+/// its parent's from the FORK record.
+#[test]
+fn cpu_wide_switch_out_of_a_reaped_thread_names_the_task_last_switched_in() {
+    let (_dirs, sys, events, capture, ring) = cpu_wide_capture();
+    let t = base();
     let cpu_wide = fxtrace::capture::records::RECORD_SWITCH_CPU_WIDE;
     // Worker 11 creates thread 13 of process 10.
     let fork = RecordBytes::new()
@@ -482,25 +505,22 @@ fn cpu_wide_switch_out_of_a_reaped_thread_names_the_task_last_switched_in() {
         .build();
     assert!(ring.write_record(RECORD_FORK, 0, &fork));
     // 11 -> 13, then 13 (reaped: -1) -> idle.
-    let out = |time: u64, own: (u32, u32), next: (u32, u32)| {
-        RecordBytes::new()
-            .u32(next.0)
-            .u32(next.1)
-            .sample_id(own.0, own.1, time, 0)
-            .build()
-    };
-    assert!(ring.write_record(cpu_wide, MISC_SWITCH_OUT, &out(t + 10, (10, 11), (10, 13))));
     assert!(ring.write_record(
         cpu_wide,
         MISC_SWITCH_OUT,
-        &out(t + 20, (u32::MAX, u32::MAX), (0, 0))
+        &cpu_wide_out(t + 10, (10, 11), (10, 13))
+    ));
+    assert!(ring.write_record(
+        cpu_wide,
+        MISC_SWITCH_OUT,
+        &cpu_wide_out(t + 20, (u32::MAX, u32::MAX), (0, 0))
     ));
     // An unknown task leaving a CPU nobody was seen entering: only the incoming side is known.
     let other = sys.ring(PerfEventKind::CpuWideSwitches, 1).unwrap();
     assert!(other.write_record(
         cpu_wide,
         MISC_SWITCH_OUT,
-        &out(t + 30, (u32::MAX, u32::MAX), (10, 10))
+        &cpu_wide_out(t + 30, (u32::MAX, u32::MAX), (10, 10))
     ));
     ring.wake();
     let stats = capture.stop().unwrap();
@@ -538,25 +558,10 @@ fn cpu_wide_switch_out_of_a_reaped_thread_names_the_task_last_switched_in() {
 /// between two such tasks names nobody.
 #[test]
 fn a_reaped_task_switched_back_in_is_an_unknown_side_not_thread_minus_one() {
-    let proc = tempfile::tempdir().unwrap();
-    proc_tree(proc.path(), &[10, 11]);
-    let sys = FakeSys::new();
-    sys.set_clock(0, 1 << 31, 31);
-    let empty = tempfile::tempdir().unwrap();
-    let cfg = config(CaptureConfig::system_wide(), empty.path(), proc.path());
-    let (events, sink) = sink();
-    let capture = Capture::start_with(sys.clone(), root_perms(), cfg, sink).unwrap();
+    let (_dirs, _sys, events, capture, ring) = cpu_wide_capture();
     let t = base();
-    let ring = sys.ring(PerfEventKind::CpuWideSwitches, 0).unwrap();
     let cpu_wide = fxtrace::capture::records::RECORD_SWITCH_CPU_WIDE;
     let minus_one = u32::MAX;
-    let out = |time: u64, own: (u32, u32), next: (u32, u32)| {
-        RecordBytes::new()
-            .u32(next.0)
-            .u32(next.1)
-            .sample_id(own.0, own.1, time, 0)
-            .build()
-    };
     let records = [
         // 11 -> a task whose whole process is gone (-1, -1), which then leaves for idle.
         ((10, 11), (minus_one, minus_one)),
@@ -570,7 +575,7 @@ fn a_reaped_task_switched_back_in_is_an_unknown_side_not_thread_minus_one() {
     ];
     for (i, (own, next)) in records.into_iter().enumerate() {
         let time = t + 10 * (i as u64 + 1);
-        assert!(ring.write_record(cpu_wide, MISC_SWITCH_OUT, &out(time, own, next)));
+        assert!(ring.write_record(cpu_wide, MISC_SWITCH_OUT, &cpu_wide_out(time, own, next)));
     }
     ring.wake();
     let stats = capture.stop().unwrap();
