@@ -208,8 +208,8 @@ pub(crate) enum Skip {
     /// The copy of the record before it, written by a second event of the same thread
     /// ([`super::duplicates`]).
     Duplicate,
-    /// A CPU-wide switch between two tasks the kernel no longer identifies (reaped, see the
-    /// module docs): no side to write.
+    /// A switch naming only tasks the kernel no longer identifies (reaped, see the module docs:
+    /// a CPU-wide switch between two, a switch-in of one): no side to write.
     NoKnownTask,
 }
 

@@ -421,8 +421,9 @@ pub struct CaptureStats {
     pub maps_bad_lines: u64,
     /// Non-executable mapping records, skipped.
     pub data_mappings: u64,
-    /// Context switches between two tasks the kernel no longer identified (both reaped: a
-    /// CPU-wide switch record with -1 on both sides), skipped: no side to write.
+    /// Context switches that name no task the kernel still identified (reaped tasks: a CPU-wide
+    /// switch record with -1 on both sides, a switch-in record whose own task is -1), skipped:
+    /// no side to write.
     pub unknown_task_switches: u64,
     /// Threads announced.
     pub threads: u64,

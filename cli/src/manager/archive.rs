@@ -382,8 +382,10 @@ impl<W: ArchiveOutput> Archive<W> {
         Ok(archive)
     }
 
-    /// Append `bytes` to the stream: staged, and written once [`STAGED`] bytes are.
+    /// Append `bytes` to the stream: staged, and written once [`STAGED`] bytes are (a room
+    /// lent before is no longer the stream's next bytes).
     fn put(&mut self, bytes: &[u8]) -> io::Result<()> {
+        self.lent_room = None;
         if self.staged.len() + bytes.len() > STAGED {
             self.write_staged()?;
         }
@@ -1077,7 +1079,6 @@ mod tests {
         let checked = CheckedRecords::check(room).unwrap();
         runs.take_runs([checked]).unwrap();
         a.provider_event(0).unwrap();
-        a.flush().unwrap();
         assert!(a.take_room(runs).is_err());
     }
 

@@ -677,8 +677,8 @@ impl fmt::Display for KernelSummary {
         if c.unknown_task_switches > 0 {
             writeln!(
                 f,
-                "  switches skipped: {} between two tasks already reaped (the kernel named \
-                 neither)",
+                "  switches skipped: {} naming only tasks already reaped (the kernel no longer \
+                 said which)",
                 c.unknown_task_switches
             )?;
         }
