@@ -721,16 +721,17 @@ mod tests {
         (path, file)
     }
 
-    /// A second, direct description of `file`, or `None` after a skip line.
-    fn direct_or_skip(file: &File) -> Option<File> {
-        let direct = reopen_direct(file).ok();
-        if direct.is_none() {
+    /// [`file_in`] and a second, direct description of the file, or `None` after a skip line.
+    fn direct_file_in(dir: &tempfile::TempDir) -> Option<(std::path::PathBuf, File, File)> {
+        let (path, file) = file_in(dir);
+        let Ok(direct) = reopen_direct(&file) else {
             skip(
                 Requirement::DirectIo,
                 "no O_DIRECT description of a temporary file",
             );
-        }
-        direct
+            return None;
+        };
+        Some((path, file, direct))
     }
 
     /// `data` (whole blocks) as full blocks queued for a writer, the queue closed; all but
@@ -879,10 +880,9 @@ mod tests {
     #[test]
     fn while_blocks_wait_behind_the_disk_they_go_through_the_page_cache_within_a_budget() {
         let dir = tempfile::tempdir().unwrap();
-        let (path, file) = file_in(&dir);
-        if direct_or_skip(&file).is_none() {
+        let Some((path, _, _)) = direct_file_in(&dir) else {
             return;
-        }
+        };
         // Full blocks queued before the writer starts: while two or more are behind one (the
         // disk is behind; one is not: a save of two blocks hands two over at once), it goes
         // through the page cache within the budget; the rest direct.
@@ -983,8 +983,7 @@ mod tests {
     #[test]
     fn a_block_that_starts_in_the_file_goes_direct_from_its_next_page() {
         let dir = tempfile::tempdir().unwrap();
-        let (path, file) = file_in(&dir);
-        let Some(direct) = direct_or_skip(&file) else {
+        let Some((path, file, direct)) = direct_file_in(&dir) else {
             return;
         };
         // The first 100 bytes of the block are in the file already (a partial page carried
@@ -1105,8 +1104,7 @@ mod tests {
     #[test]
     fn a_writer_that_failed_writes_no_later_block() {
         let dir = tempfile::tempdir().unwrap();
-        let (path, file) = file_in(&dir);
-        let Some(direct) = direct_or_skip(&file) else {
+        let Some((path, _file, direct)) = direct_file_in(&dir) else {
             return;
         };
         // The buffered description cannot write (EBADF): the first block, sent through the

@@ -139,8 +139,8 @@ pub struct Drain {
     last_durable_data_end: u64,
     saved_any: bool,
     stats: DrainStats,
-    /// Reused for every copy out of the buffer (words: a window is copied word by word).
-    scratch: Vec<u64>,
+    /// Reused for every copy out of the buffer that the output lends no room for.
+    scratch: Vec<u8>,
     /// Bytes of a rolling buffer copied and scanned at a time ([`READ_WINDOW`]).
     window: u64,
     /// Windows read so far, and the most bytes read at once (the tests' evidence of the
@@ -626,7 +626,7 @@ impl Drain {
         let mut words = std::mem::take(&mut self.scratch);
         let range = (at, data_end, framing, region);
         let result = self.forward_range(buffer, archive, &mut words, range);
-        if words.capacity() * 8 <= SCRATCH_KEPT {
+        if words.capacity() <= SCRATCH_KEPT {
             self.scratch = words;
         }
         self.stats.copy_time += started.elapsed();
@@ -644,7 +644,7 @@ impl Drain {
         &mut self,
         buffer: &TraceBuffer,
         archive: &mut Archive<W>,
-        words: &mut Vec<u64>,
+        words: &mut Vec<u8>,
         ((offset, base), data_end, framing, region): ((u64, u64), u64, Framing, Region),
     ) -> Result<Scanned, DrainError> {
         // Chunks larger than a window (the provider chose the chunk size) are read by their
@@ -686,7 +686,7 @@ impl Drain {
             }
             self.read_window(buffer, offset + pos, window.min(remaining), words)?;
             if let Some((chunk_size, lap)) = large_chunks {
-                let tag = words[0];
+                let tag = u64::from_ne_bytes(words[..8].try_into().expect("a window of 8 bytes"));
                 match parse_chunk_tag(tag) {
                     Some((wc, run)) if wc == lap => {
                         let run = (u64::from(run) * chunk_size).min(remaining);
@@ -704,7 +704,7 @@ impl Drain {
                 }
                 continue;
             }
-            let cut = match window_cut(as_bytes(words), framing, remaining) {
+            let cut = match window_cut(words, framing, remaining) {
                 WindowCut::At(cut) => cut,
                 WindowCut::Unit(unit) if framing == Framing::Dense => {
                     self.read_window(buffer, offset + pos, unit, words)?;
@@ -726,11 +726,7 @@ impl Drain {
                     continue;
                 }
             };
-            let piece = (
-                &as_bytes(words)[..cut as usize],
-                base + pos,
-                remaining - cut,
-            );
+            let piece = (&words[..cut as usize], base + pos, remaining - cut);
             match self.scan_into(piece, cut, framing, region, archive)? {
                 Scanned::Whole => pos += cut,
                 Scanned::ZeroWord => {
@@ -780,15 +776,15 @@ impl Drain {
         buffer: &TraceBuffer,
         offset: u64,
         len: u64,
-        words: &mut Vec<u64>,
+        words: &mut Vec<u8>,
     ) -> Result<(), DrainError> {
-        let size = usize::try_from(len / 8).map_err(|_| BufferError::OutOfRange {
+        let size = usize::try_from(len).map_err(|_| BufferError::OutOfRange {
             offset,
             len,
             size: buffer.size(),
         })?;
         words.resize(size, 0);
-        self.read_into(buffer, offset, as_bytes_mut(words))
+        self.read_into(buffer, offset, words)
     }
 
     /// Fill `bytes` (a whole number of words) with the buffer's bytes at `offset` (one copy
@@ -812,7 +808,7 @@ impl Drain {
         &mut self,
         buffer: &TraceBuffer,
         archive: &mut Archive<W>,
-        words: &mut Vec<u64>,
+        words: &mut Vec<u8>,
         ((offset, base), run, region): ((u64, u64), u64, Region),
     ) -> Result<bool, DrainError> {
         self.stats.skipped_bytes += 8;
@@ -917,20 +913,6 @@ const SCRATCH_KEPT: usize = 8 << 20;
 /// between its copy out of the mapping, its scan and its write to the output (4 MiB windows
 /// cost the manager about three times the CPU per MiB of 128 KiB ones: BENCHMARKS.md).
 pub const READ_WINDOW: u64 = 128 << 10;
-
-/// `words` as the bytes they hold (in memory order: the bytes the buffer holds).
-fn as_bytes(words: &[u64]) -> &[u8] {
-    // SAFETY: a `u64` slice is valid for reads of `8 * len` bytes at its start, any byte
-    // pattern is a `u8`, and `u8`'s alignment is 1; the borrow keeps `words` borrowed.
-    unsafe { std::slice::from_raw_parts(words.as_ptr().cast::<u8>(), words.len() * 8) }
-}
-
-/// [`as_bytes`], to write.
-fn as_bytes_mut(words: &mut [u64]) -> &mut [u8] {
-    // SAFETY: as `as_bytes`, for writes too: any byte pattern written is a valid `u64`; the
-    // mutable borrow keeps `words` exclusively borrowed.
-    unsafe { std::slice::from_raw_parts_mut(words.as_mut_ptr().cast::<u8>(), words.len() * 8) }
-}
 
 /// How [`Drain::scan_into`] ended.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -1061,6 +1043,11 @@ mod tests {
     /// An instant-like test record of 2 words: header type 4 with `tag` in bits 16.., payload.
     fn rec(tag: u64) -> [u64; 2] {
         [0x24 | (tag << 16), tag]
+    }
+
+    /// What [`tags`] names, in order.
+    fn tag_names(bytes: &[u8]) -> Vec<String> {
+        tags(bytes).into_iter().map(|(_, what)| what).collect()
     }
 
     fn tags(bytes: &[u8]) -> Vec<(Option<u32>, String)> {
@@ -1633,7 +1620,7 @@ mod tests {
             .read_out(&buffer, &mut archive, (3, "p"), Writers::MayRun)
             .unwrap();
         let bytes = archive.into_inner().unwrap();
-        let got: Vec<String> = tags(&bytes).into_iter().map(|(_, w)| w).collect();
+        let got = tag_names(&bytes);
         assert_eq!(
             got,
             ["magic", "section 3", "overflow", "rec 1", "rec 2", "rec 3"]
@@ -1670,7 +1657,7 @@ mod tests {
             .read_out(&buffer, &mut archive, (3, "p"), Writers::MayRun)
             .unwrap();
         let bytes = archive.into_inner().unwrap();
-        let got: Vec<String> = tags(&bytes).into_iter().map(|(_, w)| w).collect();
+        let got = tag_names(&bytes);
         assert_eq!(got, ["magic", "section 3", "rec 1", "rec 2"]);
         assert!(g.rolling_buffer_size > 11 * chunk);
         assert_eq!(drain.stats().rolling_bytes, 32);
@@ -1712,10 +1699,7 @@ mod tests {
         drain
             .read_out(&buffer, &mut archive, (1, "c"), Writers::MayRun)
             .unwrap();
-        let got: Vec<String> = tags(&archive.into_inner().unwrap())
-            .into_iter()
-            .map(|(_, w)| w)
-            .collect();
+        let got = tag_names(&archive.into_inner().unwrap());
         assert_eq!(
             got,
             [
@@ -1821,10 +1805,7 @@ mod tests {
         drain
             .read_out(&buffer, &mut archive, (1, "s"), Writers::MayRun)
             .unwrap();
-        let got: Vec<String> = tags(&archive.into_inner().unwrap())
-            .into_iter()
-            .map(|(_, w)| w)
-            .collect();
+        let got = tag_names(&archive.into_inner().unwrap());
         assert_eq!(
             got,
             [
@@ -1858,10 +1839,7 @@ mod tests {
         drain
             .read_out(&buffer, &mut archive, (1, "p"), Writers::MayRun)
             .unwrap();
-        let got: Vec<String> = tags(&archive.into_inner().unwrap())
-            .into_iter()
-            .map(|(_, what)| what)
-            .collect();
+        let got = tag_names(&archive.into_inner().unwrap());
         assert_eq!(got, ["magic", "section 1", "rec 1", "rec 2"]);
         let problems = drain.stats().problems.kept();
         assert_eq!(problems.len(), 1, "{problems:?}");
@@ -1921,7 +1899,7 @@ mod tests {
         assert_eq!((stats.forged_metadata, stats.oversized_records), (1, 1));
         assert_eq!(stats.records, 5, "rec 1, 2 and the three kept in the run");
         assert!(stats.problems.kept()[0].contains("never written"));
-        let got: Vec<String> = tags(&lending.bytes).into_iter().map(|(_, w)| w).collect();
+        let got = tag_names(&lending.bytes);
         assert_eq!(
             got,
             [
